@@ -1,0 +1,39 @@
+"""casmon: remember function calls in a content-addressed, deduplicating store on zarr.
+
+Importing casmon configures no logging, prints nothing and writes nothing.
+"""
+
+from .digest import Digest
+from .errors import (
+    CasmonError,
+    DamagedObjectError,
+    MissingObjectError,
+    StoreError,
+    StoreFormatError,
+    UnpicklableError,
+    UntrustedStoreError,
+)
+from .fingerprint import fingerprint, register_hasher, unregister_hasher
+from .serialize import Handler, register_handler, unregister_handler
+from .store import Store, open
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Digest",
+    "fingerprint",
+    "register_hasher",
+    "unregister_hasher",
+    "Handler",
+    "register_handler",
+    "unregister_handler",
+    "Store",
+    "open",
+    "CasmonError",
+    "DamagedObjectError",
+    "MissingObjectError",
+    "StoreError",
+    "StoreFormatError",
+    "UnpicklableError",
+    "UntrustedStoreError",
+]

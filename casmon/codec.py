@@ -1,0 +1,207 @@
+"""Compression codecs and the frame every stored object is wrapped in.
+
+A *frame* is a 40-byte header followed by the (possibly compressed) payload::
+
+    magic "CSMN" | version u8 | codec u8 | kind u8 | flags u8 | raw length u64 | stored length u64 | xxh3-128 of raw payload
+
+The stored length makes a pack (concatenated frames) readable from its start
+without an index, so a lost index can be rebuilt and ``verify`` can walk packs.
+
+The digest of the *uncompressed* payload travels with every object, so any
+object can be checked on its own, wherever it was copied to. Codec ids are part
+of the on-disk format and never change meaning; decoding needs only the id.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numcodecs
+import numpy as np
+import xxhash
+
+from .digest import Digest
+from .errors import DamagedObjectError
+
+__all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "decode_frame", "FRAME_HEADER"]
+
+MAGIC = b"CSMN"
+FRAME_VERSION = 1
+_HEADER = struct.Struct("<4sBBBBQQ16s")
+FRAME_HEADER = _HEADER.size  # 40
+
+# Kinds of object, recorded in the frame so `verify` and `stats` can say what a thing is.
+KIND_CHUNK = 0  # a block of a value's buffer
+KIND_VALUE = 1  # a value manifest
+KIND_TABLE = 2  # an index or record table file
+KIND_REF = 3  # a ref
+KIND_NAMES = {KIND_CHUNK: "chunk", KIND_VALUE: "value", KIND_TABLE: "table", KIND_REF: "ref"}
+
+
+@dataclass(frozen=True)
+class Codec:
+    """One compression method. ``id`` is what the frame stores."""
+
+    id: int
+    name: str
+
+    def compress(self, data: memoryview, typesize: int = 1) -> bytes:
+        c = _numcodec(self.id, typesize)
+        if c is None:
+            return bytes(data)
+        return bytes(c.encode(data))
+
+    def decompress(self, data, raw_len: int, out=None):
+        c = _numcodec(self.id, 1)
+        if c is None:
+            if out is not None:
+                out[:] = data
+                return out
+            return bytes(data)
+        if out is not None:
+            c.decode(data, out=out)
+            return out
+        res = c.decode(data)
+        return res if isinstance(res, bytes) else memoryview(res).cast("B").tobytes()
+
+
+CODECS: dict[str, Codec] = {
+    "none": Codec(0, "none"),
+    "blosc-lz4": Codec(1, "blosc-lz4"),
+    "zstd": Codec(2, "zstd"),
+    "lz4": Codec(3, "lz4"),
+    "blosc-zstd": Codec(4, "blosc-zstd"),
+}
+_BY_ID = {c.id: c for c in CODECS.values()}
+
+
+def get_codec(name: str) -> Codec:
+    """Look a codec up by name; a clear error lists the names there are."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise ValueError(f"unknown codec {name!r}; choose one of {', '.join(CODECS)}") from None
+
+
+@lru_cache(maxsize=64)
+def _numcodec(codec_id: int, typesize: int):
+    if codec_id == 0:
+        return None
+    if codec_id in (1, 4):
+        cname = "lz4" if codec_id == 1 else "zstd"
+        clevel = 5 if codec_id == 1 else 3
+        try:
+            return numcodecs.Blosc(cname=cname, clevel=clevel, shuffle=numcodecs.Blosc.SHUFFLE, typesize=typesize)
+        except TypeError:  # older numcodecs without typesize: shuffle still works per byte
+            return numcodecs.Blosc(cname=cname, clevel=clevel, shuffle=numcodecs.Blosc.SHUFFLE)
+    if codec_id == 2:
+        return numcodecs.Zstd(level=1)
+    if codec_id == 3:
+        return numcodecs.LZ4()
+    raise ValueError(f"unknown codec id {codec_id}")
+
+
+@dataclass(frozen=True)
+class Frame:
+    digest: Digest
+    kind: int
+    codec: int
+    raw_len: int
+    stored_len: int
+
+
+def encode_frame(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest | None = None) -> tuple[Digest, bytes]:
+    """Hash ``raw``, compress it, and return ``(digest, frame bytes)``.
+
+    If compression does not pay (incompressible data), the payload is stored raw,
+    which also makes it cheaper to read.
+    """
+    mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
+    if digest is None:
+        digest = Digest(xxhash.xxh3_128_digest(mv))
+    n = len(mv)
+    payload = codec.compress(mv, typesize) if codec.id and n >= 64 else None
+    cid = codec.id
+    if payload is None or len(payload) >= n:
+        payload, cid = mv, 0
+    header = _HEADER.pack(MAGIC, FRAME_VERSION, cid, kind, 0, n, len(payload), digest)
+    return digest, header + payload
+
+
+def read_header(data, key: str, offset: int = 0) -> Frame:
+    if len(data) - offset < FRAME_HEADER:
+        raise DamagedObjectError(key, f"truncated: {len(data) - offset} bytes, shorter than a header")
+    magic, version, cid, kind, _flags, raw_len, stored_len, dig = _HEADER.unpack_from(data, offset)
+    if magic != MAGIC:
+        raise DamagedObjectError(key, "not a casmon object (bad magic)")
+    if version != FRAME_VERSION:
+        raise DamagedObjectError(key, f"unknown frame version {version}")
+    if cid not in _BY_ID:
+        raise DamagedObjectError(key, f"unknown codec id {cid}")
+    if kind not in KIND_NAMES:
+        raise DamagedObjectError(key, f"unknown object kind {kind}")
+    return Frame(Digest(dig), kind, cid, raw_len, stored_len)
+
+
+def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tuple[Frame, bytes | memoryview]:
+    """Check and decompress a frame. Never returns bytes that do not match the digest.
+
+    ``out`` (a writable buffer of exactly the raw length) receives the payload
+    without an extra copy. Raises :class:`DamagedObjectError` naming ``key``.
+    """
+    frame = read_header(data, key)
+    if expect is not None and frame.digest != expect:
+        raise DamagedObjectError(key, f"header names digest {frame.digest.hex()}, expected {expect.hex()}")
+    body = memoryview(data)[FRAME_HEADER:]
+    if len(body) != frame.stored_len:
+        raise DamagedObjectError(key, f"payload is {len(body)} bytes, header says {frame.stored_len} (truncated or extended)")
+    try:
+        if frame.codec == 0:
+            if len(body) != frame.raw_len:
+                raise DamagedObjectError(key, f"stored payload is {len(body)} bytes, raw length is {frame.raw_len}")
+            if out is not None:
+                memoryview(out).cast("B")[:] = body
+                raw = out
+            else:
+                raw = body
+        else:
+            raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=out)
+    except DamagedObjectError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any codec failure means damage
+        raise DamagedObjectError(key, f"cannot decompress: {e}") from None
+    mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
+    if len(mv) != frame.raw_len:
+        raise DamagedObjectError(key, f"decompressed to {len(mv)} bytes, header says {frame.raw_len}")
+    if xxhash.xxh3_128_digest(mv) != frame.digest:
+        raise DamagedObjectError(key, "content does not match its digest")
+    return frame, raw
+
+
+def typesize_of(buf) -> int:
+    """The element size to shuffle by, for blosc."""
+    if isinstance(buf, np.ndarray):
+        return buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
+    if isinstance(buf, memoryview):
+        return buf.itemsize if buf.itemsize in (1, 2, 4, 8, 16) else 1
+    return 1
+
+
+def split_pack(data, key: str) -> list[tuple[int, int, Frame]]:
+    """Walk a pack from its start: ``(offset, length, header)`` of every frame.
+
+    Raises :class:`DamagedObjectError` where the chain of headers breaks.
+    """
+    out = []
+    off = 0
+    n = len(data)
+    while off < n:
+        h = read_header(data, f"{key}@{off}", off)
+        ln = FRAME_HEADER + h.stored_len
+        if off + ln > n:
+            raise DamagedObjectError(f"{key}@{off}", f"frame runs past the end of the pack ({off + ln} > {n})")
+        out.append((off, ln, h))
+        off += ln
+    return out

@@ -1,0 +1,131 @@
+"""Exceptions casmon raises, and a helper that finds what in a value cannot be pickled."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+__all__ = [
+    "CasmonError",
+    "StoreError",
+    "StoreFormatError",
+    "DamagedObjectError",
+    "MissingObjectError",
+    "UnpicklableError",
+    "UntrustedStoreError",
+    "locate_unpicklable",
+]
+
+
+class CasmonError(Exception):
+    """Base class of casmon's own errors."""
+
+
+class StoreError(CasmonError):
+    """A store cannot be opened or written: bad path, no permission, unreachable."""
+
+
+class StoreFormatError(StoreError):
+    """The store was written by a newer casmon, or is not a casmon store."""
+
+
+class DamagedObjectError(CasmonError):
+    """An object's bytes do not match its digest, or cannot be decoded.
+
+    Carries the object's key so the user (and ``verify``) can say which one.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"damaged object {key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class MissingObjectError(CasmonError, KeyError):
+    """A digest that the store does not hold."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.what
+
+
+class UnpicklableError(TypeError):
+    """A value (or a part of it) cannot be pickled; ``path`` says where it sits."""
+
+    def __init__(self, path: str, obj: Any, cause: BaseException | None = None) -> None:
+        desc = describe_object(obj)
+        msg = f"{path}: {desc} cannot be pickled"
+        if cause is not None:
+            msg += f" ({type(cause).__name__}: {cause})"
+        super().__init__(msg)
+        self.path = path
+        self.type = type(obj)
+
+
+class UntrustedStoreError(CasmonError):
+    """Loading this value would unpickle data from a store opened with ``trust=False``."""
+
+
+def describe_object(obj: Any) -> str:
+    """A short description like ``function <lambda>`` or ``_thread.lock``."""
+    t = type(obj)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    tname = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    if isinstance(name, str) and not isinstance(obj, type):
+        return f"{tname} {name}"
+    return tname
+
+
+def _try_pickle(obj: Any) -> BaseException | None:
+    try:
+        pickle.dumps(obj, protocol=5, buffer_callback=lambda b: False)
+    except RecursionError:
+        return None  # deep but picklable structures are not our concern here
+    except Exception as e:  # noqa: BLE001 - any failure is what we look for
+        return e
+    return None
+
+
+def locate_unpicklable(value: Any, root: str = "value", _depth: int = 0) -> UnpicklableError | None:
+    """Walk ``value`` and return an error naming the first part that cannot be pickled.
+
+    Only called after pickling already failed, so its cost does not matter; it
+    descends containers and object state the way pickle would.
+    """
+    err = _try_pickle(value)
+    if err is None:
+        return None
+    if _depth < 50:
+        children: list[tuple[str, Any]] = []
+        if isinstance(value, dict):
+            for k, v in value.items():
+                children.append((f"{root}[{k!r}]", v))
+                children.append((f"{root} key {k!r}", k))
+        elif isinstance(value, (list, tuple)):
+            children = [(f"{root}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, (set, frozenset)):
+            children = [(f"{root}{{{i}}}", v) for i, v in enumerate(value)]
+        else:
+            state = None
+            try:
+                reduced = value.__reduce_ex__(5)
+                if isinstance(reduced, tuple) and len(reduced) > 2:
+                    state = reduced[2]
+                    if isinstance(reduced[1], tuple):
+                        children += [(f"{root}<arg {i}>", a) for i, a in enumerate(reduced[1])]
+            except Exception:  # noqa: BLE001
+                state = getattr(value, "__dict__", None)
+            if isinstance(state, tuple) and len(state) == 2:  # (dict state, slots state)
+                state = {**(state[0] or {}), **(state[1] or {})}
+            if isinstance(state, dict):
+                children += [(f"{root}.{k}", v) for k, v in state.items()]
+        for child_path, child in children:
+            if child is value:
+                continue
+            found = locate_unpicklable(child, child_path, _depth + 1)
+            if found is not None:
+                return found
+    return UnpicklableError(root, value, err)

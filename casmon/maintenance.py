@@ -1,0 +1,434 @@
+"""Maintenance: ``stats``, ``verify`` and ``gc`` over a whole store.
+
+All three walk the same inventory: loose objects, packs and their index
+entries, table files, records and refs. ``verify`` re-hashes every object and
+follows every pointer; ``gc`` marks what records and refs reach and removes the
+rest once it has stayed unreachable for a grace period (see :func:`gc`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, decode_frame, read_header, split_pack
+from .digest import Digest
+from .errors import CasmonError, DamagedObjectError
+from .objects import Location, loose_key, pack_key
+from .table import NAME_RE, TableFile
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["stats", "verify", "gc", "VerifyReport", "GcReport"]
+
+_HEX = re.compile(r"^[0-9a-f]{32}$")
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+def _noop(phase: str, done: int, total: int) -> None:
+    pass
+
+
+@dataclass
+class Inventory:
+    loose: dict[Digest, str]  # digest -> key
+    packs: set[str]
+    packed: dict[Digest, Location]  # digest -> newest location
+    all_keys: list[str]
+
+
+def inventory(store: Store) -> Inventory:
+    keys = store.backend.list("")
+    loose: dict[Digest, str] = {}
+    packs: set[str] = set()
+    for k in keys:
+        parts = k.split("/")
+        if parts[0] == "objects" and len(parts) == 3 and _HEX.match(parts[2]):
+            loose[Digest(parts[2])] = k
+        elif parts[0] == "packs" and len(parts) == 2 and _HEX.match(parts[1]):
+            packs.add(parts[1])
+    packed: dict[Digest, Location] = {}
+    for d, v in store.objects.index.items():
+        packed[Digest(d)] = Location.decode(v)
+    return Inventory(loose, packs, packed, keys)
+
+
+def _table_prefixes(store: Store) -> list[str]:
+    return ["index/"] + [f"records/{k}/" for k in store.record_kinds()]
+
+
+def stats(store: Store, progress: Progress | None = None) -> dict:
+    """Counts and sizes of what the store holds.
+
+    ``logical_bytes``: the sizes of all distinct values added up.
+    ``chunk_bytes``: the distinct chunks' raw sizes (what is left after dedup).
+    ``stored_bytes``: bytes on the backend, every file counted.
+    """
+    progress = progress or _noop
+    store.flush()
+    inv = inventory(store)
+    values = {d: loc for d, loc in inv.packed.items() if loc.kind == KIND_VALUE}
+    packed_chunks = {d: loc for d, loc in inv.packed.items() if loc.kind == KIND_CHUNK}
+    loose_keys = list(inv.loose.values())
+    headers = store.backend.get_ranges([(k, 0, FRAME_HEADER) for k in loose_keys]) if loose_keys else []
+    loose_raw = 0
+    for k, h in zip(loose_keys, headers):
+        try:
+            loose_raw += read_header(h, k).raw_len if h is not None else 0
+        except DamagedObjectError:
+            pass
+    progress("sizes", 0, len(inv.all_keys))
+    sizes = store.backend.getsize_many(inv.all_keys)
+    progress("sizes", len(inv.all_keys), len(inv.all_keys))
+    by_area: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for k, n in zip(inv.all_keys, sizes):
+        area = k.split("/", 1)[0] if "/" in k else "(top)"
+        by_area[area][0] += 1
+        by_area[area][1] += n
+    logical = sum(loc.size for loc in values.values())
+    chunk_bytes = sum(loc.size for loc in packed_chunks.values()) + loose_raw
+    object_bytes = by_area["objects"][1] + by_area["packs"][1]
+    records = {kind: store.table(kind).count() for kind in store.record_kinds()}
+    return {
+        "store": store.url,
+        "values": len(values),
+        "chunks": len(packed_chunks) + len(inv.loose),
+        "loose_objects": len(inv.loose),
+        "packs": len(inv.packs),
+        "logical_bytes": logical,
+        "chunk_bytes": chunk_bytes,
+        "stored_bytes": sum(sizes),
+        "object_bytes": object_bytes,
+        "dedup_ratio": (logical / chunk_bytes) if chunk_bytes else 1.0,
+        "compression_ratio": (chunk_bytes / object_bytes) if object_bytes else 1.0,
+        "files": len(inv.all_keys),
+        "files_by_area": {a: v[0] for a, v in sorted(by_area.items())},
+        "bytes_by_area": {a: v[1] for a, v in sorted(by_area.items())},
+        "records": records,
+        "refs": len(store.refs()),
+    }
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` found. ``ok`` is True when nothing is damaged or missing."""
+
+    checked: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # (object key, reason)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (what, needed by)
+    affected: dict[str, list[str]] = field(default_factory=dict)  # damaged/missing -> what depends on it
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and not self.missing
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "checked": dict(self.checked),
+            "damaged": [{"object": k, "reason": r} for k, r in self.damaged],
+            "missing": [{"object": k, "needed_by": n} for k, n in self.missing],
+            "affected": self.affected,
+        }
+
+
+def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
+    """Re-hash every object and follow every pointer; never modifies the store."""
+    progress = progress or _noop
+    rep = VerifyReport()
+    bad_digests: dict[Digest, str] = {}  # digest -> object key, for objects that failed
+
+    # 1. Table files (the index first: everything else is found through it).
+    for prefix in _table_prefixes(store):
+        files = store.backend.list(prefix)
+        for k in files:
+            name = k.rsplit("/", 1)[-1]
+            if ".partial" in name or not (NAME_RE.match(name) or re.match(r"^[0-9a-f]{4}$", name)):
+                continue
+            data = store.backend.get(k)
+            if data is None:
+                continue  # merged and removed meanwhile
+            rep.checked["table files"] += 1
+            try:
+                raw = decode_frame(data, k)[1]
+                if "/gens/" in k:
+                    json.loads(bytes(raw))
+                else:
+                    TableFile(k, raw)
+            except (DamagedObjectError, ValueError) as e:
+                rep.damaged.append((k, getattr(e, "reason", str(e))))
+    try:
+        inv = inventory(store)
+    except CasmonError as e:
+        rep.damaged.append(("index/", str(e)))
+        return rep
+
+    # 2. Loose objects: each re-hashed against its name.
+    total = len(inv.loose) + len(inv.packs)
+    done = 0
+    for d, k in inv.loose.items():
+        data = store.backend.get(k)
+        done += 1
+        progress("objects", done, total)
+        if data is None:
+            continue
+        rep.checked["loose objects"] += 1
+        try:
+            decode_frame(data, k, expect=d)
+        except DamagedObjectError as e:
+            rep.damaged.append((k, e.reason))
+            bad_digests[d] = k
+
+    # 3. Packs: every frame re-hashed; every index entry must point at a good frame.
+    entries_by_pack: dict[str, list[tuple[Digest, Location]]] = defaultdict(list)
+    for d, loc in inv.packed.items():
+        entries_by_pack[loc.pack].append((d, loc))
+    for name in sorted(inv.packs | set(entries_by_pack)):
+        done += 1
+        progress("objects", done, total)
+        key = pack_key(name)
+        data = store.backend.get(key) if name in inv.packs else None
+        if data is None:
+            for d, _loc in entries_by_pack.get(name, []):
+                rep.missing.append((f"object {d.hex()}", key))
+                bad_digests[d] = key
+            continue
+        rep.checked["packs"] += 1
+        for d, loc in entries_by_pack.get(name, []):
+            rep.checked["packed objects"] += 1
+            frame = data[loc.offset : loc.offset + loc.length]
+            where = f"{key}@{loc.offset}"
+            try:
+                if len(frame) != loc.length:
+                    raise DamagedObjectError(where, "pack is shorter than its index says")
+                decode_frame(frame, where, expect=d)
+            except DamagedObjectError as e:
+                rep.damaged.append((f"{where} (object {d.hex()})", e.reason))
+                bad_digests[d] = where
+
+    # 4. Values: their chunks and children must be there and sound.
+    dependents: dict[Digest, list[str]] = defaultdict(list)
+    present = set(inv.loose) | set(inv.packed)
+    values = [d for d, loc in inv.packed.items() if loc.kind == KIND_VALUE and d not in bad_digests]
+    for i, d in enumerate(values):
+        progress("values", i + 1, len(values))
+        rep.checked["values"] += 1
+        try:
+            m = store.manifest(d)
+        except CasmonError as e:
+            rep.damaged.append((f"value {d.hex()}", str(e)))
+            bad_digests[d] = f"value {d.hex()}"
+            continue
+        for c in [*m.chunk_digests(), *m.children]:
+            dependents[c].append(f"value {d.hex()}")
+            if c not in present:
+                rep.missing.append((f"object {c.hex()}", f"value {d.hex()}"))
+                bad_digests.setdefault(c, f"object {c.hex()}")
+    # A value with a bad chunk is bad too.
+    for c in list(bad_digests):
+        for dep in dependents.get(c, []):
+            vd = Digest(dep.split()[-1])
+            bad_digests.setdefault(vd, dep)
+
+    # 5. Records and refs: what they point at must be there.
+    for kind in store.record_kinds():
+        try:
+            for k, rec in store.records(kind):
+                rep.checked["records"] += 1
+                for h in rec.get("_refs", []):
+                    try:
+                        rd = Digest(h)
+                    except ValueError:
+                        rep.damaged.append((f"record {kind}/{k.hex()}", f"bad digest {h!r}"))
+                        continue
+                    dependents[rd].append(f"record {kind}/{k.hex()}")
+                    if rd not in present:
+                        rep.missing.append((f"value {h}", f"record {kind}/{k.hex()}"))
+        except DamagedObjectError as e:
+            rep.damaged.append((e.key, e.reason))
+    for name in store.refs():
+        rep.checked["refs"] += 1
+        try:
+            ref = store.get_ref(name)
+        except DamagedObjectError as e:
+            rep.damaged.append((e.key, e.reason))
+            continue
+        if ref is not None and ref.target is not None:
+            dependents[ref.target].append(f"ref {name}")
+            if ref.target not in present:
+                rep.missing.append((f"value {ref.target.hex()}", f"ref {name}"))
+
+    # What depends on each bad object, transitively (chunk -> value -> records).
+    for d, key in bad_digests.items():
+        seen: list[str] = []
+        todo = list(dependents.get(d, []))
+        while todo:
+            dep = todo.pop()
+            if dep in seen:
+                continue
+            seen.append(dep)
+            if dep.startswith("value "):
+                todo.extend(dependents.get(Digest(dep.split()[-1]), []))
+        if seen:
+            rep.affected[key] = sorted(seen)
+    return rep
+
+
+@dataclass
+class GcReport:
+    live_values: int = 0
+    unreachable: int = 0
+    deleted_objects: int = 0
+    deleted_bytes: int = 0
+    repacked_packs: int = 0
+    deleted_packs: int = 0
+    waiting: int = 0  # unreachable, but not for long enough yet
+    partial_files: int = 0
+    dry_run: bool = False
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+GC_STATE_REF = "gc/state"
+
+
+def _mark(store: Store) -> set[Digest]:
+    """Every object reachable from records and refs."""
+    roots: set[Digest] = set()
+    for kind in store.record_kinds():
+        for _k, rec in store.records(kind):
+            for h in rec.get("_refs", []):
+                roots.add(Digest(h))
+    for name in store.refs():
+        ref = store.get_ref(name)
+        if ref is not None and ref.target is not None:
+            roots.add(ref.target)
+    live: set[Digest] = set()
+    todo = list(roots)
+    while todo:
+        d = todo.pop()
+        if d in live:
+            continue
+        live.add(d)
+        try:
+            m = store.manifest(d)
+        except CasmonError:
+            continue  # missing or damaged: verify reports it
+        for c in m.chunk_digests():
+            live.add(c)
+        todo.extend(m.children)
+    return live
+
+
+def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None) -> GcReport:
+    """Remove objects no record or ref reaches; repack packs that are mostly dead.
+
+    Writers store objects before the records that point at them, so an object
+    may be unreachable for a moment while a writer is busy. gc therefore
+    deletes an object only once it has been seen unreachable, by an earlier gc
+    run, at least ``grace`` seconds ago (the first sightings are kept in the
+    ref ``gc/state``). ``grace=0`` deletes at once: only safe while nothing
+    else writes to the store.
+    """
+    progress = progress or _noop
+    rep = GcReport(dry_run=dry_run)
+    store.flush()
+    progress("mark", 0, 1)
+    live = _mark(store)
+    progress("mark", 1, 1)
+    inv = inventory(store)
+    rep.live_values = sum(1 for d in live if d in inv.packed and inv.packed[d].kind == KIND_VALUE)
+    unreachable = (set(inv.loose) | set(inv.packed)) - live
+    rep.unreachable = len(unreachable)
+    now = time.time()
+    state_ref = store.get_ref(GC_STATE_REF)
+    seen: dict[str, float] = {}
+    if state_ref is not None and state_ref.target is not None:
+        try:
+            seen = dict(store.get(state_ref.target))
+        except CasmonError:
+            seen = {}
+    if grace <= 0:
+        doomed = set(unreachable)
+    else:
+        doomed = {d for d in unreachable if now - seen.get(d.hex(), now) >= grace}
+    rep.waiting = len(unreachable) - len(doomed)
+    if dry_run:
+        rep.deleted_objects = len(doomed)
+        return rep
+
+    # Loose objects go at once.
+    doomed_loose = [inv.loose[d] for d in doomed if d in inv.loose]
+    if doomed_loose:
+        rep.deleted_bytes += sum(store.backend.getsize_many(doomed_loose))
+        store.backend.delete_many(doomed_loose)
+    # Packs: drop those with nothing live, repack those mostly dead.
+    by_pack: dict[str, list[tuple[Digest, Location]]] = defaultdict(list)
+    for d, loc in inv.packed.items():
+        by_pack[loc.pack].append((d, loc))
+    dropped: set[str] = set()
+    for name, entries in by_pack.items():
+        dead = [e for e in entries if e[0] in doomed]
+        if not dead:
+            continue
+        dead_bytes = sum(loc.length for _, loc in dead)
+        all_bytes = sum(loc.length for _, loc in entries)
+        if len(dead) == len(entries) or dead_bytes * 2 >= all_bytes:
+            keep = [e for e in entries if e[0] not in doomed]
+            if keep:
+                data = store.backend.get(pack_key(name))
+                if data is None:
+                    continue
+                for d, loc in keep:
+                    frame = bytes(data[loc.offset : loc.offset + loc.length])
+                    decode_frame(frame, f"{pack_key(name)}@{loc.offset}", expect=d)  # never copy damage
+                    store.objects.adopt(d, frame, loc.kind, loc.size)
+                rep.repacked_packs += 1
+            dropped.add(name)
+            rep.deleted_bytes += dead_bytes
+    rep.deleted_objects = len(doomed)
+    store.objects.flush()
+    # The index forgets doomed objects and dropped packs, then the packs go.
+    store.objects.index.consolidate(
+        force=True,
+        keep=lambda k, v: Digest(k) not in doomed and Location.decode(v).pack not in dropped,
+    )
+    store.backend.delete_many([pack_key(p) for p in dropped if p in inv.packs])
+    rep.deleted_packs = len(dropped)
+    store.objects.clear_caches()
+    # Remember when each still-unreachable object was first seen.
+    new_seen = {d.hex(): seen.get(d.hex(), now) for d in unreachable - doomed}
+    if new_seen or seen:
+        state = store.put(new_seen)
+        store.set_ref(GC_STATE_REF, state, {"time": now})
+        store.flush()
+    rep.partial_files = _remove_partials(store, max(60.0, grace))
+    for prefix in _table_prefixes(store)[1:]:
+        store.table(prefix.split("/")[1]).consolidate()
+    return rep
+
+
+def _remove_partials(store: Store, older_than: float) -> int:
+    """Remove temporary files of killed writers (local folders only)."""
+    root = store.backend.local_root
+    if root is None:
+        return 0
+    n = 0
+    now = time.time()
+    for p in Path(root).rglob("*.partial"):
+        try:
+            if now - p.stat().st_mtime >= older_than:
+                os.unlink(p)
+                n += 1
+        except OSError:
+            pass
+    return n

@@ -1,0 +1,305 @@
+"""Objects: immutable blobs addressed by the digest of their content.
+
+A blob is written once, framed (see :mod:`casmon.codec`) and never rewritten.
+Where it lives depends on its size:
+
+``objects/{hh}/{digest}``
+    *Loose* objects: blobs of at least ``LOOSE_MIN`` raw bytes (array chunks).
+    One file each, written with create-if-absent.
+``packs/{digest}``
+    *Packs*: the small blobs (value manifests, small chunks) of one flush,
+    concatenated frames. A pack is named by the digest of its bytes.
+``index/``
+    The pack index, a :class:`~casmon.table.Table` from blob digest to
+    ``(pack, offset, length, kind, size)``.
+
+Small blobs wait in memory until :meth:`ObjectStore.flush` writes them as a
+pack and then their index entries, in that order: an index entry never
+points at a pack that is not there. Every read checks the frame's digest.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import xxhash
+
+from .backend import Backend
+from .codec import FRAME_HEADER, KIND_CHUNK, Codec, decode_frame, encode_frame, read_header
+from .digest import Digest
+from .errors import DamagedObjectError, MissingObjectError
+from .table import Table
+
+__all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
+
+#: Blobs with at least this many raw bytes are stored loose, one file each.
+LOOSE_MIN = 256 << 10
+#: A flush is forced once this many bytes of small blobs are waiting.
+PACK_MAX = 8 << 20
+_LOC = struct.Struct("<16sQIBQ")
+
+
+def loose_key(d: Digest) -> str:
+    h = d.hex()
+    return f"objects/{h[:2]}/{h}"
+
+
+def pack_key(name: str) -> str:
+    return f"packs/{name}"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a packed blob is: pack name, byte range, kind, and logical size."""
+
+    pack: str
+    offset: int
+    length: int
+    kind: int
+    size: int
+
+    def encode(self) -> bytes:
+        return _LOC.pack(bytes.fromhex(self.pack), self.offset, self.length, self.kind, self.size)
+
+    @classmethod
+    def decode(cls, b: bytes) -> Location:
+        p, off, ln, kind, size = _LOC.unpack(b)
+        return cls(p.hex(), off, ln, kind, size)
+
+
+class _LRU:
+    """A byte-bounded LRU of immutable bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.d: OrderedDict[object, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, k):
+        v = self.d.get(k)
+        if v is not None:
+            try:
+                self.d.move_to_end(k)
+            except KeyError:  # evicted by another thread meanwhile
+                pass
+        return v
+
+    def put(self, k, v) -> None:
+        n = len(v)
+        if n > self.max_bytes // 4:
+            return
+        with self.lock:
+            if k in self.d:
+                return
+            self.d[k] = v
+            self.size += n
+            while self.size > self.max_bytes:
+                _, old = self.d.popitem(last=False)
+                self.size -= len(old)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.d.clear()
+            self.size = 0
+
+
+class ObjectStore:
+    """Content-addressed blobs on a backend: loose objects, packs and the pack index."""
+
+    def __init__(self, backend: Backend, writer: str, cache_bytes: int = 64 << 20) -> None:
+        self.backend = backend
+        self.index = Table(backend, "index/", writer)
+        self._lock = threading.RLock()
+        self._pending: dict[Digest, tuple[bytes, int, int]] = {}  # digest -> (frame, kind, size)
+        self._pending_bytes = 0
+        self._known: set[Digest] = set()  # blobs known to be stored (bounded)
+        self._packs = _LRU(cache_bytes)  # whole packs, by name
+        self._raw = _LRU(cache_bytes // 2)  # decoded small blobs, by digest
+        self._inflight: list = []  # loose writes under way (futures)
+        self._inflight_lock = threading.Lock()
+
+    # -- writing ---------------------------------------------------------------
+    def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None) -> Digest:
+        """Store a blob (if it is not stored yet) and return its digest."""
+        d = Digest(xxhash.xxh3_128_digest(raw))
+        if d in self._known or d in self._pending:
+            return d
+        n = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+        if n >= LOOSE_MIN:
+            key = loose_key(d)
+            if not self.backend.exists(key):
+                _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
+                # Write in the background while the caller compresses the next chunk;
+                # wait_writes() is called before anything can point at this object.
+                fut = self.backend.create_async(key, frame)
+                with self._inflight_lock:
+                    self._inflight.append((d, fut))
+                    full = len(self._inflight) >= 4
+                if full:
+                    self.wait_writes(keep=2)
+            else:
+                self._remember(d)
+            return d
+        if self.index.lookup_cached(d):
+            self._remember(d)
+            return d
+        _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
+        with self._lock:
+            if d not in self._pending:
+                self._pending[d] = (frame, kind, n if size is None else size)
+                self._pending_bytes += len(frame)
+        return d
+
+    def wait_writes(self, keep: int = 0) -> None:
+        """Wait for background loose writes (all but ``keep`` of them); raise the first error."""
+        with self._inflight_lock:
+            if len(self._inflight) <= keep:
+                return
+            cut = len(self._inflight) - keep
+            waiting, self._inflight = self._inflight[:cut], self._inflight[cut:]
+        error = None
+        for d, fut in waiting:
+            try:
+                fut.result()
+                self._remember(d)
+            except BaseException as e:  # noqa: BLE001 - wait for all, then raise
+                error = error or e
+        if error is not None:
+            raise error
+
+    def adopt(self, d: Digest, frame: bytes, kind: int, size: int) -> None:
+        """Queue an already framed blob for the next pack (gc's repacking)."""
+        with self._lock:
+            self._pending[d] = (frame, kind, size)
+            self._pending_bytes += len(frame)
+
+    def _remember(self, d: Digest) -> None:
+        if len(self._known) > 200_000:
+            self._known.clear()
+        self._known.add(d)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    def flush(self) -> str | None:
+        """Write waiting small blobs as one pack, then their index entries."""
+        with self._lock:
+            if not self._pending:
+                return None
+            pending, self._pending = self._pending, {}
+            self._pending_bytes = 0
+        try:
+            frames = []
+            entries = []
+            off = 0
+            for d, (frame, kind, size) in pending.items():
+                frames.append(frame)
+                entries.append((d, off, len(frame), kind, size))
+                off += len(frame)
+            data = b"".join(frames)
+            name = xxhash.xxh3_128_hexdigest(data)
+            self.backend.create(pack_key(name), data)
+            self.index.write_l0([(d, Location(name, o, ln, k, s).encode()) for d, o, ln, k, s in entries])
+        except BaseException:
+            with self._lock:  # keep them for the next flush; nothing half-written is indexed
+                for d, v in pending.items():
+                    if d not in self._pending:
+                        self._pending[d] = v
+                        self._pending_bytes += len(v[0])
+            raise
+        self._packs.put(name, data)
+        for d in pending:
+            self._remember(d)
+        return name
+
+    # -- reading ---------------------------------------------------------------
+    def locate(self, d: Digest, refresh: bool = True) -> Location | None:
+        vals = self.index.lookup(d, refresh_on_miss=refresh)
+        return Location.decode(vals[-1]) if vals else None
+
+    def contains(self, d: Digest) -> bool:
+        if d in self._known or d in self._pending:
+            return True
+        if self.index.lookup(d):
+            return True
+        return self.backend.exists(loose_key(d))
+
+    def get(self, d: Digest, out=None, loose_hint: bool | None = None):
+        """The raw bytes of blob ``d`` (into ``out`` if given), checked against ``d``."""
+        cached = self._raw.get(d)
+        if cached is not None:
+            if out is not None:
+                memoryview(out).cast("B")[:] = cached
+                return out
+            return cached
+        p = self._pending.get(d)
+        if p is not None:
+            return decode_frame(p[0], f"pending {d.hex()}", expect=d, out=out)[1]
+        order = (True, False) if loose_hint else (False, True)
+        for loose in order:
+            if loose:
+                key = loose_key(d)
+                data = self.backend.get(key)
+                if data is not None:
+                    return decode_frame(data, key, expect=d, out=out)[1]
+            else:
+                loc = self.locate(d, refresh=not loose_hint)
+                if loc is not None:
+                    try:
+                        raw = self._read_packed(d, loc, out)
+                    except MissingObjectError:
+                        # The pack may have been repacked by gc: look again once.
+                        self.index.refresh()
+                        loc2 = self.locate(d, refresh=False)
+                        if loc2 is None or loc2 == loc:
+                            raise
+                        raw = self._read_packed(d, loc2, out)
+                    if out is None and len(raw) <= 1 << 16:
+                        raw = bytes(raw)
+                        self._raw.put(d, raw)
+                    return raw
+        if loose_hint:  # index may be stale: one more look after refreshing
+            loc = self.locate(d, refresh=True)
+            if loc is not None:
+                return self._read_packed(d, loc, out)
+        raise MissingObjectError(f"object {d.hex()} is not in the store")
+
+    def get_into_many(self, jobs: list[tuple[Digest, object]], window: int = 4) -> None:
+        """Read many large blobs into their buffers, fetching ``window`` at a time."""
+        for i in range(0, len(jobs), window):
+            batch = jobs[i : i + window]
+            keys = [loose_key(d) for d, _ in batch]
+            for (d, out), key, data in zip(batch, keys, self.backend.get_many(keys)):
+                if data is None:
+                    self.get(d, out=out, loose_hint=False)  # not loose after all: packed, or missing
+                else:
+                    decode_frame(data, key, expect=d, out=out)
+
+    def _read_packed(self, d: Digest, loc: Location, out=None):
+        key = pack_key(loc.pack)
+        where = f"{key}@{loc.offset} (object {d.hex()})"
+        pack = self._packs.get(loc.pack)
+        if pack is None:
+            data = self.backend.get(key)
+            if data is None:
+                raise MissingObjectError(f"pack {loc.pack} holding object {d.hex()} is missing")
+            pack = data.tobytes()
+            self._packs.put(loc.pack, pack)
+        frame = memoryview(pack)[loc.offset : loc.offset + loc.length]
+        if len(frame) != loc.length:
+            raise DamagedObjectError(where, f"pack is truncated ({len(pack)} bytes)")
+        return decode_frame(frame, where, expect=d, out=out)[1]
+
+    def loose_header(self, d: Digest):
+        data = self.backend.get_range(loose_key(d), 0, FRAME_HEADER)
+        return None if data is None else read_header(data, loose_key(d))
+
+    def clear_caches(self) -> None:
+        self._packs.clear()
+        self._raw.clear()
+        self._known.clear()

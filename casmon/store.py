@@ -1,0 +1,565 @@
+"""The store: values, records and refs on one zarr store.
+
+Layers below: :mod:`casmon.backend` (zarr I/O), :mod:`casmon.objects` (blobs,
+packs, the pack index), :mod:`casmon.table` (append-only multimaps). This
+module adds the three things features use:
+
+*Values*
+    ``put(value) -> Digest`` serializes a value (:mod:`casmon.serialize`),
+    splits its buffers into chunks, stores each chunk once, and stores a small
+    *manifest* that lists them. The value's digest is the manifest's digest.
+*Records*
+    Small JSON entries of a *kind* (``call``, ``cache``, ``run`` …), each under
+    a 16-byte key, in one table per kind (``records/{kind}/``). A record lists
+    the values it needs (``refs``); gc keeps exactly what records and refs reach.
+*Refs*
+    ``refs/{name}``: the only mutable keys, small named pointers.
+
+Write protocol: chunks are written when a value is put (large ones at once,
+small ones with the next flush); a flush writes the pack, then its index
+entries, then the records. So anything a visible record points at is already
+stored; a writer killed mid-way leaves only unreferenced objects, which gc
+removes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import serialize
+from .backend import Backend, open_backend
+from .codec import KIND_CHUNK, KIND_REF, KIND_VALUE, decode_frame, encode_frame, get_codec
+from .digest import Digest
+from .errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
+from .objects import LOOSE_MIN, PACK_MAX, ObjectStore
+from .table import L0_MERGE, Table, writer_id
+
+__all__ = ["Store", "open", "FORMAT_VERSION", "Ref", "Manifest"]
+
+FORMAT_VERSION = 1
+FORMAT_KEY = "casmon.json"
+#: Top-level names a casmon store may hold; anything else means "not a casmon store".
+LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs")
+DEFAULT_CHUNK = 4 << 20
+_KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_U32 = struct.Struct("<I")
+#: Flush once this many records wait in memory.
+RECORDS_MAX = 50_000
+
+
+@dataclass
+class Manifest:
+    """A stored value's description: its form, metadata, chunks and children."""
+
+    digest: Digest
+    tag: str  # json | pickle | array | bytes | handler
+    meta: dict
+    parts: list[dict]  # {"n", "cb", "rb", "c": [hex, ...]}
+    children: list[Digest]
+    inline: bytes
+    nbytes: int
+
+    def chunk_digests(self) -> Iterator[Digest]:
+        for p in self.parts:
+            for h in p["c"]:
+                yield Digest(h)
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+    target: Digest | None
+    data: dict
+
+
+def _encode_manifest(tag: str, meta: dict, parts: list[dict], children: list[Digest], inline: bytes, nbytes: int) -> bytes:
+    if tag == "json":
+        return b"j" + inline
+    if tag == "pickle" and not parts and not children:
+        return b"p" + inline
+    head = {"t": tag, "meta": meta, "parts": parts, "n": nbytes}
+    if children:
+        head["children"] = [c.hex() for c in children]
+    h = json.dumps(head, separators=(",", ":")).encode()
+    return b"m" + _U32.pack(len(h)) + h + inline
+
+
+def _decode_manifest(d: Digest, raw) -> Manifest:
+    raw = bytes(raw)
+    t = raw[:1]
+    try:
+        if t == b"j":
+            return Manifest(d, "json", {}, [], [], raw[1:], len(raw) - 1)
+        if t == b"p":
+            return Manifest(d, "pickle", {"oob": 0}, [], [], raw[1:], len(raw) - 1)
+        if t == b"m":
+            (n,) = _U32.unpack_from(raw, 1)
+            head = json.loads(raw[5 : 5 + n])
+            children = [Digest(c) for c in head.get("children", [])]
+            return Manifest(d, head["t"], head["meta"], head["parts"], children, raw[5 + n :], int(head["n"]))
+    except (ValueError, KeyError, TypeError, struct.error) as e:
+        raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
+    raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")
+
+
+_open_stores: weakref.WeakSet = weakref.WeakSet()
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+def _install_process_hooks() -> None:
+    """At exit flush every open store; in a forked child forget the parent's pending writes."""
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(_flush_all_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _flush_all_at_exit() -> None:
+    for s in list(_open_stores):
+        try:
+            s.flush()
+        except Exception as e:  # noqa: BLE001 - report, never crash interpreter exit
+            import warnings
+
+            warnings.warn(f"casmon: could not flush {s.url} at exit: {e}", RuntimeWarning, stacklevel=1)
+
+
+def _after_fork_in_child() -> None:
+    for s in list(_open_stores):
+        s._reset_after_fork()
+
+
+class Store:
+    """A casmon store. Open one with :func:`casmon.open`.
+
+    Thread-safe; one instance per process and location is enough (features
+    share it). Use it as a context manager, or call :meth:`close`, to flush.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        trust: bool = True,
+        chunk_size: int = DEFAULT_CHUNK,
+        array_codec: str = "blosc-lz4",
+        codec: str = "zstd",
+        autoflush: float | None = 5.0,
+    ) -> None:
+        if chunk_size < 4096:
+            raise ValueError(f"chunk_size must be at least 4096 bytes, got {chunk_size}")
+        self.backend = backend
+        self.trust = trust
+        self.chunk_size = int(chunk_size)
+        self.array_codec = get_codec(array_codec)
+        self.codec = get_codec(codec)
+        self.autoflush = autoflush
+        self.writer = writer_id()
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._tables: dict[str, Table] = {}
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        self._wake = threading.Event()
+        self.format = self._check_format()
+        self.objects = ObjectStore(backend, self.writer)
+        _install_process_hooks()
+        _open_stores.add(self)
+
+    # -- format -------------------------------------------------------------------
+    def _check_format(self) -> dict:
+        data = self.backend.get(FORMAT_KEY)
+        if data is None:
+            top = [k for k in self.backend.list_dir("") if not k.startswith(".")]
+            foreign = [k for k in top if k not in LAYOUT]
+            if foreign:
+                raise StoreFormatError(
+                    f"{self.url} is not a casmon store: it holds {', '.join(sorted(foreign)[:5])} "
+                    f"and no {FORMAT_KEY}; choose an empty folder or an existing store"
+                )
+            if self.backend.read_only:
+                raise StoreFormatError(f"{self.url} is not a casmon store (no {FORMAT_KEY}) and is opened read-only")
+            info = {"casmon": "content-addressed call store", "format": FORMAT_VERSION, "created": time.time()}
+            try:
+                self.backend.create(FORMAT_KEY, json.dumps(info, indent=1).encode())
+            except OSError as e:
+                raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from None
+            data = self.backend.get(FORMAT_KEY)
+            if data is None:
+                raise StoreError(f"cannot write to store {self.url}: {FORMAT_KEY} did not persist")
+        try:
+            info = json.loads(data.tobytes())
+            version = int(info["format"])
+        except (ValueError, KeyError, TypeError):
+            raise StoreFormatError(f"{self.url}: {FORMAT_KEY} is damaged or not a casmon store marker") from None
+        if version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{self.url} was written in casmon store format {version}; this casmon reads format "
+                f"{FORMAT_VERSION} and older. Upgrade casmon to open it."
+            )
+        return info
+
+    @property
+    def url(self) -> str:
+        return self.backend.url
+
+    def __repr__(self) -> str:
+        return f"<casmon.Store {self.url!r}{' read-only' if self.read_only else ''}>"
+
+    @property
+    def read_only(self) -> bool:
+        return self.backend.read_only
+
+    # -- values -------------------------------------------------------------------
+    def put(self, value: Any) -> Digest:
+        """Store ``value`` and return its digest. Storing it again costs no space.
+
+        Raises :class:`~casmon.errors.UnpicklableError` (a ``TypeError``) naming
+        the part of the value that cannot be stored; nothing is half-written.
+        """
+        self._check_writable()
+        enc = serialize.encode(value)
+        return self._put_encoded(enc)
+
+    def _put_encoded(self, enc: serialize.Encoded) -> Digest:
+        children = [self.put(c) for c in enc.children]
+        try:
+            parts = [self._put_part(p) for p in enc.parts]
+        finally:
+            self.objects.wait_writes()  # chunks are stored before the manifest can be
+        manifest = _encode_manifest(enc.tag, enc.meta, parts, children, enc.inline, enc.nbytes)
+        d = self.objects.put(manifest, KIND_VALUE, self.codec, size=enc.nbytes)
+        self._after_write()
+        return d
+
+    def _put_part(self, part: serialize.Part) -> dict:
+        data = part.data
+        n = data.nbytes
+        row = max(1, part.row_bytes)
+        cs = self.chunk_size
+        if row <= cs:
+            cb = (cs // row) * row
+        else:  # one row is larger than a chunk: cut rows, aligned to elements
+            cb = max(part.typesize, cs - cs % part.typesize)
+        codec = self.array_codec if part.numeric else self.codec
+        chunks = []
+        for off in range(0, n, cb):
+            chunk = data[off : off + cb]
+            chunks.append(self.objects.put(chunk, KIND_CHUNK, codec, part.typesize).hex())
+        return {"n": n, "cb": cb, "rb": row, "c": chunks}
+
+    def manifest(self, digest: Digest | str) -> Manifest:
+        """The manifest of a stored value (what it is, how large, which chunks)."""
+        d = Digest(digest)
+        try:
+            raw = self.objects.get(d)
+        except MissingObjectError:
+            raise MissingObjectError(f"no value {d.hex()} in store {self.url}") from None
+        return _decode_manifest(d, raw)
+
+    def get(self, digest: Digest | str) -> Any:
+        """Load a stored value: a fresh copy equal to what was put.
+
+        Raises :class:`MissingObjectError` for an unknown digest and
+        :class:`DamagedObjectError` naming the object if any byte is wrong.
+        """
+        m = self.manifest(digest)
+        if m.tag == "pickle" and not self.trust:
+            raise UntrustedStoreError(
+                f"value {m.digest.hex()} is a pickle, and store {self.url} was opened with trust=False; "
+                "loading a pickle can run code. Open the store with trust=True if you trust who wrote it."
+            )
+        buffers = [self._read_part(p) for p in m.parts]
+        enc = serialize.Encoded(m.tag, m.meta, m.inline, children=m.children)
+        return serialize.decode(enc, buffers, load_child=lambda pid: self.get(m.children[pid]))
+
+    def _read_part(self, part: dict) -> np.ndarray:
+        n, cb = int(part["n"]), int(part["cb"])
+        buf = np.empty(n, dtype=np.uint8)
+        chunks = [Digest(h) for h in part["c"]]
+        if len(chunks) != (n + cb - 1) // cb if cb else 0:
+            raise DamagedObjectError("value part", f"{len(chunks)} chunks for {n} bytes of {cb}")
+        large = []
+        for i, d in enumerate(chunks):
+            lo = i * cb
+            hi = min(n, lo + cb)
+            if hi - lo >= LOOSE_MIN:
+                large.append((d, buf[lo:hi]))
+            else:
+                self.objects.get(d, out=buf[lo:hi])
+        self.objects.get_into_many(large)
+        return buf
+
+    def read_chunk(self, digest: Digest, out) -> None:
+        """Read one chunk into ``out`` (used by lazy array views)."""
+        self.objects.get(digest, out=out, loose_hint=len(out) >= LOOSE_MIN)
+
+    def __contains__(self, digest: object) -> bool:
+        try:
+            d = Digest(digest)  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            return False
+        return self.objects.contains(d)
+
+    def open_array(self, digest: Digest | str):
+        """A read-only, lazy ``zarr.Array`` over a stored numpy array.
+
+        Reading a slice reads only the chunks it touches.
+        """
+        from .arrayview import open_array
+
+        return open_array(self, self.manifest(digest))
+
+    # -- records ------------------------------------------------------------------
+    def table(self, kind: str) -> Table:
+        t = self._tables.get(kind)
+        if t is None:
+            if not _KIND_RE.match(kind):
+                raise ValueError(f"record kind must match {_KIND_RE.pattern}, got {kind!r}")
+            with self._lock:
+                t = self._tables.get(kind)
+                if t is None:
+                    t = Table(self.backend, f"records/{kind}/", self.writer)
+                    self._tables[kind] = t
+        return t
+
+    def record_kinds(self) -> list[str]:
+        on_disk = [k.rstrip("/") for k in self.backend.list_dir("records")]
+        return sorted(set(on_disk) | set(self._tables))
+
+    def append(self, kind: str, record: dict, key: bytes | None = None, refs: Iterable[Digest] = ()) -> Digest:
+        """Add a record; it becomes visible to other processes at the next flush.
+
+        ``refs`` are the digests of values the record needs: gc keeps them.
+        Returns the record's key (random unless given).
+        """
+        self._check_writable()
+        if refs:
+            record = dict(record)
+            record["_refs"] = [Digest(r).hex() for r in refs]
+        try:
+            data = json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
+        k = Digest(key) if key is not None else Digest(os.urandom(16))
+        self.table(kind).add(k, data)
+        self._after_write()
+        return k
+
+    def records(self, kind: str) -> Iterator[tuple[Digest, dict]]:
+        """Every record of ``kind`` from every writer, with its key."""
+        for k, v in self.table(kind).items():
+            yield Digest(k), _parse_record(kind, k, v)
+
+    def lookup(self, kind: str, key: bytes, refresh: bool = True) -> list[dict]:
+        """The records of ``kind`` stored under ``key`` (usually one)."""
+        k = Digest(key)
+        return [_parse_record(kind, k, v) for v in self.table(kind).lookup(k, refresh_on_miss=refresh)]
+
+    # -- refs ---------------------------------------------------------------------
+    def _ref_key(self, name: str) -> str:
+        if not isinstance(name, str) or not _REF_RE.match(name) or ".." in name.split("/"):
+            raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r}")
+        return "refs/" + name
+
+    def set_ref(self, name: str, target: Digest | None = None, data: dict | None = None) -> None:
+        """Point ref ``name`` at ``target`` (replacing what it pointed at)."""
+        self._check_writable()
+        self.backend.set(self._ref_key(name), self._ref_frame(target, data))
+
+    def create_ref(self, name: str, target: Digest | None = None, data: dict | None = None) -> bool:
+        """Create ref ``name`` unless it exists; True if this call created it.
+
+        Safe between processes on backends with a race-free create (local
+        folders, object stores with conditional writes).
+        """
+        self._check_writable()
+        key = self._ref_key(name)
+        nonce = os.urandom(8).hex()
+        frame = self._ref_frame(target, data, nonce)
+        self.backend.create(key, frame)
+        got = self.backend.get(key)
+        return got is not None and bytes(got) == frame
+
+    def _ref_frame(self, target, data, nonce: str | None = None) -> bytes:
+        body = {"target": None if target is None else Digest(target).hex(), "data": data or {}}
+        if nonce:
+            body["nonce"] = nonce
+        return encode_frame(json.dumps(body).encode(), KIND_REF, get_codec("none"))[1]
+
+    def get_ref(self, name: str) -> Ref | None:
+        key = self._ref_key(name)
+        data = self.backend.get(key)
+        if data is None:
+            return None
+        raw = decode_frame(data, key)[1]
+        try:
+            body = json.loads(bytes(raw))
+            target = Digest(body["target"]) if body.get("target") else None
+            return Ref(name, target, body.get("data") or {})
+        except (ValueError, KeyError, TypeError) as e:
+            raise DamagedObjectError(key, f"not a valid ref: {e}") from None
+
+    def refs(self, prefix: str = "") -> list[str]:
+        base = "refs/" + (prefix.strip("/") + "/" if prefix else "")
+        return sorted(k[len("refs/") :] for k in self.backend.list(base) if ".partial" not in k)
+
+    def delete_ref(self, name: str) -> None:
+        self._check_writable()
+        self.backend.delete(self._ref_key(name))
+
+    # -- flushing -----------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"store {self.url} is opened read-only")
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+
+    def _after_write(self) -> None:
+        if self.objects.pending_bytes > PACK_MAX or any(t.pending > RECORDS_MAX for t in list(self._tables.values())):
+            self.flush()
+        elif self.autoflush and self._flusher is None:
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        with self._lock:
+            if self._flusher is not None:
+                return
+            ref = weakref.ref(self)
+            interval = self.autoflush
+
+            def loop() -> None:
+                while True:
+                    time.sleep(interval)
+                    s = ref()
+                    if s is None or s._closed:
+                        return
+                    try:
+                        s.flush()
+                    except Exception as e:  # noqa: BLE001 - keep pending, retry next round
+                        import logging
+
+                        logging.getLogger("casmon").warning("background flush of %s failed: %s", s.url, e)
+                    del s
+
+            self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=True)
+            self._flusher.start()
+
+    def flush(self) -> None:
+        """Make everything written so far visible to other processes.
+
+        Order: pending small objects (one pack), the pack's index entries, then
+        records. If a step fails, what was not written stays pending for the
+        next flush and the error is raised.
+        """
+        if self.read_only:
+            return
+        with self._flush_lock:
+            try:
+                self.objects.flush()
+                for t in list(self._tables.values()):
+                    if t.pending:
+                        entries = t.take_pending()
+                        try:
+                            t.write_l0(entries)
+                        except BaseException:
+                            t.restore_pending(entries)
+                            raise
+                for t in [self.objects.index, *self._tables.values()]:
+                    if t.l0_count >= L0_MERGE:
+                        t.consolidate()
+            except OSError as e:
+                raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
+
+    def close(self) -> None:
+        """Flush and stop using the store."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            _open_stores.discard(self)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _reset_after_fork(self) -> None:
+        # The parent flushes what it had pending; the child starts as a new writer.
+        self.writer = writer_id()
+        self._flusher = None
+        self._flush_lock = threading.Lock()
+        self._lock = threading.RLock()
+        self.objects = ObjectStore(self.backend, self.writer)
+        self._tables = {}
+
+    # -- maintenance --------------------------------------------------------------
+    def stats(self, progress=None) -> dict:
+        """Counts and sizes: values, chunks, bytes, dedup ratio, files."""
+        from .maintenance import stats
+
+        return stats(self, progress)
+
+    def verify(self, progress=None):
+        """Re-hash every object; report what is damaged or missing and what depends on it."""
+        from .maintenance import verify
+
+        return verify(self, progress)
+
+    def gc(self, grace: float = 3600.0, dry_run: bool = False, progress=None):
+        """Remove what no record or ref reaches (after ``grace`` seconds); repack sparse packs."""
+        from .maintenance import gc
+
+        return gc(self, grace=grace, dry_run=dry_run, progress=progress)
+
+
+def _parse_record(kind: str, key: bytes, v: bytes) -> dict:
+    try:
+        r = json.loads(v)
+        if not isinstance(r, dict):
+            raise ValueError("not an object")
+        return r
+    except ValueError as e:
+        raise DamagedObjectError(f"record {kind}/{bytes(key).hex()}", f"not valid JSON: {e}") from None
+
+
+def open(
+    location: Any = None,
+    *,
+    read_only: bool = False,
+    trust: bool = True,
+    storage_options: dict | None = None,
+    **options: Any,
+) -> Store:
+    """Open (or create) a casmon store.
+
+    ``location``: a folder (default ``./.casmon``), ``memory://name``, a
+    ``.zip`` file, a URL such as ``s3://bucket/prefix``, or a zarr store.
+    ``trust=False`` refuses to unpickle anything from the store (arrays,
+    JSON-like values, records and refs still load). Other options:
+    ``chunk_size``, ``array_codec``, ``codec``, ``autoflush`` (seconds, or
+    None for flushes only at :meth:`Store.flush`, at close and at exit).
+    """
+    backend = open_backend(location, read_only=read_only, storage_options=storage_options)
+    return Store(backend, trust=trust, **options)
