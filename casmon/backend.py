@@ -121,6 +121,11 @@ class Backend:
         return bool(self.zstore.supports_deletes) and not isinstance(self.zstore, ZipStore)
 
     @property
+    def needs_close(self) -> bool:
+        """A zip file must be closed for its entries to be readable by others."""
+        return isinstance(self.zstore, ZipStore) and not self.read_only
+
+    @property
     def is_local(self) -> bool:
         return isinstance(self.zstore, LocalStore)
 

@@ -135,7 +135,10 @@ def _install_process_hooks() -> None:
 def _flush_all_at_exit() -> None:
     for s in list(_open_stores):
         try:
-            s.flush()
+            if s.backend.needs_close:
+                s.close()  # a zip file is only readable once its directory is written
+            else:
+                s.flush()
         except Exception as e:  # noqa: BLE001 - report, never crash interpreter exit
             import warnings
 
@@ -498,6 +501,8 @@ class Store:
         finally:
             self._closed = True
             _open_stores.discard(self)
+            if self.backend.needs_close:
+                self.backend.close()
 
     def __enter__(self) -> Store:
         return self

@@ -1,0 +1,161 @@
+"""The ``casmon`` command line: look around a store, check it, clean it.
+
+Every command takes ``--store PATH_OR_URL`` (default: ``$CASMON_STORE`` or
+``./.casmon``). Long work shows a progress bar on a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import CasmonError
+
+console = Console()
+err_console = Console(stderr=True)
+
+store_option = click.option(
+    "--store",
+    "store_location",
+    envvar="CASMON_STORE",
+    default=None,
+    metavar="PATH_OR_URL",
+    help="The store: a folder, a .zip file, memory://name or s3://bucket/prefix (default ./.casmon).",
+)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _open(location, read_only: bool = False):
+    from .store import open as open_store
+
+    try:
+        return open_store(location, read_only=read_only, autoflush=None)
+    except CasmonError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@contextmanager
+def _progress(enabled: bool):
+    if not enabled or not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True
+    ) as p:
+        tasks: dict[str, int] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = p.add_task(phase, total=total)
+            p.update(tasks[phase], completed=done, total=total)
+
+        yield update
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="casmon")
+def main() -> None:
+    """casmon: remember function calls in a content-addressed, deduplicating store."""
+
+
+@main.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def stats(store_location, as_json) -> None:
+    """Values, chunks, bytes, dedup ratio and files of a store."""
+    store = _open(store_location, read_only=True)
+    with _progress(not as_json) as progress:
+        s = store.stats(progress)
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    t = Table(title=f"casmon store {s['store']}", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value", justify="right")
+    t.add_row("values", f"{s['values']:,}")
+    t.add_row("chunks", f"{s['chunks']:,}  ({s['loose_objects']:,} loose, {s['packs']:,} packs)")
+    t.add_row("logical bytes", _human(s["logical_bytes"]))
+    t.add_row("after dedup", _human(s["chunk_bytes"]) + f"  (dedup {s['dedup_ratio']:.2f}x)")
+    t.add_row("stored bytes", _human(s["stored_bytes"]) + f"  (compression {s['compression_ratio']:.2f}x)")
+    t.add_row("files", f"{s['files']:,}  " + ", ".join(f"{a} {n}" for a, n in s["files_by_area"].items()))
+    for kind, n in s["records"].items():
+        t.add_row(f"records: {kind}", f"{n:,}")
+    t.add_row("refs", f"{s['refs']:,}")
+    console.print(t)
+
+
+@main.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a report.")
+def verify(store_location, as_json) -> None:
+    """Re-hash every object and follow every pointer. Exit status 1 if anything is wrong."""
+    store = _open(store_location, read_only=True)
+    with _progress(not as_json) as progress:
+        rep = store.verify(progress)
+    if as_json:
+        click.echo(json.dumps(rep.as_dict(), indent=2))
+    else:
+        checked = ", ".join(f"{n:,} {what}" for what, n in rep.checked.items())
+        console.print(f"checked {checked}")
+        for key, reason in rep.damaged:
+            console.print(f"[red]damaged[/red] {key}: {reason}")
+            for dep in rep.affected.get(key, []):
+                console.print(f"    needed by {dep}")
+        for what, needed_by in rep.missing:
+            console.print(f"[red]missing[/red] {what}, needed by {needed_by}")
+        console.print("[green]store is sound[/green]" if rep.ok else f"[red]{len(rep.damaged)} damaged, {len(rep.missing)} missing[/red]")
+    sys.exit(0 if rep.ok else 1)
+
+
+@main.command()
+@store_option
+@click.option("--grace", type=float, default=3600.0, show_default=True, metavar="SECONDS",
+              help="Delete only what an earlier gc already saw unreachable this long ago.")
+@click.option("--now", is_flag=True, help="Delete unreachable objects at once (only while nothing else writes).")
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+def gc(store_location, grace, now, dry_run, as_json) -> None:
+    """Remove objects no record or ref reaches, and repack sparse packs."""
+    store = _open(store_location)
+    with _progress(not as_json) as progress:
+        rep = store.gc(grace=0.0 if now else grace, dry_run=dry_run, progress=progress)
+    store.close()
+    if as_json:
+        click.echo(json.dumps(rep.as_dict(), indent=2))
+        return
+    verb = "would remove" if dry_run else "removed"
+    console.print(
+        f"{rep.live_values:,} live values; {rep.unreachable:,} unreachable objects; {verb} {rep.deleted_objects:,} "
+        f"({_human(rep.deleted_bytes)}), repacked {rep.repacked_packs} packs"
+    )
+    if rep.waiting:
+        console.print(f"{rep.waiting:,} unreachable objects are kept until a gc run {grace:.0f} s after they were first seen (--now removes them)")
+
+
+@main.command()
+@store_option
+def demo(store_location) -> None:
+    """Store and reload a few values; show deduplication and the store's stats."""
+    from .demo import run_demo
+
+    try:
+        run_demo(store_location, console)
+    except CasmonError as e:
+        raise click.ClickException(str(e)) from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
