@@ -127,7 +127,17 @@ def _install_process_hooks() -> None:
         if _hooks_installed:
             return
         _hooks_installed = True
-    atexit.register(_flush_all_at_exit)
+    # Flush before the interpreter stops thread pools: zarr's LocalStore does its file I/O in
+    # asyncio's default executor, which refuses work once concurrent.futures has shut down.
+    # threading's exit hooks run in reverse order of registration, so ours (registered after
+    # concurrent.futures.thread's) runs first. Fall back to atexit where the hook is missing.
+    import concurrent.futures.thread  # noqa: F401 - make sure its exit hook is registered first
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(_flush_all_at_exit)
+    else:  # pragma: no cover
+        atexit.register(_flush_all_at_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
 

@@ -368,4 +368,4 @@ values = st.recursive(
 def test_round_trip_property(local_store, v):
     back = local_store.get(local_store.put(v))
     expected = pickle.loads(pickle.dumps(v, protocol=5))  # pickle itself drops e.g. '>M8' byte order
-    assert pickle.dumps(back, protocol=5) == pickle.dumps(expected, protocol=5) or same(expected, back)
+    assert pickle.dumps(back, protocol=5) == pickle.dumps(expected, protocol=5) or same(expected, back) or same(v, back)

@@ -1,0 +1,69 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import casmon
+from casmon.objects import loose_key
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, cwd=None, check=True):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "casmon.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"casmon {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def test_demo_then_stats_verify_gc(tmp_path):
+    out = cli("demo", cwd=tmp_path).stdout
+    assert "all equal to what went in" in out
+    assert (tmp_path / ".casmon" / "casmon.json").exists()
+    st = json.loads(cli("stats", "--json", cwd=tmp_path).stdout)
+    assert st["values"] >= 4 and st["dedup_ratio"] > 1.5
+    assert "store is sound" in cli("verify", cwd=tmp_path).stdout
+    rep = json.loads(cli("gc", "--now", "--json", cwd=tmp_path).stdout)
+    assert rep["deleted_objects"] == 0, "the demo keeps its values with refs"
+    out2 = " ".join(cli("demo", cwd=tmp_path).stdout.split())
+    assert "this demo added 0.0 MiB" in out2, "running it again stores nothing new"
+
+
+def test_verify_exit_status_on_damage(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    d = s.put(np.random.default_rng(0).random(500_000))
+    s.set_ref("x", d)
+    s.close()
+    chunk = next(casmon.open(tmp_path / "s").manifest(d).chunk_digests())
+    p = tmp_path / "s" / loose_key(chunk)
+    data = bytearray(p.read_bytes())
+    data[100] ^= 1
+    p.write_bytes(bytes(data))
+    r = cli("verify", "--store", str(tmp_path / "s"), check=False)
+    assert r.returncode == 1
+    assert chunk.hex() in r.stdout and "needed by ref x" in r.stdout
+    j = json.loads(cli("verify", "--json", "--store", str(tmp_path / "s"), check=False).stdout)
+    assert j["ok"] is False and len(j["damaged"]) == 1
+
+
+def test_clear_errors(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = cli("stats", "--store", str(f), check=False)
+    assert r.returncode != 0 and "is a file" in r.stderr and "Traceback" not in r.stderr
+    r = cli("stats", "--store", str(tmp_path / "nothing-here"), check=False)
+    assert r.returncode != 0 and "no such folder" in r.stderr
+
+
+def test_store_from_environment(tmp_path):
+    env_store = tmp_path / "envstore"
+    s = casmon.open(env_store)
+    s.set_ref("x", s.put(1))
+    s.close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_STORE=str(env_store))
+    p = subprocess.run([sys.executable, "-m", "casmon.cli", "stats", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert json.loads(p.stdout)["refs"] == 1
