@@ -44,7 +44,7 @@ from .codec import KIND_CHUNK, KIND_REF, KIND_VALUE, decode_frame, encode_frame,
 from .digest import Digest
 from .errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
 from .objects import LOOSE_MIN, PACK_MAX, ObjectStore
-from .table import L0_MERGE, Table, writer_id
+from .table import Table, writer_id
 
 __all__ = ["Store", "open", "FORMAT_VERSION", "Ref", "Manifest"]
 
@@ -497,7 +497,7 @@ class Store:
                             t.restore_pending(entries)
                             raise
                 for t in [self.objects.index, *self._tables.values()]:
-                    if t.l0_count >= L0_MERGE:
+                    if t.wants_merge():
                         t.consolidate()
             except OSError as e:
                 raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e

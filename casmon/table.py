@@ -50,8 +50,10 @@ _COUNT = struct.Struct("<4sI")
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-z]{1,40}-[0-9a-f]{1,12}$")
 #: Target entries per bucket of a generation.
 BUCKET_ENTRIES = 8192
-#: Merge level-0 files once this many are visible.
+#: Merge level-0 files once this many are visible ...
 L0_MERGE = 16
+#: ... or once they hold this many entries (readers load level-0 files whole).
+L0_MERGE_ENTRIES = BUCKET_ENTRIES
 _ZSTD = get_codec("zstd")
 
 
@@ -103,13 +105,26 @@ class TableFile:
             yield k.ljust(16, b"\0"), bytes(vals[offs[i] : offs[i + 1]])
 
     def index(self) -> dict[bytes, list[bytes]]:
-        """A dict of the file, built once on first lookup."""
+        """A dict of the file, built once (for small files that are looked up often)."""
         if self._index is None:
             d: dict[bytes, list[bytes]] = {}
             for k, v in self.items():
                 d.setdefault(k, []).append(v)
             self._index = d
         return self._index
+
+    def find(self, key: bytes) -> list[bytes]:
+        """The values under ``key``: a binary search, no per-file setup."""
+        n = len(self.keys)
+        if not n:
+            return []
+        k = np.array(key, dtype="S16")
+        lo = int(np.searchsorted(self.keys, k, side="left"))
+        if lo >= n or self.keys[lo] != k:
+            return []
+        hi = int(np.searchsorted(self.keys, k, side="right"))
+        offs = self.offs
+        return [bytes(self.vals[int(offs[i]) : int(offs[i + 1])]) for i in range(lo, hi)]
 
 
 @dataclass
@@ -143,7 +158,6 @@ class Table:
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_index: dict[bytes, list[bytes]] = {}
         self._l0: dict[str, TableFile] = {}
-        self._l0_index: dict[bytes, list[bytes]] = {}
         self._gens: dict[str, Generation] = {}
         self._active_gens: list[Generation] = []
         self._buckets: OrderedDict[tuple[str, int], TableFile] = OrderedDict()
@@ -189,13 +203,8 @@ class Table:
         self.backend.create(self.prefix + "l0/" + name, frame)
         tf = TableFile(name, payload)
         with self._lock:
-            self._add_l0(name, tf)
+            self._l0[name] = tf
         return name
-
-    def _add_l0(self, name: str, tf: TableFile) -> None:
-        self._l0[name] = tf
-        for k, vs in tf.index().items():
-            self._l0_index.setdefault(k, []).extend(vs)
 
     # -- reading ---------------------------------------------------------------
     def _read_frame(self, key: str):
@@ -254,13 +263,9 @@ class Table:
             self._gens = gens
             self._active_gens = active_gens
             keep = set(active_l0)
-            if any(n not in keep for n in self._l0):
-                old = {n: tf for n, tf in self._l0.items() if n in keep}
-                self._l0, self._l0_index = {}, {}
-                for n, tf in old.items():
-                    self._add_l0(n, tf)
-            for n, tf in loaded.items():
-                self._add_l0(n, tf)
+            l0 = {n: tf for n, tf in self._l0.items() if n in keep}
+            l0.update(loaded)
+            self._l0 = dict(sorted(l0.items()))
             live = {g.id for g in active_gens}
             for bk in [bk for bk in self._buckets if bk[0] not in live]:
                 del self._buckets[bk]
@@ -297,12 +302,9 @@ class Table:
     def _lookup_once(self, key: bytes) -> list[bytes]:
         out: list[bytes] = []
         for g in self._active_gens:
-            vs = self._bucket(g, _bucket_of(key, g.nbuckets)).index().get(key)
-            if vs:
-                out.extend(vs)
-        vs = self._l0_index.get(key)
-        if vs:
-            out.extend(vs)
+            out.extend(self._bucket(g, _bucket_of(key, g.nbuckets)).find(key))
+        for tf in list(self._l0.values()):
+            out.extend(tf.find(key))
         vs = self._pending_index.get(key)
         if vs:
             out.extend(vs)
@@ -317,13 +319,12 @@ class Table:
             tf = self._buckets.get((g.id, _bucket_of(key, g.nbuckets)))
             if tf is None:
                 return None
-            vs = tf.index().get(key)
-            if vs:
-                out.extend(vs)
-        for d in (self._l0_index, self._pending_index):
-            vs = d.get(key)
-            if vs:
-                out.extend(vs)
+            out.extend(tf.find(key))
+        for tf in list(self._l0.values()):
+            out.extend(tf.find(key))
+        vs = self._pending_index.get(key)
+        if vs:
+            out.extend(vs)
         return list(dict.fromkeys(out)) if len(out) > 1 else out
 
     def items(self, refresh: bool = True) -> Iterator[tuple[bytes, bytes]]:
@@ -381,6 +382,11 @@ class Table:
     def l0_count(self) -> int:
         return len(self._l0)
 
+    def wants_merge(self) -> bool:
+        return len(self._l0) >= L0_MERGE or (
+            len(self._l0) > 1 and sum(len(t) for t in self._l0.values()) >= L0_MERGE_ENTRIES
+        )
+
     def consolidate(self, min_l0: int = L0_MERGE, force: bool = False, keep=None) -> str | None:
         """Merge level-0 files (and small generations) into one generation.
 
@@ -391,7 +397,7 @@ class Table:
             return None
         self.refresh()
         l0 = sorted(self._l0)
-        if not force and len(l0) < min_l0:
+        if not force and len(l0) < min_l0 and not self.wants_merge():
             return None
         l0_total = sum(len(self._l0[n]) for n in l0)
         gens = [g for g in self._active_gens if force or g.count <= 4 * max(l0_total, 1)]
