@@ -369,3 +369,35 @@ def test_round_trip_property(local_store, v):
     back = local_store.get(local_store.put(v))
     expected = pickle.loads(pickle.dumps(v, protocol=5))  # pickle itself drops e.g. '>M8' byte order
     assert pickle.dumps(back, protocol=5) == pickle.dumps(expected, protocol=5) or same(expected, back) or same(v, back)
+
+
+def test_threads_write_one_store(local_store):
+    errors = []
+    digests = {}
+
+    def work(t):
+        try:
+            for i in range(300):
+                v = {"t": t, "i": i, "a": np.full(100, i)}
+                d = local_store.put(v)
+                digests[(t, i)] = d
+                local_store.append("call", {"t": t, "i": i}, refs=[d])
+                if i % 100 == 0:
+                    local_store.flush()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    local_store.flush()
+    fresh = casmon.open(local_store.url)
+    recs = sorted((r["t"], r["i"]) for _, r in fresh.records("call"))
+    assert recs == [(t, i) for t in range(6) for i in range(300)]
+    for (t, i), d in list(digests.items())[::50]:
+        back = fresh.get(d)
+        assert back["t"] == t and np.array_equal(back["a"], np.full(100, i))
+    assert fresh.verify().ok
