@@ -37,3 +37,8 @@ __all__ = [
     "UnpicklableError",
     "UntrustedStoreError",
 ]
+
+from .cache import CacheInfo, CacheWarning, cache  # noqa: E402
+from .store import default_store  # noqa: E402
+
+__all__ += ["cache", "CacheInfo", "CacheWarning", "default_store"]

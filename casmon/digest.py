@@ -35,6 +35,11 @@ class Digest(bytes):
         return super().__new__(cls, raw)
 
     @classmethod
+    def from_raw(cls, raw: bytes) -> Digest:
+        """Wrap 16 bytes known to be a digest, without checks (hot paths)."""
+        return bytes.__new__(cls, raw)
+
+    @classmethod
     def parse(cls, value: str) -> Digest:
         """Parse 32 hex digits; a clear ValueError otherwise."""
         return cls(value)
@@ -53,4 +58,4 @@ class Digest(bytes):
 
 def digest_bytes(data) -> Digest:
     """xxh3-128 of a bytes-like object, without copying it."""
-    return Digest(xxhash.xxh3_128_digest(data))
+    return bytes.__new__(Digest, xxhash.xxh3_128_digest(data))

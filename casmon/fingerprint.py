@@ -112,7 +112,7 @@ class _Fingerprinter:
         if self.out:
             self.h.update(self.out)
             self.out.clear()
-        return Digest(self.h.digest())
+        return Digest.from_raw(self.h.digest())
 
     def buffer(self, mv) -> None:
         """Hash a large contiguous buffer without copying it."""

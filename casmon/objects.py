@@ -125,7 +125,7 @@ class ObjectStore:
     # -- writing ---------------------------------------------------------------
     def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None) -> Digest:
         """Store a blob (if it is not stored yet) and return its digest."""
-        d = Digest(xxhash.xxh3_128_digest(raw))
+        d = Digest.from_raw(xxhash.xxh3_128_digest(raw))
         if d in self._known or d in self._pending:
             return d
         n = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
@@ -239,7 +239,11 @@ class ObjectStore:
             return cached
         p = self._pending.get(d)
         if p is not None:
-            return decode_frame(p[0], f"pending {d.hex()}", expect=d, out=out)[1]
+            raw = decode_frame(p[0], f"pending {d.hex()}", expect=d, out=out)[1]
+            if out is None and len(raw) <= 1 << 16:
+                raw = bytes(raw)
+                self._raw.put(d, raw)
+            return raw
         order = (True, False) if loose_hint else (False, True)
         for loose in order:
             if loose:

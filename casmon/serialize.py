@@ -9,9 +9,8 @@ as out-of-band buffers, in place.
 Forms, by tag:
 
 ``json``
-    Small values made only of dict (str keys), list, str, int, float, bool and
-    None. Readable without unpickling, so a store opened with ``trust=False``
-    can still show them.
+    Small dicts and lists made only of dict (str keys), list, str, int, float,
+    bool and None.
 ``array``
     A numpy array (the default handler), chunked along its first axis (its last
     axis if Fortran-ordered) so a chunk is a block of rows.
@@ -19,7 +18,9 @@ Forms, by tag:
     Large ``bytes``/``bytearray`` values.
 ``pickle``
     Everything else: a pickle stream plus out-of-band buffers. Loading a pickle
-    can run code: only load pickles from stores you trust.
+    can run code: only load pickles from stores you trust. A store opened with
+    ``trust=False`` still loads pickles that name no global at all (scalars,
+    tuples, sets, dicts of them), which cannot run code.
 ``handler``
     A value saved by a handler registered with :func:`register_handler`.
 
@@ -39,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import UnpicklableError, locate_unpicklable
+from .errors import UnpicklableError, UntrustedStoreError, locate_unpicklable
 
 __all__ = [
     "Part",
@@ -242,7 +243,7 @@ def encode(value: Any, root: str = "value") -> Encoded:
             return Encoded("handler", {"handler": h.name, "meta": meta}, parts=parts, nbytes=sum(p.data.nbytes for p in parts))
     if t in (bytes, bytearray) and len(value) >= BYTES_MIN:
         return Encoded("bytes", {"type": t.__name__}, parts=[_as_part(value, False)], nbytes=len(value))
-    if t in (dict, list, str, int, float, bool) or value is None:
+    if t in (dict, list):  # containers: readable as JSON; scalars are faster to load as pickles
         if _jsonable(value, [10_000]):
             try:
                 text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -267,8 +268,28 @@ def encode(value: Any, root: str = "value") -> Encoded:
     return Encoded("pickle", {"oob": len(parts)}, inline=bytes(stream), parts=parts, children=children, nbytes=nbytes)
 
 
-def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None) -> Any:
-    """Rebuild a value from its manifest and freshly read buffers."""
+class _SafeUnpickler(pickle.Unpickler):
+    """Loads only pickles that name no global: builtin containers and scalars.
+
+    Without ``find_class`` (and ``persistent_load``) a pickle cannot reach any
+    callable, so it cannot run code (see "Restricting Globals" in the pickle docs).
+    """
+
+    def find_class(self, module: str, name: str):
+        raise UntrustedStoreError(
+            f"this value is a pickle that needs {module}.{name} to load, and loading it could run code; "
+            "the store was opened with trust=False. Open it with trust=True if you trust who wrote it."
+        )
+
+    def persistent_load(self, pid):
+        raise UntrustedStoreError("this value refers to other values through its pickle; the store was opened with trust=False")
+
+
+def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bool = True) -> Any:
+    """Rebuild a value from its manifest and freshly read buffers.
+
+    With ``trusted=False`` a pickle loads only if it names no global (no code can run).
+    """
     tag = enc.tag
     if tag == "json":
         return json.loads(enc.inline)
@@ -280,6 +301,8 @@ def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None) -> Any:
     if tag == "handler":
         return handler_named(enc.meta["handler"]).decode(enc.meta["meta"], buffers)
     if tag == "pickle":
+        if not trusted:
+            return _SafeUnpickler(io.BytesIO(enc.inline), buffers=buffers).load()
         up = pickle.Unpickler(io.BytesIO(enc.inline), buffers=buffers)
         if enc.children:
             up.persistent_load = lambda pid: load_child(pid)

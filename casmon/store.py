@@ -191,7 +191,8 @@ class Store:
         self._tables: dict[str, Table] = {}
         self._closed = False
         self._flusher: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._flush_hooks: list = []
+        self._manifests: dict[Digest, Manifest] = {}  # small manifests, immutable
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
         _install_process_hooks()
@@ -281,12 +282,20 @@ class Store:
 
     def manifest(self, digest: Digest | str) -> Manifest:
         """The manifest of a stored value (what it is, how large, which chunks)."""
-        d = Digest(digest)
+        d = digest if type(digest) is Digest else Digest(digest)
+        m = self._manifests.get(d)
+        if m is not None:
+            return m
         try:
             raw = self.objects.get(d)
         except MissingObjectError:
             raise MissingObjectError(f"no value {d.hex()} in store {self.url}") from None
-        return _decode_manifest(d, raw)
+        m = _decode_manifest(d, raw)
+        if len(m.inline) <= 4096 and len(m.parts) <= 4:
+            if len(self._manifests) > 10_000:
+                self._manifests.clear()
+            self._manifests[d] = m
+        return m
 
     def get(self, digest: Digest | str) -> Any:
         """Load a stored value: a fresh copy equal to what was put.
@@ -295,14 +304,12 @@ class Store:
         :class:`DamagedObjectError` naming the object if any byte is wrong.
         """
         m = self.manifest(digest)
-        if m.tag == "pickle" and not self.trust:
-            raise UntrustedStoreError(
-                f"value {m.digest.hex()} is a pickle, and store {self.url} was opened with trust=False; "
-                "loading a pickle can run code. Open the store with trust=True if you trust who wrote it."
-            )
         buffers = [self._read_part(p) for p in m.parts]
         enc = serialize.Encoded(m.tag, m.meta, m.inline, children=m.children)
-        return serialize.decode(enc, buffers, load_child=lambda pid: self.get(m.children[pid]))
+        try:
+            return serialize.decode(enc, buffers, load_child=lambda pid: self.get(m.children[pid]), trusted=self.trust)
+        except UntrustedStoreError as e:
+            raise UntrustedStoreError(f"value {m.digest.hex()} in {self.url}: {e}") from None
 
     def _read_part(self, part: dict) -> np.ndarray:
         n, cb = int(part["n"]), int(part["cb"])
@@ -485,6 +492,13 @@ class Store:
         """
         if self.read_only:
             return
+        for hook in list(self._flush_hooks):
+            try:
+                hook(self)
+            except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
+                import logging
+
+                logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
         with self._flush_lock:
             try:
                 self.objects.flush()
@@ -501,6 +515,10 @@ class Store:
                         t.consolidate()
             except OSError as e:
                 raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
+
+    def add_flush_hook(self, hook) -> None:
+        """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""
+        self._flush_hooks.append(hook)
 
     def close(self) -> None:
         """Flush and stop using the store."""
@@ -528,6 +546,7 @@ class Store:
         self._lock = threading.RLock()
         self.objects = ObjectStore(self.backend, self.writer)
         self._tables = {}
+        self._flush_hooks = []
 
     # -- maintenance --------------------------------------------------------------
     def stats(self, progress=None) -> dict:
@@ -578,3 +597,31 @@ def open(
     """
     backend = open_backend(location, read_only=read_only, storage_options=storage_options)
     return Store(backend, trust=trust, **options)
+
+
+_default: dict[tuple[int, str], Store] = {}
+_default_lock = threading.Lock()
+
+
+def default_store(location: Any = None) -> Store:
+    """The store features use when none is given, opened on first use and shared in the process.
+
+    ``location`` defaults to ``$CASMON_STORE``, then ``./.casmon`` (resolved
+    against the working directory at first use). A :class:`Store` passes through.
+    """
+    if isinstance(location, Store):
+        return location
+    if location is None:
+        location = os.environ.get("CASMON_STORE") or ".casmon"
+    if isinstance(location, (str, os.PathLike)) and "://" not in str(location):
+        location = os.path.abspath(os.fspath(location))
+    key = (os.getpid(), str(location))
+    s = _default.get(key)
+    if s is not None and not s._closed:
+        return s
+    with _default_lock:
+        s = _default.get(key)
+        if s is None or s._closed:
+            s = open(location)
+            _default[key] = s
+    return s

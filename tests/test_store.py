@@ -209,17 +209,32 @@ def test_handler_registry(local_store):
     assert np.ndarray in casmon.serialize.handlers()
 
 
-def test_trust_false_refuses_pickles(tmp_path):
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > pwned.txt",))
+
+
+def test_trust_false_refuses_pickles_that_could_run_code(tmp_path):
+    import fractions
+
     s = casmon.open(tmp_path / "s")
-    dp = s.put({"obj": {1, 2}})
+    d_set = s.put({"obj": {1, 2}, "t": (1, "a")})
     da = s.put(np.arange(5))
     dj = s.put({"a": [1, 2.5, None]})
+    d_frac = s.put(fractions.Fraction(1, 3))
+    d_evil = s.put([Evil()])
+    d_nested_array = s.put({"a": np.arange(100_000)})
     s.close()
     safe = casmon.open(tmp_path / "s", trust=False)
     assert np.array_equal(safe.get(da), np.arange(5))
     assert safe.get(dj) == {"a": [1, 2.5, None]}
-    with pytest.raises(UntrustedStoreError, match="trust=False"):
-        safe.get(dp)
+    assert safe.get(d_set) == {"obj": {1, 2}, "t": (1, "a")}  # names no global: cannot run code
+    for d, needs in [(d_frac, "fractions.Fraction"), (d_evil, "system"), (d_nested_array, "numpy")]:
+        with pytest.raises(UntrustedStoreError, match=f"trust=False") as e:
+            safe.get(d)
+        assert needs in str(e.value) and d.hex() in str(e.value)
+    assert not (tmp_path / "pwned.txt").exists()
+    assert not Path("pwned.txt").exists()
 
 
 def test_newer_format_is_refused(tmp_path):
