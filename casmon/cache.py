@@ -279,10 +279,12 @@ class _CachedFunction:
                 if hashers and name in hashers:
                     v = hashers[name](v)
                 fp.out += nb
-                fp.feed(v)
+                fp.feed_value(v, name)
             except Exception as e:  # noqa: BLE001 - never a wrong hit: do not cache this call
-                self._warn(("arg", name, type(v)), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
-                           f"({type(v).__module__}.{type(v).__qualname__}) cannot be hashed ({e})")
+                t = type(v)
+                tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+                self._warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
+                           f"({tname}) cannot be hashed: {e}")
                 return None
         return fp.digest()
 
@@ -510,3 +512,68 @@ def cache_entries(store: Store) -> dict[str, dict]:
                 s["hits"] += n
                 s["last_used"] = max(s["last_used"], last)
     return out
+
+
+def resolve_function(names: Iterable[str], name: str) -> str:
+    """Find a function by full name, or by a short name or suffix that only one has."""
+    names = sorted(set(names))
+    if name in names:
+        return name
+    matches = [n for n in names if n.endswith("." + name) or n.rsplit(".", 1)[-1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise LookupError(f"no cached function {name!r}; there are: {', '.join(names) or 'none'}")
+    raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
+
+
+def clear_function(store: Store, name: str) -> str:
+    """Forget every cached result of function ``name``; returns its full name."""
+    full = resolve_function(cache_entries(store), name)
+    store.append(KIND_CLEAR, {"fn": full, "time": time.time()}, key=name_digest(full))
+    store.flush()
+    return full
+
+
+def evict(store: Store, max_size: int | None = None, older_than: float | None = None) -> tuple[int, int]:
+    """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
+    their results add up to at most ``max_size`` bytes. Also drops cleared entries.
+
+    Returns ``(entries dropped, bytes of their results)``. The results' data is
+    removed by the gc that follows (subject to its grace period).
+    """
+    store.flush()
+    cleared: dict[str, float] = {}
+    for _k, r in store.records(KIND_CLEAR):
+        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped]
+    for k, r in store.records(KIND):
+        e = entries.setdefault(bytes(k), [0.0, 0, False])
+        e[0] = max(e[0], r.get("time", 0.0))
+        e[1] = max(e[1], int(r.get("size", 0)))
+        if r.get("time", 0.0) <= cleared.get(r.get("fn", ""), 0.0):
+            e[2] = True
+    for _k, r in store.records(KIND_USE):
+        for h, (_fn, _n, last) in r.get("hits", {}).items():
+            e = entries.get(bytes.fromhex(h))
+            if e is not None:
+                e[0] = max(e[0], last)
+    now = time.time()
+    if older_than is not None:
+        for e in entries.values():
+            if now - e[0] >= older_than:
+                e[2] = True
+    if max_size is not None:
+        alive = sorted((e for e in entries.values() if not e[2]), key=lambda e: e[0])
+        total = sum(e[1] for e in alive)
+        for e in alive:
+            if total <= max_size:
+                break
+            e[2] = True
+            total -= e[1]
+    doomed = {k for k, e in entries.items() if e[2]}
+    if not doomed:
+        return 0, 0
+    dropped_bytes = sum(entries[k][1] for k in doomed)
+    store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in doomed)
+    return len(doomed), dropped_bytes

@@ -120,22 +120,61 @@ def verify(store_location, as_json) -> None:
     sys.exit(0 if rep.ok else 1)
 
 
+def _parse_size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*", text.lower())
+    if not m:
+        raise click.BadParameter(f"{text!r} is not a size; write e.g. 500M, 10G, 1.5GiB")
+    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def _parse_age(text: str | None) -> float | None:
+    if text is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhdw]?)\s*", text.lower())
+    if not m:
+        raise click.BadParameter(f"{text!r} is not an age; write e.g. 3600s, 90m, 12h, 30d, 2w")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+
+
 @main.command()
 @store_option
+@click.option("--max-size", metavar="SIZE", help="Evict least recently used cache entries until their results total at most SIZE (e.g. 10G).")
+@click.option("--older-than", metavar="AGE", help="Evict cache entries not used for AGE (e.g. 30d, 12h).")
 @click.option("--grace", type=float, default=3600.0, show_default=True, metavar="SECONDS",
               help="Delete only what an earlier gc already saw unreachable this long ago.")
 @click.option("--now", is_flag=True, help="Delete unreachable objects at once (only while nothing else writes).")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
-def gc(store_location, grace, now, dry_run, as_json) -> None:
-    """Remove objects no record or ref reaches, and repack sparse packs."""
+def gc(store_location, max_size, older_than, grace, now, dry_run, as_json) -> None:
+    """Remove objects no record or ref reaches, and repack sparse packs.
+
+    With --max-size or --older-than, first evict cache entries (least recently used first).
+    """
+    from .cache import evict
+
+    max_bytes = _parse_size(max_size)
+    max_age = _parse_age(older_than)
     store = _open(store_location)
+    evicted = (0, 0)
+    if (max_bytes is not None or max_age is not None) and not dry_run:
+        evicted = evict(store, max_size=max_bytes, older_than=max_age)
     with _progress(not as_json) as progress:
         rep = store.gc(grace=0.0 if now else grace, dry_run=dry_run, progress=progress)
     store.close()
     if as_json:
-        click.echo(json.dumps(rep.as_dict(), indent=2))
+        d = rep.as_dict()
+        d["evicted_entries"], d["evicted_bytes"] = evicted
+        click.echo(json.dumps(d, indent=2))
         return
+    if evicted[0]:
+        console.print(f"evicted {evicted[0]:,} cache entries ({_human(evicted[1])} of results)")
     verb = "would remove" if dry_run else "removed"
     console.print(
         f"{rep.live_values:,} live values; {rep.unreachable:,} unreachable objects; {verb} {rep.deleted_objects:,} "
@@ -143,6 +182,50 @@ def gc(store_location, grace, now, dry_run, as_json) -> None:
     )
     if rep.waiting:
         console.print(f"{rep.waiting:,} unreachable objects are kept until a gc run {grace:.0f} s after they were first seen (--now removes them)")
+
+
+@main.group(invoke_without_command=True)
+@store_option
+@click.pass_context
+def cache(ctx, store_location) -> None:
+    """Cached functions: entries, hits, sizes. `casmon cache clear NAME` forgets one."""
+    ctx.ensure_object(dict)
+    ctx.obj["store"] = store_location
+    if ctx.invoked_subcommand is not None:
+        return
+    from .cache import cache_entries
+
+    store = _open(store_location, read_only=True)
+    entries = cache_entries(store)
+    t = Table(title=f"cached functions in {store.url}")
+    for col, just in (("function", "left"), ("entries", "right"), ("hits", "right"), ("results", "right"), ("last used", "left")):
+        t.add_column(col, justify=just)
+    import datetime as _dt
+
+    for fn, s in sorted(entries.items()):
+        last = _dt.datetime.fromtimestamp(s["last_used"]).strftime("%Y-%m-%d %H:%M") if s["last_used"] else ""
+        t.add_row(fn, f"{s['entries']:,}", f"{s['hits']:,}", _human(s["bytes"]), last)
+    if not entries:
+        console.print("no cached functions")
+    else:
+        console.print(t)
+
+
+@cache.command("clear")
+@click.argument("name")
+@store_option
+@click.pass_context
+def cache_clear(ctx, name, store_location) -> None:
+    """Forget every cached result of function NAME (full or short name)."""
+    from .cache import clear_function
+
+    store = _open(store_location or ctx.obj.get("store"))
+    try:
+        full = clear_function(store, name)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from None
+    store.close()
+    console.print(f"cleared {full}; `casmon gc` frees the space of its results")
 
 
 @main.command()

@@ -16,8 +16,11 @@ Rules worth knowing:
 * numpy arrays by dtype, shape and values in C order. A C-contiguous buffer is
   hashed in place without a copy; Fortran-ordered arrays and strided views give
   the same fingerprint as their C-ordered copy, and are hashed block by block.
-* Other objects go through pickle protocol 5, with arrays, sets and registered
-  types inside them hashed in place by the rules above.
+* Other objects are hashed as pickle protocol 5 sees them (``__reduce_ex__``):
+  the reconstructing callable and classes by their qualified name, arguments
+  and state by the rules above, so arrays inside objects are hashed in place and
+  instances of local classes work too. Functions count by qualified name;
+  lambdas and local functions have none and cannot be fingerprinted.
 * ``register_hasher(type, fn)``: ``fn(value)`` returns any value that is then
   fingerprinted in its place (tagged with the type's name).
 """
@@ -25,11 +28,11 @@ Rules worth knowing:
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import pickle
 import struct
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +40,7 @@ import numpy as np
 import xxhash
 
 from .digest import Digest
-from .errors import UnpicklableError, locate_unpicklable
+from .errors import UnpicklableError
 
 __all__ = ["fingerprint", "register_hasher", "unregister_hasher", "Fingerprinter"]
 
@@ -121,6 +124,14 @@ class _Fingerprinter:
             self.out.clear()
         self.h.update(mv)
 
+    def feed_value(self, value: Any, root: str = "value") -> None:
+        """Feed ``value``; on failure raise :class:`UnpicklableError` naming the part (``root[1]['f']``)."""
+        try:
+            self.feed(value)
+        except _PathError as e:
+            path = root + "".join(reversed(e.parts))
+            raise UnpicklableError(path, e.obj, e.cause) from None
+
     # -- dispatch ------------------------------------------------------------
     def feed(self, v: Any) -> None:
         t = type(v)
@@ -141,8 +152,17 @@ class _Fingerprinter:
             self.dataclass(v)
         elif t.__module__.startswith("pandas") and _pandas_kind(v) is not None:
             self.pandas(v)
+        elif isinstance(v, type):
+            self.type_(v)
+        elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+            if isinstance(v, types.MethodType):
+                self.out += b"M"
+                self.feed(v.__self__)
+                self.function(v.__func__)
+            else:
+                self.function(v)
         else:
-            self.pickled(v)
+            self.reduced(v)
 
     def _user_hasher(self, t: type):
         cache = self._user_cache
@@ -351,65 +371,55 @@ class _Fingerprinter:
             self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
 
     # -- everything else -------------------------------------------------------
-    def pickled(self, v) -> None:
-        self.out += b"P"
+    def type_(self, t: type) -> None:
+        self.out += b"t" + _len_prefixed(_global_name(t))
+
+    def function(self, f) -> None:
+        name = getattr(f, "__qualname__", "") or getattr(f, "__name__", "")
+        if "<lambda>" in name or "<locals>" in name:
+            # No stable name: two different lambdas would look the same. Refuse (never a wrong hit).
+            raise _PathError([], f, TypeError(f"{name} has no importable name to identify it by"))
+        self.out += b"g" + _len_prefixed(_global_name(f))
+
+    def reduced(self, v) -> None:
+        """Hash an object the way pickle sees it (``__reduce_ex__(5)``), names by name."""
+        if not self._enter(v):
+            return
         try:
-            _HashingPickler(self).dump(v)
-        except _PathError:
-            raise
-        except RecursionError:
-            raise
-        except Exception as e:  # noqa: BLE001 - pickling can fail in any way
+            rv = v.__reduce_ex__(5)
+        except Exception as e:  # noqa: BLE001 - e.g. "cannot pickle '_thread.lock' object"
             raise _PathError([], v, e) from e
+        if isinstance(rv, str):  # a global, pickled by name
+            self.out += b"G" + _len_prefixed(f"{getattr(v, '__module__', '')}.{rv}".encode())
+            del self.stack[id(v)]
+            return
+        if not isinstance(rv, tuple) or len(rv) < 2:
+            raise _PathError([], v, TypeError(f"__reduce_ex__ returned {type(rv).__name__}"))
+        func, args, state, listitems, dictitems = (tuple(rv) + (None, None, None))[:5]
+        self.out += b"O"
+        try:
+            self.out += _len_prefixed(_global_name(func))
+            self.feed(args)
+            self.feed(state)
+            self.feed(None if listitems is None else list(listitems))
+            self.feed(None if dictitems is None else list(dictitems))
+        except _PathError as e:
+            e.parts.append(f"<{type(v).__qualname__}>")
+            raise
+        del self.stack[id(v)]
 
-
-class _HashingPickler(pickle.Pickler):
-    """Pickles into the fingerprint; arrays, sets and registered types go by fingerprint."""
-
-    def __init__(self, fp: _Fingerprinter) -> None:
-        self._sink = _HashSink(fp)
-        super().__init__(self._sink, protocol=5, buffer_callback=self._buffer)
-        self._fp = fp
-
-    def _buffer(self, pb: pickle.PickleBuffer) -> bool:
+    def picklebuffer(self, pb: pickle.PickleBuffer) -> None:
         raw = pb.raw()
-        self._fp.out += b"o" + _pack_Q(raw.nbytes)
-        self._fp.buffer(raw)
-        return False
-
-    def persistent_id(self, obj):
-        t = type(obj)
-        if t in _DISPATCH and t not in (set, frozenset):
-            return None  # pickle's own encoding of these is canonical enough
-        if (
-            t in (set, frozenset)
-            or isinstance(obj, (np.ndarray, np.generic))
-            or self._fp._user_hasher(t) is not None
-            or (t.__module__.startswith("pandas") and _pandas_kind(obj) is not None)
-        ):
-            sub = _Fingerprinter()
-            sub.stack = self._fp.stack
-            sub.feed(obj)
-            return sub.digest().hex()
-        return None
+        self.out += b"o" + _pack_Q(raw.nbytes)
+        self.buffer(raw)
 
 
-class _HashSink(io.RawIOBase):
-    """A write-only file that feeds the fingerprint."""
-
-    def __init__(self, fp: _Fingerprinter) -> None:
-        self._fp = fp
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b) -> int:
-        n = len(b) if not isinstance(b, memoryview) else b.nbytes
-        if n > _INLINE_LIMIT:
-            self._fp.buffer(b)
-        else:
-            self._fp.out += b
-        return n
+def _global_name(obj) -> bytes:
+    mod = getattr(obj, "__module__", None) or ""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if name is None:
+        raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
+    return f"{mod}.{name}".encode()
 
 
 def _len_prefixed(b: bytes) -> bytes:
@@ -458,6 +468,7 @@ _DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
     set: _Fingerprinter.set_,
     frozenset: _Fingerprinter.frozenset_,
     np.ndarray: _Fingerprinter.ndarray,
+    pickle.PickleBuffer: _Fingerprinter.picklebuffer,
 }
 
 
@@ -468,12 +479,7 @@ def fingerprint(value: Any) -> Digest:
     part of the value that has no canonical encoding and cannot be pickled.
     """
     fp = _Fingerprinter()
-    try:
-        fp.feed(value)
-    except _PathError as e:
-        path = "value" + "".join(reversed(e.parts))
-        found = locate_unpicklable(e.obj, path)
-        raise (found or UnpicklableError(path, e.obj, e.cause)) from e.cause
+    fp.feed_value(value)
     return fp.digest()
 
 

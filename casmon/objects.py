@@ -119,6 +119,7 @@ class ObjectStore:
         self._known: set[Digest] = set()  # blobs known to be stored (bounded)
         self._packs = _LRU(cache_bytes)  # whole packs, by name
         self._raw = _LRU(cache_bytes // 2)  # decoded small blobs, by digest
+        self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
         self._inflight: list = []  # loose writes under way (futures)
         self._inflight_lock = threading.Lock()
 
@@ -129,6 +130,8 @@ class ObjectStore:
         if d in self._known or d in self._pending:
             return d
         n = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+        if d in self._suspect:
+            return self._rewrite(d, raw, kind, codec, typesize, n if size is None else size)
         if n >= LOOSE_MIN:
             key = loose_key(d)
             if not self.backend.exists(key):
@@ -153,6 +156,28 @@ class ObjectStore:
                 self._pending[d] = (frame, kind, n if size is None else size)
                 self._pending_bytes += len(frame)
         return d
+
+    def _rewrite(self, d: Digest, raw, kind: int, codec: Codec, typesize: int, size: int) -> Digest:
+        """Store a good copy of a blob that was found damaged (self-healing on recompute)."""
+        _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
+        if (len(raw) if not isinstance(raw, memoryview) else raw.nbytes) >= LOOSE_MIN:
+            self.backend.set(loose_key(d), frame)  # overwrite the damaged file in place (atomic rename)
+            self._remember(d)
+        else:
+            with self._lock:
+                self._pending[d] = (frame, kind, size)  # a new pack entry; the newest index entry wins
+                self._pending_bytes += len(frame)
+        self._suspect.discard(d)
+        self._raw.d.pop(d, None)
+        return d
+
+    def _decode(self, data, key: str, d: Digest, out=None):
+        try:
+            return decode_frame(data, key, expect=d, out=out)[1]
+        except DamagedObjectError:
+            self._suspect.add(d)
+            self._known.discard(d)
+            raise
 
     def wait_writes(self, keep: int = 0) -> None:
         """Wait for background loose writes (all but ``keep`` of them); raise the first error."""
@@ -250,7 +275,7 @@ class ObjectStore:
                 key = loose_key(d)
                 data = self.backend.get(key)
                 if data is not None:
-                    return decode_frame(data, key, expect=d, out=out)[1]
+                    return self._decode(data, key, d, out)
             else:
                 loc = self.locate(d, refresh=not loose_hint)
                 if loc is not None:
@@ -282,7 +307,7 @@ class ObjectStore:
                 if data is None:
                     self.get(d, out=out, loose_hint=False)  # not loose after all: packed, or missing
                 else:
-                    decode_frame(data, key, expect=d, out=out)
+                    self._decode(data, key, d, out)
 
     def _read_packed(self, d: Digest, loc: Location, out=None):
         key = pack_key(loc.pack)
@@ -297,7 +322,7 @@ class ObjectStore:
         frame = memoryview(pack)[loc.offset : loc.offset + loc.length]
         if len(frame) != loc.length:
             raise DamagedObjectError(where, f"pack is truncated ({len(pack)} bytes)")
-        return decode_frame(frame, where, expect=d, out=out)[1]
+        return self._decode(frame, where, d, out)
 
     def loose_header(self, d: Digest):
         data = self.backend.get_range(loose_key(d), 0, FRAME_HEADER)

@@ -215,3 +215,22 @@ def test_equal_values_hash_equal(v):
 def test_different_values_hash_different(a, b):
     if fp(a) == fp(b):
         assert pickle.dumps(a) == pickle.dumps(b) or repr(a) == repr(b)
+
+
+def test_local_classes_and_functions():
+    class Local:
+        def __init__(self, v):
+            self.v = v
+
+    assert fp(Local(1)) == fp(Local(1)) != fp(Local(2))
+    assert fp(len) == fp(len) != fp(abs)
+    assert fp(np.log) != fp(np.exp)
+    assert fp(Point) != fp(Plain)
+    with pytest.raises(TypeError, match="lambda"):
+        fp(lambda: 1)
+
+    def inner():
+        pass
+
+    with pytest.raises(TypeError, match="locals"):
+        fp(inner)
