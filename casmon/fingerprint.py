@@ -27,6 +27,7 @@ Rules worth knowing:
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import math
 import pickle
@@ -386,7 +387,8 @@ class _Fingerprinter:
         if not self._enter(v):
             return
         try:
-            rv = v.__reduce_ex__(5)
+            reducer = copyreg.dispatch_table.get(type(v))  # as pickle does, e.g. numpy ufuncs
+            rv = reducer(v) if reducer is not None else v.__reduce_ex__(5)
         except Exception as e:  # noqa: BLE001 - e.g. "cannot pickle '_thread.lock' object"
             raise _PathError([], v, e) from e
         if isinstance(rv, str):  # a global, pickled by name
