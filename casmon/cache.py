@@ -341,15 +341,14 @@ class _CachedFunction:
         """Store a computed result; a failure is a warning, never an exception."""
         store = self.store
         try:
-            d = store.put(result)
+            d, size = store.put_sized(result)
         except TypeError as e:
             self._warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         except Exception as e:  # noqa: BLE001 - a storage error must not lose the result
             self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
-        entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6),
-                 "size": _value_size(store, d)}
+        entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6), "size": size}
         if self.label is not None:
             try:
                 entry["label"] = self.label(*args, **kwargs) if callable(self.label) else str(self.label)
@@ -374,13 +373,6 @@ class _CachedFunction:
         self._cleared_at = now
         with self._lock:
             self._mem.clear()
-
-
-def _value_size(store: Store, d: Digest) -> int:
-    try:
-        return store.manifest(d).nbytes
-    except CasmonError:
-        return 0
 
 
 def cache(

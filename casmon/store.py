@@ -253,6 +253,12 @@ class Store:
         enc = serialize.encode(value)
         return self._put_encoded(enc)
 
+    def put_sized(self, value: Any) -> tuple[Digest, int]:
+        """:meth:`put`, also returning the value's logical size in bytes."""
+        self._check_writable()
+        enc = serialize.encode(value)
+        return self._put_encoded(enc), enc.nbytes
+
     def _put_encoded(self, enc: serialize.Encoded) -> Digest:
         children = [self.put(c) for c in enc.children]
         try:

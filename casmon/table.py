@@ -48,6 +48,9 @@ __all__ = ["Table", "TableFile", "encode_table_file"]
 _MAGIC = b"CTB1"
 _COUNT = struct.Struct("<4sI")
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-z]{1,40}-[0-9a-f]{1,12}$")
+#: A lookup that finds nothing lists the table again at most this often (seconds):
+#: other writers' entries newer than this may be missed, which costs a recomputation, never a wrong answer.
+MISS_REFRESH_INTERVAL = 1.0
 #: Target entries per bucket of a generation.
 BUCKET_ENTRIES = 8192
 #: Merge level-0 files once this many are visible ...
@@ -295,6 +298,8 @@ class Table:
                 self.refresh()
                 out = self._lookup_once(key)
             if out or not refresh_on_miss or attempt:
+                return out
+            if time.monotonic() - self.last_refresh < MISS_REFRESH_INTERVAL:
                 return out
             self.refresh()
         return []
