@@ -44,13 +44,20 @@ def test_merge_keeps_every_entry_and_bounds_files(tmp_path):
     assert reader.lookup(os.urandom(16)) == []
 
 
-def test_reader_sees_new_writes_on_miss(tmp_path):
+def test_reader_sees_new_writes_on_miss(tmp_path, monkeypatch):
+    import time
+
+    import casmon.table
+
+    monkeypatch.setattr(casmon.table, "MISS_REFRESH_INTERVAL", 0.2)
     b = open_backend(tmp_path / "s")
     reader = Table(b, "r/", "w2")
     assert reader.lookup(b"k" * 16) == []
     w = Table(b, "r/", "w1")
     w.add(b"k" * 16, b"v")
     w.write_l0(w.take_pending())
+    assert reader.lookup(b"k" * 16) == []  # listed a moment ago: misses do not list again yet
+    time.sleep(0.25)
     assert reader.lookup(b"k" * 16) == [b"v"]
 
 
