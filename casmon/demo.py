@@ -8,7 +8,16 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from .cache import cache
 from .store import open as open_store
+
+
+def preprocess(raw: np.ndarray, bins: int = 64) -> np.ndarray:
+    """The demo's "expensive" step: a histogram per row, plus a pause standing in for real work."""
+    time.sleep(0.3)
+    lo, hi = float(raw.min()), float(raw.max())
+    edges = np.linspace(lo, hi, bins + 1)
+    return np.stack([np.histogram(row, edges)[0] for row in raw[:512]])
 
 
 def run_demo(location=None, console: Console | None = None) -> None:
@@ -61,12 +70,27 @@ def run_demo(location=None, console: Console | None = None) -> None:
     row = lazy[2000]
     console.print(f"lazy zarr view of the array: shape {lazy.shape}, row 2000 read through {lazy.store.chunks_read} chunk(s), equal: {np.array_equal(row, data[2000])}")
 
+    cached = cache(store=store)(preprocess)
+    t = Table(title="@casmon.cache")
+    for col in ("call", "result", "time"):
+        t.add_column(col)
+    for label, arg in (("preprocess(data)", data), ("preprocess(data) again", data), ("preprocess(edited)", edited),
+                       ("preprocess(data, bins=64)", data)):
+        t0 = time.perf_counter()
+        out = cached(arg, bins=64) if "bins" in label else cached(arg)
+        dt = time.perf_counter() - t0
+        t.add_row(label, f"{out.shape} {out.dtype}", f"{dt * 1000:.1f} ms")
+    console.print(t)
+    info = cached.cache_info()
+    console.print(f"cache_info: {info.hits} hits, {info.misses} misses this run, {info.entries} entries stored "
+                  "(run the demo again: every call is a hit)\n")
+
     s = store.stats()
     console.print(
         f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {s['logical_bytes'] / 2**20:.1f} MiB of values, "
         f"{s['stored_bytes'] / 2**20:.1f} MiB on disk (this demo added {(s['stored_bytes'] - before) / 2**20:.1f} MiB), {s['files']} files"
     )
-    console.print("try: [bold]casmon stats[/bold], [bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
+    console.print("try: [bold]casmon stats[/bold], [bold]casmon cache[/bold], [bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
     store.close()
     if not ok:
         raise SystemExit(1)

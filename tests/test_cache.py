@@ -487,3 +487,13 @@ def test_cli_cache_listing_clear_and_eviction(tmp_path):
     assert r.returncode != 0 and "no cached function 'nothing'" in r.stderr
     rep = json.loads(cli("gc", "--store", loc, "--older-than", "0s", "--now", "--json").stdout)
     assert rep["evicted_entries"] == 3  # the two prep entries, and the cleared one of other
+
+
+def test_runnable_example(tmp_path):
+    example = ROOT / "docs" / "examples" / "cached_preprocessing.py"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = lambda: subprocess.run([sys.executable, str(example), str(tmp_path / "s")], capture_output=True, text=True, env=env, timeout=300, check=True).stdout  # noqa: E731
+    first = run()
+    assert first.count("computing features") == 3
+    second = run()
+    assert "computing features" not in second and "hits=3" in second
