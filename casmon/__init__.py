@@ -14,7 +14,7 @@ from .errors import (
     UntrustedStoreError,
 )
 from .fingerprint import fingerprint, register_hasher, unregister_hasher
-from .serialize import Handler, register_handler, unregister_handler
+from .serialize import Handler, handlers, register_handler, unregister_handler
 from .store import Store, open
 
 __version__ = "0.1.0"
@@ -26,6 +26,7 @@ __all__ = [
     "unregister_hasher",
     "Handler",
     "register_handler",
+    "handlers",
     "unregister_handler",
     "Store",
     "open",
@@ -42,3 +43,7 @@ from .cache import CacheInfo, CacheWarning, cache  # noqa: E402
 from .store import default_store  # noqa: E402
 
 __all__ += ["cache", "CacheInfo", "CacheWarning", "default_store"]
+
+from .calllog import Args, CallLog, CallLogWarning, NotStored, flush, intercept, load  # noqa: E402
+
+__all__ += ["intercept", "load", "flush", "CallLog", "Args", "NotStored", "CallLogWarning"]

@@ -7,6 +7,7 @@ Every command takes ``--store PATH_OR_URL`` (default: ``$CASMON_STORE`` or
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 
@@ -17,7 +18,8 @@ from rich.table import Table
 
 from .errors import CasmonError
 
-console = Console()
+# Piped output is not wrapped at 80 columns, so it can be searched line by line.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 store_option = click.option(
@@ -226,6 +228,131 @@ def cache_clear(ctx, name, store_location) -> None:
         raise click.ClickException(str(e)) from None
     store.close()
     console.print(f"cleared {full}; `casmon gc` frees the space of its results")
+
+
+def _when(t: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _load_log(store_location):
+    from .calllog import CallLog
+
+    return CallLog(_open(store_location, read_only=True))
+
+
+def _cell_summary(log, cell) -> str:
+    """A value as the log holds it, described without unpickling anything."""
+    from .calllog import _short
+
+    if isinstance(cell, dict) and "$" in cell:
+        try:
+            m = log.store.manifest(cell["$"])
+        except CasmonError as e:
+            return f"<{e}>"
+        if m.tag == "array":
+            from .serialize import dtype_from_meta
+
+            return f"array{tuple(m.meta['shape'])} {dtype_from_meta(m.meta['dtype'])}"
+        if m.tag == "json":
+            return _short(json.loads(m.inline), 40)
+        return f"<{m.tag}, {_human(m.nbytes)}>"
+    if isinstance(cell, dict) and "!" in cell:
+        return f"<not stored: {cell['!']}>"
+    return _short(cell, 40)
+
+
+@main.command()
+@click.argument("name", required=False)
+@store_option
+@click.option("--session", type=int, help="Only this session (default: all; for NAME, the latest).")
+@click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many calls.")
+def calls(name, store_location, session, limit) -> None:
+    """Logged functions with their call counts; with NAME, that function's calls."""
+    log = _load_log(store_location)
+    if name is None:
+        if not log.functions:
+            console.print("no logged calls")
+            return
+        t = Table(title=f"call log {log.store.url}: {len(log.sessions)} sessions")
+        for col, just in (("function", "left"), ("calls", "right"), ("sessions", "left"), ("latest session", "right")):
+            t.add_column(col, justify=just)
+        from .calllog import _ranges
+
+        for fname, fi in log.functions.items():
+            sess = sorted(fi.sessions)
+            latest = f"{len(fi.sessions[sess[-1]]):,} in {sess[-1]}" if sess else ""
+            t.add_row(log.signature(fname), f"{fi.total():,}", _ranges(sess), latest)
+        console.print(t)
+        return
+    try:
+        full = log.resolve(name)
+        fi = log.functions[full]
+        if session is None and fi.sessions:
+            session = max(fi.sessions)
+        selected = log.calls(full, session=session)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from None
+    t = Table(title=f"{log.signature(full)} — session {session}: {len(selected):,} calls")
+    for col in ("#", "start", "duration", "thread", "arguments", "result"):
+        t.add_column(col)
+    for c in selected[:limit]:
+        args = [_cell_summary(log, a) for a in c.args_cells] + [f"{k}={_cell_summary(log, v)}" for k, v in c.kwargs_cells.items()]
+        res = f"[red]raised {c.exception[0]}[/red]" if c.exception else _cell_summary(log, c.result_cell)
+        t.add_row(str(c.n), _when(c.start), f"{c.duration * 1e3:.3f} ms", c.thread_name, ", ".join(args), res)
+    console.print(t)
+    if len(selected) > limit:
+        console.print(f"… {len(selected) - limit:,} more (--limit)")
+
+
+@main.command()
+@click.argument("name")
+@click.argument("n", type=int)
+@store_option
+@click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
+def show(name, n, store_location, session) -> None:
+    """The inputs, result and timing of call N of function NAME."""
+    from .calllog import _short
+
+    log = _load_log(store_location)
+    try:
+        c = log.call(name, n, session)
+        a = c.get_args()
+    except (LookupError, CasmonError) as e:
+        raise click.ClickException(str(e)) from None
+    console.print(f"[bold]{c.name}[/bold] call {c.n} of session {c.session}")
+    console.print(f"  started {_when(c.start)}, took {c.duration * 1e3:.3f} ms, process {c.pid}, thread {c.thread_name}"
+                  + (f", rank {c.rank}" if c.rank is not None else ""))
+    for k, v in a._asdict().items():
+        console.print(f"  {k} = {_short(v, 200)}", markup=False)
+    if c.exception:
+        console.print(f"  raised {c.exception[0]}: {c.exception[1]}", markup=False)
+    else:
+        try:
+            console.print(f"  result = {_short(c.result(), 200)}", markup=False)
+        except LookupError as e:
+            console.print(f"  result: {e}", markup=False)
+
+
+@main.command()
+@click.argument("name")
+@click.argument("n", type=int)
+@store_option
+@click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
+def replay(name, n, store_location, session) -> None:
+    """Run call N of NAME again and check the result against the recorded one (exit 1 if it differs)."""
+    sys.path.insert(0, os.getcwd())  # so functions of the project in the current folder can be imported
+    log = _load_log(store_location)
+    try:
+        r = log.replay(name, n, session)
+    except (LookupError, CasmonError) as e:
+        raise click.ClickException(str(e)) from None
+    if r.matches:
+        console.print(f"[green]{r.name} call {r.n} (session {r.session}): same result as recorded[/green] ({r.replayed})")
+    else:
+        console.print(f"[red]{r.name} call {r.n} (session {r.session}): result differs[/red]\n  recorded {r.recorded}\n  now      {r.replayed}")
+    sys.exit(0 if r.matches else 1)
 
 
 @main.command()

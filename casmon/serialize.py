@@ -160,9 +160,37 @@ def unregister_handler(typ: type) -> None:
             _handlers_by_name.pop(h.name, None)
 
 
-def handlers() -> dict[type, Handler]:
-    """The registered handlers, by type."""
-    return dict(_handlers)
+class HandlerRegistry:
+    """The registered handlers, by type (``casmon.handlers``): ``add``, lookup, iteration, a readable repr."""
+
+    def add(self, typ: type, handler: Handler) -> None:
+        register_handler(typ, handler)
+
+    def remove(self, typ: type) -> None:
+        unregister_handler(typ)
+
+    def __getitem__(self, typ: type) -> Handler:
+        return _handlers[typ]
+
+    def __contains__(self, typ: object) -> bool:
+        return typ in _handlers
+
+    def __iter__(self):
+        return iter(dict(_handlers))
+
+    def __len__(self) -> int:
+        return len(_handlers)
+
+    def __call__(self) -> dict[type, Handler]:
+        return dict(_handlers)
+
+    def __repr__(self) -> str:
+        lines = [f"    {t.__module__}.{t.__qualname__}: {h.name} ({type(h).__qualname__})" for t, h in _handlers.items()]
+        return "HandlerRegistry{\n" + "\n".join(lines) + "\n}"
+
+
+#: The registry; calling it returns a dict of the handlers by type.
+handlers = HandlerRegistry()
 
 
 def handler_named(name: str) -> Handler:

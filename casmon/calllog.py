@@ -1,0 +1,698 @@
+"""The call log: ``@casmon.intercept`` records every call; ``casmon.load`` reads them back.
+
+Each process run is a *session*, numbered from 1 in the store (numbers are
+claimed with create-if-absent refs ``calllog/sessions/{n}``, so two processes
+never share one). A call records the function's name (``module.qualname``), its
+invocation number (from 1, per function and session), its arguments, start
+time, duration, thread, and its result or exception.
+
+Arguments are captured *before* the call runs, so a function that mutates its
+input does not change what was logged. Small JSON scalars (None, bool, int,
+float, str up to 256 characters) are kept inline in the record; every other
+value is stored in the store, deduplicated, and the record holds its digest
+(200 calls passing the same 16 MiB array store it once). A value that cannot
+be stored is replaced by a :class:`NotStored` marker, with one warning per
+function and type; the call itself always runs normally.
+
+Records are written in batches, one record per flush and session: at most one
+small record per flush instead of a file per call. A flush happens every 5
+seconds in a background thread, at ``casmon.flush()``, at ``store.close()``
+and at interpreter exit. A process killed with SIGKILL loses at most the calls
+since its last flush, and leaves the store valid.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import inspect
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codeversion import function_name
+from .digest import Digest
+from .errors import CasmonError
+from .fingerprint import fingerprint
+from .store import Store, default_store
+
+__all__ = ["intercept", "load", "CallLog", "Call", "Args", "NotStored", "Replay", "CallLogWarning"]
+
+KIND_CALLS = "calls"
+KIND_SESSION = "session"
+KIND_CALLFN = "callfn"
+SESSION_REFS = "calllog/sessions"
+_INLINE_STR = 256
+_SCALARS = frozenset((type(None), bool, int, float, str))
+#: Calls waiting in memory before a flush is forced.
+PENDING_MAX = 200_000
+
+
+class CallLogWarning(UserWarning):
+    """An argument or result could not be stored; the call ran normally."""
+
+
+class _Ref(dict):
+    """A stored value in a record: ``{"$": digest}`` (a dict, so JSON takes it as is)."""
+
+    __slots__ = ()
+
+
+class NotStored:
+    """Stands in for an argument or result that could not be stored."""
+
+    def __init__(self, type_name: str, reason: str = "") -> None:
+        self.type_name = type_name
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<not stored: {self.type_name}{' (' + self.reason + ')' if self.reason else ''}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NotStored) and (other.type_name, other.reason) == (self.type_name, self.reason)
+
+    def __hash__(self) -> int:
+        return hash((self.type_name, self.reason))
+
+
+def _type_name(v: Any) -> str:
+    t = type(v)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _mpi_rank() -> int | None:
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
+        v = os.environ.get(var)
+        if v is not None and v.isdigit() and var != "SLURM_PROCID":
+            return int(v)
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None:
+        try:
+            return int(mpi.COMM_WORLD.Get_rank())
+        except Exception:  # noqa: BLE001
+            return None
+    return None
+
+
+class _Recorder:
+    """One per store and process: the session, and the calls not flushed yet."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pid = os.getpid()
+        self.session: int | None = None
+        self.rank = _mpi_rank()
+        self.lock = threading.Lock()
+        self.pending: list[list] = []
+        self.refs: set[str] = set()
+        self.fns: dict[str, int] = {}  # name -> index in this batch
+        self.fn_names: list[str] = []
+        self.threads: dict[int, str] = {}
+        self.warned: set = set()
+        store.add_flush_hook(self._flush_hook)
+
+    # -- the session --------------------------------------------------------------
+    def ensure_session(self) -> int:
+        if self.session is not None:
+            return self.session
+        with self.lock:
+            if self.session is None:
+                self.session = self._claim_session()
+                if self.store.autoflush:
+                    self.store._start_flusher()
+        return self.session
+
+    def _claim_session(self) -> int:
+        store = self.store
+        taken = [int(name.rsplit("/", 1)[-1]) for name in store.refs(SESSION_REFS) if name.rsplit("/", 1)[-1].isdigit()]
+        n = max(taken, default=0) + 1
+        info = {
+            "start": time.time(),
+            "pid": self.pid,
+            "host": socket.gethostname(),
+            "argv": [str(a) for a in sys.argv[:20]],
+            "python": sys.version.split()[0],
+            "rank": self.rank,
+        }
+        while not store.create_ref(f"{SESSION_REFS}/{n:06d}", None, info):
+            n += 1
+        store.append(KIND_SESSION, {"n": n, **info}, key=fingerprint(("casmon.session", n)))
+        return n
+
+    # -- capturing ----------------------------------------------------------------
+    def cell(self, v: Any, what: str, fn: str) -> Any:
+        """What a record holds for a value: the value itself if a small scalar, else a digest."""
+        t = type(v)
+        if t in _SCALARS and (t is not str or len(v) <= _INLINE_STR):
+            if t is float and v != v:
+                return v
+            return v
+        try:
+            d = self.store.put(v)
+        except Exception as e:  # noqa: BLE001 - the call must run whatever we cannot store
+            key = (fn, t)
+            if key not in self.warned:
+                self.warned.add(key)
+                warnings.warn(f"casmon: {fn}: {what} of type {_type_name(v)} is not logged: {e}", CallLogWarning, stacklevel=4)
+            return {"!": _type_name(v), "why": str(e)[:200]}
+        h = d.hex()
+        self.refs.add(h)
+        r = _Ref()
+        r["$"] = h
+        return r
+
+    def log(self, fi: _Intercepted, n: int, t0: float, dt: float, args_cells, kwargs_cells, result_cell, exc) -> None:
+        tid = threading.get_ident()
+        if tid not in self.threads:
+            self.threads[tid] = threading.current_thread().name
+        idx = self.fns.get(fi.name)
+        with self.lock:
+            if idx is None:
+                idx = self.fns[fi.name] = len(self.fn_names)
+                self.fn_names.append(fi.name)
+            self.pending.append([idx, n, t0, dt, tid, args_cells, kwargs_cells, result_cell, exc])
+            full = len(self.pending) >= PENDING_MAX
+        if full:
+            self.store.flush()
+
+    def _flush_hook(self, store: Store) -> None:
+        with self.lock:
+            if not self.pending or self.session is None:
+                return
+            rows, self.pending = self.pending, []
+            refs, self.refs = self.refs, set()
+            names, self.fn_names = self.fn_names, []
+            self.fns = {}
+            threads = {str(k): v for k, v in self.threads.items()}
+        record = {"session": self.session, "pid": self.pid, "rank": self.rank, "fns": names, "threads": threads, "c": rows}
+        store.append(KIND_CALLS, record, refs=[Digest(h) for h in refs])
+
+
+_recorders: dict[int, _Recorder] = {}
+_recorders_lock = threading.Lock()
+_intercepted: dict[str, Callable] = {}  # name -> the original function, for replay
+
+
+def _recorder(store: Store) -> _Recorder:
+    r = _recorders.get(id(store))
+    if r is None or r.store is not store:
+        with _recorders_lock:
+            r = _recorders.get(id(store))
+            if r is None or r.store is not store:
+                r = _recorders[id(store)] = _Recorder(store)
+    return r
+
+
+def _forget_recorders_in_child() -> None:
+    # A forked child is a new session; the parent flushes its own pending calls.
+    _recorders.clear()
+    for fi in _all_intercepted:
+        fi.reset()
+
+
+_all_intercepted: list[_Intercepted] = []
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_recorders_in_child)
+
+
+class _Intercepted:
+    """The state behind one intercepted function."""
+
+    def __init__(self, fn: Callable, store, result: bool) -> None:
+        self.fn = fn
+        self.name = function_name(fn)
+        self.sig = inspect.signature(fn)
+        self._store_arg = store
+        self.result = result
+        self.reset()
+
+    def reset(self) -> None:
+        self.counter = itertools.count(1)
+        self._recorder: _Recorder | None = None
+
+    def recorder(self) -> _Recorder:
+        r = self._recorder
+        if r is None or r.store._closed:
+            store = default_store(self._store_arg)
+            r = _recorder(store)
+            r.ensure_session()
+            self._write_signature(r)
+            self._recorder = r
+        return r
+
+    def _write_signature(self, r: _Recorder) -> None:
+        params = []
+        for p in self.sig.parameters.values():
+            entry = [p.name, p.kind.name]
+            if p.default is not inspect.Parameter.empty:
+                entry.append(r.cell(p.default, f"default of {p.name}", self.name))
+            params.append(entry)
+        rec = {"fn": self.name, "session": r.session, "params": params}
+        refs = [Digest(e[2]["$"]) for e in params if len(e) > 2 and isinstance(e[2], dict) and "$" in e[2]]
+        r.store.append(KIND_CALLFN, rec, key=fingerprint(("casmon.callfn", self.name, r.session)), refs=refs)
+
+    def capture(self, r: _Recorder, args: tuple, kwargs: dict):
+        for a in args:
+            if type(a) not in _SCALARS or (type(a) is str and len(a) > _INLINE_STR):
+                break
+        else:
+            args_cells = list(args)
+            if not kwargs:
+                return args_cells, {}
+            for v in kwargs.values():
+                if type(v) not in _SCALARS or (type(v) is str and len(v) > _INLINE_STR):
+                    break
+            else:
+                return args_cells, dict(kwargs)
+        name = self.name
+        return ([r.cell(a, f"argument {i}", name) for i, a in enumerate(args)],
+                {k: r.cell(v, f"argument {k!r}", name) for k, v in kwargs.items()})
+
+
+def intercept(fn: Callable | None = None, *, store: Store | str | None = None, result: bool = True):
+    """Log every call of ``fn`` to a casmon store (see the module docstring).
+
+    ``store``: a :class:`Store` or location (default ``$CASMON_STORE`` or ``./.casmon``).
+    ``result``: also store each call's result (default True).
+    """
+    if fn is None:
+        return functools.partial(intercept, store=store, result=result)
+    if isinstance(fn, (staticmethod, classmethod)):
+        return type(fn)(intercept(fn.__func__, store=store, result=result))
+    if not callable(fn):
+        raise TypeError(f"@intercept expects a function, got {type(fn).__name__}")
+    fi = _Intercepted(fn, store, result)
+    _all_intercepted.append(fi)
+    _intercepted[fi.name] = fn
+    record_result = result
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args, **kwargs):
+            r = fi._recorder or fi.recorder()
+            n = next(fi.counter)
+            a, k = fi.capture(r, args, kwargs)
+            t0 = time.time()
+            p0 = time.perf_counter()
+            try:
+                out = await fn(*args, **kwargs)
+            except BaseException as e:
+                r.log(fi, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+                raise
+            r.log(fi, n, t0, time.perf_counter() - p0, a, k, r.cell(out, "result", fi.name) if record_result else None, None)
+            return out
+
+        wrapper = async_wrapper
+    else:
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            r = fi._recorder or fi.recorder()
+            n = next(fi.counter)
+            a, k = fi.capture(r, args, kwargs)
+            t0 = time.time()
+            p0 = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as e:
+                r.log(fi, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+                raise
+            dt = time.perf_counter() - p0
+            if record_result:
+                t = type(out)
+                rc = out if (t in _SCALARS and (t is not str or len(out) <= _INLINE_STR)) else r.cell(out, "result", fi.name)
+            else:
+                rc = None
+            r.log(fi, n, t0, dt, a, k, rc, None)
+            return out
+
+    wrapper.__casmon_intercept__ = fi
+    return wrapper
+
+
+def flush() -> None:
+    """Flush every open store (pending calls, cache entries, records)."""
+    from .store import _open_stores
+
+    for s in list(_open_stores):
+        s.flush()
+
+
+# ---------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One logged call. Values load on demand."""
+
+    log: CallLog
+    name: str
+    n: int
+    session: int
+    pid: int
+    rank: int | None
+    thread: int
+    thread_name: str
+    start: float
+    duration: float
+    args_cells: list
+    kwargs_cells: dict
+    result_cell: Any
+    exception: tuple[str, str] | None
+
+    def inputs(self) -> tuple[list, dict]:
+        """``(args, kwargs)`` with every stored value loaded (fresh copies)."""
+        load = self.log._load_cell
+        return [load(c) for c in self.args_cells], {k: load(v) for k, v in self.kwargs_cells.items()}
+
+    def result(self) -> Any:
+        if self.exception is not None:
+            raise LookupError(f"{self.name} call {self.n} (session {self.session}) raised {self.exception[0]}: {self.exception[1]}")
+        if self.result_cell is None and not self.log._result_recorded(self):
+            raise LookupError(f"{self.name} call {self.n}: its result was not recorded (intercept(result=False))")
+        return self.log._load_cell(self.result_cell)
+
+    def get_args(self) -> Args:
+        args, kwargs = self.inputs()
+        return self.log._bind(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        status = f"raised {self.exception[0]}" if self.exception else "ok"
+        return f"<Call {self.name} #{self.n} session {self.session} thread {self.thread_name} {self.duration * 1e3:.3f} ms {status}>"
+
+
+class Args:
+    """A call's arguments by parameter name, defaults filled in for what the call left out."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={_short(v)}" for k, v in self.__dict__.items()]
+        return f"Args({', '.join(parts)})"
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _short(v: Any, limit: int = 60) -> str:
+    try:
+        import numpy as np
+
+        if isinstance(v, np.ndarray):
+            return f"array(shape={v.shape}, dtype={v.dtype})"
+    except ImportError:  # pragma: no cover
+        pass
+    r = repr(v)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+@dataclass
+class Replay:
+    """What happened when a logged call was run again."""
+
+    name: str
+    n: int
+    session: int
+    result: Any
+    exception: BaseException | None
+    recorded: str | None  # fingerprint of the recorded result (or "raised Type: msg")
+    replayed: str | None
+    matches: bool
+
+    def __repr__(self) -> str:
+        return f"<Replay {self.name} #{self.n}: {'matches' if self.matches else 'DIFFERS'} (recorded {self.recorded}, now {self.replayed})>"
+
+
+@dataclass
+class _FunctionInfo:
+    name: str
+    params: list = field(default_factory=list)  # [name, kind, default cell?]
+    sessions: dict[int, list[Call]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def short(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+    def total(self) -> int:
+        return sum(len(c) for c in self.sessions.values())
+
+
+class CallLog:
+    """All calls logged in a store, merged over every process and thread (callmonitor's ``DB``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.sessions: dict[int, dict] = {}
+        self.functions: dict[str, _FunctionInfo] = {}
+        self._no_result: set[tuple[str, int]] = set()
+        self.reload()
+
+    def reload(self) -> None:
+        """Read what has been flushed since (the log works while writers still run)."""
+        store = self.store
+        sessions = {}
+        for _k, r in store.records(KIND_SESSION):
+            sessions[int(r["n"])] = r
+        functions: dict[str, _FunctionInfo] = {}
+        for _k, r in store.records(KIND_CALLFN):
+            fi = functions.setdefault(r["fn"], _FunctionInfo(r["fn"]))
+            fi.params = r.get("params", [])
+        for _k, batch in store.records(KIND_CALLS):
+            s = int(batch["session"])
+            names = batch["fns"]
+            threads = batch.get("threads", {})
+            for row in batch["c"]:
+                fi_idx, n, t0, dt, tid, a, k, res, exc = row
+                name = names[fi_idx]
+                fi = functions.setdefault(name, _FunctionInfo(name))
+                fi.sessions[s].append(Call(self, name, int(n), s, batch.get("pid", 0), batch.get("rank"), tid,
+                                           threads.get(str(tid), str(tid)), t0, dt, a, k, res,
+                                           tuple(exc) if exc else None))
+        for fi in functions.values():
+            for calls in fi.sessions.values():
+                calls.sort(key=lambda c: c.n)
+        self.sessions = dict(sorted(sessions.items()))
+        self.functions = dict(sorted(functions.items()))
+
+    # -- lookups -----------------------------------------------------------------
+    def resolve(self, name: str) -> str:
+        """A function's full name from its full name, qualified name or short name (if unambiguous)."""
+        if name in self.functions:
+            return name
+        matches = [f for f in self.functions if f.endswith("." + name) or f.rsplit(".", 1)[-1] == name]
+        if len(matches) == 1:
+            return matches[0]
+        known = ", ".join(self.functions) or "none"
+        if not matches:
+            raise LookupError(f"no logged function {name!r}; logged functions: {known}")
+        raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}; use the full name")
+
+    def calls(self, name: str | None = None, *, session: int | None = None, process: int | None = None,
+              thread: int | str | None = None, rank: int | None = None) -> list[Call]:
+        """Calls, oldest session first, filtered by any of function, session, process, thread (id or name) and rank."""
+        names = [self.resolve(name)] if name is not None else list(self.functions)
+        out = []
+        for nm in names:
+            for s, calls in sorted(self.functions[nm].sessions.items()):
+                if session is not None and s != session:
+                    continue
+                for c in calls:
+                    if process is not None and c.pid != process:
+                        continue
+                    if thread is not None and thread not in (c.thread, c.thread_name):
+                        continue
+                    if rank is not None and c.rank != rank:
+                        continue
+                    out.append(c)
+        return out
+
+    def call(self, name: str, n: int, session: int | None = None) -> Call:
+        full = self.resolve(name)
+        fi = self.functions[full]
+        if not fi.sessions:
+            raise LookupError(f"{full} has no logged calls yet")
+        if session is None:
+            session = max(fi.sessions)
+        calls = fi.sessions.get(session)
+        if not calls:
+            raise LookupError(f"{full} has no calls in session {session}; sessions with calls: {sorted(fi.sessions)}")
+        for c in calls:
+            if c.n == n:
+                return c
+        numbers = [c.n for c in calls]
+        raise LookupError(f"{full} has no call {n} in session {session}; its calls there are {_ranges(numbers)}")
+
+    def get(self, name: str, n: int, session: int | None = None) -> tuple[list, dict]:
+        """Call ``n`` of ``name`` (latest session by default) as ``(args, kwargs)``, values loaded."""
+        return self.call(name, n, session).inputs()
+
+    def get_args(self, name: str, n: int, session: int | None = None) -> Args:
+        """Like :meth:`get`, as an :class:`Args` with one attribute per parameter, defaults filled in."""
+        return self.call(name, n, session).get_args()
+
+    def result(self, name: str, n: int, session: int | None = None) -> Any:
+        return self.call(name, n, session).result()
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(self.calls())
+
+    def __len__(self) -> int:
+        return sum(fi.total() for fi in self.functions.values())
+
+    # -- replay ------------------------------------------------------------------
+    def replay(self, name: str, n: int, session: int | None = None, fn: Callable | None = None) -> Replay:
+        """Run call ``n`` again with its stored inputs and compare the result with the recorded one.
+
+        The function is the one intercepted in this process under that name, or
+        imported from its module; pass ``fn`` to replay against another version.
+        The comparison is by fingerprint (content), so it holds across processes.
+        """
+        c = self.call(name, n, session)
+        target = fn or _find_function(c.name)
+        args, kwargs = c.inputs()
+        if c.exception is not None:
+            recorded = f"raised {c.exception[0]}: {c.exception[1]}"
+        elif c.result_cell is None and (c.name, c.session) in self._no_result:
+            recorded = None
+        else:
+            recorded = fingerprint(self._load_cell(c.result_cell)).hex()
+        try:
+            out = target(*args, **kwargs)
+            exc = None
+            replayed = fingerprint(out).hex()
+        except Exception as e:  # noqa: BLE001 - a replay reports, it does not crash
+            out, exc = None, e
+            replayed = f"raised {_type_name(e)}: {str(e)[:1000]}"
+        return Replay(c.name, c.n, c.session, out, exc, recorded, replayed, recorded is not None and recorded == replayed)
+
+    # -- helpers -------------------------------------------------------------------
+    def _load_cell(self, cell: Any) -> Any:
+        if isinstance(cell, dict):
+            if "$" in cell:
+                return self.store.get(cell["$"])
+            if "!" in cell:
+                return NotStored(cell["!"], cell.get("why", ""))
+        return cell
+
+    def _result_recorded(self, c: Call) -> bool:
+        return c.result_cell is not None or c.exception is not None
+
+    def _bind(self, c: Call, args: list, kwargs: dict) -> Args:
+        params = self.functions[c.name].params
+        values: dict[str, Any] = {}
+        rest = list(args)
+        for p in params:
+            pname, kind = p[0], p[1]
+            if kind == "VAR_POSITIONAL":
+                values[pname] = tuple(rest)
+                rest = []
+            elif kind == "VAR_KEYWORD":
+                values[pname] = {k: v for k, v in kwargs.items() if k not in values}
+            elif rest and kind != "KEYWORD_ONLY":
+                values[pname] = rest.pop(0)
+            elif pname in kwargs:
+                values[pname] = kwargs[pname]
+            elif len(p) > 2:
+                values[pname] = self._load_cell(p[2])
+            else:
+                values[pname] = NotStored("missing", "no value and no default")
+        return Args(values)
+
+    def signature(self, name: str) -> str:
+        fi = self.functions[self.resolve(name)]
+        parts = []
+        for p in fi.params:
+            prefix = "*" if p[1] == "VAR_POSITIONAL" else "**" if p[1] == "VAR_KEYWORD" else ""
+            parts.append(prefix + p[0] + (f"={_short(self._default_repr(p[2]), 30)}" if len(p) > 2 else ""))
+        return f"{fi.name}({', '.join(parts)})"
+
+    def _default_repr(self, cell):
+        if isinstance(cell, dict) and "$" in cell:
+            try:
+                return self._load_cell(cell)
+            except CasmonError:
+                return "<stored>"
+        return self._load_cell(cell)
+
+    def __repr__(self) -> str:
+        lines = [f"CallLog({self.store.url!r}: {len(self.functions)} functions, {len(self)} calls, {len(self.sessions)} sessions)"]
+        for name, fi in self.functions.items():
+            sess = sorted(fi.sessions)
+            latest = len(fi.sessions[sess[-1]]) if sess else 0
+            args = [p[0] for p in fi.params]
+            defaults = ", ".join(f"{p[0]}={_short(self._default_repr(p[2]), 30)}" for p in fi.params if len(p) > 2)
+            lines.append(f"  {name}: calls {latest} in session {sess[-1] if sess else '-'} ({fi.total()} in sessions {_ranges(sess)}); "
+                         f"args {args}; defaults ({defaults})")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for name, fi in self.functions.items():
+            sess = sorted(fi.sessions)
+            rows.append(
+                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+                    html.escape(self.signature(name)), fi.total(), html.escape(_ranges(sess)),
+                    len(fi.sessions[sess[-1]]) if sess else 0)
+            )
+        return (f"<p>casmon call log <code>{html.escape(self.store.url)}</code>: {len(self.sessions)} sessions</p>"
+                "<table><tr><th>function</th><th>calls</th><th>sessions</th><th>calls in latest</th></tr>"
+                + "".join(rows) + "</table>")
+
+
+def _ranges(ns: list[int]) -> str:
+    if not ns:
+        return "none"
+    ns = sorted(set(ns))
+    out, start, prev = [], ns[0], ns[0]
+    for x in ns[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if x is not None:
+            start = prev = x
+    return ", ".join(out)
+
+
+def _find_function(name: str) -> Callable:
+    fn = _intercepted.get(name)
+    if fn is not None:
+        return fn
+    import importlib
+
+    mod_name, _, qual = name.rpartition(".")
+    # The qualified name may contain dots (Class.method): import the longest module prefix.
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod_name, qual_parts = ".".join(parts[:i]), parts[i:]
+        try:
+            obj: Any = importlib.import_module(mod_name)
+        except ImportError:
+            continue
+        try:
+            for p in qual_parts:
+                obj = getattr(obj, p)
+        except AttributeError:
+            continue
+        fi = getattr(obj, "__casmon_intercept__", None)
+        return fi.fn if fi is not None else inspect.unwrap(obj)
+    raise LookupError(f"cannot find function {name} to replay: import its module first, or pass fn=")
+
+
+def load(store: Store | str | None = None) -> CallLog:
+    """The call log of a store (default ``$CASMON_STORE`` or ``./.casmon``)."""
+    s = default_store(store) if not isinstance(store, Store) else store
+    s.flush()
+    return CallLog(s)
