@@ -130,6 +130,62 @@ def scenario_same(tool, d):
     return {"files": n, "bytes": b}
 
 
+def _g_small(a, b, c):
+    return a
+
+
+def _g_array(a, i):
+    return i
+
+
+def make_interceptor(tool: str, d: Path):
+    if tool == "casmon":
+        import casmon
+
+        store = casmon.open(d / "store")
+        return casmon.intercept(store=store), store
+    if tool == "callmonitor":
+        os.chdir(d)  # callmonitor writes ./call-monitor*
+        import callmonitor
+
+        return callmonitor.intercept, None
+    raise SystemExit(f"unknown tool {tool}")
+
+
+def scenario_log_small(tool, d):
+    deco, store = make_interceptor(tool, d)
+    f = deco(_g_small)
+    n = 10_000
+    f(0, 2.5, "abc")
+    flush(store)
+    before = files_and_bytes(d)
+    t = time.perf_counter()
+    for i in range(n):
+        _g_small(i, 2.5, "abc")
+    plain = time.perf_counter() - t
+    t = time.perf_counter()
+    for i in range(n):
+        f(i, 2.5, "abc")
+    logged = time.perf_counter() - t
+    t = time.perf_counter()
+    flush(store)
+    flushed = time.perf_counter() - t
+    after = files_and_bytes(d)
+    return {"overhead_s": (logged - plain) / n, "overhead_flushed_s": (logged + flushed - plain) / n,
+            "files_per_10000": after[0] - before[0]}
+
+
+def scenario_log_same(tool, d):
+    deco, store = make_interceptor(tool, d)
+    f = deco(_g_array)
+    a = np.random.default_rng(1).random(16 * 1024 * 1024 // 8)
+    for i in range(200):
+        f(a, i)
+    flush(store)
+    n, b = files_and_bytes(d)
+    return {"files": n, "bytes": b}
+
+
 def main() -> None:
     tool, scenario, d = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     d.mkdir(parents=True, exist_ok=True)
@@ -139,6 +195,10 @@ def main() -> None:
         out = scenario_array(tool, d, int(sys.argv[4]))
     elif scenario == "same":
         out = scenario_same(tool, d)
+    elif scenario == "log_small":
+        out = scenario_log_small(tool, d)
+    elif scenario == "log_same":
+        out = scenario_log_same(tool, d)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     sys.stdout.write(json.dumps(out) + "\n")

@@ -108,6 +108,18 @@ def main(argv=None) -> None:
     add("bytes after 200 misses returning one 16 MiB array", "joblib", "bytes", c, j, fmt_bytes, "<= 1.05x one copy")
     add("files after 200 misses returning one 16 MiB array", "joblib", "files", c, j, lambda n: f"{n:,}")
 
+    with console.status("call logging"):
+        c = measure("casmon", "log_small")
+        m = measure("callmonitor", "log_small")
+    add("call log overhead per call, small args", "callmonitor", "overhead_s", c, m, fmt_time, "<= 0.1")
+    add("… including the flush of those calls", "callmonitor", "overhead_flushed_s", c, m, fmt_time, "<= 0.1")
+    add("files per 10,000 logged calls", "callmonitor", "files_per_10000", c, m, lambda n: f"{n:,}", "<= 20 files")
+    with console.status("200 logged calls with one 16 MiB array"):
+        c = measure("casmon", "log_same")
+        m = measure("callmonitor", "log_same")
+    add("bytes after 200 logged calls with one 16 MiB array", "callmonitor", "bytes", c, m, fmt_bytes, "<= 1.05x one copy")
+    add("files after 200 logged calls with one 16 MiB array", "callmonitor", "files", c, m, lambda n: f"{n:,}")
+
     t = Table(title=f"casmon vs peers — Python {platform.python_version()}, {os.cpu_count()} cores, {platform.machine()}")
     for col in ("measure", "peer", "casmon", "peer's figure", "ratio", "target"):
         t.add_column(col)

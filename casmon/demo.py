@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .cache import cache
+from .calllog import CallLog, intercept
 from .store import open as open_store
 
 
@@ -18,6 +19,11 @@ def preprocess(raw: np.ndarray, bins: int = 64) -> np.ndarray:
     lo, hi = float(raw.min()), float(raw.max())
     edges = np.linspace(lo, hi, bins + 1)
     return np.stack([np.histogram(row, edges)[0] for row in raw[:512]])
+
+
+def train_step(weights: np.ndarray, lr: float = 0.1, momentum: float = 0.9) -> float:
+    """The demo's logged function: one "training step" returning a loss."""
+    return float(np.mean((weights * lr) ** 2) + momentum * 0.001)
 
 
 def run_demo(location=None, console: Console | None = None) -> None:
@@ -85,12 +91,29 @@ def run_demo(location=None, console: Console | None = None) -> None:
     console.print(f"cache_info: {info.hits} hits, {info.misses} misses this run, {info.entries} entries stored "
                   "(run the demo again: every call is a hit)\n")
 
+    logged = intercept(store=store)(train_step)
+    w = data[:64].copy()
+    for step in range(3):
+        logged(w, lr=0.1 / (step + 1))
+        w *= 0.5  # the function's input changes after each call; the log keeps what each call saw
+    store.flush()
+    log = CallLog(store)
+    name = log.resolve("train_step")
+    session = max(log.functions[name].sessions)
+    args = log.get_args(name, 2, session=session)
+    console.print(f"@casmon.intercept logged {len(log.calls(name, session=session))} calls of train_step in session {session}; "
+                  f"call 2 read back: lr={args.lr}, momentum={args.momentum} (default), weights {args.weights.shape}, "
+                  f"equal to what it saw: {np.array_equal(args.weights, data[:64] * 0.5)}")
+    r = log.replay(name, 2, session=session, fn=train_step)
+    console.print(f"replayed call 2: {'same result' if r.matches else 'DIFFERENT result'} ({r.result:.6f})\n")
+
     s = store.stats()
     console.print(
         f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {s['logical_bytes'] / 2**20:.1f} MiB of values, "
         f"{s['stored_bytes'] / 2**20:.1f} MiB on disk (this demo added {(s['stored_bytes'] - before) / 2**20:.1f} MiB), {s['files']} files"
     )
-    console.print("try: [bold]casmon stats[/bold], [bold]casmon cache[/bold], [bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
+    console.print("try: [bold]casmon stats[/bold], [bold]casmon cache[/bold], [bold]casmon calls[/bold], "
+                  "[bold]casmon show casmon.demo.train_step 2[/bold], [bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
     store.close()
     if not ok:
         raise SystemExit(1)

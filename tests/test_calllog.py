@@ -393,3 +393,11 @@ def test_cli_calls_show_replay(tmp_path):
     assert "same result as recorded" in r.stdout
     bad = cli("show", "train", "9", "--store", str(tmp_path / "s"), check=False)
     assert bad.returncode != 0 and "its calls there are 1-3" in bad.stderr
+
+
+def test_runnable_example(tmp_path):
+    example = ROOT / "docs" / "examples" / "call_log.py"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, str(example), str(tmp_path / "s")], capture_output=True, text=True, env=env, timeout=300, check=True).stdout
+    assert "normalise: calls 5 in session 1" in out
+    assert "clip=3.0" in out and "matches" in out
