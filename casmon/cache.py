@@ -361,6 +361,21 @@ class _CachedFunction:
             return
         self._remember(key, d)
 
+    # -- the two halves of a call, around the function itself ---------------------
+    def begin(self, args: tuple, kwargs: dict) -> tuple[Digest | None, bool, Any]:
+        """``(key, found, value)``: a hit returns the stored value; a miss counts."""
+        key = _safe_key(self, args, kwargs)
+        if key is not None:
+            found, value = self.lookup_result(key)
+            if found:
+                return key, True, value
+        self.misses += 1
+        return key, False, None
+
+    def end(self, key: Digest | None, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
+        if key is not None:
+            self.save(key, result, time.perf_counter() - t0, args, kwargs)
+
     # -- helpers ------------------------------------------------------------------
     def entries(self) -> list[tuple[Digest, dict]]:
         cleared = self._cleared_time(refresh=True)
@@ -414,16 +429,12 @@ def cache(
 
         @functools.wraps(fn)
         async def async_wrapper(*args, **kwargs):
-            key = _safe_key(state, args, kwargs)
-            if key is not None:
-                found, value = state.lookup_result(key)
-                if found:
-                    return value
-            state.misses += 1
+            key, found, value = state.begin(args, kwargs)
+            if found:
+                return value
             t0 = time.perf_counter()
             result = await fn(*args, **kwargs)
-            if key is not None:
-                state.save(key, result, time.perf_counter() - t0, args, kwargs)
+            state.end(key, result, t0, args, kwargs)
             return result
 
         wrapper = async_wrapper
@@ -431,16 +442,12 @@ def cache(
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            key = _safe_key(state, args, kwargs)
-            if key is not None:
-                found, value = state.lookup_result(key)
-                if found:
-                    return value
-            state.misses += 1
+            key, found, value = state.begin(args, kwargs)
+            if found:
+                return value
             t0 = time.perf_counter()
             result = fn(*args, **kwargs)
-            if key is not None:
-                state.save(key, result, time.perf_counter() - t0, args, kwargs)
+            state.end(key, result, t0, args, kwargs)
             return result
 
     def cache_info() -> CacheInfo:

@@ -276,6 +276,28 @@ class _Intercepted:
         return ([r.cell(a, f"argument {i}", name) for i, a in enumerate(args)],
                 {k: r.cell(v, f"argument {k!r}", name) for k, v in kwargs.items()})
 
+    # -- the two halves of a call, around the function itself ---------------------
+    def begin(self, args: tuple, kwargs: dict):
+        r = self._recorder or self.recorder()
+        n = next(self.counter)
+        a, k = self.capture(r, args, kwargs)  # before the call: the function may mutate its inputs
+        return r, n, a, k, time.time(), time.perf_counter()
+
+    def end(self, r: _Recorder, n: int, a, k, t0: float, p0: float, out: Any) -> None:
+        dt = time.perf_counter() - p0
+        if not self.result:
+            rc: Any = NOT_RECORDED
+        else:
+            t = type(out)
+            rc = out if (t in _SCALARS and (t is not str or len(out) <= _INLINE_STR)) else r.cell(out, "result", self.name)
+        r.log(self, n, t0, dt, a, k, rc, None)
+
+    def fail(self, r: _Recorder, n: int, a, k, t0: float, p0: float, e: BaseException) -> None:
+        r.log(self, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+
+
+NOT_RECORDED = {"-": "not recorded"}  # the result cell of intercept(result=False)
+
 
 def intercept(fn: Callable | None = None, *, store: Store | str | None = None, result: bool = True):
     """Log every call of ``fn`` to a casmon store (see the module docstring).
@@ -292,23 +314,17 @@ def intercept(fn: Callable | None = None, *, store: Store | str | None = None, r
     fi = _Intercepted(fn, store, result)
     _all_intercepted.append(fi)
     _intercepted[fi.name] = fn
-    record_result = result
-
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(*args, **kwargs):
-            r = fi._recorder or fi.recorder()
-            n = next(fi.counter)
-            a, k = fi.capture(r, args, kwargs)
-            t0 = time.time()
-            p0 = time.perf_counter()
+            r, n, a, k, t0, p0 = fi.begin(args, kwargs)
             try:
                 out = await fn(*args, **kwargs)
             except BaseException as e:
-                r.log(fi, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+                fi.fail(r, n, a, k, t0, p0, e)
                 raise
-            r.log(fi, n, t0, time.perf_counter() - p0, a, k, r.cell(out, "result", fi.name) if record_result else None, None)
+            fi.end(r, n, a, k, t0, p0, out)
             return out
 
         wrapper = async_wrapper
@@ -316,23 +332,13 @@ def intercept(fn: Callable | None = None, *, store: Store | str | None = None, r
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            r = fi._recorder or fi.recorder()
-            n = next(fi.counter)
-            a, k = fi.capture(r, args, kwargs)
-            t0 = time.time()
-            p0 = time.perf_counter()
+            r, n, a, k, t0, p0 = fi.begin(args, kwargs)
             try:
                 out = fn(*args, **kwargs)
             except BaseException as e:
-                r.log(fi, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+                fi.fail(r, n, a, k, t0, p0, e)
                 raise
-            dt = time.perf_counter() - p0
-            if record_result:
-                t = type(out)
-                rc = out if (t in _SCALARS and (t is not str or len(out) <= _INLINE_STR)) else r.cell(out, "result", fi.name)
-            else:
-                rc = None
-            r.log(fi, n, t0, dt, a, k, rc, None)
+            fi.end(r, n, a, k, t0, p0, out)
             return out
 
     wrapper.__casmon_intercept__ = fi
@@ -379,9 +385,13 @@ class Call:
     def result(self) -> Any:
         if self.exception is not None:
             raise LookupError(f"{self.name} call {self.n} (session {self.session}) raised {self.exception[0]}: {self.exception[1]}")
-        if self.result_cell is None and not self.log._result_recorded(self):
+        if not self.result_recorded:
             raise LookupError(f"{self.name} call {self.n}: its result was not recorded (intercept(result=False))")
         return self.log._load_cell(self.result_cell)
+
+    @property
+    def result_recorded(self) -> bool:
+        return self.result_cell != NOT_RECORDED
 
     def get_args(self) -> Args:
         args, kwargs = self.inputs()
@@ -456,7 +466,6 @@ class CallLog:
         self.store = store
         self.sessions: dict[int, dict] = {}
         self.functions: dict[str, _FunctionInfo] = {}
-        self._no_result: set[tuple[str, int]] = set()
         self.reload()
 
     def reload(self) -> None:
@@ -564,7 +573,7 @@ class CallLog:
         args, kwargs = c.inputs()
         if c.exception is not None:
             recorded = f"raised {c.exception[0]}: {c.exception[1]}"
-        elif c.result_cell is None and (c.name, c.session) in self._no_result:
+        elif not c.result_recorded:
             recorded = None
         else:
             recorded = fingerprint(self._load_cell(c.result_cell)).hex()
@@ -585,9 +594,6 @@ class CallLog:
             if "!" in cell:
                 return NotStored(cell["!"], cell.get("why", ""))
         return cell
-
-    def _result_recorded(self, c: Call) -> bool:
-        return c.result_cell is not None or c.exception is not None
 
     def _bind(self, c: Call, args: list, kwargs: dict) -> Args:
         params = self.functions[c.name].params

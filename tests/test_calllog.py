@@ -401,3 +401,12 @@ def test_runnable_example(tmp_path):
     out = subprocess.run([sys.executable, str(example), str(tmp_path / "s")], capture_output=True, text=True, env=env, timeout=300, check=True).stdout
     assert "normalise: calls 5 in session 1" in out
     assert "clip=3.0" in out and "matches" in out
+
+
+def test_a_none_result_is_a_recorded_result(store):
+    @casmon.intercept(store=store)
+    def nothing(x):
+        return None
+
+    nothing(1)
+    assert casmon.load(store).result("nothing", 1) is None
