@@ -47,3 +47,7 @@ __all__ += ["cache", "CacheInfo", "CacheWarning", "default_store"]
 from .calllog import Args, CallLog, CallLogWarning, NotStored, flush, intercept, load  # noqa: E402
 
 __all__ += ["intercept", "load", "flush", "CallLog", "Args", "NotStored", "CallLogWarning"]
+
+from .runs import RunInfo, RunWarning, diff, export, list_runs, load_run, record, record_context, restore  # noqa: E402
+
+__all__ += ["record", "record_context", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export"]

@@ -44,6 +44,11 @@ KIND_CLEAR = "cacheclear"  # cache_clear() tombstones, keyed by the function's n
 KIND_USE = "cacheuse"  # hit counts and last use, written at flushes
 
 
+#: Called as ``observer(store, fn_name, key, result_digest, hit)`` on every hit and stored miss
+#: (runs use it to record which cache entries they used).
+observers: list = []
+
+
 class CacheWarning(UserWarning):
     """Something kept a call from being cached or a hit from being used; the result is still returned."""
 
@@ -335,6 +340,9 @@ class _CachedFunction:
         self._remember(key, d)
         self.hits += 1
         _usage(self.store).hit(key, self.name)
+        if observers:
+            for ob in list(observers):
+                ob(self.store, self.name, key, d, True)
         return True, value
 
     def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict) -> None:
@@ -360,6 +368,9 @@ class _CachedFunction:
             self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         self._remember(key, d)
+        if observers:
+            for ob in list(observers):
+                ob(store, self.name, key, d, False)
 
     # -- the two halves of a call, around the function itself ---------------------
     def begin(self, args: tuple, kwargs: dict) -> tuple[Digest | None, bool, Any]:

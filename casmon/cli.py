@@ -308,13 +308,16 @@ def calls(name, store_location, session, limit) -> None:
 
 @main.command()
 @click.argument("name")
-@click.argument("n", type=int)
+@click.argument("n", type=int, required=False)
 @store_option
 @click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
 def show(name, n, store_location, session) -> None:
-    """The inputs, result and timing of call N of function NAME."""
+    """`show RUN`: a recorded run. `show NAME N`: the inputs, result and timing of call N of function NAME."""
     from .calllog import _short
 
+    if n is None:
+        _show_run(name, store_location)
+        return
     log = _load_log(store_location)
     try:
         c = log.call(name, n, session)
@@ -353,6 +356,140 @@ def replay(name, n, store_location, session) -> None:
     else:
         console.print(f"[red]{r.name} call {r.n} (session {r.session}): result differs[/red]\n  recorded {r.recorded}\n  now      {r.replayed}")
     sys.exit(0 if r.matches else 1)
+
+
+def _load_run(which, store_location):
+    from .runs import load_run
+
+    try:
+        return load_run(which, _open(store_location, read_only=True))
+    except (LookupError, CasmonError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+@main.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+def runs(store_location, as_json) -> None:
+    """Recorded runs: number, comment, time, status, commit, dirty."""
+    from .runs import list_runs
+
+    all_runs = list_runs(_open(store_location, read_only=True))
+    if as_json:
+        click.echo(json.dumps([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
+                                "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty")}
+                               for r in all_runs], indent=2))
+        return
+    if not all_runs:
+        console.print("no runs recorded")
+        return
+    t = Table(title="runs")
+    for col in ("run", "comment", "started", "duration", "status", "commit", "dirty"):
+        t.add_column(col)
+    for r in all_runs:
+        m = r.manifest
+        g = m.get("git", {})
+        status = {"ok": "[green]ok[/green]", "failed": "[red]failed[/red]"}.get(r.status, r.status)
+        dur = f"{m['duration']:.1f} s" if m.get("duration") is not None else ""
+        t.add_row(r.name, m.get("comment", ""), _when(m["start"]) if m.get("start") else "", dur, status,
+                  (g.get("commit") or "")[:10] or ("no git" if not g.get("in_git") else "no commit"),
+                  "yes" if g.get("dirty") else "")
+    console.print(t)
+
+
+def _show_run(which, store_location) -> None:
+    r = _load_run(which, store_location)
+    m = r.manifest
+    g = m.get("git", {})
+    console.print(f"[bold]run {r.name}[/bold]  {r.status}  manifest {r.digest[:12]}")
+    if m.get("start"):
+        console.print(f"  started {_when(m['start'])}" + (f", took {m['duration']:.2f} s" if m.get("duration") is not None else ""))
+    console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
+    console.print(f"  command: {' '.join(m.get('argv', []))}", markup=False)
+    if g.get("in_git"):
+        console.print(f"  git: {g.get('root')} commit {(g.get('commit') or 'none')[:12]} on {g.get('branch') or 'detached HEAD'}"
+                      f"{', uncommitted changes (' + str(len(r.patch())) + ' byte patch)' if g.get('dirty') else ', clean'}", markup=False)
+        if g.get("untracked"):
+            console.print(f"  untracked files in the patch: {', '.join(g['untracked'][:10])}", markup=False)
+    for note in g.get("notes", []):
+        console.print(f"  note: {note}", markup=False)
+    for path, f in m.get("files", {}).items():
+        console.print(f"  tracked {path} ({_human(f['size'])}, {f['digest'][:12]})", markup=False)
+    for k, v in r.info().items():
+        from .calllog import _short
+
+        console.print(f"  info {k} = {_short(v, 120)}", markup=False)
+    if m.get("status") == "failed":
+        console.print(m.get("traceback", ""), markup=False)
+    if m.get("output"):
+        out = r.output()
+        tail = out[-2000:]
+        console.print(f"  output ({len(out):,} characters{', last 2,000' if len(out) > 2000 else ''}):")
+        console.print(tail, markup=False)
+
+
+@main.command("diff")
+@click.argument("a")
+@click.argument("b")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+def diff_cmd(a, b, store_location, as_json) -> None:
+    """What differs between runs A and B: code, tracked files, metadata, info, results."""
+    from .runs import diff
+
+    ra, rb = _load_run(a, store_location), _load_run(b, store_location)
+    d = diff(ra, rb)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+        return
+    console.print(f"[bold]{d['a']}[/bold] vs [bold]{d['b']}[/bold]" + ("  (identical records)" if d["same_manifest"] else ""))
+    c = d["commit"]
+    console.print(f"  commit: {'same' if c['same'] else (c['a'] or 'none')[:12] + ' -> ' + (c['b'] or 'none')[:12]}")
+    console.print(f"  uncommitted changes: {'same' if d['patch']['same'] else 'differ'}")
+    if not d["patch"]["same"] and d["patch"].get("diff"):
+        console.print(d["patch"]["diff"][:4000], markup=False)
+    for kind in ("added", "removed", "changed"):
+        for p in d["files"][kind]:
+            console.print(f"  tracked file {kind}: {p}", markup=False)
+    for k, v in d["meta"].items():
+        console.print(f"  {k}: {v}", markup=False)
+    for k, v in d["info"].items():
+        console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}", markup=False)
+    for r in d["results"]:
+        console.print(f"  [yellow]{r['function']}[/yellow] returned different results for the same inputs ({r['calls']} calls, via {r['via']})")
+
+
+@main.command("restore")
+@click.argument("run")
+@click.argument("target", type=click.Path(file_okay=False))
+@store_option
+@click.option("--repo", type=click.Path(exists=True, file_okay=False), help="The git repository holding the run's commit.")
+def restore_cmd(run, target, store_location, repo) -> None:
+    """Write RUN's code into TARGET: its commit, its uncommitted changes, its tracked files."""
+    from .runs import restore
+
+    r = _load_run(run, store_location)
+    try:
+        root = restore(r, target, repo=repo)
+    except (CasmonError, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    console.print(f"restored run {r.name} into {root}")
+
+
+@main.command("export")
+@click.argument("run")
+@click.argument("target", type=click.Path(file_okay=False))
+@store_option
+def export_cmd(run, target, store_location) -> None:
+    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."""
+    from .runs import export
+
+    r = _load_run(run, store_location)
+    try:
+        root = export(r, target)
+    except (CasmonError, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    console.print(f"exported run {r.name} into {root}")
 
 
 @main.command()

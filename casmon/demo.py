@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from .cache import cache
 from .calllog import CallLog, intercept
+from .runs import RunWarning, list_runs, record
 from .store import open as open_store
 
 
@@ -30,8 +32,35 @@ def run_demo(location=None, console: Console | None = None) -> None:
     console = console or Console()
     store = open_store(location)
     console.print(f"[bold]casmon demo[/bold] on store [cyan]{store.url}[/cyan]\n")
-
     before = store.stats()["stored_bytes"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunWarning)  # e.g. "not a git repository": the table below says so
+        with record(comment="demo", store=store, capture_output=False) as run:
+            ok = _steps(store, console)
+    s = store.stats()
+    console.print(
+        f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {s['logical_bytes'] / 2**20:.1f} MiB of values, "
+        f"{s['stored_bytes'] / 2**20:.1f} MiB on disk (this demo added {(s['stored_bytes'] - before) / 2**20:.1f} MiB), {s['files']} files"
+    )
+    console.print(f"casmon.record kept this demo as run [bold]{run.name}[/bold]; the latest runs:")
+    t = Table()
+    for col in ("run", "started", "duration", "status", "commit", "dirty"):
+        t.add_column(col)
+    for r in list_runs(store)[-5:]:
+        g = r.manifest.get("git", {})
+        t.add_row(r.name, time.strftime("%H:%M:%S", time.localtime(r.manifest.get("start", 0))),
+                  f"{r.manifest.get('duration', 0):.1f} s", r.status,
+                  (g.get("commit") or ("no git" if not g.get("in_git") else "none"))[:10], "yes" if g.get("dirty") else "")
+    console.print(t)
+    console.print(f"try: [bold]casmon runs[/bold], [bold]casmon show {run.name}[/bold], [bold]casmon stats[/bold], "
+                  "[bold]casmon cache[/bold], [bold]casmon calls[/bold], [bold]casmon show casmon.demo.train_step 2[/bold], "
+                  "[bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
+    store.close()
+    if not ok:
+        raise SystemExit(1)
+
+
+def _steps(store, console: Console) -> bool:
     rng = np.random.default_rng(42)
     data = rng.integers(0, 1000, size=(4096, 1024)).astype(np.float64)  # 32 MiB
     edited = data.copy()
@@ -107,13 +136,4 @@ def run_demo(location=None, console: Console | None = None) -> None:
     r = log.replay(name, 2, session=session, fn=train_step)
     console.print(f"replayed call 2: {'same result' if r.matches else 'DIFFERENT result'} ({r.result:.6f})\n")
 
-    s = store.stats()
-    console.print(
-        f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {s['logical_bytes'] / 2**20:.1f} MiB of values, "
-        f"{s['stored_bytes'] / 2**20:.1f} MiB on disk (this demo added {(s['stored_bytes'] - before) / 2**20:.1f} MiB), {s['files']} files"
-    )
-    console.print("try: [bold]casmon stats[/bold], [bold]casmon cache[/bold], [bold]casmon calls[/bold], "
-                  "[bold]casmon show casmon.demo.train_step 2[/bold], [bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
-    store.close()
-    if not ok:
-        raise SystemExit(1)
+    return ok

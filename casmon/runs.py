@@ -1,0 +1,658 @@
+"""Experiment records: ``casmon.record`` keeps what a run was, to compare by hash and restore.
+
+A run is a small JSON value (the *run manifest*) pointing at values in the
+store: the patch of uncommitted changes, every tracked file, the console
+output, the list of installed packages, the user's ``info``. Named
+``{prefix}{n}`` or ``{prefix}{n}-{comment}``; the number is claimed with a
+create-if-absent ref ``runs/{prefix}{n}``, so two runs started at the same
+moment in two processes never share one. The ref points at the newest
+manifest (``running`` while the run goes on, then ``ok`` or ``failed``), and a
+``run`` record lists every value the run needs so gc keeps them.
+
+Stored by content, an unchanged config file or an unchanged package list costs
+nothing in the next run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import getpass
+import importlib.metadata
+import inspect
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .cache import observers as cache_observers
+from .calllog import CallLog, _recorders as call_recorders, _short as short_repr
+from .digest import Digest
+from .errors import CasmonError
+from .fingerprint import fingerprint
+from .gitstate import UNTRACKED_MAX, CodeState, capture_code_state
+from .capture import OutputCapture
+from .store import Store, default_store
+
+__all__ = ["record", "record_context", "Run", "RunInfo", "list_runs", "load_run", "diff", "restore", "export", "RunWarning"]
+
+KIND_RUN = "run"
+RUN_REFS = "runs"
+#: Environment variables recorded by default: never credentials.
+DEFAULT_ENV = (
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "PYTHONHASHSEED", "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_NODELIST",
+    "PBS_JOBID", "LSB_JOBID", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "CASMON_STORE",
+)
+_SECRET = re.compile(r"(?i)(secret|token|passw|credential|api[_-]?key|access[_-]?key|private|auth)")
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+class RunWarning(UserWarning):
+    """Something about a run could not be recorded; the run itself goes on."""
+
+
+def scrub(text: str) -> str:
+    """Remove credentials from URLs (``s3://key:secret@host`` -> ``s3://***@host``)."""
+    return _URL_CREDENTIALS.sub("***@", text)
+
+
+def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
+    """JSON values stay in the manifest; anything else is stored and referenced."""
+    if type(v) in (str, int, float, bool, type(None)) or (type(v) in (list, dict) and _is_plain_json(v)):
+        text = json.dumps(v, allow_nan=True)
+        if len(text) <= 4096:
+            return v
+    d = store.put(v)
+    refs.append(d)
+    return {"$": d.hex()}
+
+
+class Run:
+    """A run while it goes on: fill ``run.info`` with whatever you want kept."""
+
+    def __init__(self, store: Store, name: str, n: int, ref: str) -> None:
+        self.store = store
+        self.name = name
+        self.n = n
+        self.ref = ref
+        self.info: dict[str, Any] = {}
+        self.manifest: dict[str, Any] = {}
+        self.cache_links: list[dict] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<casmon Run {self.name} ({self.manifest.get('status', '?')})>"
+
+    def _cache_observer(self, store, fn, key, result, hit) -> None:
+        if store is self.store:
+            with self._lock:
+                if len(self.cache_links) < 100_000:
+                    self.cache_links.append({"fn": fn, "key": key.hex(), "result": result.hex(), "hit": hit})
+
+
+class record:
+    """Record a run: a context manager (``with casmon.record(...) as run:``) or a decorator.
+
+    ``comment``: part of the run's name. ``track``: regexes of files (paths
+    relative to the repository root) to keep with the run. ``capture_output``:
+    True or "python" (sys.stdout/sys.stderr), "fd" (file descriptors: C
+    extensions and subprocesses too), or False. ``prefix``: run names are
+    ``{prefix}{n}[-{comment}]``. ``env``: more environment variables to record
+    (names that look like secrets are refused). The code state is captured when
+    the run starts, before your code runs.
+
+    FineCache's names are accepted too: ``increment_dir`` (its ``dir_prefix``
+    becomes the prefix), ``tracking_files``, ``save_output``.
+    """
+
+    def __init__(self, comment: str = "", track: Iterable[str] = (), capture_output: bool | str = True,
+                 store: Store | str | None = None, prefix: str = "", env: Iterable[str] = (),
+                 untracked_max: int = UNTRACKED_MAX, *, increment_dir: Any = None,
+                 tracking_files: Iterable[str] | None = None, save_output: bool | None = None) -> None:
+        if tracking_files is not None:
+            track = list(track) + list(tracking_files)
+        if save_output is not None:
+            capture_output = save_output
+        if increment_dir is not None and not prefix:
+            prefix = getattr(increment_dir, "dir_prefix", "") or ""
+        self.patterns = []
+        for pat in track:
+            try:
+                self.patterns.append((pat, re.compile(pat)))
+            except re.error as e:
+                raise ValueError(f"casmon.record: track={pat!r} is not a valid regular expression: {e}") from None
+        if capture_output is True:
+            capture_output = "python"
+        if capture_output not in (False, None, "python", "fd"):
+            raise ValueError(f"casmon.record: capture_output must be True, False, 'python' or 'fd', got {capture_output!r}")
+        if not _PREFIX_RE.match(prefix):
+            raise ValueError(f"casmon.record: prefix may hold letters, digits, '_', '.', '-' only: {prefix!r}")
+        env = list(env)
+        for var in env:
+            if _SECRET.search(var):
+                raise ValueError(f"casmon.record: refusing to record environment variable {var!r}: it looks like a secret")
+        self.comment = comment
+        self.capture_mode = capture_output or None
+        self._store_arg = store
+        self.prefix = prefix
+        self.env = list(DEFAULT_ENV) + env
+        self.untracked_max = untracked_max
+        self._stack: list[tuple[Run, OutputCapture | None]] = []
+
+    # -- as a context manager -------------------------------------------------------
+    def __enter__(self) -> Run:
+        run = self._start(function=None)
+        return run
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._finish(exc_type, exc, tb)
+        return False
+
+    # -- as a decorator -----------------------------------------------------------------
+    def __call__(self, fn: Callable) -> Callable:
+        rec = self
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            rec._start(function=f"{fn.__module__}.{fn.__qualname__}")
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                rec._finish(*sys.exc_info())
+                raise
+            rec._finish(None, None, None)
+            return result
+
+        return wrapper
+
+    # -- the run ---------------------------------------------------------------------------
+    def _start(self, function: str | None) -> Run:
+        store = default_store(self._store_arg)
+        started = time.time()
+        exclude = [str(store.backend.local_root)] if store.backend.local_root else []
+        code = capture_code_state(exclude=exclude + [".casmon"], untracked_max=self.untracked_max)
+        for u in code.skipped:
+            warnings.warn(f"casmon.record: untracked file {u} is larger than {self.untracked_max:,} bytes and is "
+                          "left out of the patch", RunWarning, stacklevel=3)
+        for note in code.notes:
+            if not note.startswith("detached HEAD"):
+                warnings.warn(f"casmon.record: {note}", RunWarning, stacklevel=3)
+        refs: list[Digest] = []
+        patch = None
+        if code.patch:
+            d = store.put(code.patch)
+            refs.append(d)
+            patch = d.hex()
+        files, tracking = self._track(store, Path(code.root or os.getcwd()), store.backend.local_root, refs)
+        n, ref = self._claim(store)
+        name = f"{self.prefix}{n}" + (f"-{self.comment}" if self.comment else "")
+        run = Run(store, name, n, ref)
+        packages = _packages()
+        pd = store.put(packages)
+        refs.append(pd)
+        run.manifest = {
+            "casmon_run": 1,
+            "name": name,
+            "n": n,
+            "prefix": self.prefix,
+            "comment": self.comment,
+            "status": "running",
+            "function": function,
+            "start": started,
+            "patch_time": started,
+            "git": {"root": code.root, "in_git": code.git, "commit": code.commit, "branch": code.branch,
+                    "dirty": code.dirty, "untracked": code.untracked, "skipped": code.skipped, "notes": code.notes,
+                    "patch": patch},
+            "files": files,
+            "tracking_records": tracking,
+            "host": socket.gethostname(),
+            "user": _user(),
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "executable": sys.executable,
+            "argv": [scrub(str(a)) for a in sys.argv],
+            "cwd": os.getcwd(),
+            "packages": pd.hex(),
+            "env": {k: scrub(os.environ[k]) for k in self.env if k in os.environ},
+            "output_mode": self.capture_mode,
+        }
+        run._refs = refs
+        self._write(run)
+        capture = OutputCapture(self.capture_mode).start() if self.capture_mode else None
+        cache_observers.append(run._cache_observer)
+        self._stack.append((run, capture))
+        return run
+
+    def _track(self, store: Store, root: Path, store_root, refs: list[Digest]):
+        files: dict[str, dict] = {}
+        tracking: dict[str, list[str]] = {}
+        if not self.patterns:
+            return files, tracking
+        skip = {Path(store_root).resolve()} if store_root else set()
+        for dirpath, dirnames, filenames in os.walk(root):
+            dp = Path(dirpath)
+            dirnames[:] = [d for d in dirnames if d != ".git" and d != ".casmon" and (dp / d).resolve() not in skip]
+            for fname in filenames:
+                full = dp / fname
+                rel = full.relative_to(root).as_posix()
+                matched = [pat for pat, rx in self.patterns if rx.search(rel)]
+                if not matched or full.is_symlink():
+                    continue
+                try:
+                    data = full.read_bytes()
+                    mode = full.stat().st_mode
+                except OSError as e:
+                    warnings.warn(f"casmon.record: cannot read tracked file {rel}: {e}", RunWarning, stacklevel=4)
+                    continue
+                d = store.put(data)
+                refs.append(d)
+                files[rel] = {"digest": d.hex(), "size": len(data), "mode": stat.S_IMODE(mode)}
+                for pat in matched:
+                    tracking.setdefault(pat, []).append(str(full))
+        return files, tracking
+
+    def _claim(self, store: Store) -> tuple[int, str]:
+        taken = []
+        for name in store.refs(RUN_REFS):
+            tail = name[len(RUN_REFS) + 1 :]
+            if tail.startswith(self.prefix) and tail[len(self.prefix) :].isdigit():
+                taken.append(int(tail[len(self.prefix) :]))
+        n = max(taken, default=0) + 1
+        while True:
+            ref = f"{RUN_REFS}/{self.prefix}{n}"
+            if store.create_ref(ref, None, {"status": "claimed", "time": time.time()}):
+                return n, ref
+            n += 1
+
+    def _write(self, run: Run) -> None:
+        store = run.store
+        d = store.put(run.manifest)
+        store.append(KIND_RUN, {"name": run.name, "manifest": d.hex(), "status": run.manifest["status"]},
+                     key=fingerprint(("casmon.run", run.ref)), refs=[d, *run._refs])
+        store.set_ref(run.ref, d, {"name": run.name, "status": run.manifest["status"], "start": run.manifest["start"]})
+        store.flush()
+
+    def _finish(self, exc_type, exc, tb) -> None:
+        run, capture = self._stack.pop()
+        try:
+            cache_observers.remove(run._cache_observer)
+        except ValueError:
+            pass
+        try:
+            output = capture.stop() if capture is not None else None
+        except Exception as e:  # noqa: BLE001
+            output = None
+            warnings.warn(f"casmon.record: could not stop capturing output: {e}", RunWarning, stacklevel=3)
+        try:
+            store = run.store
+            m = run.manifest
+            end = time.time()
+            m["end"] = end
+            m["duration"] = end - m["start"]
+            if exc_type is None:
+                m["status"] = "ok"
+                m["traceback"] = None
+            else:
+                m["status"] = "failed"
+                m["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb))
+                m["error"] = f"{exc_type.__name__}: {exc}"
+            if output is not None:
+                od = store.put(output.encode("utf-8", "surrogateescape"))
+                run._refs.append(od)
+                m["output"] = od.hex()
+            m["info"] = {str(k): _json_or_value(store, v, run._refs) for k, v in run.info.items()}
+            rec = call_recorders.get(id(store))
+            m["links"] = {
+                "call_sessions": [rec.session] if rec is not None and rec.session is not None and rec.store is store else [],
+                "cache": run.cache_links,
+            }
+            self._write(run)
+        except Exception as e:  # noqa: BLE001 - never hide the user's own exception
+            warnings.warn(f"casmon.record: could not save run {run.name}: {e}", RunWarning, stacklevel=3)
+
+
+def record_context(increment_dir: Any = None, comment: str = "", tracking_files: Iterable[str] | None = None,
+                   save_output: bool = True, store: Store | str | None = None) -> record:
+    """FineCache's ``record_context`` parameters, on casmon's :class:`record`."""
+    return record(comment=comment, store=store, increment_dir=increment_dir, tracking_files=tracking_files or (),
+                  save_output=save_output)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
+
+
+@functools.lru_cache(maxsize=1)
+def _packages() -> dict[str, str]:
+    out = {}
+    for dist in importlib.metadata.distributions():
+        try:
+            out[dist.metadata["Name"]] = dist.version
+        except Exception:  # noqa: BLE001
+            continue
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] or "").lower()))
+
+
+# ---------------------------------------------------------------------------
+# Reading runs
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """A recorded run, as read back from the store."""
+
+    store: Store
+    ref: str
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest.get("name", self.ref.rsplit("/", 1)[-1])
+
+    @property
+    def status(self) -> str:
+        return self.manifest.get("status", "?")
+
+    @property
+    def digest(self) -> str:
+        """The run's manifest digest: two runs with equal digests recorded the same thing."""
+        ref = self.store.get_ref(self.ref)
+        return ref.target.hex() if ref and ref.target else ""
+
+    def patch(self) -> bytes:
+        h = self.manifest.get("git", {}).get("patch")
+        return bytes(self.store.get(h)) if h else b""
+
+    def output(self) -> str:
+        h = self.manifest.get("output")
+        return bytes(self.store.get(h)).decode("utf-8", "surrogateescape") if h else ""
+
+    def file(self, path: str) -> bytes:
+        return bytes(self.store.get(self.manifest["files"][path]["digest"]))
+
+    def packages(self) -> dict[str, str]:
+        h = self.manifest.get("packages")
+        return self.store.get(h) if h else {}
+
+    def info(self) -> dict[str, Any]:
+        out = {}
+        for k, v in self.manifest.get("info", {}).items():
+            out[k] = self.store.get(v["$"]) if isinstance(v, dict) and set(v) == {"$"} else v
+        return out
+
+    def information(self) -> dict[str, Any]:
+        """FineCache's ``information.json`` fields for this run, plus the user's info."""
+        m = self.manifest
+        info = {
+            "commit": m.get("git", {}).get("commit"),
+            "run_time": _iso(m.get("start")),
+            "patch_time": _iso(m.get("patch_time")),
+            "project_root": m.get("git", {}).get("root"),
+        }
+        if m.get("tracking_records"):
+            info["tracking_records"] = m["tracking_records"]
+        if m.get("function"):
+            info["record_function"] = m["function"].rsplit(".", 1)[-1]
+            info["run_end_time"] = _iso(m.get("end"))
+        for k, v in self.info().items():
+            info[k] = v if _is_json(v) else repr(v)
+        return info
+
+    def __repr__(self) -> str:
+        return f"<casmon run {self.name} {self.status}>"
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    import datetime as _dt
+
+    return str(_dt.datetime.fromtimestamp(t))
+
+
+def _is_plain_json(v: Any) -> bool:
+    t = type(v)
+    if t in (str, int, float, bool, type(None)):
+        return True
+    if t is list:
+        return all(_is_plain_json(x) for x in v)
+    if t is dict:
+        return all(type(k) is str and _is_plain_json(x) for k, x in v.items()) and set(v) != {"$"}
+    return False
+
+
+def _is_json(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def list_runs(store: Store | str | None = None) -> list[RunInfo]:
+    """Every run in the store, oldest first."""
+    s = default_store(store)
+    out = []
+    for name in s.refs(RUN_REFS):
+        ref = s.get_ref(name)
+        if ref is None:
+            continue
+        manifest = s.get(ref.target) if ref.target is not None else {"name": name.rsplit("/", 1)[-1], "status": ref.data.get("status", "claimed"), "start": ref.data.get("time")}
+        out.append(RunInfo(s, name, manifest))
+    out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
+    return out
+
+
+def load_run(which: str | int, store: Store | str | None = None) -> RunInfo:
+    """A run by name (``3``, ``exp3``, ``exp3-comment``, ``runs/exp3``) or ``latest``."""
+    runs = list_runs(store)
+    if not runs:
+        raise LookupError("no runs recorded in this store")
+    w = str(which)
+    if w in ("latest", "-1"):
+        return runs[-1]
+    for r in runs:
+        if w in (r.ref, r.ref.split("/", 1)[-1], r.name) or w == str(r.manifest.get("n")) and not r.manifest.get("prefix"):
+            return r
+    raise LookupError(f"no run {w!r}; runs: {', '.join(r.name for r in runs[-20:])}")
+
+
+# ---------------------------------------------------------------------------
+# Compare, restore, export
+# ---------------------------------------------------------------------------
+
+
+def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -> dict[str, Any]:
+    """What differs between two runs: code, tracked files, metadata, info, and results for the same inputs."""
+    ra = a if isinstance(a, RunInfo) else load_run(a, store)
+    rb = b if isinstance(b, RunInfo) else load_run(b, store)
+    ma, mb = ra.manifest, rb.manifest
+    ga, gb = ma.get("git", {}), mb.get("git", {})
+    out: dict[str, Any] = {"a": ra.name, "b": rb.name, "same_manifest": ra.digest == rb.digest}
+    out["commit"] = {"a": ga.get("commit"), "b": gb.get("commit"), "same": ga.get("commit") == gb.get("commit")}
+    same_patch = ga.get("patch") == gb.get("patch")
+    out["patch"] = {"same": same_patch}
+    if not same_patch:
+        pa = ra.patch().decode("utf-8", "replace").splitlines(keepends=True)
+        pb = rb.patch().decode("utf-8", "replace").splitlines(keepends=True)
+        out["patch"]["diff"] = "".join(difflib.unified_diff(pa, pb, f"{ra.name}.patch", f"{rb.name}.patch"))
+    fa, fb = ma.get("files", {}), mb.get("files", {})
+    out["files"] = {
+        "added": sorted(set(fb) - set(fa)),
+        "removed": sorted(set(fa) - set(fb)),
+        "changed": sorted(p for p in set(fa) & set(fb) if fa[p]["digest"] != fb[p]["digest"]),
+    }
+    meta = {}
+    for k in ("python", "host", "user", "executable", "argv", "env", "status", "function", "comment"):
+        if ma.get(k) != mb.get(k):
+            meta[k] = {"a": ma.get(k), "b": mb.get(k)}
+    if ma.get("packages") != mb.get("packages"):
+        pa, pb = ra.packages(), rb.packages()
+        meta["packages"] = {p: {"a": pa.get(p), "b": pb.get(p)} for p in sorted(set(pa) | set(pb)) if pa.get(p) != pb.get(p)}
+    out["meta"] = meta
+    ia, ib = ra.info(), rb.info()
+    out["info"] = {k: {"a": _short(ia.get(k)), "b": _short(ib.get(k))} for k in sorted(set(ia) | set(ib), key=str)
+                   if not _same_value(ia.get(k), ib.get(k))}
+    out["results"] = _result_differences(ra, rb)
+    return out
+
+
+def _short(v: Any) -> Any:
+    return v if _is_json(v) and len(json.dumps(v)) < 200 else short_repr(v, 80)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    try:
+        return fingerprint(a) == fingerprint(b)
+    except TypeError:
+        return repr(a) == repr(b)
+
+
+def _result_differences(ra: RunInfo, rb: RunInfo) -> list[dict]:
+    """Functions that returned different results for the same inputs in the two runs."""
+    out: dict[str, dict] = {}
+    ca = {e["key"]: e for e in ra.manifest.get("links", {}).get("cache", [])}
+    for e in rb.manifest.get("links", {}).get("cache", []):
+        other = ca.get(e["key"])
+        if other is not None and other["result"] != e["result"]:
+            out.setdefault(e["fn"], {"function": e["fn"], "via": "cache", "calls": 0})["calls"] += 1
+    sa = ra.manifest.get("links", {}).get("call_sessions", [])
+    sb = rb.manifest.get("links", {}).get("call_sessions", [])
+    if sa and sb:
+        log = CallLog(ra.store)
+        for fn in log.functions:
+            by_inputs: dict[str, str] = {}
+            for c in log.calls(fn):
+                if c.session in sa and c.result_recorded and c.exception is None:
+                    by_inputs[json.dumps([c.args_cells, c.kwargs_cells], sort_keys=True)] = json.dumps(c.result_cell, sort_keys=True)
+            for c in log.calls(fn):
+                if c.session in sb and c.result_recorded and c.exception is None:
+                    key = json.dumps([c.args_cells, c.kwargs_cells], sort_keys=True)
+                    if key in by_inputs and by_inputs[key] != json.dumps(c.result_cell, sort_keys=True):
+                        out.setdefault(fn, {"function": fn, "via": "call log", "calls": 0})["calls"] += 1
+    return list(out.values())
+
+
+def _safe_target(root: Path, rel: str) -> Path:
+    """``root / rel``, refusing absolute paths, ``..`` and paths through symlinks."""
+    p = Path(rel)
+    if p.is_absolute() or rel.startswith(("/", "\\")) or any(part == ".." for part in p.parts) or not rel:
+        raise ValueError(f"refusing to write {rel!r}: it would escape the target folder")
+    target = root / p
+    cur = root
+    for part in p.parts[:-1]:
+        cur = cur / part
+        if cur.is_symlink():
+            raise ValueError(f"refusing to write {rel!r}: {cur} is a symlink")
+    if target.is_symlink():
+        raise ValueError(f"refusing to write {rel!r}: it is a symlink")
+    resolved = target.resolve()
+    if resolved != root.resolve() and root.resolve() not in resolved.parents:
+        raise ValueError(f"refusing to write {rel!r}: it would escape the target folder")
+    return target
+
+
+def _prepare_dir(target: str | os.PathLike) -> Path:
+    root = Path(target)
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} is not empty; restore and export write into a new or empty folder")
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None, repo: str | None = None) -> Path:
+    """Write the run's code into ``target``: the commit's tree, the patch applied, the tracked files.
+
+    The commit is read from the repository the run was recorded in (or ``repo``).
+    """
+    r = run if isinstance(run, RunInfo) else load_run(run, store)
+    root = _prepare_dir(target)
+    g = r.manifest.get("git", {})
+    if g.get("commit"):
+        import git
+
+        repo_path = repo or g.get("root")
+        try:
+            gr = git.Repo(repo_path, search_parent_directories=True)
+            gr.commit(g["commit"])
+        except Exception as e:  # noqa: BLE001
+            raise CasmonError(f"run {r.name}: commit {g['commit'][:12]} is not in repository {repo_path} ({e}); "
+                              "pass repo= the repository that has it") from None
+        with tempfile.TemporaryFile() as tf:
+            gr.archive(tf, treeish=g["commit"], format="tar")
+            tf.seek(0)
+            with tarfile.open(fileobj=tf) as tar:
+                members = []
+                for m in tar.getmembers():
+                    _safe_target(root, m.name)  # raises on anything escaping
+                    members.append(m)
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(root, members=members, filter="data")
+                else:  # pragma: no cover - Python < 3.11.4
+                    tar.extractall(root, members=members)
+    patch = r.patch()
+    if patch:
+        _apply_patch(root, patch, r.name)
+    for rel, meta in r.manifest.get("files", {}).items():
+        dest = _safe_target(root, rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        data = r.file(rel)
+        dest.write_bytes(data)
+        os.chmod(dest, meta.get("mode", 0o644) & 0o777)
+    return root
+
+
+def _apply_patch(root: Path, patch: bytes, name: str) -> None:
+    for line in patch.decode("utf-8", "replace").splitlines():
+        if line.startswith(("+++ ", "--- ", "diff --git ")):
+            for tok in line.split()[1:]:
+                if tok in ("/dev/null",) or tok.startswith("--"):
+                    continue
+                rel = tok[2:] if tok[:2] in ("a/", "b/") else tok
+                _safe_target(root, rel)
+    with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as f:
+        f.write(patch)
+        pf = f.name
+    try:
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent))
+        p = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", pf], cwd=root, env=env,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise CasmonError(f"run {name}: the patch does not apply: {p.stderr.strip()}")
+    finally:
+        os.unlink(pf)
+
+
+def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None) -> Path:
+    """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files."""
+    r = run if isinstance(run, RunInfo) else load_run(run, store)
+    root = _prepare_dir(target)
+    (root / "information.json").write_text(json.dumps(r.information(), indent=2, ensure_ascii=False), encoding="utf-8")
+    (root / "current_changes.patch").write_bytes(r.patch())
+    if r.manifest.get("output") is not None:
+        (root / "console.log").write_text(r.output(), encoding="utf-8", errors="surrogateescape")
+    for rel in r.manifest.get("files", {}):
+        dest = _safe_target(root, rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(r.file(rel))
+    return root
