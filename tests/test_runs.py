@@ -295,3 +295,13 @@ def test_export_and_cli(repo, tmp_path):
     assert "1-cli" in out and "2-second" in out and "tracked file removed: config/base.yaml" in out
     bad = cli("show", "nope", "--store", store, check=False)
     assert bad.returncode != 0 and "no run 'nope'" in bad.stderr
+
+
+def test_runnable_example(repo):
+    example = ROOT / "docs" / "examples" / "record_run.py"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(example), str(repo / ".casmon")], capture_output=True, text=True, env=env,
+                       cwd=repo, timeout=300, check=True)
+    assert "recorded run 1-baseline" in p.stdout and "['final_loss', 'weights']" in p.stdout
+    r = casmon.load_run("1-baseline", str(repo / ".casmon"))
+    assert "epoch 2" in r.output() and "config/base.yaml" in r.manifest["files"]
