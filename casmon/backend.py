@@ -23,6 +23,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +48,9 @@ class _Loop:
     _loop: asyncio.AbstractEventLoop | None = None
     _pid: int = 0
 
+    #: Worker threads for blocking I/O (zarr's LocalStore uses asyncio.to_thread).
+    WORKERS = 8
+
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
         loop = cls._loop
@@ -55,10 +59,26 @@ class _Loop:
         with cls._lock:
             if cls._loop is None or cls._pid != os.getpid():
                 loop = asyncio.new_event_loop()
+                loop.set_default_executor(_started_executor(cls.WORKERS))
                 t = threading.Thread(target=loop.run_forever, name="casmon-io", daemon=True)
                 t.start()
                 cls._loop, cls._pid = loop, os.getpid()
             return cls._loop
+
+
+def _started_executor(n: int) -> ThreadPoolExecutor:
+    """A thread pool whose threads all exist already.
+
+    Python 3.12 refuses to start threads while the interpreter shuts down, and
+    the flush at exit still needs file I/O; a pool that never has to grow keeps
+    working then.
+    """
+    ex = ThreadPoolExecutor(max_workers=n, thread_name_prefix="casmon-io-worker")
+    barrier = threading.Barrier(n + 1)
+    for _ in range(n):
+        ex.submit(barrier.wait)  # each waits for the others, so the pool starts n threads
+    barrier.wait()
+    return ex
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -142,7 +142,12 @@ def _install_process_hooks() -> None:
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_exiting = False
+
+
 def _flush_all_at_exit() -> None:
+    global _exiting
+    _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
     for s in list(_open_stores):
         try:
             if s.backend.needs_close:
@@ -467,7 +472,7 @@ class Store:
 
     def _start_flusher(self) -> None:
         with self._lock:
-            if self._flusher is not None:
+            if self._flusher is not None or _exiting:
                 return
             ref = weakref.ref(self)
             interval = self.autoflush
