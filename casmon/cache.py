@@ -289,7 +289,7 @@ class _CachedFunction:
                 t = type(v)
                 tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
                 self._warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
-                           f"({tname}) cannot be hashed: {e}")
+                           f"({tname}) cannot be hashed, so the call is skipped by the cache: {e}")
                 return None
         return fp.digest()
 
@@ -410,6 +410,7 @@ def cache(
     version: str | None = None,
     label: str | Callable[..., str] | None = None,
     memory_entries: int = 100_000,
+    _state_class: type | None = None,
 ):
     """Memoize ``fn`` on a casmon store.
 
@@ -426,15 +427,15 @@ def cache(
     """
     if fn is None:
         return functools.partial(cache, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
-                                 memory_entries=memory_entries)
+                                 memory_entries=memory_entries, _state_class=_state_class)
     if isinstance(fn, (staticmethod, classmethod)):
         return type(fn)(cache(fn.__func__, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
-                              memory_entries=memory_entries))
+                              memory_entries=memory_entries, _state_class=_state_class))
     if not callable(fn):
         raise TypeError(f"@cache expects a function, got {type(fn).__name__}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(f"@cache cannot cache generator {function_name(fn)}: it returns an iterator, not a value")
-    state = _CachedFunction(fn, store, ignore, hashers, version, label, memory_entries)
+    state = (_state_class or _CachedFunction)(fn, store, ignore, hashers, version, label, memory_entries)
 
     if inspect.iscoroutinefunction(fn):
 

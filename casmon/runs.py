@@ -124,7 +124,8 @@ class record:
     def __init__(self, comment: str = "", track: Iterable[str] = (), capture_output: bool | str = True,
                  store: Store | str | None = None, prefix: str = "", env: Iterable[str] = (),
                  untracked_max: int = UNTRACKED_MAX, *, increment_dir: Any = None,
-                 tracking_files: Iterable[str] | None = None, save_output: bool | None = None) -> None:
+                 tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
+                 code_state: CodeState | None = None) -> None:
         if tracking_files is not None:
             track = list(track) + list(tracking_files)
         if save_output is not None:
@@ -153,6 +154,8 @@ class record:
         self.prefix = prefix
         self.env = list(DEFAULT_ENV) + env
         self.untracked_max = untracked_max
+        self.code_state = code_state  # taken earlier (FineCache takes it when it is created)
+        self.code_time: float | None = None
         self._stack: list[tuple[Run, OutputCapture | None]] = []
 
     # -- as a context manager -------------------------------------------------------
@@ -186,7 +189,7 @@ class record:
         store = default_store(self._store_arg)
         started = time.time()
         exclude = [str(store.backend.local_root)] if store.backend.local_root else []
-        code = capture_code_state(exclude=exclude + [".casmon"], untracked_max=self.untracked_max)
+        code = self.code_state or capture_code_state(exclude=exclude + [".casmon"], untracked_max=self.untracked_max)
         for u in code.skipped:
             warnings.warn(f"casmon.record: untracked file {u} is larger than {self.untracked_max:,} bytes and is "
                           "left out of the patch", RunWarning, stacklevel=3)
@@ -215,7 +218,7 @@ class record:
             "status": "running",
             "function": function,
             "start": started,
-            "patch_time": started,
+            "patch_time": self.code_time or started,
             "git": {"root": code.root, "in_git": code.git, "commit": code.commit, "branch": code.branch,
                     "dirty": code.dirty, "untracked": code.untracked, "skipped": code.skipped, "notes": code.notes,
                     "patch": patch},

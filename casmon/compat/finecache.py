@@ -1,0 +1,225 @@
+"""FineCache 0.1.x's documented API on the casmon store.
+
+    from casmon.compat.finecache import FineCache, CacheFilenameConfig, IncrementDir
+
+Differences that are fixes: cache keys are content digests, not md5 of
+``repr`` (two large arrays that differ in one element no longer collide, and
+eight arguments no longer make a file name too long); results are stored once
+by content in ``{base_path}/.casmon``; a run records untracked files too, stores
+tracked files by content instead of copying them, and two runs started at once
+never share a number. Runs live in the store: ``casmon export RUN DIR`` writes
+the familiar folder (``information.json``, ``current_changes.patch``,
+``console.log``, tracked files). Importing this module configures no logging.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property, wraps
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, Callable
+
+from ..cache import _CachedFunction, cache as _cache
+from ..fingerprint import Fingerprinter
+from ..gitstate import capture_code_state
+from ..runs import record as _record
+from ..store import default_store
+
+__all__ = ["FineCache", "CacheFilenameConfig", "IncrementDir", "CachedCall", "PickleAgent", "HashFunc"]
+
+
+class HashFunc:
+    @staticmethod
+    def hash(x, hash_cls=hashlib.md5):
+        obj = hash_cls()
+        obj.update(x.encode("utf-8"))
+        return obj.hexdigest()
+
+
+@dataclass
+class CachedCall:
+    func: Callable
+    args: tuple
+    kwargs: dict
+
+    @cached_property
+    def result(self):
+        return self.func(*self.args, **self.kwargs)
+
+
+class PickleAgent:
+    """Accepted for compatibility: casmon stores results with its own serialization."""
+
+
+@dataclass
+class CacheFilenameConfig:
+    """FineCache's cache file naming; in casmon it names the cache entry (its *label*), not a file."""
+
+    join_list: str = ","
+    join_dict: str = ","
+    join_key_value: str = "="
+    join_func: str = "{func_name}({args};{kwargs})"
+    config_path: str | None = None
+    suffix: str = ".pk"
+
+    def get_filename(self, call: CachedCall, args_hash=None, kwargs_hash=None) -> str:
+        if args_hash is None:
+            args_hash = [lambda x: HashFunc.hash(repr(x))] * len(call.args)
+        if kwargs_hash is None:
+            kwargs_hash = [lambda x, y: (x, HashFunc.hash(repr(y)))] * len(call.kwargs)
+        args = []
+        for a, h in zip_longest(call.args, args_hash):
+            args.append(repr(a) if h is None else repr(h(a)))
+        kwargs = []
+        for (k, v), h in zip_longest(call.kwargs.items(), kwargs_hash):
+            if h is None:
+                kwargs.append((k, repr(v)))
+            else:
+                k2, v2 = h(k, v)
+                kwargs.append((k2, repr(v2)))
+        args_string = self.join_list.join(args)
+        kwargs_string = self.join_dict.join(k + self.join_key_value + v for k, v in kwargs)
+        return self.join_func.format(func_name=call.func.__name__, args=args_string, kwargs=kwargs_string) + self.suffix
+
+
+class IncrementDir:
+    """Folders named ``{dir_prefix}{n}`` or ``{dir_prefix}{n}-{comment}``; in casmon, its prefix names runs."""
+
+    def __init__(self, base_path: str, dir_prefix: str = "") -> None:
+        self.base_path = Path(base_path)
+        self.dir_prefix = dir_prefix
+
+    @property
+    def latest_dir(self) -> tuple[int | None, str | None]:
+        if not self.base_path.is_dir():
+            return None, None
+        found = []
+        for d in os.listdir(self.base_path):
+            if (self.base_path / d).is_dir() and d.startswith(self.dir_prefix):
+                m = re.match(r"\d+", d[len(self.dir_prefix) :])
+                if m:
+                    found.append((int(m.group(0)), d))
+        return max(found, key=lambda x: x[0]) if found else (None, None)
+
+    def create_new_dir(self, dir_suffix: str = "") -> str:
+        n, _ = self.latest_dir
+        n = 1 if n is None else n + 1
+        name = f"{self.dir_prefix}{n}-{dir_suffix}" if dir_suffix else f"{self.dir_prefix}{n}"
+        path = self.base_path / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+
+def _keyed_state(args_hash, kwargs_hash):
+    """A cached function whose key follows FineCache's per-position hashers (``args_hash``, ``kwargs_hash``)."""
+
+    class _FineCacheKeys(_CachedFunction):
+        def key(self, args: tuple, kwargs: dict):
+            if not args_hash and not kwargs_hash:
+                return super().key(args, kwargs)  # casmon's key: arguments bound to the signature
+            fp = Fingerprinter()
+            fp.out += self._key_prefix()
+            parts: list[Any] = []
+            for i, a in enumerate(args):
+                h = args_hash[i] if args_hash and i < len(args_hash) else None
+                parts.append(("a", h(a) if h is not None else a, f"args[{i}]"))
+            for j, (k, v) in enumerate(kwargs.items()):
+                h = kwargs_hash[j] if kwargs_hash and j < len(kwargs_hash) else None
+                k2, v2 = h(k, v) if h is not None else (k, v)
+                parts.append(("k", (k2, v2), f"kwargs[{k!r}]"))
+            for tag, v, where in parts:
+                try:
+                    fp.feed(tag)
+                    fp.feed_value(v, where)
+                except Exception as e:  # noqa: BLE001
+                    self._warn(("arg", where), f"casmon: {self.name}: {where} skipped, this call is not cached: {e}")
+                    return None
+            return fp.digest()
+
+        def save(self, key, result, seconds, args, kwargs):
+            try:
+                pickle.dumps(result, protocol=5)
+            except Exception as e:  # noqa: BLE001 - FineCache documents a PickleError here
+                raise pickle.PickleError(f"Object {result!r} is not picklable...") from e
+            super().save(key, result, seconds, args, kwargs)
+
+    return _FineCacheKeys
+
+
+class FineCache:
+    """FineCache's entry point: ``cache``, ``record_context``, ``record``; data in ``{base_path}/.casmon``."""
+
+    def __init__(self, base_path: str | None = None, agent_class: Any = None) -> None:
+        self.base_path = os.path.abspath(base_path) if base_path else os.path.abspath(os.getcwd())
+        os.makedirs(self.base_path, exist_ok=True)
+        self.store = default_store(os.path.join(self.base_path, ".casmon"))
+        # Like FineCache, take the code state now: a long run must record the code it started with.
+        self._code = capture_code_state(exclude=[os.path.join(self.base_path, ".casmon")])
+        self._code_time = time.time()
+        self.commit_hash = self._code.commit
+        self.project_root = self._code.root
+        self.patch_content = self._code.patch.decode("utf-8", "replace")
+        self.patch_time = str(datetime.fromtimestamp(self._code_time))
+
+    def cache(self, args_hash: list | None = None, kwargs_hash: list | None = None,
+              config: CacheFilenameConfig = CacheFilenameConfig(), agent: Any = None):
+        """Cache a function's results; ``config``'s file name becomes the entry's label (``casmon cache``)."""
+
+        def _cache_fn(func: Callable) -> Callable:
+            def label(*args, **kwargs):
+                return config.get_filename(CachedCall(func, args, kwargs), args_hash=args_hash, kwargs_hash=kwargs_hash)
+
+            return _cache(func, store=self.store, label=label, _state_class=_keyed_state(args_hash, kwargs_hash))
+
+        return _cache_fn
+
+    @contextmanager
+    def record_context(self, inc_dir: IncrementDir | None = None, comment: str = "", tracking_files: list | None = None,
+                       save_output: bool = True, *, increment_dir: IncrementDir | None = None):
+        """Record a run; yields FineCache's information dict, whose added keys are kept with the run."""
+        rec = _record(comment=comment, store=self.store, increment_dir=increment_dir or inc_dir,
+                      tracking_files=tracking_files or [], save_output=save_output, code_state=self._code)
+        rec.code_time = self._code_time
+        with rec as run:
+            information: dict[str, Any] = {
+                "commit": self.commit_hash,
+                "run_time": str(datetime.now()),
+                "patch_time": self.patch_time,
+                "project_root": self.project_root,
+            }
+            if run.manifest.get("tracking_records"):
+                information["tracking_records"] = run.manifest["tracking_records"]
+            fixed = dict(information)
+            try:
+                yield information
+            finally:
+                for k, v in information.items():
+                    if k not in fixed or v != fixed[k]:
+                        run.info[k] = v
+        self.last_run = run
+
+    def record(self, increment_dir: IncrementDir | None = None, comment: str = "", tracking_files: list | None = None,
+               save_output: bool = True):
+        """``record_context`` as a decorator; adds ``record_function`` and ``run_end_time``."""
+
+        def record_decorator(func):
+            @wraps(func)
+            def new_func(*args, **kwargs):
+                with self.record_context(increment_dir, comment, tracking_files, save_output) as information:
+                    res = func(*args, **kwargs)
+                    information["record_function"] = func.__qualname__
+                    information["run_end_time"] = str(datetime.now())
+                return res
+
+            return new_func
+
+        return record_decorator
+
