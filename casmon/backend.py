@@ -12,7 +12,9 @@ and re-opens stores whose clients are bound to the parent's loop.
 ``None`` / a path      ``LocalStore`` (default ``./.casmon``)
 ``memory://[name]``    ``MemoryStore``; the same name is the same store in a process
 ``*.zip``              ``ZipStore`` (one writer at a time; nothing is ever deleted)
-``s3://``, ``gs://`` …  ``FsspecStore.from_url`` (credentials from the environment or ``storage_options``)
+``s3://``, ``gs://``,   ``ObjectStore`` (obstore): conditional puts make create-if-absent race-free;
+``az://``              credentials from the environment or ``storage_options``
+other URLs             ``FsspecStore.from_url`` (its create-if-absent is check-then-set: one writer at a time)
 a ``Store`` instance   used as it is
 =====================  ==========================================
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +35,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.buffer.cpu import Buffer
 from zarr.storage import LocalStore, MemoryStore, ZipStore
 
-from .errors import StoreError
+from .errors import CasmonError, StoreError
 
 __all__ = ["Backend", "open_backend", "run"]
 
@@ -122,8 +125,19 @@ class Backend:
         self._pid = os.getpid()
         self.concurrency = concurrency
         self._proto = default_buffer_prototype()
+        self.requests = 0  # operations sent to the store (a batch counts each key), for benchmarks
 
     # -- lifecycle -------------------------------------------------------------
+    def _call(self, coro, n: int = 1):
+        """Run one operation; errors that are not about a local file become a :class:`StoreError`."""
+        self.requests += n
+        try:
+            return run(coro)
+        except (OSError, CasmonError, ValueError, TypeError, KeyError):
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. obstore's errors: name the store, keep the cause
+            raise StoreError(f"{self.url}: {_short_error(e)}") from e
+
     def _z(self) -> ZarrStore:
         if self._pid != os.getpid():
             # Forked: clients bound to the parent's loop cannot be used here.
@@ -162,11 +176,11 @@ class Backend:
     # -- reads -------------------------------------------------------------------
     def get(self, key: str):
         z = self._z()
-        return _np(run(z.get(key, self._proto)))
+        return _np(self._call(z.get(key, self._proto)))
 
     def get_range(self, key: str, start: int, end: int):
         z = self._z()
-        return _np(run(z.get(key, self._proto, byte_range=RangeByteRequest(start, end))))
+        return _np(self._call(z.get(key, self._proto, byte_range=RangeByteRequest(start, end))))
 
     def get_many(self, keys: list[str]) -> list:
         z = self._z()
@@ -174,7 +188,7 @@ class Backend:
         async def go():
             return await _gather_limited((z.get(k, self._proto) for k in keys), self.concurrency)
 
-        return [_np(b) for b in run(go())]
+        return [_np(b) for b in self._call(go(), len(keys))]
 
     def get_ranges(self, requests: list[tuple[str, int, int]]) -> list:
         z = self._z()
@@ -184,10 +198,10 @@ class Backend:
                 (z.get(k, self._proto, byte_range=RangeByteRequest(s, e)) for k, s, e in requests), self.concurrency
             )
 
-        return [_np(b) for b in run(go())]
+        return [_np(b) for b in self._call(go(), len(requests))]
 
     def exists(self, key: str) -> bool:
-        return run(self._z().exists(key))
+        return self._call(self._z().exists(key))
 
     def exists_many(self, keys: list[str]) -> list[bool]:
         z = self._z()
@@ -195,10 +209,10 @@ class Backend:
         async def go():
             return await _gather_limited((z.exists(k) for k in keys), self.concurrency)
 
-        return run(go())
+        return self._call(go(), len(keys))
 
     def getsize(self, key: str) -> int:
-        return run(self._z().getsize(key))
+        return self._call(self._z().getsize(key))
 
     def getsize_many(self, keys: list[str]) -> list[int]:
         z = self._z()
@@ -212,7 +226,7 @@ class Backend:
         async def go():
             return await _gather_limited((one(k) for k in keys), self.concurrency)
 
-        return run(go())
+        return self._call(go(), len(keys))
 
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (a folder, ending in ``/``)."""
@@ -221,7 +235,7 @@ class Backend:
         async def go():
             return [k async for k in z.list_prefix(prefix)]
 
-        return run(go())
+        return self._call(go())
 
     def list_dir(self, prefix: str) -> list[str]:
         z = self._z()
@@ -229,19 +243,20 @@ class Backend:
         async def go():
             return [k async for k in z.list_dir(prefix)]
 
-        return run(go())
+        return self._call(go())
 
     # -- writes ------------------------------------------------------------------
     def set(self, key: str, data) -> None:
-        run(self._z().set(key, Buffer.from_bytes(data)))
+        self._call(self._z().set(key, Buffer.from_bytes(data)))
 
     def create(self, key: str, data) -> None:
         """Write ``key`` unless it exists. Content-addressed writers do not care who won."""
-        run(self._z().set_if_not_exists(key, Buffer.from_bytes(data)))
+        self._call(self._z().set_if_not_exists(key, Buffer.from_bytes(data)))
 
     def create_async(self, key: str, data):
         """Start a create and return a ``concurrent.futures.Future`` for it."""
         z = self._z()
+        self.requests += 1
         return asyncio.run_coroutine_threadsafe(z.set_if_not_exists(key, Buffer.from_bytes(data)), _Loop.get())
 
     def create_many(self, items: list[tuple[str, Any]]) -> None:
@@ -252,12 +267,12 @@ class Backend:
                 (z.set_if_not_exists(k, Buffer.from_bytes(d)) for k, d in items), self.concurrency
             )
 
-        run(go())
+        self._call(go(), len(items))
 
     def delete(self, key: str) -> None:
         if not self.supports_deletes:
             return
-        run(self._z().delete(key))
+        self._call(self._z().delete(key))
 
     def delete_many(self, keys: list[str]) -> None:
         if not self.supports_deletes or not keys:
@@ -267,7 +282,7 @@ class Backend:
         async def go():
             return await _gather_limited((z.delete(k) for k in keys), self.concurrency)
 
-        run(go())
+        self._call(go(), len(keys))
 
     def __repr__(self) -> str:
         return f"Backend({self.url!r})"
@@ -295,6 +310,9 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
             d = _memory_stores.setdefault(name, {}) if name else {}
         return Backend(MemoryStore(d, read_only=read_only), location)
     if "://" in location and not location.startswith("file://"):
+        scheme = location.split("://", 1)[0]
+        if scheme in _OBSTORE_SCHEMES and _has_obstore():
+            return _open_object_store(location, read_only, storage_options or {})
         return _open_fsspec(location, read_only, storage_options or {})
     if location.startswith("file://"):
         location = location[len("file://") :]
@@ -339,6 +357,80 @@ def _open_zip(path: Path, read_only: bool) -> Backend:
     return Backend(z, str(path))
 
 
+_OBSTORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl")
+#: storage_options names as s3fs spells them -> obstore's
+_ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
+            "endpoint_url": "endpoint", "region_name": "region", "aws_access_key_id": "access_key_id",
+            "aws_secret_access_key": "secret_access_key"}
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def scrub_url(url: str) -> str:
+    """A URL without user:password@ (never stored, never printed)."""
+    return _URL_CREDENTIALS.sub("", url)
+
+
+def _has_obstore() -> bool:
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _short_error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    low = str(e)
+    if "NoSuchBucket" in low:
+        return "the bucket does not exist"
+    if "InvalidAccessKeyId" in low or "SignatureDoesNotMatch" in low or "403" in low and "Forbidden" in low:
+        return "access denied: check the credentials (environment or storage_options)"
+    if "error sending request" in low or "Connection refused" in low or "dns error" in low:
+        return "cannot reach the endpoint (" + text[:200] + ")"
+    return f"{type(e).__name__}: {text[:300]}"
+
+
+def _open_object_store(url: str, read_only: bool, storage_options: dict) -> Backend:
+    """S3, GCS or Azure through obstore: conditional writes, so create-if-absent is race-free.
+
+    Credentials and endpoint come from the environment (``AWS_ACCESS_KEY_ID``,
+    ``AWS_ENDPOINT_URL``, ...) or ``storage_options``; they are never written to the store.
+    """
+    import datetime as _dt
+
+    from obstore.store import from_url
+    from zarr.storage import ObjectStore
+
+    opts = {_ALIASES.get(k, k): v for k, v in storage_options.items()}
+    client_options = dict(opts.pop("client_options", {}) or {})
+    retry_config = opts.pop("retry_config", None) or {
+        "max_retries": 5, "retry_timeout": _dt.timedelta(seconds=30),
+        "backoff": {"init_backoff": _dt.timedelta(milliseconds=100), "max_backoff": _dt.timedelta(seconds=5), "base": 2},
+    }
+    endpoint = opts.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+    if endpoint and str(endpoint).startswith("http://"):
+        client_options.setdefault("allow_http", True)
+    if endpoint and url.startswith(("s3://", "s3a://")):
+        opts.setdefault("virtual_hosted_style_request", False)
+    clean = scrub_url(url)
+
+    def make() -> ZarrStore:
+        return ObjectStore(from_url(clean, client_options=client_options or None, retry_config=retry_config, **opts),
+                           read_only=read_only)
+
+    try:
+        z = make()
+    except Exception as e:  # noqa: BLE001
+        raise StoreError(f"cannot open {clean}: {_short_error(e)}") from None
+    b = Backend(z, clean, reopen=make)
+    try:
+        b.list_dir("")  # reach the store now: a clear error at open, before anything is written
+    except Exception as e:  # noqa: BLE001
+        cause = e.__cause__ or e
+        raise StoreError(f"cannot open {clean}: {_short_error(cause)}") from None
+    return b
+
+
 def _open_fsspec(url: str, read_only: bool, storage_options: dict) -> Backend:
     from zarr.storage import FsspecStore
 
@@ -353,10 +445,11 @@ def _open_fsspec(url: str, read_only: bool, storage_options: dict) -> Backend:
 
         return run(go())
 
+    clean = scrub_url(url)
     try:
         z = make()
     except ImportError as e:
-        raise StoreError(f"cannot open {url}: {e} (install the fsspec driver for this scheme, e.g. s3fs)") from None
+        raise StoreError(f"cannot open {clean}: {e} (install obstore, or the fsspec driver for this scheme)") from None
     except Exception as e:  # noqa: BLE001
-        raise StoreError(f"cannot open {url}: {type(e).__name__}: {e}") from None
-    return Backend(z, url, reopen=make)
+        raise StoreError(f"cannot open {clean}: {_short_error(e)}") from None
+    return Backend(z, clean, reopen=make)

@@ -115,7 +115,10 @@ class _Recorder:
         self.refs: set[str] = set()
         self.fns: dict[str, int] = {}  # name -> index in this batch
         self.fn_names: list[str] = []
-        self.threads: dict[int, str] = {}
+        # Threads by a number of our own: the OS reuses thread idents once a thread ends.
+        self._tls = threading.local()
+        self._thread_seq = itertools.count()
+        self.threads: dict[int, list] = {}  # our number -> [ident, name]
         self.warned: set = set()
         store.add_flush_hook(self._flush_hook)
 
@@ -170,9 +173,10 @@ class _Recorder:
         return r
 
     def log(self, fi: _Intercepted, n: int, t0: float, dt: float, args_cells, kwargs_cells, result_cell, exc) -> None:
-        tid = threading.get_ident()
-        if tid not in self.threads:
-            self.threads[tid] = threading.current_thread().name
+        tid = getattr(self._tls, "tid", None)
+        if tid is None:
+            tid = self._tls.tid = next(self._thread_seq)
+            self.threads[tid] = [threading.get_ident(), threading.current_thread().name]
         idx = self.fns.get(fi.name)
         with self.lock:
             if idx is None:
@@ -486,9 +490,9 @@ class CallLog:
                 fi_idx, n, t0, dt, tid, a, k, res, exc = row
                 name = names[fi_idx]
                 fi = functions.setdefault(name, _FunctionInfo(name))
-                fi.sessions[s].append(Call(self, name, int(n), s, batch.get("pid", 0), batch.get("rank"), tid,
-                                           threads.get(str(tid), str(tid)), t0, dt, a, k, res,
-                                           tuple(exc) if exc else None))
+                ident, tname = threads.get(str(tid), [tid, str(tid)])
+                fi.sessions[s].append(Call(self, name, int(n), s, batch.get("pid", 0), batch.get("rank"), ident,
+                                           tname, t0, dt, a, k, res, tuple(exc) if exc else None))
         for fi in functions.values():
             for calls in fi.sessions.values():
                 calls.sort(key=lambda c: c.n)

@@ -24,6 +24,59 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+          "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A real S3 API (moto's server) on 127.0.0.1, for the whole test session."""
+    pytest.importorskip("moto")
+    pytest.importorskip("obstore")
+    import time
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1)
+            break
+        except Exception:  # noqa: BLE001 - not up yet
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("moto server did not start")
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_env(moto_server, monkeypatch):
+    """Environment for an S3 store on the moto server, and a fresh bucket; returns (env, bucket)."""
+    import boto3
+
+    env = dict(S3_ENV, AWS_ENDPOINT_URL=moto_server)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    bucket = "casmon-" + uuid.uuid4().hex[:12]
+    boto3.client("s3", endpoint_url=moto_server, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket=bucket)
+    return env, bucket
+
+
 @pytest.fixture
 def local_store(tmp_path):
     s = casmon.open(tmp_path / "store", autoflush=None)
@@ -31,13 +84,16 @@ def local_store(tmp_path):
     s.close()
 
 
-@pytest.fixture(params=["local", "memory", "zip"])
+@pytest.fixture(params=["local", "memory", "zip", "s3"])
 def any_store(request, tmp_path):
-    """The same tests on every backend casmon supports without a server."""
+    """The same tests on every backend: a folder, memory, a zip file, S3 (moto's server)."""
     if request.param == "local":
         loc = tmp_path / "store"
     elif request.param == "memory":
         loc = f"memory://{uuid.uuid4().hex}"
+    elif request.param == "s3":
+        _env, bucket = request.getfixturevalue("s3_env")
+        loc = f"s3://{bucket}/store"
     else:
         loc = tmp_path / "store.zip"
     s = casmon.open(loc, autoflush=None)

@@ -410,3 +410,16 @@ def test_a_none_result_is_a_recorded_result(store):
 
     nothing(1)
     assert casmon.load(store).result("nothing", 1) is None
+
+
+def test_thread_names_survive_reused_thread_ids(store):
+    @casmon.intercept(store=store)
+    def who(x):
+        return x
+
+    for t in range(3):  # one after another: the OS hands the same ident to each
+        th = threading.Thread(target=who, args=(t,), name=f"seq-{t}")
+        th.start()
+        th.join()
+    log = casmon.load(store)
+    assert sorted((c.inputs()[0][0], c.thread_name) for c in log.calls("who")) == [(0, "seq-0"), (1, "seq-1"), (2, "seq-2")]
