@@ -246,12 +246,46 @@ class Backend:
         return self._call(go())
 
     # -- writes ------------------------------------------------------------------
+    #: fsync every file written (and its folder) before a write returns; local folders only.
+    fsync = False
+
+    def sync(self, keys) -> None:
+        """fsync files and their folders, so a power loss cannot take back what was written."""
+        root = self.local_root
+        if root is None or not self.fsync:
+            return
+        dirs = set()
+        for key in keys:
+            path = root / key
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            dirs.add(path.parent)
+        for d in dirs:
+            try:
+                fd = os.open(d, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
     def set(self, key: str, data) -> None:
         self._call(self._z().set(key, Buffer.from_bytes(data)))
+        self.sync([key])
 
     def create(self, key: str, data) -> None:
         """Write ``key`` unless it exists. Content-addressed writers do not care who won."""
         self._call(self._z().set_if_not_exists(key, Buffer.from_bytes(data)))
+        self.sync([key])
 
     def create_async(self, key: str, data):
         """Start a create and return a ``concurrent.futures.Future`` for it."""
@@ -268,6 +302,7 @@ class Backend:
             )
 
         self._call(go(), len(items))
+        self.sync([k for k, _ in items])
 
     def delete(self, key: str) -> None:
         if not self.supports_deletes:

@@ -110,7 +110,7 @@ class _Recorder:
         self.pid = os.getpid()
         self.session: int | None = None
         self.rank = _mpi_rank()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a durable store flushes (and calls back here) while a session is claimed
         self.pending: list[list] = []
         self.refs: set[str] = set()
         self.fns: dict[str, int] = {}  # name -> index in this batch
@@ -184,7 +184,7 @@ class _Recorder:
                 self.fn_names.append(fi.name)
             self.pending.append([idx, n, t0, dt, tid, args_cells, kwargs_cells, result_cell, exc])
             full = len(self.pending) >= PENDING_MAX
-        if full:
+        if full or self.store.durable:
             self.store.flush()
 
     def _flush_hook(self, store: Store) -> None:

@@ -102,11 +102,24 @@ def stats(store_location, as_json) -> None:
 @main.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a report.")
-def verify(store_location, as_json) -> None:
+@click.option("--repair", is_flag=True, help="Drop what cannot be trusted (damaged objects, and what needs them).")
+def verify(store_location, as_json, repair) -> None:
     """Re-hash every object and follow every pointer. Exit status 1 if anything is wrong."""
-    store = _open(store_location, read_only=True)
+    store = _open(store_location, read_only=not repair)
     with _progress(not as_json) as progress:
         rep = store.verify(progress)
+        if repair and not rep.ok:
+            from .maintenance import repair as do_repair
+
+            try:
+                done = do_repair(store, progress)
+            except CasmonError as e:
+                raise click.ClickException(str(e)) from None
+            if not as_json:
+                console.print(f"[yellow]repaired[/yellow]: deleted {len(done['deleted_files'])} files, dropped "
+                              f"{done['dropped_index_entries']} objects, {done['dropped_records']} records, "
+                              f"{len(done['dropped_refs'])} refs")
+            rep = store.verify(progress)
     if as_json:
         click.echo(json.dumps(rep.as_dict(), indent=2))
     else:

@@ -125,6 +125,8 @@ class VerifyReport:
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (object key, reason)
     missing: list[tuple[str, str]] = field(default_factory=list)  # (what, needed by)
     affected: dict[str, list[str]] = field(default_factory=dict)  # damaged/missing -> what depends on it
+    bad_objects: dict[Digest, str] = field(default_factory=dict, repr=False)  # digests that cannot be trusted
+    bad_files: list[str] = field(default_factory=list, repr=False)  # damaged table files and refs
 
     @property
     def ok(self) -> bool:
@@ -165,6 +167,16 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                     TableFile(k, raw)
             except (DamagedObjectError, ValueError) as e:
                 rep.damaged.append((k, getattr(e, "reason", str(e))))
+                rep.bad_files.append(k)
+    if rep.bad_files:
+        # The tables cannot be read whole: report what else is damaged on its own, then stop.
+        for name in store.refs():
+            try:
+                store.get_ref(name)
+            except DamagedObjectError as e:
+                rep.damaged.append((e.key, e.reason))
+                rep.bad_files.append(e.key)
+        return rep
     try:
         inv = inventory(store)
     except CasmonError as e:
@@ -260,6 +272,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             ref = store.get_ref(name)
         except DamagedObjectError as e:
             rep.damaged.append((e.key, e.reason))
+            rep.bad_files.append(e.key)
             continue
         if ref is not None and ref.target is not None:
             dependents[ref.target].append(f"ref {name}")
@@ -279,7 +292,70 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                 todo.extend(dependents.get(Digest(dep.split()[-1]), []))
         if seen:
             rep.affected[key] = sorted(seen)
+    rep.bad_objects = bad_digests
     return rep
+
+
+def repair(store: Store, progress: Progress | None = None) -> dict:
+    """Drop what cannot be trusted, until ``verify`` is clean.
+
+    Damaged table files and refs are deleted; damaged loose objects are
+    deleted; the index forgets damaged or missing objects and every value that
+    needs one; records and refs that need a dropped value are dropped. What is
+    dropped is lost, but never returned wrong: a cache recomputes, a call log
+    loses those calls. Returns what was done.
+    """
+    if not store.backend.supports_deletes or store.read_only:
+        raise CasmonError(f"cannot repair {store.url}: it cannot delete (a zip file, or opened read-only)")
+    done = {"deleted_files": [], "dropped_index_entries": 0, "dropped_records": 0, "dropped_refs": [], "rounds": 0}
+    for _round in range(5):
+        rep = verify(store, progress)
+        if rep.ok:
+            break
+        done["rounds"] += 1
+        for key in rep.bad_files:
+            if key.startswith("refs/"):
+                done["dropped_refs"].append(key[len("refs/") :])
+            store.backend.delete(key)
+            done["deleted_files"].append(key)
+        for d, key in rep.bad_objects.items():
+            if key.startswith("objects/"):
+                store.backend.delete(key)
+                done["deleted_files"].append(key)
+        store.objects.clear_caches()
+        store._manifests.clear()
+        store._tables.clear()
+        store.objects.index.refresh()
+        if rep.bad_files:
+            continue  # read the tables again before judging their entries
+        bad = set(rep.bad_objects)
+        before = store.objects.index.count()
+        store.objects.index.consolidate(force=True, keep=lambda k, v: Digest(k) not in bad)
+        done["dropped_index_entries"] += before - store.objects.index.count()
+        inv = inventory(store)
+        present = set(inv.loose) | set(inv.packed)
+
+        def needs_only_present(k, v) -> bool:
+            try:
+                return all(Digest(h) in present for h in json.loads(v).get("_refs", []))
+            except (ValueError, TypeError, AttributeError):
+                return False
+
+        for kind in store.record_kinds():
+            t = store.table(kind)
+            n = t.count()
+            t.consolidate(force=True, keep=needs_only_present)
+            done["dropped_records"] += n - t.count()
+        for name in store.refs():
+            try:
+                ref = store.get_ref(name)
+            except DamagedObjectError:
+                ref = None
+            if ref is None or (ref.target is not None and ref.target not in present):
+                store.delete_ref(name)
+                done["dropped_refs"].append(name)
+    done["ok"] = verify(store, progress).ok
+    return done
 
 
 @dataclass

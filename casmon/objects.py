@@ -20,8 +20,10 @@ points at a pack that is not there. Every read checks the frame's digest.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -37,6 +39,10 @@ __all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
 
 #: Blobs with at least this many raw bytes are stored loose, one file each.
 LOOSE_MIN = 256 << 10
+#: How long (seconds) a writer trusts its own memory that an object is stored, before it
+#: checks again. gc's grace period must be longer than this plus the flush interval, so an
+#: object gc is about to delete is never taken as present (see ``casmon.maintenance.gc``).
+KNOWN_TTL = float(os.environ.get("CASMON_KNOWN_TTL", "600"))
 #: A flush is forced once this many bytes of small blobs are waiting.
 PACK_MAX = 8 << 20
 _LOC = struct.Struct("<16sQIBQ")
@@ -116,7 +122,7 @@ class ObjectStore:
         self._lock = threading.RLock()
         self._pending: dict[Digest, tuple[bytes, int, int]] = {}  # digest -> (frame, kind, size)
         self._pending_bytes = 0
-        self._known: set[Digest] = set()  # blobs known to be stored (bounded)
+        self._known: dict[Digest, float] = {}  # blobs known to be stored -> when we learnt it (bounded)
         self._packs = _LRU(cache_bytes)  # whole packs, by name
         self._raw = _LRU(cache_bytes // 2)  # decoded small blobs, by digest
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
@@ -127,7 +133,10 @@ class ObjectStore:
     def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None) -> Digest:
         """Store a blob (if it is not stored yet) and return its digest."""
         d = Digest.from_raw(xxhash.xxh3_128_digest(raw))
-        if d in self._known or d in self._pending:
+        if d in self._pending:
+            return d
+        seen = self._known.get(d)
+        if seen is not None and time.monotonic() - seen < KNOWN_TTL:
             return d
         n = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
         if d in self._suspect:
@@ -147,6 +156,8 @@ class ObjectStore:
             else:
                 self._remember(d)
             return d
+        if time.monotonic() - self.index.last_refresh > KNOWN_TTL:
+            self.index.refresh()  # an old view of the index may list what gc has removed since
         if self.index.lookup_cached(d):
             self._remember(d)
             return d
@@ -176,7 +187,7 @@ class ObjectStore:
             return decode_frame(data, key, expect=d, out=out)[1]
         except DamagedObjectError:
             self._suspect.add(d)
-            self._known.discard(d)
+            self._known.pop(d, None)
             raise
 
     def wait_writes(self, keep: int = 0) -> None:
@@ -195,6 +206,7 @@ class ObjectStore:
                 error = error or e
         if error is not None:
             raise error
+        self.backend.sync([loose_key(d) for d, _ in waiting])
 
     def adopt(self, d: Digest, frame: bytes, kind: int, size: int) -> None:
         """Queue an already framed blob for the next pack (gc's repacking)."""
@@ -205,7 +217,7 @@ class ObjectStore:
     def _remember(self, d: Digest) -> None:
         if len(self._known) > 200_000:
             self._known.clear()
-        self._known.add(d)
+        self._known[d] = time.monotonic()
 
     @property
     def pending_bytes(self) -> int:
@@ -248,7 +260,7 @@ class ObjectStore:
         return Location.decode(vals[-1]) if vals else None
 
     def contains(self, d: Digest) -> bool:
-        if d in self._known or d in self._pending:
+        if d in self._pending or (d in self._known and time.monotonic() - self._known[d] < KNOWN_TTL):
             return True
         if self.index.lookup(d):
             return True

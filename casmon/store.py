@@ -181,6 +181,7 @@ class Store:
         array_codec: str = "blosc-lz4",
         codec: str = "zstd",
         autoflush: float | None = 5.0,
+        durable: bool = False,
     ) -> None:
         if chunk_size < 4096:
             raise ValueError(f"chunk_size must be at least 4096 bytes, got {chunk_size}")
@@ -190,6 +191,8 @@ class Store:
         self.array_codec = get_codec(array_codec)
         self.codec = get_codec(codec)
         self.autoflush = autoflush
+        self.durable = durable
+        backend.fsync = durable
         self.writer = writer_id()
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
@@ -465,6 +468,9 @@ class Store:
             raise StoreError(f"store {self.url} is closed")
 
     def _after_write(self) -> None:
+        if self.durable:
+            self.flush()  # written, and fsynced where the backend can, before the call returns
+            return
         if self.objects.pending_bytes > PACK_MAX or any(t.pending > RECORDS_MAX for t in list(self._tables.values())):
             self.flush()
         elif self.autoflush and self._flusher is None:
@@ -604,7 +610,9 @@ def open(
     ``trust=False`` refuses to unpickle anything from the store (arrays,
     JSON-like values, records and refs still load). Other options:
     ``chunk_size``, ``array_codec``, ``codec``, ``autoflush`` (seconds, or
-    None for flushes only at :meth:`Store.flush`, at close and at exit).
+    None for flushes only at :meth:`Store.flush`, at close and at exit),
+    ``durable`` (every put, record and logged call is written -- and fsynced on
+    a local folder -- before the call returns: safer, and much slower).
     """
     backend = open_backend(location, read_only=read_only, storage_options=storage_options)
     return Store(backend, trust=trust, **options)
