@@ -147,7 +147,8 @@ class _Recorder:
         }
         while not store.create_ref(f"{SESSION_REFS}/{n:06d}", None, info):
             n += 1
-        store.append(KIND_SESSION, {"n": n, **info}, key=fingerprint(("casmon.session", n)))
+        store.append(KIND_SESSION, {"n": n, **info, "time": time.time(), "_ref": f"{SESSION_REFS}/{n:06d}"},
+                     key=fingerprint(("casmon.session", n)))
         return n
 
     # -- capturing ----------------------------------------------------------------
@@ -282,22 +283,40 @@ class _Intercepted:
 
     # -- the two halves of a call, around the function itself ---------------------
     def begin(self, args: tuple, kwargs: dict):
-        r = self._recorder or self.recorder()
-        n = next(self.counter)
-        a, k = self.capture(r, args, kwargs)  # before the call: the function may mutate its inputs
+        """Everything logged before the call; None if the log cannot be written (the call runs anyway)."""
+        try:
+            r = self._recorder or self.recorder()
+            n = next(self.counter)
+            a, k = self.capture(r, args, kwargs)  # before the call: the function may mutate its inputs
+        except Exception as e:  # noqa: BLE001 - a full disk or an unreachable store must not stop the call
+            self._unavailable(e)
+            return None
         return r, n, a, k, time.time(), time.perf_counter()
 
-    def end(self, r: _Recorder, n: int, a, k, t0: float, p0: float, out: Any) -> None:
-        dt = time.perf_counter() - p0
-        if not self.result:
-            rc: Any = NOT_RECORDED
-        else:
-            t = type(out)
-            rc = out if (t in _SCALARS and (t is not str or len(out) <= _INLINE_STR)) else r.cell(out, "result", self.name)
-        r.log(self, n, t0, dt, a, k, rc, None)
+    def _unavailable(self, e: Exception) -> None:
+        if not getattr(self, "_warned_unavailable", False):
+            self._warned_unavailable = True
+            warnings.warn(f"casmon: calls of {self.name} are not logged: {e}", CallLogWarning, stacklevel=4)
 
-    def fail(self, r: _Recorder, n: int, a, k, t0: float, p0: float, e: BaseException) -> None:
-        r.log(self, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+    def end(self, ctx, out: Any) -> None:
+        r, n, a, k, t0, p0 = ctx
+        dt = time.perf_counter() - p0
+        try:
+            if not self.result:
+                rc: Any = NOT_RECORDED
+            else:
+                t = type(out)
+                rc = out if (t in _SCALARS and (t is not str or len(out) <= _INLINE_STR)) else r.cell(out, "result", self.name)
+            r.log(self, n, t0, dt, a, k, rc, None)
+        except Exception as e:  # noqa: BLE001
+            self._unavailable(e)
+
+    def fail(self, ctx, e: BaseException) -> None:
+        r, n, a, k, t0, p0 = ctx
+        try:
+            r.log(self, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+        except Exception as err:  # noqa: BLE001
+            self._unavailable(err)
 
 
 NOT_RECORDED = {"-": "not recorded"}  # the result cell of intercept(result=False)
@@ -322,13 +341,15 @@ def intercept(fn: Callable | None = None, *, store: Store | str | None = None, r
 
         @functools.wraps(fn)
         async def async_wrapper(*args, **kwargs):
-            r, n, a, k, t0, p0 = fi.begin(args, kwargs)
+            ctx = fi.begin(args, kwargs)
+            if ctx is None:
+                return await fn(*args, **kwargs)
             try:
                 out = await fn(*args, **kwargs)
             except BaseException as e:
-                fi.fail(r, n, a, k, t0, p0, e)
+                fi.fail(ctx, e)
                 raise
-            fi.end(r, n, a, k, t0, p0, out)
+            fi.end(ctx, out)
             return out
 
         wrapper = async_wrapper
@@ -336,13 +357,15 @@ def intercept(fn: Callable | None = None, *, store: Store | str | None = None, r
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            r, n, a, k, t0, p0 = fi.begin(args, kwargs)
+            ctx = fi.begin(args, kwargs)
+            if ctx is None:
+                return fn(*args, **kwargs)
             try:
                 out = fn(*args, **kwargs)
             except BaseException as e:
-                fi.fail(r, n, a, k, t0, p0, e)
+                fi.fail(ctx, e)
                 raise
-            fi.end(r, n, a, k, t0, p0, out)
+            fi.end(ctx, out)
             return out
 
     wrapper.__casmon_intercept__ = fi

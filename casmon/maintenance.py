@@ -127,6 +127,7 @@ class VerifyReport:
     affected: dict[str, list[str]] = field(default_factory=dict)  # damaged/missing -> what depends on it
     bad_objects: dict[Digest, str] = field(default_factory=dict, repr=False)  # digests that cannot be trusted
     bad_files: list[str] = field(default_factory=list, repr=False)  # damaged table files and refs
+    bad_packs: set[str] = field(default_factory=set, repr=False)  # packs with any damaged byte
 
     @property
     def ok(self) -> bool:
@@ -182,6 +183,10 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     except CasmonError as e:
         rep.damaged.append(("index/", str(e)))
         return rep
+    for prefix in _table_prefixes(store):
+        t = store.objects.index if prefix == "index/" else store.table(prefix.split("/")[1])
+        for gap in t.missing_segments():
+            rep.missing.append((gap, f"table {prefix} (a writer's sequence has a gap)"))
 
     # 2. Loose objects: each re-hashed against its name.
     total = len(inv.loose) + len(inv.packs)
@@ -214,6 +219,22 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                 bad_digests[d] = key
             continue
         rep.checked["packs"] += 1
+        # Walk the whole pack, so damage in frames no index entry points at is found too.
+        indexed = {loc.offset for _d, loc in entries_by_pack.get(name, [])}
+        try:
+            frames = split_pack(data, key)
+        except DamagedObjectError as e:
+            rep.damaged.append((e.key, e.reason))
+            rep.bad_packs.add(name)
+            frames = []
+        for off, ln, _h in frames:
+            if off in indexed:
+                continue
+            try:
+                decode_frame(data[off : off + ln], f"{key}@{off}")
+            except DamagedObjectError as e:
+                rep.damaged.append((f"{key}@{off} (an object no index entry uses)", e.reason))
+                rep.bad_packs.add(name)
         for d, loc in entries_by_pack.get(name, []):
             rep.checked["packed objects"] += 1
             frame = data[loc.offset : loc.offset + loc.length]
@@ -225,6 +246,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             except DamagedObjectError as e:
                 rep.damaged.append((f"{where} (object {d.hex()})", e.reason))
                 bad_digests[d] = where
+                rep.bad_packs.add(name)
 
     # 4. Values: their chunks and children must be there and sound.
     dependents: dict[Digest, list[str]] = defaultdict(list)
@@ -251,6 +273,11 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             bad_digests.setdefault(vd, dep)
 
     # 5. Records and refs: what they point at must be there.
+    expected_refs = expected_refs_of(store)
+    existing_refs = set(store.refs())
+    for name, (_target, _t, who) in sorted(expected_refs.items()):
+        if name not in existing_refs:
+            rep.missing.append((f"refs/{name}", who))
     for kind in store.record_kinds():
         try:
             for k, rec in store.records(kind):
@@ -296,6 +323,22 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     return rep
 
 
+def expected_refs_of(store: Store) -> dict[str, tuple[str | None, float, str]]:
+    """Refs that records stand behind (``_ref``): name -> (target, time, record), the newest record winning."""
+    out: dict[str, tuple[str | None, float, str]] = {}
+    for kind in store.record_kinds():
+        try:
+            for k, rec in store.records(kind):
+                name = rec.get("_ref")
+                if isinstance(name, str):
+                    t = float(rec.get("time", 0) or 0)
+                    if name not in out or t >= out[name][1]:
+                        out[name] = (rec.get("_ref_target"), t, f"record {kind}/{k.hex()}")
+        except DamagedObjectError:
+            continue
+    return out
+
+
 def repair(store: Store, progress: Progress | None = None) -> dict:
     """Drop what cannot be trusted, until ``verify`` is clean.
 
@@ -324,13 +367,37 @@ def repair(store: Store, progress: Progress | None = None) -> dict:
                 done["deleted_files"].append(key)
         store.objects.clear_caches()
         store._manifests.clear()
-        store._tables.clear()
-        store.objects.index.refresh()
+        for t in [store.objects.index, *store._tables.values()]:
+            t._buckets.clear()
+            t.refresh()
+        for t in [store.objects.index, *(store.table(k) for k in store.record_kinds())]:
+            if t.missing_segments():
+                t.consolidate(force=True)  # the lost segment's entries are gone: close the gap
         if rep.bad_files:
             continue  # read the tables again before judging their entries
         bad = set(rep.bad_objects)
+        # Packs with damage are rewritten: their good objects move to a new pack, the old one goes.
+        inv = inventory(store)
+        for name in rep.bad_packs:
+            data = store.backend.get(pack_key(name))
+            for d, loc in inv.packed.items():
+                if loc.pack != name or d in bad or data is None:
+                    continue
+                frame = bytes(data[loc.offset : loc.offset + loc.length])
+                try:
+                    decode_frame(frame, pack_key(name), expect=d)
+                except DamagedObjectError:
+                    bad.add(d)
+                    continue
+                store.objects.adopt(d, frame, loc.kind, loc.size)
+        store.objects.flush()
         before = store.objects.index.count()
-        store.objects.index.consolidate(force=True, keep=lambda k, v: Digest(k) not in bad)
+        dropped_packs = set(rep.bad_packs)
+        store.objects.index.consolidate(
+            force=True, keep=lambda k, v: Digest(k) not in bad and Location.decode(v).pack not in dropped_packs)
+        for name in dropped_packs:
+            store.backend.delete(pack_key(name))
+            done["deleted_files"].append(pack_key(name))
         done["dropped_index_entries"] += before - store.objects.index.count()
         inv = inventory(store)
         present = set(inv.loose) | set(inv.packed)
@@ -354,6 +421,11 @@ def repair(store: Store, progress: Progress | None = None) -> dict:
             if ref is None or (ref.target is not None and ref.target not in present):
                 store.delete_ref(name)
                 done["dropped_refs"].append(name)
+        existing = set(store.refs())
+        for name, (target, _t, _who) in expected_refs_of(store).items():
+            if name not in existing and (target is None or Digest(target) in present):
+                store.set_ref(name, Digest(target) if target else None, {"restored_by": "casmon verify --repair"})
+                done.setdefault("restored_refs", []).append(name)
     done["ok"] = verify(store, progress).ok
     return done
 

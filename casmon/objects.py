@@ -227,6 +227,7 @@ class ObjectStore:
         """Write waiting small blobs as one pack, then their index entries."""
         with self._lock:
             if not self._pending:
+                self.index.flush()  # index entries of an earlier pack whose index write failed
                 return None
             pending, self._pending = self._pending, {}
             self._pending_bytes = 0
@@ -241,7 +242,6 @@ class ObjectStore:
             data = b"".join(frames)
             name = xxhash.xxh3_128_hexdigest(data)
             self.backend.create(pack_key(name), data)
-            self.index.write_l0([(d, Location(name, o, ln, k, s).encode()) for d, o, ln, k, s in entries])
         except BaseException:
             with self._lock:  # keep them for the next flush; nothing half-written is indexed
                 for d, v in pending.items():
@@ -250,6 +250,10 @@ class ObjectStore:
                         self._pending_bytes += len(v[0])
             raise
         self._packs.put(name, data)
+        for d, o, ln, k, s in entries:
+            self.index.add(d, Location(name, o, ln, k, s).encode())
+        # The pack is written; its index entries are this table's to write, and to retry if this fails.
+        self.index.flush()
         for d in pending:
             self._remember(d)
         return name

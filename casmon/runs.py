@@ -286,7 +286,9 @@ class record:
     def _write(self, run: Run) -> None:
         store = run.store
         d = store.put(run.manifest)
-        store.append(KIND_RUN, {"name": run.name, "manifest": d.hex(), "status": run.manifest["status"]},
+        # "_ref" names the ref this record stands behind: verify reports it missing, repair restores it.
+        store.append(KIND_RUN, {"name": run.name, "manifest": d.hex(), "status": run.manifest["status"], "time": time.time(),
+                                "_ref": run.ref, "_ref_target": d.hex()},
                      key=fingerprint(("casmon.run", run.ref)), refs=[d, *run._refs])
         store.set_ref(run.ref, d, {"name": run.name, "status": run.manifest["status"], "start": run.manifest["start"]})
         store.flush()

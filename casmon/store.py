@@ -257,15 +257,16 @@ class Store:
         Raises :class:`~casmon.errors.UnpicklableError` (a ``TypeError``) naming
         the part of the value that cannot be stored; nothing is half-written.
         """
-        self._check_writable()
-        enc = serialize.encode(value)
-        return self._put_encoded(enc)
+        return self.put_sized(value)[0]
 
     def put_sized(self, value: Any) -> tuple[Digest, int]:
         """:meth:`put`, also returning the value's logical size in bytes."""
         self._check_writable()
         enc = serialize.encode(value)
-        return self._put_encoded(enc), enc.nbytes
+        try:
+            return self._put_encoded(enc), enc.nbytes
+        except OSError as e:  # a full disk, no permission: say which store, keep the cause
+            raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
 
     def _put_encoded(self, enc: serialize.Encoded) -> Digest:
         children = [self.put(c) for c in enc.children]
@@ -520,18 +521,16 @@ class Store:
             try:
                 self.objects.flush()
                 for t in list(self._tables.values()):
-                    if t.pending:
-                        entries = t.take_pending()
-                        try:
-                            t.write_l0(entries)
-                        except BaseException:
-                            t.restore_pending(entries)
-                            raise
+                    t.flush()
                 for t in [self.objects.index, *self._tables.values()]:
                     if t.wants_merge():
                         t.consolidate()
             except OSError as e:
                 raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
+            except StoreError:
+                raise
+            except Exception as e:  # noqa: BLE001 - e.g. a network error: what was not written stays pending
+                raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
 
     def add_flush_hook(self, hook) -> None:
         """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""

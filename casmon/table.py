@@ -136,6 +136,13 @@ class Generation:
     count: int
     nbuckets: int
     covers: list[str]
+    marks: dict[str, int]  # writer -> highest level-0 sequence number merged into this generation
+
+
+def parse_name(name: str) -> tuple[str, int]:
+    """``(writer, seq)`` of a level-0 file name."""
+    _t, writer, seq = name.split("-")
+    return writer, int(seq, 16)
 
 
 class _Vanished(Exception):
@@ -159,6 +166,7 @@ class Table:
         self._seq = 0
         self._lock = threading.RLock()
         self._pending: list[tuple[bytes, bytes]] = []
+        self._batches: list[tuple[str, list[tuple[bytes, bytes]]]] = []  # named, not yet written
         self._pending_index: dict[bytes, list[bytes]] = {}
         self._l0: dict[str, TableFile] = {}
         self._gens: dict[str, Generation] = {}
@@ -177,21 +185,42 @@ class Table:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + sum(len(e) for _, e in self._batches)
 
     def take_pending(self) -> list[tuple[bytes, bytes]]:
+        """Remove and return the entries not assigned to a batch (tests and tools)."""
         with self._lock:
             entries, self._pending = self._pending, []
-            self._pending_index = {}
+            self._reindex_pending()
             return entries
 
-    def restore_pending(self, entries: list[tuple[bytes, bytes]]) -> None:
-        """Put entries back after a failed flush, so the next flush tries again."""
+    def _reindex_pending(self) -> None:
+        idx: dict[bytes, list[bytes]] = {}
+        for _name, entries in self._batches:
+            for k, v in entries:
+                idx.setdefault(k, []).append(v)
+        for k, v in self._pending:
+            idx.setdefault(k, []).append(v)
+        self._pending_index = idx
+
+    def flush(self) -> None:
+        """Write this writer's waiting entries as level-0 files.
+
+        A batch whose write failed keeps its name and is written again first,
+        under the same name: if the failed write did land, the retry changes
+        nothing (create-if-absent), so no entry is ever written twice, and the
+        writer's numbering has no gap.
+        """
         with self._lock:
-            self._pending[:0] = entries
-            self._pending_index = {}
-            for k, v in self._pending:
-                self._pending_index.setdefault(k, []).append(v)
+            if self._pending:
+                self._batches.append((self.new_name(), self._pending))
+                self._pending = []
+        while self._batches:
+            name, entries = self._batches[0]
+            self._write_named(name, entries)
+            with self._lock:
+                self._batches.pop(0)
+                self._reindex_pending()
 
     def new_name(self) -> str:
         with self._lock:
@@ -199,15 +228,18 @@ class Table:
             return f"{time.time_ns():016x}-{self.writer}-{self._seq:06x}"
 
     def write_l0(self, entries: list[tuple[bytes, bytes]]) -> str:
-        """Write entries as a new level-0 file and return its name."""
+        """Write entries as a new level-0 file at once and return its name."""
         name = self.new_name()
+        self._write_named(name, entries)
+        return name
+
+    def _write_named(self, name: str, entries: list[tuple[bytes, bytes]]) -> None:
         payload = encode_table_file(entries)
         _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
         self.backend.create(self.prefix + "l0/" + name, frame)
         tf = TableFile(name, payload)
         with self._lock:
             self._l0[name] = tf
-        return name
 
     # -- reading ---------------------------------------------------------------
     def _read_frame(self, key: str):
@@ -243,7 +275,8 @@ class Table:
                 key = self.prefix + "gens/" + g
                 m = json.loads(bytes(decode_frame(data, key)[1]))
                 try:
-                    gens[g] = Generation(g, int(m["count"]), int(m["nbuckets"]), list(m["covers"]))
+                    gens[g] = Generation(g, int(m["count"]), int(m["nbuckets"]), list(m["covers"]),
+                                         {str(w): int(v) for w, v in m.get("marks", {}).items()})
                 except (KeyError, TypeError, ValueError) as e:
                     raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
         listed_gens = set(gen_ids)
@@ -370,13 +403,38 @@ class Table:
         for tf in list(self._l0.values()):
             yield from tf.items()
         with self._lock:
-            pending = list(self._pending)
+            pending = [kv for _, entries in self._batches for kv in entries] + list(self._pending)
         yield from pending
 
     def count(self) -> int:
         if not self._listed:
             self.refresh()
         return sum(g.count for g in self._active_gens) + sum(len(t) for t in self._l0.values()) + len(self._pending)
+
+    def missing_segments(self) -> list[str]:
+        """Level-0 files that must have existed but are gone: gaps in a writer's sequence.
+
+        A writer numbers its level-0 files 1, 2, 3, ...; generations record the
+        highest number they merged. A number above that mark, below the writer's
+        newest visible file, and not visible itself, was deleted. (The newest
+        file of a writer leaves no trace when deleted.)
+        """
+        self.refresh()
+        marks: dict[str, int] = {}
+        for g in self._active_gens:
+            for w, v in g.marks.items():
+                marks[w] = max(marks.get(w, 0), v)
+        seen: dict[str, set[int]] = {}
+        for name in self._l0:
+            w, seq = parse_name(name)
+            seen.setdefault(w, set()).add(seq)
+        out = []
+        for w, seqs in seen.items():
+            mark = marks.get(w, 0)
+            for seq in range(mark + 1, max(seqs)):
+                if seq not in seqs:
+                    out.append(f"{self.prefix}l0/*-{w}-{seq:06x}")
+        return out
 
     def files(self) -> list[str]:
         """Keys of every file this table has on the backend (for stats, verify, gc)."""
@@ -428,7 +486,8 @@ class Table:
         by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
         for kv in entries:
             by_bucket[_bucket_of(kv[0], nb)].append(kv)
-        gid = self.new_name()
+        self._gen_seq = getattr(self, "_gen_seq", 0) + 1
+        gid = f"{time.time_ns():016x}-{self.writer}g-{self._gen_seq:06x}"  # "g": not in the level-0 sequence
         items = []
         for i, b in enumerate(by_bucket):
             _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
@@ -438,7 +497,14 @@ class Table:
         for g in gens:  # what merged generations covered and is not deleted yet stays covered
             covers.extend(c for c in g.covers if c in self._visible)
         covers = list(dict.fromkeys(covers))
-        manifest = json.dumps({"count": n, "nbuckets": nb, "covers": covers}).encode()
+        marks: dict[str, int] = {}
+        for g in gens:
+            for w, v in g.marks.items():
+                marks[w] = max(marks.get(w, 0), v)
+        for x in l0:
+            w, seq = parse_name(x)
+            marks[w] = max(marks.get(w, 0), seq)
+        manifest = json.dumps({"count": n, "nbuckets": nb, "covers": covers, "marks": marks}).encode()
         _, frame = encode_frame(manifest, KIND_TABLE, _ZSTD)
         self.backend.create(self.prefix + "gens/" + gid, frame)
         # The new generation is visible: what it covers can go.

@@ -15,6 +15,26 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run long soak and fuzz variants")
 
 
+FIGURES: dict[str, int] = {}
+
+
+@pytest.fixture
+def figures():
+    """Counters reported at the end of the run (the figures of docs/RELIABILITY.md)."""
+
+    def add(name: str, n: int = 1) -> None:
+        FIGURES[name] = FIGURES.get(name, 0) + n
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if FIGURES:
+        terminalreporter.write_sep("-", "reliability figures")
+        for name, n in sorted(FIGURES.items()):
+            terminalreporter.write_line(f"{name}: {n:,}")
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
         return
