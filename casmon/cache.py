@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 import time
 import warnings
@@ -121,6 +122,9 @@ class _Usage:
 
 _usage_by_store: dict[int, _Usage] = {}
 _usage_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    # A forked child's store forgets the parent's flush hooks; its hit counts start over with it.
+    os.register_at_fork(after_in_child=_usage_by_store.clear)
 
 
 def _usage(store: Store) -> _Usage:

@@ -156,8 +156,6 @@ class _Recorder:
         """What a record holds for a value: the value itself if a small scalar, else a digest."""
         t = type(v)
         if t in _SCALARS and (t is not str or len(v) <= _INLINE_STR):
-            if t is float and v != v:
-                return v
             return v
         try:
             d = self.store.put(v)

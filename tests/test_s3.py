@@ -157,15 +157,21 @@ def _many_writers_check(loc, n_tasks, k=20):
     assert rep.ok, rep.as_dict()
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
-def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch):
+def _shared_location(kind, name, tmp_path, request, monkeypatch) -> str:
+    """A store for worker processes: $CASMON_STORE (and S3 credentials) reach them through the environment."""
     if kind == "s3":
-        env, bucket = request.getfixturevalue("s3_env")
-        loc = f"s3://{bucket}/mp"
+        _env, bucket = request.getfixturevalue("s3_env")
+        loc = f"s3://{bucket}/{name}"
     else:
-        loc = str(tmp_path / "mp")
+        loc = str(tmp_path / name)
     monkeypatch.setenv("CASMON_STORE", loc)
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return loc
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch):
+    loc = _shared_location(kind, "mp", tmp_path, request, monkeypatch)
     from tests import _workers
 
     ctx = multiprocessing.get_context("spawn")
@@ -182,13 +188,7 @@ def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch)
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_dask_cluster_writes_one_store(kind, tmp_path, request, monkeypatch):
     distributed = pytest.importorskip("distributed")
-    if kind == "s3":
-        env, bucket = request.getfixturevalue("s3_env")
-        loc = f"s3://{bucket}/dask"
-    else:
-        loc = str(tmp_path / "dask")
-    monkeypatch.setenv("CASMON_STORE", loc)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    loc = _shared_location(kind, "dask", tmp_path, request, monkeypatch)
     from tests import _workers
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster:
