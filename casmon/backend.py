@@ -65,8 +65,24 @@ class _Loop:
                 loop.set_default_executor(_started_executor(cls.WORKERS))
                 t = threading.Thread(target=loop.run_forever, name="casmon-io", daemon=True)
                 t.start()
-                cls._loop, cls._pid = loop, os.getpid()
+                cls._loop, cls._pid, cls._thread = loop, os.getpid(), t
             return cls._loop
+
+    @classmethod
+    def shutdown(cls) -> None:
+        """Stop the loop at interpreter exit, after the last flush.
+
+        Clients with threads of their own (obstore's runtime) must not call back
+        into a loop that Python is tearing down.
+        """
+        with cls._lock:
+            loop, thread = cls._loop, getattr(cls, "_thread", None)
+            if loop is None or cls._pid != os.getpid():
+                return
+            cls._loop = None
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=5)
 
 
 def _started_executor(n: int) -> ThreadPoolExecutor:

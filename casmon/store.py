@@ -158,6 +158,9 @@ def _flush_all_at_exit() -> None:
             import warnings
 
             warnings.warn(f"casmon: could not flush {s.url} at exit: {e}", RuntimeWarning, stacklevel=1)
+    from .backend import _Loop
+
+    _Loop.shutdown()
 
 
 def _after_fork_in_child() -> None:

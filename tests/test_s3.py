@@ -59,9 +59,12 @@ def test_create_if_absent_is_race_free_on_s3(s3_env):
         """
     )
     e = dict(os.environ, PYTHONPATH=str(ROOT), **env)
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(w)], env=e, stdout=subprocess.PIPE, text=True) for w in range(6)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(w)], env=e, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for w in range(6)]
+    results = [p.communicate(timeout=120) for p in procs]
+    outs = [o for o, _ in results]
+    failed = [(p.returncode, err[-2000:]) for p, (_, err) in zip(procs, results) if p.returncode != 0]
+    assert not failed, failed
     wins = [int(x) for out in outs for x in out.split()]
     assert sorted(wins) == list(range(40)), "every ref has exactly one winner"
 
