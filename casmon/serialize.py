@@ -34,6 +34,7 @@ import ast
 import io
 import json
 import pickle
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -215,17 +216,18 @@ def _as_part(buf, numeric: bool, row_bytes: int = 1) -> Part:
     return Part(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
 
 
-def _jsonable(v: Any, budget: list[int]) -> bool:
+def _jsonable(v: Any, budget: list[int], depth: int = 0) -> bool:
+    """Small, shallow, acyclic JSON-like values only (a bounded walk: deep or recursive values are pickled)."""
     budget[0] -= 1
-    if budget[0] < 0:
+    if budget[0] < 0 or depth > 64:
         return False
     t = type(v)
     if t in (str, int, float, bool) or v is None:
         return True
     if t is list:
-        return all(_jsonable(x, budget) for x in v)
+        return all(_jsonable(x, budget, depth + 1) for x in v)
     if t is dict:
-        return all(type(k) is str and _jsonable(x, budget) for k, x in v.items())
+        return all(type(k) is str and _jsonable(x, budget, depth + 1) for k, x in v.items())
     return False
 
 
@@ -286,7 +288,7 @@ def encode(value: Any, root: str = "value") -> Encoded:
     try:
         _Pickler(f, children, buffers).dump(value)
     except RecursionError:
-        raise
+        raise TypeError(f"{root} is nested too deeply to pickle (Python's recursion limit, {sys.getrecursionlimit()})") from None
     except Exception as e:  # noqa: BLE001 - find and name the part that failed
         found = locate_unpicklable(value, root)
         raise (found or UnpicklableError(root, value, e)) from e

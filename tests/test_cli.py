@@ -67,3 +67,22 @@ def test_store_from_environment(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_STORE=str(env_store))
     p = subprocess.run([sys.executable, "-m", "casmon.cli", "stats", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert json.loads(p.stdout)["refs"] == 1
+
+
+def test_verify_repair(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    good = s.put({"keep": 1})
+    bad = s.put(np.random.default_rng(1).random(500_000))
+    s.append("note", {"what": "needs the array"}, refs=[bad])
+    s.set_ref("good", good)
+    s.close()
+    chunk = next(casmon.open(tmp_path / "s").manifest(bad).chunk_digests())
+    p = tmp_path / "s" / loose_key(chunk)
+    data = bytearray(p.read_bytes())
+    data[50] ^= 1
+    p.write_bytes(bytes(data))
+    r = cli("verify", "--repair", "--store", str(tmp_path / "s"))
+    assert "repaired" in r.stdout and "store is sound" in r.stdout
+    fresh = casmon.open(tmp_path / "s")
+    assert fresh.get(good) == {"keep": 1} and bad not in fresh
+    assert list(fresh.records("note")) == [], "the record that needed the damaged array is dropped"

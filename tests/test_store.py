@@ -416,3 +416,31 @@ def test_threads_write_one_store(local_store):
         back = fresh.get(d)
         assert back["t"] == t and np.array_equal(back["a"], np.full(100, i))
     assert fresh.verify().ok
+
+
+def test_round_trip_recursive_deep_and_huge(local_store):
+    rec = [1, "x"]
+    rec.append(rec)
+    back = local_store.get(local_store.put(rec))
+    assert back[0] == 1 and back[2] is back
+    deep = current = []
+    for _ in range(150):
+        nxt = []
+        current.append(nxt)
+        current = nxt
+    back = local_store.get(local_store.put(deep))
+    depth = 0
+    while back:
+        back = back[0]
+        depth += 1
+    assert depth == 150
+    too_deep = current = []
+    for _ in range(100_000):
+        nxt = []
+        current.append(nxt)
+        current = nxt
+    with pytest.raises(TypeError, match="nested too deeply"):
+        local_store.put(too_deep)
+    huge = "é" * 5_000_000
+    assert local_store.get(local_store.put(huge)) == huge
+    assert casmon.fingerprint(huge) == casmon.fingerprint("é" * 5_000_000)
