@@ -122,6 +122,20 @@ def any_store(request, tmp_path):
     s.close()
 
 
+def run_parallel(commands: list[list[str]], env: dict | None = None, cwd=None, timeout: float = 300) -> list[str]:
+    """Run Python processes at once; fail with each failed one's exit status and stderr. Returns their stdout."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    if env:
+        e.update(env)
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", *c], env=e, cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for c in commands]
+    results = [p.communicate(timeout=timeout) for p in procs]
+    failed = [(p.returncode, err[-3000:]) for p, (_o, err) in zip(procs, results) if p.returncode != 0]
+    assert not failed, f"processes failed (exit status, stderr): {failed}"
+    return [o for o, _ in results]
+
+
 def run_python(code: str, *args: str, env: dict | None = None, cwd=None, check=True) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter with casmon importable."""
     e = dict(os.environ)

@@ -14,7 +14,7 @@ import pytest
 import casmon
 from casmon.cache import CacheWarning
 from casmon.objects import loose_key
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, run_parallel, run_python
 
 
 @pytest.fixture
@@ -437,9 +437,7 @@ def test_concurrent_processes_same_key(tmp_path):
             assert slow(i)[0] == i
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "s")], env=env) for _ in range(3)]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    run_parallel([["-c", code, str(tmp_path / "s")] for _ in range(3)])
     s = casmon.open(tmp_path / "s")
     assert s.verify().ok
     from casmon.cache import cache_entries

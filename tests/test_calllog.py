@@ -14,7 +14,7 @@ import pytest
 
 import casmon
 from casmon.calllog import CallLogWarning, NotStored
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, run_parallel, run_python
 
 
 @pytest.fixture
@@ -239,9 +239,7 @@ WORKER = textwrap.dedent(
 
 def test_sessions_from_processes_never_overwrite(tmp_path):
     loc = str(tmp_path / "s")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, loc, "300"], env=env) for _ in range(4)]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    run_parallel([["-c", WORKER, loc, "300"] for _ in range(4)])
     run_python(WORKER, loc, "5")
     log = casmon.load(casmon.open(loc))
     assert sorted(log.sessions) == [1, 2, 3, 4, 5]

@@ -11,7 +11,7 @@ import pytest
 
 import casmon
 from casmon.runs import RunWarning, _safe_target
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, run_parallel, run_python
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.invalid"}
@@ -185,9 +185,7 @@ def test_concurrent_runs_get_distinct_numbers(repo):
             time.sleep(0.2)
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=env, cwd=repo) for i in range(4)]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    run_parallel([["-c", code, str(i)] for i in range(4)], cwd=repo)
     runs = casmon.list_runs()
     assert sorted(r.manifest["n"] for r in runs) == [1, 2, 3, 4]
 

@@ -12,7 +12,7 @@ import pytest
 
 import casmon
 from casmon.cache import cache_entries
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, run_parallel, run_python
 
 
 def s3_url(s3_env, name="store"):
@@ -58,13 +58,7 @@ def test_create_if_absent_is_race_free_on_s3(s3_env):
         print(" ".join(map(str, won)))
         """
     )
-    e = dict(os.environ, PYTHONPATH=str(ROOT), **env)
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(w)], env=e, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for w in range(6)]
-    results = [p.communicate(timeout=120) for p in procs]
-    outs = [o for o, _ in results]
-    failed = [(p.returncode, err[-2000:]) for p, (_, err) in zip(procs, results) if p.returncode != 0]
-    assert not failed, failed
+    outs = run_parallel([["-c", code, url, str(w)] for w in range(6)], env=env)
     wins = [int(x) for out in outs for x in out.split()]
     assert sorted(wins) == list(range(40)), "every ref has exactly one winner"
 

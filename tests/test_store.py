@@ -13,7 +13,7 @@ import casmon
 from casmon import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
 from casmon.objects import loose_key
-from tests.conftest import run_python
+from tests.conftest import run_parallel, run_python
 
 
 def same(a, b):
@@ -317,12 +317,7 @@ def test_records_from_many_processes_merge(tmp_path):
         "    if i % 500 == 0: s.flush()\n"
         "s.close()\n"
     )
-    import subprocess
-    import sys
-
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    procs = [subprocess.Popen([sys.executable, "-c", code, loc, str(w)], env=env) for w in range(4)]
-    assert all(p.wait(timeout=300) == 0 for p in procs)
+    run_parallel([["-c", code, loc, str(w)] for w in range(4)])
     s = casmon.open(loc)
     recs = [r for _, r in s.records("call")]
     assert len(recs) == 12_000
