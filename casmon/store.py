@@ -143,11 +143,20 @@ def _install_process_hooks() -> None:
 
 
 _exiting = False
+_stop_flushers = threading.Event()
+#: True when the exit flush runs before Python joins threads (threading's exit hooks), so
+#: background flush threads can be ordinary threads that the hook stops.
+_exit_hook_stops_threads = hasattr(threading, "_register_atexit")
 
 
 def _flush_all_at_exit() -> None:
     global _exiting
     _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
+    _stop_flushers.set()  # background flushers end; the flush below writes what they would have
+    for s in list(_open_stores):
+        t = s._flusher
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=30)
     for s in list(_open_stores):
         try:
             if s.backend.needs_close:
@@ -486,22 +495,25 @@ class Store:
                 return
             ref = weakref.ref(self)
             interval = self.autoflush
+            stop = _stop_flushers
 
             def loop() -> None:
-                while True:
-                    time.sleep(interval)
+                while not stop.wait(interval):
                     s = ref()
                     if s is None or s._closed:
                         return
                     try:
                         s.flush()
                     except Exception as e:  # noqa: BLE001 - keep pending, retry next round
-                        import logging
+                        if not stop.is_set():
+                            import logging
 
-                        logging.getLogger("casmon").warning("background flush of %s failed: %s", s.url, e)
+                            logging.getLogger("casmon").warning("background flush of %s failed: %s", s.url, e)
                     del s
 
-            self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=True)
+            # Not a daemon where the exit hook can stop it: a daemon thread still flushing (or
+            # writing a warning) while the interpreter tears down can abort the process.
+            self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not _exit_hook_stops_threads)
             self._flusher.start()
 
     def flush(self) -> None:
@@ -560,7 +572,7 @@ class Store:
     def _reset_after_fork(self) -> None:
         # The parent flushes what it had pending; the child starts as a new writer.
         self.writer = writer_id()
-        self._flusher = None
+        self._flusher = None  # the parent's thread does not exist here
         self._flush_lock = threading.Lock()
         self._lock = threading.RLock()
         self.objects = ObjectStore(self.backend, self.writer)
