@@ -2,7 +2,11 @@
 
 A *frame* is a 40-byte header followed by the (possibly compressed) payload::
 
-    magic "CSMN" | version u8 | codec u8 | kind u8 | flags u8 | raw length u64 | stored length u64 | xxh3-128 of raw payload
+    magic "CSMN" | version u8 | codec u8 | kind u8 | check u8 | raw length u64 | stored length u64 | xxh3-128 of raw payload
+
+``check`` is the XOR of the header's other 39 bytes, so damage to any one
+header byte (a kind or a length, which the payload digest does not cover) is
+caught as surely as damage to the payload.
 
 The stored length makes a pack (concatenated frames) readable from its start
 without an index, so a lost index can be rebuilt and ``verify`` can walk packs.
@@ -127,7 +131,21 @@ def encode_frame(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest
     if payload is None or len(payload) >= n:
         payload, cid = mv, 0
     header = _HEADER.pack(MAGIC, FRAME_VERSION, cid, kind, 0, n, len(payload), digest)
+    header = header[:7] + bytes([_xor(header)]) + header[8:]
     return digest, header + payload
+
+
+_WORDS = struct.Struct("<5Q")
+
+
+def _xor(b: bytes) -> int:
+    """XOR of the 40 header bytes (with the check byte in place, a sound header XORs to 0)."""
+    a, b2, c, d, e = _WORDS.unpack(b)
+    w = a ^ b2 ^ c ^ d ^ e
+    w ^= w >> 32
+    w ^= w >> 16
+    w ^= w >> 8
+    return w & 0xFF
 
 
 def read_header(data, key: str, offset: int = 0) -> Frame:
@@ -142,6 +160,8 @@ def read_header(data, key: str, offset: int = 0) -> Frame:
         raise DamagedObjectError(key, f"unknown codec id {cid}")
     if kind not in KIND_NAMES:
         raise DamagedObjectError(key, f"unknown object kind {kind}")
+    if _xor(bytes(data[offset : offset + FRAME_HEADER])) != 0:
+        raise DamagedObjectError(key, "the header fails its check byte")
     return Frame(Digest(dig), kind, cid, raw_len, stored_len)
 
 

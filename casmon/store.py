@@ -288,6 +288,7 @@ class Store:
             self.objects.wait_writes()  # chunks are stored before the manifest can be
         manifest = _encode_manifest(enc.tag, enc.meta, parts, children, enc.inline, enc.nbytes)
         d = self.objects.put(manifest, KIND_VALUE, self.codec, size=enc.nbytes)
+        self.objects.wait_writes()  # a large manifest is written like a chunk: done before put returns
         self._after_write()
         return d
 
