@@ -300,11 +300,7 @@ class _Intercepted:
         r, n, a, k, t0, p0 = ctx
         dt = time.perf_counter() - p0
         try:
-            if not self.result:
-                rc: Any = NOT_RECORDED
-            else:
-                t = type(out)
-                rc = out if (t in _SCALARS and (t is not str or len(out) <= _INLINE_STR)) else r.cell(out, "result", self.name)
+            rc = r.cell(out, "result", self.name) if self.result else NOT_RECORDED
             r.log(self, n, t0, dt, a, k, rc, None)
         except Exception as e:  # noqa: BLE001
             self._unavailable(e)

@@ -273,15 +273,12 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             bad_digests.setdefault(vd, dep)
 
     # 5. Records and refs: what they point at must be there.
-    expected_refs = expected_refs_of(store)
-    existing_refs = set(store.refs())
-    for name, (_target, _t, who) in sorted(expected_refs.items()):
-        if name not in existing_refs:
-            rep.missing.append((f"refs/{name}", who))
+    expected_refs: dict[str, tuple[str | None, float, str]] = {}
     for kind in store.record_kinds():
         try:
             for k, rec in store.records(kind):
                 rep.checked["records"] += 1
+                _note_expected_ref(expected_refs, kind, k, rec)
                 for h in rec.get("_refs", []):
                     try:
                         rd = Digest(h)
@@ -293,7 +290,11 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                         rep.missing.append((f"value {h}", f"record {kind}/{k.hex()}"))
         except DamagedObjectError as e:
             rep.damaged.append((e.key, e.reason))
-    for name in store.refs():
+    existing_refs = set(store.refs())
+    for name, (_target, _t, who) in sorted(expected_refs.items()):
+        if name not in existing_refs:
+            rep.missing.append((f"refs/{name}", who))
+    for name in existing_refs:
         rep.checked["refs"] += 1
         try:
             ref = store.get_ref(name)
@@ -329,14 +330,18 @@ def expected_refs_of(store: Store) -> dict[str, tuple[str | None, float, str]]:
     for kind in store.record_kinds():
         try:
             for k, rec in store.records(kind):
-                name = rec.get("_ref")
-                if isinstance(name, str):
-                    t = float(rec.get("time", 0) or 0)
-                    if name not in out or t >= out[name][1]:
-                        out[name] = (rec.get("_ref_target"), t, f"record {kind}/{k.hex()}")
+                _note_expected_ref(out, kind, k, rec)
         except DamagedObjectError:
             continue
     return out
+
+
+def _note_expected_ref(out: dict, kind: str, key: bytes, rec: dict) -> None:
+    name = rec.get("_ref")
+    if isinstance(name, str):
+        t = float(rec.get("time", 0) or 0)
+        if name not in out or t >= out[name][1]:
+            out[name] = (rec.get("_ref_target"), t, f"record {kind}/{bytes(key).hex()}")
 
 
 def repair(store: Store, progress: Progress | None = None) -> dict:

@@ -33,16 +33,22 @@ def test_demo_then_stats_verify_gc(tmp_path):
     assert "this demo added 0.0 MiB" in out2, "running it again stores nothing new"
 
 
+def flip_first_chunk(store_path, value, at: int):
+    """Flip one bit of the first chunk of a stored value; returns the chunk's digest."""
+    chunk = next(casmon.open(store_path).manifest(value).chunk_digests())
+    p = store_path / loose_key(chunk)
+    data = bytearray(p.read_bytes())
+    data[at] ^= 1
+    p.write_bytes(bytes(data))
+    return chunk
+
+
 def test_verify_exit_status_on_damage(tmp_path):
     s = casmon.open(tmp_path / "s")
     d = s.put(np.random.default_rng(0).random(500_000))
     s.set_ref("x", d)
     s.close()
-    chunk = next(casmon.open(tmp_path / "s").manifest(d).chunk_digests())
-    p = tmp_path / "s" / loose_key(chunk)
-    data = bytearray(p.read_bytes())
-    data[100] ^= 1
-    p.write_bytes(bytes(data))
+    chunk = flip_first_chunk(tmp_path / "s", d, at=100)
     r = cli("verify", "--store", str(tmp_path / "s"), check=False)
     assert r.returncode == 1
     assert chunk.hex() in r.stdout and "needed by ref x" in r.stdout
@@ -76,11 +82,7 @@ def test_verify_repair(tmp_path):
     s.append("note", {"what": "needs the array"}, refs=[bad])
     s.set_ref("good", good)
     s.close()
-    chunk = next(casmon.open(tmp_path / "s").manifest(bad).chunk_digests())
-    p = tmp_path / "s" / loose_key(chunk)
-    data = bytearray(p.read_bytes())
-    data[50] ^= 1
-    p.write_bytes(bytes(data))
+    flip_first_chunk(tmp_path / "s", bad, at=50)
     r = cli("verify", "--repair", "--store", str(tmp_path / "s"))
     assert "repaired" in r.stdout and "store is sound" in r.stdout
     fresh = casmon.open(tmp_path / "s")
