@@ -595,7 +595,7 @@ class Store:
 
     def gc(self, grace: float = 3600.0, dry_run: bool = False, progress=None):
         """Remove what no record or ref reaches (after ``grace`` seconds); repack sparse packs."""
-        from .maintenance import gc
+        from .gc import gc
 
         return gc(self, grace=grace, dry_run=dry_run, progress=progress)
 

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import casmon
 from casmon.codec import decode_frame
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
-from casmon.maintenance import _remove_partials, repair
+from casmon.gc import _remove_partials
+from casmon.maintenance import repair
 from casmon.objects import loose_key
 from casmon.table import TableFile
 from tests.conftest import ROOT, run_python
