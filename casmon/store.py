@@ -659,3 +659,26 @@ def default_store(location: Any = None) -> Store:
             s = open(location)
             _default[key] = s
     return s
+
+
+#: kind -> salvager: ``fn(record, bad) -> record | None`` keeps what a record can keep when some of the
+#: values it names (``bad``, a set of Digests) are lost: a trimmed record (its ``_refs`` updated), or
+#: None to drop it. Used by ``verify --repair`` and by a flush that finds a value gone before its record
+#: is written. Kinds without one lose the whole record.
+SALVAGERS: dict[str, Any] = {}
+
+
+def register_salvager(kind: str, fn) -> None:
+    """Teach repair and flush how to keep the intact part of a ``kind`` record whose values are partly lost."""
+    SALVAGERS[kind] = fn
+
+
+def salvage(kind: str, record: dict, bad: set) -> dict | None:
+    """The part of ``record`` that does not need a value in ``bad`` (None: nothing)."""
+    fn = SALVAGERS.get(kind)
+    if fn is None:
+        return None
+    try:
+        return fn(record, bad)
+    except Exception:  # noqa: BLE001 - a salvager that fails keeps nothing, never stops a flush or repair
+        return None
