@@ -211,13 +211,36 @@ class Table:
         nothing (create-if-absent), so no entry is ever written twice, and the
         writer's numbering has no gap.
         """
+        self.seal()
+        self.write_sealed()
+
+    def seal(self) -> None:
+        """Set the waiting entries aside as a named batch, for :meth:`write_sealed`.
+
+        The store seals every table before it writes the objects of a flush, so a
+        sealed record never names an object that flush does not write.
+        """
         with self._lock:
             if self._pending:
                 self._batches.append((self.new_name(), self._pending))
                 self._pending = []
+
+    def sealed(self) -> list[tuple[str, list[tuple[bytes, bytes]]]]:
+        """The sealed batches not written yet: ``[(name, entries)]``."""
+        with self._lock:
+            return list(self._batches)
+
+    def replace_sealed(self, name: str, entries: list[tuple[bytes, bytes]]) -> None:
+        """Change a sealed batch before it is written (a flush dropping records whose values are gone)."""
+        with self._lock:
+            self._batches = [(n, entries if n == name else e) for n, e in self._batches]
+            self._reindex_pending()
+
+    def write_sealed(self) -> None:
+        """Write the sealed batches, oldest first; a batch that fails stays sealed under its name."""
         while self._batches:
             name, entries = self._batches[0]
-            self._write_named(name, entries)
+            self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
             with self._lock:
                 self._batches.pop(0)
                 self._reindex_pending()
