@@ -40,8 +40,10 @@ from typing import Any
 
 from .codeversion import function_name
 from .digest import Digest
-from .errors import CasmonError
+from .errors import DamagedObjectError, UntrustedStoreError
 from .fingerprint import fingerprint
+from .peek import as_digest, describe, peek
+from .scrub import scrub, scrub_argv
 from .store import Store, default_store
 
 __all__ = ["intercept", "load", "CallLog", "Call", "Args", "NotStored", "Replay", "CallLogWarning"]
@@ -141,7 +143,7 @@ class _Recorder:
             "start": time.time(),
             "pid": self.pid,
             "host": socket.gethostname(),
-            "argv": [str(a) for a in sys.argv[:20]],
+            "argv": scrub_argv(sys.argv[:20]),  # the ref keeps it too: scrubbed before either is written
             "python": sys.version.split()[0],
             "rank": self.rank,
         }
@@ -164,7 +166,7 @@ class _Recorder:
             if key not in self.warned:
                 self.warned.add(key)
                 warnings.warn(f"casmon: {fn}: {what} of type {_type_name(v)} is not logged: {e}", CallLogWarning, stacklevel=4)
-            return {"!": _type_name(v), "why": str(e)[:200]}
+            return {"!": _type_name(v), "why": scrub(str(e)[:200])}
         h = d.hex()
         self.refs.add(h)
         r = _Ref()
@@ -308,7 +310,7 @@ class _Intercepted:
     def fail(self, ctx, e: BaseException) -> None:
         r, n, a, k, t0, p0 = ctx
         try:
-            r.log(self, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), str(e)[:1000]])
+            r.log(self, n, t0, time.perf_counter() - p0, a, k, None, [_type_name(e), scrub(str(e)[:1000])])
         except Exception as err:  # noqa: BLE001
             self._unavailable(err)
 
@@ -445,7 +447,10 @@ def _short(v: Any, limit: int = 60) -> str:
             return f"array(shape={v.shape}, dtype={v.dtype})"
     except ImportError:  # pragma: no cover
         pass
-    r = repr(v)
+    try:
+        r = repr(v)
+    except Exception as e:  # noqa: BLE001 - a value whose repr fails (or recurses too deep) is still shown
+        r = f"<{_type_name(v)}: repr failed: {type(e).__name__}>"
     return r if len(r) <= limit else r[: limit - 1] + "…"
 
 
@@ -490,26 +495,47 @@ class CallLog:
         self.reload()
 
     def reload(self) -> None:
-        """Read what has been flushed since (the log works while writers still run)."""
+        """Read what has been flushed since (the log works while writers still run).
+
+        Every record is checked before use: a malformed one raises
+        :class:`DamagedObjectError` naming it, never another error.
+        """
         store = self.store
         sessions = {}
-        for _k, r in store.records(KIND_SESSION):
-            sessions[int(r["n"])] = r
+        for key, r in store.records(KIND_SESSION):
+            where = f"record {KIND_SESSION}/{key.hex()}"
+            sessions[_int(r.get("n"), where, "n")] = r
         functions: dict[str, _FunctionInfo] = {}
-        for _k, r in store.records(KIND_CALLFN):
-            fi = functions.setdefault(r["fn"], _FunctionInfo(r["fn"]))
-            fi.params = r.get("params", [])
-        for _k, batch in store.records(KIND_CALLS):
-            s = int(batch["session"])
-            names = batch["fns"]
+        for key, r in store.records(KIND_CALLFN):
+            where = f"record {KIND_CALLFN}/{key.hex()}"
+            name = _str(r.get("fn"), where, "fn")
+            fi = functions.setdefault(name, _FunctionInfo(name))
+            fi.params = _params(r.get("params", []), where)
+        for key, batch in store.records(KIND_CALLS):
+            where = f"record {KIND_CALLS}/{key.hex()}"
+            s = _int(batch.get("session"), where, "session")
+            names = batch.get("fns")
+            rows = batch.get("c")
             threads = batch.get("threads", {})
-            for row in batch["c"]:
+            pid, rank = batch.get("pid", 0), batch.get("rank")
+            if (not isinstance(names, list) or not all(type(x) is str for x in names) or not isinstance(rows, list)
+                    or not isinstance(threads, dict) or type(pid) is not int or not (rank is None or type(rank) is int)):
+                raise DamagedObjectError(where, "not a valid batch of calls (fns, c, threads, pid, rank)")
+            for row in rows:
+                if not isinstance(row, list) or len(row) != 9:
+                    raise DamagedObjectError(where, "a call is not a list of 9 fields")
                 fi_idx, n, t0, dt, tid, a, k, res, exc = row
+                if (type(fi_idx) is not int or not 0 <= fi_idx < len(names) or type(n) is not int
+                        or type(t0) not in (int, float) or type(dt) not in (int, float) or not isinstance(a, list)
+                        or not isinstance(k, dict) or not (exc is None or (isinstance(exc, list) and len(exc) == 2
+                                                                           and all(type(x) is str for x in exc)))):
+                    raise DamagedObjectError(where, "a call's fields have the wrong types")
                 name = names[fi_idx]
                 fi = functions.setdefault(name, _FunctionInfo(name))
-                ident, tname = threads.get(str(tid), [tid, str(tid)])
-                fi.sessions[s].append(Call(self, name, int(n), s, batch.get("pid", 0), batch.get("rank"), ident,
-                                           tname, t0, dt, a, k, res, tuple(exc) if exc else None))
+                th = threads.get(str(tid))
+                ident, tname = th if isinstance(th, list) and len(th) == 2 else (tid, str(tid))
+                fi.sessions[s].append(Call(self, name, n, s, pid, rank, ident, str(tname), t0, dt, a, k, res,
+                                           tuple(exc) if exc else None))
         for fi in functions.values():
             for calls in fi.sessions.values():
                 calls.sort(key=lambda c: c.n)
@@ -585,12 +611,25 @@ class CallLog:
     def replay(self, name: str, n: int, session: int | None = None, fn: Callable | None = None) -> Replay:
         """Run call ``n`` again with its stored inputs and compare the result with the recorded one.
 
-        The function is the one intercepted in this process under that name, or
-        imported from its module; pass ``fn`` to replay against another version.
-        The comparison is by fingerprint (content), so it holds across processes.
+        Only code you vouch for runs: ``fn`` if given, else the function
+        registered under the record's name by ``@casmon.intercept`` in this
+        process (import your module first). A callable is never looked up, or a
+        module imported, from the name a record holds. A store opened with
+        ``trust=False`` replays only with ``fn`` given (its records choose which
+        registered function would run, with which arguments). The comparison is
+        by fingerprint (content), so it holds across processes.
         """
         c = self.call(name, n, session)
-        target = fn or _find_function(c.name)
+        if fn is not None:
+            if not callable(fn):
+                raise TypeError(f"replay: fn must be callable, got {type(fn).__name__}")
+            target = fn
+        else:
+            if not self.store.trust:
+                raise UntrustedStoreError(
+                    f"not replaying {c.name}: the store {self.store.url} was opened with trust=False, and replay "
+                    "would call code chosen by its records; pass fn= the function to call")
+            target = _find_function(c.name)
         args, kwargs = c.inputs()
         if c.exception is not None:
             recorded = f"raised {c.exception[0]}: {c.exception[1]}"
@@ -611,12 +650,30 @@ class CallLog:
     def _load_cell(self, cell: Any) -> Any:
         if isinstance(cell, dict):
             if "$" in cell:
-                return self.store.get(cell["$"])
+                return self.store.get(as_digest(cell["$"], "a call record's value"))
             if "!" in cell:
-                return NotStored(cell["!"], cell.get("why", ""))
+                return NotStored(str(cell["!"]), str(cell.get("why", "")))
         return cell
 
-    def _bind(self, c: Call, args: list, kwargs: dict) -> Args:
+    def peek_cell(self, cell: Any) -> Any:
+        """Like loading a cell, but a pickle that could run code stays a :class:`~casmon.peek.Described`."""
+        if isinstance(cell, dict) and "$" in cell:
+            return peek(self.store, as_digest(cell["$"], "a call record's value"))
+        return self._load_cell(cell)
+
+    def describe_cell(self, cell: Any, limit: int = 40) -> str:
+        """A cell as a short text, from the record and the value's manifest alone: nothing is unpickled."""
+        if isinstance(cell, dict):
+            if "$" in cell:
+                return describe(self.store, cell["$"], limit)
+            if "!" in cell:
+                return f"<not stored: {str(cell['!'])[:80]}>"
+            if cell == NOT_RECORDED:
+                return "<not recorded>"
+        return _short(cell, limit)
+
+    def _bind(self, c: Call, args: list, kwargs: dict, load: Callable | None = None) -> Args:
+        load = load or self._load_cell
         params = self.functions[c.name].params
         values: dict[str, Any] = {}
         rest = list(args)
@@ -632,7 +689,7 @@ class CallLog:
             elif pname in kwargs:
                 values[pname] = kwargs[pname]
             elif len(p) > 2:
-                values[pname] = self._load_cell(p[2])
+                values[pname] = load(p[2])
             else:
                 values[pname] = NotStored("missing", "no value and no default")
         return Args(values)
@@ -642,16 +699,8 @@ class CallLog:
         parts = []
         for p in fi.params:
             prefix = "*" if p[1] == "VAR_POSITIONAL" else "**" if p[1] == "VAR_KEYWORD" else ""
-            parts.append(prefix + p[0] + (f"={_short(self._default_repr(p[2]), 30)}" if len(p) > 2 else ""))
+            parts.append(prefix + p[0] + (f"={self.describe_cell(p[2], 30)}" if len(p) > 2 else ""))
         return f"{fi.name}({', '.join(parts)})"
-
-    def _default_repr(self, cell):
-        if isinstance(cell, dict) and "$" in cell:
-            try:
-                return self._load_cell(cell)
-            except CasmonError:
-                return "<stored>"
-        return self._load_cell(cell)
 
     def __repr__(self) -> str:
         lines = [f"CallLog({self.store.url!r}: {len(self.functions)} functions, {len(self)} calls, {len(self.sessions)} sessions)"]
@@ -659,7 +708,7 @@ class CallLog:
             sess = sorted(fi.sessions)
             latest = len(fi.sessions[sess[-1]]) if sess else 0
             args = [p[0] for p in fi.params]
-            defaults = ", ".join(f"{p[0]}={_short(self._default_repr(p[2]), 30)}" for p in fi.params if len(p) > 2)
+            defaults = ", ".join(f"{p[0]}={self.describe_cell(p[2], 30)}" for p in fi.params if len(p) > 2)
             lines.append(f"  {name}: calls {latest} in session {sess[-1] if sess else '-'} ({fi.total()} in sessions {_ranges(sess)}); "
                          f"args {args}; defaults ({defaults})")
         return "\n".join(lines)
@@ -694,28 +743,36 @@ def _ranges(ns: list[int]) -> str:
 
 
 def _find_function(name: str) -> Callable:
+    """The function ``@casmon.intercept`` registered under ``name`` in this process; never an import."""
     fn = _intercepted.get(name)
     if fn is not None:
         return fn
-    import importlib
+    registered = ", ".join(sorted(_intercepted)) or "none"
+    raise LookupError(f"no function {name} is registered in this process, so there is nothing to replay: import the "
+                      f"module that defines it (its @casmon.intercept registers it) or pass fn= (on the command line, "
+                      f"--import module_or_script.py); registered: {registered}")
 
-    mod_name, _, qual = name.rpartition(".")
-    # The qualified name may contain dots (Class.method): import the longest module prefix.
-    parts = name.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        mod_name, qual_parts = ".".join(parts[:i]), parts[i:]
-        try:
-            obj: Any = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        try:
-            for p in qual_parts:
-                obj = getattr(obj, p)
-        except AttributeError:
-            continue
-        fi = getattr(obj, "__casmon_intercept__", None)
-        return fi.fn if fi is not None else inspect.unwrap(obj)
-    raise LookupError(f"cannot find function {name} to replay: import its module first, or pass fn=")
+
+def _int(v: Any, where: str, field: str) -> int:
+    if type(v) is not int:
+        raise DamagedObjectError(where, f"{field} is not an integer")
+    return v
+
+
+def _str(v: Any, where: str, field: str) -> str:
+    if type(v) is not str or not v or len(v) > 1000:
+        raise DamagedObjectError(where, f"{field} is not a name")
+    return v
+
+
+_KINDS = {"POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY", "VAR_KEYWORD"}
+
+
+def _params(v: Any, where: str) -> list:
+    if not isinstance(v, list) or not all(isinstance(p, list) and len(p) in (2, 3) and type(p[0]) is str
+                                          and p[1] in _KINDS for p in v):
+        raise DamagedObjectError(where, "params is not a list of [name, kind, default?]")
+    return v
 
 
 def load(store: Store | str | None = None) -> CallLog:

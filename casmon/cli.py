@@ -2,6 +2,14 @@
 
 Every command takes ``--store PATH_OR_URL`` (default: ``$CASMON_STORE`` or
 ``./.casmon``). Long work shows a progress bar on a terminal.
+
+Looking never runs code: every command opens the store with ``trust=False``
+unless ``--trust`` is given (``casmon --trust show ...`` or ``casmon show ...
+--trust``), so a pickle that names a global is described -- its type read from
+its opcodes, its size and digest -- not loaded. There is deliberately no
+environment variable that turns trust on for every command: trust is a choice
+about one store, made where the command is typed. ``replay`` runs only code
+named with ``--import``. A casmon error is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import CasmonError
+from .errors import CasmonError, UntrustedStoreError
 
 # Piped output is not wrapped at 80 columns, so it can be searched line by line.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -40,13 +48,47 @@ def _human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def _open(location, read_only: bool = False):
+def _trusted() -> bool:
+    """``--trust`` given to the group (``casmon --trust CMD``) or to the command (``casmon CMD --trust``)."""
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if ctx.params.get("trust"):
+            return True
+        ctx = ctx.parent
+    return False
+
+
+def _open(location, read_only: bool = False, trust: bool | None = None):
+    """Open the store; untrusted (no pickle naming a global is loaded) unless ``--trust``."""
     from .store import open as open_store
 
     try:
-        return open_store(location, read_only=read_only, autoflush=None)
+        return open_store(location, read_only=read_only, autoflush=None, trust=_trusted() if trust is None else trust)
     except CasmonError as e:
         raise click.ClickException(str(e)) from None
+
+
+trust_option = click.option(
+    "--trust", is_flag=True, default=False,
+    help="Load pickled values (this can run code written by whoever wrote the store). Default: describe them.",
+)
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, UntrustedStoreError) and "--trust" not in msg:
+        msg += " (casmon --trust loads it, if you trust who wrote this store)"
+    return msg
+
+
+class _Group(click.Group):
+    """Turns casmon's errors (and lookups of what does not exist) into one line on stderr, exit status 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (CasmonError, LookupError) as e:
+            raise click.ClickException(_one_line(e)) from None
 
 
 @contextmanager
@@ -67,16 +109,22 @@ def _progress(enabled: bool):
         yield update
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="casmon")
-def main() -> None:
-    """casmon: remember function calls in a content-addressed, deduplicating store."""
+@trust_option
+def main(trust) -> None:
+    """casmon: remember function calls in a content-addressed, deduplicating store.
+
+    Looking into a store never runs code: pickled values are described, not
+    loaded, unless you pass --trust. See docs/SECURITY.md.
+    """
 
 
 @main.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def stats(store_location, as_json) -> None:
+@trust_option
+def stats(store_location, as_json, trust) -> None:
     """Values, chunks, bytes, dedup ratio and files of a store."""
     store = _open(store_location, read_only=True)
     with _progress(not as_json) as progress:
@@ -103,7 +151,8 @@ def stats(store_location, as_json) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a report.")
 @click.option("--repair", is_flag=True, help="Drop what cannot be trusted (damaged objects, and what needs them).")
-def verify(store_location, as_json, repair) -> None:
+@trust_option
+def verify(store_location, as_json, repair, trust) -> None:
     """Re-hash every object and follow every pointer. Exit status 1 if anything is wrong."""
     store = _open(store_location, read_only=not repair)
     with _progress(not as_json) as progress:
@@ -167,7 +216,8 @@ def _parse_age(text: str | None) -> float | None:
 @click.option("--now", is_flag=True, help="Delete unreachable objects at once (only while nothing else writes).")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
-def gc(store_location, max_size, older_than, grace, now, dry_run, as_json) -> None:
+@trust_option
+def gc(store_location, max_size, older_than, grace, now, dry_run, as_json, trust) -> None:
     """Remove objects no record or ref reaches, and repack sparse packs.
 
     With --max-size or --older-than, first evict cache entries (least recently used first).
@@ -176,7 +226,7 @@ def gc(store_location, max_size, older_than, grace, now, dry_run, as_json) -> No
 
     max_bytes = _parse_size(max_size)
     max_age = _parse_age(older_than)
-    store = _open(store_location)
+    store = _open(store_location, trust=False)  # gc never needs to unpickle, --trust or not
     evicted = (0, 0)
     if (max_bytes is not None or max_age is not None) and not dry_run:
         evicted = evict(store, max_size=max_bytes, older_than=max_age)
@@ -202,7 +252,8 @@ def gc(store_location, max_size, older_than, grace, now, dry_run, as_json) -> No
 @main.group(invoke_without_command=True)
 @store_option
 @click.pass_context
-def cache(ctx, store_location) -> None:
+@trust_option
+def cache(ctx, store_location, trust) -> None:
     """Cached functions: entries, hits, sizes. `casmon cache clear NAME` forgets one."""
     ctx.ensure_object(dict)
     ctx.obj["store"] = store_location
@@ -230,7 +281,8 @@ def cache(ctx, store_location) -> None:
 @click.argument("name")
 @store_option
 @click.pass_context
-def cache_clear(ctx, name, store_location) -> None:
+@trust_option
+def cache_clear(ctx, name, store_location, trust) -> None:
     """Forget every cached result of function NAME (full or short name)."""
     from .cache import clear_function
 
@@ -257,23 +309,7 @@ def _load_log(store_location):
 
 def _cell_summary(log, cell) -> str:
     """A value as the log holds it, described without unpickling anything."""
-    from .calllog import _short
-
-    if isinstance(cell, dict) and "$" in cell:
-        try:
-            m = log.store.manifest(cell["$"])
-        except CasmonError as e:
-            return f"<{e}>"
-        if m.tag == "array":
-            from .serialize import dtype_from_meta
-
-            return f"array{tuple(m.meta['shape'])} {dtype_from_meta(m.meta['dtype'])}"
-        if m.tag == "json":
-            return _short(json.loads(m.inline), 40)
-        return f"<{m.tag}, {_human(m.nbytes)}>"
-    if isinstance(cell, dict) and "!" in cell:
-        return f"<not stored: {cell['!']}>"
-    return _short(cell, 40)
+    return log.describe_cell(cell, 40)
 
 
 @main.command()
@@ -281,7 +317,8 @@ def _cell_summary(log, cell) -> str:
 @store_option
 @click.option("--session", type=int, help="Only this session (default: all; for NAME, the latest).")
 @click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many calls.")
-def calls(name, store_location, session, limit) -> None:
+@trust_option
+def calls(name, store_location, session, limit, trust) -> None:
     """Logged functions with their call counts; with NAME, that function's calls."""
     log = _load_log(store_location)
     if name is None:
@@ -324,7 +361,8 @@ def calls(name, store_location, session, limit) -> None:
 @click.argument("n", type=int, required=False)
 @store_option
 @click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
-def show(name, n, store_location, session) -> None:
+@trust_option
+def show(name, n, store_location, session, trust) -> None:
     """`show RUN`: a recorded run. `show NAME N`: the inputs, result and timing of call N of function NAME."""
     from .calllog import _short
 
@@ -332,11 +370,13 @@ def show(name, n, store_location, session) -> None:
         _show_run(name, store_location)
         return
     log = _load_log(store_location)
+    trusted = _trusted()
+    load = log._load_cell if trusted else log.peek_cell  # untrusted: pickles that could run code are described
     try:
         c = log.call(name, n, session)
-        a = c.get_args()
+        a = log._bind(c, [load(x) for x in c.args_cells], {k: load(v) for k, v in c.kwargs_cells.items()}, load)
     except (LookupError, CasmonError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(_one_line(e)) from None
     console.print(f"[bold]{c.name}[/bold] call {c.n} of session {c.session}")
     console.print(f"  started {_when(c.start)}, took {c.duration * 1e3:.3f} ms, process {c.pid}, thread {c.thread_name}"
                   + (f", rank {c.rank}" if c.rank is not None else ""))
@@ -345,10 +385,10 @@ def show(name, n, store_location, session) -> None:
     if c.exception:
         console.print(f"  raised {c.exception[0]}: {c.exception[1]}", markup=False)
     else:
-        try:
-            console.print(f"  result = {_short(c.result(), 200)}", markup=False)
-        except LookupError as e:
-            console.print(f"  result: {e}", markup=False)
+        if not c.result_recorded:
+            console.print("  result: not recorded (intercept(result=False))", markup=False)
+        else:
+            console.print(f"  result = {_short(load(c.result_cell), 200)}", markup=False)
 
 
 @main.command()
@@ -356,19 +396,95 @@ def show(name, n, store_location, session) -> None:
 @click.argument("n", type=int)
 @store_option
 @click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
-def replay(name, n, store_location, session) -> None:
-    """Run call N of NAME again and check the result against the recorded one (exit 1 if it differs)."""
-    sys.path.insert(0, os.getcwd())  # so functions of the project in the current folder can be imported
+@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_SCRIPT",
+              help="The code to replay: a module name or a .py file (repeatable). Required: replay calls only code you name.")
+@trust_option
+def replay(name, n, store_location, session, imports, trust) -> None:
+    """Run call N of NAME again and check the result against the recorded one (exit 1 if it differs).
+
+    Only code you name runs: the function is taken from the modules or scripts
+    given with --import (their @casmon.intercept functions, or a function of
+    that name in them), never imported from the name a record holds. Arguments
+    that are pickles load only with --trust.
+    """
     log = _load_log(store_location)
+    c = log.call(name, n, session)
+    if not imports:
+        raise click.ClickException(
+            f"replay runs code: name the code that defines {c.name} with --import module_or_script.py "
+            "(casmon never imports what a record names)")
+    modules = [_import_code(spec) for spec in imports]
+    target = _vouched_function(c.name, modules)
     try:
-        r = log.replay(name, n, session)
+        r = log.replay(c.name, c.n, c.session, fn=target)
     except (LookupError, CasmonError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(_one_line(e)) from None
     if r.matches:
         console.print(f"[green]{r.name} call {r.n} (session {r.session}): same result as recorded[/green] ({r.replayed})")
     else:
         console.print(f"[red]{r.name} call {r.n} (session {r.session}): result differs[/red]\n  recorded {r.recorded}\n  now      {r.replayed}")
     sys.exit(0 if r.matches else 1)
+
+
+def _import_code(spec: str):
+    """Import a module by name, or a script by path (under its file name, so ``__main__`` code does not run)."""
+    import importlib
+    import importlib.util
+
+    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise click.ClickException(f"--import {spec}: no such file")
+        mod_name = os.path.splitext(os.path.basename(path))[0]
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # its own sibling modules import as they do when it runs
+        if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+            return sys.modules[mod_name]
+        ispec = importlib.util.spec_from_file_location(mod_name, path)
+        if ispec is None or ispec.loader is None:
+            raise click.ClickException(f"--import {spec}: not a Python file")
+        mod = importlib.util.module_from_spec(ispec)
+        sys.modules[mod_name] = mod
+        try:
+            ispec.loader.exec_module(mod)
+        except Exception as e:  # noqa: BLE001 - the user's code failed to import: say so in one line
+            raise click.ClickException(f"--import {spec} failed: {type(e).__name__}: {e}") from None
+        return mod
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(spec)
+    except Exception as e:  # noqa: BLE001
+        raise click.ClickException(f"--import {spec} failed: {type(e).__name__}: {e}") from None
+
+
+def _vouched_function(name: str, modules: list):
+    """The function the record names, but only from what the user vouched for (the --import modules)."""
+    from .calllog import _intercepted
+
+    def unwrap(obj):
+        fi = getattr(obj, "__casmon_intercept__", None)
+        return fi.fn if fi is not None else obj
+
+    mod_names = {m.__name__ for m in modules}
+    fn = _intercepted.get(name)  # registered by @casmon.intercept while the --import code ran
+    if fn is not None:
+        return fn
+    for m in modules:
+        prefixes = [m.__name__ + ".", "__main__.", "__mp_main__."]  # a script's functions were logged as __main__.f
+        for p in prefixes:
+            if name.startswith(p):
+                obj = m
+                try:
+                    for part in name[len(p):].split("."):
+                        obj = getattr(obj, part)
+                except AttributeError:
+                    continue
+                if callable(obj):
+                    return unwrap(obj)
+    raise click.ClickException(f"{name} is not in what --import named ({', '.join(sorted(mod_names))}); "
+                               "import the module or script that defines it")
 
 
 def _load_run(which, store_location):
@@ -377,13 +493,14 @@ def _load_run(which, store_location):
     try:
         return load_run(which, _open(store_location, read_only=True))
     except (LookupError, CasmonError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(_one_line(e)) from None
 
 
 @main.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True)
-def runs(store_location, as_json) -> None:
+@trust_option
+def runs(store_location, as_json, trust) -> None:
     """Recorded runs: number, comment, time, status, commit, dirty."""
     from .runs import list_runs
 
@@ -428,7 +545,7 @@ def _show_run(which, store_location) -> None:
         console.print(f"  note: {note}", markup=False)
     for path, f in m.get("files", {}).items():
         console.print(f"  tracked {path} ({_human(f['size'])}, {f['digest'][:12]})", markup=False)
-    for k, v in r.info().items():
+    for k, v in (r.info() if _trusted() else r.info_peek()).items():
         from .calllog import _short
 
         console.print(f"  info {k} = {_short(v, 120)}", markup=False)
@@ -446,7 +563,8 @@ def _show_run(which, store_location) -> None:
 @click.argument("b")
 @store_option
 @click.option("--json", "as_json", is_flag=True)
-def diff_cmd(a, b, store_location, as_json) -> None:
+@trust_option
+def diff_cmd(a, b, store_location, as_json, trust) -> None:
     """What differs between runs A and B: code, tracked files, metadata, info, results."""
     from .runs import diff
 
@@ -477,7 +595,8 @@ def diff_cmd(a, b, store_location, as_json) -> None:
 @click.argument("target", type=click.Path(file_okay=False))
 @store_option
 @click.option("--repo", type=click.Path(exists=True, file_okay=False), help="The git repository holding the run's commit.")
-def restore_cmd(run, target, store_location, repo) -> None:
+@trust_option
+def restore_cmd(run, target, store_location, repo, trust) -> None:
     """Write RUN's code into TARGET: its commit, its uncommitted changes, its tracked files."""
     from .runs import restore
 
@@ -493,7 +612,8 @@ def restore_cmd(run, target, store_location, repo) -> None:
 @click.argument("run")
 @click.argument("target", type=click.Path(file_okay=False))
 @store_option
-def export_cmd(run, target, store_location) -> None:
+@trust_option
+def export_cmd(run, target, store_location, trust) -> None:
     """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."""
     from .runs import export
 
@@ -507,7 +627,8 @@ def export_cmd(run, target, store_location) -> None:
 
 @main.command()
 @store_option
-def demo(store_location) -> None:
+@trust_option
+def demo(store_location, trust) -> None:
     """Store and reload a few values; show deduplication and the store's stats."""
     from .demo import run_demo
 

@@ -165,6 +165,19 @@ def read_header(data, key: str, offset: int = 0) -> Frame:
     return Frame(Digest(dig), kind, cid, raw_len, stored_len)
 
 
+#: No codec here expands its payload more than this (zstd's best case is about 32,768x).
+MAX_RATIO = 1 << 16
+
+
+def _declared_size(codec_id: int, body) -> int | None:
+    """The uncompressed size a payload states about itself (blosc and lz4 do), or None."""
+    if codec_id in (1, 4):  # blosc header: version, versionlz, flags, typesize, nbytes u32, blocksize u32, cbytes u32
+        return int.from_bytes(bytes(body[4:8]), "little") if len(body) >= 16 else -1
+    if codec_id == 3:  # numcodecs' LZ4: a little-endian u32 size prefix
+        return int.from_bytes(bytes(body[:4]), "little") if len(body) >= 4 else -1
+    return None
+
+
 def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tuple[Frame, bytes | memoryview]:
     """Check and decompress a frame. Never returns bytes that do not match the digest.
 
@@ -179,6 +192,8 @@ def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tupl
         raise DamagedObjectError(key, f"payload is {len(body)} bytes, header says {frame.stored_len} (truncated or extended)")
     try:
         if frame.codec == 0:
+            if out is not None and memoryview(out).nbytes != frame.raw_len:
+                raise DamagedObjectError(key, f"raw length {frame.raw_len} does not fit the {memoryview(out).nbytes} bytes expected")
             if len(body) != frame.raw_len:
                 raise DamagedObjectError(key, f"stored payload is {len(body)} bytes, raw length is {frame.raw_len}")
             if out is not None:
@@ -187,7 +202,17 @@ def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tupl
             else:
                 raw = body
         else:
-            raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=out)
+            # Bounds first: the codec's own size field must agree with the header, and no codec expands
+            # a payload more than MAX_RATIO times, so a crafted length never becomes a huge allocation.
+            if frame.raw_len > MAX_RATIO * frame.stored_len + 4096:
+                raise DamagedObjectError(key, f"raw length {frame.raw_len} is impossible for a {frame.stored_len}-byte payload")
+            declared = _declared_size(frame.codec, body)
+            if declared is not None and declared != frame.raw_len:
+                raise DamagedObjectError(key, f"the payload says {declared} bytes, the header {frame.raw_len}")
+            if out is not None and memoryview(out).nbytes != frame.raw_len:
+                raise DamagedObjectError(key, f"raw length {frame.raw_len} does not fit the {memoryview(out).nbytes} bytes expected")
+            dest = out if out is not None else bytearray(frame.raw_len)  # never let the codec size its own output
+            raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=dest)
     except DamagedObjectError:
         raise
     except Exception as e:  # noqa: BLE001 - any codec failure means damage

@@ -12,7 +12,7 @@ from rich.table import Table
 from .cache import cache
 from .calllog import CallLog, intercept
 from .runs import RunWarning, list_runs, record
-from .store import open as open_store
+from .store import Store, open as open_store
 
 
 def preprocess(raw: np.ndarray, bins: int = 64) -> np.ndarray:
@@ -126,9 +126,11 @@ def _steps(store, console: Console) -> bool:
         logged(w, lr=0.1 / (step + 1))
         w *= 0.5  # the function's input changes after each call; the log keeps what each call saw
     store.flush()
-    log = CallLog(store)
-    name = log.resolve("train_step")
-    session = max(log.functions[name].sessions)
+    # Which record answers "call 2 of session N" is the store's choice: read the log without trusting
+    # its pickles (the demo's own arguments are arrays and floats), and replay only train_step itself.
+    log = CallLog(Store(store.backend, trust=False, autoflush=None))  # same backend, a second view
+    name = log.resolve("casmon.demo.train_step")
+    session = logged.__casmon_intercept__.recorder().session  # this process's own session
     args = log.get_args(name, 2, session=session)
     console.print(f"@casmon.intercept logged {len(log.calls(name, session=session))} calls of train_step in session {session}; "
                   f"call 2 read back: lr={args.lr}, momentum={args.momentum} (default), weights {args.weights.shape}, "

@@ -42,10 +42,12 @@ from typing import Any
 from .cache import observers as cache_observers
 from .calllog import CallLog, _recorders as call_recorders, _short as short_repr
 from .digest import Digest
-from .errors import CasmonError
+from .errors import CasmonError, DamagedObjectError, UntrustedStoreError
 from .fingerprint import fingerprint
 from .gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from .capture import OutputCapture
+from .peek import Described, as_digest, describe, load_data, peek
+from .scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from .store import Store, default_store
 
 __all__ = ["record", "record_context", "Run", "RunInfo", "list_runs", "load_run", "diff", "restore", "export", "RunWarning"]
@@ -58,9 +60,11 @@ DEFAULT_ENV = (
     "PYTHONHASHSEED", "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_NODELIST",
     "PBS_JOBID", "LSB_JOBID", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "CASMON_STORE",
 )
-_SECRET = re.compile(r"(?i)(secret|token|passw|credential|api[_-]?key|access[_-]?key|private|auth)")
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
-_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+#: Folders of version control systems: restore and export never write into one (any case, any depth).
+VCS_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", "cvs", ".jj", ".pijul", ".fslckout", "_fossil_", ".fossil"})
+# characters macOS (HFS+) and Windows ignore in names, so ".g\u200cit" or ".git." would still be ".git"
+_IGNORABLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u206a-\u206f\ufeff]")
 
 
 class RunWarning(UserWarning):
@@ -68,8 +72,8 @@ class RunWarning(UserWarning):
 
 
 def scrub(text: str) -> str:
-    """Remove credentials from URLs (``s3://key:secret@host`` -> ``s3://***@host``)."""
-    return _URL_CREDENTIALS.sub("***@", text)
+    """Remove credentials (``s3://key:secret@host`` -> ``s3://***@host``); see :mod:`casmon.scrub`."""
+    return _scrub(text, whole=True)
 
 
 def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
@@ -146,7 +150,7 @@ class record:
             raise ValueError(f"casmon.record: prefix may hold letters, digits, '_', '.', '-' only: {prefix!r}")
         env = list(env)
         for var in env:
-            if _SECRET.search(var):
+            if looks_secret(var):
                 raise ValueError(f"casmon.record: refusing to record environment variable {var!r}: it looks like a secret")
         self.comment = comment
         self.capture_mode = capture_output or None
@@ -229,10 +233,10 @@ class record:
             "pid": os.getpid(),
             "python": sys.version.split()[0],
             "executable": sys.executable,
-            "argv": [scrub(str(a)) for a in sys.argv],
+            "argv": scrub_argv(sys.argv),
             "cwd": os.getcwd(),
             "packages": pd.hex(),
-            "env": {k: scrub(os.environ[k]) for k in self.env if k in os.environ},
+            "env": scrub_env({k: os.environ[k] for k in self.env if k in os.environ}),
             "output_mode": self.capture_mode,
         }
         run._refs = refs
@@ -315,10 +319,10 @@ class record:
                 m["traceback"] = None
             else:
                 m["status"] = "failed"
-                m["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb))
-                m["error"] = f"{exc_type.__name__}: {exc}"
+                m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
+                m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
             if output is not None:
-                od = store.put(output.encode("utf-8", "surrogateescape"))
+                od = store.put(scrub_output(output).encode("utf-8", "surrogateescape"))
                 run._refs.append(od)
                 m["output"] = od.hex()
             m["info"] = {str(k): _json_or_value(store, v, run._refs) for k, v in run.info.items()}
@@ -384,25 +388,38 @@ class RunInfo:
         ref = self.store.get_ref(self.ref)
         return ref.target.hex() if ref and ref.target else ""
 
+    # Patches, output, tracked files and package lists are data casmon wrote: they load without ever
+    # running code, whatever the store's trust (peek.load_data), and must be of their type.
     def patch(self) -> bytes:
         h = self.manifest.get("git", {}).get("patch")
-        return bytes(self.store.get(h)) if h else b""
+        return bytes(load_data(self.store, h, f"run {self.name}: the patch", (bytes, bytearray))) if h else b""
 
     def output(self) -> str:
         h = self.manifest.get("output")
-        return bytes(self.store.get(h)).decode("utf-8", "surrogateescape") if h else ""
+        if not h:
+            return ""
+        return bytes(load_data(self.store, h, f"run {self.name}: the output", (bytes, bytearray))).decode("utf-8", "surrogateescape")
 
     def file(self, path: str) -> bytes:
-        return bytes(self.store.get(self.manifest["files"][path]["digest"]))
+        return bytes(load_data(self.store, self.manifest["files"][path]["digest"], f"run {self.name}: tracked file {path}",
+                               (bytes, bytearray)))
 
     def packages(self) -> dict[str, str]:
         h = self.manifest.get("packages")
-        return self.store.get(h) if h else {}
+        return load_data(self.store, h, f"run {self.name}: the package list", dict) if h else {}
 
     def info(self) -> dict[str, Any]:
+        """The run's ``info``, values loaded (pickles only from a store opened with ``trust=True``)."""
         out = {}
         for k, v in self.manifest.get("info", {}).items():
-            out[k] = self.store.get(v["$"]) if isinstance(v, dict) and set(v) == {"$"} else v
+            out[k] = self.store.get(as_digest(v["$"], f"run {self.name}: info {k}")) if _is_value_ref(v) else v
+        return out
+
+    def info_peek(self) -> dict[str, Any]:
+        """The run's ``info`` without running code: a pickle that names a global stays a :class:`~casmon.peek.Described`."""
+        out = {}
+        for k, v in self.manifest.get("info", {}).items():
+            out[k] = peek(self.store, as_digest(v["$"], f"run {self.name}: info {k}")) if _is_value_ref(v) else v
         return out
 
     def information(self) -> dict[str, Any]:
@@ -419,7 +436,7 @@ class RunInfo:
         if m.get("function"):
             info["record_function"] = m["function"].rsplit(".", 1)[-1]
             info["run_end_time"] = _iso(m.get("end"))
-        for k, v in self.info().items():
+        for k, v in (self.info() if self.store.trust else self.info_peek()).items():
             info[k] = v if _is_json(v) else repr(v)
         return info
 
@@ -455,17 +472,66 @@ def _is_json(v: Any) -> bool:
 
 
 def list_runs(store: Store | str | None = None) -> list[RunInfo]:
-    """Every run in the store, oldest first."""
+    """Every run in the store, oldest first.
+
+    Run manifests are data: they load without ever running code, and each is
+    checked (:class:`DamagedObjectError` names a malformed one).
+    """
     s = default_store(store)
     out = []
     for name in s.refs(RUN_REFS):
         ref = s.get_ref(name)
         if ref is None:
             continue
-        manifest = s.get(ref.target) if ref.target is not None else {"name": name.rsplit("/", 1)[-1], "status": ref.data.get("status", "claimed"), "start": ref.data.get("time")}
+        if ref.target is not None:
+            manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
+            _check_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
+        else:
+            data = ref.data if isinstance(ref.data, dict) else {}
+            t = data.get("time")
+            manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
+                        "start": t if type(t) in (int, float) else None}
         out.append(RunInfo(s, name, manifest))
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     return out
+
+
+_MANIFEST_TYPES = {"name": str, "comment": str, "status": str, "prefix": str, "git": dict, "files": dict,
+                   "tracking_records": dict, "info": dict, "links": dict, "argv": list, "env": dict,
+                   "start": (int, float), "end": (int, float), "duration": (int, float), "patch_time": (int, float),
+                   "n": int, "output": str, "packages": str, "traceback": str, "error": str, "function": str,
+                   "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int}
+
+
+def _check_manifest(m: dict, where: str) -> None:
+    """Types of the fields readers use; a crafted manifest gives DamagedObjectError, not a TypeError later."""
+    def bad(why: str):
+        raise DamagedObjectError(where, f"not a valid run manifest: {why}")
+
+    for k, t in _MANIFEST_TYPES.items():
+        v = m.get(k)
+        if v is not None and (not isinstance(v, t) or type(v) is bool):
+            bad(f"{k} is a {type(v).__name__}")
+    g = m.get("git") or {}
+    for k in ("root", "commit", "branch", "patch"):
+        if g.get(k) is not None and not isinstance(g[k], str):
+            bad(f"git.{k} is not a string")
+    for k in ("untracked", "skipped", "notes"):
+        if not isinstance(g.get(k, []), list) or not all(isinstance(x, str) for x in g.get(k, [])):
+            bad(f"git.{k} is not a list of strings")
+    if not all(isinstance(x, str) for x in m.get("argv") or []):
+        bad("argv is not a list of strings")
+    for path, f in (m.get("files") or {}).items():
+        if (not isinstance(f, dict) or not isinstance(f.get("digest"), str) or type(f.get("size", 0)) is not int
+                or type(f.get("mode", 0o644)) is not int):
+            bad(f"tracked file {path[:80]!r} is not {{digest, size, mode}}")
+    links = m.get("links") or {}
+    cache = links.get("cache", [])
+    if not isinstance(cache, list) or not all(isinstance(e, dict) and all(isinstance(e.get(x), str) for x in ("fn", "key", "result"))
+                                              for e in cache):
+        bad("links.cache is not a list of {fn, key, result}")
+    if not isinstance(links.get("call_sessions", []), list) or not all(type(x) is int for x in links.get("call_sessions", [])):
+        bad("links.call_sessions is not a list of session numbers")
 
 
 def load_run(which: str | int, store: Store | str | None = None) -> RunInfo:
@@ -515,9 +581,9 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
         pa, pb = ra.packages(), rb.packages()
         meta["packages"] = {p: {"a": pa.get(p), "b": pb.get(p)} for p in sorted(set(pa) | set(pb)) if pa.get(p) != pb.get(p)}
     out["meta"] = meta
-    ia, ib = ra.info(), rb.info()
-    out["info"] = {k: {"a": _short(ia.get(k)), "b": _short(ib.get(k))} for k in sorted(set(ia) | set(ib), key=str)
-                   if not _same_value(ia.get(k), ib.get(k))}
+    ia, ib = ma.get("info", {}), mb.get("info", {})  # compared as stored: a digest stands for its value
+    out["info"] = {k: {"a": _info_cell(ra, ia.get(k)), "b": _info_cell(rb, ib.get(k))} for k in sorted(set(ia) | set(ib), key=str)
+                   if not _same_cell(ia.get(k), ib.get(k))}
     out["results"] = _result_differences(ra, rb)
     return out
 
@@ -526,11 +592,23 @@ def _short(v: Any) -> Any:
     return v if _is_json(v) and len(json.dumps(v)) < 200 else short_repr(v, 80)
 
 
-def _same_value(a: Any, b: Any) -> bool:
+def _is_value_ref(v: Any) -> bool:
+    return isinstance(v, dict) and set(v) == {"$"}
+
+
+def _info_cell(r: RunInfo, v: Any) -> Any:
+    """An info entry for display, without loading a stored value (its description instead)."""
+    return Described(as_digest(v["$"], f"run {r.name}: info"), describe(r.store, v["$"], 80)) if _is_value_ref(v) else _short(v)
+
+
+def _same_cell(a: Any, b: Any) -> bool:
+    """Info entries compared without loading anything: stored values by digest (equal content, equal digest)."""
+    if _is_value_ref(a) or _is_value_ref(b):
+        return a == b
     try:
         return fingerprint(a) == fingerprint(b)
     except TypeError:
-        return repr(a) == repr(b)
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _result_differences(ra: RunInfo, rb: RunInfo) -> list[dict]:
@@ -558,22 +636,48 @@ def _result_differences(ra: RunInfo, rb: RunInfo) -> list[dict]:
     return list(out.values())
 
 
+class UnsafePathError(CasmonError, ValueError):
+    """A run names a path that restore or export must not write (outside the folder, or VCS metadata)."""
+
+
+def vcs_component(rel: str) -> str | None:
+    """The version-control folder (``.git``, ``.hg``, ``.svn``, ...) a path goes through, in any case, or None.
+
+    Names are compared as macOS and Windows would: case-folded, ignorable
+    Unicode characters removed, trailing dots and spaces dropped, ``git~1``
+    taken for ``.git``; both ``/`` and ``\\`` separate components.
+    """
+    for part in re.split(r"[/\\]", rel):
+        norm = _IGNORABLE.sub("", part).rstrip(" .").casefold()
+        base = norm.split(":", 1)[0].rstrip(" .")  # NTFS alternate data streams: ".git::$INDEX_ALLOCATION"
+        if norm in VCS_DIRS or base in VCS_DIRS or norm.startswith("git~"):
+            return part
+    return None
+
+
 def _safe_target(root: Path, rel: str) -> Path:
-    """``root / rel``, refusing absolute paths, ``..`` and paths through symlinks."""
+    """``root / rel``, refusing absolute paths, ``..``, paths through symlinks, and VCS metadata (``.git/``)."""
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        raise UnsafePathError(f"refusing to write {str(rel)[:200]!r}: not a file name")
+    vcs = vcs_component(rel)
+    if vcs is not None:
+        raise UnsafePathError(f"refusing to write {rel!r}: it is inside version-control metadata ({vcs}/), which can "
+                              "run commands (hooks, config); casmon never restores or exports it")
     p = Path(rel)
-    if p.is_absolute() or rel.startswith(("/", "\\")) or any(part == ".." for part in p.parts) or not rel:
-        raise ValueError(f"refusing to write {rel!r}: it would escape the target folder")
+    if p.is_absolute() or rel.startswith(("/", "\\")) or any(part == ".." for part in re.split(r"[/\\]", rel)) \
+            or re.match(r"^[A-Za-z]:", rel):
+        raise UnsafePathError(f"refusing to write {rel!r}: it would escape the target folder")
     target = root / p
     cur = root
     for part in p.parts[:-1]:
         cur = cur / part
         if cur.is_symlink():
-            raise ValueError(f"refusing to write {rel!r}: {cur} is a symlink")
+            raise UnsafePathError(f"refusing to write {rel!r}: {cur} is a symlink")
     if target.is_symlink():
-        raise ValueError(f"refusing to write {rel!r}: it is a symlink")
+        raise UnsafePathError(f"refusing to write {rel!r}: it is a symlink")
     resolved = target.resolve()
     if resolved != root.resolve() and root.resolve() not in resolved.parents:
-        raise ValueError(f"refusing to write {rel!r}: it would escape the target folder")
+        raise UnsafePathError(f"refusing to write {rel!r}: it would escape the target folder")
     return target
 
 
@@ -591,6 +695,11 @@ def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | 
     The commit is read from the repository the run was recorded in (or ``repo``).
     """
     r = run if isinstance(run, RunInfo) else load_run(run, store)
+    for rel in r.manifest.get("files", {}):  # refuse before anything is written
+        _safe_target(Path(target).resolve(), rel)
+    patch = r.patch()
+    if patch:
+        _check_patch_paths(Path(target).resolve(), patch, r.name)
     root = _prepare_dir(target)
     g = r.manifest.get("git", {})
     if g.get("commit"):
@@ -615,7 +724,6 @@ def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | 
                     tar.extractall(root, members=members, filter="data")
                 else:  # pragma: no cover - Python < 3.11.4
                     tar.extractall(root, members=members)
-    patch = r.patch()
     if patch:
         _apply_patch(root, patch, r.name)
     for rel, meta in r.manifest.get("files", {}).items():
@@ -627,20 +735,73 @@ def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | 
     return root
 
 
-def _apply_patch(root: Path, patch: bytes, name: str) -> None:
+_PATCH_PATH_LINES = ("+++ ", "--- ", "diff --git ", "rename from ", "rename to ", "copy from ", "copy to ",
+                     "rename old ", "rename new ")
+
+
+def _unquote(tok: str) -> str:
+    """A path as git quotes it (``"a/\\056git/config"``: C escapes, octal bytes) in plain text."""
+    if len(tok) >= 2 and tok[0] == tok[-1] == '"':
+        body = tok[1:-1]
+        try:
+            return body.encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            return body
+    return tok
+
+
+def _patch_paths(patch: bytes) -> list[str]:
+    """Every path a patch names in its headers, unquoted (a first look; git's own list is checked too)."""
+    out = []
     for line in patch.decode("utf-8", "replace").splitlines():
-        if line.startswith(("+++ ", "--- ", "diff --git ")):
-            for tok in line.split()[1:]:
-                if tok in ("/dev/null",) or tok.startswith("--"):
-                    continue
-                rel = tok[2:] if tok[:2] in ("a/", "b/") else tok
-                _safe_target(root, rel)
+        if not line.startswith(_PATCH_PATH_LINES):
+            continue
+        rest = line.split(" ", 2)[2] if line.startswith(("diff --git ", "rename ", "copy ")) else line[4:]
+        toks = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', rest)
+        for tok in toks:
+            tok = _unquote(tok)
+            if tok == "/dev/null" or tok.startswith("--"):
+                continue
+            out.append(tok[2:] if tok[:2] in ("a/", "b/") and line.startswith(("+++", "---", "diff")) else tok)
+    return out
+
+
+def _git_apply_env(root: Path) -> dict:
+    # no repository above the target is discovered, no user or system config is read (no hooks, no filters)
+    return dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent), GIT_CONFIG_NOSYSTEM="1",
+                GIT_CONFIG_GLOBAL=os.devnull, HOME=str(root.parent))
+
+
+def _check_patch_paths(root: Path, patch: bytes, name: str) -> None:
+    """Refuse a patch that touches a path outside ``root`` or inside VCS metadata, as we and git read it."""
+    paths = _patch_paths(patch)
+    with tempfile.TemporaryDirectory(prefix="casmon-patch-") as tmp:
+        pf = os.path.join(tmp, "run.patch")
+        with open(pf, "wb") as f:
+            f.write(patch)
+        p = subprocess.run(["git", "apply", "--numstat", "--summary", "-z", pf], cwd=tmp, env=_git_apply_env(Path(tmp)),
+                           capture_output=True)
+        if p.returncode == 0:
+            for field in p.stdout.split(b"\0"):
+                field = field.decode("utf-8", "surrogateescape")
+                if "\t" in field:  # "added\tdeleted\tpath" (a rename's two paths follow as fields of their own)
+                    field = field.split("\t", 2)[2]
+                if field and not field.startswith((" create mode", " delete mode", " mode change", " rename", " copy")):
+                    paths.append(field)
+    for rel in paths:
+        try:
+            _safe_target(root, rel)
+        except UnsafePathError as e:
+            raise UnsafePathError(f"run {name}: the patch is refused: {e}") from None
+
+
+def _apply_patch(root: Path, patch: bytes, name: str) -> None:
+    _check_patch_paths(root, patch, name)
     with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as f:
         f.write(patch)
         pf = f.name
     try:
-        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent))
-        p = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", pf], cwd=root, env=env,
+        p = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", pf], cwd=root, env=_git_apply_env(root),
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise CasmonError(f"run {name}: the patch does not apply: {p.stderr.strip()}")
@@ -651,6 +812,8 @@ def _apply_patch(root: Path, patch: bytes, name: str) -> None:
 def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None) -> Path:
     """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files."""
     r = run if isinstance(run, RunInfo) else load_run(run, store)
+    for rel in r.manifest.get("files", {}):  # refuse before anything is written
+        _safe_target(Path(target).resolve(), rel)
     root = _prepare_dir(target)
     (root / "information.json").write_text(json.dumps(r.information(), indent=2, ensure_ascii=False), encoding="utf-8")
     (root / "current_changes.patch").write_bytes(r.patch())

@@ -33,7 +33,10 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 import pickle
+import pickletools
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -41,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import UnpicklableError, UntrustedStoreError, locate_unpicklable
+from .errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
 
 __all__ = [
     "Part",
@@ -53,6 +56,9 @@ __all__ = [
     "handlers",
     "encode",
     "decode",
+    "check_manifest",
+    "describe_pickle",
+    "PickleInfo",
 ]
 
 #: Out-of-band buffers smaller than this stay inside the pickle stream.
@@ -303,6 +309,8 @@ class _SafeUnpickler(pickle.Unpickler):
 
     Without ``find_class`` (and ``persistent_load``) a pickle cannot reach any
     callable, so it cannot run code (see "Restricting Globals" in the pickle docs).
+    The ``EXT`` opcodes go through ``find_class`` as well. Both are methods of
+    the class (Python 3.13 makes ``persistent_load`` read-only on instances).
     """
 
     def find_class(self, module: str, name: str):
@@ -315,26 +323,286 @@ class _SafeUnpickler(pickle.Unpickler):
         raise UntrustedStoreError("this value refers to other values through its pickle; the store was opened with trust=False")
 
 
-def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bool = True) -> Any:
+class _ChildUnpickler(pickle.Unpickler):
+    """The trusted unpickler; registered handler values nested in the pickle load through ``load_child``."""
+
+    def __init__(self, file, buffers, load_child) -> None:
+        super().__init__(file, buffers=buffers)
+        self._load_child = load_child
+
+    def persistent_load(self, pid):
+        if self._load_child is None or type(pid) is not int:
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
+        return self._load_child(pid)
+
+
+#: Errors a malformed (crafted or damaged) stream or manifest raises while it is decoded.
+_DECODE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+                  OverflowError, MemoryError, RecursionError, SyntaxError, UnicodeDecodeError, LookupError)
+
+
+def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bool = True, key: str = "value") -> Any:
     """Rebuild a value from its manifest and freshly read buffers.
 
     With ``trusted=False`` a pickle loads only if it names no global (no code can run).
+    A malformed value raises :class:`DamagedObjectError` naming ``key``; a
+    value saved by a handler not registered here raises :class:`StoreFormatError`.
     """
     tag = enc.tag
-    if tag == "json":
-        return json.loads(enc.inline)
-    if tag == "array":
-        return _handlers_by_name[ArrayHandler.name].decode(enc.meta, buffers)
-    if tag == "bytes":
-        data = buffers[0]
-        return bytearray(data) if enc.meta.get("type") == "bytearray" else data.tobytes()
     if tag == "handler":
-        return handler_named(enc.meta["handler"]).decode(enc.meta["meta"], buffers)
+        name = enc.meta.get("handler") if isinstance(enc.meta, dict) else None
+        h = _handlers_by_name.get(name) if isinstance(name, str) else None
+        if h is None:
+            raise StoreFormatError(f"{key} was saved by handler {name!r}, which is not registered in this process; "
+                                   "register it (casmon.register_handler) before loading this value")
+        if not trusted and h.name != ArrayHandler.name:
+            raise UntrustedStoreError(f"{key} is loaded by handler {name!r}, which runs code on data from the store; "
+                                      "the store was opened with trust=False")
+    try:
+        if tag == "json":
+            return json.loads(enc.inline)
+        if tag == "array":
+            return _handlers_by_name[ArrayHandler.name].decode(enc.meta, buffers)
+        if tag == "bytes":
+            data = buffers[0]
+            return bytearray(data) if enc.meta.get("type") == "bytearray" else data.tobytes()
+        if tag == "handler":
+            return h.decode(enc.meta["meta"], buffers)
+        if tag == "pickle":
+            if not trusted:
+                return _SafeUnpickler(io.BytesIO(enc.inline), buffers=buffers).load()
+            return _ChildUnpickler(io.BytesIO(enc.inline), buffers, load_child if enc.children else None).load()
+    except (UntrustedStoreError, DamagedObjectError, StoreFormatError):
+        raise
+    except _DECODE_ERRORS as e:
+        if tag == "handler" or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
+            raise  # the user's own code (a handler, a class's __setstate__) failed: its error, not ours
+        raise DamagedObjectError(key, f"cannot decode its {tag} form: {type(e).__name__}: {str(e)[:200]}") from None
+    raise DamagedObjectError(key, f"unknown value form {tag!r}")
+
+
+# ---------------------------------------------------------------------------
+# Checking a manifest read from a store, before anything is allocated
+# ---------------------------------------------------------------------------
+
+TAGS = ("json", "pickle", "array", "bytes", "handler")
+#: The largest chunk a manifest may name (``Store(chunk_size=...)`` above this is refused).
+MAX_CHUNK = 1 << 30
+#: The most dimensions an array may have (numpy's own limit is 64).
+MAX_NDIM = 64
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inline_len: int, nbytes: Any) -> None:
+    """Refuse a manifest whose fields do not fit together, before any buffer is allocated.
+
+    Every length, count and shape is checked: each part's chunk count matches
+    its length and chunk size, the chunk size is at most :data:`MAX_CHUNK`, an
+    array's shape times its item size is its buffer's length, an array's dtype
+    holds no Python objects. Raises :class:`DamagedObjectError` naming ``key``.
+    """
+
+    def bad(why: str):
+        raise DamagedObjectError(key, f"not a valid manifest: {why}")
+
+    if tag not in TAGS:
+        bad(f"unknown form {str(tag)[:40]!r}")
+    if not isinstance(meta, dict):
+        bad("meta is not an object")
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        bad("parts is not a list of objects")
+    if not isinstance(children, list):
+        bad("children is not a list")
+    if type(nbytes) is not int or nbytes < 0:
+        bad("size is not a non-negative integer")
+    total = 0
+    for i, p in enumerate(parts):
+        n, cb, rb, c = p.get("n"), p.get("cb"), p.get("rb", 1), p.get("c")
+        if type(n) is not int or type(cb) is not int or type(rb) is not int or not isinstance(c, list):
+            bad(f"part {i} lacks integer n/cb/rb or a chunk list")
+        if n < 0 or not 1 <= cb <= MAX_CHUNK or rb < 1:
+            bad(f"part {i}: length {n}, chunk size {cb}, row size {rb} out of range")
+        if len(c) != -(-n // cb):
+            bad(f"part {i}: {len(c)} chunks for {n} bytes in chunks of {cb}")
+        if not all(type(h) is str and _HEX32.match(h) for h in c):
+            bad(f"part {i}: a chunk name is not a digest")
+        total += n
     if tag == "pickle":
-        if not trusted:
-            return _SafeUnpickler(io.BytesIO(enc.inline), buffers=buffers).load()
-        up = pickle.Unpickler(io.BytesIO(enc.inline), buffers=buffers)
-        if enc.children:
-            up.persistent_load = lambda pid: load_child(pid)
-        return up.load()
-    raise ValueError(f"unknown value form {tag!r}")
+        if meta.get("oob", len(parts)) != len(parts):
+            bad("out-of-band buffer count does not match the parts")
+        if nbytes != total + inline_len:
+            bad(f"size {nbytes} is not the stream ({inline_len}) plus the buffers ({total})")
+    elif tag in ("json",):
+        if parts or children:
+            bad("a JSON value has no parts")
+    elif tag == "bytes":
+        if len(parts) != 1 or nbytes != total or meta.get("type") not in ("bytes", "bytearray"):
+            bad("a bytes value has one part of its size")
+    elif tag == "handler":
+        if not isinstance(meta.get("handler"), str) or "meta" not in meta or nbytes != total:
+            bad("a handler value names its handler and has parts of its size")
+    elif tag == "array":
+        if len(parts) != 1 or children:
+            bad("an array has exactly one part")
+        dt = meta.get("dtype")
+        shape = meta.get("shape")
+        if meta.get("order") not in ("C", "F") or not isinstance(dt, str) or len(dt) > 4096:
+            bad("an array needs an order C or F and a dtype")
+        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(type(x) is int and x >= 0 for x in shape):
+            bad("an array's shape is a list of at most 64 non-negative integers")
+        try:
+            dtype = dtype_from_meta(dt)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, KeyError, IndexError) as e:
+            bad(f"dtype {dt[:80]!r} is not a numpy dtype ({type(e).__name__})")
+        if dtype.hasobject:
+            bad(f"dtype {dt[:80]!r} holds Python objects")
+        count = math.prod(shape)
+        if dtype.itemsize and count * dtype.itemsize != total:
+            bad(f"shape {shape} of {dtype} is {count * dtype.itemsize} bytes, the buffer is {total}")
+        if not dtype.itemsize and total:
+            bad("a zero-size dtype with data")
+        if nbytes != total:
+            bad("size does not match the buffer")
+
+
+# ---------------------------------------------------------------------------
+# Describing a pickle without loading it
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class PickleInfo:
+    """What a pickle stream would build, read from its opcodes (nothing is executed)."""
+
+    type: str  # the top-level object's type, e.g. "dict", "mymod.Thing", "?" if unknown
+    globals: list[str]  # every global (module.name) the stream needs, in order of first use
+    complete: bool = True  # False if the stream was too long to read to its end
+
+    @property
+    def safe(self) -> bool:
+        """True if the stream names no global: it loads even from an untrusted store."""
+        return self.complete and not self.globals
+
+
+_SCALAR_OPS = {
+    "INT": "int", "BININT": "int", "BININT1": "int", "BININT2": "int", "LONG": "int", "LONG1": "int", "LONG4": "int",
+    "FLOAT": "float", "BINFLOAT": "float", "NONE": "NoneType", "NEWTRUE": "bool", "NEWFALSE": "bool",
+    "STRING": "bytes", "BINSTRING": "bytes", "SHORT_BINSTRING": "bytes", "BINBYTES": "bytes", "SHORT_BINBYTES": "bytes",
+    "BINBYTES8": "bytes", "BYTEARRAY8": "bytearray", "UNICODE": "str", "BINUNICODE": "str", "SHORT_BINUNICODE": "str",
+    "BINUNICODE8": "str", "EMPTY_DICT": "dict", "EMPTY_LIST": "list", "EMPTY_TUPLE": "tuple", "EMPTY_SET": "set",
+    "NEXT_BUFFER": "PickleBuffer",
+}
+_BUILDERS = {"TUPLE": "tuple", "TUPLE1": "tuple", "TUPLE2": "tuple", "TUPLE3": "tuple", "LIST": "list", "DICT": "dict",
+             "FROZENSET": "frozenset"}
+
+
+def describe_pickle(stream: bytes, max_ops: int = 200_000) -> PickleInfo:
+    """The top-level type and the globals of a pickle stream, from its opcodes alone.
+
+    A small symbolic run of the pickle machine that tracks only names: nothing
+    is imported, constructed or called. Malformed streams give ``type="?"``.
+    """
+    stack: list[Any] = []
+    marks: list[int] = []
+    memo: dict[int, Any] = {}
+    found: list[str] = []
+    mark = object()
+
+    def g(name: str) -> tuple:
+        if name not in found and len(found) < 100:
+            found.append(name)
+        return ("global", name)
+
+    def name_of(item) -> str:
+        if isinstance(item, tuple):
+            return item[1] if item[0] in ("global", "obj") else item[0]
+        return item if isinstance(item, str) else "?"
+
+    def pop_mark() -> list:
+        if not marks:
+            raise ValueError("no mark")
+        i = marks.pop()
+        items = stack[i:]
+        del stack[i:]
+        return items
+
+    top = "?"
+    complete = False
+    try:
+        for n_ops, (op, arg, _pos) in enumerate(pickletools.genops(io.BytesIO(stream))):
+            if n_ops >= max_ops:
+                break
+            name = op.name
+            if name in ("PROTO", "FRAME", "READONLY_BUFFER"):
+                continue
+            if name == "STOP":
+                top = name_of(stack[-1]) if stack else "?"
+                complete = True
+                break
+            if name in ("UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"):
+                stack.append(("str", arg))
+            elif name in _SCALAR_OPS:
+                stack.append(_SCALAR_OPS[name])
+            elif name == "MARK":
+                marks.append(len(stack))
+            elif name == "GLOBAL":
+                stack.append(g(str(arg).replace(" ", ".", 1)))
+            elif name == "STACK_GLOBAL":
+                nm, mod = stack.pop(), stack.pop()
+                nm_s = nm[1] if isinstance(nm, tuple) and nm[0] == "str" else "?"
+                mod_s = mod[1] if isinstance(mod, tuple) and mod[0] == "str" else "?"
+                stack.append(g(f"{mod_s}.{nm_s}"))
+            elif name in ("EXT1", "EXT2", "EXT4"):
+                stack.append(g(f"copyreg extension {arg}"))
+            elif name == "INST":
+                pop_mark()
+                stack.append(("obj", g(str(arg).replace(" ", ".", 1))[1]))
+            elif name == "OBJ":
+                items = pop_mark()
+                stack.append(("obj", name_of(items[0]) if items else "?"))
+            elif name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX"):
+                if name == "NEWOBJ_EX":
+                    stack.pop()
+                stack.pop()
+                fn = stack.pop()
+                stack.append(("obj", name_of(fn)))
+            elif name in ("PERSID", "BINPERSID"):
+                if name == "BINPERSID":
+                    stack.pop()
+                stack.append(("obj", "persistent reference"))
+            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[arg] = stack[-1]
+            elif name == "MEMOIZE":
+                memo[len(memo)] = stack[-1]
+            elif name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo[arg])
+            elif name == "DUP":
+                stack.append(stack[-1])
+            elif name == "POP":
+                if marks and marks[-1] == len(stack):
+                    marks.pop()
+                else:
+                    stack.pop()
+            elif name == "POP_MARK":
+                pop_mark()
+            elif name in ("TUPLE", "LIST", "DICT", "FROZENSET"):
+                pop_mark()
+                stack.append(_BUILDERS[name])
+            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+                del stack[len(stack) - int(name[-1]):]
+                stack.append("tuple")
+            elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+                pop_mark()
+            elif name == "APPEND":
+                stack.pop()
+            elif name == "SETITEM":
+                del stack[-2:]
+            elif name == "BUILD":
+                stack.pop()
+            else:  # an opcode this walk does not model: keep the stack's shape from pickletools' metadata
+                for _ in op.stack_before:
+                    stack.pop()
+                stack.extend(["?"] * len(op.stack_after))
+    except Exception:  # noqa: BLE001 - a malformed stream: say what was seen so far
+        return PickleInfo("?", found, False)
+    return PickleInfo(top if complete else "?", found, complete)

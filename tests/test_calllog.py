@@ -387,7 +387,11 @@ def test_cli_calls_show_replay(tmp_path):
     assert "array(10,) float64" in out and "lr=0.5" in out
     out = cli("show", "train", "3", "--store", str(tmp_path / "s")).stdout
     assert "lr = 0.5" in out and "epochs = 3" in out and "result = 45.0" in out
-    r = cli("replay", "train", "2", "--store", str(tmp_path / "s"), cwd=tmp_path)
+    r = cli("replay", "train", "2", "--store", str(tmp_path / "s"), cwd=tmp_path, check=False)
+    assert r.returncode == 1 and "--import" in r.stderr and "Traceback" not in r.stderr, "replay runs only code the user names"
+    r = cli("replay", "train", "2", "--import", str(mod), "--store", str(tmp_path / "s"))
+    assert "same result as recorded" in r.stdout
+    r = cli("replay", "train", "2", "--import", "pipeline", "--store", str(tmp_path / "s"), cwd=tmp_path)
     assert "same result as recorded" in r.stdout
     bad = cli("show", "train", "9", "--store", str(tmp_path / "s"), check=False)
     assert bad.returncode != 0 and "its calls there are 1-3" in bad.stderr

@@ -255,9 +255,17 @@ def test_links_and_diff(repo):
 def test_safe_paths(tmp_path):
     root = tmp_path / "t"
     root.mkdir()
-    for bad in ["../escape", "/etc/passwd", "a/../../x", ""]:
+    for bad in ["../escape", "/etc/passwd", "a/../../x", "C:/x", "a\\..\\..\\x"]:
         with pytest.raises(ValueError, match="escape"):
             _safe_target(root, bad)
+    with pytest.raises(ValueError, match="not a file name"):
+        _safe_target(root, "")
+    for vcs in [".git/config", ".GIT/hooks/post-checkout", "sub/.git/HEAD", ".git", ".Git./config", "x/.hg/hgrc",
+                ".svn/entries", "GIT~1/config", ".g\u200cit/config", ".git::$INDEX_ALLOCATION/config", "a\\.git\\config"]:
+        with pytest.raises(casmon.CasmonError, match="version-control"):
+            _safe_target(root, vcs)
+    for fine in [".gitignore", ".github/workflows/ci.yml", "git/config", "src/.gitattributes", "a.git/x"]:
+        assert _safe_target(root, fine) == root / fine
     (tmp_path / "elsewhere").mkdir()
     (root / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match="symlink"):

@@ -256,7 +256,7 @@ class DB:
                 continue
             latest = fi.sessions[max(fi.sessions)]
             positional = [p[0] for p in fi.params if p[1] in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")]
-            defaults = [self._log._default_repr(p[2]) for p in fi.params
+            defaults = [self._log.peek_cell(p[2]) for p in fi.params  # never unpickles what could run code
                         if p[1] in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD") and len(p) > 2]
             out += f"    {fi.short}: " + "{\n"
             out += f"        calls: {len(latest)}\n"

@@ -1,0 +1,119 @@
+"""The one scrubber for everything casmon keeps about a process: argv, environment values, URLs, errors, output.
+
+Every place that stores text which may carry a credential goes through here:
+the call log's session record and its ``calllog/sessions/*`` ref, a run's
+manifest (command line, environment values, traceback, error, console
+output), and the exception messages the call log keeps.
+
+What is removed, whole (never just up to an odd character):
+
+* the user information of a URL, ``scheme://user:password@host`` becoming
+  ``scheme://***@host``, however many ``@``, ``:`` or ``/`` the password holds
+  (everything up to the *last* ``@`` of the URL goes; in an argv element or an
+  environment value the URL may even hold spaces);
+* values of secret-looking options and assignments: ``--password=…``,
+  ``--api-key …`` (the next argv element), ``TOKEN=…``, ``?sig=…&``;
+* ``Bearer``/``Basic`` authorization values;
+* the value of every environment variable of this process whose name looks
+  like a secret (``AWS_SECRET_ACCESS_KEY``, ``GITHUB_TOKEN``, ...), wherever it
+  appears (a shell expanded it into argv, a library printed it), if it is at
+  least 6 characters long.
+
+Scrubbing is one-way and deliberately eager: a non-secret that looks like one
+(``https://host/?email=a@b``) is scrubbed too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+__all__ = ["MASK", "looks_secret", "scrub", "scrub_argv", "scrub_env", "scrub_output", "secret_values"]
+
+MASK = "***"
+
+#: Names of options, variables and query parameters whose values are secrets.
+# (not "tokens", "tokenizer" or "author": common, harmless option names in ML scripts)
+_SECRET_WORDS = (r"secret|token(?![a-z])|passw|passphrase|credential|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+                 r"|auth(?!or)|session[_-]?id|cookie|signature|client[_-]?key")
+_SECRET_NAME = re.compile(rf"(?i)({_SECRET_WORDS}|^pwd$|^pass$|^sig$|^key$)")
+# scheme://userinfo@ : greedy, so the *last* '@' of the URL ends the userinfo
+_URL_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)\S*@")
+_URL_WHOLE = re.compile(r"(?is)\b([a-z][a-z0-9+.-]*://).*@")
+# NAME=value and --name=value with a secret-looking name; the value runs to whitespace (text) or the end (argv)
+_ASSIGN_TEXT = re.compile(rf"(?i)([\w.-]*(?:{_SECRET_WORDS})[\w.-]*\s*[=:]\s*)(?!\*\*\*)[^\s&]+")
+_ASSIGN_WHOLE = re.compile(rf"(?is)^(-{{0,2}}[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=).+$")
+_QUERY = re.compile(rf"(?i)([?&;](?:[\w.-]*(?:{_SECRET_WORDS})[\w.-]*|sig|key|pass|pwd)=)[^&#\s]+")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)(?!\*\*\*)[A-Za-z0-9._~+/=-]{6,}")
+_FLAG = re.compile(rf"(?i)^-{{1,2}}[\w.-]*(?:{_SECRET_WORDS})[\w.-]*$|^-{{1,2}}(?:pass|pwd|key|sig)$")
+
+
+def looks_secret(name: str) -> bool:
+    """True if a variable, option or parameter of this name probably holds a secret."""
+    return bool(_SECRET_NAME.search(name.strip("-").split("=", 1)[0]))
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of secret-looking environment variables (longest first), at least 6 characters long."""
+    env = os.environ if environ is None else environ
+    vals = {v for k, v in env.items() if v and len(v) >= 6 and looks_secret(k) and k not in ("PWD", "OLDPWD")}
+    return sorted(vals, key=len, reverse=True)
+
+
+def _known(text: str, environ: Mapping[str, str] | None) -> str:
+    for v in secret_values(environ):
+        if v in text:
+            text = text.replace(v, MASK)
+    return text
+
+
+def scrub(text: str, *, whole: bool = False, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with credentials removed.
+
+    ``whole=True`` treats ``text`` as one argv element or one environment value:
+    a URL's user information or an assignment's value may then hold spaces.
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    text = _known(text, environ)
+    if whole:
+        text = _URL_WHOLE.sub(lambda m: m.group(1) + MASK + "@", text)
+        text = _ASSIGN_WHOLE.sub(lambda m: m.group(1) + MASK, text)
+    text = _URL_TEXT.sub(lambda m: m.group(1) + MASK + "@", text)
+    text = _QUERY.sub(lambda m: m.group(1) + MASK, text)
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _ASSIGN_TEXT.sub(lambda m: m.group(1) + MASK, text)
+    return text
+
+
+def scrub_output(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """Console output and tracebacks: URL credentials, secret query parameters, ``Bearer`` values and the
+    values of secret environment variables go; ``NAME=value`` text stays (``tokens=512`` is not a secret)."""
+    text = _known(text, environ)
+    text = _URL_TEXT.sub(lambda m: m.group(1) + MASK + "@", text)
+    text = _QUERY.sub(lambda m: m.group(1) + MASK, text)
+    return _BEARER.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+
+
+def scrub_argv(argv: Iterable[object], environ: Mapping[str, str] | None = None) -> list[str]:
+    """A command line with credentials removed; the element after ``--password``-like flags is masked whole."""
+    out: list[str] = []
+    mask_next = False
+    for a in argv:
+        s = str(a)
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        if _FLAG.match(s):
+            mask_next = True
+            out.append(s)
+            continue
+        out.append(scrub(s, whole=True, environ=environ))
+    return out
+
+
+def scrub_env(env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment values with credentials removed; a secret-looking name's value is masked whole."""
+    return {k: (MASK if looks_secret(k) else scrub(str(v), whole=True, environ=environ)) for k, v in env.items()}
