@@ -54,6 +54,15 @@ WRITE_MAX = MIN_GRACE / 6
 #: everything it believed stored.
 GAP_MAX = MIN_GRACE / 2
 
+
+
+def configure(min_grace: float) -> None:
+    """Set :data:`MIN_GRACE` and the writer bounds derived from it (tests; every process of a store must agree)."""
+    global MIN_GRACE, VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX
+    MIN_GRACE = float(min_grace)
+    VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX = MIN_GRACE / 6, MIN_GRACE / 3, MIN_GRACE / 6, MIN_GRACE / 2
+
+
 PREFIX = "gc/condemned/"
 _MAGIC = b"CDL1"
 _U32 = struct.Struct("<I")

@@ -1,27 +1,51 @@
-"""Garbage collection: remove what no record or ref reaches, safely beside writers.
+"""Garbage collection: remove what no record or ref reaches, safely beside writers that take no locks.
 
-See docs/RELIABILITY.md for the protocol and why it is safe.
+One gc runs at a time (the lock ``gc/lock``); writers never wait for it. A run:
+
+1. *marks* what records and refs reach (through manifests to chunks and children);
+2. *sweeps* every condemned list (:mod:`casmon.condemned`) written at least
+   ``grace`` seconds before the mark began: of what such a list names, it
+   deletes what is still unreachable, and only at the locations the list names
+   (a loose file, entries of given packs), then deletes the list;
+3. *condemns* what is unreachable now and on no list yet, in a new list.
+
+So nothing is deleted less than ``grace`` seconds after it was published as
+condemned, and writers, which check the published lists before they rely on an
+object and make their records visible soon after, never see an object they rely
+on deleted. docs/RELIABILITY.md gives the argument and its assumptions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import socket
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import condemned, faultpoints
 from .codec import KIND_VALUE, decode_frame
 from .digest import Digest
-from .errors import CasmonError
-from .maintenance import Progress, _noop, _table_prefixes, inventory
-from .objects import Location, pack_key
+from .errors import CasmonError, DamagedObjectError, StoreError
+from .maintenance import Progress, _noop, _table_prefixes
+from .objects import Location, loose_key, pack_key
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["gc", "GcReport"]
+__all__ = ["gc", "GcReport", "gc_lock", "LOCK_KEY"]
+
+LOCK_KEY = "gc/lock"
+#: A gc lock this old is taken over (a gc on another machine that died). On the same machine a lock
+#: whose process is gone is taken over at once.
+LOCK_STALE = 6 * 3600.0
+#: The ref where casmon 0.1 kept gc state (a pickle): removed unread.
+_LEGACY_STATE_REF = "refs/gc/state"
 
 
 @dataclass
@@ -32,7 +56,9 @@ class GcReport:
     deleted_bytes: int = 0
     repacked_packs: int = 0
     deleted_packs: int = 0
-    waiting: int = 0  # unreachable, but not for long enough yet
+    waiting: int = 0  # unreachable, but not condemned long enough ago yet
+    condemned: int = 0  # newly condemned by this run
+    lists_swept: int = 0
     partial_files: int = 0
     dry_run: bool = False
 
@@ -40,16 +66,83 @@ class GcReport:
         return dict(self.__dict__)
 
 
-GC_STATE_REF = "gc/state"
+def _lock_holder_dead(info: dict) -> bool:
+    if time.time() - float(info.get("time", 0)) > LOCK_STALE:
+        return True
+    if info.get("host") == socket.gethostname():
+        try:
+            os.kill(int(info["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, KeyError, ValueError, TypeError):
+            return False
+    return False
+
+
+@contextlib.contextmanager
+def gc_lock(store: Store, what: str = "gc", break_lock: bool = False) -> Iterator[None]:
+    """Hold the store's gc lock (one gc or repair at a time); writers never take it.
+
+    Raises :class:`StoreError` naming the holder if another live process holds it.
+    """
+    mine = json.dumps({"what": what, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
+                       "nonce": os.urandom(8).hex()}).encode()
+    for _attempt in range(3):
+        store.backend.create(LOCK_KEY, mine)
+        got = store.backend.get(LOCK_KEY)
+        if got is not None and bytes(got) == mine:
+            break
+        if got is None:
+            continue
+        try:
+            info = json.loads(bytes(got))
+            if not isinstance(info, dict):
+                raise ValueError
+        except ValueError:
+            info = {}
+        if break_lock or not info or _lock_holder_dead(info):
+            store.backend.delete(LOCK_KEY)
+            continue
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info.get("time", 0))))
+        raise StoreError(
+            f"{store.url}: another {info.get('what', 'gc')} is running (pid {info.get('pid')} on "
+            f"{info.get('host')}, since {since}); if it died, run `casmon gc --break-lock`")
+    else:
+        raise StoreError(f"{store.url}: could not take the gc lock {LOCK_KEY}")
+    try:
+        yield
+    finally:
+        got = store.backend.get(LOCK_KEY)
+        if got is not None and bytes(got) == mine:
+            store.backend.delete(LOCK_KEY)
+
+
+def read_lists(store: Store) -> tuple[list[condemned.CondemnedList], list[str]]:
+    """The published condemned lists, oldest first, and the keys of damaged ones."""
+    keys = [k for k in store.backend.list(condemned.PREFIX) if ".partial" not in k]
+    lists, damaged = [], []
+    for k, data in zip(keys, store.backend.get_many(keys)):
+        if data is None:
+            continue
+        try:
+            lists.append(condemned.decode(k.rsplit("/", 1)[-1], data))
+        except DamagedObjectError:
+            damaged.append(k)
+    lists.sort(key=lambda lst: lst.time)
+    return lists, damaged
 
 
 def _mark(store: Store) -> set[Digest]:
-    """Every object reachable from records and refs."""
+    """Every object reachable from records and refs. Raises if any of them cannot be read:
+    a gc that cannot see everything that is reachable must not delete anything."""
     roots: set[Digest] = set()
     for kind in store.record_kinds():
+        t = store.table(kind)
         for _k, rec in store.records(kind):
             for h in rec.get("_refs", []):
                 roots.add(Digest(h))
+        if getattr(t, "damaged", None):
+            raise StoreError(f"{store.url}: record table {kind} has damaged files; run `casmon verify --repair` before gc")
     for name in store.refs():
         ref = store.get_ref(name)
         if ref is not None and ref.target is not None:
@@ -63,69 +156,103 @@ def _mark(store: Store) -> set[Digest]:
         live.add(d)
         try:
             m = store.manifest(d)
+        except DamagedObjectError as e:
+            raise StoreError(f"{store.url}: {e}; run `casmon verify --repair` before gc") from None
         except CasmonError:
-            continue  # missing or damaged: verify reports it
+            continue  # missing: verify reports it; nothing below it is known
         for c in m.chunk_digests():
             live.add(c)
         todo.extend(m.children)
     return live
 
 
-def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None) -> GcReport:
+def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None,
+       break_lock: bool = False) -> GcReport:
     """Remove objects no record or ref reaches; repack packs that are mostly dead.
 
-    Writers store objects before the records that point at them, so an object
-    may be unreachable for a moment while a writer is busy. gc therefore
-    deletes an object only once it has been seen unreachable, by an earlier gc
-    run, at least ``grace`` seconds ago (the first sightings are kept in the
-    ref ``gc/state``). ``grace=0`` deletes at once: only safe while nothing
-    else writes to the store.
+    An unreachable object is first *condemned* (published in a list writers
+    read) and deleted by a later run at least ``grace`` seconds after that, if it
+    is still unreachable. ``grace`` must be at least ``condemned.MIN_GRACE``
+    (60 s); ``grace=0`` deletes what is unreachable at once and is only safe
+    while nothing else writes to the store (``casmon gc --now``).
     """
+    if 0 < grace < condemned.MIN_GRACE:
+        raise ValueError(f"gc grace must be at least {condemned.MIN_GRACE:g} seconds (or 0, only when nothing "
+                         f"else writes to the store), got {grace:g}")
     progress = progress or _noop
     rep = GcReport(dry_run=dry_run)
+    if dry_run:
+        return _collect(store, grace, rep, progress, dry_run=True)
     store.flush()
+    with gc_lock(store, "gc", break_lock=break_lock):
+        faultpoints.point("gc.locked")
+        return _collect(store, grace, rep, progress, dry_run=False)
+
+
+def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_run: bool) -> GcReport:
+    lists, damaged_lists = read_lists(store)
     progress("mark", 0, 1)
+    mark_start = time.time()
     live = _mark(store)
     progress("mark", 1, 1)
-    inv = inventory(store)
-    rep.live_values = sum(1 for d in live if d in inv.packed and inv.packed[d].kind == KIND_VALUE)
-    unreachable = (set(inv.loose) | set(inv.packed)) - live
+    faultpoints.point("gc.after_mark")
+    entries: dict[Digest, list[Location]] = defaultdict(list)  # every index entry, not just the newest
+    for k, v in store.objects.index.items():
+        entries[Digest(k)].append(Location.decode(v))
+    loose: set[Digest] = set()
+    packs_present: set[str] = set()
+    for k in store.backend.list("objects/") + store.backend.list("packs/"):
+        parts = k.split("/")
+        if parts[0] == "objects" and len(parts) == 3 and len(parts[2]) == 32:
+            loose.add(Digest(parts[2]))
+        elif parts[0] == "packs" and len(parts) == 2 and len(parts[1]) == 32:
+            packs_present.add(parts[1])
+    present = loose | set(entries)
+    unreachable = present - live
     rep.unreachable = len(unreachable)
-    now = time.time()
-    state_ref = store.get_ref(GC_STATE_REF)
-    seen: dict[str, float] = {}
-    if state_ref is not None and state_ref.target is not None:
-        try:
-            seen = dict(store.get(state_ref.target))
-        except CasmonError:
-            seen = {}
+    rep.live_values = sum(1 for d in live if any(loc.kind == KIND_VALUE for loc in entries.get(d, ())))
+
+    # What is due: named by a list published at least `grace` before this mark began.
     if grace <= 0:
-        doomed = set(unreachable)
+        due = list(lists)
+        doomed_loose = {d for d in unreachable if d in loose}
+        doomed_packed = {(d, loc.pack) for d in unreachable for loc in entries.get(d, ())}
     else:
-        doomed = {d for d in unreachable if now - seen.get(d.hex(), now) >= grace}
-    rep.waiting = len(unreachable) - len(doomed)
+        due = [lst for lst in lists if lst.time + grace <= mark_start]
+        doomed_loose, doomed_packed = set(), set()
+        for lst in due:
+            doomed_loose.update(d for d in lst.loose if d in unreachable and d in loose)
+            for d, ps in lst.packed.items():
+                if d in unreachable:
+                    doomed_packed.update((d, p) for p in ps)
+    doomed = doomed_loose | {d for d, _ in doomed_packed}
+    listed = {d for lst in lists if lst not in due for d in lst.digests}
     if dry_run:
         rep.deleted_objects = len(doomed)
+        rep.waiting = len(unreachable - doomed)
+        rep.condemned = len(unreachable - doomed - listed)
+        rep.lists_swept = len(due)
         return rep
 
+    faultpoints.point("gc.before_sweep")
     # Loose objects go at once.
-    doomed_loose = [inv.loose[d] for d in doomed if d in inv.loose]
-    if doomed_loose:
-        rep.deleted_bytes += sum(store.backend.getsize_many(doomed_loose))
-        store.backend.delete_many(doomed_loose)
-    # Packs: drop those with nothing live, repack those mostly dead.
+    doomed_keys = [loose_key(d) for d in doomed_loose]
+    if doomed_keys:
+        rep.deleted_bytes += sum(store.backend.getsize_many(doomed_keys))
+        store.backend.delete_many(doomed_keys)
+    # Packs: the doomed entries leave the index; packs at least half dead are rewritten without them.
     by_pack: dict[str, list[tuple[Digest, Location]]] = defaultdict(list)
-    for d, loc in inv.packed.items():
-        by_pack[loc.pack].append((d, loc))
+    for d, locs in entries.items():
+        for loc in locs:
+            by_pack[loc.pack].append((d, loc))
     dropped: set[str] = set()
-    for name, entries in by_pack.items():
-        dead = [e for e in entries if e[0] in doomed]
+    for name, es in by_pack.items():
+        dead = [e for e in es if (e[0], name) in doomed_packed]
         if not dead:
             continue
         dead_bytes = sum(loc.length for _, loc in dead)
-        all_bytes = sum(loc.length for _, loc in entries)
-        if len(dead) == len(entries) or dead_bytes * 2 >= all_bytes:
-            keep = [e for e in entries if e[0] not in doomed]
+        if len(dead) == len(es) or dead_bytes * 2 >= sum(loc.length for _, loc in es):
+            keep = [e for e in es if (e[0], name) not in doomed_packed]
             if keep:
                 data = store.backend.get(pack_key(name))
                 if data is None:
@@ -136,23 +263,38 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
                     store.objects.adopt(d, frame, loc.kind, loc.size)
                 rep.repacked_packs += 1
             dropped.add(name)
-            rep.deleted_bytes += dead_bytes
+        rep.deleted_bytes += dead_bytes
     rep.deleted_objects = len(doomed)
     store.objects.flush()
-    # The index forgets doomed objects and dropped packs, then the packs go.
     store.objects.index.consolidate(
         force=True,
-        keep=lambda k, v: Digest(k) not in doomed and Location.decode(v).pack not in dropped,
+        keep=lambda k, v: (Location.decode(v).pack not in dropped
+                           and (Digest(k), Location.decode(v).pack) not in doomed_packed),
     )
-    store.backend.delete_many([pack_key(p) for p in dropped if p in inv.packs])
+    store.backend.delete_many([pack_key(p) for p in dropped if p in packs_present])
     rep.deleted_packs = len(dropped)
     store.objects.clear_caches()
-    # Remember when each still-unreachable object was first seen.
-    new_seen = {d.hex(): seen.get(d.hex(), now) for d in unreachable - doomed}
-    if new_seen or seen:
-        state = store.put(new_seen)
-        store.set_ref(GC_STATE_REF, state, {"time": now})
-        store.flush()
+    faultpoints.point("gc.after_sweep")
+    # The swept lists go last: while a list is visible, writers keep away from what it names.
+    store.backend.delete_many([condemned.PREFIX + lst.name for lst in due] + damaged_lists)
+    rep.lists_swept = len(due)
+
+    # Condemn what is unreachable now and on no list yet, where it lives now (after repacking).
+    fresh = unreachable - doomed - listed
+    if fresh and grace > 0:
+        where: dict[Digest, set[str]] = defaultdict(set)
+        for k, v in store.objects.index.items():
+            d = Digest(k)
+            if d in fresh:
+                where[d].add(Location.decode(v).pack)
+        lst = condemned.CondemnedList(condemned.new_name(), time.time(), sorted(fresh),
+                                      {d for d in fresh if d in loose}, dict(where))
+        store.backend.create(condemned.PREFIX + lst.name, condemned.encode(lst))
+        faultpoints.point("gc.after_condemn")
+    rep.condemned = len(fresh) if grace > 0 else 0
+    rep.waiting = len(unreachable - doomed)
+    if store.backend.exists(_LEGACY_STATE_REF):
+        store.backend.delete(_LEGACY_STATE_REF)  # casmon 0.1's state was a pickle: never read it
     rep.partial_files = _remove_partials(store, max(60.0, grace))
     for prefix in _table_prefixes(store)[1:]:
         store.table(prefix.split("/")[1]).consolidate()

@@ -20,7 +20,7 @@ points at a pack that is not there. Every read checks the frame's digest.
 
 from __future__ import annotations
 
-import os
+import math
 import struct
 import threading
 import time
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from . import condemned, faultpoints
 from .backend import Backend
 from .codec import FRAME_HEADER, KIND_CHUNK, Codec, decode_frame, encode_frame, read_header
 from .digest import Digest
@@ -39,10 +40,6 @@ __all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
 
 #: Blobs with at least this many raw bytes are stored loose, one file each.
 LOOSE_MIN = 256 << 10
-#: How long (seconds) a writer trusts its own memory that an object is stored, before it
-#: checks again. gc's grace period must be longer than this plus the flush interval, so an
-#: object gc is about to delete is never taken as present (see ``casmon.maintenance.gc``).
-KNOWN_TTL = float(os.environ.get("CASMON_KNOWN_TTL", "600"))
 #: A flush is forced once this many bytes of small blobs are waiting.
 PACK_MAX = 8 << 20
 _LOC = struct.Struct("<16sQIBQ")
@@ -72,7 +69,10 @@ class Location:
 
     @classmethod
     def decode(cls, b: bytes) -> Location:
-        p, off, ln, kind, size = _LOC.unpack(b)
+        try:
+            p, off, ln, kind, size = _LOC.unpack(b)
+        except struct.error:
+            raise DamagedObjectError("index", f"an index entry is {len(b)} bytes, not {_LOC.size}") from None
         return cls(p.hex(), off, ln, kind, size)
 
 
@@ -120,9 +120,16 @@ class ObjectStore:
         self.backend = backend
         self.index = Table(backend, "index/", writer)
         self._lock = threading.RLock()
-        self._pending: dict[Digest, tuple[bytes, int, int]] = {}  # digest -> (frame, kind, size)
+        self._pending: dict[Digest, tuple[bytes, int, int, float]] = {}  # digest -> (frame, kind, size, view)
         self._pending_bytes = 0
-        self._known: dict[Digest, float] = {}  # blobs known to be stored -> when we learnt it (bounded)
+        # Blobs this writer relies on as stored -> the time (monotonic) of the condemned-list view
+        # under which it last checked them: stored, and condemned by no list it could see.
+        self._known: dict[Digest, float] = {}
+        self._condemned: set[Digest] = set()  # union of the visible condemned lists
+        self._lists: dict[str, list[Digest]] = {}  # visible condemned lists -> their digests
+        self._view_at = -math.inf  # when the condemned lists were last listed (monotonic)
+        self._view_lock = threading.RLock()
+        self.revived = 0  # condemned objects this writer stored again instead of relying on them
         self._packs = _LRU(cache_bytes)  # whole packs, by name
         self._raw = _LRU(cache_bytes // 2)  # decoded small blobs, by digest
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
@@ -131,16 +138,28 @@ class ObjectStore:
 
     # -- writing ---------------------------------------------------------------
     def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None) -> Digest:
-        """Store a blob (if it is not stored yet) and return its digest."""
+        """Store a blob (if it is not stored yet) and return its digest.
+
+        Deduplicates only against objects that are stored and condemned by no
+        list this writer can see; a condemned object is written again, as a new
+        pack entry that no condemned list names.
+        """
         d = Digest.from_raw(xxhash.xxh3_128_digest(raw))
         if d in self._pending:
             return d
-        seen = self._known.get(d)
-        if seen is not None and time.monotonic() - seen < KNOWN_TTL:
-            return d
+        vt = self.view()
         n = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+        size = n if size is None else size
         if d in self._suspect:
-            return self._rewrite(d, raw, kind, codec, typesize, n if size is None else size)
+            return self._rewrite(d, raw, kind, codec, typesize, size, vt)
+        if d in self._condemned:
+            self.revived += 1
+            _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
+            self._queue(d, frame, kind, size, vt)
+            return d
+        if d in self._known:
+            self._known[d] = vt
+            return d
         if n >= LOOSE_MIN:
             key = loose_key(d)
             if not self.backend.exists(key):
@@ -149,38 +168,137 @@ class ObjectStore:
                 # wait_writes() is called before anything can point at this object.
                 fut = self.backend.create_async(key, frame)
                 with self._inflight_lock:
-                    self._inflight.append((d, fut))
+                    self._inflight.append((d, fut, vt))
                     full = len(self._inflight) >= 4
                 if full:
                     self.wait_writes(keep=2)
             else:
-                self._remember(d)
+                self._remember(d, vt)
             return d
-        if time.monotonic() - self.index.last_refresh > KNOWN_TTL:
-            self.index.refresh()  # an old view of the index may list what gc has removed since
         if self.index.lookup_cached(d):
-            self._remember(d)
+            self._remember(d, vt)
             return d
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
-        with self._lock:
-            if d not in self._pending:
-                self._pending[d] = (frame, kind, n if size is None else size)
-                self._pending_bytes += len(frame)
+        self._queue(d, frame, kind, size, vt)
         return d
 
-    def _rewrite(self, d: Digest, raw, kind: int, codec: Codec, typesize: int, size: int) -> Digest:
+    def _queue(self, d: Digest, frame: bytes, kind: int, size: int, vt: float) -> None:
+        with self._lock:
+            if d not in self._pending:
+                self._pending[d] = (frame, kind, size, vt)
+                self._pending_bytes += len(frame)
+
+    def _rewrite(self, d: Digest, raw, kind: int, codec: Codec, typesize: int, size: int, vt: float) -> Digest:
         """Store a good copy of a blob that was found damaged (self-healing on recompute)."""
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
-        if (len(raw) if not isinstance(raw, memoryview) else raw.nbytes) >= LOOSE_MIN:
+        if (len(raw) if not isinstance(raw, memoryview) else raw.nbytes) >= LOOSE_MIN and d not in self._condemned:
             self.backend.set(loose_key(d), frame)  # overwrite the damaged file in place (atomic rename)
-            self._remember(d)
+            self._remember(d, vt)
         else:
-            with self._lock:
-                self._pending[d] = (frame, kind, size)  # a new pack entry; the newest index entry wins
-                self._pending_bytes += len(frame)
+            self._queue(d, frame, kind, size, vt)  # a new pack entry; the newest index entry wins
         self._suspect.discard(d)
         self._raw.d.pop(d, None)
         return d
+
+    # -- the condemned-list view ---------------------------------------------------
+    def view(self) -> float:
+        """The time of a view of the condemned lists no older than ``VIEW_MAX`` (listing again if needed)."""
+        if time.monotonic() - self._view_at < condemned.VIEW_MAX:
+            return self._view_at
+        return self.refresh_view()
+
+    def refresh_view(self) -> float:
+        """List ``gc/condemned/`` now; return the time of this view.
+
+        A list that vanished was swept by gc, and a writer that has not looked for
+        ``GAP_MAX`` may have missed one: either way this writer forgets what it
+        believed stored and reads the index again. Objects it relied on that a new
+        list condemns are copied to a new pack at once (a long call's arguments).
+        """
+        with self._view_lock:
+            t = time.monotonic()
+            names = {k.rsplit("/", 1)[-1] for k in self.backend.list(condemned.PREFIX) if ".partial" not in k}
+            gone = [n for n in self._lists if n not in names]
+            new = [n for n in names if n not in self._lists]
+            forget = bool(gone) or (t - self._view_at > condemned.GAP_MAX and self._view_at > -math.inf)
+            for n in gone:
+                del self._lists[n]
+            revive: list[Digest] = []
+            if new:
+                for n, data in zip(new, self.backend.get_many([condemned.PREFIX + n for n in new])):
+                    if data is None:
+                        continue  # swept meanwhile
+                    try:
+                        lst = condemned.decode(n, data)
+                    except DamagedObjectError:
+                        continue  # gc cannot sweep a list it cannot read: nothing of it will be deleted
+                    self._lists[n] = lst.digests
+                    if not forget:
+                        revive.extend(d for d in lst.digests if d in self._known)
+            if gone or new:
+                self._condemned = {d for ds in self._lists.values() for d in ds}
+            if forget:
+                self._known.clear()
+                self._raw.clear()
+                self.index.refresh()
+            for d in revive:
+                self._known.pop(d, None)
+                try:
+                    self.copy(d, t)
+                except (MissingObjectError, DamagedObjectError):
+                    pass  # a flush that needs it finds it gone and keeps its record from pointing at it
+            self._view_at = t
+            return t
+
+    def is_condemned(self, d: Digest) -> bool:
+        return d in self._condemned
+
+    def reliance(self, d: Digest) -> float:
+        """When this writer last checked ``d`` stored and not condemned (monotonic; -inf if never)."""
+        p = self._pending.get(d)
+        if p is not None:
+            return p[3]
+        return self._known.get(d, -math.inf)
+
+    def copy(self, d: Digest, vt: float | None = None) -> None:
+        """Queue a new copy of stored blob ``d`` for the next pack (checked before it is copied)."""
+        if d in self._pending:
+            return
+        vt = self.view() if vt is None else vt
+        key = loose_key(d)
+        data = self.backend.get(key)
+        if data is not None:
+            frame = bytes(data)
+            h = decode_frame(frame, key, expect=d)[0]
+            self._queue(d, frame, h.kind, h.raw_len, vt)
+            self.revived += 1
+            return
+        for loc in self.locations(d):
+            pk = pack_key(loc.pack)
+            data = self.backend.get_range(pk, loc.offset, loc.offset + loc.length)
+            if data is None:
+                continue
+            frame = bytes(data)
+            self._decode(frame, f"{pk}@{loc.offset} (object {d.hex()})", d)
+            self._queue(d, frame, loc.kind, loc.size, vt)
+            self.revived += 1
+            return
+        raise MissingObjectError(f"object {d.hex()} is not in the store")
+
+    def check_stored(self, d: Digest, vt: float) -> bool:
+        """Check (under view ``vt``) that ``d`` is stored and not condemned; copy it if condemned.
+
+        False if it is not stored at all.
+        """
+        if d in self._pending:
+            return True
+        if d in self._condemned:
+            self.copy(d, vt)
+            return True
+        if self.locate(d) is not None or self.backend.exists(loose_key(d)):
+            self._remember(d, vt)
+            return True
+        return False
 
     def _decode(self, data, key: str, d: Digest, out=None):
         try:
@@ -198,26 +316,28 @@ class ObjectStore:
             cut = len(self._inflight) - keep
             waiting, self._inflight = self._inflight[:cut], self._inflight[cut:]
         error = None
-        for d, fut in waiting:
+        for d, fut, vt in waiting:
             try:
                 fut.result()
-                self._remember(d)
+                self._remember(d, vt)
             except BaseException as e:  # noqa: BLE001 - wait for all, then raise
                 error = error or e
         if error is not None:
             raise error
-        self.backend.sync([loose_key(d) for d, _ in waiting])
+        self.backend.sync([loose_key(d) for d, _, _ in waiting])
 
     def adopt(self, d: Digest, frame: bytes, kind: int, size: int) -> None:
-        """Queue an already framed blob for the next pack (gc's repacking)."""
+        """Queue an already framed blob for the next pack (gc's repacking, repair)."""
         with self._lock:
-            self._pending[d] = (frame, kind, size)
+            self._pending[d] = (frame, kind, size, self._view_at)
             self._pending_bytes += len(frame)
 
-    def _remember(self, d: Digest) -> None:
-        if len(self._known) > 200_000:
-            self._known.clear()
-        self._known[d] = time.monotonic()
+    def _remember(self, d: Digest, vt: float) -> None:
+        if len(self._known) > 500_000:
+            # Forget the oldest half: a forgotten object is only checked again when next relied on.
+            for k in list(self._known)[:250_000]:
+                del self._known[k]
+        self._known[d] = vt
 
     @property
     def pending_bytes(self) -> int:
@@ -235,7 +355,7 @@ class ObjectStore:
             frames = []
             entries = []
             off = 0
-            for d, (frame, kind, size) in pending.items():
+            for d, (frame, kind, size, _vt) in pending.items():
                 frames.append(frame)
                 entries.append((d, off, len(frame), kind, size))
                 off += len(frame)
@@ -250,12 +370,13 @@ class ObjectStore:
                         self._pending_bytes += len(v[0])
             raise
         self._packs.put(name, data)
+        faultpoints.point("flush.after_pack")
         for d, o, ln, k, s in entries:
             self.index.add(d, Location(name, o, ln, k, s).encode())
         # The pack is written; its index entries are this table's to write, and to retry if this fails.
         self.index.flush()
-        for d in pending:
-            self._remember(d)
+        for d, v in pending.items():
+            self._remember(d, v[3])  # relied on since it was put, not since it was written
         return name
 
     # -- reading ---------------------------------------------------------------
@@ -263,8 +384,29 @@ class ObjectStore:
         vals = self.index.lookup(d, refresh_on_miss=refresh)
         return Location.decode(vals[-1]) if vals else None
 
+    def locations(self, d: Digest, refresh: bool = True) -> list[Location]:
+        """Every indexed location of ``d``, newest first (an entry may outlive a pack gc removed)."""
+        return [Location.decode(v) for v in reversed(self.index.lookup(d, refresh_on_miss=refresh))]
+
+    def _read_any(self, d: Digest, locs: list[Location], out=None):
+        """Read ``d`` from the first of ``locs`` whose pack exists; read the index again once if none does."""
+        for attempt in range(2):
+            for loc in locs:
+                try:
+                    return self._read_packed(d, loc, out)
+                except MissingObjectError:
+                    continue  # gc repacked it: another entry (or a fresh index) has it
+            if attempt == 0:
+                self.index.refresh()
+                fresh = self.locations(d, refresh=False)
+                if not fresh or fresh == locs:
+                    break
+                locs = fresh
+        raise MissingObjectError(f"object {d.hex()}: none of the packs the index names for it exists "
+                                 f"({', '.join(sorted({loc.pack for loc in locs}))})")
+
     def contains(self, d: Digest) -> bool:
-        if d in self._pending or (d in self._known and time.monotonic() - self._known[d] < KNOWN_TTL):
+        if d in self._pending or (d in self._known and d not in self._condemned):
             return True
         if self.index.lookup(d):
             return True
@@ -293,25 +435,17 @@ class ObjectStore:
                 if data is not None:
                     return self._decode(data, key, d, out)
             else:
-                loc = self.locate(d, refresh=not loose_hint)
-                if loc is not None:
-                    try:
-                        raw = self._read_packed(d, loc, out)
-                    except MissingObjectError:
-                        # The pack may have been repacked by gc: look again once.
-                        self.index.refresh()
-                        loc2 = self.locate(d, refresh=False)
-                        if loc2 is None or loc2 == loc:
-                            raise
-                        raw = self._read_packed(d, loc2, out)
+                locs = self.locations(d, refresh=not loose_hint)
+                if locs:
+                    raw = self._read_any(d, locs, out)
                     if out is None and len(raw) <= 1 << 16:
                         raw = bytes(raw)
                         self._raw.put(d, raw)
                     return raw
         if loose_hint:  # index may be stale: one more look after refreshing
-            loc = self.locate(d, refresh=True)
-            if loc is not None:
-                return self._read_packed(d, loc, out)
+            locs = self.locations(d, refresh=True)
+            if locs:
+                return self._read_any(d, locs, out)
         raise MissingObjectError(f"object {d.hex()} is not in the store")
 
     def get_into_many(self, jobs: list[tuple[Digest, object]], window: int = 4) -> None:
@@ -348,3 +482,4 @@ class ObjectStore:
         self._packs.clear()
         self._raw.clear()
         self._known.clear()
+        self._view_at = -math.inf

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from . import serialize
+from . import condemned, faultpoints, serialize
 from .backend import Backend, open_backend
 from .codec import KIND_CHUNK, KIND_REF, KIND_VALUE, decode_frame, encode_frame, get_codec
 from .digest import Digest
@@ -51,11 +51,12 @@ __all__ = ["Store", "open", "FORMAT_VERSION", "Ref", "Manifest"]
 FORMAT_VERSION = 1
 FORMAT_KEY = "casmon.json"
 #: Top-level names a casmon store may hold; anything else means "not a casmon store".
-LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs")
+LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc")
 DEFAULT_CHUNK = 4 << 20
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _U32 = struct.Struct("<I")
+_GC_LOCK = "gc/lock"  # casmon.gc.LOCK_KEY
 #: Flush once this many records wait in memory.
 RECORDS_MAX = 50_000
 
@@ -213,6 +214,8 @@ class Store:
         self._flusher: threading.Thread | None = None
         self._flush_hooks: list = []
         self._manifests: dict[Digest, Manifest] = {}  # small manifests, immutable
+        self._record_refs: set[Digest] = set()  # values named by records appended since the last seal
+        self.dropped_records = 0  # records a flush could not write because a value they name was gone
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
         _install_process_hooks()
@@ -282,10 +285,22 @@ class Store:
 
     def _put_encoded(self, enc: serialize.Encoded) -> Digest:
         children = [self.put(c) for c in enc.children]
+        t0 = self.objects.view()
         try:
             parts = [self._put_part(p) for p in enc.parts]
         finally:
             self.objects.wait_writes()  # chunks are stored before the manifest can be
+        if self.objects.view() != t0:
+            # The condemned lists were read again while the chunks went in: a chunk relied on under
+            # the older view may be condemned now. Store those again, so every chunk of the value is
+            # checked under the view the manifest is put under.
+            for p, part in zip(parts, enc.parts):
+                data = part.data
+                for i, h in enumerate(p["c"]):
+                    if self.objects.is_condemned(Digest(h)):
+                        codec = self.array_codec if part.numeric else self.codec
+                        self.objects.put(data[i * p["cb"] : (i + 1) * p["cb"]], KIND_CHUNK, codec, part.typesize)
+        faultpoints.point("put.after_chunks")
         manifest = _encode_manifest(enc.tag, enc.meta, parts, children, enc.inline, enc.nbytes)
         d = self.objects.put(manifest, KIND_VALUE, self.codec, size=enc.nbytes)
         self.objects.wait_writes()  # a large manifest is written like a chunk: done before put returns
@@ -408,7 +423,11 @@ class Store:
         except (TypeError, ValueError) as e:
             raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
         k = Digest(key) if key is not None else Digest(os.urandom(16))
-        self.table(kind).add(k, data)
+        t = self.table(kind)
+        with self._lock:  # one step with respect to a flush sealing the tables
+            t.add(k, data)
+            if refs:
+                self._record_refs.update(Digest(r) for r in refs)
         self._after_write()
         return k
 
@@ -431,7 +450,21 @@ class Store:
     def set_ref(self, name: str, target: Digest | None = None, data: dict | None = None) -> None:
         """Point ref ``name`` at ``target`` (replacing what it pointed at)."""
         self._check_writable()
-        self.backend.set(self._ref_key(name), self._ref_frame(target, data))
+        key = self._ref_key(name)
+        self._ensure_stored(target)
+        self.backend.set(key, self._ref_frame(target, data))
+
+    def _ensure_stored(self, target) -> None:
+        """Before a ref names ``target``: it and its chunks are written, and safe from a gc sweep."""
+        if target is None:
+            return
+        d = Digest(target)
+        with self._flush_lock:
+            if self._needs_check(d) or self.objects.pending_bytes:
+                bad = self._check_values({d})
+                if bad:
+                    raise MissingObjectError(f"cannot point a ref at value {d.hex()}: it is not in {self.url}")
+                self._write_objects()
 
     def create_ref(self, name: str, target: Digest | None = None, data: dict | None = None) -> bool:
         """Create ref ``name`` unless it exists; True if this call created it.
@@ -441,6 +474,7 @@ class Store:
         """
         self._check_writable()
         key = self._ref_key(name)
+        self._ensure_stored(target)
         nonce = os.urandom(8).hex()
         frame = self._ref_frame(target, data, nonce)
         self.backend.create(key, frame)
@@ -520,9 +554,12 @@ class Store:
     def flush(self) -> None:
         """Make everything written so far visible to other processes.
 
-        Order: pending small objects (one pack), the pack's index entries, then
-        records. If a step fails, what was not written stays pending for the
-        next flush and the error is raised.
+        Order: set the waiting records aside (*seal*); check that every value
+        they name is stored and safe from gc (see :mod:`casmon.condemned`); write
+        the waiting small objects (one pack) and the pack's index entries; then
+        the records. So a record is never visible before the values it names.
+        If a step fails, what was not written stays waiting for the next flush
+        and the error is raised.
         """
         if self.read_only:
             return
@@ -535,18 +572,122 @@ class Store:
                 logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
         with self._flush_lock:
             try:
-                self.objects.flush()
-                for t in list(self._tables.values()):
-                    t.flush()
+                with self._lock:  # no record is added while the tables are sealed
+                    tables = list(self._tables.items())
+                    for _kind, t in tables:
+                        t.seal()
+                    refs, self._record_refs = self._record_refs, set()
+                faultpoints.point("flush.sealed")
+                sealed_at = time.monotonic()
+                stale = {d for d in refs if self._needs_check(d)}
+                bad = self._check_values(stale) if stale else set()
+                if bad:
+                    self._drop_records_needing(bad, tables)
+                self._write_objects()
+                faultpoints.point("flush.after_index")
+                for kind, t in tables:
+                    if t.sealed() and time.monotonic() - sealed_at > condemned.WRITE_MAX:
+                        # Slow (a retried network write, a stopped process): check the values again.
+                        bad = self._check_values(self._refs_of(t), force=True)
+                        if bad:
+                            self._drop_records_needing(bad, [(kind, t)])
+                        self._write_objects()
+                    t.write_sealed()
+                faultpoints.point("flush.after_records")
                 for t in [self.objects.index, *self._tables.values()]:
-                    if t.wants_merge():
-                        t.consolidate()
+                    if t.wants_merge() and not (t is self.objects.index and self.backend.exists(_GC_LOCK)):
+                        t.consolidate()  # the index is gc's to merge while gc runs
             except OSError as e:
                 raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
             except StoreError:
                 raise
             except Exception as e:  # noqa: BLE001 - e.g. a network error: what was not written stays pending
                 raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
+        if self.objects._known and time.monotonic() - self.objects._view_at > condemned.VIEW_MAX:
+            try:
+                self.objects.view()  # a long call's arguments are copied if gc condemns them meanwhile
+            except Exception:  # noqa: BLE001 - the next put or flush looks again
+                pass
+
+    def _write_objects(self) -> None:
+        self.objects.flush()
+
+    def _needs_check(self, d: Digest) -> bool:
+        return time.monotonic() - self.objects.reliance(d) > condemned.RELY_MAX
+
+    def _check_values(self, digests, force: bool = False) -> set[Digest]:
+        """Check values (manifest, chunks, children) stored and not condemned, under a fresh view.
+
+        Condemned objects are copied to the next pack. Returns the values that
+        are not stored (whole or in part): no record may name them.
+        """
+        todo = [d for d in digests if force or self._needs_check(d)]
+        if not todo:
+            return set()
+        vt = self.objects.refresh_view()
+        return {d for d in todo if not self._check_value(d, vt, set())}
+
+    def _check_value(self, d: Digest, vt: float, seen: set) -> bool:
+        if d in seen:
+            return True
+        seen.add(d)
+        try:
+            if not self.objects.check_stored(d, vt):
+                return False
+            m = self.manifest(d)
+        except (MissingObjectError, DamagedObjectError):
+            return False
+        for c in m.chunk_digests():
+            try:
+                if not self.objects.check_stored(c, vt):
+                    return False
+            except (MissingObjectError, DamagedObjectError):
+                return False
+        return all(self._check_value(c, vt, seen) for c in m.children)
+
+    def _refs_of(self, t: Table) -> set[Digest]:
+        out: set[Digest] = set()
+        for _name, entries in t.sealed():
+            for _k, v in entries:
+                try:
+                    out.update(Digest(h) for h in json.loads(v).get("_refs", ()))
+                except (ValueError, TypeError, AttributeError):
+                    pass
+        return out
+
+    def _drop_records_needing(self, bad: set[Digest], tables) -> None:
+        """Keep sealed records from naming lost values: trim them (a salvager) or drop them, and warn."""
+        bad_hex = {d.hex() for d in bad}
+        dropped = 0
+        for kind, t in tables:
+            for name, entries in t.sealed():
+                kept = []
+                changed = False
+                for k, v in entries:
+                    try:
+                        rec = json.loads(v)
+                        refs = rec.get("_refs", ())
+                    except (ValueError, TypeError, AttributeError):
+                        kept.append((k, v))
+                        continue
+                    if not bad_hex.intersection(refs):
+                        kept.append((k, v))
+                        continue
+                    changed = True
+                    fixed = salvage(kind, rec, bad)
+                    if fixed is None:
+                        dropped += 1
+                    else:
+                        kept.append((k, json.dumps(fixed, separators=(",", ":"), allow_nan=True).encode()))
+                if changed:
+                    t.replace_sealed(name, kept)
+        self.dropped_records += dropped
+        import warnings
+
+        warnings.warn(
+            f"casmon: {len(bad)} value(s) were removed from {self.url} (by gc, or lost to damage) while this "
+            f"process still needed them; {dropped} record(s) that named them were not written",
+            RuntimeWarning, stacklevel=3)
 
     def add_flush_hook(self, hook) -> None:
         """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""

@@ -11,6 +11,26 @@ import casmon
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture
+def min_grace():
+    """Shorten gc's shortest grace period in this process (and its children): ``min_grace(0.5)``."""
+    from casmon import condemned
+
+    old_env = os.environ.get("CASMON_MIN_GRACE")
+    old = condemned.MIN_GRACE
+
+    def set_(seconds: float) -> None:
+        condemned.configure(seconds)
+        os.environ["CASMON_MIN_GRACE"] = str(seconds)
+
+    yield set_
+    condemned.configure(old)
+    if old_env is None:
+        os.environ.pop("CASMON_MIN_GRACE", None)
+    else:
+        os.environ["CASMON_MIN_GRACE"] = old_env
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run long soak and fuzz variants")
 

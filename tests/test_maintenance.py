@@ -95,7 +95,8 @@ def test_gc_now_removes_only_unreachable(tmp_path):
     assert fresh.verify().ok
 
 
-def test_gc_waits_for_the_grace_period(tmp_path):
+def test_gc_waits_for_the_grace_period(tmp_path, min_grace):
+    min_grace(0.5)
     s, keep, small, orphan, orphan_small, big = build(tmp_path)
     first = s.gc(grace=0.5)
     assert first.deleted_objects == 0 and first.waiting >= 3

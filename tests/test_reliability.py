@@ -169,7 +169,7 @@ WORKLOAD = textwrap.dedent(
 
 def _one_kill(loc: str, rng: random.Random) -> tuple[int, int]:
     """Start the workload, kill it at a random moment; returns (session, last flushed call number)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_KNOWN_TTL="600")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_MIN_GRACE="60")
     p = subprocess.Popen([sys.executable, "-c", WORKLOAD, loc], env=env, stdout=subprocess.PIPE, text=True,
                          cwd=Path(loc).parent)
     assert p.stdout.readline().strip() == "ready"
@@ -378,7 +378,7 @@ SOAK_GC = textwrap.dedent(
 def test_gc_never_removes_what_writers_use(tmp_path, seconds, figures):
     loc = str(tmp_path / "s")
     casmon.open(loc).close()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_KNOWN_TTL="0.5")  # writers re-check often: grace 2 s is enough
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_MIN_GRACE="2")  # the most aggressive grace: 2 s
     writers = [subprocess.Popen([sys.executable, "-c", SOAK_WRITER, loc, str(seconds), str(w)], env=env,
                                 stdout=subprocess.PIPE, text=True) for w in range(3)]
     gcs = subprocess.Popen([sys.executable, "-c", SOAK_GC, loc, str(seconds), "2.0"], env=env, stdout=subprocess.PIPE, text=True)
