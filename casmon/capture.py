@@ -170,7 +170,8 @@ class OutputCapture:
                     pass
             for fd, saved, _r in self._saved:
                 os.dup2(saved, fd)  # closes the pipe's last write end: the reader sees EOF
-                os.close(saved)
             for t in self._threads:
                 t.join(timeout=10)
+            for _fd, saved, _r in self._saved:
+                os.close(saved)  # only now: the reader copies what was left in the pipe to it
         return collapse_carriage_returns(self.sink.text())

@@ -532,6 +532,9 @@ def _show_run(which, store_location) -> None:
     m = r.manifest
     g = m.get("git", {})
     console.print(f"[bold]run {r.name}[/bold]  {r.status}  manifest {r.digest[:12]}")
+    if r.error is not None:
+        console.print(f"  cannot read this run: {_one_line(r.error)}", markup=False)
+        return
     if m.get("start"):
         console.print(f"  started {_when(m['start'])}" + (f", took {m['duration']:.2f} s" if m.get("duration") is not None else ""))
     console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")

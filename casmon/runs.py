@@ -42,7 +42,7 @@ from typing import Any
 from .cache import observers as cache_observers
 from .calllog import CallLog, _recorders as call_recorders, _short as short_repr
 from .digest import Digest
-from .errors import CasmonError, DamagedObjectError, UntrustedStoreError
+from .errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
 from .fingerprint import fingerprint
 from .gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from .capture import OutputCapture
@@ -373,6 +373,8 @@ class RunInfo:
     store: Store
     ref: str
     manifest: dict
+    #: Why the run's manifest could not be read (damaged, or a pickle that would run code); None if it was.
+    error: CasmonError | None = None
 
     @property
     def name(self) -> str:
@@ -436,7 +438,7 @@ class RunInfo:
         if m.get("function"):
             info["record_function"] = m["function"].rsplit(".", 1)[-1]
             info["run_end_time"] = _iso(m.get("end"))
-        for k, v in (self.info() if self.store.trust else self.info_peek()).items():
+        for k, v in self.info_peek().items():  # never unpickles what could run code, even from a trusted store
             info[k] = v if _is_json(v) else repr(v)
         return info
 
@@ -483,17 +485,36 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
         ref = s.get_ref(name)
         if ref is None:
             continue
+        error = None
         if ref.target is not None:
-            manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
-            _check_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
+            try:
+                manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
+                _check_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
+            except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as e:
+                # one bad run does not hide the others: it is listed as unreadable, and says why when used
+                error = e
+                data = ref.data if isinstance(ref.data, dict) else {}
+                t = data.get("start")
+                manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": _short_error(e),
+                            "start": t if type(t) in (int, float) else None}
         else:
             data = ref.data if isinstance(ref.data, dict) else {}
             t = data.get("time")
             manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
                         "start": t if type(t) in (int, float) else None}
-        out.append(RunInfo(s, name, manifest))
+        out.append(RunInfo(s, name, manifest, error))
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     return out
+
+
+def _short_error(e: BaseException) -> str:
+    return " ".join(str(e).split())[:500]
+
+
+def _readable(r: RunInfo) -> RunInfo:
+    if r.error is not None:
+        raise r.error
+    return r
 
 
 _MANIFEST_TYPES = {"name": str, "comment": str, "status": str, "prefix": str, "git": dict, "files": dict,
@@ -555,8 +576,8 @@ def load_run(which: str | int, store: Store | str | None = None) -> RunInfo:
 
 def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -> dict[str, Any]:
     """What differs between two runs: code, tracked files, metadata, info, and results for the same inputs."""
-    ra = a if isinstance(a, RunInfo) else load_run(a, store)
-    rb = b if isinstance(b, RunInfo) else load_run(b, store)
+    ra = _readable(a if isinstance(a, RunInfo) else load_run(a, store))
+    rb = _readable(b if isinstance(b, RunInfo) else load_run(b, store))
     ma, mb = ra.manifest, rb.manifest
     ga, gb = ma.get("git", {}), mb.get("git", {})
     out: dict[str, Any] = {"a": ra.name, "b": rb.name, "same_manifest": ra.digest == rb.digest}
@@ -694,7 +715,7 @@ def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | 
 
     The commit is read from the repository the run was recorded in (or ``repo``).
     """
-    r = run if isinstance(run, RunInfo) else load_run(run, store)
+    r = _readable(run if isinstance(run, RunInfo) else load_run(run, store))
     for rel in r.manifest.get("files", {}):  # refuse before anything is written
         _safe_target(Path(target).resolve(), rel)
     patch = r.patch()
@@ -811,7 +832,7 @@ def _apply_patch(root: Path, patch: bytes, name: str) -> None:
 
 def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None) -> Path:
     """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files."""
-    r = run if isinstance(run, RunInfo) else load_run(run, store)
+    r = _readable(run if isinstance(run, RunInfo) else load_run(run, store))
     for rel in r.manifest.get("files", {}):  # refuse before anything is written
         _safe_target(Path(target).resolve(), rel)
     root = _prepare_dir(target)

@@ -25,8 +25,10 @@ Scrubbing is one-way and deliberately eager: a non-secret that looks like one
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 
 __all__ = ["MASK", "looks_secret", "scrub", "scrub_argv", "scrub_env", "scrub_output", "secret_values"]
@@ -54,11 +56,40 @@ def looks_secret(name: str) -> bool:
     return bool(_SECRET_NAME.search(name.strip("-").split("=", 1)[0]))
 
 
-def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values of secret-looking environment variables (longest first), at least 6 characters long."""
+def secret_values(environ: Mapping[str, str] | None = None, argv: Iterable[str] | None = None) -> list[str]:
+    """Secrets this process holds, longest first: values of secret-looking environment variables (at least 6
+    characters) and what :func:`scrub_argv` masks in this process's command line (at least 4), so a program
+    that prints its own argv or environment does not leak them into its captured output."""
     env = os.environ if environ is None else environ
     vals = {v for k, v in env.items() if v and len(v) >= 6 and looks_secret(k) and k not in ("PWD", "OLDPWD")}
+    vals.update(_argv_secrets(tuple(sys.argv if argv is None else argv)))
     return sorted(vals, key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _argv_secrets(argv: tuple) -> frozenset:
+    found: set[str] = set()
+    mask_next = False
+    for a in argv:
+        s = str(a)
+        if mask_next:
+            found.add(s)
+            mask_next = False
+            continue
+        if _FLAG.match(s):
+            mask_next = True
+            continue
+        for rx in (_URL_WHOLE, _ASSIGN_WHOLE):
+            for m in rx.finditer(s):
+                secret = m.group(0)[len(m.group(1)):].rstrip("@")
+                found.add(secret)
+                if rx is _URL_WHOLE and ":" in secret:
+                    found.add(secret.split(":", 1)[1])  # the password alone
+        for m in _QUERY.finditer(s):
+            found.add(m.group(0)[len(m.group(1)):])
+        for m in _BEARER.finditer(s):
+            found.add(m.group(0)[len(m.group(1)) + len(m.group(2)):])
+    return frozenset(x for x in found if len(x) >= 4 and x != MASK)
 
 
 def _known(text: str, environ: Mapping[str, str] | None) -> str:
