@@ -6,48 +6,72 @@ under one prefix, written without locks:
 
 ``{prefix}l0/{name}``
     *Level-0 files.* Each flush of a writer adds one, named
-    ``{time_ns:016x}-{writer}-{seq:06x}``, so writers never touch each
-    other's files.
+    ``{time_ns:016x}-{writer}-{seq:06x}``: writers never touch each other's
+    files, and a writer numbers its files 1, 2, 3, ... without gaps.
 ``{prefix}gens/{id}`` and ``{prefix}buckets/{id}/{i:04x}``
     *Generations.* When level-0 files accumulate, a writer merges them (and
     small older generations) into a generation: its entries split into
     ``2**k`` buckets by the key's leading bits (about 8,192 entries a bucket),
-    then a manifest that lists what it *covers*. The manifest is written last,
-    so a visible manifest means a complete generation; the covered files are
-    deleted after it.
+    then a manifest. The manifest is written last, so a visible manifest means a
+    complete generation; what it merged is deleted after it.
 
-A reader lists ``gens/`` and ``l0/``, ignores whatever a visible generation
-covers, loads the level-0 files whole and, for a lookup, one bucket per
-generation. If a file vanishes while it reads (merged and deleted meanwhile), it
-lists again. Entries are never updated in place: a key may hold several
-values, and readers decide which one counts. Two writers that merge the same
-files at once produce overlapping generations; readers drop the duplicate
-entries, and the next merge removes them.
+A manifest records its *provenance* exactly: ``contains`` maps each writer to
+the ranges of level-0 sequence numbers whose entries the generation holds,
+through every generation it merged (``covers`` names the files it replaced
+directly). Readers work from provenance, never from timing:
+
+* a level-0 file that a listed generation contains is not read again;
+* a generation whose provenance lies inside another active generation's is
+  redundant (two writers merged the same files at once): it is not read, and
+  the next merge deletes it;
+* generations whose provenance overlaps only in part are read together, each
+  entry once (a table is a set of ``(key, value)`` entries: an entry added
+  twice is one entry), and the next merge takes them together, which ends the
+  overlap;
+* so ``items()`` yields every entry once and ``count()`` is exact.
+
+A reader lists ``l0/`` first and ``gens/`` second: a merge writes its manifest
+before it deletes, so a file missing from the first listing was merged into a
+generation the second listing shows. If a file vanishes while it is read (merged
+meanwhile), the reader lists again.
+
+A damaged or missing file never stops a reader: ``refresh`` and lookups skip
+it, remember it in :attr:`Table.damaged`, and warn once per process
+(:class:`StoreDamageWarning`); merges leave it alone; ``items(strict=True)``
+(the default) raises instead of returning an incomplete table, because gc must
+never judge reachability from part of the records. ``casmon verify --repair``
+(:mod:`casmon.maintenance`) rebuilds a damaged table from every readable file
+(:meth:`Table.survey`, :meth:`Table.rewrite`).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import os
 import re
 import struct
 import threading
 import time
+import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import faultpoints
 from .backend import Backend
 from .codec import KIND_TABLE, decode_frame, encode_frame, get_codec
 from .errors import DamagedObjectError
 
-__all__ = ["Table", "TableFile", "encode_table_file"]
+__all__ = ["Table", "TableFile", "Generation", "Survey", "StoreDamageWarning", "encode_table_file"]
 
 _MAGIC = b"CTB1"
 _COUNT = struct.Struct("<4sI")
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-z]{1,40}-[0-9a-f]{1,12}$")
+BUCKET_RE = re.compile(r"^[0-9a-f]{4,5}$")
 #: A lookup that finds nothing lists the table again at most this often (seconds):
 #: other writers' entries newer than this may be missed, which costs a recomputation, never a wrong answer.
 MISS_REFRESH_INTERVAL = 1.0
@@ -57,7 +81,32 @@ BUCKET_ENTRIES = 8192
 L0_MERGE = 16
 #: ... or once they hold this many entries (readers load level-0 files whole).
 L0_MERGE_ENTRIES = BUCKET_ENTRIES
+#: Buckets without a manifest this old (seconds, by the time in their generation's id) are left
+#: over (a merge killed before its manifest, or a lost manifest): repair deletes them after
+#: salvaging them. Younger ones may belong to a merge in progress.
+ORPHAN_AGE = 600.0
+#: The most buckets a generation may have (2**20 buckets of 8,192 entries: 8 billion entries).
+MAX_BUCKETS = 1 << 20
 _ZSTD = get_codec("zstd")
+
+
+class StoreDamageWarning(UserWarning):
+    """A file of the store is damaged or missing; casmon goes on without it. ``casmon verify --repair`` fixes it."""
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_damage(url: str, key: str, reason: str) -> None:
+    """Warn once per process and file that ``key`` is damaged, and what to do about it."""
+    with _warned_lock:
+        tag = f"{url}\0{key}"
+        if tag in _warned:
+            return
+        _warned.add(tag)
+    warnings.warn(f"casmon: {key} in store {url} is damaged or missing ({reason}); casmon goes on without it. "
+                  f"Run `casmon verify --repair` on the store.", StoreDamageWarning, stacklevel=3)
 
 
 def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
@@ -130,13 +179,141 @@ class TableFile:
         return [bytes(self.vals[int(offs[i]) : int(offs[i + 1])]) for i in range(lo, hi)]
 
 
+
+# -- provenance: per writer, ranges of level-0 sequence numbers ---------------------
+Ranges = dict  # writer -> sorted, disjoint, non-adjacent inclusive spans [(lo, hi), ...]
+
+
+def _norm(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def ranges_union(*rs: Ranges) -> Ranges:
+    acc: dict[str, list[tuple[int, int]]] = {}
+    for r in rs:
+        for w, spans in r.items():
+            acc.setdefault(w, []).extend(spans)
+    return {w: _norm(s) for w, s in acc.items()}
+
+
+def ranges_of_names(names: Iterable[str]) -> Ranges:
+    """The provenance of level-0 files by name."""
+    acc: dict[str, list[tuple[int, int]]] = {}
+    for n in names:
+        w, s = parse_name(n)
+        acc.setdefault(w, []).append((s, s))
+    return {w: _norm(s) for w, s in acc.items()}
+
+
+def ranges_has(r: Ranges, writer: str, seq: int) -> bool:
+    spans = r.get(writer)
+    if not spans:
+        return False
+    i = bisect.bisect_right(spans, (seq, math.inf)) - 1
+    return i >= 0 and spans[i][0] <= seq <= spans[i][1]
+
+
+def ranges_overlap(a: Ranges, b: Ranges) -> bool:
+    for w, sa in a.items():
+        sb = b.get(w)
+        if not sb:
+            continue
+        i = j = 0
+        while i < len(sa) and j < len(sb):
+            if sa[i][1] < sb[j][0]:
+                i += 1
+            elif sb[j][1] < sa[i][0]:
+                j += 1
+            else:
+                return True
+    return False
+
+
+def ranges_within(a: Ranges, b: Ranges) -> bool:
+    """Every number of ``a`` is in ``b``."""
+    for w, sa in a.items():
+        sb = b.get(w)
+        if not sb:
+            if sa:
+                return False
+            continue
+        for lo, hi in sa:
+            i = bisect.bisect_right(sb, (lo, math.inf)) - 1
+            if i < 0 or sb[i][1] < hi:
+                return False
+    return True
+
+
+def ranges_json(r: Ranges) -> dict:
+    return {w: [[lo, hi] for lo, hi in s] for w, s in sorted(r.items())}
+
+
+def _ranges_parse(obj) -> Ranges:
+    if not isinstance(obj, dict):
+        raise ValueError("contains is not a map of writers to ranges")
+    out = {}
+    for w, spans in obj.items():
+        if not isinstance(spans, list):
+            raise ValueError("contains is not a map of writers to ranges")
+        pairs = []
+        for s in spans:
+            if not (isinstance(s, list) and len(s) == 2 and all(type(x) is int for x in s) and 1 <= s[0] <= s[1]):
+                raise ValueError(f"bad range {s!r} in contains")
+            pairs.append((s[0], s[1]))
+        out[str(w)] = _norm(pairs)
+    return out
+
+
 @dataclass
 class Generation:
     id: str
     count: int
     nbuckets: int
     covers: list[str]
-    marks: dict[str, int]  # writer -> highest level-0 sequence number merged into this generation
+    marks: dict[str, int]  # writer -> highest level-0 sequence number in this generation (older readers use it)
+    contains: Ranges = field(default_factory=dict)  # writer -> level-0 sequence numbers whose entries it holds
+    exact: bool = True  # False: written before provenance (contains lists only the level-0 files it covered directly)
+
+    def accounted(self) -> Ranges:
+        """Sequence numbers no longer expected as level-0 files (for finding deleted ones)."""
+        if self.exact:
+            return self.contains
+        return ranges_union(self.contains, {w: [(1, m)] for w, m in self.marks.items() if m >= 1})
+
+
+def parse_generation(gid: str, key: str, raw) -> Generation:
+    """A generation manifest, every field checked before use (a crafted one gives DamagedObjectError)."""
+    try:
+        m = json.loads(bytes(raw))
+        if not isinstance(m, dict):
+            raise ValueError("not an object")
+        count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
+        if type(count) is not int or count < 0:
+            raise ValueError("count is not a non-negative integer")
+        if type(nb) is not int or not 1 <= nb <= MAX_BUCKETS or nb & (nb - 1):
+            raise ValueError(f"nbuckets is not a power of two up to {MAX_BUCKETS}")
+        if not isinstance(covers, list) or not all(type(c) is str for c in covers):
+            raise ValueError("covers is not a list of names")
+        if not isinstance(marks, dict) or not all(type(v) is int for v in marks.values()):
+            raise ValueError("marks is not a map of writers to numbers")
+        if "contains" in m:
+            contains = _ranges_parse(m["contains"])
+            exact = m.get("exact", True)
+            if type(exact) is not bool:
+                raise ValueError("exact is not a boolean")
+        else:  # written before provenance: only the level-0 files it covered directly are known
+            contains = ranges_of_names(c[3:] for c in covers if c.startswith("l0:") and NAME_RE.match(c[3:]))
+            exact = False
+        return Generation(gid, count, nb, covers, {str(w): v for w, v in marks.items()}, contains, exact)
+    except (KeyError, TypeError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
 
 
 def parse_name(name: str) -> tuple[str, int]:
@@ -145,8 +322,16 @@ def parse_name(name: str) -> tuple[str, int]:
     return writer, int(seq, 16)
 
 
+def _gen_time(gid: str) -> float:
+    """When a generation was made (seconds), from its id."""
+    try:
+        return int(gid.split("-", 1)[0], 16) / 1e9
+    except ValueError:
+        return 0.0
+
+
 class _Vanished(Exception):
-    """A file listed a moment ago is gone: list again."""
+    """A file listed a moment ago is gone: list again. Never leaves this module."""
 
 
 def _bucket_of(key: bytes, nbuckets: int) -> int:
@@ -154,6 +339,79 @@ def _bucket_of(key: bytes, nbuckets: int) -> int:
         return 0
     bits = nbuckets.bit_length() - 1
     return int.from_bytes(key[:4], "big") >> (32 - bits)
+
+
+@dataclass
+class _View:
+    """What a listing means: which generations and level-0 files to read."""
+
+    gens: dict[str, Generation]  # every readable manifest listed
+    active: list[Generation]  # the generations to read, by id
+    redundant: list[str]  # generations whose provenance lies inside an active one's
+    active_l0: list[str]  # level-0 files to read, by name
+    contained_l0: list[str]  # level-0 files a generation already holds
+    groups: list[frozenset[str]]  # active generations whose provenance overlaps (each group read as one)
+
+
+def resolve(gens: dict[str, Generation], l0_names: Iterable[str]) -> _View:
+    """Decide from provenance alone what a reader reads (see the module docstring)."""
+    covered: set[str] = set()
+    for g in gens.values():
+        covered.update(g.covers)
+    cands = sorted((g for g in gens.values() if "gen:" + g.id not in covered), key=lambda g: g.id)
+    redundant: set[str] = set()
+    for g in cands:
+        if not g.exact or not g.contains:
+            continue  # an older manifest's provenance is incomplete: it is never taken as redundant
+        for h in cands:
+            if h is g or h.id in redundant or not ranges_within(g.contains, h.contains):
+                continue
+            # Inside h. If both hold the same, the newer (larger id) stays.
+            if not h.exact or h.id > g.id or not ranges_within(h.contains, g.contains):
+                redundant.add(g.id)
+                break
+    active = [g for g in cands if g.id not in redundant]
+    held = ranges_union(*(g.contains for g in gens.values()))
+    active_l0, contained_l0 = [], []
+    for n in sorted(l0_names):
+        w, s = parse_name(n)
+        if "l0:" + n in covered or ranges_has(held, w, s):
+            contained_l0.append(n)
+        else:
+            active_l0.append(n)
+    # Groups of active generations that overlap (union-find).
+    parent = {g.id: g.id for g in active}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    if len(active) > 1:
+        direct = {g.id: set(g.covers) for g in active}
+        for i, a in enumerate(active):
+            for b in active[i + 1 :]:
+                if ranges_overlap(a.contains, b.contains) or not direct[a.id].isdisjoint(direct[b.id]):
+                    parent[root(a.id)] = root(b.id)
+    by_root: dict[str, set[str]] = {}
+    for g in active:
+        by_root.setdefault(root(g.id), set()).add(g.id)
+    groups = [frozenset(s) for s in by_root.values() if len(s) > 1]
+    return _View(dict(gens), active, sorted(redundant), active_l0, contained_l0, groups)
+
+
+def gaps_of(r: Ranges) -> list[tuple[str, int, int]]:
+    """``(writer, lo, hi)`` for every run of numbers from 1 to a writer's highest that ``r`` lacks."""
+    out = []
+    for w, spans in sorted(r.items()):
+        nxt = 1
+        for lo, hi in spans:
+            if lo > nxt:
+                out.append((w, nxt, lo - 1))
+            nxt = max(nxt, hi + 1)
+    return out
+
 
 
 class Table:
@@ -168,11 +426,23 @@ class Table:
         self._pending: list[tuple[bytes, bytes]] = []
         self._batches: list[tuple[str, list[tuple[bytes, bytes]]]] = []  # named, not yet written
         self._pending_index: dict[bytes, list[bytes]] = {}
-        self._l0: dict[str, TableFile] = {}
-        self._gens: dict[str, Generation] = {}
+        self._l0: dict[str, TableFile] = {}  # the level-0 files to read
+        self._listed_l0: list[str] = []  # every level-0 file listed
+        self._gens: dict[str, Generation] = {}  # every readable manifest listed
         self._active_gens: list[Generation] = []
+        self._redundant: list[str] = []
+        self._contained_l0: list[str] = []
+        self._groups: list[frozenset[str]] = []
+        self._grouped: frozenset[str] = frozenset()
+        self._distinct: dict[frozenset[str], int] = {}  # overlap group -> entries, each counted once
         self._buckets: OrderedDict[tuple[str, int], TableFile] = OrderedDict()
         self._bucket_cache = bucket_cache
+        self._gen_seq = 0
+        self._bad_gens: dict[str, str] = {}  # damaged manifests, by id
+        self._bad_l0: dict[str, str] = {}  # damaged level-0 files, by name
+        self._bad_buckets: set[tuple[str, int]] = set()
+        #: Damaged or missing files this table needs, skipped by reads: key -> reason.
+        self.damaged: dict[str, str] = {}
         self._listed = False
         self._visible: set[str] = set()
         self.last_refresh = 0.0
@@ -240,8 +510,9 @@ class Table:
         """Write the sealed batches, oldest first; a batch that fails stays sealed under its name."""
         while self._batches:
             name, entries = self._batches[0]
-            self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
-            with self._lock:
+            tf = self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
+            with self._lock:  # one step: no reader sees the entries both written and waiting
+                self._l0[name] = tf
                 self._batches.pop(0)
                 self._reindex_pending()
 
@@ -253,106 +524,165 @@ class Table:
     def write_l0(self, entries: list[tuple[bytes, bytes]]) -> str:
         """Write entries as a new level-0 file at once and return its name."""
         name = self.new_name()
-        self._write_named(name, entries)
+        tf = self._write_named(name, entries)
+        with self._lock:
+            self._l0[name] = tf
         return name
 
-    def _write_named(self, name: str, entries: list[tuple[bytes, bytes]]) -> None:
+    def _write_named(self, name: str, entries: list[tuple[bytes, bytes]]) -> TableFile:
         payload = encode_table_file(entries)
         _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
         self.backend.create(self.prefix + "l0/" + name, frame)
-        tf = TableFile(name, payload)
+        return TableFile(self.prefix + "l0/" + name, payload)
+
+    # -- damage ----------------------------------------------------------------
+    def _damage(self, key: str, reason: str) -> None:
         with self._lock:
-            self._l0[name] = tf
+            self.damaged[key] = reason
+        warn_damage(self.backend.url, key, reason)
+
+    def _bad_bucket(self, g: Generation, i: int, key: str, reason: str) -> None:
+        with self._lock:
+            self._bad_buckets.add((g.id, i))
+        self._damage(key, reason)
 
     # -- reading ---------------------------------------------------------------
-    def _read_frame(self, key: str):
-        data = self.backend.get(key)
-        if data is None:
-            raise _Vanished(key)
-        return decode_frame(data, key)[1]
-
     def refresh(self) -> None:
-        """See what other writers added: list, load new level-0 files and manifests."""
-        for _attempt in range(20):
+        """See what other writers added: list, load new level-0 files and manifests.
+
+        Never raises for damage: damaged or missing files are skipped and
+        remembered in :attr:`damaged` (with a warning once per process).
+        """
+        tries = 8
+        for attempt in range(tries):
             try:
-                self._refresh_once()
-                self._listed = True
-                self.last_refresh = time.monotonic()
-                return
+                self._refresh_once(tolerant=attempt == tries - 1)
+                break
             except _Vanished:
                 continue
-        raise DamagedObjectError(self.prefix, "table keeps changing while it is read; try again")
+        self._listed = True
+        self.last_refresh = time.monotonic()
 
-    def _refresh_once(self) -> None:
-        gen_ids = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + "gens/")]
-        gen_ids = [g for g in gen_ids if NAME_RE.match(g)]
-        l0_names = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + "l0/")]
-        l0_names = [n for n in l0_names if NAME_RE.match(n)]
-        new_gens = [g for g in gen_ids if g not in self._gens]
-        gens = dict(self._gens)
-        if new_gens:
-            datas = self.backend.get_many([self.prefix + "gens/" + g for g in new_gens])
-            for g, data in zip(new_gens, datas):
-                if data is None:
-                    raise _Vanished(g)
-                key = self.prefix + "gens/" + g
-                m = json.loads(bytes(decode_frame(data, key)[1]))
-                try:
-                    gens[g] = Generation(g, int(m["count"]), int(m["nbuckets"]), list(m["covers"]),
-                                         {str(w): int(v) for w, v in m.get("marks", {}).items()})
-                except (KeyError, TypeError, ValueError) as e:
-                    raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
+    def _list(self, sub: str) -> list[str]:
+        names = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + sub)]
+        return [n for n in names if NAME_RE.match(n)]
+
+    def _refresh_once(self, tolerant: bool = False) -> None:
+        # Level-0 files first: a merge writes its manifest before it deletes what it merged.
+        l0_names = self._list("l0/")
+        gen_ids = self._list("gens/")
         listed_gens = set(gen_ids)
-        gens = {g: v for g, v in gens.items() if g in listed_gens}
-        covered = set()
-        for g in gens.values():
-            covered.update(g.covers)
-        active_gens = sorted((g for g in gens.values() if "gen:" + g.id not in covered), key=lambda g: g.id)
-        active_l0 = sorted(n for n in l0_names if "l0:" + n not in covered)
-        new_l0 = [n for n in active_l0 if n not in self._l0]
+        gens = {g: v for g, v in self._gens.items() if g in listed_gens}
+        bad_gens = {g: r for g, r in self._bad_gens.items() if g in listed_gens}
+        new_gens = [g for g in gen_ids if g not in gens and g not in bad_gens]
+        if new_gens:
+            keys = [self.prefix + "gens/" + g for g in new_gens]
+            for g, key, data in zip(new_gens, keys, self.backend.get_many(keys)):
+                if data is None:
+                    if not tolerant:
+                        raise _Vanished(key)
+                    bad_gens[g] = "listed, but it cannot be read"
+                    self._damage(key, bad_gens[g])
+                    continue
+                try:
+                    gens[g] = parse_generation(g, key, decode_frame(data, key)[1])
+                except DamagedObjectError as e:
+                    bad_gens[g] = e.reason
+                    self._damage(key, e.reason)
+        view = resolve(gens, l0_names)
+        listed_l0 = set(l0_names)
+        bad_l0 = {n: r for n, r in self._bad_l0.items() if n in listed_l0}
+        new_l0 = [n for n in view.active_l0 if n not in self._l0 and n not in bad_l0]
         loaded: dict[str, TableFile] = {}
         if new_l0:
             keys = [self.prefix + "l0/" + n for n in new_l0]
             for n, key, data in zip(new_l0, keys, self.backend.get_many(keys)):
                 if data is None:
-                    raise _Vanished(key)
-                loaded[n] = TableFile(key, decode_frame(data, key)[1])
+                    if not tolerant:
+                        raise _Vanished(key)
+                    bad_l0[n] = "listed, but it cannot be read"
+                    self._damage(key, bad_l0[n])
+                    continue
+                try:
+                    loaded[n] = TableFile(key, decode_frame(data, key)[1])
+                except DamagedObjectError as e:
+                    bad_l0[n] = e.reason
+                    self._damage(key, e.reason)
         with self._lock:
             self._visible = {"l0:" + n for n in l0_names} | {"gen:" + g for g in gen_ids}
             self._gens = gens
-            self._active_gens = active_gens
-            keep = set(active_l0)
+            self._bad_gens = bad_gens
+            self._bad_l0 = bad_l0
+            self._active_gens = view.active
+            self._redundant = view.redundant
+            self._contained_l0 = view.contained_l0
+            self._listed_l0 = sorted(l0_names)
+            if view.groups != self._groups:
+                self._distinct = {}
+            self._groups = view.groups
+            self._grouped = frozenset().union(*view.groups) if view.groups else frozenset()
+            keep = set(view.active_l0)
             l0 = {n: tf for n, tf in self._l0.items() if n in keep}
             l0.update(loaded)
             self._l0 = dict(sorted(l0.items()))
-            live = {g.id for g in active_gens}
+            live = {g.id for g in view.active}
             for bk in [bk for bk in self._buckets if bk[0] not in live]:
                 del self._buckets[bk]
+            self._bad_buckets = {bk for bk in self._bad_buckets if bk[0] in live}
+            # What is damaged and still matters: listed manifests, level-0 files to read, buckets of active generations.
+            needed = {self.prefix + "gens/" + g for g in bad_gens}
+            needed |= {self.prefix + "l0/" + n for n in bad_l0 if n in keep}
+            needed |= {f"{self.prefix}buckets/{g}/{i:04x}" for g, i in self._bad_buckets}
+            self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
 
-    def _bucket(self, g: Generation, i: int) -> TableFile:
+    def _bucket(self, g: Generation, i: int, tolerant: bool = False) -> TableFile:
         bk = (g.id, i)
         tf = self._buckets.get(bk)
         if tf is not None:
             self._buckets.move_to_end(bk)
             return tf
+        if bk in self._bad_buckets:
+            return _EMPTY
         key = f"{self.prefix}buckets/{g.id}/{i:04x}"
-        tf = TableFile(key, self._read_frame(key))
+        tf = self._read_bucket(g, i, key, tolerant)
+        if tf is None:
+            return _EMPTY
         with self._lock:
             self._buckets[bk] = tf
             while len(self._buckets) > self._bucket_cache:
                 self._buckets.popitem(last=False)
         return tf
 
+    def _read_bucket(self, g: Generation, i: int, key: str, tolerant: bool) -> TableFile | None:
+        """A bucket of ``g``; None (remembered as damaged) if it is damaged, or missing although ``g`` is not."""
+        data = self.backend.get(key)
+        if data is None:
+            if not tolerant:
+                raise _Vanished(key)
+            if not self.backend.exists(self.prefix + "gens/" + g.id):
+                return None  # merged and deleted meanwhile: the next listing no longer names it
+            data = self.backend.get(key)
+            if data is None:
+                self._bad_bucket(g, i, key, f"missing, although generation {g.id} needs it")
+                return None
+        try:
+            return TableFile(key, decode_frame(data, key)[1])
+        except DamagedObjectError as e:
+            self._bad_bucket(g, i, key, e.reason)
+            return None
+
     def lookup(self, key: bytes, refresh_on_miss: bool = True) -> list[bytes]:
-        """Every value stored under ``key``, oldest file first, duplicates removed."""
+        """Every value stored under ``key``, oldest file first, duplicates removed.
+
+        Damaged files are skipped (see :attr:`damaged`): a lookup never raises for them.
+        """
         if not self._listed:
             self.refresh()
         for attempt in range(2):
             try:
                 out = self._lookup_once(key)
             except _Vanished:
-                self.refresh()
-                out = self._lookup_once(key)
+                out = self._lookup_after_vanished(key)
             if out or not refresh_on_miss or attempt:
                 return out
             if time.monotonic() - self.last_refresh < MISS_REFRESH_INTERVAL:
@@ -360,10 +690,18 @@ class Table:
             self.refresh()
         return []
 
-    def _lookup_once(self, key: bytes) -> list[bytes]:
+    def _lookup_after_vanished(self, key: bytes) -> list[bytes]:
+        self.refresh()
+        try:
+            return self._lookup_once(key)
+        except _Vanished:
+            self.refresh()
+            return self._lookup_once(key, tolerant=True)
+
+    def _lookup_once(self, key: bytes, tolerant: bool = False) -> list[bytes]:
         out: list[bytes] = []
         for g in self._active_gens:
-            out.extend(self._bucket(g, _bucket_of(key, g.nbuckets)).find(key))
+            out.extend(self._bucket(g, _bucket_of(key, g.nbuckets), tolerant).find(key))
         for tf in list(self._l0.values()):
             out.extend(tf.find(key))
         vs = self._pending_index.get(key)
@@ -388,76 +726,103 @@ class Table:
             out.extend(vs)
         return list(dict.fromkeys(out)) if len(out) > 1 else out
 
-    def items(self, refresh: bool = True) -> Iterator[tuple[bytes, bytes]]:
-        """Every entry: generations, then level-0 files, then this writer's pending ones."""
+    def items(self, refresh: bool = True, strict: bool = True) -> Iterator[tuple[bytes, bytes]]:
+        """Every entry once: generations, then level-0 files, then this writer's waiting ones.
+
+        ``strict`` (the default) raises :class:`DamagedObjectError` if a file the
+        table needs is damaged or missing, rather than return part of the table
+        (gc must see every record); ``strict=False`` skips such files.
+        """
         if refresh or not self._listed:
             self.refresh()
-        for _attempt in range(5):
+        entries: list[tuple[bytes, bytes]] = []
+        for attempt in range(4):
             try:
-                entries = list(self._items_once())
+                entries = self._items_once(tolerant=attempt == 3)
                 break
             except _Vanished:
                 self.refresh()
-        else:
-            raise DamagedObjectError(self.prefix, "table keeps changing while it is read; try again")
-        overlap = self._overlapping()
-        seen: set[tuple[bytes, bytes]] = set()
-        for kv in entries:
-            if overlap:
-                if kv in seen:
-                    continue
-                seen.add(kv)
-            yield kv
+        if strict and self.damaged:
+            key, reason = next(iter(sorted(self.damaged.items())))
+            raise DamagedObjectError(key, f"{reason} (and {len(self.damaged) - 1} more damaged files; run "
+                                          f"`casmon verify --repair`)" if len(self.damaged) > 1 else reason)
+        yield from entries
 
-    def _overlapping(self) -> bool:
-        covered: set[str] = set()
-        for g in self._active_gens:
-            if covered.intersection(g.covers):
-                return True
-            covered.update(g.covers)
-        return False
-
-    def _items_once(self) -> Iterator[tuple[bytes, bytes]]:
-        for g in list(self._active_gens):
-            for i in range(g.nbuckets):
-                key = f"{self.prefix}buckets/{g.id}/{i:04x}"
-                tf = self._buckets.get((g.id, i)) or TableFile(key, self._read_frame(key))
-                yield from tf.items()
-        for tf in list(self._l0.values()):
-            yield from tf.items()
+    def _snapshot(self):
         with self._lock:
             pending = [kv for _, entries in self._batches for kv in entries] + list(self._pending)
-        yield from pending
+            return list(self._active_gens), list(self._l0.values()), pending, self._grouped
+
+    def _gen_entries(self, g: Generation, tolerant: bool) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        for i in range(g.nbuckets):
+            if (g.id, i) in self._bad_buckets:
+                continue
+            tf = self._buckets.get((g.id, i))
+            if tf is None:
+                tf = self._read_bucket(g, i, f"{self.prefix}buckets/{g.id}/{i:04x}", tolerant)
+                if tf is None:
+                    continue
+            out.extend(tf.items())
+        return out
+
+    def _items_once(self, tolerant: bool) -> list[tuple[bytes, bytes]]:
+        gens, l0, pending, grouped = self._snapshot()
+        out: list[tuple[bytes, bytes]] = []
+        seen: set[tuple[bytes, bytes]] = set()
+        for g in gens:
+            entries = self._gen_entries(g, tolerant)
+            if g.id in grouped:  # its provenance overlaps another generation's: each entry once
+                entries = [kv for kv in entries if not (kv in seen or seen.add(kv))]
+            out.extend(entries)
+        for tf in l0:
+            out.extend(tf.items())
+        out.extend(pending)
+        return out
 
     def count(self) -> int:
+        """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
         if not self._listed:
             self.refresh()
-        return sum(g.count for g in self._active_gens) + sum(len(t) for t in self._l0.values()) + len(self._pending)
+        with self._lock:
+            gens, l0, groups, grouped = list(self._active_gens), list(self._l0.values()), self._groups, self._grouped
+            n = sum(g.count for g in gens if g.id not in grouped) + sum(len(t) for t in l0) + self.pending
+        by_id = {g.id: g for g in gens}
+        for group in groups:
+            m = self._distinct.get(group)
+            if m is None:
+                seen: set[tuple[bytes, bytes]] = set()
+                for gid in sorted(group):
+                    seen.update(self._gen_entries(by_id[gid], tolerant=True))
+                m = self._distinct[group] = len(seen)
+            n += m
+        return n
 
     def missing_segments(self) -> list[str]:
-        """Level-0 files that must have existed but are gone: gaps in a writer's sequence.
+        """Level-0 files that must have existed but are gone: gaps in a writer's numbering.
 
-        A writer numbers its level-0 files 1, 2, 3, ...; generations record the
-        highest number they merged. A number above that mark, below the writer's
-        newest visible file, and not visible itself, was deleted. (The newest
-        file of a writer leaves no trace when deleted.)
+        A writer numbers its level-0 files 1, 2, 3, ...; a generation records
+        exactly which numbers it holds. A number below the writer's newest one
+        that is neither listed nor held by a generation was deleted (or is in a
+        generation whose manifest is damaged). The newest file of a writer
+        leaves no trace when deleted.
         """
+        first = self._gaps()
+        if not first:
+            return []
+        second = self._gaps()  # a merge between the two listings of one refresh can look like a gap
+        return [g for g in first if g in second]
+
+    def _gaps(self) -> list[str]:
         self.refresh()
-        marks: dict[str, int] = {}
-        for g in self._active_gens:
-            for w, v in g.marks.items():
-                marks[w] = max(marks.get(w, 0), v)
-        seen: dict[str, set[int]] = {}
-        for name in self._l0:
-            w, seq = parse_name(name)
-            seen.setdefault(w, set()).add(seq)
-        out = []
-        for w, seqs in seen.items():
-            mark = marks.get(w, 0)
-            for seq in range(mark + 1, max(seqs)):
-                if seq not in seqs:
-                    out.append(f"{self.prefix}l0/*-{w}-{seq:06x}")
-        return out
+        with self._lock:
+            accounted = ranges_union(ranges_of_names(self._listed_l0), *(g.accounted() for g in self._gens.values()))
+        return [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
+
+    def _gap_name(self, w: str, lo: int, hi: int) -> str:
+        if lo == hi:
+            return f"{self.prefix}l0/*-{w}-{lo:06x}"
+        return f"{self.prefix}l0/*-{w}-{lo:06x} to *-{w}-{hi:06x} ({hi - lo + 1} files)"
 
     def files(self) -> list[str]:
         """Keys of every file this table has on the backend (for stats, verify, gc)."""
@@ -477,66 +842,257 @@ class Table:
         """Merge level-0 files (and small generations) into one generation.
 
         ``keep(key, value) -> bool`` drops entries (used by gc); with ``force``
-        every visible file is merged. Returns the new generation's id, or None.
+        every visible file is merged. Generations whose provenance overlaps are
+        merged together; files a generation already holds are deleted; damaged
+        files are left alone (for ``verify --repair``). Returns the new
+        generation's id, or None.
         """
         if not self.backend.supports_deletes or self.backend.read_only:
             return None
         self.refresh()
-        l0 = sorted(self._l0)
+        with self._lock:
+            l0_files = dict(self._l0)
+            active = list(self._active_gens)
+            groups = list(self._groups)
+            all_gens = dict(self._gens)
+            bad = {gid for gid, _ in self._bad_buckets}
+            damaged = bool(self.damaged)
+            # Files a generation already holds can go, unless the table is damaged: they may be the only good copy.
+            extra_gens = [] if damaged else [all_gens[g] for g in self._redundant if g in all_gens]
+            extra_l0 = [] if damaged else list(self._contained_l0)
+        l0 = sorted(l0_files)
         if not force and len(l0) < min_l0 and not self.wants_merge():
             return None
-        l0_total = sum(len(self._l0[n]) for n in l0)
-        gens = [g for g in self._active_gens if force or g.count <= 4 * max(l0_total, 1)]
+        l0_total = sum(len(l0_files[n]) for n in l0)
+        chosen = {g.id for g in active if g.id not in bad and (force or g.count <= 4 * max(l0_total, 1))}
+        for group in groups:  # an overlap is merged whole, which ends it
+            if chosen & group:
+                chosen |= group - bad
+        gens = [g for g in active if g.id in chosen]
         if not l0 and len(gens) <= 1 and keep is None:
+            if extra_gens or extra_l0:
+                self._delete(extra_l0, extra_gens)
+                self.refresh()
             return None
+        entries: list[tuple[bytes, bytes]] = []
         try:
-            entries: list[tuple[bytes, bytes]] = []
             for g in gens:
                 for i in range(g.nbuckets):
-                    key = f"{self.prefix}buckets/{g.id}/{i:04x}"
-                    entries.extend(TableFile(key, self._read_frame(key)).items())
+                    tf = self._buckets.get((g.id, i))
+                    if tf is None:
+                        key = f"{self.prefix}buckets/{g.id}/{i:04x}"
+                        data = self.backend.get(key)
+                        if data is None:
+                            raise _Vanished(key)
+                        try:
+                            tf = TableFile(key, decode_frame(data, key)[1])
+                        except DamagedObjectError as e:
+                            self._bad_bucket(g, i, key, e.reason)
+                            return None  # the next merge leaves this generation alone
+                    entries.extend(tf.items())
             for n in l0:
-                entries.extend(self._l0[n].items())
+                entries.extend(l0_files[n].items())
         except _Vanished:
             return None  # someone else merged these meanwhile
         entries = list(dict.fromkeys(entries))
         if keep is not None:
             entries = [kv for kv in entries if keep(*kv)]
+        contains = ranges_union(*(g.contains for g in gens), ranges_of_names(l0))
+        covers = ["l0:" + x for x in l0 + extra_l0] + ["gen:" + g.id for g in gens + extra_gens]
+        for g in gens:  # what merged generations covered and is not deleted yet stays covered
+            covers.extend(c for c in g.covers if c in self._visible)
+        marks: dict[str, int] = {}
+        for g in gens:
+            for w, v in g.marks.items():
+                marks[w] = max(marks.get(w, 0), v)
+        gid = self._write_generation(entries, list(dict.fromkeys(covers)), contains, all(g.exact for g in gens), marks)
+        # The new generation is visible: what it holds can go.
+        self._delete(l0 + extra_l0, gens + extra_gens)
+        self.refresh()
+        return gid
+
+    def _write_generation(self, entries: list[tuple[bytes, bytes]], covers: list[str], contains: Ranges,
+                          exact: bool, marks: dict[str, int]) -> str:
+        """Write buckets, then the manifest (fault points between); returns the generation's id."""
         n = len(entries)
         nb = 1
-        while nb < 4096 and n / nb > BUCKET_ENTRIES:
+        while nb < MAX_BUCKETS and n / nb > BUCKET_ENTRIES:
             nb *= 2
         by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
         for kv in entries:
             by_bucket[_bucket_of(kv[0], nb)].append(kv)
-        self._gen_seq = getattr(self, "_gen_seq", 0) + 1
-        gid = f"{time.time_ns():016x}-{self.writer}g-{self._gen_seq:06x}"  # "g": not in the level-0 sequence
+        with self._lock:
+            self._gen_seq += 1
+            gid = f"{time.time_ns():016x}-{self.writer}g-{self._gen_seq:06x}"  # "g": not in the level-0 numbering
         items = []
         for i, b in enumerate(by_bucket):
             _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
             items.append((f"{self.prefix}buckets/{gid}/{i:04x}", frame))
         self.backend.create_many(items)
-        covers = ["l0:" + x for x in l0] + ["gen:" + g.id for g in gens]
-        for g in gens:  # what merged generations covered and is not deleted yet stays covered
-            covers.extend(c for c in g.covers if c in self._visible)
-        covers = list(dict.fromkeys(covers))
-        marks: dict[str, int] = {}
-        for g in gens:
-            for w, v in g.marks.items():
-                marks[w] = max(marks.get(w, 0), v)
-        for x in l0:
-            w, seq = parse_name(x)
-            marks[w] = max(marks.get(w, 0), seq)
-        manifest = json.dumps({"count": n, "nbuckets": nb, "covers": covers, "marks": marks}).encode()
-        _, frame = encode_frame(manifest, KIND_TABLE, _ZSTD)
+        faultpoints.point("merge.after_buckets")
+        marks = dict(marks)
+        for w, spans in contains.items():
+            if spans:
+                marks[w] = max(marks.get(w, 0), spans[-1][1])
+        m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains)}
+        if not exact:
+            m["exact"] = False
+        _, frame = encode_frame(json.dumps(m).encode(), KIND_TABLE, _ZSTD)
         self.backend.create(self.prefix + "gens/" + gid, frame)
-        # The new generation is visible: what it covers can go.
-        doomed = [self.prefix + "l0/" + x for x in l0] + [self.prefix + "gens/" + g.id for g in gens]
-        for g in gens:
-            doomed.extend(self.backend.list(f"{self.prefix}buckets/{g.id}/"))
-        self.backend.delete_many(doomed)
+        faultpoints.point("merge.after_manifest")
+        return gid
+
+    def _delete(self, l0_names: list[str], gens: list[Generation], more_gen_ids: Iterable[str] = (),
+                more_keys: Iterable[str] = ()) -> None:
+        """Delete level-0 files and generations: manifests first, then their buckets."""
+        gen_ids = [g.id for g in gens] + list(more_gen_ids)
+        self.backend.delete_many([self.prefix + "l0/" + x for x in l0_names] + [self.prefix + "gens/" + g for g in gen_ids])
+        buckets = list(more_keys)
+        for g in gen_ids:
+            buckets.extend(self.backend.list(f"{self.prefix}buckets/{g}/"))
+        self.backend.delete_many(list(dict.fromkeys(buckets)))
+
+    # -- verify and repair ------------------------------------------------------
+    def survey(self, keep: bool = True) -> Survey:
+        """Read and check every file of the table (``verify``; ``repair`` with ``keep``, the parsed files too)."""
+        for attempt in range(3):
+            sv = self._survey_once(keep)
+            if not sv.vanished or attempt == 2:
+                return sv
+        raise AssertionError("unreachable")
+
+    def _survey_once(self, keep: bool) -> Survey:
+        l0_names = self._list("l0/")
+        gen_ids = self._list("gens/")
+        bucket_keys: dict[str, dict[int, str]] = {}
+        for k in self.backend.list(self.prefix + "buckets/"):
+            parts = k[len(self.prefix) :].split("/")
+            if len(parts) == 3 and NAME_RE.match(parts[1]) and BUCKET_RE.match(parts[2]):
+                bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
+        sv = Survey(self.prefix, l0_names, gen_ids, bucket_keys)
+        for key, payload in self._read_all([self.prefix + "l0/" + n for n in l0_names], sv):
+            tf = self._check(key, payload, sv, lambda k, raw: TableFile(k, raw))
+            if tf is not None and keep:
+                sv.l0[key.rsplit("/", 1)[-1]] = tf
+        for key, payload in self._read_all([self.prefix + "gens/" + g for g in gen_ids], sv):
+            gid = key.rsplit("/", 1)[-1]
+            g = self._check(key, payload, sv, lambda k, raw, gid=gid: parse_generation(gid, k, raw))
+            if g is not None:
+                sv.gens[gid] = g
+            else:
+                sv.bad_gens.add(gid)
+        flat = [(gid, i, k) for gid, bs in sorted(bucket_keys.items()) for i, k in sorted(bs.items())]
+        keys = [k for _, _, k in flat]
+        where = {k: (gid, i) for gid, i, k in flat}
+        for key, payload in self._read_all(keys, sv):
+            tf = self._check(key, payload, sv, lambda k, raw: TableFile(k, raw))
+            if tf is not None and keep:
+                sv.buckets[where[key]] = tf
+        sv.view = resolve(sv.gens, l0_names)
+        for g in sv.view.active:
+            have = bucket_keys.get(g.id, {})
+            for i in range(g.nbuckets):
+                if i not in have:
+                    sv.missing[f"{self.prefix}buckets/{g.id}/{i:04x}"] = f"generation {self.prefix}gens/{g.id}"
+        if sv.missing and any(not self.backend.exists(self.prefix + "gens/" + g.id) for g in sv.view.active):
+            sv.vanished = True  # merged meanwhile: look again
+        accounted = ranges_union(ranges_of_names(l0_names), *(g.accounted() for g in sv.gens.values()))
+        sv.gaps = [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
+        return sv
+
+    def _read_all(self, keys: list[str], sv: Survey, batch: int = 256):
+        for i in range(0, len(keys), batch):
+            part = keys[i : i + batch]
+            for key, data in zip(part, self.backend.get_many(part)):
+                if data is None:
+                    sv.vanished = True  # deleted since it was listed (a merge): the survey is read again
+                    continue
+                sv.checked += 1
+                yield key, data
+
+    @staticmethod
+    def _check(key: str, data, sv: Survey, parse):
+        try:
+            return parse(key, decode_frame(data, key)[1])
+        except DamagedObjectError as e:
+            sv.damaged[key] = e.reason
+            return None
+
+    def rewrite(self, sv: Survey, entries: Iterable[tuple[bytes, bytes]]) -> str:
+        """Replace every file ``sv`` saw by one generation that holds exactly ``entries`` (repair).
+
+        Its provenance is every level-0 number the survey saw or a generation
+        held, from 1 up for each writer, lost numbers included: what they held
+        is in ``entries`` or is lost, so the table has no gap afterwards. Files
+        written after the survey stay. Leftover buckets of no generation are
+        deleted once older than :data:`ORPHAN_AGE` (they may belong to a merge in
+        progress), damaged ones at once.
+        """
+        seen = ranges_union(ranges_of_names(sv.l0_names), *(g.accounted() for g in sv.gens.values()))
+        contains = {w: [(1, spans[-1][1])] for w, spans in seen.items() if spans}
+        covers = ["l0:" + n for n in sv.l0_names] + ["gen:" + g for g in sv.gen_ids]
+        gid = self._write_generation(list(dict.fromkeys(entries)), covers, contains, True, {})
+        listed = set(sv.gen_ids)
+        now = time.time()
+        orphans = [g for g in sv.bucket_keys if g not in listed and now - _gen_time(g) > ORPHAN_AGE]
+        self._delete(sv.l0_names, [], more_gen_ids=sv.gen_ids + orphans,
+                     more_keys=[k for k in sv.damaged if "/buckets/" in k])
+        with self._lock:
+            self._buckets.clear()
+            self._bad_buckets.clear()
+            self._bad_gens.clear()
+            self._bad_l0.clear()
+            self.damaged.clear()
         self.refresh()
         return gid
+
+
+@dataclass
+class Survey:
+    """Every file of one table, each read and checked (:meth:`Table.survey`)."""
+
+    prefix: str
+    l0_names: list[str]  # every level-0 file listed
+    gen_ids: list[str]  # every manifest listed
+    bucket_keys: dict[str, dict[int, str]]  # generation id -> bucket number -> key, as listed
+    l0: dict[str, TableFile] = field(default_factory=dict)  # readable level-0 files (if kept)
+    gens: dict[str, Generation] = field(default_factory=dict)  # readable manifests
+    bad_gens: set[str] = field(default_factory=set)  # damaged manifests
+    buckets: dict[tuple[str, int], TableFile] = field(default_factory=dict)  # readable buckets (if kept)
+    damaged: dict[str, str] = field(default_factory=dict)  # key -> reason, every file that fails its checks
+    missing: dict[str, str] = field(default_factory=dict)  # key -> what needs it (buckets of active generations)
+    gaps: list[str] = field(default_factory=list)  # level-0 numbers deleted (or in a damaged manifest)
+    view: _View | None = None
+    checked: int = 0
+    vanished: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and not self.missing and not self.gaps
+
+    def entries(self) -> list[tuple[bytes, bytes]]:
+        """The table's entries, each once. A sound table: what readers read. A damaged one: everything
+        readable in any file (covered, redundant and leftover generations too), the salvage."""
+        out: list[tuple[bytes, bytes]] = []
+        if self.ok and self.view is not None:
+            for g in self.view.active:
+                for i in range(g.nbuckets):
+                    tf = self.buckets.get((g.id, i))
+                    if tf is not None:
+                        out.extend(tf.items())
+            for n in self.view.active_l0:
+                tf = self.l0.get(n)
+                if tf is not None:
+                    out.extend(tf.items())
+        else:
+            for (_gid, _i), tf in sorted(self.buckets.items()):
+                out.extend(tf.items())
+            for _n, tf in sorted(self.l0.items()):
+                out.extend(tf.items())
+        return list(dict.fromkeys(out))
+
+
+_EMPTY = TableFile("(damaged)", encode_table_file([]))
 
 
 def writer_id() -> str:
