@@ -1,37 +1,94 @@
-"""Maintenance: ``stats``, ``verify`` and ``gc`` over a whole store.
+"""Maintenance: ``stats``, ``verify`` and ``repair`` over a whole store (gc is :mod:`casmon.gc`).
 
-All three walk the same inventory: loose objects, packs and their index
-entries, table files, records and refs. ``verify`` re-hashes every object and
-follows every pointer; ``gc`` marks what records and refs reach and removes the
-rest once it has stayed unreachable for a grace period (see :func:`gc`).
+All of them walk the same inventory: the format marker, loose objects, packs
+and their index entries, table files, records and refs. ``verify`` re-hashes
+every object and follows every pointer and never writes. ``repair`` salvages:
+
+* every pack frame carries its digest, kind and lengths, so the pack index is
+  **rebuilt from the packs** (frames after a damaged one are found again by
+  their magic); an index file's damage loses nothing;
+* a damaged pack's good frames move to a new pack; damaged loose objects go;
+* a value is dropped only if a chunk or child of it is lost;
+* each record table is rebuilt from every readable file (level-0 files,
+  buckets of every generation, including one whose manifest is lost);
+  a record is kept if every value it names is there, else a per-kind salvager
+  (:func:`casmon.store.register_salvager`) keeps what it can (the call log
+  keeps the calls of a batch that do not need a lost value), else it is dropped;
+* refs are restored from the records that stand behind them; a damaged or
+  missing ``casmon.json`` is written again.
+
+Repair takes the gc lock, so no gc runs meanwhile; writers may go on (a merge
+that races the rebuild is read correctly; at worst a second repair is needed).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, decode_frame, read_header, split_pack
+import xxhash
+
+from .codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, MAGIC, Frame, decode_frame, read_header, split_pack
 from .digest import Digest
 from .errors import CasmonError, DamagedObjectError
-from .objects import Location, pack_key
-from .table import NAME_RE, TableFile
+from .objects import Location, loose_key, pack_key
+from .table import Survey, Table
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["stats", "verify", "repair", "VerifyReport", "inventory"]
+__all__ = ["stats", "verify", "repair", "VerifyReport", "inventory", "marker_bytes", "parse_marker"]
 
 _HEX = re.compile(r"^[0-9a-f]{32}$")
+FORMAT_KEY = "casmon.json"
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 def _noop(phase: str, done: int, total: int) -> None:
     pass
+
+
+# -- the format marker ----------------------------------------------------------------
+
+
+def _marker_check(info: dict) -> str:
+    body = {k: v for k, v in info.items() if k != "check"}
+    return xxhash.xxh3_64_hexdigest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def marker_bytes(extra: dict | None = None) -> bytes:
+    """A new ``casmon.json``: format, creation time, and a check of both (so damage is told from a newer format)."""
+    from .store import FORMAT_VERSION
+
+    info = {"casmon": "content-addressed call store", "format": FORMAT_VERSION, "created": time.time(), **(extra or {})}
+    info["check"] = _marker_check(info)
+    return json.dumps(info, indent=1).encode()
+
+
+def parse_marker(data) -> tuple[dict, str | None]:
+    """``(info, None)`` for a sound marker, ``({}, what is wrong)`` for a damaged one.
+
+    Markers written before the check field are accepted as they are.
+    """
+    try:
+        info = json.loads(bytes(data))
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+        if type(info.get("format")) is not int or info["format"] < 1:
+            raise ValueError("no format number")
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return {}, f"not a casmon store marker: {e}"
+    if "check" in info and info["check"] != _marker_check(info):
+        return {}, "its content does not match its check"
+    return info, None
+
+
+# -- inventory ----------------------------------------------------------------------
 
 
 @dataclass
@@ -42,7 +99,8 @@ class Inventory:
     all_keys: list[str]
 
 
-def inventory(store: Store) -> Inventory:
+def inventory(store: Store, strict: bool = True) -> Inventory:
+    """Every loose object, pack and indexed object. ``strict``: raise if an index file is damaged."""
     keys = store.backend.list("")
     loose: dict[Digest, str] = {}
     packs: set[str] = set()
@@ -53,13 +111,37 @@ def inventory(store: Store) -> Inventory:
         elif parts[0] == "packs" and len(parts) == 2 and _HEX.match(parts[1]):
             packs.add(parts[1])
     packed: dict[Digest, Location] = {}
-    for d, v in store.objects.index.items():
-        packed[Digest(d)] = Location.decode(v)
+    for d, v in store.objects.index.items(strict=strict):
+        try:
+            packed[Digest(d)] = Location.decode(v)
+        except Exception:  # noqa: BLE001 - an entry that does not decode is no location (its file passed its checks)
+            continue
     return Inventory(loose, packs, packed, keys)
 
 
 def _table_prefixes(store: Store) -> list[str]:
     return ["index/"] + [f"records/{k}/" for k in store.record_kinds()]
+
+
+def _table_at(store: Store, prefix: str) -> Table:
+    return store.objects.index if prefix == "index/" else store.table(prefix.split("/")[1])
+
+
+def _records(store: Store, kind: str, rep: VerifyReport | None = None):
+    """``(key, record)`` of every readable record of ``kind``; damaged files skipped (verify reports them)."""
+    for k, v in store.table(kind).items(strict=False):
+        try:
+            rec = json.loads(v)
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            if rep is not None:
+                rep.damaged.append((f"record {kind}/{bytes(k).hex()}", f"not valid JSON: {e}"))
+            continue
+        yield Digest(k), rec
+
+
+# -- stats --------------------------------------------------------------------------
 
 
 def stats(store: Store, progress: Progress | None = None) -> dict:
@@ -68,10 +150,12 @@ def stats(store: Store, progress: Progress | None = None) -> dict:
     ``logical_bytes``: the sizes of all distinct values added up.
     ``chunk_bytes``: the distinct chunks' raw sizes (what is left after dedup).
     ``stored_bytes``: bytes on the backend, every file counted.
+    ``records``: entries per kind, each counted once. Damaged files are skipped
+    (``damaged_files`` counts them; ``casmon verify`` names them).
     """
     progress = progress or _noop
     store.flush()
-    inv = inventory(store)
+    inv = inventory(store, strict=False)
     values = {d: loc for d, loc in inv.packed.items() if loc.kind == KIND_VALUE}
     packed_chunks = {d: loc for d, loc in inv.packed.items() if loc.kind == KIND_CHUNK}
     loose_keys = list(inv.loose.values())
@@ -94,6 +178,7 @@ def stats(store: Store, progress: Progress | None = None) -> dict:
     chunk_bytes = sum(loc.size for loc in packed_chunks.values()) + loose_raw
     object_bytes = by_area["objects"][1] + by_area["packs"][1]
     records = {kind: store.table(kind).count() for kind in store.record_kinds()}
+    damaged = sum(len(_table_at(store, p).damaged) for p in _table_prefixes(store))
     return {
         "store": store.url,
         "values": len(values),
@@ -111,7 +196,11 @@ def stats(store: Store, progress: Progress | None = None) -> dict:
         "bytes_by_area": {a: v[1] for a, v in sorted(by_area.items())},
         "records": records,
         "refs": len(store.refs()),
+        "damaged_files": damaged,
     }
+
+
+# -- verify -------------------------------------------------------------------------
 
 
 @dataclass
@@ -123,8 +212,10 @@ class VerifyReport:
     missing: list[tuple[str, str]] = field(default_factory=list)  # (what, needed by)
     affected: dict[str, list[str]] = field(default_factory=dict)  # damaged/missing -> what depends on it
     bad_objects: dict[Digest, str] = field(default_factory=dict, repr=False)  # digests that cannot be trusted
-    bad_files: list[str] = field(default_factory=list, repr=False)  # damaged table files and refs
+    bad_files: list[str] = field(default_factory=list, repr=False)  # damaged table files, refs, gc lists
     bad_packs: set[str] = field(default_factory=set, repr=False)  # packs with any damaged byte
+    bad_tables: set[str] = field(default_factory=set, repr=False)  # table prefixes with damaged or missing files
+    bad_marker: bool = False  # casmon.json is damaged or missing
 
     @property
     def ok(self) -> bool:
@@ -141,49 +232,38 @@ class VerifyReport:
 
 
 def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
-    """Re-hash every object and follow every pointer; never modifies the store."""
+    """Re-hash every object and follow every pointer; never modifies the store.
+
+    Runs on a damaged store too (a damaged or missing ``casmon.json``, damaged
+    or missing table files): everything is checked and reported, not just the
+    first problem.
+    """
     progress = progress or _noop
     rep = VerifyReport()
     bad_digests: dict[Digest, str] = {}  # digest -> object key, for objects that failed
 
-    # 1. Table files (the index first: everything else is found through it).
+    # 0. The format marker.
+    problem = store.format.get("damaged") if isinstance(store.format, dict) else None
+    if problem:
+        rep.damaged.append((FORMAT_KEY, problem))
+        rep.bad_marker = True
+
+    # 1. Table files, every one, and what each table needs.
     for prefix in _table_prefixes(store):
-        files = store.backend.list(prefix)
-        for k in files:
-            name = k.rsplit("/", 1)[-1]
-            if ".partial" in name or not (NAME_RE.match(name) or re.match(r"^[0-9a-f]{4}$", name)):
-                continue
-            data = store.backend.get(k)
-            if data is None:
-                continue  # merged and removed meanwhile
-            rep.checked["table files"] += 1
-            try:
-                raw = decode_frame(data, k)[1]
-                if "/gens/" in k:
-                    json.loads(bytes(raw))
-                else:
-                    TableFile(k, raw)
-            except (DamagedObjectError, ValueError) as e:
-                rep.damaged.append((k, getattr(e, "reason", str(e))))
-                rep.bad_files.append(k)
-    if rep.bad_files:
-        # The tables cannot be read whole: report what else is damaged on its own, then stop.
-        for name in store.refs():
-            try:
-                store.get_ref(name)
-            except DamagedObjectError as e:
-                rep.damaged.append((e.key, e.reason))
-                rep.bad_files.append(e.key)
-        return rep
-    try:
-        inv = inventory(store)
-    except CasmonError as e:
-        rep.damaged.append(("index/", str(e)))
-        return rep
-    for prefix in _table_prefixes(store):
-        t = store.objects.index if prefix == "index/" else store.table(prefix.split("/")[1])
-        for gap in t.missing_segments():
+        sv = _table_at(store, prefix).survey(keep=False)
+        rep.checked["table files"] += sv.checked
+        for key, reason in sorted(sv.damaged.items()):
+            rep.damaged.append((key, reason))
+            rep.bad_files.append(key)
+        for key, who in sorted(sv.missing.items()):
+            rep.missing.append((key, who))
+        for gap in sv.gaps:
             rep.missing.append((gap, f"table {prefix} (a writer's sequence has a gap)"))
+        if not sv.ok:
+            rep.bad_tables.add(prefix)
+    _verify_condemned_lists(store, rep)
+
+    inv = inventory(store, strict=False)
 
     # 2. Loose objects: each re-hashed against its name.
     total = len(inv.loose) + len(inv.packs)
@@ -205,6 +285,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     entries_by_pack: dict[str, list[tuple[Digest, Location]]] = defaultdict(list)
     for d, loc in inv.packed.items():
         entries_by_pack[loc.pack].append((d, loc))
+    unindexed: dict[Digest, str] = {}  # sound frames no index entry names: --repair indexes them
     for name in sorted(inv.packs | set(entries_by_pack)):
         done += 1
         progress("objects", done, total)
@@ -228,7 +309,8 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             if off in indexed:
                 continue
             try:
-                decode_frame(data[off : off + ln], f"{key}@{off}")
+                fr, _raw = decode_frame(data[off : off + ln], f"{key}@{off}")
+                unindexed.setdefault(fr.digest, f"{key}@{off}")
             except DamagedObjectError as e:
                 rep.damaged.append((f"{key}@{off} (an object no index entry uses)", e.reason))
                 rep.bad_packs.add(name)
@@ -245,9 +327,15 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                 bad_digests[d] = where
                 rep.bad_packs.add(name)
 
+    present = set(inv.loose) | set(inv.packed)
+
+    def absent(what: str, d: Digest, who: str) -> None:
+        where = unindexed.get(d)
+        note = f" (it is in {where}, which the index does not name: --repair indexes it)" if where else ""
+        rep.missing.append((f"{what} {d.hex()}{note}", who))
+
     # 4. Values: their chunks and children must be there and sound.
     dependents: dict[Digest, list[str]] = defaultdict(list)
-    present = set(inv.loose) | set(inv.packed)
     values = [d for d, loc in inv.packed.items() if loc.kind == KIND_VALUE and d not in bad_digests]
     for i, d in enumerate(values):
         progress("values", i + 1, len(values))
@@ -261,7 +349,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
         for c in [*m.chunk_digests(), *m.children]:
             dependents[c].append(f"value {d.hex()}")
             if c not in present:
-                rep.missing.append((f"object {c.hex()}", f"value {d.hex()}"))
+                absent("object", c, f"value {d.hex()}")
                 bad_digests.setdefault(c, f"object {c.hex()}")
     # A value with a bad chunk is bad too.
     for c in list(bad_digests):
@@ -272,21 +360,19 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     # 5. Records and refs: what they point at must be there.
     expected_refs: dict[str, tuple[str | None, float, str]] = {}
     for kind in store.record_kinds():
-        try:
-            for k, rec in store.records(kind):
-                rep.checked["records"] += 1
-                _note_expected_ref(expected_refs, kind, k, rec)
-                for h in rec.get("_refs", []):
-                    try:
-                        rd = Digest(h)
-                    except ValueError:
-                        rep.damaged.append((f"record {kind}/{k.hex()}", f"bad digest {h!r}"))
-                        continue
-                    dependents[rd].append(f"record {kind}/{k.hex()}")
-                    if rd not in present:
-                        rep.missing.append((f"value {h}", f"record {kind}/{k.hex()}"))
-        except DamagedObjectError as e:
-            rep.damaged.append((e.key, e.reason))
+        for k, rec in _records(store, kind, rep):
+            rep.checked["records"] += 1
+            _note_expected_ref(expected_refs, kind, k, rec)
+            refs = rec.get("_refs", [])
+            for h in refs if isinstance(refs, list) else [refs]:
+                try:
+                    rd = Digest(h)
+                except (ValueError, TypeError):
+                    rep.damaged.append((f"record {kind}/{k.hex()}", f"bad digest {h!r}"))
+                    continue
+                dependents[rd].append(f"record {kind}/{k.hex()}")
+                if rd not in present:
+                    absent("value", rd, f"record {kind}/{k.hex()}")
     existing_refs = set(store.refs())
     for name, (_target, _t, who) in sorted(expected_refs.items()):
         if name not in existing_refs:
@@ -302,7 +388,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
         if ref is not None and ref.target is not None:
             dependents[ref.target].append(f"ref {name}")
             if ref.target not in present:
-                rep.missing.append((f"value {ref.target.hex()}", f"ref {name}"))
+                absent("value", ref.target, f"ref {name}")
 
     # What depends on each bad object, transitively (chunk -> value -> records).
     for d, key in bad_digests.items():
@@ -321,112 +407,306 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     return rep
 
 
+def _verify_condemned_lists(store: Store, rep: VerifyReport) -> None:
+    """gc's condemned lists must be readable (a damaged one only delays gc; repair deletes it)."""
+    try:
+        from . import condemned
+    except ImportError:  # pragma: no cover
+        return
+    keys = [k for k in store.backend.list(condemned.PREFIX) if ".partial" not in k]
+    for k, data in zip(keys, store.backend.get_many(keys) if keys else []):
+        if data is None:
+            continue
+        rep.checked["gc lists"] += 1
+        try:
+            condemned.decode(k.rsplit("/", 1)[-1], data)
+        except DamagedObjectError as e:
+            rep.damaged.append((k, e.reason))
+            rep.bad_files.append(k)
+
+
 def expected_refs_of(store: Store) -> dict[str, tuple[str | None, float, str]]:
     """Refs that records stand behind (``_ref``): name -> (target, time, record), the newest record winning."""
     out: dict[str, tuple[str | None, float, str]] = {}
     for kind in store.record_kinds():
-        try:
-            for k, rec in store.records(kind):
-                _note_expected_ref(out, kind, k, rec)
-        except DamagedObjectError:
-            continue
+        for k, rec in _records(store, kind):
+            _note_expected_ref(out, kind, k, rec)
     return out
 
 
 def _note_expected_ref(out: dict, kind: str, key: bytes, rec: dict) -> None:
     name = rec.get("_ref")
     if isinstance(name, str):
-        t = float(rec.get("time", 0) or 0)
+        try:
+            t = float(rec.get("time", 0) or 0)
+        except (TypeError, ValueError):
+            t = 0.0
         if name not in out or t >= out[name][1]:
             out[name] = (rec.get("_ref_target"), t, f"record {kind}/{bytes(key).hex()}")
 
 
-def repair(store: Store, progress: Progress | None = None) -> dict:
-    """Drop what cannot be trusted, until ``verify`` is clean.
+# -- repair -------------------------------------------------------------------------
 
-    Damaged table files and refs are deleted; damaged loose objects are
-    deleted; the index forgets damaged or missing objects and every value that
-    needs one; records and refs that need a dropped value are dropped. What is
-    dropped is lost, but never returned wrong: a cache recomputes, a call log
-    loses those calls. Returns what was done.
+
+def repair(store: Store, progress: Progress | None = None) -> dict:
+    """Salvage everything intact, drop only what lost data, until ``verify`` is clean.
+
+    See the module docstring for what is kept. Takes the gc lock (no gc runs
+    meanwhile). Returns what was done; ``done["ok"]`` is the final verify.
     """
     if not store.backend.supports_deletes or store.read_only:
         raise CasmonError(f"cannot repair {store.url}: it cannot delete (a zip file, or opened read-only)")
-    done = {"deleted_files": [], "dropped_index_entries": 0, "dropped_records": 0, "dropped_refs": [], "rounds": 0}
-    for _round in range(5):
+    from .gc import gc_lock
+
+    progress = progress or _noop
+    with gc_lock(store, "repair"):
+        return _repair(store, progress)
+
+
+def _repair(store: Store, progress: Progress) -> dict:
+    done: dict = {"deleted_files": [], "dropped_index_entries": 0, "dropped_values": 0, "dropped_records": 0,
+                  "salvaged_records": 0, "dropped_refs": [], "restored_refs": [], "rebuilt_tables": [],
+                  "rewrote_marker": False, "rounds": 0}
+    try:
+        store.flush()
+    except CasmonError:
+        pass  # what cannot be written now stays pending
+    for _round in range(3):
         rep = verify(store, progress)
         if rep.ok:
             break
         done["rounds"] += 1
-        for key in rep.bad_files:
-            if key.startswith("refs/"):
-                done["dropped_refs"].append(key[len("refs/") :])
+        _repair_round(store, rep, done, progress)
+    final = verify(store, progress)
+    done["ok"] = final.ok
+    if not final.ok:
+        done["left"] = final.as_dict()
+    return done
+
+
+def _repair_round(store: Store, rep: VerifyReport, done: dict, progress: Progress) -> None:
+    if rep.bad_marker:
+        from .store import FORMAT_KEY as key
+
+        data = marker_bytes({"repaired": time.time()})
+        store.backend.set(key, data)
+        store.format = parse_marker(data)[0]
+        done["rewrote_marker"] = True
+    for _d, key in rep.bad_objects.items():
+        if key.startswith("objects/"):
             store.backend.delete(key)
             done["deleted_files"].append(key)
-        for d, key in rep.bad_objects.items():
-            if key.startswith("objects/"):
-                store.backend.delete(key)
-                done["deleted_files"].append(key)
-        store.objects.clear_caches()
-        store._manifests.clear()
-        for t in [store.objects.index, *store._tables.values()]:
-            t._buckets.clear()
-            t.refresh()
-        for t in [store.objects.index, *(store.table(k) for k in store.record_kinds())]:
-            if t.missing_segments():
-                t.consolidate(force=True)  # the lost segment's entries are gone: close the gap
-        if rep.bad_files:
-            continue  # read the tables again before judging their entries
-        bad = set(rep.bad_objects)
-        # Packs with damage are rewritten: their good objects move to a new pack, the old one goes.
-        inv = inventory(store)
-        for name in rep.bad_packs:
-            data = store.backend.get(pack_key(name))
-            for d, loc in inv.packed.items():
-                if loc.pack != name or d in bad or data is None:
-                    continue
-                frame = bytes(data[loc.offset : loc.offset + loc.length])
+    for key in rep.bad_files:
+        if key.startswith("gc/condemned/"):
+            store.backend.delete(key)  # a damaged list only delays gc: the next gc condemns those objects again
+            done["deleted_files"].append(key)
+    store.objects.clear_caches()
+    store._manifests.clear()
+    present = _rebuild_index(store, done, progress)
+    store.objects.clear_caches()
+    store._manifests.clear()
+    _repair_records(store, present, done, progress)
+    _repair_refs(store, present, done)
+
+
+def salvage_frames(data, key: str) -> tuple[list[tuple[int, int, Frame, bytes]], bool]:
+    """Every frame of a pack that decodes: ``([(offset, length, header, raw)], damaged)``.
+
+    Frames are walked from the start; a frame whose header is sound but whose
+    payload is not is skipped by its length; past a damaged header the walk
+    goes on at the next frame magic whose frame decodes.
+    """
+    raw = bytes(data)
+    n = len(raw)
+    good: list[tuple[int, int, Frame, bytes]] = []
+    damaged = False
+    off = 0
+    chained = True  # off is where the previous frame said the next one starts
+    while off < n:
+        try:
+            h = read_header(raw, key, off)
+            ln = FRAME_HEADER + h.stored_len
+            if off + ln > n:
+                raise DamagedObjectError(key, "frame runs past the end")
+        except DamagedObjectError:
+            damaged = True
+            nxt = raw.find(MAGIC, off + 1)
+            if nxt < 0:
+                break
+            off, chained = nxt, False
+            continue
+        try:
+            fr, payload = decode_frame(raw[off : off + ln], f"{key}@{off}")
+        except DamagedObjectError:
+            damaged = True
+            if chained:
+                off += ln  # the header passed its check: trust its length
+            else:
+                nxt = raw.find(MAGIC, off + 1)
+                if nxt < 0:
+                    break
+                off = nxt
+            continue
+        good.append((off, ln, fr, bytes(payload)))
+        off += ln
+        chained = True
+    return good, damaged
+
+
+def _rebuild_index(store: Store, done: dict, progress: Progress) -> set[Digest]:
+    """Index every sound frame of every pack, except values that lost a chunk or child; returns what is present."""
+    from .store import _decode_manifest
+
+    idx = store.objects.index
+    sv = idx.survey(keep=True)  # listed before the packs: a pack any index file names is older than the listing
+    old: dict[Digest, set[Location]] = defaultdict(set)
+    for k, v in sv.entries():
+        try:
+            old[Digest(k)].add(Location.decode(v))
+        except Exception:  # noqa: BLE001
+            continue
+    needs: dict[Digest, list[Digest]] = {}  # value -> its chunks and children
+    # Loose objects (damaged ones were deleted): large chunks, and now and then a large manifest.
+    loose: set[Digest] = set()
+    loose_keys = []
+    for k in store.backend.list("objects/"):
+        parts = k.split("/")
+        if len(parts) == 3 and _HEX.match(parts[2]):
+            loose.add(Digest(parts[2]))
+            loose_keys.append(k)
+    heads = store.backend.get_ranges([(k, 0, FRAME_HEADER) for k in loose_keys]) if loose_keys else []
+    for k, h in zip(loose_keys, heads):
+        try:
+            if h is None or read_header(h, k).kind != KIND_VALUE:
+                continue
+            d = Digest(k.rsplit("/", 1)[-1])
+            data = store.backend.get(k)
+            m = _decode_manifest(d, decode_frame(data, k, expect=d)[1])
+            needs[d] = [*m.chunk_digests(), *m.children]
+        except (DamagedObjectError, TypeError):
+            loose.discard(Digest(k.rsplit("/", 1)[-1]))
+    # Every pack, every frame.
+    frames: dict[Digest, Location] = {}
+    rescue: dict[Digest, tuple[bytes, int, int]] = {}  # good frames of damaged packs
+    damaged_packs: list[str] = []
+    names = sorted(k.split("/")[1] for k in store.backend.list("packs/") if _HEX.match(k.split("/")[-1]))
+    for i, name in enumerate(names):
+        progress("rebuild index", i + 1, len(names))
+        key = pack_key(name)
+        data = store.backend.get(key)
+        if data is None:
+            continue
+        good, damaged = salvage_frames(data, key)
+        if damaged:
+            damaged_packs.append(name)
+        for off, ln, fr, raw in good:
+            d = fr.digest
+            size = fr.raw_len
+            if fr.kind == KIND_VALUE:
                 try:
-                    decode_frame(frame, pack_key(name), expect=d)
+                    m = _decode_manifest(d, raw)
                 except DamagedObjectError:
-                    bad.add(d)
                     continue
-                store.objects.adopt(d, frame, loc.kind, loc.size)
-        store.objects.flush()
-        before = store.objects.index.count()
-        dropped_packs = set(rep.bad_packs)
-        store.objects.index.consolidate(
-            force=True, keep=lambda k, v: Digest(k) not in bad and Location.decode(v).pack not in dropped_packs)
-        for name in dropped_packs:
-            store.backend.delete(pack_key(name))
-            done["deleted_files"].append(pack_key(name))
-        done["dropped_index_entries"] += before - store.objects.index.count()
-        inv = inventory(store)
-        present = set(inv.loose) | set(inv.packed)
+                size = m.nbytes
+                needs[d] = [*m.chunk_digests(), *m.children]
+            loc = Location(name, off, ln, fr.kind, size)
+            if damaged:
+                rescue.setdefault(d, (bytes(data[off : off + ln]), fr.kind, size))
+            elif d not in frames or loc in old.get(d, ()):
+                frames[d] = loc  # where the index said, if it said
+    for d in frames:
+        rescue.pop(d, None)
+    present = set(frames) | set(rescue) | loose
+    # A value is lost if a chunk is missing or a child value is lost.
+    bad: set[Digest] = set()
+    changed = True
+    while changed:
+        changed = False
+        for v, parts in needs.items():
+            if v not in bad and v in present and any(c not in present or c in bad for c in parts):
+                bad.add(v)
+                changed = True
+    present -= bad
+    done["dropped_values"] += len(bad)
+    done["dropped_index_entries"] += len([d for d in old if d not in present])
+    for d, (frame, kind, size) in rescue.items():
+        if d not in bad:
+            store.objects.adopt(d, frame, kind, size)
+    store.objects.flush()  # a new pack for what damaged packs still held, and its own index entries
+    idx.rewrite(sv, [(bytes(d), loc.encode()) for d, loc in frames.items() if d not in bad])
+    done["rebuilt_tables"].append("index/")
+    for name in damaged_packs:
+        store.backend.delete(pack_key(name))
+        done["deleted_files"].append(pack_key(name))
+    for d in bad:
+        if d in loose:  # a large manifest whose chunks are gone
+            store.backend.delete(loose_key(d))
+            done["deleted_files"].append(loose_key(d))
+    return present
 
-        def needs_only_present(k, v) -> bool:
-            try:
-                return all(Digest(h) in present for h in json.loads(v).get("_refs", []))
-            except (ValueError, TypeError, AttributeError):
-                return False
 
-        for kind in store.record_kinds():
-            t = store.table(kind)
-            n = t.count()
-            t.consolidate(force=True, keep=needs_only_present)
-            done["dropped_records"] += n - t.count()
-        for name in store.refs():
+def _repair_records(store: Store, present: set[Digest], done: dict, progress: Progress) -> None:
+    from .store import salvage
+
+    kinds = store.record_kinds()
+    for i, kind in enumerate(kinds):
+        progress("records", i + 1, len(kinds))
+        t = store.table(kind)
+        sv: Survey = t.survey(keep=True)
+        changed = not sv.ok
+        out: list[tuple[bytes, bytes]] = []
+        for k, v in sv.entries():
             try:
-                ref = store.get_ref(name)
-            except DamagedObjectError:
-                ref = None
-            if ref is None or (ref.target is not None and ref.target not in present):
-                store.delete_ref(name)
-                done["dropped_refs"].append(name)
-        existing = set(store.refs())
-        for name, (target, _t, _who) in expected_refs_of(store).items():
-            if name not in existing and (target is None or Digest(target) in present):
-                store.set_ref(name, Digest(target) if target else None, {"restored_by": "casmon verify --repair"})
-                done.setdefault("restored_refs", []).append(name)
-    done["ok"] = verify(store, progress).ok
-    return done
+                rec = json.loads(v)
+                if not isinstance(rec, dict):
+                    raise ValueError("not an object")
+                refs = rec.get("_refs", [])
+                digests = [Digest(h) for h in (refs if isinstance(refs, list) else [refs])]
+            except (ValueError, TypeError):
+                done["dropped_records"] += 1
+                changed = True
+                continue
+            lost = {d for d in digests if d not in present}
+            if not lost:
+                out.append((k, v))
+                continue
+            changed = True
+            fixed = salvage(kind, rec, lost)
+            if fixed is None:
+                done["dropped_records"] += 1
+            else:
+                done["salvaged_records"] += 1
+                out.append((k, json.dumps(fixed, separators=(",", ":"), allow_nan=True).encode()))
+        if changed:
+            t.rewrite(sv, out)
+            done["rebuilt_tables"].append(sv.prefix)
+
+
+def _repair_refs(store: Store, present: set[Digest], done: dict) -> None:
+    for name in store.refs():
+        try:
+            ref = store.get_ref(name)
+        except DamagedObjectError:
+            ref = False
+        except ValueError:
+            continue  # not a ref name casmon writes
+        if ref is None:
+            continue  # deleted meanwhile
+        if ref is False or (ref.target is not None and ref.target not in present):
+            store.backend.delete("refs/" + name)
+            done["dropped_refs"].append(name)
+    existing = set(store.refs())
+    for name, (target, _t, _who) in expected_refs_of(store).items():
+        if name in existing:
+            continue
+        try:
+            d = Digest(target) if target else None
+        except (ValueError, TypeError):
+            continue
+        if d is not None and d not in present:
+            continue
+        try:
+            store.set_ref(name, d, {"restored_by": "casmon verify --repair"})
+        except (CasmonError, ValueError):
+            continue
+        done["restored_refs"].append(name)
