@@ -780,3 +780,45 @@ def load(store: Store | str | None = None) -> CallLog:
     s = default_store(store) if not isinstance(store, Store) else store
     s.flush()
     return CallLog(s)
+
+
+# -- repair: keep the calls whose values are intact ------------------------------------------
+
+
+def _salvage_calls(batch: dict, bad: set) -> dict | None:
+    """A batch of calls without the calls that need a lost value (``bad``); None if none is left.
+
+    ``verify --repair`` (and a flush that finds a value gone) use it, so one lost
+    argument costs the calls that passed it, not the ~1,000 calls of its batch.
+    """
+    lost = {Digest(d).hex() for d in bad}
+
+    def needs(cell: Any) -> bool:
+        return isinstance(cell, dict) and cell.get("$") in lost
+
+    def keep(row: Any) -> bool:
+        if not isinstance(row, list) or len(row) != 9:
+            return False
+        a, k, res = row[5], row[6], row[7]
+        cells = [*(a if isinstance(a, list) else [a]), *(k.values() if isinstance(k, dict) else [k]), res]
+        return not any(needs(c) for c in cells)
+
+    rows = batch.get("c")
+    if not isinstance(rows, list):
+        return None
+    kept = [row for row in rows if keep(row)]
+    if not kept:
+        return None
+    out = dict(batch, c=kept)
+    refs = batch.get("_refs", [])
+    out["_refs"] = [h for h in refs if h not in lost] if isinstance(refs, list) else []
+    return out
+
+
+def _register_salvager() -> None:
+    from .store import register_salvager
+
+    register_salvager(KIND_CALLS, _salvage_calls)
+
+
+_register_salvager()
