@@ -223,30 +223,49 @@ class Store:
 
     # -- format -------------------------------------------------------------------
     def _check_format(self) -> dict:
+        """Read ``casmon.json`` (or write it in a new store) and check the store's format.
+
+        A damaged or missing marker in a folder that holds only a casmon store's
+        layout does not stop anyone: the store opens as format
+        ``FORMAT_VERSION`` with a warning, ``format["damaged"]`` says what is
+        wrong, ``verify`` reports it and ``verify --repair`` writes a new
+        marker. A marker that is sound and names a newer format is refused.
+        """
+        from .maintenance import marker_bytes, parse_marker
+        from .table import warn_damage
+
         data = self.backend.get(FORMAT_KEY)
+        top = None
         if data is None:
             top = [k for k in self.backend.list_dir("") if not k.startswith(".")]
-            foreign = [k for k in top if k not in LAYOUT]
+            foreign = [k for k in top if k.rstrip("/") not in LAYOUT]
             if foreign:
                 raise StoreFormatError(
                     f"{self.url} is not a casmon store: it holds {', '.join(sorted(foreign)[:5])} "
                     f"and no {FORMAT_KEY}; choose an empty folder or an existing store"
                 )
             if self.backend.read_only:
-                raise StoreFormatError(f"{self.url} is not a casmon store (no {FORMAT_KEY}) and is opened read-only")
-            info = {"casmon": "content-addressed call store", "format": FORMAT_VERSION, "created": time.time()}
+                if not top:
+                    raise StoreFormatError(f"{self.url} is not a casmon store (no {FORMAT_KEY}) and is opened read-only")
+                problem = f"{FORMAT_KEY} is missing"
+                warn_damage(self.url, FORMAT_KEY, problem)
+                return {"format": FORMAT_VERSION, "damaged": problem}
             try:
-                self.backend.create(FORMAT_KEY, json.dumps(info, indent=1).encode())
+                self.backend.create(FORMAT_KEY, marker_bytes())
             except OSError as e:
                 raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from None
             data = self.backend.get(FORMAT_KEY)
             if data is None:
                 raise StoreError(f"cannot write to store {self.url}: {FORMAT_KEY} did not persist")
-        try:
-            info = json.loads(data.tobytes())
-            version = int(info["format"])
-        except (ValueError, KeyError, TypeError):
-            raise StoreFormatError(f"{self.url}: {FORMAT_KEY} is damaged or not a casmon store marker") from None
+        info, problem = parse_marker(data)
+        if problem is not None:
+            if top is None:
+                top = [k for k in self.backend.list_dir("") if not k.startswith(".")]
+            if any(k.rstrip("/") not in LAYOUT for k in top):
+                raise StoreFormatError(f"{self.url}: {FORMAT_KEY} is damaged or not a casmon store marker ({problem})")
+            warn_damage(self.url, FORMAT_KEY, problem)
+            return {"format": FORMAT_VERSION, "damaged": problem}
+        version = info["format"]
         if version > FORMAT_VERSION:
             raise StoreFormatError(
                 f"{self.url} was written in casmon store format {version}; this casmon reads format "
