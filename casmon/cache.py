@@ -23,21 +23,30 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import stat
+import sys
 import threading
 import time
+import types
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .codeversion import function_name, function_version
+import xxhash
+
+from .codeversion import VersionedFingerprinter, _unwrap_callable, function_name, version_tracker
 from .digest import Digest
 from .errors import CasmonError, DamagedObjectError, MissingObjectError
-from .fingerprint import Fingerprinter, fingerprint
+from .fingerprint import Fingerprinter, canonical_module, fingerprint
 from .store import Store, default_store
 
-__all__ = ["cache", "CacheInfo", "ResultRef", "CacheWarning", "cache_entries"]
+__all__ = ["cache", "CacheInfo", "ResultRef", "CacheWarning", "CachedFunction", "cache_entries", "file_digest",
+           "path_digest"]
+
+#: Part of every call key; raised when what a key means changes, so old entries are never misread.
+KEY_FORMAT = 2
 
 KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
@@ -139,10 +148,124 @@ def _usage(store: Store) -> _Usage:
     return u
 
 
+# -- files and folders by content ------------------------------------------------------------------------
+#: Files modified less than this long before they were hashed are hashed again at the next call: on
+#: file systems with coarse timestamps, a write in the same tick would not change the stat.
+_RACY_NS = 2_000_000_000
+_READ_BLOCK = 8 << 20
+#: At most this many files of one call are listed in its cache entry (folders count as a whole beyond).
+FILES_RECORDED = 1000
+
+_stat_memo: dict[str, tuple[tuple, Digest]] = {}
+_stat_memo_lock = threading.Lock()
+
+
+def _stat_sig(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def file_digest(path: str | os.PathLike) -> Digest:
+    """xxh3-128 of a file's bytes, remembered by (device, inode, size, mtime, ctime).
+
+    A file whose stat is unchanged is not read again (a hit on a 10 GB file
+    costs one ``stat``). ctime cannot be set by ``touch`` or ``cp -p``, and a
+    file changed within 2 s of being hashed is hashed again, so a write that
+    keeps size and mtime is still seen.
+    """
+    p = os.path.realpath(os.fspath(path))
+    st = os.stat(p)
+    sig = _stat_sig(st)
+    m = _stat_memo.get(p)
+    if m is not None and m[0] == sig:
+        return m[1]
+    for _ in range(3):
+        start = time.time_ns()
+        h = xxhash.xxh3_128()
+        buf = bytearray(min(_READ_BLOCK, max(st.st_size, 1)))
+        mv = memoryview(buf)
+        with open(p, "rb", buffering=0) as fh:
+            while True:
+                n = fh.readinto(mv)
+                if not n:
+                    break
+                h.update(mv[:n])
+        d = Digest.from_raw(h.digest())
+        st2 = os.stat(p)
+        if _stat_sig(st2) == sig:
+            break
+        sig = _stat_sig(st2)  # written while it was read: read it again
+        st = st2
+    if start - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+        with _stat_memo_lock:
+            _stat_memo[p] = (sig, d)
+    return d
+
+
+def path_digest(path: str | os.PathLike, listing: list | None = None) -> tuple[str, Digest | None, int]:
+    """``(kind, digest, size)`` of what ``path`` names: a file's bytes, a folder's tree, or nothing.
+
+    A folder is every file and subfolder under it, by relative path and
+    content (symbolic links are followed; a link loop is an error). ``listing``,
+    if given, receives ``(path, digest hex, size)`` of each file.
+    """
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return "missing", None, 0
+    if not stat.S_ISDIR(st.st_mode):
+        d = file_digest(p)
+        if listing is not None:
+            listing.append((p, d.hex(), st.st_size))
+        return "file", d, st.st_size
+    fp = Fingerprinter()
+    fp.str_("casmon.folder")
+    total = 0
+    seen = set()
+    for root, dirs, files in os.walk(p, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            raise OSError(f"symbolic link loop under {p}: {root}")
+        seen.add(real)
+        dirs.sort()
+        rel = os.path.relpath(root, p).replace(os.sep, "/")
+        fp.str_("d")
+        fp.str_(rel)
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            d = file_digest(full)
+            size = os.stat(full).st_size
+            total += size
+            fp.str_("f")
+            fp.str_(name)
+            fp.out += bytes(d)
+            if listing is not None:
+                listing.append((full, d.hex(), size))
+    return "folder", fp.digest(), total
+
+
+def _files_value(v: Any, listing: list) -> Any:
+    """The key value of a ``files=`` parameter: each path with the digest of what it names."""
+    if v is None:
+        return None
+    if isinstance(v, (str, os.PathLike)):
+        kind, d, _size = path_digest(v, listing)
+        return ("casmon.path", v, kind, None if d is None else bytes(d))
+    if isinstance(v, (list, tuple)):
+        return type(v)(_files_value(x, listing) for x in v) if type(v) in (list, tuple) else [_files_value(x, listing) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return frozenset(_files_value(x, listing) for x in v)
+    raise TypeError(f"files=: expected a path (str or os.PathLike), a list of paths or None, got {type(v).__name__}")
+
+
+# -- the state behind one cached function ---------------------------------------------------------------
+_checked_versions: set = set()  # (id(store), name, version): the "code changed" check was done
+
+
 class _CachedFunction:
     """The state behind one decorated function."""
 
-    def __init__(self, fn, store, ignore, hashers, version, label, memory_entries) -> None:
+    def __init__(self, fn, store, ignore, hashers, version, label, memory_entries, files=()) -> None:
         self.fn = fn
         self.name = function_name(fn)
         self._store_arg = store
@@ -155,8 +278,16 @@ class _CachedFunction:
         for pname, h in self.hashers.items():
             if not callable(h):
                 raise TypeError(f"@cache of {self.name}: hasher for parameter {pname!r} is not callable")
+        if isinstance(files, (str, int)):
+            files = [files]
+        self.files = self._resolve(files or (), names, "files")
+        both = set(self.files) & (set(self.hashers) | set(self.ignore))
+        if both:
+            raise ValueError(f"@cache of {self.name}: parameter {sorted(both)[0]!r} is in files= and in ignore= or hashers=")
         self.version_pin = version
         self.label = label
+        self._options = {"store": store, "ignore": list(ignore or ()), "hashers": dict(hashers or {}), "version": version,
+                         "label": label, "memory_entries": memory_entries, "files": list(files or ())}
         self._simple = all(p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY) for p in self.params)
         self._npos = sum(1 for p in self.params if p.kind != inspect.Parameter.KEYWORD_ONLY)
         self._names = names
@@ -166,14 +297,31 @@ class _CachedFunction:
             nfp = Fingerprinter()
             nfp.str_(p.name)
             self._name_bytes.append(bytes(nfp.out))
+        self.tracker = None if version is not None else version_tracker(_unwrap_callable(fn))
+        self.version: Digest | None = None
         self._prefix: bytes | None = None
         self._mem: OrderedDict[Digest, Digest] = OrderedDict()
         self._mem_max = memory_entries
         self._lock = threading.Lock()
+        self._custom_key = type(self).key is not _CachedFunction.key  # compat.finecache keys its own way
         self.hits = 0
         self.misses = 0
         self._warned: set = set()
         self._cleared_at: float | None = None
+
+    def __reduce__(self):
+        # Reached when something pickles the state itself (an outer wrapper's copy of our attributes).
+        return (_rebuild_state, (self.fn, self.options()))
+
+    def options(self) -> dict:
+        """The options to rebuild this cached function elsewhere (a worker process)."""
+        opts = dict(self._options)
+        s = opts["store"]
+        if isinstance(s, Store):
+            opts["store"] = s.url
+        elif isinstance(s, (str, os.PathLike)) and "://" not in str(s):
+            opts["store"] = os.path.abspath(os.fspath(s))
+        return opts
 
     @staticmethod
     def _resolve(items: Iterable, names: list[str], what: str) -> list[str]:
@@ -189,7 +337,7 @@ class _CachedFunction:
                 raise ValueError(f"{what}: no parameter named {it!r}; parameters are {names}")
         return out
 
-    # -- the store and the version, both resolved on first call -------------------
+    # -- the store and the version ------------------------------------------------------------
     @property
     def store(self) -> Store:
         s = self._store
@@ -198,35 +346,53 @@ class _CachedFunction:
         return s
 
     def _key_prefix(self) -> bytes:
-        p = self._prefix
-        if p is None:
-            if self.version_pin is not None:
-                version = fingerprint(("pinned", self.version_pin))
-            else:
-                version = function_version(self.fn)
+        """The key's first part: the function's name and its version, re-checked at each call."""
+        t = self.tracker
+        if t is None:  # pinned by hand
+            p = self._prefix
+            if p is None:
+                self.version = fingerprint(("pinned", self.version_pin))
+                self._check_version(self.version)
+                p = self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, self.version)))
+            return p
+        version = t.current()
+        if version is self.version:
+            return self._prefix
+        with self._lock:
+            if version != self.version:
+                self._check_version(version)
+                self._warn_unhashable(t)
+                self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, version)))
             self.version = version
-            self._check_version(version)
-            fp = Fingerprinter()
-            fp.feed(("casmon.cache", 1, self.name, version))
-            p = self._prefix = bytes(fp.digest())
-        return p
+            return self._prefix
+
+    def _warn_unhashable(self, t) -> None:
+        for name, tname in t.unhashable:
+            self._warn(("unhashable-global", name, tname),
+                       f"casmon: {self.name} reads {name!r} ({tname}), which cannot be hashed: the cache counts it by "
+                       "its type only and cannot see its state. Pass what matters as an argument, or pin version=.")
 
     def _check_version(self, version: Digest) -> None:
         """Warn once if cached results exist for another version of this function's code."""
         try:
             store = self.store
+            done = (id(store), self.name, version)
+            if done in _checked_versions:
+                return
             nd = name_digest(self.name)
             seen = store.lookup(KIND_FN, nd)
             latest = max(seen, key=lambda r: r.get("time", 0)) if seen else None
-            if latest is not None and latest.get("version") != version.hex() and self.version_pin is None:
+            if (latest is not None and latest.get("version") != version.hex() and self.version_pin is None
+                    and "<lambda>" not in self.name):
                 warnings.warn(
-                    f"casmon: the code of {self.name} (or of a function it calls) changed since its results were "
-                    "cached; they will not be used. `casmon cache clear` or `casmon gc` frees their space.",
+                    f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since "
+                    "its results were cached; they will not be used. `casmon cache clear` or `casmon gc` frees their space.",
                     CacheWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
             if latest is None or latest.get("version") != version.hex():
                 store.append(KIND_FN, {"fn": self.name, "version": version.hex(), "time": time.time()}, key=nd)
+            _checked_versions.add(done)
         except CasmonError as e:
             self._warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")
 
@@ -274,33 +440,45 @@ class _CachedFunction:
 
     def key(self, args: tuple, kwargs: dict) -> Digest | None:
         """The call's key, or None (with one warning) if an argument cannot be hashed."""
+        return self._key_ctx(args, kwargs)[0]
+
+    def _key_ctx(self, args: tuple, kwargs: dict) -> tuple:
+        """``(key or None, trackers consulted, files listing)``."""
         prefix = self._key_prefix()
         vals = self.bind(args, kwargs)
-        fp = Fingerprinter()
+        fp = VersionedFingerprinter()
         fp.out += prefix
         ignore = self.ignore
         hashers = self.hashers
+        files = self.files
+        listing = [] if files else None
         for p, nb, v in zip(self.params, self._name_bytes, vals):
             name = p.name
             if ignore and name in ignore:
                 continue
             try:
-                if hashers and name in hashers:
+                if files and name in files:
+                    n0 = len(listing)
+                    v = _files_value(v, listing)
+                    for i in range(n0, len(listing)):
+                        listing[i] = (name,) + listing[i]
+                elif hashers and name in hashers:
                     v = hashers[name](v)
                 fp.out += nb
                 fp.feed_value(v, name)
             except Exception as e:  # noqa: BLE001 - never a wrong hit: do not cache this call
                 t = type(v)
                 tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+                what = "cannot be read" if files and name in files else "cannot be hashed"
                 self._warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
-                           f"({tname}) cannot be hashed, so the call is skipped by the cache: {e}")
-                return None
-        return fp.digest()
+                           f"({tname}) {what}, so the call is skipped by the cache: {e}")
+                return None, fp.trackers, None
+        return fp.digest(), fp.trackers, listing
 
     def _warn(self, what, msg: str) -> None:
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(msg, CacheWarning, stacklevel=4)
+            warnings.warn(msg, CacheWarning, stacklevel=5)
 
     # -- lookups ----------------------------------------------------------------
     def _cleared_time(self, refresh: bool) -> float:
@@ -349,7 +527,7 @@ class _CachedFunction:
                 ob(self.store, self.name, key, d, True)
         return True, value
 
-    def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict) -> None:
+    def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None) -> None:
         """Store a computed result; a failure is a warning, never an exception."""
         store = self.store
         try:
@@ -361,6 +539,11 @@ class _CachedFunction:
             self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6), "size": size}
+        if files:
+            # The input files' digests, so `casmon show` and run diffs can say which input changed.
+            entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
+            if len(files) > FILES_RECORDED:
+                entry["files_truncated"] = len(files)
         if self.label is not None:
             try:
                 entry["label"] = self.label(*args, **kwargs) if callable(self.label) else str(self.label)
@@ -377,24 +560,40 @@ class _CachedFunction:
                 ob(store, self.name, key, d, False)
 
     # -- the two halves of a call, around the function itself ---------------------
-    def begin(self, args: tuple, kwargs: dict) -> tuple[Digest | None, bool, Any]:
-        """``(key, found, value)``: a hit returns the stored value; a miss counts."""
-        key = _safe_key(self, args, kwargs)
+    def begin(self, args: tuple, kwargs: dict) -> tuple[Any, bool, Any]:
+        """``(ctx, found, value)``: a hit returns the stored value; a miss counts and passes ``ctx`` to :meth:`end`."""
+        if self._custom_key:
+            ctx = (_safe_key(self, args, kwargs), (), None)
+        else:
+            ctx = _safe_key_ctx(self, args, kwargs)
+        key = ctx[0]
         if key is not None:
             found, value = self.lookup_result(key)
             if found:
-                return key, True, value
+                return ctx, True, value
         self.misses += 1
-        return key, False, None
+        return ctx, False, None
 
-    def end(self, key: Digest | None, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
+    def end(self, ctx: Any, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
+        key, trackers, files = ctx
+        seconds = time.perf_counter() - t0
+        # What the function changed itself while it ran is not an edit of the values it reads.
+        if self.tracker is not None:
+            self.tracker.observe()
+        for t in trackers:
+            t.observe()
         if key is not None:
-            self.save(key, result, time.perf_counter() - t0, args, kwargs)
+            if files:
+                self.save(key, result, seconds, args, kwargs, files=files)
+            else:
+                self.save(key, result, seconds, args, kwargs)
 
     # -- helpers ------------------------------------------------------------------
     def entries(self) -> list[tuple[Digest, dict]]:
+        """This function's live entries, one per key (the newest record of each)."""
         cleared = self._cleared_time(refresh=True)
-        return [(k, r) for k, r in self.store.records(KIND) if r.get("fn") == self.name and r.get("time", 0) > cleared]
+        return list(_newest_per_key((k, r) for k, r in self.store.records(KIND)
+                                    if r.get("fn") == self.name and r.get("time", 0) > cleared).values())
 
     def clear(self) -> None:
         now = time.time()
@@ -403,6 +602,188 @@ class _CachedFunction:
         self._cleared_at = now
         with self._lock:
             self._mem.clear()
+
+
+def _newest_per_key(items: Iterable[tuple[Digest, dict]]) -> dict[bytes, tuple[Digest, dict]]:
+    """One entry per key: a key can hold several records (a damaged result recomputed, two
+    processes that missed at once); they count once, as the newest."""
+    out: dict[bytes, tuple[Digest, dict]] = {}
+    for k, r in items:
+        kb = bytes(k)
+        old = out.get(kb)
+        if old is None or r.get("time", 0) >= old[1].get("time", 0):
+            out[kb] = (k, r)
+    return out
+
+
+# -- the wrapper --------------------------------------------------------------------------------------------
+class CachedFunction:
+    """A function memoized by ``@casmon.cache``: call it like the function.
+
+    It keeps the function's name, docstring and signature, binds as a method,
+    and pickles: by reference when its module names it (``mod.f`` is this
+    object), otherwise as "cache this function with these options" — so
+    ``Pool.map(casmon.cache(f), ...)``, ``joblib.Parallel`` and Dask can ship it
+    to workers, where it uses the same store and the same keys.
+    """
+
+    __slots__ = ("__casmon_cache__", "__dict__", "__weakref__")
+
+    def __init__(self, state: _CachedFunction) -> None:
+        self.__casmon_cache__ = state
+        functools.update_wrapper(self, state.fn)
+
+    def __call__(self, *args, **kwargs):
+        state = self.__casmon_cache__
+        ctx, found, value = state.begin(args, kwargs)
+        if found:
+            return value
+        t0 = time.perf_counter()
+        result = state.fn(*args, **kwargs)
+        state.end(ctx, result, t0, args, kwargs)
+        return result
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<casmon.cache of {self.__casmon_cache__.name}>"
+
+    def __reduce__(self):
+        state = self.__casmon_cache__
+        mod = getattr(self, "__module__", None)
+        qn = getattr(self, "__qualname__", None)
+        if canonical_module(mod) == "__main__" and _cloudpickling():
+            # cloudpickle ships the main script's functions by value: so must we, the worker has no __main__.f.
+            return (_rebuild, (state.fn, state.options()))
+        if isinstance(mod, str) and isinstance(qn, str) and "<" not in qn and _lookup(mod, qn) is self:
+            return (_by_name, (canonical_module(mod), qn))
+        return (_rebuild, (state.fn, state.options()))
+
+    # helpers
+    def cache_info(self) -> CacheInfo:
+        """Hits and misses in this process; entries and their results' bytes in the store (one per key)."""
+        state = self.__casmon_cache__
+        entries = state.entries()
+        return CacheInfo(state.hits, state.misses, len(entries), sum(int(r.get("size", 0)) for _, r in entries))
+
+    def cache_clear(self) -> None:
+        """Forget every cached result of this function (in every process using the store)."""
+        self.__casmon_cache__.clear()
+
+    def is_cached(self, *args, **kwargs) -> bool:
+        state = self.__casmon_cache__
+        key = state.key(args, kwargs)
+        return key is not None and (key in state._mem or state.find(key) is not None)
+
+    def ref(self, *args, **kwargs) -> ResultRef:
+        """A handle to the stored result of this call, without loading it; KeyError if not cached."""
+        state = self.__casmon_cache__
+        key = state.key(args, kwargs)
+        found = state.find(key) if key is not None else None
+        if found is None:
+            raise KeyError(f"{state.name}: this call is not cached")
+        return ResultRef(state.store, found[0], key, found[1])
+
+
+class AsyncCachedFunction(CachedFunction):
+    """``@casmon.cache`` of an ``async def`` function: awaiting it gives the (cached) result."""
+
+    __slots__ = ()
+
+    def __init__(self, state: _CachedFunction) -> None:
+        super().__init__(state)
+        self._is_coroutine = _asyncio_is_coroutine  # asyncio.iscoroutinefunction on Python 3.11
+        if hasattr(inspect, "markcoroutinefunction"):
+            self._is_coroutine_marker = inspect._is_coroutine_mark  # inspect.iscoroutinefunction, 3.12+
+
+    async def __call__(self, *args, **kwargs):
+        state = self.__casmon_cache__
+        ctx, found, value = state.begin(args, kwargs)
+        if found:
+            return value
+        t0 = time.perf_counter()
+        result = await state.fn(*args, **kwargs)
+        state.end(ctx, result, t0, args, kwargs)
+        return result
+
+
+try:
+    from asyncio.coroutines import _is_coroutine as _asyncio_is_coroutine
+except ImportError:  # pragma: no cover - removed in a later Python
+    _asyncio_is_coroutine = None
+
+
+def _lookup(mod: str, qualname: str) -> Any:
+    m = sys.modules.get(mod)
+    if m is None and mod == "__main__":
+        m = sys.modules.get("__mp_main__")
+    obj = m
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _cloudpickling() -> bool:
+    """True if a cloudpickle pickler (cloudpickle's own or joblib's copy) is what pickles us now."""
+    picklers = []
+    for modname in ("cloudpickle", "joblib.externals.cloudpickle", "srsly.cloudpickle"):
+        cp = sys.modules.get(modname)
+        p = getattr(cp, "Pickler", None) or getattr(cp, "CloudPickler", None)
+        if isinstance(p, type):
+            picklers.append(p)
+    if not picklers:
+        return False
+    picklers = tuple(picklers)
+    f = sys._getframe(2)
+    for _ in range(12):
+        if f is None:
+            return False
+        if isinstance(f.f_locals.get("self"), picklers):
+            return True
+        f = f.f_back
+    return False
+
+
+_rebuilt: dict = {}
+_rebuilt_lock = threading.Lock()
+
+
+def _by_name(mod: str, qualname: str) -> CachedFunction:
+    """Unpickle a cached function by the name its module gives it."""
+    obj = _lookup(mod, qualname)
+    if obj is None:
+        import importlib
+
+        obj = _lookup(importlib.import_module(mod).__name__, qualname)
+    if obj is None:
+        raise AttributeError(f"casmon: cannot find the cached function {mod}.{qualname} to unpickle it")
+    return obj
+
+
+def _rebuild(fn: Callable, options: dict) -> CachedFunction:
+    """Unpickle a cached function as "cache ``fn`` with ``options``" (once per function object and options)."""
+    try:
+        memo_key = (id(fn), repr(sorted((k, repr(v)) for k, v in options.items())))
+    except Exception:  # noqa: BLE001
+        memo_key = None
+    if memo_key is not None:
+        hit = _rebuilt.get(memo_key)
+        if hit is not None and hit.__casmon_cache__.fn is fn:
+            return hit
+    w = cache(fn, **options)
+    if memo_key is not None:
+        with _rebuilt_lock:
+            _rebuilt[memo_key] = w
+    return w
+
+
+def _rebuild_state(fn: Callable, options: dict) -> _CachedFunction:
+    return _rebuild(fn, options).__casmon_cache__
 
 
 def cache(
@@ -414,6 +795,7 @@ def cache(
     version: str | None = None,
     label: str | Callable[..., str] | None = None,
     memory_entries: int = 100_000,
+    files: Iterable[str | int] | str | int = (),
     _state_class: type | None = None,
 ):
     """Memoize ``fn`` on a casmon store.
@@ -422,8 +804,15 @@ def cache(
     ``ignore``: parameters (names or positions) that do not count, like ``verbose``.
     ``hashers``: per parameter (name or position), a function turning the value
     into what counts for the key, e.g. ``{"df": lambda df: df.shape}``.
+    ``files``: parameters (names or positions) holding paths -- a ``str`` or
+    ``os.PathLike``, a list of them, or None -- that count by the **content** of
+    the file or folder they name (and by the path as passed). A file is hashed
+    once and then remembered by its stat (device, inode, size, mtime, ctime),
+    so a hit on a large file costs one ``stat``; the digests of the files are
+    recorded in the cache entry.
     ``version``: pin the function's version by hand; without it, editing the
-    function or a helper it calls from your own modules invalidates its results.
+    function, a helper it calls or a value it reads from your own modules
+    invalidates its results (re-checked at every call).
     ``label``: a name (or a function of the call's arguments) shown in ``casmon cache``.
 
     The wrapped function gains ``cache_info()``, ``cache_clear()``,
@@ -431,67 +820,28 @@ def cache(
     """
     if fn is None:
         return functools.partial(cache, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
-                                 memory_entries=memory_entries, _state_class=_state_class)
+                                 memory_entries=memory_entries, files=files, _state_class=_state_class)
     if isinstance(fn, (staticmethod, classmethod)):
         return type(fn)(cache(fn.__func__, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
-                              memory_entries=memory_entries, _state_class=_state_class))
+                              memory_entries=memory_entries, files=files, _state_class=_state_class))
     if not callable(fn):
         raise TypeError(f"@cache expects a function, got {type(fn).__name__}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(f"@cache cannot cache generator {function_name(fn)}: it returns an iterator, not a value")
-    state = (_state_class or _CachedFunction)(fn, store, ignore, hashers, version, label, memory_entries)
-
+    state = (_state_class or _CachedFunction)(fn, store, ignore, hashers, version, label, memory_entries, files=files)
     if inspect.iscoroutinefunction(fn):
+        return AsyncCachedFunction(state)
+    return CachedFunction(state)
 
-        @functools.wraps(fn)
-        async def async_wrapper(*args, **kwargs):
-            key, found, value = state.begin(args, kwargs)
-            if found:
-                return value
-            t0 = time.perf_counter()
-            result = await fn(*args, **kwargs)
-            state.end(key, result, t0, args, kwargs)
-            return result
 
-        wrapper = async_wrapper
-    else:
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            key, found, value = state.begin(args, kwargs)
-            if found:
-                return value
-            t0 = time.perf_counter()
-            result = fn(*args, **kwargs)
-            state.end(key, result, t0, args, kwargs)
-            return result
-
-    def cache_info() -> CacheInfo:
-        entries = state.entries()
-        return CacheInfo(state.hits, state.misses, len(entries), sum(int(r.get("size", 0)) for _, r in entries))
-
-    def cache_clear() -> None:
-        """Forget every cached result of this function (in every process using the store)."""
-        state.clear()
-
-    def is_cached(*args, **kwargs) -> bool:
-        key = state.key(args, kwargs)
-        return key is not None and (key in state._mem or state.find(key) is not None)
-
-    def ref(*args, **kwargs) -> ResultRef:
-        """A handle to the stored result of this call, without loading it; KeyError if not cached."""
-        key = state.key(args, kwargs)
-        found = state.find(key) if key is not None else None
-        if found is None:
-            raise KeyError(f"{state.name}: this call is not cached")
-        return ResultRef(state.store, found[0], key, found[1])
-
-    wrapper.cache_info = cache_info
-    wrapper.cache_clear = cache_clear
-    wrapper.is_cached = is_cached
-    wrapper.ref = ref
-    wrapper.__casmon_cache__ = state
-    return wrapper
+def _safe_key_ctx(state: _CachedFunction, args: tuple, kwargs: dict) -> tuple:
+    try:
+        return state._key_ctx(args, kwargs)
+    except TypeError:
+        raise  # a bad call: the function would raise the same
+    except CasmonError as e:
+        state._warn(("store",), f"casmon: {state.name} runs uncached: {e}")
+        return None, (), None
 
 
 def _safe_key(state: _CachedFunction, args: tuple, kwargs: dict) -> Digest | None:
@@ -505,16 +855,16 @@ def _safe_key(state: _CachedFunction, args: tuple, kwargs: dict) -> Digest | Non
 
 
 def cache_entries(store: Store) -> dict[str, dict]:
-    """Per function: entries, bytes, hits, last use (for ``casmon cache``)."""
+    """Per function: entries (one per key), bytes, hits, last use (for ``casmon cache``)."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+    live = _newest_per_key((k, r) for k, r in store.records(KIND)
+                           if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0))
     out: dict[str, dict] = {}
     live_keys: dict[str, str] = {}
-    for k, r in store.records(KIND):
+    for k, r in live.values():
         fn = r.get("fn", "?")
-        if r.get("time", 0) <= cleared.get(fn, 0.0):
-            continue
         s = out.setdefault(fn, {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0, "seconds_saved": 0.0})
         s["entries"] += 1
         s["bytes"] += int(r.get("size", 0))

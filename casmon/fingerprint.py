@@ -28,10 +28,10 @@ Rules worth knowing:
 from __future__ import annotations
 
 import copyreg
-import dataclasses
 import math
 import pickle
 import struct
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -43,7 +43,7 @@ import xxhash
 from .digest import Digest
 from .errors import UnpicklableError
 
-__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "Fingerprinter"]
+__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "Fingerprinter", "canonical_module", "qualified_name"]
 
 _pack_q = struct.Struct("<q").pack
 _pack_Q = struct.Struct("<Q").pack
@@ -57,6 +57,7 @@ _BLOCK_BYTES = 8 << 20
 
 _hashers: dict[type, Callable[[Any], Any]] = {}
 _hashers_lock = threading.Lock()
+_sys_modules = sys.modules
 
 
 def register_hasher(typ: type, fn: Callable[[Any], Any]) -> None:
@@ -82,8 +83,29 @@ def unregister_hasher(typ: type) -> None:
         _Fingerprinter._user_cache.clear()
 
 
+def canonical_module(name: str | None) -> str:
+    """The module name casmon records for ``name``: the main script is ``__main__`` wherever it runs.
+
+    Under multiprocessing's ``spawn`` and ``forkserver`` start methods the main
+    script is imported as ``__mp_main__`` in the workers; its functions and
+    classes must keep the name they have in the parent, or their cache entries
+    and call logs would split in two.
+    """
+    if name == "__mp_main__":
+        return "__main__"
+    return name or ""
+
+
+def qualified_name(obj: Any) -> str:
+    """``module.qualname`` of a function or class, with :func:`canonical_module` applied."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if name is None:
+        raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
+    return f"{canonical_module(getattr(obj, '__module__', None))}.{name}"
+
+
 def _type_name(t: type) -> bytes:
-    return f"{t.__module__}.{t.__qualname__}".encode()
+    return f"{canonical_module(t.__module__)}.{t.__qualname__}".encode()
 
 
 class _PathError(Exception):
@@ -111,6 +133,12 @@ class _Fingerprinter:
         self.h = xxhash.xxh3_128()
         self.out = bytearray()
         self.stack: dict[int, int] = {}  # id of containers being walked -> depth
+
+    def child(self) -> "_Fingerprinter":
+        """A fingerprinter of the same kind sharing this one's walk (for order-free parts)."""
+        c = type(self)()
+        c.stack = self.stack
+        return c
 
     def digest(self) -> Digest:
         if self.out:
@@ -149,19 +177,30 @@ class _Fingerprinter:
             self.ndarray(v)
         elif isinstance(v, np.generic):
             self.npscalar(v)
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            self.dataclass(v)
-        elif t.__module__.startswith("pandas") and _pandas_kind(v) is not None:
+        elif "pandas" in _sys_modules and _pandas_kind(v) is not None:
             self.pandas(v)
         elif isinstance(v, type):
             self.type_(v)
-        elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
-            if isinstance(v, types.MethodType):
-                self.out += b"M"
-                self.feed(v.__self__)
-                self.function(v.__func__)
+        elif isinstance(v, types.FunctionType):
+            self.function(v)
+        elif isinstance(v, types.MethodType):
+            # A bound method is its object and its function: [1].append and [2].append differ.
+            self.out += b"M"
+            self.feed(v.__self__)
+            self.function(v.__func__)
+        elif isinstance(v, types.BuiltinFunctionType):
+            owner = v.__self__
+            if owner is None or isinstance(owner, types.ModuleType):
+                self.function(v)  # a module-level builtin such as len, by name
             else:
-                self.function(v)
+                # A bound builtin method ({}.get, np.zeros(3).sum, deque().extend): its object counts.
+                self.out += b"m"
+                try:
+                    self.feed(owner)
+                except _PathError as e:
+                    e.parts.append(f".{v.__name__}.__self__")
+                    raise
+                self.str_(v.__name__)
         else:
             self.reduced(v)
 
@@ -271,8 +310,7 @@ class _Fingerprinter:
             return
         parts = []
         for item in v:
-            sub = _Fingerprinter()
-            sub.stack = self.stack
+            sub = self.child()
             try:
                 sub.feed(item)
             except _PathError as e:
@@ -286,20 +324,6 @@ class _Fingerprinter:
     def frozenset_(self, v) -> None:
         self.set_(v, b"Z")
 
-    def dataclass(self, v) -> None:
-        if not self._enter(v):
-            return
-        fields = dataclasses.fields(v)
-        self.out += b"D" + _len_prefixed(_type_name(type(v))) + _pack_Q(len(fields))
-        for f in fields:
-            self.str_(f.name)
-            try:
-                self.feed(getattr(v, f.name))
-            except _PathError as e:
-                e.parts.append(f".{f.name}")
-                raise
-        del self.stack[id(v)]
-
     # -- numpy -----------------------------------------------------------------
     def npscalar(self, v: np.generic) -> None:
         self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
@@ -309,9 +333,10 @@ class _Fingerprinter:
             self.out += np.asarray(v).tobytes()
 
     def ndarray(self, a: np.ndarray) -> None:
-        t = type(a)
-        tag = b"A" if t is np.ndarray else b"A" + _len_prefixed(_type_name(t))
-        self.out += tag + _len_prefixed(_dtype_key(a.dtype)) + _pack_Q(a.ndim)
+        if type(a) is not np.ndarray:
+            self.ndarray_subclass(a)
+            return
+        self.out += b"A" + _len_prefixed(_dtype_key(a.dtype)) + _pack_Q(a.ndim)
         for n in a.shape:
             self.out += _pack_Q(n)
         if a.dtype.hasobject:
@@ -344,17 +369,65 @@ class _Fingerprinter:
             block = np.ascontiguousarray(a[start : start + step])
             self.buffer(block.reshape(-1).view(np.uint8))
 
+    def ndarray_subclass(self, a: np.ndarray) -> None:
+        """A subclass counts its type, its data, and the attributes its instances carry.
+
+        Masked arrays count their data (also under the mask), their mask
+        (``nomask`` and an all-False mask differ: ``a.mask`` differs), their
+        fill value and hard-mask flag. ``np.memmap`` counts like its data (the
+        open file handle and file name are how it is stored, not what it is).
+        Other subclasses count every instance attribute (``__dict__`` and slots),
+        so a units subclass with ``unit="km"`` differs from one with ``unit="m"``.
+        """
+        if not self._enter(a):
+            return
+        t = type(a)
+        self.out += b"X"
+        self.type_(t)
+        try:
+            self.ndarray(a.view(np.ndarray))
+            attrs = dict(getattr(a, "__dict__", None) or {})
+            for name in _slot_names(t):
+                if hasattr(a, name):
+                    attrs[name] = getattr(a, name)
+            if isinstance(a, np.ma.MaskedArray):
+                for k in _MASKED_INTERNALS:
+                    attrs.pop(k, None)
+                mask = a._mask
+                self.feed(None if mask is np.ma.nomask else np.asarray(mask).view(np.ndarray))
+                self.feed(a._fill_value)
+                self.feed(bool(a._hardmask))
+                self.feed(a._baseclass)
+            elif isinstance(a, np.memmap):
+                for k in ("_mmap", "filename", "offset", "mode"):
+                    attrs.pop(k, None)
+            self.out += b"{" + _pack_Q(len(attrs))
+            for k, item in attrs.items():
+                try:
+                    self.feed(k)
+                    self.feed(item)
+                except _PathError as e:
+                    e.parts.append(f".{k}")
+                    raise
+        finally:
+            self.stack.pop(id(a), None)
+
     # -- pandas ----------------------------------------------------------------
     def pandas(self, v) -> None:
+        """pandas objects by everything a function can see: values with their exact dtype
+        (a categorical's categories, their order and the ordered flag), index names and
+        ``freq``, MultiIndex levels and codes, ``attrs``, ``flags`` and a subclass's ``_metadata``."""
         kind = _pandas_kind(v)
-        self.out += b"p" + _len_prefixed(_type_name(type(v)))
+        self.out += b"p"
+        self.type_(type(v))
         if kind == "index":
-            self.feed(v.names if getattr(v, "nlevels", 1) > 1 else v.name)
-            self._pandas_values(v.dtype, v)
+            self._pandas_index(v)
         elif kind == "series":
             self.feed(v.name)
             self.pandas(v.index)
             self._pandas_values(v.dtype, v)
+            self.feed(dict(v.attrs))
+            self.feed(bool(v.flags.allows_duplicate_labels))
         else:  # frame
             self.pandas(v.columns)
             self.pandas(v.index)
@@ -362,14 +435,49 @@ class _Fingerprinter:
             for i in range(v.shape[1]):
                 col = v.iloc[:, i]
                 self._pandas_values(col.dtype, col)
-            self.feed(dict(getattr(v, "attrs", {}) or {}))
+            self.feed(dict(v.attrs))
+            self.feed(bool(v.flags.allows_duplicate_labels))
+        meta = getattr(type(v), "_metadata", None)
+        if meta:
+            self.feed({m: getattr(v, m, None) for m in meta})
+
+    def _pandas_index(self, v) -> None:
+        import pandas as pd
+
+        if isinstance(v, pd.MultiIndex):
+            self.feed(list(v.names))
+            self.out += _pack_Q(v.nlevels)
+            for level, codes in zip(v.levels, v.codes):
+                self.pandas(level)
+                self.ndarray(np.asarray(codes))
+            self.feed(v.sortorder)
+            return
+        self.feed(v.name)
+        self._pandas_values(v.dtype, v)
+        freq = getattr(v, "freq", None) if isinstance(v, (pd.DatetimeIndex, pd.TimedeltaIndex)) else None
+        self.feed(freq)
 
     def _pandas_values(self, dtype, obj) -> None:
-        self.out += _len_prefixed(str(dtype).encode())
-        if isinstance(dtype, np.dtype) and not dtype.hasobject:
-            self.ndarray(np.asarray(obj.to_numpy()))
-        else:
-            self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
+        if isinstance(dtype, np.dtype):
+            self.out += b"n" + _len_prefixed(_dtype_key(dtype))
+            if not dtype.hasobject:
+                self.ndarray(np.asarray(obj.to_numpy()))
+            else:
+                self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
+            return
+        # An extension dtype counts as the object it is (categories, order, tz, unit, closed, ...).
+        self.out += b"e"
+        self.feed(dtype)
+        arr = obj.array
+        codes = getattr(arr, "codes", None)
+        if codes is not None and getattr(dtype, "name", "") == "category":
+            self.ndarray(np.asarray(codes))
+            return
+        asi8 = getattr(arr, "asi8", None)
+        if asi8 is not None:
+            self.ndarray(np.asarray(asi8))
+            return
+        self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
 
     # -- everything else -------------------------------------------------------
     def type_(self, t: type) -> None:
@@ -392,7 +500,8 @@ class _Fingerprinter:
         except Exception as e:  # noqa: BLE001 - e.g. "cannot pickle '_thread.lock' object"
             raise _PathError([], v, e) from e
         if isinstance(rv, str):  # a global, pickled by name
-            self.out += b"G" + _len_prefixed(f"{getattr(v, '__module__', '')}.{rv}".encode())
+            mod = canonical_module(getattr(v, "__module__", None))
+            self.out += b"G" + _len_prefixed(f"{mod}.{rv}".encode())
             del self.stack[id(v)]
             return
         if not isinstance(rv, tuple) or len(rv) < 2:
@@ -400,7 +509,7 @@ class _Fingerprinter:
         func, args, state, listitems, dictitems = (tuple(rv) + (None, None, None))[:5]
         self.out += b"O"
         try:
-            self.out += _len_prefixed(_global_name(func))
+            self.feed(func)
             self.feed(args)
             self.feed(state)
             self.feed(None if listitems is None else list(listitems))
@@ -417,11 +526,21 @@ class _Fingerprinter:
 
 
 def _global_name(obj) -> bytes:
-    mod = getattr(obj, "__module__", None) or ""
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    if name is None:
-        raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
-    return f"{mod}.{name}".encode()
+    return qualified_name(obj).encode()
+
+
+_MASKED_INTERNALS = ("_mask", "_fill_value", "_hardmask", "_baseclass", "_sharedmask", "_isfield", "_optinfo", "_basedict")
+
+
+def _slot_names(t: type) -> list[str]:
+    names = []
+    for c in t.__mro__:
+        sl = c.__dict__.get("__slots__")
+        if sl:
+            for n in [sl] if isinstance(sl, str) else sl:
+                if n not in ("__dict__", "__weakref__") and n not in names:
+                    names.append(n)
+    return names
 
 
 def _len_prefixed(b: bytes) -> bytes:
@@ -441,9 +560,8 @@ def _dtype_key(dt: np.dtype) -> bytes:
 
 
 def _pandas_kind(v) -> str | None:
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is optional
+    pd = _sys_modules.get("pandas")  # a pandas object exists only once pandas is imported
+    if pd is None:
         return None
     if isinstance(v, pd.DataFrame):
         return "frame"
