@@ -744,8 +744,9 @@ class Table:
                 self.refresh()
         if strict and self.damaged:
             key, reason = next(iter(sorted(self.damaged.items())))
-            raise DamagedObjectError(key, f"{reason} (and {len(self.damaged) - 1} more damaged files; run "
-                                          f"`casmon verify --repair`)" if len(self.damaged) > 1 else reason)
+            more = f"; {len(self.damaged) - 1} more damaged files" if len(self.damaged) > 1 else ""
+            raise DamagedObjectError(key, f"{reason}{more}; this table cannot be read whole until "
+                                          f"`casmon verify --repair` has run")
         yield from entries
 
     def _snapshot(self):
