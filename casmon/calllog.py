@@ -178,8 +178,8 @@ class _Recorder:
         if tid is None:
             tid = self._tls.tid = next(self._thread_seq)
             self.threads[tid] = [threading.get_ident(), threading.current_thread().name]
-        idx = self.fns.get(fi.name)
-        with self.lock:
+        with self.lock:  # the index belongs to this batch: look it up under the lock a flush takes
+            idx = self.fns.get(fi.name)
             if idx is None:
                 idx = self.fns[fi.name] = len(self.fn_names)
                 self.fn_names.append(fi.name)
@@ -197,8 +197,26 @@ class _Recorder:
             names, self.fn_names = self.fn_names, []
             self.fns = {}
             threads = {str(k): v for k, v in self.threads.items()}
-        record = {"session": self.session, "pid": self.pid, "rank": self.rank, "fns": names, "threads": threads, "c": rows}
-        store.append(KIND_CALLS, record, refs=[Digest(h) for h in refs])
+        try:
+            record = {"session": self.session, "pid": self.pid, "rank": self.rank, "fns": names, "threads": threads, "c": rows}
+            store.append(KIND_CALLS, record, refs=[Digest(h) for h in refs])
+        except BaseException:
+            self._put_back(rows, refs, names)  # Ctrl-C or a failed append: the rows wait for the next flush
+            raise
+
+    def _put_back(self, rows: list, refs: set, names: list) -> None:
+        """Return taken rows to the front of the batch, renumbering the functions of rows logged since."""
+        with self.lock:
+            newer_names, newer = self.fn_names, self.pending
+            fns = {n: i for i, n in enumerate(names)}
+            for n in newer_names:
+                fns.setdefault(n, len(fns))
+            for row in newer:
+                row[0] = fns[newer_names[row[0]]]
+            self.fn_names = list(fns)
+            self.fns = fns
+            self.pending = rows + newer
+            self.refs = refs | self.refs
 
 
 _recorders: dict[int, _Recorder] = {}

@@ -25,9 +25,11 @@ removes.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
+import signal
 import struct
 import threading
 import time
@@ -114,6 +116,19 @@ def _decode_manifest(d: Digest, raw) -> Manifest:
     except (ValueError, KeyError, TypeError, struct.error) as e:
         raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
     raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT and SIGTERM in this thread for a step that must not be cut in half; they arrive after it."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield  # other threads never receive KeyboardInterrupt
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 _open_stores: weakref.WeakSet = weakref.WeakSet()
@@ -582,16 +597,19 @@ class Store:
         """
         if self.read_only:
             return
-        for hook in list(self._flush_hooks):
-            try:
-                hook(self)
-            except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
-                import logging
+        # A hook moves a feature's waiting rows into a record: Ctrl-C in the middle would lose them.
+        with _signals_deferred():
+            for hook in list(self._flush_hooks):
+                try:
+                    hook(self)
+                except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
+                    import logging
 
-                logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
+                    logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
         with self._flush_lock:
+            refs: set[Digest] = set()
             try:
-                with self._lock:  # no record is added while the tables are sealed
+                with _signals_deferred(), self._lock:  # no record is added while the tables are sealed
                     tables = list(self._tables.items())
                     for _kind, t in tables:
                         t.seal()
@@ -616,11 +634,14 @@ class Store:
                 for t in [self.objects.index, *self._tables.values()]:
                     if t.wants_merge() and not (t is self.objects.index and self.backend.exists(_GC_LOCK)):
                         t.consolidate()  # the index is gc's to merge while gc runs
-            except OSError as e:
-                raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
-            except StoreError:
-                raise
-            except Exception as e:  # noqa: BLE001 - e.g. a network error: what was not written stays pending
+            except BaseException as e:
+                with self._lock:  # the sealed records are written by a later flush: check their values then
+                    self._record_refs.update(refs)
+                if isinstance(e, OSError):
+                    raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
+                if isinstance(e, StoreError) or not isinstance(e, Exception):
+                    raise
+                # e.g. a network error: what was not written stays pending
                 raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
         if self.objects._known and time.monotonic() - self.objects._view_at > condemned.VIEW_MAX:
             try:

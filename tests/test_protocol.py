@@ -38,14 +38,15 @@ def small_value():
 
 def age_lists(loc: str, seconds: float) -> int:
     """Make every published condemned list look ``seconds`` older (as if gc had condemned it then)."""
-    root = Path(loc) / "gc" / "condemned"
+    b = casmon.open(loc).backend
     n = 0
-    for p in root.glob("*"):
-        if ".partial" in p.name:
+    for key in b.list(condemned.PREFIX):
+        if ".partial" in key:
             continue
-        lst = condemned.decode(p.name, p.read_bytes())
+        name = key.rsplit("/", 1)[-1]
+        lst = condemned.decode(name, b.get(key))
         lst.time -= seconds
-        p.write_bytes(condemned.encode(lst))
+        b.set(key, condemned.encode(lst))
         n += 1
     return n
 
@@ -269,3 +270,119 @@ def test_grace_below_the_minimum_is_refused(tmp_path):
     s = casmon.open(tmp_path / "s")
     with pytest.raises(ValueError, match="at least 60"):
         s.gc(grace=5)
+
+
+REVIVE_JOB = """
+import sys, os, numpy as np, casmon
+store = casmon.open(sys.argv[1])
+
+@casmon.intercept(store=store)
+def f(a):
+    return float(a.sum())
+
+a = np.full(50_000, 7.0)
+if sys.argv[2] == "die":
+    store.put(a)          # the value is stored ...
+    store.flush()
+    os._exit(1)           # ... and the job dies before any record names it
+f(a)                      # the rerun stores the same value (already there) and logs a call with it
+print("called", flush=True)
+sys.stdin.readline()      # gc runs now, while the call waits to be flushed
+store.close()
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_revive_an_orphan_at_the_most_aggressive_grace(where, tmp_path, request):
+    """Issue 11's case 2, as a user meets it: orphan, gc, rerun, gc -- at grace 1 s, locally and on S3."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_MIN_GRACE="1")
+    if where == "s3":
+        s3env, bucket = request.getfixturevalue("s3_env")
+        env.update(s3env)
+        loc = f"s3://{bucket}/revive"
+    else:
+        loc = str(tmp_path / "s")
+    run = lambda *a: subprocess.run([sys.executable, "-c", *a], env=env, capture_output=True, text=True, timeout=120)
+    assert run(REVIVE_JOB, loc, "die").returncode == 1
+    gc = "import sys, casmon; r = casmon.open(sys.argv[1]).gc(grace=1.0); print(r.deleted_objects, r.condemned)"
+    out = run(gc, loc)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[1] != "0"  # the orphan is condemned
+    time.sleep(1.2)
+    job = subprocess.Popen([sys.executable, "-c", REVIVE_JOB, loc, "rerun"], env=env, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "called"
+    for _ in range(2):  # the old list comes due and is swept; the call is not flushed yet
+        time.sleep(1.2)
+        out = run(gc, loc)
+        assert out.returncode == 0, out.stderr
+    _out, err = job.communicate("go\n", timeout=120)
+    assert job.returncode == 0, err
+    assert "were not written" not in err  # the call was kept, not dropped
+    check = ("import sys, casmon; s = casmon.open(sys.argv[1]); rep = s.verify(); assert rep.ok, rep.as_dict(); "
+             "log = casmon.load(s); a = log.get_args('f', 1).a; assert a.sum() == 350000.0; print('ok')")
+    out = run(check, loc)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+SIGINT_LOOP = """
+import sys, casmon, casmon.calllog as cl
+cl.PENDING_MAX = int(sys.argv[2])       # frequent in-thread flushes: Ctrl-C often lands inside one
+store = casmon.open(sys.argv[1], autoflush=None)
+
+@casmon.intercept(store=store)
+def f(i, tag="x"):
+    return i
+
+made = 0
+print("ready", flush=True)
+try:
+    while True:
+        f(made)
+        made += 1
+except KeyboardInterrupt:
+    print(made, flush=True)
+"""
+
+
+def _sigint_trials(tmp_path, n: int, figures) -> None:
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    rng = random.Random(11)
+    for trial in range(n):
+        loc = str(tmp_path / f"s{trial}")
+        p = subprocess.Popen([sys.executable, "-c", SIGINT_LOOP, loc, "20000"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.2, 1.5))
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        made = int(out.strip())
+        s = casmon.open(loc)
+        assert s.verify().ok
+        logged = len(casmon.load(s).calls("f"))
+        # Every call that returned is logged; the call Ctrl-C cut short may be too.
+        assert made <= logged <= made + 1, (trial, made, logged, err[-2000:])
+        figures("SIGINT: calls made before Ctrl-C and found logged", made)
+        figures("SIGINT: interrupted processes, no call lost", 1)
+
+
+def test_ctrl_c_never_loses_logged_calls(tmp_path, figures):
+    _sigint_trials(tmp_path, 4, figures)
+
+
+@pytest.mark.slow
+def test_ctrl_c_never_loses_logged_calls_many(tmp_path, figures):
+    _sigint_trials(tmp_path, 40, figures)
