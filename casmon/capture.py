@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 __all__ = ["OutputCapture", "collapse_carriage_returns"]
 
@@ -84,6 +85,24 @@ class _Tee:
         return getattr(self._stream, name)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (a pipe or terminal may take part of it, or ask to wait); drop it only on a real error."""
+    view = memoryview(data)
+    tries = 0
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            tries += 1
+            if tries > 2000:
+                return
+            time.sleep(0.005)
+            continue
+        except OSError:
+            return  # the terminal went away: the captured copy is still kept
+        view = view[n:]
+
+
 def _writes_to(stream, fd: int) -> bool:
     try:
         return stream.fileno() == fd
@@ -140,10 +159,7 @@ class OutputCapture:
                 break
             if not chunk:
                 break
-            try:
-                os.write(out, chunk)
-            except OSError:
-                pass
+            _write_all(out, chunk)
             data = decoder_buf + chunk
             try:
                 text = data.decode("utf-8")
@@ -171,7 +187,7 @@ class OutputCapture:
             for fd, saved, _r in self._saved:
                 os.dup2(saved, fd)  # closes the pipe's last write end: the reader sees EOF
             for t in self._threads:
-                t.join(timeout=10)
+                t.join(timeout=120)  # a busy machine may keep the reader waiting; it ends at EOF
             for _fd, saved, _r in self._saved:
                 os.close(saved)  # only now: the reader copies what was left in the pipe to it
         return collapse_carriage_returns(self.sink.text())
