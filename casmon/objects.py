@@ -212,8 +212,7 @@ class ObjectStore:
 
         A list that vanished was swept by gc, and a writer that has not looked for
         ``GAP_MAX`` may have missed one: either way this writer forgets what it
-        believed stored and reads the index again. Objects it relied on that a new
-        list condemns are copied to a new pack at once (a long call's arguments).
+        believed stored and reads the index again.
         """
         with self._view_lock:
             t = time.monotonic()
@@ -223,7 +222,6 @@ class ObjectStore:
             forget = bool(gone) or (t - self._view_at > condemned.GAP_MAX and self._view_at > -math.inf)
             for n in gone:
                 del self._lists[n]
-            revive: list[Digest] = []
             if new:
                 for n, data in zip(new, self.backend.get_many([condemned.PREFIX + n for n in new])):
                     if data is None:
@@ -233,20 +231,12 @@ class ObjectStore:
                     except DamagedObjectError:
                         continue  # gc cannot sweep a list it cannot read: nothing of it will be deleted
                     self._lists[n] = lst.digests
-                    if not forget:
-                        revive.extend(d for d in lst.digests if d in self._known)
             if gone or new:
                 self._condemned = {d for ds in self._lists.values() for d in ds}
             if forget:
                 self._known.clear()
                 self._raw.clear()
                 self.index.refresh()
-            for d in revive:
-                self._known.pop(d, None)
-                try:
-                    self.copy(d, t)
-                except (MissingObjectError, DamagedObjectError):
-                    pass  # a flush that needs it finds it gone and keeps its record from pointing at it
             self._view_at = t
             return t
 
@@ -295,6 +285,11 @@ class ObjectStore:
         if d in self._condemned:
             self.copy(d, vt)
             return True
+        if d in self._known:
+            # Still believed stored: every belief is dropped when a swept list vanishes or the
+            # writer stopped looking for GAP_MAX, and only a swept list's objects are ever deleted.
+            self._known[d] = vt
+            return True
         if self.locate(d) is not None or self.backend.exists(loose_key(d)):
             self._remember(d, vt)
             return True
@@ -334,9 +329,7 @@ class ObjectStore:
 
     def _remember(self, d: Digest, vt: float) -> None:
         if len(self._known) > 500_000:
-            # Forget the oldest half: a forgotten object is only checked again when next relied on.
-            for k in list(self._known)[:250_000]:
-                del self._known[k]
+            self._known.clear()  # all at once: a value's chunks are never forgotten while it is remembered
         self._known[d] = vt
 
     @property

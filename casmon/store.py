@@ -230,6 +230,10 @@ class Store:
         self._flush_hooks: list = []
         self._manifests: dict[Digest, Manifest] = {}  # small manifests, immutable
         self._record_refs: set[Digest] = set()  # values named by records appended since the last seal
+        # Values put and not yet named by a record or ref (a running call's arguments): if gc condemns
+        # one meanwhile, the next flush copies it, so it is still there when its record is written.
+        self._held: dict[Digest, None] = {}
+        self._held_lists: frozenset = frozenset()  # the condemned lists _held was checked against
         self.dropped_records = 0  # records a flush could not write because a value they name was gone
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
@@ -313,9 +317,16 @@ class Store:
         self._check_writable()
         enc = serialize.encode(value)
         try:
-            return self._put_encoded(enc), enc.nbytes
+            d = self._put_encoded(enc)
         except OSError as e:  # a full disk, no permission: say which store, keep the cause
             raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
+        held = self._held
+        held.pop(d, None)
+        held[d] = None
+        if len(held) > 100_000:
+            for k in list(held)[:50_000]:
+                held.pop(k, None)
+        return d, enc.nbytes
 
     def _put_encoded(self, enc: serialize.Encoded) -> Digest:
         children = [self.put(c) for c in enc.children]
@@ -461,7 +472,11 @@ class Store:
         with self._lock:  # one step with respect to a flush sealing the tables
             t.add(k, data)
             if refs:
-                self._record_refs.update(Digest(r) for r in refs)
+                rs = [Digest(r) for r in refs]
+                self._record_refs.update(rs)
+                held = self._held
+                for r in rs:
+                    held.pop(r, None)
         self._after_write()
         return k
 
@@ -493,6 +508,7 @@ class Store:
         if target is None:
             return
         d = Digest(target)
+        self._held.pop(d, None)
         with self._flush_lock:
             if self._needs_check(d) or self.objects.pending_bytes:
                 bad = self._check_values({d})
@@ -643,11 +659,24 @@ class Store:
                     raise
                 # e.g. a network error: what was not written stays pending
                 raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
-        if self.objects._known and time.monotonic() - self.objects._view_at > condemned.VIEW_MAX:
+        if self._held:
             try:
-                self.objects.view()  # a long call's arguments are copied if gc condemns them meanwhile
-            except Exception:  # noqa: BLE001 - the next put or flush looks again
+                self._protect_held()
+            except Exception:  # noqa: BLE001 - the next flush looks again; the seal check still guards
                 pass
+
+    def _protect_held(self) -> None:
+        """Copy values put and not yet named by any record (a running call's arguments) that gc condemned."""
+        self.objects.view()
+        lists = frozenset(self.objects._lists)
+        if lists == self._held_lists:
+            return
+        self._held_lists = lists
+        if not self.objects._condemned:
+            return
+        vt = self.objects.view()
+        for d in list(self._held):
+            self._check_value(d, vt, set())  # copies what is condemned into the next pack
 
     def _write_objects(self) -> None:
         self.objects.flush()

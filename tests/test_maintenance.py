@@ -98,6 +98,8 @@ def test_gc_now_removes_only_unreachable(tmp_path):
 def test_gc_waits_for_the_grace_period(tmp_path, min_grace):
     min_grace(0.5)
     s, keep, small, orphan, orphan_small, big = build(tmp_path)
+    s.close()  # the job that stored the orphans is over (a live one would keep what it put, see below)
+    s = casmon.open(tmp_path / "s")
     first = s.gc(grace=0.5)
     assert first.deleted_objects == 0 and first.waiting >= 3
     assert orphan in casmon.open(tmp_path / "s")
@@ -106,6 +108,23 @@ def test_gc_waits_for_the_grace_period(tmp_path, min_grace):
     assert second.deleted_objects >= 3
     assert orphan not in casmon.open(tmp_path / "s")
     assert casmon.open(tmp_path / "s").verify().ok
+
+
+def test_a_live_process_keeps_what_it_put_until_a_record_names_it(tmp_path, min_grace):
+    """A value put and not yet named (a call still running) survives gc while its process lives."""
+    min_grace(0.5)
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    held = s.put(np.arange(100_000.0))
+    s.flush()
+    gc_store = casmon.open(tmp_path / "s")
+    gc_store.gc(grace=0.5)  # condemns it
+    time.sleep(0.6)
+    s.flush()  # the holder sees the list and copies what it holds
+    gc_store.gc(grace=0.5)  # sweeps the list: the old copy goes, the new one stays
+    s.append("call", {"n": 1}, refs=[held])
+    s.close()
+    fresh = casmon.open(tmp_path / "s")
+    assert fresh.verify().ok and fresh.get(held)[-1] == 99_999.0
 
 
 def test_gc_dry_run_changes_nothing(tmp_path):
