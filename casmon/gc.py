@@ -183,6 +183,9 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
     rep = GcReport(dry_run=dry_run)
     if dry_run:
         return _collect(store, grace, rep, progress, dry_run=True)
+    if not store.backend.supports_deletes or store.read_only:
+        raise StoreError(f"cannot gc {store.url}: it cannot delete (a zip file, or opened read-only); "
+                         f"`casmon gc --dry-run` shows what gc would remove")
     store.flush()
     with gc_lock(store, "gc", break_lock=break_lock):
         faultpoints.point("gc.locked")
@@ -266,10 +269,16 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
         rep.deleted_bytes += dead_bytes
     rep.deleted_objects = len(doomed)
     store.objects.flush()
+    # Entries whose pack was gone when listed after they were read are stale: a pack is always written
+    # before its index entries, so its absence means gc removed it (and a writer's merge that raced an
+    # earlier gc carried the entry over). Entries written after that listing are not judged here.
+    stale = {(d, loc.pack) for d, locs in entries.items() for loc in locs
+             if loc.pack not in packs_present and loc.pack not in dropped}
+    gone = doomed_packed | stale
     store.objects.index.consolidate(
         force=True,
         keep=lambda k, v: (Location.decode(v).pack not in dropped
-                           and (Digest(k), Location.decode(v).pack) not in doomed_packed),
+                           and (Digest(k), Location.decode(v).pack) not in gone),
     )
     store.backend.delete_many([pack_key(p) for p in dropped if p in packs_present])
     rep.deleted_packs = len(dropped)
