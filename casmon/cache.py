@@ -36,7 +36,8 @@ from typing import Any, NamedTuple
 
 import xxhash
 
-from .codeversion import VersionedFingerprinter, _unwrap_callable, function_name, version_tracker
+from .codeversion import (VersionedFingerprinter, _unwrap_callable, function_name, register_texts, texts_for_workers,
+                          version_tracker)
 from .digest import Digest
 from .errors import CasmonError, DamagedObjectError, MissingObjectError
 from .fingerprint import Fingerprinter, canonical_module, fingerprint
@@ -157,6 +158,7 @@ _READ_BLOCK = 8 << 20
 FILES_RECORDED = 1000
 
 _stat_memo: dict[str, tuple[tuple, Digest]] = {}
+files_hashed = 0  # files read and hashed in this process (the stat memo saves the rest)
 _stat_memo_lock = threading.Lock()
 
 
@@ -178,7 +180,9 @@ def file_digest(path: str | os.PathLike) -> Digest:
     m = _stat_memo.get(p)
     if m is not None and m[0] == sig:
         return m[1]
+    global files_hashed
     for _ in range(3):
+        files_hashed += 1
         start = time.time_ns()
         h = xxhash.xxh3_128()
         buf = bytearray(min(_READ_BLOCK, max(st.st_size, 1)))
@@ -657,7 +661,14 @@ class CachedFunction:
         qn = getattr(self, "__qualname__", None)
         if canonical_module(mod) == "__main__" and _cloudpickling():
             # cloudpickle ships the main script's functions by value: so must we, the worker has no __main__.f.
-            return (_rebuild, (state.fn, state.options()))
+            # The source texts go along (the worker's copy of the code has no file name), so the version,
+            # and the keys, are the same there.
+            if state.tracker is not None:
+                try:
+                    state.tracker.current()
+                except Exception:  # noqa: BLE001 - the worker computes it from bytecode then
+                    pass
+            return (_rebuild, (state.fn, state.options(), texts_for_workers()))
         if isinstance(mod, str) and isinstance(qn, str) and "<" not in qn and _lookup(mod, qn) is self:
             return (_by_name, (canonical_module(mod), qn))
         return (_rebuild, (state.fn, state.options()))
@@ -765,8 +776,9 @@ def _by_name(mod: str, qualname: str) -> CachedFunction:
     return obj
 
 
-def _rebuild(fn: Callable, options: dict) -> CachedFunction:
+def _rebuild(fn: Callable, options: dict, texts: dict | None = None) -> CachedFunction:
     """Unpickle a cached function as "cache ``fn`` with ``options``" (once per function object and options)."""
+    register_texts(texts)
     try:
         memo_key = (id(fn), repr(sorted((k, repr(v)) for k, v in options.items())))
     except Exception:  # noqa: BLE001

@@ -41,6 +41,7 @@ before.
 from __future__ import annotations
 
 import ast
+import dis
 import functools
 import inspect
 import linecache
@@ -171,17 +172,59 @@ class _StripDocsAndDecorators(ast.NodeTransformer):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
 
 
-def _source_text(obj: Any) -> str | None:
+def _source_tree(obj: Any) -> tuple[str | None, ast.AST | None]:
+    """``(text, tree)``: the syntax tree of ``obj``'s source as text (docstrings and decorators
+    stripped), and the tree itself; ``(None, None)`` without source."""
     try:
         src = inspect.getsource(obj)
     except (OSError, TypeError):
-        return None
+        return None, None
     try:
         tree = ast.parse(textwrap.dedent(src))
     except SyntaxError:  # e.g. a lambda inside a larger expression
-        return "src:" + "\n".join(line.split("#", 1)[0].rstrip() for line in src.splitlines() if line.strip())
+        return "src:" + "\n".join(line.split("#", 1)[0].rstrip() for line in src.splitlines() if line.strip()), None
     tree = _StripDocsAndDecorators().visit(tree)
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+    return ast.dump(tree, annotate_fields=False, include_attributes=False), tree
+
+
+def _source_text(obj: Any) -> str | None:
+    return _source_tree(obj)[0]
+
+
+#: Methods of builtin containers that change them and return None: calling one reads nothing back.
+_NONE_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "clear", "appendleft", "extendleft",
+                            "discard", "remove", "sort", "reverse"})
+#: Methods that change a container and return something: a write only where that is thrown away.
+_MUTATORS = _NONE_MUTATORS | {"pop", "popleft", "popitem", "setdefault"}
+
+
+def _write_only_names(tree: ast.AST | None) -> frozenset[str]:
+    """Names the code only writes to: ``log.append(x)`` as a statement, ``counts[k] += 1``,
+    ``state.attr = v``. What they hold cannot reach the result through this code."""
+    if tree is None:
+        return frozenset()
+    parents: dict = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+            continue
+        p = parents.get(node)
+        write = False
+        if isinstance(p, ast.Attribute) and p.value is node:
+            if isinstance(p.ctx, (ast.Store, ast.Del)):
+                write = True
+            else:
+                gp = parents.get(p)
+                write = isinstance(gp, ast.Call) and gp.func is p and (
+                    p.attr in _NONE_MUTATORS or (p.attr in _MUTATORS and isinstance(parents.get(gp), ast.Expr)))
+        elif isinstance(p, ast.Subscript) and p.value is node:
+            write = isinstance(p.ctx, (ast.Store, ast.Del))
+        (writes if write else reads).add(node.id)
+    return frozenset(writes - reads)
 
 
 def _code_sig(code: types.CodeType) -> tuple:
@@ -247,15 +290,96 @@ def _lambda_segment(code: types.CodeType) -> str:
     return "".join(seg)
 
 
+_LOAD_NAME_OPS = frozenset({"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF",
+                            "LOAD_FROM_DICT_OR_GLOBALS"})
+_SIMPLE_LOAD_OPS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_SMALL_INT",
+                              "LOAD_FAST_BORROW"})
+
+
+def _write_only_names_code(code: types.CodeType) -> frozenset[str]:
+    """:func:`_write_only_names` from bytecode, for code without source: ``log.append(x)``
+    (a method that returns None), ``state.attr = v`` and ``table[k] = v`` with a simple key."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
+        ins = [x for x in dis.get_instructions(c) if x.opname not in ("CACHE", "EXTENDED_ARG")]
+        for i, x in enumerate(ins):
+            if x.opname not in _LOAD_NAME_OPS or not isinstance(x.argval, str):
+                continue
+            nxt = ins[i + 1] if i + 1 < len(ins) else None
+            nn = ins[i + 2] if i + 2 < len(ins) else None
+            write = nxt is not None and (
+                (nxt.opname in ("LOAD_METHOD", "LOAD_ATTR") and nxt.argval in _NONE_MUTATORS)
+                or nxt.opname in ("STORE_ATTR", "DELETE_ATTR")
+                or (nxt.opname in _SIMPLE_LOAD_OPS and nn is not None and nn.opname in ("STORE_SUBSCR", "DELETE_SUBSCR")))
+            (writes if write else reads).add(x.argval)
+    return frozenset(writes - reads)
+
+
+#: Source texts (and write-only names) of the main script's code objects, by :func:`_code_key`:
+#: filled where the source is readable, shipped with cached functions to worker processes, where
+#: cloudpickle recreates the code without its file name (``<dynamic-code>``).
+_shipped_texts: dict[bytes, tuple[str, frozenset]] = {}
+
+
+def _code_key(code: types.CodeType) -> bytes:
+    return bytes(fingerprint((code.co_qualname, _code_sig(code))))
+
+
+def texts_for_workers() -> dict[bytes, tuple[str, frozenset]]:
+    """The main script's source texts known here, to send along with a function pickled by value."""
+    return dict(_shipped_texts)
+
+
+def register_texts(texts: dict | None) -> None:
+    """Accept source texts sent by :func:`texts_for_workers` (a code object matches only its own text)."""
+    if texts:
+        for k, v in texts.items():
+            _shipped_texts.setdefault(bytes(k), (v[0], frozenset(v[1])))
+
+
+_code_memo: dict[int, tuple] = {}  # id(code) -> (weakref to code, text or None, write-only names)
+
+
+def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]]:
+    """``(text, write-only names)`` of the code ``fn`` runs; text is None if no trustworthy source exists.
+
+    Remembered per code object: a code object's source is read once, so a file
+    edited later (and not reloaded) does not change what names its code.
+    """
+    code = fn.__code__
+    m = _code_memo.get(id(code))
+    if m is not None and m[0]() is code:
+        return m[1], m[2]
+    text, tree = _source_tree(fn)
+    if text is not None and not _code_matches_file(code):
+        text, tree = None, None
+    if text is not None and code.co_name == "<lambda>":
+        text += "\nlambda:" + _lambda_segment(code)
+    wo = _write_only_names(tree) if tree is not None else _write_only_names_code(code)
+    main = canonical_module(getattr(fn, "__module__", None)) == "__main__"
+    if text is not None and main:
+        # Remember it for worker processes: cloudpickle ships __main__ functions without their file name.
+        _shipped_texts[_code_key(code)] = (text, wo)
+    elif text is None and _shipped_texts:
+        known = _shipped_texts.get(_code_key(code))
+        if known is not None:
+            text, wo = known
+    key = id(code)
+    try:
+        ref = weakref.ref(code, lambda _r, k=key: _code_memo.pop(k, None))
+    except TypeError:  # pragma: no cover - code objects are weak-referenceable in CPython
+        return text, wo
+    _code_memo[key] = (ref, text, wo)
+    return text, wo
+
+
 def _function_text(fn: types.FunctionType) -> str | None:
     """The function's syntax tree as text, or None if no trustworthy source exists."""
-    code = fn.__code__
-    text = _source_text(fn)
-    if text is None or not _code_matches_file(code):
-        return None
-    if code.co_name == "<lambda>":
-        text += "\nlambda:" + _lambda_segment(code)
-    return text
+    return _function_source(fn)[0]
 
 
 def _bytecode_parts(code: types.CodeType) -> list:
@@ -290,6 +414,13 @@ def _is_immutable(v: Any, depth: int = 0) -> bool:
     if t in (tuple, frozenset) and depth < 3 and len(v) <= 256:
         return all(_is_immutable(x, depth + 1) for x in v)
     return False
+
+
+def _is_state(v: Any) -> bool:
+    """A value of a library type (a list, a dict, an array...) that code may write to without reading:
+    a user object's methods could read it, so those always count."""
+    t = type(v)
+    return not (isinstance(v, (types.FunctionType, types.ModuleType, type)) or _is_user_obj(t))
 
 
 def _quiet_type(v: Any) -> bool:
@@ -344,7 +475,7 @@ class _Collector:
                 self.value("<callable object>", fn, None)
             return
         self.codes.append((_weakref(fn), code))
-        text = _function_text(fn)
+        text, write_only = _function_source(fn)
         self.parts.append(("fn", function_name(fn), text if text is not None else _bytecode_parts(code)))
         if not _is_user_obj(fn):
             return  # library code: its own text is enough
@@ -357,8 +488,12 @@ class _Collector:
                 key = ("g", id(g), n)
                 if key in self.seen:
                     continue
+                v = g[n]
+                if n in write_only and _is_state(v):
+                    self._bind((g, n), v)  # written, never read here: not part of the version
+                    continue
                 self.seen.add(key)
-                self.ref(n, g[n], (g, n), names, depth)
+                self.ref(n, v, (g, n), names, depth)
             elif "." not in n or n in sys.modules:
                 mod = sys.modules.get(n)  # `import config` inside the function
                 if isinstance(mod, types.ModuleType) and is_user_module(mod.__name__):
@@ -367,6 +502,9 @@ class _Collector:
             try:
                 v = cell.cell_contents
             except ValueError:  # empty cell
+                continue
+            if name in write_only and _is_state(v):
+                self._bind(cell, v)
                 continue
             self.ref(f"<closure {name}>", v, cell, names, depth)
 
