@@ -529,6 +529,11 @@ def _check_manifest(m: dict, where: str) -> None:
     def bad(why: str):
         raise DamagedObjectError(where, f"not a valid run manifest: {why}")
 
+    for k in ("git", "files", "tracking_records", "info", "links", "env"):
+        if k in m and m[k] is None:
+            m[k] = {}  # readers use m.get(k, {})
+    if m.get("argv", 0) is None:
+        m["argv"] = []
     for k, t in _MANIFEST_TYPES.items():
         v = m.get(k)
         if v is not None and (not isinstance(v, t) or type(v) is bool):

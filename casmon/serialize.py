@@ -411,8 +411,10 @@ def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inl
         bad("meta is not an object")
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         bad("parts is not a list of objects")
-    if not isinstance(children, list):
-        bad("children is not a list")
+    if not isinstance(children, list) or not all(type(h) is str and _HEX32.match(h) for h in children):
+        bad("children is not a list of digests")
+    if tag != "pickle" and children:
+        bad(f"a {str(tag)} value has no children")
     if type(nbytes) is not int or nbytes < 0:
         bad("size is not a non-negative integer")
     total = 0
