@@ -263,6 +263,7 @@ def _files_value(v: Any, listing: list) -> Any:
 
 
 # -- the state behind one cached function ---------------------------------------------------------------
+_NO_SELF = object()
 _checked_versions: set = set()  # (id(store), name, version): the "code changed" check was done
 
 
@@ -301,7 +302,10 @@ class _CachedFunction:
             nfp = Fingerprinter()
             nfp.str_(p.name)
             self._name_bytes.append(bytes(nfp.out))
-        self.tracker = None if version is not None else version_tracker(_unwrap_callable(fn))
+        # A bound method (``casmon.cache(obj.method)``): its object counts like an argument, in every key.
+        self._bound = fn.__self__ if isinstance(fn, types.MethodType) else _NO_SELF
+        target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        self.tracker = None if version is not None else version_tracker(_unwrap_callable(target))
         self.version: Digest | None = None
         self._prefix: bytes | None = None
         self._mem: OrderedDict[Digest, Digest] = OrderedDict()
@@ -456,6 +460,15 @@ class _CachedFunction:
         hashers = self.hashers
         files = self.files
         listing = [] if files else None
+        if self._bound is not _NO_SELF:
+            try:
+                fp.out += b"<self>"
+                fp.feed_value(self._bound, "self")
+            except Exception as e:  # noqa: BLE001
+                t = type(self._bound)
+                self._warn(("arg", "self", t), f"casmon: {self.name} is not cached for this call: its object "
+                           f"({t.__module__}.{t.__qualname__}) cannot be hashed, so the call is skipped by the cache: {e}")
+                return None, fp.trackers, None
         for p, nb, v in zip(self.params, self._name_bytes, vals):
             name = p.name
             if ignore and name in ignore:

@@ -454,6 +454,12 @@ class _Collector:
             self.cells.append((where, v))
 
     def function(self, fn: Any, depth: int) -> None:
+        if isinstance(fn, types.MethodType):
+            # A bound method (``casmon.cache(obj.method)``): its object's state counts like an argument.
+            if id(fn) not in self.seen:
+                self.seen.add(id(fn))
+                self.value("<bound to>", fn.__self__, None)
+            fn = fn.__func__
         fn = _unwrap_callable(fn)
         if isinstance(fn, types.MethodType):
             fn = fn.__func__

@@ -186,8 +186,16 @@ class _Fingerprinter:
         elif isinstance(v, types.MethodType):
             # A bound method is its object and its function: [1].append and [2].append differ.
             self.out += b"M"
-            self.feed(v.__self__)
-            self.function(v.__func__)
+            owner = v.__self__
+            self.feed(owner)
+            name = getattr(v.__func__, "__name__", None)
+            cls = owner if isinstance(owner, type) else type(owner)
+            found = getattr(cls, name, None) if isinstance(name, str) else None
+            if getattr(found, "__func__", found) is v.__func__:
+                self.out += b"n"  # the owner's class names it (also for classes without an importable name)
+                self.str_(name)
+            else:
+                self.function(v.__func__)
         elif isinstance(v, types.BuiltinFunctionType):
             owner = v.__self__
             if owner is None or isinstance(owner, types.ModuleType):
