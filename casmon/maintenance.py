@@ -250,7 +250,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
 
     # 1. Table files, every one, and what each table needs.
     for prefix in _table_prefixes(store):
-        sv = _table_at(store, prefix).survey(keep=False)
+        sv = _table_at(store, prefix).survey(keep=False, orphans=prefix != "index/")
         rep.checked["table files"] += sv.checked
         for key, reason in sorted(sv.damaged.items()):
             rep.damaged.append((key, reason))
@@ -558,7 +558,7 @@ def _rebuild_index(store: Store, done: dict, progress: Progress) -> set[Digest]:
     from .store import _decode_manifest
 
     idx = store.objects.index
-    sv = idx.survey(keep=True)  # listed before the packs: a pack any index file names is older than the listing
+    sv = idx.survey(keep=True, orphans=False)  # listed before the packs: a pack any index file names is older than the listing
     old: dict[Digest, set[Location]] = defaultdict(set)
     for k, v in sv.entries():
         try:

@@ -954,15 +954,21 @@ class Table:
         self.backend.delete_many(list(dict.fromkeys(buckets)))
 
     # -- verify and repair ------------------------------------------------------
-    def survey(self, keep: bool = True) -> Survey:
-        """Read and check every file of the table (``verify``; ``repair`` with ``keep``, the parsed files too)."""
+    def survey(self, keep: bool = True, orphans: bool = True) -> Survey:
+        """Read and check every file of the table (``verify``; ``repair`` with ``keep``, the parsed files too).
+
+        With ``orphans``, buckets of no listed generation are checked too: if they
+        hold entries no listed file shows, the generation's manifest was lost,
+        and the survey reports it missing (repair then salvages the buckets).
+        The pack index passes False: it is rebuilt from the packs anyway.
+        """
         for attempt in range(3):
-            sv = self._survey_once(keep)
+            sv = self._survey_once(keep, orphans)
             if not sv.vanished or attempt == 2:
                 return sv
         raise AssertionError("unreachable")
 
-    def _survey_once(self, keep: bool) -> Survey:
+    def _survey_once(self, keep: bool, orphans: bool = True) -> Survey:
         l0_names = self._list("l0/")
         gen_ids = self._list("gens/")
         bucket_keys: dict[str, dict[int, str]] = {}
@@ -999,6 +1005,16 @@ class Table:
             sv.vanished = True  # merged meanwhile: look again
         accounted = ranges_union(ranges_of_names(l0_names), *(g.accounted() for g in sv.gens.values()))
         sv.gaps = [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
+        lone = sorted(set(bucket_keys) - set(gen_ids))
+        if orphans and lone:
+            if not keep:
+                return self._survey_once(True, orphans)  # the check needs the entries (rare: orphans are)
+            visible = set(sv.visible_entries())
+            for gid in lone:
+                unseen = {kv for (g, _i), tf in sv.buckets.items() if g == gid for kv in tf.items()} - visible
+                if unseen:
+                    sv.missing[f"{self.prefix}gens/{gid}"] = (
+                        f"its buckets hold {len(unseen)} entries no listed file shows (the manifest is lost)")
         return sv
 
     def _read_all(self, keys: list[str], sv: Survey, batch: int = 256):
@@ -1074,21 +1090,28 @@ class Survey:
     def entries(self) -> list[tuple[bytes, bytes]]:
         """The table's entries, each once. A sound table: what readers read. A damaged one: everything
         readable in any file (covered, redundant and leftover generations too), the salvage."""
+        if self.ok:
+            return self.visible_entries()
         out: list[tuple[bytes, bytes]] = []
-        if self.ok and self.view is not None:
-            for g in self.view.active:
-                for i in range(g.nbuckets):
-                    tf = self.buckets.get((g.id, i))
-                    if tf is not None:
-                        out.extend(tf.items())
-            for n in self.view.active_l0:
-                tf = self.l0.get(n)
+        for (_gid, _i), tf in sorted(self.buckets.items()):
+            out.extend(tf.items())
+        for _n, tf in sorted(self.l0.items()):
+            out.extend(tf.items())
+        return list(dict.fromkeys(out))
+
+    def visible_entries(self) -> list[tuple[bytes, bytes]]:
+        """What a reader reads: the active generations and level-0 files (kept files only)."""
+        out: list[tuple[bytes, bytes]] = []
+        if self.view is None:
+            return out
+        for g in self.view.active:
+            for i in range(g.nbuckets):
+                tf = self.buckets.get((g.id, i))
                 if tf is not None:
                     out.extend(tf.items())
-        else:
-            for (_gid, _i), tf in sorted(self.buckets.items()):
-                out.extend(tf.items())
-            for _n, tf in sorted(self.l0.items()):
+        for n in self.view.active_l0:
+            tf = self.l0.get(n)
+            if tf is not None:
                 out.extend(tf.items())
         return list(dict.fromkeys(out))
 
