@@ -264,6 +264,17 @@ def _files_value(v: Any, listing: list) -> Any:
 
 # -- the state behind one cached function ---------------------------------------------------------------
 _NO_SELF = object()
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the caller's line, outside casmon."""
+    f = sys._getframe(1)
+    level = 1
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+        level += 1
+    return level
 _checked_versions: set = set()  # (id(store), name, version): the "code changed" check was done
 
 
@@ -396,7 +407,7 @@ class _CachedFunction:
                     f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since "
                     "its results were cached; they will not be used. `casmon cache clear` or `casmon gc` frees their space.",
                     CacheWarning,
-                    stacklevel=5,
+                    stacklevel=_user_stacklevel(),
                 )
             if latest is None or latest.get("version") != version.hex():
                 store.append(KIND_FN, {"fn": self.name, "version": version.hex(), "time": time.time()}, key=nd)
@@ -495,7 +506,7 @@ class _CachedFunction:
     def _warn(self, what, msg: str) -> None:
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(msg, CacheWarning, stacklevel=5)
+            warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
 
     # -- lookups ----------------------------------------------------------------
     def _cleared_time(self, refresh: bool) -> float:
@@ -965,5 +976,8 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
     if not doomed:
         return 0, 0
     dropped_bytes = sum(entries[k][1] for k in doomed)
-    store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in doomed)
+    from .lock import held
+
+    with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
+        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in doomed)
     return len(doomed), dropped_bytes

@@ -6,6 +6,8 @@ import importlib
 import json
 import os
 import pickle
+import sqlite3
+import threading
 import textwrap
 import time
 import warnings
@@ -212,9 +214,11 @@ def test_non_scalar_globals_edited_in_the_same_process(store):
     assert scaled(10) == 16
     PARAMS["lr"] = 2
     try:
-        assert scaled(10) == 26
-        TABLE[0] = 100
-        assert scaled(10) == 126
+        with pytest.warns(CacheWarning, match="changed since its results were cached") as w:
+            assert scaled(10) == 26
+            TABLE[0] = 100
+            assert scaled(10) == 126
+        assert all(x.filename == __file__ for x in w), "the warning points at the caller's line"
     finally:
         PARAMS["lr"] = 1
         TABLE[0] = 0
@@ -232,9 +236,10 @@ def test_closures_over_non_scalar_values(store):
 
     assert f(1) == 4.0
     cfg["k"] = 5
-    assert f(1) == 8.0
-    w[:] = 0
-    assert f(1) == 5.0
+    with pytest.warns(CacheWarning, match="changed"):
+        assert f(1) == 8.0
+        w[:] = 0
+        assert f(1) == 5.0
 
 
 def test_code_replaced_in_place_like_autoreload(store):
@@ -244,7 +249,8 @@ def test_code_replaced_in_place_like_autoreload(store):
     cg = casmon.cache(store=store)(g)
     assert cg(1, 2) == 3
     g.__code__ = (lambda a, b: a * b).__code__  # what IPython's %autoreload does
-    assert cg(1, 2) == 2
+    with pytest.warns(CacheWarning, match="changed"):
+        assert cg(1, 2) == 2
     assert cg(1, 2) == 2 and cg.cache_info().misses == 2
 
 
@@ -276,6 +282,25 @@ def test_version_is_not_recomputed_on_hits(store):
     for i in range(100):
         f(1)
     assert t.computations == n and f.cache_info().hits == 100
+
+
+LOCK = threading.Lock()
+CONN = sqlite3.connect(":memory:", check_same_thread=False)
+
+
+def test_a_global_that_cannot_be_hashed_is_named_once(store):
+    @casmon.cache(store=store)
+    def query(x):
+        with LOCK:  # a lock holds no input: no warning for it
+            return CONN.execute("select ? * 2", (x,)).fetchone()[0]
+
+    with pytest.warns(CacheWarning, match=r"reads 'CONN' \(sqlite3.Connection\), which cannot be hashed") as w:
+        assert query(2) == 4
+    assert len([x for x in w if "LOCK" in str(x.message)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        assert query(2) == 4 and query(3) == 6  # once per function
+    assert query.cache_info().hits == 1
 
 
 CONFIG_V1 = "THRESH = 1\nPARAMS = {'lr': 1}\n"
