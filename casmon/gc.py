@@ -17,18 +17,14 @@ on deleted. docs/RELIABILITY.md gives the argument and its assumptions.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import socket
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import condemned, faultpoints
+from . import condemned, faultpoints, lock
 from .codec import KIND_VALUE, decode_frame
 from .digest import Digest
 from .errors import CasmonError, DamagedObjectError, StoreError
@@ -40,10 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["gc", "GcReport", "gc_lock", "LOCK_KEY"]
 
-LOCK_KEY = "gc/lock"
-#: A gc lock this old is taken over (a gc on another machine that died). On the same machine a lock
-#: whose process is gone is taken over at once.
-LOCK_STALE = 6 * 3600.0
+LOCK_KEY = lock.LOCK_KEY
 #: The ref where casmon 0.1 kept gc state (a pickle): removed unread.
 _LEGACY_STATE_REF = "refs/gc/state"
 
@@ -66,55 +59,9 @@ class GcReport:
         return dict(self.__dict__)
 
 
-def _lock_holder_dead(info: dict) -> bool:
-    if time.time() - float(info.get("time", 0)) > LOCK_STALE:
-        return True
-    if info.get("host") == socket.gethostname():
-        try:
-            os.kill(int(info["pid"]), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, KeyError, ValueError, TypeError):
-            return False
-    return False
-
-
-@contextlib.contextmanager
-def gc_lock(store: Store, what: str = "gc", break_lock: bool = False) -> Iterator[None]:
-    """Hold the store's gc lock (one gc or repair at a time); writers never take it.
-
-    Raises :class:`StoreError` naming the holder if another live process holds it.
-    """
-    mine = json.dumps({"what": what, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
-                       "nonce": os.urandom(8).hex()}).encode()
-    for _attempt in range(3):
-        store.backend.create(LOCK_KEY, mine)
-        got = store.backend.get(LOCK_KEY)
-        if got is not None and bytes(got) == mine:
-            break
-        if got is None:
-            continue
-        try:
-            info = json.loads(bytes(got))
-            if not isinstance(info, dict):
-                raise ValueError
-        except ValueError:
-            info = {}
-        if break_lock or not info or _lock_holder_dead(info):
-            store.backend.delete(LOCK_KEY)
-            continue
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info.get("time", 0))))
-        raise StoreError(
-            f"{store.url}: another {info.get('what', 'gc')} is running (pid {info.get('pid')} on "
-            f"{info.get('host')}, since {since}); if it died, run `casmon gc --break-lock`")
-    else:
-        raise StoreError(f"{store.url}: could not take the gc lock {LOCK_KEY}")
-    try:
-        yield
-    finally:
-        got = store.backend.get(LOCK_KEY)
-        if got is not None and bytes(got) == mine:
-            store.backend.delete(LOCK_KEY)
+def gc_lock(store: Store, what: str = "gc", break_lock: bool = False):
+    """Hold the store lock (:mod:`casmon.lock`) for ``what``; StoreError naming the holder if it is busy."""
+    return lock.held(store.backend, what, store.url, break_lock=break_lock)
 
 
 def read_lists(store: Store) -> tuple[list[condemned.CondemnedList], list[str]]:

@@ -6,9 +6,10 @@ Where it lives depends on its size:
 ``objects/{hh}/{digest}``
     *Loose* objects: blobs of at least ``LOOSE_MIN`` raw bytes (array chunks).
     One file each, written with create-if-absent.
-``packs/{digest}``
+``packs/{id}``
     *Packs*: the small blobs (value manifests, small chunks) of one flush,
-    concatenated frames. A pack is named by the digest of its bytes.
+    concatenated frames, named by a random 128-bit id (never by content: a
+    new copy of a condemned object must land where no condemned list points).
 ``index/``
     The pack index, a :class:`~casmon.table.Table` from blob digest to
     ``(pack, offset, length, kind, size)``.
@@ -21,6 +22,7 @@ points at a pack that is not there. Every read checks the frame's digest.
 from __future__ import annotations
 
 import math
+import os
 import struct
 import threading
 import time
@@ -353,7 +355,9 @@ class ObjectStore:
                 entries.append((d, off, len(frame), kind, size))
                 off += len(frame)
             data = b"".join(frames)
-            name = xxhash.xxh3_128_hexdigest(data)
+            # A fresh random name, never the digest of the bytes: a new copy of a condemned object must
+            # land at a location no condemned list names, even when the pack's bytes are the same.
+            name = os.urandom(16).hex()
             self.backend.create(pack_key(name), data)
         except BaseException:
             with self._lock:  # keep them for the next flush; nothing half-written is indexed

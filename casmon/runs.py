@@ -294,8 +294,10 @@ class record:
         store.append(KIND_RUN, {"name": run.name, "manifest": d.hex(), "status": run.manifest["status"], "time": time.time(),
                                 "_ref": run.ref, "_ref_target": d.hex()},
                      key=fingerprint(("casmon.run", run.ref)), refs=[d, *run._refs])
-        store.set_ref(run.ref, d, {"name": run.name, "status": run.manifest["status"], "start": run.manifest["start"]})
+        # The record first: it names every value the manifest names by digest (gc follows records, not the
+        # digests inside a JSON manifest), so the ref never points at a manifest whose values are unprotected.
         store.flush()
+        store.set_ref(run.ref, d, {"name": run.name, "status": run.manifest["status"], "start": run.manifest["start"]})
 
     def _finish(self, exc_type, exc, tb) -> None:
         run, capture = self._stack.pop()

@@ -58,7 +58,6 @@ DEFAULT_CHUNK = 4 << 20
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _U32 = struct.Struct("<I")
-_GC_LOCK = "gc/lock"  # casmon.gc.LOCK_KEY
 #: Flush once this many records wait in memory.
 RECORDS_MAX = 50_000
 
@@ -647,9 +646,7 @@ class Store:
                         self._write_objects()
                     t.write_sealed()
                 faultpoints.point("flush.after_records")
-                for t in [self.objects.index, *self._tables.values()]:
-                    if t.wants_merge() and not (t is self.objects.index and self.backend.exists(_GC_LOCK)):
-                        t.consolidate()  # the index is gc's to merge while gc runs
+                self._merge_tables()
             except BaseException as e:
                 with self._lock:  # the sealed records are written by a later flush: check their values then
                     self._record_refs.update(refs)
@@ -677,6 +674,22 @@ class Store:
         vt = self.objects.view()
         for d in list(self._held):
             self._check_value(d, vt, set())  # copies what is condemned into the next pack
+
+    def _merge_tables(self) -> None:
+        """Merge tables that have many files, holding the store lock (skipped when gc or another merge has it)."""
+        merges = [t for t in [self.objects.index, *self._tables.values()] if t.wants_merge()]
+        if not merges or not self.backend.supports_deletes:
+            return
+        from .lock import StoreLock
+
+        lk = StoreLock(self.backend, "merge")
+        if not lk.acquire():
+            return  # the next flush tries again
+        try:
+            for t in merges:
+                t.consolidate()
+        finally:
+            lk.release()
 
     def _write_objects(self) -> None:
         self.objects.flush()

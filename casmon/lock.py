@@ -1,0 +1,112 @@
+"""The store lock: one process at a time rewrites tables (gc, repair, eviction, merges); nothing waits for it.
+
+Appending never needs it: writers add files of their own. But rewriting a
+table -- merging its files into a generation, with or without dropping entries
+-- must not run beside another rewrite of the same table: a merge that read the
+files before gc dropped entries, and wrote its generation after, would bring the
+dropped entries back. So every rewrite holds ``gc/lock``. gc, repair and cache
+eviction wait for nobody: they fail with an error naming the holder. A writer's
+routine merge simply skips its turn when the lock is held.
+
+The lock is a file created with create-if-absent (race-free on local folders
+and S3) holding who took it; the taker reads it back to know it won. A holder
+that died is taken over: at once when it ran on this host and its process is
+gone, otherwise once the lock is older than its kind's limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+from .backend import Backend
+from .errors import StoreError
+
+__all__ = ["LOCK_KEY", "StoreLock", "held"]
+
+LOCK_KEY = "gc/lock"
+#: After this many seconds a lock of that kind is taken over even if its host cannot tell the holder died.
+STALE_AFTER = {"merge": 600.0}
+STALE_DEFAULT = 6 * 3600.0
+
+
+class StoreLock:
+    """``gc/lock`` on one backend, taken for ``what`` (``"gc"``, ``"repair"``, ``"merge"``, ...)."""
+
+    def __init__(self, backend: Backend, what: str) -> None:
+        self.backend = backend
+        self.what = what
+        self._mine: bytes | None = None
+        self.holder: dict = {}
+
+    def acquire(self, break_lock: bool = False) -> bool:
+        """Take the lock if it is free (or its holder died); never waits. False if someone holds it."""
+        mine = json.dumps({"what": self.what, "host": socket.gethostname(), "pid": os.getpid(),
+                           "time": time.time(), "nonce": os.urandom(8).hex()}).encode()
+        for _attempt in range(3):
+            self.backend.create(LOCK_KEY, mine)
+            got = self.backend.get(LOCK_KEY)
+            if got is not None and bytes(got) == mine:
+                self._mine = mine
+                return True
+            if got is None:
+                continue  # released meanwhile: try again
+            try:
+                info = json.loads(bytes(got))
+                if not isinstance(info, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                info = {}
+            self.holder = info
+            if break_lock or not info or _dead(info):
+                self.backend.delete(LOCK_KEY)
+                continue
+            return False
+        return False
+
+    def release(self) -> None:
+        if self._mine is None:
+            return
+        got = self.backend.get(LOCK_KEY)
+        if got is not None and bytes(got) == self._mine:
+            self.backend.delete(LOCK_KEY)
+        self._mine = None
+
+    def describe(self) -> str:
+        h = self.holder
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h.get("time", 0) or 0)))
+        return f"{h.get('what', 'gc')} (pid {h.get('pid')} on {h.get('host')}, since {since})"
+
+
+def _dead(info: dict) -> bool:
+    limit = STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT)
+    try:
+        if time.time() - float(info.get("time", 0)) > limit:
+            return True
+    except (TypeError, ValueError):
+        return True
+    if info.get("host") == socket.gethostname():
+        try:
+            os.kill(int(info["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, KeyError, ValueError, TypeError, OverflowError):
+            return False
+    return False
+
+
+@contextlib.contextmanager
+def held(backend: Backend, what: str, url: str = "", break_lock: bool = False) -> Iterator[StoreLock]:
+    """Hold the store lock for ``what``; :class:`StoreError` naming the holder if another live process has it."""
+    lock = StoreLock(backend, what)
+    if not lock.acquire(break_lock=break_lock):
+        raise StoreError(f"{url or backend.url}: another {lock.describe()} is rewriting the store; "
+                         f"try again later, or, if it died, `casmon gc --break-lock`")
+    try:
+        yield lock
+    finally:
+        lock.release()
