@@ -374,9 +374,10 @@ class _CachedFunction:
                 self._check_version(self.version)
                 p = self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, self.version)))
             return p
+        version = t.digest
+        if version is self.version and version is not None and t.valid():
+            return self._prefix  # the hit path: nothing the version depends on changed
         version = t.current()
-        if version is self.version:
-            return self._prefix
         with self._lock:
             if version != self.version:
                 self._check_version(version)
@@ -593,7 +594,13 @@ class _CachedFunction:
         if self._custom_key:
             ctx = (_safe_key(self, args, kwargs), (), None)
         else:
-            ctx = _safe_key_ctx(self, args, kwargs)
+            try:
+                ctx = self._key_ctx(args, kwargs)
+            except TypeError:
+                raise  # a bad call: the function would raise the same
+            except CasmonError as e:
+                self._warn(("store",), f"casmon: {self.name} runs uncached: {e}")
+                ctx = (None, (), None)
         key = ctx[0]
         if key is not None:
             found, value = self.lookup_result(key)

@@ -57,6 +57,8 @@ import weakref
 from functools import lru_cache
 from typing import Any
 
+from xxhash import xxh3_128 as _xxh3_128
+
 from .digest import Digest
 from .fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
 
@@ -783,7 +785,9 @@ class VersionedFingerprinter(Fingerprinter):
     __slots__ = ("trackers",)
 
     def __init__(self) -> None:
-        super().__init__()
+        self.h = _xxh3_128()
+        self.out = bytearray()
+        self.stack = {}
         self.trackers: list[VersionTracker] = []
 
     def child(self) -> "VersionedFingerprinter":
