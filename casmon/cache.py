@@ -730,19 +730,12 @@ class CachedFunction:
         return ResultRef(state.store, found[0], key, found[1])
 
 
-class AsyncCachedFunction(CachedFunction):
-    """``@casmon.cache`` of an ``async def`` function: awaiting it gives the (cached) result."""
+def _async_wrapper(state: _CachedFunction) -> Callable:
+    """``@casmon.cache`` of an ``async def`` function: an ``async def`` function itself, so
+    ``inspect.iscoroutinefunction`` (and the frameworks that ask it) see a coroutine function."""
 
-    __slots__ = ()
-
-    def __init__(self, state: _CachedFunction) -> None:
-        super().__init__(state)
-        self._is_coroutine = _asyncio_is_coroutine  # asyncio.iscoroutinefunction on Python 3.11
-        if hasattr(inspect, "markcoroutinefunction"):
-            self._is_coroutine_marker = inspect._is_coroutine_mark  # inspect.iscoroutinefunction, 3.12+
-
-    async def __call__(self, *args, **kwargs):
-        state = self.__casmon_cache__
+    @functools.wraps(state.fn)
+    async def async_cached(*args, **kwargs):
         ctx, found, value = state.begin(args, kwargs)
         if found:
             return value
@@ -751,11 +744,12 @@ class AsyncCachedFunction(CachedFunction):
         state.end(ctx, result, t0, args, kwargs)
         return result
 
-
-try:
-    from asyncio.coroutines import _is_coroutine as _asyncio_is_coroutine
-except ImportError:  # pragma: no cover - removed in a later Python
-    _asyncio_is_coroutine = None
+    async_cached.__casmon_cache__ = state
+    async_cached.cache_info = functools.partial(CachedFunction.cache_info, async_cached)
+    async_cached.cache_clear = functools.partial(CachedFunction.cache_clear, async_cached)
+    async_cached.is_cached = functools.partial(CachedFunction.is_cached, async_cached)
+    async_cached.ref = functools.partial(CachedFunction.ref, async_cached)
+    return async_cached
 
 
 def _lookup(mod: str, qualname: str) -> Any:
@@ -873,7 +867,7 @@ def cache(
         raise TypeError(f"@cache cannot cache generator {function_name(fn)}: it returns an iterator, not a value")
     state = (_state_class or _CachedFunction)(fn, store, ignore, hashers, version, label, memory_entries, files=files)
     if inspect.iscoroutinefunction(fn):
-        return AsyncCachedFunction(state)
+        return _async_wrapper(state)
     return CachedFunction(state)
 
 

@@ -524,3 +524,16 @@ def test_cached_wrappers_pickle(store):
     h = pickle.loads(pickle.dumps(wrapped))
     assert h is not wrapped and h.__wrapped__ is w.plain_cube and h(3) == 27
     assert h.__casmon_cache__.options()["store"] == str(store.url)
+
+
+def test_cached_coroutine_functions_are_coroutine_functions(store):
+    import asyncio
+    import inspect
+
+    @casmon.cache(store=store)
+    async def fetch(x):
+        return x * 2
+
+    assert inspect.iscoroutinefunction(fetch)
+    assert asyncio.run(fetch(2)) == 4 and asyncio.run(fetch(2)) == 4
+    assert fetch.cache_info().hits == 1 and fetch.is_cached(2)
