@@ -166,7 +166,7 @@ def _stat_sig(st: os.stat_result) -> tuple:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def file_digest(path: str | os.PathLike) -> Digest:
+def file_digest(path: str | os.PathLike, st: os.stat_result | None = None) -> Digest:
     """xxh3-128 of a file's bytes, remembered by (device, inode, size, mtime, ctime).
 
     A file whose stat is unchanged is not read again (a hit on a 10 GB file
@@ -174,8 +174,10 @@ def file_digest(path: str | os.PathLike) -> Digest:
     file changed within 2 s of being hashed is hashed again, so a write that
     keeps size and mtime is still seen.
     """
-    p = os.path.realpath(os.fspath(path))
-    st = os.stat(p)
+    # Remembered by the path's stat, which follows links: a link pointed elsewhere has another (dev, inode).
+    p = os.path.abspath(os.fspath(path))
+    if st is None:
+        st = os.stat(p)
     sig = _stat_sig(st)
     m = _stat_memo.get(p)
     if m is not None and m[0] == sig:
@@ -218,7 +220,7 @@ def path_digest(path: str | os.PathLike, listing: list | None = None) -> tuple[s
     except FileNotFoundError:
         return "missing", None, 0
     if not stat.S_ISDIR(st.st_mode):
-        d = file_digest(p)
+        d = file_digest(p, st)
         if listing is not None:
             listing.append((p, d.hex(), st.st_size))
         return "file", d, st.st_size
@@ -237,8 +239,9 @@ def path_digest(path: str | os.PathLike, listing: list | None = None) -> tuple[s
         fp.str_(rel)
         for name in sorted(files):
             full = os.path.join(root, name)
-            d = file_digest(full)
-            size = os.stat(full).st_size
+            fst = os.stat(full)
+            d = file_digest(full, fst)
+            size = fst.st_size
             total += size
             fp.str_("f")
             fp.str_(name)
