@@ -109,10 +109,18 @@ def _decode_manifest(d: Digest, raw) -> Manifest:
             return Manifest(d, "pickle", {"oob": 0}, [], [], raw[1:], len(raw) - 1)
         if t == b"m":
             (n,) = _U32.unpack_from(raw, 1)
+            if 5 + n > len(raw):
+                raise ValueError(f"header of {n} bytes in a manifest of {len(raw)}")
             head = json.loads(raw[5 : 5 + n])
+            if not isinstance(head, dict):
+                raise ValueError("header is not an object")
+            inline = raw[5 + n :]
+            # Every length, count and shape is checked before anything is allocated from it.
+            serialize.check_manifest(f"value {d.hex()}", head.get("t"), head.get("meta"), head.get("parts"),
+                                     head.get("children", []), len(inline), head.get("n"))
             children = [Digest(c) for c in head.get("children", [])]
-            return Manifest(d, head["t"], head["meta"], head["parts"], children, raw[5 + n :], int(head["n"]))
-    except (ValueError, KeyError, TypeError, struct.error) as e:
+            return Manifest(d, head["t"], head["meta"], head["parts"], children, inline, int(head["n"]))
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as e:
         raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
     raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")
 
@@ -544,9 +552,14 @@ class Store:
         raw = decode_frame(data, key)[1]
         try:
             body = json.loads(bytes(raw))
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
             target = Digest(body["target"]) if body.get("target") else None
-            return Ref(name, target, body.get("data") or {})
-        except (ValueError, KeyError, TypeError) as e:
+            data = body.get("data") or {}
+            if not isinstance(data, dict):
+                raise ValueError("its data is not a JSON object")
+            return Ref(name, target, data)
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise DamagedObjectError(key, f"not a valid ref: {e}") from None
 
     def refs(self, prefix: str = "") -> list[str]:
