@@ -136,3 +136,29 @@ def test_a_run_killed_between_its_ref_and_its_record(tmp_path, min_grace, kill_a
     # killed in between, the run still shows as not finished -- never as "ok" without its output.
     assert run.status == "running"
     assert casmon.load_run(run.name, s).status == "running"
+
+
+def test_a_value_put_before_gc_swept_its_chunk_and_written_after(tmp_path):
+    """Found by tests/test_campaign.py (a writer that stores values without records killed; verify not clean).
+
+    A job that stores values without (yet) a record: `put` of a large value relies on its loose chunk,
+    which an earlier dead job left and gc condemned after this writer last looked at the lists; the
+    value's manifest waits in memory for the next flush. gc sweeps the chunk; the flush then writes the
+    manifest. No record names the value, so W3 never checks it -- but the store now holds a manifest
+    whose chunk is gone, and `verify` reports the store broken ("missing object ... needed by value").
+    At the most aggressive grace (1 s) a job that flushes less than once a second meets this."""
+    loc = str(tmp_path / "s")
+    dead = casmon.open(loc, autoflush=None)
+    v = np.random.default_rng(0).random(100_000)  # one loose chunk and a manifest
+    dead.put(v)
+    dead.close()  # no record names it
+    w = casmon.open(loc, autoflush=None)
+    w.objects.refresh_view()  # this writer looks at the condemned lists now: none yet
+    assert casmon.open(loc).gc(grace=GRACE).condemned == 2  # the chunk and the manifest
+    d = w.put(v)  # the chunk is stored and condemned by no list this writer has seen: relied on
+    age_lists(loc, 2 * GRACE)
+    casmon.open(loc).gc(grace=GRACE)  # the list is due: the chunk and the old manifest go
+    w.flush()  # the manifest, put before the sweep, is written after it
+    rep = casmon.open(loc).verify()
+    assert rep.ok, rep.as_dict()
+    assert d not in casmon.open(loc) or np.array_equal(casmon.open(loc).get(d), v)
