@@ -606,12 +606,37 @@ _PICKLE_CHECK_LIMIT = 1 << 16
 _pickle_dumps = pickle.dumps
 
 
+class _TooBig(Exception):
+    pass
+
+
+class _LimitedSink:
+    """A file that takes at most ``_PICKLE_CHECK_LIMIT`` bytes: a large value is never pickled whole."""
+
+    __slots__ = ("parts", "n")
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.n = 0
+
+    def write(self, b) -> int:
+        n = len(b) if not isinstance(b, memoryview) else b.nbytes
+        self.n += n
+        if self.n > _PICKLE_CHECK_LIMIT:
+            raise _TooBig
+        self.parts.append(bytes(b))
+        return n
+
+
 def _small_pickle(v: Any) -> bytes | None:
+    """The pickle of ``v`` if it is small (the content check of a mutable value), else None."""
+    sink = _LimitedSink()
     try:
-        b = _pickle_dumps(v, 5)
-    except Exception:  # noqa: BLE001 - not picklable: fingerprint it
+        pickle.Pickler(sink, 5).dump(v)
+    except Exception:  # noqa: BLE001 - too big or not picklable: fingerprint it
         return None
-    return b if len(b) <= _PICKLE_CHECK_LIMIT else None
+    b = b"".join(sink.parts)
+    return b if b == _pickle_dumps(v, 5) else None  # the check compares pickle.dumps output
 
 
 def _content_watch(v: Any) -> tuple:
