@@ -28,6 +28,8 @@ class Digest(bytes):
                 raw = bytes.fromhex(value)
             except ValueError:
                 raise ValueError(f"not a digest: {value!r} is not 32 hex digits") from None
+        elif isinstance(value, int):  # bytes(10**12) would allocate a terabyte of zeros
+            raise ValueError(f"not a digest: {value!r} is a {type(value).__name__}")
         else:
             raw = bytes(value)
         if len(raw) != DIGEST_SIZE:
