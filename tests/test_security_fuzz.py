@@ -303,7 +303,7 @@ def test_crafted_records_runs_and_refs(calls, callfn, manifest, ref_body):
 
 
 @pytest.mark.slow
-@SLOW
+@settings(SLOW, max_examples=800)
 @given(calls_records, callfn_records, run_manifests, ref_bodies)
 def test_crafted_records_runs_and_refs_long(calls, callfn, manifest, ref_body):
     _fuzz_records(calls, callfn, manifest, ref_body)
@@ -326,6 +326,8 @@ def test_huge_lengths_never_allocate():
         serialize.check_manifest("v", "bytes", {"type": "bytes"}, [{"n": 2**50, "cb": 4096, "rb": 1, "c": []}], [], 0, 2**50)
     with pytest.raises(DamagedObjectError, match="out of range"):
         serialize.check_manifest("v", "bytes", {"type": "bytes"}, [{"n": 2**50, "cb": 2**50, "rb": 1, "c": ["0" * 32]}], [], 0, 2**50)
+    with pytest.raises(ValueError, match="is a int"):
+        casmon.Digest(10**12)  # a crafted ref target or _refs entry: bytes(10**12) would be a terabyte
     with pytest.raises(DamagedObjectError, match="holds Python objects"):
         serialize.check_manifest("v", "array", {"dtype": "'|O'", "shape": [1], "order": "C"},
                                  [{"n": 8, "cb": 8, "rb": 8, "c": ["0" * 32]}], [], 0, 8)
