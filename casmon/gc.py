@@ -85,9 +85,17 @@ def _mark(store: Store) -> set[Digest]:
     roots: set[Digest] = set()
     for kind in store.record_kinds():
         t = store.table(kind)
-        for _k, rec in store.records(kind):
-            for h in rec.get("_refs", []):
-                roots.add(Digest(h))
+        for k, rec in store.records(kind):
+            refs = rec.get("_refs", [])
+            try:
+                if not isinstance(refs, list):
+                    raise ValueError("not a list")
+                roots.update(Digest(h) for h in refs if isinstance(h, str))
+                if any(not isinstance(h, str) for h in refs):
+                    raise ValueError("holds something that is not a digest")
+            except ValueError as e:
+                raise DamagedObjectError(f"record {kind}/{k.hex()}", f"its _refs are damaged ({e}); gc cannot tell "
+                                         f"what it needs: run `casmon verify --repair` before gc") from None
         if getattr(t, "damaged", None):
             raise StoreError(f"{store.url}: record table {kind} has damaged files; run `casmon verify --repair` before gc")
     for name in store.refs():

@@ -58,6 +58,8 @@ DEFAULT_CHUNK = 4 << 20
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _U32 = struct.Struct("<I")
+#: A value part this large, read from an untrusted store, has its chunks' sizes checked before it is allocated.
+_CHECK_BEFORE_ALLOCATING = 64 << 20
 #: Flush once this many records wait in memory.
 RECORDS_MAX = 50_000
 
@@ -218,8 +220,8 @@ class Store:
         autoflush: float | None = 5.0,
         durable: bool = False,
     ) -> None:
-        if chunk_size < 4096:
-            raise ValueError(f"chunk_size must be at least 4096 bytes, got {chunk_size}")
+        if not 4096 <= chunk_size <= serialize.MAX_CHUNK:
+            raise ValueError(f"chunk_size must be between 4096 bytes and {serialize.MAX_CHUNK} (1 GiB), got {chunk_size}")
         self.backend = backend
         self.trust = trust
         self.chunk_size = int(chunk_size)
@@ -408,10 +410,12 @@ class Store:
 
     def _read_part(self, part: dict) -> np.ndarray:
         n, cb = int(part["n"]), int(part["cb"])
-        buf = np.empty(n, dtype=np.uint8)
         chunks = [Digest(h) for h in part["c"]]
         if len(chunks) != (n + cb - 1) // cb if cb else 0:
             raise DamagedObjectError("value part", f"{len(chunks)} chunks for {n} bytes of {cb}")
+        if not self.trust and n >= _CHECK_BEFORE_ALLOCATING:
+            self._check_chunk_sizes(chunks, n, cb)  # a crafted manifest must not make us allocate a terabyte
+        buf = np.empty(n, dtype=np.uint8)
         large = []
         for i, d in enumerate(chunks):
             lo = i * cb
@@ -422,6 +426,21 @@ class Store:
                 self.objects.get(d, out=buf[lo:hi])
         self.objects.get_into_many(large)
         return buf
+
+    def _check_chunk_sizes(self, chunks: list[Digest], n: int, cb: int) -> None:
+        """Every chunk exists and has the size the manifest claims (headers only), before the buffer is allocated."""
+        for i, d in enumerate(chunks):
+            want = min(cb, n - i * cb)
+            h = self.objects.loose_header(d) if want >= LOOSE_MIN else None
+            if h is not None:
+                size = h.raw_len
+            else:
+                loc = self.objects.locate(d)
+                if loc is None:
+                    raise MissingObjectError(f"chunk {d.hex()} of a value is not in {self.url}")
+                size = loc.size
+            if size != want:
+                raise DamagedObjectError(f"object {d.hex()}", f"chunk of {size} bytes where its value's manifest says {want}")
 
     def read_chunk(self, digest: Digest, out) -> None:
         """Read one chunk into ``out`` (used by lazy array views)."""

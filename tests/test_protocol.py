@@ -420,3 +420,34 @@ def test_a_stale_index_entry_is_read_past_and_dropped_by_gc(tmp_path):
     fresh = casmon.open(loc)
     assert [x.pack for x in fresh.objects.locations(d)] == [good.pack]
     assert fresh.verify().ok and fresh.get(d) == {"live": True}
+
+
+@pytest.mark.parametrize("refs", [5, ["zz"], [3], "abc"])
+def test_gc_refuses_records_whose_refs_it_cannot_read(tmp_path, refs):
+    """A record whose _refs are damaged could protect anything: gc deletes nothing and says to repair."""
+    import json
+
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    orphan = s.put("maybe needed")
+    s.table("k").add(b"\1" * 16, json.dumps({"_refs": refs}).encode())
+    s.close()
+    with pytest.raises(casmon.errors.DamagedObjectError, match="verify --repair"):
+        casmon.open(tmp_path / "s").gc(grace=0)
+    assert orphan in casmon.open(tmp_path / "s")
+
+
+def test_an_untrusted_store_cannot_make_a_reader_allocate_what_is_not_there(tmp_path):
+    """A manifest claiming 64 GiB of chunks that do not exist: refused before a byte is allocated."""
+    import json
+    import struct
+
+    from casmon.codec import KIND_VALUE, get_codec
+
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    n, cb = 64 << 30, 1 << 30
+    head = {"t": "bytes", "meta": {"type": "bytes"}, "parts": [{"n": n, "cb": cb, "rb": 1, "c": ["ab" * 16] * 64}], "n": n}
+    h = json.dumps(head).encode()
+    d = s.objects.put(b"m" + struct.pack("<I", len(h)) + h, KIND_VALUE, get_codec("zstd"))
+    s.close()
+    with pytest.raises(casmon.errors.MissingObjectError, match="not in"):
+        casmon.open(tmp_path / "s", trust=False).get(d)
