@@ -212,16 +212,25 @@ def _parse_age(text: str | None) -> float | None:
 @click.option("--max-size", metavar="SIZE", help="Evict least recently used cache entries until their results total at most SIZE (e.g. 10G).")
 @click.option("--older-than", metavar="AGE", help="Evict cache entries not used for AGE (e.g. 30d, 12h).")
 @click.option("--grace", type=float, default=3600.0, show_default=True, metavar="SECONDS",
-              help="Delete only what an earlier gc already saw unreachable this long ago.")
+              help="Delete only what an earlier gc condemned (published as unreachable) at least this long ago; "
+                   "at least 60.")
 @click.option("--now", is_flag=True, help="Delete unreachable objects at once (only while nothing else writes).")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@click.option("--break-lock", is_flag=True, help="Take the store lock from a gc or repair that died on another machine.")
 @click.option("--json", "as_json", is_flag=True)
 @trust_option
-def gc(store_location, max_size, older_than, grace, now, dry_run, as_json, trust) -> None:
+def gc(store_location, max_size, older_than, grace, now, dry_run, break_lock, as_json, trust) -> None:
     """Remove objects no record or ref reaches, and repack sparse packs.
 
+    An unreachable object is first condemned (published for writers to see) and
+    removed by a later gc at least --grace seconds after, if still unreachable.
     With --max-size or --older-than, first evict cache entries (least recently used first).
     """
+    from .condemned import MIN_GRACE
+
+    if not now and grace < MIN_GRACE:
+        raise click.BadParameter(f"--grace must be at least {MIN_GRACE:g} seconds (writers rely on it); "
+                                 f"--now deletes at once when nothing else writes to the store", param_hint="--grace")
     from .cache import evict
 
     max_bytes = _parse_size(max_size)
@@ -231,7 +240,7 @@ def gc(store_location, max_size, older_than, grace, now, dry_run, as_json, trust
     if (max_bytes is not None or max_age is not None) and not dry_run:
         evicted = evict(store, max_size=max_bytes, older_than=max_age)
     with _progress(not as_json) as progress:
-        rep = store.gc(grace=0.0 if now else grace, dry_run=dry_run, progress=progress)
+        rep = store.gc(grace=0.0 if now else grace, dry_run=dry_run, progress=progress, break_lock=break_lock)
     store.close()
     if as_json:
         d = rep.as_dict()
@@ -245,8 +254,11 @@ def gc(store_location, max_size, older_than, grace, now, dry_run, as_json, trust
         f"{rep.live_values:,} live values; {rep.unreachable:,} unreachable objects; {verb} {rep.deleted_objects:,} "
         f"({_human(rep.deleted_bytes)}), repacked {rep.repacked_packs} packs"
     )
-    if rep.waiting:
-        console.print(f"{rep.waiting:,} unreachable objects are kept until a gc run {grace:.0f} s after they were first seen (--now removes them)")
+    if rep.condemned:
+        console.print(f"{'would condemn' if dry_run else 'condemned'} {rep.condemned:,} newly unreachable objects: "
+                      f"a gc at least {grace:.0f} s from now removes them if they are still unreachable")
+    if rep.waiting > rep.condemned:
+        console.print(f"{rep.waiting - rep.condemned:,} condemned objects wait for their grace period (--now removes them)")
 
 
 @main.group(invoke_without_command=True)

@@ -848,11 +848,11 @@ class Store:
 
         return verify(self, progress)
 
-    def gc(self, grace: float = 3600.0, dry_run: bool = False, progress=None):
-        """Remove what no record or ref reaches (after ``grace`` seconds); repack sparse packs."""
+    def gc(self, grace: float = 3600.0, dry_run: bool = False, progress=None, break_lock: bool = False):
+        """Remove what no record or ref reaches (condemned at least ``grace`` seconds ago); repack sparse packs."""
         from .gc import gc
 
-        return gc(self, grace=grace, dry_run=dry_run, progress=progress)
+        return gc(self, grace=grace, dry_run=dry_run, progress=progress, break_lock=break_lock)
 
 
 def _parse_record(kind: str, key: bytes, v: bytes) -> dict:

@@ -451,3 +451,24 @@ def test_an_untrusted_store_cannot_make_a_reader_allocate_what_is_not_there(tmp_
     s.close()
     with pytest.raises(casmon.errors.MissingObjectError, match="not in"):
         casmon.open(tmp_path / "s", trust=False).get(d)
+
+
+def test_cli_gc_grace_floor_and_a_lock_held_elsewhere(tmp_path):
+    import json
+
+    from .test_cli import cli
+
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc)
+    s.append("k", {}, refs=[s.put("kept")])
+    s.put("orphan")
+    s.close()
+    p = cli("gc", "--store", loc, "--grace", "5", check=False)
+    assert p.returncode == 2 and "at least 60" in p.stderr
+    # A gc on another machine holds the lock (and may be alive): refused, naming it; --break-lock takes it.
+    (Path(loc) / "gc").mkdir(exist_ok=True)
+    (Path(loc) / "gc" / "lock").write_text(json.dumps({"what": "gc", "host": "elsewhere", "pid": 1, "time": time.time()}))
+    p = cli("gc", "--store", loc, check=False)
+    assert p.returncode == 1 and "elsewhere" in p.stderr and "--break-lock" in p.stderr
+    assert "condemned 1" in cli("gc", "--store", loc, "--break-lock").stdout
+    assert not (Path(loc) / "gc" / "lock").exists()
