@@ -5,8 +5,9 @@ table -- merging its files into a generation, with or without dropping entries
 -- must not run beside another rewrite of the same table: a merge that read the
 files before gc dropped entries, and wrote its generation after, would bring the
 dropped entries back. So every rewrite holds ``gc/lock``. gc, repair and cache
-eviction wait for nobody: they fail with an error naming the holder. A writer's
-routine merge simply skips its turn when the lock is held.
+eviction wait for a writer's merge (a moment) and otherwise fail with an error
+naming the holder. A writer's routine merge simply skips its turn when the lock
+is held.
 
 The lock is a file created with create-if-absent (race-free on local folders
 and S3) holding who took it; the taker reads it back to know it won. A holder
@@ -32,6 +33,8 @@ LOCK_KEY = "gc/lock"
 #: After this many seconds a lock of that kind is taken over even if its host cannot tell the holder died.
 STALE_AFTER = {"merge": 600.0}
 STALE_DEFAULT = 6 * 3600.0
+#: gc, repair and eviction wait this long (seconds) for a writer's merge to finish before giving up.
+MERGE_WAIT = 120.0
 
 
 class StoreLock:
@@ -103,7 +106,11 @@ def _dead(info: dict) -> bool:
 def held(backend: Backend, what: str, url: str = "", break_lock: bool = False) -> Iterator[StoreLock]:
     """Hold the store lock for ``what``; :class:`StoreError` naming the holder if another live process has it."""
     lock = StoreLock(backend, what)
-    if not lock.acquire(break_lock=break_lock):
+    deadline = time.monotonic() + MERGE_WAIT
+    while not lock.acquire(break_lock=break_lock):
+        if lock.holder.get("what") == "merge" and time.monotonic() < deadline:
+            time.sleep(0.05)  # a writer's merge takes a moment: wait for it rather than fail
+            continue
         raise StoreError(f"{url or backend.url}: another {lock.describe()} is rewriting the store; "
                          f"try again later, or, if it died, `casmon gc --break-lock`")
     try:
