@@ -41,6 +41,7 @@ from typing import Any
 
 from .cache import observers as cache_observers
 from .calllog import CallLog, _recorders as call_recorders, _short as short_repr
+from .codeversion import function_name
 from .digest import Digest
 from .errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
 from .fingerprint import fingerprint
@@ -177,7 +178,7 @@ class record:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            rec._start(function=f"{fn.__module__}.{fn.__qualname__}")
+            rec._start(function=function_name(fn))  # __mp_main__ is __main__
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
