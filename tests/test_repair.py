@@ -276,6 +276,8 @@ def test_gc_refuses_to_judge_from_a_damaged_record_table(tmp_path):
         with pytest.raises(DamagedObjectError):
             list(s.records("cache"))  # strict by default: never part of a table
         assert len(list(s.table("cache").items(strict=False))) == 30
+        st = s.stats()  # stats go on, and say how many files are damaged
+        assert st["damaged_files"] == 1 and st["records"]["cache"] >= 30
 
 
 def test_repair_keeps_records_of_a_generation_whose_manifest_is_lost(tmp_path):
