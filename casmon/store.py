@@ -665,6 +665,7 @@ class Store:
                 sealed_at = time.monotonic()
                 stale = {d for d in refs if self._needs_check(d)}
                 bad = self._check_values(stale) if stale else set()
+                bad |= self._check_pending_values()
                 if bad:
                     self._drop_records_needing(bad, tables)
                 self._write_objects()
@@ -725,6 +726,38 @@ class Store:
 
     def _write_objects(self) -> None:
         self.objects.flush()
+
+    def _check_pending_values(self) -> set[Digest]:
+        """Waiting manifests put longer than ``RELY_MAX`` ago: their chunks are checked again before they are written.
+
+        A value whose chunk gc removed meanwhile is not written at all (it would be a manifest naming a
+        missing object); returns such values, so records naming them are kept out too.
+        """
+        now = time.monotonic()
+        old = [d for d, p in list(self.objects._pending.items())
+               if p[1] == KIND_VALUE and now - p[3] > condemned.RELY_MAX]
+        if not old:
+            return set()
+        vt = self.objects.refresh_view()
+        lost: set[Digest] = set()
+        for d in old:
+            try:
+                m = self.manifest(d)
+                ok = all(self.objects.check_stored(c, vt) for c in m.chunk_digests())
+                ok = ok and all(self._check_value(c, vt, set()) for c in m.children)
+            except (MissingObjectError, DamagedObjectError):
+                ok = False
+            with self.objects._lock:
+                p = self.objects._pending.get(d)
+                if p is None:
+                    continue
+                if ok:
+                    self.objects._pending[d] = (*p[:3], vt)
+                else:
+                    del self.objects._pending[d]
+                    self.objects._pending_bytes -= len(p[0])
+                    lost.add(d)
+        return lost
 
     def _needs_check(self, d: Digest) -> bool:
         return time.monotonic() - self.objects.reliance(d) > condemned.RELY_MAX

@@ -142,7 +142,7 @@ def test_a_run_killed_between_its_ref_and_its_record(tmp_path, min_grace, kill_a
     assert casmon.load_run(run.name, s).status == "running"
 
 
-def test_a_value_put_before_gc_swept_its_chunk_and_written_after(tmp_path):
+def test_a_value_put_before_gc_swept_its_chunk_and_written_after(tmp_path, min_grace):
     """Found by tests/test_campaign.py (a writer that stores values without records killed; verify not clean).
 
     A job that stores values without (yet) a record: `put` of a large value relies on its loose chunk,
@@ -151,6 +151,9 @@ def test_a_value_put_before_gc_swept_its_chunk_and_written_after(tmp_path):
     manifest. No record names the value, so W3 never checks it -- but the store now holds a manifest
     whose chunk is gone, and `verify` reports the store broken ("missing object ... needed by value").
     At the most aggressive grace (1 s) a job that flushes less than once a second meets this."""
+    import time
+
+    min_grace(1.0)  # in real time: the grace period really passes between the put and the flush
     loc = str(tmp_path / "s")
     dead = casmon.open(loc, autoflush=None)
     v = np.random.default_rng(0).random(100_000)  # one loose chunk and a manifest
@@ -158,11 +161,11 @@ def test_a_value_put_before_gc_swept_its_chunk_and_written_after(tmp_path):
     dead.close()  # no record names it
     w = casmon.open(loc, autoflush=None)
     w.objects.refresh_view()  # this writer looks at the condemned lists now: none yet
-    assert casmon.open(loc).gc(grace=GRACE).condemned == 2  # the chunk and the manifest
-    d = w.put(v)  # the chunk is stored and condemned by no list this writer has seen: relied on
-    age_lists(loc, 2 * GRACE)
-    casmon.open(loc).gc(grace=GRACE)  # the list is due: the chunk and the old manifest go
-    w.flush()  # the manifest, put before the sweep, is written after it
+    d = w.put(v)  # the chunk is stored and condemned by no list: relied on; the manifest waits in memory
+    assert casmon.open(loc).gc(grace=1.0).condemned == 2  # the chunk and the old manifest
+    time.sleep(1.2)
+    casmon.open(loc).gc(grace=1.0)  # the list is due: the chunk and the old manifest go
+    w.flush()  # the manifest, put before the sweep, comes to be written after it
     rep = casmon.open(loc).verify()
     assert rep.ok, rep.as_dict()
     assert d not in casmon.open(loc) or np.array_equal(casmon.open(loc).get(d), v)
