@@ -16,10 +16,12 @@ from .errors import (
 from .fingerprint import fingerprint, register_hasher, unregister_hasher
 from .serialize import Handler, handlers, register_handler, unregister_handler
 from .store import Store, open
+from .table import StoreDamageWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "StoreDamageWarning",
     "Digest",
     "fingerprint",
     "register_hasher",

@@ -516,20 +516,22 @@ class CallLog:
         """Read what has been flushed since (the log works while writers still run).
 
         Every record is checked before use: a malformed one raises
-        :class:`DamagedObjectError` naming it, never another error.
+        :class:`DamagedObjectError` naming it, never another error. A damaged
+        table file is skipped with a :class:`~casmon.StoreDamageWarning` (the
+        calls it held are missing until ``casmon verify --repair``).
         """
         store = self.store
         sessions = {}
-        for key, r in store.records(KIND_SESSION):
+        for key, r in store.records(KIND_SESSION, strict=False):
             where = f"record {KIND_SESSION}/{key.hex()}"
             sessions[_int(r.get("n"), where, "n")] = r
         functions: dict[str, _FunctionInfo] = {}
-        for key, r in store.records(KIND_CALLFN):
+        for key, r in store.records(KIND_CALLFN, strict=False):
             where = f"record {KIND_CALLFN}/{key.hex()}"
             name = _str(r.get("fn"), where, "fn")
             fi = functions.setdefault(name, _FunctionInfo(name))
             fi.params = _params(r.get("params", []), where)
-        for key, batch in store.records(KIND_CALLS):
+        for key, batch in store.records(KIND_CALLS, strict=False):
             where = f"record {KIND_CALLS}/{key.hex()}"
             s = _int(batch.get("session"), where, "session")
             names = batch.get("fns")

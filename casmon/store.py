@@ -506,9 +506,14 @@ class Store:
         self._after_write()
         return k
 
-    def records(self, kind: str) -> Iterator[tuple[Digest, dict]]:
-        """Every record of ``kind`` from every writer, with its key."""
-        for k, v in self.table(kind).items():
+    def records(self, kind: str, strict: bool = True) -> Iterator[tuple[Digest, dict]]:
+        """Every record of ``kind`` from every writer, with its key.
+
+        ``strict`` (the default, what gc and verify need): a damaged table file
+        raises :class:`DamagedObjectError`. ``strict=False``: what can be read,
+        skipping damaged files with one :class:`StoreDamageWarning` each.
+        """
+        for k, v in self.table(kind).items(strict=strict):
             yield Digest(k), _parse_record(kind, k, v)
 
     def lookup(self, kind: str, key: bytes, refresh: bool = True) -> list[dict]:

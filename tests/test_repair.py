@@ -364,3 +364,29 @@ def test_leftover_buckets_of_a_killed_merge_are_not_damage(tmp_path):
     shutil.copytree(src, dst)
     assert casmon.open(root).verify().ok
     assert all(casmon.open(root).lookup("cache", k) for k in keys)
+
+
+def test_a_damaged_calls_file_hides_only_its_calls(tmp_path):
+    """casmon.load on a store with one damaged calls file: the other calls load, with one warning naming it."""
+    import warnings
+
+    root = tmp_path / "s"
+    s = casmon.open(root, autoflush=None)
+
+    @casmon.intercept(store=s)
+    def f(i):
+        return i
+
+    for i in range(5):
+        f(i)
+    s.flush()
+    for i in range(5, 12):
+        f(i)
+    s.close()
+    first = sorted((root / "records" / "calls" / "l0").iterdir())[0]
+    flip(first)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        log = casmon.load(casmon.open(root))
+        assert sorted(c.n for c in log.calls("f")) == list(range(6, 13))
+    assert [w for w in caught if issubclass(w.category, casmon.StoreDamageWarning) and first.name in str(w.message)]
