@@ -85,10 +85,19 @@ class _Group(click.Group):
     """Turns casmon's errors (and lookups of what does not exist) into one line on stderr, exit status 1."""
 
     def invoke(self, ctx):
+        import warnings
+
+        # casmon's warnings (a damaged file skipped, ...) are one line each on stderr, like its errors.
+        warnings.showwarning = _show_warning
         try:
             return super().invoke(ctx)
         except (CasmonError, LookupError) as e:
             raise click.ClickException(_one_line(e)) from None
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = str(message)
+    click.echo(f"Warning: {text[len('casmon: '):] if text.startswith('casmon: ') else text}", err=True)
 
 
 @contextmanager

@@ -301,7 +301,9 @@ def test_damaged_calls_table_is_one_error_line(tmp_path):
     data[-3] ^= 0xFF
     l0.write_bytes(bytes(data))
     r = cli("calls", "--store", str(tmp_path / "s"), check=False)
-    assert r.returncode == 1 and "Traceback" not in r.stderr and "damaged" in r.stderr
+    # what can be read is shown; the damaged file is named on one warning line
+    assert "Traceback" not in r.stderr and "damaged" in r.stderr and "verify --repair" in r.stderr, r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
 
 
 SECRET_RUN = r'''
