@@ -331,7 +331,9 @@ def test_revive_an_orphan_at_the_most_aggressive_grace(where, tmp_path, request)
 
 
 SIGINT_LOOP = """
-import sys, casmon, casmon.calllog as cl
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job of a script starts with SIGINT ignored
+import casmon, casmon.calllog as cl
 cl.PENDING_MAX = int(sys.argv[2])       # frequent in-thread flushes: Ctrl-C often lands inside one
 store = casmon.open(sys.argv[1], autoflush=None)
 
@@ -367,7 +369,11 @@ def _sigint_trials(tmp_path, n: int, figures) -> None:
         assert p.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.2, 1.5))
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
         assert p.returncode == 0, err
         made = int(out.strip())
         s = casmon.open(loc)
