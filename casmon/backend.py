@@ -80,6 +80,20 @@ class _Loop:
             if loop is None or cls._pid != os.getpid():
                 return
             cls._loop = None
+
+        async def drain() -> None:
+            # Writes still under way (their waiter was interrupted by Ctrl-C) finish -- each is a
+            # create-if-absent of a content-addressed object -- instead of being destroyed pending.
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if tasks:
+                await asyncio.wait(tasks, timeout=10)
+                for t in tasks:
+                    t.cancel()
+
+        try:
+            asyncio.run_coroutine_threadsafe(drain(), loop).result(timeout=15)
+        except Exception:  # noqa: BLE001 - stopping the loop matters more than draining it
+            pass
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
