@@ -55,7 +55,6 @@ WRITE_MAX = MIN_GRACE / 6
 GAP_MAX = MIN_GRACE / 2
 
 
-
 def configure(min_grace: float) -> None:
     """Set :data:`MIN_GRACE` and the writer bounds derived from it (tests; every process of a store must agree)."""
     global MIN_GRACE, VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX
