@@ -65,12 +65,29 @@ def test_verify_reports_truncated_pack_and_deleted_chunk(tmp_path):
     s, keep, small, orphan, orphan_small, big = build(tmp_path)
     (pack,) = list((tmp_path / "s" / "packs").iterdir())
     pack.write_bytes(pack.read_bytes()[:-10])
-    chunk = next(s.manifest(orphan).chunk_digests())
+    chunk = next(s.manifest(keep).chunk_digests())  # a chunk a record needs
     (tmp_path / "s" / loose_key(chunk)).unlink()
     rep = casmon.open(tmp_path / "s").verify()
     assert not rep.ok
     assert any("packs/" in k for k, _ in rep.damaged)
     assert any(chunk.hex() in what for what, _ in rep.missing)
+
+
+def test_verify_counts_garbage_that_gc_is_collecting_piece_by_piece(tmp_path):
+    """An unreachable value whose chunk gc already removed is garbage on its way out, not damage;
+    the same loss under a value a record needs is reported."""
+    s, keep, small, orphan, orphan_small, big = build(tmp_path)
+    s.close()
+    orphan_chunk = next(s.manifest(orphan).chunk_digests())
+    (tmp_path / "s" / loose_key(orphan_chunk)).unlink()
+    rep = casmon.open(tmp_path / "s").verify()
+    assert rep.ok, rep.as_dict()
+    assert rep.checked["unreachable values partly collected (gc removes the rest)"] == 1
+    kept_chunk = next(s.manifest(keep).chunk_digests())
+    (tmp_path / "s" / loose_key(kept_chunk)).unlink()
+    rep = casmon.open(tmp_path / "s").verify()
+    assert not rep.ok and any(kept_chunk.hex() in what for what, _ in rep.missing)
+    assert any(keep.hex() in " ".join(deps) for deps in rep.affected.values())
 
 
 def test_verify_reports_damaged_table_and_ref(tmp_path):
