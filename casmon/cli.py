@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .errors import CasmonError, UntrustedStoreError
+from .peek import _human  # one formatter of sizes for everything casmon shows
 
 # Piped output is not wrapped at 80 columns, so it can be searched line by line.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -40,12 +41,6 @@ store_option = click.option(
 )
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _trusted() -> bool:

@@ -702,14 +702,13 @@ class Store:
 
     def _protect_held(self) -> None:
         """Copy values put and not yet named by any record (a running call's arguments) that gc condemned."""
-        self.objects.view()
+        vt = self.objects.view()
         lists = frozenset(self.objects._lists)
         if lists == self._held_lists:
             return
         self._held_lists = lists
         if not self.objects._condemned:
             return
-        vt = self.objects.view()
         for d in list(self._held):
             self._check_value(d, vt, set())  # copies what is condemned into the next pack
 
