@@ -22,13 +22,14 @@ import zarr
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store as ZarrStore, SuffixByteRequest
 from zarr.storage import MemoryStore
 
+from . import display
 from .digest import Digest
 from .serialize import dtype_from_meta
 
 if TYPE_CHECKING:
     from .store import Manifest, Store
 
-__all__ = ["ChunkView", "open_array"]
+__all__ = ["ChunkView", "StoredArray", "open_array"]
 
 
 def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
@@ -66,6 +67,11 @@ class ChunkView(ZarrStore):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest
+
+    def __str__(self) -> str:  # zarr shows it in its own reprs (a path, for stores that have one)
+        return f"casmon value {self._manifest.digest.hex()}"
+
+    __repr__ = __str__
 
     def _chunk_index(self, key: str) -> int | None:
         if key == "c":  # zero-dimensional
@@ -179,4 +185,19 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array:
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * dtype.itemsize if chunks else dtype.itemsize
     view = ChunkView(store, manifest, md, chunk_nbytes, fortran)
     arr = zarr.open_array(view, mode="r", zarr_format=3)
-    return arr
+    try:
+        return StoredArray(arr.async_array)
+    except Exception:  # noqa: BLE001 - a zarr whose Array cannot be subclassed so: the plain array still works
+        return arr
+
+
+class StoredArray(zarr.Array):
+    """A stored array opened lazily: a read-only ``zarr.Array`` that says what it is (shape, dtype, chunks, digest)."""
+
+    @display.guarded_text("array")
+    def __repr__(self) -> str:
+        return display.array_text(self)
+
+    @display.guarded_html("array")
+    def _repr_html_(self) -> str:
+        return display.array_html(self)

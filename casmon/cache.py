@@ -38,6 +38,7 @@ import xxhash
 
 from .codeversion import (VersionedFingerprinter, _unwrap_callable, function_name, register_texts, texts_for_workers,
                           version_tracker)
+from . import display
 from .digest import Digest
 from .errors import CasmonError, DamagedObjectError, MissingObjectError
 from .fingerprint import Fingerprinter, canonical_module, fingerprint
@@ -103,6 +104,20 @@ class ResultRef:
     @property
     def nbytes(self) -> int:
         return int(self.entry.get("size", 0))
+
+    def describe(self) -> str:
+        """The stored result in one line, from its manifest alone (nothing is loaded or unpickled)."""
+        from .peek import describe
+
+        return describe(self.store, self.digest, 80)
+
+    @display.guarded_text("cached result")
+    def __repr__(self) -> str:
+        return display.result_ref_text(self, self.describe())
+
+    @display.guarded_html("cached result")
+    def _repr_html_(self) -> str:
+        return display.result_ref_html(self, self.describe())
 
 
 class _Usage:
@@ -409,7 +424,8 @@ class _CachedFunction:
                     and "<lambda>" not in self.name):
                 warnings.warn(
                     f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since "
-                    "its results were cached; they will not be used. `casmon cache clear` or `casmon gc` frees their space.",
+                    f"its results were cached; they will not be used. `casmon cache clear {self.name}`, then two `casmon gc` an hour "
+                    "apart (or `casmon gc --now` while nothing else writes), frees their space.",
                     CacheWarning,
                     stacklevel=_user_stacklevel(),
                 )
@@ -502,8 +518,11 @@ class _CachedFunction:
                 t = type(v)
                 tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
                 what = "cannot be read" if files and name in files else "cannot be hashed"
+                remedy = "" if what == "cannot be read" else (
+                    f" To cache it, leave it out of the key with @casmon.cache(ignore=[{name!r}]) or hash it yourself "
+                    f"with hashers={{{name!r}: lambda v: ...}}.")
                 self._warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
-                           f"({tname}) {what}, so the call is skipped by the cache: {e}")
+                           f"({tname}) {what}, so the call is skipped by the cache: {e}.{remedy}")
                 return None, fp.trackers, None
         return fp.digest(), fp.trackers, listing
 
@@ -713,6 +732,19 @@ class CachedFunction:
         state = self.__casmon_cache__
         entries = state.entries()
         return CacheInfo(state.hits, state.misses, len(entries), sum(int(r.get("size", 0)) for _, r in entries))
+
+    def entries(self) -> display.CacheEntries:
+        """This function's entries in the store, newest first, as :class:`ResultRef` handles (nothing loaded).
+
+        A list that shows itself as a table; ``.to_pandas()`` gives a DataFrame.
+        """
+        from .peek import as_digest
+
+        state = self.__casmon_cache__
+        refs = [ResultRef(state.store, as_digest(r.get("result"), f"cache entry {k.hex()} of {state.name}"), k, r)
+                for k, r in state.entries()]
+        refs.sort(key=lambda x: x.entry.get("time", 0), reverse=True)
+        return display.CacheEntries(refs)
 
     def cache_clear(self) -> None:
         """Forget every cached result of this function (in every process using the store)."""
@@ -940,20 +972,38 @@ def clear_function(store: Store, name: str) -> str:
     return full
 
 
-def evict(store: Store, max_size: int | None = None, older_than: float | None = None) -> tuple[int, int]:
+def evict(store: Store, max_size: int | None = None, older_than: float | None = None,
+          plan: dict[bytes, tuple[str, int]] | None = None) -> tuple[int, int]:
     """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
     their results add up to at most ``max_size`` bytes. Also drops cleared entries.
 
     Returns ``(entries dropped, bytes of their results)``. The results' data is
-    removed by the gc that follows (subject to its grace period).
+    removed by the gc that follows (subject to its grace period). ``plan``: what
+    :func:`eviction_plan` returned, to drop exactly what it showed.
+    """
+    if plan is None:
+        plan = eviction_plan(store, max_size, older_than)
+    if not plan:
+        return 0, 0
+    from .lock import held
+
+    with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
+        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
+    return len(plan), sum(size for _fn, size in plan.values())
+
+
+def eviction_plan(store: Store, max_size: int | None = None, older_than: float | None = None) -> dict[bytes, tuple[str, int]]:
+    """What :func:`evict` would drop, changing nothing: entry key -> (function, bytes of its result).
+
+    ``casmon gc --dry-run`` shows it, and previews the gc after it from it.
     """
     store.flush()
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped]
+    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
     for k, r in store.records(KIND):
-        e = entries.setdefault(bytes(k), [0.0, 0, False])
+        e = entries.setdefault(bytes(k), [0.0, 0, False, str(r.get("fn", ""))])
         e[0] = max(e[0], r.get("time", 0.0))
         e[1] = max(e[1], int(r.get("size", 0)))
         if r.get("time", 0.0) <= cleared.get(r.get("fn", ""), 0.0):
@@ -976,12 +1026,4 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
                 break
             e[2] = True
             total -= e[1]
-    doomed = {k for k, e in entries.items() if e[2]}
-    if not doomed:
-        return 0, 0
-    dropped_bytes = sum(entries[k][1] for k in doomed)
-    from .lock import held
-
-    with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
-        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in doomed)
-    return len(doomed), dropped_bytes
+    return {k: (e[3], e[1]) for k, e in entries.items() if e[2]}

@@ -24,7 +24,6 @@ since its last flush, and leaves the store valid.
 from __future__ import annotations
 
 import functools
-import html
 import inspect
 import itertools
 import os
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .codeversion import function_name
+from . import display
 from .digest import Digest
 from .errors import DamagedObjectError, UntrustedStoreError
 from .fingerprint import fingerprint
@@ -56,6 +56,24 @@ _INLINE_STR = 256
 _SCALARS = frozenset((type(None), bool, int, float, str))
 #: Calls waiting in memory before a flush is forced.
 PENDING_MAX = 200_000
+
+
+def main_origin() -> dict | None:
+    """Where this process's ``__main__`` came from, for replaying functions logged as ``__main__.f``.
+
+    ``{"script": "/abs/path/x.py"}`` for ``python x.py``, ``{"module": "pkg.mod", "script": path}`` for
+    ``python -m pkg.mod``; None for an interactive interpreter (and whatever else has no file).
+    ``casmon replay --import-main`` imports the recorded script -- only when the user asks.
+    """
+    m = sys.modules.get("__main__")
+    f = getattr(m, "__file__", None)
+    if not isinstance(f, str) or not f.endswith(".py"):
+        return None
+    out: dict = {"script": os.path.abspath(f)}
+    spec = getattr(m, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None):
+        out["module"] = spec.name
+    return out
 
 
 class CallLogWarning(UserWarning):
@@ -147,6 +165,9 @@ class _Recorder:
             "python": sys.version.split()[0],
             "rank": self.rank,
         }
+        main = main_origin()
+        if main:
+            info["main"] = main
         while not store.create_ref(f"{SESSION_REFS}/{n:06d}", None, info):
             n += 1
         store.append(KIND_SESSION, {"n": n, **info, "time": time.time(), "_ref": f"{SESSION_REFS}/{n:06d}"},
@@ -559,7 +580,7 @@ class CallLog:
         for fi in functions.values():
             for calls in fi.sessions.values():
                 calls.sort(key=lambda c: c.n)
-        self.sessions = dict(sorted(sessions.items()))
+        self.sessions = display.Sessions(sorted(sessions.items()))  # a dict that shows local dates
         self.functions = dict(sorted(functions.items()))
 
     # -- lookups -----------------------------------------------------------------
@@ -722,8 +743,11 @@ class CallLog:
             parts.append(prefix + p[0] + (f"={self.describe_cell(p[2], 30)}" if len(p) > 2 else ""))
         return f"{fi.name}({', '.join(parts)})"
 
+    @display.guarded_text("call log")
     def __repr__(self) -> str:
-        lines = [f"CallLog({self.store.url!r}: {len(self.functions)} functions, {len(self)} calls, {len(self.sessions)} sessions)"]
+        n = display.count
+        lines = [f"CallLog({self.store.url!r}: {n(len(self.functions), 'function')}, {n(len(self), 'call')}, "
+                 f"{n(len(self.sessions), 'session')})"]
         for name, fi in self.functions.items():
             sess = sorted(fi.sessions)
             latest = len(fi.sessions[sess[-1]]) if sess else 0
@@ -733,18 +757,14 @@ class CallLog:
                          f"args {args}; defaults ({defaults})")
         return "\n".join(lines)
 
+    @display.guarded_html("call log")
     def _repr_html_(self) -> str:
-        rows = []
-        for name, fi in self.functions.items():
-            sess = sorted(fi.sessions)
-            rows.append(
-                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-                    html.escape(self.signature(name)), fi.total(), html.escape(_ranges(sess)),
-                    len(fi.sessions[sess[-1]]) if sess else 0)
-            )
-        return (f"<p>casmon call log <code>{html.escape(self.store.url)}</code>: {len(self.sessions)} sessions</p>"
-                "<table><tr><th>function</th><th>calls</th><th>sessions</th><th>calls in latest</th></tr>"
-                + "".join(rows) + "</table>")
+        return display.calllog_html(self, self.signature, _ranges)
+
+    def to_pandas(self, name: str | None = None, **filters: Any):
+        """Calls as a pandas DataFrame, one row each: function, session, n, start (local time), duration_s, pid,
+        rank, thread, status. ``name`` and ``filters`` select calls as :meth:`calls` does. Needs pandas."""
+        return display.calls_frame(self.calls(name, **filters))
 
 
 def _ranges(ns: list[int]) -> str:
@@ -797,7 +817,7 @@ def _params(v: Any, where: str) -> list:
 
 def load(store: Store | str | None = None) -> CallLog:
     """The call log of a store (default ``$CASMON_STORE`` or ``./.casmon``)."""
-    s = default_store(store) if not isinstance(store, Store) else store
+    s = default_store(store, create=False) if not isinstance(store, Store) else store  # reading creates nothing
     s.flush()
     return CallLog(s)
 

@@ -35,6 +35,7 @@ import xxhash
 
 from .codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, MAGIC, Frame, decode_frame, read_header, split_pack
 from .digest import Digest
+from .display import StoreStats, guarded_html, guarded_text, verify_html, verify_text
 from .errors import CasmonError, DamagedObjectError
 from .objects import Location, loose_key, pack_key
 from .table import Survey, Table
@@ -179,7 +180,7 @@ def stats(store: Store, progress: Progress | None = None) -> dict:
     object_bytes = by_area["objects"][1] + by_area["packs"][1]
     records = {kind: store.table(kind).count() for kind in store.record_kinds()}
     damaged = sum(len(_table_at(store, p).damaged) for p in _table_prefixes(store))
-    return {
+    return StoreStats({  # a dict that shows itself (sizes in MiB, ratios rounded)
         "store": store.url,
         "values": len(values),
         "chunks": len(packed_chunks) + len(inv.loose),
@@ -197,7 +198,7 @@ def stats(store: Store, progress: Progress | None = None) -> dict:
         "records": records,
         "refs": len(store.refs()),
         "damaged_files": damaged,
-    }
+    })
 
 
 # -- verify -------------------------------------------------------------------------
@@ -229,6 +230,14 @@ class VerifyReport:
             "missing": [{"object": k, "needed_by": n} for k, n in self.missing],
             "affected": self.affected,
         }
+
+    @guarded_text("verify report")
+    def __repr__(self) -> str:
+        return verify_text(self)
+
+    @guarded_html("verify report")
+    def _repr_html_(self) -> str:
+        return verify_html(self)
 
 
 def verify(store: Store, progress: Progress | None = None) -> VerifyReport:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from . import display
 from .cache import observers as cache_observers
 from .calllog import CallLog, _recorders as call_recorders, _short as short_repr
 from .codeversion import function_name
@@ -47,7 +48,7 @@ from .errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFo
 from .fingerprint import fingerprint
 from .gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from .capture import OutputCapture
-from .peek import Described, as_digest, describe, load_data, peek
+from .peek import Described, as_digest, compare as compare_values, describe, load_data, peek
 from .scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from .store import Store, default_store
 
@@ -101,8 +102,23 @@ class Run:
         self.cache_links: list[dict] = []
         self._lock = threading.Lock()
 
+    # ``run["k"] = v`` is ``run.info["k"] = v``: FineCache's record_context yields a dict, and its users write so.
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.info[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.info[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.info
+
+    @display.guarded_text("run")
     def __repr__(self) -> str:
-        return f"<casmon Run {self.name} ({self.manifest.get('status', '?')})>"
+        return display.run_text(self)
+
+    @display.guarded_html("run")
+    def _repr_html_(self) -> str:
+        return display.run_html(self)
 
     def _cache_observer(self, store, fn, key, result, hit) -> None:
         if store is self.store:
@@ -445,8 +461,23 @@ class RunInfo:
             info[k] = v if _is_json(v) else repr(v)
         return info
 
+    def info_cells(self) -> dict[str, Any]:
+        """The run's ``info`` for display, nothing loaded: JSON values as they are, stored values described."""
+        out: dict[str, Any] = {}
+        for k, v in self.manifest.get("info", {}).items():
+            try:
+                out[k] = _info_cell(self, v) if _is_value_ref(v) else v
+            except CasmonError as e:  # one bad entry does not hide the others
+                out[k] = Described(Digest(bytes(16)), f"<unreadable: {e}>")
+        return out
+
+    @display.guarded_text("run")
     def __repr__(self) -> str:
-        return f"<casmon run {self.name} {self.status}>"
+        return display.run_text(self)
+
+    @display.guarded_html("run")
+    def _repr_html_(self) -> str:
+        return display.run_html(self)
 
 
 def _iso(t: float | None) -> str | None:
@@ -482,7 +513,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     Run manifests are data: they load without ever running code, and each is
     checked (:class:`DamagedObjectError` names a malformed one).
     """
-    s = default_store(store)
+    s = default_store(store, create=False)  # reading creates nothing
     out = []
     for name in s.refs(RUN_REFS):
         ref = s.get_ref(name)
@@ -507,7 +538,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
                         "start": t if type(t) in (int, float) else None}
         out.append(RunInfo(s, name, manifest, error))
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
-    return out
+    return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
 
 
 def _short_error(e: BaseException) -> str:
@@ -613,8 +644,11 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     ia, ib = ma.get("info", {}), mb.get("info", {})  # compared as stored: a digest stands for its value
     out["info"] = {k: {"a": _info_cell(ra, ia.get(k)), "b": _info_cell(rb, ib.get(k))} for k in sorted(set(ia) | set(ib), key=str)
                    if not _same_cell(ia.get(k), ib.get(k))}
+    for k, cell in out["info"].items():  # two stored values: how they differ (arrays element by element), nothing unpickled
+        if _is_value_ref(ia.get(k)) and _is_value_ref(ib.get(k)) and ra.store.url == rb.store.url:
+            cell["how"] = compare_values(ra.store, ia[k]["$"], ib[k]["$"])
     out["results"] = _result_differences(ra, rb)
-    return out
+    return display.RunDiff(out, ra, rb)  # a dict that shows itself (patch in colour, info side by side)
 
 
 def _short(v: Any) -> Any:
