@@ -7,8 +7,11 @@ Differences that are fixes: cache keys are content digests, not md5 of
 eight arguments no longer make a file name too long); results are stored once
 by content in ``{base_path}/.casmon``; a run records untracked files too, stores
 tracked files by content instead of copying them, and two runs started at once
-never share a number. Runs live in the store: ``casmon export RUN DIR`` writes
-the familiar folder (``information.json``, ``current_changes.patch``,
+never share a number. Runs live in the store *and* in FineCache's folders:
+``record_context`` / ``record`` create ``{dir_prefix}{n}[-{comment}]`` under the
+``IncrementDir``'s base path when the run starts (the store's run number and
+the folder's number are claimed together) and, when it ends, write into it the
+bytes ``casmon export`` writes (``information.json``, ``current_changes.patch``,
 ``console.log``, tracked files). Importing this module configures no logging.
 """
 
@@ -18,7 +21,10 @@ import hashlib
 import os
 import pickle
 import re
+import shutil
+import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +36,7 @@ from typing import Any, Callable
 from ..cache import _CachedFunction, cache as _cache
 from ..fingerprint import Fingerprinter
 from ..gitstate import capture_code_state
-from ..runs import record as _record
+from ..runs import RUN_REFS, RunWarning, export as _export, load_run as _load_run, record as _record
 from ..store import default_store
 
 __all__ = ["FineCache", "CacheFilenameConfig", "IncrementDir", "CachedCall", "PickleAgent", "HashFunc"]
@@ -99,23 +105,104 @@ class IncrementDir:
 
     @property
     def latest_dir(self) -> tuple[int | None, str | None]:
+        found = self._numbered()
+        return max(found, key=lambda x: x[0]) if found else (None, None)
+
+    def _numbered(self) -> list[tuple[int, str]]:
         if not self.base_path.is_dir():
-            return None, None
+            return []
         found = []
         for d in os.listdir(self.base_path):
-            if (self.base_path / d).is_dir() and d.startswith(self.dir_prefix):
+            if d.startswith(self.dir_prefix) and (self.base_path / d).is_dir():
                 m = re.match(r"\d+", d[len(self.dir_prefix) :])
                 if m:
                     found.append((int(m.group(0)), d))
-        return max(found, key=lambda x: x[0]) if found else (None, None)
+        return found
 
     def create_new_dir(self, dir_suffix: str = "") -> str:
+        """The next folder; an existing folder of the same name is never reused (FineCache's would be)."""
         n, _ = self.latest_dir
         n = 1 if n is None else n + 1
-        name = f"{self.dir_prefix}{n}-{dir_suffix}" if dir_suffix else f"{self.dir_prefix}{n}"
-        path = self.base_path / name
-        path.mkdir(parents=True, exist_ok=True)
-        return str(path)
+        self.base_path.mkdir(parents=True, exist_ok=True)
+        while True:
+            name = f"{self.dir_prefix}{n}-{dir_suffix}" if dir_suffix else f"{self.dir_prefix}{n}"
+            path = self.base_path / name
+            try:
+                path.mkdir()
+            except FileExistsError:
+                n += 1
+                continue
+            return str(path)
+
+
+class _FolderRecord(_record):
+    """A casmon run that also keeps FineCache's run folder ``{dir_prefix}{n}[-{comment}]``.
+
+    The number is claimed in the store (create-if-absent ``runs/{prefix}{n}``,
+    so two processes never share one) starting above every number the store
+    *and* the base path already use, and skipping numbers a folder took
+    meanwhile; the folder is made as soon as the number is won.
+    """
+
+    def __init__(self, inc: Any, **kwargs: Any) -> None:
+        super().__init__(increment_dir=inc, **kwargs)
+        self.inc = inc
+        self.folder: Path | None = None
+
+    def _track(self, store, root, store_root, refs):
+        # FineCache never copies its own run folders into a run: skip the base path (or, when the base path
+        # is the project root, the run folders in it).
+        base = Path(self.inc.base_path).resolve()
+        if base == Path(root).resolve() or base in Path(root).resolve().parents:
+            self.exclude_dirs = [base / d for _, d in _numbered(self.inc)]
+        else:
+            self.exclude_dirs = [base]
+        return super()._track(store, root, store_root, refs)
+
+    def _claim(self, store):
+        base = Path(self.inc.base_path)
+        taken = []
+        for name in store.refs(RUN_REFS):
+            tail = name[len(RUN_REFS) + 1 :]
+            if tail.startswith(self.prefix) and tail[len(self.prefix) :].isdigit():
+                taken.append(int(tail[len(self.prefix) :]))
+        n = max(taken + [k for k, _ in _numbered(self.inc)], default=0) + 1
+        while True:
+            if n in {k for k, _ in _numbered(self.inc)}:  # a folder took it (FineCache itself, or by hand)
+                n += 1
+                continue
+            ref = f"{RUN_REFS}/{self.prefix}{n}"
+            if store.create_ref(ref, None, {"status": "claimed", "time": time.time()}):
+                name = f"{self.prefix}{n}" + (f"-{self.comment}" if self.comment else "")
+                base.mkdir(parents=True, exist_ok=True)
+                self.folder = base / name
+                self.folder.mkdir(exist_ok=True)
+                return n, ref
+            n += 1
+
+
+def _numbered(inc: Any) -> list[tuple[int, str]]:
+    """``(n, folder name)`` of every run folder of ``inc`` (any IncrementDir-like object: ``base_path``, ``dir_prefix``)."""
+    if isinstance(inc, IncrementDir):
+        return inc._numbered()
+    return IncrementDir(inc.base_path, getattr(inc, "dir_prefix", "") or "")._numbered()
+
+
+def write_run_folder(store, ref: str, folder: Path) -> None:
+    """Write into ``folder`` exactly what ``casmon export`` writes for run ``ref`` (files the run's code put there stay).
+
+    The files are exported into a temporary folder inside ``folder`` first and
+    then renamed into place, so each appears whole.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=".casmon-export-", dir=folder))
+    try:
+        _export(_load_run(ref, store), tmp, store)
+        for src in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            dest = folder / src.relative_to(tmp)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _keyed_state(args_hash, kwargs_hash):
@@ -184,27 +271,42 @@ class FineCache:
     @contextmanager
     def record_context(self, inc_dir: IncrementDir | None = None, comment: str = "", tracking_files: list | None = None,
                        save_output: bool = True, *, increment_dir: IncrementDir | None = None):
-        """Record a run; yields FineCache's information dict, whose added keys are kept with the run."""
-        rec = _record(comment=comment, store=self.store, increment_dir=increment_dir or inc_dir,
-                      tracking_files=tracking_files or [], save_output=save_output, code_state=self._code)
+        """Record a run; yields FineCache's information dict, whose added keys are kept with the run.
+
+        The run is kept in the store and in the folder ``{dir_prefix}{n}[-{comment}]``
+        under the IncrementDir's base path (default: this FineCache's base path).
+        """
+        inc = increment_dir or inc_dir or IncrementDir(self.base_path)
+        if re.search(r"[/\\\0]", comment) or comment in (".", ".."):
+            raise ValueError(f"record_context: comment={comment!r} would not be one folder name")
+        rec = _FolderRecord(inc, comment=comment, store=self.store, tracking_files=tracking_files or [],
+                            save_output=save_output, code_state=self._code)
         rec.code_time = self._code_time
-        with rec as run:
-            information: dict[str, Any] = {
-                "commit": self.commit_hash,
-                "run_time": str(datetime.now()),
-                "patch_time": self.patch_time,
-                "project_root": self.project_root,
-            }
-            if run.manifest.get("tracking_records"):
-                information["tracking_records"] = run.manifest["tracking_records"]
-            fixed = dict(information)
-            try:
-                yield information
-            finally:
-                for k, v in information.items():
-                    if k not in fixed or v != fixed[k]:
-                        run.info[k] = v
-        self.last_run = run
+        run = None
+        try:
+            with rec as run:
+                information: dict[str, Any] = {
+                    "commit": self.commit_hash,
+                    "run_time": str(datetime.now()),
+                    "patch_time": self.patch_time,
+                    "project_root": self.project_root,
+                }
+                if run.manifest.get("tracking_records"):
+                    information["tracking_records"] = run.manifest["tracking_records"]
+                fixed = dict(information)
+                try:
+                    yield information
+                finally:
+                    for k, v in information.items():
+                        if k not in fixed or v != fixed[k]:
+                            run.info[k] = v
+            self.last_run = run
+        finally:
+            if run is not None and rec.folder is not None:
+                try:
+                    write_run_folder(self.store, run.ref, rec.folder)
+                except Exception as e:  # noqa: BLE001 - the run is in the store; never hide the user's own error
+                    warnings.warn(f"FineCache: could not write run folder {rec.folder}: {e}", RunWarning, stacklevel=3)
 
     def record(self, increment_dir: IncrementDir | None = None, comment: str = "", tracking_files: list | None = None,
                save_output: bool = True):
