@@ -25,6 +25,7 @@ import asyncio
 import os
 import re
 import threading
+import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -323,6 +324,45 @@ class Backend:
         self.requests += 1
         return asyncio.run_coroutine_threadsafe(z.set_if_not_exists(key, Buffer.from_bytes(data)), _Loop.get())
 
+    def local_path(self, key: str) -> Path | None:
+        """The file behind ``key`` in a writable-or-not local folder store, else None.
+
+        Large chunks are read straight into their destination buffer through it
+        (no intermediate bytes object), from any thread, without the event loop.
+        """
+        root = self.local_root
+        return None if root is None else root / key
+
+    def create_frame(self, key: str, header: bytes, payload) -> None:
+        """:meth:`create` of ``header + payload`` without joining them (a large raw chunk is not copied).
+
+        Safe to call from any thread. On a local folder it does what zarr's
+        ``LocalStore.set_if_not_exists`` does -- write a ``*.partial`` file, then
+        ``os.link`` it into place (create-if-absent) -- with two writes and no
+        event loop; elsewhere it joins the two and calls :meth:`create`.
+        """
+        path = self.local_path(key)
+        if path is None or self.read_only:
+            self.create(key, header + payload)
+            return
+        self.requests += 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+        try:
+            with open(tmp, "xb") as f:
+                f.write(header)
+                f.write(payload)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # content-addressed: whoever won wrote the same bytes
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        self.sync([key])
+
     def create_many(self, items: list[tuple[str, Any]]) -> None:
         z = self._z()
 
@@ -357,8 +397,13 @@ _memory_stores: dict[str, dict] = {}
 _memory_lock = threading.Lock()
 
 
-def open_backend(location: Any = None, *, read_only: bool = False, storage_options: dict | None = None) -> Backend:
-    """Open (creating if needed) the zarr store at ``location``; see the module docstring."""
+def open_backend(location: Any = None, *, read_only: bool = False, storage_options: dict | None = None,
+                 create: bool = True) -> Backend:
+    """Open (creating if needed) the zarr store at ``location``; see the module docstring.
+
+    ``create=False``: a local folder or zip file that does not exist is refused, not made.
+    A file that is not a zip archive is never opened as a zip store (it would be appended to).
+    """
     if isinstance(location, Backend):
         return location
     if isinstance(location, ZarrStore):
@@ -383,14 +428,14 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
         location = location[len("file://") :]
     path = Path(location).expanduser()
     if path.suffix == ".zip":
-        return _open_zip(path, read_only)
-    return _open_local(path, read_only)
+        return _open_zip(path, read_only, create)
+    return _open_local(path, read_only, create)
 
 
-def _open_local(path: Path, read_only: bool) -> Backend:
+def _open_local(path: Path, read_only: bool, create: bool = True) -> Backend:
     if path.exists() and not path.is_dir():
         raise StoreError(f"cannot open store at {path}: it is a file, not a folder")
-    if read_only:
+    if read_only or not create:
         if not path.is_dir():
             raise StoreError(f"cannot open store at {path}: no such folder")
     else:
@@ -404,11 +449,18 @@ def _open_local(path: Path, read_only: bool) -> Backend:
     return Backend(z, str(path))
 
 
-def _open_zip(path: Path, read_only: bool) -> Backend:
+def _open_zip(path: Path, read_only: bool, create: bool = True) -> Backend:
+    import zipfile
+
     if path.exists() and path.is_dir():
         raise StoreError(f"cannot open zip store at {path}: it is a folder")
-    if read_only and not path.exists():
+    if (read_only or not create) and not path.exists():
         raise StoreError(f"cannot open zip store at {path}: no such file")
+    # zipfile's append mode adds an archive to the end of any file: only a zip archive (or an empty file) is ours to open.
+    if path.is_file() and path.stat().st_size > 0 and not zipfile.is_zipfile(path):
+        raise StoreError(f"cannot open zip store at {path}: the file is not a zip archive (left untouched)")
+    if not create and path.is_file() and path.stat().st_size == 0:
+        raise StoreError(f"no casmon store at {path}: the file is empty")
     if not read_only:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,8 @@ import xxhash
 from .digest import Digest
 from .errors import DamagedObjectError
 
-__all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "decode_frame", "FRAME_HEADER"]
+__all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "encode_frame_parts", "decode_frame", "decode_body",
+           "worth_compressing", "FRAME_HEADER"]
 
 MAGIC = b"CSMN"
 FRAME_VERSION = 1
@@ -116,22 +117,65 @@ class Frame:
     stored_len: int
 
 
+#: A chunk at least this large is first compressed in a few samples; if they do not shrink
+#: below ``PROBE_RATIO`` of their size, the chunk is stored raw without compressing it.
+PROBE_MIN = 256 << 10
+#: The samples: ``PROBE_SLICES`` slices of ``PROBE_SLICE`` bytes spread evenly over the chunk.
+PROBE_SLICE = 16 << 10
+PROBE_SLICES = 4
+#: Compression must save at least a fifth to be worth its cost: compressing runs at about
+#: 1 GB/s a core and decompressing at 3 GB/s, while a raw chunk is written and read at the
+#: speed of memory. Random float64 data, which byte shuffle shrinks to about 0.88, is stored raw.
+PROBE_RATIO = 0.8
+
+
+def worth_compressing(mv: memoryview, codec: Codec, typesize: int = 1) -> bool:
+    """Whether compressing ``mv`` will save at least ``1 - PROBE_RATIO``, judged from samples.
+
+    Costs about 1/16 of compressing a 1 MiB chunk and 1/64 of a 4 MiB one. The
+    slices start on element boundaries so byte shuffle sees whole elements.
+    """
+    n = len(mv)
+    if codec.id == 0:
+        return False
+    if n < PROBE_MIN:
+        return True
+    step = n // PROBE_SLICES
+    ts = max(1, typesize)
+    starts = [(i * step) - (i * step) % ts for i in range(PROBE_SLICES)]
+    sample = b"".join(mv[o : o + PROBE_SLICE] for o in starts)
+    return len(codec.compress(memoryview(sample), typesize)) < PROBE_RATIO * len(sample)
+
+
+def encode_frame_parts(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest | None = None):
+    """Like :func:`encode_frame`, but return ``(digest, header, payload)`` without joining them.
+
+    A raw payload is ``raw`` itself (a memoryview, not a copy), so a large chunk
+    can be written with two writes and no copy. Chunks (``KIND_CHUNK``) of at
+    least ``PROBE_MIN`` bytes are probed first (:func:`worth_compressing`).
+    """
+    mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
+    if digest is None:
+        digest = Digest(xxhash.xxh3_128_digest(mv))
+    n = len(mv)
+    payload = None
+    if codec.id and n >= 64 and (kind != KIND_CHUNK or worth_compressing(memoryview(mv), codec, typesize)):
+        payload = codec.compress(mv, typesize)
+    cid = codec.id
+    if payload is None or len(payload) >= n:
+        payload, cid = mv, 0
+    header = _HEADER.pack(MAGIC, FRAME_VERSION, cid, kind, 0, n, len(payload), digest)
+    header = header[:7] + bytes([_xor(header)]) + header[8:]
+    return digest, header, payload
+
+
 def encode_frame(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest | None = None) -> tuple[Digest, bytes]:
     """Hash ``raw``, compress it, and return ``(digest, frame bytes)``.
 
     If compression does not pay (incompressible data), the payload is stored raw,
     which also makes it cheaper to read.
     """
-    mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
-    if digest is None:
-        digest = Digest(xxhash.xxh3_128_digest(mv))
-    n = len(mv)
-    payload = codec.compress(mv, typesize) if codec.id and n >= 64 else None
-    cid = codec.id
-    if payload is None or len(payload) >= n:
-        payload, cid = mv, 0
-    header = _HEADER.pack(MAGIC, FRAME_VERSION, cid, kind, 0, n, len(payload), digest)
-    header = header[:7] + bytes([_xor(header)]) + header[8:]
+    digest, header, payload = encode_frame_parts(raw, kind, codec, typesize, digest)
     return digest, header + payload
 
 
@@ -187,7 +231,15 @@ def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tupl
     frame = read_header(data, key)
     if expect is not None and frame.digest != expect:
         raise DamagedObjectError(key, f"header names digest {frame.digest.hex()}, expected {expect.hex()}")
-    body = memoryview(data)[FRAME_HEADER:]
+    return frame, decode_body(frame, memoryview(data)[FRAME_HEADER:], key, out)
+
+
+def decode_body(frame: Frame, body, key: str, out=None, placed: bool = False):
+    """Check and decompress the payload ``body`` of a frame whose header is ``frame``.
+
+    ``placed=True`` says the raw payload was already read straight into ``out``
+    (``body`` is then ``out``): only its length and digest are checked.
+    """
     if len(body) != frame.stored_len:
         raise DamagedObjectError(key, f"payload is {len(body)} bytes, header says {frame.stored_len} (truncated or extended)")
     try:
@@ -197,7 +249,8 @@ def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tupl
             if len(body) != frame.raw_len:
                 raise DamagedObjectError(key, f"stored payload is {len(body)} bytes, raw length is {frame.raw_len}")
             if out is not None:
-                memoryview(out).cast("B")[:] = body
+                if not placed:
+                    memoryview(out).cast("B")[:] = body
                 raw = out
             else:
                 raw = body
@@ -222,7 +275,7 @@ def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tupl
         raise DamagedObjectError(key, f"decompressed to {len(mv)} bytes, header says {frame.raw_len}")
     if xxhash.xxh3_128_digest(mv) != frame.digest:
         raise DamagedObjectError(key, "content does not match its digest")
-    return frame, raw
+    return raw
 
 
 def typesize_of(buf) -> int:

@@ -27,13 +27,14 @@ import struct
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import xxhash
 
 from . import condemned, faultpoints
 from .backend import Backend
-from .codec import FRAME_HEADER, KIND_CHUNK, Codec, decode_frame, encode_frame, read_header
+from .codec import FRAME_HEADER, KIND_CHUNK, Codec, decode_body, decode_frame, encode_frame, encode_frame_parts, read_header
 from .digest import Digest
 from .errors import DamagedObjectError, MissingObjectError
 from .table import Table
@@ -45,6 +46,74 @@ LOOSE_MIN = 256 << 10
 #: A flush is forced once this many bytes of small blobs are waiting.
 PACK_MAX = 8 << 20
 _LOC = struct.Struct("<16sQIBQ")
+#: Large chunks in flight (hashed, compressed or written by the chunk pool) per ``put``.
+INFLIGHT_MAX = 16
+
+
+_pool_lock = threading.Lock()
+_pool_state: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
+
+
+def chunk_pool() -> ThreadPoolExecutor | None:
+    """The thread pool that hashes, compresses, writes and reads large chunks, or None.
+
+    xxhash, blosc and zstd release the GIL, as do file reads and writes, so the
+    pool's threads use every core on one value. One pool per process, started
+    on first use (a forked child starts its own); None while the interpreter
+    exits (Python 3.12 refuses new threads then), and callers do the work in
+    their own thread.
+    """
+    global _pool_state
+    st = _pool_state
+    if st is not None and st[0] == os.getpid():
+        return st[1]
+    with _pool_lock:
+        st = _pool_state
+        if st is not None and st[0] == os.getpid():
+            return st[1]
+        try:
+            pool = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="casmon-chunk")
+            pool.submit(int).result()  # start a thread now: fails here, not later, if threads cannot start
+        except RuntimeError:
+            return None
+        _pool_state = (os.getpid(), pool)
+        return pool
+
+
+def _map(fn, items: list) -> list:
+    """``[fn(x) for x in items]`` on the chunk pool (in order; the first error is raised after all ended)."""
+    pool = chunk_pool() if len(items) > 1 else None
+    if pool is None:
+        return [fn(x) for x in items]
+    try:
+        futs = [pool.submit(fn, x) for x in items]
+    except RuntimeError:  # the interpreter began to exit meanwhile
+        return [fn(x) for x in items]
+    out, error = [], None
+    for f in futs:
+        try:
+            out.append(f.result())
+        except BaseException as e:  # noqa: BLE001 - wait for every job, then raise the first error
+            error = error or e
+            out.append(None)
+    if error is not None:
+        raise error
+    return out
+
+
+def _readinto(f, mv: memoryview) -> int:
+    """Fill ``mv`` from file ``f`` (unbuffered reads may return less than asked); the bytes read."""
+    got = 0
+    while got < mv.nbytes:
+        n = f.readinto(mv[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
+def _hash(mv) -> Digest:
+    return Digest.from_raw(xxhash.xxh3_128_digest(mv))
 
 
 def loose_key(d: Digest) -> str:
@@ -139,14 +208,16 @@ class ObjectStore:
         self._inflight_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------------
-    def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None) -> Digest:
+    def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None,
+            digest: Digest | None = None) -> Digest:
         """Store a blob (if it is not stored yet) and return its digest.
 
         Deduplicates only against objects that are stored and condemned by no
         list this writer can see; a condemned object is written again, as a new
-        pack entry that no condemned list names.
+        pack entry that no condemned list names. ``digest``, if given, is the
+        xxh3-128 of ``raw`` (computed by :meth:`put_chunks` on the chunk pool).
         """
-        d = Digest.from_raw(xxhash.xxh3_128_digest(raw))
+        d = digest if digest is not None else _hash(raw)
         if d in self._pending:
             return d
         vt = self.view()
@@ -163,19 +234,14 @@ class ObjectStore:
             self._known[d] = vt
             return d
         if n >= LOOSE_MIN:
-            key = loose_key(d)
-            if not self.backend.exists(key):
-                _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
-                # Write in the background while the caller compresses the next chunk;
-                # wait_writes() is called before anything can point at this object.
-                fut = self.backend.create_async(key, frame)
-                with self._inflight_lock:
-                    self._inflight.append((d, fut, vt))
-                    full = len(self._inflight) >= 4
-                if full:
-                    self.wait_writes(keep=2)
-            else:
-                self._remember(d, vt)
+            # Check, compress and write on the chunk pool while the caller goes on with the next
+            # chunk; wait_writes() is called before anything can point at this object.
+            fut = self._submit(self._write_loose, d, raw, kind, codec, typesize)
+            with self._inflight_lock:
+                self._inflight.append((d, fut, vt))
+                full = len(self._inflight) >= INFLIGHT_MAX
+            if full:
+                self.wait_writes(keep=INFLIGHT_MAX // 2)
             return d
         if self.index.lookup_cached(d):
             self._remember(d, vt)
@@ -183,6 +249,36 @@ class ObjectStore:
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
         self._queue(d, frame, kind, size, vt)
         return d
+
+    def put_chunks(self, data: memoryview, cb: int, kind: int, codec: Codec, typesize: int = 1) -> list[Digest]:
+        """:meth:`put` each ``cb``-byte piece of ``data``; the pieces are hashed on the chunk pool first."""
+        views = [data[o : o + cb] for o in range(0, data.nbytes, cb)]
+        digests = _map(_hash, views) if len(views) > 1 and cb >= LOOSE_MIN else [None] * len(views)
+        return [self.put(v, kind, codec, typesize, digest=d) for v, d in zip(views, digests)]
+
+    @staticmethod
+    def _submit(fn, *args) -> Future:
+        pool = chunk_pool()
+        if pool is not None:
+            try:
+                return pool.submit(fn, *args)
+            except RuntimeError:  # the interpreter began to exit meanwhile
+                pass
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - raised by wait_writes, like a pool job's
+            fut.set_exception(e)
+        return fut
+
+    def _write_loose(self, d: Digest, raw, kind: int, codec: Codec, typesize: int) -> None:
+        """Write a large blob as a loose object unless it is there (create-if-absent); any thread."""
+        key = loose_key(d)
+        path = self.backend.local_path(key)
+        if path.exists() if path is not None else self.backend.exists(key):
+            return
+        _, header, payload = encode_frame_parts(raw, kind, codec, typesize, digest=d)
+        self.backend.create_frame(key, header, payload)
 
     def _queue(self, d: Digest, frame: bytes, kind: int, size: int, vt: float) -> None:
         with self._lock:
@@ -321,7 +417,6 @@ class ObjectStore:
                 error = error or e
         if error is not None:
             raise error
-        self.backend.sync([loose_key(d) for d, _, _ in waiting])
 
     def adopt(self, d: Digest, frame: bytes, kind: int, size: int) -> None:
         """Queue an already framed blob for the next pack (gc's repacking, repair)."""
@@ -445,16 +540,64 @@ class ObjectStore:
                 return self._read_any(d, locs, out)
         raise MissingObjectError(f"object {d.hex()} is not in the store")
 
-    def get_into_many(self, jobs: list[tuple[Digest, object]], window: int = 4) -> None:
-        """Read many large blobs into their buffers, fetching ``window`` at a time."""
-        for i in range(0, len(jobs), window):
-            batch = jobs[i : i + window]
-            keys = [loose_key(d) for d, _ in batch]
-            for (d, out), key, data in zip(batch, keys, self.backend.get_many(keys)):
-                if data is None:
-                    self.get(d, out=out, loose_hint=False)  # not loose after all: packed, or missing
-                else:
-                    self._decode(data, key, d, out)
+    def get_into_many(self, jobs: list[tuple[Digest, object]], window: int = 8) -> None:
+        """Read many large blobs into their buffers, on the chunk pool.
+
+        From a local folder each loose object is read straight into its buffer
+        (a raw payload is never copied again) and checked there; from other
+        stores ``window`` objects are fetched at a time and decoded on the pool.
+        """
+        if not jobs:
+            return
+        if self.backend.local_root is not None:
+            missing = [j for j, ok in zip(jobs, _map(self._read_local_into, jobs)) if not ok]
+        else:
+            missing = []
+            for i in range(0, len(jobs), window):
+                batch = jobs[i : i + window]
+                keys = [loose_key(d) for d, _ in batch]
+                got = [(d, out, key, data) for (d, out), key, data in zip(batch, keys, self.backend.get_many(keys))]
+                missing += [(d, out) for d, out, _, data in got if data is None]
+                _map(lambda g: self._decode(g[3], g[2], g[0], g[1]), [g for g in got if g[3] is not None])
+        for d, out in missing:
+            self.get(d, out=out, loose_hint=False)  # not loose after all: packed, or missing
+
+    def _read_local_into(self, job: tuple[Digest, object]) -> bool:
+        """Read loose object ``d`` from a local folder into ``out`` and check it; False if there is no such file."""
+        d, out = job
+        key = loose_key(d)
+        path = self.backend.local_path(key)
+        try:
+            f = open(path, "rb", buffering=0)
+        except FileNotFoundError:
+            return False
+        self.backend.requests += 1
+        try:
+            with f:
+                head = f.read(FRAME_HEADER)
+                try:
+                    frame = read_header(head, key)
+                    if frame.digest != d:
+                        raise DamagedObjectError(key, f"header names digest {frame.digest.hex()}, expected {d.hex()}")
+                    size = os.fstat(f.fileno()).st_size
+                    if size != FRAME_HEADER + frame.stored_len:
+                        raise DamagedObjectError(key, f"payload is {size - FRAME_HEADER} bytes, header says "
+                                                      f"{frame.stored_len} (truncated or extended)")
+                    mv = memoryview(out).cast("B")
+                    if frame.codec == 0 and frame.raw_len == mv.nbytes == frame.stored_len:
+                        got = _readinto(f, mv)
+                        if got != mv.nbytes:
+                            raise DamagedObjectError(key, f"payload is {got} bytes, header says {frame.stored_len} (truncated)")
+                        decode_body(frame, out, key, out, placed=True)
+                    else:
+                        decode_body(frame, f.read(), key, out)
+                except DamagedObjectError:
+                    self._suspect.add(d)
+                    self._known.pop(d, None)
+                    raise
+        except FileNotFoundError:
+            return False
+        return True
 
     def _read_packed(self, d: Digest, loc: Location, out=None):
         key = pack_key(loc.pack)

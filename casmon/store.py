@@ -31,6 +31,7 @@ import os
 import re
 import signal
 import struct
+import sys
 import threading
 import time
 import weakref
@@ -198,8 +199,48 @@ def _flush_all_at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
     for s in list(_open_stores):
         s._reset_after_fork()
+
+
+#: True in a process forked from one that had imported casmon (a fork pool's worker, a forkserver's child).
+_forked = False
+#: The flush in progress in this thread runs the features' hooks: records they append are written by it.
+_in_hooks = threading.local()
+
+
+def in_worker_process() -> bool:
+    """Whether this process is a child that its parent may end at any moment: flush after every call here.
+
+    A pool ends its workers when it is done with them -- ``with multiprocessing.Pool()``
+    terminates them (SIGTERM), loky and Dask keep them for later tasks, any pool may kill
+    them -- so what a decorated call wrote must be visible before the call returns, not
+    at the next background flush. True in every multiprocessing child (fork, spawn,
+    forkserver: ``multiprocessing.Pool``, ``ProcessPoolExecutor``, joblib's loky and
+    multiprocessing backends, Dask's worker processes), also while a spawned child still
+    imports its parent's main module, and in every forked child. ``CASMON_FLUSH_EACH_CALL``
+    (``1``/``0``) forces it either way, e.g. ``0`` for a worker that makes many tiny calls
+    and is always ended cleanly (``close()`` and ``join()``).
+    """
+    forced = os.environ.get("CASMON_FLUSH_EACH_CALL", "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True
+    if forced in ("0", "false", "no", "off"):
+        return False
+    if _forked:
+        return True
+    mp = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it before anything else
+    if mp is None:
+        return False
+    try:
+        if mp.parent_process() is not None:
+            return True
+        # A spawned (or loky, or forkserver) child importing the parent's main module, before it knows its parent.
+        return bool(getattr(mp.current_process(), "_inheriting", False))
+    except Exception:  # noqa: BLE001 - an odd multiprocessing (a stub, a frozen app): not a worker
+        return False
 
 
 class Store:
@@ -244,6 +285,9 @@ class Store:
         self._held: dict[Digest, None] = {}
         self._held_lists: frozenset = frozenset()  # the condemned lists _held was checked against
         self.dropped_records = 0  # records a flush could not write because a value they name was gone
+        # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
+        self._flush_each_call = durable or in_worker_process()
+        self._flush_warned = False
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
         _install_process_hooks()
@@ -371,10 +415,7 @@ class Store:
         else:  # one row is larger than a chunk: cut rows, aligned to elements
             cb = max(part.typesize, cs - cs % part.typesize)
         codec = self.array_codec if part.numeric else self.codec
-        chunks = []
-        for off in range(0, n, cb):
-            chunk = data[off : off + cb]
-            chunks.append(self.objects.put(chunk, KIND_CHUNK, codec, part.typesize).hex())
+        chunks = [d.hex() for d in self.objects.put_chunks(data, cb, KIND_CHUNK, codec, part.typesize)]
         return {"n": n, "cb": cb, "rb": row, "c": chunks}
 
     def manifest(self, digest: Digest | str) -> Manifest:
@@ -503,7 +544,10 @@ class Store:
                 held = self._held
                 for r in rs:
                     held.pop(r, None)
-        self._after_write()
+        if self._flush_each_call and not self.durable:
+            self.flush_for_call()
+        else:
+            self._after_write()
         return k
 
     def records(self, kind: str, strict: bool = True) -> Iterator[tuple[Digest, dict]]:
@@ -610,6 +654,31 @@ class Store:
         elif self.autoflush and self._flusher is None:
             self._start_flusher()
 
+    def flush_for_call(self) -> None:
+        """Flush now so that what a call wrote outlives this process (a pool worker; see :func:`in_worker_process`).
+
+        A durable store flushes and raises like :meth:`flush`. Otherwise a failure is one
+        warning, never the caller's error: what was not written stays pending for the
+        next flush. Records a flush hook appends are written by that flush itself.
+        """
+        if getattr(_in_hooks, "on", False):
+            return
+        if self.durable:
+            self.flush()
+            return
+        try:
+            self.flush()
+        except Exception as e:  # noqa: BLE001 - a computed result is never lost to a storage error
+            if not self._flush_warned:
+                self._flush_warned = True
+                import warnings
+
+                warnings.warn(f"casmon: could not flush {self.url} in this worker process: {e}; what was not written "
+                              "waits for the next flush, and is lost if the pool ends this process first",
+                              RuntimeWarning, stacklevel=3)
+        else:
+            self._after_write()  # the background flusher still writes what no call flushes (hit counts)
+
     def _start_flusher(self) -> None:
         with self._lock:
             if self._flusher is not None or _exiting:
@@ -651,13 +720,17 @@ class Store:
             return
         # A hook moves a feature's waiting rows into a record: Ctrl-C in the middle would lose them.
         with _signals_deferred():
-            for hook in list(self._flush_hooks):
-                try:
-                    hook(self)
-                except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
-                    import logging
+            nested, _in_hooks.on = getattr(_in_hooks, "on", False), True  # a hook's record is written by this flush
+            try:
+                for hook in list(self._flush_hooks):
+                    try:
+                        hook(self)
+                    except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
+                        import logging
 
-                    logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
+                        logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
+            finally:
+                _in_hooks.on = nested
         with self._flush_lock:
             refs: set[Digest] = set()
             try:
@@ -865,6 +938,7 @@ class Store:
     def _reset_after_fork(self) -> None:
         # The parent flushes what it had pending; the child starts as a new writer.
         self.writer = writer_id()
+        self._flush_each_call = self.durable or in_worker_process()  # the parent may end this child at any time
         self._flusher = None  # the parent's thread does not exist here
         self._flush_lock = threading.Lock()
         self._lock = threading.RLock()
@@ -908,6 +982,7 @@ def open(
     read_only: bool = False,
     trust: bool = True,
     storage_options: dict | None = None,
+    create: bool = True,
     **options: Any,
 ) -> Store:
     """Open (or create) a casmon store.
@@ -920,8 +995,14 @@ def open(
     None for flushes only at :meth:`Store.flush`, at close and at exit),
     ``durable`` (every put, record and logged call is written -- and fsynced on
     a local folder -- before the call returns: safer, and much slower).
+    ``create=False`` opens only an existing store: a missing or empty location
+    raises :class:`StoreError` instead of becoming a new store (for readers, and
+    for maintenance that must not act on a mistyped path).
     """
-    backend = open_backend(location, read_only=read_only, storage_options=storage_options)
+    backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create)
+    if not create and not backend.exists(FORMAT_KEY) and not [k for k in backend.list_dir("") if not k.startswith(".")]:
+        backend.close()
+        raise StoreError(f"no casmon store at {backend.url}: it is empty")
     return Store(backend, trust=trust, **options)
 
 
@@ -929,11 +1010,13 @@ _default: dict[tuple[int, str], Store] = {}
 _default_lock = threading.Lock()
 
 
-def default_store(location: Any = None) -> Store:
+def default_store(location: Any = None, create: bool = True) -> Store:
     """The store features use when none is given, opened on first use and shared in the process.
 
     ``location`` defaults to ``$CASMON_STORE``, then ``./.casmon`` (resolved
     against the working directory at first use). A :class:`Store` passes through.
+    ``create=False`` (readers such as ``casmon.load``): a store not open in this
+    process must exist; nothing is created at a mistyped path.
     """
     if isinstance(location, Store):
         return location
@@ -948,7 +1031,7 @@ def default_store(location: Any = None) -> Store:
     with _default_lock:
         s = _default.get(key)
         if s is None or s._closed:
-            s = open(location)
+            s = open(location, create=create)
             _default[key] = s
     return s
 

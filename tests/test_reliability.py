@@ -237,7 +237,7 @@ def test_full_disk(tmp_path, monkeypatch, figures):
     def enospc(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    for name in ("create", "create_async", "create_many", "set"):
+    for name in ("create", "create_async", "create_frame", "create_many", "set"):
         monkeypatch.setattr(s.backend, name, enospc)
 
     @casmon.cache(store=s)
