@@ -210,13 +210,14 @@ def handler_named(name: str) -> Handler:
 register_handler(np.ndarray, ArrayHandler())
 
 
-def _as_part(buf, numeric: bool, row_bytes: int = 1) -> Part:
+def _as_part(buf, numeric: bool, row_bytes: int = 1, typesize: int | None = None) -> Part:
     if isinstance(buf, np.ndarray):
         ts = buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
         flat = buf.reshape(-1, order="A").view(np.uint8) if buf.size else np.empty(0, np.uint8)
         return Part(memoryview(flat), row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
     mv = memoryview(buf)
-    ts = mv.itemsize if mv.itemsize in (1, 2, 4, 8, 16) else 1
+    ts = typesize or mv.itemsize
+    ts = ts if ts in (1, 2, 4, 8, 16) else 1
     if not mv.c_contiguous:
         mv = memoryview(mv.tobytes())
     return Part(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
@@ -299,7 +300,10 @@ def encode(value: Any, root: str = "value") -> Encoded:
         found = locate_unpicklable(value, root)
         raise (found or UnpicklableError(root, value, e)) from e
     stream = f.getbuffer()
-    parts = [_as_part(pb.raw(), True) for pb in buffers]
+    # An array inside an object gets the bare array's codec: byte shuffle by its element size
+    # (the buffer's own format; pb.raw() would flatten it to bytes). Chunk boundaries stay as
+    # they were, so manifests and digests of values stored before are unchanged.
+    parts = [_as_part(pb.raw(), True, typesize=memoryview(pb).itemsize) for pb in buffers]
     nbytes = stream.nbytes + sum(p.data.nbytes for p in parts)
     return Encoded("pickle", {"oob": len(parts)}, inline=bytes(stream), parts=parts, children=children, nbytes=nbytes)
 
