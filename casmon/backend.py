@@ -21,7 +21,6 @@ a ``Store`` instance   used as it is
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import threading
@@ -29,14 +28,39 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
-
-from zarr.abc.store import RangeByteRequest, Store as ZarrStore
-from zarr.buffer import default_buffer_prototype
-from zarr.buffer.cpu import Buffer
-from zarr.storage import LocalStore, MemoryStore, ZipStore
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import CasmonError, StoreError
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from zarr.abc.store import Store as ZarrStore
+    from zarr.buffer.cpu import Buffer
+
+# zarr (a third of a second to import) and asyncio are imported when the first store is opened,
+# not with casmon: a module that only decorates functions with @casmon.cache or @casmon.intercept
+# pays for them at its first call that needs a store. _load_zarr() binds these names.
+RangeByteRequest = ZarrStore = default_buffer_prototype = Buffer = LocalStore = MemoryStore = ZipStore = None
+_zarr_loaded = False
+
+
+def _load_zarr() -> None:
+    """Import zarr and asyncio and bind the names this module uses (once; thread-safe by the import lock)."""
+    global asyncio, RangeByteRequest, ZarrStore, default_buffer_prototype, Buffer, LocalStore, MemoryStore, ZipStore
+    global _zarr_loaded
+    if _zarr_loaded:
+        return
+    import asyncio as _asyncio
+
+    from zarr.abc.store import RangeByteRequest as _RBR, Store as _ZS
+    from zarr.buffer import default_buffer_prototype as _dbp
+    from zarr.buffer.cpu import Buffer as _Buf
+    from zarr.storage import LocalStore as _LS, MemoryStore as _MS, ZipStore as _ZpS
+
+    asyncio, RangeByteRequest, ZarrStore, default_buffer_prototype = _asyncio, _RBR, _ZS, _dbp
+    Buffer, LocalStore, MemoryStore, ZipStore = _Buf, _LS, _MS, _ZpS
+    _zarr_loaded = True
 
 __all__ = ["Backend", "open_backend", "run"]
 
@@ -60,6 +84,7 @@ class _Loop:
         loop = cls._loop
         if loop is not None and cls._pid == os.getpid():
             return loop
+        _load_zarr()
         with cls._lock:
             if cls._loop is None or cls._pid != os.getpid():
                 loop = asyncio.new_event_loop()
@@ -150,6 +175,7 @@ class Backend:
 
     def __init__(self, zstore: ZarrStore, url: str, reopen: Callable[[], ZarrStore] | None = None,
                  concurrency: int = 16) -> None:
+        _load_zarr()
         self.zstore = zstore
         self.url = url
         self._reopen = reopen
@@ -406,6 +432,7 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
     """
     if isinstance(location, Backend):
         return location
+    _load_zarr()
     if isinstance(location, ZarrStore):
         return Backend(location, str(location))
     if location is None:

@@ -206,8 +206,10 @@ class _Recorder:
                 self.fn_names.append(fi.name)
             self.pending.append([idx, n, t0, dt, tid, args_cells, kwargs_cells, result_cell, exc])
             full = len(self.pending) >= PENDING_MAX
-        if full or self.store.durable:
+        if full:
             self.store.flush()
+        elif self.store._flush_each_call:  # durable, or a pool worker the pool may end right after this call
+            self.store.flush_for_call()
 
     def _flush_hook(self, store: Store) -> None:
         with self.lock:

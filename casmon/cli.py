@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import contextmanager
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .errors import CasmonError, UntrustedStoreError
 from .peek import _human  # one formatter of sizes for everything casmon shows
+from .progress import progress_phases
 
 # Piped output is not wrapped at 80 columns, so it can be searched line by line.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -37,7 +36,8 @@ store_option = click.option(
     envvar="CASMON_STORE",
     default=None,
     metavar="PATH_OR_URL",
-    help="The store: a folder, a .zip file, memory://name or s3://bucket/prefix (default ./.casmon).",
+    help="The store: a folder, a .zip file, memory://name or s3://bucket/prefix "
+         "(default: $CASMON_STORE, then ./.casmon). Only `demo` creates a store where there is none.",
 )
 
 
@@ -53,12 +53,17 @@ def _trusted() -> bool:
     return False
 
 
-def _open(location, read_only: bool = False, trust: bool | None = None):
-    """Open the store; untrusted (no pickle naming a global is loaded) unless ``--trust``."""
+def _open(location, read_only: bool = False, trust: bool | None = None, create: bool = False):
+    """Open the store; untrusted (no pickle naming a global is loaded) unless ``--trust``.
+
+    Only ``demo`` creates a store: every other command refuses a path where there is none
+    (a typo must not become a new, empty store that the command then reports on or cleans).
+    """
     from .store import open as open_store
 
     try:
-        return open_store(location, read_only=read_only, autoflush=None, trust=_trusted() if trust is None else trust)
+        return open_store(location, read_only=read_only, autoflush=None, trust=_trusted() if trust is None else trust,
+                          create=create)
     except CasmonError as e:
         raise click.ClickException(str(e)) from None
 
@@ -95,22 +100,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     click.echo(f"Warning: {text[len('casmon: '):] if text.startswith('casmon: ') else text}", err=True)
 
 
-@contextmanager
-def _progress(enabled: bool):
-    if not enabled or not console.is_terminal:
-        yield None
-        return
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True
-    ) as p:
-        tasks: dict[str, int] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = p.add_task(phase, total=total)
-            p.update(tasks[phase], completed=done, total=total)
-
-        yield update
+def _n(count: int, one: str, many: str | None = None) -> str:
+    """``1 function``, ``2 functions``: a count with its noun in the right number."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -131,7 +123,7 @@ def main(trust) -> None:
 def stats(store_location, as_json, trust) -> None:
     """Values, chunks, bytes, dedup ratio and files of a store."""
     store = _open(store_location, read_only=True)
-    with _progress(not as_json) as progress:
+    with progress_phases(not as_json, err_console) as progress:
         s = store.stats(progress)
     if as_json:
         click.echo(json.dumps(s, indent=2))
@@ -140,7 +132,7 @@ def stats(store_location, as_json, trust) -> None:
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
     t.add_row("values", f"{s['values']:,}")
-    t.add_row("chunks", f"{s['chunks']:,}  ({s['loose_objects']:,} loose, {s['packs']:,} packs)")
+    t.add_row("chunks", f"{s['chunks']:,}  ({s['loose_objects']:,} loose, {_n(s['packs'], 'pack')})")
     t.add_row("logical bytes", _human(s["logical_bytes"]))
     t.add_row("after dedup", _human(s["chunk_bytes"]) + f"  (dedup {s['dedup_ratio']:.2f}x)")
     t.add_row("stored bytes", _human(s["stored_bytes"]) + f"  (compression {s['compression_ratio']:.2f}x)")
@@ -159,7 +151,7 @@ def stats(store_location, as_json, trust) -> None:
 def verify(store_location, as_json, repair, trust) -> None:
     """Re-hash every object and follow every pointer. Exit status 1 if anything is wrong."""
     store = _open(store_location, read_only=not repair)
-    with _progress(not as_json) as progress:
+    with progress_phases(not as_json, err_console) as progress:
         rep = store.verify(progress)
         if repair and not rep.ok:
             from .maintenance import repair as do_repair
@@ -169,14 +161,14 @@ def verify(store_location, as_json, repair, trust) -> None:
             except CasmonError as e:
                 raise click.ClickException(str(e)) from None
             if not as_json:
-                console.print(f"[yellow]repaired[/yellow]: deleted {len(done['deleted_files'])} files, dropped "
-                              f"{done['dropped_index_entries']} objects, {done['dropped_records']} records, "
-                              f"{len(done['dropped_refs'])} refs")
+                console.print(f"[yellow]repaired[/yellow]: deleted {_n(len(done['deleted_files']), 'file')}, dropped "
+                              f"{_n(done['dropped_index_entries'], 'object')}, {_n(done['dropped_records'], 'record')}, "
+                              f"{_n(len(done['dropped_refs']), 'ref')}")
             rep = store.verify(progress)
     if as_json:
         click.echo(json.dumps(rep.as_dict(), indent=2))
     else:
-        checked = ", ".join(f"{n:,} {what}" for what, n in rep.checked.items())
+        checked = ", ".join(_n(n, what[:-1] if what.endswith("s") else what, what) for what, n in rep.checked.items())
         console.print(f"checked {checked}")
         for key, reason in rep.damaged:
             console.print(f"[red]damaged[/red] {key}: {reason}")
@@ -184,7 +176,7 @@ def verify(store_location, as_json, repair, trust) -> None:
                 console.print(f"    needed by {dep}")
         for what, needed_by in rep.missing:
             console.print(f"[red]missing[/red] {what}, needed by {needed_by}")
-        console.print("[green]store is sound[/green]" if rep.ok else f"[red]{len(rep.damaged)} damaged, {len(rep.missing)} missing[/red]")
+        console.print("[green]store is sound[/green]" if rep.ok else f"[red]{len(rep.damaged):,} damaged, {len(rep.missing):,} missing[/red]")
     sys.exit(0 if rep.ok else 1)
 
 
@@ -218,51 +210,84 @@ def _parse_age(text: str | None) -> float | None:
 @click.option("--grace", type=float, default=3600.0, show_default=True, metavar="SECONDS",
               help="Delete only what an earlier gc condemned (published as unreachable) at least this long ago; "
                    "at least 60.")
-@click.option("--now", is_flag=True, help="Delete unreachable objects at once (only while nothing else writes).")
-@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@click.option("--now", is_flag=True, help="Delete unreachable objects at once (only while nothing else writes); "
+                                          "not with --grace.")
+@click.option("--dry-run", is_flag=True, help="Report exactly what this gc would evict, remove, condemn and repack; change nothing.")
 @click.option("--break-lock", is_flag=True, help="Take the store lock from a gc or repair that died on another machine.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (evicted and deleted counts and bytes).")
 @trust_option
-def gc(store_location, max_size, older_than, grace, now, dry_run, break_lock, as_json, trust) -> None:
+@click.pass_context
+def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_lock, as_json, trust) -> None:
     """Remove objects no record or ref reaches, and repack sparse packs.
 
     An unreachable object is first condemned (published for writers to see) and
     removed by a later gc at least --grace seconds after, if still unreachable.
     With --max-size or --older-than, first evict cache entries (least recently used first).
     """
+    from .cache import eviction_plan, evict
     from .condemned import MIN_GRACE
+    from .gc import gc as run_gc
 
+    if now and ctx.get_parameter_source("grace") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--now deletes at once and --grace waits: give one of them, not both")
     if not now and grace < MIN_GRACE:
         raise click.BadParameter(f"--grace must be at least {MIN_GRACE:g} seconds (writers rely on it); "
                                  f"--now deletes at once when nothing else writes to the store", param_hint="--grace")
-    from .cache import evict
-
     max_bytes = _parse_size(max_size)
     max_age = _parse_age(older_than)
-    store = _open(store_location, trust=False)  # gc never needs to unpickle, --trust or not
-    evicted = (0, 0)
-    if (max_bytes is not None or max_age is not None) and not dry_run:
-        evicted = evict(store, max_size=max_bytes, older_than=max_age)
-    with _progress(not as_json) as progress:
-        rep = store.gc(grace=0.0 if now else grace, dry_run=dry_run, progress=progress, break_lock=break_lock)
-    store.close()
+    # gc never needs to unpickle, --trust or not; and it never creates a store where there is none.
+    store = _open(store_location, trust=False, create=False)
+    evicting = max_bytes is not None or max_age is not None
+    # Entries of functions `casmon cache clear` forgot are dropped by every gc (with no limits, evict drops just
+    # those), so that their results become unreachable; the dry run plans the same and reports it.
+    if not dry_run and not store.backend.supports_deletes:
+        raise click.ClickException(f"cannot gc {store.url}: it cannot delete (a zip file); "
+                                   f"`casmon gc --dry-run` shows what gc would remove")
+    plan: dict = eviction_plan(store, max_size=max_bytes, older_than=max_age)
+    evicted = (len(plan), sum(size for _fn, size in plan.values()))
+    if plan and not dry_run:
+        evicted = evict(store, plan=plan)
+        shown, plan = plan, {}  # the real gc marks without the dropped entries: they are gone
+    else:
+        shown = plan
+    from .cache import KIND as CACHE_KIND
+
+    with progress_phases(not as_json, err_console) as progress:
+        try:
+            rep = run_gc(store, grace=0.0 if now else grace, dry_run=dry_run, progress=progress, break_lock=break_lock,
+                         without={CACHE_KIND: set(plan)} if plan else None)
+        finally:
+            store.close()
     if as_json:
         d = rep.as_dict()
         d["evicted_entries"], d["evicted_bytes"] = evicted
         click.echo(json.dumps(d, indent=2))
         return
-    if evicted[0]:
-        console.print(f"evicted {evicted[0]:,} cache entries ({_human(evicted[1])} of results)")
+    if evicted[0] or evicting:
+        verb = "would drop" if dry_run else "dropped"
+        console.print(f"{verb} {_n(evicted[0], 'cache entry', 'cache entries')} ({_human(evicted[1])} of results)")
+        if shown:
+            per_fn: dict[str, list[int]] = {}
+            for fn, size in shown.values():
+                c = per_fn.setdefault(fn, [0, 0])
+                c[0] += 1
+                c[1] += size
+            for fn, (n, size) in sorted(per_fn.items()):
+                console.print(f"  {fn}: {_n(n, 'entry', 'entries')} ({_human(size)})", markup=False)
     verb = "would remove" if dry_run else "removed"
     console.print(
-        f"{rep.live_values:,} live values; {rep.unreachable:,} unreachable objects; {verb} {rep.deleted_objects:,} "
-        f"({_human(rep.deleted_bytes)}), repacked {rep.repacked_packs} packs"
+        f"{_n(rep.live_values, 'live value')}; {_n(rep.unreachable, 'unreachable object')}; {verb} "
+        f"{_n(rep.deleted_objects, 'object')} ({_human(rep.deleted_bytes)}), "
+        f"{'would repack' if dry_run else 'repacked'} {_n(rep.repacked_packs, 'pack')}"
     )
     if rep.condemned:
-        console.print(f"{'would condemn' if dry_run else 'condemned'} {rep.condemned:,} newly unreachable objects: "
-                      f"a gc at least {grace:.0f} s from now removes them if they are still unreachable")
+        console.print(f"{'would condemn' if dry_run else 'condemned'} {_n(rep.condemned, 'newly unreachable object')}: "
+                      f"a gc at least {grace:.0f} s from now removes {'it if it is' if rep.condemned == 1 else 'them if they are'} "
+                      f"still unreachable")
     if rep.waiting > rep.condemned:
-        console.print(f"{rep.waiting - rep.condemned:,} condemned objects wait for their grace period (--now removes them)")
+        waiting = rep.waiting - rep.condemned
+        console.print(f"{_n(waiting, 'condemned object')} {'waits for its' if waiting == 1 else 'wait for their'} grace period "
+                      f"(a later gc removes {'it' if waiting == 1 else 'them'}; --now at once)")
 
 
 @main.group(invoke_without_command=True)
@@ -308,7 +333,9 @@ def cache_clear(ctx, name, store_location, trust) -> None:
     except LookupError as e:
         raise click.ClickException(str(e)) from None
     store.close()
-    console.print(f"cleared {full}; `casmon gc` frees the space of its results")
+    console.print(f"cleared {full}. Its results' space is freed by gc: `casmon gc` condemns them and a gc at least "
+                  f"--grace (default an hour) later removes them; `casmon gc --now` removes them at once (only while "
+                  f"nothing else writes to the store)")
 
 
 def _when(t: float) -> str:
@@ -341,7 +368,7 @@ def calls(name, store_location, session, limit, trust) -> None:
         if not log.functions:
             console.print("no logged calls")
             return
-        t = Table(title=f"call log {log.store.url}: {len(log.sessions)} sessions")
+        t = Table(title=f"call log {log.store.url}: {_n(len(log.functions), 'function')}, {_n(len(log.sessions), 'session')}")
         for col, just in (("function", "left"), ("calls", "right"), ("sessions", "left"), ("latest session", "right")):
             t.add_column(col, justify=just)
         from .calllog import _ranges
@@ -360,7 +387,7 @@ def calls(name, store_location, session, limit, trust) -> None:
         selected = log.calls(full, session=session)
     except LookupError as e:
         raise click.ClickException(str(e)) from None
-    t = Table(title=f"{log.signature(full)} — session {session}: {len(selected):,} calls")
+    t = Table(title=f"{log.signature(full)} — session {session}: {_n(len(selected), 'call')}")
     for col in ("#", "start", "duration", "thread", "arguments", "result"):
         t.add_column(col)
     for c in selected[:limit]:
@@ -414,21 +441,37 @@ def show(name, n, store_location, session, trust) -> None:
 @click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
 @click.option("--import", "imports", multiple=True, metavar="MODULE_OR_SCRIPT",
               help="The code to replay: a module name or a .py file (repeatable). Required: replay calls only code you name.")
+@click.option("--import-main", is_flag=True,
+              help="Import the script that ran as __main__ when the call was logged (its path is in the call log; "
+                   "printed before it runs). You vouch for that file: its top level runs, its "
+                   "`if __name__ == \"__main__\"` block does not.")
 @trust_option
-def replay(name, n, store_location, session, imports, trust) -> None:
+def replay(name, n, store_location, session, imports, import_main, trust) -> None:
     """Run call N of NAME again and check the result against the recorded one (exit 1 if it differs).
 
     Only code you name runs: the function is taken from the modules or scripts
     given with --import (their @casmon.intercept functions, or a function of
-    that name in them), never imported from the name a record holds. Arguments
-    that are pickles load only with --trust.
+    that name in them), or from the recorded __main__ script with --import-main;
+    never imported from the name a record holds. Arguments that are pickles load
+    only with --trust.
     """
     log = _load_log(store_location)
     c = log.call(name, n, session)
+    imports = list(imports)
+    script = _recorded_main(log, c.session)
+    if import_main:
+        if script is None:
+            raise click.ClickException(f"session {c.session} recorded no __main__ script (an interactive session, "
+                                       f"or casmon older than 0.3): name the code with --import module_or_script.py")
+        click.echo(f"importing {script} (recorded as __main__ of session {c.session}; its top level runs)", err=True)
+        imports.append(script)
     if not imports:
+        hint = ""
+        if c.name.startswith(("__main__.", "__mp_main__.")) and script is not None:
+            hint = f"; {c.name} was logged by the script {script}: --import {script}, or --import-main"
         raise click.ClickException(
             f"replay runs code: name the code that defines {c.name} with --import module_or_script.py "
-            "(casmon never imports what a record names)")
+            f"(casmon never imports what a record names){hint}")
     modules = [_import_code(spec) for spec in imports]
     target = _vouched_function(c.name, modules)
     try:
@@ -440,6 +483,19 @@ def replay(name, n, store_location, session, imports, trust) -> None:
     else:
         console.print(f"[red]{r.name} call {r.n} (session {r.session}): result differs[/red]\n  recorded {r.recorded}\n  now      {r.replayed}")
     sys.exit(0 if r.matches else 1)
+
+
+def _recorded_main(log, session: int) -> str | None:
+    """The script path session ``session`` recorded as its ``__main__`` (a .py path), or None.
+
+    The path is data from the store, checked as such: only an absolute ``.py`` path is taken, and it
+    is imported only when the user asks (``--import-main``).
+    """
+    main = (log.sessions.get(session) or {}).get("main")
+    path = main.get("script") if isinstance(main, dict) else None
+    if isinstance(path, str) and path.endswith(".py") and os.path.isabs(path) and "\x00" not in path:
+        return path
+    return None
 
 
 def _import_code(spec: str):
@@ -514,7 +570,7 @@ def _load_run(which, store_location):
 
 @main.command()
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as a JSON list (name, ref, status, start, commit, dirty).")
 @trust_option
 def runs(store_location, as_json, trust) -> None:
     """Recorded runs: number, comment, time, status, commit, dirty."""
@@ -543,8 +599,32 @@ def runs(store_location, as_json, trust) -> None:
     console.print(t)
 
 
+def _not_a_run(which: str, store, e: LookupError) -> str:
+    """Why `casmon show WHICH` found no run: WHICH may be a logged function whose call number was left out."""
+    from .calllog import CallLog, _ranges
+
+    try:
+        log = CallLog(store)
+        full = log.resolve(which)
+    except (LookupError, CasmonError):
+        return _one_line(e)
+    fi = log.functions[full]
+    latest = max(fi.sessions) if fi.sessions else None
+    calls = _ranges(sorted(c.n for c in fi.sessions[latest])) if latest is not None else "none"
+    return (f"no run {which!r}, but {which!r} is a logged function ({full}; calls {calls} in session {latest}): "
+            f"name a call with `casmon show {which} N` (and --session S for another session)")
+
+
 def _show_run(which, store_location) -> None:
-    r = _load_run(which, store_location)
+    from .runs import load_run
+
+    store = _open(store_location, read_only=True)
+    try:
+        r = load_run(which, store)
+    except LookupError as e:
+        raise click.ClickException(_not_a_run(which, store, e)) from None
+    except CasmonError as e:
+        raise click.ClickException(_one_line(e)) from None
     m = r.manifest
     g = m.get("git", {})
     console.print(f"[bold]run {r.name}[/bold]  {r.status}  manifest {r.digest[:12]}")
@@ -581,7 +661,7 @@ def _show_run(which, store_location) -> None:
 @click.argument("a")
 @click.argument("b")
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON (stored values described, not loaded).")
 @trust_option
 def diff_cmd(a, b, store_location, as_json, trust) -> None:
     """What differs between runs A and B: code, tracked files, metadata, info, results."""
@@ -604,9 +684,10 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
     for k, v in d["meta"].items():
         console.print(f"  {k}: {v}", markup=False)
     for k, v in d["info"].items():
-        console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}", markup=False)
+        how = f"  ({v['how']})" if v.get("how") else ""
+        console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}{how}", markup=False)
     for r in d["results"]:
-        console.print(f"  [yellow]{r['function']}[/yellow] returned different results for the same inputs ({r['calls']} calls, via {r['via']})")
+        console.print(f"  [yellow]{r['function']}[/yellow] returned different results for the same inputs ({_n(r['calls'], 'call')}, via {r['via']})")
 
 
 @main.command("restore")
@@ -638,7 +719,8 @@ def export_cmd(run, target, store_location, trust) -> None:
 
     r = _load_run(run, store_location)
     try:
-        root = export(r, target)
+        with progress_phases(True, err_console) as progress:
+            root = export(r, target, progress=progress)
     except (CasmonError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     console.print(f"exported run {r.name} into {root}")
@@ -655,6 +737,11 @@ def demo(store_location, trust) -> None:
         run_demo(store_location, console)
     except CasmonError as e:
         raise click.ClickException(str(e)) from None
+
+
+from .importer import import_command as _import_command  # noqa: E402 - casmon import (callmonitor, FineCache)
+
+main.add_command(_import_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -79,13 +79,22 @@ def read_lists(store: Store) -> tuple[list[condemned.CondemnedList], list[str]]:
     return lists, damaged
 
 
-def _mark(store: Store) -> set[Digest]:
+def _mark(store: Store, without: dict[str, set[bytes]] | None = None, progress: Progress = _noop) -> set[Digest]:
     """Every object reachable from records and refs. Raises if any of them cannot be read:
-    a gc that cannot see everything that is reachable must not delete anything."""
+    a gc that cannot see everything that is reachable must not delete anything.
+
+    ``without``: records (kind -> keys) to treat as gone -- what an eviction
+    previewed with ``--dry-run`` would drop, so the preview matches the real run.
+    """
     roots: set[Digest] = set()
-    for kind in store.record_kinds():
+    kinds = store.record_kinds()
+    for i, kind in enumerate(kinds):
+        progress("mark records", i, len(kinds))
         t = store.table(kind)
+        skip = (without or {}).get(kind, set())
         for k, rec in store.records(kind):
+            if skip and bytes(k) in skip:
+                continue
             refs = rec.get("_refs", [])
             try:
                 if not isinstance(refs, list):
@@ -102,6 +111,7 @@ def _mark(store: Store) -> set[Digest]:
         ref = store.get_ref(name)
         if ref is not None and ref.target is not None:
             roots.add(ref.target)
+    progress("mark records", len(kinds), len(kinds))
     live: set[Digest] = set()
     todo = list(roots)
     while todo:
@@ -109,6 +119,8 @@ def _mark(store: Store) -> set[Digest]:
         if d in live:
             continue
         live.add(d)
+        if len(live) % 1000 == 0:
+            progress("mark values", len(live), len(live) + len(todo))
         try:
             m = store.manifest(d)
         except DamagedObjectError as e:
@@ -122,7 +134,7 @@ def _mark(store: Store) -> set[Digest]:
 
 
 def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None,
-       break_lock: bool = False) -> GcReport:
+       break_lock: bool = False, without: dict[str, set[bytes]] | None = None) -> GcReport:
     """Remove objects no record or ref reaches; repack packs that are mostly dead.
 
     An unreachable object is first *condemned* (published in a list writers
@@ -130,14 +142,20 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
     is still unreachable. ``grace`` must be at least ``condemned.MIN_GRACE``
     (60 s); ``grace=0`` deletes what is unreachable at once and is only safe
     while nothing else writes to the store (``casmon gc --now``).
+
+    ``dry_run``: report exactly what a real run would remove, condemn and
+    repack, and change nothing; ``without`` (records to treat as gone, kind ->
+    keys) lets it preview a gc that follows an eviction.
     """
+    if without and not dry_run:
+        raise ValueError("gc(without=...) previews a gc after an eviction; it needs dry_run=True")
     if 0 < grace < condemned.MIN_GRACE:
         raise ValueError(f"gc grace must be at least {condemned.MIN_GRACE:g} seconds (or 0, only when nothing "
                          f"else writes to the store), got {grace:g}")
     progress = progress or _noop
     rep = GcReport(dry_run=dry_run)
     if dry_run:
-        return _collect(store, grace, rep, progress, dry_run=True)
+        return _collect(store, grace, rep, progress, dry_run=True, without=without)
     if not store.backend.supports_deletes or store.read_only:
         raise StoreError(f"cannot gc {store.url}: it cannot delete (a zip file, or opened read-only); "
                          f"`casmon gc --dry-run` shows what gc would remove")
@@ -147,12 +165,11 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
         return _collect(store, grace, rep, progress, dry_run=False)
 
 
-def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_run: bool) -> GcReport:
+def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_run: bool,
+             without: dict[str, set[bytes]] | None = None) -> GcReport:
     lists, damaged_lists = read_lists(store)
-    progress("mark", 0, 1)
     mark_start = time.time()
-    live = _mark(store)
-    progress("mark", 1, 1)
+    live = _mark(store, without, progress)
     faultpoints.point("gc.after_mark")
     entries: dict[Digest, list[Location]] = defaultdict(list)  # every index entry, not just the newest
     for k, v in store.objects.index.items():
@@ -185,43 +202,54 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
                     doomed_packed.update((d, p) for p in ps)
     doomed = doomed_loose | {d for d, _ in doomed_packed}
     listed = {d for lst in lists if lst not in due for d in lst.digests}
-    if dry_run:
-        rep.deleted_objects = len(doomed)
-        rep.waiting = len(unreachable - doomed)
-        rep.condemned = len(unreachable - doomed - listed)
-        rep.lists_swept = len(due)
-        return rep
-
-    faultpoints.point("gc.before_sweep")
-    # Loose objects go at once.
+    # The plan, computed the same way for a dry run and a real one (so the preview is exact):
+    # the doomed entries leave the index; packs at least half dead are rewritten without them.
     doomed_keys = [loose_key(d) for d in doomed_loose]
-    if doomed_keys:
-        rep.deleted_bytes += sum(store.backend.getsize_many(doomed_keys))
-        store.backend.delete_many(doomed_keys)
-    # Packs: the doomed entries leave the index; packs at least half dead are rewritten without them.
+    loose_bytes = sum(store.backend.getsize_many(doomed_keys)) if doomed_keys else 0
     by_pack: dict[str, list[tuple[Digest, Location]]] = defaultdict(list)
     for d, locs in entries.items():
         for loc in locs:
             by_pack[loc.pack].append((d, loc))
-    dropped: set[str] = set()
+    rewrite: dict[str, list[tuple[Digest, Location]]] = {}  # pack -> the entries it keeps (empty: deleted whole)
+    packed_bytes = 0
     for name, es in by_pack.items():
         dead = [e for e in es if (e[0], name) in doomed_packed]
         if not dead:
             continue
         dead_bytes = sum(loc.length for _, loc in dead)
         if len(dead) == len(es) or dead_bytes * 2 >= sum(loc.length for _, loc in es):
-            keep = [e for e in es if (e[0], name) not in doomed_packed]
-            if keep:
-                data = store.backend.get(pack_key(name))
-                if data is None:
-                    continue
-                for d, loc in keep:
-                    frame = bytes(data[loc.offset : loc.offset + loc.length])
-                    decode_frame(frame, f"{pack_key(name)}@{loc.offset}", expect=d)  # never copy damage
-                    store.objects.adopt(d, frame, loc.kind, loc.size)
-                rep.repacked_packs += 1
-            dropped.add(name)
-        rep.deleted_bytes += dead_bytes
+            rewrite[name] = [e for e in es if (e[0], name) not in doomed_packed]
+        packed_bytes += dead_bytes
+    if dry_run:
+        rep.deleted_objects = len(doomed)
+        rep.deleted_bytes = loose_bytes + packed_bytes
+        rep.repacked_packs = sum(1 for keep in rewrite.values() if keep)
+        rep.deleted_packs = len(rewrite)
+        rep.waiting = len(unreachable - doomed)
+        rep.condemned = len(unreachable - doomed - listed) if grace > 0 else 0
+        rep.lists_swept = len(due)
+        return rep
+
+    faultpoints.point("gc.before_sweep")
+    # Loose objects go at once.
+    if doomed_keys:
+        rep.deleted_bytes += loose_bytes
+        store.backend.delete_many(doomed_keys)
+    dropped: set[str] = set()
+    for i, (name, keep) in enumerate(rewrite.items()):
+        progress("sweep packs", i, len(rewrite))
+        if keep:
+            data = store.backend.get(pack_key(name))
+            if data is None:
+                continue
+            for d, loc in keep:
+                frame = bytes(data[loc.offset : loc.offset + loc.length])
+                decode_frame(frame, f"{pack_key(name)}@{loc.offset}", expect=d)  # never copy damage
+                store.objects.adopt(d, frame, loc.kind, loc.size)
+            rep.repacked_packs += 1
+        dropped.add(name)
+    progress("sweep packs", len(rewrite), len(rewrite))
+    rep.deleted_bytes += packed_bytes
     rep.deleted_objects = len(doomed)
     store.objects.flush()
     # Entries whose pack was gone when listed after they were read are stale: a pack is always written

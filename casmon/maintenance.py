@@ -167,8 +167,11 @@ def stats(store: Store, progress: Progress | None = None) -> dict:
             loose_raw += read_header(h, k).raw_len if h is not None else 0
         except DamagedObjectError:
             pass
-    progress("sizes", 0, len(inv.all_keys))
-    sizes = store.backend.getsize_many(inv.all_keys)
+    sizes: list[int] = []
+    step = 4096  # batches, so that a bar moves on a store of a million files
+    for i in range(0, max(len(inv.all_keys), 1), step):
+        progress("sizes", i, len(inv.all_keys))
+        sizes += store.backend.getsize_many(inv.all_keys[i : i + step])
     progress("sizes", len(inv.all_keys), len(inv.all_keys))
     by_area: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for k, n in zip(inv.all_keys, sizes):

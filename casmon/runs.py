@@ -269,6 +269,7 @@ class record:
         if not self.patterns:
             return files, tracking
         skip = {Path(store_root).resolve()} if store_root else set()
+        skip |= {Path(p).resolve() for p in getattr(self, "exclude_dirs", ())}  # e.g. FineCache's run folders
         for dirpath, dirnames, filenames in os.walk(root):
             dp = Path(dirpath)
             dirnames[:] = [d for d in dirnames if d != ".git" and d != ".casmon" and (dp / d).resolve() not in skip]
@@ -872,8 +873,12 @@ def _apply_patch(root: Path, patch: bytes, name: str) -> None:
         os.unlink(pf)
 
 
-def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None) -> Path:
-    """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files."""
+def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None,
+           progress: Callable[[str, int, int], None] | None = None) -> Path:
+    """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files.
+
+    ``progress(phase, done, total)`` is told of each tracked file written (``casmon export`` draws a bar).
+    """
     r = _readable(run if isinstance(run, RunInfo) else load_run(run, store))
     for rel in r.manifest.get("files", {}):  # refuse before anything is written
         _safe_target(Path(target).resolve(), rel)
@@ -882,8 +887,13 @@ def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | N
     (root / "current_changes.patch").write_bytes(r.patch())
     if r.manifest.get("output") is not None:
         (root / "console.log").write_text(r.output(), encoding="utf-8", errors="surrogateescape")
-    for rel in r.manifest.get("files", {}):
+    files = list(r.manifest.get("files", {}))
+    for i, rel in enumerate(files):
+        if progress is not None:
+            progress("export files", i, len(files))
         dest = _safe_target(root, rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(r.file(rel))
+    if progress is not None:
+        progress("export files", len(files), len(files))
     return root
