@@ -241,13 +241,30 @@ def _keyed_state(args_hash, kwargs_hash):
     return _FineCacheKeys
 
 
+def _store_at(location: str):
+    """The store in ``{base_path}/.casmon``, opened again if its folder was deleted since this process opened it.
+
+    FineCache keeps nothing in memory, so deleting the base folder (``rmtree``
+    between experiments or tests) starts afresh; casmon's open store would
+    otherwise go on writing into a folder that is gone.
+    """
+    from ..store import FORMAT_KEY, _open_stores
+
+    s = default_store(location)
+    if s.backend.local_root is not None and not os.path.exists(os.path.join(location, FORMAT_KEY)):
+        s._closed = True  # what it held pending belonged to the deleted folder
+        _open_stores.discard(s)
+        s = default_store(location)
+    return s
+
+
 class FineCache:
     """FineCache's entry point: ``cache``, ``record_context``, ``record``; data in ``{base_path}/.casmon``."""
 
     def __init__(self, base_path: str | None = None, agent_class: Any = None) -> None:
         self.base_path = os.path.abspath(base_path) if base_path else os.path.abspath(os.getcwd())
         os.makedirs(self.base_path, exist_ok=True)
-        self.store = default_store(os.path.join(self.base_path, ".casmon"))
+        self.store = _store_at(os.path.join(self.base_path, ".casmon"))
         # Like FineCache, take the code state now: a long run must record the code it started with.
         self._code = capture_code_state(exclude=[os.path.join(self.base_path, ".casmon")])
         self._code_time = time.time()
