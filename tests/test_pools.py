@@ -1,0 +1,185 @@
+"""Work done in pool workers is kept when the pool ends the usual way (issue 18).
+
+``with multiprocessing.Pool() as p: p.map(cached, ...)`` terminates its workers
+(SIGTERM) as soon as the block ends; joblib's multiprocessing backend does the
+same, loky and Dask keep their workers for later and kill them when they like.
+A worker's background flush (every 5 s) never gets to run. So in a pool worker
+casmon flushes what a decorated call wrote before the call returns
+(:func:`casmon.store.in_worker_process`), and these tests check, for every pool
+kind, that a fresh reader finds all 20 cache entries and all 20 logged calls
+right after the pool's normal end -- while the driver process (and loky's
+reusable workers) are still alive, so no exit flush helped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import casmon
+from casmon.store import in_worker_process
+from tests._pool_workers import POOLS, inputs
+from tests.conftest import ROOT
+
+#: The pool kinds where the platform offers them (fork and forkserver are POSIX start methods).
+KINDS = [k for k in POOLS if not (("fork" in k) and sys.platform == "win32") and k != "joblib-loky-killed"]
+
+
+def _env(store) -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e["CASMON_STORE"] = str(store)
+    e.pop("CASMON_FLUSH_EACH_CALL", None)
+    return e
+
+
+class Driver:
+    """One process that runs pool kinds on request (``tests/_pool_workers.py``) and stays alive between them."""
+
+    def __init__(self, store) -> None:
+        self.store = str(store)
+        code = ("import sys\nfrom tests._pool_workers import main\n"
+                "for line in sys.stdin:\n    main([line.strip()], wait=False)\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], env=_env(store), cwd=str(ROOT), text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def run(self, kind: str) -> dict:
+        """Run ``kind``'s pool to its normal end; returns the driver's report once the pool has ended."""
+        self.proc.stdin.write(kind + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.poll() is not None else "(still running)"
+            raise AssertionError(f"the driver stopped while running {kind}: {err[-3000:]}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    d = Driver(tmp_path_factory.mktemp("pools") / "store")
+    yield d
+    d.close()
+
+
+def found(store_location: str, xs: list[int]) -> tuple[set, set]:
+    """Inputs of ``xs`` that a fresh reader finds cached, and those it finds logged."""
+    s = casmon.open(store_location, trust=False)
+    try:
+        want = {str(x) for x in xs}
+        cached = {r.get("label") for _k, r in s.records("cache") if r.get("fn") == "tests._pool_workers.square"}
+        log = casmon.load(s)
+        logged = {c.args_cells[0] for c in log.calls("tests._pool_workers.log_value")} if log.functions else set()
+        return cached & want, logged & set(xs)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_work_done_in_pool_workers_survives_the_pools_normal_end(driver, kind):
+    """20 cached calls and 20 logged calls in the workers: all 20 of each are in the store once the pool ended."""
+    report = driver.run(kind)
+    assert report == {"kind": kind, "ok": True}
+    xs = inputs(kind)
+    cached, logged = found(driver.store, xs)
+    assert len(cached) == 20, f"{kind}: {len(cached)} of 20 cache entries found"
+    assert len(logged) == 20, f"{kind}: {len(logged)} of 20 logged calls found"
+
+
+def test_loky_workers_killed_right_after_the_call_lose_nothing(driver):
+    """loky kills its workers with SIGKILL when it shuts down by force: what they computed is already stored."""
+    report = driver.run("joblib-loky-killed")
+    assert report == {"kind": "joblib-loky-killed", "ok": True}
+    cached, logged = found(driver.store, inputs("joblib-loky-killed"))
+    assert (len(cached), len(logged)) == (20, 20)
+
+
+# -- when casmon flushes after every call, and when it does not ----------------------------------------------
+
+def _flag(code: str, env_extra: dict | None = None, script=None) -> list[str]:
+    env = _env("unused")
+    env.update(env_extra or {})
+    cmd = [sys.executable, str(script)] if script else [sys.executable, "-c", code]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_only_workers_flush_after_every_call(tmp_path):
+    """The main process keeps batching (its per-call cost is unchanged); children of every kind flush each call.
+
+    The spawned child's store is opened while the child imports the parent's script, before
+    multiprocessing tells it who its parent is.
+    """
+    script = tmp_path / "flags.py"
+    script.write_text(f"""
+import multiprocessing as mp, os, casmon
+S = casmon.open({str(tmp_path / 's')!r})  # in a spawned child: opened while the child imports this script
+
+def child(q):
+    q.put((S._flush_each_call, casmon.open({str(tmp_path / 't')!r})._flush_each_call))
+
+if __name__ == "__main__":
+    print(S._flush_each_call, casmon.open({str(tmp_path / 's')!r}, durable=True)._flush_each_call)
+    for method in ("fork", "spawn"):
+        ctx = mp.get_context(method)
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start(); print(*q.get(timeout=120)); p.join()
+    pid = os.fork()
+    if pid == 0:
+        os.write(1, str(S._flush_each_call).encode() + b"\\n")  # a plain fork: the parent's store, inherited
+        os._exit(0)
+    os.waitpid(pid, 0)
+""")
+    assert _flag("", script=script) == ["False", "True"] + ["True"] * 5
+    forced = "import casmon; print(casmon.open({!r})._flush_each_call)".format(str(tmp_path / "u"))
+    assert _flag(forced, {"CASMON_FLUSH_EACH_CALL": "1"}) == ["True"]
+    assert not in_worker_process()  # the test process itself
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_worker_that_cannot_flush_returns_its_results_and_warns_once(tmp_path):
+    """A storage error in a worker's per-call flush is one warning; what waits is written by a later flush.
+
+    The error is real: the file size limit (RLIMIT_FSIZE) makes every file write fail with EFBIG.
+    """
+    loc = tmp_path / "s"
+    code = f"""
+import resource, signal, warnings, casmon
+s = casmon.open({str(loc)!r})
+assert s._flush_each_call
+def g(x):
+    return x * 2
+g = casmon.cache(store=s)(g)
+g(0)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (8, hard))
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    print(g(1), g(2))
+print(sum("could not flush" in str(x.message) for x in w), len(w))
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+s.flush()
+"""
+    out = _flag(code, {"CASMON_FLUSH_EACH_CALL": "1"})
+    assert out == ["2", "4", "1", "1"]
+    s = casmon.open(str(loc))
+    assert sorted(s.get(casmon.Digest(r["result"])) for _k, r in s.records("cache")) == [0, 2, 4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert s.verify().ok
