@@ -113,11 +113,11 @@ class ResultRef:
 
     @display.guarded_text("cached result")
     def __repr__(self) -> str:
-        return display.result_ref_text(self, self.describe())
+        return display.result_ref_text(self, display.described(self.describe))
 
     @display.guarded_html("cached result")
     def _repr_html_(self) -> str:
-        return display.result_ref_html(self, self.describe())
+        return display.result_ref_html(self, display.described(self.describe))
 
 
 class _Usage:

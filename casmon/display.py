@@ -171,8 +171,8 @@ def hexshort(h: Any, n: int = 12) -> str:
 # -- building blocks -----------------------------------------------------------------------------------
 
 
-def table(headers: Iterable[str], rows: Iterable[Iterable[Any]], num: Iterable[int] = ()) -> Html:
-    """An HTML table; cells are escaped unless :class:`Html`. ``num``: columns aligned right."""
+def table(headers: Iterable[str], rows: Iterable[Iterable[Any]], num: Iterable[int] = (), more: int = 0) -> Html:
+    """An HTML table; cells are escaped unless :class:`Html`. ``num``: columns aligned right; ``more``: rows left out."""
     num = set(num)
     out = ["<table><tr>", "".join(f"<th>{esc(h)}</th>" for h in headers), "</tr>"]
     rows = list(rows)
@@ -180,8 +180,9 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[Any]], num: Iterable[i
         out.append("<tr>" + "".join(f"<td class=\"num\">{cell(c)}</td>" if i in num else f"<td>{cell(c)}</td>"
                                     for i, c in enumerate(row)) + "</tr>")
     out.append("</table>")
-    if len(rows) > _MAX_ROWS:
-        out.append(f"<p class=\"casmon-muted\">… and {len(rows) - _MAX_ROWS:,} more</p>")
+    more += max(0, len(rows) - _MAX_ROWS)
+    if more:
+        out.append(f"<p class=\"casmon-muted\">… and {more:,} more</p>")
     return Html("".join(out))
 
 
@@ -432,18 +433,20 @@ class RunList(list):
         if not self:
             return "<casmon: no runs>"
         rows = []
-        for r in self:
+        for r in self[-_MAX_ROWS:]:  # the newest: a long list is not read whole to be shown
             m = r.manifest if isinstance(r.manifest, dict) else {}
             info, _ = run_info_cells(r)
             rows.append((r.name, m.get("status", "?"), when(m.get("start")), seconds(_duration(m)), code_state(r),
                          ", ".join(f"{k}={show(v, 20)}" for k, v in list(info.items())[:4])))
-        return f"{count(len(self), 'run')}:\n" + text_table(["run", "status", "started", "duration", "code", "info"], rows)
+        skipped = f"\n  ({len(self) - len(rows):,} older runs not shown)" if len(self) > len(rows) else ""
+        return (f"{count(len(self), 'run')}:\n" + text_table(["run", "status", "started", "duration", "code", "info"], rows)
+                + skipped)
 
     @guarded_html("runs")
     def _repr_html_(self) -> str:
         keys: list[str] = []
         rows = []
-        for r in self:
+        for r in self[-_MAX_ROWS:]:
             row, info = run_row(r)
             for k in info:
                 if k not in keys and len(keys) < 12:
@@ -454,8 +457,8 @@ class RunList(list):
             out.append([code(r.name), status_badge(row["status"] or "?"), when(r.manifest.get("start")),
                         seconds(row["duration_s"]), code_state(r), row["comment"] or ""]
                        + [code(show(info[k], 60)) if k in info else "" for k in keys])
-        return frame(f"casmon: {count(len(self), 'run')}",
-                     table(["run", "status", "started", "duration", "code", "comment"] + keys, out, num=[3]))
+        title = f"casmon: {count(len(self), 'run')}" + (f" (the newest {len(out):,} shown)" if len(self) > len(out) else "")
+        return frame(title, table(["run", "status", "started", "duration", "code", "comment"] + keys, out, num=[3]))
 
     def to_pandas(self):
         """One row per run (index: the run's name): status, times, code state, then one column per info key."""
@@ -769,6 +772,12 @@ def result_ref_html(ref: Any, described: str) -> Html:
         pairs.append(("input files", Html(", ".join(str(code(f[0] if isinstance(f, list) and f else f)) for f in files[:20]))))
     pairs += [("key", code(_hex(ref.key))), ("digest", code(_hex(ref.digest)))]
     return frame("casmon cached result", kv_table(pairs))
+
+
+def described(fn: Callable[[], str]) -> str:
+    """A stored value's one-line description, or why it cannot be read."""
+    text, why = attempt(fn, "")
+    return text if why is None else f"<cannot read it: {why}>"
 
 
 def _hex(d: Any) -> str:

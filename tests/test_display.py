@@ -15,6 +15,7 @@ from casmon import display
 from casmon.cache import ResultRef
 
 HOSTILE = "<script>alert(1)</script>"
+HOSTILE_FILE = "<b onmouseover=alert(3)>.yaml"
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.invalid"}
 
@@ -67,7 +68,8 @@ def build_store(tmp_path: Path, monkeypatch) -> dict:
         run.info.update(loss=0.5, lr=0.1, weights=np.ones(8), model=Boom(str(marker)))
     (repo / "train.py").write_text("lr = 0.02\nprint('train')\n")  # uncommitted: the second run has a patch
     (repo / "config.yaml").write_text("lr: 0.02\n")
-    with casmon.record(comment=HOSTILE, track=[r"config\.yaml$"], store=store, capture_output=False) as run:
+    (repo / HOSTILE_FILE).write_text("x: 1\n")  # a tracked file whose name is markup
+    with casmon.record(comment=HOSTILE, track=[r"\.yaml$"], store=store, capture_output=False) as run:
         square(2000)
         step(4)
         step(5)
@@ -109,6 +111,8 @@ def test_hostile_strings_render_as_text(built):
     runs, run2, diff, log = views[0], views[2], views[3], views[6]
     for h in (runs._repr_html_(), run2._repr_html_(), diff._repr_html_()):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in h
+    for h in (run2._repr_html_(), diff._repr_html_()):
+        assert "&lt;b onmouseover=alert(3)&gt;.yaml" in h and "<b " not in h
     assert "&lt;img src=x onerror=alert(2)&gt;" in log._repr_html_()  # a default value, in the signature
     assert not built["marker"].exists(), "a view unpickled a value"
 
@@ -187,7 +191,7 @@ def test_to_pandas_columns(built):
                 "loss", "lr", "weights", "model", "note"):
         assert col in df.columns, col
     assert df["loss"].tolist() == [0.5, 0.25] and df["dirty"].tolist() == [False, True]
-    assert df["files"].tolist() == [1, 1] and str(df["start"].dtype).startswith("datetime64")
+    assert df["files"].tolist() == [1, 2] and str(df["start"].dtype).startswith("datetime64")
     assert df["note"].isna().tolist() == [True, False]
 
     calls = casmon.load(s).to_pandas()
@@ -259,3 +263,37 @@ def test_patch_is_coloured_line_by_line():
     assert '<span class="casmon-add">+new &amp;amp;</span>' in h
     assert '<span class="casmon-meta">+++ b/x</span>' in h and '<span class="casmon-hunk">@@ -1 +1 @@</span>' in h
     assert " same\n" in h
+
+
+def test_live_run_shows_itself(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not a git repository: the run says so
+    with pytest.warns(casmon.RunWarning, match="not a git repository"):
+        with casmon.record(comment="live", store=tmp_path / "s", capture_output=False) as run:
+            run.info["step"] = 3
+            text, h = repr(run), run._repr_html_()
+            assert text.startswith("<casmon run 1-live running") and "step=3" in text
+            assert "not in a git repository" in text and "casmon-status-running" in h and "<td>step</td>" in h
+    assert repr(run).startswith("<casmon run 1-live ok")
+
+
+def test_long_run_list_shows_the_newest(tmp_path):
+    from types import SimpleNamespace
+
+    runs = display.RunList(SimpleNamespace(name=f"{i}-r", manifest={"status": "ok", "start": 1.7e9 + i}, error=None,
+                                           info_cells=lambda i=i: {"loss": 1 / (i + 1)}) for i in range(250))
+    text, h = repr(runs), runs._repr_html_()
+    assert text.startswith("250 runs:") and "249-r" in text and "\n  0-r " not in text and "(50 older runs not shown)" in text
+    assert "the newest 200 shown" in h and "249-r" in h and ">0-r<" not in h and h.count("<tr>") == 201
+
+
+def test_result_ref_on_a_failing_backend_says_why(built):
+    ref = built["square"].ref(1000)
+
+    class Failing:
+        def manifest(self, d):
+            raise OSError(5, "Input/output error")
+
+    broken = ResultRef(Failing(), ref.digest, ref.key, ref.entry)
+    text = repr(broken)
+    assert "casmon result of" in text and "cannot read it: OSError" in text and "7.8 KiB" in text
+    assert "cannot read it: OSError" in broken._repr_html_()

@@ -13,7 +13,7 @@ import pytest
 
 import casmon
 from casmon import display
-from tests.test_display import HOSTILE, all_views, build_store
+from tests.test_display import HOSTILE, HOSTILE_FILE, all_views, build_store
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
@@ -30,6 +30,11 @@ def notebook_page(views: list) -> str:
                      f"<div class=\"output\">{obj._repr_html_()}</div></section>")
     return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>casmon views</title></head><body>"
             + "".join(cells) + "</body></html>")
+
+
+def diff_files_added(page) -> list[str]:
+    row = page.locator("#cell3 tr", has=page.locator("th", has_text="files added"))
+    return row.locator("code").all_inner_texts()
 
 
 def test_views_in_a_real_browser(tmp_path, monkeypatch):
@@ -78,6 +83,8 @@ def test_views_in_a_real_browser(tmp_path, monkeypatch):
             assert cell[2].get_by_text(HOSTILE, exact=True).count() >= 1  # the comment row of run 2
             assert page.evaluate("document.scripts.length") == 0
             assert page.evaluate("document.querySelectorAll('img').length") == 0
+            assert page.evaluate("document.querySelectorAll('.output b').length") == 0  # a file named <b …>
+            assert diff_files_added(page) == [HOSTILE_FILE]
             assert dialogs == [] and requests == []
 
             # the diff: the patch in colour, line by line, and the metrics side by side
