@@ -53,7 +53,7 @@ from .calllog import KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SESSIO
 from .digest import Digest
 from .errors import CasmonError
 from .fingerprint import fingerprint
-from .runs import KIND_RUN, RUN_REFS, _PREFIX_RE
+from .runs import KIND_RUN, RUN_REFS, _PREFIX_RE, vcs_component
 from .scrub import scrub
 from .store import Store, default_store
 
@@ -399,7 +399,7 @@ def _folder_pid_rank(name: str) -> tuple[int, int | None]:
 def _callmonitor(root: Path, w: _Writer, trust: bool) -> None:
     report = w.report
     descriptors = sorted(root.glob("*/*/input_descriptor.pkl"))
-    all_files = [p for p in root.rglob("*") if p.is_file()]
+    all_files = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
     marker = _files_digest(root, all_files)
     if w.imported(marker):
         report.already += 1
@@ -439,7 +439,7 @@ def _callmonitor(root: Path, w: _Writer, trust: bool) -> None:
             fn = variant[_spec_key(desc.get("argspec"))]
             if fn not in fn_params:
                 fn_params[fn] = _params(desc.get("argspec"), w, refs)
-            files = [p for p in call_dir.rglob("*") if p.is_file() and p.name != "input_descriptor.pkl"]
+            files = [p for p in call_dir.rglob("*") if p.is_file() and not p.is_symlink() and p.name != "input_descriptor.pkl"]
             handlers = list(desc.get("args") or []) + list((desc.get("kwargs") or {}).values())
             np_files = {f"arg_{_handler_parts(h)[2].get('_target')}.npy" for h in handlers
                         if _handler_parts(h)[1] == "NPHandler"}
@@ -578,6 +578,9 @@ def _finecache_run(folder: Path, w: _Writer) -> None:
     for p in sorted(files):
         rel = p.relative_to(folder).as_posix()
         if rel in _RUN_FILES:
+            continue
+        if vcs_component(rel) is not None:  # export and restore would refuse the run: such a file is never kept
+            report.notes.append(f"{folder.name}: {rel} left out (version-control metadata)")
             continue
         data = p.read_bytes()
         tracked[rel] = {"digest": w.put_value(data, refs), "size": len(data), "mode": p.stat().st_mode & 0o777}
