@@ -22,7 +22,6 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numcodecs
 import numpy as np
 import xxhash
 
@@ -94,6 +93,7 @@ def get_codec(name: str) -> Codec:
 def _numcodec(codec_id: int, typesize: int):
     if codec_id == 0:
         return None
+    import numcodecs  # on first use: not every import of casmon compresses anything
     if codec_id in (1, 4):
         cname = "lz4" if codec_id == 1 else "zstd"
         clevel = 5 if codec_id == 1 else 3

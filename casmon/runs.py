@@ -19,7 +19,6 @@ import dataclasses
 import difflib
 import functools
 import getpass
-import importlib.metadata
 import inspect
 import json
 import os
@@ -251,6 +250,7 @@ class record:
             "python": sys.version.split()[0],
             "executable": sys.executable,
             "argv": scrub_argv(sys.argv),
+            **({"notebook": nb} if (nb := notebook_path()) else {}),  # a kernel's argv names a temporary file
             "cwd": os.getcwd(),
             "packages": pd.hex(),
             "env": scrub_env({k: os.environ[k] for k in self.env if k in os.environ}),
@@ -363,6 +363,33 @@ def record_context(increment_dir: Any = None, comment: str = "", tracking_files:
                   save_output=save_output)
 
 
+def notebook_path() -> str | None:
+    """The notebook this process runs, if it is a Jupyter kernel whose front end says which; else None.
+
+    Sources, first found wins: ``__vsc_ipynb_file__`` in the kernel's namespace (VS Code
+    sets it to the notebook's absolute path); the ``JPY_SESSION_NAME`` environment variable
+    (Jupyter Server 2 sets it when it starts a kernel for a notebook: JupyterLab, Notebook 7;
+    the path is relative to the server's root folder in some versions); ``__session__`` in
+    the kernel's namespace (ipykernel copies ``JPY_SESSION_NAME`` there). Only inside a
+    kernel: a script started from a notebook (``!python x.py``) inherits the variable but is
+    not the notebook. Kernels started without a server (nbclient, nbconvert, papermill) know
+    no path unless their caller sets ``JPY_SESSION_NAME``.
+    """
+    if "ipykernel" not in sys.modules or "IPython" not in sys.modules:
+        return None
+    try:
+        shell = sys.modules["IPython"].get_ipython()
+        ns = getattr(shell, "user_ns", None) if shell is not None and hasattr(shell, "kernel") else None
+    except Exception:  # noqa: BLE001 - an odd shell: no notebook
+        return None
+    if not isinstance(ns, dict):
+        return None
+    for v in (ns.get("__vsc_ipynb_file__"), os.environ.get("JPY_SESSION_NAME"), ns.get("__session__")):
+        if isinstance(v, str) and v.strip():
+            return scrub(v.strip())[:4096]
+    return None
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -373,6 +400,8 @@ def _user() -> str:
 @functools.lru_cache(maxsize=1)
 def _packages() -> dict[str, str]:
     out = {}
+    import importlib.metadata  # here, not at import: it costs tens of ms and only a run needs it
+
     for dist in importlib.metadata.distributions():
         try:
             out[dist.metadata["Name"]] = dist.version
@@ -556,7 +585,7 @@ _MANIFEST_TYPES = {"name": str, "comment": str, "status": str, "prefix": str, "g
                    "tracking_records": dict, "info": dict, "links": dict, "argv": list, "env": dict,
                    "start": (int, float), "end": (int, float), "duration": (int, float), "patch_time": (int, float),
                    "n": int, "output": str, "packages": str, "traceback": str, "error": str, "function": str,
-                   "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int}
+                   "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str}
 
 
 def _check_manifest(m: dict, where: str) -> None:
@@ -635,7 +664,7 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
         "changed": sorted(p for p in set(fa) & set(fb) if fa[p]["digest"] != fb[p]["digest"]),
     }
     meta = {}
-    for k in ("python", "host", "user", "executable", "argv", "env", "status", "function", "comment"):
+    for k in ("notebook", "python", "host", "user", "executable", "argv", "env", "status", "function", "comment"):
         if ma.get(k) != mb.get(k):
             meta[k] = {"a": ma.get(k), "b": mb.get(k)}
     if ma.get("packages") != mb.get("packages"):
