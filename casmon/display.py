@@ -39,7 +39,7 @@ CSS = """
 .casmon-view table{border-collapse:collapse;margin:2px 0 8px}
 .casmon-view th,.casmon-view td{border:1px solid #d0d7de;padding:2px 8px;text-align:left;vertical-align:top}
 .casmon-view th{background:#f6f8fa;font-weight:600}
-.casmon-view td.num{text-align:right;font-variant-numeric:tabular-nums}
+.casmon-view td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .casmon-view code,.casmon-view pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 .casmon-view pre.casmon-patch{background:#f6f8fa;border:1px solid #d0d7de;padding:6px;overflow:auto;max-height:32em}
 .casmon-view .casmon-add{color:#116329;background:#dafbe1;display:block}
