@@ -384,6 +384,8 @@ def run_html(r: Any) -> Html:
     if m.get("error"):
         pairs.append(("error", Html(f"<span class=\"casmon-error\">{esc(m['error'])}</span>")))
     parts: list[Any] = [kv_table(pairs)]
+    if isinstance(m.get("traceback"), str) and m["traceback"]:
+        parts.append(Html(f"<details><summary>traceback</summary><pre>{esc(m['traceback'][-20_000:])}</pre></details>"))
     err = getattr(r, "error", None)
     if err is not None:
         parts.append(error_line(f"this run cannot be read: {err}"))

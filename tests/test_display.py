@@ -274,6 +274,14 @@ def test_live_run_shows_itself(tmp_path, monkeypatch):
             assert text.startswith("<casmon run 1-live running") and "step=3" in text
             assert "not in a git repository" in text and "casmon-status-running" in h and "<td>step</td>" in h
     assert repr(run).startswith("<casmon run 1-live ok")
+    with pytest.warns(casmon.RunWarning), pytest.raises(ValueError):
+        with casmon.record(comment="boom", store=tmp_path / "s", capture_output=False):
+            raise ValueError("<i>no</i>")
+    failed = casmon.list_runs(tmp_path / "s")[-1]
+    text, h = repr(failed), failed._repr_html_()
+    assert text.startswith("<casmon run 2-boom failed") and "ValueError: <i>no</i>" in text
+    assert "casmon-status-failed" in h and "<summary>traceback</summary>" in h
+    assert "raise ValueError(&quot;&lt;i&gt;no&lt;/i&gt;&quot;)" in h and "<i>" not in h
 
 
 def test_long_run_list_shows_the_newest(tmp_path):
