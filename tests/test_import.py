@@ -124,9 +124,11 @@ def test_callmonitor_folder_round_trip(callmonitor_folder, tmp_path, shims):
     assert (again.already, again.calls, again.sessions) == (1, 0, 0)
 
 
-def test_callmonitor_import_with_trust_loads_user_classes(callmonitor_folder, tmp_path):
+def test_callmonitor_import_with_trust_loads_user_classes(callmonitor_folder, tmp_path, shims):
     store = str(tmp_path / "store")
-    sys.path.insert(0, str(SEEDS))  # fancy_handlers.Point importable, as for the user who made the folder
+    # fancy_handlers.Point importable, as for the user who made the folder (its "import callmonitor" finds
+    # the package, or the shim where the package is not installed)
+    sys.path[:0] = [str(SEEDS), str(shims)]
     try:
         report = import_path(callmonitor_folder, store, trust=True)
         assert report.not_stored == 0
@@ -136,6 +138,7 @@ def test_callmonitor_import_with_trust_loads_user_classes(callmonitor_folder, tm
         assert (type(p).__module__, p.x, p.y) == ("fancy_handlers", 1, 2)
     finally:
         sys.path.remove(str(SEEDS))
+        sys.path.remove(str(shims))
         sys.modules.pop("fancy_handlers", None)
 
 

@@ -554,11 +554,14 @@ class Context(metaclass=_Singleton):
 
     def _recorder(self, create: bool = False):
         from ..calllog import _recorder, _recorders
+        from ..store import _default
 
-        store = default_store(_root())
         if create:
-            return _recorder(store)
-        r = _recorders.get(id(store))
+            return _recorder(default_store(_root()))
+        loc = _root()  # only look: asking whether a session exists creates no store
+        key = (os.getpid(), os.path.abspath(loc) if "://" not in loc else loc)
+        store = _default.get(key)
+        r = _recorders.get(id(store)) if store is not None else None
         return r if r is not None and r.store is store else None
 
     @property
