@@ -611,6 +611,9 @@ def _finecache_run(folder: Path, w: _Writer) -> None:
     if end is not None:
         manifest["end"] = end
         manifest["duration"] = max(0.0, end - start)
+    if _same_run_stored(store, prefix, n, folder.name, information):
+        report.already += 1  # a folder casmon.compat.finecache wrote for a run this store holds
+        return
     # The run keeps its number when the store has it free; else the next free one (reported).
     want = n
     while not store.create_ref(f"{RUN_REFS}/{prefix}{n}", None, {"status": "claimed", "time": time.time()}):
@@ -628,6 +631,19 @@ def _finecache_run(folder: Path, w: _Writer) -> None:
     store.set_ref(ref, d, {"name": name, "status": manifest["status"], "start": start})
     report.runs += 1
     w.mark(marker, {"what": "FineCache run folder", "from": str(folder), "run": name})
+
+
+def _same_run_stored(store: Store, prefix: str, n: int, name: str, information: dict) -> bool:
+    """True if the store's run ``{prefix}{n}`` is the run this folder shows (the compat layer wrote the folder)."""
+    from .runs import load_run
+
+    if store.get_ref(f"{RUN_REFS}/{prefix}{n}") is None or not information:
+        return False
+    try:
+        r = load_run(f"{RUN_REFS}/{prefix}{n}", store)
+        return r.error is None and r.name == name and json.loads(json.dumps(r.information())) == information
+    except (LookupError, CasmonError):
+        return False
 
 
 def _plain(v: Any) -> bool:

@@ -256,3 +256,19 @@ def test_nothing_to_import_is_a_clear_error(tmp_path):
     assert report.calls == 0 and any("cannot read this pickle" in n for n in report.notes)
     with pytest.raises(ImportSourceError, match="casmon store already"):
         import_path(tmp_path / "s2", str(tmp_path / "s3"))
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")  # no git repository here
+def test_run_folders_the_compat_layer_wrote_are_not_imported_twice(tmp_path, monkeypatch):
+    """Old FineCache folders next to folders casmon.compat wrote: importing the base folder adds only the old ones."""
+    base = _finecache_folder(tmp_path, "fixture")  # test1-first and test2, made by FineCache itself
+    monkeypatch.chdir(base.parent)
+    from casmon.compat.finecache import FineCache, IncrementDir
+
+    fc = FineCache(str(base))
+    with fc.record_context(IncrementDir(str(base), "test"), comment="new") as info:
+        info["k"] = 1
+    assert (base / "test3-new" / "information.json").exists()
+    report = import_path(base, fc.store)
+    assert (report.runs, report.already) == (2, 1) and not report.renumbered
+    assert sorted(r.name for r in casmon.list_runs(fc.store)) == ["test1-first", "test2", "test3-new"]
