@@ -270,3 +270,35 @@ def test_importing_finecache_compat_configures_no_logging():
     p = run_python("import logging\nimport casmon.compat.finecache, casmon.compat.callmonitor\n"
                    "print(logging.getLogger().level, logging.getLogger().handlers)\n")
     assert p.stdout.strip() == "30 []"
+
+
+def test_callmonitor_handler_value_inside_a_container(workdir):
+    """A REGISTRY handler's object inside a list round-trips (Python 3.13 made persistent_load read-only on
+    unpicklers: issue 15); an untrusted store refuses it with casmon's error, not an AttributeError."""
+    from casmon.compat.callmonitor import REGISTRY, Handler
+
+    class Note:
+        def __init__(self, text):
+            self.text = text
+            self.lock = threading.Lock()
+
+    class NoteHandler(Handler):
+        def load(self, path):
+            self.data = Note(Path(path, f"n_{self.target}.txt").read_text())
+
+        def save(self, path):
+            Path(path, f"n_{self.target}.txt").write_text(self.data.text)
+
+    REGISTRY.add(Note, NoteHandler)
+    try:
+        s = casmon.open(workdir / "s")
+        d = s.put({"notes": [Note("a"), Note("b")], "n": 2})
+        got = s.get(d)
+        assert [n.text for n in got["notes"]] == ["a", "b"] and got["n"] == 2
+        assert s.manifest(d).children
+        s.close()
+        with pytest.raises(casmon.UntrustedStoreError, match="refers to other values"):
+            casmon.open(workdir / "s", trust=False).get(d)
+    finally:
+        casmon.unregister_handler(Note)
+        REGISTRY._registry.pop(Note, None)
