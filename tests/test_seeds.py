@@ -464,6 +464,9 @@ def test_finecache_run_folders_are_casmon_exports(project, shims, tmp_path):
                 print("epoch", i)
                 n, name = inc.latest_dir
                 open(os.path.join(".exp", name, "model.txt"), "w").write(f"weights {i}")  # the run writes into its folder
+                if i == 1:
+                    os.makedirs(os.path.join(".exp", name, "tests"))
+                    open(os.path.join(".exp", name, "tests", "cfg.yml"), "w").write("mine")  # as FineCache: it stays
                 info["i"] = i
     """)
     run(s, project / "tests", shims)
@@ -476,10 +479,11 @@ def test_finecache_run_folders_are_casmon_exports(project, shims, tmp_path):
         want = {p.relative_to(exported).as_posix(): p.read_bytes() for p in exported.rglob("*") if p.is_file()}
         got = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
         assert got.pop("model.txt") == f"weights {i}".encode()  # the run's own file stays
+        if i == 1:
+            assert got.pop("tests/cfg.yml") == b"mine" and want.pop("tests/cfg.yml") == b"lr: 0.1\n"
         assert got == want
         assert json.loads(want["information.json"])["i"] == i
         assert want["console.log"] == f"epoch {i}\n".encode()
-        assert want["tests/cfg.yml"] == b"lr: 0.1\n"
         assert casmon.load_run(name, store).manifest["n"] == i + 1
 
 

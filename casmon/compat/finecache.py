@@ -189,16 +189,23 @@ def _numbered(inc: Any) -> list[tuple[int, str]]:
 
 
 def write_run_folder(store, ref: str, folder: Path) -> None:
-    """Write into ``folder`` exactly what ``casmon export`` writes for run ``ref`` (files the run's code put there stay).
+    """Write into ``folder`` what ``casmon export`` writes for run ``ref``.
 
-    The files are exported into a temporary folder inside ``folder`` first and
-    then renamed into place, so each appears whole.
+    As with FineCache, which copies the tracked files and opens ``console.log``
+    when the run starts and writes ``information.json`` when it ends, a file the
+    run's own code put in its folder under one of those names stays; only
+    ``information.json`` is always written. The files are exported into a
+    temporary folder inside ``folder`` and renamed into place, so each appears whole.
     """
+    folder.mkdir(parents=True, exist_ok=True)  # made when the run started; made again if something removed it
     tmp = Path(tempfile.mkdtemp(prefix=".casmon-export-", dir=folder))
     try:
         _export(_load_run(ref, store), tmp, store)
         for src in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            dest = folder / src.relative_to(tmp)
+            rel = src.relative_to(tmp)
+            dest = folder / rel
+            if rel.as_posix() != "information.json" and (dest.exists() or dest.is_symlink()):
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dest)
     finally:
