@@ -579,14 +579,18 @@ def runs(store_location, as_json, trust) -> None:
     all_runs = list_runs(_open(store_location, read_only=True))
     if as_json:
         click.echo(json.dumps([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
-                                "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty")}
+                                "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty"),
+                                "notebook": r.manifest.get("notebook")}
                                for r in all_runs], indent=2))
         return
     if not all_runs:
         console.print("no runs recorded")
         return
     t = Table(title="runs")
-    for col in ("run", "comment", "started", "duration", "status", "commit", "dirty"):
+    from rich.markup import escape
+
+    notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one
+    for col in ("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ()):
         t.add_column(col)
     for r in all_runs:
         m = r.manifest
@@ -595,7 +599,8 @@ def runs(store_location, as_json, trust) -> None:
         dur = f"{m['duration']:.1f} s" if m.get("duration") is not None else ""
         t.add_row(r.name, m.get("comment", ""), _when(m["start"]) if m.get("start") else "", dur, status,
                   (g.get("commit") or "")[:10] or ("no git" if not g.get("in_git") else "no commit"),
-                  "yes" if g.get("dirty") else "")
+                  "yes" if g.get("dirty") else "",
+                  *([escape(os.path.basename(m.get("notebook") or ""))] if notebooks else []))  # `show` has the path
     console.print(t)
 
 
@@ -634,7 +639,10 @@ def _show_run(which, store_location) -> None:
     if m.get("start"):
         console.print(f"  started {_when(m['start'])}" + (f", took {m['duration']:.2f} s" if m.get("duration") is not None else ""))
     console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
-    console.print(f"  command: {' '.join(m.get('argv', []))}", markup=False)
+    if m.get("notebook"):  # a kernel's command line names only a temporary connection file
+        console.print(f"  notebook: {m['notebook']}", markup=False)
+    else:
+        console.print(f"  command: {' '.join(m.get('argv', []))}", markup=False)
     if g.get("in_git"):
         console.print(f"  git: {g.get('root')} commit {(g.get('commit') or 'none')[:12]} on {g.get('branch') or 'detached HEAD'}"
                       f"{', uncommitted changes (' + str(len(r.patch())) + ' byte patch)' if g.get('dirty') else ', clean'}", markup=False)
@@ -742,6 +750,11 @@ def demo(store_location, trust) -> None:
 from .importer import import_command as _import_command  # noqa: E402 - casmon import (callmonitor, FineCache)
 
 main.add_command(_import_command)
+
+from .ui.commands import report_command as _report_command, ui_command as _ui_command  # noqa: E402 - casmon ui, report
+
+main.add_command(_ui_command)
+main.add_command(_report_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,627 @@
+"""What the UI's pages show, read from one store: a lazy index of runs, a comparison of runs, call statistics.
+
+Nothing here renders HTML (``pages.py`` does) and nothing unpickles: run
+manifests, patches, tracked files and package lists load through
+:func:`casmon.peek.load_data`; stored values are described from their
+manifests, and only arrays (which load without running code) are read, for
+charts. A value is loaded by unpickling only on a store opened with ``--trust``.
+
+The runs index is built for big stores. Listing 10,000 refs and loading 10,000
+run manifests takes seconds, so the list of runs comes from the ``run`` record
+table (one read: each run's name, status, first write -- its start -- and its
+newest manifest digest) plus one listing of ``refs/runs``, refreshed in the
+background; a page loads only the manifests it shows. Manifests are immutable
+(named by digest), so once loaded they are kept. Sorting or filtering by a
+column that only manifests hold waits for the rest to load (a background
+thread starts on them when the server starts).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import display
+from ..calllog import NOT_RECORDED, Call, CallLog
+from ..errors import CasmonError
+from ..fingerprint import fingerprint
+from ..peek import Described, as_digest, describe, load_data, peek
+from ..runs import KIND_RUN, RUN_REFS, RunInfo, _check_manifest, diff
+
+#: Runs whose manifest changed are seen by the next request after this many seconds.
+REFRESH_SECONDS = 2.0
+#: A tracked file larger than this is compared by size and digest only, not line by line.
+TEXT_DIFF_MAX = 512 << 10
+#: Sequences (loss curves) longer than this are drawn from evenly spaced samples.
+PLOT_POINTS = 1000
+#: A stored array larger than this is not read for a chart.
+SEQUENCE_MAX_BYTES = 64 << 20
+
+
+def is_scalar(v: Any) -> bool:
+    """A JSON scalar that fits a table column (not a list, dict or stored value)."""
+    return v is None or type(v) in (str, int, float, bool)
+
+
+def is_number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+@dataclass
+class Entry:
+    """One run as the record table lists it: enough to sort by start and to find its manifest."""
+
+    ref: str  # runs/3
+    tail: str  # 3: the run's address in the UI (/run/3)
+    name: str
+    status: str
+    start: float  # the run's first write (its manifest holds the exact start)
+    digest: str | None  # the newest manifest; None for a run that only claimed its number
+
+
+def _number(tail: str) -> tuple:
+    m = re.match(r"^(.*?)(\d+)$", tail)
+    return (m.group(1), int(m.group(2))) if m else (tail, -1)
+
+
+class RunIndex:
+    """The runs of a store, listed cheaply and read lazily (see the module docstring)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._entries: list[Entry] | None = None
+        self._listed = 0.0
+        self._refreshing = False
+        self._manifests: dict[str, tuple[dict, CasmonError | None]] = {}
+        self._all_loaded = threading.Event()
+
+    # -- listing -------------------------------------------------------------------------------------
+    def _list(self) -> list[Entry]:
+        names = {n[len(RUN_REFS) + 1:] for n in self.store.refs(RUN_REFS)}  # runs/3 -> 3
+        newest: dict[str, tuple[float, dict]] = {}
+        first: dict[str, float] = {}
+        for _key, r in self.store.records(KIND_RUN, strict=False):
+            ref, t = r.get("_ref"), r.get("time")
+            if type(ref) is not str or ref[len(RUN_REFS) + 1:] not in names or not is_number(t):
+                continue  # a run whose ref is gone (or a record that is not a run's): not listed
+            first[ref] = min(first.get(ref, t), t)
+            if ref not in newest or t >= newest[ref][0]:
+                newest[ref] = (t, r)
+        out = []
+        for tail in names:
+            ref = f"{RUN_REFS}/{tail}"
+            if ref in newest:
+                r = newest[ref][1]
+                h = r.get("manifest")
+                out.append(Entry(ref, tail, str(r.get("name") or tail), str(r.get("status") or "?"), first[ref],
+                                 h if type(h) is str else None))
+            else:  # claimed, never written (or written by a tool without records): its ref says what it is
+                try:
+                    got = self.store.get_ref(ref)
+                except CasmonError:
+                    got = None
+                if got is None:
+                    continue
+                data = got.data if isinstance(got.data, dict) else {}
+                t = data.get("start", data.get("time"))
+                out.append(Entry(ref, tail, str(data.get("name") or tail), str(data.get("status") or "claimed"),
+                                 t if is_number(t) else 0.0, got.target.hex() if got.target else None))
+        out.sort(key=lambda e: (e.start, _number(e.tail)))
+        return out
+
+    def entries(self) -> list[Entry]:
+        """Every run, oldest first. Served from memory; re-listed in the background when older than REFRESH_SECONDS."""
+        with self._lock:
+            entries, age = self._entries, time.time() - self._listed
+            stale = entries is not None and age > REFRESH_SECONDS and not self._refreshing
+            if stale:
+                self._refreshing = True
+        if entries is None:
+            fresh = self._list()
+            with self._lock:
+                self._entries, self._listed = fresh, time.time()
+            return fresh
+        if stale:
+            threading.Thread(target=self._refresh, name="casmon-ui-runs", daemon=True).start()
+        return entries
+
+    def _refresh(self) -> None:
+        try:
+            fresh = self._list()
+            with self._lock:
+                self._entries, self._listed = fresh, time.time()
+        except Exception:  # noqa: BLE001 - the page keeps the last listing; the next request tries again
+            pass
+        finally:
+            with self._lock:
+                self._refreshing = False
+
+    def reload(self) -> list[Entry]:
+        fresh = self._list()
+        with self._lock:
+            self._entries, self._listed = fresh, time.time()
+        return fresh
+
+    def find(self, which: str) -> Entry:
+        """A run by its address (``3``, ``exp3``), name (``3-base``) or ``latest``."""
+        entries = self.entries()
+        if which == "latest" and entries:
+            return entries[-1]
+        for e in entries:
+            if which in (e.tail, e.name, e.ref):
+                return e
+        for e in self.reload():  # a run that started since the last listing
+            if which in (e.tail, e.name, e.ref):
+                return e
+        raise LookupError(f"no run {which!r} in {self.store.url}")
+
+    # -- manifests -----------------------------------------------------------------------------------
+    def run(self, e: Entry) -> RunInfo:
+        """The run as :func:`casmon.list_runs` gives it (an unreadable manifest is a run that says why)."""
+        if e.digest is None:
+            return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None})
+        got = self._manifests.get(e.digest)
+        if got is None:
+            try:
+                m = load_data(self.store, e.digest, f"run {e.ref}: its manifest", dict)
+                _check_manifest(m, f"run {e.ref} (manifest {e.digest})")
+                got = (m, None)
+            except CasmonError as err:
+                got = ({"name": e.name, "status": "unreadable", "error": " ".join(str(err).split())[:500],
+                        "start": e.start or None}, err)
+            self._manifests[e.digest] = got  # immutable: a digest names one manifest forever
+        return RunInfo(self.store, e.ref, got[0], got[1])
+
+    def load_all(self) -> None:
+        """Read every manifest (for sorting and filtering by their fields)."""
+        for e in reversed(self.entries()):
+            self.run(e)
+        self._all_loaded.set()
+
+    def start_loading(self) -> None:
+        threading.Thread(target=self._load_quietly, name="casmon-ui-index", daemon=True).start()
+
+    def _load_quietly(self) -> None:
+        try:
+            self.load_all()
+        except Exception:  # noqa: BLE001 - a request that needs them loads them and reports the error
+            pass
+
+
+# -- the runs table ----------------------------------------------------------------------------------
+
+FIXED_COLUMNS = ["run", "comment", "status", "start", "duration", "commit", "dirty"]
+_FILTER_RE = re.compile(r"^([A-Za-z_][\w.\-]*)(<=|>=|!=|=|<|>)(.+)$")
+
+
+def row_of(r: RunInfo, e: Entry) -> dict[str, Any]:
+    """A run's cells by column: the fixed columns, then ``info.KEY`` for each scalar in its info."""
+    m = r.manifest
+    g = m.get("git") if isinstance(m.get("git"), dict) else {}
+    d = m.get("duration")
+    if d is None and is_number(m.get("start")) and is_number(m.get("end")):
+        d = m["end"] - m["start"]
+    row: dict[str, Any] = {"run": e.name, "comment": m.get("comment") or "", "status": m.get("status", e.status),
+                           "start": m.get("start", e.start), "duration": d, "commit": g.get("commit") or "",
+                           "dirty": bool(g.get("dirty") or g.get("patch")) if g else None}
+    info = m.get("info")
+    if isinstance(info, dict):
+        for k, v in info.items():
+            if is_scalar(v):
+                row[f"info.{k}"] = v
+    return row
+
+
+def sort_key(v: Any) -> tuple:
+    """Numbers, then text, then empty cells (mixed types sort without errors)."""
+    if type(v) is bool:
+        return (0, float(v), "")
+    if is_number(v):
+        return (0, float(v), "")
+    if v is None or v == "":
+        return (2, 0.0, "")
+    return (1, 0.0, str(v).lower())
+
+
+def parse_filter(q: str) -> list[tuple]:
+    """``loss<0.3 status=ok base``: comparisons of a column (``loss`` is ``info.loss``) and words to find."""
+    out = []
+    for tok in q.split():
+        m = _FILTER_RE.match(tok)
+        if m:
+            out.append(("cmp", m.group(1), m.group(2), m.group(3)))
+        else:
+            out.append(("word", tok.lower()))
+    return out
+
+
+def _as_number(s: str) -> float | None:
+    try:
+        x = float(s)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def matches(row: dict[str, Any], terms: list[tuple]) -> bool:
+    text = None
+    for t in terms:
+        if t[0] == "word":
+            if text is None:
+                text = " ".join(str(v) for v in row.values() if v is not None).lower()
+            if t[1] not in text:
+                return False
+            continue
+        _, col, op, want = t
+        v = row.get(col, row.get(f"info.{col}"))
+        if v is None:
+            return False
+        a, b = (float(v), _as_number(want)) if is_number(v) and type(v) is not bool else (str(v), want)
+        if b is None:
+            a, b = str(v), want
+        ok = {"=": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        if not ok:
+            return False
+    return True
+
+
+@dataclass
+class RunsView:
+    rows: list[tuple[Entry, RunInfo, dict]]
+    columns: list[str]  # info.KEY columns, in first-seen order
+    total: int  # runs that match
+    all_runs: int
+    page: int
+    pages: int
+
+
+def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
+              per: int = 50) -> RunsView:
+    """One page of the runs table. Only the default order (by start) avoids reading every manifest."""
+    entries = index.entries()
+    terms = parse_filter(q)
+    if sort == "start" and not terms:
+        chosen = list(reversed(entries)) if desc else list(entries)
+        total = len(chosen)
+        pages = max(1, math.ceil(total / per))
+        page = min(max(page, 1), pages)
+        shown = chosen[(page - 1) * per: page * per]
+        rows = [(e, r, row_of(r, e)) for e in shown for r in [index.run(e)]]
+    else:
+        rows = [(e, r, row_of(r, e)) for e in entries for r in [index.run(e)]]
+        if terms:
+            rows = [x for x in rows if matches(x[2], terms)]
+        col = sort if sort in FIXED_COLUMNS or sort.startswith("info.") else "start"
+        if col == "run":
+            rows.sort(key=lambda x: _number(x[0].tail), reverse=desc)
+        else:
+            present = [x for x in rows if x[2].get(col) not in (None, "")]
+            missing = [x for x in rows if x[2].get(col) in (None, "")]
+            present.sort(key=lambda x: sort_key(x[2].get(col)), reverse=desc)
+            rows = present + missing  # empty cells last, either way
+        total = len(rows)
+        pages = max(1, math.ceil(total / per))
+        page = min(max(page, 1), pages)
+        rows = rows[(page - 1) * per: page * per]
+    columns: list[str] = []
+    for _e, _r, row in rows:
+        for k in row:
+            if k.startswith("info.") and k not in columns and len(columns) < 24:
+                columns.append(k)
+    return RunsView(rows, columns, total, len(entries), page, pages)
+
+
+# -- comparing runs --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sequence:
+    """One run's curve for an info key: values (sampled to PLOT_POINTS) and the true length."""
+
+    run: str
+    ys: list[float]
+    xs: list[float]
+    length: int
+
+
+@dataclass
+class Divergence:
+    """Where run ``b``'s logged calls first part from the reference run's."""
+
+    a: str
+    b: str
+    compared: int  # calls paired by function and number
+    first: tuple[int, Call, Call] | None  # (k, a's k-th call, b's): same inputs, different result; earliest in b
+    first_inputs: tuple[int, Call, Call] | None  # the first pair whose inputs already differ
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    runs: list[RunInfo]
+    keys: list[str]  # every info key, in first-seen order
+    cells: dict[str, list[Any]]  # key -> one cell per run (JSON as is, stored values Described, missing None)
+    differs: dict[str, bool]
+    metrics: list[str]  # keys with a number in at least two runs: charted
+    sequences: dict[str, list[Sequence]]
+    diffs: list[tuple[RunInfo, Any, str | None]]  # (other run, casmon.diff(ref, other) or None, why not)
+    file_diffs: list[tuple[str, str, str, str]]  # (other run, path, kind, text diff or why none)
+    groups: list[tuple[str, list[list[str]]]]  # (what, groups of run names with identical digests)
+    divergences: list[Divergence]
+    errors: list[str] = field(default_factory=list)
+
+
+def _cell_key(v: Any) -> str:
+    """What a stored output is, by content: a stored value by its digest, JSON by its fingerprint."""
+    if isinstance(v, dict) and set(v) == {"$"}:
+        return f"${v['$']}"
+    try:
+        return fingerprint(v).hex()
+    except Exception:  # noqa: BLE001 - something JSON could not make; compare its text
+        return json.dumps(v, sort_keys=True, default=str)
+
+
+def _sequence(store, v: Any, trust: bool) -> list[float] | None:
+    """The numbers of a loss curve: a JSON list of numbers, or a stored 1-D numeric array (read without unpickling)."""
+    if isinstance(v, list):
+        if len(v) >= 2 and all(is_number(x) or type(x) is int for x in v) and not any(type(x) is bool for x in v):
+            return [float(x) for x in v]
+        return None
+    if isinstance(v, dict) and set(v) == {"$"}:
+        try:
+            m = store.manifest(as_digest(v["$"], "run info"))
+            if m.tag != "array" or len(m.meta.get("shape", ())) != 1 or m.nbytes > SEQUENCE_MAX_BYTES:
+                return None
+            arr = peek(store, v["$"], trust=trust)
+        except CasmonError:
+            return None
+        import numpy as np
+
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype.kind not in "iuf" or arr.size < 2:
+            return None
+        return [float(x) for x in arr.astype(np.float64)]
+    return None
+
+
+def _sample(ys: list[float]) -> tuple[list[float], list[float]]:
+    n = len(ys)
+    if n <= PLOT_POINTS:
+        return [float(i) for i in range(n)], ys
+    step = (n - 1) / (PLOT_POINTS - 1)
+    idx = [round(i * step) for i in range(PLOT_POINTS)]
+    return [float(i) for i in idx], [ys[i] for i in idx]
+
+
+def _text_diff(ra: RunInfo, rb: RunInfo, path: str) -> tuple[str, str]:
+    """``(kind, text)``: a unified diff of a tracked text file, or why there is none."""
+    fa, fb = ra.manifest["files"][path], rb.manifest["files"][path]
+    if max(fa.get("size", 0), fb.get("size", 0)) > TEXT_DIFF_MAX:
+        return "large", f"{display.size(fa.get('size'))} → {display.size(fb.get('size'))}"
+    try:
+        a, b = ra.file(path).decode("utf-8"), rb.file(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary", f"{display.size(fa.get('size'))} → {display.size(fb.get('size'))}, " \
+                         f"digest {fa['digest'][:12]} → {fb['digest'][:12]}"
+    return "text", "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                                                f"{ra.name}/{path}", f"{rb.name}/{path}"))
+
+
+def _same_call(a: Call, b: Call) -> bool:
+    return (json.dumps([a.args_cells, a.kwargs_cells], sort_keys=True)
+            == json.dumps([b.args_cells, b.kwargs_cells], sort_keys=True))
+
+
+def _outcome(c: Call) -> str:
+    return json.dumps(["raised", *c.exception] if c.exception else c.result_cell, sort_keys=True)
+
+
+def run_calls(fi: Any, r: RunInfo) -> list[Call]:
+    """A function's calls made during run ``r``: in the sessions it links, between its start and end.
+
+    One process is one call-log session, so several runs recorded in one
+    process share a session; the run's time window tells their calls apart.
+    """
+    m = r.manifest
+    links = m.get("links") or {}
+    t0 = m.get("start") if is_number(m.get("start")) else -math.inf
+    t1 = m.get("end") if is_number(m.get("end")) else math.inf
+    out = [c for s in links.get("call_sessions", []) if type(s) is int for c in fi.sessions.get(s, [])
+           if t0 <= c.start <= t1]
+    out.sort(key=lambda c: (c.start, c.session, c.n))
+    return out
+
+
+def divergence(log: CallLog, ra: RunInfo, rb: RunInfo) -> Divergence:
+    """Pair the runs' logged calls by function and number (the k-th call of a function in one run with the
+    k-th in the other); the first pair with the same inputs and a different result (or exception) is where
+    the runs diverge."""
+    def linked(r: RunInfo) -> bool:
+        return bool((r.manifest.get("links") or {}).get("call_sessions"))
+
+    d = Divergence(ra.name, rb.name, 0, None, None)
+    if not linked(ra) or not linked(rb):
+        d.note = "no linked call log" if not (linked(ra) or linked(rb)) else \
+            f"only {(ra if linked(ra) else rb).name} has a linked call log"
+        return d
+    for fi in log.functions.values():
+        for k, (x, y) in enumerate(zip(run_calls(fi, ra), run_calls(fi, rb)), 1):
+            d.compared += 1
+            if not _same_call(x, y):
+                if d.first_inputs is None or y.start < d.first_inputs[2].start:
+                    d.first_inputs = (k, x, y)
+                continue
+            if NOT_RECORDED in (x.result_cell, y.result_cell) and not (x.exception or y.exception):
+                continue
+            if _outcome(x) != _outcome(y) and (d.first is None or y.start < d.first[2].start):
+                d.first = (k, x, y)
+    return d
+
+
+def compare(runs: list[RunInfo], log: CallLog | None = None, trust: bool = False) -> Comparison:
+    """Everything the compare page shows; the first run is the reference the others are diffed against."""
+    store = runs[0].store
+    keys: list[str] = []
+    for r in runs:
+        for k in (r.manifest.get("info") or {}):
+            if k not in keys:
+                keys.append(k)
+    cells: dict[str, list[Any]] = {}
+    differs: dict[str, bool] = {}
+    metrics, sequences = [], {}
+    for k in keys:
+        raw = [(r.manifest.get("info") or {}).get(k, _MISSING) for r in runs]
+        shown = []
+        for r, v in zip(runs, raw):
+            if v is _MISSING:
+                shown.append(None)
+            elif isinstance(v, dict) and set(v) == {"$"}:
+                shown.append(Described(as_digest(v["$"], f"run {r.name}: info {k}") if _hexlike(v["$"]) else None,
+                                       display.described(lambda v=v: describe(store, v["$"], 80))))
+            else:
+                shown.append(v)
+        cells[k] = shown
+        present = [_cell_key(v) for v in raw if v is not _MISSING]
+        differs[k] = len(set(present)) > 1 or len(present) < len(raw)
+        if sum(1 for v in raw if is_number(v) and type(v) is not bool) >= 2:
+            metrics.append(k)
+        seqs = []
+        for r, v in zip(runs, raw):
+            ys = _sequence(store, v, trust) if v is not _MISSING else None
+            if ys is not None:
+                xs, sampled = _sample(ys)
+                seqs.append(Sequence(r.name, sampled, xs, len(ys)))
+        if seqs:
+            sequences[k] = seqs
+    diffs, file_diffs, errors = [], [], []
+    ref = runs[0]
+    for other in runs[1:]:
+        d, why = display.attempt(lambda other=other: diff(ref, other))
+        diffs.append((other, d, why))
+        if d is None:
+            continue
+        for path in d["files"]["changed"]:
+            (kind, text), why = display.attempt(lambda path=path: _text_diff(ref, other, path), ("error", ""))
+            file_diffs.append((other.name, path, kind, text if why is None else why))
+    groups = identical_groups(runs)
+    divergences = []
+    if log is not None and len([r for r in runs if (r.manifest.get("links") or {}).get("call_sessions")]) >= 2:
+        for other in runs[1:]:
+            dv, why = display.attempt(lambda other=other: divergence(log, ref, other))
+            if why:
+                errors.append(f"calls of {other.name}: {why}")
+            else:
+                divergences.append(dv)
+    return Comparison(runs, keys, cells, differs, metrics, sequences, diffs, file_diffs, groups, divergences, errors)
+
+
+_MISSING = object()
+
+
+def _hexlike(h: Any) -> bool:
+    return type(h) is str and len(h) == 32 and all(c in "0123456789abcdef" for c in h)
+
+
+def identical_groups(runs: list[RunInfo]) -> list[tuple[str, list[list[str]]]]:
+    """Runs that produced the same outputs, by digest: all info together, each info key, the console output.
+
+    Only groupings that say something are kept: at least two runs alike. Stored values count by
+    digest (equal content, equal digest); JSON values by fingerprint.
+    """
+    def group(keyed: list[tuple[str, str | None]]) -> list[list[str]]:
+        by: dict[str, list[str]] = defaultdict(list)
+        for name, k in keyed:
+            if k is not None:
+                by[k].append(name)
+        return [g for g in by.values() if len(g) >= 2]
+
+    out = []
+    infos = [(r.name, r.manifest.get("info") or {}) for r in runs]
+    everything = group([(n, fingerprint(sorted((k, _cell_key(v)) for k, v in i.items())).hex() if i else None)
+                        for n, i in infos])
+    if everything:
+        out.append(("all info values", everything))
+    keys = []
+    for _n, i in infos:
+        keys += [k for k in i if k not in keys]
+    for k in keys:
+        g = group([(n, _cell_key(i[k]) if k in i else None) for n, i in infos])
+        if g:
+            out.append((f"info {k}", g))
+    g = group([(r.name, r.manifest.get("output") if type(r.manifest.get("output")) is str else None) for r in runs])
+    if g:
+        out.append(("console output", g))
+    return out
+
+
+# -- calls -----------------------------------------------------------------------------------------------
+
+
+def histogram(durations: list[float], bins: int = 24) -> list[tuple[float, float, int]]:
+    """Counts of durations in bins evenly spaced on a log scale: ``[(low, high, count)]``."""
+    xs = [d for d in durations if is_number(d) and d >= 0]
+    if not xs:
+        return []
+    lo, hi = max(min(xs), 1e-7), max(max(xs), 1e-7)
+    if hi <= lo * 1.0001:
+        return [(lo, hi, len(xs))]
+    a, b = math.log10(lo), math.log10(hi)
+    width = (b - a) / bins
+    counts = [0] * bins
+    for x in xs:
+        i = int((math.log10(max(x, 1e-7)) - a) / width)
+        counts[min(max(i, 0), bins - 1)] += 1
+    return [(10 ** (a + i * width), 10 ** (a + (i + 1) * width), c) for i, c in enumerate(counts)]
+
+
+def cell_details(log: CallLog, cell: Any, trust: bool) -> dict[str, Any]:
+    """A logged value for the call page: kind, shape, dtype, size, digest, and a description (nothing unpickled
+    unless ``trust``)."""
+    out: dict[str, Any] = {"kind": "inline", "shape": "", "dtype": "", "size": None, "digest": "", "text": ""}
+    if isinstance(cell, dict) and "$" in cell:
+        h = cell["$"]
+        out["digest"] = h if type(h) is str else ""
+        try:
+            m = log.store.manifest(as_digest(h, "a call record's value"))
+            out["kind"], out["size"] = m.tag, m.nbytes
+            if m.tag == "array":
+                out["shape"] = str(tuple(m.meta.get("shape", ())))
+                out["dtype"] = str(describe(log.store, h, 200)).split(" ", 1)[-1]
+        except CasmonError as e:
+            out["kind"] = "unreadable"
+            out["text"] = str(e)
+            return out
+        if trust and log.store.trust:
+            v, why = display.attempt(lambda: peek(log.store, h, trust=True))
+            out["text"] = why or display.short(v, 400)
+        else:
+            out["text"] = describe(log.store, h, 400)
+        return out
+    out["text"] = log.describe_cell(cell, 400)
+    if isinstance(cell, dict) and "!" in cell:
+        out["kind"] = "not stored"
+    elif cell == NOT_RECORDED:
+        out["kind"] = "not recorded"
+    return out
+
+
+def call_inputs(log: CallLog, c: Call) -> list[tuple[str, Any]]:
+    """A call's arguments by parameter name (defaults filled in), as cells: nothing is loaded."""
+    args = log._bind(c, list(c.args_cells), dict(c.kwargs_cells), load=lambda cell: cell)._asdict()
+    out = []
+    for name, v in args.items():
+        if isinstance(v, tuple):  # *args
+            out += [(f"{name}[{i}]", x) for i, x in enumerate(v)]
+        elif isinstance(v, dict) and not ("$" in v or "!" in v) and name in {p[0] for p in log.functions[c.name].params
+                                                                               if p[1] == "VAR_KEYWORD"}:
+            out += [(f"{name}[{k!r}]", x) for k, x in v.items()]
+        else:
+            out.append((name, v))
+    return out

@@ -1,0 +1,38 @@
+"""``casmon report``: the compare page as one self-contained HTML file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..calllog import CallLog
+from . import model, pages
+
+
+def report_html(store, runs: list[str], trust: bool = False) -> tuple[bytes, int]:
+    """The report's bytes and how many runs it compares. ``runs``: names, numbers, or ``latest``."""
+    index = model.RunIndex(store)
+    entries = [index.find(w) for w in runs]
+    if len({e.ref for e in entries}) != len(entries):
+        raise LookupError("a run is named twice")
+    infos = [index.run(e) for e in entries]
+    for r in infos:
+        if r.error is not None:
+            raise LookupError(f"run {r.name} cannot be read: {r.error}")
+    linked = sum(1 for r in infos if (r.manifest.get("links") or {}).get("call_sessions"))
+    cmp = model.compare(infos, CallLog(store) if linked >= 2 else None, trust)
+    return pages.report(pages.Ctx(store.url, trust, standalone=True), cmp, [e.tail for e in entries]), len(infos)
+
+
+def write_report(store, runs: list[str], output: str | os.PathLike, trust: bool = False) -> tuple[Path, int]:
+    """Write the report atomically (a temporary file renamed over ``output``)."""
+    data, n = report_html(store, runs, trust)
+    path = Path(output)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path, n

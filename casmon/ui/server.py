@@ -1,0 +1,330 @@
+"""``casmon ui``: a read-only web app over one store, on the standard library's HTTP server.
+
+Routes (GET only; anything else is 405)::
+
+    /                     runs: sortable, filterable, paginated        ?sort= &order= &q= &page= &per=
+    /compare              two or more runs side by side                ?run=A&run=B[&run=...] &metric=
+    /run/NAME             one run: code state, patch, files, info, output, links
+    /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &page= &reload=
+    /call                 one call's inputs and result, described      ?fn= &session= &n=
+    /cache                cached functions; one function's entries     ?fn=
+    /store                sizes by area, dedup and compression ratios
+    /static/casmon-ui.css, /static/casmon-ui.js
+
+Requests are parsed strictly: an unknown path or parameter, a repeated
+parameter that takes one value, or a malformed number is a 400 naming it. On a
+loopback address the ``Host`` header must name the server itself (a page on
+another site cannot reach it by DNS rebinding). Every response carries a
+Content-Security-Policy (scripts and styles only from the server itself, no
+inline script, no frames, nothing fetched elsewhere) and ``no-store``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .. import display
+from ..cache import KIND as KIND_CACHE, KIND_CLEAR, _newest_per_key, cache_entries, resolve_function
+from ..calllog import CallLog
+from ..errors import CasmonError
+from ..maintenance import stats
+from ..peek import describe
+from . import model, pages
+
+
+class BadRequest(ValueError):
+    """A request this server does not answer: says what is wrong with it (400)."""
+
+
+class NotFound(LookupError):
+    """404, with what was not found."""
+
+
+_PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
+_INT_RE = re.compile(r"^[0-9]{1,12}$")
+MAX_URL = 8192
+MAX_RUNS = 50  # runs on one compare page
+
+
+class App:
+    """The state the pages share: the store, its run index, the call log (read once, again on request)."""
+
+    def __init__(self, store, trust: bool = False) -> None:
+        self.store = store
+        self.trust = trust
+        self.runs = model.RunIndex(store)
+        self.ctx = pages.Ctx(store.url, trust)
+        self._log: CallLog | None = None
+        self._log_time = 0.0
+        self._log_lock = threading.Lock()
+
+    def calllog(self, reload: bool = False) -> tuple[CallLog, float]:
+        with self._log_lock:
+            if self._log is None or reload:
+                self._log = CallLog(self.store)
+                self._log_time = time.time()
+            return self._log, self._log_time
+
+    # -- routing -------------------------------------------------------------------------------------
+    def handle(self, target: str) -> tuple[int, bytes, str]:
+        """``(status, body, content type)`` for a GET of ``target`` (the request line's path and query)."""
+        if len(target) > MAX_URL:
+            raise BadRequest(f"the URL is longer than {MAX_URL} characters")
+        parts = urlsplit(target)
+        if parts.scheme or parts.netloc or parts.fragment or not _PATH_RE.match(parts.path):
+            raise BadRequest("the path has characters a casmon ui path never has")
+        try:
+            path = unquote(parts.path, errors="strict")
+        except UnicodeDecodeError:
+            raise BadRequest("the path is not UTF-8") from None
+        try:
+            query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query),
+                              max_num_fields=200, errors="strict")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BadRequest(f"the query is malformed: {e}") from None
+        if path.startswith("/static/"):
+            got = pages.static_file(path[len("/static/"):])
+            if got is None:
+                raise NotFound(f"no file {path}")
+            return 200, got[0], got[1]
+        if path in ("/", "/runs"):
+            return self.runs_page(Params(query, {"sort", "order", "q", "page", "per"}))
+        if path == "/compare":
+            return self.compare_page(Params(query, {"run", "metric"}, multi={"run"}))
+        if parts.path.startswith("/run/") and len(parts.path) > 5 and "/" not in parts.path[5:]:
+            Params(query, set())  # the name is one segment of the raw path, decoded alone: it may hold '/'
+            return self.run_page(path[5:])
+        if path == "/calls":
+            return self.calls_page(Params(query, {"fn", "session", "process", "thread", "rank", "page", "reload"}))
+        if path == "/call":
+            return self.call_page(Params(query, {"fn", "session", "n"}))
+        if path == "/cache":
+            return self.cache_page(Params(query, {"fn"}))
+        if path == "/store":
+            Params(query, set())
+            return 200, pages.store_page(self.ctx, stats(self.store)), "text/html; charset=utf-8"
+        raise NotFound(f"no page {path}")
+
+    def runs_page(self, p: Params):
+        sort = p.one("sort") or "start"
+        if sort not in model.FIXED_COLUMNS and not (sort.startswith("info.") and len(sort) > 5):
+            raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(model.FIXED_COLUMNS)}, or info.KEY)")
+        order = p.one("order") or "desc"
+        if order not in ("asc", "desc"):
+            raise BadRequest("order: asc or desc")
+        q = p.one("q") or ""
+        per = p.integer("per", 50)
+        if not 1 <= per <= 1000:
+            raise BadRequest("per: 1 to 1000 runs a page")
+        view = model.runs_view(self.runs, sort, order == "desc", q, p.integer("page", 1), per)
+        return 200, pages.runs_page(self.ctx, view, sort, order == "desc", q, per), "text/html; charset=utf-8"
+
+    def compare_page(self, p: Params):
+        tails = p.many("run")
+        if len(tails) < 2:
+            raise BadRequest("compare needs two or more runs: /compare?run=A&run=B")
+        if len(tails) > MAX_RUNS:
+            raise BadRequest(f"compare takes at most {MAX_RUNS} runs")
+        if len(set(tails)) != len(tails):
+            raise BadRequest("a run is named twice")
+        runs = [self.runs.run(self._entry(t)) for t in tails]
+        log = self.calllog()[0] if sum(1 for r in runs if (r.manifest.get("links") or {}).get("call_sessions")) >= 2 else None
+        cmp = model.compare(runs, log, self.trust)
+        return 200, pages.compare_page(self.ctx, cmp, [self._entry(t).tail for t in tails], p.one("metric")), \
+            "text/html; charset=utf-8"
+
+    def _entry(self, which: str) -> model.Entry:
+        try:
+            return self.runs.find(which)
+        except LookupError as e:
+            raise NotFound(str(e)) from None
+
+    def run_page(self, which: str):
+        e = self._entry(which)
+        return 200, pages.run_page(self.ctx, e, self.runs.run(e)), "text/html; charset=utf-8"
+
+    def calls_page(self, p: Params):
+        log, read_at = self.calllog(reload=p.one("reload") not in (None, "", "0"))
+        filters = {"fn": p.one("fn") or None, "session": p.integer("session", None), "process": p.integer("process", None),
+                   "thread": p.one("thread") or None, "rank": p.integer("rank", None)}
+        thread: Any = filters["thread"]
+        if thread is not None and _INT_RE.match(thread):
+            thread = int(thread)
+        try:
+            calls = log.calls(filters["fn"], session=filters["session"], process=filters["process"], thread=thread,
+                              rank=filters["rank"])
+        except LookupError as e:
+            raise NotFound(str(e)) from None
+        if filters["fn"]:
+            filters["fn"] = log.resolve(filters["fn"])
+        calls.sort(key=lambda c: c.start)
+        shown = {k: v for k, v in filters.items() if v is not None}
+        return 200, pages.calls_page(self.ctx, log, calls, shown, p.integer("page", 1), 100, read_at), \
+            "text/html; charset=utf-8"
+
+    def call_page(self, p: Params):
+        fn, session, n = p.one("fn"), p.integer("session", None), p.integer("n", None)
+        if not fn or n is None:
+            raise BadRequest("a call is /call?fn=NAME&n=N[&session=S]")
+        log = self.calllog()[0]
+        try:
+            c = log.call(fn, n, session)
+        except LookupError:
+            try:
+                c = self.calllog(reload=True)[0].call(fn, n, session)  # a call logged since the log was read
+            except LookupError as e:
+                raise NotFound(str(e)) from None
+        return 200, pages.call_page(self.ctx, log, c), "text/html; charset=utf-8"
+
+    def cache_page(self, p: Params):
+        summary = cache_entries(self.store)
+        fn, entries = p.one("fn"), []
+        if fn:
+            try:
+                fn = resolve_function(summary, fn)
+            except LookupError as e:
+                raise NotFound(str(e)) from None
+            cleared = max((r.get("time", 0.0) for _k, r in self.store.records(KIND_CLEAR) if r.get("fn") == fn), default=0.0)
+            live = _newest_per_key((k, r) for k, r in self.store.records(KIND_CACHE)
+                                   if r.get("fn") == fn and r.get("time", 0) > cleared)
+            entries = sorted(live.values(), key=lambda kr: kr[1].get("time", 0), reverse=True)
+        return 200, pages.cache_page(self.ctx, summary, fn or None, entries,
+                                     lambda h: display.described(lambda: describe(self.store, h, 80))), \
+            "text/html; charset=utf-8"
+
+
+class Params:
+    """A request's query parameters, checked against what the page takes."""
+
+    def __init__(self, query: list[tuple[str, str]], allowed: set[str], multi: set[str] = frozenset()) -> None:
+        self.values: dict[str, list[str]] = {}
+        for k, v in query:
+            if k not in allowed:
+                raise BadRequest(f"unknown parameter {k!r}" + (f" (this page takes {', '.join(sorted(allowed))})"
+                                                                  if allowed else " (this page takes none)"))
+            if k in self.values and k not in multi:
+                raise BadRequest(f"parameter {k!r} is given twice")
+            if len(v) > 2000:
+                raise BadRequest(f"parameter {k!r} is too long")
+            self.values.setdefault(k, []).append(v)
+
+    def one(self, k: str) -> str | None:
+        v = self.values.get(k)
+        return v[0] if v else None
+
+    def many(self, k: str) -> list[str]:
+        return list(self.values.get(k, []))
+
+    def integer(self, k: str, default: Any) -> Any:
+        v = self.one(k)
+        if v is None or v == "":
+            return default
+        if not _INT_RE.match(v):
+            raise BadRequest(f"parameter {k!r} must be a whole number, not {v[:40]!r}")
+        return int(v)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "casmon-ui"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        app: App = self.server.app  # type: ignore[attr-defined]
+        if not self._host_ok():
+            return self._send(403, pages.error_page(app.ctx, 403, "this server answers only requests addressed to "
+                                                                  "it by its own address (Host header)"))
+        try:
+            status, body, ctype = app.handle(self.path)
+        except BadRequest as e:
+            status, body, ctype = 400, pages.error_page(app.ctx, 400, str(e)), "text/html; charset=utf-8"
+        except (NotFound, LookupError) as e:
+            status, body, ctype = 404, pages.error_page(app.ctx, 404, str(e)), "text/html; charset=utf-8"
+        except CasmonError as e:
+            status, body, ctype = 500, pages.error_page(app.ctx, 500, f"{type(e).__name__}: {e}"), "text/html; charset=utf-8"
+        except Exception as e:  # noqa: BLE001 - one page's failure is reported, the server goes on
+            self.log_error("%s on %s: %s", type(e).__name__, self.path[:200], e)
+            status, body, ctype = 500, pages.error_page(app.ctx, 500, f"{type(e).__name__}: {e}"), "text/html; charset=utf-8"
+        self._send(status, body, ctype)
+
+    def _reject(self) -> None:
+        app: App = self.server.app  # type: ignore[attr-defined]
+        self._send(405, pages.error_page(app.ctx, 405, f"{self.command} is not allowed: this server is read-only"),
+                   extra={"Allow": "GET"}, body_allowed=self.command != "HEAD")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _reject
+
+    def _host_ok(self) -> bool:
+        allowed = self.server.allowed_hosts  # type: ignore[attr-defined]
+        return allowed is None or (self.headers.get("Host") or "").lower() in allowed
+
+    def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8", extra: dict | None = None,
+              body_allowed: bool = True) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body) if body_allowed else 0))
+        self.send_header("Content-Security-Policy", pages.CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("Cache-Control", "no-store")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if body_allowed:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        if self.server.verbose:  # type: ignore[attr-defined]
+            sys.stderr.write(f"casmon ui: {self.address_string()} {format % args}\n")
+
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+        sys.stderr.write(f"casmon ui: {format % args}\n")
+
+
+class UIServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, app: App, host: str = "127.0.0.1", port: int = 0, verbose: bool = False) -> None:
+        if ":" in host:
+            self.address_family = __import__("socket").AF_INET6
+        super().__init__((host, port), Handler)
+        self.app = app
+        self.verbose = verbose
+        self.allowed_hosts = _allowed_hosts(host, self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+
+
+def _allowed_hosts(host: str, port: int) -> set[str] | None:
+    """The Host headers a loopback server answers; None (any) when it was asked to listen elsewhere."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return None
+    names = {host, "localhost", "127.0.0.1", "[::1]"}
+    return {f"{n}:{port}" for n in names} | ({n for n in names} if port == 80 else set())
+
+
+def make_server(store, host: str = "127.0.0.1", port: int = 0, trust: bool = False, verbose: bool = False,
+                index: bool = True) -> UIServer:
+    """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which)."""
+    app = App(store, trust)
+    server = UIServer(app, host, port, verbose)
+    if index:
+        app.runs.start_loading()  # manifests load in the background, for sorting by any column
+    return server
