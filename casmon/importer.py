@@ -21,8 +21,11 @@ What is read:
 
 Values are stored by content, so an array passed a hundred times, or a config
 file tracked by every run, is stored once. Each imported folder, cache file and
-run is remembered by the digest of its content (a ref ``imports/{digest}``):
-importing the same data again adds nothing.
+run is remembered by the digest of its content (a ref ``imports/{digest}``,
+written once it is imported): importing the same data again adds nothing (run
+one import at a time: two at the same moment can both import a folder). A run
+folder ``casmon.compat.finecache`` wrote for a run the store holds is
+recognised as that run.
 
 **Pickles.** callmonitor and FineCache keep their data as pickles, and loading
 a pickle can run code. By default only pickles that name nothing but
