@@ -1,0 +1,77 @@
+"""`import casmon` stays light: heavy dependencies load when a store is first used (issue 14).
+
+Behavioural, not timed: which modules an import pulls in, checked in fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Loaded only when a store is opened (zarr, asyncio), a chunk compressed (numcodecs), a run
+#: recorded (git, importlib.metadata) or the CLI started (rich, click).
+HEAVY = ["zarr", "numcodecs", "asyncio", "git", "rich", "click", "importlib.metadata", "obstore", "fsspec"]
+
+
+def _loaded_after(code: str, cwd: Path) -> dict:
+    probe = textwrap.dedent(code) + textwrap.dedent(f"""
+        import json, sys
+        print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "", r.stderr  # importing casmon prints nothing
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_import_casmon_loads_no_heavy_dependency(tmp_path):
+    loaded = _loaded_after("import casmon", tmp_path)
+    assert not any(loaded.values()), [m for m, v in loaded.items() if v]
+
+
+def test_decorating_a_module_loads_no_heavy_dependency(tmp_path):
+    """A user module that decorates functions at import pays for zarr only at its first call."""
+    (tmp_path / "usermod.py").write_text(textwrap.dedent("""
+        import casmon
+
+        @casmon.cache
+        def square(x):
+            return x * x
+
+        @casmon.intercept
+        def add(a, b=1):
+            return a + b
+
+        @casmon.cache(store="memory://deco")
+        def cube(x):
+            return x ** 3
+    """))
+    loaded = _loaded_after("import usermod", tmp_path)
+    assert not any(loaded.values()), [m for m, v in loaded.items() if v]
+    assert not (tmp_path / ".casmon").exists()  # no store opened or created by decorating
+
+
+def test_first_use_loads_zarr_and_works(tmp_path):
+    (tmp_path / "usermod.py").write_text(textwrap.dedent("""
+        import casmon
+
+        @casmon.cache
+        def square(x):
+            return x * x
+    """))
+    loaded = _loaded_after("""
+        import numpy as np
+        import usermod
+        assert usermod.square(7) == 49 and usermod.square(7) == 49
+        import casmon
+        s = casmon.open("s")
+        d = s.put(np.arange(300_000.0))
+        assert s.get(d)[-1] == 299_999.0
+    """, tmp_path)
+    assert loaded["zarr"] and loaded["numcodecs"]
+    assert not loaded["git"] and not loaded["rich"] and not loaded["click"]
+    assert (tmp_path / ".casmon" / "casmon.json").exists()
