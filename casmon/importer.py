@@ -38,6 +38,7 @@ callmonitor's and FineCache's own ``load`` would: only for folders you trust.
 
 from __future__ import annotations
 
+import _compat_pickle
 import datetime as _dt
 import json
 import os
@@ -167,6 +168,8 @@ def _unresolved(module: str, name: str, why: str) -> type:
 
 #: Globals a pickle may name without ``--trust``: constructors of plain data that run no user code.
 _SAFE_GLOBALS = frozenset({
+    ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "bool"), ("builtins", "list"),
+    ("builtins", "dict"), ("builtins", "tuple"),
     ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"), ("builtins", "slice"),
     ("builtins", "range"), ("builtins", "bytearray"), ("builtins", "bytes"), ("_codecs", "encode"),
     ("collections", "OrderedDict"), ("collections", "deque"), ("inspect", "FullArgSpec"),
@@ -187,6 +190,11 @@ class _ImportUnpickler(pickle.Unpickler):
         self._trust = trust
 
     def find_class(self, module: str, name: str):
+        # Python 2 names in protocol 0-2 streams (__builtin__.set), as pickle's own find_class maps them
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
         if module == "callmonitor" or module.startswith("callmonitor.") or module == "FineCache" or module.startswith("FineCache."):
             return _unresolved(module, name, "a class of the tool the data came from")
         if (module, name) in _SAFE_GLOBALS:

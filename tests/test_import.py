@@ -272,3 +272,29 @@ def test_run_folders_the_compat_layer_wrote_are_not_imported_twice(tmp_path, mon
     report = import_path(base, fc.store)
     assert (report.runs, report.already) == (2, 1) and not report.renumbered
     assert sorted(r.name for r in casmon.list_runs(fc.store)) == ["test1-first", "test2", "test3-new"]
+
+
+@pytest.mark.parametrize("proto", [0, 2, 4, 5])
+def test_import_unpickler_loads_plain_data_and_calls_nothing_else(proto, tmp_path):
+    import collections
+    import datetime
+    import decimal
+    import io
+
+    from casmon.importer import Unresolved, _ImportUnpickler
+
+    v = {"t": int, "a": np.arange(3), "s": {1, 2}, "c": 1 + 2j, "d": datetime.datetime(2020, 1, 1), "b": b"xy",
+         "o": collections.OrderedDict(a=1), "dec": decimal.Decimal("1.5"), "f": np.float32(2.5),
+         "obj": np.array([1, "x"], dtype=object), "fs": frozenset([1])}
+    out = _ImportUnpickler(io.BytesIO(pickle.dumps(v, protocol=proto)), trust=False).load()
+    assert out["t"] is int and out["s"] == {1, 2} and out["c"] == 1 + 2j and out["b"] == b"xy"
+    assert np.array_equal(out["a"], np.arange(3)) and out["f"] == np.float32(2.5) and list(out["obj"]) == [1, "x"]
+    assert out["d"] == v["d"] and out["o"] == v["o"] and out["dec"] == v["dec"] and out["fs"] == v["fs"]
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (e,) = _ImportUnpickler(io.BytesIO(pickle.dumps([Evil()], protocol=proto)), trust=False).load()
+    assert isinstance(e, Unresolved) and e._qualname == "system" and not marker.exists()
