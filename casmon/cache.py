@@ -293,7 +293,13 @@ def _user_stacklevel() -> int:
         f = f.f_back
         level += 1
     return level
-_checked_versions: set = set()  # (id(store), name, version): the "code changed" check was done
+_checked_versions: dict = {}  # (id(store), name) -> the version last checked against the store in this process
+#: The code-change warning counts entries per version only in cache tables up to this size (it reads them all).
+VERSION_COUNT_MAX = 1_000_000
+
+
+def _n(k: int, one: str, many: str | None = None) -> str:
+    return f"{k:,} {one if k == 1 else (many or one + 's')}"
 
 
 class _CachedFunction:
@@ -411,29 +417,66 @@ class _CachedFunction:
                        "its type only and cannot see its state. Pass what matters as an argument, or pin version=.")
 
     def _check_version(self, version: Digest) -> None:
-        """Warn once if cached results exist for another version of this function's code."""
+        """When this code is not the version cached last, say which results are used now (once per change)."""
         try:
             store = self.store
-            done = (id(store), self.name, version)
-            if done in _checked_versions:
+            done = (id(store), self.name)
+            if _checked_versions.get(done) == version:
                 return
             nd = name_digest(self.name)
             seen = store.lookup(KIND_FN, nd)
             latest = max(seen, key=lambda r: r.get("time", 0)) if seen else None
             if (latest is not None and latest.get("version") != version.hex() and self.version_pin is None
                     and "<lambda>" not in self.name):
-                warnings.warn(
-                    f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since "
-                    f"its results were cached; they will not be used. `casmon cache clear {self.name}`, then two `casmon gc` an hour "
-                    "apart (or `casmon gc --now` while nothing else writes), frees their space.",
-                    CacheWarning,
-                    stacklevel=_user_stacklevel(),
-                )
+                warnings.warn(self._version_message(version, seen), CacheWarning, stacklevel=_user_stacklevel())
             if latest is None or latest.get("version") != version.hex():
                 store.append(KIND_FN, {"fn": self.name, "version": version.hex(), "time": time.time()}, key=nd)
-            _checked_versions.add(done)
+            _checked_versions[done] = version
         except CasmonError as e:
             self._warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")
+
+    def _version_message(self, version: Digest, seen: list[dict]) -> str:
+        """What happens now that the code is ``version``: which entries are used, how many other versions hold."""
+        vh = version.hex()
+        first = min((r.get("time", 0) for r in seen if r.get("version") == vh), default=None)
+        mine, others, other_versions = self._entries_by_version(vh)
+        if others is None:
+            rest = "entries of other versions stay in the store, unused while the code is as it is now"
+        elif others == 0:
+            rest = "no entries of other versions remain"
+        else:
+            rest = (f"{_n(others, 'entry', 'entries')} of {_n(other_versions, 'other version')} stay in the store, "
+                    "unused while the code is as it is now")
+        free = (f"`casmon cache clear {self.name}`, then two `casmon gc` an hour apart (or `casmon gc --now` while "
+                "nothing else writes), frees the space of all of them.")
+        if first is not None:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
+            used = ("none of its entries remain, so calls compute again" if mine == 0 else
+                    "its entries are used" if mine is None else f"its {_n(mine, 'entry', 'entries')} are used")
+            return (f"casmon: the code of {self.name} matches a version cached before (first seen {when}), not the "
+                    f"one cached last: {used}; {rest}. {free}")
+        return (f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since its "
+                f"results were cached: this version has none yet, so calls compute again; {rest} (used again if the "
+                f"code goes back). {free}")
+
+    def _entries_by_version(self, vh: str) -> tuple[int | None, int | None, int | None]:
+        """``(entries of version vh, entries of other versions, how many other versions)``, one per key;
+        ``(None, None, None)`` when the cache table is too large to read for a warning. Entries written
+        before casmon recorded versions count as one other version."""
+        store = self.store
+        if store.table(KIND).count() > VERSION_COUNT_MAX:
+            return None, None, None
+        cleared = self._cleared_time(refresh=True)
+        live = _newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
+                               if r.get("fn") == self.name and r.get("time", 0) > cleared)
+        mine, versions, others = 0, set(), 0
+        for _k, r in live.values():
+            if r.get("v") == vh:
+                mine += 1
+            else:
+                others += 1
+                versions.add(r.get("v"))
+        return mine, others, len(versions)
 
     # -- keys -------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> list:
@@ -590,6 +633,8 @@ class _CachedFunction:
             self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6), "size": size}
+        if self.version is not None:
+            entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
         if files:
             # The input files' digests, so `casmon show` and run diffs can say which input changed.
             entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
