@@ -665,6 +665,8 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     }
     meta = {}
     for k in ("notebook", "python", "host", "user", "executable", "argv", "env", "status", "function", "comment"):
+        if k == "argv" and ma.get("notebook") and mb.get("notebook"):
+            continue  # two kernels' command lines differ only in their temporary connection files
         if ma.get(k) != mb.get(k):
             meta[k] = {"a": ma.get(k), "b": mb.get(k)}
     if ma.get("packages") != mb.get("packages"):
