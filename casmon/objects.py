@@ -112,6 +112,26 @@ def _readinto(f, mv: memoryview) -> int:
     return got
 
 
+#: Raw chunks are read and hashed in pieces this large, so the hash reads what was just copied
+#: while it is still in the CPU's cache instead of reading the whole chunk from memory again.
+_PIECE = 1 << 20
+
+
+def _readinto_hashed(f, mv: memoryview) -> tuple[int, bytes]:
+    """Fill ``mv`` from file ``f`` piece by piece, hashing each piece as it lands: (bytes read, xxh3-128)."""
+    h = xxhash.xxh3_128()
+    got = 0
+    while got < mv.nbytes:
+        piece = mv[got : got + _PIECE]
+        n = _readinto(f, piece)
+        if n:
+            h.update(piece[:n])
+        got += n
+        if n < piece.nbytes:
+            break
+    return got, h.digest()
+
+
 def _hash(mv) -> Digest:
     return Digest.from_raw(xxhash.xxh3_128_digest(mv))
 
@@ -202,6 +222,7 @@ class ObjectStore:
         self._view_lock = threading.RLock()
         self.revived = 0  # condemned objects this writer stored again instead of relying on them
         self._packs = _LRU(cache_bytes)  # whole packs, by name
+        self._pack_reads: dict[str, int] = {}  # packs read from by range, and how often
         self._raw = _LRU(cache_bytes // 2)  # decoded small blobs, by digest
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
         self._inflight: list = []  # loose writes under way (futures)
@@ -585,10 +606,11 @@ class ObjectStore:
                                                       f"{frame.stored_len} (truncated or extended)")
                     mv = memoryview(out).cast("B")
                     if frame.codec == 0 and frame.raw_len == mv.nbytes == frame.stored_len:
-                        got = _readinto(f, mv)
+                        got, digest = _readinto_hashed(f, mv)
                         if got != mv.nbytes:
                             raise DamagedObjectError(key, f"payload is {got} bytes, header says {frame.stored_len} (truncated)")
-                        decode_body(frame, out, key, out, placed=True)
+                        if digest != frame.digest:
+                            raise DamagedObjectError(key, "content does not match its digest")
                     else:
                         decode_body(frame, f.read(), key, out)
                 except DamagedObjectError:
@@ -603,6 +625,18 @@ class ObjectStore:
         key = pack_key(loc.pack)
         where = f"{key}@{loc.offset} (object {d.hex()})"
         pack = self._packs.get(loc.pack)
+        if pack is None and self._pack_reads.get(loc.pack, 0) < 2:
+            # A pack not read from yet: read this object's frame alone (a cache hit is one small
+            # read, not a whole pack); a pack read from again is read whole and kept.
+            if len(self._pack_reads) > 100_000:
+                self._pack_reads.clear()
+            self._pack_reads[loc.pack] = self._pack_reads.get(loc.pack, 0) + 1
+            data = self.backend.get_range(key, loc.offset, loc.offset + loc.length)
+            if data is None:
+                raise MissingObjectError(f"pack {loc.pack} holding object {d.hex()} is missing")
+            if len(data) != loc.length:
+                raise DamagedObjectError(where, f"pack is truncated ({loc.offset + len(data)} bytes)")
+            return self._decode(data, where, d, out)
         if pack is None:
             data = self.backend.get(key)
             if data is None:
