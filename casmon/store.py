@@ -51,7 +51,9 @@ from .table import Table, writer_id
 
 __all__ = ["Store", "open", "FORMAT_VERSION", "Ref", "Manifest"]
 
-FORMAT_VERSION = 1
+#: 2: tables' generations are written as blocks with a bloom filter (casmon.table); format-1 stores
+#: are read as they are and marked format 2 before the first such generation is written.
+FORMAT_VERSION = 2
 FORMAT_KEY = "casmon.json"
 #: Top-level names a casmon store may hold; anything else means "not a casmon store".
 LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc")
@@ -290,6 +292,7 @@ class Store:
         self._flush_warned = False
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
+        self.objects.index.format_gate = self._format2
         _install_process_hooks()
         _open_stores.add(self)
 
@@ -344,6 +347,27 @@ class Store:
                 f"{FORMAT_VERSION} and older. Upgrade casmon to open it."
             )
         return info
+
+    def _format2(self) -> bool:
+        """Called before a table writes its first format-2 generation: the marker must say format 2
+        first, so an older casmon refuses the store rather than take the new files for damage.
+        False (keep writing format 1) while the marker is damaged: ``verify --repair`` writes one."""
+        if self.format.get("damaged"):
+            return False
+        if self.format.get("format", 1) >= 2:
+            return True
+        from .maintenance import marker_bytes, parse_marker
+
+        with self._lock:
+            if self.format.get("format", 1) < 2:
+                extra = {k: self.format[k] for k in ("created",) if k in self.format}
+                data = marker_bytes({**extra, "upgraded": time.time()})
+                try:
+                    self.backend.set(FORMAT_KEY, data)
+                except OSError:
+                    return False
+                self.format = parse_marker(data)[0]
+        return True
 
     @property
     def url(self) -> str:
@@ -513,6 +537,7 @@ class Store:
                 t = self._tables.get(kind)
                 if t is None:
                     t = Table(self.backend, f"records/{kind}/", self.writer)
+                    t.format_gate = self._format2
                     self._tables[kind] = t
         return t
 
@@ -520,20 +545,28 @@ class Store:
         on_disk = [k.rstrip("/") for k in self.backend.list_dir("records")]
         return sorted(set(on_disk) | set(self._tables))
 
-    def append(self, kind: str, record: dict, key: bytes | None = None, refs: Iterable[Digest] = ()) -> Digest:
+    def append(self, kind: str, record: dict, key: bytes | None = None, refs: Iterable[Digest] = (),
+               encoded: str | None = None) -> Digest:
         """Add a record; it becomes visible to other processes at the next flush.
 
         ``refs`` are the digests of values the record needs: gc keeps them.
+        ``encoded``: the record already encoded as a JSON object (the call log encodes
+        its rows while calls run), used instead of ``record``.
         Returns the record's key (random unless given).
         """
         self._check_writable()
-        if refs:
-            record = dict(record)
-            record["_refs"] = [Digest(r).hex() for r in refs]
-        try:
-            data = json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
+        if encoded is not None:
+            if refs:
+                encoded = encoded[:-1] + ',"_refs":' + json.dumps([Digest(r).hex() for r in refs]) + "}"
+            data = encoded.encode()
+        else:
+            if refs:
+                record = dict(record)
+                record["_refs"] = [Digest(r).hex() for r in refs]
+            try:
+                data = json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
         k = Digest(key) if key is not None else Digest(os.urandom(16))
         t = self.table(kind)
         with self._lock:  # one step with respect to a flush sealing the tables

@@ -63,7 +63,7 @@ import numpy as np
 
 from . import faultpoints
 from .backend import Backend
-from .codec import KIND_TABLE, decode_frame, encode_frame, get_codec
+from .codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, read_header
 from .errors import DamagedObjectError
 
 __all__ = ["Table", "TableFile", "Generation", "Survey", "StoreDamageWarning", "encode_table_file"]
@@ -75,8 +75,23 @@ BUCKET_RE = re.compile(r"^[0-9a-f]{4,5}$")
 #: A lookup that finds nothing lists the table again at most this often (seconds):
 #: other writers' entries newer than this may be missed, which costs a recomputation, never a wrong answer.
 MISS_REFRESH_INTERVAL = 1.0
-#: Target entries per bucket of a generation.
+#: Target entries per bucket of a format-1 generation (read whole; still read, no longer written).
 BUCKET_ENTRIES = 8192
+#: Format-2 generations: target entries per block (one small read) ...
+BLOCK_ENTRIES = 64
+#: ... and per bucket file (a bucket file is its blocks' frames, back to back).
+FILE_ENTRIES = 1 << 16
+#: The most blocks a generation may have.
+MAX_BLOCKS = 1 << 26
+#: Bloom filter of a format-2 generation: bits per entry and probes (about 1% false positives).
+BLOOM_BITS_PER_KEY = 10
+BLOOM_K = 7
+#: Generation format written (1: whole buckets; 2: blocks, block directory and bloom filter).
+GEN_FORMAT = 2
+#: Merge a generation with what is merged when it holds at most this many times as many entries:
+#: generations grow geometrically, so a table holds O(log n) of them and an entry is rewritten O(log n) times.
+MERGE_FACTOR = 1
+_M64 = (1 << 64) - 1
 #: Merge level-0 files once this many are visible ...
 L0_MERGE = 16
 #: ... or once they hold this many entries (readers load level-0 files whole).
@@ -280,6 +295,31 @@ class Generation:
     marks: dict[str, int]  # writer -> highest level-0 sequence number in this generation (older readers use it)
     contains: Ranges = field(default_factory=dict)  # writer -> level-0 sequence numbers whose entries it holds
     exact: bool = True  # False: written before provenance (contains lists only the level-0 files it covered directly)
+    # Format 2: ``blocks`` blocks (by the key's leading bits), each a frame inside bucket file
+    # ``block >> shift``, at ``starts[block]`` with ``lens[block]`` bytes (0: empty); a bloom filter.
+    v: int = 1
+    blocks: int = 0
+    shift: int = 0
+    starts: list = field(default_factory=list, repr=False, compare=False)
+    lens: list = field(default_factory=list, repr=False, compare=False)
+    bloom: bytes = field(default=b"", repr=False, compare=False)
+    nbits: int = 0
+    k: int = 0
+
+    def may_hold(self, h1: int, h2: int) -> bool:
+        """False if the key whose :func:`_hashes` are ``h1, h2`` is surely not here (format 2), else True."""
+        if self.v < 2:
+            return True
+        bl, nb = self.bloom, self.nbits
+        for i in range(self.k):
+            p = ((h1 + i * h2) & _M64) % nb
+            if not (bl[p >> 3] >> (p & 7)) & 1:
+                return False
+        return True
+
+    def block_of(self, key: bytes) -> int:
+        bits = self.blocks.bit_length() - 1
+        return int.from_bytes(key[:4], "big") >> (32 - bits) if bits else 0
 
     def accounted(self) -> Ranges:
         """Sequence numbers no longer expected as level-0 files (for finding deleted ones)."""
@@ -291,7 +331,9 @@ class Generation:
 def parse_generation(gid: str, key: str, raw) -> Generation:
     """A generation manifest, every field checked before use (a crafted one gives DamagedObjectError)."""
     try:
-        m = json.loads(bytes(raw))
+        raw = bytes(raw)
+        head, sep, binary = raw.partition(b"\0")  # format 2: JSON, a zero byte, the block directory and bloom filter
+        m = json.loads(head)
         if not isinstance(m, dict):
             raise ValueError("not an object")
         count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
@@ -311,9 +353,74 @@ def parse_generation(gid: str, key: str, raw) -> Generation:
         else:  # written before provenance: only the level-0 files it covered directly are known
             contains = ranges_of_names(c[3:] for c in covers if c.startswith("l0:") and NAME_RE.match(c[3:]))
             exact = False
-        return Generation(gid, count, nb, covers, {str(w): v for w, v in marks.items()}, contains, exact)
+        g = Generation(gid, count, nb, covers, {str(w): v for w, v in marks.items()}, contains, exact)
+        v = m.get("v", 1)
+        if v == 2:
+            _parse_v2(g, m, binary)
+        elif v != 1 or sep:
+            raise ValueError(f"unknown generation version {v!r}")
+        return g
     except (KeyError, TypeError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
+
+
+def _parse_v2(g: Generation, m: dict, binary: bytes) -> None:
+    """Check and attach a format-2 manifest's block directory and bloom filter."""
+    blocks, nbits, k = m["blocks"], m["bloom_bits"], m["bloom_k"]
+    if type(blocks) is not int or not g.nbuckets <= blocks <= MAX_BLOCKS or blocks & (blocks - 1):
+        raise ValueError(f"blocks is not a power of two from nbuckets to {MAX_BLOCKS}")
+    if type(nbits) is not int or nbits < 8 or nbits % 8 or type(k) is not int or not 1 <= k <= 32:
+        raise ValueError("bad bloom filter size")
+    if len(binary) != 4 * blocks + nbits // 8:
+        raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
+    lens = np.frombuffer(binary, dtype="<u4", count=blocks).astype(np.int64)
+    per_file = lens.reshape(g.nbuckets, blocks // g.nbuckets)
+    g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
+    g.starts = (np.cumsum(per_file, axis=1) - per_file).ravel().tolist()
+    g.lens = lens.tolist()
+    g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
+
+
+def _hashes(key: bytes) -> tuple[int, int]:
+    """The bloom filter's two hashes of a key: bytes the block number does not use (keys are digests)."""
+    return int.from_bytes(key[8:16], "little"), int.from_bytes(key[4:8], "little") | 1
+
+
+def _bloom(keys: np.ndarray, nbits: int, k: int) -> bytes:
+    """The bloom filter of ``keys`` (an ``(n, 16)`` uint8 array), probes as in :meth:`Generation.may_hold`."""
+    h1 = np.ascontiguousarray(keys[:, 8:16]).view("<u8").ravel()
+    h2 = np.ascontiguousarray(keys[:, 4:8]).view("<u4").ravel().astype(np.uint64) | np.uint64(1)
+    bits = np.zeros(nbits, dtype=bool)
+    with np.errstate(over="ignore"):
+        for i in range(k):
+            bits[(h1 + np.uint64(i) * h2) % np.uint64(nbits)] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def split_bucket(data, key: str) -> tuple[list[TableFile], str | None]:
+    """The tables in a bucket file (one frame in format 1, its blocks' frames in format 2), found
+    without the manifest; ``(readable ones, what was wrong or None)``. Past a damaged header the
+    next frame is found again by its magic, so one damaged block costs only its own entries."""
+    out: list[TableFile] = []
+    problem = None
+    mv = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+    n, off = len(mv), 0
+    while off < n:
+        where = f"{key}@{off}" if off else key
+        try:
+            h = read_header(mv, where, off)
+            ln = FRAME_HEADER + h.stored_len
+            if off + ln > n:
+                raise DamagedObjectError(where, f"frame runs past the end of the file ({off + ln} > {n})")
+            out.append(TableFile(where, decode_frame(mv[off : off + ln], where)[1]))
+            off += ln
+        except DamagedObjectError as e:
+            problem = problem or e.reason
+            nxt = bytes(mv[off + 1 :]).find(MAGIC)
+            if nxt < 0:
+                break
+            off += 1 + nxt
+    return out, problem
 
 
 def parse_name(name: str) -> tuple[str, int]:
@@ -328,6 +435,44 @@ def _gen_time(gid: str) -> float:
         return int(gid.split("-", 1)[0], 16) / 1e9
     except ValueError:
         return 0.0
+
+
+def _encode_v2(entries: list[tuple[bytes, bytes]], nb: int) -> tuple[list[bytes], bytes, dict]:
+    """A format-2 generation's bucket files, its directory and bloom filter, and manifest fields.
+
+    Entries are split by the key's leading bits into blocks of about
+    :data:`BLOCK_ENTRIES` (each one frame, checked on its own, so a lookup reads
+    and checks one block); ``nb`` bucket files hold the blocks in order.
+    """
+    n = len(entries)
+    blocks = nb
+    while blocks < MAX_BLOCKS and n / blocks > BLOCK_ENTRIES:
+        blocks *= 2
+    bits = blocks.bit_length() - 1
+    nbits = max(64, (n * BLOOM_BITS_PER_KEY + 7) // 8 * 8)
+    if n:
+        keys = np.frombuffer(b"".join(k for k, _ in entries), dtype=np.uint8).reshape(n, 16)
+        order = np.argsort(keys.view("S16").ravel(), kind="stable")
+        top = np.ascontiguousarray(keys[order, :4]).view(">u4").ravel().astype(np.int64) >> (32 - bits) if bits else np.zeros(n, np.int64)
+        bounds = np.searchsorted(top, np.arange(blocks + 1)).tolist()
+        bloom = _bloom(keys, nbits, BLOOM_K)
+        order = order.tolist()
+    else:
+        bounds, bloom, order = [0] * (blocks + 1), bytes(nbits // 8), []
+    lens = np.zeros(blocks, dtype="<u4")
+    per = blocks // nb
+    files = []
+    for i in range(nb):
+        parts = []
+        for b in range(i * per, (i + 1) * per):
+            lo, hi = bounds[b], bounds[b + 1]
+            if lo == hi:
+                continue
+            _, frame = encode_frame(encode_table_file([entries[j] for j in order[lo:hi]]), KIND_TABLE, _ZSTD)
+            lens[b] = len(frame)
+            parts.append(frame)
+        files.append(b"".join(parts))
+    return files, lens.tobytes() + bloom, {"v": 2, "blocks": blocks, "bloom_bits": nbits, "bloom_k": BLOOM_K}
 
 
 class _Vanished(Exception):
@@ -437,6 +582,12 @@ class Table:
         self._distinct: dict[frozenset[str], int] = {}  # overlap group -> entries, each counted once
         self._buckets: OrderedDict[tuple[str, int], TableFile] = OrderedDict()
         self._bucket_cache = bucket_cache
+        self._blocks: OrderedDict[tuple[str, int], TableFile] = OrderedDict()  # format-2 blocks read
+        self._block_cache = 64 * bucket_cache
+        self._bad_blocks: set[tuple[str, int]] = set()
+        #: Called before the first format-2 generation is written; False keeps writing format 1
+        #: (the store upgrades its format marker here, so older casmon refuses rather than misreads).
+        self.format_gate = None
         self._gen_seq = 0
         self._bad_gens: dict[str, str] = {}  # damaged manifests, by id
         self._bad_l0: dict[str, str] = {}  # damaged level-0 files, by name
@@ -546,6 +697,11 @@ class Table:
             self._bad_buckets.add((g.id, i))
         self._damage(key, reason)
 
+    def _bad_block(self, g: Generation, b: int, key: str, reason: str) -> None:
+        with self._lock:
+            self._bad_blocks.add((g.id, b))
+        self._damage(key, reason)
+
     # -- reading ---------------------------------------------------------------
     def refresh(self) -> None:
         """See what other writers added: list, load new level-0 files and manifests.
@@ -628,11 +784,16 @@ class Table:
             live = {g.id for g in view.active}
             for bk in [bk for bk in self._buckets if bk[0] not in live]:
                 del self._buckets[bk]
+            if any(bk[0] not in live for bk in self._blocks):
+                self._blocks = OrderedDict((bk, tf) for bk, tf in self._blocks.items() if bk[0] in live)
             self._bad_buckets = {bk for bk in self._bad_buckets if bk[0] in live}
+            self._bad_blocks = {bk for bk in self._bad_blocks if bk[0] in live}
             # What is damaged and still matters: listed manifests, level-0 files to read, buckets of active generations.
             needed = {self.prefix + "gens/" + g for g in bad_gens}
             needed |= {self.prefix + "l0/" + n for n in bad_l0 if n in keep}
             needed |= {f"{self.prefix}buckets/{g}/{i:04x}" for g, i in self._bad_buckets}
+            shifts = {g.id: g.shift for g in view.active}
+            needed |= {f"{self.prefix}buckets/{g}/{b >> shifts[g]:04x}" for g, b in self._bad_blocks}
             self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
 
     def _bucket(self, g: Generation, i: int, tolerant: bool = False) -> TableFile:
@@ -653,18 +814,104 @@ class Table:
                 self._buckets.popitem(last=False)
         return tf
 
-    def _read_bucket(self, g: Generation, i: int, key: str, tolerant: bool) -> TableFile | None:
-        """A bucket of ``g``; None (remembered as damaged) if it is damaged, or missing although ``g`` is not."""
-        data = self.backend.get(key)
+    def _fetch(self, g: Generation, key: str, tolerant: bool, start: int = 0, end: int | None = None):
+        """The bytes of a bucket file of ``g`` (or a range of them); None if it is gone.
+
+        Gone because a merge deleted ``g`` meanwhile: raises :class:`_Vanished`
+        unless ``tolerant``, which then returns None quietly. Gone although ``g``
+        is still listed: None, and the caller remembers the damage.
+        """
+        get = self.backend.get if end is None else (lambda k: self.backend.get_range(k, start, end))
+        data = get(key)
         if data is None:
             if not tolerant:
                 raise _Vanished(key)
             if not self.backend.exists(self.prefix + "gens/" + g.id):
-                return None  # merged and deleted meanwhile: the next listing no longer names it
-            data = self.backend.get(key)
+                return False  # merged and deleted meanwhile: the next listing no longer names it
+            data = get(key)
+        return data
+
+    def _block(self, g: Generation, b: int, tolerant: bool = False) -> TableFile:
+        """Block ``b`` of a format-2 generation: one small read (a range of its bucket file)."""
+        bk = (g.id, b)
+        tf = self._blocks.get(bk)
+        if tf is not None:
+            self._blocks.move_to_end(bk)
+            return tf
+        ln = g.lens[b]
+        if not ln or bk in self._bad_blocks:
+            return _EMPTY
+        key = f"{self.prefix}buckets/{g.id}/{b >> g.shift:04x}"
+        start = g.starts[b]
+        data = self._fetch(g, key, tolerant, start, start + ln)
+        if data is False:
+            return _EMPTY
+        where = f"{key}@{start}"
+        if data is None:
+            self._bad_block(g, b, key, f"missing, although generation {g.id} needs it")
+            return _EMPTY
+        try:
+            tf = TableFile(where, decode_frame(data, where)[1])
+        except DamagedObjectError as e:
+            self._bad_block(g, b, key, f"block at {start}: {e.reason}")
+            return _EMPTY
+        with self._lock:
+            self._blocks[bk] = tf
+            while len(self._blocks) > self._block_cache:
+                self._blocks.popitem(last=False)
+        return tf
+
+    def _file_tables(self, g: Generation, i: int, tolerant: bool, data=None) -> tuple[list[TableFile], bool]:
+        """``(tables, damaged)`` of bucket file ``i`` of ``g``: the whole bucket (format 1) or its
+        blocks (format 2, damaged blocks skipped and remembered). Missing: ``([], ...)``."""
+        key = f"{self.prefix}buckets/{g.id}/{i:04x}"
+        if g.v < 2:
+            if (g.id, i) in self._bad_buckets:
+                return [], True
+            tf = self._buckets.get((g.id, i))
+            if tf is None and data is not None:
+                try:
+                    tf = TableFile(key, decode_frame(data, key)[1])
+                except DamagedObjectError as e:
+                    self._bad_bucket(g, i, key, e.reason)
+                    return [], True
+            elif tf is None:
+                tf = self._read_bucket(g, i, key, tolerant)
+            return ([tf], False) if tf is not None else ([], (g.id, i) in self._bad_buckets)
+        per = g.blocks >> (g.nbuckets.bit_length() - 1)
+        blocks = range(i * per, (i + 1) * per)
+        if data is None:
+            data = self._fetch(g, key, tolerant)
+            if data is False:
+                return [], False
             if data is None:
-                self._bad_bucket(g, i, key, f"missing, although generation {g.id} needs it")
-                return None
+                self._bad_block(g, i * per, key, f"missing, although generation {g.id} needs it")
+                return [], True
+        out, damaged = [], False
+        for b in blocks:
+            ln = g.lens[b]
+            if not ln:
+                continue
+            if (g.id, b) in self._bad_blocks:
+                damaged = True
+                continue
+            start = g.starts[b]
+            where = f"{key}@{start}"
+            try:
+                out.append(TableFile(where, decode_frame(data[start : start + ln], where)[1]))
+            except DamagedObjectError as e:
+                self._bad_block(g, b, key, f"block at {start}: {e.reason}")
+                damaged = True
+        return out, damaged
+
+    def _read_bucket(self, g: Generation, i: int, key: str, tolerant: bool) -> TableFile | None:
+        """A bucket of ``g``; None (remembered as damaged) if it is damaged, or missing although ``g`` is not."""
+        data = self._fetch(g, key, tolerant)
+        if data is False:
+            return None
+        if data is None:
+            self._bad_bucket(g, i, key, f"missing, although generation {g.id} needs it")
+            return None
         try:
             return TableFile(key, decode_frame(data, key)[1])
         except DamagedObjectError as e:
@@ -700,7 +947,12 @@ class Table:
 
     def _lookup_once(self, key: bytes, tolerant: bool = False) -> list[bytes]:
         out: list[bytes] = []
+        h1, h2 = _hashes(key)
         for g in self._active_gens:
+            if g.v >= 2:
+                if g.may_hold(h1, h2):
+                    out.extend(self._block(g, g.block_of(key), tolerant).find(key))
+                continue
             out.extend(self._bucket(g, _bucket_of(key, g.nbuckets), tolerant).find(key))
         for tf in list(self._l0.values()):
             out.extend(tf.find(key))
@@ -714,8 +966,15 @@ class Table:
     def lookup_cached(self, key: bytes) -> list[bytes] | None:
         """Lookup without any I/O beyond buckets already in memory; None if unsure."""
         out: list[bytes] = []
+        h1, h2 = _hashes(key)
         for g in self._active_gens:
-            tf = self._buckets.get((g.id, _bucket_of(key, g.nbuckets)))
+            if g.v >= 2:
+                if not g.may_hold(h1, h2):
+                    continue
+                b = g.block_of(key)
+                tf = self._blocks.get((g.id, b)) if g.lens[b] else _EMPTY
+            else:
+                tf = self._buckets.get((g.id, _bucket_of(key, g.nbuckets)))
             if tf is None:
                 return None
             out.extend(tf.find(key))
@@ -757,14 +1016,8 @@ class Table:
     def _gen_entries(self, g: Generation, tolerant: bool) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
         for i in range(g.nbuckets):
-            if (g.id, i) in self._bad_buckets:
-                continue
-            tf = self._buckets.get((g.id, i))
-            if tf is None:
-                tf = self._read_bucket(g, i, f"{self.prefix}buckets/{g.id}/{i:04x}", tolerant)
-                if tf is None:
-                    continue
-            out.extend(tf.items())
+            for tf in self._file_tables(g, i, tolerant)[0]:
+                out.extend(tf.items())
         return out
 
     def _items_once(self, tolerant: bool) -> list[tuple[bytes, bytes]]:
@@ -856,7 +1109,7 @@ class Table:
             active = list(self._active_gens)
             groups = list(self._groups)
             all_gens = dict(self._gens)
-            bad = {gid for gid, _ in self._bad_buckets}
+            bad = {gid for gid, _ in self._bad_buckets} | {gid for gid, _ in self._bad_blocks}
             damaged = bool(self.damaged)
             # Files a generation already holds can go, unless the table is damaged: they may be the only good copy.
             extra_gens = [] if damaged else [all_gens[g] for g in self._redundant if g in all_gens]
@@ -865,7 +1118,25 @@ class Table:
         if not force and len(l0) < min_l0 and not self.wants_merge():
             return None
         l0_total = sum(len(l0_files[n]) for n in l0)
-        chosen = {g.id for g in active if g.id not in bad and (force or g.count <= 4 * max(l0_total, 1))}
+        if force:
+            chosen = {g.id for g in active if g.id not in bad}
+        else:
+            # Size-tiered: take generations smallest first while each holds at most MERGE_FACTOR times
+            # what is taken so far. Sizes then grow geometrically: O(log n) generations, and an entry
+            # is rewritten O(log n) times over the table's life.
+            chosen, total = set(), max(l0_total, 1)
+            for g in sorted((g for g in active if g.id not in bad), key=lambda g: (g.count, g.id)):
+                if g.count > MERGE_FACTOR * total:
+                    break
+                chosen.add(g.id)
+                total += g.count
+            # Format-1 generations (an older casmon's) are rewritten as format 2 a bounded amount at a time.
+            budget = 4 * total + FILE_ENTRIES
+            for g in sorted((g for g in active if g.v < 2 and g.id not in bad | chosen), key=lambda g: g.count):
+                if g.count > budget:
+                    break
+                chosen.add(g.id)
+                budget -= g.count
         for group in groups:  # an overlap is merged whole, which ends it
             if chosen & group:
                 chosen |= group - bad
@@ -879,18 +1150,17 @@ class Table:
         try:
             for g in gens:
                 for i in range(g.nbuckets):
-                    tf = self._buckets.get((g.id, i))
-                    if tf is None:
+                    data = None
+                    if g.v >= 2 or (g.id, i) not in self._buckets:
                         key = f"{self.prefix}buckets/{g.id}/{i:04x}"
                         data = self.backend.get(key)
                         if data is None:
                             raise _Vanished(key)
-                        try:
-                            tf = TableFile(key, decode_frame(data, key)[1])
-                        except DamagedObjectError as e:
-                            self._bad_bucket(g, i, key, e.reason)
-                            return None  # the next merge leaves this generation alone
-                    entries.extend(tf.items())
+                    tfs, damaged = self._file_tables(g, i, False, data)
+                    if damaged:
+                        return None  # the next merge leaves this generation alone
+                    for tf in tfs:
+                        entries.extend(tf.items())
             for n in l0:
                 entries.extend(l0_files[n].items())
         except _Vanished:
@@ -916,29 +1186,37 @@ class Table:
                           exact: bool, marks: dict[str, int]) -> str:
         """Write buckets, then the manifest (fault points between); returns the generation's id."""
         n = len(entries)
+        v2 = GEN_FORMAT >= 2 and (self.format_gate is None or self.format_gate())
         nb = 1
-        while nb < MAX_BUCKETS and n / nb > BUCKET_ENTRIES:
+        while nb < MAX_BUCKETS and n / nb > (FILE_ENTRIES if v2 else BUCKET_ENTRIES):
             nb *= 2
-        by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
-        for kv in entries:
-            by_bucket[_bucket_of(kv[0], nb)].append(kv)
         with self._lock:
             self._gen_seq += 1
             gid = f"{time.time_ns():016x}-{self.writer}g-{self._gen_seq:06x}"  # "g": not in the level-0 numbering
         items = []
-        for i, b in enumerate(by_bucket):
-            _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
-            items.append((f"{self.prefix}buckets/{gid}/{i:04x}", frame))
+        binary = b""
+        extra: dict = {}
+        if v2:
+            files, binary, extra = _encode_v2(entries, nb)
+            items = [(f"{self.prefix}buckets/{gid}/{i:04x}", f) for i, f in enumerate(files)]
+        else:
+            by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
+            for kv in entries:
+                by_bucket[_bucket_of(kv[0], nb)].append(kv)
+            for i, b in enumerate(by_bucket):
+                _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
+                items.append((f"{self.prefix}buckets/{gid}/{i:04x}", frame))
         self.backend.create_many(items)
         faultpoints.point("merge.after_buckets")
         marks = dict(marks)
         for w, spans in contains.items():
             if spans:
                 marks[w] = max(marks.get(w, 0), spans[-1][1])
-        m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains)}
+        m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains), **extra}
         if not exact:
             m["exact"] = False
-        _, frame = encode_frame(json.dumps(m).encode(), KIND_TABLE, _ZSTD)
+        payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
+        _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
         self.backend.create(self.prefix + "gens/" + gid, frame)
         faultpoints.point("merge.after_manifest")
         return gid
@@ -992,9 +1270,12 @@ class Table:
         keys = [k for _, _, k in flat]
         where = {k: (gid, i) for gid, i, k in flat}
         for key, payload in self._read_all(keys, sv):
-            tf = self._check(key, payload, sv, lambda k, raw: TableFile(k, raw))
-            if tf is not None and keep:
-                sv.buckets[where[key]] = tf
+            tfs, problem = split_bucket(payload, key)
+            if problem is not None:
+                sv.damaged[key] = problem
+            if keep and (tfs or problem is None):
+                sv.buckets[where[key]] = tfs[0] if len(tfs) == 1 else TableFile(
+                    key, encode_table_file([kv for tf in tfs for kv in tf.items()]))
         sv.view = resolve(sv.gens, l0_names)
         for g in sv.view.active:
             have = bucket_keys.get(g.id, {})

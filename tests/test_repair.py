@@ -166,7 +166,7 @@ def test_verify_and_repair_run_without_a_sound_marker(tmp_path, how):
     r = cli("verify", "--repair", "--store", str(root), check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     info, problem = parse_marker(marker.read_bytes())
-    assert problem is None and info["format"] == 1
+    assert problem is None and info["format"] == casmon.store.FORMAT_VERSION
     assert casmon.open(root, read_only=True).verify().ok
     assert len(logged(root)) == 40
 

@@ -1,0 +1,299 @@
+"""Tables at scale: format-2 generations (blocks, block directory, bloom filter), size-tiered merges,
+and stores written by the casmon before them (format 1)."""
+
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import casmon
+from casmon.backend import open_backend
+from casmon.errors import DamagedObjectError, StoreFormatError
+from casmon.table import BLOCK_ENTRIES, StoreDamageWarning, Table, _hashes
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The last commit whose tables were format 1 (whole buckets, no bloom filter).
+OLD_COMMIT = "8bd129c"
+
+
+def keys(n, seed=0):
+    r = random.Random(seed)
+    return [r.randbytes(16) for _ in range(n)]
+
+
+def fill(t: Table, ks, batch: int, start: int = 0) -> None:
+    """Add entries in level-0 files of ``batch`` entries, merging as a writer's flush does."""
+    for i, k in enumerate(ks, start):
+        t.add(k, b"v%d" % i)
+        if i % batch == batch - 1:
+            t.flush()
+            if t.wants_merge():
+                t.consolidate()
+    t.flush()
+
+
+def test_lookups_are_right_across_many_generations_and_writers(tmp_path):
+    b = open_backend(tmp_path / "s")
+    ks = keys(30_000)
+    writers = [Table(b, "records/x/", f"w{i}") for i in range(3)]
+    for j, t in enumerate(writers):  # three writers, interleaved files, each merging what it sees
+        fill(t, ks[j::3], 700, start=0)
+    # The same entry added twice (another writer) is one entry.
+    writers[0].add(ks[1], b"v0")
+    writers[0].flush()
+    reader = Table(b, "records/x/", "r")
+    reader.refresh()
+    gens = reader._active_gens
+    assert gens and all(g.v == 2 for g in gens)
+    # Size-tiered: generations grow geometrically, so there are few of them.
+    assert len(gens) <= 2 * math.log2(30_000 / 700) + 3, [g.count for g in gens]
+    want = {}
+    for j in range(3):
+        for i, k in enumerate(ks[j::3]):
+            want.setdefault(k, set()).add(b"v%d" % i)
+    want[ks[1]].add(b"v0")
+    for k in ks[::37] + [ks[1]]:
+        assert set(reader.lookup(k)) == want[k]
+        assert len(reader.lookup(k)) == len(want[k])  # no duplicates
+    assert reader.lookup(b"\x00" * 16) == [] and reader.lookup(b"\xff" * 16) == []
+    n = sum(len(v) for v in want.values())
+    # The duplicate waits in a level-0 file: one entry once merged (count and items agree meanwhile).
+    assert reader.count() == len(list(reader.items())) in (n, n + 1)
+    assert set(reader.items()) == {(k, v) for k, vs in want.items() for v in vs}
+    # A forced merge leaves one generation with every entry; lookups still right.
+    reader.consolidate(force=True)
+    reader2 = Table(b, "records/x/", "r2")
+    assert reader2.count() == n and len(reader2._active_gens) == 1
+    for k in ks[::101]:
+        assert set(reader2.lookup(k)) == want[k]
+
+
+def test_a_lookup_is_one_small_read(tmp_path):
+    b = open_backend(tmp_path / "s")
+    ks = keys(40_000, seed=1)
+    t = Table(b, "records/x/", "w")
+    for k in ks:
+        t.add(k, b"x" * 40)
+    t.flush()
+    t.consolidate(force=True)
+    reader = Table(b, "records/x/", "r")
+    reader.refresh()
+    (g,) = reader._active_gens
+    assert g.v == 2 and g.blocks >= 40_000 // BLOCK_ENTRIES
+    bucket_bytes = sum(len(b.get(k)) for k in b.list("records/x/buckets/"))
+    firsts = {}
+    for k in ks:
+        firsts.setdefault(g.block_of(k), k)
+    for k in list(firsts.values())[:50]:  # keys of distinct blocks (a block read stays in memory)
+        before = b.requests
+        assert reader.lookup(k) == [b"x" * 40]
+        assert b.requests - before == 1  # one range read of one block ...
+    blk = max(g.lens)
+    assert blk < bucket_bytes / 100  # ... a small one
+    # Absent keys: the bloom filter answers without reading (false positives aside, ~1%).
+    before = b.requests
+    absent = keys(500, seed=99)
+    for k in absent:
+        assert reader.lookup(k, refresh_on_miss=False) == []
+    assert b.requests - before < 25
+
+
+def test_a_bloom_false_positive_reads_a_block_and_finds_nothing(tmp_path):
+    b = open_backend(tmp_path / "s")
+    ks = keys(5000, seed=2)
+    t = Table(b, "records/x/", "w")
+    for k in ks:
+        t.add(k, b"1")
+    t.flush()
+    t.consolidate(force=True)
+    reader = Table(b, "records/x/", "r")
+    reader.refresh()
+    (g,) = reader._active_gens
+    present = set(ks)
+    r = random.Random(7)
+    fp = None
+    for _ in range(100_000):  # about 1% of absent keys pass the filter
+        k = r.randbytes(16)
+        if k not in present and g.may_hold(*_hashes(k)):
+            fp = k
+            break
+    assert fp is not None
+    before = b.requests
+    assert reader.lookup(fp, refresh_on_miss=False) == []
+    assert b.requests - before == 1 or g.lens[g.block_of(fp)] == 0
+    assert all(g.may_hold(*_hashes(k)) for k in ks)  # never a false negative
+
+
+def test_a_damaged_block_costs_only_its_own_entries(tmp_path):
+    b = open_backend(tmp_path / "s")
+    ks = keys(20_000, seed=3)
+    t = Table(b, "records/x/", "w")
+    for i, k in enumerate(ks):
+        t.add(k, b"v%d" % i)
+    t.flush()
+    t.consolidate(force=True)
+    reader = Table(b, "records/x/", "r")
+    reader.refresh()
+    (g,) = reader._active_gens
+    target = ks[123]
+    blk = g.block_of(target)
+    fkey = f"records/x/buckets/{g.id}/{blk >> g.shift:04x}"
+    path = tmp_path / "s" / fkey
+    data = bytearray(path.read_bytes())
+    data[g.starts[blk] + g.lens[blk] - 3] ^= 0xFF  # inside the block's payload
+    path.write_bytes(bytes(data))
+    in_block = [k for k in ks if g.block_of(k) == blk]
+    other = [k for k in ks if g.block_of(k) != blk and g.block_of(k) >> g.shift == blk >> g.shift]
+    with pytest.warns(StoreDamageWarning, match=fkey):
+        assert reader.lookup(target) == []
+    assert fkey in reader.damaged
+    for k in other[:200]:  # the rest of the same file reads fine
+        assert reader.lookup(k)
+    with pytest.raises(DamagedObjectError):
+        list(reader.items())
+    assert sum(1 for _ in reader.items(strict=False)) == len(ks) - len(in_block)
+    # verify sees it; the survey salvages every other block of the file; repair keeps them.
+    sv = reader.survey()
+    assert fkey in sv.damaged
+    assert len(sv.entries()) == len(ks) - len(in_block)
+    reader.rewrite(sv, sv.entries())
+    fresh = Table(b, "records/x/", "r2")
+    assert fresh.count() == len(ks) - len(in_block) and not fresh.damaged
+    assert fresh.survey().ok
+    assert fresh.lookup(other[0])
+
+
+def test_a_crafted_manifest_is_damage_not_a_crash(tmp_path):
+    from casmon.codec import KIND_TABLE, encode_frame, get_codec
+    from casmon.table import parse_generation
+
+    head = {"count": 1, "nbuckets": 1, "covers": [], "marks": {}, "contains": {}, "v": 2,
+            "blocks": 2, "bloom_bits": 64, "bloom_k": 7}
+    good = json.dumps(head).encode() + b"\0" + bytes(8) + bytes(8)
+    g = parse_generation("g", "k", good)
+    assert g.v == 2 and g.lens == [0, 0]
+    bad = [
+        json.dumps(head).encode() + b"\0" + bytes(7),  # short directory
+        json.dumps(dict(head, blocks=3)).encode() + b"\0" + bytes(12) + bytes(8),  # not a power of two
+        json.dumps(dict(head, bloom_bits=0)).encode() + b"\0" + bytes(8),
+        json.dumps(dict(head, v=3)).encode() + b"\0" + bytes(16),  # a future version
+        json.dumps(dict(head, bloom_k=10**9)).encode() + b"\0" + bytes(16),
+    ]
+    for raw in bad:
+        with pytest.raises(DamagedObjectError):
+            parse_generation("g", "k", raw)
+    # One in a store: skipped with a warning, the rest of the table readable.
+    b = open_backend(tmp_path / "s")
+    t = Table(b, "records/x/", "w")
+    t.add(b"a" * 16, b"1")
+    t.flush()
+    _, frame = encode_frame(bad[0], KIND_TABLE, get_codec("zstd"))
+    b.create("records/x/gens/0000000000000001-wg-000001", frame)
+    r = Table(b, "records/x/", "r")
+    with pytest.warns(StoreDamageWarning):
+        assert r.lookup(b"a" * 16) == [b"1"]
+
+
+# -- stores written by the casmon before format 2 ------------------------------------------
+@pytest.fixture(scope="module")
+def old_casmon(tmp_path_factory):
+    """The committed casmon from before format 2, extracted from git (skipped if git cannot)."""
+    dest = tmp_path_factory.mktemp("oldcasmon")
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    arch = subprocess.run([git, "-C", str(ROOT), "archive", OLD_COMMIT, "casmon"], capture_output=True)
+    if arch.returncode != 0:
+        pytest.skip(f"commit {OLD_COMMIT} is not in this checkout")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch.stdout, check=True)
+    return dest
+
+
+OLD_WRITER = r"""
+import sys, casmon
+store = casmon.open(sys.argv[1])
+@casmon.cache(store=store)
+def work(i):
+    return {"i": i, "sq": i * i}
+for i in range(int(sys.argv[2])):
+    work(i)
+    if i % 3000 == 2999:
+        store.flush()  # level-0 files, then format-1 generations as they accumulate
+store.append("note", {"n": 1}, key=b"k" * 16)
+store.close()
+"""
+
+CACHED = """
+import casmon
+def work(i):
+    return {"i": i, "sq": i * i}
+"""
+
+
+def run_old(old: Path, code: str, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(old))
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=str(old), timeout=600)
+
+
+def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_casmon):
+    root = tmp_path / "store"
+    n = 12_000
+    p = run_old(old_casmon, OLD_WRITER, root, n)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((root / "casmon.json").read_text())["format"] == 1
+    assert list((root / "records/cache/gens").iterdir())  # it has format-1 generations to read
+
+    # Read by this casmon as it is: read-only opens change nothing.
+    ro = casmon.open(root, read_only=True)
+    assert ro.verify().ok
+    assert ro.lookup("note", b"k" * 16) == [{"n": 1}]
+    assert json.loads((root / "casmon.json").read_text())["format"] == 1
+
+    ns: dict = {}
+    exec(CACHED, ns)
+    work_fn = ns["work"]
+    work_fn.__module__ = "__main__"
+    work_fn.__qualname__ = "work"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StoreDamageWarning)
+        store = casmon.open(root)
+        cached = casmon.cache(store=store)(work_fn)
+        for i in random.Random(0).sample(range(n), 300):
+            assert cached(i) == {"i": i, "sq": i * i}
+        # Every one a hit: the old process's entries, found in format-1 generations and level-0 files.
+        assert cached.cache_info().hits == 300 and cached.cache_info().misses == 0
+        # More writing: merges write format-2 generations, and the marker says format 2 first.
+        for i in range(n, n + 9_000):
+            cached(i)
+            if i % 3000 == 2999:
+                store.flush()
+        store.flush()
+        t = store.table("cache")
+        t.consolidate(force=True)
+        t.refresh()
+        assert all(g.v == 2 for g in t._active_gens)
+        assert t.count() == n + 9_000
+        store.close()
+    assert json.loads((root / "casmon.json").read_text())["format"] == 2
+    again = casmon.open(root)
+    assert again.verify().ok
+    assert again.lookup("note", b"k" * 16) == [{"n": 1}]
+    assert len({k for k, _ in again.records("cache")}) >= n
+    again.close()
+    # The casmon before format 2 now refuses the store, saying to upgrade, instead of misreading it.
+    p = run_old(old_casmon, "import sys, casmon; casmon.open(sys.argv[1])", root)
+    assert p.returncode != 0 and "Upgrade casmon" in p.stderr, p.stderr
+    with pytest.raises(StoreFormatError):  # and this one refuses a newer format than its own
+        from casmon.maintenance import marker_bytes
+
+        (tmp_path / "newer").mkdir()
+        (tmp_path / "newer/casmon.json").write_bytes(marker_bytes({"format": 99}))
+        casmon.open(tmp_path / "newer")
