@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -302,3 +303,19 @@ def test_callmonitor_handler_value_inside_a_container(workdir):
     finally:
         casmon.unregister_handler(Note)
         REGISTRY._registry.pop(Note, None)
+
+
+def test_callmonitor_never_writes_into_callmonitor_s_own_folder(workdir):
+    """An old ``call-monitor`` folder (callmonitor's own data) is left alone: as callmonitor would, the log goes
+    to ``call-monitor-1``; ``load("call-monitor")`` still reads the old folder."""
+    old = workdir / "call-monitor"
+    shutil.copytree(next((ROOT / "tests" / "seeds" / "callmonitor-0.3.7").iterdir()), old)
+    before = sorted(p.relative_to(old).as_posix() for p in old.rglob("*"))
+    code = "from casmon.compat.callmonitor import intercept\n@intercept\ndef f(x):\n    return x\nf(1)\n"
+    p = run_python(code, cwd=workdir)
+    assert "not logged" not in p.stderr
+    assert sorted(q.relative_to(old).as_posix() for q in old.rglob("*")) == before
+    from casmon.compat.callmonitor import load
+
+    assert load("call-monitor-1").get("f", 1) == ([1], {})
+    assert load("call-monitor").get("test_fn_1", 1) == ([1, "two"], {})

@@ -49,7 +49,16 @@ DEFAULT_ROOT = "call-monitor"
 
 
 def _root() -> str:
-    return os.environ.get("CASMON_STORE") or DEFAULT_ROOT
+    """``$CASMON_STORE``, else ``call-monitor`` -- or, as callmonitor never overwrites a folder, the first
+    ``call-monitor-N`` that does not hold callmonitor's own data (``casmon import`` brings that in)."""
+    env = os.environ.get("CASMON_STORE")
+    if env:
+        return env
+    root, n = DEFAULT_ROOT, 0
+    while _is_callmonitor_folder(Path(root)):
+        n += 1
+        root = f"{DEFAULT_ROOT}-{n}"
+    return root
 
 
 class DBNotInitialized(Exception):
