@@ -4,8 +4,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
