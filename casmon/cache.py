@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import stat
 import sys
@@ -608,11 +609,14 @@ class _CachedFunction:
             d = found[0]
         try:
             value = self.store.get(d)
-        except (DamagedObjectError, MissingObjectError) as e:
-            self._warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({e})")
+        except MissingObjectError as e:
             with self._lock:
-                self._mem.pop(key, None)
-            return False, None
+                remembered = self._mem.pop(key, None) == d
+            if remembered:  # gc dropped what this process remembered (a duplicate, an evicted entry): ask the store
+                return self.lookup_result(key)
+            return self._unreadable(key, d, e)
+        except DamagedObjectError as e:
+            return self._unreadable(key, d, e)
         self._remember(key, d)
         self.hits += 1
         _usage(self.store).hit(key, self.name)
@@ -620,6 +624,12 @@ class _CachedFunction:
             for ob in list(observers):
                 ob(self.store, self.name, key, d, True)
         return True, value
+
+    def _unreadable(self, key: Digest, d: Digest, why: Any) -> tuple[bool, None]:
+        self._warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({why})")
+        with self._lock:
+            self._mem.pop(key, None)
+        return False, None
 
     def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None) -> None:
         """Store a computed result; a failure is a warning, never an exception."""
@@ -972,17 +982,23 @@ def _safe_key(state: _CachedFunction, args: tuple, kwargs: dict) -> Digest | Non
 
 
 def cache_entries(store: Store) -> dict[str, dict]:
-    """Per function: entries (one per key), bytes, hits, last use (for ``casmon cache``)."""
+    """Per function: entries (one per key), bytes, hits, last use, and ``duplicates``: records a newer
+    record of the same key supersedes (two processes that missed one key at once), which gc drops."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    live = _newest_per_key((k, r) for k, r in store.records(KIND)
-                           if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0))
+    records = [(k, r) for k, r in store.records(KIND) if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0)]
+    live = _newest_per_key(records)
     out: dict[str, dict] = {}
     live_keys: dict[str, str] = {}
+    for _k, r in records:
+        s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0,
+                                             "seconds_saved": 0.0, "duplicates": 0})
+        s["duplicates"] += 1  # every record; less the entries below
     for k, r in live.values():
         fn = r.get("fn", "?")
-        s = out.setdefault(fn, {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0, "seconds_saved": 0.0})
+        s = out[fn]
+        s["duplicates"] -= 1
         s["entries"] += 1
         s["bytes"] += int(r.get("size", 0))
         s["last_used"] = max(s["last_used"], r.get("time", 0))
@@ -1035,6 +1051,47 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
     with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
         store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
     return len(plan), sum(size for _fn, size in plan.values())
+
+
+def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
+    """Cache records that a newer record of the same key supersedes: ``(key, record bytes) -> (function,
+    bytes of its result, its time)``. Two processes (or threads) that miss one key at once both store an
+    entry; lookups use the newest, so the others only take space. ``casmon gc`` drops them
+    (:func:`drop_duplicates`). A record that cannot be read is never planned away.
+    """
+    store.flush()
+    newest: dict[bytes, tuple[float, bytes]] = {}
+    parsed: list[tuple[bytes, bytes, str, int, float]] = []
+    for k, v in store.table(KIND).items():
+        try:
+            r = json.loads(v)
+            t = float(r.get("time", 0.0))
+            fn, size = str(r.get("fn", "?")), int(r.get("size", 0))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        k, v = bytes(k), bytes(v)
+        parsed.append((k, v, fn, size, t))
+        best = newest.get(k)
+        if best is None or (t, v) > best:  # the newest wins, as in lookups; equal times: one of them, always the same
+            newest[k] = (t, v)
+    return {(k, v): (fn, size, t) for k, v, fn, size, t in parsed if newest[k][1] != v}
+
+
+def drop_duplicates(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = None) -> tuple[int, int]:
+    """Drop the cache records :func:`duplicates_plan` names (every key keeps its newest record).
+
+    Returns ``(records dropped, bytes of their results)``; the results nothing else references are
+    removed by the gc runs that follow. Holds the store lock, like eviction.
+    """
+    if plan is None:
+        plan = duplicates_plan(store)
+    if not plan:
+        return 0, 0
+    from .lock import held
+
+    with held(store.backend, "cache deduplication", store.url):  # no merge may bring the dropped records back
+        store.table(KIND).consolidate(force=True, keep=lambda k, v: (bytes(k), bytes(v)) not in plan)
+    return len(plan), sum(p[1] for p in plan.values())
 
 
 def eviction_plan(store: Store, max_size: int | None = None, older_than: float | None = None) -> dict[bytes, tuple[str, int]]:

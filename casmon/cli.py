@@ -243,6 +243,12 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if not dry_run and not store.backend.supports_deletes:
         raise click.ClickException(f"cannot gc {store.url}: it cannot delete (a zip file); "
                                    f"`casmon gc --dry-run` shows what gc would remove")
+    from .cache import drop_duplicates, duplicates_plan
+
+    dups = duplicates_plan(store)  # records of keys a newer record holds (two processes missed one key at once)
+    deduped = (len(dups), sum(p[1] for p in dups.values()))
+    if dups and not dry_run:
+        deduped, dups = drop_duplicates(store, dups), {}
     plan: dict = eviction_plan(store, max_size=max_bytes, older_than=max_age)
     evicted = (len(plan), sum(size for _fn, size in plan.values()))
     if plan and not dry_run:
@@ -255,14 +261,19 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     with progress_phases(not as_json, err_console) as progress:
         try:
             rep = run_gc(store, grace=0.0 if now else grace, dry_run=dry_run, progress=progress, break_lock=break_lock,
-                         without={CACHE_KIND: set(plan)} if plan else None)
+                         without={CACHE_KIND: set(plan) | {(k, t) for (k, _v), (_fn, _s, t) in dups.items()}}
+                         if plan or dups else None)
         finally:
             store.close()
     if as_json:
         d = rep.as_dict()
         d["evicted_entries"], d["evicted_bytes"] = evicted
+        d["duplicate_entries"], d["duplicate_bytes"] = deduped
         click.echo(json.dumps(d, indent=2))
         return
+    if deduped[0]:
+        console.print(f"{'would drop' if dry_run else 'dropped'} {_n(deduped[0], 'duplicate cache entry', 'duplicate cache entries')} "
+                      f"({_human(deduped[1])} of results; every call keeps its newest entry)")
     if evicted[0] or evicting:
         verb = "would drop" if dry_run else "dropped"
         console.print(f"{verb} {_n(evicted[0], 'cache entry', 'cache entries')} ({_human(evicted[1])} of results)")
@@ -316,6 +327,10 @@ def cache(ctx, store_location, trust) -> None:
         console.print("no cached functions")
     else:
         console.print(t)
+        dups = sum(s.get("duplicates", 0) for s in entries.values())
+        if dups:  # counted once above; they only take space
+            console.print(f"{_n(dups, 'duplicate entry', 'duplicate entries')} besides these (calls computed by two processes "
+                          "at once; the newest counts): `casmon gc` drops them")
 
 
 @cache.command("clear")

@@ -83,7 +83,8 @@ def _mark(store: Store, without: dict[str, set[bytes]] | None = None, progress: 
     """Every object reachable from records and refs. Raises if any of them cannot be read:
     a gc that cannot see everything that is reachable must not delete anything.
 
-    ``without``: records (kind -> keys) to treat as gone -- what an eviction
+    ``without``: records (kind -> keys, or ``(key, time)`` for one record of a key)
+    to treat as gone -- what an eviction or the dropping of duplicate cache entries
     previewed with ``--dry-run`` would drop, so the preview matches the real run.
     """
     roots: set[Digest] = set()
@@ -93,7 +94,7 @@ def _mark(store: Store, without: dict[str, set[bytes]] | None = None, progress: 
         t = store.table(kind)
         skip = (without or {}).get(kind, set())
         for k, rec in store.records(kind):
-            if skip and bytes(k) in skip:
+            if skip and (bytes(k) in skip or isinstance(rec.get("time"), (int, float)) and (bytes(k), rec["time"]) in skip):
                 continue
             refs = rec.get("_refs", [])
             try:

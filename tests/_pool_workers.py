@@ -35,6 +35,13 @@ def work(i):
     return r
 
 
+def noisy(x):
+    """Not cached here: tests cache it in two processes; every computation differs."""
+    import os
+
+    return (x, os.urandom(8))
+
+
 def _mp_pool(method: str, xs: list) -> list:
     import multiprocessing as mp
 

@@ -183,3 +183,79 @@ s.flush()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert s.verify().ok
+
+
+# -- concurrent misses --------------------------------------------------------------------------------------
+
+def test_concurrent_misses_count_once_and_gc_drops_the_duplicates(tmp_path):
+    """Four threads miss the same ten keys at once: 40 records, 10 entries; `casmon cache` says 30 duplicates,
+    `casmon gc` drops them (their results too) and every key still hits, with the newest result."""
+    import threading
+
+    from click.testing import CliRunner
+
+    from casmon.cli import main as cli_main
+
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc)
+    gate = threading.Barrier(4, timeout=300)  # all four threads have missed a key before any stores it
+
+    @casmon.cache(store=s, ignore=["gate"])
+    def noisy(x, gate):
+        gate.wait()
+        return (x, os.urandom(8))  # every computation differs: duplicates hold results of their own
+
+    threads = [threading.Thread(target=lambda: [noisy(x, gate) for x in range(10)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    s.flush()
+    assert sum(1 for _ in s.records("cache")) == 40
+    info = noisy.cache_info()
+    assert (info.misses, info.entries) == (40, 10)
+    assert info.stored_bytes == sum(int(r["size"]) for _k, r in noisy.__casmon_cache__.entries())
+
+    cli = CliRunner()
+    shown = cli.invoke(cli_main, ["cache", "--store", loc])
+    assert shown.exit_code == 0, shown.output
+    assert "30 duplicate entries" in " ".join(shown.output.split())
+    preview = json.loads(cli.invoke(cli_main, ["gc", "--now", "--dry-run", "--json", "--store", loc]).output)
+    assert preview["duplicate_entries"] == 30 and preview["unreachable"] >= 30
+    done = json.loads(cli.invoke(cli_main, ["gc", "--now", "--json", "--store", loc]).output)
+    assert done["duplicate_entries"] == 30
+    assert done["deleted_objects"] == preview["deleted_objects"] >= 30, "the preview matched the real run"
+
+    fresh = casmon.open(loc)
+    newest = dict(fresh.records("cache"))
+    assert len(newest) == 10 and fresh.verify().ok, "one record a key is left"
+    assert "duplicate entr" not in cli.invoke(cli_main, ["cache", "--store", loc]).output
+    got = {x: noisy(x, None) for x in range(10)}
+    assert noisy.cache_info().misses == 40, "every key still hits"
+    stored = {fresh.get(casmon.Digest(r["result"]))[0]: fresh.get(casmon.Digest(r["result"])) for r in newest.values()}
+    assert got == stored
+
+
+def test_a_process_whose_remembered_result_gc_dropped_as_a_duplicate_hits_the_newest(tmp_path):
+    """Process A computes ten keys, B computes them too before A flushes: A's entries are the older duplicates.
+    gc drops them and deletes their results; A's next calls find B's results, without a 'damaged' warning."""
+    from tests._pool_workers import noisy
+
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc, autoflush=None)
+    f = casmon.cache(store=s)(noisy)
+    mine = [f(x) for x in range(10)]
+    code = "import casmon\nfrom tests._pool_workers import noisy\nf = casmon.cache(store={!r})(noisy)\n[f(x) for x in range(10)]"
+    _flag(code.format(loc))
+    s.flush()
+    assert sum(1 for _ in s.records("cache")) == 20
+    r = subprocess.run([sys.executable, "-m", "casmon.cli", "gc", "--now", "--json", "--store", loc], env=_env(loc),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["duplicate_entries"] == 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = [f(x) for x in range(10)]
+    theirs = {x[0]: x for x in (casmon.open(loc).get(casmon.Digest(r["result"])) for _k, r in s.records("cache"))}
+    assert again == [theirs[x] for x in range(10)] and again != mine
+    assert f.cache_info().misses == 10
