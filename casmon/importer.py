@@ -226,9 +226,10 @@ def _load_pickle(path: Path, trust: bool) -> Any:
 class _Writer:
     """Cells, sessions and markers in the target store."""
 
-    def __init__(self, store: Store, report: ImportReport) -> None:
+    def __init__(self, store: Store, report: ImportReport, progress=None) -> None:
         self.store = store
         self.report = report
+        self.progress = progress or (lambda phase, done, total: None)
 
     def cell(self, v: Any, refs: set) -> Any:
         t = type(v)
@@ -427,10 +428,13 @@ def _callmonitor(root: Path, w: _Writer, trust: bool) -> None:
     rows: list[tuple[str, list]] = []
     fn_params: dict[str, list] = {}
     starts = []
+    total, done = sum(len(v) for v in calls.values()), 0
     for name, items in sorted(calls.items()):
         items.sort()
         loaded = []
         for n, d in items:
+            w.progress(f"import {root.name}", done, total)
+            done += 1
             try:
                 desc = _load_pickle(d, trust)
             except ImportSourceError as e:
@@ -510,7 +514,8 @@ def _finecache_cache(root: Path, files: list[Path], w: _Writer, trust: bool) -> 
     refs: set[str] = set()
     rows: list[tuple[str, list]] = []
     new_markers = []
-    for f in files:
+    for i, f in enumerate(files):
+        w.progress("import cache files", i, len(files))
         marker = _files_digest(root, [f])
         if w.imported(marker):
             report.already += 1
@@ -687,13 +692,15 @@ def _looks_pickled(p: Path) -> bool:
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
-def import_path(path: str | os.PathLike, store: Store | str | None = None, trust: bool = False) -> ImportReport:
+def import_path(path: str | os.PathLike, store: Store | str | None = None, trust: bool = False,
+                progress=None) -> ImportReport:
     """Import what ``path`` holds (see the module docstring) into ``store``; returns an :class:`ImportReport`.
 
     ``path``: a callmonitor folder, a folder holding several (``call-monitor``,
     ``call-monitor-1``, ...), a FineCache base folder (cache files and run
     folders), or one FineCache run folder. ``trust``: load every pickle (see
-    the module docstring) -- only for folders you trust.
+    the module docstring) -- only for folders you trust. ``progress(phase,
+    done, total)`` is told how far it got (``casmon import`` draws a bar).
     """
     root = Path(path)
     if not root.is_dir():
@@ -702,7 +709,7 @@ def import_path(path: str | os.PathLike, store: Store | str | None = None, trust
         raise ImportSourceError(f"{root} is a casmon store already; nothing to import")
     s = default_store(store)
     report = ImportReport(str(root))
-    w = _Writer(s, report)
+    w = _Writer(s, report, progress)
     found = False
     if _is_callmonitor(root):
         found = True
@@ -712,7 +719,9 @@ def import_path(path: str | os.PathLike, store: Store | str | None = None, trust
         _finecache_run(root, w)
     else:
         cache_files = []
-        for child in sorted(root.iterdir()):
+        children = sorted(root.iterdir())
+        for i, child in enumerate(children):
+            w.progress("import folders", i, len(children))
             if child.name.startswith(".") or child.is_symlink():
                 continue  # .casmon (the compat store), hidden folders
             if child.is_dir():
@@ -768,13 +777,17 @@ def _command():
         stored. --trust loads everything, as callmonitor's and FineCache's own
         load would: use it only for folders you trust (see docs/SECURITY.md).
         """
+        from rich.console import Console
+
+        from .progress import progress_phases
         from .store import open as open_store
 
         trust = trust or bool(click.get_current_context().find_root().params.get("trust"))  # casmon --trust import
         try:
             store = open_store(store_location, autoflush=None, create=True)
             try:
-                report = import_path(path, store, trust=trust)
+                with progress_phases(not as_json, Console(stderr=True)) as progress:
+                    report = import_path(path, store, trust=trust, progress=progress)
             finally:
                 store.close()
         except CasmonError as e:
