@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import json
 import os
 import socket
 import sys
@@ -56,6 +57,9 @@ _INLINE_STR = 256
 _SCALARS = frozenset((type(None), bool, int, float, str))
 #: Calls waiting in memory before a flush is forced.
 PENDING_MAX = 200_000
+#: Waiting rows are JSON-encoded in blocks of this many by a background thread while calls go
+#: on, so a flush -- the one at exit above all -- encodes only the last, partial block.
+ENCODE_BLOCK = 4096
 
 
 def main_origin() -> dict | None:
@@ -140,6 +144,13 @@ class _Recorder:
         self._thread_seq = itertools.count()
         self.threads: dict[int, list] = {}  # our number -> [ident, name]
         self.warned: set = set()
+        # JSON texts of the first ``encoded_rows`` rows of ``pending``, in blocks (see ENCODE_BLOCK);
+        # ``batch_gen`` changes whenever rows are taken or put back, so a block encoded meanwhile is dropped.
+        self.encoded: list[str] = []
+        self.encoded_rows = 0
+        self.batch_gen = 0
+        self._encoder: threading.Thread | None = None
+        self._encode_wake = threading.Event()
         store.add_flush_hook(self._flush_hook)
 
     # -- the session --------------------------------------------------------------
@@ -206,12 +217,20 @@ class _Recorder:
                 self.fn_names.append(fi.name)
             self.pending.append([idx, n, t0, dt, tid, args_cells, kwargs_cells, result_cell, exc])
             full = len(self.pending) >= PENDING_MAX
+            block = len(self.pending) - self.encoded_rows >= ENCODE_BLOCK
+        if block:
+            self._wake_encoder()
         if full:
             self.store.flush()
         elif self.store._flush_each_call:  # durable, or a pool worker the pool may end right after this call
             self.store.flush_for_call()
 
     def _flush_hook(self, store: Store) -> None:
+        if self._encoder is not None:
+            from . import store as store_mod
+
+            if store_mod._stop_flushers.is_set():
+                self._encode_wake.set()  # the exit flush: let the encoder see the stop and end now
         with self.lock:
             if not self.pending or self.session is None:
                 return
@@ -219,17 +238,70 @@ class _Recorder:
             refs, self.refs = self.refs, set()
             names, self.fn_names = self.fn_names, []
             self.fns = {}
+            blocks, done = self.encoded, self.encoded_rows
+            self.encoded, self.encoded_rows = [], 0
+            self.batch_gen += 1
             threads = {str(k): v for k, v in self.threads.items()}
         try:
             record = {"session": self.session, "pid": self.pid, "rank": self.rank, "fns": names, "threads": threads, "c": rows}
-            store.append(KIND_CALLS, record, refs=[Digest(h) for h in refs])
+            encoded = None
+            if blocks:  # the same JSON as encoding the record whole, most rows encoded already
+                head = json.dumps({k: v for k, v in record.items() if k != "c"}, separators=(",", ":"))
+                tail = json.dumps(rows[done:], separators=(",", ":"), allow_nan=True)[1:-1]
+                encoded = head[:-1] + ',"c":[' + ",".join(blocks + ([tail] if tail else [])) + "]}"
+            store.append(KIND_CALLS, record, refs=[Digest(h) for h in refs], encoded=encoded)
         except BaseException:
             self._put_back(rows, refs, names)  # Ctrl-C or a failed append: the rows wait for the next flush
             raise
 
+    def _wake_encoder(self) -> None:
+        """Start (once) or wake the thread that encodes full blocks of waiting rows."""
+        if self._encoder is None:
+            with self.lock:
+                if self._encoder is None:
+                    from . import store as store_mod
+
+                    if store_mod._exiting:
+                        return
+                    # Not a daemon: the exit hook sets _stop_flushers first, and Python joins it after.
+                    t = threading.Thread(target=self._encode_loop, name="casmon-calllog-encode",
+                                         daemon=not store_mod._exit_hook_stops_threads)
+                    try:
+                        t.start()
+                    except RuntimeError:  # the interpreter is exiting: the flush encodes everything
+                        return
+                    self._encoder = t
+        self._encode_wake.set()
+
+    def _encode_loop(self) -> None:
+        from . import store as store_mod
+
+        stop = store_mod._stop_flushers
+        pid = self.pid
+        while not stop.is_set() and os.getpid() == pid:
+            self._encode_wake.wait(1.0)
+            self._encode_wake.clear()
+            while not stop.is_set():
+                with self.lock:
+                    start, gen = self.encoded_rows, self.batch_gen
+                    if len(self.pending) - start < ENCODE_BLOCK:
+                        break
+                    rows = self.pending[start : start + ENCODE_BLOCK]
+                try:
+                    text = json.dumps(rows, separators=(",", ":"), allow_nan=True)[1:-1]
+                except Exception:  # noqa: BLE001 - the flush encodes these rows itself (and says what is wrong)
+                    break
+                with self.lock:
+                    if self.batch_gen != gen or self.encoded_rows != start:
+                        continue  # taken or put back meanwhile
+                    self.encoded.append(text)
+                    self.encoded_rows = start + len(rows)
+
     def _put_back(self, rows: list, refs: set, names: list) -> None:
         """Return taken rows to the front of the batch, renumbering the functions of rows logged since."""
         with self.lock:
+            self.encoded, self.encoded_rows = [], 0  # encoded again (the newer rows' numbers change)
+            self.batch_gen += 1
             newer_names, newer = self.fn_names, self.pending
             fns = {n: i for i, n in enumerate(names)}
             for n in newer_names:

@@ -201,14 +201,28 @@ def _flush_all_at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _forked
-    _forked = True
     for s in list(_open_stores):
         s._reset_after_fork()
 
 
-#: True in a process forked from one that had imported casmon (a fork pool's worker, a forkserver's child).
-_forked = False
+def _watch_for_pool_child(store: Store) -> None:
+    """Have multiprocessing tell ``store`` when a child it forks (a fork pool's worker) starts as its child.
+
+    ``os.fork`` alone does not make a worker: a server that forks its workers after
+    importing the app (or a test's zygote) runs them as main processes.
+    multiprocessing calls its after-fork hooks once the child knows its parent.
+    """
+    try:
+        from multiprocessing import util
+    except ImportError:  # pragma: no cover - a platform without multiprocessing
+        return
+    util.register_after_fork(store, _started_as_pool_child)
+
+
+def _started_as_pool_child(store: Store) -> None:
+    store._flush_each_call = store.durable or in_worker_process()
+
+
 #: The flush in progress in this thread runs the features' hooks: records they append are written by it.
 _in_hooks = threading.local()
 
@@ -222,7 +236,7 @@ def in_worker_process() -> bool:
     at the next background flush. True in every multiprocessing child (fork, spawn,
     forkserver: ``multiprocessing.Pool``, ``ProcessPoolExecutor``, joblib's loky and
     multiprocessing backends, Dask's worker processes), also while a spawned child still
-    imports its parent's main module, and in every forked child. ``CASMON_FLUSH_EACH_CALL``
+    imports its parent's main module; not in a child of a plain ``os.fork``. ``CASMON_FLUSH_EACH_CALL``
     (``1``/``0``) forces it either way, e.g. ``0`` for a worker that makes many tiny calls
     and is always ended cleanly (``close()`` and ``join()``).
     """
@@ -231,8 +245,6 @@ def in_worker_process() -> bool:
         return True
     if forced in ("0", "false", "no", "off"):
         return False
-    if _forked:
-        return True
     mp = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it before anything else
     if mp is None:
         return False
@@ -290,6 +302,7 @@ class Store:
         # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
         self._flush_each_call = durable or in_worker_process()
         self._flush_warned = False
+        _watch_for_pool_child(self)
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
         self.objects.index.format_gate = self._format2
@@ -971,7 +984,7 @@ class Store:
     def _reset_after_fork(self) -> None:
         # The parent flushes what it had pending; the child starts as a new writer.
         self.writer = writer_id()
-        self._flush_each_call = self.durable or in_worker_process()  # the parent may end this child at any time
+        self._flush_each_call = self.durable or in_worker_process()  # multiprocessing's child: set again at its start
         self._flusher = None  # the parent's thread does not exist here
         self._flush_lock = threading.Lock()
         self._lock = threading.RLock()

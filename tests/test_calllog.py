@@ -425,3 +425,65 @@ def test_thread_names_survive_reused_thread_ids(store):
         th.join()
     log = casmon.load(store)
     assert sorted((c.inputs()[0][0], c.thread_name) for c in log.calls("who")) == [(0, "seq-0"), (1, "seq-1"), (2, "seq-2")]
+
+
+def test_rows_encoded_while_calls_run_read_back_whole(tmp_path, monkeypatch):
+    """Rows encoded in blocks on the background thread (issue 14) make the same record as rows encoded at
+    the flush: every call once, in order, with the right function -- also after a flush that failed and
+    put its rows back while a new function was logged (which renumbers the newer rows)."""
+    import errno
+
+    from casmon import calllog
+
+    monkeypatch.setattr(calllog, "ENCODE_BLOCK", 500)
+    s = casmon.open(tmp_path / "s", autoflush=None)
+
+    @casmon.intercept(store=s)
+    def f(x):
+        return x + 1
+
+    @casmon.intercept(store=s)
+    def g(x, y=1.5):
+        return x * y
+
+    for i in range(3_000):
+        f(i)
+    rec = calllog._recorder(s)
+    deadline = time.monotonic() + 60
+    while rec.encoded_rows < 2_500 and time.monotonic() < deadline:  # the encoder catches up (no timing asserted)
+        time.sleep(0.01)
+    assert rec.encoded_rows >= 2_500 and rec.encoded
+
+    def enospc(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(s.backend, "create", enospc)
+    with pytest.raises(casmon.StoreError):
+        s.flush()  # the record is made (from the encoded blocks) and waits in its table
+    monkeypatch.undo()
+    monkeypatch.setattr(calllog, "ENCODE_BLOCK", 500)
+    for i in range(3_000, 4_000):
+        f(i)
+    while rec.encoded_rows < 500 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def refuse(*a, **k):
+        raise KeyboardInterrupt  # a Ctrl-C while the record is made: the rows go back
+    monkeypatch.setattr(s, "append", refuse)
+    with pytest.raises(KeyboardInterrupt):
+        s.flush()
+    monkeypatch.undo()
+    monkeypatch.setattr(calllog, "ENCODE_BLOCK", 500)
+    for i in range(1_200):
+        g(i, y=float("nan") if i == 7 else 2.0)
+    for i in range(4_000, 4_100):
+        f(i)
+    s.flush()
+    log = casmon.load(s)
+    assert [c.n for c in log.calls("f")] == list(range(1, 4_101))
+    assert [log.get("f", n)[0] for n in (1, 2_500, 3_001, 4_000, 4_100)] == [[0], [2_499], [3_000], [3_999], [4_099]]
+    assert log.result("f", 4_100) == 4_100
+    assert [c.n for c in log.calls("g")] == list(range(1, 1_201))
+    assert log.get("g", 5) == ([4], {"y": 2.0}) and log.result("g", 5) == 8.0
+    assert np.isnan(log.get("g", 8)[1]["y"])
+    s.close()
