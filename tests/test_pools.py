@@ -119,10 +119,11 @@ def _flag(code: str, env_extra: dict | None = None, script=None) -> list[str]:
 
 
 def test_only_workers_flush_after_every_call(tmp_path):
-    """The main process keeps batching (its per-call cost is unchanged); children of every kind flush each call.
+    """The main process keeps batching (its per-call cost is unchanged); multiprocessing's children flush each call.
 
-    The spawned child's store is opened while the child imports the parent's script, before
-    multiprocessing tells it who its parent is.
+    The fork child uses the store its parent opened; the spawned child's store is opened while
+    the child imports the parent's script, before multiprocessing tells it who its parent is.
+    A plain ``os.fork`` (a server forking its workers, a zygote) is not a pool's worker.
     """
     script = tmp_path / "flags.py"
     script.write_text(f"""
@@ -141,11 +142,12 @@ if __name__ == "__main__":
         p.start(); print(*q.get(timeout=120)); p.join()
     pid = os.fork()
     if pid == 0:
-        os.write(1, str(S._flush_each_call).encode() + b"\\n")  # a plain fork: the parent's store, inherited
+        os.write(1, (str(S._flush_each_call) + " " + str(casmon.open({str(tmp_path / 'u')!r})._flush_each_call)).encode()
+                 + b"\\n")  # a plain fork: not a pool's worker
         os._exit(0)
     os.waitpid(pid, 0)
 """)
-    assert _flag("", script=script) == ["False", "True"] + ["True"] * 5
+    assert _flag("", script=script) == ["False", "True"] + ["True"] * 4 + ["False", "False"]
     forced = "import casmon; print(casmon.open({!r})._flush_each_call)".format(str(tmp_path / "u"))
     assert _flag(forced, {"CASMON_FLUSH_EACH_CALL": "1"}) == ["True"]
     assert not in_worker_process()  # the test process itself
