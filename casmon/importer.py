@@ -575,8 +575,8 @@ def _finecache_run(folder: Path, w: _Writer) -> None:
     if (folder / "information.json").is_file():
         try:
             information = json.loads((folder / "information.json").read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ImportSourceError(f"{folder / 'information.json'}: not JSON: {e}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise ImportSourceError(f"{folder / 'information.json'}: not JSON: {type(e).__name__}: {e}") from None
         if not isinstance(information, dict):
             raise ImportSourceError(f"{folder / 'information.json'}: not a JSON object")
     else:
@@ -732,7 +732,10 @@ def import_path(path: str | os.PathLike, store: Store | str | None = None, trust
                     _callmonitor(child, w, trust)
                 elif _is_run_folder(child):
                     found = True
-                    _finecache_run(child, w)
+                    try:
+                        _finecache_run(child, w)
+                    except ImportSourceError as e:  # one unreadable run folder does not stop the others
+                        report.notes.append(f"{child.name} not imported: {e}")
             elif child.is_file() and _looks_pickled(child):
                 cache_files.append(child)
         if cache_files:

@@ -254,6 +254,13 @@ def test_nothing_to_import_is_a_clear_error(tmp_path):
     (bad / "f" / "1" / "input_descriptor.pkl").write_bytes(b"\x80\x04not a pickle")
     report = import_path(bad, str(tmp_path / "s2"))
     assert report.calls == 0 and any("cannot read this pickle" in n for n in report.notes)
+    runs = tmp_path / "runs"
+    (runs / "exp1").mkdir(parents=True)
+    (runs / "exp1" / "information.json").write_text("[" * 100_000 + "]" * 100_000)
+    (runs / "exp2").mkdir()
+    (runs / "exp2" / "information.json").write_text('{"commit": null, "k": 1}')
+    report = import_path(runs, str(tmp_path / "s4"))
+    assert report.runs == 1 and any("exp1 not imported" in n and "not JSON" in n for n in report.notes)
     with pytest.raises(ImportSourceError, match="casmon store already"):
         import_path(tmp_path / "s2", str(tmp_path / "s3"))
 
