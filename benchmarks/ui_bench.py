@@ -114,7 +114,8 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="casmon-ui-bench-"))
         path = tmp / "store"
     try:
-        if not (path / "casmon.json").exists():
+        built = not (path / "casmon.json").exists()
+        if built:
             print(f"building {path}: {args.runs:,} runs, {args.calls:,} calls", flush=True)
             build(path, args.runs, args.calls)
         store = casmon.open(path, read_only=True, trust=False, create=False, autoflush=None)
@@ -137,7 +138,8 @@ def main() -> None:
             print(f"  {label:<34} {statistics.median(times) * 1000:9.1f} ms  {n / 1024:8.1f} KiB (median of {args.repeat})",
                   flush=True)
 
-        print(f"runs page of {args.runs:,} runs ({args.calls:,} calls in the store):")
+        print(f"runs page of {args.runs:,} runs ({args.calls:,} calls in the store):" if built
+              else f"the store at {path}, built earlier:")
         one("first runs page (fresh server)", "/")
         median("runs page", "/")
         median("runs page 100", "/?page=100")
@@ -145,7 +147,7 @@ def main() -> None:
         median("sort by info.loss", "/?sort=info.loss&order=asc")
         median("filter loss<0.001", "/?q=loss%3C0.001")
         one("compare 2 runs", f"/compare?run=1&run={args.runs}")
-        if args.calls:
+        if args.calls:  # --calls 0 skips the calls page
             one("calls page, first time", "/calls")
             median("calls page", "/calls")
         server.shutdown()

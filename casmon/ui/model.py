@@ -25,18 +25,19 @@ import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import display
+from .. import display, serialize
 from ..calllog import NOT_RECORDED, Call, CallLog
 from ..errors import CasmonError
 from ..fingerprint import fingerprint
 from ..peek import Described, as_digest, describe, load_data, peek
 from ..runs import KIND_RUN, RUN_REFS, RunInfo, _check_manifest, diff
 
-#: Runs whose manifest changed are seen by the next request after this many seconds.
-REFRESH_SECONDS = 2.0
+#: A request re-lists the runs (in the background; it is served the last listing) when it is older than this.
+REFRESH_SECONDS = 5.0
 #: A tracked file larger than this is compared by size and digest only, not line by line.
 TEXT_DIFF_MAX = 512 << 10
 #: Sequences (loss curves) longer than this are drawn from evenly spaced samples.
@@ -80,22 +81,32 @@ class RunIndex:
         self._entries: list[Entry] | None = None
         self._listed = 0.0
         self._refreshing = False
+        self._first = threading.Lock()  # the first listing is made once, whoever asks first
         self._manifests: dict[str, tuple[dict, CasmonError | None]] = {}
-        self._all_loaded = threading.Event()
+        self._rows: dict[tuple[str, str | None], dict] = {}
+        #: The background loader reads a manifest only while this says no request is being answered.
+        self.idle: Callable[[], bool] = lambda: True
 
     # -- listing -------------------------------------------------------------------------------------
-    def _list(self) -> list[Entry]:
-        names = {n[len(RUN_REFS) + 1:] for n in self.store.refs(RUN_REFS)}  # runs/3 -> 3
+    def _list(self, with_refs: bool = True) -> list[Entry]:
+        """The runs from the run records, checked against a listing of ``refs/runs`` (``with_refs``: a run
+        whose ref is gone is left out, and a run that only claimed its number is added). Without it (the
+        first listing, which a page waits for: listing 10,000 refs takes longer than reading their records),
+        every run a record names is listed; the full listing follows in the background."""
+        names = {n[len(RUN_REFS) + 1:] for n in self.store.refs(RUN_REFS)} if with_refs else None  # runs/3 -> 3
         newest: dict[str, tuple[float, dict]] = {}
         first: dict[str, float] = {}
         for _key, r in self.store.records(KIND_RUN, strict=False):
             ref, t = r.get("_ref"), r.get("time")
-            if type(ref) is not str or ref[len(RUN_REFS) + 1:] not in names or not is_number(t):
+            if (type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t)
+                    or names is not None and ref[len(RUN_REFS) + 1:] not in names):
                 continue  # a run whose ref is gone (or a record that is not a run's): not listed
             first[ref] = min(first.get(ref, t), t)
             if ref not in newest or t >= newest[ref][0]:
                 newest[ref] = (t, r)
         out = []
+        if names is None:
+            names = {ref[len(RUN_REFS) + 1:] for ref in newest}
         for tail in names:
             ref = f"{RUN_REFS}/{tail}"
             if ref in newest:
@@ -125,10 +136,12 @@ class RunIndex:
             if stale:
                 self._refreshing = True
         if entries is None:
-            fresh = self._list()
-            with self._lock:
-                self._entries, self._listed = fresh, time.time()
-            return fresh
+            with self._first:
+                if self._entries is None:
+                    fresh = self._list(with_refs=False)
+                    with self._lock:
+                        self._entries, self._listed = fresh, time.time()
+                return self._entries
         if stale:
             threading.Thread(target=self._refresh, name="casmon-ui-runs", daemon=True).start()
         return entries
@@ -180,18 +193,36 @@ class RunIndex:
             self._manifests[e.digest] = got  # immutable: a digest names one manifest forever
         return RunInfo(self.store, e.ref, got[0], got[1])
 
-    def load_all(self) -> None:
-        """Read every manifest (for sorting and filtering by their fields)."""
+    def row(self, e: Entry) -> tuple[RunInfo, dict]:
+        """The run and its table row (kept: a row depends only on the entry and its immutable manifest)."""
+        r = self.run(e)
+        key = (e.ref, e.digest)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = row_of(r, e)
+        return r, row
+
+    def load_all(self, polite: bool = False) -> None:
+        """Read every manifest (for sorting and filtering by their fields), newest first.
+
+        ``polite``: the background loader, which waits while requests are being answered (Python runs
+        one thread at a time: a page must not wait for the loader)."""
         for e in reversed(self.entries()):
-            self.run(e)
-        self._all_loaded.set()
+            if polite:
+                while not self.idle():
+                    time.sleep(0.02)
+            self.row(e)
 
     def start_loading(self) -> None:
         threading.Thread(target=self._load_quietly, name="casmon-ui-index", daemon=True).start()
 
     def _load_quietly(self) -> None:
         try:
-            self.load_all()
+            self.entries()
+            while not self.idle():
+                time.sleep(0.02)
+            self.reload()  # the full listing (the first one skipped refs/runs)
+            self.load_all(polite=True)
         except Exception:  # noqa: BLE001 - a request that needs them loads them and reports the error
             pass
 
@@ -294,9 +325,9 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         pages = max(1, math.ceil(total / per))
         page = min(max(page, 1), pages)
         shown = chosen[(page - 1) * per: page * per]
-        rows = [(e, r, row_of(r, e)) for e in shown for r in [index.run(e)]]
+        rows = [(e, *index.row(e)) for e in shown]
     else:
-        rows = [(e, r, row_of(r, e)) for e in entries for r in [index.run(e)]]
+        rows = [(e, *index.row(e)) for e in entries]
         if terms:
             rows = [x for x in rows if matches(x[2], terms)]
         col = sort if sort in FIXED_COLUMNS or sort.startswith("info.") else "start"
@@ -564,6 +595,32 @@ def identical_groups(runs: list[RunInfo]) -> list[tuple[str, list[list[str]]]]:
 # -- calls -----------------------------------------------------------------------------------------------
 
 
+@dataclass
+class CallsSummary:
+    """What the calls page shows of the whole log (computed once per reading of the log)."""
+
+    functions: list[tuple[str, int, int, float]]  # (name, calls, sessions, total seconds)
+    sessions: list[int]
+    processes: list[int]
+    ranks: list[int]
+
+
+def calls_summary(log: CallLog) -> CallsSummary:
+    functions, pids, ranks = [], set(), set()
+    for name, fi in log.functions.items():
+        n, total = 0, 0.0
+        for calls in fi.sessions.values():
+            n += len(calls)
+            total += sum(c.duration for c in calls if is_number(c.duration))
+            if calls:  # a session is one process (and one rank)
+                pids.add(calls[0].pid)
+                if calls[0].rank is not None:
+                    ranks.add(calls[0].rank)
+        functions.append((name, n, len(fi.sessions), total))
+    sessions = sorted(set(log.sessions) | {s for fi in log.functions.values() for s in fi.sessions})
+    return CallsSummary(functions, sessions, sorted(pids), sorted(ranks))
+
+
 def histogram(durations: list[float], bins: int = 24) -> list[tuple[float, float, int]]:
     """Counts of durations in bins evenly spaced on a log scale: ``[(low, high, count)]``."""
     xs = [d for d in durations if is_number(d) and d >= 0]
@@ -593,7 +650,8 @@ def cell_details(log: CallLog, cell: Any, trust: bool) -> dict[str, Any]:
             out["kind"], out["size"] = m.tag, m.nbytes
             if m.tag == "array":
                 out["shape"] = str(tuple(m.meta.get("shape", ())))
-                out["dtype"] = str(describe(log.store, h, 200)).split(" ", 1)[-1]
+                dt, _why = display.attempt(lambda: serialize.dtype_from_meta(m.meta["dtype"]), "?")
+                out["dtype"] = str(dt)
         except CasmonError as e:
             out["kind"] = "unreadable"
             out["text"] = str(e)

@@ -203,9 +203,12 @@ def compare_body(ctx: Ctx, cmp: model.Comparison, tails: list[str], metric: str 
         opts = "".join(f'<option value="{esc(k)}"{" selected" if k == chosen else ""}>{esc(k)}</option>' for k in cmp.metrics)
         hidden = "".join(f'<input type="hidden" name="run" value="{esc(t)}">' for t in tails)
         out.append(str(_h("A metric across runs", 2, "chart")))
-        out.append(f'<form class="metric-choice" method="get" action="/compare">{hidden}<label>metric '
-                   f'<select name="metric" id="metric-select">{opts}</select></label>'
-                   f'<noscript><button type="submit">Show</button></noscript></form>')
+        choice = f'<label>metric <select name="metric" id="metric-select">{opts}</select></label>'
+        if ctx.standalone:  # a file has no server to ask: the script shows the chosen chart (all show without it)
+            out.append(f'<p class="metric-choice">{choice}</p>')
+        else:
+            out.append(f'<form class="metric-choice" method="get" action="/compare">{hidden}{choice}'
+                       f'<noscript><button type="submit">Show</button></noscript></form>')
         for k in cmp.metrics:
             vals = [(n, v) for n, v in zip(names, cmp.cells[k]) if model.is_number(v) and type(v) is not bool]
             hide = "" if k == chosen else " hidden"
@@ -275,12 +278,15 @@ def _patches(d: Any, ra: Any, rb: Any) -> list:
                   patch_html(str(d["patch"].get("diff") or ""))]
 
 
+def _commit(h: Any) -> str:
+    return display.hexshort(h, 10) if isinstance(h, str) and h else "none (not in git)"
+
+
 def _diff_section(ctx: Ctx, d: Any, file_diffs: list, ra: Any, rb: Any) -> Html:
     a, b = str(d["a"]), str(d["b"])
     c = d["commit"]
     pairs: list[tuple[str, Any]] = [
-        ("commit", ("same " + display.hexshort(c["a"], 10)) if c["same"]
-         else f"{display.hexshort(c['a'], 10)} → {display.hexshort(c['b'], 10)}"),
+        ("commit", ("same " + _commit(c["a"])) if c["same"] else f"{_commit(c['a'])} → {_commit(c['b'])}"),
         ("uncommitted changes", "same" if d["patch"]["same"] else "differ (below)")]
     out: list[Any] = [kv_table(pairs)]
     files = d["files"]
@@ -416,27 +422,21 @@ def run_page(ctx: Ctx, e: model.Entry, r: Any) -> bytes:
 # -- calls ---------------------------------------------------------------------------------------------
 
 
-def calls_page(ctx: Ctx, log: Any, calls: list, filters: dict, page: int, per: int, read_at: float) -> bytes:
-    fn_rows = []
-    for name, fi in log.functions.items():
-        cs = [c for s in fi.sessions.values() for c in s]
-        total = sum(c.duration for c in cs if model.is_number(c.duration))
-        fn_rows.append((ctx.link(url("/calls", fn=name), code(name)), f"{len(cs):,}", f"{len(fi.sessions):,}",
-                        seconds(total), seconds(total / len(cs)) if cs else "-"))
-    out: list[Any] = [Html(f"<h1>Calls <span class=\"muted\">{esc(display.count(len(log), 'call'))} of "
-                           f"{esc(display.count(len(log.functions), 'function'))} in "
-                           f"{esc(display.count(len(log.sessions), 'session'))}</span></h1>"),
+def calls_page(ctx: Ctx, log: Any, summary: model.CallsSummary, calls: list, bins: list, filters: dict, page: int,
+               per: int, read_at: float) -> bytes:
+    fn_rows = [(ctx.link(url("/calls", fn=name), code(name)), f"{n:,}", f"{ns:,}", seconds(total),
+                seconds(total / n) if n else "-") for name, n, ns, total in summary.functions]
+    total_calls = sum(n for _, n, _, _ in summary.functions)
+    out: list[Any] = [Html(f"<h1>Calls <span class=\"muted\">{esc(display.count(total_calls, 'call'))} of "
+                           f"{esc(display.count(len(summary.functions), 'function'))} in "
+                           f"{esc(display.count(len(summary.sessions), 'session'))}</span></h1>"),
                       Html(f'<p class="muted">read {esc(when(read_at))} · '
                            f'{ctx.link(url("/calls", reload=1, **filters), "read again")}</p>'),
                       _h("Functions", 2), table(["function", "calls", "sessions", "total time", "mean"], fn_rows, num=[1, 2, 3, 4])]
-    # filters
     sel = []
-    for key, label, options in (
-            ("fn", "function", list(log.functions)),
-            ("session", "session", sorted(log.sessions) or sorted({c.session for c in calls})),
-            ("process", "process", sorted({c.pid for fi in log.functions.values() for s in fi.sessions.values() for c in s[:1]})),
-            ("rank", "rank", sorted({c.rank for fi in log.functions.values() for s in fi.sessions.values() for c in s[:1]
-                                     if c.rank is not None}))):
+    for key, label, options in (("fn", "function", [f[0] for f in summary.functions]),
+                                ("session", "session", summary.sessions), ("process", "process", summary.processes),
+                                ("rank", "rank", summary.ranks)):
         cur = filters.get(key)
         opts = '<option value="">any</option>' + "".join(
             f'<option value="{esc(o)}"{" selected" if str(o) == str(cur) else ""}>{esc(o)}</option>' for o in options[:2000])
@@ -445,7 +445,6 @@ def calls_page(ctx: Ctx, log: Any, calls: list, filters: dict, page: int, per: i
     out.append(Html(f'<form class="filter" id="calls-filter" method="get" action="/calls">{" ".join(sel)} '
                     f'<button type="submit">Filter</button></form>'))
     what = " · ".join(f"{k} {v}" for k, v in filters.items() if v not in (None, "")) or "all calls"
-    bins = model.histogram([c.duration for c in calls])
     out.append(_h(f"Durations ({what}: {len(calls):,} calls)", 2, "durations"))
     out.append(Html(f'<figure class="histogram">{charts.histogram(bins, "calls by duration (log scale)", _dur_label)}'
                     "</figure>") if bins else Html('<p class="muted">no calls</p>'))

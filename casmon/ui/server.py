@@ -26,6 +26,7 @@ import re
 import sys
 import threading
 import time
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -64,13 +65,57 @@ class App:
         self._log: CallLog | None = None
         self._log_time = 0.0
         self._log_lock = threading.Lock()
+        self._summary: model.CallsSummary | None = None
+        self._selections: OrderedDict[tuple, tuple[list, list]] = OrderedDict()  # filters -> (calls, histogram)
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._loading = False
+        self.index_in_background = True
+        self.runs.idle = lambda: self._busy == 0
+
+    def enter(self) -> None:
+        with self._busy_lock:
+            self._busy += 1
+
+    def leave(self) -> None:
+        with self._busy_lock:
+            self._busy -= 1
+            start = self.index_in_background and not self._loading
+            self._loading = True
+        if start:  # after the first page: it does not wait for the loader, nor share the processor with it
+            self.runs.start_loading()
 
     def calllog(self, reload: bool = False) -> tuple[CallLog, float]:
+        """The call log, read once (a million calls take a while) and again when the page asks."""
         with self._log_lock:
             if self._log is None or reload:
                 self._log = CallLog(self.store)
                 self._log_time = time.time()
+                self._summary = None
+                self._selections.clear()
             return self._log, self._log_time
+
+    def selection(self, log: CallLog, filters: dict, thread: Any) -> tuple[model.CallsSummary, list, list]:
+        """The calls one set of filters selects, by start, with their histogram (the last 16 sets kept)."""
+        key = tuple(sorted((k, str(v)) for k, v in filters.items()))
+        with self._log_lock:
+            if self._summary is None:
+                self._summary = model.calls_summary(log)
+            summary = self._summary
+            got = self._selections.get(key)
+            if got is not None:
+                self._selections.move_to_end(key)
+                return summary, *got
+        calls = log.calls(filters["fn"], session=filters["session"], process=filters["process"], thread=thread,
+                          rank=filters["rank"])
+        calls.sort(key=lambda c: c.start)
+        got = (calls, model.histogram([c.duration for c in calls]))
+        with self._log_lock:
+            if log is self._log:
+                self._selections[key] = got
+                while len(self._selections) > 16:
+                    self._selections.popitem(last=False)
+        return summary, *got
 
     # -- routing -------------------------------------------------------------------------------------
     def handle(self, target: str) -> tuple[int, bytes, str]:
@@ -158,15 +203,13 @@ class App:
         if thread is not None and _INT_RE.match(thread):
             thread = int(thread)
         try:
-            calls = log.calls(filters["fn"], session=filters["session"], process=filters["process"], thread=thread,
-                              rank=filters["rank"])
+            if filters["fn"]:
+                filters["fn"] = log.resolve(filters["fn"])
+            summary, calls, bins = self.selection(log, filters, thread)
         except LookupError as e:
             raise NotFound(str(e)) from None
-        if filters["fn"]:
-            filters["fn"] = log.resolve(filters["fn"])
-        calls.sort(key=lambda c: c.start)
         shown = {k: v for k, v in filters.items() if v is not None}
-        return 200, pages.calls_page(self.ctx, log, calls, shown, p.integer("page", 1), 100, read_at), \
+        return 200, pages.calls_page(self.ctx, log, summary, calls, bins, shown, p.integer("page", 1), 100, read_at), \
             "text/html; charset=utf-8"
 
     def call_page(self, p: Params):
@@ -235,12 +278,14 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "casmon-ui"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    timeout = 120  # seconds a connection may sit idle (a stalled client does not hold a thread for ever)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         app: App = self.server.app  # type: ignore[attr-defined]
         if not self._host_ok():
             return self._send(403, pages.error_page(app.ctx, 403, "this server answers only requests addressed to "
                                                                   "it by its own address (Host header)"))
+        app.enter()  # the background index loader waits while a page is being made
         try:
             status, body, ctype = app.handle(self.path)
         except BadRequest as e:
@@ -252,6 +297,8 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as e:  # noqa: BLE001 - one page's failure is reported, the server goes on
             self.log_error("%s on %s: %s", type(e).__name__, self.path[:200], e)
             status, body, ctype = 500, pages.error_page(app.ctx, 500, f"{type(e).__name__}: {e}"), "text/html; charset=utf-8"
+        finally:
+            app.leave()
         self._send(status, body, ctype)
 
     def _reject(self) -> None:
@@ -324,7 +371,5 @@ def make_server(store, host: str = "127.0.0.1", port: int = 0, trust: bool = Fal
                 index: bool = True) -> UIServer:
     """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which)."""
     app = App(store, trust)
-    server = UIServer(app, host, port, verbose)
-    if index:
-        app.runs.start_loading()  # manifests load in the background, for sorting by any column
-    return server
+    app.index_in_background = index  # manifests load in the background (after the first page), to sort by any column
+    return UIServer(app, host, port, verbose)
