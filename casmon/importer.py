@@ -322,9 +322,16 @@ def _files_digest(root: Path, files: list[Path]) -> str:
 
 
 def _params(spec: Any, w: _Writer, refs: set) -> list:
-    """casmon's ``[name, kind, default cell?]`` from an ``inspect.FullArgSpec``."""
+    """casmon's ``[name, kind, default cell?]`` from an ``inspect.FullArgSpec`` ([] if it is not one)."""
     if isinstance(spec, Unresolved) or not hasattr(spec, "args"):
         return []
+    try:
+        return _params_of(spec, w, refs)
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
+def _params_of(spec: Any, w: _Writer, refs: set) -> list:
     out = []
     args = list(spec.args or [])
     defaults = tuple(spec.defaults or ())
@@ -348,9 +355,11 @@ def _params(spec: Any, w: _Writer, refs: set) -> list:
 
 
 def _spec_key(spec: Any) -> str:
-    if not hasattr(spec, "args"):
+    try:
+        return repr((list(spec.args or []), spec.varargs, spec.varkw, len(spec.defaults or ()),
+                     list(spec.kwonlyargs or [])))
+    except Exception:  # noqa: BLE001 - not an argspec (damaged or foreign): one key for all such
         return "?"
-    return repr((list(spec.args or []), spec.varargs, spec.varkw, len(spec.defaults or ()), list(spec.kwonlyargs or [])))
 
 
 def _handler_parts(h: Any) -> tuple[str, str, dict]:
@@ -440,7 +449,8 @@ def _callmonitor(root: Path, w: _Writer, trust: bool) -> None:
             except ImportSourceError as e:
                 report.notes.append(str(e))
                 continue
-            if not isinstance(desc, dict):
+            if (not isinstance(desc, dict) or not isinstance(desc.get("args", []), (list, tuple))
+                    or not isinstance(desc.get("kwargs", {}), dict)):
                 report.notes.append(f"{d}: not a callmonitor input descriptor")
                 continue
             loaded.append((n, d, desc))

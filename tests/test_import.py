@@ -305,3 +305,23 @@ def test_import_unpickler_loads_plain_data_and_calls_nothing_else(proto, tmp_pat
 
     (e,) = _ImportUnpickler(io.BytesIO(pickle.dumps([Evil()], protocol=proto)), trust=False).load()
     assert isinstance(e, Unresolved) and e._qualname == "system" and not marker.exists()
+
+
+def test_malformed_callmonitor_descriptors_are_reported_not_fatal(tmp_path):
+    import inspect
+
+    src = tmp_path / "call-monitor"
+
+    def put(name, n, obj):
+        (src / name / str(n)).mkdir(parents=True)
+        (src / name / str(n) / "input_descriptor.pkl").write_bytes(pickle.dumps(obj))
+
+    spec = inspect.FullArgSpec(["x"], None, None, 5, [], None, {})  # defaults is not a tuple
+    put("f", 1, {"args": [], "kwargs": "not a dict", "argspec": spec})
+    put("f", 2, ["not", "a", "dict"])
+    put("g", 1, {"args": [], "kwargs": {}, "argspec": spec})
+    put("h", 1, {"args": "xy", "kwargs": {}, "argspec": "not a spec"})
+    report = import_path(src, str(tmp_path / "s"))
+    assert report.calls == 1 and sum("not a callmonitor input descriptor" in n for n in report.notes) == 3
+    log = casmon.load(str(tmp_path / "s"))
+    assert log.get("g", 1) == ([], {}) and log.functions["g"].params == []
