@@ -693,6 +693,11 @@ def _is_run_folder(p: Path) -> bool:
     return any((p / f).is_file() for f in _RUN_FILES) and bool(_RUN_NAME.match(p.name))
 
 
+def _cache_file_name(name: str) -> bool:
+    """FineCache's names: ``func(args;kwargs).pk`` by default (``CacheFilenameConfig`` may change the suffix)."""
+    return name.endswith(".pk") or ("(" in name and ";" in name and ")" in name)
+
+
 def _looks_pickled(p: Path) -> bool:
     try:
         with open(p, "rb") as f:
@@ -746,7 +751,7 @@ def import_path(path: str | os.PathLike, store: Store | str | None = None, trust
                         _finecache_run(child, w)
                     except ImportSourceError as e:  # one unreadable run folder does not stop the others
                         report.notes.append(f"{child.name} not imported: {e}")
-            elif child.is_file() and _looks_pickled(child):
+            elif child.is_file() and _cache_file_name(child.name) and _looks_pickled(child):
                 cache_files.append(child)
         if cache_files:
             found = True
