@@ -415,3 +415,38 @@ def test_pages_escape_everything_they_are_given():
     assert HOSTILE not in body and body.count("&lt;script&gt;") == 2
     assert str(ctx.link("/run/1?a=1&b=\"x", HOSTILE)) == \
         '<a href="/run/1?a=1&amp;b=&quot;x">&lt;script&gt;alert(1)&lt;/script&gt;</a>'
+
+
+def test_crafted_runs_do_not_break_pages(tmp_path):
+    """A run whose manifest is a pickle that would run code, and one whose info names no real value: listed,
+    shown and compared with what can be read; nothing is unpickled and no page fails."""
+    from casmon.fingerprint import fingerprint
+    from casmon.runs import KIND_RUN
+
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(comment="fine", store=s, capture_output=False) as run:
+        run.info.update(loss=0.5, curve=[3.0, 2.0, 1.0])
+    marker = tmp_path / "ran.txt"
+    for n, manifest in ((2, Boom(str(marker))),
+                        (3, {"name": "3-odd", "status": "ok", "start": 1.0, "info": {"loss": {"$": "zz"}, "curve": [1, "x"],
+                                                                                        "w": {"$": "0" * 32}}})):
+        d = s.put(manifest)
+        s.append(KIND_RUN, {"name": f"{n}-x", "manifest": d.hex(), "status": "ok", "time": 1.0 + n, "_ref": f"runs/{n}",
+                            "_ref_target": d.hex()}, key=fingerprint(("casmon.run", f"runs/{n}")), refs=[d])
+        s.flush()
+        s.set_ref(f"runs/{n}", d, {"name": f"{n}-x", "status": "ok", "start": 1.0 + n})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/")
+        assert re.findall(r'<tr data-run="([^"]+)">', body) == ["1", "3", "2"]
+        assert "unreadable" in body
+        assert "cannot be read" in text_of(srv.get("/run/2"))
+        odd = text_of(srv.get("/run/3"))
+        assert "3-odd" in odd
+        cmp = text_of(srv.get("/compare?run=1&run=2&run=3"))
+        assert "cannot compare" in cmp and "Metrics and info" in cmp
+        assert srv.get("/?sort=info.loss").count("<tr data-run=") == 3
+    finally:
+        srv.close()
+    assert not marker.exists()
