@@ -49,6 +49,14 @@ def _mp_pool(method: str, xs: list) -> list:
         return pool.map(work, xs)
 
 
+def _mp_pool_many(method: str, xs: list) -> list:
+    """Chunked, unordered tasks and workers replaced every 3 tasks, ended by the ``with`` block."""
+    import multiprocessing as mp
+
+    with mp.get_context(method).Pool(2, maxtasksperchild=3) as pool:
+        return sorted(pool.imap_unordered(work, xs, chunksize=7))
+
+
 def _executor(method: str, xs: list) -> list:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -91,13 +99,15 @@ POOLS = {
     "joblib-multiprocessing": lambda xs: _joblib("multiprocessing", xs),
     "dask": _dask,
     "joblib-loky-killed": _loky_killed,
+    "pool-fork-many": lambda xs: _mp_pool_many("fork", xs),
+    "pool-spawn-many": lambda xs: _mp_pool_many("spawn", xs),
 }
 
 
 def inputs(kind: str) -> list[int]:
-    """Twenty inputs of one pool kind, distinct from every other kind's."""
+    """Twenty inputs of one pool kind (200 for the ``-many`` kinds), distinct from every other kind's."""
     base = 1000 * (list(POOLS).index(kind) + 1)
-    return list(range(base, base + 20))
+    return list(range(base, base + (200 if kind.endswith("-many") else 20)))
 
 
 def main(kinds: list[str], wait: bool = True) -> None:

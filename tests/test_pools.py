@@ -27,7 +27,8 @@ from tests._pool_workers import POOLS, inputs
 from tests.conftest import ROOT
 
 #: The pool kinds where the platform offers them (fork and forkserver are POSIX start methods).
-KINDS = [k for k in POOLS if not (("fork" in k) and sys.platform == "win32") and k != "joblib-loky-killed"]
+KINDS = [k for k in POOLS if not (("fork" in k) and sys.platform == "win32") and k != "joblib-loky-killed"
+         and not k.endswith("-many")]
 
 
 def _env(store) -> dict:
@@ -97,6 +98,15 @@ def test_work_done_in_pool_workers_survives_the_pools_normal_end(driver, kind):
     cached, logged = found(driver.store, xs)
     assert len(cached) == 20, f"{kind}: {len(cached)} of 20 cache entries found"
     assert len(logged) == 20, f"{kind}: {len(logged)} of 20 logged calls found"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pool-fork-many", "pool-spawn-many"])
+def test_many_chunked_tasks_with_replaced_workers_all_survive(driver, kind):
+    """200 tasks in chunks of 7, unordered, each worker replaced after 3 tasks, the pool ended by ``with``."""
+    assert driver.run(kind) == {"kind": kind, "ok": True}
+    cached, logged = found(driver.store, inputs(kind))
+    assert (len(cached), len(logged)) == (200, 200)
 
 
 def test_loky_workers_killed_right_after_the_call_lose_nothing(driver):
