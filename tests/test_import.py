@@ -130,8 +130,13 @@ def test_callmonitor_import_with_trust_loads_user_classes(callmonitor_folder, tm
     # the package, or the shim where the package is not installed)
     sys.path[:0] = [str(SEEDS), str(shims)]
     try:
-        report = import_path(callmonitor_folder, store, trust=True)
-        assert report.not_stored == 0
+        from click.testing import CliRunner
+
+        from casmon.cli import main
+
+        res = CliRunner().invoke(main, ["--trust", "import", str(callmonitor_folder), "--store", store, "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["not_stored"] == 0  # casmon --trust import: the group's flag counts too
         from casmon.compat.callmonitor import load
 
         (p,), _ = load(store).get("point", 1)
