@@ -151,7 +151,7 @@ def main() -> None:
             one("calls page, first time", "/calls")
             median("calls page", "/calls")
         server.shutdown()
-        server.server_close()
+        server.close()
         store.close()
         goal = max(dt for label, dt, _ in rows if label in ("first runs page (fresh server)", "runs page", "runs page 100"))
         print(f"goal: runs page < 1 s: {'met' if goal < 1 else 'NOT met'} (slowest {goal * 1000:.0f} ms)")

@@ -150,7 +150,7 @@ class Served:
 
     def close(self) -> None:
         self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
         self.store.close()
 
 
@@ -384,17 +384,18 @@ def test_ui_command_serves_on_loopback(built, tmp_path):
     try:
         line = proc.stdout.readline()
         m = re.search(r"at (http://127\.0\.0\.1:(\d+)/)", line)
-        assert m, line + proc.stderr.read() if proc.poll() is not None else line
-        with urllib.request.urlopen(m.group(1), timeout=60) as r:
+        assert m, (line, proc.poll())
+        with urllib.request.urlopen(m.group(1), timeout=120) as r:
             assert r.status == 200 and b"1-base" in r.read()
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=60)
+            out, err = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
-    assert proc.returncode == 0
+            out, err = proc.communicate()
+    assert proc.returncode == 0, (proc.returncode, out, err)
+    assert "stopped" in err
 
 
 def test_histogram_and_filters_units():
@@ -450,3 +451,32 @@ def test_crafted_runs_do_not_break_pages(tmp_path):
     finally:
         srv.close()
     assert not marker.exists()
+
+
+def test_runs_recorded_while_the_server_runs_show_up(tmp_path, monkeypatch):
+    """The runs list is served from memory and re-listed in the background; a run's page finds a new run at once."""
+    import time
+
+    monkeypatch.setattr(model, "REFRESH_SECONDS", 0.0)
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(comment="first", store=s, capture_output=False) as run:
+        run.info["loss"] = 1.0
+    s.flush()
+    srv = Served(tmp_path / "s")
+    try:
+        assert re.findall(r'<tr data-run="([^"]+)">', srv.get("/")) == ["1"]
+        with casmon.record(comment="second", store=s, capture_output=False) as run:
+            run.info["loss"] = 0.5
+        s.flush()
+        assert "2-second" in srv.get("/run/2")  # not in the listing yet: looked for again at once
+        deadline = time.monotonic() + 60
+        while re.findall(r'<tr data-run="([^"]+)">', srv.get("/")) != ["2", "1"]:
+            assert time.monotonic() < deadline, "the new run never showed in the list"
+            time.sleep(0.05)
+        # sorted by a value of its manifest (just written: the server may not see it for a moment, then must)
+        while re.findall(r'<tr data-run="([^"]+)">', srv.get("/?sort=info.loss&order=asc")) != ["2", "1"]:
+            assert time.monotonic() < deadline, "the new run's manifest was never read"
+            time.sleep(0.05)
+    finally:
+        srv.close()
+        s.close()

@@ -67,7 +67,7 @@ def ui_command(store_location, host, port, trust, open_browser, verbose) -> None
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
     finally:
-        server.server_close()
+        server.close()  # the socket, and the background index loader before the store closes under it
         store.close()
 
 

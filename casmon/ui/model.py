@@ -19,6 +19,7 @@ thread starts on them when the server starts).
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import math
 import re
@@ -31,7 +32,7 @@ from typing import Any
 
 from .. import display, serialize
 from ..calllog import NOT_RECORDED, Call, CallLog
-from ..errors import CasmonError
+from ..errors import CasmonError, MissingObjectError
 from ..fingerprint import fingerprint
 from ..peek import Described, as_digest, describe, load_data, peek
 from ..runs import KIND_RUN, RUN_REFS, RunInfo, _check_manifest, diff
@@ -67,6 +68,16 @@ class Entry:
     digest: str | None  # the newest manifest; None for a run that only claimed its number
 
 
+class Listing(list):
+    """One listing of the runs; ``serial`` tells listings apart (an ``id()`` is reused once a list is freed)."""
+
+    _serials = itertools.count(1)
+
+    def __init__(self, entries: list[Entry]) -> None:
+        super().__init__(entries)
+        self.serial = next(Listing._serials)
+
+
 def _number(tail: str) -> tuple:
     m = re.match(r"^(.*?)(\d+)$", tail)
     return (m.group(1), int(m.group(2))) if m else (tail, -1)
@@ -84,11 +95,15 @@ class RunIndex:
         self._first = threading.Lock()  # the first listing is made once, whoever asks first
         self._manifests: dict[str, tuple[dict, CasmonError | None]] = {}
         self._rows: dict[tuple[str, str | None], dict] = {}
+        #: Sorted and filtered runs by (listing, sort, order, filter): the last 8.
+        self.views: dict[tuple, list] = {}
         #: The background loader reads a manifest only while this says no request is being answered.
         self.idle: Callable[[], bool] = lambda: True
+        self._stop = threading.Event()
+        self._loader: threading.Thread | None = None
 
     # -- listing -------------------------------------------------------------------------------------
-    def _list(self, with_refs: bool = True) -> list[Entry]:
+    def _list(self, with_refs: bool = True) -> Listing:
         """The runs from the run records, checked against a listing of ``refs/runs`` (``with_refs``: a run
         whose ref is gone is left out, and a run that only claimed its number is added). Without it (the
         first listing, which a page waits for: listing 10,000 refs takes longer than reading their records),
@@ -126,9 +141,9 @@ class RunIndex:
                 out.append(Entry(ref, tail, str(data.get("name") or tail), str(data.get("status") or "claimed"),
                                  t if is_number(t) else 0.0, got.target.hex() if got.target else None))
         out.sort(key=lambda e: (e.start, _number(e.tail)))
-        return out
+        return Listing(out)
 
-    def entries(self) -> list[Entry]:
+    def entries(self) -> Listing:
         """Every run, oldest first. Served from memory; re-listed in the background when older than REFRESH_SECONDS."""
         with self._lock:
             entries, age = self._entries, time.time() - self._listed
@@ -190,6 +205,8 @@ class RunIndex:
             except CasmonError as err:
                 got = ({"name": e.name, "status": "unreadable", "error": " ".join(str(err).split())[:500],
                         "start": e.start or None}, err)
+                if isinstance(err, MissingObjectError):  # written a moment ago, perhaps: read again next time
+                    return RunInfo(self.store, e.ref, got[0], got[1])
             self._manifests[e.digest] = got  # immutable: a digest names one manifest forever
         return RunInfo(self.store, e.ref, got[0], got[1])
 
@@ -199,8 +216,14 @@ class RunIndex:
         key = (e.ref, e.digest)
         row = self._rows.get(key)
         if row is None:
-            row = self._rows[key] = row_of(r, e)
+            row = row_of(r, e)
+            if e.digest in self._manifests:  # kept only for what is kept (not a manifest missing for now)
+                self._rows[key] = row
         return r, row
+
+    def complete(self, entries: list[Entry]) -> bool:
+        """Every manifest of ``entries`` read and kept (none missing for the moment)."""
+        return all(e.digest is None or e.digest in self._manifests for e in entries)
 
     def load_all(self, polite: bool = False) -> None:
         """Read every manifest (for sorting and filtering by their fields), newest first.
@@ -208,21 +231,33 @@ class RunIndex:
         ``polite``: the background loader, which waits while requests are being answered (Python runs
         one thread at a time: a page must not wait for the loader)."""
         for e in reversed(self.entries()):
-            if polite:
-                while not self.idle():
-                    time.sleep(0.02)
+            if polite and not self._wait_idle():
+                return
             self.row(e)
 
+    def _wait_idle(self) -> bool:
+        """Wait until no page is being made; False if the index is being stopped."""
+        while not self.idle():
+            if self._stop.wait(0.02):
+                return False
+        return not self._stop.is_set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the background loader (before the store closes under it)."""
+        self._stop.set()
+        if self._loader is not None:
+            self._loader.join(timeout)
+
     def start_loading(self) -> None:
-        threading.Thread(target=self._load_quietly, name="casmon-ui-index", daemon=True).start()
+        self._loader = threading.Thread(target=self._load_quietly, name="casmon-ui-index", daemon=True)
+        self._loader.start()
 
     def _load_quietly(self) -> None:
         try:
             self.entries()
-            while not self.idle():
-                time.sleep(0.02)
-            self.reload()  # the full listing (the first one skipped refs/runs)
-            self.load_all(polite=True)
+            if self._wait_idle():
+                self.reload()  # the full listing (the first one skipped refs/runs)
+                self.load_all(polite=True)
         except Exception:  # noqa: BLE001 - a request that needs them loads them and reports the error
             pass
 
@@ -304,6 +339,20 @@ def matches(row: dict[str, Any], terms: list[tuple]) -> bool:
     return True
 
 
+def _sorted_rows(index: RunIndex, entries: list[Entry], sort: str, desc: bool, terms: list) -> list:
+    rows = [(e, *index.row(e)) for e in entries]
+    if terms:
+        rows = [x for x in rows if matches(x[2], terms)]
+    col = sort if sort in FIXED_COLUMNS or sort.startswith("info.") else "start"
+    if col == "run":
+        rows.sort(key=lambda x: _number(x[0].tail), reverse=desc)
+        return rows
+    present = [x for x in rows if x[2].get(col) not in (None, "")]
+    missing = [x for x in rows if x[2].get(col) in (None, "")]
+    present.sort(key=lambda x: sort_key(x[2].get(col)), reverse=desc)
+    return present + missing  # empty cells last, either way
+
+
 @dataclass
 class RunsView:
     rows: list[tuple[Entry, RunInfo, dict]]
@@ -327,17 +376,14 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         shown = chosen[(page - 1) * per: page * per]
         rows = [(e, *index.row(e)) for e in shown]
     else:
-        rows = [(e, *index.row(e)) for e in entries]
-        if terms:
-            rows = [x for x in rows if matches(x[2], terms)]
-        col = sort if sort in FIXED_COLUMNS or sort.startswith("info.") else "start"
-        if col == "run":
-            rows.sort(key=lambda x: _number(x[0].tail), reverse=desc)
-        else:
-            present = [x for x in rows if x[2].get(col) not in (None, "")]
-            missing = [x for x in rows if x[2].get(col) in (None, "")]
-            present.sort(key=lambda x: sort_key(x[2].get(col)), reverse=desc)
-            rows = present + missing  # empty cells last, either way
+        key = (entries.serial, sort, desc, q)
+        rows = index.views.get(key)
+        if rows is None:
+            rows = _sorted_rows(index, entries, sort, desc, terms)
+            if index.complete(entries):  # valid while this listing is: rows depend on it and immutable manifests
+                index.views[key] = rows
+                while len(index.views) > 8:
+                    index.views.pop(next(iter(index.views)))
         total = len(rows)
         pages = max(1, math.ceil(total / per))
         page = min(max(page, 1), pages)

@@ -349,6 +349,11 @@ class UIServer(ThreadingHTTPServer):
         self.verbose = verbose
         self.allowed_hosts = _allowed_hosts(host, self.server_address[1])
 
+    def close(self) -> None:
+        """Close the socket and stop the background index loader (call before closing the store)."""
+        self.server_close()
+        self.app.runs.stop()
+
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
