@@ -20,6 +20,7 @@ one warning, and the function's own result is returned.
 
 from __future__ import annotations
 
+import base64
 import functools
 import inspect
 import json
@@ -172,6 +173,9 @@ _RACY_NS = 2_000_000_000
 _READ_BLOCK = 8 << 20
 #: At most this many files of one call are listed in its cache entry (folders count as a whole beyond).
 FILES_RECORDED = 1000
+#: A result whose manifest is at most this long (a small JSON or pickle value, no chunks) is copied
+#: into its cache entry: a hit in a fresh process then reads one table block, not the index and a pack.
+INLINE_MAX = 256
 
 _stat_memo: dict[str, tuple[tuple, Digest]] = {}
 files_hashed = 0  # files read and hashed in this process (the stat memo saves the rest)
@@ -607,6 +611,12 @@ class _CachedFunction:
             if found is None:
                 return False, None
             d = found[0]
+            inline = found[1].get("inline")
+            if isinstance(inline, str):
+                try:  # used only if it hashes to the result's digest
+                    self.store.objects.prime(d, base64.b64decode(inline, validate=True))
+                except ValueError:
+                    pass
         try:
             value = self.store.get(d)
         except MissingObjectError as e:
@@ -643,6 +653,9 @@ class _CachedFunction:
             self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6), "size": size}
+        raw = store.objects.peek_raw(d, INLINE_MAX)
+        if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
+            entry["inline"] = base64.b64encode(raw).decode()
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
         if files:

@@ -652,6 +652,27 @@ class ObjectStore:
         data = self.backend.get_range(loose_key(d), 0, FRAME_HEADER)
         return None if data is None else read_header(data, loose_key(d))
 
+    def peek_raw(self, d: Digest, limit: int) -> bytes | None:
+        """The raw bytes of blob ``d`` if they are in memory (put by this writer, or read) and at
+        most ``limit`` long; never any I/O (a cache entry copies a small result's manifest)."""
+        raw = self._raw.get(d)
+        if raw is None:
+            p = self._pending.get(d)
+            if p is None or p[2] > limit:
+                return None
+            try:
+                raw = bytes(decode_frame(p[0], f"pending {d.hex()}", expect=d)[1])
+            except DamagedObjectError:
+                return None
+        return raw if len(raw) <= limit else None
+
+    def prime(self, d: Digest, raw: bytes) -> bool:
+        """Remember ``raw`` as blob ``d``'s bytes if it hashes to ``d`` (a copy kept in a record)."""
+        if _hash(raw) != d:
+            return False
+        self._raw.put(d, raw)
+        return True
+
     def clear_caches(self) -> None:
         self._packs.clear()
         self._raw.clear()

@@ -154,10 +154,18 @@ class TableFile:
             self.offs = np.frombuffer(mv, dtype="<u8", count=n + 1, offset=p)
             p += 8 * (n + 1)
             self.vals = mv[p:]
-            if n and (int(self.offs[-1]) != len(self.vals) or np.any(np.diff(self.offs.astype(np.int64)) < 0)):
-                raise ValueError("offsets do not match the values")
-            if n > 1 and np.any(self.keys[1:] < self.keys[:-1]):
-                raise ValueError("keys are not sorted")
+            if n <= 256:  # a block: plain Python is quicker than numpy's per-call cost
+                offs = self.offs.tolist()
+                if n and (offs[-1] != len(self.vals) or any(a > b for a, b in zip(offs, offs[1:]))):
+                    raise ValueError("offsets do not match the values")
+                ks = self.keys.tolist()
+                if any(a > b for a, b in zip(ks, ks[1:])):
+                    raise ValueError("keys are not sorted")
+            else:
+                if int(self.offs[-1]) != len(self.vals) or np.any(np.diff(self.offs.astype(np.int64)) < 0):
+                    raise ValueError("offsets do not match the values")
+                if np.any(self.keys[1:] < self.keys[:-1]):
+                    raise ValueError("keys are not sorted")
         except (ValueError, struct.error) as e:
             raise DamagedObjectError(name, f"not a valid table file: {e}") from None
         self._index: dict[bytes, list[bytes]] | None = None

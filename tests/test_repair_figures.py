@@ -27,7 +27,7 @@ import casmon
 from casmon.codec import decode_frame, split_pack
 from casmon.maintenance import repair
 from casmon.objects import loose_key
-from casmon.table import StoreDamageWarning, TableFile
+from casmon.table import StoreDamageWarning, TableFile, split_bucket
 
 KINDS = {
     "loose object": "objects/*/*",
@@ -108,7 +108,10 @@ class Census:
                 continue
             rel = f.relative_to(root).as_posix()
             kind = rel.split("/")[1]
-            for k, v in TableFile(rel, decode_frame(f.read_bytes(), rel)[1]).items():
+            # A bucket file of a format-2 generation is its blocks' frames, back to back.
+            tfs = split_bucket(f.read_bytes(), rel)[0] if "/buckets/" in rel else [
+                TableFile(rel, decode_frame(f.read_bytes(), rel)[1])]
+            for k, v in (kv for tf in tfs for kv in tf.items()):
                 rec = json.loads(v)
                 if kind == "calls":
                     for row in rec["c"]:

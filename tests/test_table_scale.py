@@ -297,3 +297,35 @@ def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_cas
         (tmp_path / "newer").mkdir()
         (tmp_path / "newer/casmon.json").write_bytes(marker_bytes({"format": 99}))
         casmon.open(tmp_path / "newer")
+
+
+def test_a_cache_hit_on_a_small_result_reads_one_block(tmp_path):
+    """A small result travels in its cache entry: a hit reads the entry's block, not the index and a pack."""
+    root = tmp_path / "s"
+    store = casmon.open(root)
+
+    def sq(i):
+        return {"i": i, "sq": i * i}
+
+    cached = casmon.cache(store=store)(sq)
+    for i in range(3000):
+        cached(i)
+    store.flush()
+    store.table("cache").consolidate(force=True)
+    store.objects.index.consolidate(force=True)
+    store.close()
+    fresh = casmon.open(root)
+    again = casmon.cache(store=fresh)(sq)
+    assert again(0) == {"i": 0, "sq": 0}  # the first hit lists and loads the tables
+    assert all("inline" in r for _, r in fresh.records("cache"))
+    for i in random.Random(5).sample(range(1, 3000), 40):
+        before = fresh.backend.requests
+        assert again(i) == {"i": i, "sq": i * i}
+        assert fresh.backend.requests - before <= 1  # one block of the cache table (none if read already)
+    assert again.cache_info().hits == 41 and again.cache_info().misses == 0
+    # A copy that does not hash to the result's digest is never used.
+    d = fresh.put({"a": 1})
+    assert not fresh.objects.prime(d, b'j{"a":2}')
+    fresh.objects.clear_caches()
+    assert fresh.get(d) == {"a": 1}
+    fresh.close()
