@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import http.client
-import json
 import os
 import re
 import subprocess
@@ -371,6 +370,9 @@ def test_report_is_one_self_contained_file(built, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "casmon.cli", "report", "1", "nope", "-o", str(tmp_path / "x.html"),
                           "--store", str(built["path"])], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 1 and "no run 'nope'" in bad.stderr and not (tmp_path / "x.html").exists()
+    missing = subprocess.run([sys.executable, "-m", "casmon.cli", "ui", "--store", str(tmp_path / "typo")],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert missing.returncode == 1 and "typo" in missing.stderr and not (tmp_path / "typo").exists()
     assert not built["marker"].exists()
 
 
@@ -480,3 +482,21 @@ def test_runs_recorded_while_the_server_runs_show_up(tmp_path, monkeypatch):
     finally:
         srv.close()
         s.close()
+
+
+def test_long_output_shows_its_tail_first(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(comment="chatty", store=s, capture_output=True):
+        for i in range(500):
+            print(f"line {i}")
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/run/1")
+    finally:
+        srv.close()
+    tail = re.search(r'<pre class="output tail">(.*?)</pre>', body, re.S).group(1).splitlines()
+    assert tail[0] == "line 300" and tail[-1] == "line 499" and len(tail) == pages.OUTPUT_TAIL_LINES
+    assert "the last 200 of 500 lines" in body
+    everything = re.search(r'<details><summary>all 500 lines</summary><pre class="output">(.*?)</pre>', body, re.S)
+    assert everything.group(1).splitlines()[0] == "line 0"
