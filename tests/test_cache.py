@@ -330,6 +330,7 @@ def test_storage_error_never_loses_the_result(store, monkeypatch):
 
     monkeypatch.setattr(store.backend, "create_async", full)
     monkeypatch.setattr(store.backend, "create", full)
+    monkeypatch.setattr(store.backend, "create_frame", full)  # large chunks on a local folder
     with pytest.warns(CacheWarning, match="No space left"):
         r = f(100_000)
     assert np.array_equal(r, np.arange(100_000))
