@@ -327,6 +327,14 @@ class Backend:
 
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (a folder, ending in ``/``)."""
+        if self._root is not None:  # as zarr's LocalStore lists, without starting the event loop
+            self.requests += 1
+            top = os.path.join(self._root, prefix.rstrip("/"))
+            out = []
+            for folder, _dirs, files in os.walk(top):
+                rel = os.path.relpath(folder, self._root).replace(os.sep, "/")
+                out.extend(f"{rel}/{f}" if rel != "." else f for f in files)
+            return out
         z = self._z()
 
         async def go():

@@ -139,7 +139,7 @@ def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
 class TableFile:
     """One parsed table file: sorted keys, and the values behind them."""
 
-    __slots__ = ("name", "keys", "offs", "vals", "_index")
+    __slots__ = ("name", "keys", "offs", "vals", "_index", "_finds")
 
     def __init__(self, name: str, payload) -> None:
         self.name = name
@@ -169,6 +169,7 @@ class TableFile:
         except (ValueError, struct.error) as e:
             raise DamagedObjectError(name, f"not a valid table file: {e}") from None
         self._index: dict[bytes, list[bytes]] | None = None
+        self._finds = 0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -189,10 +190,16 @@ class TableFile:
         return self._index
 
     def find(self, key: bytes) -> list[bytes]:
-        """The values under ``key``: a binary search, no per-file setup."""
+        """The values under ``key``: a binary search; a dict once the file has been searched often
+        (a writer's level-0 files are searched on every miss, and searching 16-byte strings is slow)."""
         n = len(self.keys)
         if not n:
             return []
+        if self._index is not None:
+            return list(self._index.get(key, ()))
+        self._finds += 1
+        if self._finds > 64 and n > 64:
+            return list(self.index().get(key, ()))
         k = np.array(key, dtype="S16")
         lo = int(np.searchsorted(self.keys, k, side="left"))
         if lo >= n or self.keys[lo] != k:
