@@ -259,6 +259,9 @@ def test_calls_and_one_call(served):
     assert len(re.findall(r'href="(/call\?fn=[^"]+)"', served.get(f"/calls?process={os.getpid()}"))) == 9
     assert len(re.findall(r'href="(/call\?fn=[^"]+)"', served.get("/calls?thread=MainThread"))) == 9
     assert len(re.findall(r'href="(/call\?fn=[^"]+)"', served.get("/calls?thread=nothread"))) == 0
+    during = served.get("/calls?run=2")  # the three calls of run 2, not the session's nine
+    assert re.findall(r'href="/call\?fn=tests.test_ui._step&amp;session=\d+&amp;n=(\d+)"', during) == ["4", "5", "6"]
+    assert 'href="/calls?run=2"' in served.get("/run/2")
 
 
 def test_call_inputs_described_not_unpickled(tmp_path, built):

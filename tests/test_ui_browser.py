@@ -117,10 +117,14 @@ def test_every_page_in_a_real_browser(tmp_path, built):  # noqa: F811
                 page.goto(base + "/run/2", wait_until="load")
                 assert page.locator("h1 code").inner_text() == f"2-{HOSTILE}"
                 assert "training with lr=0.02" in page.locator("pre.output").inner_text()
+                page.locator("a.run-calls").click()
+                page.wait_for_url(re.compile(r"/calls\?run=2"))
+                assert page.locator("figure.histogram rect.mark.bin").count() >= 1
+                assert page.locator("h2#list + table tr").count() == 4  # a header and the run's three calls
+                page.go_back()
                 page.locator("a", has_text="session").first.click()
                 page.wait_for_url(re.compile(r"/calls\?session="))
-                assert page.locator("figure.histogram rect.mark.bin").count() >= 1
-                assert page.locator("h2#list + table tr").count() == 10  # a header and nine calls
+                assert page.locator("h2#list + table tr").count() == 10  # the session: all three runs' calls
                 page.goto(base + "/run/4", wait_until="load")
                 assert page.get_by_text(HOSTILE_KEY, exact=True).count() == 1  # an info key that is markup: text
 

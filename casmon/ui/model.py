@@ -500,18 +500,28 @@ def _outcome(c: Call) -> str:
     return json.dumps(["raised", *c.exception] if c.exception else c.result_cell, sort_keys=True)
 
 
+def _window(r: RunInfo) -> tuple[set[int], float, float]:
+    m = r.manifest
+    links = m.get("links") or {}
+    sessions = {s for s in links.get("call_sessions", []) if type(s) is int}
+    return (sessions, m.get("start") if is_number(m.get("start")) else -math.inf,
+            m.get("end") if is_number(m.get("end")) else math.inf)
+
+
+def in_run(c: Call, r: RunInfo) -> bool:
+    """Call ``c`` was made during run ``r``: in a session the run links, between its start and end."""
+    sessions, t0, t1 = _window(r)
+    return c.session in sessions and t0 <= c.start <= t1
+
+
 def run_calls(fi: Any, r: RunInfo) -> list[Call]:
     """A function's calls made during run ``r``: in the sessions it links, between its start and end.
 
     One process is one call-log session, so several runs recorded in one
     process share a session; the run's time window tells their calls apart.
     """
-    m = r.manifest
-    links = m.get("links") or {}
-    t0 = m.get("start") if is_number(m.get("start")) else -math.inf
-    t1 = m.get("end") if is_number(m.get("end")) else math.inf
-    out = [c for s in links.get("call_sessions", []) if type(s) is int for c in fi.sessions.get(s, [])
-           if t0 <= c.start <= t1]
+    sessions, t0, t1 = _window(r)
+    out = [c for s in sorted(sessions) for c in fi.sessions.get(s, []) if t0 <= c.start <= t1]
     out.sort(key=lambda c: (c.start, c.session, c.n))
     return out
 

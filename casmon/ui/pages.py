@@ -409,8 +409,9 @@ def run_page(ctx: Ctx, e: model.Entry, r: Any) -> bytes:
     if sessions or cache:
         out.append(_h("Links", 2, "links"))
         if sessions:
-            out.append(Html("<p>call-log sessions: " + ", ".join(
-                str(ctx.link(url("/calls", session=s), f"session {s}")) for s in sessions) + "</p>"))
+            out.append(Html(f"<p>{ctx.link(url('/calls', run=e.tail), 'the calls made during this run', 'run-calls')}"
+                            " · call-log sessions: " + ", ".join(
+                                str(ctx.link(url("/calls", session=s), f"session {s}")) for s in sessions) + "</p>"))
         if cache:
             rows = [(ctx.link(url("/cache", fn=x.get("fn")), code(x.get("fn"))), code(display.hexshort(x.get("key"))),
                      code(display.hexshort(x.get("result"))), "hit" if x.get("hit") else "stored")

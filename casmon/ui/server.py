@@ -5,7 +5,8 @@ Routes (GET only; anything else is 405)::
     /                     runs: sortable, filterable, paginated        ?sort= &order= &q= &page= &per=
     /compare              two or more runs side by side                ?run=A&run=B[&run=...] &metric=
     /run/NAME             one run: code state, patch, files, info, output, links
-    /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &page= &reload=
+    /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &run=
+                                                                       &page= &reload=
     /call                 one call's inputs and result, described      ?fn= &session= &n=
     /cache                cached functions; one function's entries     ?fn=
     /store                sizes by area, dedup and compression ratios
@@ -95,7 +96,7 @@ class App:
                 self._selections.clear()
             return self._log, self._log_time
 
-    def selection(self, log: CallLog, filters: dict, thread: Any) -> tuple[model.CallsSummary, list, list]:
+    def selection(self, log: CallLog, filters: dict, thread: Any, run: Any = None) -> tuple[model.CallsSummary, list, list]:
         """The calls one set of filters selects, by start, with their histogram (the last 16 sets kept)."""
         key = tuple(sorted((k, str(v)) for k, v in filters.items()))
         with self._log_lock:
@@ -108,6 +109,8 @@ class App:
                 return summary, *got
         calls = log.calls(filters["fn"], session=filters["session"], process=filters["process"], thread=thread,
                           rank=filters["rank"])
+        if run is not None:  # the calls made during one run (its sessions, its time)
+            calls = [c for c in calls if model.in_run(c, run)]
         calls.sort(key=lambda c: c.start)
         got = (calls, model.histogram([c.duration for c in calls]))
         with self._log_lock:
@@ -147,7 +150,7 @@ class App:
             Params(query, set())  # the name is one segment of the raw path, decoded alone: it may hold '/'
             return self.run_page(path[5:])
         if path == "/calls":
-            return self.calls_page(Params(query, {"fn", "session", "process", "thread", "rank", "page", "reload"}))
+            return self.calls_page(Params(query, {"fn", "session", "process", "thread", "rank", "run", "page", "reload"}))
         if path == "/call":
             return self.call_page(Params(query, {"fn", "session", "n"}))
         if path == "/cache":
@@ -198,14 +201,18 @@ class App:
     def calls_page(self, p: Params):
         log, read_at = self.calllog(reload=p.one("reload") not in (None, "", "0"))
         filters = {"fn": p.one("fn") or None, "session": p.integer("session", None), "process": p.integer("process", None),
-                   "thread": p.one("thread") or None, "rank": p.integer("rank", None)}
+                   "thread": p.one("thread") or None, "rank": p.integer("rank", None), "run": None}
+        run = None
+        if p.one("run"):
+            e = self._entry(p.one("run"))
+            run, filters["run"] = self.runs.run(e), e.tail
         thread: Any = filters["thread"]
         if thread is not None and _INT_RE.match(thread):
             thread = int(thread)
         try:
             if filters["fn"]:
                 filters["fn"] = log.resolve(filters["fn"])
-            summary, calls, bins = self.selection(log, filters, thread)
+            summary, calls, bins = self.selection(log, filters, thread, run)
         except LookupError as e:
             raise NotFound(str(e)) from None
         shown = {k: v for k, v in filters.items() if v is not None}
