@@ -20,6 +20,8 @@ import casmon
 from casmon.errors import StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
+# runs recorded in tmp folders outside git say so; that is not what these tests look at
+pytestmark = pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
 
 
 class Ran:
