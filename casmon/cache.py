@@ -444,7 +444,7 @@ class _CachedFunction:
         """What happens now that the code is ``version``: which entries are used, how many other versions hold."""
         vh = version.hex()
         first = min((r.get("time", 0) for r in seen if r.get("version") == vh), default=None)
-        mine, others, other_versions = self._entries_by_version(vh)
+        mine, others, other_versions, unknown = self._entries_by_version(vh)
         if others is None:
             rest = "entries of other versions stay in the store, unused while the code is as it is now"
         elif others == 0:
@@ -452,36 +452,42 @@ class _CachedFunction:
         else:
             rest = (f"{_n(others, 'entry', 'entries')} of {_n(other_versions, 'other version')} stay in the store, "
                     "unused while the code is as it is now")
+        if unknown:
+            rest += f" ({_n(unknown, 'older entry', 'older entries')} {'does' if unknown == 1 else 'do'} not say its version)"
         free = (f"`casmon cache clear {self.name}`, then two `casmon gc` an hour apart (or `casmon gc --now` while "
                 "nothing else writes), frees the space of all of them.")
         if first is not None:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
-            used = ("none of its entries remain, so calls compute again" if mine == 0 else
-                    "its entries are used" if mine is None else f"its {_n(mine, 'entry', 'entries')} are used")
+            used = ("its entries are used" if not mine and (mine is None or unknown) else
+                    "none of its entries remain, so calls compute again" if not mine else
+                    f"its {_n(mine, 'entry', 'entries')} are used")
             return (f"casmon: the code of {self.name} matches a version cached before (first seen {when}), not the "
                     f"one cached last: {used}; {rest}. {free}")
         return (f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since its "
                 f"results were cached: this version has none yet, so calls compute again; {rest} (used again if the "
                 f"code goes back). {free}")
 
-    def _entries_by_version(self, vh: str) -> tuple[int | None, int | None, int | None]:
-        """``(entries of version vh, entries of other versions, how many other versions)``, one per key;
-        ``(None, None, None)`` when the cache table is too large to read for a warning. Entries written
-        before casmon recorded versions count as one other version."""
+    def _entries_by_version(self, vh: str) -> tuple[int | None, int | None, int | None, int]:
+        """``(entries of version vh, entries of other versions, how many other versions, entries that do not
+        say their version)``, one per key (entries written before casmon recorded versions say none);
+        ``(None, None, None, 0)`` when the cache table is too large to read for a warning."""
         store = self.store
         if store.table(KIND).count() > VERSION_COUNT_MAX:
-            return None, None, None
+            return None, None, None, 0
         cleared = self._cleared_time(refresh=True)
         live = _newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
                                if r.get("fn") == self.name and r.get("time", 0) > cleared)
-        mine, versions, others = 0, set(), 0
+        mine, versions, others, unknown = 0, set(), 0, 0
         for _k, r in live.values():
-            if r.get("v") == vh:
+            v = r.get("v")
+            if v == vh:
                 mine += 1
+            elif v is None:
+                unknown += 1
             else:
                 others += 1
-                versions.add(r.get("v"))
-        return mine, others, len(versions)
+                versions.add(v)
+        return mine, others, len(versions), unknown
 
     # -- keys -------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> list:

@@ -174,3 +174,39 @@ def test_vscode_names_the_notebook_in_the_kernel(tmp_path, kernel_dir):
     ], store)
     assert text(cells[0]).strip() == "/home/me/project/vs code.ipynb"
     assert text(cells[1]).split() == ["None", "0"]
+
+
+def test_the_code_change_warning_says_which_entries_are_used(tmp_path):
+    """Edited, edited back, and entries from before casmon recorded versions: the warning says what happens."""
+    import time as _time
+    import warnings
+
+    from casmon.cache import CacheWarning, name_digest
+
+    s = casmon.open(str(tmp_path / "s"))
+
+    def g(x):
+        return x + 1
+
+    first_code = g.__code__
+    cg = casmon.cache(store=s)(g)
+    assert [cg(1), cg(2)] == [2, 3]
+    g.__code__ = (lambda x: x + 2).__code__  # an edit, as %autoreload makes it
+    with pytest.warns(CacheWarning) as w:
+        assert cg(1) == 3
+    msg = " ".join(str(w[0].message).split())
+    assert "changed since its results were cached: this version has none yet, so calls compute again" in msg
+    assert "2 entries of 1 other version stay in the store" in msg and "will not be used" not in msg
+    # an entry an older casmon wrote (no version in it), for another argument
+    s.append("cache", {"fn": cg.__casmon_cache__.name, "result": s.put(0).hex(), "time": _time.time(), "size": 1},
+             key=name_digest("an old key"))
+    g.__code__ = first_code  # the edit undone
+    with pytest.warns(CacheWarning) as w:
+        assert [cg(1), cg(2)] == [2, 3]
+    msg = " ".join(str(w[0].message).split())
+    assert "matches a version cached before" in msg and "its 2 entries are used" in msg, msg
+    assert "1 entry of 1 other version" in msg and "1 older entry does not say its version" in msg, msg
+    assert cg.cache_info().misses == 3, "the first version's entries were used"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cg(2) == 3  # the same version again: no second warning
