@@ -229,6 +229,7 @@ def test_compare_page(served, built):
     link = re.search(r'<p class="divergence found">.*?</p>', body).group(0)
     assert len(re.findall(r'href="/call\?fn=tests.test_ui._step&amp;session=\d+&amp;n=(\d+)"', link)) == 2
     assert "every pair with the same inputs has the same result" in text  # 1-base → 3-again
+    assert "<td>call log</td>" not in body  # not casmon.diff's pairing over whole (shared) sessions
     assert HOSTILE not in body and not built["marker"].exists()
 
 

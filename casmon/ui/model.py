@@ -18,6 +18,7 @@ thread starts on them when the server starts).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import json
@@ -590,7 +591,7 @@ def compare(runs: list[RunInfo], log: CallLog | None = None, trust: bool = False
     diffs, file_diffs, errors = [], [], []
     ref = runs[0]
     for other in runs[1:]:
-        d, why = display.attempt(lambda other=other: diff(ref, other))
+        d, why = display.attempt(lambda other=other: diff(_without_sessions(ref), _without_sessions(other)))
         diffs.append((other, d, why))
         if d is None:
             continue
@@ -610,6 +611,16 @@ def compare(runs: list[RunInfo], log: CallLog | None = None, trust: bool = False
 
 
 _MISSING = object()
+
+
+def _without_sessions(r: RunInfo) -> RunInfo:
+    """The run without its call-log links, for :func:`casmon.diff`: it would read the whole call log for each
+    pair (minutes on a million calls) and pair calls over whole sessions, which runs of one process share;
+    the divergence section pairs each run's own calls, from one reading of the log."""
+    links = r.manifest.get("links")
+    if not isinstance(links, dict) or not links.get("call_sessions"):
+        return r
+    return dataclasses.replace(r, manifest={**r.manifest, "links": {**links, "call_sessions": []}})
 
 
 def _hexlike(h: Any) -> bool:

@@ -312,9 +312,8 @@ def _diff_section(ctx: Ctx, d: Any, file_diffs: list, ra: Any, rb: Any) -> Html:
             rows.append((k, code(display.short(v.get("a"), 200)), code(display.short(v.get("b"), 200))))
     if rows:
         out += [display.heading("environment and packages that differ"), table(["what", a, b], rows)]
-    # casmon.diff pairs call-log results over whole sessions; runs of one process share a session, so the
-    # call log's answer is the divergence section's (calls within each run's time); the cache's is kept here.
-    results = [x for x in d.get("results") or [] if x.get("via") == "cache"]
+    # the cache's answer (model.compare asks casmon.diff without the call log: its divergence section answers)
+    results = d.get("results") or []
     if results:
         out += [display.heading("same inputs, different results"),
                 table(["function", "calls", "via"], [(code(x["function"]), x["calls"], x["via"]) for x in results], num=[1])]
