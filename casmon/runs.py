@@ -706,6 +706,19 @@ def _same_cell(a: Any, b: Any) -> bool:
         return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
+def _made_during(manifest: dict, sessions: list[int]) -> Callable[[Any], bool]:
+    """Whether a logged call belongs to the run: its session, and made between the run's start and end.
+
+    Runs recorded one after another in one process share a call-log session, so
+    the session alone would pair one run's calls with another's.
+    """
+    start = manifest.get("start")
+    end = manifest.get("end")
+    lo = start if type(start) in (int, float) else float("-inf")
+    hi = end if type(end) in (int, float) else float("inf")
+    return lambda c: c.session in sessions and lo <= c.start <= hi
+
+
 def _result_differences(ra: RunInfo, rb: RunInfo) -> list[dict]:
     """Functions that returned different results for the same inputs in the two runs."""
     out: dict[str, dict] = {}
@@ -718,13 +731,14 @@ def _result_differences(ra: RunInfo, rb: RunInfo) -> list[dict]:
     sb = rb.manifest.get("links", {}).get("call_sessions", [])
     if sa and sb:
         log = CallLog(ra.store)
+        in_a, in_b = _made_during(ra.manifest, sa), _made_during(rb.manifest, sb)
         for fn in log.functions:
             by_inputs: dict[str, str] = {}
             for c in log.calls(fn):
-                if c.session in sa and c.result_recorded and c.exception is None:
+                if in_a(c) and c.result_recorded and c.exception is None:
                     by_inputs[json.dumps([c.args_cells, c.kwargs_cells], sort_keys=True)] = json.dumps(c.result_cell, sort_keys=True)
             for c in log.calls(fn):
-                if c.session in sb and c.result_recorded and c.exception is None:
+                if in_b(c) and c.result_recorded and c.exception is None:
                     key = json.dumps([c.args_cells, c.kwargs_cells], sort_keys=True)
                     if key in by_inputs and by_inputs[key] != json.dumps(c.result_cell, sort_keys=True):
                         out.setdefault(fn, {"function": fn, "via": "call log", "calls": 0})["calls"] += 1

@@ -313,3 +313,24 @@ def test_runnable_example(repo):
     assert "recorded run 1-baseline" in p.stdout and "['final_loss', 'weights']" in p.stdout
     r = casmon.load_run("1-baseline", str(repo / ".casmon"))
     assert "epoch 2" in r.output() and "config/base.yaml" in r.manifest["files"]
+
+
+def test_diff_pairs_only_each_runs_own_calls(repo):
+    """Runs recorded in one process share a call-log session: a diff compares the calls made *during* each run."""
+    store = casmon.default_store()
+    state = {"bias": 0.0}
+
+    @casmon.intercept(store=store)
+    def score(x):
+        return x * 2 + state["bias"]
+
+    with casmon.record(comment="a") as a:
+        score(3)
+    state["bias"] = 1.0
+    with casmon.record(comment="b") as b:
+        score(3)  # another result for the same input, in another run
+    state["bias"] = 0.0
+    with casmon.record(comment="c") as c:
+        score(3)
+    assert {r["function"].rsplit(".", 1)[-1] for r in casmon.diff(a.name, b.name)["results"]} == {"score"}
+    assert casmon.diff(a.name, c.name)["results"] == []  # a and c returned the same; b's call is not theirs
