@@ -36,7 +36,7 @@ def run_demo(location=None, console: Console | None = None) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunWarning)  # e.g. "not a git repository": the table below says so
         with record(comment="demo", store=store, capture_output=False) as run:
-            ok = _steps(store, console)
+            ok = _steps(store, console, run.info)
     s = store.stats()
     console.print(
         f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {s['logical_bytes'] / 2**20:.1f} MiB of values, "
@@ -60,7 +60,7 @@ def run_demo(location=None, console: Console | None = None) -> None:
         raise SystemExit(1)
 
 
-def _steps(store, console: Console) -> bool:
+def _steps(store, console: Console, run_info: dict) -> bool:
     rng = np.random.default_rng(42)
     data = rng.integers(0, 1000, size=(4096, 1024)).astype(np.float64)  # 32 MiB
     edited = data.copy()
@@ -122,8 +122,9 @@ def _steps(store, console: Console) -> bool:
 
     logged = intercept(store=store)(train_step)
     w = data[:64].copy()
+    losses = []
     for step in range(3):
-        logged(w, lr=0.1 / (step + 1))
+        losses.append(logged(w, lr=0.1 / (step + 1)))
         w *= 0.5  # the function's input changes after each call; the log keeps what each call saw
     store.flush()
     # Which record answers "call 2 of session N" is the store's choice: read the log without trusting
@@ -136,6 +137,8 @@ def _steps(store, console: Console) -> bool:
                   f"call 2 read back: lr={args.lr}, momentum={args.momentum} (default), weights {args.weights.shape}, "
                   f"equal to what it saw: {np.array_equal(args.weights, data[:64] * 0.5)}")
     r = log.replay(name, 2, session=session, fn=train_step)
+    run_info["loss"] = losses[-1]  # what `casmon runs`, `casmon diff` and `casmon ui` compare across runs
+    run_info["losses"] = losses
     console.print(f"replayed call 2: {'same result' if r.matches else 'DIFFERENT result'} ({r.result:.6f})\n")
 
     return ok
