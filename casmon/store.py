@@ -302,6 +302,7 @@ class Store:
         # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
         self._flush_each_call = durable or in_worker_process()
         self._flush_warned = False
+        self._io_ready = False  # casmon's I/O threads run (see _start_io)
         _watch_for_pool_child(self)
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
@@ -692,6 +693,8 @@ class Store:
             raise StoreError(f"store {self.url} is closed")
 
     def _after_write(self) -> None:
+        if not self._io_ready:
+            self._start_io()
         if self.durable:
             self.flush()  # written, and fsynced where the backend can, before the call returns
             return
@@ -699,6 +702,15 @@ class Store:
             self.flush()
         elif self.autoflush and self._flusher is None:
             self._start_flusher()
+
+    def _start_io(self) -> None:
+        """Start casmon's I/O threads at the first write, if reads have not: the exit flush needs them,
+        and Python 3.12 refuses to start a thread while the interpreter exits (a process that read a
+        local folder without them and wrote only at exit lost its writes)."""
+        from .backend import _Loop
+
+        _Loop.get()
+        self._io_ready = True
 
     def flush_for_call(self) -> None:
         """Flush now so that what a call wrote outlives this process (a pool worker; see :func:`in_worker_process`).
@@ -985,6 +997,7 @@ class Store:
         # The parent flushes what it had pending; the child starts as a new writer.
         self.writer = writer_id()
         self._flush_each_call = self.durable or in_worker_process()  # multiprocessing's child: set again at its start
+        self._io_ready = False  # the parent's threads do not exist here
         self._flusher = None  # the parent's thread does not exist here
         self._flush_lock = threading.Lock()
         self._lock = threading.RLock()

@@ -271,3 +271,22 @@ def test_a_process_whose_remembered_result_gc_dropped_as_a_duplicate_hits_the_ne
     theirs = {x[0]: x for x in (casmon.open(loc).get(casmon.Digest(r["result"])) for _k, r in s.records("cache"))}
     assert again == [theirs[x] for x in range(10)] and again != mine
     assert f.cache_info().misses == 10
+
+
+# -- the exit flush -----------------------------------------------------------------------------------------
+
+def test_a_process_whose_writes_wait_for_the_exit_flush_keeps_them(tmp_path):
+    """A process that reads nothing through casmon's I/O threads and writes only at exit keeps its writes.
+
+    Python 3.12 refuses to start a thread while the interpreter exits: casmon's I/O threads must exist
+    before then (found by this file's duplicate test on 3.12, where a child's ten entries were lost).
+    """
+    loc = str(tmp_path / "s")
+    casmon.open(loc).close()  # an existing store: opening it writes nothing
+    code = ("import casmon\nfrom tests._pool_workers import noisy\n"
+            f"f = casmon.cache(store={loc!r})(noisy)\nprint(len([f(x) for x in range(3)]))")
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=_env(loc),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split() == ["3"], r.stderr
+    assert "could not flush" not in r.stderr, r.stderr
+    assert sum(1 for _ in casmon.open(loc).records("cache")) == 3
