@@ -20,15 +20,18 @@ import textwrap
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
+from click.testing import CliRunner
 
-from click.testing import CliRunner  # noqa: E402
+import casmon
+from casmon.cli import main as cli_main
+from tests.conftest import ROOT
 
-import casmon  # noqa: E402
-from casmon.cli import main as cli_main  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+try:
+    import ipykernel  # noqa: F401 - the kernel the notebook runs on
+    import nbclient
+    import nbformat
+except ImportError:  # the `test` extra installs them
+    nbclient = nbformat = None
 
 KERNEL = "casmon-test-python"
 
@@ -36,6 +39,8 @@ KERNEL = "casmon-test-python"
 @pytest.fixture
 def kernel_dir(tmp_path, monkeypatch):
     """A kernel spec that starts this interpreter (the venv's), found through JUPYTER_PATH."""
+    if nbclient is None:
+        pytest.skip("needs nbclient, nbformat and ipykernel (pip install -e '.[test]')")
     spec = tmp_path / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
