@@ -121,7 +121,7 @@ def test_cache_recomputes_instead_of_returning_damage(tmp_path):
     @casmon.cache(store=s)
     def small(x):
         calls.append(x)
-        return {"x": x, "list": list(range(20))}
+        return {"x": x, "list": list(range(200))}  # too large to travel inline in its cache entry
 
     small(1)
     s.flush()
@@ -132,7 +132,7 @@ def test_cache_recomputes_instead_of_returning_damage(tmp_path):
     s2 = casmon.open(tmp_path / "s", autoflush=None)
     again = casmon.cache(store=s2)(small.__wrapped__)
     with pytest.warns(casmon.CacheWarning, match="damaged"):
-        assert again(1) == {"x": 1, "list": list(range(20))}
+        assert again(1) == {"x": 1, "list": list(range(200))}
     assert calls == [1, 1]
 
 

@@ -329,3 +329,29 @@ def test_a_cache_hit_on_a_small_result_reads_one_block(tmp_path):
     fresh.objects.clear_caches()
     assert fresh.get(d) == {"a": 1}
     fresh.close()
+
+
+def test_a_damaged_pack_copy_of_a_small_result_is_not_used_its_inline_copy_is(tmp_path):
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    calls = []
+
+    def small(x):
+        calls.append(x)
+        return {"x": x}
+
+    casmon.cache(store=s)(small)(1)
+    s.flush()
+    d = casmon.Digest(next(iter(s.records("cache")))[1]["result"])
+    loc = s.objects.locate(d)
+    pack = tmp_path / "s/packs" / loc.pack
+    data = bytearray(pack.read_bytes())
+    data[loc.offset + loc.length - 3] ^= 0xFF  # the result's own frame in the pack
+    pack.write_bytes(bytes(data))
+    s2 = casmon.open(tmp_path / "s", autoflush=None)
+    with pytest.raises(DamagedObjectError):  # the pack's copy is damaged, and caught
+        s2.get(d)
+    s2.objects.clear_caches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert casmon.cache(store=s2)(small)(1) == {"x": 1}  # the entry's copy, checked against the digest
+    assert calls == [1]
