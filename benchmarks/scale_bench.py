@@ -128,6 +128,10 @@ def _worker(argv: list[str]) -> None:
 # -- the driver ---------------------------------------------------------------------
 def run(what: str, tool: str, d: Path, n: int, *extra, timeout: float = 24 * 3600) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # Compiled modules are cached (as pip does for installed packages), in a folder of this run: with
+    # PYTHONDONTWRITEBYTECODE every process would compile casmon's lazily imported modules again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(d.parent / "pycache")
     p = subprocess.run([sys.executable, "-m", "benchmarks.scale_bench", "--worker", what, tool, str(d), str(n),
                         *map(str, extra)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     if p.returncode != 0:
