@@ -65,6 +65,9 @@ _U32 = struct.Struct("<I")
 _CHECK_BEFORE_ALLOCATING = 64 << 20
 #: Flush once this many records wait in memory.
 RECORDS_MAX = 50_000
+#: A pool worker's flush after each call merges tables at most once in this many seconds (a merge costs
+#: many requests; the level-0 files a worker writes meanwhile are merged by the next one).
+CALL_MERGE_EVERY = 5.0
 
 
 @dataclass
@@ -303,6 +306,7 @@ class Store:
         self._flush_each_call = durable or in_worker_process()
         self._flush_warned = False
         self._io_ready = False  # casmon's I/O threads run (see _start_io)
+        self._merged_at = 0.0  # when a flush last merged tables (a worker's flush per call merges less often)
         _watch_for_pool_child(self)
         self.format = self._check_format()
         self.objects = ObjectStore(backend, self.writer)
@@ -724,6 +728,7 @@ class Store:
         if self.durable:
             self.flush()
             return
+        _in_hooks.call = True
         try:
             self.flush()
         except Exception as e:  # noqa: BLE001 - a computed result is never lost to a storage error
@@ -736,6 +741,8 @@ class Store:
                               RuntimeWarning, stacklevel=3)
         else:
             self._after_write()  # the background flusher still writes what no call flushes (hit counts)
+        finally:
+            _in_hooks.call = False
 
     def _start_flusher(self) -> None:
         with self._lock:
@@ -815,7 +822,9 @@ class Store:
                         self._write_objects()
                     t.write_sealed()
                 faultpoints.point("flush.after_records")
-                self._merge_tables()
+                if not getattr(_in_hooks, "call", False) or time.monotonic() - self._merged_at >= CALL_MERGE_EVERY:
+                    self._merged_at = time.monotonic()  # a worker's flush per call merges at most this often
+                    self._merge_tables()
             except BaseException as e:
                 with self._lock:  # the sealed records are written by a later flush: check their values then
                     self._record_refs.update(refs)
