@@ -103,6 +103,8 @@ ORPHAN_AGE = 600.0
 #: The most buckets a generation may have (2**20 buckets of 8,192 entries: 8 billion entries).
 MAX_BUCKETS = 1 << 20
 _ZSTD = get_codec("zstd")
+#: Format-2 blocks: lz4 decodes a block in a third of zstd's time (a lookup decodes one), for ~35% more bytes.
+_LZ4 = get_codec("lz4")
 
 
 class StoreDamageWarning(UserWarning):
@@ -139,7 +141,7 @@ def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
 class TableFile:
     """One parsed table file: sorted keys, and the values behind them."""
 
-    __slots__ = ("name", "keys", "offs", "vals", "_index", "_finds")
+    __slots__ = ("name", "keys", "offs", "vals", "_index", "_finds", "_klist", "_olist")
 
     def __init__(self, name: str, payload) -> None:
         self.name = name
@@ -154,13 +156,15 @@ class TableFile:
             self.offs = np.frombuffer(mv, dtype="<u8", count=n + 1, offset=p)
             p += 8 * (n + 1)
             self.vals = mv[p:]
-            if n <= 256:  # a block: plain Python is quicker than numpy's per-call cost
+            self._klist = self._olist = None
+            if n <= 256:  # a block: plain Python lists, quicker than numpy's per-call cost (searched by bisect)
                 offs = self.offs.tolist()
                 if n and (offs[-1] != len(self.vals) or any(a > b for a, b in zip(offs, offs[1:]))):
                     raise ValueError("offsets do not match the values")
-                ks = self.keys.tolist()
+                ks = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
                 if any(a > b for a, b in zip(ks, ks[1:])):
                     raise ValueError("keys are not sorted")
+                self._klist, self._olist = ks, offs
             else:
                 if int(self.offs[-1]) != len(self.vals) or np.any(np.diff(self.offs.astype(np.int64)) < 0):
                     raise ValueError("offsets do not match the values")
@@ -192,6 +196,15 @@ class TableFile:
     def find(self, key: bytes) -> list[bytes]:
         """The values under ``key``: a binary search; a dict once the file has been searched often
         (a writer's level-0 files are searched on every miss, and searching 16-byte strings is slow)."""
+        kl = self._klist
+        if kl is not None:
+            k = key.rstrip(b"\0")
+            lo = bisect.bisect_left(kl, k)
+            if lo == len(kl) or kl[lo] != k:
+                return []
+            hi = bisect.bisect_right(kl, k, lo)
+            offs = self._olist
+            return [bytes(self.vals[offs[i] : offs[i + 1]]) for i in range(lo, hi)]
         n = len(self.keys)
         if not n:
             return []
@@ -483,7 +496,7 @@ def _encode_v2(entries: list[tuple[bytes, bytes]], nb: int) -> tuple[list[bytes]
             lo, hi = bounds[b], bounds[b + 1]
             if lo == hi:
                 continue
-            _, frame = encode_frame(encode_table_file([entries[j] for j in order[lo:hi]]), KIND_TABLE, _ZSTD)
+            _, frame = encode_frame(encode_table_file([entries[j] for j in order[lo:hi]]), KIND_TABLE, _LZ4)
             lens[b] = len(frame)
             parts.append(frame)
         files.append(b"".join(parts))
