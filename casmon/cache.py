@@ -301,6 +301,9 @@ def _user_stacklevel() -> int:
 _checked_versions: dict = {}  # (id(store), name) -> the version last checked against the store in this process
 #: The code-change warning counts entries per version only in cache tables up to this size (it reads them all).
 VERSION_COUNT_MAX = 1_000_000
+#: Code-change warnings per function and process; the last one says no more follow.
+VERSION_WARNINGS_MAX = 5
+_version_warnings: dict[str, int] = {}
 
 
 def _n(k: int, one: str, many: str | None = None) -> str:
@@ -433,7 +436,12 @@ class _CachedFunction:
             latest = max(seen, key=lambda r: r.get("time", 0)) if seen else None
             if (latest is not None and latest.get("version") != version.hex() and self.version_pin is None
                     and "<lambda>" not in self.name):
-                warnings.warn(self._version_message(version, seen), CacheWarning, stacklevel=_user_stacklevel())
+                n = _version_warnings[self.name] = _version_warnings.get(self.name, 0) + 1
+                if n <= VERSION_WARNINGS_MAX:  # code that changes at every call (a global it mutates) would flood
+                    msg = self._version_message(version, seen)
+                    if n == VERSION_WARNINGS_MAX:
+                        msg += " Further changes of its code in this process are not reported."
+                    warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
             if latest is None or latest.get("version") != version.hex():
                 store.append(KIND_FN, {"fn": self.name, "version": version.hex(), "time": time.time()}, key=nd)
             _checked_versions[done] = version

@@ -215,3 +215,29 @@ def test_the_code_change_warning_says_which_entries_are_used(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert cg(2) == 3  # the same version again: no second warning
+
+
+def test_code_that_changes_at_every_call_warns_a_few_times_only(tmp_path):
+    """A global the function reads, changed before every call: each call is a new version (computed
+    again, never a stale hit), and the warnings stop after five, the fifth saying so."""
+    import warnings
+
+    from casmon.cache import VERSION_WARNINGS_MAX, CacheWarning
+
+    s = casmon.open(str(tmp_path / "s"))
+    scale = {"k": 0}
+
+    @casmon.cache(store=s)
+    def f(x):
+        return x * scale["k"]
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = []
+        for k in range(12):
+            scale["k"] = k
+            out.append(f(2))
+    assert out == [2 * k for k in range(12)]
+    msgs = [str(x.message) for x in w if issubclass(x.category, CacheWarning)]
+    assert len(msgs) == VERSION_WARNINGS_MAX == 5
+    assert "are not reported" in msgs[-1] and all("are not reported" not in m for m in msgs[:-1])
