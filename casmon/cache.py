@@ -468,7 +468,7 @@ class _CachedFunction:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
             used = ("its entries are used" if not mine and (mine is None or unknown) else
                     "none of its entries remain, so calls compute again" if not mine else
-                    f"its {_n(mine, 'entry', 'entries')} are used")
+                    f"its {_n(mine, 'entry', 'entries')} {'is' if mine == 1 else 'are'} used")
             return (f"casmon: the code of {self.name} matches a version cached before (first seen {when}), not the "
                     f"one cached last: {used}; {rest}. {free}")
         return (f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since its "
@@ -1132,11 +1132,15 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
     for k, r in store.records(KIND):
-        e = entries.setdefault(bytes(k), [0.0, 0, False, str(r.get("fn", ""))])
-        e[0] = max(e[0], r.get("time", 0.0))
-        e[1] = max(e[1], int(r.get("size", 0)))
-        if r.get("time", 0.0) <= cleared.get(r.get("fn", ""), 0.0):
-            e[2] = True
+        t = r.get("time", 0.0)
+        e = entries.setdefault(bytes(k), [float("-inf"), 0, False, str(r.get("fn", ""))])
+        if t >= e[0]:
+            # The newest record decides, as in lookups: an entry computed again after a `cache clear`
+            # is live though an older, cleared record of its key is still there (gc drops that one as a
+            # duplicate). Deciding by any record would evict the live entry, and the preview -- made
+            # before duplicates are dropped -- would differ from the real run.
+            e[0], e[1], e[3] = t, int(r.get("size", 0)), str(r.get("fn", ""))
+            e[2] = t <= cleared.get(e[3], 0.0)
     for _k, r in store.records(KIND_USE):
         for h, (_fn, _n, last) in r.get("hits", {}).items():
             e = entries.get(bytes.fromhex(h))
