@@ -159,10 +159,10 @@ class TableFile:
             self._klist = self._olist = None
             if n <= 256:  # a block: plain Python lists, quicker than numpy's per-call cost (searched by bisect)
                 offs = self.offs.tolist()
-                if n and (offs[-1] != len(self.vals) or any(a > b for a, b in zip(offs, offs[1:]))):
+                if n and (offs[-1] != len(self.vals) or offs != sorted(offs)):  # sorted(): one C pass if in order
                     raise ValueError("offsets do not match the values")
                 ks = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
-                if any(a > b for a, b in zip(ks, ks[1:])):
+                if ks != sorted(ks):
                     raise ValueError("keys are not sorted")
                 self._klist, self._olist = ks, offs
             else:

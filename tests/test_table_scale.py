@@ -355,3 +355,23 @@ def test_a_damaged_pack_copy_of_a_small_result_is_not_used_its_inline_copy_is(tm
         warnings.simplefilter("error")
         assert casmon.cache(store=s2)(small)(1) == {"x": 1}  # the entry's copy, checked against the digest
     assert calls == [1]
+
+
+@pytest.mark.parametrize("n", [10, 300])  # a block (checked with Python lists) and a larger file (numpy)
+def test_a_crafted_table_file_is_refused(n):
+    import numpy as np
+
+    from casmon.table import TableFile, encode_table_file
+
+    ents = [(i.to_bytes(2, "big") * 8, b"v%d" % i) for i in range(n)]
+    good = encode_table_file(ents)
+    assert [k for k, _ in TableFile("x", good).items()] == [k for k, _ in ents]
+    swapped = bytearray(good)
+    swapped[8:24], swapped[24:40] = good[24:40], good[8:24]
+    off = 8 + 16 * n
+    offs = np.frombuffer(good[off : off + 8 * (n + 1)], "<u8").copy()
+    offs[3], offs[4] = offs[4], offs[3]
+    backwards = good[:off] + offs.tobytes() + good[off + 8 * (n + 1) :]
+    for bad, why in [(bytes(swapped), "not sorted"), (backwards, "offsets"), (good[:-1], "offsets")]:
+        with pytest.raises(DamagedObjectError, match=why):
+            TableFile("x", bad)
