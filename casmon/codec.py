@@ -219,7 +219,28 @@ def _declared_size(codec_id: int, body) -> int | None:
         return int.from_bytes(bytes(body[4:8]), "little") if len(body) >= 16 else -1
     if codec_id == 3:  # numcodecs' LZ4: a little-endian u32 size prefix
         return int.from_bytes(bytes(body[:4]), "little") if len(body) >= 4 else -1
+    if codec_id == 2:
+        return _zstd_content_size(body)
     return None
+
+
+def _zstd_content_size(body) -> int:
+    """The content size a zstd frame header states, or -1 if it states none or is not a zstd frame.
+
+    numcodecs compresses with ``ZSTD_compress2``, which always writes the size, so
+    every zstd payload casmon wrote states it; without this check a 16 KiB payload
+    could claim a gigabyte (found by an attack: 1 GiB allocated before the codec failed).
+    """
+    if len(body) < 6 or bytes(body[:4]) != b"\x28\xb5\x2f\xfd":
+        return -1
+    desc = body[4]
+    fcs_flag, single, dict_flag = desc >> 6, (desc >> 5) & 1, desc & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+    size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(body) < pos + size:
+        return -1
+    n = int.from_bytes(bytes(body[pos : pos + size]), "little")
+    return n + 256 if size == 2 else n
 
 
 def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tuple[Frame, bytes | memoryview]:
