@@ -424,11 +424,13 @@ class ObjectStore:
 
     def wait_writes(self, keep: int = 0) -> None:
         """Wait for background loose writes (all but ``keep`` of them); raise the first error."""
+        # Writes stay on the list until they are done: another thread's put waiting at the same time
+        # must wait for them too, not find the list empty and return before its chunks are written
+        # (found by an attack: the caller then changed its array while the pool wrote it).
         with self._inflight_lock:
             if len(self._inflight) <= keep:
                 return
-            cut = len(self._inflight) - keep
-            waiting, self._inflight = self._inflight[:cut], self._inflight[cut:]
+            waiting = self._inflight[: len(self._inflight) - keep]
         error = None
         for d, fut, vt in waiting:
             try:
@@ -436,6 +438,9 @@ class ObjectStore:
                 self._remember(d, vt)
             except BaseException as e:  # noqa: BLE001 - wait for all, then raise
                 error = error or e
+        with self._inflight_lock:
+            done = {id(w) for w in waiting}
+            self._inflight = [w for w in self._inflight if id(w) not in done]
         if error is not None:
             raise error
 

@@ -72,3 +72,64 @@ def test_every_zstd_frame_casmon_writes_states_its_size_and_reads_back(n):
     _, frame = codec.encode_frame(data, codec.KIND_TABLE, codec.get_codec("zstd"))
     assert frame[5] == 2  # compressed with zstd, not stored raw
     assert bytes(codec.decode_frame(frame, "x")[1]) == data
+
+
+# -- concurrent puts: a put returns only after its own chunks are written -------------------------------------
+
+
+def test_a_put_returns_only_after_its_own_chunks_are_written_whatever_other_threads_wait_for(tmp_path):
+    """Thread A's large chunks are written on the chunk pool. Before the fix, thread B's put (any put:
+    its wait_writes took *every* write in flight off the shared list) made A's wait_writes find
+    nothing to wait for, so A's put returned with its chunks still being written: a record could be
+    visible before its chunk (I1), and an array changed in place after put returned (what the call
+    log's capture promises is allowed) was written under the old digest -- a damaged object."""
+    import threading
+
+    from casmon.backend import Backend
+
+    store = casmon.open(tmp_path / "s", autoflush=None)
+    release = threading.Event()
+    a_submitted = threading.Event()
+    real_create_frame = Backend.create_frame
+    real_put_part = type(store)._put_part
+
+    def slow_create_frame(self, key, header, payload):  # a slow disk: the write waits for the test
+        release.wait(60)
+        return real_create_frame(self, key, header, payload)
+
+    def put_part(self, part):
+        p = real_put_part(self, part)
+        if threading.current_thread().name == "A":
+            a_submitted.set()
+            # Thread B puts a small value now, while A's chunk writes are in flight.
+            tb = threading.Thread(target=lambda: store.put({"b": 1}), name="B")
+            tb.start()
+            while store.objects._inflight and tb.is_alive():
+                time.sleep(0.001)  # B has taken the writes in flight (or finished)
+        return p
+
+    arr = np.random.default_rng(1).random(1 << 17)  # 1 MiB of random floats: one raw loose chunk
+    want = arr.tobytes()
+    result: dict = {}
+
+    def a():
+        d = store.put(arr)
+        result["d"] = d
+        result["on_disk_at_return"] = release.is_set()
+        arr[:] = 0.0  # the caller may change its array once put returned
+        release.set()
+
+    import unittest.mock as um
+
+    with um.patch.object(Backend, "create_frame", slow_create_frame), um.patch.object(type(store), "_put_part", put_part):
+        ta = threading.Thread(target=a, name="A")
+        ta.start()
+        assert a_submitted.wait(60)
+        ta.join(2.0)  # a correct put is still waiting for its chunk here (false passes only if slower)
+        release.set()
+        ta.join(60)
+    assert result["on_disk_at_return"], "put returned before its chunk was written"
+    store.flush()
+    back = casmon.open(tmp_path / "s").get(result["d"])
+    assert back.tobytes() == want
+    assert casmon.open(tmp_path / "s").verify().ok
