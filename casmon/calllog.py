@@ -60,6 +60,8 @@ PENDING_MAX = 200_000
 #: Waiting rows are JSON-encoded in blocks of this many by a background thread while calls go
 #: on, so a flush -- the one at exit above all -- encodes only the last, partial block.
 ENCODE_BLOCK = 4096
+#: How often (seconds) the encoding thread looks for a full block.
+ENCODE_POLL = 0.02
 
 
 def main_origin() -> dict | None:
@@ -150,7 +152,6 @@ class _Recorder:
         self.encoded_rows = 0
         self.batch_gen = 0
         self._encoder: threading.Thread | None = None
-        self._encode_wake = threading.Event()
         store.add_flush_hook(self._flush_hook)
 
     # -- the session --------------------------------------------------------------
@@ -218,19 +219,14 @@ class _Recorder:
             self.pending.append([idx, n, t0, dt, tid, args_cells, kwargs_cells, result_cell, exc])
             full = len(self.pending) >= PENDING_MAX
             block = len(self.pending) - self.encoded_rows >= ENCODE_BLOCK
-        if block:
-            self._wake_encoder()
+        if block and self._encoder is None:
+            self._start_encoder()
         if full:
             self.store.flush()
         elif self.store._flush_each_call:  # durable, or a pool worker the pool may end right after this call
             self.store.flush_for_call()
 
     def _flush_hook(self, store: Store) -> None:
-        if self._encoder is not None:
-            from . import store as store_mod
-
-            if store_mod._stop_flushers.is_set():
-                self._encode_wake.set()  # the exit flush: let the encoder see the stop and end now
         with self.lock:
             if not self.pending or self.session is None:
                 return
@@ -254,24 +250,25 @@ class _Recorder:
             self._put_back(rows, refs, names)  # Ctrl-C or a failed append: the rows wait for the next flush
             raise
 
-    def _wake_encoder(self) -> None:
-        """Start (once) or wake the thread that encodes full blocks of waiting rows."""
-        if self._encoder is None:
-            with self.lock:
-                if self._encoder is None:
-                    from . import store as store_mod
+    def _start_encoder(self) -> None:
+        """Start (once) the thread that encodes full blocks of waiting rows."""
+        with self.lock:
+            if self._encoder is not None:
+                return
+            from . import store as store_mod
 
-                    if store_mod._exiting:
-                        return
-                    # Not a daemon: the exit hook sets _stop_flushers first, and Python joins it after.
-                    t = threading.Thread(target=self._encode_loop, name="casmon-calllog-encode",
-                                         daemon=not store_mod._exit_hook_stops_threads)
-                    try:
-                        t.start()
-                    except RuntimeError:  # the interpreter is exiting: the flush encodes everything
-                        return
-                    self._encoder = t
-        self._encode_wake.set()
+            if store_mod._exiting:
+                return
+            # A daemon that polls, and takes no lock the hot path or the exit flush could wait on:
+            # a Ctrl-C in the main thread can leave a lock (an Event's, or the batch's) taken, and
+            # the logged calls and the exit flush must still go on (the batch's lock is reentrant
+            # for the main thread; this thread only ever tries it with a timeout).
+            t = threading.Thread(target=self._encode_loop, name="casmon-calllog-encode", daemon=True)
+            try:
+                t.start()
+            except RuntimeError:  # the interpreter is exiting: the flush encodes everything
+                return
+            self._encoder = t
 
     def _encode_loop(self) -> None:
         from . import store as store_mod
@@ -279,23 +276,32 @@ class _Recorder:
         stop = store_mod._stop_flushers
         pid = self.pid
         while not stop.is_set() and os.getpid() == pid:
-            self._encode_wake.wait(1.0)
-            self._encode_wake.clear()
+            if len(self.pending) - self.encoded_rows < ENCODE_BLOCK:
+                time.sleep(ENCODE_POLL)
+                continue
             while not stop.is_set():
-                with self.lock:
+                if not self.lock.acquire(timeout=1.0):
+                    break
+                try:
                     start, gen = self.encoded_rows, self.batch_gen
                     if len(self.pending) - start < ENCODE_BLOCK:
                         break
                     rows = self.pending[start : start + ENCODE_BLOCK]
+                finally:
+                    self.lock.release()
                 try:
                     text = json.dumps(rows, separators=(",", ":"), allow_nan=True)[1:-1]
                 except Exception:  # noqa: BLE001 - the flush encodes these rows itself (and says what is wrong)
                     break
-                with self.lock:
+                if not self.lock.acquire(timeout=1.0):
+                    break
+                try:
                     if self.batch_gen != gen or self.encoded_rows != start:
                         continue  # taken or put back meanwhile
                     self.encoded.append(text)
                     self.encoded_rows = start + len(rows)
+                finally:
+                    self.lock.release()
 
     def _put_back(self, rows: list, refs: set, names: list) -> None:
         """Return taken rows to the front of the batch, renumbering the functions of rows logged since."""
