@@ -560,10 +560,14 @@ class ObjectStore:
                         raw = bytes(raw)
                         self._raw.put(d, raw)
                     return raw
-        if loose_hint:  # index may be stale: one more look after refreshing
-            locs = self.locations(d, refresh=True)
-            if locs:
-                return self._read_any(d, locs, out)
+        # The index may be older than what named ``d`` (a record another process flushed after this
+        # index was read; a miss reads the index again at most once a second): read it again before
+        # calling ``d`` missing. Found by an attack: another process's cache hit warned "damaged or
+        # missing" and recomputed.
+        self.index.refresh()
+        locs = self.locations(d, refresh=False)
+        if locs:
+            return self._read_any(d, locs, out)
         raise MissingObjectError(f"object {d.hex()} is not in the store")
 
     def get_into_many(self, jobs: list[tuple[Digest, object]], window: int = 8) -> None:
