@@ -234,3 +234,44 @@ def test_a_cache_hit_on_an_entry_another_process_just_flushed_is_a_hit_not_damag
         warnings.simplefilter("error")
         assert c2(1).tobytes() == _big(1).tobytes()
     assert c2.cache_info().hits == 1 and c2.cache_info().misses == 1
+
+
+# -- the compression probe fooled both ways ----------------------------------------------------------------------
+
+
+def _probe_starts(n: int, ts: int) -> list[int]:
+    step = n // codec.PROBE_SLICES
+    return [(i * step) - (i * step) % ts for i in range(codec.PROBE_SLICES)]
+
+
+@pytest.mark.parametrize("fool", ["zeros_where_sampled", "random_where_sampled"])
+def test_a_chunk_that_fools_the_probe_still_reads_back_exactly(tmp_path, fool):
+    """Bytes compressible in exactly the probe's samples and random elsewhere (the probe says compress;
+    compressing the whole saves only the sampled bytes), and the reverse (the probe says raw; the
+    chunk is stored raw although it would compress). Either way: exact round trip, a header whose
+    lengths are right, and verify clean. Held."""
+    n = 4 << 20
+    rng = np.random.default_rng(7)
+    if fool == "zeros_where_sampled":
+        a = rng.integers(0, 256, n, dtype=np.uint8)
+        for o in _probe_starts(n, 8):
+            a[o : o + codec.PROBE_SLICE] = 0
+    else:
+        a = np.zeros(n, dtype=np.uint8)
+        for o in _probe_starts(n, 8):
+            a[o : o + codec.PROBE_SLICE] = rng.integers(0, 256, codec.PROBE_SLICE, dtype=np.uint8)
+    arr = a.view(np.float64)
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    d = s.put(arr)
+    s.flush()
+    heads = [codec.read_header(p.read_bytes()[: codec.FRAME_HEADER], str(p))
+             for p in (tmp_path / "s/objects").rglob("*") if p.is_file()]
+    assert len(heads) == 1
+    h = heads[0]
+    assert h.raw_len == n and h.stored_len <= n
+    if fool == "random_where_sampled":
+        assert h.codec == 0  # the probe saw only random samples
+    r = casmon.open(tmp_path / "s")
+    back = r.get(d)
+    assert back.dtype == arr.dtype and back.tobytes() == arr.tobytes()
+    assert r.verify().ok
