@@ -275,3 +275,49 @@ def test_a_chunk_that_fools_the_probe_still_reads_back_exactly(tmp_path, fool):
     back = r.get(d)
     assert back.dtype == arr.dtype and back.tobytes() == arr.tobytes()
     assert r.verify().ok
+
+
+# -- a writer killed inside create_frame -------------------------------------------------------------------------
+
+KILLED_IN_CREATE_FRAME = r"""
+import os, signal, sys, numpy as np, casmon
+s = casmon.open(sys.argv[1], autoflush=None)
+keep = s.put(np.random.default_rng(1).random(1 << 17))
+s.set_ref("keep", keep)
+s.flush()
+print(keep.hex(), flush=True)
+real_link = os.link
+def link(src, dst, *a, **k):
+    if str(src).endswith(".partial") and "objects" in str(src):
+        os.kill(os.getpid(), signal.SIGKILL)  # the partial file is written whole, the link never happens
+    return real_link(src, dst, *a, **k)
+os.link = link
+s.put(np.random.default_rng(2).random(1 << 17))
+print("not killed", flush=True)
+"""
+
+
+def test_a_writer_killed_inside_create_frame_leaves_only_a_partial_that_nothing_reads(tmp_path):
+    """SIGKILL between writing a raw chunk's ``*.partial`` file and linking it into place: the debris
+    is never read as data (verify clean, the chunk is absent, not half there), the next put of the
+    same chunk writes it whole, and gc removes the debris once older than its grace. Held."""
+    root = tmp_path / "s"
+    p = subprocess.run([sys.executable, "-c", KILLED_IN_CREATE_FRAME, str(root)], capture_output=True, text=True,
+                       timeout=300, cwd=str(ROOT))
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    keep = p.stdout.split()[0]
+    partials = list(root.rglob("*.partial"))
+    assert len(partials) == 1 and partials[0].stat().st_size > (1 << 20)
+    s = casmon.open(root, autoflush=None)
+    assert s.verify().ok
+    assert s.get(keep).tobytes() == np.random.default_rng(1).random(1 << 17).tobytes()
+    again = np.random.default_rng(2).random(1 << 17)
+    d = s.put(again)  # the same chunk again: written whole beside the debris
+    s.set_ref("again", d)
+    s.flush()
+    assert casmon.open(root).get(d).tobytes() == again.tobytes()
+    old = time.time() - 7200
+    os.utime(partials[0], (old, old))
+    rep = s.gc(grace=3600)
+    assert rep.partial_files == 1 and not list(root.rglob("*.partial"))
+    assert casmon.open(root).verify().ok
