@@ -59,9 +59,9 @@ _SCALARS = frozenset((type(None), bool, int, float, str))
 PENDING_MAX = 200_000
 #: Waiting rows are JSON-encoded in blocks of this many by a background thread while calls go
 #: on, so a flush -- the one at exit above all -- encodes only the last, partial block.
-ENCODE_BLOCK = 4096
+ENCODE_BLOCK = 16384
 #: How often (seconds) the encoding thread looks for a full block.
-ENCODE_POLL = 0.02
+ENCODE_POLL = 0.1
 
 
 def main_origin() -> dict | None:
