@@ -3,6 +3,8 @@ recomputed and duplicated cache entries."""
 
 import json
 
+import pytest
+
 import casmon
 from tests.test_cli_defects import cli
 
@@ -39,3 +41,35 @@ def test_an_entry_recomputed_after_a_clear_is_kept_by_preview_and_by_gc(tmp_path
     calls.clear()
     assert again(1) == 10 and calls == []  # the recomputed entry survived gc
     assert again(2) == 20 and calls == [2]
+
+
+def test_gc_merges_the_small_packs_a_flush_per_call_leaves(tmp_path):
+    """A pool's worker flushes after every call: a pack per call. gc merges them, losing nothing."""
+    path = tmp_path / "s"
+    store = casmon.open(path, autoflush=None)
+    calls = []
+
+    @casmon.cache(store=store)
+    def g(i):
+        calls.append(i)
+        return {"i": i, "pad": "x" * (2000 + i)}  # small, compressible results
+
+    for i in range(40):
+        g(i)
+        store.flush()  # one pack each
+    store.close()
+    packs = lambda: sorted(p.name for p in (path / "packs").iterdir())  # noqa: E731
+    before = packs()
+    assert len(before) >= 40
+    preview = _gc(path, "--dry-run")
+    real = _gc(path)
+    assert preview["repacked_packs"] == real["repacked_packs"] >= 40
+    after = packs()
+    assert len(after) <= 2 and not set(after) & set(before)
+    store = casmon.open(path, autoflush=None)
+    again = casmon.cache(store=store)(g.__wrapped__)
+    calls.clear()
+    assert [again(i)["i"] for i in range(40)] == list(range(40)) and calls == []
+    assert store.verify().ok
+    assert _gc(path)["repacked_packs"] == 0  # one merged pack is not merged again
+
