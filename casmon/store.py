@@ -1013,6 +1013,11 @@ class Store:
         self.objects = ObjectStore(self.backend, self.writer)
         self._tables = {}
         self._flush_hooks = []
+        # The values the parent's waiting records name, and those it holds, are the parent's to write:
+        # checked here they look lost (found by an attack: a false "removed by gc" warning in children).
+        self._record_refs = set()
+        self._held = {}
+        self._held_lists = frozenset()
 
     # -- maintenance --------------------------------------------------------------
     def stats(self, progress=None) -> dict:
