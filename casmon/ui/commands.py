@@ -23,13 +23,10 @@ def _open(location, trust: bool):
 
 
 def _group_trust() -> bool:
-    """``casmon --trust ui`` counts like ``casmon ui --trust``."""
-    ctx = click.get_current_context(silent=True)
-    while ctx is not None:
-        if ctx.params.get("trust"):
-            return True
-        ctx = ctx.parent
-    return False
+    """``casmon --trust ui`` counts like ``casmon ui --trust``: the CLI's own rule."""
+    from ..cli import _trusted  # imported when a command runs: cli.py imports this module to register it
+
+    return _trusted()
 
 
 @click.command("ui")
