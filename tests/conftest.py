@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -166,3 +167,22 @@ def run_python(code: str, *args: str, env: dict | None = None, cwd=None, check=T
     if check and p.returncode != 0:
         raise AssertionError(f"subprocess failed ({p.returncode}):\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
     return p
+
+
+#: The last commit before table format 2 and the large-value changes: what "the old code" means in tests.
+OLD_COMMIT = "8bd129c"
+
+
+@pytest.fixture(scope="session")
+def old_casmon(tmp_path_factory):
+    """casmon as of OLD_COMMIT, extracted from this repository's history (skipped without git or that commit)."""
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("needs git and this repository's history")
+    dest = tmp_path_factory.mktemp("oldcasmon")
+    arch = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", OLD_COMMIT, "casmon"],
+                          capture_output=True, timeout=120)
+    if arch.returncode != 0:
+        pytest.skip(f"commit {OLD_COMMIT} is not in this clone: {arch.stderr.decode()[:200]}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch.stdout, check=True, timeout=120)
+    return dest

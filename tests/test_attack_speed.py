@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +27,6 @@ from casmon.errors import DamagedObjectError
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The last commit whose tables were format 1 (as tests/test_table_scale.py).
-OLD_COMMIT = "8bd129c"
 
 
 def _crafted_frame(codec_id: int, body: bytes, raw_len: int, digest: bytes) -> bytes:
@@ -136,20 +134,6 @@ def test_a_put_returns_only_after_its_own_chunks_are_written_whatever_other_thre
 
 
 # -- a format-1 store upgraded while a writer running the casmon before format 2 keeps writing -----------------
-
-
-@pytest.fixture(scope="module")
-def old_casmon(tmp_path_factory):
-    """The committed casmon from before format 2, extracted from git (skipped if git cannot)."""
-    dest = tmp_path_factory.mktemp("oldcasmon")
-    git = shutil.which("git")
-    if git is None:
-        pytest.skip("git is not installed")
-    arch = subprocess.run([git, "-C", str(ROOT), "archive", OLD_COMMIT, "casmon"], capture_output=True)
-    if arch.returncode != 0:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this checkout")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch.stdout, check=True)
-    return dest
 
 
 OLD_APPENDER = r"""

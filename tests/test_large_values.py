@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,6 @@ from casmon.objects import LOOSE_MIN, loose_key
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The last commit before issue 14 changed how chunks are written (raw storage, the chunk pool).
-OLD_COMMIT = "8bd129c"
 MiB = 1 << 20
 
 
@@ -311,20 +309,6 @@ s.close()
 with open(sys.argv[2], "wb") as f:
     pickle.dump((digests, values), f)
 """
-
-
-@pytest.fixture(scope="module")
-def old_casmon(tmp_path_factory) -> Path:
-    """casmon as of OLD_COMMIT, extracted from this repository's history."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("needs git and this repository's history")
-    dest = tmp_path_factory.mktemp("oldcasmon")
-    arch = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD_COMMIT, "casmon"],
-                          capture_output=True, timeout=120)
-    if arch.returncode != 0:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this clone: {arch.stderr.decode()[:200]}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch.stdout, check=True, timeout=120)
-    return dest
 
 
 def _with_path(code: str, path: Path) -> str:

@@ -5,7 +5,6 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 import warnings
@@ -20,7 +19,6 @@ from casmon.table import BLOCK_ENTRIES, StoreDamageWarning, Table, _hashes
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The last commit whose tables were format 1 (whole buckets, no bloom filter).
-OLD_COMMIT = "8bd129c"
 
 
 def keys(n, seed=0):
@@ -202,20 +200,6 @@ def test_a_crafted_manifest_is_damage_not_a_crash(tmp_path):
 
 
 # -- stores written by the casmon before format 2 ------------------------------------------
-@pytest.fixture(scope="module")
-def old_casmon(tmp_path_factory):
-    """The committed casmon from before format 2, extracted from git (skipped if git cannot)."""
-    dest = tmp_path_factory.mktemp("oldcasmon")
-    git = shutil.which("git")
-    if git is None:
-        pytest.skip("git is not installed")
-    arch = subprocess.run([git, "-C", str(ROOT), "archive", OLD_COMMIT, "casmon"], capture_output=True)
-    if arch.returncode != 0:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this checkout")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch.stdout, check=True)
-    return dest
-
-
 OLD_WRITER = r"""
 import sys, casmon
 store = casmon.open(sys.argv[1])
