@@ -1,6 +1,7 @@
 """Tables at scale: format-2 generations (blocks, block directory, bloom filter), size-tiered merges,
 and stores written by the casmon before them (format 1)."""
 
+import importlib
 import json
 import math
 import os
@@ -202,10 +203,10 @@ def test_a_crafted_manifest_is_damage_not_a_crash(tmp_path):
 # -- stores written by the casmon before format 2 ------------------------------------------
 OLD_WRITER = r"""
 import sys, casmon
+sys.path.insert(0, sys.argv[3])
+import workmod
 store = casmon.open(sys.argv[1])
-@casmon.cache(store=store)
-def work(i):
-    return {"i": i, "sq": i * i}
+work = casmon.cache(store=store)(workmod.work)
 for i in range(int(sys.argv[2])):
     work(i)
     if i % 3000 == 2999:
@@ -214,8 +215,10 @@ store.append("note", {"n": 1}, key=b"k" * 16)
 store.close()
 """
 
-CACHED = """
-import casmon
+# The cached function lives in a module file both processes import: its code version then comes from
+# the same source on both sides (Python 3.13 keeps `python -c` source for inspect, older ones do not,
+# so a function defined in `-c` code and one made by exec() would be two versions there).
+WORKMOD = """
 def work(i):
     return {"i": i, "sq": i * i}
 """
@@ -227,10 +230,11 @@ def run_old(old: Path, code: str, *args) -> subprocess.CompletedProcess:
                           env=env, cwd=str(old), timeout=600)
 
 
-def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_casmon):
+def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_casmon, monkeypatch):
     root = tmp_path / "store"
     n = 12_000
-    p = run_old(old_casmon, OLD_WRITER, root, n)
+    (tmp_path / "workmod.py").write_text(WORKMOD)
+    p = run_old(old_casmon, OLD_WRITER, root, n, tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads((root / "casmon.json").read_text())["format"] == 1
     assert list((root / "records/cache/gens").iterdir())  # it has format-1 generations to read
@@ -241,11 +245,9 @@ def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_cas
     assert ro.lookup("note", b"k" * 16) == [{"n": 1}]
     assert json.loads((root / "casmon.json").read_text())["format"] == 1
 
-    ns: dict = {}
-    exec(CACHED, ns)
-    work_fn = ns["work"]
-    work_fn.__module__ = "__main__"
-    work_fn.__qualname__ = "work"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "workmod", raising=False)
+    work_fn = importlib.import_module("workmod").work
     with warnings.catch_warnings():
         warnings.simplefilter("error", StoreDamageWarning)
         store = casmon.open(root)
