@@ -7,18 +7,15 @@ page makes is refused and counted. Screenshots go to ``tmp_path`` only.
 """
 
 import html
-import shutil
 
 import pytest
 
 import casmon
 from casmon import display
+from tests._browser import ARGS, CHROMIUM, needs_chromium, watch
 from tests.test_display import HOSTILE, HOSTILE_FILE, all_views, build_store
 
-CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync"]
+pytestmark = needs_chromium
 
 
 def notebook_page(views: list) -> str:
@@ -45,23 +42,11 @@ def test_views_in_a_real_browser(tmp_path, monkeypatch):
     page_file = tmp_path / "page.html"
     page_file.write_text(notebook_page(views), encoding="utf-8")
 
-    requests, dialogs, console_errors, page_errors = [], [], [], []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-
-            def route(r):
-                if r.request.url.startswith("file://"):
-                    r.continue_()
-                else:  # a view that loads anything from the network (a CDN, an <img src=x>) is a bug
-                    requests.append(r.request.url)
-                    r.abort()
-
-            page.route("**/*", route)
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            w = watch(page, lambda url: url.startswith("file://"))  # a view loads nothing from the network
             page.goto(page_file.as_uri(), wait_until="load")
             page.screenshot(path=str(tmp_path / "views.png"), full_page=True)
 
@@ -85,7 +70,7 @@ def test_views_in_a_real_browser(tmp_path, monkeypatch):
             assert page.evaluate("document.querySelectorAll('img').length") == 0
             assert page.evaluate("document.querySelectorAll('.output b').length") == 0  # a file named <b …>
             assert diff_files_added(page) == [HOSTILE_FILE]
-            assert dialogs == [] and requests == []
+            assert w.dialogs == [] and w.foreign == []
 
             # the diff: the patch in colour, line by line, and the metrics side by side
             diff = cell[3]
@@ -118,7 +103,7 @@ def test_views_in_a_real_browser(tmp_path, monkeypatch):
             assert "(8,)" in arr and "float64" in arr
             assert cell[9].locator("tr").count() == 3  # two cache entries
             assert "_square" in cell[10].inner_text() and "array(1000,) float64" in cell[10].inner_text()
-            assert console_errors == [] and page_errors == []
+            assert w.console_errors == [] and w.page_errors == []
         finally:
             browser.close()
     assert (tmp_path / "views.png").stat().st_size > 10_000

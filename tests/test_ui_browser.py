@@ -11,40 +11,25 @@ thread. Any request to another origin is refused and counted; console errors
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
+from tests._browser import ARGS, CHROMIUM, needs_chromium, watch
 from tests.test_ui import HOSTILE, HOSTILE_KEY, Served, built  # noqa: F401 - built: the module's store, made once
 
-CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync"]
+pytestmark = needs_chromium
 
 
 def test_every_page_in_a_real_browser(tmp_path, built):  # noqa: F811
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     srv = Served(built["path"])
     base = f"http://127.0.0.1:{srv.port}"
-    foreign, dialogs, console_errors, page_errors = [], [], [], []
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
-
-                def route(r):
-                    if r.request.url.startswith(base + "/"):
-                        r.continue_()
-                    else:  # a page that loads anything from elsewhere (a CDN, an <img src=x>) is a bug
-                        foreign.append(r.request.url)
-                        r.abort()
-
-                page.route("**/*", route)
-                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-                page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
-                page.on("pageerror", lambda e: page_errors.append(str(e)))
+                w = watch(page, lambda url: url.startswith(base + "/"))  # a page loads nothing from elsewhere
 
                 # -- runs: rows, info columns, the hostile comment as text, sorting by a click
                 page.goto(base + "/", wait_until="load")
@@ -146,9 +131,9 @@ def test_every_page_in_a_real_browser(tmp_path, built):  # noqa: F811
                 # -- an error page is a page too (and says what is wrong)
                 page.goto(base + "/run/nope", wait_until="load")
                 assert "no run 'nope'" in page.locator("#error").inner_text()
-                console_errors[:] = [e for e in console_errors if "404" not in e]  # the 404 itself is logged
-                assert dialogs == [] and foreign == []
-                assert console_errors == [] and page_errors == []
+                w.console_errors[:] = [e for e in w.console_errors if "404" not in e]  # the 404 itself is logged
+                assert w.dialogs == [] and w.foreign == []
+                assert w.console_errors == [] and w.page_errors == []
             finally:
                 browser.close()
     finally:
@@ -169,15 +154,11 @@ def test_report_file_opens_offline(tmp_path, built):  # noqa: F811
     finally:
         s.close()
     assert n == 3
-    foreign, errors = [], []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page()
-            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file://")
-                       else (foreign.append(r.request.url), r.abort()))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            w = watch(page, lambda url: url.startswith("file://"))
             page.goto(path.as_uri(), wait_until="load")
             assert page.locator("figure.metric-chart:visible").count() == 1  # the inline script ran
             page.locator("#metric-select").select_option("loss")
@@ -190,5 +171,5 @@ def test_report_file_opens_offline(tmp_path, built):  # noqa: F811
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
-    assert foreign == [] and errors == []
+    assert w.foreign == [] and w.console_errors == [] and w.page_errors == []
     assert not built["marker"].exists()
