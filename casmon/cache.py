@@ -1131,16 +1131,13 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
-    for k, r in store.records(KIND):
-        t = r.get("time", 0.0)
-        e = entries.setdefault(bytes(k), [float("-inf"), 0, False, str(r.get("fn", ""))])
-        if t >= e[0]:
-            # The newest record decides, as in lookups: an entry computed again after a `cache clear`
-            # is live though an older, cleared record of its key is still there (gc drops that one as a
-            # duplicate). Deciding by any record would evict the live entry, and the preview -- made
-            # before duplicates are dropped -- would differ from the real run.
-            e[0], e[1], e[3] = t, int(r.get("size", 0)), str(r.get("fn", ""))
-            e[2] = t <= cleared.get(e[3], 0.0)
+    # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
+    # though an older, cleared record of its key is still there (gc drops that one as a duplicate).
+    # Deciding by any record would evict the live entry, and the preview -- made before duplicates
+    # are dropped -- would differ from the real run.
+    for kb, (_k, r) in _newest_per_key(store.records(KIND)).items():
+        t, fn = r.get("time", 0.0), str(r.get("fn", ""))
+        entries[kb] = [t, int(r.get("size", 0)), t <= cleared.get(fn, 0.0), fn]
     for _k, r in store.records(KIND_USE):
         for h, (_fn, _n, last) in r.get("hits", {}).items():
             e = entries.get(bytes.fromhex(h))
