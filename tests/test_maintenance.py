@@ -8,6 +8,8 @@ import pytest
 import casmon
 from casmon.objects import loose_key
 
+from tests._damage import flip_file
+
 
 def build(tmp_path):
     s = casmon.open(tmp_path / "s", autoflush=None)
@@ -43,9 +45,7 @@ def test_verify_clean(tmp_path):
 
 
 def flip(path: Path, where: float = 0.5):
-    data = bytearray(path.read_bytes())
-    data[int(len(data) * where)] ^= 0x40
-    path.write_bytes(bytes(data))
+    flip_file(path, where, 0x40)  # a flip that changes what the file holds (some decode to the same content)
 
 
 def test_verify_reports_damage_and_dependents(tmp_path):

@@ -26,6 +26,7 @@ from casmon.gc import _remove_partials
 from casmon.maintenance import repair
 from casmon.objects import loose_key
 from casmon.table import TableFile
+from tests._damage import flip_at
 from tests.conftest import ROOT, run_python
 
 # ---------------------------------------------------------------------------
@@ -63,9 +64,8 @@ def objects_of_kind(root: Path, kind: str) -> list[Path]:
 def damage(path: Path, how: str, rng: random.Random) -> int:
     data = bytearray(path.read_bytes())
     if how == "flip":
-        i = rng.randrange(len(data))
-        data[i] ^= 1 << rng.randrange(8)
-        path.write_bytes(bytes(data))
+        out, _ = flip_at(bytes(data), rng.randrange(len(data)), 1 << rng.randrange(8))  # a flip that changes content
+        path.write_bytes(out)
         return 1
     if how == "truncate":
         cut = rng.randrange(1, max(2, len(data)))

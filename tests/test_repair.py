@@ -21,11 +21,11 @@ from casmon.maintenance import parse_marker, repair
 from casmon.objects import loose_key
 from casmon.table import StoreDamageWarning, _Vanished
 
+from tests._damage import flip_file
+
 
 def flip(path: Path, where: float = 0.5) -> None:
-    data = bytearray(path.read_bytes())
-    data[min(len(data) - 1, int(len(data) * where))] ^= 0x10
-    path.write_bytes(bytes(data))
+    flip_file(path, where, 0x10)  # a flip that changes what the file holds (some decode to the same content)
 
 
 def one(root: Path, pattern: str) -> Path:

@@ -29,6 +29,8 @@ from casmon.maintenance import repair
 from casmon.objects import loose_key
 from casmon.table import StoreDamageWarning, TableFile, split_bucket
 
+from tests._damage import flip_at
+
 KINDS = {
     "loose object": "objects/*/*",
     "pack": "packs/*",
@@ -167,9 +169,8 @@ def damage(path: Path, how: str, rng: random.Random) -> tuple[int, int]:
     """Damage ``path``; returns the byte range touched."""
     data = bytearray(path.read_bytes())
     if how == "flip":
-        i = rng.randrange(len(data))
-        data[i] ^= 1 << rng.randrange(8)
-        path.write_bytes(bytes(data))
+        out, i = flip_at(bytes(data), rng.randrange(len(data)), 1 << rng.randrange(8))  # a flip that changes content
+        path.write_bytes(out)
         return i, i + 1
     if how == "truncate":
         cut = rng.randrange(1, max(2, len(data)))
