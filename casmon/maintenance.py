@@ -37,6 +37,7 @@ from .codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, MAGIC, Frame, decode_fr
 from .digest import Digest
 from .display import StoreStats, guarded_html, guarded_text, verify_html, verify_text
 from .errors import CasmonError, DamagedObjectError
+from .marker import FORMAT_KEY, marker_bytes, parse_marker
 from .objects import Location, loose_key, pack_key
 from .table import Survey, Table
 
@@ -46,47 +47,11 @@ if TYPE_CHECKING:
 __all__ = ["stats", "verify", "repair", "VerifyReport", "inventory", "marker_bytes", "parse_marker"]
 
 _HEX = re.compile(r"^[0-9a-f]{32}$")
-FORMAT_KEY = "casmon.json"
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 def _noop(phase: str, done: int, total: int) -> None:
     pass
-
-
-# -- the format marker ----------------------------------------------------------------
-
-
-def _marker_check(info: dict) -> str:
-    body = {k: v for k, v in info.items() if k != "check"}
-    return xxhash.xxh3_64_hexdigest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-def marker_bytes(extra: dict | None = None) -> bytes:
-    """A new ``casmon.json``: format, creation time, and a check of both (so damage is told from a newer format)."""
-    from .store import FORMAT_VERSION
-
-    info = {"casmon": "content-addressed call store", "format": FORMAT_VERSION, "created": time.time(), **(extra or {})}
-    info["check"] = _marker_check(info)
-    return json.dumps(info, indent=1).encode()
-
-
-def parse_marker(data) -> tuple[dict, str | None]:
-    """``(info, None)`` for a sound marker, ``({}, what is wrong)`` for a damaged one.
-
-    Markers written before the check field are accepted as they are.
-    """
-    try:
-        info = json.loads(bytes(data))
-        if not isinstance(info, dict):
-            raise ValueError("not a JSON object")
-        if type(info.get("format")) is not int or info["format"] < 1:
-            raise ValueError("no format number")
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return {}, f"not a casmon store marker: {e}"
-    if "check" in info and info["check"] != _marker_check(info):
-        return {}, "its content does not match its check"
-    return info, None
 
 
 # -- inventory ----------------------------------------------------------------------

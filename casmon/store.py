@@ -46,6 +46,7 @@ from .backend import Backend, open_backend
 from .codec import KIND_CHUNK, KIND_REF, KIND_VALUE, decode_frame, encode_frame, get_codec
 from .digest import Digest
 from .errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
+from .marker import FORMAT_KEY
 from .objects import LOOSE_MIN, PACK_MAX, ObjectStore
 from .table import Table, writer_id
 
@@ -54,7 +55,6 @@ __all__ = ["Store", "open", "FORMAT_VERSION", "Ref", "Manifest"]
 #: 2: tables' generations are written as blocks with a bloom filter (casmon.table); format-1 stores
 #: are read as they are and marked format 2 before the first such generation is written.
 FORMAT_VERSION = 2
-FORMAT_KEY = "casmon.json"
 #: Top-level names a casmon store may hold; anything else means "not a casmon store".
 LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc")
 DEFAULT_CHUNK = 4 << 20
@@ -324,7 +324,7 @@ class Store:
         wrong, ``verify`` reports it and ``verify --repair`` writes a new
         marker. A marker that is sound and names a newer format is refused.
         """
-        from .maintenance import marker_bytes, parse_marker
+        from .marker import marker_bytes, parse_marker
         from .table import warn_damage
 
         data = self.backend.get(FORMAT_KEY)
@@ -374,7 +374,7 @@ class Store:
             return False
         if self.format.get("format", 1) >= 2:
             return True
-        from .maintenance import marker_bytes, parse_marker
+        from .marker import marker_bytes, parse_marker
 
         with self._lock:
             if self.format.get("format", 1) < 2:

@@ -359,9 +359,14 @@ class Generation:
 def parse_generation(gid: str, key: str, raw) -> Generation:
     """A generation manifest, every field checked before use (a crafted one gives DamagedObjectError)."""
     try:
-        raw = bytes(raw)
-        head, sep, binary = raw.partition(b"\0")  # format 2: JSON, a zero byte, the block directory and bloom filter
-        m = json.loads(head)
+        mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else memoryview(raw)
+        # Format 2: JSON, a zero byte, the block directory and bloom filter (no copy of the binary part:
+        # at 10M entries it is ~12 MiB, read by every fresh process).
+        cut = bytes(mv[:65536]).find(b"\0")  # the JSON part is short: look there first
+        if cut < 0 and len(mv) > 65536:
+            cut = bytes(mv).find(b"\0")
+        head, sep, binary = (mv, b"", mv[:0]) if cut < 0 else (mv[:cut], b"\0", mv[cut + 1 :])
+        m = json.loads(bytes(head))
         if not isinstance(m, dict):
             raise ValueError("not an object")
         count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
@@ -404,8 +409,10 @@ def _parse_v2(g: Generation, m: dict, binary: bytes) -> None:
     lens = np.frombuffer(binary, dtype="<u4", count=blocks).astype(np.int64)
     per_file = lens.reshape(g.nbuckets, blocks // g.nbuckets)
     g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
-    g.starts = (np.cumsum(per_file, axis=1) - per_file).ravel().tolist()
-    g.lens = lens.tolist()
+    # Arrays, not lists: a lookup reads one entry of each, and a fresh process would spend
+    # milliseconds making millions of Python ints it never reads.
+    g.starts = (np.cumsum(per_file, axis=1) - per_file).ravel()
+    g.lens = lens
     g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
 
 
@@ -866,11 +873,11 @@ class Table:
         if tf is not None:
             self._blocks.move_to_end(bk)
             return tf
-        ln = g.lens[b]
+        ln = int(g.lens[b])
         if not ln or bk in self._bad_blocks:
             return _EMPTY
         key = f"{self.prefix}buckets/{g.id}/{b >> g.shift:04x}"
-        start = g.starts[b]
+        start = int(g.starts[b])
         data = self._fetch(g, key, tolerant, start, start + ln)
         if data is False:
             return _EMPTY
@@ -917,13 +924,13 @@ class Table:
                 return [], True
         out, damaged = [], False
         for b in blocks:
-            ln = g.lens[b]
+            ln = int(g.lens[b])
             if not ln:
                 continue
             if (g.id, b) in self._bad_blocks:
                 damaged = True
                 continue
-            start = g.starts[b]
+            start = int(g.starts[b])
             where = f"{key}@{start}"
             try:
                 out.append(TableFile(where, decode_frame(data[start : start + ln], where)[1]))

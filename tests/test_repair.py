@@ -178,7 +178,7 @@ def test_a_newer_format_with_a_sound_marker_is_still_refused(tmp_path):
     casmon.open(root).close()
     info = json.loads(marker_bytes())
     info["format"] = 7
-    from casmon.maintenance import _marker_check
+    from casmon.marker import _marker_check
 
     info["check"] = _marker_check(info)
     (root / "casmon.json").write_text(json.dumps(info))

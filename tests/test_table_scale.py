@@ -177,7 +177,7 @@ def test_a_crafted_manifest_is_damage_not_a_crash(tmp_path):
             "blocks": 2, "bloom_bits": 64, "bloom_k": 7}
     good = json.dumps(head).encode() + b"\0" + bytes(8) + bytes(8)
     g = parse_generation("g", "k", good)
-    assert g.v == 2 and g.lens == [0, 0]
+    assert g.v == 2 and list(g.lens) == [0, 0]
     bad = [
         json.dumps(head).encode() + b"\0" + bytes(7),  # short directory
         json.dumps(dict(head, blocks=3)).encode() + b"\0" + bytes(12) + bytes(8),  # not a power of two
