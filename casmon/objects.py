@@ -136,6 +136,10 @@ def _hash(mv) -> Digest:
     return Digest.from_raw(xxhash.xxh3_128_digest(mv))
 
 
+#: Blobs up to this size that this writer puts are kept decoded in memory (see :meth:`ObjectStore.peek_raw`).
+RAW_KEEP = 4096
+
+
 def loose_key(d: Digest) -> str:
     h = d.hex()
     return f"objects/{h[:2]}/{h}"
@@ -269,6 +273,8 @@ class ObjectStore:
             return d
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
         self._queue(d, frame, kind, size, vt)
+        if n <= RAW_KEEP:  # a small result's bytes: copied into its cache entry, or read back soon
+            self._raw.put(d, bytes(raw))
         return d
 
     def put_chunks(self, data: memoryview, cb: int, kind: int, codec: Codec, typesize: int = 1) -> list[Digest]:

@@ -564,19 +564,24 @@ class Store:
         return sorted(set(on_disk) | set(self._tables))
 
     def append(self, kind: str, record: dict, key: bytes | None = None, refs: Iterable[Digest] = (),
-               encoded: str | None = None) -> Digest:
+               encoded: str | bytes | list[bytes] | None = None) -> Digest:
         """Add a record; it becomes visible to other processes at the next flush.
 
         ``refs`` are the digests of values the record needs: gc keeps them.
         ``encoded``: the record already encoded as a JSON object (the call log encodes
-        its rows while calls run), used instead of ``record``.
+        its rows while calls run), used instead of ``record``; text, UTF-8 bytes, or
+        pieces of UTF-8 whose concatenation is the object (joined once, here).
         Returns the record's key (random unless given).
         """
         self._check_writable()
         if encoded is not None:
+            pieces = [encoded.encode()] if isinstance(encoded, str) else [encoded] if isinstance(encoded, bytes) else list(encoded)
             if refs:
-                encoded = encoded[:-1] + ',"_refs":' + json.dumps([Digest(r).hex() for r in refs]) + "}"
-            data = encoded.encode()
+                last = pieces[-1]
+                if last[-1:] != b"}":
+                    raise ValueError("encoded record does not end with '}'")
+                pieces[-1] = last[:-1] + b',"_refs":' + json.dumps([Digest(r).hex() for r in refs]).encode() + b"}"
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         else:
             if refs:
                 record = dict(record)

@@ -487,3 +487,42 @@ def test_rows_encoded_while_calls_run_read_back_whole(tmp_path, monkeypatch):
     assert log.get("g", 5) == ([4], {"y": 2.0}) and log.result("g", 5) == 8.0
     assert np.isnan(log.get("g", 8)[1]["y"])
     s.close()
+
+
+def test_a_flush_waits_for_the_block_being_encoded_instead_of_encoding_it_again(tmp_path, monkeypatch):
+    """At exit the encoder is often halfway through a block: the flush waits for it (it holds the GIL
+    anyway) and uses it, rather than drop it and encode its rows a second time."""
+    import threading
+
+    from casmon import calllog
+
+    monkeypatch.setattr(calllog, "ENCODE_BLOCK", 500)
+    encoded_in = []  # (thread name, rows) of every encoding of rows
+    started = threading.Event()
+    real_dumps = json.dumps
+
+    def dumps(obj, *a, **k):
+        if isinstance(obj, list) and obj and isinstance(obj[0], list):
+            encoded_in.append((threading.current_thread().name, len(obj)))
+            if threading.current_thread().name == "casmon-calllog-encode":
+                started.set()
+                time.sleep(0.3)  # a slow block: the flush below comes while it is being encoded
+        return real_dumps(obj, *a, **k)
+
+    monkeypatch.setattr(calllog.json, "dumps", dumps)
+    s = casmon.open(tmp_path / "s", autoflush=None)
+
+    @casmon.intercept(store=s)
+    def f(x):
+        return x + 1
+
+    for i in range(700):
+        f(i)
+    assert started.wait(30)
+    s.flush()
+    by_flush = [n for who, n in encoded_in if who != "casmon-calllog-encode"]
+    assert by_flush == [200], encoded_in  # only the rows after the block; the block itself was used
+    log = casmon.load(s)
+    assert [c.n for c in log.calls("f")] == list(range(1, 701))
+    assert log.get("f", 500)[0] == [499] and log.result("f", 700) == 700
+    s.close()
