@@ -472,28 +472,107 @@ def _gen_time(gid: str) -> float:
         return 0.0
 
 
-def _encode_v2(entries: list[tuple[bytes, bytes]], nb: int) -> tuple[list[bytes], bytes, dict]:
+class Columns:
+    """Table entries as columns, in order: 16-byte keys, and each value's start and length in one
+    buffer. A merge of a million entries handles a few arrays instead of a million tuples."""
+
+    __slots__ = ("keys", "starts", "lens", "buf")
+
+    def __init__(self, keys: np.ndarray, starts: np.ndarray, lens: np.ndarray, buf) -> None:
+        self.keys, self.starts, self.lens, self.buf = keys, starts, lens, buf
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def of_tables(cls, tables: list[TableFile]) -> Columns:
+        """The entries of ``tables``, one after the other (no copy of the keys' order, nothing dropped)."""
+        bufs = [tf.vals for tf in tables if len(tf)]
+        tables = [tf for tf in tables if len(tf)]
+        if not tables:
+            return cls(np.empty(0, "S16"), np.empty(0, np.int64), np.empty(0, np.int64), b"")
+        base = np.cumsum([0] + [len(b) for b in bufs[:-1]])
+        offs = [tf.offs.astype(np.int64) for tf in tables]
+        return cls(np.concatenate([tf.keys for tf in tables]),
+                   np.concatenate([o[:-1] + b0 for o, b0 in zip(offs, base.tolist())]),
+                   np.concatenate([np.diff(o) for o in offs]),
+                   b"".join(bufs))
+
+    @classmethod
+    def of_entries(cls, entries: list[tuple[bytes, bytes]]) -> Columns:
+        lens = np.fromiter((len(v) for _, v in entries), dtype=np.int64, count=len(entries))
+        starts = np.zeros(len(entries), np.int64)
+        if len(entries) > 1:
+            np.cumsum(lens[:-1], out=starts[1:])
+        keys = np.frombuffer(b"".join(k.ljust(16, b"\0") for k, _ in entries), dtype="S16")
+        return cls(keys, starts, lens, b"".join(v for _, v in entries))
+
+    def value(self, i: int) -> bytes:
+        s = int(self.starts[i])
+        return bytes(self.buf[s : s + int(self.lens[i])])
+
+    def take(self, order: np.ndarray) -> Columns:
+        """The entries at ``order`` (an index array), sharing the buffer."""
+        return Columns(self.keys[order], self.starts[order], self.lens[order], self.buf)
+
+    def sorted_unique(self) -> Columns:
+        """Sorted by key (stable), and each (key, value) pair once, where it first appears: what
+        ``dict.fromkeys`` then a stable sort make of the same entries as tuples."""
+        order = np.argsort(self.keys, kind="stable")
+        out = self.take(order)
+        same = np.flatnonzero(out.keys[1:] == out.keys[:-1]) + 1  # rows whose key is the previous row's
+        if len(same):
+            keep = np.ones(len(out), dtype=bool)
+            seen: set[bytes] = set()
+            prev = -2
+            for p in same.tolist():  # runs of one key are rare and short: compare their values
+                if p != prev + 1:
+                    seen = {out.value(p - 1)}
+                v = out.value(p)
+                if v in seen:
+                    keep[p] = False
+                else:
+                    seen.add(v)
+                prev = p
+            out = out.take(np.flatnonzero(keep))
+        return out
+
+    def entries(self) -> list[tuple[bytes, bytes]]:
+        return [(k.ljust(16, b"\0"), self.value(i)) for i, k in enumerate(self.keys.tolist())]
+
+    def table_file(self, lo: int, hi: int) -> bytes:
+        """The payload of a table file of rows ``lo:hi`` (sorted already), as :func:`encode_table_file` makes it."""
+        n = hi - lo
+        offs = np.zeros(n + 1, dtype="<u8")
+        lens = self.lens[lo:hi]
+        np.cumsum(lens, out=offs[1:])
+        buf = memoryview(self.buf) if not isinstance(self.buf, memoryview) else self.buf
+        vals = b"".join([buf[st : st + ln] for st, ln in zip(self.starts[lo:hi].tolist(), lens.tolist())])
+        return _COUNT.pack(_MAGIC, n) + self.keys[lo:hi].tobytes() + offs.tobytes() + vals
+
+
+def _encode_v2(entries: list[tuple[bytes, bytes]] | Columns, nb: int) -> tuple[list[bytes], bytes, dict]:
     """A format-2 generation's bucket files, its directory and bloom filter, and manifest fields.
 
     Entries are split by the key's leading bits into blocks of about
     :data:`BLOCK_ENTRIES` (each one frame, checked on its own, so a lookup reads
     and checks one block); ``nb`` bucket files hold the blocks in order.
     """
-    n = len(entries)
+    cols = entries if isinstance(entries, Columns) else Columns.of_entries(entries)
+    n = len(cols)
     blocks = nb
     while blocks < MAX_BLOCKS and n / blocks > BLOCK_ENTRIES:
         blocks *= 2
     bits = blocks.bit_length() - 1
     nbits = max(64, (n * BLOOM_BITS_PER_KEY + 7) // 8 * 8)
     if n:
-        keys = np.frombuffer(b"".join(k for k, _ in entries), dtype=np.uint8).reshape(n, 16)
-        order = np.argsort(keys.view("S16").ravel(), kind="stable")
-        top = np.ascontiguousarray(keys[order, :4]).view(">u4").ravel().astype(np.int64) >> (32 - bits) if bits else np.zeros(n, np.int64)
+        cols = cols.take(np.argsort(cols.keys, kind="stable"))
+        keys = np.frombuffer(cols.keys.tobytes(), dtype=np.uint8).reshape(n, 16)
+        top = np.ascontiguousarray(keys[:, :4]).view(">u4").ravel().astype(np.int64) >> (32 - bits) if bits else np.zeros(n, np.int64)
         bounds = np.searchsorted(top, np.arange(blocks + 1)).tolist()
         bloom = _bloom(keys, nbits, BLOOM_K)
-        order = order.tolist()
     else:
-        bounds, bloom, order = [0] * (blocks + 1), bytes(nbits // 8), []
+        bounds, bloom = [0] * (blocks + 1), bytes(nbits // 8)
     lens = np.zeros(blocks, dtype="<u4")
     per = blocks // nb
     files = []
@@ -503,7 +582,7 @@ def _encode_v2(entries: list[tuple[bytes, bytes]], nb: int) -> tuple[list[bytes]
             lo, hi = bounds[b], bounds[b + 1]
             if lo == hi:
                 continue
-            _, frame = encode_frame(encode_table_file([entries[j] for j in order[lo:hi]]), KIND_TABLE, _LZ4)
+            _, frame = encode_frame(cols.table_file(lo, hi), KIND_TABLE, _LZ4)
             lens[b] = len(frame)
             parts.append(frame)
         files.append(b"".join(parts))
@@ -1181,7 +1260,7 @@ class Table:
                 self._delete(extra_l0, extra_gens)
                 self.refresh()
             return None
-        entries: list[tuple[bytes, bytes]] = []
+        tables: list[TableFile] = []
         try:
             for g in gens:
                 for i in range(g.nbuckets):
@@ -1194,15 +1273,15 @@ class Table:
                     tfs, damaged = self._file_tables(g, i, False, data)
                     if damaged:
                         return None  # the next merge leaves this generation alone
-                    for tf in tfs:
-                        entries.extend(tf.items())
-            for n in l0:
-                entries.extend(l0_files[n].items())
+                    tables.extend(tfs)
+            tables.extend(l0_files[n] for n in l0)
         except _Vanished:
             return None  # someone else merged these meanwhile
-        entries = list(dict.fromkeys(entries))
+        entries = Columns.of_tables(tables).sorted_unique()  # each (key, value) once
+        del tables
         if keep is not None:
-            entries = [kv for kv in entries if keep(*kv)]
+            kept = [i for i, (k, v) in enumerate(entries.entries()) if keep(k, v)]
+            entries = entries.take(np.array(kept, dtype=np.int64))
         contains = ranges_union(*(g.contains for g in gens), ranges_of_names(l0))
         covers = ["l0:" + x for x in l0 + extra_l0] + ["gen:" + g.id for g in gens + extra_gens]
         for g in gens:  # what merged generations covered and is not deleted yet stays covered
@@ -1217,7 +1296,7 @@ class Table:
         self.refresh()
         return gid
 
-    def _write_generation(self, entries: list[tuple[bytes, bytes]], covers: list[str], contains: Ranges,
+    def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
                           exact: bool, marks: dict[str, int]) -> str:
         """Write buckets, then the manifest (fault points between); returns the generation's id."""
         n = len(entries)
@@ -1236,7 +1315,7 @@ class Table:
             items = [(f"{self.prefix}buckets/{gid}/{i:04x}", f) for i, f in enumerate(files)]
         else:
             by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
-            for kv in entries:
+            for kv in entries.entries() if isinstance(entries, Columns) else entries:
                 by_bucket[_bucket_of(kv[0], nb)].append(kv)
             for i, b in enumerate(by_bucket):
                 _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
 from casmon.backend import open_backend
@@ -361,3 +362,33 @@ def test_a_crafted_table_file_is_refused(n):
     for bad, why in [(bytes(swapped), "not sorted"), (backwards, "offsets"), (good[:-1], "offsets")]:
         with pytest.raises(DamagedObjectError, match=why):
             TableFile("x", bad)
+
+
+_keys = st.binary(min_size=16, max_size=16) | st.sampled_from([b"\0" * 16, b"\x01" + b"\0" * 15, b"\xff" * 16])
+_vals = st.binary(max_size=40) | st.sampled_from([b"", b"x", b"same value"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files=st.lists(st.lists(st.tuples(_keys, _vals), max_size=40), max_size=6), nb=st.sampled_from([1, 2, 4]))
+def test_a_merge_by_columns_keeps_each_pair_once_in_key_order(files, nb):
+    """Merges handle entries as columns (issue 14: a million tuples cost seconds). They must keep
+    exactly what ``dict.fromkeys`` and a stable sort by key kept: each (key, value) once, where it
+    first appears, values of one key in the order they came."""
+    from casmon.codec import FRAME_HEADER, decode_frame, read_header
+    from casmon.table import Columns, TableFile, _encode_v2, encode_table_file
+
+    tables = [TableFile(f"t{i}", encode_table_file(f)) for i, f in enumerate(files)]
+    flat = [kv for tf in tables for kv in tf.items()]
+    expected = sorted(dict.fromkeys(flat), key=lambda kv: kv[0])
+    cols = Columns.of_tables(tables).sorted_unique()
+    assert cols.entries() == expected
+    bucket_files, binary, meta = _encode_v2(cols, nb)
+    back = []
+    for data in bucket_files:
+        off = 0
+        while off < len(data):
+            frame_len = FRAME_HEADER + read_header(data, "b", off).stored_len
+            back.extend(TableFile("b", decode_frame(data[off : off + frame_len], "b")[1]).items())
+            off += frame_len
+    assert back == expected
+    assert _encode_v2(expected, nb) == (bucket_files, binary, meta)  # the same bytes as from tuples
