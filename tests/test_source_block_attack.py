@@ -1,0 +1,119 @@
+"""Inputs where the line-table path (``codeversion._def_block``) names a different source text
+than ``inspect.getsource`` did before it, each one a defect of that path.
+
+The common cause of the first three: ``inspect.getsource`` calls ``linecache.checkcache`` before
+it reads a file, and ``_def_block`` (and ``_code_matches_file`` after it) read
+``linecache.getlines`` as they find it. After an edit and a reload (``importlib.reload``,
+IPython's autoreload), the cache still holds the file as it was when casmon (or a traceback)
+last read it, and the new code objects are measured against the old text.
+"""
+
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+from casmon import codeversion as cv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write(path, text):
+    path.write_text(text)
+    st = os.stat(path)
+    os.utime(path, (st.st_atime, st.st_mtime + 5))  # a later edit, whatever the clock's resolution
+
+
+def test_a_reloaded_function_keeps_its_source_text(tmp_path, monkeypatch):
+    # Why it matters: the notebook workflow (edit a module, reload it, call the cached function
+    # again). Before, the reloaded f was named by its source text; now its text is None, so its
+    # version falls back to bytecode: the same code gets one key in this session and another in
+    # a fresh process, and the results cached after the reload are never found again.
+    path = tmp_path / "reload_mod_a.py"
+    path.write_text("def f(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("reload_mod_a")
+    cv._function_source(mod.f)  # casmon reads the file once: linecache now holds it
+    _write(path, "def f(x):\n    return x + 2\n")
+    importlib.reload(mod)
+    assert mod.f(1) == 3
+    cv._code_memo.clear()
+    expected = cv._tree_of("def f(x):\n    return x + 2\n")[0]
+    assert cv._function_source(mod.f)[0] == expected
+
+
+def test_a_reloaded_function_is_not_named_by_another_functions_text(tmp_path, monkeypatch):
+    # Why it matters: a function deleted above f, then a reload. f's new co_firstlineno points,
+    # in the stale cached lines, at g (same length as f); g's block does not compile to f, so the
+    # whole (stale) file is asked, which still holds f unchanged: accepted. f's code version is
+    # then g's source text: f's own body is no longer part of its version.
+    path = tmp_path / "reload_mod_b.py"
+    v0 = "def h(x):\n    return x - 1\n\n\ndef g(x):\n    return x * 10\n\n\ndef f(x):\n    return x + 1\n"
+    v1 = "def g(x):\n    return x * 10\n\n\ndef f(x):\n    return x + 1\n"
+    path.write_text(v0)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("reload_mod_b")
+    cv._function_source(mod.g)  # any read of the file (here: g's version) caches its lines
+    _write(path, v1)
+    importlib.reload(mod)
+    cv._code_memo.clear()
+    text = cv._function_source(mod.f)[0]
+    assert text != cv._tree_of("def g(x):\n    return x * 10\n")[0], "f is named by g's source"
+    assert text == cv._tree_of("def f(x):\n    return x + 1\n")[0]
+
+
+SESSION = textwrap.dedent('''
+    import importlib, os, sys
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, {root!r})
+    sys.path.insert(0, {d!r})
+    from casmon import codeversion as cv
+    p = os.path.join({d!r}, "shiftmod.py")
+    body = sys.argv[1]
+    v0 = "def h(x):\\n    return x - 1\\n\\n\\ndef g(x):\\n    return x * 10\\n\\n\\ndef f(x):\\n    return x + " + body + "\\n"
+    v1 = "def g(x):\\n    return x * 10\\n\\n\\ndef f(x):\\n    return x + " + body + "\\n"
+    with open(p, "w") as fh:
+        fh.write(v0)
+    import shiftmod as mod
+    cv._function_source(mod.g)
+    with open(p, "w") as fh:
+        fh.write(v1)
+    st = os.stat(p)
+    os.utime(p, (st.st_atime, st.st_mtime + 5))
+    importlib.reload(mod)
+    print(mod.f(1), cv.function_version(mod.f))
+''')
+
+
+def test_two_different_bodies_do_not_share_a_version(tmp_path):
+    # Why it matters: a wrong cache hit. Two sessions, each deleting h and reloading; f returns
+    # x + 1 in one and x + 2 in the other. Both versions are built from g's text (defect above)
+    # and nothing else tells them apart, so the second session is served the first one's results.
+    script = tmp_path / "session.py"
+    d = tmp_path / "mods"
+    d.mkdir()
+    script.write_text(SESSION.format(root=ROOT, d=str(d)))
+    out = {}
+    for body in ("1", "2"):
+        r = subprocess.run([sys.executable, str(script), body], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        result, version = r.stdout.split()
+        out[body] = (result, version)
+    assert out["1"][0] != out["2"][0]  # the functions do differ
+    assert out["1"][1] != out["2"][1], "same code version for f(x) = x + 1 and f(x) = x + 2"
+
+
+def test_a_form_feed_before_def_does_not_hide_the_dead_tail(tmp_path, monkeypatch):
+    # Why it matters (lower severity): the module promises the text inspect.getsource names, or
+    # every entry misses once after an upgrade. A form feed in a def line's indentation counts as
+    # a character for the "next line deeper?" test but resets the column for Python, so the
+    # dead `pass` after `return` is taken to be outside the def and dropped from the text.
+    path = tmp_path / "ff_mod.py"
+    path.write_text("\f\f\f\f\fdef f():\n    return 1\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("ff_mod")
+    expected = cv._tree_of(inspect.getsource(mod.f))[0]
+    cv._code_memo.clear()
+    assert cv._function_source(mod.f)[0] == expected
