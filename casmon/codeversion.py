@@ -243,8 +243,12 @@ def _code_sig(code: types.CodeType) -> tuple:
         else:
             consts.append((type(c).__name__, repr(c)))
     return (code.co_code, tuple(consts), code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
-            code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount)
+            code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount, code.co_flags & _SIG_FLAGS)
 
+
+#: ``co_flags`` that change what code does (``*args``, ``**kwargs``, generator, coroutine), not where it sits.
+_SIG_FLAGS = (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE
+              | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
 
 _file_index: dict[str, tuple[list, dict | None]] = {}
 _file_index_lock = threading.Lock()
@@ -306,8 +310,8 @@ def _def_block(code: types.CodeType) -> tuple[list[str], int] | None:
         return None
     head = lines[first - 1]
     stripped = head.lstrip()
-    if not stripped.startswith(("def ", "def\t", "async ", "@")):
-        return None
+    if not stripped.startswith(("def ", "def\t", "async ", "@")) or "\f" in head[: len(head) - len(stripped)]:
+        return None  # a form feed resets Python's column count: indentation is not its length then
     last = first
     stack = [code]
     while stack:
@@ -323,7 +327,7 @@ def _def_block(code: types.CodeType) -> tuple[list[str], int] | None:
         body = line.strip()
         if not body or body.startswith("#"):
             continue
-        if len(line) - len(line.lstrip()) > indent:
+        if len(line) - len(line.lstrip()) > indent or "\f" in line[: len(line) - len(line.lstrip())]:
             return None  # the def goes on past its last instruction
         break
     return lines[first - 1 : last], first
@@ -425,11 +429,13 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
     m = _code_memo.get(id(code))
     if m is not None and m[0]() is code:
         return m[1], m[2]
+    linecache.checkcache(code.co_filename)  # as inspect does: a file edited and reloaded is read again
     found = _def_block(code)
     if found is not None:
         text, tree = _tree_of("".join(found[0]))
-        if tree is None or len(getattr(tree, "body", ())) != 1:
-            found = None  # not one def after all: inspect decides
+        body = getattr(tree, "body", ())
+        if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
+            found = None  # not this one def after all: inspect decides
         elif not _block_compiles_to(found[0], code) and not _code_matches_file(code):
             text, tree = None, None
     if found is None:

@@ -117,3 +117,17 @@ def test_a_form_feed_before_def_does_not_hide_the_dead_tail(tmp_path, monkeypatc
     expected = cv._tree_of(inspect.getsource(mod.f))[0]
     cv._code_memo.clear()
     assert cv._function_source(mod.f)[0] == expected
+
+
+def test_a_stale_file_that_swaps_star_args_for_star_star_kwargs_names_no_version(tmp_path, monkeypatch):
+    # Why it matters: ``def f(*a)`` and ``def f(**a)`` with one body compile to the same bytecode,
+    # names and constants; only co_flags tell them apart. A file edited from one to the other and
+    # not reloaded must not name the running code (found by the attack on the line-table path; it
+    # predates it).
+    path = tmp_path / "star_mod.py"
+    path.write_text("def f(*a):\n    return len(a)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("star_mod")
+    _write(path, "def f(**a):\n    return len(a)\n")  # on disk; not reloaded
+    cv._code_memo.clear()
+    assert cv._function_source(mod.f)[0] is None
