@@ -136,7 +136,7 @@ def _hash(mv) -> Digest:
     return Digest.from_raw(xxhash.xxh3_128_digest(mv))
 
 
-#: Blobs up to this size that this writer puts are kept decoded in memory (see :meth:`ObjectStore.peek_raw`).
+#: Blobs up to this size that this writer puts are kept for :meth:`ObjectStore.peek_raw`.
 RAW_KEEP = 4096
 
 
@@ -228,6 +228,9 @@ class ObjectStore:
         self._packs = _LRU(cache_bytes)  # whole packs, by name
         self._pack_reads: dict[str, int] = {}  # packs read from by range, and how often
         self._raw = _LRU(cache_bytes // 2)  # decoded small blobs, by digest
+        # Small blobs this writer just put, for peek_raw only: a get still reads the store, so a
+        # value gc deleted is found missing (and the cache asks the store for the newest entry).
+        self._put_raw = _LRU(1 << 20)
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
         self._inflight: list = []  # loose writes under way (futures)
         self._inflight_lock = threading.Lock()
@@ -273,8 +276,8 @@ class ObjectStore:
             return d
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
         self._queue(d, frame, kind, size, vt)
-        if n <= RAW_KEEP:  # a small result's bytes: copied into its cache entry, or read back soon
-            self._raw.put(d, bytes(raw))
+        if n <= RAW_KEEP:  # a small result's bytes, for peek_raw (a cache entry copies them)
+            self._put_raw.put(d, bytes(raw))
         return d
 
     def put_chunks(self, data: memoryview, cb: int, kind: int, codec: Codec, typesize: int = 1) -> list[Digest]:
@@ -323,6 +326,7 @@ class ObjectStore:
             self._queue(d, frame, kind, size, vt)  # a new pack entry; the newest index entry wins
         self._suspect.discard(d)
         self._raw.d.pop(d, None)
+        self._put_raw.d.pop(d, None)
         return d
 
     # -- the condemned-list view ---------------------------------------------------
@@ -361,6 +365,7 @@ class ObjectStore:
             if forget:
                 self._known.clear()
                 self._raw.clear()
+                self._put_raw.clear()
                 self.index.refresh()
             self._view_at = t
             return t
@@ -672,6 +677,8 @@ class ObjectStore:
         most ``limit`` long; never any I/O (a cache entry copies a small result's manifest)."""
         raw = self._raw.get(d)
         if raw is None:
+            raw = self._put_raw.get(d)
+        if raw is None:
             p = self._pending.get(d)
             if p is None or p[2] > limit:
                 return None
@@ -691,5 +698,6 @@ class ObjectStore:
     def clear_caches(self) -> None:
         self._packs.clear()
         self._raw.clear()
+        self._put_raw.clear()
         self._known.clear()
         self._view_at = -math.inf
