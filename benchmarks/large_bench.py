@@ -80,9 +80,11 @@ def bench_put_get(rows, tmp: Path, nbytes: int, repeat: int, label: str, a) -> N
                 pickle.dump(a, f, protocol=5)
 
         t_pdump = timed(pdump)
-        t_load = timed(lambda: np.load(npy))
+        # Reads: the better of two, so both read from the page cache (a first read may meet the
+        # neighbours' writeback and measure the disk, 0.1 GB/s here, for np.load and get alike).
+        t_load = min(timed(lambda: np.load(npy)) for _ in range(2))
         s2 = casmon.open(tmp / f"s{r}")
-        t_get = timed(lambda: s2.get(d))
+        t_get = min(timed(lambda: s2.get(d)) for _ in range(2))
 
         def pload():
             with open(pk, "rb") as f:
