@@ -105,6 +105,7 @@ MAX_BUCKETS = 1 << 20
 _ZSTD = get_codec("zstd")
 #: Format-2 blocks: lz4 decodes a block in a third of zstd's time (a lookup decodes one), for ~35% more bytes.
 _LZ4 = get_codec("lz4")
+_RAW = get_codec("none")
 
 
 class StoreDamageWarning(UserWarning):
@@ -1331,6 +1332,8 @@ class Table:
             m["exact"] = False
         payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
         _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
+        if len(frame) > 0.9 * len(payload):  # mostly a bloom filter (random bits): every fresh reader would decompress it for nothing
+            _, frame = encode_frame(payload, KIND_TABLE, _RAW)
         self.backend.create(self.prefix + "gens/" + gid, frame)
         faultpoints.point("merge.after_manifest")
         return gid
