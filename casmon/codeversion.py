@@ -40,6 +40,7 @@ before.
 
 from __future__ import annotations
 
+import __future__
 import ast
 import dis
 import functools
@@ -286,9 +287,7 @@ def _code_matches_file(code: types.CodeType) -> bool:
 
 
 #: Compiler flags a ``from __future__`` import sets, which code objects carry in ``co_flags``.
-_FUTURE_FLAGS = 0
-for _name in __import__("__future__").all_feature_names:
-    _FUTURE_FLAGS |= getattr(__import__("__future__"), _name).compiler_flag
+_FUTURE_FLAGS = functools.reduce(lambda a, n: a | getattr(__future__, n).compiler_flag, __future__.all_feature_names, 0)
 
 
 def _def_block(code: types.CodeType) -> tuple[list[str], int] | None:
