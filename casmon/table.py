@@ -398,7 +398,7 @@ def parse_generation(gid: str, key: str, raw) -> Generation:
         raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
 
 
-def _parse_v2(g: Generation, m: dict, binary: bytes) -> None:
+def _parse_v2(g: Generation, m: dict, binary: memoryview) -> None:
     """Check and attach a format-2 manifest's block directory and bloom filter."""
     blocks, nbits, k = m["blocks"], m["bloom_bits"], m["bloom_k"]
     if type(blocks) is not int or not g.nbuckets <= blocks <= MAX_BLOCKS or blocks & (blocks - 1):
