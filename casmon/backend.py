@@ -123,6 +123,13 @@ class _Loop:
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
+        if thread is None or not thread.is_alive():
+            # Closed here, not left to the loop's __del__: at teardown that can run after its
+            # self-pipe socket was collected, and print a traceback ("Invalid file descriptor: -1").
+            try:
+                loop.close()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                pass
 
 
 def _started_executor(n: int) -> ThreadPoolExecutor:
