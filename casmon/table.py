@@ -897,12 +897,15 @@ class Table:
             l0.update(loaded)
             self._l0 = dict(sorted(l0.items()))
             live = {g.id for g in view.active}
-            for bk in [bk for bk in self._buckets if bk[0] not in live]:
+            # Snapshots (one C-level step each): lookups in other threads reorder the block cache
+            # without this lock, and a Python-level walk of it would see it change.
+            for bk in [bk for bk in list(self._buckets) if bk[0] not in live]:
                 del self._buckets[bk]
-            if any(bk[0] not in live for bk in self._blocks):
-                self._blocks = OrderedDict((bk, tf) for bk, tf in self._blocks.items() if bk[0] in live)
-            self._bad_buckets = {bk for bk in self._bad_buckets if bk[0] in live}
-            self._bad_blocks = {bk for bk in self._bad_blocks if bk[0] in live}
+            blocks = list(self._blocks.items())
+            if any(bk[0] not in live for bk, _ in blocks):
+                self._blocks = OrderedDict((bk, tf) for bk, tf in blocks if bk[0] in live)
+            self._bad_buckets = {bk for bk in list(self._bad_buckets) if bk[0] in live}
+            self._bad_blocks = {bk for bk in list(self._bad_blocks) if bk[0] in live}
             # What is damaged and still matters: listed manifests, level-0 files to read, buckets of active generations.
             needed = {self.prefix + "gens/" + g for g in bad_gens}
             needed |= {self.prefix + "l0/" + n for n in bad_l0 if n in keep}
@@ -951,7 +954,10 @@ class Table:
         bk = (g.id, b)
         tf = self._blocks.get(bk)
         if tf is not None:
-            self._blocks.move_to_end(bk)
+            try:
+                self._blocks.move_to_end(bk)
+            except KeyError:  # dropped by a refresh meanwhile: still the right block
+                pass
             return tf
         ln = int(g.lens[b])
         if not ln or bk in self._bad_blocks:

@@ -392,3 +392,48 @@ def test_a_merge_by_columns_keeps_each_pair_once_in_key_order(files, nb):
             off += frame_len
     assert back == expected
     assert _encode_v2(expected, nb) == (bucket_files, binary, meta)  # the same bytes as from tuples
+
+
+def test_lookups_in_one_thread_and_refreshes_in_another_never_collide(tmp_path):
+    """A background flush refreshes a table while the caller's thread looks blocks up. The kill
+    campaign on 3.13 caught "OrderedDict mutated during iteration": a cached block moved to the
+    end of the block cache (a lookup) while the refresh walked the cache. Forced here with a tiny
+    switch interval, so the threads change places inside either loop."""
+    import threading
+
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    keys = [casmon.fingerprint(("k", i)) for i in range(3_000)]
+    for i, k in enumerate(keys):
+        s.append("cache", {"i": i}, key=k)
+    s.flush()
+    t = s.table("cache")
+    t.consolidate(force=True)
+    t.refresh()
+    assert any(g.v == 2 for g in t._active_gens)
+    for k in keys:
+        t.lookup(k)  # every block in the block cache
+    errors, stop = [], threading.Event()
+
+    def looker():
+        try:
+            while not stop.is_set():
+                for k in keys[::7]:
+                    assert t.lookup(k)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        th = threading.Thread(target=looker)
+        th.start()
+        try:
+            for _ in range(300):
+                t.refresh()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+        stop.set()
+        th.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
