@@ -487,7 +487,7 @@ class Columns:
 
     @classmethod
     def of_tables(cls, tables: list[TableFile]) -> Columns:
-        """The entries of ``tables``, one after the other (no copy of the keys' order, nothing dropped)."""
+        """The entries of ``tables``, one table after the other, in their order (nothing dropped)."""
         bufs = [tf.vals for tf in tables if len(tf)]
         tables = [tf for tf in tables if len(tf)]
         if not tables:
@@ -567,7 +567,8 @@ def _encode_v2(entries: list[tuple[bytes, bytes]] | Columns, nb: int) -> tuple[l
     bits = blocks.bit_length() - 1
     nbits = max(64, (n * BLOOM_BITS_PER_KEY + 7) // 8 * 8)
     if n:
-        cols = cols.take(np.argsort(cols.keys, kind="stable"))
+        if n > 1 and not bool(np.all(cols.keys[1:] >= cols.keys[:-1])):  # a merge's are sorted already
+            cols = cols.take(np.argsort(cols.keys, kind="stable"))
         keys = np.frombuffer(cols.keys.tobytes(), dtype=np.uint8).reshape(n, 16)
         top = np.ascontiguousarray(keys[:, :4]).view(">u4").ravel().astype(np.int64) >> (32 - bits) if bits else np.zeros(n, np.int64)
         bounds = np.searchsorted(top, np.arange(blocks + 1)).tolist()

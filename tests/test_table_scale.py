@@ -392,6 +392,7 @@ def test_a_merge_by_columns_keeps_each_pair_once_in_key_order(files, nb):
             off += frame_len
     assert back == expected
     assert _encode_v2(expected, nb) == (bucket_files, binary, meta)  # the same bytes as from tuples
+    assert _encode_v2(list(dict.fromkeys(flat)), nb) == (bucket_files, binary, meta)  # unsorted: sorted there
 
 
 def test_lookups_in_one_thread_and_refreshes_in_another_never_collide(tmp_path):
