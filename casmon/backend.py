@@ -123,9 +123,11 @@ class _Loop:
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
-        if thread is None or not thread.is_alive():
+        if (thread is None or not thread.is_alive()) and not _remote_clients:
             # Closed here, not left to the loop's __del__: at teardown that can run after its
             # self-pipe socket was collected, and print a traceback ("Invalid file descriptor: -1").
+            # Not where a remote client (obstore's runtime, fsspec) ran: its threads may still call
+            # back into the loop, which a stopped loop tolerates and a closed one does not.
             try:
                 loop.close()
             except Exception:  # noqa: BLE001 - exiting anyway
@@ -489,8 +491,11 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
     """
     if isinstance(location, Backend):
         return location
+    global _remote_clients
     _load_zarr()
     if isinstance(location, ZarrStore):
+        if not isinstance(location, (LocalStore, MemoryStore, ZipStore)):
+            _remote_clients = True  # someone else's client: its threads are not ours to outlive
         return Backend(location, str(location))
     if location is None:
         location = DEFAULT_PATH
@@ -504,6 +509,7 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
             d = _memory_stores.setdefault(name, {}) if name else {}
         return Backend(MemoryStore(d, read_only=read_only), location)
     if "://" in location and not location.startswith("file://"):
+        _remote_clients = True
         scheme = location.split("://", 1)[0]
         if scheme in _OBSTORE_SCHEMES and _has_obstore():
             return _open_object_store(location, read_only, storage_options or {})
@@ -589,6 +595,10 @@ def _short_error(e: BaseException) -> str:
     if "error sending request" in low or "Connection refused" in low or "dns error" in low:
         return "cannot reach the endpoint (" + text[:200] + ")"
     return f"{type(e).__name__}: {text[:300]}"
+
+
+#: A remote store's client was opened in this process (see :meth:`_Loop.shutdown`).
+_remote_clients = False
 
 
 def _open_object_store(url: str, read_only: bool, storage_options: dict) -> Backend:
