@@ -198,24 +198,19 @@ def encode_frame(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest
 _WORDS = struct.Struct("<5Q")
 
 
-def _xor(b: bytes) -> int:
-    """XOR of the 40 header bytes (with the check byte in place, a sound header XORs to 0)."""
-    a, b2, c, d, e = _WORDS.unpack(b)
-    w = a ^ b2 ^ c ^ d ^ e
-    w ^= w >> 32
-    w ^= w >> 16
-    w ^= w >> 8
-    return w & 0xFF
-
-
 def _xor_at(data, offset: int) -> int:
-    """:func:`_xor` of the header at ``offset``, without copying it."""
+    """XOR of the 40 header bytes at ``offset`` (with the check byte in place, a sound header XORs to 0)."""
     a, b2, c, d, e = _WORDS.unpack_from(data, offset)
     w = a ^ b2 ^ c ^ d ^ e
     w ^= w >> 32
     w ^= w >> 16
     w ^= w >> 8
     return w & 0xFF
+
+
+def _xor(b: bytes) -> int:
+    """XOR of the 40 header bytes (with the check byte in place, a sound header XORs to 0)."""
+    return _xor_at(b, 0)
 
 
 def read_header(data, key: str, offset: int = 0) -> Frame:
@@ -311,13 +306,10 @@ def decode_body(frame: Frame, body, key: str, out=None, placed: bool = False):
                 raise DamagedObjectError(key, f"the payload says {declared} bytes, the header {frame.raw_len}")
             if out is not None and memoryview(out).nbytes != frame.raw_len:
                 raise DamagedObjectError(key, f"raw length {frame.raw_len} does not fit the {memoryview(out).nbytes} bytes expected")
-            if out is None and frame.codec == 3:
-                # lz4 sizes its output by its own size field, checked above to be the header's raw length
-                # (itself bounded): a fresh bytes object, 2 µs where a buffer passed in costs 8.
-                raw = _lz4().decompress(body)
-            else:
-                dest = out if out is not None else bytearray(frame.raw_len)  # never let the codec size its own output
-                raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=dest)
+            # Never let a codec size its own output, except lz4: its size field was checked above to be
+            # the header's raw length (itself bounded), and a fresh bytes object costs 2 µs, a buffer 8.
+            dest = out if out is not None or frame.codec == 3 else bytearray(frame.raw_len)
+            raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=dest)
     except DamagedObjectError:
         raise
     except Exception as e:  # noqa: BLE001 - any codec failure means damage
