@@ -351,7 +351,7 @@ class _CachedFunction:
         self.tracker = None if version is not None else version_tracker(_unwrap_callable(target))
         self.version: Digest | None = None
         self._prefix: bytes | None = None
-        self._mem: OrderedDict[Digest, Digest] = OrderedDict()
+        self._mem: OrderedDict[bytes, bytes] = OrderedDict()  # key -> result digest
         self._mem_max = memory_entries
         self._lock = threading.Lock()
         self._custom_key = type(self).key is not _CachedFunction.key  # compat.finecache keys its own way
@@ -613,14 +613,18 @@ class _CachedFunction:
 
     def _remember(self, key: Digest, result: Digest) -> None:
         with self._lock:
-            self._mem[key] = result
+            # Plain bytes, not Digests: the garbage collector walks instances of Python classes at
+            # every full collection (a 1M-entry build spent a sixth of its time there).
+            self._mem[bytes(key)] = bytes(result)
             if len(self._mem) > self._mem_max:
                 self._mem.popitem(last=False)
 
     def lookup_result(self, key: Digest):
         """(found, value): a hit loads a fresh copy; damage gives a warning and a miss."""
         d = self._mem.get(key)
-        if d is None:
+        if d is not None:
+            d = Digest.from_raw(d)
+        else:
             found = self.find(key)
             if found is None:
                 return False, None

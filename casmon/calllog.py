@@ -59,7 +59,7 @@ _SCALARS = frozenset((type(None), bool, int, float, str))
 PENDING_MAX = 200_000
 #: Waiting rows are JSON-encoded in blocks of this many by a background thread while calls go
 #: on, so a flush -- the one at exit above all -- encodes only the last, partial block.
-ENCODE_BLOCK = 16384
+ENCODE_BLOCK = 4096
 #: How often (seconds) the encoding thread looks for a full block: often, so the rows left for
 #: the exit flush are about one partial block (a look is a length check; blocks stay large).
 ENCODE_POLL = 0.02

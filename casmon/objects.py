@@ -193,6 +193,8 @@ class _LRU:
         n = len(v)
         if n > self.max_bytes // 4:
             return
+        if type(k) is not bytes and isinstance(k, bytes):
+            k = bytes(k)  # a Digest's plain bytes (same hash): the garbage collector walks Digests, not bytes
         with self.lock:
             if k in self.d:
                 return
@@ -313,7 +315,9 @@ class ObjectStore:
     def _queue(self, d: Digest, frame: bytes, kind: int, size: int, vt: float) -> None:
         with self._lock:
             if d not in self._pending:
-                self._pending[d] = (frame, kind, size, vt)
+                # Keyed by plain bytes (equal to the Digest): thousands wait for a pack, and the garbage
+                # collector would walk every Digest (an instance of a Python class) at each full collection.
+                self._pending[bytes(d)] = (frame, kind, size, vt)
                 self._pending_bytes += len(frame)
 
     def _rewrite(self, d: Digest, raw, kind: int, codec: Codec, typesize: int, size: int, vt: float) -> Digest:
@@ -458,13 +462,15 @@ class ObjectStore:
     def adopt(self, d: Digest, frame: bytes, kind: int, size: int) -> None:
         """Queue an already framed blob for the next pack (gc's repacking, repair)."""
         with self._lock:
-            self._pending[d] = (frame, kind, size, self._view_at)
+            self._pending[bytes(d)] = (frame, kind, size, self._view_at)
             self._pending_bytes += len(frame)
 
     def _remember(self, d: Digest, vt: float) -> None:
         if len(self._known) > 500_000:
             self._known.clear()  # all at once: a value's chunks are never forgotten while it is remembered
-        self._known[d] = vt
+        # Plain bytes (equal to the Digest, same hash): instances of a Python class are tracked by
+        # the garbage collector, and every full collection would walk hundreds of thousands of them.
+        self._known[bytes(d)] = vt
 
     @property
     def pending_bytes(self) -> int:

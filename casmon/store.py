@@ -292,11 +292,12 @@ class Store:
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._tables: dict[str, Table] = {}
+        self._table_list: tuple[Table, ...] = ()
         self._closed = False
         self._flusher: threading.Thread | None = None
         self._flush_hooks: list = []
         self._manifests: dict[Digest, Manifest] = {}  # small manifests, immutable
-        self._record_refs: set[Digest] = set()  # values named by records appended since the last seal
+        self._record_refs: set[bytes] = set()  # digests of values named by records appended since the last seal
         # Values put and not yet named by a record or ref (a running call's arguments): if gc condemns
         # one meanwhile, the next flush copies it, so it is still there when its record is written.
         self._held: dict[Digest, None] = {}
@@ -557,6 +558,9 @@ class Store:
                     t = Table(self.backend, f"records/{kind}/", self.writer)
                     t.format_gate = self._format2
                     self._tables[kind] = t
+                    # A tuple, replaced whole: read without the lock on every write (copying the dict
+                    # there could meet another thread's insert, see test_table_scale's snapshot test).
+                    self._table_list = tuple(self._tables.values())
         return t
 
     def record_kinds(self) -> list[str]:
@@ -596,7 +600,7 @@ class Store:
             t.add(k, data)
             if refs:
                 rs = [Digest(r) for r in refs]
-                self._record_refs.update(rs)
+                self._record_refs.update(map(bytes, rs))  # plain bytes: not walked by the garbage collector
                 held = self._held
                 for r in rs:
                     held.pop(r, None)
@@ -707,7 +711,7 @@ class Store:
         if self.durable:
             self.flush()  # written, and fsynced where the backend can, before the call returns
             return
-        if self.objects.pending_bytes > PACK_MAX or any(t.pending > RECORDS_MAX for t in list(self._tables.values())):
+        if self.objects.pending_bytes > PACK_MAX or any(t.pending > RECORDS_MAX for t in self._table_list):
             self.flush()
         elif self.autoflush and self._flusher is None:
             self._start_flusher()
@@ -716,9 +720,10 @@ class Store:
         """Start casmon's I/O threads at the first write, if reads have not: the exit flush needs them,
         and Python 3.12 refuses to start a thread while the interpreter exits (a process that read a
         local folder without them and wrote only at exit lost its writes)."""
-        from .backend import _Loop
+        if not self.backend.is_local:  # a local folder is written in the calling thread
+            from .backend import _Loop
 
-        _Loop.get()
+            _Loop.get()
         self._io_ready = True
 
     def flush_for_call(self) -> None:
@@ -811,7 +816,7 @@ class Store:
                     refs, self._record_refs = self._record_refs, set()
                 faultpoints.point("flush.sealed")
                 sealed_at = time.monotonic()
-                stale = {d for d in refs if self._needs_check(d)}
+                stale = {Digest.from_raw(d) for d in refs if self._needs_check(d)}
                 bad = self._check_values(stale) if stale else set()
                 bad |= self._check_pending_values()
                 if bad:
@@ -883,8 +888,11 @@ class Store:
         missing object); returns such values, so records naming them are kept out too.
         """
         now = time.monotonic()
-        old = [d for d, p in list(self.objects._pending.items())
-               if p[1] == KIND_VALUE and now - p[3] > condemned.RELY_MAX]
+        # Under the lock that puts take: a garbage collection inside the copy runs Python code (gc
+        # callbacks, finalizers), where another thread's put would change the dict under the copy.
+        with self.objects._lock:
+            pending = list(self.objects._pending.items())
+        old = [Digest.from_raw(d) for d, p in pending if p[1] == KIND_VALUE and now - p[3] > condemned.RELY_MAX]
         if not old:
             return set()
         vt = self.objects.refresh_view()
@@ -1017,6 +1025,7 @@ class Store:
         self._lock = threading.RLock()
         self.objects = ObjectStore(self.backend, self.writer)
         self._tables = {}
+        self._table_list = ()
         self._flush_hooks = []
         # The values the parent's waiting records name, and those it holds, are the parent's to write:
         # checked here they look lost (found by an attack: a false "removed by gc" warning in children).

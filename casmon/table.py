@@ -63,7 +63,8 @@ import numpy as np
 
 from . import faultpoints
 from .backend import Backend
-from .codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, read_header
+from .codec import (FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, decode_table_block, encode_frame, get_codec,
+                    read_header)
 from .errors import DamagedObjectError
 
 __all__ = ["Table", "TableFile", "Generation", "Survey", "StoreDamageWarning", "encode_table_file"]
@@ -86,6 +87,10 @@ MAX_BLOCKS = 1 << 26
 #: Bloom filter of a format-2 generation: bits per entry and probes (about 1% false positives).
 BLOOM_BITS_PER_KEY = 10
 BLOOM_K = 7
+#: Level-0 files up to this size are lz4-compressed (numcodecs' lz4 takes up to ~2 GiB), larger ones zstd.
+L0_LZ4_MAX = 1 << 30
+#: Format-2 blocks a table keeps after reading them.
+BLOCK_CACHE = 8
 #: Generation format written (1: whole buckets; 2: blocks, block directory and bloom filter).
 GEN_FORMAT = 2
 #: Merge a generation with what is merged when it holds at most this many times as many entries:
@@ -142,7 +147,7 @@ def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
 class TableFile:
     """One parsed table file: sorted keys, and the values behind them."""
 
-    __slots__ = ("name", "keys", "offs", "vals", "_index", "_finds", "_klist", "_olist")
+    __slots__ = ("name", "keys", "offs", "vals", "_klist", "_olist")
 
     def __init__(self, name: str, payload) -> None:
         self.name = name
@@ -173,8 +178,6 @@ class TableFile:
                     raise ValueError("keys are not sorted")
         except (ValueError, struct.error) as e:
             raise DamagedObjectError(name, f"not a valid table file: {e}") from None
-        self._index: dict[bytes, list[bytes]] | None = None
-        self._finds = 0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -185,43 +188,84 @@ class TableFile:
         for i, k in enumerate(self.keys.tolist()):
             yield k.ljust(16, b"\0"), bytes(vals[offs[i] : offs[i + 1]])
 
-    def index(self) -> dict[bytes, list[bytes]]:
-        """A dict of the file, built once (for small files that are looked up often)."""
-        if self._index is None:
-            d: dict[bytes, list[bytes]] = {}
-            for k, v in self.items():
-                d.setdefault(k, []).append(v)
-            self._index = d
-        return self._index
+    def find(self, key: bytes) -> list[bytes]:
+        """The values under ``key``: a binary search over the keys as a Python list (made at the first
+        search: numpy's search costs 5 µs a call and lets go of the GIL, and a background merge then
+        keeps it for a switch interval; a dict would be one tracked list per key for the garbage
+        collector to walk)."""
+        kl = self._klist
+        if kl is None:
+            if not len(self.keys):
+                return []
+            kl = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
+            self._olist = self.offs.tolist()
+            self._klist = kl
+        k = key.rstrip(b"\0")
+        lo = bisect.bisect_left(kl, k)
+        if lo == len(kl) or kl[lo] != k:
+            return []
+        hi = bisect.bisect_right(kl, k, lo)
+        offs = self._olist
+        return [bytes(self.vals[offs[i] : offs[i + 1]]) for i in range(lo, hi)]
+
+
+_OFF2 = struct.Struct("<QQ")
+
+
+class _Block:
+    """A format-2 block as a lookup reads it: the payload of a table file, searched in place.
+
+    A lookup searches a block once, so it is not turned into arrays and lists as
+    :class:`TableFile` does (that cost more than reading it). Its frame's digest
+    was checked; the offsets of what a search finds are checked as it is found.
+    """
+
+    __slots__ = ("key", "at", "raw", "n", "offs_at", "vals_at")
+
+    def __init__(self, key: str, raw: bytes, at: int = 0) -> None:
+        self.key, self.at, self.raw = key, at, raw  # the block is at offset ``at`` of file ``key``
+        try:
+            magic, n = _COUNT.unpack_from(raw, 0)
+        except struct.error:
+            magic, n = b"", 0
+        offs_at = _COUNT.size + 16 * n
+        vals_at = offs_at + 8 * (n + 1)
+        if magic != _MAGIC or len(raw) < vals_at:
+            raise DamagedObjectError(self.name, "not a valid table file: bad magic or too short for its entries")
+        self.n, self.offs_at, self.vals_at = n, offs_at, vals_at
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}@{self.at}" if self.at else self.key
+
+    def __len__(self) -> int:
+        return self.n
 
     def find(self, key: bytes) -> list[bytes]:
-        """The values under ``key``: a binary search; a dict once the file has been searched often
-        (a writer's level-0 files are searched on every miss, and searching 16-byte strings is slow)."""
-        kl = self._klist
-        if kl is not None:
-            k = key.rstrip(b"\0")
-            lo = bisect.bisect_left(kl, k)
-            if lo == len(kl) or kl[lo] != k:
-                return []
-            hi = bisect.bisect_right(kl, k, lo)
-            offs = self._olist
-            return [bytes(self.vals[offs[i] : offs[i + 1]]) for i in range(lo, hi)]
-        n = len(self.keys)
-        if not n:
-            return []
-        if self._index is not None:
-            return list(self._index.get(key, ()))
-        self._finds += 1
-        if self._finds > 64 + n // 8:  # a dict costs about what n // 8 searches do
-            return list(self.index().get(key, ()))
-        k = np.array(key, dtype="S16")
-        lo = int(np.searchsorted(self.keys, k, side="left"))
-        if lo >= n or self.keys[lo] != k:
-            return []
-        hi = int(np.searchsorted(self.keys, k, side="right"))
-        offs = self.offs
-        return [bytes(self.vals[int(offs[i]) : int(offs[i + 1])]) for i in range(lo, hi)]
-
+        """The values under ``key`` (a binary search over the 16-byte keys)."""
+        if len(key) != 16:
+            key = bytes(key).ljust(16, b"\0")[:16]
+        raw, n = self.raw, self.n
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            p = 8 + (mid << 4)
+            if raw[p : p + 16] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        out = []
+        room = len(raw) - self.vals_at
+        while lo < n:
+            p = 8 + (lo << 4)
+            if raw[p : p + 16] != key:
+                break
+            a, b = _OFF2.unpack_from(raw, self.offs_at + 8 * lo)
+            if not a <= b <= room:
+                raise DamagedObjectError(self.name, "not a valid table file: offsets do not match the values")
+            out.append(raw[self.vals_at + a : self.vals_at + b])
+            lo += 1
+        return out
 
 
 # -- provenance: per writer, ranges of level-0 sequence numbers ---------------------
@@ -336,14 +380,17 @@ class Generation:
     k: int = 0
 
     def may_hold(self, h1: int, h2: int) -> bool:
-        """False if the key whose :func:`_hashes` are ``h1, h2`` is surely not here (format 2), else True."""
+        """False if the key whose :func:`_hashes` are ``h1, h2`` is surely not here (format 2), else True.
+        (:meth:`Table._lookup_once` has these lines inline: a lookup asks every generation.)"""
         if self.v < 2:
             return True
         bl, nb = self.bloom, self.nbits
-        for i in range(self.k):
-            p = ((h1 + i * h2) & _M64) % nb
+        x = h1
+        for _ in range(self.k):  # probe i is at ((h1 + i * h2) mod 2**64) mod nbits
+            p = x % nb
             if not (bl[p >> 3] >> (p & 7)) & 1:
                 return False
+            x = (x + h2) & _M64
         return True
 
     def block_of(self, key: bytes) -> int:
@@ -412,8 +459,9 @@ def _parse_v2(g: Generation, m: dict, binary: memoryview) -> None:
     g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
     # Arrays, not lists: a lookup reads one entry of each, and a fresh process would spend
     # milliseconds making millions of Python ints it never reads.
-    g.starts = (np.cumsum(per_file, axis=1) - per_file).ravel()
-    g.lens = lens
+    # Memoryviews of int64 arrays: indexing one gives a Python int without a numpy scalar in between.
+    g.starts = memoryview(np.ascontiguousarray((np.cumsum(per_file, axis=1) - per_file).ravel(), dtype=np.int64))
+    g.lens = memoryview(np.ascontiguousarray(lens, dtype=np.int64))
     g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
 
 
@@ -591,6 +639,14 @@ def _encode_v2(entries: list[tuple[bytes, bytes]] | Columns, nb: int) -> tuple[l
     return files, lens.tobytes() + bloom, {"v": 2, "blocks": blocks, "bloom_bits": nbits, "bloom_k": BLOOM_K}
 
 
+def _index_add(idx: dict, key: bytes, value: bytes) -> None:
+    """Add to a key -> value(s) index: one value as itself, more as a tuple. Not a list per key: the
+    garbage collector walks every list at each full collection, and a writer's index holds
+    thousands; a tuple of bytes it stops tracking."""
+    old = idx.get(key)
+    idx[key] = value if old is None else (old + (value,) if type(old) is tuple else (old, value))
+
+
 class _Vanished(Exception):
     """A file listed a moment ago is gone: list again. Never leaves this module."""
 
@@ -686,7 +742,7 @@ class Table:
         self._lock = threading.RLock()
         self._pending: list[tuple[bytes, bytes]] = []
         self._batches: list[tuple[str, list[tuple[bytes, bytes]]]] = []  # named, not yet written
-        self._pending_index: dict[bytes, list[bytes]] = {}
+        self._pending_index: dict[bytes, bytes | tuple[bytes, ...]] = {}  # see _index_add
         self._l0: dict[str, TableFile] = {}  # the level-0 files to read
         self._listed_l0: list[str] = []  # every level-0 file listed
         self._gens: dict[str, Generation] = {}  # every readable manifest listed
@@ -698,9 +754,13 @@ class Table:
         self._distinct: dict[frozenset[str], int] = {}  # overlap group -> entries, each counted once
         self._buckets: OrderedDict[tuple[str, int], TableFile] = OrderedDict()
         self._bucket_cache = bucket_cache
-        self._blocks: OrderedDict[tuple[str, int], TableFile] = OrderedDict()  # format-2 blocks read
-        self._block_cache = 64 * bucket_cache
+        # Format-2 blocks read lately, oldest first. Few: a repeated key is remembered by the features
+        # above (a cache's key -> result), and a block kept is ~9 KiB; freed ones are reused by the next
+        # read, where thousands kept would each take fresh memory (page faults cost a third of a lookup).
+        self._blocks: dict[tuple[str, int], _Block | TableFile] = {}
+        self._block_cache = BLOCK_CACHE
         self._bad_blocks: set[tuple[str, int]] = set()
+        self._kept_gens: set[str] = set()  # generations whose bucket files the backend may keep open
         #: Called before the first format-2 generation is written; False keeps writing format 1
         #: (the store upgrades its format marker here, so older casmon refuses rather than misreads).
         self.format_gate = None
@@ -716,9 +776,11 @@ class Table:
 
     # -- writing ---------------------------------------------------------------
     def add(self, key: bytes, value: bytes) -> None:
+        if type(key) is not bytes:
+            key = bytes(key)  # not a Digest: the garbage collector walks those (instances of a Python class)
         with self._lock:
             self._pending.append((key, value))
-            self._pending_index.setdefault(key, []).append(value)
+            _index_add(self._pending_index, key, value)
 
     @property
     def pending(self) -> int:
@@ -732,12 +794,12 @@ class Table:
             return entries
 
     def _reindex_pending(self) -> None:
-        idx: dict[bytes, list[bytes]] = {}
+        idx: dict[bytes, bytes | tuple[bytes, ...]] = {}
         for _name, entries in self._batches:
             for k, v in entries:
-                idx.setdefault(k, []).append(v)
+                _index_add(idx, k, v)
         for k, v in self._pending:
-            idx.setdefault(k, []).append(v)
+            _index_add(idx, k, v)
         self._pending_index = idx
 
     def flush(self) -> None:
@@ -798,7 +860,9 @@ class Table:
 
     def _write_named(self, name: str, entries: list[tuple[bytes, bytes]]) -> TableFile:
         payload = encode_table_file(entries)
-        _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
+        # lz4: a level-0 file lives until the next merge, and is written by the exit flush (an 8 MB
+        # call-log record: zstd 16 ms, lz4 5) and read whole by every fresh reader (lz4 decodes ~3x quicker).
+        _, frame = encode_frame(payload, KIND_TABLE, _LZ4 if len(payload) < L0_LZ4_MAX else _ZSTD)
         self.backend.create(self.prefix + "l0/" + name, frame)
         return TableFile(self.prefix + "l0/" + name, payload)
 
@@ -904,7 +968,10 @@ class Table:
                 del self._buckets[bk]
             blocks = list(self._blocks.items())
             if any(bk[0] not in live for bk, _ in blocks):
-                self._blocks = OrderedDict((bk, tf) for bk, tf in blocks if bk[0] in live)
+                self._blocks = {bk: tf for bk, tf in blocks if bk[0] in live}
+            for gid in self._kept_gens - live:  # merged away: close its bucket files
+                self.backend.forget(f"{self.prefix}buckets/{gid}/")
+            self._kept_gens = live
             self._bad_buckets = {bk for bk in list(self._bad_buckets) if bk[0] in live}
             self._bad_blocks = {bk for bk in list(self._bad_blocks) if bk[0] in live}
             # What is damaged and still matters: listed manifests, level-0 files to read, buckets of active generations.
@@ -919,7 +986,9 @@ class Table:
         bk = (g.id, i)
         tf = self._buckets.get(bk)
         if tf is not None:
-            self._buckets.move_to_end(bk)
+            with self._lock:  # a refresh in another thread copies the cache under the lock
+                if bk in self._buckets:
+                    self._buckets.move_to_end(bk)
             return tf
         if bk in self._bad_buckets:
             return _EMPTY
@@ -950,38 +1019,46 @@ class Table:
             data = get(key)
         return data
 
-    def _block(self, g: Generation, b: int, tolerant: bool = False) -> TableFile:
-        """Block ``b`` of a format-2 generation: one small read (a range of its bucket file)."""
+    def _block(self, g: Generation, b: int, tolerant: bool = False) -> _Block | TableFile:
+        """Block ``b`` of a format-2 generation: one small read (a range of its bucket file, kept open)."""
         bk = (g.id, b)
-        tf = self._blocks.get(bk)
-        if tf is not None:
-            try:
-                self._blocks.move_to_end(bk)
-            except KeyError:  # dropped by a refresh meanwhile: still the right block
-                pass
-            return tf
+        blk = self._blocks.get(bk)
+        if blk is not None:
+            return blk
         ln = int(g.lens[b])
         if not ln or bk in self._bad_blocks:
             return _EMPTY
         key = f"{self.prefix}buckets/{g.id}/{b >> g.shift:04x}"
         start = int(g.starts[b])
-        data = self._fetch(g, key, tolerant, start, start + ln)
-        if data is False:
-            return _EMPTY
-        where = f"{key}@{start}"
+        data = self.backend.read_kept(key, start, start + ln)
         if data is None:
-            self._bad_block(g, b, key, f"missing, although generation {g.id} needs it")
-            return _EMPTY
+            data = self._fetch(g, key, tolerant, start, start + ln)
+            if data is False:
+                return _EMPTY
+            if data is None:
+                self._bad_block(g, b, key, f"missing, although generation {g.id} needs it")
+                return _EMPTY
         try:
-            tf = TableFile(where, decode_frame(data, where)[1])
+            blk = _Block(key, decode_table_block(data, key, start), start)
         except DamagedObjectError as e:
             self._bad_block(g, b, key, f"block at {start}: {e.reason}")
             return _EMPTY
         with self._lock:
-            self._blocks[bk] = tf
-            while len(self._blocks) > self._block_cache:
-                self._blocks.popitem(last=False)
-        return tf
+            blocks = self._blocks
+            blocks[bk] = blk
+            if len(blocks) > self._block_cache:
+                del blocks[next(iter(blocks))]  # the oldest read (a dict keeps insertion order)
+        return blk
+
+    def _find_in_block(self, g: Generation, key: bytes, tolerant: bool) -> list[bytes]:
+        b = g.block_of(key)
+        try:
+            return self._block(g, b, tolerant).find(key)
+        except DamagedObjectError as e:  # a block whose offsets do not fit its values (crafted: its digest matched)
+            with self._lock:
+                self._blocks.pop((g.id, b), None)
+            self._bad_block(g, b, f"{self.prefix}buckets/{g.id}/{b >> g.shift:04x}", e.reason)
+            return []
 
     def _file_tables(self, g: Generation, i: int, tolerant: bool, data=None) -> tuple[list[TableFile], bool]:
         """``(tables, damaged)`` of bucket file ``i`` of ``g``: the whole bucket (format 1) or its
@@ -1072,15 +1149,21 @@ class Table:
         h1, h2 = _hashes(key)
         for g in self._active_gens:
             if g.v >= 2:
-                if g.may_hold(h1, h2):
-                    out.extend(self._block(g, g.block_of(key), tolerant).find(key))
+                bl, nb, x = g.bloom, g.nbits, h1
+                for _ in range(g.k):  # Generation.may_hold, inline
+                    p = x % nb
+                    if not (bl[p >> 3] >> (p & 7)) & 1:
+                        break
+                    x = (x + h2) & _M64
+                else:
+                    out.extend(self._find_in_block(g, key, tolerant))
                 continue
             out.extend(self._bucket(g, _bucket_of(key, g.nbuckets), tolerant).find(key))
         for tf in list(self._l0.values()):
             out.extend(tf.find(key))
         vs = self._pending_index.get(key)
-        if vs:
-            out.extend(vs)
+        if vs is not None:
+            out.extend(vs) if type(vs) is tuple else out.append(vs)
         if len(out) > 1:
             out = list(dict.fromkeys(out))
         return out
@@ -1099,12 +1182,15 @@ class Table:
                 tf = self._buckets.get((g.id, _bucket_of(key, g.nbuckets)))
             if tf is None:
                 return None
-            out.extend(tf.find(key))
+            try:
+                out.extend(tf.find(key))
+            except DamagedObjectError:  # a lookup that reads says so
+                return None
         for tf in list(self._l0.values()):
             out.extend(tf.find(key))
         vs = self._pending_index.get(key)
-        if vs:
-            out.extend(vs)
+        if vs is not None:
+            out.extend(vs) if type(vs) is tuple else out.append(vs)
         return list(dict.fromkeys(out)) if len(out) > 1 else out
 
     def items(self, refresh: bool = True, strict: bool = True) -> Iterator[tuple[bytes, bytes]]:

@@ -55,7 +55,10 @@ def test_decorating_a_module_loads_no_heavy_dependency(tmp_path):
     assert not (tmp_path / ".casmon").exists()  # no store opened or created by decorating
 
 
-def test_first_use_loads_zarr_and_works(tmp_path):
+def test_a_local_folder_is_used_without_zarr_and_is_still_a_zarr_store(tmp_path):
+    """A local folder is read and written with plain system calls: zarr (a third of a second to
+    import, tens of milliseconds at exit) and asyncio are never loaded for it. The folder keeps
+    zarr's LocalStore layout: zarr itself, opened on it afterwards, lists and reads the same keys."""
     (tmp_path / "usermod.py").write_text(textwrap.dedent("""
         import casmon
 
@@ -71,7 +74,26 @@ def test_first_use_loads_zarr_and_works(tmp_path):
         s = casmon.open("s")
         d = s.put(np.arange(300_000.0))
         assert s.get(d)[-1] == 299_999.0
+        s.flush()
+        assert s.verify().ok
     """, tmp_path)
-    assert loaded["zarr"] and loaded["numcodecs"]
+    assert not loaded["zarr"] and not loaded["asyncio"]
+    assert loaded["numcodecs"]  # the array was compressed
     assert not loaded["git"] and not loaded["rich"] and not loaded["click"]
+    import asyncio
+
+    from zarr.storage import LocalStore
+
+    z = LocalStore(tmp_path / "s", read_only=True)
+
+    async def keys():
+        return sorted([k async for k in z.list()])
+
+    listed = asyncio.run(keys())
+    on_disk = sorted(str(p.relative_to(tmp_path / "s")) for p in (tmp_path / "s").rglob("*") if p.is_file())
+    assert listed == on_disk and "casmon.json" in listed and not any(k.endswith(".partial") for k in listed)
+    from zarr.buffer import default_buffer_prototype
+
+    got = asyncio.run(z.get("casmon.json", prototype=default_buffer_prototype()))
+    assert got.to_bytes() == (tmp_path / "s" / "casmon.json").read_bytes()
     assert (tmp_path / ".casmon" / "casmon.json").exists()

@@ -18,7 +18,7 @@ def test_table_file_round_trip_and_validation():
     entries = [(b"b" * 16, b"2"), (b"a" * 16, b"1"), (b"a" * 16, b"1b")]
     tf = TableFile("t", encode_table_file(entries))
     assert list(tf.items()) == [(b"a" * 16, b"1"), (b"a" * 16, b"1b"), (b"b" * 16, b"2")]
-    assert tf.index()[b"a" * 16] == [b"1", b"1b"]
+    assert tf.find(b"a" * 16) == [b"1", b"1b"]
     for bad in [b"", b"XXXX" + bytes(10), encode_table_file(entries)[:-1]]:
         with pytest.raises(DamagedObjectError):
             TableFile("bad", bad)

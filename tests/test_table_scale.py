@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import warnings
+import time
 from pathlib import Path
 
 import pytest
@@ -438,3 +439,64 @@ def test_lookups_in_one_thread_and_refreshes_in_another_never_collide(tmp_path):
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors
+
+
+def test_a_flush_beside_puts_survives_thread_switches_inside_snapshots(tmp_path):
+    """``list(d.items())`` is one C call, but a garbage collection inside it runs gc callbacks and
+    finalizers, which are Python code: another thread can run there and add to ``d``, and the copy
+    fails with "dictionary changed size during iteration". A 1M-entry build with a gc callback
+    installed (as profilers and memory tools do) made every background flush fail this way in
+    its check of the waiting values. Forced here: thousands of values waiting, a collection every
+    few allocations, each switching threads, while the caller's thread puts more."""
+    import gc
+    import threading
+
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    first = [s.put(("v", i)) for i in range(6_000)]
+    errors, stop = [], threading.Event()
+
+    def checker():  # the step of a flush that copies the waiting values
+        while not stop.is_set():
+            try:
+                s._check_pending_values()
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+                return
+
+    def switch(phase, info):
+        time.sleep(0)  # let the other thread run inside whatever collected
+
+    old, interval = gc.get_threshold(), sys.getswitchinterval()
+    gc.callbacks.append(switch)
+    gc.set_threshold(5)
+    sys.setswitchinterval(1e-6)
+    try:
+        th = threading.Thread(target=checker)
+        th.start()
+        more = [s.put(("w", i)) for i in range(1_000)]
+        stop.set()
+        th.join()
+    finally:
+        gc.callbacks.remove(switch)
+        gc.set_threshold(*old)
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    s.flush()
+    fresh = casmon.open(tmp_path / "s")
+    assert fresh.get(first[-1]) == ("v", 5_999) and fresh.get(more[-1]) == ("w", 999)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=5000) | st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=40), st.integers(1, 3000)))
+def test_table_files_compress_to_the_bytes_numcodecs_lz4_writes(data):
+    """Table files are compressed through the ``lz4`` package (1 ms to import, where numcodecs takes
+    60-90 ms at the exit flush) and decoded by numcodecs: the bytes must be numcodecs' own, so any
+    casmon, older ones included, reads them."""
+    from numcodecs import lz4 as ncl
+
+    from casmon.codec import _lz4_compress
+
+    out = _lz4_compress()(memoryview(data))
+    assert out == ncl.compress(data, 1)
+    if data:  # numcodecs cannot decode its own empty frame; casmon compresses 64 bytes and more
+        assert ncl.decompress(out) == data
