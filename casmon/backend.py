@@ -181,17 +181,42 @@ _PREAD = hasattr(os, "pread")  # not on Windows
 KEEP_OPEN = 48
 
 
-class _OpenFile:
-    """A descriptor kept open for reads. It is closed when the last reference goes, never while a
-    thread that took it from the cache still reads through it: a descriptor closed under a reader
-    could be reused by another ``open`` meanwhile, and the read would return another file's bytes."""
+#: Bumped in a forked child: descriptors kept before the fork are not trusted there.
+_fork_gen = 0
 
-    __slots__ = ("fd",)
+
+def _forked() -> None:
+    global _fork_gen
+    _fork_gen += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+class _OpenFile:
+    """A descriptor kept open for reads, and the file's size then (a file kept is never rewritten).
+
+    It is closed when the last reference goes, never while a thread that took it from the cache
+    still reads through it: a descriptor closed under a reader could be reused by another ``open``
+    meanwhile, and the read would return another file's bytes. Not in a forked child: a child that
+    daemonizes closes every descriptor and opens its own, which may get the same numbers (found by
+    an attack: the child read its own file as a bucket, and a later close would have closed it).
+    """
+
+    __slots__ = ("fd", "size", "gen")
 
     def __init__(self, fd: int) -> None:
-        self.fd = fd
+        self.fd, self.gen = fd, _fork_gen
+        try:
+            self.size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
 
     def __del__(self) -> None:
+        if self.gen != _fork_gen:
+            return  # the parent's number: in this child it may be somebody else's file
         try:
             os.close(self.fd)
         except OSError:
@@ -317,8 +342,8 @@ class Backend:
             if _PREAD:  # open, pread, close: the fewest system calls
                 fd = os.open(path, os.O_RDONLY)
                 try:
-                    if end is None:
-                        end = os.fstat(fd).st_size
+                    size = os.fstat(fd).st_size  # never read (allocate) past the end, whatever was asked
+                    end = size if end is None else min(end, size)
                     parts, pos = [], start
                     while pos < end:
                         part = os.pread(fd, min(end - pos, 1 << 30), pos)
@@ -347,6 +372,10 @@ class Backend:
         self.requests += 1
         kept = self._kept
         f = kept.get(key)
+        if f is not None and f.gen != _fork_gen:  # kept by the parent of this forked process
+            with self._kept_lock:
+                self._kept = kept = {}
+            f = None
         if f is None:
             try:
                 f = _OpenFile(os.open(os.path.join(self._root, key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
@@ -362,7 +391,10 @@ class Backend:
             with self._kept_lock:
                 if kept.pop(key, None) is not None:
                     kept[key] = f
-        return os.pread(f.fd, end - start, start)  # short only past the end of the file: the caller's check sees it
+        # Never past the end: a crafted manifest could ask for 4 GiB, which pread would allocate first.
+        # A short read is what the caller's frame check then reports as damage.
+        end = min(end, f.size)
+        return os.pread(f.fd, end - start, start) if end > start else b""
 
     def forget(self, prefix: str) -> None:
         """Close kept files whose keys start with ``prefix`` (a generation merged away)."""

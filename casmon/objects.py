@@ -218,6 +218,7 @@ class ObjectStore:
         self.index = Table(backend, "index/", writer)
         self._lock = threading.RLock()
         self._pending: dict[Digest, tuple[bytes, int, int, float]] = {}  # digest -> (frame, kind, size, view)
+        self._flushing: dict[bytes, tuple[bytes, int, int, float]] = {}  # taken by a flush, not indexed yet
         self._pending_bytes = 0
         # Blobs this writer relies on as stored -> the time (monotonic) of the condemned-list view
         # under which it last checked them: stored, and condemned by no list it could see.
@@ -484,6 +485,10 @@ class ObjectStore:
                 return None
             pending, self._pending = self._pending, {}
             self._pending_bytes = 0
+            # Still readable while the pack is written and indexed: a get() in another thread would
+            # otherwise find it nowhere (found by an attack: a cache hit beside a flush warned
+            # "damaged or missing" and recomputed).
+            self._flushing = pending
         try:
             frames = []
             entries = []
@@ -503,11 +508,16 @@ class ObjectStore:
                     if d not in self._pending:
                         self._pending[d] = v
                         self._pending_bytes += len(v[0])
+                self._flushing = {}
             raise
         self._packs.put(name, data)
-        faultpoints.point("flush.after_pack")
-        for d, o, ln, k, s in entries:
-            self.index.add(d, Location(name, o, ln, k, s).encode())
+        try:
+            faultpoints.point("flush.after_pack")
+            for d, o, ln, k, s in entries:
+                self.index.add(d, Location(name, o, ln, k, s).encode())
+        finally:
+            with self._lock:  # indexed (the index's waiting entries are searched): found through it now
+                self._flushing = {}
         # The pack is written; its index entries are this table's to write, and to retry if this fails.
         self.index.flush()
         for d, v in pending.items():
@@ -541,7 +551,7 @@ class ObjectStore:
                                  f"({', '.join(sorted({loc.pack for loc in locs}))})")
 
     def contains(self, d: Digest) -> bool:
-        if d in self._pending or (d in self._known and d not in self._condemned):
+        if d in self._pending or d in self._flushing or (d in self._known and d not in self._condemned):
             return True
         if self.index.lookup(d):
             return True
@@ -555,7 +565,7 @@ class ObjectStore:
                 memoryview(out).cast("B")[:] = cached
                 return out
             return cached
-        p = self._pending.get(d)
+        p = self._pending.get(d) or self._flushing.get(d)
         if p is not None:
             raw = decode_frame(p[0], f"pending {d.hex()}", expect=d, out=out)[1]
             if out is None and len(raw) <= 1 << 16:
@@ -685,7 +695,7 @@ class ObjectStore:
         if raw is None:
             raw = self._put_raw.get(d)
         if raw is None:
-            p = self._pending.get(d)
+            p = self._pending.get(d) or self._flushing.get(d)
             if p is None or p[2] > limit:
                 return None
             try:

@@ -740,6 +740,7 @@ class Table:
         self.writer = writer
         self._seq = 0
         self._lock = threading.RLock()
+        self._refresh_lock = threading.RLock()  # taken before _lock, never while holding it
         self._pending: list[tuple[bytes, bytes]] = []
         self._batches: list[tuple[str, list[tuple[bytes, bytes]]]] = []  # named, not yet written
         self._pending_index: dict[bytes, bytes | tuple[bytes, ...]] = {}  # see _index_add
@@ -784,7 +785,8 @@ class Table:
 
     @property
     def pending(self) -> int:
-        return len(self._pending) + sum(len(e) for _, e in self._batches)
+        batches = self._batches  # asked at every write: no generator when no batch waits (the usual case)
+        return len(self._pending) + sum(len(e) for _, e in batches) if batches else len(self._pending)
 
     def take_pending(self) -> list[tuple[bytes, bytes]]:
         """Remove and return the entries not assigned to a batch (tests and tools)."""
@@ -890,14 +892,18 @@ class Table:
         remembered in :attr:`damaged` (with a warning once per process).
         """
         tries = 8
-        for attempt in range(tries):
-            try:
-                self._refresh_once(tolerant=attempt == tries - 1)
-                break
-            except _Vanished:
-                continue
-        self._listed = True
-        self.last_refresh = time.monotonic()
+        # One refresh at a time: a slower one (listed before another thread's merge) would otherwise
+        # set its older view over the newer one, forgetting the merge's generation and the level-0
+        # files it read from memory (found by an attack: a stored key missed until the next refresh).
+        with self._refresh_lock:
+            for attempt in range(tries):
+                try:
+                    self._refresh_once(tolerant=attempt == tries - 1)
+                    break
+                except _Vanished:
+                    continue
+            self._listed = True
+            self.last_refresh = time.monotonic()
 
     def _list(self, sub: str) -> list[str]:
         names = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + sub)]
@@ -958,6 +964,13 @@ class Table:
             self._groups = view.groups
             self._grouped = frozenset().union(*view.groups) if view.groups else frozenset()
             keep = set(view.active_l0)
+            # This writer's level-0 files written after the listing above (a flush in another thread)
+            # are not in it; dropping them would hide their entries until the next refresh. One that a
+            # merge took is held by a generation listed after it (manifests are listed second).
+            late = [n for n in self._l0 if n not in listed_l0 and n.split("-", 2)[1] == self.writer]
+            if late:
+                held = ranges_union(*(g.contains for g in gens.values()))
+                keep.update(n for n in late if not ranges_has(held, *parse_name(n)))
             l0 = {n: tf for n, tf in self._l0.items() if n in keep}
             l0.update(loaded)
             self._l0 = dict(sorted(l0.items()))
@@ -1136,18 +1149,31 @@ class Table:
             self.refresh()
         return []
 
-    def _lookup_after_vanished(self, key: bytes) -> list[bytes]:
-        self.refresh()
-        try:
-            return self._lookup_once(key)
-        except _Vanished:
+    def _lookup_after_vanished(self, key: bytes, tries: int = 8) -> list[bytes]:
+        # Merges in another thread or process can delete what each new listing names, more than once
+        # (a thread merging every few hundred entries made two tries miss a stored key): list again,
+        # as a refresh does, and only the last try takes a vanished file as gone.
+        for attempt in range(tries):
             self.refresh()
-            return self._lookup_once(key, tolerant=True)
+            try:
+                return self._lookup_once(key, tolerant=attempt == tries - 1)
+            except _Vanished:
+                continue
+        return []
+
+    def _view(self) -> tuple[list[Generation], list[TableFile], dict]:
+        """What a lookup reads, taken in one step: a merge or a write of waiting entries in another
+        thread changes the generations, the level-0 files and the waiting entries together (under
+        the lock), and a lookup reading them at different moments could miss an entry that moved
+        from one to another (found by an attack: a lookup beside a thread's merge missed a key)."""
+        with self._lock:
+            return self._active_gens, list(self._l0.values()), self._pending_index
 
     def _lookup_once(self, key: bytes, tolerant: bool = False) -> list[bytes]:
         out: list[bytes] = []
         h1, h2 = _hashes(key)
-        for g in self._active_gens:
+        gens, l0, waiting = self._view()
+        for g in gens:
             if g.v >= 2:
                 bl, nb, x = g.bloom, g.nbits, h1
                 for _ in range(g.k):  # Generation.may_hold, inline
@@ -1159,9 +1185,9 @@ class Table:
                     out.extend(self._find_in_block(g, key, tolerant))
                 continue
             out.extend(self._bucket(g, _bucket_of(key, g.nbuckets), tolerant).find(key))
-        for tf in list(self._l0.values()):
+        for tf in l0:
             out.extend(tf.find(key))
-        vs = self._pending_index.get(key)
+        vs = waiting.get(key)
         if vs is not None:
             out.extend(vs) if type(vs) is tuple else out.append(vs)
         if len(out) > 1:
@@ -1172,7 +1198,8 @@ class Table:
         """Lookup without any I/O beyond buckets already in memory; None if unsure."""
         out: list[bytes] = []
         h1, h2 = _hashes(key)
-        for g in self._active_gens:
+        gens, l0, waiting = self._view()
+        for g in gens:
             if g.v >= 2:
                 if not g.may_hold(h1, h2):
                     continue
@@ -1186,9 +1213,9 @@ class Table:
                 out.extend(tf.find(key))
             except DamagedObjectError:  # a lookup that reads says so
                 return None
-        for tf in list(self._l0.values()):
+        for tf in l0:
             out.extend(tf.find(key))
-        vs = self._pending_index.get(key)
+        vs = waiting.get(key)
         if vs is not None:
             out.extend(vs) if type(vs) is tuple else out.append(vs)
         return list(dict.fromkeys(out)) if len(out) > 1 else out
