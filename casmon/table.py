@@ -147,7 +147,7 @@ def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
 class TableFile:
     """One parsed table file: sorted keys, and the values behind them."""
 
-    __slots__ = ("name", "keys", "offs", "vals", "_klist", "_olist")
+    __slots__ = ("name", "keys", "offs", "vals", "_klist", "_olist", "_finds")
 
     def __init__(self, name: str, payload) -> None:
         self.name = name
@@ -163,6 +163,7 @@ class TableFile:
             p += 8 * (n + 1)
             self.vals = mv[p:]
             self._klist = self._olist = None
+            self._finds = 0
             if n <= 256:  # a block: plain Python lists, quicker than numpy's per-call cost (searched by bisect)
                 offs = self.offs.tolist()
                 if n and (offs[-1] != len(self.vals) or offs != sorted(offs)):  # sorted(): one C pass if in order
@@ -189,14 +190,25 @@ class TableFile:
             yield k.ljust(16, b"\0"), bytes(vals[offs[i] : offs[i + 1]])
 
     def find(self, key: bytes) -> list[bytes]:
-        """The values under ``key``: a binary search over the keys as a Python list (made at the first
-        search: numpy's search costs 5 µs a call and lets go of the GIL, and a background merge then
-        keeps it for a switch interval; a dict would be one tracked list per key for the garbage
-        collector to walk)."""
+        """The values under ``key``: a binary search. numpy's search costs about 5 µs a call and lets go
+        of the GIL (a background merge then keeps it for a switch interval), so a file searched often
+        gets its keys as a Python list, searched by bisection; not at once, since making the list
+        costs about what ``n / 128`` searches do, and a fresh process's first hit searches each
+        level-0 file once. (Not a dict: one tracked list per key for the garbage collector to walk.)"""
         kl = self._klist
         if kl is None:
-            if not len(self.keys):
+            n = len(self.keys)
+            if not n:
                 return []
+            self._finds += 1
+            if self._finds <= 2 + n // 128:
+                k = np.array(key, dtype="S16")
+                lo = int(np.searchsorted(self.keys, k, side="left"))
+                if lo >= n or self.keys[lo] != k:
+                    return []
+                hi = int(np.searchsorted(self.keys, k, side="right"))
+                offs = self.offs
+                return [bytes(self.vals[int(offs[i]) : int(offs[i + 1])]) for i in range(lo, hi)]
             kl = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
             self._olist = self.offs.tolist()
             self._klist = kl
@@ -1323,9 +1335,10 @@ class Table:
         return len(self._l0)
 
     def wants_merge(self) -> bool:
-        return len(self._l0) >= L0_MERGE or (
-            len(self._l0) > 1 and sum(len(t) for t in self._l0.values()) >= L0_MERGE_ENTRIES
-        )
+        # One large level-0 file as well (the last flush of a long run writes tens of thousands of
+        # entries at once): every fresh reader would load and decode it whole (13 ms at 40,000
+        # entries), where a generation costs it one block.
+        return len(self._l0) >= L0_MERGE or sum(len(t) for t in self._l0.values()) >= L0_MERGE_ENTRIES
 
     def consolidate(self, min_l0: int = L0_MERGE, force: bool = False, keep=None) -> str | None:
         """Merge level-0 files (and small generations) into one generation.
