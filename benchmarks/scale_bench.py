@@ -57,8 +57,8 @@ def _import(tool: str) -> None:
     import importlib
 
     importlib.import_module({"casmon": "casmon", "diskcache": "diskcache", "joblib": "joblib"}[tool])
-    if tool == "casmon":  # casmon imports zarr when a store is first opened: an import cost all the same
-        importlib.import_module("zarr.storage")
+    if tool == "casmon":  # numcodecs is imported when a table block is first decoded: an import cost all the same
+        importlib.import_module("numcodecs")
 
 
 def _decorate(tool: str, d: Path):
