@@ -471,6 +471,15 @@ def test_runs_recorded_while_the_server_runs_show_up(tmp_path, monkeypatch):
     srv = Served(tmp_path / "s")
     try:
         assert re.findall(r'<tr data-run="([^"]+)">', srv.get("/")) == ["1"]
+        # A listing the first page started in the background must end before run 2 begins: one that
+        # read the refs after run 2 claimed its number and the records before they were flushed would
+        # leave run 2 in memory as still running, and the run's page would (rightly) show that listing.
+        # Seen once on a loaded machine (three suites at once).
+        runs = srv.server.app.runs
+        deadline = time.monotonic() + 60
+        while runs._refreshing:
+            assert time.monotonic() < deadline, "the background listing never ended"
+            time.sleep(0.01)
         with casmon.record(comment="second", store=s, capture_output=False) as run:
             run.info["loss"] = 0.5
         s.flush()
