@@ -1,7 +1,8 @@
 """Attacks on the zarr-free local folder backend, kept bucket-file descriptors, format-2 block
 lookups (``_Block``, ``decode_table_block``) and the bytes-for-Digest change.
 
-Each test says what it attacks. Tests that fail show a defect; the others pin behaviour.
+Each test says what it attacks. Three of them failed on the first version of this code (a defect each,
+fixed since); the others pin behaviour that held.
 """
 
 import json
@@ -92,9 +93,9 @@ def _rewrite_block(loc, prefix, gid, b, mutate) -> None:
 
 def test_crafted_block_length_is_not_allocated_before_reading(tmp_path):
     """A generation manifest whose digest matches but names a 4 GiB block (the u32 maximum) must give a
-    StoreDamageWarning and a miss. ``Backend.read_kept`` passes the whole length to ``os.pread``, which
-    allocates it before reading: with 2 GiB of address space to spare the lookup raises MemoryError into
-    the user's code (the old path read at most 1 GiB per ``pread`` and survived)."""
+    StoreDamageWarning and a miss. ``Backend.read_kept`` passed the whole length to ``os.pread``, which
+    allocates it before reading: with 2 GiB of address space to spare the lookup raised MemoryError into
+    the user's code. A kept file's reads now stop at its size (found by a helper's attack)."""
     loc = tmp_path / "s"
     rng = random.Random(3)
     entries = [(rng.randbytes(16), str(i).encode()) for i in range(3000)]
@@ -576,10 +577,10 @@ def test_kept_descriptor_numbers_are_not_trusted_after_a_daemonizing_fork(tmp_pa
     """A process looks values up (bucket files stay open), forks, and the child daemonizes the usual way
     (``os.closerange`` of every descriptor, then opens its own files, which get the freed numbers).
     The child's lookups must still find the values, without damage warnings, and casmon must never close
-    the child's own file. Kept ``_OpenFile`` numbers are trusted blindly: the child reads its own file as
+    the child's own file. Kept ``_OpenFile`` numbers were trusted blindly: the child read its own file as
     the bucket file (a false StoreDamageWarning, the block marked bad, misses), and ``forget``/eviction
-    closes the user's descriptor; when the number is not reused, ``os.pread`` raises EBADF (an OSError
-    in the user's code). (Before, a local folder kept no descriptor between calls.)"""
+    would close the user's descriptor; when the number was not reused, ``os.pread`` raised EBADF (an
+    OSError in the user's code). Now a forked child neither trusts nor closes them."""
     loc = tmp_path / "s"
     rng = random.Random(8)
     entries = [(rng.randbytes(16), str(i).encode()) for i in range(20_000)]
@@ -631,10 +632,11 @@ def test_kept_descriptor_numbers_are_not_trusted_after_a_daemonizing_fork(tmp_pa
 
 
 def test_get_during_a_flush_in_another_thread(tmp_path, monkeypatch):
-    """PRE-EXISTING (also at HEAD, not caused by this change): ``ObjectStore.flush`` empties ``_pending``
-    before the pack is written and indexed, so another thread's ``get`` of a value put a moment ago raises
-    MissingObjectError while the pack write is under way. With threads calling a cached function while one
-    flushes, the cache turns it into a false "cached result ... is damaged or missing" CacheWarning."""
+    """Older than the kept descriptors: ``ObjectStore.flush`` emptied ``_pending`` before the pack was
+    written and indexed, so another thread's ``get`` of a value put a moment ago raised MissingObjectError
+    while the pack write was under way; with threads calling a cached function while one flushed, the
+    cache turned it into a false "cached result ... is damaged or missing" CacheWarning. What a flush has
+    taken now stays readable until it is indexed."""
     s = casmon.open(tmp_path / "s")
     d = s.put(b"hello world")
     real = s.backend.create
