@@ -550,8 +550,12 @@ class ObjectStore:
         raise MissingObjectError(f"object {d.hex()}: none of the packs the index names for it exists "
                                  f"({', '.join(sorted({loc.pack for loc in locs}))})")
 
+    def _waiting(self, d: Digest) -> tuple | None:
+        """``(frame, kind, size, view)`` of ``d`` if it waits for a pack, or is in the one a flush is writing."""
+        return self._pending.get(d) or self._flushing.get(d)
+
     def contains(self, d: Digest) -> bool:
-        if d in self._pending or d in self._flushing or (d in self._known and d not in self._condemned):
+        if self._waiting(d) is not None or (d in self._known and d not in self._condemned):
             return True
         if self.index.lookup(d):
             return True
@@ -565,7 +569,7 @@ class ObjectStore:
                 memoryview(out).cast("B")[:] = cached
                 return out
             return cached
-        p = self._pending.get(d) or self._flushing.get(d)
+        p = self._waiting(d)
         if p is not None:
             raw = decode_frame(p[0], f"pending {d.hex()}", expect=d, out=out)[1]
             if out is None and len(raw) <= 1 << 16:
@@ -695,7 +699,7 @@ class ObjectStore:
         if raw is None:
             raw = self._put_raw.get(d)
         if raw is None:
-            p = self._pending.get(d) or self._flushing.get(d)
+            p = self._waiting(d)
             if p is None or p[2] > limit:
                 return None
             try:

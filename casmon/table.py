@@ -651,6 +651,12 @@ def _encode_v2(entries: list[tuple[bytes, bytes]] | Columns, nb: int) -> tuple[l
     return files, lens.tobytes() + bloom, {"v": 2, "blocks": blocks, "bloom_bits": nbits, "bloom_k": BLOOM_K}
 
 
+def _index_values(idx: dict, key: bytes) -> tuple[bytes, ...]:
+    """The values :func:`_index_add` put under ``key``."""
+    v = idx.get(key)
+    return () if v is None else v if type(v) is tuple else (v,)
+
+
 def _index_add(idx: dict, key: bytes, value: bytes) -> None:
     """Add to a key -> value(s) index: one value as itself, more as a tuple. Not a list per key: the
     garbage collector walks every list at each full collection, and a writer's index holds
@@ -773,7 +779,6 @@ class Table:
         self._blocks: dict[tuple[str, int], _Block | TableFile] = {}
         self._block_cache = BLOCK_CACHE
         self._bad_blocks: set[tuple[str, int]] = set()
-        self._kept_gens: set[str] = set()  # generations whose bucket files the backend may keep open
         #: Called before the first format-2 generation is written; False keeps writing format 1
         #: (the store upgrades its format marker here, so older casmon refuses rather than misreads).
         self.format_gate = None
@@ -881,6 +886,10 @@ class Table:
         return TableFile(self.prefix + "l0/" + name, payload)
 
     # -- damage ----------------------------------------------------------------
+    def _bucket_key(self, gid: str, i: int) -> str:
+        """The key of bucket file ``i`` of generation ``gid``."""
+        return f"{self.prefix}buckets/{gid}/{i:04x}"
+
     def _damage(self, key: str, reason: str) -> None:
         with self._lock:
             self.damaged[key] = reason
@@ -967,6 +976,7 @@ class Table:
             self._gens = gens
             self._bad_gens = bad_gens
             self._bad_l0 = bad_l0
+            was_active = self._active_gens
             self._active_gens = view.active
             self._redundant = view.redundant
             self._contained_l0 = view.contained_l0
@@ -979,7 +989,7 @@ class Table:
             # This writer's level-0 files written after the listing above (a flush in another thread)
             # are not in it; dropping them would hide their entries until the next refresh. One that a
             # merge took is held by a generation listed after it (manifests are listed second).
-            late = [n for n in self._l0 if n not in listed_l0 and n.split("-", 2)[1] == self.writer]
+            late = [n for n in self._l0 if n not in listed_l0 and parse_name(n)[0] == self.writer]
             if late:
                 held = ranges_union(*(g.contains for g in gens.values()))
                 keep.update(n for n in late if not ranges_has(held, *parse_name(n)))
@@ -994,17 +1004,17 @@ class Table:
             blocks = list(self._blocks.items())
             if any(bk[0] not in live for bk, _ in blocks):
                 self._blocks = {bk: tf for bk, tf in blocks if bk[0] in live}
-            for gid in self._kept_gens - live:  # merged away: close its bucket files
-                self.backend.forget(f"{self.prefix}buckets/{gid}/")
-            self._kept_gens = live
+            for g in was_active:
+                if g.id not in live:  # merged away: close its bucket files
+                    self.backend.forget(f"{self.prefix}buckets/{g.id}/")
             self._bad_buckets = {bk for bk in list(self._bad_buckets) if bk[0] in live}
             self._bad_blocks = {bk for bk in list(self._bad_blocks) if bk[0] in live}
             # What is damaged and still matters: listed manifests, level-0 files to read, buckets of active generations.
             needed = {self.prefix + "gens/" + g for g in bad_gens}
             needed |= {self.prefix + "l0/" + n for n in bad_l0 if n in keep}
-            needed |= {f"{self.prefix}buckets/{g}/{i:04x}" for g, i in self._bad_buckets}
+            needed |= {self._bucket_key(g, i) for g, i in self._bad_buckets}
             shifts = {g.id: g.shift for g in view.active}
-            needed |= {f"{self.prefix}buckets/{g}/{b >> shifts[g]:04x}" for g, b in self._bad_blocks}
+            needed |= {self._bucket_key(g, b >> shifts[g]) for g, b in self._bad_blocks}
             self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
 
     def _bucket(self, g: Generation, i: int, tolerant: bool = False) -> TableFile:
@@ -1017,7 +1027,7 @@ class Table:
             return tf
         if bk in self._bad_buckets:
             return _EMPTY
-        key = f"{self.prefix}buckets/{g.id}/{i:04x}"
+        key = self._bucket_key(g.id, i)
         tf = self._read_bucket(g, i, key, tolerant)
         if tf is None:
             return _EMPTY
@@ -1053,7 +1063,7 @@ class Table:
         ln = int(g.lens[b])
         if not ln or bk in self._bad_blocks:
             return _EMPTY
-        key = f"{self.prefix}buckets/{g.id}/{b >> g.shift:04x}"
+        key = self._bucket_key(g.id, b >> g.shift)
         start = int(g.starts[b])
         data = self.backend.read_kept(key, start, start + ln)
         if data is None:
@@ -1082,13 +1092,13 @@ class Table:
         except DamagedObjectError as e:  # a block whose offsets do not fit its values (crafted: its digest matched)
             with self._lock:
                 self._blocks.pop((g.id, b), None)
-            self._bad_block(g, b, f"{self.prefix}buckets/{g.id}/{b >> g.shift:04x}", e.reason)
+            self._bad_block(g, b, self._bucket_key(g.id, b >> g.shift), e.reason)
             return []
 
     def _file_tables(self, g: Generation, i: int, tolerant: bool, data=None) -> tuple[list[TableFile], bool]:
         """``(tables, damaged)`` of bucket file ``i`` of ``g``: the whole bucket (format 1) or its
         blocks (format 2, damaged blocks skipped and remembered). Missing: ``([], ...)``."""
-        key = f"{self.prefix}buckets/{g.id}/{i:04x}"
+        key = self._bucket_key(g.id, i)
         if g.v < 2:
             if (g.id, i) in self._bad_buckets:
                 return [], True
@@ -1199,9 +1209,7 @@ class Table:
             out.extend(self._bucket(g, _bucket_of(key, g.nbuckets), tolerant).find(key))
         for tf in l0:
             out.extend(tf.find(key))
-        vs = waiting.get(key)
-        if vs is not None:
-            out.extend(vs) if type(vs) is tuple else out.append(vs)
+        out.extend(_index_values(waiting, key))
         if len(out) > 1:
             out = list(dict.fromkeys(out))
         return out
@@ -1227,9 +1235,7 @@ class Table:
                 return None
         for tf in l0:
             out.extend(tf.find(key))
-        vs = waiting.get(key)
-        if vs is not None:
-            out.extend(vs) if type(vs) is tuple else out.append(vs)
+        out.extend(_index_values(waiting, key))
         return list(dict.fromkeys(out)) if len(out) > 1 else out
 
     def items(self, refresh: bool = True, strict: bool = True) -> Iterator[tuple[bytes, bytes]]:
@@ -1400,7 +1406,7 @@ class Table:
                 for i in range(g.nbuckets):
                     data = None
                     if g.v >= 2 or (g.id, i) not in self._buckets:
-                        key = f"{self.prefix}buckets/{g.id}/{i:04x}"
+                        key = self._bucket_key(g.id, i)
                         data = self.backend.get(key)
                         if data is None:
                             raise _Vanished(key)
@@ -1446,14 +1452,14 @@ class Table:
         extra: dict = {}
         if v2:
             files, binary, extra = _encode_v2(entries, nb)
-            items = [(f"{self.prefix}buckets/{gid}/{i:04x}", f) for i, f in enumerate(files)]
+            items = [(self._bucket_key(gid, i), f) for i, f in enumerate(files)]
         else:
             by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
             for kv in entries.entries() if isinstance(entries, Columns) else entries:
                 by_bucket[_bucket_of(kv[0], nb)].append(kv)
             for i, b in enumerate(by_bucket):
                 _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
-                items.append((f"{self.prefix}buckets/{gid}/{i:04x}", frame))
+                items.append((self._bucket_key(gid, i), frame))
         self.backend.create_many(items)
         faultpoints.point("merge.after_buckets")
         marks = dict(marks)
@@ -1531,7 +1537,7 @@ class Table:
             have = bucket_keys.get(g.id, {})
             for i in range(g.nbuckets):
                 if i not in have:
-                    sv.missing[f"{self.prefix}buckets/{g.id}/{i:04x}"] = f"generation {self.prefix}gens/{g.id}"
+                    sv.missing[self._bucket_key(g.id, i)] = f"generation {self.prefix}gens/{g.id}"
         if sv.missing and any(not self.backend.exists(self.prefix + "gens/" + g.id) for g in sv.view.active):
             sv.vanished = True  # merged meanwhile: look again
         accounted = ranges_union(ranges_of_names(l0_names), *(g.accounted() for g in sv.gens.values()))
