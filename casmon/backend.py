@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import faultpoints
 from .errors import CasmonError, StoreError
 
 if TYPE_CHECKING:
@@ -568,6 +569,7 @@ class Backend:
                         off += os.write(fd, mv[off : off + (1 << 30)])
             finally:
                 os.close(fd)
+            faultpoints.point("local.partial_written")
             if exclusive:
                 try:
                     os.link(tmp, path)

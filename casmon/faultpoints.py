@@ -42,6 +42,8 @@ POINTS: dict[str, str] = {
     "flush.after_records": "the record tables are written, nothing merged yet",
     # writer: Store.put
     "put.after_chunks": "a value's large chunks are written, its manifest waits in memory",
+    # writer: a local folder's file (casmon.backend)
+    "local.partial_written": "a file's ``*.partial`` copy is written, not yet linked or renamed into place",
     # table merge
     "merge.after_buckets": "a generation's buckets are written, its manifest is not",
     "merge.after_manifest": "a generation's manifest is visible, the files it covers are not deleted",

@@ -331,7 +331,7 @@ class Store:
         data = self.backend.get(FORMAT_KEY)
         top = None
         if data is None:
-            top = [k for k in self.backend.list_dir("") if not k.startswith(".")]
+            top = _top_level(self.backend)
             foreign = [k for k in top if k.rstrip("/") not in LAYOUT]
             if foreign:
                 raise StoreFormatError(
@@ -354,7 +354,7 @@ class Store:
         info, problem = parse_marker(data)
         if problem is not None:
             if top is None:
-                top = [k for k in self.backend.list_dir("") if not k.startswith(".")]
+                top = _top_level(self.backend)
             if any(k.rstrip("/") not in LAYOUT for k in top):
                 raise StoreFormatError(f"{self.url}: {FORMAT_KEY} is damaged or not a casmon store marker ({problem})")
             warn_damage(self.url, FORMAT_KEY, problem)
@@ -1087,10 +1087,17 @@ def open(
     for maintenance that must not act on a mistyped path).
     """
     backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create)
-    if not create and not backend.exists(FORMAT_KEY) and not [k for k in backend.list_dir("") if not k.startswith(".")]:
+    if not create and not backend.exists(FORMAT_KEY) and not _top_level(backend):
         backend.close()
         raise StoreError(f"no casmon store at {backend.url}: it is empty")
     return Store(backend, trust=trust, **options)
+
+
+def _top_level(backend: Backend) -> list[str]:
+    """What a location holds at its top, less hidden names and the ``*.partial`` files writers
+    link or rename into place: a store another process is creating holds only
+    ``casmon.json.<uuid>.partial`` for a moment, and that is no foreign file."""
+    return [k for k in backend.list_dir("") if not k.startswith(".") and not k.endswith(".partial")]
 
 
 _default: dict[tuple[int, str], Store] = {}

@@ -1,7 +1,10 @@
 import os
 import pickle
 import stat
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,7 @@ import casmon
 from casmon import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
 from casmon.objects import loose_key
-from tests.conftest import run_parallel, run_python
+from tests.conftest import ROOT, run_parallel, run_python
 
 
 def same(a, b):
@@ -258,6 +261,48 @@ def test_bad_locations(tmp_path):
         casmon.open(42)
     with pytest.raises(StoreError, match="cannot create store folder"):
         casmon.open(f / "below-a-file")
+
+
+def test_a_store_another_process_is_creating_opens(tmp_path):
+    """CI found this: four processes logging to one new folder at once; one of them saw the first's
+    ``casmon.json.<uuid>.partial`` beside no ``casmon.json``, called the folder "not a casmon store"
+    and lost its first calls. A creator is held with its marker written but not yet linked into place."""
+    loc, points = tmp_path / "s", tmp_path / "points"
+    points.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_FAULTPOINTS=f"local.partial_written@1=pause:{points}")
+    code = "import sys, casmon; s = casmon.open(sys.argv[1]); s.set_ref('first', s.put('a')); s.close()"
+    creator = subprocess.Popen([sys.executable, "-c", code, str(loc)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (points / "local.partial_written.reached").exists():
+            assert creator.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        assert [p.name.endswith(".partial") for p in loc.iterdir() if p.is_file()] == [True]
+        with pytest.raises(StoreError, match="empty"):  # a reader does not take the creator's file for a store
+            casmon.open(loc, create=False)
+        s = casmon.open(loc)  # a second writer meanwhile
+        s.set_ref("second", s.put("b"))
+        s.close()
+        (points / "local.partial_written.go").touch()
+        assert creator.wait(60) == 0
+    finally:
+        creator.kill()
+    s = casmon.open(loc, create=False)
+    assert (s.get(s.get_ref("first").target), s.get(s.get_ref("second").target)) == ("a", "b")
+    assert s.verify().ok
+    assert not list(loc.glob("*.partial"))
+
+
+def test_a_crashed_creators_partial_marker_is_no_store(tmp_path):
+    loc = tmp_path / "s"
+    loc.mkdir()
+    (loc / "casmon.json.0123456789abcdef0123456789abcdef.partial").write_text("{")
+    with pytest.raises(StoreError, match="empty"):
+        casmon.open(loc, create=False)
+    s = casmon.open(loc)
+    s.put("x")
+    s.close()
+    assert casmon.open(loc, create=False).verify().ok
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
