@@ -379,7 +379,9 @@ def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bo
     except (UntrustedStoreError, DamagedObjectError, StoreFormatError):
         raise
     except _DECODE_ERRORS as e:
-        if tag == "handler" or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
+        # A user's handler's error is passed on; casmon's own numpy handler failing on a crafted
+        # manifest is damage like any other.
+        if (tag == "handler" and not isinstance(h, ArrayHandler)) or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
             raise  # the user's own code (a handler, a class's __setstate__) failed: its error, not ours
         raise DamagedObjectError(key, f"cannot decode its {tag} form: {type(e).__name__}: {str(e)[:200]}") from None
     raise DamagedObjectError(key, f"unknown value form {tag!r}")

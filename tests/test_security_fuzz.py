@@ -140,6 +140,21 @@ def test_crafted_manifests(raw):
     _fuzz_manifest(raw)
 
 
+@pytest.mark.parametrize("meta", [{}, None, {"dtype": "'<f8'"}, {"dtype": 3, "shape": [1], "order": "C"},
+                                  {"dtype": "'<f8'", "shape": None, "order": "C"}])
+def test_a_crafted_manifest_naming_the_array_handler_is_damage(meta):
+    """Found by the fuzz above on 3.13: the numpy handler is casmon's own code, so its KeyError on a
+    crafted ``{"t": "handler", "meta": {"handler": "numpy.ndarray", "meta": {}}}`` is damage, not a
+    user handler's error to pass on."""
+    enc = serialize.Encoded("handler", {"handler": "numpy.ndarray", "meta": meta}, b"")
+    with pytest.raises(DamagedObjectError, match="value x"):
+        serialize.decode(enc, [np.zeros(8, np.uint8)], trusted=False, key="value x")
+    s = _store()
+    body = json.dumps({"t": "handler", "meta": {"handler": "numpy.ndarray", "meta": meta}, "parts": [], "n": 0}).encode()
+    with pytest.raises(DamagedObjectError):
+        s.get(s.objects.put(b"m" + struct.pack("<I", len(body)) + body, KIND_VALUE, ZSTD))
+
+
 @pytest.mark.slow
 @SLOW
 @given(manifests())
