@@ -165,6 +165,7 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
     store.flush()
     with gc_lock(store, "gc", break_lock=break_lock):
         faultpoints.point("gc.locked")
+        lock.forget_old_breaks(store.backend)
         return _collect(store, grace, rep, progress, dry_run=False)
 
 

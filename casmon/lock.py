@@ -12,7 +12,11 @@ is held.
 The lock is a file created with create-if-absent (race-free on local folders
 and S3) holding who took it; the taker reads it back to know it won. A holder
 that died is taken over: at once when it ran on this host and its process is
-gone, otherwise once the lock is older than its kind's limit.
+gone, otherwise once the lock is older than its kind's limit. Of the takers
+that find the same dead lock, only the one that creates
+``gc/lock-broken/<hash of the dead lock>`` deletes it: a taker that deleted
+whatever ``gc/lock`` held by the time it got round to it could delete a lock
+another taker had just taken, and two processes would hold it.
 """
 
 from __future__ import annotations
@@ -24,12 +28,17 @@ import socket
 import time
 from collections.abc import Iterator
 
+import xxhash
+
 from .backend import Backend
 from .errors import StoreError
 
-__all__ = ["LOCK_KEY", "StoreLock", "held"]
+__all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks"]
 
 LOCK_KEY = "gc/lock"
+#: Who broke which dead lock: one small file per dead holder taken over; gc deletes them after a day.
+BREAK_PREFIX = "gc/lock-broken/"
+BREAK_KEEP = 24 * 3600.0
 #: After this many seconds a lock of that kind is taken over even if its host cannot tell the holder died.
 STALE_AFTER = {"merge": 600.0}
 STALE_DEFAULT = 6 * 3600.0
@@ -50,7 +59,7 @@ class StoreLock:
         """Take the lock if it is free (or its holder died); never waits. False if someone holds it."""
         mine = json.dumps({"what": self.what, "host": socket.gethostname(), "pid": os.getpid(),
                            "time": time.time(), "nonce": os.urandom(8).hex()}).encode()
-        for _attempt in range(3):
+        for _attempt in range(40):
             self.backend.create(LOCK_KEY, mine)
             got = self.backend.get(LOCK_KEY)
             if got is not None and bytes(got) == mine:
@@ -58,18 +67,35 @@ class StoreLock:
                 return True
             if got is None:
                 continue  # released meanwhile: try again
+            got = bytes(got)
             try:
-                info = json.loads(bytes(got))
+                info = json.loads(got)
                 if not isinstance(info, dict):
                     raise ValueError("not an object")
             except ValueError:
                 info = {}
             self.holder = info
-            if break_lock or not info or _dead(info):
+            if break_lock:  # the user said the holder is dead
                 self.backend.delete(LOCK_KEY)
+                continue
+            if not info or _dead(info):
+                if not self._break(got, mine):
+                    time.sleep(0.01)  # another taker is breaking it: see what it leaves
                 continue
             return False
         return False
+
+    def _break(self, dead: bytes, mine: bytes) -> bool:
+        """Delete the dead lock ``dead`` if this taker is the one to break it (see the module doc)."""
+        key = BREAK_PREFIX + xxhash.xxh3_128_hexdigest(dead)
+        self.backend.create(key, mine)
+        won = self.backend.get(key)
+        if won is None or bytes(won) != mine:
+            return False
+        now = self.backend.get(LOCK_KEY)
+        if now is not None and bytes(now) == dead:  # nobody but this taker deletes these bytes
+            self.backend.delete(LOCK_KEY)
+        return True
 
     def release(self) -> None:
         if self._mine is None:
@@ -100,6 +126,25 @@ def _dead(info: dict) -> bool:
         except (PermissionError, KeyError, ValueError, TypeError, OverflowError):
             return False
     return False
+
+
+def forget_old_breaks(backend: Backend, keep: float = BREAK_KEEP) -> int:
+    """Delete the records of broken locks older than ``keep`` seconds (call it holding the lock).
+
+    A taker that found that dead lock has long since broken it or seen it broken; what would
+    go wrong without the record -- a taker stalled for a day between reading a dead lock and
+    claiming it -- is far outside every other bound of the protocol."""
+    keys = [k for k in backend.list(BREAK_PREFIX) if ".partial" not in k]
+    gone = 0
+    for k, data in zip(keys, backend.get_many(keys) if keys else []):
+        try:
+            t = float(json.loads(bytes(data)).get("time", 0)) if data is not None else 0.0
+        except (ValueError, TypeError, AttributeError):
+            t = 0.0
+        if time.time() - t > keep:
+            backend.delete(k)
+            gone += 1
+    return gone
 
 
 @contextlib.contextmanager

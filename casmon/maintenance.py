@@ -333,6 +333,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
 
     # 5. Records and refs: what they point at must be there.
     expected_refs: dict[str, tuple[str | None, float, str]] = {}
+    late: list[tuple[Digest, str]] = []  # (value, who) named but not in the inventory: checked below
     for kind in store.record_kinds():
         for k, rec in _records(store, kind, rep):
             rep.checked["records"] += 1
@@ -346,7 +347,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                     continue
                 dependents[rd].append(f"record {kind}/{k.hex()}")
                 if rd not in present:
-                    absent("value", rd, f"record {kind}/{k.hex()}")
+                    late.append((rd, f"record {kind}/{k.hex()}"))
     existing_refs = set(store.refs())
     for name, (_target, _t, who) in sorted(expected_refs.items()):
         if name not in existing_refs:
@@ -362,7 +363,15 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
         if ref is not None and ref.target is not None:
             dependents[ref.target].append(f"ref {name}")
             if ref.target not in present:
-                absent("value", ref.target, f"ref {name}")
+                late.append((ref.target, f"ref {name}"))
+    # The inventory was listed before the records and refs were read: a writer that flushed
+    # meanwhile wrote the values they name after it. Read those now before calling them missing.
+    sound: dict[Digest, bool] = {}
+    for d, who in late:
+        if _sound_now(store, d, True, present, sound):
+            rep.checked["values written during verify"] += 1
+        else:
+            absent("value", d, who)
 
     # A value that lacks a chunk is a problem only if a record or ref reaches it: gc sweeps an
     # unreachable value's pieces as each comes due (a chunk condemned before its manifest was written
@@ -381,6 +390,8 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             rep.checked["unreachable values partly collected (gc removes the rest)"] += 1
             continue
         for c in missing:
+            if _sound_now(store, c, c in children_of.get(d, ()), present, sound):
+                continue  # stored after the listing, before its value's index entry was read
             absent("object", c, f"value {d.hex()}")
             bad_digests.setdefault(c, f"object {c.hex()}")
     # A value with a bad chunk is bad too.
@@ -404,6 +415,36 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             rep.affected[key] = sorted(seen)
     rep.bad_objects = bad_digests
     return rep
+
+
+def _sound_now(store: Store, d: Digest, value: bool, present: set[Digest], memo: dict[Digest, bool]) -> bool:
+    """Is ``d`` stored and sound now -- if a value, with every chunk and child?
+
+    For what a record, ref or value names that the inventory lacks. ``verify`` and ``repair``
+    list objects before they read records and refs, and writers go on meanwhile; a writer stores
+    a value's objects before the record or ref naming it, so what it wrote after the listing is
+    read here rather than called missing. Found by an attack: ``verify`` called a sound store
+    damaged, and ``repair`` deleted a ref and dropped a cache entry a writer had just written.
+    """
+    from .store import _decode_manifest
+
+    if d in present:
+        return True
+    if d in memo:
+        return memo[d]
+    memo[d] = False  # while it is being checked: a cycle proves nothing
+    try:
+        raw = store.objects.get(d)  # reads the index again on a miss; checks the bytes against d
+        if value:
+            m = _decode_manifest(d, raw)
+            ok = all(_sound_now(store, c, False, present, memo) for c in m.chunk_digests()) and all(
+                _sound_now(store, c, True, present, memo) for c in m.children)
+        else:
+            ok = True
+    except CasmonError:
+        ok = False
+    memo[d] = ok
+    return ok
 
 
 def _verify_condemned_lists(store: Store, rep: VerifyReport) -> None:
@@ -504,8 +545,15 @@ def _repair_round(store: Store, rep: VerifyReport, done: dict, progress: Progres
     present = _rebuild_index(store, done, progress)
     store.objects.clear_caches()
     store._manifests.clear()
-    _repair_records(store, present, done, progress)
-    _repair_refs(store, present, done)
+    # Writers go on beside repair: what a record or ref names that the listing of packs lacks may
+    # have been written since; it is lost only if it cannot be read, whole, now.
+    memo: dict[Digest, bool] = {}
+
+    def stored(d: Digest) -> bool:
+        return _sound_now(store, d, True, present, memo)
+
+    _repair_records(store, stored, done, progress)
+    _repair_refs(store, stored, done)
 
 
 def salvage_frames(data, key: str) -> tuple[list[tuple[int, int, Frame, bytes]], bool]:
@@ -644,7 +692,7 @@ def _rebuild_index(store: Store, done: dict, progress: Progress) -> set[Digest]:
     return present
 
 
-def _repair_records(store: Store, present: set[Digest], done: dict, progress: Progress) -> None:
+def _repair_records(store: Store, stored: Callable[[Digest], bool], done: dict, progress: Progress) -> None:
     from .store import salvage
 
     kinds = store.record_kinds()
@@ -665,7 +713,7 @@ def _repair_records(store: Store, present: set[Digest], done: dict, progress: Pr
                 done["dropped_records"] += 1
                 changed = True
                 continue
-            lost = {d for d in digests if d not in present}
+            lost = {d for d in digests if not stored(d)}
             if not lost:
                 out.append((k, v))
                 continue
@@ -681,7 +729,7 @@ def _repair_records(store: Store, present: set[Digest], done: dict, progress: Pr
             done["rebuilt_tables"].append(sv.prefix)
 
 
-def _repair_refs(store: Store, present: set[Digest], done: dict) -> None:
+def _repair_refs(store: Store, stored: Callable[[Digest], bool], done: dict) -> None:
     for name in store.refs():
         try:
             ref = store.get_ref(name)
@@ -691,7 +739,7 @@ def _repair_refs(store: Store, present: set[Digest], done: dict) -> None:
             continue  # not a ref name casmon writes
         if ref is None:
             continue  # deleted meanwhile
-        if ref is False or (ref.target is not None and ref.target not in present):
+        if ref is False or (ref.target is not None and not stored(ref.target)):
             store.backend.delete("refs/" + name)
             done["dropped_refs"].append(name)
     existing = set(store.refs())
@@ -702,7 +750,7 @@ def _repair_refs(store: Store, present: set[Digest], done: dict) -> None:
             d = Digest(target) if target else None
         except (ValueError, TypeError):
             continue
-        if d is not None and d not in present:
+        if d is not None and not stored(d):
             continue
         try:
             store.set_ref(name, d, {"restored_by": "casmon verify --repair"})

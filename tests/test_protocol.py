@@ -10,6 +10,7 @@ writer is killed at its step or not, no record may name a missing object.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import threading
@@ -264,6 +265,15 @@ def test_a_dead_gcs_lock_is_taken_over(tmp_path):
     assert (Path(loc) / "gc" / "lock").exists()  # killed while it held the lock
     casmon.open(loc).gc(grace=GRACE)  # same host, dead process: taken over
     assert not (Path(loc) / "gc" / "lock").exists()
+    # The taker that broke it left a record (so no second taker deletes a lock taken meanwhile) ...
+    broken = list((Path(loc) / "gc" / "lock-broken").iterdir())
+    assert len(broken) == 1 and json.loads(broken[0].read_text())["pid"] == os.getpid()
+    casmon.open(loc).gc(grace=GRACE)
+    assert broken[0].exists()  # ... kept for a day ...
+    info = json.loads(broken[0].read_text())
+    broken[0].write_text(json.dumps(dict(info, time=time.time() - 25 * 3600)))
+    casmon.open(loc).gc(grace=GRACE)
+    assert not broken[0].exists()  # ... then gc deletes it
 
 
 def test_grace_below_the_minimum_is_refused(tmp_path):
