@@ -551,6 +551,20 @@ class Backend:
         if folder not in self._made_dirs:
             os.makedirs(folder, exist_ok=True)
             self._made_dirs.add(folder)
+        for attempt in range(3):
+            try:
+                self._write_file(path, folder, parts, exclusive)
+                return
+            except FileNotFoundError:
+                # The *.partial file (or its folder) vanished before it was linked into place: gc
+                # removes old temp files of killed writers, and this writer may have been stalled.
+                # The bytes are still here: write them again.
+                if attempt == 2:
+                    raise
+                self._made_dirs.discard(folder)
+
+    @staticmethod
+    def _write_file(path: str, folder: str, parts, exclusive: bool) -> None:
         tmp = f"{path}.{uuid.uuid4().hex}.partial"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
         try:

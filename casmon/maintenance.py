@@ -267,7 +267,9 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
         done += 1
         progress("objects", done, total)
         key = pack_key(name)
-        data = store.backend.get(key) if name in inv.packs else None
+        # A pack the index names but the listing lacks may have been written after the listing
+        # (the index is read after it, and writers go on): read it rather than call it missing.
+        data = store.backend.get(key)
         if data is None:
             for d, _loc in entries_by_pack.get(name, []):
                 rep.missing.append((f"object {d.hex()}", key))
