@@ -14,9 +14,12 @@ and S3) holding who took it; the taker reads it back to know it won. A holder
 that died is taken over: at once when it ran on this host and its process is
 gone, otherwise once the lock is older than its kind's limit. Of the takers
 that find the same dead lock, only the one that creates
-``gc/lock-broken/<hash of the dead lock>`` deletes it: a taker that deleted
-whatever ``gc/lock`` held by the time it got round to it could delete a lock
-another taker had just taken, and two processes would hold it.
+``gc/lock-broken/<hash of the dead lock>-<n>`` deletes it, and only while
+``gc/lock`` still holds those bytes: a taker that deleted whatever ``gc/lock``
+held by the time it got round to it could delete a lock another taker had just
+taken, and two processes would hold it. ``n`` is 0, or one more than a claim
+whose taker died or is more than a minute old (a taker killed mid-break, or the
+same bytes -- an empty file after a crash -- found again later).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ LOCK_KEY = "gc/lock"
 #: Who broke which dead lock: one small file per dead holder taken over; gc deletes them after a day.
 BREAK_PREFIX = "gc/lock-broken/"
 BREAK_KEEP = 24 * 3600.0
+#: A claim to break a dead lock older than this (seconds) is a dead taker's: breaking takes milliseconds.
+CLAIM_STALE = 60.0
+_CLAIMS_MAX = 64
 #: After this many seconds a lock of that kind is taken over even if its host cannot tell the holder died.
 STALE_AFTER = {"merge": 600.0}
 STALE_DEFAULT = 6 * 3600.0
@@ -86,16 +92,25 @@ class StoreLock:
         return False
 
     def _break(self, dead: bytes, mine: bytes) -> bool:
-        """Delete the dead lock ``dead`` if this taker is the one to break it (see the module doc)."""
-        key = BREAK_PREFIX + xxhash.xxh3_128_hexdigest(dead)
-        self.backend.create(key, mine)
-        won = self.backend.get(key)
-        if won is None or bytes(won) != mine:
-            return False
-        now = self.backend.get(LOCK_KEY)
-        if now is not None and bytes(now) == dead:  # nobody but this taker deletes these bytes
-            self.backend.delete(LOCK_KEY)
-        return True
+        """Delete the dead lock ``dead`` if this taker is the one to break it (see the module doc).
+        False while another live taker is breaking it."""
+        base = BREAK_PREFIX + xxhash.xxh3_128_hexdigest(dead)
+        for n in range(_CLAIMS_MAX):
+            key = f"{base}-{n}"
+            self.backend.create(key, mine)
+            won = self.backend.get(key)
+            if won is None:
+                continue  # forgotten meanwhile (gc): claim the next number
+            won = bytes(won)
+            if won != mine:
+                if _claim_dead(won):
+                    continue
+                return False
+            now = self.backend.get(LOCK_KEY)
+            if now is not None and bytes(now) == dead:  # only this claim's taker deletes these bytes now
+                self.backend.delete(LOCK_KEY)
+            return True
+        return False
 
     def release(self) -> None:
         if self._mine is None:
@@ -112,7 +127,20 @@ class StoreLock:
 
 
 def _dead(info: dict) -> bool:
-    limit = STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT)
+    return _gone(info, STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT))
+
+
+def _claim_dead(data: bytes) -> bool:
+    """A claim to break a lock whose taker died (on this host) or that is older than CLAIM_STALE."""
+    try:
+        info = json.loads(data)
+    except ValueError:
+        return True
+    return not isinstance(info, dict) or _gone(info, CLAIM_STALE)
+
+
+def _gone(info: dict, limit: float) -> bool:
+    """Older than ``limit`` seconds, or taken by a process of this host that is gone."""
     try:
         if time.time() - float(info.get("time", 0)) > limit:
             return True

@@ -368,11 +368,9 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                 late.append((ref.target, f"ref {name}"))
     # The inventory was listed before the records and refs were read: a writer that flushed
     # meanwhile wrote the values they name after it. Read those now before calling them missing.
-    sound: dict[Digest, bool] = {}
+    stored = _Latecomers(store, present)
     for d, who in late:
-        if _sound_now(store, d, True, present, sound):
-            rep.checked["values written during verify"] += 1
-        else:
+        if not stored(d):
             absent("value", d, who)
 
     # A value that lacks a chunk is a problem only if a record or ref reaches it: gc sweeps an
@@ -392,10 +390,12 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
             rep.checked["unreachable values partly collected (gc removes the rest)"] += 1
             continue
         for c in missing:
-            if _sound_now(store, c, c in children_of.get(d, ()), present, sound):
+            if stored(c, c in children_of.get(d, ())):
                 continue  # stored after the listing, before its value's index entry was read
             absent("object", c, f"value {d.hex()}")
             bad_digests.setdefault(c, f"object {c.hex()}")
+    if stored.found:
+        rep.checked["objects written during verify"] += stored.found
     # A value with a bad chunk is bad too.
     for c in list(bad_digests):
         for dep in dependents.get(c, []):
@@ -419,34 +419,79 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     return rep
 
 
-def _sound_now(store: Store, d: Digest, value: bool, present: set[Digest], memo: dict[Digest, bool]) -> bool:
-    """Is ``d`` stored and sound now -- if a value, with every chunk and child?
+class _Latecomers:
+    """Objects a record, ref or value names that the first listing lacks, checked against the store now.
 
-    For what a record, ref or value names that the inventory lacks. ``verify`` and ``repair``
-    list objects before they read records and refs, and writers go on meanwhile; a writer stores
-    a value's objects before the record or ref naming it, so what it wrote after the listing is
-    read here rather than called missing. Found by an attack: ``verify`` called a sound store
-    damaged, and ``repair`` deleted a ref and dropped a cache entry a writer had just written.
+    ``verify`` and ``repair`` list objects before they read records and refs, and writers go on
+    meanwhile; a writer stores a value's objects before the record or ref naming it, so what it
+    wrote after the listing is read here rather than called missing. Found by an attack: ``verify``
+    called a sound store damaged, and ``repair`` deleted a ref and dropped a cache entry a writer
+    had just written. One second inventory, taken at the first such object after the records were
+    read, answers for all of them (not a listing per object), and every object is read from the
+    store and checked whole -- never from this process's memory, which may hold a value the store
+    has lost. Call :meth:`reread` before reading the next batch of records or refs.
     """
-    from .store import _decode_manifest
 
-    if d in present:
-        return True
-    if d in memo:
-        return memo[d]
-    memo[d] = False  # while it is being checked: a cycle proves nothing
-    try:
-        raw = store.objects.get(d)  # reads the index again on a miss; checks the bytes against d
-        if value:
-            m = _decode_manifest(d, raw)
-            ok = all(_sound_now(store, c, False, present, memo) for c in m.chunk_digests()) and all(
-                _sound_now(store, c, True, present, memo) for c in m.children)
-        else:
-            ok = True
-    except CasmonError:
+    def __init__(self, store: Store, present: set[Digest]) -> None:
+        self.store = store
+        self.present = present
+        self.found = 0  # objects the first listing lacked that are sound now
+        self._fresh: Inventory | None = None
+        self._batch = 0  # batches of records or refs read so far
+        self._fresh_batch = -1  # the last batch read before _fresh was listed
+        self._sound: dict[Digest, bool] = {}
+
+    def reread(self) -> None:
+        self._batch += 1
+
+    def __call__(self, d: Digest, value: bool = True) -> bool:
+        if d in self.present or self._sound.get(d):
+            return True
+        if self._fresh is None or self._fresh_batch < self._batch:
+            self._fresh = inventory(self.store, strict=False)
+            self._fresh_batch = self._batch
+            self._sound = {k: v for k, v in self._sound.items() if v}  # a miss may be found now
+        return self._check(d, value)
+
+    def _check(self, d: Digest, value: bool) -> bool:
+        from .store import _decode_manifest
+
+        if d in self.present:
+            return True
+        if d in self._sound:
+            return self._sound[d]
+        self._sound[d] = False  # while it is being checked: a cycle proves nothing
         ok = False
-    memo[d] = ok
-    return ok
+        try:
+            raw = self._read(d)
+            if raw is not None:
+                ok = True
+                if value:
+                    m = _decode_manifest(d, raw)
+                    ok = all(self._check(c, False) for c in m.chunk_digests()) and all(
+                        self._check(c, True) for c in m.children)
+        except CasmonError:
+            ok = False
+        self._sound[d] = ok
+        self.found += ok
+        return ok
+
+    def _read(self, d: Digest):
+        """``d``'s payload as the second inventory places it, checked against ``d``; None if absent."""
+        inv = self._fresh
+        key = inv.loose.get(d)
+        if key is not None:
+            data = self.store.backend.get(key)
+            if data is not None:
+                return decode_frame(data, key, expect=d)[1]
+        loc = inv.packed.get(d)
+        if loc is None:
+            return None
+        key = pack_key(loc.pack)
+        frame = self.store.backend.get_range(key, loc.offset, loc.offset + loc.length)
+        if frame is None or len(frame) != loc.length:
+            return None
+        return decode_frame(frame, f"{key}@{loc.offset}", expect=d)[1]
 
 
 def _verify_condemned_lists(store: Store, rep: VerifyReport) -> None:
@@ -488,6 +533,13 @@ def _note_expected_ref(out: dict, kind: str, key: bytes, rec: dict) -> None:
 
 
 # -- repair -------------------------------------------------------------------------
+
+
+def _ref_now(store: Store, name: str):
+    try:
+        return store.get_ref(name)
+    except (DamagedObjectError, ValueError):
+        return False
 
 
 def repair(store: Store, progress: Progress | None = None) -> dict:
@@ -549,11 +601,7 @@ def _repair_round(store: Store, rep: VerifyReport, done: dict, progress: Progres
     store._manifests.clear()
     # Writers go on beside repair: what a record or ref names that the listing of packs lacks may
     # have been written since; it is lost only if it cannot be read, whole, now.
-    memo: dict[Digest, bool] = {}
-
-    def stored(d: Digest) -> bool:
-        return _sound_now(store, d, True, present, memo)
-
+    stored = _Latecomers(store, present)
     _repair_records(store, stored, done, progress)
     _repair_refs(store, stored, done)
 
@@ -694,13 +742,14 @@ def _rebuild_index(store: Store, done: dict, progress: Progress) -> set[Digest]:
     return present
 
 
-def _repair_records(store: Store, stored: Callable[[Digest], bool], done: dict, progress: Progress) -> None:
+def _repair_records(store: Store, stored: _Latecomers, done: dict, progress: Progress) -> None:
     from .store import salvage
 
     kinds = store.record_kinds()
     for i, kind in enumerate(kinds):
         progress("records", i + 1, len(kinds))
         t = store.table(kind)
+        stored.reread()
         sv: Survey = t.survey(keep=True)
         changed = not sv.ok
         out: list[tuple[bytes, bytes]] = []
@@ -731,21 +780,28 @@ def _repair_records(store: Store, stored: Callable[[Digest], bool], done: dict, 
             done["rebuilt_tables"].append(sv.prefix)
 
 
-def _repair_refs(store: Store, stored: Callable[[Digest], bool], done: dict) -> None:
+def _repair_refs(store: Store, stored: _Latecomers, done: dict) -> None:
+    stored.reread()
+    refs = {}
     for name in store.refs():
         try:
-            ref = store.get_ref(name)
+            refs[name] = store.get_ref(name)
         except DamagedObjectError:
-            ref = False
+            refs[name] = False
         except ValueError:
             continue  # not a ref name casmon writes
+    for name, ref in refs.items():
         if ref is None:
             continue  # deleted meanwhile
         if ref is False or (ref.target is not None and not stored(ref.target)):
+            if ref is not False and _ref_now(store, name) != ref:
+                continue  # a writer pointed it elsewhere meanwhile
             store.backend.delete("refs/" + name)
             done["dropped_refs"].append(name)
+    stored.reread()
+    expected = expected_refs_of(store)
     existing = set(store.refs())
-    for name, (target, _t, _who) in expected_refs_of(store).items():
+    for name, (target, _t, _who) in expected.items():
         if name in existing:
             continue
         try:
