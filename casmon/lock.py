@@ -17,9 +17,9 @@ that find the same dead lock, only the one that creates
 ``gc/lock-broken/<hash of the dead lock>-<n>`` deletes it, and only while
 ``gc/lock`` still holds those bytes: a taker that deleted whatever ``gc/lock``
 held by the time it got round to it could delete a lock another taker had just
-taken, and two processes would hold it. ``n`` is 0, or one more than a claim
-whose taker died or is more than a minute old (a taker killed mid-break, or the
-same bytes -- an empty file after a crash -- found again later).
+taken, and two processes would hold it. The claim is deleted once the lock is
+broken; ``n`` is 0, or one more than a claim whose taker died or is more than a
+minute old (a taker killed mid-break leaves its claim: gc deletes it after a day).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .errors import StoreError
 __all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks"]
 
 LOCK_KEY = "gc/lock"
-#: Who broke which dead lock: one small file per dead holder taken over; gc deletes them after a day.
+#: Claims to break a dead lock; one a killed taker left is deleted by gc after a day.
 BREAK_PREFIX = "gc/lock-broken/"
 BREAK_KEEP = 24 * 3600.0
 #: A claim to break a dead lock older than this (seconds) is a dead taker's: breaking takes milliseconds.
@@ -109,6 +109,9 @@ class StoreLock:
             now = self.backend.get(LOCK_KEY)
             if now is not None and bytes(now) == dead:  # only this claim's taker deletes these bytes now
                 self.backend.delete(LOCK_KEY)
+            # Done: a taker that claims this number later finds gc/lock no longer holds ``dead``
+            # (a live lock's bytes are unique; the same garbage again is dead again).
+            self.backend.delete(key)
             return True
         return False
 
@@ -157,11 +160,7 @@ def _gone(info: dict, limit: float) -> bool:
 
 
 def forget_old_breaks(backend: Backend, keep: float = BREAK_KEEP) -> int:
-    """Delete the records of broken locks older than ``keep`` seconds (call it holding the lock).
-
-    A taker that found that dead lock has long since broken it or seen it broken; what would
-    go wrong without the record -- a taker stalled for a day between reading a dead lock and
-    claiming it -- is far outside every other bound of the protocol."""
+    """Delete claims killed takers left, once older than ``keep`` seconds (call it holding the lock)."""
     keys = [k for k in backend.list(BREAK_PREFIX) if ".partial" not in k]
     gone = 0
     for k, data in zip(keys, backend.get_many(keys) if keys else []):
