@@ -70,6 +70,42 @@ def _late_is_there(loc: Path) -> list[str]:
     return lost
 
 
+def _verify_held_beside_a_writer(tmp_path, step: str, wrap: str) -> str:
+    """What ``verify`` says of a sound store when a writer writes and closes while verify is held at
+    ``step``: ``wrap`` (code run in the verifier first) calls ``hold()`` there, once."""
+    loc, points = tmp_path / "s", tmp_path / "points"
+    points.mkdir()
+    s = casmon.open(loc)
+    s.set_ref("early", s.put("early value"))
+    s.close()
+    ver = _start(textwrap.dedent("""
+        import os, sys, time, casmon
+        loc, points, step = sys.argv[1], sys.argv[2], sys.argv[3]
+
+        def hold():
+            go = os.path.join(points, step + ".go")
+            if os.path.exists(go):
+                return
+            open(os.path.join(points, step + ".reached"), "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.005)
+    """) + textwrap.dedent(wrap) + textwrap.dedent("""
+        rep = casmon.open(loc, create=False, read_only=True).verify()
+        print("ok" if rep.ok else rep)
+    """), loc, points, step)
+    try:
+        _wait_for(points / f"{step}.reached", ver)
+        _write_late(loc)
+        (points / f"{step}.go").touch()
+        out, err = ver.communicate(timeout=60)
+        assert ver.returncode == 0, err
+    finally:
+        ver.kill()
+    assert _late_is_there(loc) == []
+    assert casmon.open(loc, create=False).verify().ok  # the store is sound
+    return out
+
+
 def test_repair_keeps_what_a_writer_acknowledged_meanwhile(tmp_path):
     """``verify --repair`` promises "Writers may keep writing meanwhile" (ARCHITECTURE.md). But its round
     lists the packs (``_rebuild_index``: ``present``), and only later reads the record tables and the refs:
@@ -113,39 +149,18 @@ def test_verify_beside_a_writer_reports_no_damage(tmp_path):
     run/...", "needed by ref runs/1"). Seen 6 times in 51 verifies beside four processes writing a new
     store. Here the verifier is held right after its inventory (a pause the test wraps around
     ``maintenance.inventory``: verify has no fault point) while a writer writes and closes its store."""
-    loc, points = tmp_path / "s", tmp_path / "points"
-    points.mkdir()
-    s = casmon.open(loc)
-    s.set_ref("early", s.put("early value"))
-    s.close()
-    ver = _start("""
-        import os, sys, time, casmon
+    out = _verify_held_beside_a_writer(tmp_path, "inventory", """
         from casmon import maintenance
-        loc, points = sys.argv[1], sys.argv[2]
         inventory = maintenance.inventory
 
         def held_inventory(*a, **k):
             inv = inventory(*a, **k)
-            open(os.path.join(points, "inventory.reached"), "w").close()
-            while not os.path.exists(os.path.join(points, "inventory.go")):
-                time.sleep(0.005)
+            hold()
             return inv
 
         maintenance.inventory = held_inventory
-        rep = casmon.open(loc, create=False, read_only=True).verify()
-        print("ok" if rep.ok else rep)
-    """, loc, points)
-    try:
-        _wait_for(points / "inventory.reached", ver)
-        _write_late(loc)
-        (points / "inventory.go").touch()
-        out, err = ver.communicate(timeout=60)
-        assert ver.returncode == 0, err
-    finally:
-        ver.kill()
-    assert _late_is_there(loc) == []
-    assert casmon.open(loc, create=False).verify().ok  # the store is sound
-    assert out.strip() == "ok", out  # and so verify should have said
+    """)
+    assert out.strip() == "ok", out  # the store is sound, and so verify should have said
 
 
 def test_two_takers_of_a_dead_holders_lock_never_both_hold(tmp_path):
@@ -219,40 +234,19 @@ def test_verify_beside_a_writer_reports_no_missing_pack(tmp_path):
     before it reads the index, so an index entry written in between names a pack the listing lacks,
     and step 3 takes it for a missing pack. Here the verifier is held right after that listing (a
     pause the test wraps around ``Backend.list``) while a writer writes and closes its store."""
-    loc, points = tmp_path / "s", tmp_path / "points"
-    points.mkdir()
-    s = casmon.open(loc)
-    s.set_ref("early", s.put("early value"))
-    s.close()
-    ver = _start("""
-        import os, sys, time, casmon
+    out = _verify_held_beside_a_writer(tmp_path, "list", """
         from casmon.backend import Backend
-        loc, points = sys.argv[1], sys.argv[2]
         listing = Backend.list
 
         def held_list(self, prefix):
             keys = listing(self, prefix)
-            if prefix == "" and not os.path.exists(os.path.join(points, "list.go")):
-                open(os.path.join(points, "list.reached"), "w").close()
-                while not os.path.exists(os.path.join(points, "list.go")):
-                    time.sleep(0.005)
+            if prefix == "":
+                hold()
             return keys
 
         Backend.list = held_list
-        rep = casmon.open(loc, create=False, read_only=True).verify()
-        print("ok" if rep.ok else rep)
-    """, loc, points)
-    try:
-        _wait_for(points / "list.reached", ver)
-        _write_late(loc)
-        (points / "list.go").touch()
-        out, err = ver.communicate(timeout=60)
-        assert ver.returncode == 0, err
-    finally:
-        ver.kill()
-    assert _late_is_there(loc) == []
-    assert casmon.open(loc, create=False).verify().ok  # the store is sound
-    assert out.strip() == "ok", out  # and so verify should have said
+    """)
+    assert out.strip() == "ok", out  # the store is sound, and so verify should have said
 
 
 def test_a_write_whose_partial_file_vanished_before_its_link_is_written_again(tmp_path):
