@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import casmon  # noqa: E402
-from casmon.objects import loose_key  # noqa: E402
+from casmon.store.objects import loose_key  # noqa: E402
 
 GiB = 1 << 30
 MiB = 1 << 20

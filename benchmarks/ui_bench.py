@@ -46,8 +46,8 @@ def step(i, scale=2):
 
 def build(path: Path, runs: int, calls: int) -> None:
     import casmon
-    from casmon.fingerprint import fingerprint
-    from casmon.runs import KIND_RUN, RUN_REFS
+    from casmon.keys.fingerprint import fingerprint
+    from casmon.runs.recorder import KIND_RUN, RUN_REFS
 
     s = casmon.open(path, autoflush=None)
     t0 = time.perf_counter()

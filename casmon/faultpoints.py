@@ -1,6 +1,6 @@
 """Named fault points: places in the write, merge and gc protocols where a test may stop or kill a process.
 
-The protocols of :mod:`casmon.store`, :mod:`casmon.table` and :mod:`casmon.gc`
+The protocols of :mod:`casmon.store.store`, :mod:`casmon.store.table` and :mod:`casmon.maintenance.gc`
 call :func:`point` at every step whose interleaving with another process
 matters (``"flush.after_pack"``, ``"gc.after_mark"``, ...). Nothing happens
 unless the environment variable ``CASMON_FAULTPOINTS`` names the point, so the
@@ -42,7 +42,7 @@ POINTS: dict[str, str] = {
     "flush.after_records": "the record tables are written, nothing merged yet",
     # writer: Store.put
     "put.after_chunks": "a value's large chunks are written, its manifest waits in memory",
-    # writer: a local folder's file (casmon.backend)
+    # writer: a local folder's file (casmon.store.backend)
     "local.partial_written": "a file's ``*.partial`` copy is written, not yet linked or renamed into place",
     # table merge
     "merge.after_buckets": "a generation's buckets are written, its manifest is not",

@@ -9,7 +9,7 @@ Files that are not casmon frames (casmon.json, markers) are flipped where asked.
 
 from pathlib import Path
 
-from casmon.codec import FRAME_HEADER, decode_frame, read_header
+from casmon.store.codec import FRAME_HEADER, decode_frame, read_header
 from casmon.errors import DamagedObjectError
 
 

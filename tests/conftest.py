@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def min_grace():
     """Shorten gc's shortest grace period in this process (and its children): ``min_grace(0.5)``."""
-    from casmon import condemned
+    from casmon.store import condemned
 
     old_env = os.environ.get("CASMON_MIN_GRACE")
     old = condemned.MIN_GRACE

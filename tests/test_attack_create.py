@@ -17,7 +17,7 @@ from pathlib import Path
 
 import casmon
 from casmon import Digest
-from casmon.objects import loose_key
+from casmon.store.objects import loose_key
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -125,7 +125,7 @@ def test_repair_keeps_what_a_writer_acknowledged_meanwhile(tmp_path):
     bad.write_bytes(b"not a frame")  # damage that has nothing to do with the writer
     rep = _start("""
         import sys, json, casmon
-        from casmon.maintenance import repair
+        from casmon.maintenance.verify import repair
         print(json.dumps(repair(casmon.open(sys.argv[1], create=False))))
     """, loc, env=dict(ENV, CASMON_FAULTPOINTS=f"merge.after_buckets@1=pause:{points}"))
     try:
@@ -150,7 +150,7 @@ def test_verify_beside_a_writer_reports_no_damage(tmp_path):
     store. Here the verifier is held right after its inventory (a pause the test wraps around
     ``maintenance.inventory``: verify has no fault point) while a writer writes and closes its store."""
     out = _verify_held_beside_a_writer(tmp_path, "inventory", """
-        from casmon import maintenance
+        from casmon.maintenance import verify as maintenance
         inventory = maintenance.inventory
 
         def held_inventory(*a, **k):
@@ -183,7 +183,7 @@ def test_two_takers_of_a_dead_holders_lock_never_both_hold(tmp_path):
                                                    "time": time.time(), "nonce": "00"}))
     taker = """
         import os, sys, time, casmon
-        from casmon import lock
+        from casmon.store import lock
         loc, points, me, slow = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "slow"
         if slow:
             dead = lock._dead
@@ -235,7 +235,7 @@ def test_verify_beside_a_writer_reports_no_missing_pack(tmp_path):
     and step 3 takes it for a missing pack. Here the verifier is held right after that listing (a
     pause the test wraps around ``Backend.list``) while a writer writes and closes its store."""
     out = _verify_held_beside_a_writer(tmp_path, "list", """
-        from casmon.backend import Backend
+        from casmon.store.backend import Backend
         listing = Backend.list
 
         def held_list(self, prefix):

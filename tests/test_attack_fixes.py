@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import casmon
-from casmon.maintenance import repair
+from casmon.maintenance.verify import repair
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -94,8 +94,8 @@ def test_a_garbage_lock_found_again_within_a_day_is_still_broken(tmp_path):
 
 BREAKER = textwrap.dedent("""
     import os, signal, sys, casmon
-    from casmon import lock
-    from casmon.backend import Backend
+    from casmon.store import lock
+    from casmon.store.backend import Backend
 
     real = Backend.delete
     def delete(self, key, *a, **k):

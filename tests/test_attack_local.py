@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.backend import KEEP_OPEN, Backend, LocalFolder, open_backend
-from casmon.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
-from casmon.table import StoreDamageWarning, Table
+from casmon.store.backend import KEEP_OPEN, Backend, LocalFolder, open_backend
+from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
+from casmon.store.table import StoreDamageWarning, Table
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -106,8 +106,8 @@ def test_crafted_block_length_is_not_allocated_before_reading(tmp_path):
     _write_gen(loc, "r/", gid, head, lens, bloom, files)
     code = f"""
         import resource, warnings
-        from casmon.backend import open_backend
-        from casmon.table import Table
+        from casmon.store.backend import open_backend
+        from casmon.store.table import Table
         with open("/proc/self/statm") as f:
             vm = int(f.read().split()[0]) * 4096
         resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), resource.RLIM_INFINITY))
@@ -180,7 +180,7 @@ def test_hostile_block_payload_gives_warning_and_miss(tmp_path, how):
 def test_block_key_count_cannot_make_huge_lists(tmp_path):
     """A block claiming 2**32-1 keys in a payload of a few KiB: ``_Block`` must reject it from the lengths
     alone (never allocate for the count)."""
-    from casmon.table import _Block
+    from casmon.store.table import _Block
 
     from casmon.errors import DamagedObjectError
 
@@ -259,8 +259,8 @@ def test_lookups_match_a_reference_with_near_identical_keys(tmp_path_factory, se
 def _merge_in_child(loc: str, n_new: int, seed: int) -> None:
     code = f"""
         import random
-        from casmon.backend import open_backend
-        from casmon.table import Table
+        from casmon.store.backend import open_backend
+        from casmon.store.table import Table
         rng = random.Random({seed})
         t = Table(open_backend({loc!r}), "r/", "wc")
         for i in range({n_new}):
@@ -381,7 +381,7 @@ def test_concurrent_create_if_absent_from_processes_has_one_intact_winner(tmp_pa
     open_backend(loc)
     code = """
         import sys, random
-        from casmon.backend import open_backend
+        from casmon.store.backend import open_backend
         me = int(sys.argv[1]); b = open_backend(sys.argv[2])
         sys.stdin.readline()
         rng = random.Random(1)
@@ -756,9 +756,9 @@ def test_decode_table_block_accepts_exactly_what_decode_frame_accepts():
     """Differential fuzz: mutated table frames (header bytes, lz4 size field, payload, length changes,
     other codecs and kinds): ``decode_table_block`` returns the same bytes as ``decode_frame`` when that
     accepts, and raises DamagedObjectError when that raises."""
-    from casmon.codec import decode_table_block
+    from casmon.store.codec import decode_table_block
     from casmon.errors import DamagedObjectError
-    from casmon.table import encode_table_file
+    from casmon.store.table import encode_table_file
 
     rng = random.Random(12)
     frames = []
@@ -774,7 +774,7 @@ def test_decode_table_block_accepts_exactly_what_decode_frame_accepts():
             i = rng.randrange(min(len(data), 48)) if rng.random() < 0.7 else rng.randrange(len(data))
             data[i] ^= 1 << rng.randrange(8)
             if rng.random() < 0.5:  # fix the check byte: only the field changed
-                from casmon.codec import _xor_at
+                from casmon.store.codec import _xor_at
 
                 data[7] ^= _xor_at(bytes(data), 0)
         elif how < 0.7:

@@ -22,7 +22,7 @@ import pytest
 import xxhash
 
 import casmon
-from casmon import codec
+from casmon.store import codec
 from casmon.errors import DamagedObjectError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def test_a_put_returns_only_after_its_own_chunks_are_written_whatever_other_thre
     log's capture promises is allowed) was written under the old digest -- a damaged object."""
     import threading
 
-    from casmon.backend import Backend
+    from casmon.store.backend import Backend
 
     store = casmon.open(tmp_path / "s", autoflush=None)
     release = threading.Event()

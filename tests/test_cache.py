@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.cache import CacheWarning
-from casmon.objects import loose_key
+from casmon.caching.memoize import CacheWarning
+from casmon.store.objects import loose_key
 from tests.conftest import ROOT, run_parallel, run_python
 
 
@@ -441,7 +441,7 @@ def test_concurrent_processes_same_key(tmp_path):
     run_parallel([["-c", code, str(tmp_path / "s")] for _ in range(3)])
     s = casmon.open(tmp_path / "s")
     assert s.verify().ok
-    from casmon.cache import cache_entries
+    from casmon.caching.memoize import cache_entries
 
     (stats,) = cache_entries(s).values()
     assert 5 <= stats["entries"] <= 15  # no lock: each process may have computed each key
@@ -472,7 +472,7 @@ def test_cli_cache_listing_clear_and_eviction(tmp_path):
     assert "__main__.prep" in out and "__main__.other" in out
     rep = json.loads(cli("gc", "--store", loc, "--max-size", "5M", "--now", "--json").stdout)
     assert rep["evicted_entries"] == 3 and rep["deleted_objects"] >= 3
-    from casmon.cache import cache_entries
+    from casmon.caching.memoize import cache_entries
 
     s = casmon.open(loc)
     assert cache_entries(s)["__main__.prep"]["entries"] == 2

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.cache import CacheWarning, cache_entries
+from casmon.caching.memoize import CacheWarning, cache_entries
 from tests.conftest import run_python
 
 
@@ -408,11 +408,11 @@ def test_files_count_by_content(store, tmp_path):
     assert load(str(p)) == "ABC" and len(calls) == 2, "same content again: the first entry"
     assert load(p) == "ABC" and len(calls) == 3, "a Path is another value than a str"
     entry = load.ref(str(p)).entry
-    assert entry["files"] == [["path", str(p), importlib.import_module('casmon.cache').file_digest(p).hex(), 3]]
+    assert entry["files"] == [["path", str(p), importlib.import_module('casmon.caching.memoize').file_digest(p).hex(), 3]]
 
 
 def test_a_hit_on_an_unchanged_file_does_not_read_it(store, tmp_path, monkeypatch):
-    cm = importlib.import_module("casmon.cache")
+    cm = importlib.import_module("casmon.caching.memoize")
     monkeypatch.setattr(cm, "_RACY_NS", 0)  # trust a stat taken just after the write (the 2 s guard is tested below)
 
     @casmon.cache(store=store, files=["path"])
@@ -437,7 +437,7 @@ def test_a_hit_on_an_unchanged_file_does_not_read_it(store, tmp_path, monkeypatc
 
 
 def test_a_file_changed_moments_ago_is_hashed_again(store, tmp_path):
-    cm = importlib.import_module("casmon.cache")
+    cm = importlib.import_module("casmon.caching.memoize")
     p = tmp_path / "fresh.txt"
     p.write_text("abc")
     d = cm.file_digest(p)
@@ -488,7 +488,7 @@ def test_files_lists_and_missing_paths(store, tmp_path):
 
 # -- counting ----------------------------------------------------------------------------------------------
 def test_one_call_is_one_entry_after_a_damaged_result_was_recomputed(store, tmp_path):
-    from casmon.objects import loose_key
+    from casmon.store.objects import loose_key
 
     @casmon.cache(store=store)
     def f(n):

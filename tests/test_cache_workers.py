@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 import casmon
-from casmon.cache import cache_entries
+from casmon.caching.memoize import cache_entries
 from tests.conftest import ROOT
 
 

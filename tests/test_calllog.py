@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.calllog import CallLogWarning, NotStored
+from casmon.calllog.log import CallLogWarning, NotStored
 from tests.conftest import ROOT, run_parallel, run_python
 
 
@@ -433,7 +433,7 @@ def test_rows_encoded_while_calls_run_read_back_whole(tmp_path, monkeypatch):
     put its rows back while a new function was logged (which renumbers the newer rows)."""
     import errno
 
-    from casmon import calllog
+    from casmon.calllog import log as calllog
 
     monkeypatch.setattr(calllog, "ENCODE_BLOCK", 500)
     s = casmon.open(tmp_path / "s", autoflush=None)
@@ -494,7 +494,7 @@ def test_a_flush_waits_for_the_block_being_encoded_instead_of_encoding_it_again(
     anyway) and uses it, rather than drop it and encode its rows a second time."""
     import threading
 
-    from casmon import calllog
+    from casmon.calllog import log as calllog
 
     monkeypatch.setattr(calllog, "ENCODE_BLOCK", 500)
     encoded_in = []  # (thread name, rows) of every encoding of rows

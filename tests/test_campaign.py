@@ -48,7 +48,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.calllog import KIND_CALLS
+from casmon.calllog.log import KIND_CALLS
 
 from .conftest import ROOT
 
@@ -66,8 +66,8 @@ WRITER = textwrap.dedent(
     import json, os, sys, time
     import numpy as np
     import casmon
-    cache_mod = sys.modules["casmon.cache"]
-    from casmon.calllog import _recorder
+    cache_mod = sys.modules["casmon.caching.memoize"]
+    from casmon.calllog.log import _recorder
 
     mode, loc, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rng = np.random.default_rng(seed)
@@ -217,7 +217,7 @@ ZYGOTE = textwrap.dedent(
     # (a fresh interpreter costs seconds on a loaded machine). Says "started PID" and "exit PID STATUS".
     import json, os, select, signal, sys, threading, time
     import numpy as np
-    import casmon, casmon.cache, casmon.calllog, casmon.gc, casmon.maintenance, casmon.runs, casmon.errors
+    import casmon, casmon.caching.memoize, casmon.calllog.log, casmon.maintenance.gc, casmon.maintenance.verify, casmon.runs.recorder, casmon.errors
     import concurrent.futures.thread
 
     codes = {"writer": open(sys.argv[1]).read(), "gc": open(sys.argv[2]).read()}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 import casmon
-from casmon.objects import loose_key
+from casmon.store.objects import loose_key
 
 ROOT = Path(__file__).resolve().parent.parent
 

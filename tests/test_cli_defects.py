@@ -33,7 +33,7 @@ def cli(*args, cwd=None, check=True):
     """`casmon ARGS` in this process (click's runner: no interpreter start-up, so many calls stay cheap)."""
     from click.testing import CliRunner
 
-    from casmon.cli import main
+    from casmon.cli.app import main
 
     old = os.getcwd()
     os.chdir(cwd or old)
@@ -253,7 +253,7 @@ def test_replay_import_main_runs_the_top_level_not_the_main_block(tmp_path):
 
 def test_a_recorded_main_path_is_data(tmp_path):
     """A store can name any path as its __main__: only an absolute .py path is offered, and only on request."""
-    from casmon.cli import _recorded_main
+    from casmon.cli.app import _recorded_main
 
     class Log:
         sessions = {1: {"main": {"script": "relative.py"}}, 2: {"main": {"script": "/etc/passwd"}},
@@ -332,8 +332,8 @@ GLOBAL_CONN = sqlite3.connect(":memory:", check_same_thread=False)
 
 
 def test_cache_warnings_point_at_the_callers_line(tmp_path):
-    from casmon.cache import KIND_FN, name_digest
-    from casmon.codeversion import function_name
+    from casmon.caching.memoize import KIND_FN, name_digest
+    from casmon.keys.codeversion import function_name
 
     s = casmon.open(tmp_path / "s")
 

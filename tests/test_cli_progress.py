@@ -85,7 +85,7 @@ def test_quiet_when_piped(store_path, tmp_path):
     # the other long commands, in this process (click's runner: streams that are not terminals)
     from click.testing import CliRunner
 
-    from casmon.cli import main
+    from casmon.cli.app import main
 
     with casmon.record(store=str(tmp_path / "runs"), capture_output=False, track=[]):
         pass
@@ -106,7 +106,7 @@ def test_quiet_when_only_stderr_is_piped(store_path):
 
 def test_track_for_other_long_jobs():
     """The helper other commands (casmon import) use: a bar on a terminal, nothing when piped."""
-    code = ("from casmon.progress import track, progress\n"
+    code = ("from casmon.view.progress import track, progress\n"
             "assert sum(track(range(300), label='importing things')) == 44850\n"
             "with progress(None, 'counting') as bar:\n"
             "    bar.advance(3)\n"
@@ -116,7 +116,7 @@ def test_track_for_other_long_jobs():
 
 
 def test_track_is_silent_without_a_terminal(capfd, monkeypatch):
-    from casmon.progress import progress, track
+    from casmon.view.progress import progress, track
 
     monkeypatch.delenv("CASMON_PROGRESS", raising=False)
     assert list(track(iter(range(5)), label="x")) == [0, 1, 2, 3, 4]
@@ -128,7 +128,7 @@ def test_track_is_silent_without_a_terminal(capfd, monkeypatch):
 
 
 def test_wanted_follows_the_stream(monkeypatch):
-    from casmon.progress import wanted
+    from casmon.view.progress import wanted
 
     monkeypatch.delenv("CASMON_PROGRESS", raising=False)
 

@@ -167,7 +167,7 @@ def test_finecache_args_hash_on_a_method_and_label(gitdir):
     assert DataLoader(1).load() == 1
     assert DataLoader(2).load() == 1, "args_hash says every DataLoader is the same"
     assert loads == [1]
-    from casmon.cache import cache_entries
+    from casmon.caching.memoize import cache_entries
 
     store = casmon.default_store(str(gitdir / ".casmon"))
     labels = [r.get("label") for _, r in store.records("cache")]

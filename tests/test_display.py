@@ -11,8 +11,8 @@ import pytest
 import zarr
 
 import casmon
-from casmon import display
-from casmon.cache import ResultRef
+from casmon.view import display
+from casmon.caching.memoize import ResultRef
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_FILE = "<b onmouseover=alert(3)>.yaml"

@@ -11,7 +11,7 @@ import html
 import pytest
 
 import casmon
-from casmon import display
+from casmon.view import display
 from tests._browser import ARGS, CHROMIUM, needs_chromium, watch
 from tests.test_display import HOSTILE, HOSTILE_FILE, all_views, build_store
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.importer import ImportSourceError, import_path
+from casmon.compat.importer import ImportSourceError, import_path
 from tests.conftest import ROOT
 from tests.test_runs import git
 
@@ -132,7 +132,7 @@ def test_callmonitor_import_with_trust_loads_user_classes(callmonitor_folder, tm
     try:
         from click.testing import CliRunner
 
-        from casmon.cli import main
+        from casmon.cli.app import main
 
         res = CliRunner().invoke(main, ["--trust", "import", str(callmonitor_folder), "--store", store, "--json"])
         assert res.exit_code == 0, res.output
@@ -293,7 +293,7 @@ def test_import_unpickler_loads_plain_data_and_calls_nothing_else(proto, tmp_pat
     import decimal
     import io
 
-    from casmon.importer import Unresolved, _ImportUnpickler
+    from casmon.compat.importer import Unresolved, _ImportUnpickler
 
     v = {"t": int, "a": np.arange(3), "s": {1, 2}, "c": 1 + 2j, "d": datetime.datetime(2020, 1, 1), "b": b"xy",
          "o": collections.OrderedDict(a=1), "dec": decimal.Decimal("1.5"), "f": np.float32(2.5),

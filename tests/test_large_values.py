@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
-from casmon import codec
-from casmon.codec import FRAME_HEADER, read_header
-from casmon.objects import LOOSE_MIN, loose_key
+from casmon.store import codec
+from casmon.store.codec import FRAME_HEADER, read_header
+from casmon.store.objects import LOOSE_MIN, loose_key
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The last commit before issue 14 changed how chunks are written (raw storage, the chunk pool).
@@ -252,7 +252,7 @@ class _ShutDownPool:
 @pytest.mark.parametrize("pool", ["none", "shut down"])
 def test_large_values_without_the_chunk_pool(tmp_path, monkeypatch, pool):
     """No pool (threads refused at exit) or a pool that refuses work: the caller's thread does it all."""
-    from casmon import objects
+    from casmon.store import objects
 
     monkeypatch.setattr(objects, "chunk_pool", (lambda: None) if pool == "none" else (lambda: _ShutDownPool()))
     a = np.random.default_rng(12).random(2 * MiB)

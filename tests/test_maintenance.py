@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.objects import loose_key
+from casmon.store.objects import loose_key
 
 from tests._damage import flip_file
 

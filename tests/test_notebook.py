@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 import casmon
-from casmon.cli import main as cli_main
+from casmon.cli.app import main as cli_main
 from tests.conftest import ROOT
 
 try:
@@ -172,7 +172,7 @@ def test_vscode_names_the_notebook_in_the_kernel(tmp_path, kernel_dir):
         """),
         cell("""
             # a script started from the notebook inherits JPY_SESSION_NAME, but is not a kernel
-            r = subprocess.run([sys.executable, "-c", "import casmon.runs as r; print(r.notebook_path())"],
+            r = subprocess.run([sys.executable, "-c", "import casmon.runs.recorder as r; print(r.notebook_path())"],
                                capture_output=True, text=True)
             print(r.stdout.strip(), r.returncode)
         """),
@@ -186,7 +186,7 @@ def test_the_code_change_warning_says_which_entries_are_used(tmp_path):
     import time as _time
     import warnings
 
-    from casmon.cache import CacheWarning, name_digest
+    from casmon.caching.memoize import CacheWarning, name_digest
 
     s = casmon.open(str(tmp_path / "s"))
 
@@ -222,7 +222,7 @@ def test_code_that_changes_at_every_call_warns_a_few_times_only(tmp_path):
     again, never a stale hit), and the warnings stop after five, the fifth saying so."""
     import warnings
 
-    from casmon.cache import VERSION_WARNINGS_MAX, CacheWarning
+    from casmon.caching.memoize import VERSION_WARNINGS_MAX, CacheWarning
 
     s = casmon.open(str(tmp_path / "s"))
     scale = {"k": 0}

@@ -5,7 +5,7 @@
 same, loky and Dask keep their workers for later and kill them when they like.
 A worker's background flush (every 5 s) never gets to run. So in a pool worker
 casmon flushes what a decorated call wrote before the call returns
-(:func:`casmon.store.in_worker_process`), and these tests check, for every pool
+(:func:`casmon.store.store.in_worker_process`), and these tests check, for every pool
 kind, that a fresh reader finds all 20 cache entries and all 20 logged calls
 right after the pool's normal end -- while the driver process (and loky's
 reusable workers) are still alive, so no exit flush helped.
@@ -22,7 +22,7 @@ import warnings
 import pytest
 
 import casmon
-from casmon.store import in_worker_process
+from casmon.store.store import in_worker_process
 from tests._pool_workers import POOLS, inputs
 from tests.conftest import ROOT
 
@@ -206,7 +206,7 @@ def test_concurrent_misses_count_once_and_gc_drops_the_duplicates(tmp_path):
 
     from click.testing import CliRunner
 
-    from casmon.cli import main as cli_main
+    from casmon.cli.app import main as cli_main
 
     loc = str(tmp_path / "s")
     s = casmon.open(loc)

@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon import condemned, faultpoints
-from casmon.gc import read_lists
+from casmon import faultpoints
+from casmon.store import condemned
+from casmon.maintenance.gc import read_lists
 
 WRITER_POINTS = ["put.after_chunks", "flush.sealed", "flush.after_pack", "flush.after_index", "flush.after_records"]
 GC_POINTS = ["gc.locked", "gc.after_mark", "gc.before_sweep", "gc.after_sweep", "gc.after_condemn"]
@@ -344,7 +345,7 @@ def test_revive_an_orphan_at_the_most_aggressive_grace(where, tmp_path, request)
 SIGINT_LOOP = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job of a script starts with SIGINT ignored
-import casmon, casmon.calllog as cl
+import casmon, casmon.calllog.log as cl
 cl.PENDING_MAX = int(sys.argv[2])       # frequent in-thread flushes: Ctrl-C often lands inside one
 store = casmon.open(sys.argv[1], autoflush=None)
 
@@ -420,7 +421,7 @@ def test_gc_refuses_a_store_that_cannot_delete(tmp_path):
 
 def test_a_stale_index_entry_is_read_past_and_dropped_by_gc(tmp_path):
     """An index entry naming a pack gc removed (a writer's merge raced an earlier gc) never hides the object."""
-    from casmon.objects import Location
+    from casmon.store.objects import Location
 
     loc = str(tmp_path / "s")
     s = casmon.open(loc, autoflush=None)
@@ -458,7 +459,7 @@ def test_an_untrusted_store_cannot_make_a_reader_allocate_what_is_not_there(tmp_
     import json
     import struct
 
-    from casmon.codec import KIND_VALUE, get_codec
+    from casmon.store.codec import KIND_VALUE, get_codec
 
     s = casmon.open(tmp_path / "s", autoflush=None)
     n, cb = 64 << 30, 1 << 30

@@ -53,7 +53,7 @@ def test_a_writers_index_merge_that_began_before_gc_took_its_lock(tmp_path):
     after gc swept: the same provenance as gc's generation, a newer id, so gc's is redundant -- and the
     writer's still holds the swept entries. The index names a pack gc deleted; a later writer deduplicates
     against that entry and writes a record that names a missing value."""
-    from casmon.table import L0_MERGE
+    from casmon.store.table import L0_MERGE
 
     loc = str(tmp_path / "s")
     dead = casmon.open(loc, autoflush=None)

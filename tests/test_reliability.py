@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
-from casmon.codec import decode_frame
+from casmon.store.codec import decode_frame
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
-from casmon.gc import _remove_partials
-from casmon.maintenance import repair
-from casmon.objects import loose_key
-from casmon.table import TableFile
+from casmon.maintenance.gc import _remove_partials
+from casmon.maintenance.verify import repair
+from casmon.store.objects import loose_key
+from casmon.store.table import TableFile
 from tests._damage import flip_at
 from tests.conftest import ROOT, run_python
 

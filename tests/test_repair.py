@@ -17,9 +17,9 @@ import pytest
 
 import casmon
 from casmon.errors import DamagedObjectError, MissingObjectError
-from casmon.maintenance import parse_marker, repair
-from casmon.objects import loose_key
-from casmon.table import StoreDamageWarning, _Vanished
+from casmon.maintenance.verify import parse_marker, repair
+from casmon.store.objects import loose_key
+from casmon.store.table import StoreDamageWarning, _Vanished
 
 from tests._damage import flip_file
 
@@ -166,19 +166,19 @@ def test_verify_and_repair_run_without_a_sound_marker(tmp_path, how):
     r = cli("verify", "--repair", "--store", str(root), check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     info, problem = parse_marker(marker.read_bytes())
-    assert problem is None and info["format"] == casmon.store.FORMAT_VERSION
+    assert problem is None and info["format"] == casmon.store.store.FORMAT_VERSION
     assert casmon.open(root, read_only=True).verify().ok
     assert len(logged(root)) == 40
 
 
 def test_a_newer_format_with_a_sound_marker_is_still_refused(tmp_path):
-    from casmon.maintenance import marker_bytes
+    from casmon.maintenance.verify import marker_bytes
 
     root = tmp_path / "s"
     casmon.open(root).close()
     info = json.loads(marker_bytes())
     info["format"] = 7
-    from casmon.marker import _marker_check
+    from casmon.store.marker import _marker_check
 
     info["check"] = _marker_check(info)
     (root / "casmon.json").write_text(json.dumps(info))
@@ -298,7 +298,7 @@ def test_repair_takes_the_gc_lock(tmp_path):
     cache_store(root, n=20)
     flip(one(root, "index/l0/*"))
     s = casmon.open(root)
-    from casmon.gc import gc_lock
+    from casmon.maintenance.gc import gc_lock
 
     with gc_lock(casmon.open(root), "gc"):
         with pytest.raises(casmon.StoreError, match="another gc"):

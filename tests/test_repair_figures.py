@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.codec import decode_frame, split_pack
-from casmon.maintenance import repair
-from casmon.objects import loose_key
-from casmon.table import StoreDamageWarning, TableFile, split_bucket
+from casmon.store.codec import decode_frame, split_pack
+from casmon.maintenance.verify import repair
+from casmon.store.objects import loose_key
+from casmon.store.table import StoreDamageWarning, TableFile, split_bucket
 
 from tests._damage import flip_at
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.runs import RunWarning, _safe_target
+from casmon.runs.recorder import RunWarning, safe_target
 from tests.conftest import ROOT, run_parallel, run_python
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
@@ -259,20 +259,20 @@ def test_safe_paths(tmp_path):
     root.mkdir()
     for bad in ["../escape", "/etc/passwd", "a/../../x", "C:/x", "a\\..\\..\\x"]:
         with pytest.raises(ValueError, match="escape"):
-            _safe_target(root, bad)
+            safe_target(root, bad)
     with pytest.raises(ValueError, match="not a file name"):
-        _safe_target(root, "")
+        safe_target(root, "")
     for vcs in [".git/config", ".GIT/hooks/post-checkout", "sub/.git/HEAD", ".git", ".Git./config", "x/.hg/hgrc",
                 ".svn/entries", "GIT~1/config", ".g\u200cit/config", ".git::$INDEX_ALLOCATION/config", "a\\.git\\config"]:
         with pytest.raises(casmon.CasmonError, match="version-control"):
-            _safe_target(root, vcs)
+            safe_target(root, vcs)
     for fine in [".gitignore", ".github/workflows/ci.yml", "git/config", "src/.gitattributes", "a.git/x"]:
-        assert _safe_target(root, fine) == root / fine
+        assert safe_target(root, fine) == root / fine
     (tmp_path / "elsewhere").mkdir()
     (root / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match="symlink"):
-        _safe_target(root, "link/file")
-    assert _safe_target(root, "ok/file.txt") == root / "ok" / "file.txt"
+        safe_target(root, "link/file")
+    assert safe_target(root, "ok/file.txt") == root / "ok" / "file.txt"
 
 
 def test_export_and_cli(repo, tmp_path):

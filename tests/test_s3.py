@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.cache import cache_entries
+from casmon.caching.memoize import cache_entries
 from tests.conftest import ROOT, run_parallel, run_python
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import casmon
-from casmon.codec import decode_frame, split_pack
+from casmon.store.codec import decode_frame, split_pack
 from tests.conftest import ROOT, run_python
 from tests.test_runs import GIT_ENV, git
 
@@ -19,7 +19,7 @@ from tests.test_runs import GIT_ENV, git
 BUILD_EVIL = r'''
 import sys, time
 import casmon
-from casmon.fingerprint import fingerprint
+from casmon.keys.fingerprint import fingerprint
 
 store_path, marker = sys.argv[1], sys.argv[2]
 
@@ -97,7 +97,7 @@ s.close()
 DRIVE_CLI = r'''
 import json, sys
 from click.testing import CliRunner
-from casmon.cli import main
+from casmon.cli.app import main
 
 store, out = sys.argv[1], sys.argv[2]
 commands = [
@@ -198,7 +198,7 @@ def test_demo_on_an_evil_store_runs_no_code(evil, tmp_path):
 
 def test_every_public_read_api_on_an_evil_store_runs_no_code(evil, tmp_path):
     store_path, marker = evil
-    from casmon.cache import cache_entries
+    from casmon.caching.memoize import cache_entries
     from casmon.compat import callmonitor
 
     for trust in (True, False):  # "looking" never unpickles, whatever the store's trust

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
-from casmon import serialize
-from casmon.codec import KIND_REF, KIND_TABLE, KIND_VALUE, encode_frame, get_codec
+from casmon.store import serialize
+from casmon.store.codec import KIND_REF, KIND_TABLE, KIND_VALUE, encode_frame, get_codec
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
-from casmon.table import encode_table_file
+from casmon.store.table import encode_table_file
 
 ALLOWED = (DamagedObjectError, StoreFormatError, UntrustedStoreError, MissingObjectError)
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -87,7 +87,7 @@ def _store_checks_manifests() -> bool:
 
 
 def _read_value(s, d) -> None:
-    from casmon.peek import describe, peek
+    from casmon.store.peek import describe, peek
 
     for fn in (lambda: s.manifest(d), lambda: s.get(d), lambda: describe(s, d), lambda: peek(s, d)):
         try:
@@ -104,7 +104,7 @@ def _check_decode_layer(raw: bytes) -> None:
     try:
         head = json.loads(raw[5:5 + n])
     except ValueError:
-        return  # store.py's _decode_manifest already turns this into DamagedObjectError
+        return  # store.py's decode_manifest already turns this into DamagedObjectError
     if not isinstance(head, dict):
         return
     inline = raw[5 + n:]
@@ -205,7 +205,7 @@ gen_manifests = st.one_of(
 
 
 def _read_tables(s, kind: str) -> None:
-    from casmon.calllog import CallLog
+    from casmon.calllog.log import CallLog
 
     for fn in (lambda: list(s.records(kind)), lambda: s.lookup(kind, b"\0" * 16), lambda: CallLog(s),
                lambda: s.table(kind).count(), lambda: s.table(kind).missing_segments()):
@@ -286,7 +286,7 @@ ref_bodies = (st.one_of(ref_objects, st.builds(lambda v: json.dumps(v).encode(),
 def _fuzz_records(calls, callfn, manifest, ref_body) -> None:
     from click.testing import CliRunner
 
-    from casmon.cli import main
+    from casmon.cli.app import main
 
     s = _store()
     s.append("calls", calls)
@@ -326,13 +326,13 @@ def test_crafted_records_runs_and_refs_long(calls, callfn, manifest, ref_body):
 
 def test_huge_lengths_never_allocate():
     """A frame or manifest that claims petabytes is refused from its numbers, before any allocation."""
-    from casmon.codec import FRAME_HEADER, decode_frame
+    from casmon.store.codec import FRAME_HEADER, decode_frame
 
     _, frame = encode_frame(b"x" * 1000, KIND_VALUE, ZSTD)
     hdr = bytearray(frame[:FRAME_HEADER])
     struct.pack_into("<Q", hdr, 8, 2**50)  # raw length: 1 PiB
     hdr[7] = 0
-    from casmon.codec import _xor
+    from casmon.store.codec import _xor
 
     hdr[7] = _xor(bytes(hdr))
     with pytest.raises(DamagedObjectError, match="impossible"):

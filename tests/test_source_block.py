@@ -14,9 +14,9 @@ import types
 
 import pytest
 
-from casmon import codeversion as cv
+from casmon.keys import codeversion as cv
 
-MODULES = ["casmon.cache", "casmon.store", "casmon.table", "casmon.cli", "casmon.codeversion", "json.decoder",
+MODULES = ["casmon.caching.memoize", "casmon.store.store", "casmon.store.table", "casmon.cli.app", "casmon.keys.codeversion", "json.decoder",
            "textwrap", "inspect", "argparse", "dataclasses", "tests.test_cache_truth", "tests.conftest"]
 
 

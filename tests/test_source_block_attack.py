@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 
-from casmon import codeversion as cv
+from casmon.keys import codeversion as cv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,7 +69,7 @@ SESSION = textwrap.dedent('''
     sys.dont_write_bytecode = True
     sys.path.insert(0, {root!r})
     sys.path.insert(0, {d!r})
-    from casmon import codeversion as cv
+    from casmon.keys import codeversion as cv
     p = os.path.join({d!r}, "shiftmod.py")
     body = sys.argv[1]
     v0 = "def h(x):\\n    return x - 1\\n\\n\\ndef g(x):\\n    return x * 10\\n\\n\\ndef f(x):\\n    return x + " + body + "\\n"

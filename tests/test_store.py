@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 import casmon
 from casmon import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
-from casmon.objects import loose_key
+from casmon.store.objects import loose_key
 from tests.conftest import ROOT, run_parallel, run_python
 
 
@@ -208,8 +208,8 @@ def test_handler_registry(local_store):
         assert local_store.manifest(d2).children
     finally:
         casmon.unregister_handler(Box)
-    assert Box not in casmon.serialize.handlers()
-    assert np.ndarray in casmon.serialize.handlers()
+    assert Box not in casmon.store.serialize.handlers()
+    assert np.ndarray in casmon.store.serialize.handlers()
 
 
 class Evil:

@@ -2,9 +2,9 @@ import os
 
 import pytest
 
-from casmon.backend import open_backend
+from casmon.store.backend import open_backend
 from casmon.errors import DamagedObjectError
-from casmon.table import L0_MERGE, Table, TableFile, encode_table_file
+from casmon.store.table import L0_MERGE, Table, TableFile, encode_table_file
 
 
 def keys(n, seed=0):
@@ -47,9 +47,9 @@ def test_merge_keeps_every_entry_and_bounds_files(tmp_path):
 def test_reader_sees_new_writes_on_miss(tmp_path, monkeypatch):
     import time
 
-    import casmon.table
+    import casmon.store.table
 
-    monkeypatch.setattr(casmon.table, "MISS_REFRESH_INTERVAL", 0.2)
+    monkeypatch.setattr(casmon.store.table, "MISS_REFRESH_INTERVAL", 0.2)
     b = open_backend(tmp_path / "s")
     reader = Table(b, "r/", "w2")
     assert reader.lookup(b"k" * 16) == []

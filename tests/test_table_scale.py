@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
-from casmon.backend import open_backend
+from casmon.store.backend import open_backend
 from casmon.errors import DamagedObjectError, StoreFormatError
-from casmon.table import BLOCK_ENTRIES, StoreDamageWarning, Table, _hashes
+from casmon.store.table import BLOCK_ENTRIES, StoreDamageWarning, Table, _hashes
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The last commit whose tables were format 1 (whole buckets, no bloom filter).
@@ -172,8 +172,8 @@ def test_a_damaged_block_costs_only_its_own_entries(tmp_path):
 
 
 def test_a_crafted_manifest_is_damage_not_a_crash(tmp_path):
-    from casmon.codec import KIND_TABLE, encode_frame, get_codec
-    from casmon.table import parse_generation
+    from casmon.store.codec import KIND_TABLE, encode_frame, get_codec
+    from casmon.store.table import parse_generation
 
     head = {"count": 1, "nbuckets": 1, "covers": [], "marks": {}, "contains": {}, "v": 2,
             "blocks": 2, "bloom_bits": 64, "bloom_k": 7}
@@ -280,7 +280,7 @@ def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_cas
     p = run_old(old_casmon, "import sys, casmon; casmon.open(sys.argv[1])", root)
     assert p.returncode != 0 and "Upgrade casmon" in p.stderr, p.stderr
     with pytest.raises(StoreFormatError):  # and this one refuses a newer format than its own
-        from casmon.maintenance import marker_bytes
+        from casmon.maintenance.verify import marker_bytes
 
         (tmp_path / "newer").mkdir()
         (tmp_path / "newer/casmon.json").write_bytes(marker_bytes({"format": 99}))
@@ -349,7 +349,7 @@ def test_a_damaged_pack_copy_of_a_small_result_is_not_used_its_inline_copy_is(tm
 def test_a_crafted_table_file_is_refused(n):
     import numpy as np
 
-    from casmon.table import TableFile, encode_table_file
+    from casmon.store.table import TableFile, encode_table_file
 
     ents = [(i.to_bytes(2, "big") * 8, b"v%d" % i) for i in range(n)]
     good = encode_table_file(ents)
@@ -375,8 +375,8 @@ def test_a_merge_by_columns_keeps_each_pair_once_in_key_order(files, nb):
     """Merges handle entries as columns (issue 14: a million tuples cost seconds). They must keep
     exactly what ``dict.fromkeys`` and a stable sort by key kept: each (key, value) once, where it
     first appears, values of one key in the order they came."""
-    from casmon.codec import FRAME_HEADER, decode_frame, read_header
-    from casmon.table import Columns, TableFile, _encode_v2, encode_table_file
+    from casmon.store.codec import FRAME_HEADER, decode_frame, read_header
+    from casmon.store.table import Columns, TableFile, _encode_v2, encode_table_file
 
     tables = [TableFile(f"t{i}", encode_table_file(f)) for i, f in enumerate(files)]
     flat = [kv for tf in tables for kv in tf.items()]
@@ -494,7 +494,7 @@ def test_table_files_compress_to_the_bytes_numcodecs_lz4_writes(data):
     casmon, older ones included, reads them."""
     from numcodecs import lz4 as ncl
 
-    from casmon.codec import _lz4_compress
+    from casmon.store.codec import _lz4_compress
 
     out = _lz4_compress()(memoryview(data))
     assert out == ncl.compress(data, 1)

@@ -15,8 +15,8 @@ import pytest
 
 import casmon
 from casmon import faultpoints
-from casmon.backend import open_backend
-from casmon.table import Table
+from casmon.store.backend import open_backend
+from casmon.store.table import Table
 
 
 @pytest.fixture

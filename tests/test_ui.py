@@ -427,8 +427,8 @@ def test_pages_escape_everything_they_are_given():
 def test_crafted_runs_do_not_break_pages(tmp_path):
     """A run whose manifest is a pickle that would run code, and one whose info names no real value: listed,
     shown and compared with what can be read; nothing is unpickled and no page fails."""
-    from casmon.fingerprint import fingerprint
-    from casmon.runs import KIND_RUN
+    from casmon.keys.fingerprint import fingerprint
+    from casmon.runs.recorder import KIND_RUN
 
     s = casmon.open(tmp_path / "s")
     with casmon.record(comment="fine", store=s, capture_output=False) as run:

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..calllog import CallLog, Call
-from ..calllog import intercept as _intercept
-from ..serialize import ArrayHandler, register_handler
-from ..store import Store, default_store
+from casmon.calllog.log import CallLog, Call
+from casmon.calllog.log import intercept as _intercept
+from casmon.store.serialize import ArrayHandler, register_handler
+from casmon.store.store import Store, default_store
 
 __all__ = ["intercept", "load", "rc", "snapshot", "save_db", "new", "save", "DB", "Args", "ArgsHandler", "Counter",
            "REGISTRY", "Registry", "Handler", "DefaultHandler", "NPHandler", "Settings", "SETTINGS", "Context",
@@ -171,12 +171,12 @@ class _HandlerAdapter:
             return {"files": files, "target": 0}, [(Path(d) / f).read_bytes() for f in files]
 
     def decode(self, meta: dict, buffers: list) -> Any:
-        from ..runs import _safe_target
+        from casmon.runs.recorder import safe_target
 
         with tempfile.TemporaryDirectory(prefix="casmon-handler-") as d:
             root = Path(d)
             for rel, buf in zip(meta["files"], buffers):
-                target = _safe_target(root, rel)
+                target = safe_target(root, rel)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(bytes(buf))
             h = self.cls(None, meta.get("target", 0))
@@ -282,7 +282,7 @@ def rc(multi_threading: bool | None = None, pid: Any = None, tident: Any = None)
         tident = threading.get_ident() if tident is None else tident
         SETTINGS.enable_multi_threading(pid, tident=tident)
         if type(pid) is int and pid != os.getpid():
-            from ..calllog import _recorder
+            from casmon.calllog.log import _recorder
 
             try:
                 r = _recorder(default_store(_root()))
@@ -471,7 +471,7 @@ class DB:
         return out
 
     def call(self, name: str, call_seq: int) -> Call:
-        """Call ``call_seq`` (from 1) of the functions named ``name``: a casmon :class:`~casmon.calllog.Call`."""
+        """Call ``call_seq`` (from 1) of the functions named ``name``: a casmon :class:`~casmon.calllog.log.Call`."""
         calls = self._sequence(name)
         if not 1 <= call_seq <= len(calls):
             raise CallNotLogged(f"{name} has {len(calls)} logged call(s); no call {call_seq} (calls count from 1)")
@@ -531,7 +531,7 @@ def load(root: str | os.PathLike | Store | None = None) -> DB:
     """
     root = root if root is not None else _root()
     if isinstance(root, (str, os.PathLike)) and _is_callmonitor_folder(Path(root)):
-        from ..importer import import_path
+        from casmon.compat.importer import import_path
 
         store = default_store(f"memory://callmonitor-{uuid.uuid4().hex}")
         import_path(root, store, trust=True)
@@ -562,15 +562,15 @@ class Context(metaclass=_Singleton):
     """
 
     def _recorder(self, create: bool = False):
-        from ..calllog import _recorder, _recorders
-        from ..store import _default
+        from casmon.calllog.log import _recorder, recorders
+        from casmon.store.store import _default
 
         if create:
             return _recorder(default_store(_root()))
         loc = _root()  # only look: asking whether a session exists creates no store
         key = (os.getpid(), os.path.abspath(loc) if "://" not in loc else loc)
         store = _default.get(key)
-        r = _recorders.get(id(store)) if store is not None else None
+        r = recorders.get(id(store)) if store is not None else None
         return r if r is not None and r.store is store else None
 
     @property
@@ -592,7 +592,7 @@ class Context(metaclass=_Singleton):
 
     def new(self) -> None:
         """Write what is pending and start a new session; calls count from 1 again."""
-        from ..calllog import _all_intercepted
+        from casmon.calllog.log import all_intercepted
 
         r = self._recorder()
         if r is None or r.session is None:
@@ -600,7 +600,7 @@ class Context(metaclass=_Singleton):
         r.store.flush()
         with r.lock:
             r.session = None
-        for fi in _all_intercepted:
+        for fi in all_intercepted:
             if fi._recorder is r:
                 fi.reset()
         r.ensure_session()

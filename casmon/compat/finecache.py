@@ -33,11 +33,11 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache import _CachedFunction, cache as _cache
-from ..fingerprint import Fingerprinter
-from ..gitstate import capture_code_state
-from ..runs import RUN_REFS, RunWarning, export as _export, load_run as _load_run, record as _record
-from ..store import default_store
+from casmon.caching.memoize import CacheState, cache as _cache
+from casmon.keys.fingerprint import Fingerprinter
+from casmon.runs.gitstate import capture_code_state
+from casmon.runs.recorder import RUN_REFS, RunWarning, export as _export, load_run as _load_run, record as _record
+from casmon.store.store import default_store
 
 __all__ = ["FineCache", "CacheFilenameConfig", "IncrementDir", "CachedCall", "PickleAgent", "HashFunc"]
 
@@ -215,7 +215,7 @@ def write_run_folder(store, ref: str, folder: Path) -> None:
 def _keyed_state(args_hash, kwargs_hash):
     """A cached function whose key follows FineCache's per-position hashers (``args_hash``, ``kwargs_hash``)."""
 
-    class _FineCacheKeys(_CachedFunction):
+    class _FineCacheKeys(CacheState):
         def key(self, args: tuple, kwargs: dict):
             if not args_hash and not kwargs_hash:
                 return super().key(args, kwargs)  # casmon's key: arguments bound to the signature
@@ -255,12 +255,12 @@ def _store_at(location: str):
     between experiments or tests) starts afresh; casmon's open store would
     otherwise go on writing into a folder that is gone.
     """
-    from ..store import FORMAT_KEY, _open_stores
+    from casmon.store.store import FORMAT_KEY, open_stores
 
     s = default_store(location)
     if s.backend.local_root is not None and not os.path.exists(os.path.join(location, FORMAT_KEY)):
         s._closed = True  # what it held pending belonged to the deleted folder
-        _open_stores.discard(s)
+        open_stores.discard(s)
         s = default_store(location)
     return s
 

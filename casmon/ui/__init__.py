@@ -14,18 +14,18 @@ __all__ = ["make_server", "report_html", "write_report"]
 
 
 def make_server(*args, **kwargs):
-    from .server import make_server as _make
+    from casmon.ui.server import make_server as _make
 
     return _make(*args, **kwargs)
 
 
 def report_html(*args, **kwargs):
-    from .report import report_html as _r
+    from casmon.ui.report import report_html as _r
 
     return _r(*args, **kwargs)
 
 
 def write_report(*args, **kwargs):
-    from .report import write_report as _w
+    from casmon.ui.report import write_report as _w
 
     return _w(*args, **kwargs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence as Seq
 
-from ..display import Html, esc
+from casmon.view.display import Html, esc
 
 #: Distinct colours for up to ten series (then they repeat).
 PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781", "#bf3989", "#4c2889"]

@@ -2,7 +2,7 @@
 
 Nothing here renders HTML (``pages.py`` does) and nothing unpickles: run
 manifests, patches, tracked files and package lists load through
-:func:`casmon.peek.load_data`; stored values are described from their
+:func:`casmon.store.peek.load_data`; stored values are described from their
 manifests, and only arrays (which load without running code) are read, for
 charts. A value is loaded by unpickling only on a store opened with ``--trust``.
 
@@ -31,12 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import display, serialize
-from ..calllog import NOT_RECORDED, Call, CallLog
-from ..errors import CasmonError, MissingObjectError
-from ..fingerprint import fingerprint
-from ..peek import Described, as_digest, describe, load_data, peek
-from ..runs import KIND_RUN, RUN_REFS, RunInfo, _check_manifest, diff
+from casmon.view import display
+from casmon.store import serialize
+from casmon.calllog.log import NOT_RECORDED, Call, CallLog
+from casmon.errors import CasmonError, MissingObjectError
+from casmon.keys.fingerprint import fingerprint
+from casmon.store.peek import Described, as_digest, describe, load_data, peek
+from casmon.runs.recorder import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest, diff
 
 #: A request re-lists the runs (in the background; it is served the last listing) when it is older than this.
 REFRESH_SECONDS = 5.0
@@ -201,7 +202,7 @@ class RunIndex:
         if got is None:
             try:
                 m = load_data(self.store, e.digest, f"run {e.ref}: its manifest", dict)
-                _check_manifest(m, f"run {e.ref} (manifest {e.digest})")
+                check_run_manifest(m, f"run {e.ref} (manifest {e.digest})")
                 got = (m, None)
             except CasmonError as err:
                 got = ({"name": e.name, "status": "unreadable", "error": " ".join(str(err).split())[:500],

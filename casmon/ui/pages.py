@@ -1,8 +1,8 @@
 """The UI's pages as HTML: runs, compare, run, calls, one call, cache, store; and the report file.
 
-Every string from a store goes through :func:`casmon.display.esc` (or a
+Every string from a store goes through :func:`casmon.view.display.esc` (or a
 display building block that does); markup built here is
-:class:`~casmon.display.Html`. Links and form fields are built with
+:class:`~casmon.view.display.Html`. Links and form fields are built with
 ``urllib.parse.quote``/``urlencode`` and then escaped for the attribute. The
 pages use no inline script and no ``style=`` attribute (the server's
 Content-Security-Policy forbids both); ``static/`` holds the one style sheet and
@@ -18,9 +18,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from .. import display
-from ..display import Html, code, esc, kv_table, patch_html, seconds, size, status_badge, table, when
-from . import charts, model
+from casmon.view import display
+from casmon.view.display import Html, code, esc, kv_table, patch_html, seconds, size, status_badge, table, when
+from casmon.ui import charts, model
 
 _STATIC = {"casmon-ui.css": "text/css; charset=utf-8", "casmon-ui.js": "text/javascript; charset=utf-8"}
 

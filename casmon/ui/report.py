@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..calllog import CallLog
-from . import model, pages
+from casmon.calllog.log import CallLog
+from casmon.ui import model, pages
 
 
 def report_html(store, runs: list[str], trust: bool = False) -> tuple[bytes, int]:

@@ -32,13 +32,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .. import display
-from ..cache import KIND as KIND_CACHE, KIND_CLEAR, _newest_per_key, cache_entries, resolve_function
-from ..calllog import CallLog
-from ..errors import CasmonError
-from ..maintenance import stats
-from ..peek import describe
-from . import model, pages
+from casmon.view import display
+from casmon.caching.memoize import KIND as KIND_CACHE, KIND_CLEAR, newest_per_key, cache_entries, resolve_function
+from casmon.calllog.log import CallLog
+from casmon.errors import CasmonError
+from casmon.maintenance.verify import stats
+from casmon.store.peek import describe
+from casmon.ui import model, pages
 
 
 class BadRequest(ValueError):
@@ -242,7 +242,7 @@ class App:
             except LookupError as e:
                 raise NotFound(str(e)) from None
             cleared = max((r.get("time", 0.0) for _k, r in self.store.records(KIND_CLEAR) if r.get("fn") == fn), default=0.0)
-            live = _newest_per_key((k, r) for k, r in self.store.records(KIND_CACHE)
+            live = newest_per_key((k, r) for k, r in self.store.records(KIND_CACHE)
                                    if r.get("fn") == fn and r.get("time", 0) > cleared)
             entries = sorted(live.values(), key=lambda kr: kr[1].get("time", 0), reverse=True)
         return 200, pages.cache_page(self.ctx, summary, fn or None, entries,

@@ -1,0 +1,97 @@
+"""``casmon ui`` and ``casmon report``: the click commands (registered by ``casmon/cli.py``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+STORE_HELP = ("The store: a folder, a .zip file, memory://name or s3://bucket/prefix "
+              "(default: $CASMON_STORE, then ./.casmon).")
+TRUST_HELP = "Load pickled values to show them (this can run code written by whoever wrote the store). Default: describe them."
+
+
+def _open(location, trust: bool):
+    from casmon.errors import CasmonError
+    from casmon.store.store import open as open_store
+
+    try:
+        return open_store(location, read_only=True, autoflush=None, trust=trust, create=False)
+    except CasmonError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _group_trust() -> bool:
+    """``casmon --trust ui`` counts like ``casmon ui --trust``: the CLI's own rule."""
+    from casmon.cli.app import _trusted  # imported when a command runs: cli.py imports this module to register it
+
+    return _trusted()
+
+
+@click.command("ui")
+@click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL", help=STORE_HELP)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on. Other machines can reach the UI only if you name another address.")
+@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="The port (0: any free port).")
+@click.option("--trust", is_flag=True, default=False, help=TRUST_HELP)
+@click.option("--open", "open_browser", is_flag=True, default=False, help="Open the page in a web browser.")
+@click.option("--verbose", is_flag=True, default=False, help="Log every request on stderr.")
+def ui_command(store_location, host, port, trust, open_browser, verbose) -> None:
+    """Look at runs, calls and cached results in a browser (read-only).
+
+    Runs: a table with one column per info value, sortable and filterable;
+    select runs to compare metrics, curves, code, files and environments, and
+    see which runs stored identical outputs. Calls, Cache and Store pages too.
+    Stop it with Ctrl-C.
+    """
+    from casmon.ui.server import make_server
+
+    store = _open(store_location, trust or _group_trust())
+    try:
+        server = make_server(store, host, port, trust=trust or _group_trust(), verbose=verbose)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    click.echo(f"casmon ui for {store.url} at {server.url} (read-only; Ctrl-C stops it)")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the store", err=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+    finally:
+        server.close()  # the socket, and the background index loader before the store closes under it
+        store.close()
+
+
+@click.command("report")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, writable=True),
+              help="The HTML file to write.")
+@click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL", help=STORE_HELP)
+@click.option("--trust", is_flag=True, default=False, help=TRUST_HELP)
+def report_command(runs, output, store_location, trust) -> None:
+    """Write the comparison of RUNS (two or more: names, numbers or `latest`) as one self-contained HTML file.
+
+    Style and script are inside the file; it loads nothing from anywhere, so it
+    can be mailed to a colleague and opened offline.
+    """
+    from casmon.ui.report import write_report
+
+    if len(runs) < 2:
+        raise click.UsageError("a report compares two or more runs")
+    store = _open(store_location, trust or _group_trust())
+    try:
+        path, n = write_report(store, list(runs), output, trust or _group_trust())
+    except LookupError as e:
+        raise click.ClickException(str(e.args[0]) if e.args else str(e)) from None
+    except OSError as e:
+        raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from None
+    finally:
+        store.close()
+    click.echo(f"wrote the comparison of {n} runs to {path} ({Path(path).stat().st_size / 1024:.0f} KiB)")
+    sys.stdout.flush()

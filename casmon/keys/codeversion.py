@@ -1,0 +1,923 @@
+"""Code versions: a digest of a function's code and of everything in user code it reads.
+
+``function_version(fn)`` covers the function's own code and, followed
+recursively through its globals, its closures and the modules it reads
+attributes from, **in the user's own modules** (not in the standard library or
+installed packages):
+
+* the code of the functions it calls and of the classes it uses (a class counts
+  with all its methods and the code they reach in turn);
+* every value it reads: scalar and non-scalar constants (``THRESH = 2``,
+  ``PARAMS = {"lr": 1}``, a lookup array), module attributes (``config.THRESH``
+  after ``import config``, also when the import is inside the function),
+  closure cells, default argument values;
+* functions and classes inside those values (``HANDLERS = {"a": helper}``).
+
+So editing a helper or a config module invalidates the cache of every cached
+function that uses it, which joblib.Memory does not do.
+
+What counts as an edit: code is compared as a syntax tree, without comments,
+formatting, docstrings or decorators. Comment-only, whitespace-only and
+docstring-only edits keep cached results; any change to what the code does
+invalidates them. The source is used only when it is the source of the code
+that runs: when a file was edited after it was imported (and not reloaded), or
+where there is no source (code typed at a prompt, ``exec``), the compiled
+bytecode is compared instead, without line numbers. Two lambdas on one line
+are told apart by their own text.
+
+**Re-checked at every call, cheaply.** A :class:`VersionTracker` remembers
+what the version was computed from and re-checks it before each use: that each
+function still has the same ``__code__`` object (``%autoreload`` and
+``f.__code__ = ...`` replace it in place), that each global, module attribute
+and closure cell still holds the same object, and that each mutable value
+(dict, list, array, object) still has the same content fingerprint. Only when
+something changed is the version computed again. Changes a cached function
+makes itself while it runs (appending to a log list) are not edits: after each
+computed call the tracker takes the new content as the baseline
+(:meth:`VersionTracker.observe`); the version keeps counting the content seen
+before.
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import dis
+import functools
+import inspect
+import linecache
+import os
+import pickle
+import site
+import sys
+import textwrap
+import threading
+import types
+import weakref
+from functools import lru_cache
+from typing import Any
+
+from xxhash import xxh3_128 as _xxh3_128
+
+from casmon.keys.digest import Digest
+from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
+
+__all__ = [
+    "function_version",
+    "version_tracker",
+    "VersionTracker",
+    "VersionedFingerprinter",
+    "versioned_fingerprint",
+    "is_user_module",
+    "function_name",
+    "canonical_module",
+]
+
+_SIMPLE = (type(None), bool, int, float, complex, str, bytes)
+_MISSING = object()
+
+
+# -- names ------------------------------------------------------------------------------------------------
+def function_name(fn: Any) -> str:
+    """``module.qualname`` of a function: what casmon records, keys and looks up.
+
+    The main script's functions are ``__main__.f`` wherever they run (also in
+    ``spawn`` workers, where the script is imported as ``__mp_main__``).
+    ``functools.partial`` objects are named after their function; other
+    callable objects after their class (``mod.Class.__call__``).
+    """
+    fn = _unwrap(fn)
+    if isinstance(fn, functools.partial):
+        return function_name(fn.func)
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        t = type(fn)
+        return f"{canonical_module(t.__module__)}.{t.__qualname__}.__call__"
+    return f"{canonical_module(getattr(fn, '__module__', None)) or '?'}.{name}"
+
+
+def _unwrap(fn: Any) -> Any:
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ cycle
+        return fn
+
+
+def unwrap_callable(fn: Any) -> Any:
+    """Follow ``__wrapped__`` through wrapper objects (cached functions, lru_cache), not through
+    wrapper *functions*, whose own code counts (a decorator that doubles the result)."""
+    for _ in range(100):
+        if isinstance(fn, types.FunctionType) and _is_user_obj(fn):
+            return fn
+        w = getattr(fn, "__wrapped__", None)
+        if w is None or not callable(w):
+            return fn
+        fn = w
+    return fn
+
+
+@lru_cache(maxsize=1)
+def _library_paths() -> tuple[str, ...]:
+    # What sysconfig.get_paths() names (stdlib, platstdlib, purelib, platlib), without its
+    # millisecond of loading the build configuration on the first call.
+    paths = set()
+    ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
+        paths.add(os.path.realpath(os.path.join(prefix, "Lib" if os.name == "nt" else f"lib/{ver}")))
+    try:
+        paths.update(os.path.realpath(p) for p in site.getsitepackages())
+    except AttributeError:  # pragma: no cover - virtualenv's old site module
+        pass
+    try:
+        paths.add(os.path.realpath(site.getusersitepackages()))
+    except Exception:  # noqa: BLE001
+        pass
+    paths.add(os.path.realpath(os.path.dirname(os.__file__)))
+    return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths))
+
+
+@lru_cache(maxsize=4096)
+def is_user_module(modname: str | None) -> bool:
+    """True for the user's own code: not the standard library, not an installed package, not casmon."""
+    if not modname:
+        return False
+    if modname in ("__main__", "__mp_main__"):
+        return True
+    if modname == "casmon" or modname.startswith("casmon."):
+        return False
+    mod = sys.modules.get(modname)
+    f = getattr(mod, "__file__", None)
+    if not f:
+        return False  # built-in or namespace
+    path = os.path.realpath(f)
+    return not any(path.startswith(p) for p in _library_paths())
+
+
+def _is_user_obj(obj: Any) -> bool:
+    try:
+        return is_user_module(getattr(obj, "__module__", None))
+    except TypeError:  # an unhashable __module__
+        return False
+
+
+# -- source text ------------------------------------------------------------------------------------------
+class _StripDocsAndDecorators(ast.NodeTransformer):
+    def _strip(self, node):
+        node.decorator_list = []
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        self.generic_visit(node)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
+
+
+def _source_tree(obj: Any) -> tuple[str | None, ast.AST | None]:
+    """``(text, tree)``: the syntax tree of ``obj``'s source as text (docstrings and decorators
+    stripped), and the tree itself; ``(None, None)`` without source."""
+    try:
+        src = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return None, None
+    return _tree_of(src)
+
+
+def _tree_of(src: str) -> tuple[str, ast.AST | None]:
+    """:func:`_source_tree` of the source text ``src``."""
+    try:
+        tree = ast.parse(textwrap.dedent(src))
+    except SyntaxError:  # e.g. a lambda inside a larger expression
+        return "src:" + "\n".join(line.split("#", 1)[0].rstrip() for line in src.splitlines() if line.strip()), None
+    tree = _StripDocsAndDecorators().visit(tree)
+    return ast.dump(tree, annotate_fields=False, include_attributes=False), tree
+
+
+def _source_text(obj: Any) -> str | None:
+    return _source_tree(obj)[0]
+
+
+#: Methods of builtin containers that change them and return None: calling one reads nothing back.
+_NONE_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "clear", "appendleft", "extendleft",
+                            "discard", "remove", "sort", "reverse"})
+#: Methods that change a container and return something: a write only where that is thrown away.
+_MUTATORS = _NONE_MUTATORS | {"pop", "popleft", "popitem", "setdefault"}
+
+
+def _write_only_names(tree: ast.AST | None) -> frozenset[str]:
+    """Names the code only writes to: ``log.append(x)`` as a statement, ``counts[k] += 1``,
+    ``state.attr = v``. What they hold cannot reach the result through this code."""
+    if tree is None:
+        return frozenset()
+    parents: dict = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+            continue
+        p = parents.get(node)
+        write = False
+        if isinstance(p, ast.Attribute) and p.value is node:
+            if isinstance(p.ctx, (ast.Store, ast.Del)):
+                write = True
+            else:
+                gp = parents.get(p)
+                write = isinstance(gp, ast.Call) and gp.func is p and (
+                    p.attr in _NONE_MUTATORS or (p.attr in _MUTATORS and isinstance(parents.get(gp), ast.Expr)))
+        elif isinstance(p, ast.Subscript) and p.value is node:
+            write = isinstance(p.ctx, (ast.Store, ast.Del))
+        (writes if write else reads).add(node.id)
+    return frozenset(writes - reads)
+
+
+def _code_sig(code: types.CodeType) -> tuple:
+    """What a code object does, without line numbers: equal for the same source compiled alike."""
+    consts = []
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            consts.append(_code_sig(c))
+        else:
+            consts.append((type(c).__name__, repr(c)))
+    return (code.co_code, tuple(consts), code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+            code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount, code.co_flags & _SIG_FLAGS)
+
+
+#: ``co_flags`` that change what code does (``*args``, ``**kwargs``, generator, coroutine), not where it sits.
+_SIG_FLAGS = (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE
+              | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+
+_file_index: dict[str, tuple[list, dict | None]] = {}
+_file_index_lock = threading.Lock()
+
+
+def _code_matches_file(code: types.CodeType) -> bool:
+    """True if compiling the source casmon would read for ``code`` gives ``code`` again.
+
+    False when the file was edited after the code was compiled and not reloaded:
+    the source on disk is then not what runs, and must not name its version.
+    """
+    fname = code.co_filename
+    lines = linecache.getlines(fname)
+    if not lines:
+        return False
+    with _file_index_lock:
+        entry = _file_index.get(fname)
+    if entry is None or entry[0] is not lines:
+        index: dict | None = {}
+        try:
+            top = compile("".join(lines), fname, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, OverflowError):
+            index = None
+        else:
+            stack = [top]
+            while stack:
+                c = stack.pop()
+                index.setdefault(c.co_qualname, set()).add(_code_sig(c))
+                stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
+        entry = (lines, index)
+        with _file_index_lock:
+            _file_index[fname] = entry
+    index = entry[1]
+    return index is not None and _code_sig(code) in index.get(code.co_qualname, ())
+
+
+#: Compiler flags a ``from __future__`` import sets, which code objects carry in ``co_flags``.
+_FUTURE_FLAGS = functools.reduce(lambda a, n: a | getattr(__future__, n).compiler_flag, __future__.all_feature_names, 0)
+
+
+def _def_block(code: types.CodeType) -> tuple[list[str], int] | None:
+    """The lines of the ``def`` (decorators included) that compiled to ``code``, and its first
+    line number: what :func:`inspect.getsource` returns, found without tokenizing.
+
+    The block runs from ``co_firstlineno`` to the last line any of its instructions (or its
+    nested code's) spans. That is the whole ``def`` only if the next line of code is no deeper
+    than the ``def``: code the compiler dropped (``pass``, a trailing string, dead code) would
+    end the block early, and then None sends the caller to ``inspect.getsource``.
+    (``inspect`` tokenizes from the ``def``: its first use in a process costs 4-5 ms on
+    Python 3.11, compiling the tokenizer's expressions, most of a first cache hit.)
+    """
+    if code.co_name == "<lambda>":
+        return None
+    lines = linecache.getlines(code.co_filename)
+    first = code.co_firstlineno
+    if not lines or not 1 <= first <= len(lines):
+        return None
+    head = lines[first - 1]
+    stripped = head.lstrip()
+    if not stripped.startswith(("def ", "def\t", "async ", "@")) or "\f" in head[: len(head) - len(stripped)]:
+        return None  # a form feed resets Python's column count: indentation is not its length then
+    last = first
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
+        for pos in c.co_positions():
+            if pos[1] is not None and pos[1] > last:
+                last = pos[1]
+    if last > len(lines):
+        return None
+    indent = len(head) - len(stripped)
+    for line in lines[last:]:
+        body = line.strip()
+        if not body or body.startswith("#"):
+            continue
+        if len(line) - len(line.lstrip()) > indent or "\f" in line[: len(line) - len(line.lstrip())]:
+            return None  # the def goes on past its last instruction
+        break
+    return lines[first - 1 : last], first
+
+
+def _block_compiles_to(block: list[str], code: types.CodeType) -> bool:
+    """True if compiling the ``def`` in ``block`` alone gives ``code`` again: the text on disk is
+    what runs (cheap: one function, not the whole file as :func:`_code_matches_file` compiles).
+    False when unsure, e.g. a closure, or a method's mangled ``__names``: the file decides then."""
+    if code.co_freevars:
+        return False
+    try:
+        top = compile(textwrap.dedent("".join(block)), code.co_filename, "exec",
+                      flags=code.co_flags & _FUTURE_FLAGS, dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError):
+        return False
+    sig = _code_sig(code)
+    return any(isinstance(c, types.CodeType) and c.co_name == code.co_name and _code_sig(c) == sig
+               for c in top.co_consts)
+
+
+def _lambda_segment(code: types.CodeType) -> str:
+    """The lambda's own text (its body), so two lambdas on one line differ."""
+    pos = [p for p in code.co_positions() if p[0] is not None and p[2] is not None and (p[2], p[3]) != (0, 0)]
+    if not pos:
+        return ""
+    start = min((p[0], p[2]) for p in pos)
+    end = max((p[1], p[3]) for p in pos)
+    lines = linecache.getlines(code.co_filename)
+    if not lines or end[0] > len(lines):
+        return ""
+    if start[0] == end[0]:
+        return lines[start[0] - 1][start[1] : end[1]]
+    seg = [lines[start[0] - 1][start[1] :]] + lines[start[0] : end[0] - 1] + [lines[end[0] - 1][: end[1]]]
+    return "".join(seg)
+
+
+_LOAD_NAME_OPS = frozenset({"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF",
+                            "LOAD_FROM_DICT_OR_GLOBALS"})
+_SIMPLE_LOAD_OPS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_SMALL_INT",
+                              "LOAD_FAST_BORROW"})
+
+
+def _write_only_names_code(code: types.CodeType) -> frozenset[str]:
+    """:func:`_write_only_names` from bytecode, for code without source: ``log.append(x)``
+    (a method that returns None), ``state.attr = v`` and ``table[k] = v`` with a simple key."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
+        ins = [x for x in dis.get_instructions(c) if x.opname not in ("CACHE", "EXTENDED_ARG")]
+        for i, x in enumerate(ins):
+            if x.opname not in _LOAD_NAME_OPS or not isinstance(x.argval, str):
+                continue
+            nxt = ins[i + 1] if i + 1 < len(ins) else None
+            nn = ins[i + 2] if i + 2 < len(ins) else None
+            write = nxt is not None and (
+                (nxt.opname in ("LOAD_METHOD", "LOAD_ATTR") and nxt.argval in _NONE_MUTATORS)
+                or nxt.opname in ("STORE_ATTR", "DELETE_ATTR")
+                or (nxt.opname in _SIMPLE_LOAD_OPS and nn is not None and nn.opname in ("STORE_SUBSCR", "DELETE_SUBSCR")))
+            (writes if write else reads).add(x.argval)
+    return frozenset(writes - reads)
+
+
+#: Source texts (and write-only names) of the main script's code objects, by :func:`_code_key`:
+#: filled where the source is readable, shipped with cached functions to worker processes, where
+#: cloudpickle recreates the code without its file name (``<dynamic-code>``).
+_shipped_texts: dict[bytes, tuple[str, frozenset]] = {}
+
+
+def _code_key(code: types.CodeType) -> bytes:
+    return bytes(fingerprint((code.co_qualname, _code_sig(code))))
+
+
+def texts_for_workers() -> dict[bytes, tuple[str, frozenset]]:
+    """The main script's source texts known here, to send along with a function pickled by value."""
+    return dict(_shipped_texts)
+
+
+def register_texts(texts: dict | None) -> None:
+    """Accept source texts sent by :func:`texts_for_workers` (a code object matches only its own text)."""
+    if texts:
+        for k, v in texts.items():
+            _shipped_texts.setdefault(bytes(k), (v[0], frozenset(v[1])))
+
+
+_code_memo: dict[int, tuple] = {}  # id(code) -> (weakref to code, text or None, write-only names)
+
+
+def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]]:
+    """``(text, write-only names)`` of the code ``fn`` runs; text is None if no trustworthy source exists.
+
+    Remembered per code object: a code object's source is read once, so a file
+    edited later (and not reloaded) does not change what names its code.
+    """
+    code = fn.__code__
+    m = _code_memo.get(id(code))
+    if m is not None and m[0]() is code:
+        return m[1], m[2]
+    linecache.checkcache(code.co_filename)  # as inspect does: a file edited and reloaded is read again
+    found = _def_block(code)
+    if found is not None:
+        text, tree = _tree_of("".join(found[0]))
+        body = getattr(tree, "body", ())
+        if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
+            found = None  # not this one def after all: inspect decides
+        elif not _block_compiles_to(found[0], code) and not _code_matches_file(code):
+            text, tree = None, None
+    if found is None:
+        text, tree = _source_tree(fn)
+        if text is not None and not _code_matches_file(code):
+            text, tree = None, None
+    if text is not None and code.co_name == "<lambda>":
+        text += "\nlambda:" + _lambda_segment(code)
+    wo = _write_only_names(tree) if tree is not None else _write_only_names_code(code)
+    main = canonical_module(getattr(fn, "__module__", None)) == "__main__"
+    if text is not None and main:
+        # Remember it for worker processes: cloudpickle ships __main__ functions without their file name.
+        _shipped_texts[_code_key(code)] = (text, wo)
+    elif text is None and _shipped_texts:
+        known = _shipped_texts.get(_code_key(code))
+        if known is not None:
+            text, wo = known
+    key = id(code)
+    try:
+        ref = weakref.ref(code, lambda _r, k=key: _code_memo.pop(k, None))
+    except TypeError:  # pragma: no cover - code objects are weak-referenceable in CPython
+        return text, wo
+    _code_memo[key] = (ref, text, wo)
+    return text, wo
+
+
+def _function_text(fn: types.FunctionType) -> str | None:
+    """The function's syntax tree as text, or None if no trustworthy source exists."""
+    return _function_source(fn)[0]
+
+
+def _bytecode_parts(code: types.CodeType) -> list:
+    consts = []
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            consts.append(_bytecode_parts(c))
+        elif isinstance(c, _SIMPLE) or (isinstance(c, (tuple, frozenset)) and all(isinstance(x, _SIMPLE) for x in c)):
+            consts.append(c)
+        else:
+            consts.append(repr(type(c)))
+    return [code.co_code, consts, code.co_names, code.co_varnames]
+
+
+def _all_names(code: types.CodeType) -> list[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names.update(_all_names(c))
+    return sorted(names)
+
+
+# -- values ---------------------------------------------------------------------------------------------
+_IMMUTABLE_SCALARS = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
+
+
+def _is_immutable(v: Any, depth: int = 0) -> bool:
+    """Values whose content cannot change while the same object is bound: identity is enough."""
+    t = type(v)
+    if t in _IMMUTABLE_SCALARS:
+        return True
+    if t in (tuple, frozenset) and depth < 3 and len(v) <= 256:
+        return all(_is_immutable(x, depth + 1) for x in v)
+    return False
+
+
+def _is_state(v: Any) -> bool:
+    """A value of a library type (a list, a dict, an array...) that code may write to without reading:
+    a user object's methods could read it, so those always count."""
+    t = type(v)
+    return not (isinstance(v, (types.FunctionType, types.ModuleType, type)) or _is_user_obj(t))
+
+
+def _quiet_type(v: Any) -> bool:
+    """Unhashable values that hold no input data (locks, streams, loggers): counted by type without a warning."""
+    mod = type(v).__module__ or ""
+    return mod.split(".")[0] in ("_thread", "threading", "multiprocessing", "logging", "io", "_io", "casmon", "asyncio",
+                                 "concurrent", "queue", "weakref", "_weakref", "tqdm")
+
+
+# -- trackers ---------------------------------------------------------------------------------------------
+class _Collector:
+    """Walks a function or class, collecting the parts of its version and what to watch."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.seen: set = set()
+        self.codes: list = []  # (weakref to function, code object)
+        self.names: list = []  # (mapping, key, object)
+        self.cells: list = []  # (cell, object)
+        self.contents: list = []  # (object, fingerprint, pickle or None): mutable values, re-checked
+        self.unhashable: list[tuple[str, str]] = []  # (name, type) of values counted by type only
+        self.trackers: list = []  # nested trackers consulted while fingerprinting values
+
+    # what to watch
+    def _bind(self, where: Any, v: Any) -> None:
+        if where is None:
+            return
+        if isinstance(where, tuple):
+            self.names.append((where[0], where[1], v))
+        else:
+            self.cells.append((where, v))
+
+    def function(self, fn: Any, depth: int) -> None:
+        if isinstance(fn, types.MethodType):
+            # A bound method (``casmon.cache(obj.method)``): its object's state counts like an argument.
+            if id(fn) not in self.seen:
+                self.seen.add(id(fn))
+                self.value("<bound to>", fn.__self__, None)
+            fn = fn.__func__
+        fn = unwrap_callable(fn)
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        if id(fn) in self.seen or depth > 50:
+            return
+        self.seen.add(id(fn))
+        code = getattr(fn, "__code__", None)
+        if not isinstance(fn, types.FunctionType) or code is None:
+            # A builtin, a partial, a callable object: its name, and its content as a value.
+            self.parts.append(("fn", function_name(fn), None))
+            if isinstance(fn, functools.partial):
+                self.function(fn.func, depth + 1)
+                self.value("<partial args>", (fn.args, fn.keywords), None)
+            elif isinstance(fn, type):
+                if _is_user_obj(fn):
+                    self.klass(fn, depth + 1)
+            elif not isinstance(fn, types.BuiltinFunctionType) and callable(fn):
+                self.klass(type(fn), depth + 1)
+                self.value("<callable object>", fn, None)
+            return
+        self.codes.append((_weakref(fn), code))
+        text, write_only = _function_source(fn)
+        self.parts.append(("fn", function_name(fn), text if text is not None else _bytecode_parts(code)))
+        if not _is_user_obj(fn):
+            return  # library code: its own text is enough
+        if fn.__defaults__ or fn.__kwdefaults__:
+            self.value("<defaults>", (fn.__defaults__, fn.__kwdefaults__), None)
+        g = fn.__globals__
+        names = _all_names(code)
+        for n in names:
+            if n in g:
+                key = ("g", id(g), n)
+                if key in self.seen:
+                    continue
+                v = g[n]
+                if n in write_only and _is_state(v):
+                    self._bind((g, n), v)  # written, never read here: not part of the version
+                    continue
+                self.seen.add(key)
+                self.ref(n, v, (g, n), names, depth)
+            elif "." not in n or n in sys.modules:
+                mod = sys.modules.get(n)  # `import config` inside the function
+                if isinstance(mod, types.ModuleType) and is_user_module(mod.__name__):
+                    self.module(n, mod, names, depth)
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+            if name in write_only and _is_state(v):
+                self._bind(cell, v)
+                continue
+            self.ref(f"<closure {name}>", v, cell, names, depth)
+
+    def ref(self, name: str, v: Any, where: Any, names: list[str], depth: int) -> None:
+        self._bind(where, v)
+        if isinstance(v, types.FunctionType) or (callable(v) and not isinstance(v, type) and hasattr(v, "__wrapped__")):
+            target = unwrap_callable(v)
+            if isinstance(target, types.FunctionType) and _is_user_obj(target):
+                self.function(target, depth + 1)
+            else:
+                self.parts.append(("lib", name, _name_of(target)))
+        elif isinstance(v, type):
+            if _is_user_obj(v):
+                self.klass(v, depth + 1)
+            else:
+                self.parts.append(("lib", name, _name_of(v)))
+        elif isinstance(v, types.ModuleType):
+            if is_user_module(v.__name__):
+                self.module(name, v, names, depth)
+            else:
+                self.parts.append(("module", name, v.__name__))
+        elif isinstance(v, types.BuiltinFunctionType) and (v.__self__ is None or isinstance(v.__self__, types.ModuleType)):
+            self.parts.append(("lib", name, _name_of(v)))
+        else:
+            self.value(name, v, where)
+
+    def module(self, name: str, mod: types.ModuleType, names: list[str], depth: int) -> None:
+        d = mod.__dict__
+        for attr in names:
+            if attr in d:
+                key = ("g", id(d), attr)
+                if key in self.seen:
+                    continue
+                self.seen.add(key)
+                self.ref(f"{name}.{attr}", d[attr], (d, attr), names, depth + 1)
+
+    def klass(self, cls: type, depth: int) -> None:
+        if id(cls) in self.seen or depth > 50:
+            return
+        self.seen.add(id(cls))
+        own = vars(cls)
+        fns = []
+        for attr in sorted(own):
+            raw = own[attr]
+            for f in _class_member_functions(raw):
+                fns.append((attr, raw, f))
+        # A class is its bases, its metaclass, its methods' code and its data attributes (the
+        # methods' own files are read, so this works where the class's module is not importable,
+        # as for a class from __main__ in a worker process).
+        self.parts.append(("class", qualified_name(cls), [_name_of(b) for b in cls.__bases__], _name_of(type(cls))))
+        for base in cls.__mro__[1:]:
+            if base is not object and _is_user_obj(base):
+                self.klass(base, depth + 1)
+        for attr, raw, f in fns:
+            self._bind((own, attr), raw)
+            self.parts.append(("member", attr))
+            self.function(f, depth + 1)
+        fn_attrs = {a for a, _r, _f in fns}
+        for attr in sorted(own):
+            if attr in fn_attrs or (attr.startswith("__") and attr.endswith("__")) or attr.startswith("_abc"):
+                continue
+            raw = own[attr]
+            if isinstance(raw, (staticmethod, classmethod, property, functools.cached_property)) or callable(raw):
+                self._bind((own, attr), raw)
+                continue
+            self.value(f"{cls.__qualname__}.{attr}", raw, (own, attr), quiet=True)
+
+    def value(self, name: str, v: Any, where: Any, quiet: bool = False) -> None:
+        if where is not None:
+            self._bind(where, v)
+        fp = VersionedFingerprinter()
+        try:
+            fp.feed_value(v, name)
+        except Exception:  # noqa: BLE001 - a lock, a connection, an open file
+            t = type(v)
+            tname = f"{canonical_module(t.__module__)}.{t.__qualname__}"
+            self.parts.append(("global", name, "<unhashable " + tname + ">"))
+            if not quiet and not _quiet_type(v):
+                self.unhashable.append((name, tname))
+            return
+        d = fp.digest()
+        self.trackers.extend(fp.trackers)
+        self.parts.append(("global", name, bytes(d)))
+        if not _is_immutable(v):
+            self.contents.append((v, d, None if fp.trackers else _small_pickle(v)))
+
+
+#: Mutable values whose pickle is at most this long are re-checked by comparing pickles (a C-speed
+#: serialization, exact for the same content) instead of fingerprinting them again.
+_PICKLE_CHECK_LIMIT = 1 << 16
+_pickle_dumps = pickle.dumps
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _LimitedSink:
+    """A file that takes at most ``_PICKLE_CHECK_LIMIT`` bytes: a large value is never pickled whole."""
+
+    __slots__ = ("parts", "n")
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.n = 0
+
+    def write(self, b) -> int:
+        n = len(b) if not isinstance(b, memoryview) else b.nbytes
+        self.n += n
+        if self.n > _PICKLE_CHECK_LIMIT:
+            raise _TooBig
+        self.parts.append(bytes(b))
+        return n
+
+
+def _small_pickle(v: Any) -> bytes | None:
+    """The pickle of ``v`` if it is small (the content check of a mutable value), else None."""
+    sink = _LimitedSink()
+    try:
+        pickle.Pickler(sink, 5).dump(v)
+    except Exception:  # noqa: BLE001 - too big or not picklable: fingerprint it
+        return None
+    b = b"".join(sink.parts)
+    return b if b == _pickle_dumps(v, 5) else None  # the check compares pickle.dumps output
+
+
+def _content_watch(v: Any) -> tuple:
+    fp = VersionedFingerprinter()
+    fp.feed_value(v)
+    return (v, fp.digest(), None if fp.trackers else _small_pickle(v))
+
+
+def _class_member_functions(raw: Any) -> list:
+    if isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    if isinstance(raw, property):
+        return [f for f in (raw.fget, raw.fset, raw.fdel) if isinstance(_unwrap(f), types.FunctionType)]
+    if isinstance(raw, functools.cached_property):
+        raw = raw.func
+    raw = _unwrap(raw) if callable(raw) else raw
+    return [raw] if isinstance(raw, types.FunctionType) else []
+
+
+def _name_of(obj: Any) -> str:
+    try:
+        return qualified_name(obj)
+    except TypeError:
+        t = type(obj)
+        return f"<{canonical_module(t.__module__)}.{t.__qualname__}>"
+
+
+def _weakref(obj: Any):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+_local = threading.local()
+
+
+class VersionTracker:
+    """The version of one function or class, re-checked cheaply before each use."""
+
+    __slots__ = ("_ref", "digest", "_codes", "_names", "_cells", "_contents", "_nested", "unhashable", "_lock",
+                 "computations", "__weakref__")
+
+    def __init__(self, obj: Any) -> None:
+        self._ref = _weakref(obj)
+        self.digest: Digest | None = None
+        self._codes: tuple = ()
+        self._names: tuple = ()
+        self._cells: tuple = ()
+        self._contents: list = []
+        self._nested: tuple = ()
+        self.unhashable: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self.computations = 0  # how many times the version was computed (for tests and diagnostics)
+
+    def current(self) -> Digest:
+        """The version now: the remembered one if nothing it depends on changed, else computed again."""
+        d = self.digest
+        if d is not None and self.valid():
+            return d
+        return self._compute()
+
+    def valid(self) -> bool:
+        for fr, code in self._codes:
+            f = fr()
+            if f is None or f.__code__ is not code:
+                return False
+        for m, k, v in self._names:
+            if m.get(k, _MISSING) is not v:
+                return False
+        for cell, v in self._cells:
+            try:
+                if cell.cell_contents is not v:
+                    return False
+            except ValueError:
+                return False
+        for v, fp, pk in self._contents:
+            try:
+                if pk is not None:
+                    if _pickle_dumps(v, 5) != pk:
+                        return False
+                elif versioned_fingerprint(v) != fp:
+                    return False
+            except Exception:  # noqa: BLE001 - became unhashable
+                return False
+        return True
+
+    def observe(self) -> None:
+        """Take the current content of mutable values as the baseline, without changing the version.
+
+        Called after the cached function ran: what it changed itself is not an edit."""
+        for t in self._nested:
+            t.observe()
+        if not self._contents:
+            return
+        new = []
+        for v, fp, _pk in self._contents:
+            try:
+                new.append(_content_watch(v))
+            except Exception:  # noqa: BLE001
+                new.append((v, fp, None))
+        self._contents = new
+
+    def _compute(self) -> Digest:
+        obj = self._ref()
+        if obj is None:
+            raise ReferenceError("the function or class of this version tracker no longer exists")
+        busy = getattr(_local, "busy", None)
+        if busy is None:
+            busy = _local.busy = set()
+        if id(obj) in busy:  # a cycle (a function whose globals hold itself): its name stands for it here
+            return fingerprint(("casmon.version.cycle", _name_of(obj)))
+        busy.add(id(obj))
+        try:
+            c = _Collector()
+            if isinstance(obj, type):
+                c.klass(obj, 0)
+            else:
+                c.function(obj, 0)
+            digest = fingerprint(c.parts)
+        finally:
+            busy.discard(id(obj))
+        with self._lock:
+            self._codes = tuple(c.codes)
+            self._names = tuple(c.names)
+            self._cells = tuple(c.cells)
+            self._contents = c.contents
+            self._nested = tuple({id(t): t for t in c.trackers if t is not self}.values())
+            self.unhashable = c.unhashable
+            self.digest = digest
+            self.computations += 1
+        return digest
+
+
+_trackers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_trackers_lock = threading.Lock()
+
+
+def version_tracker(obj: Any) -> VersionTracker:
+    """The (shared) tracker of ``obj``'s version: a function, a class or a callable object."""
+    try:
+        t = _trackers.get(obj)
+    except TypeError:  # unhashable or not weak-referenceable
+        return VersionTracker(obj)
+    if t is None:
+        with _trackers_lock:
+            t = _trackers.get(obj)
+            if t is None:
+                t = VersionTracker(obj)
+                try:
+                    _trackers[obj] = t
+                except TypeError:
+                    pass
+    return t
+
+
+def function_version(fn: Any) -> Digest:
+    """The digest of ``fn``'s code and the user code and values it uses (see the module docstring)."""
+    return version_tracker(unwrap_callable(fn)).current()
+
+
+class VersionedFingerprinter(Fingerprinter):
+    """A fingerprinter for cache keys: user functions and classes count by name **and** code version.
+
+    A function passed as an argument (``apply(helper, x)``), a user object (its
+    class's methods), an enum member of a user enum: editing their code changes
+    the key. The trackers consulted are kept in ``trackers`` so the caller can
+    :meth:`~VersionTracker.observe` them after the call.
+    """
+
+    __slots__ = ("trackers",)
+
+    def __init__(self) -> None:
+        self.h = _xxh3_128()
+        self.out = bytearray()
+        self.stack = {}
+        self.trackers: list[VersionTracker] = []
+
+    def child(self) -> "VersionedFingerprinter":
+        c = super().child()
+        c.trackers = self.trackers
+        return c
+
+    def function(self, f) -> None:
+        super().function(f)
+        if _is_user_obj(f):
+            t = version_tracker(f)
+            self.trackers.append(t)
+            self.out += b"v" + bytes(t.current())
+
+    def type_(self, t: type) -> None:
+        super().type_(t)
+        if _is_user_obj(t) and t.__module__ is not None:
+            tr = version_tracker(t)
+            self.trackers.append(tr)
+            self.out += b"v" + bytes(tr.current())
+
+
+def versioned_fingerprint(value: Any) -> Digest:
+    fp = VersionedFingerprinter()
+    fp.feed_value(value)
+    return fp.digest()

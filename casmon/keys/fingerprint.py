@@ -1,0 +1,645 @@
+"""Content fingerprints: ``fingerprint(value) -> Digest``.
+
+A fingerprint is xxh3-128 over a canonical, type-tagged encoding of a value.
+It depends only on the value's type and content, never on ``hash()``,
+``id()``, ``repr()`` or memory layout, so it is the same in every process, on
+every machine and in every Python session. It is what cache keys are made of.
+
+Rules worth knowing:
+
+* Every encoding starts with a type tag, so ``1``, ``1.0``, ``True``, ``"1"``
+  and ``b"1"`` all differ, and ``(1, 2)`` differs from ``[1, 2]``.
+* dicts are hashed in iteration order (two dicts with the same items in a
+  different order are different values); sets and frozensets are order-free.
+* Floats are hashed by their bits, except that every NaN is one value:
+  ``-0.0`` and ``0.0`` differ (functions such as ``copysign`` tell them apart).
+* numpy arrays by dtype, shape and values in C order. A C-contiguous buffer is
+  hashed in place without a copy; Fortran-ordered arrays and strided views give
+  the same fingerprint as their C-ordered copy, and are hashed block by block.
+* Other objects are hashed as pickle protocol 5 sees them (``__reduce_ex__``):
+  the reconstructing callable and classes by their qualified name, arguments
+  and state by the rules above, so arrays inside objects are hashed in place and
+  instances of local classes work too. Functions count by qualified name;
+  lambdas and local functions have none and cannot be fingerprinted.
+* ``register_hasher(type, fn)``: ``fn(value)`` returns any value that is then
+  fingerprinted in its place (tagged with the type's name).
+"""
+
+from __future__ import annotations
+
+import copyreg
+import math
+import pickle
+import struct
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from casmon.keys.digest import Digest
+from casmon.errors import UnpicklableError
+
+__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "Fingerprinter", "canonical_module", "qualified_name"]
+
+_pack_q = struct.Struct("<q").pack
+_pack_Q = struct.Struct("<Q").pack
+_pack_d = struct.Struct("<d").pack
+_pack_dd = struct.Struct("<dd").pack
+
+#: Arrays larger than this are hashed straight from their buffer.
+_INLINE_LIMIT = 1 << 16
+#: Block size when an array must be copied into C order to be hashed.
+_BLOCK_BYTES = 8 << 20
+
+_hashers: dict[type, Callable[[Any], Any]] = {}
+_hashers_lock = threading.Lock()
+_sys_modules = sys.modules
+
+
+def register_hasher(typ: type, fn: Callable[[Any], Any]) -> None:
+    """Fingerprint instances of ``typ`` (and its subclasses) as ``fn(value)``.
+
+    ``fn`` returns any value casmon can fingerprint: a ``bytes`` key, a tuple of
+    the fields that matter, an array. The result is tagged with the type's
+    qualified name, so two types whose hashers return the same value differ.
+    """
+    if not isinstance(typ, type):
+        raise TypeError(f"register_hasher: expected a type, got {typ!r}")
+    if not callable(fn):
+        raise TypeError(f"register_hasher: hasher for {typ.__qualname__} is not callable: {fn!r}")
+    with _hashers_lock:
+        _hashers[typ] = fn
+        _Fingerprinter._user_cache.clear()
+
+
+def unregister_hasher(typ: type) -> None:
+    """Remove a hasher added with :func:`register_hasher`."""
+    with _hashers_lock:
+        _hashers.pop(typ, None)
+        _Fingerprinter._user_cache.clear()
+
+
+def canonical_module(name: str | None) -> str:
+    """The module name casmon records for ``name``: the main script is ``__main__`` wherever it runs.
+
+    Under multiprocessing's ``spawn`` and ``forkserver`` start methods the main
+    script is imported as ``__mp_main__`` in the workers; its functions and
+    classes must keep the name they have in the parent, or their cache entries
+    and call logs would split in two.
+    """
+    if name == "__mp_main__":
+        return "__main__"
+    if name and name.startswith("casmon."):
+        return casmon_key_module(name)
+    return name or ""
+
+
+#: casmon's own modules by the names keys give them: the flat modules they were when key format 2 was
+#: fixed (a version digest in every cache key is a ``casmon.digest.Digest``), so moving code inside
+#: casmon changes no key. Exact names first, then the package a module now lives in.
+_KEY_MODULES = {
+    "casmon.keys.digest": "casmon.digest", "casmon.keys.fingerprint": "casmon.fingerprint",
+    "casmon.keys.codeversion": "casmon.codeversion", "casmon.store.store": "casmon.store",
+    "casmon.maintenance.gc": "casmon.gc", "casmon.view.display": "casmon.display",
+    "casmon.view.progress": "casmon.progress", "casmon.runs.gitstate": "casmon.gitstate",
+    "casmon.runs.capture": "casmon.capture", "casmon.cli.demo": "casmon.demo", "casmon.cli.ui": "casmon.ui.commands",
+    "casmon.compat.importer": "casmon.importer",
+}
+_KEY_PACKAGES = {"casmon.caching": "casmon.cache", "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",
+                 "casmon.maintenance": "casmon.maintenance", "casmon.cli": "casmon.cli", "casmon.view": "casmon.display"}
+
+
+def casmon_key_module(name: str) -> str:
+    """The name keys give casmon's own module ``name`` (see ``_KEY_MODULES``)."""
+    exact = _KEY_MODULES.get(name)
+    if exact is not None:
+        return exact
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[1] == "store":  # casmon.store.table.format -> casmon.table
+        return f"casmon.{parts[2]}"
+    if len(parts) >= 3 and parts[1] == "keys":
+        return f"casmon.{parts[2]}"
+    return _KEY_PACKAGES.get(".".join(parts[:2]), name)
+
+
+def qualified_name(obj: Any) -> str:
+    """``module.qualname`` of a function or class, with :func:`canonical_module` applied."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if name is None:
+        raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
+    return f"{canonical_module(getattr(obj, '__module__', None))}.{name}"
+
+
+def type_name(t: type) -> bytes:
+    return f"{canonical_module(t.__module__)}.{t.__qualname__}".encode()
+
+
+class _PathError(Exception):
+    """Carries a failing part's path up through the recursion, built lazily."""
+
+    def __init__(self, parts: list[str], obj: Any, cause: BaseException) -> None:
+        self.parts = parts
+        self.obj = obj
+        self.cause = cause
+
+
+class _Fingerprinter:
+    """Feeds the canonical encoding of values into one xxh3-128 state.
+
+    Small encodings collect in a bytearray and are hashed in one call; large
+    buffers are passed to the hasher in place.
+    """
+
+    # type -> hasher or None, resolved through the MRO once per type
+    _user_cache: dict[type, Callable[[Any], Any] | None] = {}
+
+    __slots__ = ("h", "out", "stack")
+
+    def __init__(self) -> None:
+        self.h = xxhash.xxh3_128()
+        self.out = bytearray()
+        self.stack: dict[int, int] = {}  # id of containers being walked -> depth
+
+    def child(self) -> "_Fingerprinter":
+        """A fingerprinter of the same kind sharing this one's walk (for order-free parts)."""
+        c = type(self)()
+        c.stack = self.stack
+        return c
+
+    def digest(self) -> Digest:
+        if self.out:
+            self.h.update(self.out)
+            self.out.clear()
+        return Digest.from_raw(self.h.digest())
+
+    def buffer(self, mv) -> None:
+        """Hash a large contiguous buffer without copying it."""
+        if self.out:
+            self.h.update(self.out)
+            self.out.clear()
+        self.h.update(mv)
+
+    def feed_value(self, value: Any, root: str = "value") -> None:
+        """Feed ``value``; on failure raise :class:`UnpicklableError` naming the part (``root[1]['f']``)."""
+        try:
+            self.feed(value)
+        except _PathError as e:
+            path = root + "".join(reversed(e.parts))
+            raise UnpicklableError(path, e.obj, e.cause) from None
+
+    # -- dispatch ------------------------------------------------------------
+    def feed(self, v: Any) -> None:
+        t = type(v)
+        f = _DISPATCH.get(t)
+        if f is not None:
+            f(self, v)
+            return
+        user = self._user_hasher(t)
+        if user is not None:
+            self.out += b"H" + _len_prefixed(type_name(t))
+            self.feed(user(v))
+            return
+        if isinstance(v, np.ndarray):
+            self.ndarray(v)
+        elif isinstance(v, np.generic):
+            self.npscalar(v)
+        elif "pandas" in _sys_modules and _pandas_kind(v) is not None:
+            self.pandas(v)
+        elif isinstance(v, type):
+            self.type_(v)
+        elif isinstance(v, types.FunctionType):
+            self.function(v)
+        elif isinstance(v, types.MethodType):
+            # A bound method is its object and its function: [1].append and [2].append differ.
+            self.out += b"M"
+            owner = v.__self__
+            self.feed(owner)
+            name = getattr(v.__func__, "__name__", None)
+            cls = owner if isinstance(owner, type) else type(owner)
+            found = getattr(cls, name, None) if isinstance(name, str) else None
+            if getattr(found, "__func__", found) is v.__func__:
+                self.out += b"n"  # the owner's class names it (also for classes without an importable name)
+                self.str_(name)
+            else:
+                self.function(v.__func__)
+        elif isinstance(v, types.BuiltinFunctionType):
+            owner = v.__self__
+            if owner is None or isinstance(owner, types.ModuleType):
+                self.function(v)  # a module-level builtin such as len, by name
+            else:
+                # A bound builtin method ({}.get, np.zeros(3).sum, deque().extend): its object counts.
+                self.out += b"m"
+                try:
+                    self.feed(owner)
+                except _PathError as e:
+                    e.parts.append(f".{v.__name__}.__self__")
+                    raise
+                self.str_(v.__name__)
+        else:
+            self.reduced(v)
+
+    def _user_hasher(self, t: type):
+        cache = self._user_cache
+        try:
+            return cache[t]
+        except KeyError:
+            pass
+        fn = None
+        if _hashers:
+            for base in t.__mro__:
+                if base in _hashers:
+                    fn = _hashers[base]
+                    break
+        cache[t] = fn
+        return fn
+
+    # -- scalars -------------------------------------------------------------
+    def none(self, v) -> None:
+        self.out += b"N"
+
+    def bool_(self, v) -> None:
+        self.out += b"T" if v else b"F"
+
+    def int_(self, v) -> None:
+        if -(1 << 63) <= v < (1 << 63):
+            self.out += b"q" + _pack_q(v)
+        else:
+            n = (v.bit_length() + 8) // 8
+            self.out += b"I" + _pack_Q(n) + v.to_bytes(n, "little", signed=True)
+
+    def float_(self, v) -> None:
+        self.out += b"fN" if v != v else b"f" + _pack_d(v)
+
+    def complex_(self, v) -> None:
+        re, im = v.real, v.imag
+        self.out += b"c" + _pack_dd(math.nan if re != re else re, math.nan if im != im else im)
+
+    def str_(self, v) -> None:
+        b = v.encode("utf-8", "surrogatepass")
+        self.out += b"s" + _pack_Q(len(b)) + b
+
+    def bytes_(self, v) -> None:
+        self._blob(b"b", v)
+
+    def bytearray_(self, v) -> None:
+        self._blob(b"y", v)
+
+    def memoryview_(self, v) -> None:
+        self._blob(b"m", v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes())
+
+    def _blob(self, tag: bytes, v) -> None:
+        n = len(v) if not isinstance(v, memoryview) else v.nbytes
+        self.out += tag + _pack_Q(n)
+        if n > _INLINE_LIMIT:
+            self.buffer(v)
+        else:
+            self.out += v
+
+    # -- containers ----------------------------------------------------------
+    def _enter(self, v) -> bool:
+        """Register a container on the walk; emit a back-reference if it is a cycle."""
+        i = id(v)
+        depth = self.stack.get(i)
+        if depth is not None:
+            self.out += b"R" + _pack_Q(len(self.stack) - depth)
+            return False
+        self.stack[i] = len(self.stack)
+        return True
+
+    def sequence(self, v, tag: bytes) -> None:
+        if not self._enter(v):
+            return
+        self.out += tag + _pack_Q(len(v))
+        feed = self.feed
+        for i, item in enumerate(v):
+            try:
+                feed(item)
+            except _PathError as e:
+                e.parts.append(f"[{i}]")
+                raise
+        del self.stack[id(v)]
+
+    def tuple_(self, v) -> None:
+        self.sequence(v, b"(")
+
+    def list_(self, v) -> None:
+        self.sequence(v, b"[")
+
+    def dict_(self, v) -> None:
+        if not self._enter(v):
+            return
+        self.out += b"{" + _pack_Q(len(v))
+        feed = self.feed
+        for k, item in v.items():
+            try:
+                feed(k)
+                feed(item)
+            except _PathError as e:
+                e.parts.append(f"[{k!r}]")
+                raise
+        del self.stack[id(v)]
+
+    def set_(self, v, tag: bytes = b"S") -> None:
+        if not self._enter(v):
+            return
+        parts = []
+        for item in v:
+            sub = self.child()
+            try:
+                sub.feed(item)
+            except _PathError as e:
+                e.parts.append("{…}")
+                raise
+            parts.append(sub.digest())
+        parts.sort()
+        self.out += tag + _pack_Q(len(parts)) + b"".join(parts)
+        del self.stack[id(v)]
+
+    def frozenset_(self, v) -> None:
+        self.set_(v, b"Z")
+
+    # -- numpy -----------------------------------------------------------------
+    def npscalar(self, v: np.generic) -> None:
+        self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
+        if v.dtype.hasobject:
+            self.feed(v.item())
+        else:
+            self.out += np.asarray(v).tobytes()
+
+    def ndarray(self, a: np.ndarray) -> None:
+        if type(a) is not np.ndarray:
+            self.ndarray_subclass(a)
+            return
+        self.out += b"A" + _len_prefixed(_dtype_key(a.dtype)) + _pack_Q(a.ndim)
+        for n in a.shape:
+            self.out += _pack_Q(n)
+        if a.dtype.hasobject:
+            if not self._enter(a):
+                return
+            for i, item in enumerate(a.flat):
+                try:
+                    self.feed(item)
+                except _PathError as e:
+                    e.parts.append(f"[flat {i}]")
+                    raise
+            del self.stack[id(a)]
+            return
+        if a.size == 0:
+            return
+        if a.flags.c_contiguous:
+            flat = a.reshape(-1).view(np.uint8)
+            if flat.nbytes > _INLINE_LIMIT:
+                self.buffer(flat)
+            else:
+                self.out += flat.data
+            return
+        # Fortran order or strided: hash the C-order bytes one block of rows at a time.
+        if a.ndim == 0:
+            self.out += a.tobytes()
+            return
+        row = a[0].nbytes or 1
+        step = max(1, _BLOCK_BYTES // row)
+        for start in range(0, a.shape[0], step):
+            block = np.ascontiguousarray(a[start : start + step])
+            self.buffer(block.reshape(-1).view(np.uint8))
+
+    def ndarray_subclass(self, a: np.ndarray) -> None:
+        """A subclass counts its type, its data, and the attributes its instances carry.
+
+        Masked arrays count their data (also under the mask), their mask
+        (``nomask`` and an all-False mask differ: ``a.mask`` differs), their
+        fill value and hard-mask flag. ``np.memmap`` counts like its data (the
+        open file handle and file name are how it is stored, not what it is).
+        Other subclasses count every instance attribute (``__dict__`` and slots),
+        so a units subclass with ``unit="km"`` differs from one with ``unit="m"``.
+        """
+        if not self._enter(a):
+            return
+        t = type(a)
+        self.out += b"X"
+        self.type_(t)
+        try:
+            self.ndarray(a.view(np.ndarray))
+            attrs = dict(getattr(a, "__dict__", None) or {})
+            for name in _slot_names(t):
+                if hasattr(a, name):
+                    attrs[name] = getattr(a, name)
+            if isinstance(a, np.ma.MaskedArray):
+                for k in _MASKED_INTERNALS:
+                    attrs.pop(k, None)
+                mask = a._mask
+                self.feed(None if mask is np.ma.nomask else np.asarray(mask).view(np.ndarray))
+                self.feed(a._fill_value)
+                self.feed(bool(a._hardmask))
+                self.feed(a._baseclass)
+            elif isinstance(a, np.memmap):
+                for k in ("_mmap", "filename", "offset", "mode"):
+                    attrs.pop(k, None)
+            self.out += b"{" + _pack_Q(len(attrs))
+            for k, item in attrs.items():
+                try:
+                    self.feed(k)
+                    self.feed(item)
+                except _PathError as e:
+                    e.parts.append(f".{k}")
+                    raise
+        finally:
+            self.stack.pop(id(a), None)
+
+    # -- pandas ----------------------------------------------------------------
+    def pandas(self, v) -> None:
+        """pandas objects by everything a function can see: values with their exact dtype
+        (a categorical's categories, their order and the ordered flag), index names and
+        ``freq``, MultiIndex levels and codes, ``attrs``, ``flags`` and a subclass's ``_metadata``."""
+        kind = _pandas_kind(v)
+        self.out += b"p"
+        self.type_(type(v))
+        if kind == "index":
+            self._pandas_index(v)
+        elif kind == "series":
+            self.feed(v.name)
+            self.pandas(v.index)
+            self._pandas_values(v.dtype, v)
+            self.feed(dict(v.attrs))
+            self.feed(bool(v.flags.allows_duplicate_labels))
+        else:  # frame
+            self.pandas(v.columns)
+            self.pandas(v.index)
+            self.out += _pack_Q(v.shape[1])
+            for i in range(v.shape[1]):
+                col = v.iloc[:, i]
+                self._pandas_values(col.dtype, col)
+            self.feed(dict(v.attrs))
+            self.feed(bool(v.flags.allows_duplicate_labels))
+        meta = getattr(type(v), "_metadata", None)
+        if meta:
+            self.feed({m: getattr(v, m, None) for m in meta})
+
+    def _pandas_index(self, v) -> None:
+        import pandas as pd
+
+        if isinstance(v, pd.MultiIndex):
+            self.feed(list(v.names))
+            self.out += _pack_Q(v.nlevels)
+            for level, codes in zip(v.levels, v.codes):
+                self.pandas(level)
+                self.ndarray(np.asarray(codes))
+            self.feed(v.sortorder)
+            return
+        self.feed(v.name)
+        self._pandas_values(v.dtype, v)
+        freq = getattr(v, "freq", None) if isinstance(v, (pd.DatetimeIndex, pd.TimedeltaIndex)) else None
+        self.feed(freq)
+
+    def _pandas_values(self, dtype, obj) -> None:
+        if isinstance(dtype, np.dtype):
+            self.out += b"n" + _len_prefixed(_dtype_key(dtype))
+            if not dtype.hasobject:
+                self.ndarray(np.asarray(obj.to_numpy()))
+            else:
+                self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
+            return
+        # An extension dtype counts as the object it is (categories, order, tz, unit, closed, ...).
+        self.out += b"e"
+        self.feed(dtype)
+        arr = obj.array
+        codes = getattr(arr, "codes", None)
+        if codes is not None and getattr(dtype, "name", "") == "category":
+            self.ndarray(np.asarray(codes))
+            return
+        asi8 = getattr(arr, "asi8", None)
+        if asi8 is not None:
+            self.ndarray(np.asarray(asi8))
+            return
+        self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
+
+    # -- everything else -------------------------------------------------------
+    def type_(self, t: type) -> None:
+        self.out += b"t" + _len_prefixed(_global_name(t))
+
+    def function(self, f) -> None:
+        name = getattr(f, "__qualname__", "") or getattr(f, "__name__", "")
+        if "<lambda>" in name or "<locals>" in name:
+            # No stable name: two different lambdas would look the same. Refuse (never a wrong hit).
+            raise _PathError([], f, TypeError(f"{name} has no importable name to identify it by"))
+        self.out += b"g" + _len_prefixed(_global_name(f))
+
+    def reduced(self, v) -> None:
+        """Hash an object the way pickle sees it (``__reduce_ex__(5)``), names by name."""
+        if not self._enter(v):
+            return
+        try:
+            reducer = copyreg.dispatch_table.get(type(v))  # as pickle does, e.g. numpy ufuncs
+            rv = reducer(v) if reducer is not None else v.__reduce_ex__(5)
+        except Exception as e:  # noqa: BLE001 - e.g. "cannot pickle '_thread.lock' object"
+            raise _PathError([], v, e) from e
+        if isinstance(rv, str):  # a global, pickled by name
+            mod = canonical_module(getattr(v, "__module__", None))
+            self.out += b"G" + _len_prefixed(f"{mod}.{rv}".encode())
+            del self.stack[id(v)]
+            return
+        if not isinstance(rv, tuple) or len(rv) < 2:
+            raise _PathError([], v, TypeError(f"__reduce_ex__ returned {type(rv).__name__}"))
+        func, args, state, listitems, dictitems = (tuple(rv) + (None, None, None))[:5]
+        self.out += b"O"
+        try:
+            self.feed(func)
+            self.feed(args)
+            self.feed(state)
+            self.feed(None if listitems is None else list(listitems))
+            self.feed(None if dictitems is None else list(dictitems))
+        except _PathError as e:
+            e.parts.append(f"<{type(v).__qualname__}>")
+            raise
+        del self.stack[id(v)]
+
+    def picklebuffer(self, pb: pickle.PickleBuffer) -> None:
+        raw = pb.raw()
+        self.out += b"o" + _pack_Q(raw.nbytes)
+        self.buffer(raw)
+
+
+def _global_name(obj) -> bytes:
+    return qualified_name(obj).encode()
+
+
+_MASKED_INTERNALS = ("_mask", "_fill_value", "_hardmask", "_baseclass", "_sharedmask", "_isfield", "_optinfo", "_basedict")
+
+
+def _slot_names(t: type) -> list[str]:
+    names = []
+    for c in t.__mro__:
+        sl = c.__dict__.get("__slots__")
+        if sl:
+            for n in [sl] if isinstance(sl, str) else sl:
+                if n not in ("__dict__", "__weakref__") and n not in names:
+                    names.append(n)
+    return names
+
+
+def _len_prefixed(b: bytes) -> bytes:
+    return _pack_Q(len(b)) + b
+
+
+_dtype_keys: dict[np.dtype, bytes] = {}
+
+
+def _dtype_key(dt: np.dtype) -> bytes:
+    try:
+        return _dtype_keys[dt]
+    except KeyError:
+        key = repr(np.lib.format.dtype_to_descr(dt)).encode()
+        _dtype_keys[dt] = key
+        return key
+
+
+def _pandas_kind(v) -> str | None:
+    pd = _sys_modules.get("pandas")  # a pandas object exists only once pandas is imported
+    if pd is None:
+        return None
+    if isinstance(v, pd.DataFrame):
+        return "frame"
+    if isinstance(v, pd.Series):
+        return "series"
+    if isinstance(v, pd.Index):
+        return "index"
+    return None
+
+
+_DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
+    type(None): _Fingerprinter.none,
+    bool: _Fingerprinter.bool_,
+    int: _Fingerprinter.int_,
+    float: _Fingerprinter.float_,
+    complex: _Fingerprinter.complex_,
+    str: _Fingerprinter.str_,
+    bytes: _Fingerprinter.bytes_,
+    bytearray: _Fingerprinter.bytearray_,
+    memoryview: _Fingerprinter.memoryview_,
+    tuple: _Fingerprinter.tuple_,
+    list: _Fingerprinter.list_,
+    dict: _Fingerprinter.dict_,
+    set: _Fingerprinter.set_,
+    frozenset: _Fingerprinter.frozenset_,
+    np.ndarray: _Fingerprinter.ndarray,
+    pickle.PickleBuffer: _Fingerprinter.picklebuffer,
+}
+
+
+def fingerprint(value: Any) -> Digest:
+    """The content digest of ``value``: equal values give equal digests.
+
+    Raises :class:`casmon.errors.UnpicklableError` (a ``TypeError``) naming the
+    part of the value that has no canonical encoding and cannot be pickled.
+    """
+    fp = _Fingerprinter()
+    fp.feed_value(value)
+    return fp.digest()
+
+
+# Module-level alias so other layers can build digests of several parts.
+Fingerprinter = _Fingerprinter

@@ -1,0 +1,203 @@
+"""Lazy array views: a stored numpy array opened as a read-only ``zarr.Array``.
+
+:class:`ChunkView` is a read-only zarr store whose keys are computed, not
+stored: ``zarr.json`` is metadata made for the value, and ``c/{i}/0/…`` is
+chunk ``i`` of the value, read from casmon's content-addressed chunks. A slice
+of the zarr array reads exactly the chunks it touches.
+
+A C-ordered array is chunked by rows (first axis). A Fortran-ordered one is
+chunked along its last axis and described with zarr's ``transpose`` codec, so
+the stored bytes are used as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store as ZarrStore, SuffixByteRequest
+from zarr.storage import MemoryStore
+
+from casmon.view import display
+from casmon.keys.digest import Digest
+from casmon.store.serialize import dtype_from_meta
+
+if TYPE_CHECKING:
+    from casmon.store.store import Manifest, Store
+
+__all__ = ["ChunkView", "StoredArray", "open_array"]
+
+
+def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
+    if byte_range is None:
+        return data
+    if isinstance(byte_range, RangeByteRequest):
+        return data[byte_range.start : byte_range.end]
+    if isinstance(byte_range, OffsetByteRequest):
+        return data[byte_range.offset :]
+    if isinstance(byte_range, SuffixByteRequest):
+        return data[-byte_range.suffix :] if byte_range.suffix else b""
+    raise TypeError(f"unexpected byte range {byte_range!r}")
+
+
+class ChunkView(ZarrStore):
+    """A read-only zarr store presenting one stored array."""
+
+    supports_writes = False
+    supports_deletes = False
+    supports_partial_writes = False
+    supports_listing = True
+
+    def __init__(self, store: Store, manifest: Manifest, metadata: bytes, chunk_nbytes: int, fortran: bool) -> None:
+        super().__init__(read_only=True)
+        self._store = store
+        self._manifest = manifest
+        self._metadata = metadata
+        part = manifest.parts[0] if manifest.parts else {"n": 0, "cb": 1, "c": []}
+        self._chunks = [Digest(h) for h in part["c"]]
+        self._n = int(part["n"])
+        self._cb = int(part["cb"])
+        self._chunk_nbytes = chunk_nbytes
+        self._fortran = fortran
+        self.chunks_read = 0  # how many chunks were read (for tests and benchmarks)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest
+
+    def __str__(self) -> str:  # zarr shows it in its own reprs (a path, for stores that have one)
+        return f"casmon value {self._manifest.digest.hex()}"
+
+    __repr__ = __str__
+
+    def _chunk_index(self, key: str) -> int | None:
+        if key == "c":  # zero-dimensional
+            return 0
+        if not key.startswith("c/"):
+            return None
+        try:
+            idx = [int(x) for x in key[2:].split("/")]
+        except ValueError:
+            return None
+        main = idx[-1] if self._fortran else idx[0]
+        others = idx[:-1] if self._fortran else idx[1:]
+        if any(others) or not 0 <= main < len(self._chunks):
+            return None
+        return main
+
+    def _read_chunk(self, i: int) -> bytes:
+        lo = i * self._cb
+        hi = min(self._n, lo + self._cb)
+        out = np.zeros(self._chunk_nbytes, dtype=np.uint8)  # the last chunk is padded to full size
+        self._store.read_chunk(self._chunks[i], out[: hi - lo])
+        self.chunks_read += 1
+        return out.tobytes()
+
+    async def get(self, key: str, prototype=None, byte_range: ByteRequest | None = None):
+        if prototype is None:
+            from zarr.buffer import default_buffer_prototype
+
+            prototype = default_buffer_prototype()
+        if key == "zarr.json":
+            return prototype.buffer.from_bytes(_slice(self._metadata, byte_range))
+        i = self._chunk_index(key)
+        if i is None:
+            return None
+        data = await asyncio.to_thread(self._read_chunk, i)
+        return prototype.buffer.from_bytes(_slice(data, byte_range))
+
+    async def get_partial_values(self, prototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]):
+        return [await self.get(k, prototype, r) for k, r in key_ranges]
+
+    async def exists(self, key: str) -> bool:
+        return key == "zarr.json" or self._chunk_index(key) is not None
+
+    async def set(self, key: str, value: Any) -> None:
+        raise PermissionError("a stored casmon array is read-only")
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        raise PermissionError("a stored casmon array is read-only")
+
+    async def delete(self, key: str) -> None:
+        raise PermissionError("a stored casmon array is read-only")
+
+    def _keys(self) -> list[str]:
+        return ["zarr.json"]  # chunk keys are computed; zarr does not need them listed
+
+    async def list(self) -> AsyncIterator[str]:
+        for k in self._keys():
+            yield k
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for k in self._keys():
+            if k.startswith(prefix):
+                yield k
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        if prefix in ("", "/"):
+            for k in self._keys():
+                yield k
+
+
+def _metadata(dtype: np.dtype, shape: tuple[int, ...], chunks: tuple[int, ...], fortran: bool) -> bytes:
+    """Let zarr write the metadata for this array into a scratch store, and take it."""
+    scratch: dict = {}
+    kwargs: dict[str, Any] = {"compressors": None, "fill_value": np.zeros((), dtype=dtype).item() if dtype.kind not in "SUVO" else None}
+    if fortran and len(shape) > 1:
+        from zarr.codecs import TransposeCodec
+
+        kwargs["filters"] = [TransposeCodec(order=tuple(reversed(range(len(shape)))))]
+    else:
+        kwargs["filters"] = None
+    if dtype.byteorder == ">":
+        from zarr.codecs import BytesCodec
+
+        kwargs["serializer"] = BytesCodec(endian="big")
+    zarr.create_array(MemoryStore(scratch), shape=shape, chunks=chunks, dtype=dtype, zarr_format=3, **kwargs)
+    return scratch["zarr.json"].to_bytes()
+
+
+def open_array(store: Store, manifest: Manifest) -> zarr.Array:
+    if manifest.tag != "array":
+        raise TypeError(f"value {manifest.digest.hex()} is a {manifest.tag} value, not a numpy array")
+    meta = manifest.meta
+    dtype = dtype_from_meta(meta["dtype"])
+    shape = tuple(int(x) for x in meta["shape"])
+    fortran = meta["order"] == "F" and len(shape) > 1
+    part = manifest.parts[0]
+    rows = max(1, int(part["cb"]) // max(1, int(part["rb"])))
+    if int(part["cb"]) % max(1, int(part["rb"])):
+        raise ValueError(f"array {manifest.digest.hex()} has rows larger than a chunk; load it with get()")
+    if not shape:
+        chunks: tuple[int, ...] = ()
+    elif fortran:
+        chunks = (*shape[:-1], min(rows, shape[-1]) or 1)
+    else:
+        chunks = (min(rows, shape[0]) or 1, *shape[1:])
+    chunks = tuple(max(1, c) for c in chunks)
+    try:
+        md = _metadata(dtype, shape, chunks, fortran)
+    except Exception as e:  # noqa: BLE001 - zarr has no type for this dtype
+        raise TypeError(f"array {manifest.digest.hex()} of dtype {dtype} cannot be opened with zarr: {e}") from None
+    chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * dtype.itemsize if chunks else dtype.itemsize
+    view = ChunkView(store, manifest, md, chunk_nbytes, fortran)
+    arr = zarr.open_array(view, mode="r", zarr_format=3)
+    try:
+        return StoredArray(arr.async_array)
+    except Exception:  # noqa: BLE001 - a zarr whose Array cannot be subclassed so: the plain array still works
+        return arr
+
+
+class StoredArray(zarr.Array):
+    """A stored array opened lazily: a read-only ``zarr.Array`` that says what it is (shape, dtype, chunks, digest)."""
+
+    @display.guarded_text("array")
+    def __repr__(self) -> str:
+        return display.array_text(self)
+
+    @display.guarded_html("array")
+    def _repr_html_(self) -> str:
+        return display.array_html(self)

@@ -1,0 +1,134 @@
+"""Condemned lists: what gc will delete, published before it deletes, so writers can keep away from it.
+
+gc never deletes an object the moment it finds it unreachable. It first
+*condemns* it: it writes a list ``gc/condemned/{name}`` of every unreachable
+object and where it lives (its loose file, its pack entries). Only a later gc
+run, at least ``grace`` seconds after the list was written, deletes what the
+list names and is still unreachable, and only at the locations the list names;
+then it deletes the list.
+
+A writer lists ``gc/condemned/`` at least every :data:`VIEW_MAX` seconds while
+it writes. It never deduplicates against a condemned object: it writes a new
+copy at a new location (a new pack entry), which no list names. That, and the
+rule that a record becomes visible at most :data:`MIN_GRACE` seconds after the
+writer last checked the objects it names, is what makes gc safe beside writers;
+docs/RELIABILITY.md gives the argument.
+
+A list is a frame (kind ``table``) whose payload is::
+
+    "CDL1" | u32 header length | JSON header | digests (16 bytes each, sorted) | loose flags (1 byte each)
+          | pack entries: u32 digest index, u32 pack index (8 bytes each)
+
+The JSON header holds ``time`` (wall clock when written), ``count``,
+``entries`` and ``packs`` (the pack names the entries refer to).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
+from casmon.keys.digest import Digest
+from casmon.errors import DamagedObjectError
+
+__all__ = ["MIN_GRACE", "VIEW_MAX", "RELY_MAX", "PREFIX", "CondemnedList", "encode", "decode", "new_name"]
+
+#: The shortest grace period ``gc`` accepts, in seconds (``gc --now`` aside, which is for stores no one
+#: else writes to). Writers keep their side of the protocol within it. Tests shorten it through the
+#: environment; every process that writes to one store must agree on it.
+MIN_GRACE = float(os.environ.get("CASMON_MIN_GRACE", "60"))
+#: A writer lists the condemned objects at least this often while it writes (seconds).
+VIEW_MAX = MIN_GRACE / 6
+#: When a flush seals a record, every object it names was checked (stored, not condemned) at most
+#: this long ago, or it is checked again then; and the record is written at most ``WRITE_MAX`` after
+#: it was sealed, or checked again. RELY_MAX + WRITE_MAX + VIEW_MAX < MIN_GRACE.
+RELY_MAX = MIN_GRACE / 3
+WRITE_MAX = MIN_GRACE / 6
+#: A writer that has not looked for longer than this may have missed a whole list: it forgets
+#: everything it believed stored.
+GAP_MAX = MIN_GRACE / 2
+
+
+def configure(min_grace: float) -> None:
+    """Set :data:`MIN_GRACE` and the writer bounds derived from it (tests; every process of a store must agree)."""
+    global MIN_GRACE, VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX
+    MIN_GRACE = float(min_grace)
+    VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX = MIN_GRACE / 6, MIN_GRACE / 3, MIN_GRACE / 6, MIN_GRACE / 2
+
+
+PREFIX = "gc/condemned/"
+_MAGIC = b"CDL1"
+_U32 = struct.Struct("<I")
+_ZSTD = get_codec("zstd")
+
+
+@dataclass
+class CondemnedList:
+    """One published list: condemned digests, and where each lived when condemned."""
+
+    name: str
+    time: float  # wall clock when gc wrote it
+    digests: list[Digest]
+    loose: set[Digest] = field(default_factory=set)  # condemned loose files
+    packed: dict[Digest, set[str]] = field(default_factory=dict)  # digest -> condemned pack entries (pack names)
+
+    def age(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.time
+
+
+def new_name() -> str:
+    return f"{time.time_ns():016x}-{os.getpid():x}{os.urandom(4).hex()}"
+
+
+def encode(lst: CondemnedList) -> bytes:
+    order = sorted(range(len(lst.digests)), key=lambda i: lst.digests[i])
+    digests = [lst.digests[i] for i in order]
+    packs = sorted({p for ps in lst.packed.values() for p in ps})
+    pack_ix = {p: i for i, p in enumerate(packs)}
+    pairs = []
+    for i, d in enumerate(digests):
+        for p in sorted(lst.packed.get(d, ())):
+            pairs.append((i, pack_ix[p]))
+    head = json.dumps({"time": lst.time, "count": len(digests), "entries": len(pairs), "packs": packs}).encode()
+    loose = bytes(1 if d in lst.loose else 0 for d in digests)
+    pair_bytes = np.array(pairs, dtype="<u4").reshape(-1, 2).tobytes()
+    payload = _MAGIC + _U32.pack(len(head)) + head + b"".join(digests) + loose + pair_bytes
+    return encode_frame(payload, KIND_TABLE, _ZSTD)[1]
+
+
+def decode(name: str, data) -> CondemnedList:
+    """Parse a list; :class:`DamagedObjectError` naming it if anything is off."""
+    key = PREFIX + name
+    raw = decode_frame(data, key)[1]
+    mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else memoryview(raw)
+    try:
+        if bytes(mv[:4]) != _MAGIC:
+            raise ValueError("bad magic")
+        (hn,) = _U32.unpack_from(mv, 4)
+        if 8 + hn > len(mv):
+            raise ValueError("header longer than the list")
+        head = json.loads(bytes(mv[8 : 8 + hn]))
+        n, m, packs, t = int(head["count"]), int(head["entries"]), list(head["packs"]), float(head["time"])
+        p = 8 + hn
+        if n < 0 or m < 0 or len(mv) != p + 17 * n + 8 * m:
+            raise ValueError(f"{len(mv)} bytes for {n} digests and {m} pack entries")
+        digests = [Digest.from_raw(bytes(mv[p + 16 * i : p + 16 * i + 16])) for i in range(n)]
+        p += 16 * n
+        flags = bytes(mv[p : p + n])
+        p += n
+        pairs = np.frombuffer(mv, dtype="<u4", count=2 * m, offset=p).reshape(-1, 2) if m else np.zeros((0, 2), "<u4")
+        if m and (int(pairs[:, 0].max()) >= n or int(pairs[:, 1].max()) >= len(packs)):
+            raise ValueError("pack entry out of range")
+    except (ValueError, KeyError, TypeError, struct.error) as e:
+        raise DamagedObjectError(key, f"not a valid condemned list: {e}") from None
+    loose = {d for d, f in zip(digests, flags) if f}
+    packed: dict[Digest, set[str]] = {}
+    for i, j in pairs.tolist():
+        packed.setdefault(digests[i], set()).add(str(packs[j]))
+    return CondemnedList(name, t, digests, loose, packed)

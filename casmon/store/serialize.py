@@ -1,0 +1,632 @@
+"""Serialization: a value becomes a small manifest plus buffers, and back.
+
+``encode(value)`` returns an :class:`Encoded`: a tag, a JSON-able ``meta``
+dict, optional inline bytes, and :class:`Part` buffers (array data, large
+bytes, pickle's out-of-band buffers) that the store splits into chunks. Nothing
+large is ever copied into a pickle stream: pickle protocol 5 hands arrays over
+as out-of-band buffers, in place.
+
+Forms, by tag:
+
+``json``
+    Small dicts and lists made only of dict (str keys), list, str, int, float,
+    bool and None.
+``array``
+    A numpy array (the default handler), chunked along its first axis (its last
+    axis if Fortran-ordered) so a chunk is a block of rows.
+``bytes``
+    Large ``bytes``/``bytearray`` values.
+``pickle``
+    Everything else: a pickle stream plus out-of-band buffers. Loading a pickle
+    can run code: only load pickles from stores you trust. A store opened with
+    ``trust=False`` still loads pickles that name no global at all (scalars,
+    tuples, sets, dicts of them), which cannot run code.
+``handler``
+    A value saved by a handler registered with :func:`register_handler`.
+
+Registered handler types nested inside a pickled value are saved as values of
+their own (``children``) and referenced from the pickle stream.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import math
+import pickle
+import pickletools
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
+
+__all__ = [
+    "Part",
+    "Encoded",
+    "Handler",
+    "ArrayHandler",
+    "register_handler",
+    "unregister_handler",
+    "handlers",
+    "encode",
+    "decode",
+    "check_manifest",
+    "describe_pickle",
+    "PickleInfo",
+]
+
+#: Out-of-band buffers smaller than this stay inside the pickle stream.
+OOB_MIN = 1 << 14
+#: bytes values at least this large are stored chunked (deduplicated by chunk).
+BYTES_MIN = 1 << 16
+#: JSON form only for values whose text is at most this long.
+JSON_MAX = 1 << 16
+
+
+@dataclass
+class Part:
+    """A buffer to be stored as content-addressed chunks."""
+
+    data: memoryview  # 1-D, C-contiguous, format 'B'
+    row_bytes: int = 1  # chunk boundaries fall on multiples of this
+    typesize: int = 1  # element size, for byte shuffling
+    numeric: bool = False  # True: compress with the array codec
+
+
+@dataclass
+class Encoded:
+    tag: str
+    meta: dict = field(default_factory=dict)
+    inline: bytes = b""
+    parts: list[Part] = field(default_factory=list)
+    children: list[Any] = field(default_factory=list)
+    nbytes: int = 0  # logical size, for stats
+
+
+@runtime_checkable
+class Handler(Protocol):
+    """Saves and loads one type of value.
+
+    ``name`` is stored in the manifest and must stay the same across versions.
+    ``encode`` returns ``(meta, buffers)`` -- ``meta`` JSON-able, ``buffers`` a
+    list of bytes-like objects -- or ``None`` to decline (the value is then
+    pickled). ``decode(meta, buffers)`` gets writable ``numpy.uint8`` buffers
+    that it may keep.
+    """
+
+    name: str
+
+    def encode(self, value: Any) -> tuple[dict, list] | None: ...
+
+    def decode(self, meta: dict, buffers: list[np.ndarray]) -> Any: ...
+
+
+class ArrayHandler:
+    """numpy arrays: dtype, shape and memory order kept; data chunked by rows."""
+
+    name = "numpy.ndarray"
+
+    def encode(self, a: Any):
+        if type(a) is not np.ndarray or a.dtype.hasobject:
+            return None
+        if a.flags.c_contiguous:
+            order = "C"
+        elif a.flags.f_contiguous:
+            order = "F"
+        else:
+            a = np.ascontiguousarray(a)
+            order = "C"
+        meta = {"dtype": repr(np.lib.format.dtype_to_descr(a.dtype)), "shape": list(a.shape), "order": order}
+        return meta, [a]
+
+    def decode(self, meta: dict, buffers: list[np.ndarray]) -> np.ndarray:
+        dtype = dtype_from_meta(meta["dtype"])
+        shape = tuple(meta["shape"])
+        buf = buffers[0]
+        if dtype.itemsize == 0:
+            return np.zeros(shape, dtype=dtype, order=meta["order"])
+        return buf.view(dtype).reshape(shape, order=meta["order"])
+
+
+def dtype_from_meta(descr: str) -> np.dtype:
+    return np.lib.format.descr_to_dtype(ast.literal_eval(descr))
+
+
+_handlers: dict[type, Handler] = {}
+_handlers_by_name: dict[str, Handler] = {}
+_lock = threading.Lock()
+
+
+def register_handler(typ: type, handler: Handler) -> None:
+    """Save and load values of ``typ`` (exactly that type) with ``handler``.
+
+    Handlers are for types that pickle badly or not at all (open files, GPU
+    tensors, objects with large native buffers). numpy arrays are registered by
+    default.
+    """
+    if not isinstance(typ, type):
+        raise TypeError(f"register_handler: expected a type, got {typ!r}")
+    for attr in ("name", "encode", "decode"):
+        if not hasattr(handler, attr):
+            raise TypeError(f"register_handler: handler for {typ.__qualname__} has no {attr!r}")
+    with _lock:
+        _handlers[typ] = handler
+        _handlers_by_name[handler.name] = handler
+
+
+def unregister_handler(typ: type) -> None:
+    with _lock:
+        h = _handlers.pop(typ, None)
+        if h is not None and h not in _handlers.values():
+            _handlers_by_name.pop(h.name, None)
+
+
+class HandlerRegistry:
+    """The registered handlers, by type (``casmon.handlers``): ``add``, lookup, iteration, a readable repr."""
+
+    def add(self, typ: type, handler: Handler) -> None:
+        register_handler(typ, handler)
+
+    def remove(self, typ: type) -> None:
+        unregister_handler(typ)
+
+    def __getitem__(self, typ: type) -> Handler:
+        return _handlers[typ]
+
+    def __contains__(self, typ: object) -> bool:
+        return typ in _handlers
+
+    def __iter__(self):
+        return iter(dict(_handlers))
+
+    def __len__(self) -> int:
+        return len(_handlers)
+
+    def __call__(self) -> dict[type, Handler]:
+        return dict(_handlers)
+
+    def __repr__(self) -> str:
+        lines = [f"    {t.__module__}.{t.__qualname__}: {h.name} ({type(h).__qualname__})" for t, h in _handlers.items()]
+        return "HandlerRegistry{\n" + "\n".join(lines) + "\n}"
+
+
+#: The registry; calling it returns a dict of the handlers by type.
+handlers = HandlerRegistry()
+
+
+def handler_named(name: str) -> Handler:
+    try:
+        return _handlers_by_name[name]
+    except KeyError:
+        raise LookupError(f"no handler named {name!r} is registered; register it before loading this value") from None
+
+
+register_handler(np.ndarray, ArrayHandler())
+
+
+def _as_part(buf, numeric: bool, row_bytes: int = 1, typesize: int | None = None) -> Part:
+    if isinstance(buf, np.ndarray):
+        ts = buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
+        flat = buf.reshape(-1, order="A").view(np.uint8) if buf.size else np.empty(0, np.uint8)
+        return Part(memoryview(flat), row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
+    mv = memoryview(buf)
+    ts = typesize or mv.itemsize
+    ts = ts if ts in (1, 2, 4, 8, 16) else 1
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return Part(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
+
+
+def _jsonable(v: Any, budget: list[int], depth: int = 0) -> bool:
+    """Small, shallow, acyclic JSON-like values only (a bounded walk: deep or recursive values are pickled)."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > 64:
+        return False
+    t = type(v)
+    if t in (str, int, float, bool) or v is None:
+        return True
+    if t is list:
+        return all(_jsonable(x, budget, depth + 1) for x in v)
+    if t is dict:
+        return all(type(k) is str and _jsonable(x, budget, depth + 1) for k, x in v.items())
+    return False
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, children: list, buffers: list) -> None:
+        super().__init__(file, protocol=5, buffer_callback=self._oob)
+        self._children = children
+        self._buffers = buffers
+
+    def _oob(self, pb: pickle.PickleBuffer) -> bool:
+        raw = pb.raw()
+        if raw.nbytes < OOB_MIN:
+            return True  # in-band
+        self._buffers.append(pb)
+        return False
+
+    def persistent_id(self, obj):
+        t = type(obj)
+        if t is np.ndarray or t not in _handlers:
+            return None
+        self._children.append(obj)
+        return len(self._children) - 1
+
+
+def encode(value: Any, root: str = "value") -> Encoded:
+    """Turn ``value`` into an :class:`Encoded`; raises :class:`UnpicklableError` naming the bad part."""
+    t = type(value)
+    h = _handlers.get(t)
+    if h is not None:
+        res = h.encode(value)
+        if res is not None:
+            meta, bufs = res
+            if isinstance(h, ArrayHandler):
+                a = bufs[0]
+                if a.ndim == 0 or a.size == 0:
+                    row = max(1, a.nbytes)
+                elif meta["order"] == "C":
+                    row = a.nbytes // a.shape[0]
+                else:
+                    row = a.nbytes // a.shape[-1]
+                return Encoded("array", meta, parts=[_as_part(a, True, row)], nbytes=a.nbytes)
+            parts = [_as_part(b, False) for b in bufs]
+            return Encoded("handler", {"handler": h.name, "meta": meta}, parts=parts, nbytes=sum(p.data.nbytes for p in parts))
+    if t in (bytes, bytearray) and len(value) >= BYTES_MIN:
+        return Encoded("bytes", {"type": t.__name__}, parts=[_as_part(value, False)], nbytes=len(value))
+    if t in (dict, list):  # containers: readable as JSON; scalars are faster to load as pickles
+        if _jsonable(value, [10_000]):
+            try:
+                text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            except (ValueError, TypeError):
+                text = None
+            if text is not None and len(text) <= JSON_MAX:
+                data = text.encode("utf-8", "surrogatepass")
+                return Encoded("json", inline=data, nbytes=len(data))
+    children: list = []
+    buffers: list = []
+    f = io.BytesIO()
+    try:
+        _Pickler(f, children, buffers).dump(value)
+    except RecursionError:
+        raise TypeError(f"{root} is nested too deeply to pickle (Python's recursion limit, {sys.getrecursionlimit()})") from None
+    except Exception as e:  # noqa: BLE001 - find and name the part that failed
+        found = locate_unpicklable(value, root)
+        raise (found or UnpicklableError(root, value, e)) from e
+    stream = f.getbuffer()
+    # An array inside an object gets the bare array's codec: byte shuffle by its element size
+    # (the buffer's own format; pb.raw() would flatten it to bytes). Chunk boundaries stay as
+    # they were, so manifests and digests of values stored before are unchanged.
+    parts = [_as_part(pb.raw(), True, typesize=memoryview(pb).itemsize) for pb in buffers]
+    nbytes = stream.nbytes + sum(p.data.nbytes for p in parts)
+    return Encoded("pickle", {"oob": len(parts)}, inline=bytes(stream), parts=parts, children=children, nbytes=nbytes)
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Loads only pickles that name no global: builtin containers and scalars.
+
+    Without ``find_class`` (and ``persistent_load``) a pickle cannot reach any
+    callable, so it cannot run code (see "Restricting Globals" in the pickle docs).
+    The ``EXT`` opcodes go through ``find_class`` as well. Both are methods of
+    the class (Python 3.13 makes ``persistent_load`` read-only on instances).
+    """
+
+    def find_class(self, module: str, name: str):
+        raise UntrustedStoreError(
+            f"this value is a pickle that needs {module}.{name} to load, and loading it could run code; "
+            "the store was opened with trust=False. Open it with trust=True if you trust who wrote it."
+        )
+
+    def persistent_load(self, pid):
+        raise UntrustedStoreError("this value refers to other values through its pickle; the store was opened with trust=False")
+
+
+#: Where casmon's own classes lived before its modules became packages: a value stored then
+#: names them by these paths, and still loads.
+MOVED_MODULES = {
+    "casmon.digest": "casmon.keys.digest", "casmon.fingerprint": "casmon.keys.fingerprint",
+    "casmon.codeversion": "casmon.keys.codeversion", "casmon.cache": "casmon.caching.memoize",
+    "casmon.calllog": "casmon.calllog.log", "casmon.runs": "casmon.runs.recorder",
+    "casmon.display": "casmon.view.display", "casmon.importer": "casmon.compat.importer",
+    "casmon.store": "casmon.store.store", "casmon.peek": "casmon.store.peek",
+    "casmon.serialize": "casmon.store.serialize", "casmon.maintenance": "casmon.maintenance.verify",
+    "casmon.gc": "casmon.maintenance.gc",
+}
+
+
+class _ChildUnpickler(pickle.Unpickler):
+    """The trusted unpickler; registered handler values nested in the pickle load through ``load_child``."""
+
+    def __init__(self, file, buffers, load_child) -> None:
+        super().__init__(file, buffers=buffers)
+        self._load_child = load_child
+
+    def find_class(self, module: str, name: str):
+        return super().find_class(MOVED_MODULES.get(module, module), name)
+
+    def persistent_load(self, pid):
+        if self._load_child is None or type(pid) is not int:
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
+        return self._load_child(pid)
+
+
+#: Errors a malformed (crafted or damaged) stream or manifest raises while it is decoded.
+_DECODE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+                  OverflowError, MemoryError, RecursionError, SyntaxError, UnicodeDecodeError, LookupError)
+
+
+def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bool = True, key: str = "value") -> Any:
+    """Rebuild a value from its manifest and freshly read buffers.
+
+    With ``trusted=False`` a pickle loads only if it names no global (no code can run).
+    A malformed value raises :class:`DamagedObjectError` naming ``key``; a
+    value saved by a handler not registered here raises :class:`StoreFormatError`.
+    """
+    tag = enc.tag
+    if tag == "handler":
+        name = enc.meta.get("handler") if isinstance(enc.meta, dict) else None
+        h = _handlers_by_name.get(name) if isinstance(name, str) else None
+        if h is None:
+            raise StoreFormatError(f"{key} was saved by handler {name!r}, which is not registered in this process; "
+                                   "register it (casmon.register_handler) before loading this value")
+        if not trusted and h.name != ArrayHandler.name:
+            raise UntrustedStoreError(f"{key} is loaded by handler {name!r}, which runs code on data from the store; "
+                                      "the store was opened with trust=False")
+    try:
+        if tag == "json":
+            return json.loads(enc.inline)
+        if tag == "array":
+            return _handlers_by_name[ArrayHandler.name].decode(enc.meta, buffers)
+        if tag == "bytes":
+            data = buffers[0]
+            return bytearray(data) if enc.meta.get("type") == "bytearray" else data.tobytes()
+        if tag == "handler":
+            return h.decode(enc.meta["meta"], buffers)
+        if tag == "pickle":
+            if not trusted:
+                return _SafeUnpickler(io.BytesIO(enc.inline), buffers=buffers).load()
+            return _ChildUnpickler(io.BytesIO(enc.inline), buffers, load_child if enc.children else None).load()
+    except (UntrustedStoreError, DamagedObjectError, StoreFormatError):
+        raise
+    except _DECODE_ERRORS as e:
+        # A user's handler's error is passed on; casmon's own numpy handler failing on a crafted
+        # manifest is damage like any other.
+        if (tag == "handler" and not isinstance(h, ArrayHandler)) or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
+            raise  # the user's own code (a handler, a class's __setstate__) failed: its error, not ours
+        raise DamagedObjectError(key, f"cannot decode its {tag} form: {type(e).__name__}: {str(e)[:200]}") from None
+    raise DamagedObjectError(key, f"unknown value form {tag!r}")
+
+
+# ---------------------------------------------------------------------------
+# Checking a manifest read from a store, before anything is allocated
+# ---------------------------------------------------------------------------
+
+TAGS = ("json", "pickle", "array", "bytes", "handler")
+#: The largest chunk a manifest may name (``Store(chunk_size=...)`` above this is refused).
+MAX_CHUNK = 1 << 30
+#: The most dimensions an array may have (numpy's own limit is 64).
+MAX_NDIM = 64
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inline_len: int, nbytes: Any) -> None:
+    """Refuse a manifest whose fields do not fit together, before any buffer is allocated.
+
+    Every length, count and shape is checked: each part's chunk count matches
+    its length and chunk size, the chunk size is at most :data:`MAX_CHUNK`, an
+    array's shape times its item size is its buffer's length, an array's dtype
+    holds no Python objects. Raises :class:`DamagedObjectError` naming ``key``.
+    """
+
+    def bad(why: str):
+        raise DamagedObjectError(key, f"not a valid manifest: {why}")
+
+    if tag not in TAGS:
+        bad(f"unknown form {str(tag)[:40]!r}")
+    if not isinstance(meta, dict):
+        bad("meta is not an object")
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        bad("parts is not a list of objects")
+    if not isinstance(children, list) or not all(type(h) is str and _HEX32.match(h) for h in children):
+        bad("children is not a list of digests")
+    if tag != "pickle" and children:
+        bad(f"a {str(tag)} value has no children")
+    if type(nbytes) is not int or nbytes < 0:
+        bad("size is not a non-negative integer")
+    total = 0
+    for i, p in enumerate(parts):
+        n, cb, rb, c = p.get("n"), p.get("cb"), p.get("rb", 1), p.get("c")
+        if type(n) is not int or type(cb) is not int or type(rb) is not int or not isinstance(c, list):
+            bad(f"part {i} lacks integer n/cb/rb or a chunk list")
+        if n < 0 or not 1 <= cb <= MAX_CHUNK or rb < 1:
+            bad(f"part {i}: length {n}, chunk size {cb}, row size {rb} out of range")
+        if len(c) != -(-n // cb):
+            bad(f"part {i}: {len(c)} chunks for {n} bytes in chunks of {cb}")
+        if not all(type(h) is str and _HEX32.match(h) for h in c):
+            bad(f"part {i}: a chunk name is not a digest")
+        total += n
+    if tag == "pickle":
+        if meta.get("oob", len(parts)) != len(parts):
+            bad("out-of-band buffer count does not match the parts")
+        if nbytes != total + inline_len:
+            bad(f"size {nbytes} is not the stream ({inline_len}) plus the buffers ({total})")
+    elif tag in ("json",):
+        if parts or children:
+            bad("a JSON value has no parts")
+    elif tag == "bytes":
+        if len(parts) != 1 or nbytes != total or meta.get("type") not in ("bytes", "bytearray"):
+            bad("a bytes value has one part of its size")
+    elif tag == "handler":
+        if not isinstance(meta.get("handler"), str) or "meta" not in meta or nbytes != total:
+            bad("a handler value names its handler and has parts of its size")
+    elif tag == "array":
+        if len(parts) != 1 or children:
+            bad("an array has exactly one part")
+        dt = meta.get("dtype")
+        shape = meta.get("shape")
+        if meta.get("order") not in ("C", "F") or not isinstance(dt, str) or len(dt) > 4096:
+            bad("an array needs an order C or F and a dtype")
+        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(type(x) is int and x >= 0 for x in shape):
+            bad("an array's shape is a list of at most 64 non-negative integers")
+        try:
+            dtype = dtype_from_meta(dt)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, KeyError, IndexError) as e:
+            bad(f"dtype {dt[:80]!r} is not a numpy dtype ({type(e).__name__})")
+        if dtype.hasobject:
+            bad(f"dtype {dt[:80]!r} holds Python objects")
+        count = math.prod(shape)
+        if dtype.itemsize and count * dtype.itemsize != total:
+            bad(f"shape {shape} of {dtype} is {count * dtype.itemsize} bytes, the buffer is {total}")
+        if not dtype.itemsize and total:
+            bad("a zero-size dtype with data")
+        if nbytes != total:
+            bad("size does not match the buffer")
+
+
+# ---------------------------------------------------------------------------
+# Describing a pickle without loading it
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class PickleInfo:
+    """What a pickle stream would build, read from its opcodes (nothing is executed)."""
+
+    type: str  # the top-level object's type, e.g. "dict", "mymod.Thing", "?" if unknown
+    globals: list[str]  # every global (module.name) the stream needs, in order of first use
+    complete: bool = True  # False if the stream was too long to read to its end
+
+    @property
+    def safe(self) -> bool:
+        """True if the stream names no global: it loads even from an untrusted store."""
+        return self.complete and not self.globals
+
+
+_SCALAR_OPS = {
+    "INT": "int", "BININT": "int", "BININT1": "int", "BININT2": "int", "LONG": "int", "LONG1": "int", "LONG4": "int",
+    "FLOAT": "float", "BINFLOAT": "float", "NONE": "NoneType", "NEWTRUE": "bool", "NEWFALSE": "bool",
+    "STRING": "bytes", "BINSTRING": "bytes", "SHORT_BINSTRING": "bytes", "BINBYTES": "bytes", "SHORT_BINBYTES": "bytes",
+    "BINBYTES8": "bytes", "BYTEARRAY8": "bytearray", "UNICODE": "str", "BINUNICODE": "str", "SHORT_BINUNICODE": "str",
+    "BINUNICODE8": "str", "EMPTY_DICT": "dict", "EMPTY_LIST": "list", "EMPTY_TUPLE": "tuple", "EMPTY_SET": "set",
+    "NEXT_BUFFER": "PickleBuffer",
+}
+_BUILDERS = {"TUPLE": "tuple", "TUPLE1": "tuple", "TUPLE2": "tuple", "TUPLE3": "tuple", "LIST": "list", "DICT": "dict",
+             "FROZENSET": "frozenset"}
+
+
+def describe_pickle(stream: bytes, max_ops: int = 200_000) -> PickleInfo:
+    """The top-level type and the globals of a pickle stream, from its opcodes alone.
+
+    A small symbolic run of the pickle machine that tracks only names: nothing
+    is imported, constructed or called. Malformed streams give ``type="?"``.
+    """
+    stack: list[Any] = []
+    marks: list[int] = []
+    memo: dict[int, Any] = {}
+    found: list[str] = []
+    mark = object()
+
+    def g(name: str) -> tuple:
+        if name not in found and len(found) < 100:
+            found.append(name)
+        return ("global", name)
+
+    def name_of(item) -> str:
+        if isinstance(item, tuple):
+            return item[1] if item[0] in ("global", "obj") else item[0]
+        return item if isinstance(item, str) else "?"
+
+    def pop_mark() -> list:
+        if not marks:
+            raise ValueError("no mark")
+        i = marks.pop()
+        items = stack[i:]
+        del stack[i:]
+        return items
+
+    top = "?"
+    complete = False
+    try:
+        for n_ops, (op, arg, _pos) in enumerate(pickletools.genops(io.BytesIO(stream))):
+            if n_ops >= max_ops:
+                break
+            name = op.name
+            if name in ("PROTO", "FRAME", "READONLY_BUFFER"):
+                continue
+            if name == "STOP":
+                top = name_of(stack[-1]) if stack else "?"
+                complete = True
+                break
+            if name in ("UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"):
+                stack.append(("str", arg))
+            elif name in _SCALAR_OPS:
+                stack.append(_SCALAR_OPS[name])
+            elif name == "MARK":
+                marks.append(len(stack))
+            elif name == "GLOBAL":
+                stack.append(g(str(arg).replace(" ", ".", 1)))
+            elif name == "STACK_GLOBAL":
+                nm, mod = stack.pop(), stack.pop()
+                nm_s = nm[1] if isinstance(nm, tuple) and nm[0] == "str" else "?"
+                mod_s = mod[1] if isinstance(mod, tuple) and mod[0] == "str" else "?"
+                stack.append(g(f"{mod_s}.{nm_s}"))
+            elif name in ("EXT1", "EXT2", "EXT4"):
+                stack.append(g(f"copyreg extension {arg}"))
+            elif name == "INST":
+                pop_mark()
+                stack.append(("obj", g(str(arg).replace(" ", ".", 1))[1]))
+            elif name == "OBJ":
+                items = pop_mark()
+                stack.append(("obj", name_of(items[0]) if items else "?"))
+            elif name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX"):
+                if name == "NEWOBJ_EX":
+                    stack.pop()
+                stack.pop()
+                fn = stack.pop()
+                stack.append(("obj", name_of(fn)))
+            elif name in ("PERSID", "BINPERSID"):
+                if name == "BINPERSID":
+                    stack.pop()
+                stack.append(("obj", "persistent reference"))
+            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[arg] = stack[-1]
+            elif name == "MEMOIZE":
+                memo[len(memo)] = stack[-1]
+            elif name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo[arg])
+            elif name == "DUP":
+                stack.append(stack[-1])
+            elif name == "POP":
+                if marks and marks[-1] == len(stack):
+                    marks.pop()
+                else:
+                    stack.pop()
+            elif name == "POP_MARK":
+                pop_mark()
+            elif name in ("TUPLE", "LIST", "DICT", "FROZENSET"):
+                pop_mark()
+                stack.append(_BUILDERS[name])
+            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+                del stack[len(stack) - int(name[-1]):]
+                stack.append("tuple")
+            elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+                pop_mark()
+            elif name == "APPEND":
+                stack.pop()
+            elif name == "SETITEM":
+                del stack[-2:]
+            elif name == "BUILD":
+                stack.pop()
+            else:  # an opcode this walk does not model: keep the stack's shape from pickletools' metadata
+                for _ in op.stack_before:
+                    stack.pop()
+                stack.extend(["?"] * len(op.stack_after))
+    except Exception:  # noqa: BLE001 - a malformed stream: say what was seen so far
+        return PickleInfo("?", found, False)
+    return PickleInfo(top if complete else "?", found, complete)
