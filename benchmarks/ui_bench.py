@@ -47,7 +47,7 @@ def step(i, scale=2):
 def build(path: Path, runs: int, calls: int) -> None:
     import casmon
     from casmon.keys.fingerprint import fingerprint
-    from casmon.runs.recorder import KIND_RUN, RUN_REFS
+    from casmon.runs import KIND_RUN, RUN_REFS
 
     s = casmon.open(path, autoflush=None)
     t0 = time.perf_counter()

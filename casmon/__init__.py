@@ -1,47 +1,50 @@
 """casmon: remember function calls in a content-addressed, deduplicating store on zarr.
 
+The public API, grouped by layer; each name also lives in its package
+(``casmon.keys``, ``casmon.store``, ``casmon.maintenance``, ``casmon.caching``,
+``casmon.calllog``, ``casmon.runs``), and docs/ARCHITECTURE.md maps the tree.
+
 Importing casmon configures no logging, prints nothing and writes nothing.
 """
 
+from casmon.errors import (
+    CasmonError,
+    DamagedObjectError,
+    MissingObjectError,
+    StoreDamageWarning,
+    StoreError,
+    StoreFormatError,
+    UnpicklableError,
+    UntrustedStoreError,
+)
 from casmon.keys.digest import Digest
-from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UnpicklableError, UntrustedStoreError
 from casmon.keys.fingerprint import fingerprint, register_hasher, unregister_hasher
+from casmon.store import Manifest, Ref, Store, default_store, open
 from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
-from casmon.store.store import Store, open
-from casmon.store.table import StoreDamageWarning
+from casmon.maintenance import GcReport, VerifyReport  # importing it installs Store.stats, verify and gc
+from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
+from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
+from casmon.runs import Run, RunInfo, RunWarning, diff, export, list_runs, load_run, record, record_context, restore
+from casmon.view.display import CacheEntries, RunDiff, RunList, Sessions, StoreStats
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "StoreDamageWarning",
-    "Digest",
-    "fingerprint",
-    "register_hasher",
-    "unregister_hasher",
-    "Handler",
-    "register_handler",
-    "handlers",
-    "unregister_handler",
-    "Store",
-    "open",
-    "CasmonError",
-    "DamagedObjectError",
-    "MissingObjectError",
-    "StoreError",
-    "StoreFormatError",
-    "UnpicklableError",
-    "UntrustedStoreError",
+    # keys: content hashes
+    "Digest", "fingerprint", "register_hasher", "unregister_hasher",
+    # the store
+    "Store", "open", "default_store", "Manifest", "Ref",
+    "Handler", "handlers", "register_handler", "unregister_handler",
+    # maintenance reports (Store.verify, Store.gc)
+    "VerifyReport", "GcReport", "StoreStats",
+    # the cache
+    "cache", "CachedFunction", "CacheInfo", "ResultRef", "CacheEntries", "CacheWarning",
+    # the call log
+    "intercept", "load", "flush", "CallLog", "Call", "Args", "NotStored", "Sessions", "CallLogWarning",
+    # experiment records
+    "record", "record_context", "Run", "RunInfo", "RunList", "RunDiff", "RunWarning",
+    "list_runs", "load_run", "diff", "restore", "export",
+    # errors and warnings
+    "CasmonError", "StoreError", "StoreFormatError", "MissingObjectError", "DamagedObjectError",
+    "UntrustedStoreError", "UnpicklableError", "StoreDamageWarning",
 ]
-
-from casmon.caching.memoize import CacheInfo, CacheWarning, cache  # noqa: E402
-from casmon.store.store import default_store  # noqa: E402
-
-__all__ += ["cache", "CacheInfo", "CacheWarning", "default_store"]
-
-from casmon.calllog.log import Args, CallLog, CallLogWarning, NotStored, flush, intercept, load  # noqa: E402
-
-__all__ += ["intercept", "load", "flush", "CallLog", "Args", "NotStored", "CallLogWarning"]
-
-from casmon.runs.recorder import RunInfo, RunWarning, diff, export, list_runs, load_run, record, record_context, restore  # noqa: E402
-
-__all__ += ["record", "record_context", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export"]

@@ -1,8 +1,10 @@
-"""Exceptions casmon raises, and a helper that finds what in a value cannot be pickled."""
+"""Exceptions and warnings casmon raises, and a helper that finds what in a value cannot be pickled."""
 
 from __future__ import annotations
 
 import pickle
+import threading
+import warnings
 from typing import Any
 
 __all__ = [
@@ -13,7 +15,9 @@ __all__ = [
     "MissingObjectError",
     "UnpicklableError",
     "UntrustedStoreError",
+    "StoreDamageWarning",
     "locate_unpicklable",
+    "warn_damage",
 ]
 
 
@@ -67,6 +71,28 @@ class UnpicklableError(TypeError):
 
 class UntrustedStoreError(CasmonError):
     """Loading this value would unpickle data from a store opened with ``trust=False``."""
+
+
+class StoreDamageWarning(UserWarning):
+    """A file of the store is damaged or missing; casmon goes on without it. ``casmon verify --repair`` fixes it."""
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_damage(url: str, key: str, reason: str) -> None:
+    """Warn once per process and file that ``key`` is damaged, and what to do about it.
+
+    ``stacklevel=3``: the warning names the caller of the function that found the damage.
+    """
+    with _warned_lock:
+        tag = f"{url}\0{key}"
+        if tag in _warned:
+            return
+        _warned.add(tag)
+    warnings.warn(f"casmon: {key} in store {url} is damaged or missing ({reason}); casmon goes on without it. "
+                  f"Run `casmon verify --repair` on the store.", StoreDamageWarning, stacklevel=3)
 
 
 def describe_object(obj: Any) -> str:

@@ -1,6 +1,6 @@
 """Named fault points: places in the write, merge and gc protocols where a test may stop or kill a process.
 
-The protocols of :mod:`casmon.store.store`, :mod:`casmon.store.table` and :mod:`casmon.maintenance.gc`
+The protocols of :mod:`casmon.store.store`, :mod:`casmon.store.table` and :mod:`casmon.maintenance.collect`
 call :func:`point` at every step whose interleaving with another process
 matters (``"flush.after_pack"``, ``"gc.after_mark"``, ...). Nothing happens
 unless the environment variable ``CASMON_FAULTPOINTS`` names the point, so the

@@ -19,6 +19,11 @@ What is removed, whole (never just up to an odd character):
   appears (a shell expanded it into argv, a library printed it), if it is at
   least 6 characters long.
 
+A store's own location is cleaned by :func:`scrub_url`, which removes its user
+information rather than masking it (``s3://key:secret@bucket/x`` is shown,
+kept and opened as ``s3://bucket/x``; the credentials come from the
+environment or ``storage_options``).
+
 Scrubbing is one-way and deliberately eager: a non-secret that looks like one
 (``https://host/?email=a@b``) is scrubbed too.
 """
@@ -31,7 +36,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
-__all__ = ["MASK", "looks_secret", "scrub", "scrub_argv", "scrub_env", "scrub_output", "secret_values"]
+__all__ = ["MASK", "looks_secret", "scrub", "scrub_argv", "scrub_env", "scrub_output", "scrub_url", "secret_values"]
 
 MASK = "***"
 
@@ -67,7 +72,7 @@ def secret_values(environ: Mapping[str, str] | None = None, argv: Iterable[str] 
 
 
 @functools.lru_cache(maxsize=8)
-def _argv_secrets(argv: tuple) -> frozenset:
+def _argv_secrets(argv: tuple[str, ...]) -> frozenset[str]:
     found: set[str] = set()
     mask_next = False
     for a in argv:
@@ -116,6 +121,30 @@ def scrub(text: str, *, whole: bool = False, environ: Mapping[str, str] | None =
     text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
     text = _ASSIGN_TEXT.sub(lambda m: m.group(1) + MASK, text)
     return text
+
+
+_SCHEME = re.compile(r"(?is)^([a-z][a-z0-9+.-]*://)(.*)$")
+
+
+def scrub_url(url: str) -> str:
+    """A store location fit to show, keep and open: a URL's user information removed whole.
+
+    The user information runs to the URL's *last* ``@``, so a password may hold ``/``, ``@`` and
+    ``:`` (``s3://user:pa/ss@bucket/x`` becomes ``s3://bucket/x``). An ``@`` after a ``/`` is part
+    of the path when no ``:`` comes before that ``/`` (``s3://bucket/run@2/x`` stays as it is): a
+    password always follows a ``user:``. Paths and other text are returned unchanged.
+    """
+    m = _SCHEME.match(url)
+    if m is None:
+        return url
+    scheme, rest = m.groups()
+    cut = rest.rfind("@")
+    if cut < 0:
+        return url
+    userinfo = rest[:cut]
+    if "/" in userinfo and ":" not in userinfo.split("/", 1)[0]:
+        return url
+    return scheme + rest[cut + 1 :]
 
 
 def scrub_output(text: str, environ: Mapping[str, str] | None = None) -> str:

@@ -186,7 +186,7 @@ def test_the_code_change_warning_says_which_entries_are_used(tmp_path):
     import time as _time
     import warnings
 
-    from casmon.caching.memoize import CacheWarning, name_digest
+    from casmon.caching import CacheWarning, name_digest
 
     s = casmon.open(str(tmp_path / "s"))
 

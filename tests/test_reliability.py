@@ -22,11 +22,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import casmon
 from casmon.store.codec import decode_frame
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
-from casmon.maintenance.gc import _remove_partials
-from casmon.maintenance.verify import repair
+from casmon.maintenance import remove_partials, repair
 from casmon.store.objects import loose_key
 from casmon.store.table import TableFile
-from tests._damage import flip_at
+from tests.support.damage import flip_at
 from tests.conftest import ROOT, run_python
 
 # ---------------------------------------------------------------------------
@@ -217,7 +216,7 @@ def test_sigkill_at_random_moments(tmp_path, kills, figures):
     s = casmon.open(loc)
     partials = list(Path(loc).rglob("*.partial"))
     assert s.verify().ok
-    assert _remove_partials(s, 0) == len(partials)
+    assert remove_partials(s, 0) == len(partials)
     assert not list(Path(loc).rglob("*.partial"))
     s.gc(grace=0)
     assert casmon.open(loc).verify().ok

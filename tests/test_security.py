@@ -13,7 +13,7 @@ import pytest
 import casmon
 from casmon.store.codec import decode_frame, split_pack
 from tests.conftest import ROOT, run_python
-from tests.test_runs import GIT_ENV, git
+from tests.runs.test_runs import GIT_ENV, git
 
 # Builds the evil store in a process of its own: every pickle in it writes MARKER when it is loaded.
 BUILD_EVIL = r'''
@@ -171,7 +171,7 @@ def test_every_cli_command_on_an_evil_store_runs_no_code(evil, tmp_path):
 
 
 def test_cli_processes_refuse_with_one_line(evil, tmp_path):
-    from tests.test_cli import cli
+    from tests.cli.test_cli import cli
 
     store, marker = evil
     r = cli("replay", "system", "1", "--session", "99", "--store", str(store), check=False)
@@ -187,7 +187,7 @@ def test_cli_processes_refuse_with_one_line(evil, tmp_path):
 def test_demo_on_an_evil_store_runs_no_code(evil, tmp_path):
     import shutil
 
-    from tests.test_cli import cli
+    from tests.cli.test_cli import cli
 
     store, marker = evil
     shutil.copytree(store, tmp_path / "copy")
@@ -198,7 +198,7 @@ def test_demo_on_an_evil_store_runs_no_code(evil, tmp_path):
 
 def test_every_public_read_api_on_an_evil_store_runs_no_code(evil, tmp_path):
     store_path, marker = evil
-    from casmon.caching.memoize import cache_entries
+    from casmon.caching import cache_entries
     from casmon.compat import callmonitor
 
     for trust in (True, False):  # "looking" never unpickles, whatever the store's trust
@@ -269,7 +269,7 @@ def test_gc_never_unpickles(evil, tmp_path):
 
 def test_trust_loads_pickles_on_the_command_line(tmp_path):
     """--trust is the way to load pickles from your own store: it works, and only with it."""
-    from tests.test_cli import cli
+    from tests.cli.test_cli import cli
 
     run_python(textwrap.dedent("""
         import sys, casmon, fractions
@@ -287,7 +287,7 @@ def test_trust_loads_pickles_on_the_command_line(tmp_path):
 
 
 def test_damaged_calls_table_is_one_error_line(tmp_path):
-    from tests.test_cli import cli
+    from tests.cli.test_cli import cli
 
     s = casmon.open(tmp_path / "s", autoflush=None)
     s.append("calls", {"session": 1, "fns": ["f"], "c": [[5, 1, 0.0, 0.0, 0, [], {}, None, None]]})  # index 5 of 1 name

@@ -1,9 +1,33 @@
 """The cache: ``@casmon.cache`` memoizes a function in a store.
 
-``memoize`` holds the decorator, its keys and hits, entries and eviction.
-The package is ``caching`` so that ``casmon.cache`` stays the decorator.
+``memoize`` holds the decorator, its keys and hits; ``files`` the digests of the
+files and folders a call reads; ``workers`` how a cached function pickles for
+worker processes; ``entries`` the entries in the store, their listing, eviction
+and admin. The package is ``caching`` so that ``casmon.cache`` stays the decorator.
 """
 
-from casmon.caching.memoize import CacheInfo, CacheWarning, cache
+from casmon.caching.entries import (
+    KIND,
+    KIND_CLEAR,
+    KIND_FN,
+    KIND_USE,
+    ResultRef,
+    cache_entries,
+    clear_function,
+    drop_duplicates,
+    duplicates_plan,
+    evict,
+    eviction_plan,
+    name_digest,
+    newest_per_key,
+    resolve_function,
+)
+from casmon.caching.files import file_digest, path_digest
+from casmon.caching.memoize import CachedFunction, CacheInfo, CacheState, CacheWarning, cache, cache_with, observers
 
-__all__ = ["cache", "CacheInfo", "CacheWarning"]
+__all__ = [
+    "cache", "cache_with", "observers", "CachedFunction", "CacheState", "CacheInfo", "CacheWarning", "ResultRef",
+    "file_digest", "path_digest",
+    "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
+    "clear_function", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates",
+]

@@ -16,6 +16,11 @@ entries point at equal results, and either is used.
 Failures never cost the caller a result: an argument that cannot be hashed, a
 result that cannot be pickled, a full disk or a damaged stored result each give
 one warning, and the function's own result is returned.
+
+This module only memoizes (after joblib's ``memory.py``): file digests are in
+:mod:`~casmon.caching.files`, pickling for worker processes in
+:mod:`~casmon.caching.workers`, entries, eviction and admin in
+:mod:`~casmon.caching.entries`.
 """
 
 from __future__ import annotations
@@ -23,38 +28,32 @@ from __future__ import annotations
 import base64
 import functools
 import inspect
-import json
 import os
-import stat
 import sys
 import threading
 import time
 import types
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-import xxhash
-
-from casmon.keys.codeversion import VersionedFingerprinter, unwrap_callable, function_name, register_texts, texts_for_workers, version_tracker
-from casmon.view import display
-from casmon.keys.digest import Digest
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, KIND_USE, ResultRef, name_digest, newest_per_key
+from casmon.caching.files import files_key_value
+# Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
+from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
-from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint
+from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
+from casmon.keys.digest import Digest
+from casmon.keys.fingerprint import Fingerprinter, fingerprint
 from casmon.store.store import Store, default_store
+from casmon.view import display
+from casmon.view.text import plural
 
-__all__ = ["cache", "CacheInfo", "ResultRef", "CacheWarning", "CachedFunction", "cache_entries", "file_digest",
-           "path_digest"]
+__all__ = ["cache", "cache_with", "CacheInfo", "CacheWarning", "CachedFunction", "CacheState", "KEY_FORMAT", "observers"]
 
 #: Part of every call key; raised when what a key means changes, so old entries are never misread.
 KEY_FORMAT = 2
-
-KIND = "cache"  # cache entries, keyed by call key
-KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
-KIND_CLEAR = "cacheclear"  # cache_clear() tombstones, keyed by the function's name digest
-KIND_USE = "cacheuse"  # hit counts and last use, written at flushes
 
 
 #: Called as ``observer(store, fn_name, key, result_digest, hit)`` on every hit and stored miss
@@ -80,45 +79,6 @@ class _Param(NamedTuple):
 
 
 _EMPTY = inspect.Parameter.empty
-
-
-def name_digest(name: str) -> Digest:
-    return fingerprint(("casmon.fn", name))
-
-
-@dataclass
-class ResultRef:
-    """A handle to a stored result; nothing is loaded until you ask."""
-
-    store: Store
-    digest: Digest
-    key: Digest
-    entry: dict
-
-    def load(self) -> Any:
-        return self.store.get(self.digest)
-
-    def open_array(self):
-        """A lazy, read-only ``zarr.Array`` over an array result."""
-        return self.store.open_array(self.digest)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.entry.get("size", 0))
-
-    def describe(self) -> str:
-        """The stored result in one line, from its manifest alone (nothing is loaded or unpickled)."""
-        from casmon.store.peek import describe
-
-        return describe(self.store, self.digest, 80)
-
-    @display.guarded_text("cached result")
-    def __repr__(self) -> str:
-        return display.result_ref_text(self, display.described(self.describe))
-
-    @display.guarded_html("cached result")
-    def _repr_html_(self) -> str:
-        return display.result_ref_html(self, display.described(self.describe))
 
 
 class _Usage:
@@ -165,123 +125,11 @@ def _usage(store: Store) -> _Usage:
     return u
 
 
-# -- files and folders by content ------------------------------------------------------------------------
-#: Files modified less than this long before they were hashed are hashed again at the next call: on
-#: file systems with coarse timestamps, a write in the same tick would not change the stat.
-_RACY_NS = 2_000_000_000
-_READ_BLOCK = 8 << 20
 #: At most this many files of one call are listed in its cache entry (folders count as a whole beyond).
 FILES_RECORDED = 1000
 #: A result whose manifest is at most this long (a small JSON or pickle value, no chunks) is copied
 #: into its cache entry: a hit in a fresh process then reads one table block, not the index and a pack.
 INLINE_MAX = 256
-
-_stat_memo: dict[str, tuple[tuple, Digest]] = {}
-files_hashed = 0  # files read and hashed in this process (the stat memo saves the rest)
-_stat_memo_lock = threading.Lock()
-
-
-def _stat_sig(st: os.stat_result) -> tuple:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def file_digest(path: str | os.PathLike, st: os.stat_result | None = None) -> Digest:
-    """xxh3-128 of a file's bytes, remembered by (device, inode, size, mtime, ctime).
-
-    A file whose stat is unchanged is not read again (a hit on a 10 GB file
-    costs one ``stat``). ctime cannot be set by ``touch`` or ``cp -p``, and a
-    file changed within 2 s of being hashed is hashed again, so a write that
-    keeps size and mtime is still seen.
-    """
-    # Remembered by the path's stat, which follows links: a link pointed elsewhere has another (dev, inode).
-    p = os.path.abspath(os.fspath(path))
-    if st is None:
-        st = os.stat(p)
-    sig = _stat_sig(st)
-    m = _stat_memo.get(p)
-    if m is not None and m[0] == sig:
-        return m[1]
-    global files_hashed
-    for _ in range(3):
-        files_hashed += 1
-        start = time.time_ns()
-        h = xxhash.xxh3_128()
-        buf = bytearray(min(_READ_BLOCK, max(st.st_size, 1)))
-        mv = memoryview(buf)
-        with open(p, "rb", buffering=0) as fh:
-            while True:
-                n = fh.readinto(mv)
-                if not n:
-                    break
-                h.update(mv[:n])
-        d = Digest.from_raw(h.digest())
-        st2 = os.stat(p)
-        if _stat_sig(st2) == sig:
-            break
-        sig = _stat_sig(st2)  # written while it was read: read it again
-        st = st2
-    if start - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
-        with _stat_memo_lock:
-            _stat_memo[p] = (sig, d)
-    return d
-
-
-def path_digest(path: str | os.PathLike, listing: list | None = None) -> tuple[str, Digest | None, int]:
-    """``(kind, digest, size)`` of what ``path`` names: a file's bytes, a folder's tree, or nothing.
-
-    A folder is every file and subfolder under it, by relative path and
-    content (symbolic links are followed; a link loop is an error). ``listing``,
-    if given, receives ``(path, digest hex, size)`` of each file.
-    """
-    p = os.fspath(path)
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        return "missing", None, 0
-    if not stat.S_ISDIR(st.st_mode):
-        d = file_digest(p, st)
-        if listing is not None:
-            listing.append((p, d.hex(), st.st_size))
-        return "file", d, st.st_size
-    fp = Fingerprinter()
-    fp.str_("casmon.folder")
-    total = 0
-    seen = set()
-    for root, dirs, files in os.walk(p, followlinks=True):
-        real = os.path.realpath(root)
-        if real in seen:
-            raise OSError(f"symbolic link loop under {p}: {root}")
-        seen.add(real)
-        dirs.sort()
-        rel = os.path.relpath(root, p).replace(os.sep, "/")
-        fp.str_("d")
-        fp.str_(rel)
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            fst = os.stat(full)
-            d = file_digest(full, fst)
-            size = fst.st_size
-            total += size
-            fp.str_("f")
-            fp.str_(name)
-            fp.out += bytes(d)
-            if listing is not None:
-                listing.append((full, d.hex(), size))
-    return "folder", fp.digest(), total
-
-
-def _files_value(v: Any, listing: list) -> Any:
-    """The key value of a ``files=`` parameter: each path with the digest of what it names."""
-    if v is None:
-        return None
-    if isinstance(v, (str, os.PathLike)):
-        kind, d, _size = path_digest(v, listing)
-        return ("casmon.path", v, kind, None if d is None else bytes(d))
-    if isinstance(v, (list, tuple)):
-        return type(v)(_files_value(x, listing) for x in v) if type(v) in (list, tuple) else [_files_value(x, listing) for x in v]
-    if isinstance(v, (set, frozenset)):
-        return frozenset(_files_value(x, listing) for x in v)
-    raise TypeError(f"files=: expected a path (str or os.PathLike), a list of paths or None, got {type(v).__name__}")
 
 
 # -- the state behind one cached function ---------------------------------------------------------------
@@ -291,22 +139,20 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the caller's line, outside casmon."""
-    f = sys._getframe(1)
+    f: types.FrameType | None = sys._getframe(1)
     level = 1
     while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
         f = f.f_back
         level += 1
     return level
+
+
 _checked_versions: dict = {}  # (id(store), name) -> the version last checked against the store in this process
 #: The code-change warning counts entries per version only in cache tables up to this size (it reads them all).
 VERSION_COUNT_MAX = 1_000_000
 #: Code-change warnings per function and process; the last one says no more follow.
 VERSION_WARNINGS_MAX = 5
 _version_warnings: dict[str, int] = {}
-
-
-def _n(k: int, one: str, many: str | None = None) -> str:
-    return f"{k:,} {one if k == 1 else (many or one + 's')}"
 
 
 class CacheState:
@@ -359,9 +205,8 @@ class CacheState:
         self._warned: set = set()
         self._cleared_at: float | None = None
 
-    def __reduce__(self):
-        # Reached when something pickles the state itself (an outer wrapper's copy of our attributes).
-        return (_rebuild_state, (self.fn, self.options()))
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return reduce_state(self)
 
     def options(self) -> dict:
         """The options to rebuild this cached function elsewhere (a worker process)."""
@@ -391,12 +236,15 @@ class CacheState:
     @property
     def store(self) -> Store:
         s = self._store
-        if s is None or s._closed:
+        if s is None or s.closed:
             s = self._store = default_store(self._store_arg)
         return s
 
-    def _key_prefix(self) -> bytes:
-        """The key's first part: the function's name and its version, re-checked at each call."""
+    def key_prefix(self) -> bytes:
+        """The key's first part: the function's name and its version, re-checked at each call.
+
+        A subclass that keys calls its own way (``compat.finecache``) starts its key with it.
+        """
         t = self.tracker
         if t is None:  # pinned by hand
             p = self._prefix
@@ -406,20 +254,22 @@ class CacheState:
                 p = self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, self.version)))
             return p
         version = t.digest
-        if version is self.version and version is not None and t.valid():
-            return self._prefix  # the hit path: nothing the version depends on changed
+        p = self._prefix
+        if version is self.version and version is not None and t.valid() and p is not None:
+            return p  # the hit path: nothing the version depends on changed
         version = t.current()
         with self._lock:
-            if version != self.version:
+            p = self._prefix
+            if version != self.version or p is None:
                 self._check_version(version)
                 self._warn_unhashable(t)
-                self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, version)))
+                p = self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, version)))
             self.version = version
-            return self._prefix
+            return p
 
     def _warn_unhashable(self, t) -> None:
         for name, tname in t.unhashable:
-            self._warn(("unhashable-global", name, tname),
+            self.warn(("unhashable-global", name, tname),
                        f"casmon: {self.name} reads {name!r} ({tname}), which cannot be hashed: the cache counts it by "
                        "its type only and cannot see its state. Pass what matters as an argument, or pin version=.")
 
@@ -445,7 +295,7 @@ class CacheState:
                 store.append(KIND_FN, {"fn": self.name, "version": version.hex(), "time": time.time()}, key=nd)
             _checked_versions[done] = version
         except CasmonError as e:
-            self._warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")
+            self.warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")
 
     def _version_message(self, version: Digest, seen: list[dict]) -> str:
         """What happens now that the code is ``version``: which entries are used, how many other versions hold."""
@@ -457,17 +307,17 @@ class CacheState:
         elif others == 0:
             rest = "no entries of other versions remain"
         else:
-            rest = (f"{_n(others, 'entry', 'entries')} of {_n(other_versions, 'other version')} stay in the store, "
+            rest = (f"{plural(others, 'entry', 'entries')} of {plural(other_versions or 0, 'other version')} stay in the store, "
                     "unused while the code is as it is now")
         if unknown:
-            rest += f" ({_n(unknown, 'older entry', 'older entries')} {'does' if unknown == 1 else 'do'} not say its version)"
+            rest += f" ({plural(unknown, 'older entry', 'older entries')} {'does' if unknown == 1 else 'do'} not say its version)"
         free = (f"`casmon cache clear {self.name}`, then two `casmon gc` an hour apart (or `casmon gc --now` while "
                 "nothing else writes), frees the space of all of them.")
         if first is not None:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
             used = ("its entries are used" if not mine and (mine is None or unknown) else
                     "none of its entries remain, so calls compute again" if not mine else
-                    f"its {_n(mine, 'entry', 'entries')} {'is' if mine == 1 else 'are'} used")
+                    f"its {plural(mine, 'entry', 'entries')} {'is' if mine == 1 else 'are'} used")
             return (f"casmon: the code of {self.name} matches a version cached before (first seen {when}), not the "
                     f"one cached last: {used}; {rest}. {free}")
         return (f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since its "
@@ -499,6 +349,7 @@ class CacheState:
     # -- keys -------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> list:
         """Argument values in parameter order, defaults applied."""
+        vals: list[Any] | None
         if self._simple and len(args) <= self._npos:
             vals = list(args)
             params = self.params
@@ -544,21 +395,21 @@ class CacheState:
 
     def _key_ctx(self, args: tuple, kwargs: dict) -> tuple:
         """``(key or None, trackers consulted, files listing)``."""
-        prefix = self._key_prefix()
+        prefix = self.key_prefix()
         vals = self.bind(args, kwargs)
         fp = VersionedFingerprinter()
         fp.out += prefix
         ignore = self.ignore
         hashers = self.hashers
         files = self.files
-        listing = [] if files else None
+        listing: list[tuple[Any, ...]] | None = [] if files else None
         if self._bound is not _NO_SELF:
             try:
                 fp.out += b"<self>"
                 fp.feed_value(self._bound, "self")
             except Exception as e:  # noqa: BLE001
                 t = type(self._bound)
-                self._warn(("arg", "self", t), f"casmon: {self.name} is not cached for this call: its object "
+                self.warn(("arg", "self", t), f"casmon: {self.name} is not cached for this call: its object "
                            f"({t.__module__}.{t.__qualname__}) cannot be hashed, so the call is skipped by the cache: {e}")
                 return None, fp.trackers, None
         for p, nb, v in zip(self.params, self._name_bytes, vals):
@@ -566,9 +417,9 @@ class CacheState:
             if ignore and name in ignore:
                 continue
             try:
-                if files and name in files:
+                if listing is not None and name in files:  # listing is a list exactly when files= names some
                     n0 = len(listing)
-                    v = _files_value(v, listing)
+                    v = files_key_value(v, listing)
                     for i in range(n0, len(listing)):
                         listing[i] = (name,) + listing[i]
                 elif hashers and name in hashers:
@@ -582,12 +433,13 @@ class CacheState:
                 remedy = "" if what == "cannot be read" else (
                     f" To cache it, leave it out of the key with @casmon.cache(ignore=[{name!r}]) or hash it yourself "
                     f"with hashers={{{name!r}: lambda v: ...}}.")
-                self._warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
+                self.warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
                            f"({tname}) {what}, so the call is skipped by the cache: {e}.{remedy}")
                 return None, fp.trackers, None
         return fp.digest(), fp.trackers, listing
 
-    def _warn(self, what, msg: str) -> None:
+    def warn(self, what: Hashable, msg: str) -> None:
+        """Warn ``msg`` as a :class:`CacheWarning` at the caller's line, once per ``what`` for this function."""
         if what not in self._warned:
             self._warned.add(what)
             warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
@@ -653,7 +505,7 @@ class CacheState:
         return True, value
 
     def _unreadable(self, key: Digest, d: Digest, why: Any) -> tuple[bool, None]:
-        self._warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({why})")
+        self.warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({why})")
         with self._lock:
             self._mem.pop(key, None)
         return False, None
@@ -664,10 +516,10 @@ class CacheState:
         try:
             d, size = store.put_sized(result)
         except TypeError as e:
-            self._warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
+            self.warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         except Exception as e:  # noqa: BLE001 - a storage error must not lose the result
-            self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
+            self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6), "size": size}
         raw = store.objects.peek_raw(d, INLINE_MAX)
@@ -688,7 +540,7 @@ class CacheState:
         try:
             store.append(KIND, entry, key=key, refs=[d])
         except Exception as e:  # noqa: BLE001
-            self._warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
+            self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         self._remember(key, d)
         if observers:
@@ -706,7 +558,7 @@ class CacheState:
             except TypeError:
                 raise  # a bad call: the function would raise the same
             except CasmonError as e:
-                self._warn(("store",), f"casmon: {self.name} runs uncached: {e}")
+                self.warn(("store",), f"casmon: {self.name} runs uncached: {e}")
                 ctx = (None, (), None)
         key = ctx[0]
         if key is not None:
@@ -746,18 +598,6 @@ class CacheState:
             self._mem.clear()
 
 
-def newest_per_key(items: Iterable[tuple[Digest, dict]]) -> dict[bytes, tuple[Digest, dict]]:
-    """One entry per key: a key can hold several records (a damaged result recomputed, two
-    processes that missed at once); they count once, as the newest."""
-    out: dict[bytes, tuple[Digest, dict]] = {}
-    for k, r in items:
-        kb = bytes(k)
-        old = out.get(kb)
-        if old is None or r.get("time", 0) >= old[1].get("time", 0):
-            out[kb] = (k, r)
-    return out
-
-
 # -- the wrapper --------------------------------------------------------------------------------------------
 class CachedFunction:
     """A function memoized by ``@casmon.cache``: call it like the function.
@@ -793,23 +633,8 @@ class CachedFunction:
     def __repr__(self) -> str:
         return f"<casmon.cache of {self.__casmon_cache__.name}>"
 
-    def __reduce__(self):
-        state = self.__casmon_cache__
-        mod = getattr(self, "__module__", None)
-        qn = getattr(self, "__qualname__", None)
-        if canonical_module(mod) == "__main__" and _cloudpickling():
-            # cloudpickle ships the main script's functions by value: so must we, the worker has no __main__.f.
-            # The source texts go along (the worker's copy of the code has no file name), so the version,
-            # and the keys, are the same there.
-            if state.tracker is not None:
-                try:
-                    state.tracker.current()
-                except Exception:  # noqa: BLE001 - the worker computes it from bytecode then
-                    pass
-            return (_rebuild, (state.fn, state.options(), texts_for_workers()))
-        if isinstance(mod, str) and isinstance(qn, str) and "<" not in qn and _lookup(mod, qn) is self:
-            return (_by_name, (canonical_module(mod), qn))
-        return (_rebuild, (state.fn, state.options()))
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return reduce_cached(self)
 
     # helpers
     def cache_info(self) -> CacheInfo:
@@ -845,7 +670,7 @@ class CachedFunction:
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
         found = state.find(key) if key is not None else None
-        if found is None:
+        if key is None or found is None:
             raise KeyError(f"{state.name}: this call is not cached")
         return ResultRef(state.store, found[0], key, found[1])
 
@@ -864,83 +689,14 @@ def _async_wrapper(state: CacheState) -> Callable:
         state.end(ctx, result, t0, args, kwargs)
         return result
 
-    async_cached.__casmon_cache__ = state
-    async_cached.cache_info = functools.partial(CachedFunction.cache_info, async_cached)
-    async_cached.cache_clear = functools.partial(CachedFunction.cache_clear, async_cached)
-    async_cached.is_cached = functools.partial(CachedFunction.is_cached, async_cached)
-    async_cached.ref = functools.partial(CachedFunction.ref, async_cached)
-    return async_cached
-
-
-def _lookup(mod: str, qualname: str) -> Any:
-    m = sys.modules.get(mod)
-    if m is None and mod == "__main__":
-        m = sys.modules.get("__mp_main__")
-    obj = m
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-def _cloudpickling() -> bool:
-    """True if a cloudpickle pickler (cloudpickle's own or joblib's copy) is what pickles us now."""
-    picklers = []
-    for modname in ("cloudpickle", "joblib.externals.cloudpickle", "srsly.cloudpickle"):
-        cp = sys.modules.get(modname)
-        p = getattr(cp, "Pickler", None) or getattr(cp, "CloudPickler", None)
-        if isinstance(p, type):
-            picklers.append(p)
-    if not picklers:
-        return False
-    picklers = tuple(picklers)
-    f = sys._getframe(2)
-    for _ in range(12):
-        if f is None:
-            return False
-        if isinstance(f.f_locals.get("self"), picklers):
-            return True
-        f = f.f_back
-    return False
-
-
-_rebuilt: dict = {}
-_rebuilt_lock = threading.Lock()
-
-
-def _by_name(mod: str, qualname: str) -> CachedFunction:
-    """Unpickle a cached function by the name its module gives it."""
-    obj = _lookup(mod, qualname)
-    if obj is None:
-        import importlib
-
-        obj = _lookup(importlib.import_module(mod).__name__, qualname)
-    if obj is None:
-        raise AttributeError(f"casmon: cannot find the cached function {mod}.{qualname} to unpickle it")
-    return obj
-
-
-def _rebuild(fn: Callable, options: dict, texts: dict | None = None) -> CachedFunction:
-    """Unpickle a cached function as "cache ``fn`` with ``options``" (once per function object and options)."""
-    register_texts(texts)
-    try:
-        memo_key = (id(fn), repr(sorted((k, repr(v)) for k, v in options.items())))
-    except Exception:  # noqa: BLE001
-        memo_key = None
-    if memo_key is not None:
-        hit = _rebuilt.get(memo_key)
-        if hit is not None and hit.__casmon_cache__.fn is fn:
-            return hit
-    w = cache(fn, **options)
-    if memo_key is not None:
-        with _rebuilt_lock:
-            _rebuilt[memo_key] = w
-    return w
-
-
-def _rebuild_state(fn: Callable, options: dict) -> CacheState:
-    return _rebuild(fn, options).__casmon_cache__
+    # The helpers of a CachedFunction, as attributes of the coroutine function (read by duck typing).
+    wrapper: Any = async_cached
+    wrapper.__casmon_cache__ = state
+    wrapper.cache_info = functools.partial(CachedFunction.cache_info, wrapper)
+    wrapper.cache_clear = functools.partial(CachedFunction.cache_clear, wrapper)
+    wrapper.is_cached = functools.partial(CachedFunction.is_cached, wrapper)
+    wrapper.ref = functools.partial(CachedFunction.ref, wrapper)
+    return wrapper
 
 
 def cache(
@@ -991,172 +747,17 @@ def cache(
     return CachedFunction(state)
 
 
-def _safe_key_ctx(state: CacheState, args: tuple, kwargs: dict) -> tuple:
-    try:
-        return state._key_ctx(args, kwargs)
-    except TypeError:
-        raise  # a bad call: the function would raise the same
-    except CasmonError as e:
-        state._warn(("store",), f"casmon: {state.name} runs uncached: {e}")
-        return None, (), None
-
-
 def _safe_key(state: CacheState, args: tuple, kwargs: dict) -> Digest | None:
     try:
         return state.key(args, kwargs)
     except TypeError:
         raise  # a bad call: the function would raise the same
     except CasmonError as e:
-        state._warn(("store",), f"casmon: {state.name} runs uncached: {e}")
+        state.warn(("store",), f"casmon: {state.name} runs uncached: {e}")
         return None
 
 
-def cache_entries(store: Store) -> dict[str, dict]:
-    """Per function: entries (one per key), bytes, hits, last use, and ``duplicates``: records a newer
-    record of the same key supersedes (two processes that missed one key at once), which gc drops."""
-    cleared: dict[str, float] = {}
-    for _k, r in store.records(KIND_CLEAR):
-        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    records = [(k, r) for k, r in store.records(KIND) if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0)]
-    live = newest_per_key(records)
-    out: dict[str, dict] = {}
-    live_keys: dict[str, str] = {}
-    for _k, r in records:
-        s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0,
-                                             "seconds_saved": 0.0, "duplicates": 0})
-        s["duplicates"] += 1  # every record; less the entries below
-    for k, r in live.values():
-        fn = r.get("fn", "?")
-        s = out[fn]
-        s["duplicates"] -= 1
-        s["entries"] += 1
-        s["bytes"] += int(r.get("size", 0))
-        s["last_used"] = max(s["last_used"], r.get("time", 0))
-        live_keys[k.hex()] = fn
-    for _k, r in store.records(KIND_USE):
-        for h, (fn, n, last) in r.get("hits", {}).items():
-            if live_keys.get(h) == fn:
-                s = out[fn]
-                s["hits"] += n
-                s["last_used"] = max(s["last_used"], last)
-    return out
-
-
-def resolve_function(names: Iterable[str], name: str) -> str:
-    """Find a function by full name, or by a short name or suffix that only one has."""
-    names = sorted(set(names))
-    if name in names:
-        return name
-    matches = [n for n in names if n.endswith("." + name) or n.rsplit(".", 1)[-1] == name]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise LookupError(f"no cached function {name!r}; there are: {', '.join(names) or 'none'}")
-    raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
-
-
-def clear_function(store: Store, name: str) -> str:
-    """Forget every cached result of function ``name``; returns its full name."""
-    full = resolve_function(cache_entries(store), name)
-    store.append(KIND_CLEAR, {"fn": full, "time": time.time()}, key=name_digest(full))
-    store.flush()
-    return full
-
-
-def evict(store: Store, max_size: int | None = None, older_than: float | None = None,
-          plan: dict[bytes, tuple[str, int]] | None = None) -> tuple[int, int]:
-    """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
-    their results add up to at most ``max_size`` bytes. Also drops cleared entries.
-
-    Returns ``(entries dropped, bytes of their results)``. The results' data is
-    removed by the gc that follows (subject to its grace period). ``plan``: what
-    :func:`eviction_plan` returned, to drop exactly what it showed.
-    """
-    if plan is None:
-        plan = eviction_plan(store, max_size, older_than)
-    if not plan:
-        return 0, 0
-    from casmon.store.lock import held
-
-    with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
-        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
-    return len(plan), sum(size for _fn, size in plan.values())
-
-
-def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
-    """Cache records that a newer record of the same key supersedes: ``(key, record bytes) -> (function,
-    bytes of its result, its time)``. Two processes (or threads) that miss one key at once both store an
-    entry; lookups use the newest, so the others only take space. ``casmon gc`` drops them
-    (:func:`drop_duplicates`). A record that cannot be read is never planned away.
-    """
-    store.flush()
-    newest: dict[bytes, tuple[float, bytes]] = {}
-    parsed: list[tuple[bytes, bytes, str, int, float]] = []
-    for k, v in store.table(KIND).items():
-        try:
-            r = json.loads(v)
-            t = float(r.get("time", 0.0))
-            fn, size = str(r.get("fn", "?")), int(r.get("size", 0))
-        except (ValueError, TypeError, AttributeError):
-            continue
-        k, v = bytes(k), bytes(v)
-        parsed.append((k, v, fn, size, t))
-        best = newest.get(k)
-        if best is None or (t, v) > best:  # the newest wins, as in lookups; equal times: one of them, always the same
-            newest[k] = (t, v)
-    return {(k, v): (fn, size, t) for k, v, fn, size, t in parsed if newest[k][1] != v}
-
-
-def drop_duplicates(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = None) -> tuple[int, int]:
-    """Drop the cache records :func:`duplicates_plan` names (every key keeps its newest record).
-
-    Returns ``(records dropped, bytes of their results)``; the results nothing else references are
-    removed by the gc runs that follow. Holds the store lock, like eviction.
-    """
-    if plan is None:
-        plan = duplicates_plan(store)
-    if not plan:
-        return 0, 0
-    from casmon.store.lock import held
-
-    with held(store.backend, "cache deduplication", store.url):  # no merge may bring the dropped records back
-        store.table(KIND).consolidate(force=True, keep=lambda k, v: (bytes(k), bytes(v)) not in plan)
-    return len(plan), sum(p[1] for p in plan.values())
-
-
-def eviction_plan(store: Store, max_size: int | None = None, older_than: float | None = None) -> dict[bytes, tuple[str, int]]:
-    """What :func:`evict` would drop, changing nothing: entry key -> (function, bytes of its result).
-
-    ``casmon gc --dry-run`` shows it, and previews the gc after it from it.
-    """
-    store.flush()
-    cleared: dict[str, float] = {}
-    for _k, r in store.records(KIND_CLEAR):
-        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
-    # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
-    # though an older, cleared record of its key is still there (gc drops that one as a duplicate).
-    # Deciding by any record would evict the live entry, and the preview -- made before duplicates
-    # are dropped -- would differ from the real run.
-    for kb, (_k, r) in newest_per_key(store.records(KIND)).items():
-        t, fn = r.get("time", 0.0), str(r.get("fn", ""))
-        entries[kb] = [t, int(r.get("size", 0)), t <= cleared.get(fn, 0.0), fn]
-    for _k, r in store.records(KIND_USE):
-        for h, (_fn, _n, last) in r.get("hits", {}).items():
-            e = entries.get(bytes.fromhex(h))
-            if e is not None:
-                e[0] = max(e[0], last)
-    now = time.time()
-    if older_than is not None:
-        for e in entries.values():
-            if now - e[0] >= older_than:
-                e[2] = True
-    if max_size is not None:
-        alive = sorted((e for e in entries.values() if not e[2]), key=lambda e: e[0])
-        total = sum(e[1] for e in alive)
-        for e in alive:
-            if total <= max_size:
-                break
-            e[2] = True
-            total -= e[1]
-    return {k: (e[3], e[1]) for k, e in entries.items() if e[2]}
+def cache_with(state_class: type[CacheState], fn: Callable, **options: Any) -> Any:
+    """``cache(fn, **options)`` with calls keyed by ``state_class``: a :class:`CacheState` subclass that
+    overrides :meth:`CacheState.key` (``compat.finecache`` keys calls by FineCache's per-position hashers)."""
+    return cache(fn, _state_class=state_class, **options)

@@ -1,5 +1,38 @@
-"""The call log: ``@casmon.intercept`` records calls; ``casmon.load`` reads them back."""
+"""The call log: ``@casmon.intercept`` records calls; ``casmon.load`` reads them back.
 
-from casmon.calllog.log import Args, CallLog, CallLogWarning, NotStored, flush, intercept, load
+``records`` (the record format: kinds, cells, repair), ``writer`` (intercept,
+sessions, the recorder that batches calls), ``reader`` (``load`` -> ``CallLog``,
+``Call``, ``Args``), ``replay`` (run a logged call again and compare).
+"""
 
-__all__ = ["intercept", "load", "flush", "CallLog", "Args", "NotStored", "CallLogWarning"]
+from casmon.calllog.reader import Args, Call, CallLog, FunctionInfo, load, ranges_text
+from casmon.calllog.records import (
+    INLINE_STR,
+    KIND_CALLFN,
+    KIND_CALLS,
+    KIND_SESSION,
+    NOT_RECORDED,
+    SCALARS,
+    SESSION_REFS,
+    NotStored,
+    type_name,
+)
+from casmon.calllog.replay import Replay
+from casmon.calllog.writer import (
+    CallLogWarning,
+    Intercepted,
+    Recorder,
+    find_recorder,
+    flush,
+    intercept,
+    recorder_for,
+    registered_function,
+    restart_numbering,
+)
+
+__all__ = [
+    "intercept", "load", "flush", "CallLog", "Call", "Args", "NotStored", "Replay", "CallLogWarning", "FunctionInfo",
+    "Recorder", "Intercepted", "recorder_for", "find_recorder", "restart_numbering", "registered_function",
+    "ranges_text", "type_name", "INLINE_STR", "SCALARS", "NOT_RECORDED", "KIND_CALLS", "KIND_SESSION", "KIND_CALLFN",
+    "SESSION_REFS",
+]

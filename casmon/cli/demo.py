@@ -1,17 +1,21 @@
-"""``casmon demo``: the main job on the default store, in a minute."""
+"""``casmon demo``: the main job on the default store, in a minute (the verb and what it runs)."""
 
 from __future__ import annotations
 
 import time
 import warnings
 
+import click
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from casmon.caching.memoize import cache
-from casmon.calllog.log import CallLog, intercept
-from casmon.runs.recorder import RunWarning, list_runs, record
+from casmon.caching import cache
+from casmon.cli.options import console as cli_console, store_option, trust_option
+from casmon.errors import CasmonError
+from casmon.view.text import size
+from casmon.calllog import CallLog, intercept
+from casmon.runs import RunWarning, list_runs, record
 from casmon.store.store import Store, open as open_store
 
 
@@ -39,8 +43,8 @@ def run_demo(location=None, console: Console | None = None) -> None:
             ok = _steps(store, console, run.info)
     s = store.stats()
     console.print(
-        f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {s['logical_bytes'] / 2**20:.1f} MiB of values, "
-        f"{s['stored_bytes'] / 2**20:.1f} MiB on disk (this demo added {(s['stored_bytes'] - before) / 2**20:.1f} MiB), {s['files']} files"
+        f"\nstore now holds {s['values']} values in {s['chunks']} chunks: {size(s['logical_bytes'], 'MiB')} of values, "
+        f"{size(s['stored_bytes'], 'MiB')} on disk (this demo added {size(s['stored_bytes'] - before, 'MiB')}), {s['files']} files"
     )
     console.print(f"casmon.record kept this demo as run [bold]{run.name}[/bold]; the latest runs:")
     t = Table()
@@ -132,13 +136,24 @@ def _steps(store, console: Console, run_info: dict) -> bool:
     log = CallLog(Store(store.backend, trust=False, autoflush=None))  # same backend, a second view
     name = log.resolve("casmon.demo.train_step")
     session = logged.__casmon_intercept__.recorder().session  # this process's own session
-    args = log.get_args(name, 2, session=session)
+    args = vars(log.get_args(name, 2, session=session))  # parameter name -> value
     console.print(f"@casmon.intercept logged {len(log.calls(name, session=session))} calls of train_step in session {session}; "
-                  f"call 2 read back: lr={args.lr}, momentum={args.momentum} (default), weights {args.weights.shape}, "
-                  f"equal to what it saw: {np.array_equal(args.weights, data[:64] * 0.5)}")
+                  f"call 2 read back: lr={args['lr']}, momentum={args['momentum']} (default), weights {args['weights'].shape}, "
+                  f"equal to what it saw: {np.array_equal(args['weights'], data[:64] * 0.5)}")
     r = log.replay(name, 2, session=session, fn=train_step)
     run_info["loss"] = losses[-1]  # what `casmon runs`, `casmon diff` and `casmon ui` compare across runs
     run_info["losses"] = losses
     console.print(f"replayed call 2: {'same result' if r.matches else 'DIFFERENT result'} ({r.result:.6f})\n")
 
     return ok
+
+
+@click.command()
+@store_option
+@trust_option
+def demo(store_location: str | None, trust: bool) -> None:
+    """Store and reload a few values; show deduplication and the store's stats."""
+    try:
+        run_demo(store_location, cli_console)
+    except CasmonError as e:
+        raise click.ClickException(str(e)) from None

@@ -1,4 +1,7 @@
-"""``casmon ui`` and ``casmon report``: the click commands (registered by ``casmon/cli.py``)."""
+"""``casmon ui`` and ``casmon report``: the verbs that serve and write ``casmon.ui``'s pages.
+
+``casmon --trust ui`` counts like ``casmon ui --trust`` (``options.trusted``).
+"""
 
 from __future__ import annotations
 
@@ -7,26 +10,12 @@ from pathlib import Path
 
 import click
 
+from casmon.cli.options import open_store, trusted
+from casmon.view.text import size
+
 STORE_HELP = ("The store: a folder, a .zip file, memory://name or s3://bucket/prefix "
               "(default: $CASMON_STORE, then ./.casmon).")
 TRUST_HELP = "Load pickled values to show them (this can run code written by whoever wrote the store). Default: describe them."
-
-
-def _open(location, trust: bool):
-    from casmon.errors import CasmonError
-    from casmon.store.store import open as open_store
-
-    try:
-        return open_store(location, read_only=True, autoflush=None, trust=trust, create=False)
-    except CasmonError as e:
-        raise click.ClickException(str(e)) from None
-
-
-def _group_trust() -> bool:
-    """``casmon --trust ui`` counts like ``casmon ui --trust``: the CLI's own rule."""
-    from casmon.cli.app import _trusted  # imported when a command runs: cli.py imports this module to register it
-
-    return _trusted()
 
 
 @click.command("ui")
@@ -47,9 +36,9 @@ def ui_command(store_location, host, port, trust, open_browser, verbose) -> None
     """
     from casmon.ui.server import make_server
 
-    store = _open(store_location, trust or _group_trust())
+    store = open_store(store_location, read_only=True, trust=trust or trusted())
     try:
-        server = make_server(store, host, port, trust=trust or _group_trust(), verbose=verbose)
+        server = make_server(store, host, port, trust=trust or trusted(), verbose=verbose)
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     click.echo(f"casmon ui for {store.url} at {server.url} (read-only; Ctrl-C stops it)")
@@ -84,14 +73,14 @@ def report_command(runs, output, store_location, trust) -> None:
 
     if len(runs) < 2:
         raise click.UsageError("a report compares two or more runs")
-    store = _open(store_location, trust or _group_trust())
+    store = open_store(store_location, read_only=True, trust=trust or trusted())
     try:
-        path, n = write_report(store, list(runs), output, trust or _group_trust())
+        path, n = write_report(store, list(runs), output, trust or trusted())
     except LookupError as e:
         raise click.ClickException(str(e.args[0]) if e.args else str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from None
     finally:
         store.close()
-    click.echo(f"wrote the comparison of {n} runs to {path} ({Path(path).stat().st_size / 1024:.0f} KiB)")
+    click.echo(f"wrote the comparison of {n} runs to {path} ({size(Path(path).stat().st_size, 'KiB', 0)})")
     sys.stdout.flush()

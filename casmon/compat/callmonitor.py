@@ -32,10 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from casmon.calllog.log import CallLog, Call
-from casmon.calllog.log import intercept as _intercept
+from casmon.calllog import CallLog, Call
+from casmon.calllog import intercept as _intercept
+from casmon.compat.importer import handler_value_name, import_path
 from casmon.store.serialize import ArrayHandler, register_handler
 from casmon.store.store import Store, default_store
+from casmon.view.text import unqualified_name
 
 __all__ = ["intercept", "load", "rc", "snapshot", "save_db", "new", "save", "DB", "Args", "ArgsHandler", "Counter",
            "REGISTRY", "Registry", "Handler", "DefaultHandler", "NPHandler", "Settings", "SETTINGS", "Context",
@@ -148,11 +150,6 @@ class NPHandler(Handler):
         self._data = None
 
 
-def handler_value_name(module: str, qualname: str) -> str:
-    """The casmon handler name a callmonitor ``Handler`` subclass stores its files under."""
-    return f"callmonitor:{module}.{qualname}"
-
-
 class _HandlerAdapter:
     """Runs a callmonitor ``Handler`` subclass as a casmon handler: its files become the value's buffers."""
 
@@ -171,7 +168,7 @@ class _HandlerAdapter:
             return {"files": files, "target": 0}, [(Path(d) / f).read_bytes() for f in files]
 
     def decode(self, meta: dict, buffers: list) -> Any:
-        from casmon.runs.recorder import safe_target
+        from casmon.runs import safe_target
 
         with tempfile.TemporaryDirectory(prefix="casmon-handler-") as d:
             root = Path(d)
@@ -282,10 +279,10 @@ def rc(multi_threading: bool | None = None, pid: Any = None, tident: Any = None)
         tident = threading.get_ident() if tident is None else tident
         SETTINGS.enable_multi_threading(pid, tident=tident)
         if type(pid) is int and pid != os.getpid():
-            from casmon.calllog.log import _recorder
+            from casmon.calllog import recorder_for
 
             try:
-                r = _recorder(default_store(_root()))
+                r = recorder_for(default_store(_root()))
             except Exception:  # noqa: BLE001 - the rank is a nicety; the calls are logged anyway
                 return
             with r.lock:
@@ -404,10 +401,6 @@ def intercept(func=None, spec=None):
     return _intercept(func, store=_root())
 
 
-def _short(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
 class DB:
     """callmonitor's database: ``get(name, n)``, ``get_args(name, n)``, ``counter``, ``calls``; read-only.
 
@@ -449,9 +442,9 @@ class DB:
 
     def _sequence(self, name: str) -> list[Call]:
         """Calls of every function named ``name`` (its ``__name__``), in call order, in one session."""
-        fns = [fi for full, fi in self._log.functions.items() if _short(full) == name or full == name]
+        fns = [fi for full, fi in self._log.functions.items() if unqualified_name(full) == name or full == name]
         if not fns:
-            known = ", ".join(sorted({_short(f) for f in self._log.functions})) or "none"
+            known = ", ".join(sorted({unqualified_name(f) for f in self._log.functions})) or "none"
             raise CallNotLogged(f"no logged function {name!r}; logged functions: {known}")
         session = self._session
         if session is None:
@@ -464,14 +457,14 @@ class DB:
     def counter(self) -> Counter:
         """Calls per ``__name__`` in the session read (a locked :class:`Counter`)."""
         out = Counter()
-        for name in sorted({_short(f) for f in self._log.functions}):
+        for name in sorted({unqualified_name(f) for f in self._log.functions}):
             for _ in self._sequence(name):
                 out.increment(name)
         out.lock()
         return out
 
     def call(self, name: str, call_seq: int) -> Call:
-        """Call ``call_seq`` (from 1) of the functions named ``name``: a casmon :class:`~casmon.calllog.log.Call`."""
+        """Call ``call_seq`` (from 1) of the functions named ``name``: a casmon :class:`~casmon.calllog.reader.Call`."""
         calls = self._sequence(name)
         if not 1 <= call_seq <= len(calls):
             raise CallNotLogged(f"{name} has {len(calls)} logged call(s); no call {call_seq} (calls count from 1)")
@@ -483,13 +476,13 @@ class DB:
     def get_args(self, name: str, call_seq: int) -> Args:
         """The call's positional parameters by name, defaults filled in (callmonitor's ``Args``)."""
         c = self.call(name, call_seq)
-        values = c.get_args()._asdict()
+        values = dict(vars(c.get_args()))
         keep = [p[0] for p in self._log.functions[c.name].params if p[1] in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")]
         return Args({k: values[k] for k in keep if k in values})
 
     @property
     def calls(self) -> dict[str, list]:
-        return {name: self._sequence(name) for name in sorted({_short(f) for f in self._log.functions})}
+        return {name: self._sequence(name) for name in sorted({unqualified_name(f) for f in self._log.functions})}
 
     @property
     def dirs(self):
@@ -531,8 +524,6 @@ def load(root: str | os.PathLike | Store | None = None) -> DB:
     """
     root = root if root is not None else _root()
     if isinstance(root, (str, os.PathLike)) and _is_callmonitor_folder(Path(root)):
-        from casmon.compat.importer import import_path
-
         store = default_store(f"memory://callmonitor-{uuid.uuid4().hex}")
         import_path(root, store, trust=True)
         return DB(CallLog(store))
@@ -562,16 +553,13 @@ class Context(metaclass=_Singleton):
     """
 
     def _recorder(self, create: bool = False):
-        from casmon.calllog.log import _recorder, recorders
-        from casmon.store.store import _default
+        from casmon.calllog import find_recorder, recorder_for
+        from casmon.store.store import default_store_if_open
 
         if create:
-            return _recorder(default_store(_root()))
-        loc = _root()  # only look: asking whether a session exists creates no store
-        key = (os.getpid(), os.path.abspath(loc) if "://" not in loc else loc)
-        store = _default.get(key)
-        r = recorders.get(id(store)) if store is not None else None
-        return r if r is not None and r.store is store else None
+            return recorder_for(default_store(_root()))
+        store = default_store_if_open(_root())  # only look: asking whether a session exists creates no store
+        return find_recorder(store) if store is not None else None
 
     @property
     def initialized(self) -> bool:
@@ -592,7 +580,7 @@ class Context(metaclass=_Singleton):
 
     def new(self) -> None:
         """Write what is pending and start a new session; calls count from 1 again."""
-        from casmon.calllog.log import all_intercepted
+        from casmon.calllog import restart_numbering
 
         r = self._recorder()
         if r is None or r.session is None:
@@ -600,9 +588,7 @@ class Context(metaclass=_Singleton):
         r.store.flush()
         with r.lock:
             r.session = None
-        for fi in all_intercepted:
-            if fi._recorder is r:
-                fi.reset()
+        restart_numbering(r)
         r.ensure_session()
 
 

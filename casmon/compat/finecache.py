@@ -3,8 +3,8 @@
     from casmon.compat.finecache import FineCache, CacheFilenameConfig, IncrementDir
 
 Differences that are fixes: cache keys are content digests, not md5 of
-``repr`` (two large arrays that differ in one element no longer collide, and
-eight arguments no longer make a file name too long); results are stored once
+``repr`` (two large arrays that differ in one element do not collide, and
+eight arguments do not make a file name too long, as in FineCache); results are stored once
 by content in ``{base_path}/.casmon``; a run records untracked files too, stores
 tracked files by content instead of copying them, and two runs started at once
 never share a number. Runs live in the store *and* in FineCache's folders:
@@ -33,10 +33,11 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Callable
 
-from casmon.caching.memoize import CacheState, cache as _cache
+from casmon.caching import CacheState, cache_with
+from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter
 from casmon.runs.gitstate import capture_code_state
-from casmon.runs.recorder import RUN_REFS, RunWarning, export as _export, load_run as _load_run, record as _record
+from casmon.runs import RUN_REFS, RunWarning, export as _export, load_run as _load_run, record as _record
 from casmon.store.store import default_store
 
 __all__ = ["FineCache", "CacheFilenameConfig", "IncrementDir", "CachedCall", "PickleAgent", "HashFunc"]
@@ -149,7 +150,7 @@ class _FolderRecord(_record):
         self.inc = inc
         self.folder: Path | None = None
 
-    def _track(self, store, root, store_root, refs):
+    def track_files(self, store, root, store_root, refs):
         # FineCache never copies its own run folders into a run: skip the base path (or, when the base path
         # is the project root, the run folders in it).
         base = Path(self.inc.base_path).resolve()
@@ -157,9 +158,9 @@ class _FolderRecord(_record):
             self.exclude_dirs = [base / d for _, d in _numbered(self.inc)]
         else:
             self.exclude_dirs = [base]
-        return super()._track(store, root, store_root, refs)
+        return super().track_files(store, root, store_root, refs)
 
-    def _claim(self, store):
+    def claim_number(self, store):
         base = Path(self.inc.base_path)
         taken = []
         for name in store.refs(RUN_REFS):
@@ -220,7 +221,7 @@ def _keyed_state(args_hash, kwargs_hash):
             if not args_hash and not kwargs_hash:
                 return super().key(args, kwargs)  # casmon's key: arguments bound to the signature
             fp = Fingerprinter()
-            fp.out += self._key_prefix()
+            fp.out += self.key_prefix()
             parts: list[Any] = []
             for i, a in enumerate(args):
                 h = args_hash[i] if args_hash and i < len(args_hash) else None
@@ -234,16 +235,17 @@ def _keyed_state(args_hash, kwargs_hash):
                     fp.feed(tag)
                     fp.feed_value(v, where)
                 except Exception as e:  # noqa: BLE001
-                    self._warn(("arg", where), f"casmon: {self.name}: {where} skipped, this call is not cached: {e}")
+                    self.warn(("arg", where), f"casmon: {self.name}: {where} skipped, this call is not cached: {e}")
                     return None
             return fp.digest()
 
-        def save(self, key, result, seconds, args, kwargs):
+        def save(self, key: Digest, result: Any, seconds: float, args: tuple[Any, ...], kwargs: dict[Any, Any],
+                 files: list[Any] | None = None) -> None:
             try:
                 pickle.dumps(result, protocol=5)
             except Exception as e:  # noqa: BLE001 - FineCache documents a PickleError here
                 raise pickle.PickleError(f"Object {result!r} is not picklable...") from e
-            super().save(key, result, seconds, args, kwargs)
+            super().save(key, result, seconds, args, kwargs, files)
 
     return _FineCacheKeys
 
@@ -255,12 +257,11 @@ def _store_at(location: str):
     between experiments or tests) starts afresh; casmon's open store would
     otherwise go on writing into a folder that is gone.
     """
-    from casmon.store.store import FORMAT_KEY, open_stores
+    from casmon.store.marker import FORMAT_KEY
 
     s = default_store(location)
     if s.backend.local_root is not None and not os.path.exists(os.path.join(location, FORMAT_KEY)):
-        s._closed = True  # what it held pending belonged to the deleted folder
-        open_stores.discard(s)
+        s.abandon()  # what it held pending belonged to the deleted folder
         s = default_store(location)
     return s
 
@@ -288,7 +289,7 @@ class FineCache:
             def label(*args, **kwargs):
                 return config.get_filename(CachedCall(func, args, kwargs), args_hash=args_hash, kwargs_hash=kwargs_hash)
 
-            return _cache(func, store=self.store, label=label, _state_class=_keyed_state(args_hash, kwargs_hash))
+            return cache_with(_keyed_state(args_hash, kwargs_hash), func, store=self.store, label=label)
 
         return _cache_fn
 

@@ -1,4 +1,4 @@
-"""``casmon import``: keep the history callmonitor 0.3 and FineCache 0.1 left in folders.
+"""``import_path`` (the ``casmon import`` verb): keep the history callmonitor 0.3 and FineCache 0.1 left in folders.
 
 What is read:
 
@@ -53,15 +53,25 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from casmon.calllog.log import KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SESSION_REFS, INLINE_STR, SCALARS, type_name
+from casmon.calllog import KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SESSION_REFS, INLINE_STR, SCALARS, type_name
 from casmon.keys.digest import Digest
 from casmon.errors import CasmonError
 from casmon.keys.fingerprint import fingerprint
-from casmon.runs.recorder import KIND_RUN, RUN_REFS, PREFIX_RE, vcs_component
+from casmon.runs import KIND_RUN, RUN_REFS, PREFIX_RE, vcs_component
 from casmon.scrub import scrub
 from casmon.store.store import Store, default_store
 
-__all__ = ["import_path", "ImportReport", "ImportSourceError"]
+__all__ = ["import_path", "ImportReport", "ImportSourceError", "handler_value_name"]
+
+
+def handler_value_name(module: str, qualname: str) -> str:
+    """The casmon handler name a callmonitor ``Handler`` subclass stores its files under.
+
+    Both sides use it: an import stores a custom handler's files under it, and
+    ``compat.callmonitor`` registers the handler under it to load them again.
+    """
+    return f"callmonitor:{module}.{qualname}"
+
 
 IMPORT_REFS = "imports"
 _BATCH = 5_000  # calls per record
@@ -385,8 +395,6 @@ def _arg_value(h: Any, call_dir: Path, all_files: list[Path], np_files: set[str]
         except Exception as e:  # noqa: BLE001
             return _NotLoaded("numpy.ndarray", f"{f.name}: {type(e).__name__}: {str(e)[:150]}")
     # A custom Handler: its files are the value, stored under the handler's name (see compat.callmonitor).
-    from casmon.compat.callmonitor import handler_value_name
-
     files = [p for p in all_files if p.relative_to(call_dir).as_posix() not in np_files]
     if not files:
         return _NotLoaded(f"{module}.{qualname}", "its handler saved no files")
@@ -405,10 +413,10 @@ def _put_handler_files(store: Store, v: _HandlerFiles) -> Digest:
     from casmon.store import serialize
 
     target = v.target if isinstance(v.target, (int, str)) else 0
-    parts = [serialize._as_part(data, False) for _, data in v.files]
+    parts = [serialize.as_part(data, False) for _, data in v.files]
     enc = serialize.Encoded("handler", {"handler": v.name, "meta": {"files": [f for f, _ in v.files], "target": target}},
                             parts=parts, nbytes=sum(len(d) for _, d in v.files))
-    return store._put_encoded(enc)
+    return store.put_encoded(enc)
 
 
 def _folder_pid_rank(name: str) -> tuple[int, int | None]:
@@ -430,9 +438,9 @@ def _callmonitor(root: Path, w: _Writer, trust: bool) -> None:
         report.notes.append(f"{root.name}: no db.pkl (the run did not end normally); read from its call folders")
     calls: dict[str, list[tuple[int, Path]]] = {}
     for d in descriptors:
-        name, n = d.parent.parent.name, d.parent.name
-        if n.isdigit():
-            calls.setdefault(name, []).append((int(n), d))
+        name, number = d.parent.parent.name, d.parent.name
+        if number.isdigit():
+            calls.setdefault(name, []).append((int(number), d))
     refs: set[str] = set()
     rows: list[tuple[str, list]] = []
     fn_params: dict[str, list] = {}
@@ -491,7 +499,7 @@ def _callmonitor(root: Path, w: _Writer, trust: bool) -> None:
         report.notes.append(f"{root}: no calls to import")
         return
     pid, rank = _folder_pid_rank(root.name)
-    info = {"start": min(starts), "pid": pid, "rank": rank, "argv": [],
+    info: dict[str, Any] = {"start": min(starts), "pid": pid, "rank": rank, "argv": [],
             "imported": {"format": "callmonitor 0.3", "from": str(root)}}
     session = w.session(info)
     for fn, params in fn_params.items():
@@ -621,7 +629,7 @@ def _finecache_run(folder: Path, w: _Writer) -> None:
         info[str(k)] = v if _plain(v) else {"$": w.put_value(v, refs)}
     end = _parse_time(information.get("run_end_time"))
     tracking = information.get("tracking_records")
-    manifest = {
+    manifest: dict[str, Any] = {
         "casmon_run": 1, "name": "", "n": 0, "prefix": prefix, "comment": comment,
         "status": "ok" if information else "incomplete", "function": None, "start": start, "patch_time": patch_time,
         "git": {"root": information.get("project_root") if isinstance(information.get("project_root"), str) else None,
@@ -662,7 +670,7 @@ def _finecache_run(folder: Path, w: _Writer) -> None:
 
 def _same_run_stored(store: Store, prefix: str, n: int, name: str, information: dict) -> bool:
     """True if the store's run ``{prefix}{n}`` is the run this folder shows (the compat layer wrote the folder)."""
-    from casmon.runs.recorder import load_run
+    from casmon.runs import load_run
 
     if store.get_ref(f"{RUN_REFS}/{prefix}{n}") is None or not information:
         return False
@@ -762,60 +770,3 @@ def import_path(path: str | os.PathLike, store: Store | str | None = None, trust
                            "console.log or current_changes.patch)")
     s.flush()
     return report
-
-
-# ---------------------------------------------------------------------------
-# The command line (registered in cli.py)
-# ---------------------------------------------------------------------------
-
-
-def _command():
-    import click
-
-    @click.command("import")
-    @click.argument("path", type=click.Path(exists=True, file_okay=False))
-    @click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL",
-                  help="The store to import into (created if missing; default ./.casmon).")
-    @click.option("--trust", is_flag=True, default=False,
-                  help="Load every pickle in PATH, whatever class it names (this runs code from PATH). "
-                       "Default: only callmonitor's own classes and plain data load.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-    def import_cmd(path, store_location, trust, as_json) -> None:
-        """Import callmonitor 0.3 folders and FineCache 0.1 cache and run folders from PATH.
-
-        PATH: a callmonitor folder (call-monitor*), a folder holding several, a
-        FineCache base folder (cache files *.pk and run folders), or one run
-        folder. Values are stored by content (deduplicated); importing the same
-        data again adds nothing.
-
-        callmonitor and FineCache keep their data as pickles. Without --trust,
-        only pickles naming callmonitor's classes and plain data (numbers,
-        strings, containers, numpy arrays, dates) are loaded, and nothing they
-        name is called; a value needing any other class is recorded as not
-        stored. --trust loads everything, as callmonitor's and FineCache's own
-        load would: use it only for folders you trust (see docs/SECURITY.md).
-        """
-        from rich.console import Console
-
-        from casmon.view.progress import progress_phases
-        from casmon.store.store import open as open_store
-
-        trust = trust or bool(click.get_current_context().find_root().params.get("trust"))  # casmon --trust import
-        try:
-            store = open_store(store_location, autoflush=None, create=True)
-            try:
-                with progress_phases(not as_json, Console(stderr=True)) as progress:
-                    report = import_path(path, store, trust=trust, progress=progress)
-            finally:
-                store.close()
-        except CasmonError as e:
-            raise click.ClickException(" ".join(str(e).split())) from None
-        if as_json:
-            click.echo(json.dumps(report.as_dict(), indent=2))
-        else:
-            click.echo(report.summary())
-
-    return import_cmd
-
-
-import_command = _command()

@@ -55,6 +55,7 @@ import threading
 import types
 import weakref
 from functools import lru_cache
+from collections.abc import Callable
 from typing import Any
 
 from xxhash import xxh3_128 as _xxh3_128
@@ -164,10 +165,11 @@ def _is_user_obj(obj: Any) -> bool:
 
 # -- source text ------------------------------------------------------------------------------------------
 class _StripDocsAndDecorators(ast.NodeTransformer):
-    def _strip(self, node):
+    def _strip(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> ast.AST:
         node.decorator_list = []
         body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+        first = body[0] if body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
             node.body = body[1:] or [ast.Pass()]
         self.generic_visit(node)
         return node
@@ -211,7 +213,7 @@ def _write_only_names(tree: ast.AST | None) -> frozenset[str]:
     ``state.attr = v``. What they hold cannot reach the result through this code."""
     if tree is None:
         return frozenset()
-    parents: dict = {}
+    parents: dict[ast.AST, ast.AST] = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             parents[child] = node
@@ -235,7 +237,7 @@ def _write_only_names(tree: ast.AST | None) -> frozenset[str]:
     return frozenset(writes - reads)
 
 
-def _code_sig(code: types.CodeType) -> tuple:
+def _code_sig(code: types.CodeType) -> tuple[Any, ...]:
     """What a code object does, without line numbers: equal for the same source compiled alike."""
     consts = []
     for c in code.co_consts:
@@ -251,7 +253,7 @@ def _code_sig(code: types.CodeType) -> tuple:
 _SIG_FLAGS = (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE
               | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
 
-_file_index: dict[str, tuple[list, dict | None]] = {}
+_file_index: dict[str, tuple[list[str], dict[str, set[tuple[Any, ...]]] | None]] = {}
 _file_index_lock = threading.Lock()
 
 
@@ -268,12 +270,13 @@ def _code_matches_file(code: types.CodeType) -> bool:
     with _file_index_lock:
         entry = _file_index.get(fname)
     if entry is None or entry[0] is not lines:
-        index: dict | None = {}
+        index: dict[str, set[tuple[Any, ...]]] | None
         try:
             top = compile("".join(lines), fname, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, OverflowError):
             index = None
         else:
+            index = {}
             stack = [top]
             while stack:
                 c = stack.pop()
@@ -350,7 +353,11 @@ def _block_compiles_to(block: list[str], code: types.CodeType) -> bool:
 
 def _lambda_segment(code: types.CodeType) -> str:
     """The lambda's own text (its body), so two lambdas on one line differ."""
-    pos = [p for p in code.co_positions() if p[0] is not None and p[2] is not None and (p[2], p[3]) != (0, 0)]
+    pos: list[tuple[int, int, int, int]] = []
+    for line, end_line, col, end_col in code.co_positions():
+        if line is not None and col is not None and end_line is not None and end_col is not None \
+                and (col, end_col) != (0, 0):
+            pos.append((line, end_line, col, end_col))
     if not pos:
         return ""
     start = min((p[0], p[2]) for p in pos)
@@ -396,26 +403,26 @@ def _write_only_names_code(code: types.CodeType) -> frozenset[str]:
 #: Source texts (and write-only names) of the main script's code objects, by :func:`_code_key`:
 #: filled where the source is readable, shipped with cached functions to worker processes, where
 #: cloudpickle recreates the code without its file name (``<dynamic-code>``).
-_shipped_texts: dict[bytes, tuple[str, frozenset]] = {}
+_shipped_texts: dict[bytes, tuple[str, frozenset[str]]] = {}
 
 
 def _code_key(code: types.CodeType) -> bytes:
     return bytes(fingerprint((code.co_qualname, _code_sig(code))))
 
 
-def texts_for_workers() -> dict[bytes, tuple[str, frozenset]]:
+def texts_for_workers() -> dict[bytes, tuple[str, frozenset[str]]]:
     """The main script's source texts known here, to send along with a function pickled by value."""
     return dict(_shipped_texts)
 
 
-def register_texts(texts: dict | None) -> None:
+def register_texts(texts: dict[bytes, Any] | None) -> None:
     """Accept source texts sent by :func:`texts_for_workers` (a code object matches only its own text)."""
     if texts:
         for k, v in texts.items():
             _shipped_texts.setdefault(bytes(k), (v[0], frozenset(v[1])))
 
 
-_code_memo: dict[int, tuple] = {}  # id(code) -> (weakref to code, text or None, write-only names)
+_code_memo: dict[int, tuple[Any, str | None, frozenset[str]]] = {}  # id(code) -> (weakref to code, text or None, write-only names)
 
 
 def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]]:
@@ -430,9 +437,11 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
         return m[1], m[2]
     linecache.checkcache(code.co_filename)  # as inspect does: a file edited and reloaded is read again
     found = _def_block(code)
+    text: str | None
+    tree: ast.AST | None
     if found is not None:
         text, tree = _tree_of("".join(found[0]))
-        body = getattr(tree, "body", ())
+        body: Any = getattr(tree, "body", ())
         if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
             found = None  # not this one def after all: inspect decides
         elif not _block_compiles_to(found[0], code) and not _code_matches_file(code):
@@ -454,11 +463,16 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
             text, wo = known
     key = id(code)
     try:
-        ref = weakref.ref(code, lambda _r, k=key: _code_memo.pop(k, None))
+        ref = weakref.ref(code, functools.partial(_forget_code, key))
     except TypeError:  # pragma: no cover - code objects are weak-referenceable in CPython
         return text, wo
     _code_memo[key] = (ref, text, wo)
     return text, wo
+
+
+def _forget_code(key: int, _ref: object = None) -> None:
+    """Drop a collected code object's memo entry (a weakref callback)."""
+    _code_memo.pop(key, None)
 
 
 def _function_text(fn: types.FunctionType) -> str | None:
@@ -466,8 +480,8 @@ def _function_text(fn: types.FunctionType) -> str | None:
     return _function_source(fn)[0]
 
 
-def _bytecode_parts(code: types.CodeType) -> list:
-    consts = []
+def _bytecode_parts(code: types.CodeType) -> list[Any]:
+    consts: list[Any] = []
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             consts.append(_bytecode_parts(c))
@@ -519,14 +533,14 @@ class _Collector:
     """Walks a function or class, collecting the parts of its version and what to watch."""
 
     def __init__(self) -> None:
-        self.parts: list = []
-        self.seen: set = set()
-        self.codes: list = []  # (weakref to function, code object)
-        self.names: list = []  # (mapping, key, object)
-        self.cells: list = []  # (cell, object)
-        self.contents: list = []  # (object, fingerprint, pickle or None): mutable values, re-checked
+        self.parts: list[Any] = []
+        self.seen: set[Any] = set()
+        self.codes: list[tuple[Any, types.CodeType]] = []  # (weakref to function, code object)
+        self.names: list[tuple[Any, str, Any]] = []  # (mapping, key, object)
+        self.cells: list[tuple[types.CellType, Any]] = []  # (cell, object)
+        self.contents: list[tuple[Any, Digest, bytes | None]] = []  # (object, fingerprint, pickle or None): mutable values, re-checked
         self.unhashable: list[tuple[str, str]] = []  # (name, type) of values counted by type only
-        self.trackers: list = []  # nested trackers consulted while fingerprinting values
+        self.trackers: list[VersionTracker] = []  # nested trackers consulted while fingerprinting values
 
     # what to watch
     def _bind(self, where: Any, v: Any) -> None:
@@ -698,10 +712,10 @@ class _LimitedSink:
     __slots__ = ("parts", "n")
 
     def __init__(self) -> None:
-        self.parts: list = []
+        self.parts: list[bytes] = []
         self.n = 0
 
-    def write(self, b) -> int:
+    def write(self, b: bytes | bytearray | memoryview) -> int:
         n = len(b) if not isinstance(b, memoryview) else b.nbytes
         self.n += n
         if self.n > _PICKLE_CHECK_LIMIT:
@@ -721,13 +735,13 @@ def _small_pickle(v: Any) -> bytes | None:
     return b if b == _pickle_dumps(v, 5) else None  # the check compares pickle.dumps output
 
 
-def _content_watch(v: Any) -> tuple:
+def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
     fp = VersionedFingerprinter()
     fp.feed_value(v)
     return (v, fp.digest(), None if fp.trackers else _small_pickle(v))
 
 
-def _class_member_functions(raw: Any) -> list:
+def _class_member_functions(raw: Any) -> list[Any]:
     if isinstance(raw, (staticmethod, classmethod)):
         raw = raw.__func__
     if isinstance(raw, property):
@@ -746,7 +760,7 @@ def _name_of(obj: Any) -> str:
         return f"<{canonical_module(t.__module__)}.{t.__qualname__}>"
 
 
-def _weakref(obj: Any):
+def _weakref(obj: Any) -> Callable[[], Any]:
     try:
         return weakref.ref(obj)
     except TypeError:
@@ -765,11 +779,11 @@ class VersionTracker:
     def __init__(self, obj: Any) -> None:
         self._ref = _weakref(obj)
         self.digest: Digest | None = None
-        self._codes: tuple = ()
-        self._names: tuple = ()
-        self._cells: tuple = ()
-        self._contents: list = []
-        self._nested: tuple = ()
+        self._codes: tuple[tuple[Any, types.CodeType], ...] = ()
+        self._names: tuple[tuple[Any, str, Any], ...] = ()
+        self._cells: tuple[tuple[types.CellType, Any], ...] = ()
+        self._contents: list[tuple[Any, Digest, bytes | None]] = []
+        self._nested: tuple[VersionTracker, ...] = ()
         self.unhashable: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.computations = 0  # how many times the version was computed (for tests and diagnostics)
@@ -853,7 +867,7 @@ class VersionTracker:
         return digest
 
 
-_trackers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_trackers: weakref.WeakKeyDictionary[Any, VersionTracker] = weakref.WeakKeyDictionary()
 _trackers_lock = threading.Lock()
 
 
@@ -898,11 +912,12 @@ class VersionedFingerprinter(Fingerprinter):
         self.trackers: list[VersionTracker] = []
 
     def child(self) -> "VersionedFingerprinter":
-        c = super().child()
+        c = VersionedFingerprinter()
+        c.stack = self.stack
         c.trackers = self.trackers
         return c
 
-    def function(self, f) -> None:
+    def function(self, f: Any) -> None:
         super().function(f)
         if _is_user_obj(f):
             t = version_tracker(f)

@@ -6,6 +6,8 @@ is cheap to hash, compare and use as a dict key, and prints as 32 hex digits.
 
 from __future__ import annotations
 
+from typing import Any
+
 import xxhash
 
 __all__ = ["Digest", "digest_bytes", "Hasher"]
@@ -58,6 +60,6 @@ class Digest(bytes):
         return self.hex()[:12]
 
 
-def digest_bytes(data) -> Digest:
+def digest_bytes(data: Any) -> Digest:
     """xxh3-128 of a bytes-like object, without copying it."""
     return bytes.__new__(Digest, xxhash.xxh3_128_digest(data))

@@ -104,7 +104,7 @@ def canonical_module(name: str | None) -> str:
 _KEY_MODULES = {
     "casmon.keys.digest": "casmon.digest", "casmon.keys.fingerprint": "casmon.fingerprint",
     "casmon.keys.codeversion": "casmon.codeversion", "casmon.store.store": "casmon.store",
-    "casmon.maintenance.gc": "casmon.gc", "casmon.view.display": "casmon.display",
+    "casmon.maintenance.collect": "casmon.gc", "casmon.view.display": "casmon.display",
     "casmon.view.progress": "casmon.progress", "casmon.runs.gitstate": "casmon.gitstate",
     "casmon.runs.capture": "casmon.capture", "casmon.cli.demo": "casmon.demo", "casmon.cli.ui": "casmon.ui.commands",
     "casmon.compat.importer": "casmon.importer",
@@ -128,14 +128,22 @@ def casmon_key_module(name: str) -> str:
 
 def qualified_name(obj: Any) -> str:
     """``module.qualname`` of a function or class, with :func:`canonical_module` applied."""
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    name: str | None = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if name is None:
         raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
-    return f"{canonical_module(getattr(obj, '__module__', None))}.{name}"
+    return _key_class_module(canonical_module(getattr(obj, '__module__', None)), name) + "." + name
 
 
 def type_name(t: type) -> bytes:
-    return f"{canonical_module(t.__module__)}.{t.__qualname__}".encode()
+    return f"{_key_class_module(canonical_module(t.__module__), t.__qualname__)}.{t.__qualname__}".encode()
+
+
+#: casmon's classes that moved to another module than their old module's new home, by the module keys name.
+_KEY_CLASSES = {("casmon.errors", "StoreDamageWarning"): "casmon.table"}
+
+
+def _key_class_module(module: str, qualname: str) -> str:
+    return _KEY_CLASSES.get((module, qualname), module) if module.startswith("casmon") else module
 
 
 class _PathError(Exception):
@@ -176,7 +184,7 @@ class _Fingerprinter:
             self.out.clear()
         return Digest.from_raw(self.h.digest())
 
-    def buffer(self, mv) -> None:
+    def buffer(self, mv: Any) -> None:
         """Hash a large contiguous buffer without copying it."""
         if self.out:
             self.h.update(self.out)
@@ -242,7 +250,7 @@ class _Fingerprinter:
         else:
             self.reduced(v)
 
-    def _user_hasher(self, t: type):
+    def _user_hasher(self, t: type) -> Callable[[Any], Any] | None:
         cache = self._user_cache
         try:
             return cache[t]
@@ -258,40 +266,40 @@ class _Fingerprinter:
         return fn
 
     # -- scalars -------------------------------------------------------------
-    def none(self, v) -> None:
+    def none(self, v: Any) -> None:
         self.out += b"N"
 
-    def bool_(self, v) -> None:
+    def bool_(self, v: Any) -> None:
         self.out += b"T" if v else b"F"
 
-    def int_(self, v) -> None:
+    def int_(self, v: Any) -> None:
         if -(1 << 63) <= v < (1 << 63):
             self.out += b"q" + _pack_q(v)
         else:
             n = (v.bit_length() + 8) // 8
             self.out += b"I" + _pack_Q(n) + v.to_bytes(n, "little", signed=True)
 
-    def float_(self, v) -> None:
+    def float_(self, v: Any) -> None:
         self.out += b"fN" if v != v else b"f" + _pack_d(v)
 
-    def complex_(self, v) -> None:
+    def complex_(self, v: Any) -> None:
         re, im = v.real, v.imag
         self.out += b"c" + _pack_dd(math.nan if re != re else re, math.nan if im != im else im)
 
-    def str_(self, v) -> None:
+    def str_(self, v: Any) -> None:
         b = v.encode("utf-8", "surrogatepass")
         self.out += b"s" + _pack_Q(len(b)) + b
 
-    def bytes_(self, v) -> None:
+    def bytes_(self, v: Any) -> None:
         self._blob(b"b", v)
 
-    def bytearray_(self, v) -> None:
+    def bytearray_(self, v: Any) -> None:
         self._blob(b"y", v)
 
-    def memoryview_(self, v) -> None:
+    def memoryview_(self, v: Any) -> None:
         self._blob(b"m", v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes())
 
-    def _blob(self, tag: bytes, v) -> None:
+    def _blob(self, tag: bytes, v: Any) -> None:
         n = len(v) if not isinstance(v, memoryview) else v.nbytes
         self.out += tag + _pack_Q(n)
         if n > _INLINE_LIMIT:
@@ -300,7 +308,7 @@ class _Fingerprinter:
             self.out += v
 
     # -- containers ----------------------------------------------------------
-    def _enter(self, v) -> bool:
+    def _enter(self, v: Any) -> bool:
         """Register a container on the walk; emit a back-reference if it is a cycle."""
         i = id(v)
         depth = self.stack.get(i)
@@ -310,7 +318,7 @@ class _Fingerprinter:
         self.stack[i] = len(self.stack)
         return True
 
-    def sequence(self, v, tag: bytes) -> None:
+    def sequence(self, v: Any, tag: bytes) -> None:
         if not self._enter(v):
             return
         self.out += tag + _pack_Q(len(v))
@@ -323,13 +331,13 @@ class _Fingerprinter:
                 raise
         del self.stack[id(v)]
 
-    def tuple_(self, v) -> None:
+    def tuple_(self, v: Any) -> None:
         self.sequence(v, b"(")
 
-    def list_(self, v) -> None:
+    def list_(self, v: Any) -> None:
         self.sequence(v, b"[")
 
-    def dict_(self, v) -> None:
+    def dict_(self, v: Any) -> None:
         if not self._enter(v):
             return
         self.out += b"{" + _pack_Q(len(v))
@@ -343,7 +351,7 @@ class _Fingerprinter:
                 raise
         del self.stack[id(v)]
 
-    def set_(self, v, tag: bytes = b"S") -> None:
+    def set_(self, v: Any, tag: bytes = b"S") -> None:
         if not self._enter(v):
             return
         parts = []
@@ -359,7 +367,7 @@ class _Fingerprinter:
         self.out += tag + _pack_Q(len(parts)) + b"".join(parts)
         del self.stack[id(v)]
 
-    def frozenset_(self, v) -> None:
+    def frozenset_(self, v: Any) -> None:
         self.set_(v, b"Z")
 
     # -- numpy -----------------------------------------------------------------
@@ -429,13 +437,14 @@ class _Fingerprinter:
                 if hasattr(a, name):
                     attrs[name] = getattr(a, name)
             if isinstance(a, np.ma.MaskedArray):
+                m: Any = a  # numpy's stubs omit the internals a masked array pickles
                 for k in _MASKED_INTERNALS:
                     attrs.pop(k, None)
-                mask = a._mask
+                mask = m._mask
                 self.feed(None if mask is np.ma.nomask else np.asarray(mask).view(np.ndarray))
-                self.feed(a._fill_value)
-                self.feed(bool(a._hardmask))
-                self.feed(a._baseclass)
+                self.feed(m._fill_value)
+                self.feed(bool(m._hardmask))
+                self.feed(m._baseclass)
             elif isinstance(a, np.memmap):
                 for k in ("_mmap", "filename", "offset", "mode"):
                     attrs.pop(k, None)
@@ -451,7 +460,7 @@ class _Fingerprinter:
             self.stack.pop(id(a), None)
 
     # -- pandas ----------------------------------------------------------------
-    def pandas(self, v) -> None:
+    def pandas(self, v: Any) -> None:
         """pandas objects by everything a function can see: values with their exact dtype
         (a categorical's categories, their order and the ordered flag), index names and
         ``freq``, MultiIndex levels and codes, ``attrs``, ``flags`` and a subclass's ``_metadata``."""
@@ -479,7 +488,7 @@ class _Fingerprinter:
         if meta:
             self.feed({m: getattr(v, m, None) for m in meta})
 
-    def _pandas_index(self, v) -> None:
+    def _pandas_index(self, v: Any) -> None:
         import pandas as pd
 
         if isinstance(v, pd.MultiIndex):
@@ -495,7 +504,7 @@ class _Fingerprinter:
         freq = getattr(v, "freq", None) if isinstance(v, (pd.DatetimeIndex, pd.TimedeltaIndex)) else None
         self.feed(freq)
 
-    def _pandas_values(self, dtype, obj) -> None:
+    def _pandas_values(self, dtype: Any, obj: Any) -> None:
         if isinstance(dtype, np.dtype):
             self.out += b"n" + _len_prefixed(_dtype_key(dtype))
             if not dtype.hasobject:
@@ -521,14 +530,14 @@ class _Fingerprinter:
     def type_(self, t: type) -> None:
         self.out += b"t" + _len_prefixed(_global_name(t))
 
-    def function(self, f) -> None:
+    def function(self, f: Any) -> None:
         name = getattr(f, "__qualname__", "") or getattr(f, "__name__", "")
         if "<lambda>" in name or "<locals>" in name:
             # No stable name: two different lambdas would look the same. Refuse (never a wrong hit).
             raise _PathError([], f, TypeError(f"{name} has no importable name to identify it by"))
         self.out += b"g" + _len_prefixed(_global_name(f))
 
-    def reduced(self, v) -> None:
+    def reduced(self, v: Any) -> None:
         """Hash an object the way pickle sees it (``__reduce_ex__(5)``), names by name."""
         if not self._enter(v):
             return
@@ -563,7 +572,7 @@ class _Fingerprinter:
         self.buffer(raw)
 
 
-def _global_name(obj) -> bytes:
+def _global_name(obj: Any) -> bytes:
     return qualified_name(obj).encode()
 
 
@@ -597,7 +606,7 @@ def _dtype_key(dt: np.dtype) -> bytes:
         return key
 
 
-def _pandas_kind(v) -> str | None:
+def _pandas_kind(v: Any) -> str | None:
     pd = _sys_modules.get("pandas")  # a pandas object exists only once pandas is imported
     if pd is None:
         return None

@@ -1,9 +1,20 @@
 """Experiment records: ``casmon.record`` keeps what a run was; runs are listed, compared, restored.
 
-``recorder`` (record, manifests, diff, restore, export), ``gitstate`` (the code
-state through GitPython), ``capture`` (console output).
+``recorder`` (record, the run while it goes on), ``manifest`` (the run's record
+kind, refs and manifest checks), ``listing`` (``RunInfo``, list and load runs),
+``comparison`` (``diff``), ``folders`` (``restore`` and ``export``), ``gitstate``
+(the code state through GitPython), ``capture`` (console output).
 """
 
-from casmon.runs.recorder import RunInfo, RunWarning, diff, export, list_runs, load_run, record, record_context, restore
+from casmon.runs.comparison import diff
+from casmon.runs.folders import UnsafePathError, export, restore, safe_target, vcs_component
+from casmon.runs.gitstate import CodeState, capture_code_state
+from casmon.runs.listing import RunInfo, list_runs, load_run
+from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS, check_run_manifest
+from casmon.runs.recorder import Run, RunWarning, notebook_path, record, record_context
 
-__all__ = ["record", "record_context", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export"]
+__all__ = [
+    "record", "record_context", "Run", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export",
+    "UnsafePathError", "safe_target", "vcs_component", "CodeState", "capture_code_state", "KIND_RUN", "RUN_REFS",
+    "PREFIX_RE", "check_run_manifest", "notebook_path",
+]

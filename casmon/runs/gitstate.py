@@ -63,7 +63,10 @@ def capture_code_state(path: str | os.PathLike | None = None, exclude: list[str]
         state.notes.append(f"not a git repository: git failed ({e})")
         return state
     try:
-        root = Path(repo.working_tree_dir).resolve()
+        work_tree = repo.working_tree_dir
+        if work_tree is None:
+            raise TypeError("a bare repository")
+        root = Path(work_tree).resolve()
     except Exception:  # noqa: BLE001 - a bare repository
         state.root = str(start)
         state.notes.append("not a git repository: a bare repository has no work tree")

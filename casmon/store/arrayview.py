@@ -27,7 +27,10 @@ from casmon.keys.digest import Digest
 from casmon.store.serialize import dtype_from_meta
 
 if TYPE_CHECKING:
-    from casmon.store.store import Manifest, Store
+    from zarr.core.buffer import Buffer, BufferPrototype
+
+    from casmon.store.manifest import Manifest
+    from casmon.store.store import Store
 
 __all__ = ["ChunkView", "StoredArray", "open_array"]
 
@@ -96,7 +99,8 @@ class ChunkView(ZarrStore):
         self.chunks_read += 1
         return out.tobytes()
 
-    async def get(self, key: str, prototype=None, byte_range: ByteRequest | None = None):
+    async def get(self, key: str, prototype: BufferPrototype | None = None,
+                  byte_range: ByteRequest | None = None) -> Buffer | None:
         if prototype is None:
             from zarr.buffer import default_buffer_prototype
 
@@ -109,7 +113,8 @@ class ChunkView(ZarrStore):
         data = await asyncio.to_thread(self._read_chunk, i)
         return prototype.buffer.from_bytes(_slice(data, byte_range))
 
-    async def get_partial_values(self, prototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]):
+    async def get_partial_values(self, prototype: BufferPrototype,
+                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
         return [await self.get(k, prototype, r) for k, r in key_ranges]
 
     async def exists(self, key: str) -> bool:
@@ -142,9 +147,9 @@ class ChunkView(ZarrStore):
                 yield k
 
 
-def _metadata(dtype: np.dtype, shape: tuple[int, ...], chunks: tuple[int, ...], fortran: bool) -> bytes:
+def _metadata(dtype: np.dtype[Any], shape: tuple[int, ...], chunks: tuple[int, ...], fortran: bool) -> bytes:
     """Let zarr write the metadata for this array into a scratch store, and take it."""
-    scratch: dict = {}
+    scratch: dict[str, Buffer] = {}
     kwargs: dict[str, Any] = {"compressors": None, "fill_value": np.zeros((), dtype=dtype).item() if dtype.kind not in "SUVO" else None}
     if fortran and len(shape) > 1:
         from zarr.codecs import TransposeCodec
@@ -160,7 +165,8 @@ def _metadata(dtype: np.dtype, shape: tuple[int, ...], chunks: tuple[int, ...], 
     return scratch["zarr.json"].to_bytes()
 
 
-def open_array(store: Store, manifest: Manifest) -> zarr.Array:
+def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
+    """A lazy read-only ``zarr.Array`` over the stored array ``manifest`` describes (reads only the chunks a slice touches)."""
     if manifest.tag != "array":
         raise TypeError(f"value {manifest.digest.hex()} is a {manifest.tag} value, not a numpy array")
     meta = manifest.meta
@@ -191,7 +197,7 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array:
         return arr
 
 
-class StoredArray(zarr.Array):
+class StoredArray(zarr.Array[Any]):
     """A stored array opened lazily: a read-only ``zarr.Array`` that says what it is (shape, dtype, chunks, digest)."""
 
     @display.guarded_text("array")

@@ -19,8 +19,10 @@ of the on-disk format and never change meaning; decoding needs only the id.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import xxhash
@@ -28,8 +30,14 @@ import xxhash
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
+
 __all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "encode_frame_parts", "decode_frame", "decode_body",
            "worth_compressing", "FRAME_HEADER"]
+
+#: What a frame is read into: the backends return bytes or numpy byte arrays, packs are sliced as memoryviews.
+FrameData = bytes | bytearray | memoryview | np.ndarray[Any, np.dtype[Any]]
 
 MAGIC = b"CSMN"
 FRAME_VERSION = 1
@@ -51,7 +59,7 @@ class Codec:
     id: int
     name: str
 
-    def compress(self, data: memoryview, typesize: int = 1) -> bytes:
+    def compress(self, data: Buffer, typesize: int = 1) -> bytes:
         if self.id == 3:  # table files: see _lz4_compress
             return _lz4_compress()(data)
         c = _numcodec(self.id, typesize)
@@ -59,7 +67,8 @@ class Codec:
             return bytes(data)
         return bytes(c.encode(data))
 
-    def decompress(self, data, raw_len: int, out=None):
+    def decompress(self, data: Buffer, raw_len: int, out: Any = None) -> Any:
+        """The raw payload: in ``out`` when given (returned), else a new bytes-like object."""
         if self.id == 3:  # a lookup decodes one lz4 block: 2 µs, not numcodecs' 15
             if out is None:
                 return _lz4().decompress(data)
@@ -97,7 +106,7 @@ def get_codec(name: str) -> Codec:
 
 
 @lru_cache(maxsize=1)
-def _lz4_compress():
+def _lz4_compress() -> Callable[[Buffer], bytes]:
     """``compress(data) -> bytes`` in numcodecs' LZ4 format (a little-endian u32 size, then the lz4
     block), through the ``lz4`` package: the same bytes (checked by a test), and 1 ms to import where
     numcodecs takes 60-90 ms (its codec registry scans every installed package's entry points) -- a
@@ -112,7 +121,7 @@ def _lz4_compress():
 
 
 @lru_cache(maxsize=1)
-def _lz4():
+def _lz4() -> Any:
     """numcodecs' lz4 module: ``compress(data, acceleration)`` and ``decompress(data)``, in the
     format of ``numcodecs.LZ4`` (a little-endian u32 size, then the lz4 block)."""
     from numcodecs import lz4
@@ -121,7 +130,7 @@ def _lz4():
 
 
 @lru_cache(maxsize=64)
-def _numcodec(codec_id: int, typesize: int):
+def _numcodec(codec_id: int, typesize: int) -> Any:
     if codec_id == 0:
         return None
     import numcodecs  # on first use: not every import of casmon compresses anything
@@ -178,18 +187,19 @@ def worth_compressing(mv: memoryview, codec: Codec, typesize: int = 1) -> bool:
     return len(codec.compress(memoryview(sample), typesize)) < PROBE_RATIO * len(sample)
 
 
-def encode_frame_parts(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest | None = None):
+def encode_frame_parts(raw: Buffer, kind: int, codec: Codec, typesize: int = 1,
+                       digest: Digest | None = None) -> tuple[Digest, bytes, bytes | memoryview]:
     """Like :func:`encode_frame`, but return ``(digest, header, payload)`` without joining them.
 
     A raw payload is ``raw`` itself (a memoryview, not a copy), so a large chunk
     can be written with two writes and no copy. Chunks (``KIND_CHUNK``) of at
     least ``PROBE_MIN`` bytes are probed first (:func:`worth_compressing`).
     """
-    mv = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
+    mv: bytes | memoryview = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
     if digest is None:
         digest = Digest(xxhash.xxh3_128_digest(mv))
     n = len(mv)
-    payload = None
+    payload: bytes | memoryview | None = None
     if codec.id and n >= 64 and (kind != KIND_CHUNK or worth_compressing(memoryview(mv), codec, typesize)):
         payload = codec.compress(mv, typesize)
     cid = codec.id
@@ -200,7 +210,7 @@ def encode_frame_parts(raw, kind: int, codec: Codec, typesize: int = 1, digest: 
     return digest, header, payload
 
 
-def encode_frame(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest | None = None) -> tuple[Digest, bytes]:
+def encode_frame(raw: Buffer, kind: int, codec: Codec, typesize: int = 1, digest: Digest | None = None) -> tuple[Digest, bytes]:
     """Hash ``raw``, compress it, and return ``(digest, frame bytes)``.
 
     If compression does not pay (incompressible data), the payload is stored raw,
@@ -213,10 +223,10 @@ def encode_frame(raw, kind: int, codec: Codec, typesize: int = 1, digest: Digest
 _WORDS = struct.Struct("<5Q")
 
 
-def _xor_at(data, offset: int) -> int:
+def _xor_at(data: Buffer, offset: int) -> int:
     """XOR of the 40 header bytes at ``offset`` (with the check byte in place, a sound header XORs to 0)."""
     a, b2, c, d, e = _WORDS.unpack_from(data, offset)
-    w = a ^ b2 ^ c ^ d ^ e
+    w: int = a ^ b2 ^ c ^ d ^ e
     w ^= w >> 32
     w ^= w >> 16
     w ^= w >> 8
@@ -228,10 +238,12 @@ def _xor(b: bytes) -> int:
     return _xor_at(b, 0)
 
 
-def read_header(data, key: str, offset: int = 0) -> Frame:
+def read_header(data: FrameData, key: str, offset: int = 0) -> Frame:
+    """The checked header of the frame at ``offset`` (magic, version, codec, kind, check byte)."""
     if len(data) - offset < FRAME_HEADER:
         raise DamagedObjectError(key, f"truncated: {len(data) - offset} bytes, shorter than a header")
-    magic, version, cid, kind, _flags, raw_len, stored_len, dig = _HEADER.unpack_from(data, offset)
+    buf = cast("Buffer", data)  # numpy's stubs omit the buffer protocol its arrays have
+    magic, version, cid, kind, _flags, raw_len, stored_len, dig = _HEADER.unpack_from(buf, offset)
     if magic != MAGIC:
         raise DamagedObjectError(key, "not a casmon object (bad magic)")
     if version != FRAME_VERSION:
@@ -240,7 +252,7 @@ def read_header(data, key: str, offset: int = 0) -> Frame:
         raise DamagedObjectError(key, f"unknown codec id {cid}")
     if kind not in KIND_NAMES:
         raise DamagedObjectError(key, f"unknown object kind {kind}")
-    if _xor_at(data, offset) != 0:
+    if _xor_at(buf, offset) != 0:
         raise DamagedObjectError(key, "the header fails its check byte")
     return Frame(Digest.from_raw(dig), kind, cid, raw_len, stored_len)
 
@@ -249,7 +261,7 @@ def read_header(data, key: str, offset: int = 0) -> Frame:
 MAX_RATIO = 1 << 16
 
 
-def _declared_size(codec_id: int, body) -> int | None:
+def _declared_size(codec_id: int, body: bytes | memoryview) -> int | None:
     """The uncompressed size a payload states about itself (blosc and lz4 do), or None."""
     if codec_id in (1, 4):  # blosc header: version, versionlz, flags, typesize, nbytes u32, blocksize u32, cbytes u32
         return int.from_bytes(bytes(body[4:8]), "little") if len(body) >= 16 else -1
@@ -260,12 +272,12 @@ def _declared_size(codec_id: int, body) -> int | None:
     return None
 
 
-def _zstd_content_size(body) -> int:
+def _zstd_content_size(body: bytes | memoryview) -> int:
     """The content size a zstd frame header states, or -1 if it states none or is not a zstd frame.
 
     numcodecs compresses with ``ZSTD_compress2``, which always writes the size, so
     every zstd payload casmon wrote states it; without this check a 16 KiB payload
-    could claim a gigabyte (found by an attack: 1 GiB allocated before the codec failed).
+    could claim a gigabyte and have it allocated before the codec failed.
     """
     if len(body) < 6 or bytes(body[:4]) != b"\x28\xb5\x2f\xfd":
         return -1
@@ -279,7 +291,8 @@ def _zstd_content_size(body) -> int:
     return n + 256 if size == 2 else n
 
 
-def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tuple[Frame, bytes | memoryview]:
+def decode_frame(data: FrameData, key: str, expect: Digest | None = None,
+                 out: Any = None) -> tuple[Frame, bytes | memoryview]:
     """Check and decompress a frame. Never returns bytes that do not match the digest.
 
     ``out`` (a writable buffer of exactly the raw length) receives the payload
@@ -288,29 +301,30 @@ def decode_frame(data, key: str, expect: Digest | None = None, out=None) -> tupl
     frame = read_header(data, key)
     if expect is not None and frame.digest != expect:
         raise DamagedObjectError(key, f"header names digest {frame.digest.hex()}, expected {expect.hex()}")
-    return frame, decode_body(frame, memoryview(data)[FRAME_HEADER:], key, out)
+    return frame, decode_body(frame, memoryview(cast("Buffer", data))[FRAME_HEADER:], key, out)
 
 
 _LZ4_ID = 3
 _LZ4_HEADER = struct.Struct(_HEADER.format + "I")  # the header, then lz4's own size field
-_lz4_decompress = None
+_lz4_decompress: Callable[[Buffer], bytes] | None = None
 
 
-def decode_table_block(data, key: str, at: int = 0) -> bytes:
+def decode_table_block(data: FrameData, key: str, at: int = 0) -> bytes:
     """The payload of a table block's frame (lz4, kind table), checked exactly as
     :func:`decode_frame` checks it: the usual case in a few steps (a lookup decodes
     one block, and each Python step is a tenth of its cost); anything unusual goes
     through :func:`decode_frame`, whose errors name what is wrong."""
     global _lz4_decompress
     if len(data) > FRAME_HEADER + 4:
-        magic, version, cid, kind, _flags, raw_len, stored_len, dig, declared = _LZ4_HEADER.unpack_from(data, 0)
+        buf = cast("Buffer", data)  # numpy's stubs omit the buffer protocol its arrays have
+        magic, version, cid, kind, _flags, raw_len, stored_len, dig, declared = _LZ4_HEADER.unpack_from(buf, 0)
         if (magic == MAGIC and version == FRAME_VERSION and cid == _LZ4_ID and kind == KIND_TABLE
                 and stored_len == len(data) - FRAME_HEADER and declared == raw_len
-                and raw_len <= MAX_RATIO * stored_len + 4096 and not _xor_at(data, 0)):
+                and raw_len <= MAX_RATIO * stored_len + 4096 and not _xor_at(buf, 0)):
             if _lz4_decompress is None:
                 _lz4_decompress = _lz4().decompress
             try:
-                raw = _lz4_decompress(memoryview(data)[FRAME_HEADER:])
+                raw = _lz4_decompress(memoryview(buf)[FRAME_HEADER:])
             except Exception:  # noqa: BLE001 - damage: decode_frame below says what
                 raw = None
             if raw is not None and len(raw) == raw_len and xxhash.xxh3_128_digest(raw) == dig:
@@ -319,11 +333,12 @@ def decode_table_block(data, key: str, at: int = 0) -> bytes:
     return raw if isinstance(raw, bytes) else bytes(raw)
 
 
-def decode_body(frame: Frame, body, key: str, out=None, placed: bool = False):
+def decode_body(frame: Frame, body: bytes | memoryview, key: str, out: Any = None, placed: bool = False) -> Any:
     """Check and decompress the payload ``body`` of a frame whose header is ``frame``.
 
     ``placed=True`` says the raw payload was already read straight into ``out``
-    (``body`` is then ``out``): only its length and digest are checked.
+    (``body`` is then ``out``): only its length and digest are checked. Returns
+    ``out`` when given, else a bytes-like object of the raw payload.
     """
     if len(body) != frame.stored_len:
         raise DamagedObjectError(key, f"payload is {len(body)} bytes, header says {frame.stored_len} (truncated or extended)")
@@ -365,7 +380,7 @@ def decode_body(frame: Frame, body, key: str, out=None, placed: bool = False):
     return raw
 
 
-def typesize_of(buf) -> int:
+def typesize_of(buf: object) -> int:
     """The element size to shuffle by, for blosc."""
     if isinstance(buf, np.ndarray):
         return buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
@@ -374,7 +389,7 @@ def typesize_of(buf) -> int:
     return 1
 
 
-def split_pack(data, key: str) -> list[tuple[int, int, Frame]]:
+def split_pack(data: FrameData, key: str) -> list[tuple[int, int, Frame]]:
     """Walk a pack from its start: ``(offset, length, header)`` of every frame.
 
     Raises :class:`DamagedObjectError` where the chain of headers breaks.

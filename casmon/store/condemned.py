@@ -30,12 +30,16 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["MIN_GRACE", "VIEW_MAX", "RELY_MAX", "PREFIX", "CondemnedList", "encode", "decode", "new_name"]
 
@@ -102,7 +106,7 @@ def encode(lst: CondemnedList) -> bytes:
     return encode_frame(payload, KIND_TABLE, _ZSTD)[1]
 
 
-def decode(name: str, data) -> CondemnedList:
+def decode(name: str, data: bytes | memoryview | npt.NDArray[np.uint8]) -> CondemnedList:
     """Parse a list; :class:`DamagedObjectError` naming it if anything is off."""
     key = PREFIX + name
     raw = decode_frame(data, key)[1]

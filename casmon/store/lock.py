@@ -30,6 +30,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import xxhash
 
@@ -59,7 +60,7 @@ class StoreLock:
         self.backend = backend
         self.what = what
         self._mine: bytes | None = None
-        self.holder: dict = {}
+        self.holder: dict[str, Any] = {}
 
     def acquire(self, break_lock: bool = False) -> bool:
         """Take the lock if it is free (or its holder died); never waits. False if someone holds it."""
@@ -73,9 +74,9 @@ class StoreLock:
                 return True
             if got is None:
                 continue  # released meanwhile: try again
-            got = bytes(got)
+            taken = bytes(got)
             try:
-                info = json.loads(got)
+                info = json.loads(taken)
                 if not isinstance(info, dict):
                     raise ValueError("not an object")
             except ValueError:
@@ -85,7 +86,7 @@ class StoreLock:
                 self.backend.delete(LOCK_KEY)
                 continue
             if not info or _dead(info):
-                if not self._break(got, mine):
+                if not self._break(taken, mine):
                     time.sleep(0.01)  # another taker is breaking it: see what it leaves
                 continue
             return False
@@ -98,10 +99,10 @@ class StoreLock:
         for n in range(_CLAIMS_MAX):
             key = f"{base}-{n}"
             self.backend.create(key, mine)
-            won = self.backend.get(key)
-            if won is None:
+            got = self.backend.get(key)
+            if got is None:
                 continue  # forgotten meanwhile (gc): claim the next number
-            won = bytes(won)
+            won = bytes(got)
             if won != mine:
                 if _claim_dead(won):
                     continue
@@ -129,7 +130,7 @@ class StoreLock:
         return f"{h.get('what', 'gc')} (pid {h.get('pid')} on {h.get('host')}, since {since})"
 
 
-def _dead(info: dict) -> bool:
+def _dead(info: dict[str, Any]) -> bool:
     return _gone(info, STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT))
 
 
@@ -142,7 +143,7 @@ def _claim_dead(data: bytes) -> bool:
     return not isinstance(info, dict) or _gone(info, CLAIM_STALE)
 
 
-def _gone(info: dict, limit: float) -> bool:
+def _gone(info: dict[str, Any], limit: float) -> bool:
     """Older than ``limit`` seconds, or taken by a process of this host that is gone."""
     try:
         if time.time() - float(info.get("time", 0)) > limit:

@@ -21,24 +21,42 @@ points at a pack that is not there. Every read checks the frame's digest.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import struct
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import xxhash
 
 from casmon import faultpoints
 from casmon.store import condemned
 from casmon.store.backend import Backend
-from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, Codec, decode_body, decode_frame, encode_frame, encode_frame_parts, read_header
+from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame, encode_frame_parts, read_header
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.store.table import Table
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from typing_extensions import TypeAlias
+
+    #: A blob's raw bytes as a caller hands them in.
+    Raw: TypeAlias = bytes | bytearray | memoryview
+    #: A buffer a read fills in place (a slice of a value's buffer).
+    Out: TypeAlias = npt.NDArray[np.uint8] | bytearray | memoryview
+    #: A blob waiting for a pack: (frame, kind, logical size, the view it was checked under).
+    Waiting: TypeAlias = tuple[bytes, int, int, float]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 __all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
 
@@ -81,7 +99,7 @@ def chunk_pool() -> ThreadPoolExecutor | None:
         return pool
 
 
-def _map(fn, items: list) -> list:
+def _map(fn: Callable[[_T], _R], items: list[_T]) -> list[_R | None]:
     """``[fn(x) for x in items]`` on the chunk pool (in order; the first error is raised after all ended)."""
     pool = chunk_pool() if len(items) > 1 else None
     if pool is None:
@@ -90,7 +108,8 @@ def _map(fn, items: list) -> list:
         futs = [pool.submit(fn, x) for x in items]
     except RuntimeError:  # the interpreter began to exit meanwhile
         return [fn(x) for x in items]
-    out, error = [], None
+    out: list[_R | None] = []
+    error: BaseException | None = None
     for f in futs:
         try:
             out.append(f.result())
@@ -102,7 +121,7 @@ def _map(fn, items: list) -> list:
     return out
 
 
-def _readinto(f, mv: memoryview) -> int:
+def _readinto(f: io.RawIOBase, mv: memoryview) -> int:
     """Fill ``mv`` from file ``f`` (unbuffered reads may return less than asked); the bytes read."""
     got = 0
     while got < mv.nbytes:
@@ -118,7 +137,7 @@ def _readinto(f, mv: memoryview) -> int:
 _PIECE = 1 << 20
 
 
-def _readinto_hashed(f, mv: memoryview) -> tuple[int, bytes]:
+def _readinto_hashed(f: io.RawIOBase, mv: memoryview) -> tuple[int, bytes]:
     """Fill ``mv`` from file ``f`` piece by piece, hashing each piece as it lands: (bytes read, xxh3-128)."""
     h = xxhash.xxh3_128()
     got = 0
@@ -133,7 +152,12 @@ def _readinto_hashed(f, mv: memoryview) -> tuple[int, bytes]:
     return got, h.digest()
 
 
-def _hash(mv) -> Digest:
+def _bytes_of(buf: Out) -> memoryview:
+    """``buf`` as one flat view of bytes (numpy's type stubs give arrays the buffer protocol only from Python 3.12)."""
+    return (buf.data if isinstance(buf, np.ndarray) else memoryview(buf)).cast("B")
+
+
+def _hash(mv: Raw) -> Digest:
     return Digest.from_raw(xxhash.xxh3_128_digest(mv))
 
 
@@ -181,7 +205,7 @@ class _LRU:
         self.d: OrderedDict[object, bytes] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, k):
+    def get(self, k: object) -> bytes | None:
         v = self.d.get(k)
         if v is not None:
             try:
@@ -190,7 +214,7 @@ class _LRU:
                 pass
         return v
 
-    def put(self, k, v) -> None:
+    def put(self, k: object, v: bytes) -> None:
         n = len(v)
         if n > self.max_bytes // 4:
             return
@@ -218,12 +242,13 @@ class ObjectStore:
         self.backend = backend
         self.index = Table(backend, "index/", writer)
         self._lock = threading.RLock()
-        self._pending: dict[Digest, tuple[bytes, int, int, float]] = {}  # digest -> (frame, kind, size, view)
-        self._flushing: dict[bytes, tuple[bytes, int, int, float]] = {}  # taken by a flush, not indexed yet
+        # Keyed by a Digest's plain bytes (equal to it, same hash): see _queue.
+        self._pending: dict[bytes, Waiting] = {}  # digest -> (frame, kind, size, view)
+        self._flushing: dict[bytes, Waiting] = {}  # taken by a flush, not indexed yet
         self._pending_bytes = 0
         # Blobs this writer relies on as stored -> the time (monotonic) of the condemned-list view
         # under which it last checked them: stored, and condemned by no list it could see.
-        self._known: dict[Digest, float] = {}
+        self._known: dict[bytes, float] = {}
         self._condemned: set[Digest] = set()  # union of the visible condemned lists
         self._lists: dict[str, list[Digest]] = {}  # visible condemned lists -> their digests
         self._view_at = -math.inf  # when the condemned lists were last listed (monotonic)
@@ -236,11 +261,11 @@ class ObjectStore:
         # value gc deleted is found missing (and the cache asks the store for the newest entry).
         self._put_raw = _LRU(1 << 20)
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
-        self._inflight: list = []  # loose writes under way (futures)
+        self._inflight: list[tuple[Digest, Future[None], float]] = []  # loose writes under way
         self._inflight_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------------
-    def put(self, raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None,
+    def put(self, raw: Raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None,
             digest: Digest | None = None) -> Digest:
         """Store a blob (if it is not stored yet) and return its digest.
 
@@ -291,21 +316,21 @@ class ObjectStore:
         return [self.put(v, kind, codec, typesize, digest=d) for v, d in zip(views, digests)]
 
     @staticmethod
-    def _submit(fn, *args) -> Future:
+    def _submit(fn: Callable[..., _R], *args: Any) -> Future[_R]:
         pool = chunk_pool()
         if pool is not None:
             try:
                 return pool.submit(fn, *args)
             except RuntimeError:  # the interpreter began to exit meanwhile
                 pass
-        fut: Future = Future()
+        fut: Future[_R] = Future()
         try:
             fut.set_result(fn(*args))
         except BaseException as e:  # noqa: BLE001 - raised by wait_writes, like a pool job's
             fut.set_exception(e)
         return fut
 
-    def _write_loose(self, d: Digest, raw, kind: int, codec: Codec, typesize: int) -> None:
+    def _write_loose(self, d: Digest, raw: Raw, kind: int, codec: Codec, typesize: int) -> None:
         """Write a large blob as a loose object unless it is there (create-if-absent); any thread."""
         key = loose_key(d)
         path = self.backend.local_path(key)
@@ -322,7 +347,7 @@ class ObjectStore:
                 self._pending[bytes(d)] = (frame, kind, size, vt)
                 self._pending_bytes += len(frame)
 
-    def _rewrite(self, d: Digest, raw, kind: int, codec: Codec, typesize: int, size: int, vt: float) -> Digest:
+    def _rewrite(self, d: Digest, raw: Raw, kind: int, codec: Codec, typesize: int, size: int, vt: float) -> Digest:
         """Store a good copy of a blob that was found damaged (self-healing on recompute)."""
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
         if (len(raw) if not isinstance(raw, memoryview) else raw.nbytes) >= LOOSE_MIN and d not in self._condemned:
@@ -377,9 +402,18 @@ class ObjectStore:
             return t
 
     def is_condemned(self, d: Digest) -> bool:
+        """Whether a condemned list this writer can see names ``d``."""
         return d in self._condemned
 
-    def reliance(self, d: Digest) -> float:
+    def any_condemned(self) -> bool:
+        """Whether any condemned list this writer can see names an object."""
+        return bool(self._condemned)
+
+    def condemned_lists(self) -> frozenset[str]:
+        """The names of the condemned lists in this writer's view (it changes when gc publishes or sweeps one)."""
+        return frozenset(self._lists)
+
+    def reliance(self, d: bytes) -> float:
         """When this writer last checked ``d`` stored and not condemned (monotonic; -inf if never)."""
         p = self._pending.get(d)
         if p is not None:
@@ -431,7 +465,7 @@ class ObjectStore:
             return True
         return False
 
-    def _decode(self, data, key: str, d: Digest, out=None):
+    def _decode(self, data: Raw | npt.NDArray[np.uint8], key: str, d: Digest, out: Out | None = None) -> bytes | memoryview:
         try:
             return decode_frame(data, key, expect=d, out=out)[1]
         except DamagedObjectError:
@@ -443,7 +477,7 @@ class ObjectStore:
         """Wait for background loose writes (all but ``keep`` of them); raise the first error."""
         # Writes stay on the list until they are done: another thread's put waiting at the same time
         # must wait for them too, not find the list empty and return before its chunks are written
-        # (found by an attack: the caller then changed its array while the pool wrote it).
+        # (its caller could then change the array while the pool still writes it).
         with self._inflight_lock:
             if len(self._inflight) <= keep:
                 return
@@ -467,7 +501,7 @@ class ObjectStore:
             self._pending[bytes(d)] = (frame, kind, size, self._view_at)
             self._pending_bytes += len(frame)
 
-    def _remember(self, d: Digest, vt: float) -> None:
+    def _remember(self, d: bytes, vt: float) -> None:
         if len(self._known) > 500_000:
             self._known.clear()  # all at once: a value's chunks are never forgotten while it is remembered
         # Plain bytes (equal to the Digest, same hash): instances of a Python class are tracked by
@@ -476,7 +510,35 @@ class ObjectStore:
 
     @property
     def pending_bytes(self) -> int:
+        """Bytes of small blobs waiting for the next pack."""
         return self._pending_bytes
+
+    def stale_waiting_values(self, max_age: float) -> list[Digest]:
+        """Value manifests waiting for a pack that this writer last checked more than ``max_age`` seconds ago."""
+        now = time.monotonic()
+        # Under the lock that puts take: a garbage collection inside the copy runs Python code (gc
+        # callbacks, finalizers), where another thread's put would change the dict under the copy.
+        with self._lock:
+            pending = list(self._pending.items())
+        return [Digest.from_raw(d) for d, p in pending if p[1] == KIND_VALUE and now - p[3] > max_age]
+
+    def renew_waiting(self, d: Digest, vt: float) -> bool:
+        """A waiting blob was checked again under view ``vt`` (its chunks are still stored); False if it no longer waits."""
+        with self._lock:
+            p = self._pending.get(d)
+            if p is None:
+                return False
+            self._pending[d] = (*p[:3], vt)
+            return True
+
+    def drop_waiting(self, d: Digest) -> bool:
+        """Never write waiting blob ``d`` (a manifest whose chunk gc removed); False if it no longer waits."""
+        with self._lock:
+            p = self._pending.pop(d, None)
+            if p is None:
+                return False
+            self._pending_bytes -= len(p[0])
+            return True
 
     def flush(self) -> str | None:
         """Write waiting small blobs as one pack, then their index entries."""
@@ -487,8 +549,7 @@ class ObjectStore:
             pending, self._pending = self._pending, {}
             self._pending_bytes = 0
             # Still readable while the pack is written and indexed: a get() in another thread would
-            # otherwise find it nowhere (found by an attack: a cache hit beside a flush warned
-            # "damaged or missing" and recomputed).
+            # otherwise find it nowhere (a cache hit beside a flush would call it missing and recompute).
             self._flushing = pending
         try:
             frames = []
@@ -534,7 +595,7 @@ class ObjectStore:
         """Every indexed location of ``d``, newest first (an entry may outlive a pack gc removed)."""
         return [Location.decode(v) for v in reversed(self.index.lookup(d, refresh_on_miss=refresh))]
 
-    def _read_any(self, d: Digest, locs: list[Location], out=None):
+    def _read_any(self, d: Digest, locs: list[Location], out: Out | None = None) -> bytes | memoryview:
         """Read ``d`` from the first of ``locs`` whose pack exists; read the index again once if none does."""
         for attempt in range(2):
             for loc in locs:
@@ -551,7 +612,7 @@ class ObjectStore:
         raise MissingObjectError(f"object {d.hex()}: none of the packs the index names for it exists "
                                  f"({', '.join(sorted({loc.pack for loc in locs}))})")
 
-    def _waiting(self, d: Digest) -> tuple | None:
+    def _waiting(self, d: Digest) -> Waiting | None:
         """``(frame, kind, size, view)`` of ``d`` if it waits for a pack, or is in the one a flush is writing."""
         return self._pending.get(d) or self._flushing.get(d)
 
@@ -562,12 +623,12 @@ class ObjectStore:
             return True
         return self.backend.exists(loose_key(d))
 
-    def get(self, d: Digest, out=None, loose_hint: bool | None = None):
+    def get(self, d: Digest, out: Out | None = None, loose_hint: bool | None = None) -> bytes | memoryview | Out:
         """The raw bytes of blob ``d`` (into ``out`` if given), checked against ``d``."""
         cached = self._raw.get(d)
         if cached is not None:
             if out is not None:
-                memoryview(out).cast("B")[:] = cached
+                _bytes_of(out)[:] = cached
                 return out
             return cached
         p = self._waiting(d)
@@ -594,15 +655,14 @@ class ObjectStore:
                     return raw
         # The index may be older than what named ``d`` (a record another process flushed after this
         # index was read; a miss reads the index again at most once a second): read it again before
-        # calling ``d`` missing. Found by an attack: another process's cache hit warned "damaged or
-        # missing" and recomputed.
+        # calling ``d`` missing (another process's cache hit would otherwise recompute).
         self.index.refresh()
         locs = self.locations(d, refresh=False)
         if locs:
             return self._read_any(d, locs, out)
         raise MissingObjectError(f"object {d.hex()} is not in the store")
 
-    def get_into_many(self, jobs: list[tuple[Digest, object]], window: int = 8) -> None:
+    def get_into_many(self, jobs: list[tuple[Digest, npt.NDArray[np.uint8]]], window: int = 8) -> None:
         """Read many large blobs into their buffers, on the chunk pool.
 
         From a local folder each loose object is read straight into its buffer
@@ -620,15 +680,18 @@ class ObjectStore:
                 keys = [loose_key(d) for d, _ in batch]
                 got = [(d, out, key, data) for (d, out), key, data in zip(batch, keys, self.backend.get_many(keys))]
                 missing += [(d, out) for d, out, _, data in got if data is None]
-                _map(lambda g: self._decode(g[3], g[2], g[0], g[1]), [g for g in got if g[3] is not None])
+                found = [(d, out, key, data) for d, out, key, data in got if data is not None]
+                _map(lambda g: self._decode(g[3], g[2], g[0], g[1]), found)
         for d, out in missing:
             self.get(d, out=out, loose_hint=False)  # not loose after all: packed, or missing
 
-    def _read_local_into(self, job: tuple[Digest, object]) -> bool:
+    def _read_local_into(self, job: tuple[Digest, npt.NDArray[np.uint8]]) -> bool:
         """Read loose object ``d`` from a local folder into ``out`` and check it; False if there is no such file."""
         d, out = job
         key = loose_key(d)
         path = self.backend.local_path(key)
+        if path is None:  # not a local folder after all: read it the ordinary way
+            return False
         try:
             f = open(path, "rb", buffering=0)
         except FileNotFoundError:
@@ -645,7 +708,7 @@ class ObjectStore:
                     if size != FRAME_HEADER + frame.stored_len:
                         raise DamagedObjectError(key, f"payload is {size - FRAME_HEADER} bytes, header says "
                                                       f"{frame.stored_len} (truncated or extended)")
-                    mv = memoryview(out).cast("B")
+                    mv = _bytes_of(out)
                     if frame.codec == 0 and frame.raw_len == mv.nbytes == frame.stored_len:
                         got, digest = _readinto_hashed(f, mv)
                         if got != mv.nbytes:
@@ -662,7 +725,7 @@ class ObjectStore:
             return False
         return True
 
-    def _read_packed(self, d: Digest, loc: Location, out=None):
+    def _read_packed(self, d: Digest, loc: Location, out: Out | None = None) -> bytes | memoryview:
         key = pack_key(loc.pack)
         where = f"{key}@{loc.offset} (object {d.hex()})"
         pack = self._packs.get(loc.pack)
@@ -689,7 +752,8 @@ class ObjectStore:
             raise DamagedObjectError(where, f"pack is truncated ({len(pack)} bytes)")
         return self._decode(frame, where, d, out)
 
-    def loose_header(self, d: Digest):
+    def loose_header(self, d: Digest) -> Frame | None:
+        """The frame header of loose object ``d`` (one small read), or None if it is not stored loose."""
         data = self.backend.get_range(loose_key(d), 0, FRAME_HEADER)
         return None if data is None else read_header(data, loose_key(d))
 

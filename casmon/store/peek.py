@@ -23,21 +23,18 @@ goes through here:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from casmon.store import serialize
 from casmon.keys.digest import Digest
 from casmon.errors import CasmonError, DamagedObjectError, UntrustedStoreError
+from casmon.view.text import cut, size
+
+if TYPE_CHECKING:
+    from casmon.store.manifest import Manifest
+    from casmon.store.store import Store
 
 __all__ = ["Described", "describe", "peek", "load_data", "as_digest", "compare"]
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def as_digest(h: Any, where: str = "record") -> Digest:
@@ -53,7 +50,7 @@ def as_digest(h: Any, where: str = "record") -> Digest:
 class Described:
     """Stands in for a stored value that was not loaded because loading it could run code."""
 
-    def __init__(self, digest: Digest, text: str) -> None:
+    def __init__(self, digest: Digest | None, text: str) -> None:  # None: a reference that names no digest
         self.digest = digest
         self.text = text
 
@@ -69,7 +66,7 @@ class Described:
         return hash(self.digest)
 
 
-def describe(store, digest: Any, limit: int = 60) -> str:
+def describe(store: Store, digest: Any, limit: int = 60) -> str:
     """A one-line description of a stored value from its manifest alone (nothing is unpickled)."""
     try:
         d = as_digest(digest.hex() if isinstance(digest, Digest) else digest, "value reference")
@@ -79,7 +76,7 @@ def describe(store, digest: Any, limit: int = 60) -> str:
     short = d.hex()[:12]
     if m.tag == "array":
         try:
-            dt = serialize.dtype_from_meta(m.meta["dtype"])
+            dt: object = serialize.dtype_from_meta(m.meta["dtype"])
         except Exception:  # noqa: BLE001 - checked at manifest decode; belt and braces for display
             dt = "?"
         return f"array{tuple(m.meta.get('shape', ()))} {dt}"
@@ -87,23 +84,23 @@ def describe(store, digest: Any, limit: int = 60) -> str:
         if len(m.inline) <= 4096:
             try:
                 r = repr(json.loads(m.inline))
-                return r if len(r) <= limit else r[: limit - 1] + "…"
+                return cut(r, limit)
             except (ValueError, RecursionError):
                 return f"<damaged JSON value {short}>"
-        return f"<JSON, {_human(m.nbytes)}, {short}>"
+        return f"<JSON, {size(m.nbytes)}, {short}>"
     if m.tag == "bytes":
-        return f"<{m.meta.get('type', 'bytes')}, {_human(m.nbytes)}, {short}>"
+        return f"<{m.meta.get('type', 'bytes')}, {size(m.nbytes)}, {short}>"
     if m.tag == "handler":
-        return f"<{m.meta.get('handler')} (handler), {_human(m.nbytes)}, {short}>"
+        return f"<{m.meta.get('handler')} (handler), {size(m.nbytes)}, {short}>"
     info = serialize.describe_pickle(m.inline)
     needs = ""
     if info.globals:
         shown = ", ".join(info.globals[:4]) + (", …" if len(info.globals) > 4 else "")
         needs = f"; needs {shown}"
-    return f"<pickle {info.type}, {_human(m.nbytes)}, {short}{needs}>"
+    return f"<pickle {info.type}, {size(m.nbytes)}, {short}{needs}>"
 
 
-def peek(store, digest: Any, trust: bool = False) -> Any:
+def peek(store: Store, digest: Any, trust: bool = False) -> Any:
     """The value if loading it cannot run code, else a :class:`Described` (see the module docstring).
 
     ``trust=True`` loads any value from a store opened with ``trust=True``.
@@ -122,7 +119,7 @@ def peek(store, digest: Any, trust: bool = False) -> Any:
     return store.get(d)
 
 
-def _load_without_globals(store, d: Digest, m) -> Any:
+def _load_without_globals(store: Store, d: Digest, m: Manifest) -> Any:
     """Load a pickle through the unpickler that refuses every global, whatever the store's trust."""
     if not store.trust:
         return store.get(d)
@@ -135,7 +132,7 @@ def _load_without_globals(store, d: Digest, m) -> Any:
         raise UntrustedStoreError(f"value {d.hex()} in {store.url}: {e}") from None
 
 
-def load_data(store, digest: Any, what: str, types: type | tuple[type, ...]) -> Any:
+def load_data(store: Store, digest: Any, what: str, types: type | tuple[type, ...]) -> Any:
     """Data casmon wrote itself, loaded without ever running code, of one of ``types``.
 
     Raises :class:`UntrustedStoreError` if the value is a pickle that names a
@@ -160,7 +157,7 @@ def load_data(store, digest: Any, what: str, types: type | tuple[type, ...]) -> 
 COMPARE_MAX_BYTES = 256 << 20
 
 
-def compare(store, a: Any, b: Any, max_bytes: int = COMPARE_MAX_BYTES) -> str:
+def compare(store: Store, a: Any, b: Any, max_bytes: int = COMPARE_MAX_BYTES) -> str:
     """How two stored values differ, in one line, without running code (``casmon diff`` uses it).
 
     Equal digests mean equal values. Two arrays (the ``array`` form, which loads
@@ -194,7 +191,7 @@ def compare(store, a: Any, b: Any, max_bytes: int = COMPARE_MAX_BYTES) -> str:
     if parts:
         return ", ".join(parts)
     if ma.nbytes > max_bytes or mb.nbytes > max_bytes or ta.hasobject:
-        return f"same shape and dtype; {by_digest} (not compared element by element: {_human(max(ma.nbytes, mb.nbytes))})"
+        return f"same shape and dtype; {by_digest} (not compared element by element: {size(max(ma.nbytes, mb.nbytes))})"
     try:
         xa, xb = store.get(da), store.get(db)
     except CasmonError as e:

@@ -40,7 +40,8 @@ import re
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import IO, Any, NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -82,7 +83,7 @@ class Part:
 @dataclass
 class Encoded:
     tag: str
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     inline: bytes = b""
     parts: list[Part] = field(default_factory=list)
     children: list[Any] = field(default_factory=list)
@@ -102,9 +103,9 @@ class Handler(Protocol):
 
     name: str
 
-    def encode(self, value: Any) -> tuple[dict, list] | None: ...
+    def encode(self, value: Any) -> tuple[dict[str, Any], list[Any]] | None: ...
 
-    def decode(self, meta: dict, buffers: list[np.ndarray]) -> Any: ...
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any: ...
 
 
 class ArrayHandler:
@@ -112,7 +113,7 @@ class ArrayHandler:
 
     name = "numpy.ndarray"
 
-    def encode(self, a: Any):
+    def encode(self, a: Any) -> tuple[dict[str, Any], list[Any]] | None:
         if type(a) is not np.ndarray or a.dtype.hasobject:
             return None
         if a.flags.c_contiguous:
@@ -125,7 +126,7 @@ class ArrayHandler:
         meta = {"dtype": repr(np.lib.format.dtype_to_descr(a.dtype)), "shape": list(a.shape), "order": order}
         return meta, [a]
 
-    def decode(self, meta: dict, buffers: list[np.ndarray]) -> np.ndarray:
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> np.ndarray[Any, Any]:
         dtype = dtype_from_meta(meta["dtype"])
         shape = tuple(meta["shape"])
         buf = buffers[0]
@@ -134,7 +135,7 @@ class ArrayHandler:
         return buf.view(dtype).reshape(shape, order=meta["order"])
 
 
-def dtype_from_meta(descr: str) -> np.dtype:
+def dtype_from_meta(descr: str) -> np.dtype[Any]:
     return np.lib.format.descr_to_dtype(ast.literal_eval(descr))
 
 
@@ -182,7 +183,7 @@ class HandlerRegistry:
     def __contains__(self, typ: object) -> bool:
         return typ in _handlers
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[type]:
         return iter(dict(_handlers))
 
     def __len__(self) -> int:
@@ -210,11 +211,12 @@ def handler_named(name: str) -> Handler:
 register_handler(np.ndarray, ArrayHandler())
 
 
-def _as_part(buf, numeric: bool, row_bytes: int = 1, typesize: int | None = None) -> Part:
+def as_part(buf: Any, numeric: bool, row_bytes: int = 1, typesize: int | None = None) -> Part:
+    """``buf`` (an array, bytes, or any buffer) as one flat :class:`Part` of bytes, without a copy where it can."""
     if isinstance(buf, np.ndarray):
         ts = buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
         flat = buf.reshape(-1, order="A").view(np.uint8) if buf.size else np.empty(0, np.uint8)
-        return Part(memoryview(flat), row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
+        return Part(flat.data, row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
     mv = memoryview(buf)
     ts = typesize or mv.itemsize
     ts = ts if ts in (1, 2, 4, 8, 16) else 1
@@ -239,7 +241,7 @@ def _jsonable(v: Any, budget: list[int], depth: int = 0) -> bool:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file, children: list, buffers: list) -> None:
+    def __init__(self, file: IO[bytes], children: list[Any], buffers: list[pickle.PickleBuffer]) -> None:
         super().__init__(file, protocol=5, buffer_callback=self._oob)
         self._children = children
         self._buffers = buffers
@@ -251,7 +253,7 @@ class _Pickler(pickle.Pickler):
         self._buffers.append(pb)
         return False
 
-    def persistent_id(self, obj):
+    def persistent_id(self, obj: Any) -> int | None:
         t = type(obj)
         if t is np.ndarray or t not in _handlers:
             return None
@@ -275,11 +277,11 @@ def encode(value: Any, root: str = "value") -> Encoded:
                     row = a.nbytes // a.shape[0]
                 else:
                     row = a.nbytes // a.shape[-1]
-                return Encoded("array", meta, parts=[_as_part(a, True, row)], nbytes=a.nbytes)
-            parts = [_as_part(b, False) for b in bufs]
+                return Encoded("array", meta, parts=[as_part(a, True, row)], nbytes=a.nbytes)
+            parts = [as_part(b, False) for b in bufs]
             return Encoded("handler", {"handler": h.name, "meta": meta}, parts=parts, nbytes=sum(p.data.nbytes for p in parts))
     if t in (bytes, bytearray) and len(value) >= BYTES_MIN:
-        return Encoded("bytes", {"type": t.__name__}, parts=[_as_part(value, False)], nbytes=len(value))
+        return Encoded("bytes", {"type": t.__name__}, parts=[as_part(value, False)], nbytes=len(value))
     if t in (dict, list):  # containers: readable as JSON; scalars are faster to load as pickles
         if _jsonable(value, [10_000]):
             try:
@@ -289,8 +291,8 @@ def encode(value: Any, root: str = "value") -> Encoded:
             if text is not None and len(text) <= JSON_MAX:
                 data = text.encode("utf-8", "surrogatepass")
                 return Encoded("json", inline=data, nbytes=len(data))
-    children: list = []
-    buffers: list = []
+    children: list[Any] = []
+    buffers: list[pickle.PickleBuffer] = []
     f = io.BytesIO()
     try:
         _Pickler(f, children, buffers).dump(value)
@@ -303,7 +305,7 @@ def encode(value: Any, root: str = "value") -> Encoded:
     # An array inside an object gets the bare array's codec: byte shuffle by its element size
     # (the buffer's own format; pb.raw() would flatten it to bytes). Chunk boundaries stay as
     # they were, so manifests and digests of values stored before are unchanged.
-    parts = [_as_part(pb.raw(), True, typesize=memoryview(pb).itemsize) for pb in buffers]
+    parts = [as_part(pb.raw(), True, typesize=memoryview(pb).itemsize) for pb in buffers]
     nbytes = stream.nbytes + sum(p.data.nbytes for p in parts)
     return Encoded("pickle", {"oob": len(parts)}, inline=bytes(stream), parts=parts, children=children, nbytes=nbytes)
 
@@ -317,13 +319,13 @@ class _SafeUnpickler(pickle.Unpickler):
     the class (Python 3.13 makes ``persistent_load`` read-only on instances).
     """
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         raise UntrustedStoreError(
             f"this value is a pickle that needs {module}.{name} to load, and loading it could run code; "
             "the store was opened with trust=False. Open it with trust=True if you trust who wrote it."
         )
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> Any:
         raise UntrustedStoreError("this value refers to other values through its pickle; the store was opened with trust=False")
 
 
@@ -332,25 +334,31 @@ class _SafeUnpickler(pickle.Unpickler):
 MOVED_MODULES = {
     "casmon.digest": "casmon.keys.digest", "casmon.fingerprint": "casmon.keys.fingerprint",
     "casmon.codeversion": "casmon.keys.codeversion", "casmon.cache": "casmon.caching.memoize",
-    "casmon.calllog": "casmon.calllog.log", "casmon.runs": "casmon.runs.recorder",
+    "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",  # packages now: they export the classes their modules hold
     "casmon.display": "casmon.view.display", "casmon.importer": "casmon.compat.importer",
     "casmon.store": "casmon.store.store", "casmon.peek": "casmon.store.peek",
-    "casmon.serialize": "casmon.store.serialize", "casmon.maintenance": "casmon.maintenance.verify",
-    "casmon.gc": "casmon.maintenance.gc",
+    "casmon.serialize": "casmon.store.serialize", "casmon.gc": "casmon.maintenance",
+    "casmon.maintenance": "casmon.maintenance", "casmon.table": "casmon.store.table.table",
+    "casmon.objects": "casmon.store.objects", "casmon.codec": "casmon.store.codec",
+    "casmon.arrayview": "casmon.store.arrayview", "casmon.gitstate": "casmon.runs.gitstate",
+    "casmon.capture": "casmon.runs.capture",
 }
+#: Classes that left their module's new home too.
+MOVED_CLASSES = {("casmon.table", "StoreDamageWarning"): "casmon.errors"}
 
 
 class _ChildUnpickler(pickle.Unpickler):
     """The trusted unpickler; registered handler values nested in the pickle load through ``load_child``."""
 
-    def __init__(self, file, buffers, load_child) -> None:
+    def __init__(self, file: IO[bytes], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
+                 load_child: Callable[[int], Any] | None) -> None:
         super().__init__(file, buffers=buffers)
         self._load_child = load_child
 
-    def find_class(self, module: str, name: str):
-        return super().find_class(MOVED_MODULES.get(module, module), name)
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(MOVED_CLASSES.get((module, name)) or MOVED_MODULES.get(module, module), name)
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> Any:
         if self._load_child is None or type(pid) is not int:
             raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
         return self._load_child(pid)
@@ -361,7 +369,8 @@ _DECODE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyEr
                   OverflowError, MemoryError, RecursionError, SyntaxError, UnicodeDecodeError, LookupError)
 
 
-def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bool = True, key: str = "value") -> Any:
+def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
+           load_child: Callable[[int], Any] | None = None, trusted: bool = True, key: str = "value") -> Any:
     """Rebuild a value from its manifest and freshly read buffers.
 
     With ``trusted=False`` a pickle loads only if it names no global (no code can run).
@@ -369,6 +378,7 @@ def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bo
     value saved by a handler not registered here raises :class:`StoreFormatError`.
     """
     tag = enc.tag
+    h: Handler | None = None
     if tag == "handler":
         name = enc.meta.get("handler") if isinstance(enc.meta, dict) else None
         h = _handlers_by_name.get(name) if isinstance(name, str) else None
@@ -386,7 +396,7 @@ def decode(enc: Encoded, buffers: list[np.ndarray], load_child=None, trusted: bo
         if tag == "bytes":
             data = buffers[0]
             return bytearray(data) if enc.meta.get("type") == "bytearray" else data.tobytes()
-        if tag == "handler":
+        if tag == "handler" and h is not None:
             return h.decode(enc.meta["meta"], buffers)
         if tag == "pickle":
             if not trusted:
@@ -424,7 +434,7 @@ def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inl
     holds no Python objects. Raises :class:`DamagedObjectError` naming ``key``.
     """
 
-    def bad(why: str):
+    def bad(why: str) -> NoReturn:
         raise DamagedObjectError(key, f"not a valid manifest: {why}")
 
     if tag not in TAGS:
@@ -528,21 +538,21 @@ def describe_pickle(stream: bytes, max_ops: int = 200_000) -> PickleInfo:
     """
     stack: list[Any] = []
     marks: list[int] = []
-    memo: dict[int, Any] = {}
+    memo: dict[object, Any] = {}
     found: list[str] = []
     mark = object()
 
-    def g(name: str) -> tuple:
+    def g(name: str) -> tuple[str, str]:
         if name not in found and len(found) < 100:
             found.append(name)
         return ("global", name)
 
-    def name_of(item) -> str:
+    def name_of(item: object) -> str:
         if isinstance(item, tuple):
-            return item[1] if item[0] in ("global", "obj") else item[0]
+            return str(item[1] if item[0] in ("global", "obj") else item[0])
         return item if isinstance(item, str) else "?"
 
-    def pop_mark() -> list:
+    def pop_mark() -> list[Any]:
         if not marks:
             raise ValueError("no mark")
         i = marks.pop()

@@ -1,4 +1,4 @@
-"""The store: values, records and refs on one zarr store.
+"""The store: values, records and refs on one zarr store (:class:`Store`, :func:`open`, :func:`default_store`).
 
 Layers below: :mod:`casmon.store.backend` (zarr I/O), :mod:`casmon.store.objects` (blobs,
 packs, the pack index), :mod:`casmon.store.table` (append-only multimaps). This
@@ -7,11 +7,13 @@ module adds the three things features use:
 *Values*
     ``put(value) -> Digest`` serializes a value (:mod:`casmon.store.serialize`),
     splits its buffers into chunks, stores each chunk once, and stores a small
-    *manifest* that lists them. The value's digest is the manifest's digest.
+    *manifest* (:mod:`casmon.store.manifest`) that lists them. The value's digest
+    is the manifest's digest.
 *Records*
     Small JSON entries of a *kind* (``call``, ``cache``, ``run`` …), each under
     a 16-byte key, in one table per kind (``records/{kind}/``). A record lists
-    the values it needs (``refs``); gc keeps exactly what records and refs reach.
+    the values it needs (``refs``); gc keeps exactly what records and refs reach
+    (their formats: :mod:`casmon.store.records`).
 *Refs*
     ``refs/{name}``: the only mutable keys, small named pointers.
 
@@ -19,50 +21,49 @@ Write protocol: chunks are written when a value is put (large ones at once,
 small ones with the next flush); a flush writes the pack, then its index
 entries, then the records. So anything a visible record points at is already
 stored; a writer killed mid-way leaves only unreferenced objects, which gc
-removes.
+removes. What happens at exit, in forked children and in pool workers is
+:mod:`casmon.store.lifecycle`'s.
+
+``stats``, ``verify`` and ``gc`` belong to the maintenance layer, which builds
+on this one: it installs itself with :func:`install_maintenance` when
+``casmon.maintenance`` is imported (``import casmon`` does), and the store
+calls it through the :class:`Maintenance` protocol.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
+import logging
 import os
-import re
-import signal
-import struct
-import sys
 import threading
 import time
+import warnings
 import weakref
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from casmon import faultpoints
-from casmon.store import condemned
-from casmon.store import serialize
-from casmon.store.backend import Backend, open_backend
-from casmon.store.codec import KIND_CHUNK, KIND_REF, KIND_VALUE, decode_frame, encode_frame, get_codec
+from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError
 from casmon.keys.digest import Digest
-from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, StoreFormatError, UntrustedStoreError
-from casmon.store.marker import FORMAT_KEY
+from casmon.store import condemned, lifecycle, serialize
+from casmon.store.backend import Backend, open_backend
+from casmon.store.codec import KIND_CHUNK, KIND_VALUE, Codec, get_codec
+from casmon.store.lock import StoreLock
+from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
+from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format, top_level
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
+from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of, trim_sealed
 from casmon.store.table import Table, writer_id
 
-__all__ = ["Store", "open", "FORMAT_VERSION", "Ref", "Manifest"]
+if TYPE_CHECKING:
+    import zarr
 
-#: 2: tables' generations are written as blocks with a bloom filter (casmon.store.table); format-1 stores
-#: are read as they are and marked format 2 before the first such generation is written.
-FORMAT_VERSION = 2
-#: Top-level names a casmon store may hold; anything else means "not a casmon store".
-LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc")
+__all__ = ["Store", "open", "default_store", "default_store_if_open", "FORMAT_VERSION", "Ref", "Manifest",
+           "Maintenance", "Progress", "install_maintenance"]
+
 DEFAULT_CHUNK = 4 << 20
-_KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-_U32 = struct.Struct("<I")
 #: A value part this large, read from an untrusted store, has its chunks' sizes checked before it is allocated.
 _CHECK_BEFORE_ALLOCATING = 64 << 20
 #: Flush once this many records wait in memory.
@@ -71,195 +72,46 @@ RECORDS_MAX = 50_000
 #: many requests; the level-0 files a worker writes meanwhile are merged by the next one).
 CALL_MERGE_EVERY = 5.0
 
-
-@dataclass
-class Manifest:
-    """A stored value's description: its form, metadata, chunks and children."""
-
-    digest: Digest
-    tag: str  # json | pickle | array | bytes | handler
-    meta: dict
-    parts: list[dict]  # {"n", "cb", "rb", "c": [hex, ...]}
-    children: list[Digest]
-    inline: bytes
-    nbytes: int
-
-    def chunk_digests(self) -> Iterator[Digest]:
-        for p in self.parts:
-            for h in p["c"]:
-                yield Digest(h)
+#: ``progress(phase, done, total)``, called as maintenance goes.
+Progress = Callable[[str, int, int], None]
+#: ``hook(store)``, called at the start of every flush.
+FlushHook = Callable[["Store"], None]
 
 
-@dataclass(frozen=True)
-class Ref:
-    name: str
-    target: Digest | None
-    data: dict
+class Maintenance(Protocol):
+    """What :meth:`Store.stats`, :meth:`Store.verify` and :meth:`Store.gc` run.
 
-
-def encode_manifest(tag: str, meta: dict, parts: list[dict], children: list[Digest], inline: bytes, nbytes: int) -> bytes:
-    if tag == "json":
-        return b"j" + inline
-    if tag == "pickle" and not parts and not children:
-        return b"p" + inline
-    head = {"t": tag, "meta": meta, "parts": parts, "n": nbytes}
-    if children:
-        head["children"] = [c.hex() for c in children]
-    h = json.dumps(head, separators=(",", ":")).encode()
-    return b"m" + _U32.pack(len(h)) + h + inline
-
-
-def decode_manifest(d: Digest, raw) -> Manifest:
-    raw = bytes(raw)
-    t = raw[:1]
-    try:
-        if t == b"j":
-            return Manifest(d, "json", {}, [], [], raw[1:], len(raw) - 1)
-        if t == b"p":
-            return Manifest(d, "pickle", {"oob": 0}, [], [], raw[1:], len(raw) - 1)
-        if t == b"m":
-            (n,) = _U32.unpack_from(raw, 1)
-            if 5 + n > len(raw):
-                raise ValueError(f"header of {n} bytes in a manifest of {len(raw)}")
-            head = json.loads(raw[5 : 5 + n])
-            if not isinstance(head, dict):
-                raise ValueError("header is not an object")
-            inline = raw[5 + n :]
-            # Every length, count and shape is checked before anything is allocated from it.
-            serialize.check_manifest(f"value {d.hex()}", head.get("t"), head.get("meta"), head.get("parts"),
-                                     head.get("children", []), len(inline), head.get("n"))
-            children = [Digest(c) for c in head.get("children", [])]
-            return Manifest(d, head["t"], head["meta"], head["parts"], children, inline, int(head["n"]))
-    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as e:
-        raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
-    raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")
-
-
-@contextlib.contextmanager
-def _signals_deferred():
-    """Hold SIGINT and SIGTERM in this thread for a step that must not be cut in half; they arrive after it."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield  # other threads never receive KeyboardInterrupt
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-open_stores: weakref.WeakSet = weakref.WeakSet()
-_hooks_installed = False
-_hooks_lock = threading.Lock()
-
-
-def _install_process_hooks() -> None:
-    """At exit flush every open store; in a forked child forget the parent's pending writes."""
-    global _hooks_installed
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        _hooks_installed = True
-    # Flush before the interpreter stops thread pools: zarr's LocalStore does its file I/O in
-    # asyncio's default executor, which refuses work once concurrent.futures has shut down.
-    # threading's exit hooks run in reverse order of registration, so ours (registered after
-    # concurrent.futures.thread's) runs first. Fall back to atexit where the hook is missing.
-    import concurrent.futures.thread  # noqa: F401 - make sure its exit hook is registered first
-
-    register = getattr(threading, "_register_atexit", None)
-    if register is not None:
-        register(_flush_all_at_exit)
-    else:  # pragma: no cover
-        atexit.register(_flush_all_at_exit)
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-_exiting = False
-_stop_flushers = threading.Event()
-#: True when the exit flush runs before Python joins threads (threading's exit hooks), so
-#: background flush threads can be ordinary threads that the hook stops.
-_exit_hook_stops_threads = hasattr(threading, "_register_atexit")
-
-
-def _flush_all_at_exit() -> None:
-    global _exiting
-    _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
-    _stop_flushers.set()  # background flushers end; the flush below writes what they would have
-    for s in list(open_stores):
-        t = s._flusher
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=30)
-    for s in list(open_stores):
-        try:
-            if s.backend.needs_close:
-                s.close()  # a zip file is only readable once its directory is written
-            else:
-                s.flush()
-        except Exception as e:  # noqa: BLE001 - report, never crash interpreter exit
-            import warnings
-
-            warnings.warn(f"casmon: could not flush {s.url} at exit: {e}", RuntimeWarning, stacklevel=1)
-    from casmon.store.backend import _Loop
-
-    _Loop.shutdown()
-
-
-def _after_fork_in_child() -> None:
-    for s in list(open_stores):
-        s._reset_after_fork()
-
-
-def _watch_for_pool_child(store: Store) -> None:
-    """Have multiprocessing tell ``store`` when a child it forks (a fork pool's worker) starts as its child.
-
-    ``os.fork`` alone does not make a worker: a server that forks its workers after
-    importing the app (or a test's zygote) runs them as main processes.
-    multiprocessing calls its after-fork hooks once the child knows its parent.
+    The maintenance layer (``casmon.maintenance``) implements it and installs
+    itself with :func:`install_maintenance`; the store layer, below it, never
+    imports it. The reports are the maintenance layer's own types.
     """
-    try:
-        from multiprocessing import util
-    except ImportError:  # pragma: no cover - a platform without multiprocessing
-        return
-    util.register_after_fork(store, _started_as_pool_child)
+
+    def stats(self, store: Store, progress: Progress | None = None) -> dict[str, Any]: ...
+
+    def verify(self, store: Store, progress: Progress | None = None) -> Any: ...
+
+    def gc(self, store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None,
+           break_lock: bool = False) -> Any: ...
 
 
-def _started_as_pool_child(store: Store) -> None:
-    store._flush_each_call = store.durable or in_worker_process()
+_maintenance: Maintenance | None = None
+
+
+def install_maintenance(impl: Maintenance) -> None:
+    """Make ``impl`` what :meth:`Store.stats`, :meth:`Store.verify` and :meth:`Store.gc` call (the last one wins)."""
+    global _maintenance
+    _maintenance = impl
+
+
+def _installed_maintenance() -> Maintenance:
+    if _maintenance is None:
+        raise StoreError("casmon's maintenance layer is not installed: import casmon.maintenance "
+                         "(import casmon does) before calling Store.stats, verify or gc")
+    return _maintenance
 
 
 #: The flush in progress in this thread runs the features' hooks: records they append are written by it.
 _in_hooks = threading.local()
-
-
-def in_worker_process() -> bool:
-    """Whether this process is a child that its parent may end at any moment: flush after every call here.
-
-    A pool ends its workers when it is done with them -- ``with multiprocessing.Pool()``
-    terminates them (SIGTERM), loky and Dask keep them for later tasks, any pool may kill
-    them -- so what a decorated call wrote must be visible before the call returns, not
-    at the next background flush. True in every multiprocessing child (fork, spawn,
-    forkserver: ``multiprocessing.Pool``, ``ProcessPoolExecutor``, joblib's loky and
-    multiprocessing backends, Dask's worker processes), also while a spawned child still
-    imports its parent's main module; not in a child of a plain ``os.fork``. ``CASMON_FLUSH_EACH_CALL``
-    (``1``/``0``) forces it either way, e.g. ``0`` for a worker that makes many tiny calls
-    and is always ended cleanly (``close()`` and ``join()``).
-    """
-    forced = os.environ.get("CASMON_FLUSH_EACH_CALL", "").strip().lower()
-    if forced in ("1", "true", "yes", "on"):
-        return True
-    if forced in ("0", "false", "no", "off"):
-        return False
-    mp = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it before anything else
-    if mp is None:
-        return False
-    try:
-        if mp.parent_process() is not None:
-            return True
-        # A spawned (or loky, or forkserver) child importing the parent's main module, before it knows its parent.
-        return bool(getattr(mp.current_process(), "_inheriting", False))
-    except Exception:  # noqa: BLE001 - an odd multiprocessing (a stub, a frozen app): not a worker
-        return False
 
 
 class Store:
@@ -297,78 +149,26 @@ class Store:
         self._table_list: tuple[Table, ...] = ()
         self._closed = False
         self._flusher: threading.Thread | None = None
-        self._flush_hooks: list = []
+        self._flush_hooks: list[FlushHook] = []
         self._manifests: dict[Digest, Manifest] = {}  # small manifests, immutable
         self._record_refs: set[bytes] = set()  # digests of values named by records appended since the last seal
         # Values put and not yet named by a record or ref (a running call's arguments): if gc condemns
         # one meanwhile, the next flush copies it, so it is still there when its record is written.
         self._held: dict[Digest, None] = {}
-        self._held_lists: frozenset = frozenset()  # the condemned lists _held was checked against
+        self._held_lists: frozenset[str] = frozenset()  # the condemned lists _held was checked against
         self.dropped_records = 0  # records a flush could not write because a value they name was gone
         # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
-        self._flush_each_call = durable or in_worker_process()
+        self._flush_each_call = durable or lifecycle.in_worker_process()
         self._flush_warned = False
         self._io_ready = False  # casmon's I/O threads run (see _start_io)
         self._merged_at = 0.0  # when a flush last merged tables (a worker's flush per call merges less often)
-        _watch_for_pool_child(self)
-        self.format = self._check_format()
+        lifecycle.watch_for_pool_child(self)
+        self.format = read_format(backend, self.url)
         self.objects = ObjectStore(backend, self.writer)
         self.objects.index.format_gate = self._format2
-        _install_process_hooks()
-        open_stores.add(self)
+        lifecycle.register(self)
 
     # -- format -------------------------------------------------------------------
-    def _check_format(self) -> dict:
-        """Read ``casmon.json`` (or write it in a new store) and check the store's format.
-
-        A damaged or missing marker in a folder that holds only a casmon store's
-        layout does not stop anyone: the store opens as format
-        ``FORMAT_VERSION`` with a warning, ``format["damaged"]`` says what is
-        wrong, ``verify`` reports it and ``verify --repair`` writes a new
-        marker. A marker that is sound and names a newer format is refused.
-        """
-        from casmon.store.marker import marker_bytes, parse_marker
-        from casmon.store.table import warn_damage
-
-        data = self.backend.get(FORMAT_KEY)
-        top = None
-        if data is None:
-            top = _top_level(self.backend)
-            foreign = [k for k in top if k.rstrip("/") not in LAYOUT]
-            if foreign:
-                raise StoreFormatError(
-                    f"{self.url} is not a casmon store: it holds {', '.join(sorted(foreign)[:5])} "
-                    f"and no {FORMAT_KEY}; choose an empty folder or an existing store"
-                )
-            if self.backend.read_only:
-                if not top:
-                    raise StoreFormatError(f"{self.url} is not a casmon store (no {FORMAT_KEY}) and is opened read-only")
-                problem = f"{FORMAT_KEY} is missing"
-                warn_damage(self.url, FORMAT_KEY, problem)
-                return {"format": FORMAT_VERSION, "damaged": problem}
-            try:
-                self.backend.create(FORMAT_KEY, marker_bytes())
-            except OSError as e:
-                raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from None
-            data = self.backend.get(FORMAT_KEY)
-            if data is None:
-                raise StoreError(f"cannot write to store {self.url}: {FORMAT_KEY} did not persist")
-        info, problem = parse_marker(data)
-        if problem is not None:
-            if top is None:
-                top = _top_level(self.backend)
-            if any(k.rstrip("/") not in LAYOUT for k in top):
-                raise StoreFormatError(f"{self.url}: {FORMAT_KEY} is damaged or not a casmon store marker ({problem})")
-            warn_damage(self.url, FORMAT_KEY, problem)
-            return {"format": FORMAT_VERSION, "damaged": problem}
-        version = info["format"]
-        if version > FORMAT_VERSION:
-            raise StoreFormatError(
-                f"{self.url} was written in casmon store format {version}; this casmon reads format "
-                f"{FORMAT_VERSION} and older. Upgrade casmon to open it."
-            )
-        return info
-
     def _format2(self) -> bool:
         """Called before a table writes its first format-2 generation: the marker must say format 2
         first, so an older casmon refuses the store rather than take the new files for damage.
@@ -377,8 +177,6 @@ class Store:
             return False
         if self.format.get("format", 1) >= 2:
             return True
-        from casmon.store.marker import marker_bytes, parse_marker
-
         with self._lock:
             if self.format.get("format", 1) < 2:
                 extra = {k: self.format[k] for k in ("created",) if k in self.format}
@@ -392,6 +190,7 @@ class Store:
 
     @property
     def url(self) -> str:
+        """Where the store is (a path or a URL), as shown in messages."""
         return self.backend.url
 
     def __repr__(self) -> str:
@@ -399,7 +198,18 @@ class Store:
 
     @property
     def read_only(self) -> bool:
+        """True if the store was opened read-only."""
         return self.backend.read_only
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` (or :meth:`abandon`) ran: nothing more is written."""
+        return self._closed
+
+    @property
+    def flush_each_call(self) -> bool:
+        """True where what a call writes is flushed before it returns: durable stores, pool workers."""
+        return self._flush_each_call
 
     # -- values -------------------------------------------------------------------
     def put(self, value: Any) -> Digest:
@@ -415,7 +225,7 @@ class Store:
         self._check_writable()
         enc = serialize.encode(value)
         try:
-            d = self._put_encoded(enc)
+            d = self.put_encoded(enc)
         except OSError as e:  # a full disk, no permission: say which store, keep the cause
             raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
         held = self._held
@@ -426,7 +236,8 @@ class Store:
                 held.pop(k, None)
         return d, enc.nbytes
 
-    def _put_encoded(self, enc: serialize.Encoded) -> Digest:
+    def put_encoded(self, enc: serialize.Encoded) -> Digest:
+        """Store a value already encoded (:func:`casmon.store.serialize.encode`, or built by an importer)."""
         children = [self.put(c) for c in enc.children]
         t0 = self.objects.view()
         try:
@@ -450,7 +261,7 @@ class Store:
         self._after_write()
         return d
 
-    def _put_part(self, part: serialize.Part) -> dict:
+    def _put_part(self, part: serialize.Part) -> PartRef:
         data = part.data
         n = data.nbytes
         row = max(1, part.row_bytes)
@@ -464,7 +275,7 @@ class Store:
         return {"n": n, "cb": cb, "rb": row, "c": chunks}
 
     def manifest(self, digest: Digest | str) -> Manifest:
-        """The manifest of a stored value (what it is, how large, which chunks)."""
+        """The manifest of a stored value (what it is, how large, which chunks); small ones are kept in memory."""
         d = digest if type(digest) is Digest else Digest(digest)
         m = self._manifests.get(d)
         if m is not None:
@@ -494,7 +305,7 @@ class Store:
         except UntrustedStoreError as e:
             raise UntrustedStoreError(f"value {m.digest.hex()} in {self.url}: {e}") from None
 
-    def _read_part(self, part: dict) -> np.ndarray:
+    def _read_part(self, part: PartRef) -> np.ndarray[Any, np.dtype[np.uint8]]:
         n, cb = int(part["n"]), int(part["cb"])
         chunks = [Digest(h) for h in part["c"]]
         if len(chunks) != (n + cb - 1) // cb if cb else 0:
@@ -502,7 +313,7 @@ class Store:
         if not self.trust and n >= _CHECK_BEFORE_ALLOCATING:
             self._check_chunk_sizes(chunks, n, cb)  # a crafted manifest must not make us allocate a terabyte
         buf = np.empty(n, dtype=np.uint8)
-        large = []
+        large: list[tuple[Digest, np.ndarray[Any, np.dtype[np.uint8]]]] = []
         for i, d in enumerate(chunks):
             lo = i * cb
             hi = min(n, lo + cb)
@@ -528,18 +339,18 @@ class Store:
             if size != want:
                 raise DamagedObjectError(f"object {d.hex()}", f"chunk of {size} bytes where its value's manifest says {want}")
 
-    def read_chunk(self, digest: Digest, out) -> None:
+    def read_chunk(self, digest: Digest, out: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
         """Read one chunk into ``out`` (used by lazy array views)."""
         self.objects.get(digest, out=out, loose_hint=len(out) >= LOOSE_MIN)
 
     def __contains__(self, digest: object) -> bool:
         try:
-            d = Digest(digest)  # type: ignore[arg-type]
+            d = Digest(cast(bytes, digest))  # any object may be asked about: Digest refuses what is not one
         except (ValueError, TypeError):
             return False
         return self.objects.contains(d)
 
-    def open_array(self, digest: Digest | str):
+    def open_array(self, digest: Digest | str) -> zarr.Array[Any]:
         """A read-only, lazy ``zarr.Array`` over a stored numpy array.
 
         Reading a slice reads only the chunks it touches.
@@ -550,10 +361,11 @@ class Store:
 
     # -- records ------------------------------------------------------------------
     def table(self, kind: str) -> Table:
+        """The table holding the records of ``kind`` (made on first use)."""
         t = self._tables.get(kind)
         if t is None:
-            if not _KIND_RE.match(kind):
-                raise ValueError(f"record kind must match {_KIND_RE.pattern}, got {kind!r}")
+            if not KIND_RE.match(kind):
+                raise ValueError(f"record kind must match {KIND_RE.pattern}, got {kind!r}")
             with self._lock:
                 t = self._tables.get(kind)
                 if t is None:
@@ -566,10 +378,11 @@ class Store:
         return t
 
     def record_kinds(self) -> list[str]:
+        """Every kind of record in the store, or appended in this process."""
         on_disk = [k.rstrip("/") for k in self.backend.list_dir("records")]
         return sorted(set(on_disk) | set(self._tables))
 
-    def append(self, kind: str, record: dict, key: bytes | None = None, refs: Iterable[Digest] = (),
+    def append(self, kind: str, record: dict[str, Any], key: bytes | None = None, refs: Iterable[Digest] = (),
                encoded: str | bytes | list[bytes] | None = None) -> Digest:
         """Add a record; it becomes visible to other processes at the next flush.
 
@@ -580,28 +393,13 @@ class Store:
         Returns the record's key (random unless given).
         """
         self._check_writable()
-        if encoded is not None:
-            pieces = [encoded.encode()] if isinstance(encoded, str) else [encoded] if isinstance(encoded, bytes) else list(encoded)
-            if refs:
-                last = pieces[-1]
-                if last[-1:] != b"}":
-                    raise ValueError("encoded record does not end with '}'")
-                pieces[-1] = last[:-1] + b',"_refs":' + json.dumps([Digest(r).hex() for r in refs]).encode() + b"}"
-            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        else:
-            if refs:
-                record = dict(record)
-                record["_refs"] = [Digest(r).hex() for r in refs]
-            try:
-                data = json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
-            except (TypeError, ValueError) as e:
-                raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
+        rs = [Digest(r) for r in refs]
+        data = encode_record(kind, record, rs, encoded)
         k = Digest(key) if key is not None else Digest(os.urandom(16))
         t = self.table(kind)
         with self._lock:  # one step with respect to a flush sealing the tables
             t.add(k, data)
-            if refs:
-                rs = [Digest(r) for r in refs]
+            if rs:
                 self._record_refs.update(map(bytes, rs))  # plain bytes: not walked by the garbage collector
                 held = self._held
                 for r in rs:
@@ -612,7 +410,7 @@ class Store:
             self._after_write()
         return k
 
-    def records(self, kind: str, strict: bool = True) -> Iterator[tuple[Digest, dict]]:
+    def records(self, kind: str, strict: bool = True) -> Iterator[tuple[Digest, dict[str, Any]]]:
         """Every record of ``kind`` from every writer, with its key.
 
         ``strict`` (the default, what gc and verify need): a damaged table file
@@ -620,27 +418,22 @@ class Store:
         skipping damaged files with one :class:`StoreDamageWarning` each.
         """
         for k, v in self.table(kind).items(strict=strict):
-            yield Digest(k), _parse_record(kind, k, v)
+            yield Digest(k), parse_record(kind, k, v)
 
-    def lookup(self, kind: str, key: bytes, refresh: bool = True) -> list[dict]:
+    def lookup(self, kind: str, key: bytes, refresh: bool = True) -> list[dict[str, Any]]:
         """The records of ``kind`` stored under ``key`` (usually one)."""
         k = Digest(key)
-        return [_parse_record(kind, k, v) for v in self.table(kind).lookup(k, refresh_on_miss=refresh)]
+        return [parse_record(kind, k, v) for v in self.table(kind).lookup(k, refresh_on_miss=refresh)]
 
     # -- refs ---------------------------------------------------------------------
-    def _ref_key(self, name: str) -> str:
-        if not isinstance(name, str) or not _REF_RE.match(name) or ".." in name.split("/"):
-            raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r}")
-        return "refs/" + name
-
-    def set_ref(self, name: str, target: Digest | None = None, data: dict | None = None) -> None:
+    def set_ref(self, name: str, target: Digest | None = None, data: dict[str, Any] | None = None) -> None:
         """Point ref ``name`` at ``target`` (replacing what it pointed at)."""
         self._check_writable()
-        key = self._ref_key(name)
+        key = ref_key(name)
         self._ensure_stored(target)
-        self.backend.set(key, self._ref_frame(target, data))
+        self.backend.set(key, ref_frame(target, data))
 
-    def _ensure_stored(self, target) -> None:
+    def _ensure_stored(self, target: Digest | bytes | str | None) -> None:
         """Before a ref names ``target``: it and its chunks are written, and safe from a gc sweep."""
         if target is None:
             return
@@ -653,52 +446,38 @@ class Store:
                     raise MissingObjectError(f"cannot point a ref at value {d.hex()}: it is not in {self.url}")
                 self._write_objects()
 
-    def create_ref(self, name: str, target: Digest | None = None, data: dict | None = None) -> bool:
+    def create_ref(self, name: str, target: Digest | None = None, data: dict[str, Any] | None = None) -> bool:
         """Create ref ``name`` unless it exists; True if this call created it.
 
         Safe between processes on backends with a race-free create (local
         folders, object stores with conditional writes).
         """
         self._check_writable()
-        key = self._ref_key(name)
+        key = ref_key(name)
         self._ensure_stored(target)
         nonce = os.urandom(8).hex()
-        frame = self._ref_frame(target, data, nonce)
+        frame = ref_frame(target, data, nonce)
         self.backend.create(key, frame)
         got = self.backend.get(key)
         return got is not None and bytes(got) == frame
 
-    def _ref_frame(self, target, data, nonce: str | None = None) -> bytes:
-        body = {"target": None if target is None else Digest(target).hex(), "data": data or {}}
-        if nonce:
-            body["nonce"] = nonce
-        return encode_frame(json.dumps(body).encode(), KIND_REF, get_codec("none"))[1]
-
     def get_ref(self, name: str) -> Ref | None:
-        key = self._ref_key(name)
+        """Ref ``name``, or None if there is none."""
+        key = ref_key(name)
         data = self.backend.get(key)
         if data is None:
             return None
-        raw = decode_frame(data, key)[1]
-        try:
-            body = json.loads(bytes(raw))
-            if not isinstance(body, dict):
-                raise ValueError("not a JSON object")
-            target = Digest(body["target"]) if body.get("target") else None
-            data = body.get("data") or {}
-            if not isinstance(data, dict):
-                raise ValueError("its data is not a JSON object")
-            return Ref(name, target, data)
-        except (ValueError, KeyError, TypeError, RecursionError) as e:
-            raise DamagedObjectError(key, f"not a valid ref: {e}") from None
+        return decode_ref(name, key, data)
 
     def refs(self, prefix: str = "") -> list[str]:
+        """The names of the refs under ``prefix``, sorted."""
         base = "refs/" + (prefix.strip("/") + "/" if prefix else "")
         return sorted(k[len("refs/") :] for k in self.backend.list(base) if ".partial" not in k)
 
     def delete_ref(self, name: str) -> None:
+        """Remove ref ``name`` (what it pointed at stays until gc finds nothing else reaches it)."""
         self._check_writable()
-        self.backend.delete(self._ref_key(name))
+        self.backend.delete(ref_key(name))
 
     # -- flushing -----------------------------------------------------------------
     def _check_writable(self) -> None:
@@ -716,16 +495,16 @@ class Store:
         if self.objects.pending_bytes > PACK_MAX or any(t.pending > RECORDS_MAX for t in self._table_list):
             self.flush()
         elif self.autoflush and self._flusher is None:
-            self._start_flusher()
+            self.start_flusher()
 
     def _start_io(self) -> None:
         """Start casmon's I/O threads at the first write, if reads have not: the exit flush needs them,
         and Python 3.12 refuses to start a thread while the interpreter exits (a process that read a
         local folder without them and wrote only at exit lost its writes)."""
         if not self.backend.is_local:  # a local folder is written in the calling thread
-            from casmon.store.backend import _Loop
+            from casmon.store.backend import loop
 
-            _Loop.get()
+            loop.get_loop()
         self._io_ready = True
 
     def flush_for_call(self) -> None:
@@ -746,8 +525,6 @@ class Store:
         except Exception as e:  # noqa: BLE001 - a computed result is never lost to a storage error
             if not self._flush_warned:
                 self._flush_warned = True
-                import warnings
-
                 warnings.warn(f"casmon: could not flush {self.url} in this worker process: {e}; what was not written "
                               "waits for the next flush, and is lost if the pool ends this process first",
                               RuntimeWarning, stacklevel=3)
@@ -756,13 +533,14 @@ class Store:
         finally:
             _in_hooks.call = False
 
-    def _start_flusher(self) -> None:
+    def start_flusher(self) -> None:
+        """Start the thread that flushes every ``autoflush`` seconds, unless it runs (or the process exits)."""
         with self._lock:
-            if self._flusher is not None or _exiting:
+            if self._flusher is not None or lifecycle.exiting():
                 return
             ref = weakref.ref(self)
             interval = self.autoflush
-            stop = _stop_flushers
+            stop = lifecycle.stop_flushers
 
             def loop() -> None:
                 while not stop.wait(interval):
@@ -773,14 +551,12 @@ class Store:
                         s.flush()
                     except Exception as e:  # noqa: BLE001 - keep pending, retry next round
                         if not stop.is_set():
-                            import logging
-
                             logging.getLogger("casmon").warning("background flush of %s failed: %s", s.url, e)
                     del s
 
             # Not a daemon where the exit hook can stop it: a daemon thread still flushing (or
             # writing a warning) while the interpreter tears down can abort the process.
-            self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not _exit_hook_stops_threads)
+            self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not lifecycle.exit_hook_stops_threads)
             self._flusher.start()
 
     def flush(self) -> None:
@@ -796,22 +572,20 @@ class Store:
         if self.read_only:
             return
         # A hook moves a feature's waiting rows into a record: Ctrl-C in the middle would lose them.
-        with _signals_deferred():
+        with lifecycle.signals_deferred():
             nested, _in_hooks.on = getattr(_in_hooks, "on", False), True  # a hook's record is written by this flush
             try:
                 for hook in list(self._flush_hooks):
                     try:
                         hook(self)
                     except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
-                        import logging
-
                         logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
             finally:
                 _in_hooks.on = nested
         with self._flush_lock:
-            refs: set[Digest] = set()
+            refs: set[bytes] = set()  # plain bytes, as appended
             try:
-                with _signals_deferred(), self._lock:  # no record is added while the tables are sealed
+                with lifecycle.signals_deferred(), self._lock:  # no record is added while the tables are sealed
                     tables = list(self._tables.items())
                     for _kind, t in tables:
                         t.seal()
@@ -828,7 +602,7 @@ class Store:
                 for kind, t in tables:
                     if t.sealed() and time.monotonic() - sealed_at > condemned.WRITE_MAX:
                         # Slow (a retried network write, a stopped process): check the values again.
-                        bad = self._check_values(self._refs_of(t), force=True)
+                        bad = self._check_values(refs_of(t), force=True)
                         if bad:
                             self._drop_records_needing(bad, [(kind, t)])
                         self._write_objects()
@@ -855,11 +629,11 @@ class Store:
     def _protect_held(self) -> None:
         """Copy values put and not yet named by any record (a running call's arguments) that gc condemned."""
         vt = self.objects.view()
-        lists = frozenset(self.objects._lists)
+        lists = self.objects.condemned_lists()
         if lists == self._held_lists:
             return
         self._held_lists = lists
-        if not self.objects._condemned:
+        if not self.objects.any_condemned():
             return
         for d in list(self._held):
             self._check_value(d, vt, set())  # copies what is condemned into the next pack
@@ -869,8 +643,6 @@ class Store:
         merges = [t for t in [self.objects.index, *self._tables.values()] if t.wants_merge()]
         if not merges or not self.backend.supports_deletes:
             return
-        from casmon.store.lock import StoreLock
-
         lk = StoreLock(self.backend, "merge")
         if not lk.acquire():
             return  # the next flush tries again
@@ -889,12 +661,7 @@ class Store:
         A value whose chunk gc removed meanwhile is not written at all (it would be a manifest naming a
         missing object); returns such values, so records naming them are kept out too.
         """
-        now = time.monotonic()
-        # Under the lock that puts take: a garbage collection inside the copy runs Python code (gc
-        # callbacks, finalizers), where another thread's put would change the dict under the copy.
-        with self.objects._lock:
-            pending = list(self.objects._pending.items())
-        old = [Digest.from_raw(d) for d, p in pending if p[1] == KIND_VALUE and now - p[3] > condemned.RELY_MAX]
+        old = self.objects.stale_waiting_values(condemned.RELY_MAX)
         if not old:
             return set()
         vt = self.objects.refresh_view()
@@ -906,22 +673,16 @@ class Store:
                 ok = ok and all(self._check_value(c, vt, set()) for c in m.children)
             except (MissingObjectError, DamagedObjectError):
                 ok = False
-            with self.objects._lock:
-                p = self.objects._pending.get(d)
-                if p is None:
-                    continue
-                if ok:
-                    self.objects._pending[d] = (*p[:3], vt)
-                else:
-                    del self.objects._pending[d]
-                    self.objects._pending_bytes -= len(p[0])
-                    lost.add(d)
+            if ok:
+                self.objects.renew_waiting(d, vt)
+            elif self.objects.drop_waiting(d):
+                lost.add(d)
         return lost
 
-    def _needs_check(self, d: Digest) -> bool:
+    def _needs_check(self, d: bytes) -> bool:
         return time.monotonic() - self.objects.reliance(d) > condemned.RELY_MAX
 
-    def _check_values(self, digests, force: bool = False) -> set[Digest]:
+    def _check_values(self, digests: Iterable[Digest], force: bool = False) -> set[Digest]:
         """Check values (manifest, chunks, children) stored and not condemned, under a fresh view.
 
         Condemned objects are copied to the next pack. Returns the values that
@@ -933,7 +694,7 @@ class Store:
         vt = self.objects.refresh_view()
         return {d for d in todo if not self._check_value(d, vt, set())}
 
-    def _check_value(self, d: Digest, vt: float, seen: set) -> bool:
+    def _check_value(self, d: Digest, vt: float, seen: set[Digest]) -> bool:
         if d in seen:
             return True
         seen.add(d)
@@ -951,51 +712,16 @@ class Store:
                 return False
         return all(self._check_value(c, vt, seen) for c in m.children)
 
-    def _refs_of(self, t: Table) -> set[Digest]:
-        out: set[Digest] = set()
-        for _name, entries in t.sealed():
-            for _k, v in entries:
-                try:
-                    out.update(Digest(h) for h in json.loads(v).get("_refs", ()))
-                except (ValueError, TypeError, AttributeError):
-                    pass
-        return out
-
-    def _drop_records_needing(self, bad: set[Digest], tables) -> None:
+    def _drop_records_needing(self, bad: set[Digest], tables: Iterable[tuple[str, Table]]) -> None:
         """Keep sealed records from naming lost values: trim them (a salvager) or drop them, and warn."""
-        bad_hex = {d.hex() for d in bad}
-        dropped = 0
-        for kind, t in tables:
-            for name, entries in t.sealed():
-                kept = []
-                changed = False
-                for k, v in entries:
-                    try:
-                        rec = json.loads(v)
-                        refs = rec.get("_refs", ())
-                    except (ValueError, TypeError, AttributeError):
-                        kept.append((k, v))
-                        continue
-                    if not bad_hex.intersection(refs):
-                        kept.append((k, v))
-                        continue
-                    changed = True
-                    fixed = salvage(kind, rec, bad)
-                    if fixed is None:
-                        dropped += 1
-                    else:
-                        kept.append((k, json.dumps(fixed, separators=(",", ":"), allow_nan=True).encode()))
-                if changed:
-                    t.replace_sealed(name, kept)
+        dropped = trim_sealed(tables, bad)
         self.dropped_records += dropped
-        import warnings
-
         warnings.warn(
             f"casmon: {len(bad)} value(s) were removed from {self.url} (by gc, or lost to damage) while this "
             f"process still needed them; {dropped} record(s) that named them were not written",
             RuntimeWarning, stacklevel=3)
 
-    def add_flush_hook(self, hook) -> None:
+    def add_flush_hook(self, hook: FlushHook) -> None:
         """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""
         self._flush_hooks.append(hook)
 
@@ -1007,20 +733,29 @@ class Store:
             self.flush()
         finally:
             self._closed = True
-            open_stores.discard(self)
+            lifecycle.forget(self)
             if self.backend.needs_close:
                 self.backend.close()
+
+    def abandon(self) -> None:
+        """Stop using the store without flushing: what it holds pending is dropped (its location was deleted)."""
+        self._closed = True
+        lifecycle.forget(self)
+
+    def forget_manifests(self) -> None:
+        """Drop the manifests kept in memory (repair rewrote the index: read them from the store again)."""
+        self._manifests.clear()
 
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _reset_after_fork(self) -> None:
         # The parent flushes what it had pending; the child starts as a new writer.
         self.writer = writer_id()
-        self._flush_each_call = self.durable or in_worker_process()  # multiprocessing's child: set again at its start
+        self._flush_each_call = self.durable or lifecycle.in_worker_process()  # multiprocessing's child: set again at its start
         self._io_ready = False  # the parent's threads do not exist here
         self._flusher = None  # the parent's thread does not exist here
         self._flush_lock = threading.Lock()
@@ -1030,39 +765,24 @@ class Store:
         self._table_list = ()
         self._flush_hooks = []
         # The values the parent's waiting records name, and those it holds, are the parent's to write:
-        # checked here they look lost (found by an attack: a false "removed by gc" warning in children).
+        # checked here they look lost, and a child would warn that gc removed them.
         self._record_refs = set()
         self._held = {}
         self._held_lists = frozenset()
 
-    # -- maintenance --------------------------------------------------------------
-    def stats(self, progress=None) -> dict:
+    # -- maintenance (the layer above, installed: see Maintenance) -----------------
+    def stats(self, progress: Progress | None = None) -> dict[str, Any]:
         """Counts and sizes: values, chunks, bytes, dedup ratio, files."""
-        from casmon.maintenance.verify import stats
+        return _installed_maintenance().stats(self, progress)
 
-        return stats(self, progress)
-
-    def verify(self, progress=None):
+    def verify(self, progress: Progress | None = None) -> Any:
         """Re-hash every object; report what is damaged or missing and what depends on it."""
-        from casmon.maintenance.verify import verify
+        return _installed_maintenance().verify(self, progress)
 
-        return verify(self, progress)
-
-    def gc(self, grace: float = 3600.0, dry_run: bool = False, progress=None, break_lock: bool = False):
+    def gc(self, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None,
+           break_lock: bool = False) -> Any:
         """Remove what no record or ref reaches (condemned at least ``grace`` seconds ago); repack sparse packs."""
-        from casmon.maintenance.gc import gc
-
-        return gc(self, grace=grace, dry_run=dry_run, progress=progress, break_lock=break_lock)
-
-
-def _parse_record(kind: str, key: bytes, v: bytes) -> dict:
-    try:
-        r = json.loads(v)
-        if not isinstance(r, dict):
-            raise ValueError("not an object")
-        return r
-    except ValueError as e:
-        raise DamagedObjectError(f"record {kind}/{bytes(key).hex()}", f"not valid JSON: {e}") from None
+        return _installed_maintenance().gc(self, grace=grace, dry_run=dry_run, progress=progress, break_lock=break_lock)
 
 
 def open(
@@ -1070,7 +790,7 @@ def open(
     *,
     read_only: bool = False,
     trust: bool = True,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     create: bool = True,
     **options: Any,
 ) -> Store:
@@ -1089,21 +809,23 @@ def open(
     for maintenance that must not act on a mistyped path).
     """
     backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create)
-    if not create and not backend.exists(FORMAT_KEY) and not _top_level(backend):
+    if not create and not backend.exists(FORMAT_KEY) and not top_level(backend):
         backend.close()
         raise StoreError(f"no casmon store at {backend.url}: it is empty")
     return Store(backend, trust=trust, **options)
 
 
-def _top_level(backend: Backend) -> list[str]:
-    """What a location holds at its top, less hidden names and the ``*.partial`` files writers
-    link or rename into place: a store another process is creating holds only
-    ``casmon.json.<uuid>.partial`` for a moment, and that is no foreign file."""
-    return [k for k in backend.list_dir("") if not k.startswith(".") and not k.endswith(".partial")]
-
-
 _default: dict[tuple[int, str], Store] = {}
 _default_lock = threading.Lock()
+
+
+def _default_key(location: Any) -> tuple[int, Any]:
+    """The key of the default store at ``location`` in this process: a local path is made absolute."""
+    if location is None:
+        location = os.environ.get("CASMON_STORE") or ".casmon"
+    if isinstance(location, (str, os.PathLike)) and "://" not in str(location):
+        location = os.path.abspath(os.fspath(location))
+    return os.getpid(), location
 
 
 def default_store(location: Any = None, create: bool = True) -> Store:
@@ -1116,11 +838,8 @@ def default_store(location: Any = None, create: bool = True) -> Store:
     """
     if isinstance(location, Store):
         return location
-    if location is None:
-        location = os.environ.get("CASMON_STORE") or ".casmon"
-    if isinstance(location, (str, os.PathLike)) and "://" not in str(location):
-        location = os.path.abspath(os.fspath(location))
-    key = (os.getpid(), str(location))
+    pid, location = _default_key(location)
+    key = (pid, str(location))
     s = _default.get(key)
     if s is not None and not s._closed:
         return s
@@ -1132,24 +851,8 @@ def default_store(location: Any = None, create: bool = True) -> Store:
     return s
 
 
-#: kind -> salvager: ``fn(record, bad) -> record | None`` keeps what a record can keep when some of the
-#: values it names (``bad``, a set of Digests) are lost: a trimmed record (its ``_refs`` updated), or
-#: None to drop it. Used by ``verify --repair`` and by a flush that finds a value gone before its record
-#: is written. Kinds without one lose the whole record.
-SALVAGERS: dict[str, Any] = {}
-
-
-def register_salvager(kind: str, fn) -> None:
-    """Teach repair and flush how to keep the intact part of a ``kind`` record whose values are partly lost."""
-    SALVAGERS[kind] = fn
-
-
-def salvage(kind: str, record: dict, bad: set) -> dict | None:
-    """The part of ``record`` that does not need a value in ``bad`` (None: nothing)."""
-    fn = SALVAGERS.get(kind)
-    if fn is None:
-        return None
-    try:
-        return fn(record, bad)
-    except Exception:  # noqa: BLE001 - a salvager that fails keeps nothing, never stops a flush or repair
-        return None
+def default_store_if_open(location: Any = None) -> Store | None:
+    """The store :func:`default_store` would return for ``location`` if this process opened it already, else
+    None; never opens or creates one (a caller that only asks whether something was written)."""
+    pid, location = _default_key(location)
+    return _default.get((pid, str(location)))

@@ -4,7 +4,8 @@ A read-only web app on the standard library's ``http.server`` (no dependency
 beyond casmon's own; see docs/ARCHITECTURE.md): ``model.py`` reads what pages
 show, ``charts.py`` draws SVG, ``pages.py`` writes HTML (every store string
 escaped), ``server.py`` routes GET requests, ``report.py`` writes the compare
-page as one file, ``commands.py`` holds the click commands. Importing this
+page as one file; the ``casmon ui`` and ``casmon report`` verbs are in
+``casmon.cli.ui`` (the command line is the layer above). Importing this
 package starts nothing.
 """
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence as Seq
 
 from casmon.view.display import Html, esc
+from casmon.view.text import cut
 
 #: Distinct colours for up to ten series (then they repeat).
 PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781", "#bf3989", "#4c2889"]
@@ -63,7 +64,7 @@ def bars(labels: Seq[str], values: Seq[float], title: str, width: int = 640) -> 
                    f'fill="{colour(i)}"><title>{esc(label)}: {esc(fmt(v))}</title></rect>')
         out.append(f'<text x="{x + w / 2:.1f}" y="{y0 - 4:.1f}" text-anchor="middle" font-size="11">{esc(fmt(v))}</text>')
         out.append(f'<text x="{x + w / 2:.1f}" y="{height - bottom + 16:.1f}" text-anchor="middle" font-size="11">'
-                   f'{esc(_cut(label, max(int(slot / 7), 4)))}</text>')
+                   f'{esc(cut(label, max(int(slot / 7), 4)))}</text>')
     out.append("</svg>")
     return Html("".join(out))
 
@@ -132,7 +133,3 @@ def _open(width: int, height: int, title: str) -> str:
 
 def _tick(left: int, y: float, text: str) -> str:
     return f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{esc(text)}</text>'
-
-
-def _cut(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"

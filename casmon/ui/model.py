@@ -23,21 +23,23 @@ import difflib
 import itertools
 import json
 import math
+import operator
 import re
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from casmon.view import display
+from casmon.view.text import short_repr, size
 from casmon.store import serialize
-from casmon.calllog.log import NOT_RECORDED, Call, CallLog
+from casmon.calllog import NOT_RECORDED, Call, CallLog
 from casmon.errors import CasmonError, MissingObjectError
 from casmon.keys.fingerprint import fingerprint
 from casmon.store.peek import Described, as_digest, describe, load_data, peek
-from casmon.runs.recorder import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest, diff
+from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest, diff
 
 #: A request re-lists the runs (in the background; it is served the last listing) when it is older than this.
 REFRESH_SECONDS = 5.0
@@ -54,8 +56,9 @@ def is_scalar(v: Any) -> bool:
     return v is None or type(v) in (str, int, float, bool)
 
 
-def is_number(v: Any) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
+def is_number(v: object) -> TypeGuard[float]:
+    """A finite int or float (not a bool): what a chart or a numeric comparison can use."""
+    return (type(v) is int or type(v) is float) and math.isfinite(v)
 
 
 @dataclass
@@ -91,7 +94,7 @@ class RunIndex:
     def __init__(self, store) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._entries: list[Entry] | None = None
+        self._entries: Listing | None = None
         self._listed = 0.0
         self._refreshing = False
         self._first = threading.Lock()  # the first listing is made once, whoever asks first
@@ -273,7 +276,8 @@ _FILTER_RE = re.compile(r"^([A-Za-z_][\w.\-]*)(<=|>=|!=|=|<|>)(.+)$")
 def row_of(r: RunInfo, e: Entry) -> dict[str, Any]:
     """A run's cells by column: the fixed columns, then ``info.KEY`` for each scalar in its info."""
     m = r.manifest
-    g = m.get("git") if isinstance(m.get("git"), dict) else {}
+    git = m.get("git")
+    g: dict[str, Any] = git if isinstance(git, dict) else {}
     d = m.get("duration")
     if d is None and is_number(m.get("start")) and is_number(m.get("end")):
         d = m["end"] - m["start"]
@@ -299,9 +303,9 @@ def sort_key(v: Any) -> tuple:
     return (1, 0.0, str(v).lower())
 
 
-def parse_filter(q: str) -> list[tuple]:
+def parse_filter(q: str) -> list[tuple[str, ...]]:
     """``loss<0.3 status=ok base``: comparisons of a column (``loss`` is ``info.loss``) and words to find."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for tok in q.split():
         m = _FILTER_RE.match(tok)
         if m:
@@ -319,7 +323,12 @@ def _as_number(s: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def matches(row: dict[str, Any], terms: list[tuple]) -> bool:
+#: A filter's comparisons; both sides are numbers, or both text.
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+def matches(row: dict[str, Any], terms: list[tuple[str, ...]]) -> bool:
     text = None
     for t in terms:
         if t[0] == "word":
@@ -332,10 +341,10 @@ def matches(row: dict[str, Any], terms: list[tuple]) -> bool:
         v = row.get(col, row.get(f"info.{col}"))
         if v is None:
             return False
-        a, b = (float(v), _as_number(want)) if is_number(v) and type(v) is not bool else (str(v), want)
-        if b is None:
-            a, b = str(v), want
-        ok = {"=": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        num = _as_number(want) if is_number(v) and type(v) is not bool else None
+        a: float | str = str(v) if num is None else float(v)
+        b: float | str = want if num is None else num
+        ok = _COMPARISONS[op](a, b)
         if not ok:
             return False
     return True
@@ -379,13 +388,14 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         rows = [(e, *index.row(e)) for e in shown]
     else:
         key = (entries.serial, sort, desc, q)
-        rows = index.views.get(key)
-        if rows is None:
-            rows = _sorted_rows(index, entries, sort, desc, terms)
+        cached = index.views.get(key)
+        if cached is None:
+            cached = _sorted_rows(index, entries, sort, desc, terms)
             if index.complete(entries):  # valid while this listing is: rows depend on it and immutable manifests
-                index.views[key] = rows
+                index.views[key] = cached
                 while len(index.views) > 8:
                     index.views.pop(next(iter(index.views)))
+        rows = cached
         total = len(rows)
         pages = max(1, math.ceil(total / per))
         page = min(max(page, 1), pages)
@@ -483,11 +493,11 @@ def _text_diff(ra: RunInfo, rb: RunInfo, path: str) -> tuple[str, str]:
     """``(kind, text)``: a unified diff of a tracked text file, or why there is none."""
     fa, fb = ra.manifest["files"][path], rb.manifest["files"][path]
     if max(fa.get("size", 0), fb.get("size", 0)) > TEXT_DIFF_MAX:
-        return "large", f"{display.size(fa.get('size'))} → {display.size(fb.get('size'))}"
+        return "large", f"{size(fa.get('size'))} → {size(fb.get('size'))}"
     try:
         a, b = ra.file(path).decode("utf-8"), rb.file(path).decode("utf-8")
     except UnicodeDecodeError:
-        return "binary", f"{display.size(fa.get('size'))} → {display.size(fb.get('size'))}, " \
+        return "binary", f"{size(fa.get('size'))} → {size(fb.get('size'))}, " \
                          f"digest {fa['digest'][:12]} → {fb['digest'][:12]}"
     return "text", "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                                 f"{ra.name}/{path}", f"{rb.name}/{path}"))
@@ -506,8 +516,8 @@ def _window(r: RunInfo) -> tuple[set[int], float, float]:
     m = r.manifest
     links = m.get("links") or {}
     sessions = {s for s in links.get("call_sessions", []) if type(s) is int}
-    return (sessions, m.get("start") if is_number(m.get("start")) else -math.inf,
-            m.get("end") if is_number(m.get("end")) else math.inf)
+    start, end = m.get("start"), m.get("end")
+    return sessions, start if is_number(start) else -math.inf, end if is_number(end) else math.inf
 
 
 def in_run(c: Call, r: RunInfo) -> bool:
@@ -567,7 +577,7 @@ def compare(runs: list[RunInfo], log: CallLog | None = None, trust: bool = False
     metrics, sequences = [], {}
     for k in keys:
         raw = [(r.manifest.get("info") or {}).get(k, _MISSING) for r in runs]
-        shown = []
+        shown: list[Any] = []
         for r, v in zip(runs, raw):
             if v is _MISSING:
                 shown.append(None)
@@ -726,7 +736,7 @@ def cell_details(log: CallLog, cell: Any, trust: bool) -> dict[str, Any]:
             return out
         if trust and log.store.trust:
             v, why = display.attempt(lambda: peek(log.store, h, trust=True))
-            out["text"] = why or display.short(v, 400)
+            out["text"] = why or short_repr(v, 400)
         else:
             out["text"] = describe(log.store, h, 400)
         return out
@@ -740,7 +750,8 @@ def cell_details(log: CallLog, cell: Any, trust: bool) -> dict[str, Any]:
 
 def call_inputs(log: CallLog, c: Call) -> list[tuple[str, Any]]:
     """A call's arguments by parameter name (defaults filled in), as cells: nothing is loaded."""
-    args = log._bind(c, list(c.args_cells), dict(c.kwargs_cells), load=lambda cell: cell)._asdict()
+    bound = log.bind(c, list(c.args_cells), dict(c.kwargs_cells), load=lambda cell: cell)
+    args = dict(vars(bound))
     out = []
     for name, v in args.items():
         if isinstance(v, tuple):  # *args

@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from casmon.view import display
-from casmon.view.display import Html, code, esc, kv_table, patch_html, seconds, size, status_badge, table, when
+from casmon.view.display import Html, code, esc, kv_table, patch_html, seconds, status_badge, table, when
+from casmon.view.text import plural, short_repr, size
 from casmon.ui import charts, model
 
 _STATIC = {"casmon-ui.css": "text/css; charset=utf-8", "casmon-ui.js": "text/javascript; charset=utf-8"}
@@ -33,6 +34,14 @@ def static_file(name: str) -> tuple[bytes, str] | None:
     if name.endswith(".css"):
         data = display.CSS.encode() + data
     return data, _STATIC[name]
+
+
+def _bundled(name: str) -> str:
+    """A static file's text, for a page that inlines it (one of the fixed list, so it is there)."""
+    got = static_file(name)
+    if got is None:
+        raise LookupError(f"no static file {name!r}")
+    return got[0].decode()
 
 
 def csp_hash(text: str) -> str:
@@ -147,7 +156,7 @@ def runs_page(ctx: Ctx, view: model.RunsView, sort: str, desc: bool, q: str, per
             f'<input type="hidden" name="order" value="{"desc" if desc else "asc"}">'
             f'<input type="search" name="q" value="{esc(q)}" placeholder="filter: words, or loss&lt;0.3 status=ok" '
             f'size="40" aria-label="filter"><button type="submit">Filter</button></form>')
-    shown = f"{view.total:,} of {view.all_runs:,} runs" if q else display.count(view.all_runs, "run")
+    shown = f"{view.total:,} of {view.all_runs:,} runs" if q else plural(view.all_runs, "run")
     body = Html(
         f"<h1>Runs <span class=\"muted\">{esc(shown)}</span></h1>{filt}"
         f'<form id="compare-form" method="get" action="/compare">'
@@ -299,19 +308,20 @@ def _diff_section(ctx: Ctx, d: Any, file_diffs: list, ra: Any, rb: Any) -> Html:
         else:
             out += [display.heading(f"{path} ({kind})"), Html(f"<p>{esc(text)}</p>")]
     meta = d["meta"]
-    rows = []
+    meta_rows: list[tuple[str, Html, Html]] = []
     for k, v in meta.items():
         if k == "packages" and isinstance(v, dict):
-            rows += [(f"package {p}", code(ab.get("a") or "-"), code(ab.get("b") or "-")) for p, ab in list(v.items())[:200]]
+            meta_rows += [(f"package {p}", code(ab.get("a") or "-"), code(ab.get("b") or "-")) for p, ab in list(v.items())[:200]]
         elif k == "env" and isinstance(v, dict):
-            ea = v.get("a") if isinstance(v.get("a"), dict) else {}
-            eb = v.get("b") if isinstance(v.get("b"), dict) else {}
-            rows += [(f"env {name}", code(ea.get(name, "-")), code(eb.get(name, "-")))
-                     for name in sorted(set(ea) | set(eb)) if ea.get(name) != eb.get(name)]
+            env_a, env_b = v.get("a"), v.get("b")
+            ea: dict[str, Any] = env_a if isinstance(env_a, dict) else {}
+            eb: dict[str, Any] = env_b if isinstance(env_b, dict) else {}
+            meta_rows += [(f"env {name}", code(ea.get(name, "-")), code(eb.get(name, "-")))
+                          for name in sorted(set(ea) | set(eb)) if ea.get(name) != eb.get(name)]
         elif isinstance(v, dict):
-            rows.append((k, code(display.short(v.get("a"), 200)), code(display.short(v.get("b"), 200))))
-    if rows:
-        out += [display.heading("environment and packages that differ"), table(["what", a, b], rows)]
+            meta_rows.append((k, code(short_repr(v.get("a"), 200)), code(short_repr(v.get("b"), 200))))
+    if meta_rows:
+        out += [display.heading("environment and packages that differ"), table(["what", a, b], meta_rows)]
     # the cache's answer (model.compare asks casmon.diff without the call log: its divergence section answers)
     results = d.get("results") or []
     if results:
@@ -352,8 +362,7 @@ def compare_page(ctx: Ctx, cmp: model.Comparison, tails: list[str], metric: str 
 
 def report(ctx: Ctx, cmp: model.Comparison, tails: list[str]) -> bytes:
     """The compare page as one file: style and script inline, allowed by their hashes, nothing fetched."""
-    css = static_file("casmon-ui.css")[0].decode()
-    js = static_file("casmon-ui.js")[0].decode()
+    css, js = _bundled("casmon-ui.css"), _bundled("casmon-ui.js")
     policy = (f"default-src 'none'; style-src {csp_hash(css)} {DISPLAY_STYLE}; script-src {csp_hash(js)}; "
               "img-src data:; form-action 'none'; base-uri 'none'")
     names = ", ".join(r.name for r in cmp.runs)
@@ -427,9 +436,9 @@ def calls_page(ctx: Ctx, log: Any, summary: model.CallsSummary, calls: list, bin
     fn_rows = [(ctx.link(url("/calls", fn=name), code(name)), f"{n:,}", f"{ns:,}", seconds(total),
                 seconds(total / n) if n else "-") for name, n, ns, total in summary.functions]
     total_calls = sum(n for _, n, _, _ in summary.functions)
-    out: list[Any] = [Html(f"<h1>Calls <span class=\"muted\">{esc(display.count(total_calls, 'call'))} of "
-                           f"{esc(display.count(len(summary.functions), 'function'))} in "
-                           f"{esc(display.count(len(summary.sessions), 'session'))}</span></h1>"),
+    out: list[Any] = [Html(f"<h1>Calls <span class=\"muted\">{esc(plural(total_calls, 'call'))} of "
+                           f"{esc(plural(len(summary.functions), 'function'))} in "
+                           f"{esc(plural(len(summary.sessions), 'session'))}</span></h1>"),
                       Html(f'<p class="muted">read {esc(when(read_at))} · '
                            f'{ctx.link(url("/calls", reload=1, **filters), "read again")}</p>'),
                       _h("Functions", 2), table(["function", "calls", "sessions", "total time", "mean"], fn_rows, num=[1, 2, 3, 4])]
@@ -504,7 +513,7 @@ def cache_page(ctx: Ctx, summary: dict, fn: str | None, entries: list, describe)
     rows = [(ctx.link(url("/cache", fn=name), code(name)), f"{s['entries']:,}", size(s["bytes"]), f"{s['hits']:,}",
              when(s["last_used"] or None)) for name, s in sorted(summary.items())]
     total = sum(s["bytes"] for s in summary.values())
-    out: list[Any] = [Html(f"<h1>Cache <span class=\"muted\">{esc(display.count(len(summary), 'function'))}, "
+    out: list[Any] = [Html(f"<h1>Cache <span class=\"muted\">{esc(plural(len(summary), 'function'))}, "
                            f"{esc(size(total))}</span></h1>"),
                       table(["function", "entries", "bytes", "hits", "last use"], rows, num=[1, 2, 3])]
     if fn is not None:

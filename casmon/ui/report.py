@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from casmon.calllog.log import CallLog
+from casmon.calllog import CallLog
 from casmon.ui import model, pages
 
 

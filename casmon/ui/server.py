@@ -28,15 +28,16 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from casmon.view import display
-from casmon.caching.memoize import KIND as KIND_CACHE, KIND_CLEAR, newest_per_key, cache_entries, resolve_function
-from casmon.calllog.log import CallLog
+from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, newest_per_key, cache_entries, resolve_function
+from casmon.calllog import CallLog
 from casmon.errors import CasmonError
-from casmon.maintenance.verify import stats
+from casmon.maintenance import stats
 from casmon.store.peek import describe
 from casmon.ui import model, pages
 
@@ -203,8 +204,9 @@ class App:
         filters = {"fn": p.one("fn") or None, "session": p.integer("session", None), "process": p.integer("process", None),
                    "thread": p.one("thread") or None, "rank": p.integer("rank", None), "run": None}
         run = None
-        if p.one("run"):
-            e = self._entry(p.one("run"))
+        run_tail = p.one("run")
+        if run_tail:
+            e = self._entry(run_tail)
             run, filters["run"] = self.runs.run(e), e.tail
         thread: Any = filters["thread"]
         if thread is not None and _INT_RE.match(thread):
@@ -253,7 +255,7 @@ class App:
 class Params:
     """A request's query parameters, checked against what the page takes."""
 
-    def __init__(self, query: list[tuple[str, str]], allowed: set[str], multi: set[str] = frozenset()) -> None:
+    def __init__(self, query: list[tuple[str, str]], allowed: set[str], multi: AbstractSet[str] = frozenset()) -> None:
         self.values: dict[str, list[str]] = {}
         for k, v in query:
             if k not in allowed:
@@ -363,7 +365,8 @@ class UIServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        address, port = self.server_address[:2]
+        host = address if isinstance(address, str) else bytes(address).decode()
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
 
 

@@ -15,7 +15,7 @@ with write access may have crafted (see docs/SECURITY.md):
 * no external resources (no CDN, no scripts): a small inline style sheet,
   scoped to ``.casmon-view``.
 
-Times are local dates, sizes KiB/MiB/GiB, ratios rounded.
+Times are local dates, sizes KiB/MiB/GiB (``text.size``), ratios rounded.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ import html
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from casmon.view.text import cut, plural, short_error, size
+from casmon.view.text import short_repr as short  # display.short: the name views have always used
 
 __all__ = [
     "Html", "esc", "when", "size", "ratio", "seconds", "short", "table", "text_table", "frame", "patch_html",
@@ -99,23 +102,6 @@ def local_datetime(t: Any) -> _dt.datetime | None:
         return None
 
 
-def size(n: Any) -> str:
-    """A byte count as B, KiB, MiB, GiB or TiB."""
-    try:
-        if type(n) is bool:
-            return "?"
-        x = float(n)
-        if not math.isfinite(x):
-            return "?"
-    except (TypeError, ValueError):
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(x) < 1024:
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
-
-
 def ratio(x: Any) -> str:
     """A ratio rounded to two decimals (``11.17×``)."""
     try:
@@ -147,23 +133,6 @@ def seconds(s: Any) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
-def count(n: int, word: str, plural: str | None = None) -> str:
-    """``1 session``, ``2 sessions``."""
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
-
-
-def short(v: Any, limit: int = 80) -> str:
-    """``repr(v)`` cut to ``limit`` characters; never raises (a failing repr says so)."""
-    if isinstance(v, str) and limit >= 10_000:
-        r = v
-    else:
-        try:
-            r = repr(v)
-        except Exception as e:  # noqa: BLE001 - a value whose repr fails is still shown
-            r = f"<{type(v).__name__}: repr failed: {type(e).__name__}>"
-    return r if len(r) <= limit else r[: limit - 1] + "…"
-
-
 def hexshort(h: Any, n: int = 12) -> str:
     return h[:n] if isinstance(h, str) else short(h, n + 2)
 
@@ -193,17 +162,12 @@ def kv_table(pairs: Iterable[tuple[str, Any]]) -> Html:
 
 def text_table(headers: list[str], rows: Iterable[Iterable[Any]], width: int = 40, indent: str = "  ") -> str:
     """A plain-text table with aligned columns (cells cut to ``width`` characters)."""
-    rows = [[_cut(str(c), width) for c in row] for row in list(rows)[:_MAX_ROWS]]
-    widths = [max([len(h)] + [len(r[i]) for r in rows if i < len(r)]) for i, h in enumerate(headers)]
+    cells = [[cut(str(c), width, flatten=True) for c in row] for row in list(rows)[:_MAX_ROWS]]
+    widths = [max([len(h)] + [len(r[i]) for r in cells if i < len(r)]) for i, h in enumerate(headers)]
     lines = [indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    for r in rows:
+    for r in cells:
         lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return "\n".join(lines)
-
-
-def _cut(s: str, width: int) -> str:
-    s = " ".join(s.split()) if "\n" in s else s
-    return s if len(s) <= width else s[: width - 1] + "…"
 
 
 def status_badge(status: Any) -> Html:
@@ -279,12 +243,12 @@ def guarded_html(what: str) -> Callable:
     return deco
 
 
-def attempt(fn: Callable[[], Any], default: Any = None) -> tuple[Any, str | None]:
+def attempt(fn: Callable[..., Any], default: Any = None) -> tuple[Any, str | None]:
     """``(fn(), None)``, or ``(default, why)`` if it raised: one damaged part does not hide the rest."""
     try:
         return fn(), None
     except Exception as e:  # noqa: BLE001
-        return default, " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        return default, short_error(e, 300, typed=True)
 
 
 def pandas():
@@ -348,9 +312,9 @@ def run_text(r: Any, live: bool = False) -> str:
     if _git(r):
         parts.append(code_state(r))
     if m.get("files"):
-        parts.append(count(len(m["files"]), "file"))
+        parts.append(plural(len(m["files"]), "file"))
     if m.get("error"):
-        parts.append(_cut(str(m["error"]), 80))
+        parts.append(cut(str(m["error"]), 80, flatten=True))
     info, _ = run_info_cells(r)
     if info:
         shown = ", ".join(f"{k}={short(v, 30)}" for k, v in list(info.items())[:5])
@@ -441,7 +405,7 @@ class RunList(list):
             rows.append((r.name, m.get("status", "?"), when(m.get("start")), seconds(_duration(m)), code_state(r),
                          ", ".join(f"{k}={show(v, 20)}" for k, v in list(info.items())[:4])))
         skipped = f"\n  ({len(self) - len(rows):,} older runs not shown)" if len(self) > len(rows) else ""
-        return (f"{count(len(self), 'run')}:\n" + text_table(["run", "status", "started", "duration", "code", "info"], rows)
+        return (f"{plural(len(self), 'run')}:\n" + text_table(["run", "status", "started", "duration", "code", "info"], rows)
                 + skipped)
 
     @guarded_html("runs")
@@ -459,7 +423,7 @@ class RunList(list):
             out.append([code(r.name), status_badge(row["status"] or "?"), when(r.manifest.get("start")),
                         seconds(row["duration_s"]), code_state(r), row["comment"] or ""]
                        + [code(show(info[k], 60)) if k in info else "" for k in keys])
-        title = f"casmon: {count(len(self), 'run')}" + (f" (the newest {len(out):,} shown)" if len(self) > len(out) else "")
+        title = f"casmon: {plural(len(self), 'run')}" + (f" (the newest {len(out):,} shown)" if len(self) > len(out) else "")
         return frame(title, table(["run", "status", "started", "duration", "code", "comment"] + keys, out, num=[3]))
 
     def to_pandas(self):
@@ -588,7 +552,7 @@ class RunDiff(dict):
 
 def show(v: Any, limit: int = 200) -> str:
     """A value in a table cell: strings as they are, anything else by its (cut) repr."""
-    return _cut(v, limit) if isinstance(v, str) else short(v, limit)
+    return cut(v, limit, flatten=True) if isinstance(v, str) else short(v, limit)
 
 
 def _side_by_side(a: Any, b: Any) -> tuple[str, str]:
@@ -650,17 +614,17 @@ class StoreStats(dict):
 
 def verify_text(rep: Any) -> str:
     checked = ", ".join(f"{k} {v:,}" for k, v in dict(rep.checked).items()) or "nothing"
-    head = "ok" if rep.ok else f"DAMAGED: {count(len(rep.damaged), 'damaged object')}, {len(rep.missing):,} missing"
+    head = "ok" if rep.ok else f"DAMAGED: {plural(len(rep.damaged), 'damaged object')}, {len(rep.missing):,} missing"
     lines = [f"<casmon verify: {head}; checked {checked}"]
     for k, why in rep.damaged[:20]:
-        lines.append(f"  damaged {k}: {_cut(str(why), 120)}")
+        lines.append(f"  damaged {k}: {cut(str(why), 120, flatten=True)}")
     for k, who in rep.missing[:20]:
-        lines.append(f"  missing {k}, needed by {_cut(str(who), 120)}")
+        lines.append(f"  missing {k}, needed by {cut(str(who), 120, flatten=True)}")
     more = len(rep.damaged) + len(rep.missing) - len(rep.damaged[:20]) - len(rep.missing[:20])
     if more > 0:
         lines.append(f"  … and {more:,} more")
     if rep.affected:
-        lines.append(f"  {count(len(rep.affected), 'problem')} affect other objects (report.affected)")
+        lines.append(f"  {plural(len(rep.affected), 'problem')} affect other objects (report.affected)")
     return "\n".join(lines) + ">"
 
 
@@ -696,13 +660,13 @@ class Sessions(dict):
     def __repr__(self) -> str:
         if not self:
             return "<casmon: no sessions>"
-        return f"{count(len(self), 'session')}:\n" + text_table(["session", "started", "pid", "host", "python", "command"],
+        return f"{plural(len(self), 'session')}:\n" + text_table(["session", "started", "pid", "host", "python", "command"],
                                                              self._rows(), width=60)
 
     @guarded_html("sessions")
     def _repr_html_(self) -> str:
         rows = [(n, t, pid, host, py, code(cmd)) for n, t, pid, host, py, cmd in self._rows()]
-        return frame(f"casmon: {count(len(self), 'session')}",
+        return frame(f"casmon: {plural(len(self), 'session')}",
                      table(["session", "started", "pid", "host", "python", "command"], rows, num=[0, 2]))
 
     def to_pandas(self):
@@ -744,7 +708,7 @@ def calllog_html(log: Any, signature: Callable[[str], str], ranges: Callable[[li
         sig, why = attempt(lambda: signature(name), name)
         rows.append((code(sig), f"{len(calls):,}", ranges(sess), len(fi.sessions[sess[-1]]) if sess else 0,
                      seconds(total / len(calls)) if calls else "-", when(max((c.start for c in calls), default=None))))
-    return frame(Html(f"casmon call log <code>{esc(log.store.url)}</code>: {esc(count(len(log.sessions), 'session'))}"),
+    return frame(Html(f"casmon call log <code>{esc(log.store.url)}</code>: {esc(plural(len(log.sessions), 'session'))}"),
                  table(["function", "calls", "sessions", "calls in latest", "mean time", "last call"], rows, num=[1, 3, 4]))
 
 
@@ -765,7 +729,7 @@ def result_ref_text(ref: Any, described: str) -> str:
 
 def result_ref_html(ref: Any, described: str) -> Html:
     e = ref.entry if isinstance(ref.entry, dict) else {}
-    pairs = [("function", code(e.get("fn", "?"))), ("value", code(described)), ("size", size(e.get("size"))),
+    pairs: list[tuple[str, Any]] = [("function", code(e.get("fn", "?"))), ("value", code(described)), ("size", size(e.get("size"))),
              ("took", seconds(e.get("seconds"))), ("stored", when(e.get("time")))]
     if e.get("label") is not None:
         pairs.append(("label", e.get("label")))
@@ -776,7 +740,7 @@ def result_ref_html(ref: Any, described: str) -> Html:
     return frame("casmon cached result", kv_table(pairs))
 
 
-def described(fn: Callable[[], str]) -> str:
+def described(fn: Callable[..., str]) -> str:
     """A stored value's one-line description, or why it cannot be read."""
     text, why = attempt(fn, "")
     return text if why is None else f"<cannot read it: {why}>"
@@ -797,7 +761,7 @@ CACHE_COLUMNS = ["function", "key", "result", "size", "seconds", "stored", "labe
 
 
 class CacheEntries(list):
-    """A function's cache entries (:class:`~casmon.caching.memoize.ResultRef` each, nothing loaded), newest first."""
+    """A function's cache entries (:class:`~casmon.caching.entries.ResultRef` each, nothing loaded), newest first."""
 
     @guarded_text("cache entries")
     def __repr__(self) -> str:
@@ -807,7 +771,7 @@ class CacheEntries(list):
                  short(r["label"], 30) if r["label"] is not None else "")
                 for r in (dict(cache_row(x), time=x.entry.get("time")) for x in self)]
         total = sum(int(x.entry.get("size", 0) or 0) for x in self)
-        return (f"{count(len(self), 'cache entry', 'cache entries')}, {size(total)}:\n"
+        return (f"{plural(len(self), 'cache entry', 'cache entries')}, {size(total)}:\n"
                 + text_table(["function", "key", "size", "took", "stored", "label"], rows))
 
     @guarded_html("cache entries")
@@ -818,7 +782,7 @@ class CacheEntries(list):
             rows.append((code(r["function"]), code(hexshort(r["key"])), size(r["size"]), seconds(r["seconds"]),
                          when(x.entry.get("time")), "" if r["label"] is None else short(r["label"], 60)))
         total = sum(int(x.entry.get("size", 0) or 0) for x in self)
-        return frame(f"casmon: {count(len(self), 'cache entry', 'cache entries')}, {size(total)}",
+        return frame(f"casmon: {plural(len(self), 'cache entry', 'cache entries')}, {size(total)}",
                      table(["function", "key", "size", "took", "stored", "label"], rows, num=[2, 3]))
 
     def to_pandas(self):

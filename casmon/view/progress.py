@@ -9,7 +9,7 @@ transient: it is erased when the work ends, and what the command prints stays.
 Two shapes, one look:
 
 * :func:`progress_phases` yields a ``callback(phase, done, total)`` -- the
-  protocol of :mod:`casmon.maintenance.verify` and :mod:`casmon.maintenance.gc` -- that draws one
+  protocol of :mod:`casmon.maintenance.check` and :mod:`casmon.maintenance.collect` -- that draws one
   bar per phase;
 * :func:`progress` yields a bar for one counted job (``bar.advance()``), and
   :func:`track` wraps an iterable in one.

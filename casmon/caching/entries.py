@@ -1,0 +1,230 @@
+"""Cache entries in the store: their record kinds, handles to results, listing, eviction and admin.
+
+What ``casmon cache``, ``casmon gc`` and ``casmon ui`` read and drop: entries one per key
+(the newest record of each), per-function totals, eviction and duplicate plans and their
+runs. Apart from the decorator because none of it runs on a call's path.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from casmon.keys.digest import Digest
+from casmon.keys.fingerprint import fingerprint
+from casmon.store.store import Store
+from casmon.view import display
+
+__all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
+           "resolve_function", "clear_function", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates"]
+
+KIND = "cache"  # cache entries, keyed by call key
+KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
+KIND_CLEAR = "cacheclear"  # cache_clear() tombstones, keyed by the function's name digest
+KIND_USE = "cacheuse"  # hit counts and last use, written at flushes
+
+
+def name_digest(name: str) -> Digest:
+    """The key of a function's own records (its versions, its clears): a digest of its full name."""
+    return fingerprint(("casmon.fn", name))
+
+
+@dataclass
+class ResultRef:
+    """A handle to a stored result; nothing is loaded until you ask."""
+
+    store: Store
+    digest: Digest
+    key: Digest
+    entry: dict
+
+    def load(self) -> Any:
+        return self.store.get(self.digest)
+
+    def open_array(self):
+        """A lazy, read-only ``zarr.Array`` over an array result."""
+        return self.store.open_array(self.digest)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.entry.get("size", 0))
+
+    def describe(self) -> str:
+        """The stored result in one line, from its manifest alone (nothing is loaded or unpickled)."""
+        from casmon.store.peek import describe
+
+        return describe(self.store, self.digest, 80)
+
+    @display.guarded_text("cached result")
+    def __repr__(self) -> str:
+        return display.result_ref_text(self, display.described(self.describe))
+
+    @display.guarded_html("cached result")
+    def _repr_html_(self) -> str:
+        return display.result_ref_html(self, display.described(self.describe))
+
+
+def newest_per_key(items: Iterable[tuple[Digest, dict]]) -> dict[bytes, tuple[Digest, dict]]:
+    """One entry per key: a key can hold several records (a damaged result recomputed, two
+    processes that missed at once); they count once, as the newest."""
+    out: dict[bytes, tuple[Digest, dict]] = {}
+    for k, r in items:
+        kb = bytes(k)
+        old = out.get(kb)
+        if old is None or r.get("time", 0) >= old[1].get("time", 0):
+            out[kb] = (k, r)
+    return out
+
+
+def cache_entries(store: Store) -> dict[str, dict]:
+    """Per function: entries (one per key), bytes, hits, last use, and ``duplicates``: records a newer
+    record of the same key supersedes (two processes that missed one key at once), which gc drops."""
+    cleared: dict[str, float] = {}
+    for _k, r in store.records(KIND_CLEAR):
+        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+    records = [(k, r) for k, r in store.records(KIND) if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0)]
+    live = newest_per_key(records)
+    out: dict[str, dict] = {}
+    live_keys: dict[str, str] = {}
+    for _k, r in records:
+        s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0,
+                                             "seconds_saved": 0.0, "duplicates": 0})
+        s["duplicates"] += 1  # every record; less the entries below
+    for k, r in live.values():
+        fn = r.get("fn", "?")
+        s = out[fn]
+        s["duplicates"] -= 1
+        s["entries"] += 1
+        s["bytes"] += int(r.get("size", 0))
+        s["last_used"] = max(s["last_used"], r.get("time", 0))
+        live_keys[k.hex()] = fn
+    for _k, r in store.records(KIND_USE):
+        for h, (fn, n, last) in r.get("hits", {}).items():
+            if live_keys.get(h) == fn:
+                s = out[fn]
+                s["hits"] += n
+                s["last_used"] = max(s["last_used"], last)
+    return out
+
+
+def resolve_function(names: Iterable[str], name: str) -> str:
+    """Find a function by full name, or by a short name or suffix that only one has."""
+    names = sorted(set(names))
+    if name in names:
+        return name
+    matches = [n for n in names if n.endswith("." + name) or n.rsplit(".", 1)[-1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise LookupError(f"no cached function {name!r}; there are: {', '.join(names) or 'none'}")
+    raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
+
+
+def clear_function(store: Store, name: str) -> str:
+    """Forget every cached result of function ``name``; returns its full name."""
+    full = resolve_function(cache_entries(store), name)
+    store.append(KIND_CLEAR, {"fn": full, "time": time.time()}, key=name_digest(full))
+    store.flush()
+    return full
+
+
+def evict(store: Store, max_size: int | None = None, older_than: float | None = None,
+          plan: dict[bytes, tuple[str, int]] | None = None) -> tuple[int, int]:
+    """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
+    their results add up to at most ``max_size`` bytes. Also drops cleared entries.
+
+    Returns ``(entries dropped, bytes of their results)``. The results' data is
+    removed by the gc that follows (subject to its grace period). ``plan``: what
+    :func:`eviction_plan` returned, to drop exactly what it showed.
+    """
+    if plan is None:
+        plan = eviction_plan(store, max_size, older_than)
+    if not plan:
+        return 0, 0
+    from casmon.store.lock import held
+
+    with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
+        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
+    return len(plan), sum(size for _fn, size in plan.values())
+
+
+def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
+    """Cache records that a newer record of the same key supersedes: ``(key, record bytes) -> (function,
+    bytes of its result, its time)``. Two processes (or threads) that miss one key at once both store an
+    entry; lookups use the newest, so the others only take space. ``casmon gc`` drops them
+    (:func:`drop_duplicates`). A record that cannot be read is never planned away.
+    """
+    store.flush()
+    newest: dict[bytes, tuple[float, bytes]] = {}
+    parsed: list[tuple[bytes, bytes, str, int, float]] = []
+    for k, v in store.table(KIND).items():
+        try:
+            r = json.loads(v)
+            t = float(r.get("time", 0.0))
+            fn, size = str(r.get("fn", "?")), int(r.get("size", 0))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        k, v = bytes(k), bytes(v)
+        parsed.append((k, v, fn, size, t))
+        best = newest.get(k)
+        if best is None or (t, v) > best:  # the newest wins, as in lookups; equal times: one of them, always the same
+            newest[k] = (t, v)
+    return {(k, v): (fn, size, t) for k, v, fn, size, t in parsed if newest[k][1] != v}
+
+
+def drop_duplicates(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = None) -> tuple[int, int]:
+    """Drop the cache records :func:`duplicates_plan` names (every key keeps its newest record).
+
+    Returns ``(records dropped, bytes of their results)``; the results nothing else references are
+    removed by the gc runs that follow. Holds the store lock, like eviction.
+    """
+    if plan is None:
+        plan = duplicates_plan(store)
+    if not plan:
+        return 0, 0
+    from casmon.store.lock import held
+
+    with held(store.backend, "cache deduplication", store.url):  # no merge may bring the dropped records back
+        store.table(KIND).consolidate(force=True, keep=lambda k, v: (bytes(k), bytes(v)) not in plan)
+    return len(plan), sum(p[1] for p in plan.values())
+
+
+def eviction_plan(store: Store, max_size: int | None = None, older_than: float | None = None) -> dict[bytes, tuple[str, int]]:
+    """What :func:`evict` would drop, changing nothing: entry key -> (function, bytes of its result).
+
+    ``casmon gc --dry-run`` shows it, and previews the gc after it from it.
+    """
+    store.flush()
+    cleared: dict[str, float] = {}
+    for _k, r in store.records(KIND_CLEAR):
+        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
+    # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
+    # though an older, cleared record of its key is still there (gc drops that one as a duplicate).
+    # Deciding by any record would evict the live entry, and the preview -- made before duplicates
+    # are dropped -- would differ from the real run.
+    for kb, (_k, r) in newest_per_key(store.records(KIND)).items():
+        t, fn = r.get("time", 0.0), str(r.get("fn", ""))
+        entries[kb] = [t, int(r.get("size", 0)), t <= cleared.get(fn, 0.0), fn]
+    for _k, r in store.records(KIND_USE):
+        for h, (_fn, _n, last) in r.get("hits", {}).items():
+            e = entries.get(bytes.fromhex(h))
+            if e is not None:
+                e[0] = max(e[0], last)
+    now = time.time()
+    if older_than is not None:
+        for e in entries.values():
+            if now - e[0] >= older_than:
+                e[2] = True
+    if max_size is not None:
+        alive = sorted((e for e in entries.values() if not e[2]), key=lambda e: e[0])
+        total = sum(e[1] for e in alive)
+        for e in alive:
+            if total <= max_size:
+                break
+            e[2] = True
+            total -= e[1]
+    return {k: (e[3], e[1]) for k, e in entries.items() if e[2]}

@@ -1,0 +1,234 @@
+"""The call-log verbs: ``calls`` (logged functions, a function's calls), ``show NAME N`` and ``replay``.
+
+``show RUN`` without a call number shows a run (see ``run_verbs``). ``replay``
+runs only code the user names with ``--import`` or ``--import-main``: never
+what a record names.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.console import JustifyMethod
+from rich.table import Table
+
+from casmon.cli.options import console, one_line, open_store, store_option, timestamp, trust_option, trusted
+from casmon.cli.run_verbs import show_run
+from casmon.errors import CasmonError
+from casmon.view.text import plural, short_repr
+
+
+def _load_log(store_location):
+    from casmon.calllog import CallLog
+
+    return CallLog(open_store(store_location, read_only=True))
+
+
+def _cell_summary(log, cell) -> str:
+    """A value as the log holds it, described without unpickling anything."""
+    return log.describe_cell(cell, 40)
+
+
+@click.command()
+@click.argument("name", required=False)
+@store_option
+@click.option("--session", type=int, help="Only this session (default: all; for NAME, the latest).")
+@click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many calls.")
+@trust_option
+def calls(name, store_location, session, limit, trust) -> None:
+    """Logged functions with their call counts; with NAME, that function's calls."""
+    log = _load_log(store_location)
+    if name is None:
+        if not log.functions:
+            console.print("no logged calls")
+            return
+        t = Table(title=f"call log {log.store.url}: {plural(len(log.functions), 'function')}, {plural(len(log.sessions), 'session')}")
+        columns: tuple[tuple[str, JustifyMethod], ...] = (("function", "left"), ("calls", "right"), ("sessions", "left"),
+                                                         ("latest session", "right"))
+        for col, just in columns:
+            t.add_column(col, justify=just)
+        from casmon.calllog import ranges_text
+
+        for fname, fi in log.functions.items():
+            sess = sorted(fi.sessions)
+            latest = f"{len(fi.sessions[sess[-1]]):,} in {sess[-1]}" if sess else ""
+            t.add_row(log.signature(fname), f"{fi.total():,}", ranges_text(sess), latest)
+        console.print(t)
+        return
+    try:
+        full = log.resolve(name)
+        fi = log.functions[full]
+        if session is None and fi.sessions:
+            session = max(fi.sessions)
+        selected = log.calls(full, session=session)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from None
+    t = Table(title=f"{log.signature(full)} — session {session}: {plural(len(selected), 'call')}")
+    for col in ("#", "start", "duration", "thread", "arguments", "result"):
+        t.add_column(col)
+    for c in selected[:limit]:
+        args = [_cell_summary(log, a) for a in c.args_cells] + [f"{k}={_cell_summary(log, v)}" for k, v in c.kwargs_cells.items()]
+        res = f"[red]raised {c.exception[0]}[/red]" if c.exception else _cell_summary(log, c.result_cell)
+        t.add_row(str(c.n), timestamp(c.start), f"{c.duration * 1e3:.3f} ms", c.thread_name, ", ".join(args), res)
+    console.print(t)
+    if len(selected) > limit:
+        console.print(f"… {len(selected) - limit:,} more (--limit)")
+
+
+@click.command()
+@click.argument("name")
+@click.argument("n", type=int, required=False)
+@store_option
+@click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
+@trust_option
+def show(name, n, store_location, session, trust) -> None:
+    """`show RUN`: a recorded run. `show NAME N`: the inputs, result and timing of call N of function NAME."""
+    if n is None:
+        show_run(name, store_location)
+        return
+    log = _load_log(store_location)
+    load = log.load_cell if trusted() else log.peek_cell  # untrusted: pickles that could run code are described
+    try:
+        c = log.call(name, n, session)
+        a = log.bind(c, [load(x) for x in c.args_cells], {k: load(v) for k, v in c.kwargs_cells.items()}, load)
+    except (LookupError, CasmonError) as e:
+        raise click.ClickException(one_line(e)) from None
+    console.print(f"[bold]{c.name}[/bold] call {c.n} of session {c.session}")
+    console.print(f"  started {timestamp(c.start)}, took {c.duration * 1e3:.3f} ms, process {c.pid}, thread {c.thread_name}"
+                  + (f", rank {c.rank}" if c.rank is not None else ""))
+    for k, v in vars(a).items():
+        console.print(f"  {k} = {short_repr(v, 200, arrays=True, qualified=True)}", markup=False)
+    if c.exception:
+        console.print(f"  raised {c.exception[0]}: {c.exception[1]}", markup=False)
+    else:
+        if not c.result_recorded:
+            console.print("  result: not recorded (intercept(result=False))", markup=False)
+        else:
+            console.print(f"  result = {short_repr(load(c.result_cell), 200, arrays=True, qualified=True)}", markup=False)
+
+
+@click.command()
+@click.argument("name")
+@click.argument("n", type=int)
+@store_option
+@click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
+@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_SCRIPT",
+              help="The code to replay: a module name or a .py file (repeatable). Required: replay calls only code you name.")
+@click.option("--import-main", is_flag=True,
+              help="Import the script that ran as __main__ when the call was logged (its path is in the call log; "
+                   "printed before it runs). You vouch for that file: its top level runs, its "
+                   "`if __name__ == \"__main__\"` block does not.")
+@trust_option
+def replay(name, n, store_location, session, imports, import_main, trust) -> None:
+    """Run call N of NAME again and check the result against the recorded one (exit 1 if it differs).
+
+    Only code you name runs: the function is taken from the modules or scripts
+    given with --import (their @casmon.intercept functions, or a function of
+    that name in them), or from the recorded __main__ script with --import-main;
+    never imported from the name a record holds. Arguments that are pickles load
+    only with --trust.
+    """
+    log = _load_log(store_location)
+    c = log.call(name, n, session)
+    imports = list(imports)
+    script = _recorded_main(log, c.session)
+    if import_main:
+        if script is None:
+            raise click.ClickException(f"session {c.session} recorded no __main__ script (an interactive session, "
+                                       f"or casmon older than 0.3): name the code with --import module_or_script.py")
+        click.echo(f"importing {script} (recorded as __main__ of session {c.session}; its top level runs)", err=True)
+        imports.append(script)
+    if not imports:
+        hint = ""
+        if c.name.startswith(("__main__.", "__mp_main__.")) and script is not None:
+            hint = f"; {c.name} was logged by the script {script}: --import {script}, or --import-main"
+        raise click.ClickException(
+            f"replay runs code: name the code that defines {c.name} with --import module_or_script.py "
+            f"(casmon never imports what a record names){hint}")
+    modules = [_import_code(spec) for spec in imports]
+    target = _vouched_function(c.name, modules)
+    try:
+        r = log.replay(c.name, c.n, c.session, fn=target)
+    except (LookupError, CasmonError) as e:
+        raise click.ClickException(one_line(e)) from None
+    if r.matches:
+        console.print(f"[green]{r.name} call {r.n} (session {r.session}): same result as recorded[/green] ({r.replayed})")
+    else:
+        console.print(f"[red]{r.name} call {r.n} (session {r.session}): result differs[/red]\n  recorded {r.recorded}\n  now      {r.replayed}")
+    sys.exit(0 if r.matches else 1)
+
+
+def _recorded_main(log, session: int) -> str | None:
+    """The script path session ``session`` recorded as its ``__main__`` (a .py path), or None.
+
+    The path is data from the store, checked as such: only an absolute ``.py`` path is taken, and it
+    is imported only when the user asks (``--import-main``).
+    """
+    main = (log.sessions.get(session) or {}).get("main")
+    path = main.get("script") if isinstance(main, dict) else None
+    if isinstance(path, str) and path.endswith(".py") and os.path.isabs(path) and "\x00" not in path:
+        return path
+    return None
+
+
+def _import_code(spec: str):
+    """Import a module by name, or a script by path (under its file name, so ``__main__`` code does not run)."""
+    import importlib
+    import importlib.util
+
+    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise click.ClickException(f"--import {spec}: no such file")
+        mod_name = os.path.splitext(os.path.basename(path))[0]
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # its own sibling modules import as they do when it runs
+        if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+            return sys.modules[mod_name]
+        ispec = importlib.util.spec_from_file_location(mod_name, path)
+        if ispec is None or ispec.loader is None:
+            raise click.ClickException(f"--import {spec}: not a Python file")
+        mod = importlib.util.module_from_spec(ispec)
+        sys.modules[mod_name] = mod
+        try:
+            ispec.loader.exec_module(mod)
+        except Exception as e:  # noqa: BLE001 - the user's code failed to import: say so in one line
+            raise click.ClickException(f"--import {spec} failed: {type(e).__name__}: {e}") from None
+        return mod
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(spec)
+    except Exception as e:  # noqa: BLE001
+        raise click.ClickException(f"--import {spec} failed: {type(e).__name__}: {e}") from None
+
+
+def _vouched_function(name: str, modules: list):
+    """The function the record names, but only from what the user vouched for (the --import modules)."""
+    from casmon.calllog import registered_function
+
+    def unwrap(obj):
+        fi = getattr(obj, "__casmon_intercept__", None)
+        return fi.fn if fi is not None else obj
+
+    mod_names = {m.__name__ for m in modules}
+    fn = registered_function(name)  # registered by @casmon.intercept while the --import code ran
+    if fn is not None:
+        return fn
+    for m in modules:
+        prefixes = [m.__name__ + ".", "__main__.", "__mp_main__."]  # a script's functions were logged as __main__.f
+        for p in prefixes:
+            if name.startswith(p):
+                obj = m
+                try:
+                    for part in name[len(p):].split("."):
+                        obj = getattr(obj, part)
+                except AttributeError:
+                    continue
+                if callable(obj):
+                    return unwrap(obj)
+    raise click.ClickException(f"{name} is not in what --import named ({', '.join(sorted(mod_names))}); "
+                               "import the module or script that defines it")

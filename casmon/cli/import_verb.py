@@ -1,0 +1,55 @@
+"""``casmon import``: the verb that keeps callmonitor's and FineCache's folders in a store (``compat.importer``)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from casmon.errors import CasmonError
+from casmon.view.text import short_error
+
+
+@click.command("import")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL",
+              help="The store to import into (created if missing; default ./.casmon).")
+@click.option("--trust", is_flag=True, default=False,
+              help="Load every pickle in PATH, whatever class it names (this runs code from PATH). "
+                   "Default: only callmonitor's own classes and plain data load.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def import_command(path: str, store_location: str | None, trust: bool, as_json: bool) -> None:
+    """Import callmonitor 0.3 folders and FineCache 0.1 cache and run folders from PATH.
+
+    PATH: a callmonitor folder (call-monitor*), a folder holding several, a
+    FineCache base folder (cache files *.pk and run folders), or one run
+    folder. Values are stored by content (deduplicated); importing the same
+    data again adds nothing.
+
+    callmonitor and FineCache keep their data as pickles. Without --trust,
+    only pickles naming callmonitor's classes and plain data (numbers,
+    strings, containers, numpy arrays, dates) are loaded, and nothing they
+    name is called; a value needing any other class is recorded as not
+    stored. --trust loads everything, as callmonitor's and FineCache's own
+    load would: use it only for folders you trust (see docs/SECURITY.md).
+    """
+    from rich.console import Console
+
+    from casmon.compat.importer import import_path
+    from casmon.store.store import open as open_store
+    from casmon.view.progress import progress_phases
+
+    trust = trust or bool(click.get_current_context().find_root().params.get("trust"))  # casmon --trust import
+    try:
+        store = open_store(store_location, autoflush=None, create=True)
+        try:
+            with progress_phases(not as_json, Console(stderr=True)) as progress:
+                report = import_path(path, store, trust=trust, progress=progress)
+        finally:
+            store.close()
+    except CasmonError as e:
+        raise click.ClickException(short_error(e)) from None
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        click.echo(report.summary())

@@ -1,0 +1,188 @@
+"""The run verbs: ``runs``, ``show RUN``, ``diff A B``, ``restore RUN TARGET`` and ``export RUN TARGET``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+from rich.table import Table
+
+from casmon.cli.options import console, err_console, one_line, open_store, store_option, timestamp, trust_option, trusted
+from casmon.errors import CasmonError
+from casmon.view.progress import progress_phases
+from casmon.view.text import plural, short_repr, size
+
+
+def _load_run(which, store_location):
+    from casmon.runs import load_run
+
+    try:
+        return load_run(which, open_store(store_location, read_only=True))
+    except (LookupError, CasmonError) as e:
+        raise click.ClickException(one_line(e)) from None
+
+
+@click.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as a JSON list (name, ref, status, start, commit, dirty).")
+@trust_option
+def runs(store_location, as_json, trust) -> None:
+    """Recorded runs: number, comment, time, status, commit, dirty."""
+    from casmon.runs import list_runs
+
+    all_runs = list_runs(open_store(store_location, read_only=True))
+    if as_json:
+        click.echo(json.dumps([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
+                                "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty"),
+                                "notebook": r.manifest.get("notebook")}
+                               for r in all_runs], indent=2))
+        return
+    if not all_runs:
+        console.print("no runs recorded")
+        return
+    t = Table(title="runs")
+    from rich.markup import escape
+
+    notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one
+    for col in ("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ()):
+        t.add_column(col)
+    for r in all_runs:
+        m = r.manifest
+        g = m.get("git", {})
+        status = {"ok": "[green]ok[/green]", "failed": "[red]failed[/red]"}.get(r.status, r.status)
+        dur = f"{m['duration']:.1f} s" if m.get("duration") is not None else ""
+        t.add_row(r.name, m.get("comment", ""), timestamp(m["start"]) if m.get("start") else "", dur, status,
+                  (g.get("commit") or "")[:10] or ("no git" if not g.get("in_git") else "no commit"),
+                  "yes" if g.get("dirty") else "",
+                  *([escape(os.path.basename(m.get("notebook") or ""))] if notebooks else []))  # `show` has the path
+    console.print(t)
+
+
+def _not_a_run(which: str, store, e: LookupError) -> str:
+    """Why `casmon show WHICH` found no run: WHICH may be a logged function whose call number was left out."""
+    from casmon.calllog import CallLog, ranges_text
+
+    try:
+        log = CallLog(store)
+        full = log.resolve(which)
+    except (LookupError, CasmonError):
+        return one_line(e)
+    fi = log.functions[full]
+    latest = max(fi.sessions) if fi.sessions else None
+    calls = ranges_text(sorted(c.n for c in fi.sessions[latest])) if latest is not None else "none"
+    return (f"no run {which!r}, but {which!r} is a logged function ({full}; calls {calls} in session {latest}): "
+            f"name a call with `casmon show {which} N` (and --session S for another session)")
+
+
+def show_run(which: str, store_location: str | None) -> None:
+    """`casmon show RUN`: what a run recorded (called by `show`, which also shows logged calls)."""
+    from casmon.runs import load_run
+
+    store = open_store(store_location, read_only=True)
+    try:
+        r = load_run(which, store)
+    except LookupError as e:
+        raise click.ClickException(_not_a_run(which, store, e)) from None
+    except CasmonError as e:
+        raise click.ClickException(one_line(e)) from None
+    m = r.manifest
+    g = m.get("git", {})
+    console.print(f"[bold]run {r.name}[/bold]  {r.status}  manifest {r.digest[:12]}")
+    if r.error is not None:
+        console.print(f"  cannot read this run: {one_line(r.error)}", markup=False)
+        return
+    if m.get("start"):
+        console.print(f"  started {timestamp(m['start'])}" + (f", took {m['duration']:.2f} s" if m.get("duration") is not None else ""))
+    console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
+    if m.get("notebook"):  # a kernel's command line names only a temporary connection file
+        console.print(f"  notebook: {m['notebook']}", markup=False)
+    else:
+        console.print(f"  command: {' '.join(m.get('argv', []))}", markup=False)
+    if g.get("in_git"):
+        console.print(f"  git: {g.get('root')} commit {(g.get('commit') or 'none')[:12]} on {g.get('branch') or 'detached HEAD'}"
+                      f"{', uncommitted changes (' + str(len(r.patch())) + ' byte patch)' if g.get('dirty') else ', clean'}", markup=False)
+        if g.get("untracked"):
+            console.print(f"  untracked files in the patch: {', '.join(g['untracked'][:10])}", markup=False)
+    for note in g.get("notes", []):
+        console.print(f"  note: {note}", markup=False)
+    for path, f in m.get("files", {}).items():
+        console.print(f"  tracked {path} ({size(f['size'])}, {f['digest'][:12]})", markup=False)
+    for k, v in (r.info() if trusted() else r.info_peek()).items():
+        console.print(f"  info {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
+    if m.get("status") == "failed":
+        console.print(m.get("traceback", ""), markup=False)
+    if m.get("output"):
+        out = r.output()
+        tail = out[-2000:]
+        console.print(f"  output ({len(out):,} characters{', last 2,000' if len(out) > 2000 else ''}):")
+        console.print(tail, markup=False)
+
+
+@click.command("diff")
+@click.argument("a")
+@click.argument("b")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON (stored values described, not loaded).")
+@trust_option
+def diff_cmd(a, b, store_location, as_json, trust) -> None:
+    """What differs between runs A and B: code, tracked files, metadata, info, results."""
+    from casmon.runs import diff
+
+    ra, rb = _load_run(a, store_location), _load_run(b, store_location)
+    d = diff(ra, rb)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+        return
+    console.print(f"[bold]{d['a']}[/bold] vs [bold]{d['b']}[/bold]" + ("  (identical records)" if d["same_manifest"] else ""))
+    c = d["commit"]
+    console.print(f"  commit: {'same' if c['same'] else (c['a'] or 'none')[:12] + ' -> ' + (c['b'] or 'none')[:12]}")
+    console.print(f"  uncommitted changes: {'same' if d['patch']['same'] else 'differ'}")
+    if not d["patch"]["same"] and d["patch"].get("diff"):
+        console.print(d["patch"]["diff"][:4000], markup=False)
+    for kind in ("added", "removed", "changed"):
+        for p in d["files"][kind]:
+            console.print(f"  tracked file {kind}: {p}", markup=False)
+    for k, v in d["meta"].items():
+        console.print(f"  {k}: {v}", markup=False)
+    for k, v in d["info"].items():
+        how = f"  ({v['how']})" if v.get("how") else ""
+        console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}{how}", markup=False)
+    for r in d["results"]:
+        console.print(f"  [yellow]{r['function']}[/yellow] returned different results for the same inputs ({plural(r['calls'], 'call')}, via {r['via']})")
+
+
+@click.command("restore")
+@click.argument("run")
+@click.argument("target", type=click.Path(file_okay=False))
+@store_option
+@click.option("--repo", type=click.Path(exists=True, file_okay=False), help="The git repository holding the run's commit.")
+@trust_option
+def restore_cmd(run, target, store_location, repo, trust) -> None:
+    """Write RUN's code into TARGET: its commit, its uncommitted changes, its tracked files."""
+    from casmon.runs import restore
+
+    r = _load_run(run, store_location)
+    try:
+        root = restore(r, target, repo=repo)
+    except (CasmonError, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    console.print(f"restored run {r.name} into {root}")
+
+
+@click.command("export")
+@click.argument("run")
+@click.argument("target", type=click.Path(file_okay=False))
+@store_option
+@trust_option
+def export_cmd(run, target, store_location, trust) -> None:
+    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."""
+    from casmon.runs import export
+
+    r = _load_run(run, store_location)
+    try:
+        with progress_phases(True, err_console) as progress:
+            root = export(r, target, progress=progress)
+    except (CasmonError, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    console.print(f"exported run {r.name} into {root}")

@@ -1,0 +1,189 @@
+"""Reading runs back: :class:`RunInfo`, ``list_runs`` and ``load_run``.
+
+Run manifests are data: they load without ever running code (patches, output,
+tracked files and package lists through ``peek.load_data``), each checked first;
+one unreadable run is listed as such and does not hide the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
+from casmon.keys.digest import Digest
+from casmon.runs.manifest import RUN_REFS, check_run_manifest, is_json, is_value_ref
+from casmon.store.peek import Described, as_digest, describe, load_data, peek
+from casmon.store.store import Store, default_store
+from casmon.view import display
+from casmon.view.text import short_error, short_repr
+
+__all__ = ["RunInfo", "list_runs", "load_run", "readable_run", "info_cell"]
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """A recorded run, as read back from the store."""
+
+    store: Store
+    ref: str
+    manifest: dict
+    #: Why the run's manifest could not be read (damaged, or a pickle that would run code); None if it was.
+    error: CasmonError | None = None
+
+    @property
+    def name(self) -> str:
+        return self.manifest.get("name", self.ref.rsplit("/", 1)[-1])
+
+    @property
+    def status(self) -> str:
+        return self.manifest.get("status", "?")
+
+    @property
+    def digest(self) -> str:
+        """The run's manifest digest: two runs with equal digests recorded the same thing."""
+        ref = self.store.get_ref(self.ref)
+        return ref.target.hex() if ref and ref.target else ""
+
+    # Patches, output, tracked files and package lists are data casmon wrote: they load without ever
+    # running code, whatever the store's trust (peek.load_data), and must be of their type.
+    def patch(self) -> bytes:
+        h = self.manifest.get("git", {}).get("patch")
+        return bytes(load_data(self.store, h, f"run {self.name}: the patch", (bytes, bytearray))) if h else b""
+
+    def output(self) -> str:
+        h = self.manifest.get("output")
+        if not h:
+            return ""
+        return bytes(load_data(self.store, h, f"run {self.name}: the output", (bytes, bytearray))).decode("utf-8", "surrogateescape")
+
+    def file(self, path: str) -> bytes:
+        return bytes(load_data(self.store, self.manifest["files"][path]["digest"], f"run {self.name}: tracked file {path}",
+                               (bytes, bytearray)))
+
+    def packages(self) -> dict[str, str]:
+        h = self.manifest.get("packages")
+        return load_data(self.store, h, f"run {self.name}: the package list", dict) if h else {}
+
+    def info(self) -> dict[str, Any]:
+        """The run's ``info``, values loaded (pickles only from a store opened with ``trust=True``)."""
+        out = {}
+        for k, v in self.manifest.get("info", {}).items():
+            out[k] = self.store.get(as_digest(v["$"], f"run {self.name}: info {k}")) if is_value_ref(v) else v
+        return out
+
+    def info_peek(self) -> dict[str, Any]:
+        """The run's ``info`` without running code: a pickle that names a global stays a :class:`~casmon.store.peek.Described`."""
+        out = {}
+        for k, v in self.manifest.get("info", {}).items():
+            out[k] = peek(self.store, as_digest(v["$"], f"run {self.name}: info {k}")) if is_value_ref(v) else v
+        return out
+
+    def information(self) -> dict[str, Any]:
+        """FineCache's ``information.json`` fields for this run, plus the user's info."""
+        m = self.manifest
+        info = {
+            "commit": m.get("git", {}).get("commit"),
+            "run_time": _iso(m.get("start")),
+            "patch_time": _iso(m.get("patch_time")),
+            "project_root": m.get("git", {}).get("root"),
+        }
+        if m.get("tracking_records"):
+            info["tracking_records"] = m["tracking_records"]
+        if m.get("function"):
+            info["record_function"] = m["function"].rsplit(".", 1)[-1]
+            info["run_end_time"] = _iso(m.get("end"))
+        for k, v in self.info_peek().items():  # never unpickles what could run code, even from a trusted store
+            info[k] = v if is_json(v) else repr(v)
+        return info
+
+    def info_cells(self) -> dict[str, Any]:
+        """The run's ``info`` for display, nothing loaded: JSON values as they are, stored values described."""
+        out: dict[str, Any] = {}
+        for k, v in self.manifest.get("info", {}).items():
+            try:
+                out[k] = info_cell(self, v) if is_value_ref(v) else v
+            except CasmonError as e:  # one bad entry does not hide the others
+                out[k] = Described(Digest(bytes(16)), f"<unreadable: {e}>")
+        return out
+
+    @display.guarded_text("run")
+    def __repr__(self) -> str:
+        return display.run_text(self)
+
+    @display.guarded_html("run")
+    def _repr_html_(self) -> str:
+        return display.run_html(self)
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    import datetime as _dt
+
+    return str(_dt.datetime.fromtimestamp(t))
+
+
+def list_runs(store: Store | str | None = None) -> list[RunInfo]:
+    """Every run in the store, oldest first.
+
+    Run manifests are data: they load without ever running code, and each is
+    checked (:class:`DamagedObjectError` names a malformed one).
+    """
+    s = default_store(store, create=False)  # reading creates nothing
+    out = []
+    for name in s.refs(RUN_REFS):
+        ref = s.get_ref(name)
+        if ref is None:
+            continue
+        error = None
+        if ref.target is not None:
+            try:
+                manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
+                check_run_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
+            except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as e:
+                # one bad run does not hide the others: it is listed as unreadable, and says why when used
+                error = e
+                data = ref.data if isinstance(ref.data, dict) else {}
+                t = data.get("start")
+                manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(e, 500),
+                            "start": t if type(t) in (int, float) else None}
+        else:
+            data = ref.data if isinstance(ref.data, dict) else {}
+            t = data.get("time")
+            manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
+                        "start": t if type(t) in (int, float) else None}
+        out.append(RunInfo(s, name, manifest, error))
+    out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
+    return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
+
+
+def readable_run(r: RunInfo) -> RunInfo:
+    if r.error is not None:
+        raise r.error
+    return r
+
+
+def load_run(which: str | int, store: Store | str | None = None) -> RunInfo:
+    """A run by name (``3``, ``exp3``, ``exp3-comment``, ``runs/exp3``) or ``latest``."""
+    runs = list_runs(store)
+    if not runs:
+        raise LookupError("no runs recorded in this store")
+    w = str(which)
+    if w in ("latest", "-1"):
+        return runs[-1]
+    for r in runs:
+        if w in (r.ref, r.ref.split("/", 1)[-1], r.name) or w == str(r.manifest.get("n")) and not r.manifest.get("prefix"):
+            return r
+    raise LookupError(f"no run {w!r}; runs: {', '.join(r.name for r in runs[-20:])}")
+
+def short_cell(v: Any) -> Any:
+    """An info entry as shown: JSON under 200 characters as it is, anything else as a short repr."""
+    return v if is_json(v) and len(json.dumps(v)) < 200 else short_repr(v, 80, arrays=True, qualified=True)
+
+
+def info_cell(r: RunInfo, v: Any) -> Any:
+    """An info entry for display, without loading a stored value (its description instead)."""
+    return Described(as_digest(v["$"], f"run {r.name}: info"), describe(r.store, v["$"], 80)) if is_value_ref(v) else short_cell(v)
+

@@ -1,0 +1,91 @@
+"""Run manifests: the record kind and refs of runs, and the checks a manifest passes before it is read.
+
+A run manifest is JSON that casmon wrote, but a store may be damaged or crafted:
+:func:`check_run_manifest` gives :class:`~casmon.errors.DamagedObjectError` for
+fields of the wrong type, so readers never fail later with a ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NoReturn
+
+from casmon.errors import DamagedObjectError
+
+__all__ = ["KIND_RUN", "RUN_REFS", "PREFIX_RE", "check_run_manifest", "is_value_ref", "is_plain_json", "is_json"]
+
+KIND_RUN = "run"  # one record per run, keyed by its ref: lists every value the run needs, for gc
+RUN_REFS = "runs"  # refs runs/{prefix}{n} claim run numbers and point at the newest manifest
+#: What a run prefix may hold (run names are ``{prefix}{n}[-{comment}]``).
+PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
+
+
+def is_plain_json(v: Any) -> bool:
+    """True for JSON built of plain types only (no ``{"$": ...}``, which a manifest reads as a stored value)."""
+    t = type(v)
+    if t in (str, int, float, bool, type(None)):
+        return True
+    if t is list:
+        return all(is_plain_json(x) for x in v)
+    if t is dict:
+        return all(type(k) is str and is_plain_json(x) for k, x in v.items()) and set(v) != {"$"}
+    return False
+
+
+def is_json(v: Any) -> bool:
+    """True if ``json.dumps`` takes ``v``."""
+    try:
+        json.dumps(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def is_value_ref(v: Any) -> bool:
+    """True for a manifest cell that names a stored value, ``{"$": digest}``."""
+    return isinstance(v, dict) and set(v) == {"$"}
+
+
+_MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "comment": str, "status": str, "prefix": str, "git": dict, "files": dict,
+                   "tracking_records": dict, "info": dict, "links": dict, "argv": list, "env": dict,
+                   "start": (int, float), "end": (int, float), "duration": (int, float), "patch_time": (int, float),
+                   "n": int, "output": str, "packages": str, "traceback": str, "error": str, "function": str,
+                   "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str}
+
+
+def check_run_manifest(m: dict, where: str) -> None:
+    """Types of the fields readers use; a crafted manifest gives DamagedObjectError, not a TypeError later."""
+    def bad(why: str) -> NoReturn:
+        raise DamagedObjectError(where, f"not a valid run manifest: {why}")
+
+    for k in ("git", "files", "tracking_records", "info", "links", "env"):
+        if k in m and m[k] is None:
+            m[k] = {}  # readers use m.get(k, {})
+    if m.get("argv", 0) is None:
+        m["argv"] = []
+    for k, t in _MANIFEST_TYPES.items():
+        v = m.get(k)
+        if v is not None and (not isinstance(v, t) or type(v) is bool):
+            bad(f"{k} is a {type(v).__name__}")
+    g = m.get("git") or {}
+    for k in ("root", "commit", "branch", "patch"):
+        if g.get(k) is not None and not isinstance(g[k], str):
+            bad(f"git.{k} is not a string")
+    for k in ("untracked", "skipped", "notes"):
+        if not isinstance(g.get(k, []), list) or not all(isinstance(x, str) for x in g.get(k, [])):
+            bad(f"git.{k} is not a list of strings")
+    if not all(isinstance(x, str) for x in m.get("argv") or []):
+        bad("argv is not a list of strings")
+    for path, f in (m.get("files") or {}).items():
+        if (not isinstance(f, dict) or not isinstance(f.get("digest"), str) or type(f.get("size", 0)) is not int
+                or type(f.get("mode", 0o644)) is not int):
+            bad(f"tracked file {path[:80]!r} is not {{digest, size, mode}}")
+    links = m.get("links") or {}
+    cache = links.get("cache", [])
+    if not isinstance(cache, list) or not all(isinstance(e, dict) and all(isinstance(e.get(x), str) for x in ("fn", "key", "result"))
+                                              for e in cache):
+        bad("links.cache is not a list of {fn, key, result}")
+    if not isinstance(links.get("call_sessions", []), list) or not all(type(x) is int for x in links.get("call_sessions", [])):
+        bad("links.call_sessions is not a list of session numbers")
+

@@ -1,0 +1,16 @@
+"""Backends: synchronous access to one store medium, whatever it is.
+
+One module a job: ``base`` (the :class:`Backend` interface and what every
+medium shares), ``local`` (a local folder served with plain system calls, in
+zarr's ``LocalStore`` layout, without zarr), ``zarrstore`` (any zarr v3 store:
+memory, zip, obstore's S3/GCS/Azure, fsspec; the only module importing zarr),
+``loop`` (the event-loop thread zarr's stores run on), ``urls``
+(:func:`open_backend`: a location to a backend).
+"""
+
+from casmon.store.backend.base import Backend
+from casmon.store.backend.local import KEEP_OPEN, LocalBackend, LocalFolder
+from casmon.store.backend.urls import open_backend
+from casmon.store.backend.zarrstore import ZarrBackend
+
+__all__ = ["KEEP_OPEN", "Backend", "LocalBackend", "LocalFolder", "ZarrBackend", "open_backend"]

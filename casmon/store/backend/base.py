@@ -1,0 +1,251 @@
+"""The backend interface: synchronous key/value access to one storage medium.
+
+Every layer above reads and writes the store through :class:`Backend`, never
+through a medium's own API, so a local folder (:mod:`.local`) and any zarr v3
+store (:mod:`.zarrstore`) behave the same. The public methods live here and do
+what every medium shares: counting requests, refusing deletes where a medium
+keeps everything, making writes durable (:meth:`Backend.sync`); a medium
+implements the small protected hooks (``_get``, ``_write``, ...), as zarr's
+``zarr.abc.store.Store`` has one class per medium.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    #: What a read returns: the bytes, as a read-only uint8 array (no copy).
+    Data: TypeAlias = npt.NDArray[np.uint8]
+    #: What a write takes: any bytes-like object.
+    BytesLike: TypeAlias = Union[bytes, bytearray, memoryview]
+
+__all__ = ["Backend"]
+
+
+class Backend(abc.ABC):
+    """Synchronous key/value access to one store.
+
+    Values come back as read-only ``numpy.uint8`` arrays (no copy), None where a
+    key is absent; values go in as any bytes-like object. All keys are relative,
+    ``/``-separated.
+    """
+
+    #: fsync every file written (and its folder) before a write returns; local folders only.
+    fsync = False
+
+    def __init__(self, url: str, concurrency: int = 16) -> None:
+        #: The location as shown and kept: credentials are never part of it (see casmon.scrub).
+        self.url = url
+        #: Operations sent to the medium (a batch counts each key), for benchmarks and tests.
+        self.requests = 0
+        #: Requests a batch keeps in flight at once (remote media).
+        self.concurrency = concurrency
+
+    # -- what the medium is -------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def zstore(self) -> Any:
+        """The medium's own object: a :class:`~casmon.store.backend.local.LocalFolder` or a zarr ``Store``."""
+
+    @property
+    @abc.abstractmethod
+    def read_only(self) -> bool:
+        """Opened read-only: every write raises."""
+
+    @property
+    def supports_deletes(self) -> bool:
+        """False where nothing is ever deleted (a zip file): :meth:`delete` then does nothing."""
+        return True
+
+    @property
+    def needs_close(self) -> bool:
+        """The store must be closed for what was written to be readable by others (a zip file)."""
+        return False
+
+    @property
+    def local_root(self) -> Path | None:
+        """The folder of a local store, else None."""
+        return None
+
+    @property
+    def is_local(self) -> bool:
+        """Served in the calling thread with plain system calls (no event loop)."""
+        return self.local_root is not None
+
+    def local_path(self, key: str) -> Path | None:
+        """The file behind ``key`` in a local folder store (writable or not), else None.
+
+        Large chunks are read straight into their destination buffer through it
+        (no intermediate bytes object), from any thread, without the event loop.
+        """
+        root = self.local_root
+        return None if root is None else root / key
+
+    def close(self) -> None:
+        """Close kept files and the medium's client (best effort)."""
+        self.forget("")
+        try:
+            self._close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+    def __repr__(self) -> str:
+        return f"Backend({self.url!r})"
+
+    # -- reads -------------------------------------------------------------------
+    def get(self, key: str) -> Data | None:
+        """The bytes of ``key``; None if it is absent."""
+        self.requests += 1
+        return self._get(key)
+
+    def get_range(self, key: str, start: int, end: int) -> Data | None:
+        """Bytes ``[start, end)`` of ``key`` (never past its end); None if it is absent."""
+        self.requests += 1
+        return self._get_range(key, start, end)
+
+    def get_many(self, keys: builtins.list[str]) -> builtins.list[Data | None]:
+        """:meth:`get` of each key, in order (concurrently where the medium is remote)."""
+        self.requests += len(keys)
+        return self._get_many(keys)
+
+    def get_ranges(self, requests: builtins.list[tuple[str, int, int]]) -> builtins.list[Data | None]:
+        """:meth:`get_range` of each ``(key, start, end)``, in order."""
+        self.requests += len(requests)
+        return self._get_ranges(requests)
+
+    def read_kept(self, key: str, start: int, end: int) -> bytes | Data | None:
+        """Bytes ``[start, end)`` of a file that is written once and never rewritten (a table's bucket
+        file); None if it is absent. A medium may keep such a file open between reads (see
+        :meth:`forget`); elsewhere it is :meth:`get_range`."""
+        return self.get_range(key, start, end)
+
+    def forget(self, prefix: str) -> None:
+        """Close files kept open for :meth:`read_kept` whose keys start with ``prefix`` (a generation merged away)."""
+
+    def exists(self, key: str) -> bool:
+        self.requests += 1
+        return self._exists_many([key])[0]
+
+    def exists_many(self, keys: builtins.list[str]) -> builtins.list[bool]:
+        self.requests += len(keys)
+        return self._exists_many(keys)
+
+    def getsize(self, key: str) -> int:
+        """The size of ``key`` in bytes; raises ``FileNotFoundError`` if it is absent."""
+        self.requests += 1
+        return self._getsize(key)
+
+    def getsize_many(self, keys: builtins.list[str]) -> builtins.list[int]:
+        """:meth:`getsize` of each key, 0 for an absent one."""
+        self.requests += len(keys)
+        return self._getsize_many(keys)
+
+    def list(self, prefix: str) -> builtins.list[str]:
+        """Every key under ``prefix`` (a folder, ending in ``/``; ``""``: the whole store)."""
+        self.requests += 1
+        return self._list(prefix)
+
+    def list_dir(self, prefix: str) -> builtins.list[str]:
+        """The names of the files and folders right under ``prefix``."""
+        self.requests += 1
+        return self._list_dir(prefix)
+
+    # -- writes ------------------------------------------------------------------
+    def set(self, key: str, data: BytesLike) -> None:
+        """Write ``key``, replacing what it held (atomically: a reader sees the old bytes or the new)."""
+        self.requests += 1
+        self._write(key, (data,), exclusive=False)
+        self.sync([key])
+
+    def create(self, key: str, data: BytesLike) -> None:
+        """Write ``key`` unless it exists. Content-addressed writers do not care who won."""
+        self.requests += 1
+        self._write(key, (data,), exclusive=True)
+        self.sync([key])
+
+    def create_frame(self, key: str, header: bytes, payload: BytesLike) -> None:
+        """:meth:`create` of ``header + payload``; a local folder writes the two without joining them
+        (a large raw chunk is not copied). Safe to call from any thread."""
+        self.requests += 1
+        self._write(key, (header, payload), exclusive=True)
+        self.sync([key])
+
+    def create_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
+        """:meth:`create` of each ``(key, data)`` (concurrently where the medium is remote)."""
+        self.requests += len(items)
+        self._write_many(items)
+        self.sync([k for k, _ in items])
+
+    def create_async(self, key: str, data: BytesLike) -> Future[None]:
+        """Start a :meth:`create` and return a ``concurrent.futures.Future`` for it (on a local folder,
+        done by the time it returns)."""
+        return self._create_async(key, data)
+
+    def sync(self, keys: Sequence[str]) -> None:
+        """Make written keys durable where the medium can (fsync on a local folder with :attr:`fsync`)."""
+
+    def delete(self, key: str) -> None:
+        """Delete ``key`` (absent is fine; a folder goes whole). Nothing where deletes are not supported."""
+        if not self.supports_deletes:
+            return
+        self.requests += 1
+        self._delete_many([key])
+
+    def delete_many(self, keys: builtins.list[str]) -> None:
+        if not self.supports_deletes or not keys:
+            return
+        self.requests += len(keys)
+        self._delete_many(keys)
+
+    # -- what a medium implements --------------------------------------------------
+    @abc.abstractmethod
+    def _get(self, key: str) -> Data | None: ...
+
+    @abc.abstractmethod
+    def _get_range(self, key: str, start: int, end: int) -> Data | None: ...
+
+    @abc.abstractmethod
+    def _get_many(self, keys: builtins.list[str]) -> builtins.list[Data | None]: ...
+
+    @abc.abstractmethod
+    def _get_ranges(self, requests: builtins.list[tuple[str, int, int]]) -> builtins.list[Data | None]: ...
+
+    @abc.abstractmethod
+    def _exists_many(self, keys: builtins.list[str]) -> builtins.list[bool]: ...
+
+    @abc.abstractmethod
+    def _getsize(self, key: str) -> int: ...
+
+    @abc.abstractmethod
+    def _getsize_many(self, keys: builtins.list[str]) -> builtins.list[int]: ...
+
+    @abc.abstractmethod
+    def _list(self, prefix: str) -> builtins.list[str]: ...
+
+    @abc.abstractmethod
+    def _list_dir(self, prefix: str) -> builtins.list[str]: ...
+
+    @abc.abstractmethod
+    def _write(self, key: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
+        """Write ``parts`` back to back as ``key``; ``exclusive``: only if ``key`` is absent."""
+
+    @abc.abstractmethod
+    def _write_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
+        """Create-if-absent of each ``(key, data)``."""
+
+    @abc.abstractmethod
+    def _create_async(self, key: str, data: BytesLike) -> Future[None]: ...
+
+    @abc.abstractmethod
+    def _delete_many(self, keys: builtins.list[str]) -> None: ...
+
+    def _close(self) -> None:
+        """Close the medium's client."""

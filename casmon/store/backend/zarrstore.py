@@ -1,0 +1,301 @@
+"""Any zarr v3 ``Store`` (memory, zip, obstore's S3/GCS/Azure, fsspec) behind the :class:`Backend` interface.
+
+zarr's stores are asynchronous: each operation runs on casmon's event-loop
+thread (:mod:`.loop`) and the caller waits for it; a batch runs up to
+``concurrency`` requests at once. This is the only module of casmon that imports
+zarr, and only when such a store is opened: a local folder never needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from casmon.errors import CasmonError, StoreError
+from casmon.scrub import scrub, scrub_url
+from casmon.store.backend import loop
+from casmon.store.backend.base import Backend
+from casmon.store.backend.local import LocalBackend
+from casmon.view import text as view_text
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from obstore.store import ClientConfig, RetryConfig
+    from zarr.abc.store import Store as ZarrStore
+    from zarr.core.buffer import Buffer as ZarrBuffer
+
+    from casmon.store.backend.base import BytesLike, Data
+
+__all__ = ["ZarrBackend", "from_store_object", "open_fsspec", "open_memory", "open_object_store", "open_zip", "short_error"]
+
+T = TypeVar("T")
+
+#: storage_options names as s3fs spells them -> obstore's
+_ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
+            "endpoint_url": "endpoint", "region_name": "region", "aws_access_key_id": "access_key_id",
+            "aws_secret_access_key": "secret_access_key"}
+
+
+def short_error(e: BaseException) -> str:
+    """A client's error in one line, saying what to check where the cause is a common one; credentials scrubbed."""
+    text = view_text.short_error(e, first_line=True) or type(e).__name__
+    low = str(e)
+    if "NoSuchBucket" in low:
+        return "the bucket does not exist"
+    if "InvalidAccessKeyId" in low or "SignatureDoesNotMatch" in low or "403" in low and "Forbidden" in low:
+        return "access denied: check the credentials (environment or storage_options)"
+    if "error sending request" in low or "Connection refused" in low or "dns error" in low:
+        return scrub("cannot reach the endpoint (" + text[:200] + ")")
+    return scrub(f"{type(e).__name__}: {text[:300]}")
+
+
+def _np(buf: ZarrBuffer | None) -> Data | None:
+    return None if buf is None else buf.as_numpy_array()
+
+
+class ZarrBackend(Backend):
+    """One zarr store, driven from casmon's event loop.
+
+    ``reopen`` makes the store again in a forked child, whose clients cannot use
+    the parent's loop.
+    """
+
+    def __init__(self, zstore: ZarrStore, url: str, reopen: Callable[[], ZarrStore] | None = None,
+                 concurrency: int = 16) -> None:
+        from zarr.abc.store import RangeByteRequest
+        from zarr.buffer import default_buffer_prototype
+        from zarr.buffer.cpu import Buffer
+        from zarr.storage import ZipStore
+
+        super().__init__(url, concurrency)
+        self._zstore = zstore
+        self._reopen = reopen
+        self._pid = os.getpid()
+        self._proto = default_buffer_prototype()
+        self._range = RangeByteRequest
+        self._buffer = Buffer
+        self._zip = isinstance(zstore, ZipStore)
+
+    @property
+    def zstore(self) -> ZarrStore:
+        return self._zstore
+
+    def _z(self) -> ZarrStore:
+        if self._pid != os.getpid():
+            # Forked: clients bound to the parent's loop cannot be used here.
+            if self._reopen is not None:
+                self._zstore = self._reopen()
+            self._pid = os.getpid()
+        return self._zstore
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one operation; errors that are not about a file become a :class:`StoreError`."""
+        try:
+            return loop.run(coro)
+        except (OSError, CasmonError, ValueError, TypeError, KeyError):
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. obstore's errors: name the store, keep the cause
+            raise StoreError(f"{self.url}: {short_error(e)}") from e
+
+    def _bytes(self, data: BytesLike) -> ZarrBuffer:
+        return self._buffer.from_bytes(data)
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self._zstore.read_only)
+
+    @property
+    def supports_deletes(self) -> bool:
+        return bool(self._zstore.supports_deletes) and not self._zip
+
+    @property
+    def needs_close(self) -> bool:
+        """A zip file must be closed for its entries to be readable by others."""
+        return self._zip and not self.read_only
+
+    def _close(self) -> None:
+        self._zstore.close()
+
+    # -- reads -------------------------------------------------------------------
+    def _get(self, key: str) -> Data | None:
+        return _np(self._call(self._z().get(key, self._proto)))
+
+    def _get_range(self, key: str, start: int, end: int) -> Data | None:
+        return _np(self._call(self._z().get(key, self._proto, byte_range=self._range(start, end))))
+
+    def _get_many(self, keys: list[str]) -> list[Data | None]:
+        z = self._z()
+        got = self._call(loop.gather_limited((z.get(k, self._proto) for k in keys), self.concurrency))
+        return [_np(b) for b in got]
+
+    def _get_ranges(self, requests: list[tuple[str, int, int]]) -> list[Data | None]:
+        z = self._z()
+        got = self._call(loop.gather_limited(
+            (z.get(k, self._proto, byte_range=self._range(s, e)) for k, s, e in requests), self.concurrency))
+        return [_np(b) for b in got]
+
+    def _exists_many(self, keys: list[str]) -> list[bool]:
+        z = self._z()
+        if len(keys) == 1:
+            return [self._call(z.exists(keys[0]))]
+        return self._call(loop.gather_limited((z.exists(k) for k in keys), self.concurrency))
+
+    def _getsize(self, key: str) -> int:
+        return self._call(self._z().getsize(key))
+
+    def _getsize_many(self, keys: list[str]) -> list[int]:
+        z = self._z()
+
+        async def one(k: str) -> int:
+            try:
+                return await z.getsize(k)
+            except FileNotFoundError:
+                return 0
+
+        return self._call(loop.gather_limited((one(k) for k in keys), self.concurrency))
+
+    def _list(self, prefix: str) -> list[str]:
+        z = self._z()
+
+        async def go() -> list[str]:
+            return [k async for k in z.list_prefix(prefix)]
+
+        return self._call(go())
+
+    def _list_dir(self, prefix: str) -> list[str]:
+        z = self._z()
+
+        async def go() -> list[str]:
+            return [k async for k in z.list_dir(prefix)]
+
+        return self._call(go())
+
+    # -- writes ------------------------------------------------------------------
+    def _write(self, key: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
+        data = self._bytes(parts[0] if len(parts) == 1 else b"".join(parts))
+        z = self._z()
+        self._call(z.set_if_not_exists(key, data) if exclusive else z.set(key, data))
+
+    def _write_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
+        z = self._z()
+        self._call(loop.gather_limited((z.set_if_not_exists(k, self._bytes(d)) for k, d in items), self.concurrency))
+
+    def _create_async(self, key: str, data: BytesLike) -> Future[None]:
+        z = self._z()
+        self.requests += 1
+        return loop.submit(z.set_if_not_exists(key, self._bytes(data)))
+
+    def _delete_many(self, keys: list[str]) -> None:
+        z = self._z()
+        if len(keys) == 1:
+            self._call(z.delete(keys[0]))
+            return
+        self._call(loop.gather_limited((z.delete(k) for k in keys), self.concurrency))
+
+
+# -- opening: every zarr store casmon makes is made here ------------------------------
+def open_memory(d: dict[str, Any], url: str, read_only: bool) -> ZarrBackend:
+    """A ``MemoryStore`` over ``d`` (the same dict is the same store)."""
+    from zarr.storage import MemoryStore
+
+    return ZarrBackend(MemoryStore(d, read_only=read_only), url)
+
+
+def open_zip(path: Path, read_only: bool) -> ZarrBackend:
+    """A ``ZipStore`` on ``path`` (checked by the caller to be a zip archive, an empty file, or absent)."""
+    from zarr.storage import ZipStore
+
+    try:
+        z = loop.run(ZipStore.open(path, mode="r" if read_only else "a"))
+    except Exception as e:  # noqa: BLE001 - zipfile raises many kinds
+        raise StoreError(f"cannot open zip store at {path}: {e}") from None
+    return ZarrBackend(z, str(path))
+
+
+def from_store_object(location: object) -> Backend:
+    """A zarr ``Store`` instance, used as it is (zarr imported only now: a local folder is served without it)."""
+    from zarr.abc.store import Store as ZarrStore
+    from zarr.storage import LocalStore, MemoryStore, ZipStore
+
+
+    if not isinstance(location, ZarrStore):
+        raise TypeError(f"store location must be a path, a URL or a zarr Store, got {type(location).__name__}")
+    if isinstance(location, LocalStore):  # served with plain system calls, as a LocalFolder is
+        return LocalBackend(location, scrub(str(location)))
+    if not isinstance(location, (MemoryStore, ZipStore)):
+        loop.note_remote_client()  # someone else's client: its threads are not ours to outlive
+    return ZarrBackend(location, scrub(str(location)))
+
+
+def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]) -> ZarrBackend:
+    """S3, GCS or Azure through obstore: conditional writes, so create-if-absent is race-free.
+
+    Credentials and endpoint come from the environment (``AWS_ACCESS_KEY_ID``,
+    ``AWS_ENDPOINT_URL``, ...) or ``storage_options``; they are never written to the store.
+    """
+    import datetime as _dt
+
+    from obstore.store import from_url
+    from zarr.storage import ObjectStore
+
+
+    opts = {_ALIASES.get(k, k): v for k, v in storage_options.items()}
+    client_options = dict(opts.pop("client_options", {}) or {})
+    retry_config = opts.pop("retry_config", None) or {
+        "max_retries": 5, "retry_timeout": _dt.timedelta(seconds=30),
+        "backoff": {"init_backoff": _dt.timedelta(milliseconds=100), "max_backoff": _dt.timedelta(seconds=5), "base": 2},
+    }
+    endpoint = opts.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+    if endpoint and str(endpoint).startswith("http://"):
+        client_options.setdefault("allow_http", True)
+    if endpoint and url.startswith(("s3://", "s3a://")):
+        opts.setdefault("virtual_hosted_style_request", False)
+    clean = scrub_url(url)
+
+    # storage_options are the user's, checked by obstore itself: its TypedDicts describe them.
+    client = cast("ClientConfig | None", client_options or None)
+    retry = cast("RetryConfig", retry_config)
+
+    def make() -> ZarrStore:
+        return ObjectStore(from_url(clean, client_options=client, retry_config=retry, **opts), read_only=read_only)
+
+    try:
+        z = make()
+    except Exception as e:  # noqa: BLE001
+        raise StoreError(f"cannot open {clean}: {short_error(e)}") from None
+    b = ZarrBackend(z, clean, reopen=make)
+    try:
+        b.list_dir("")  # reach the store now: a clear error at open, before anything is written
+    except Exception as e:  # noqa: BLE001
+        cause = e.__cause__ or e
+        raise StoreError(f"cannot open {clean}: {short_error(cause)}") from None
+    return b
+
+
+def open_fsspec(url: str, read_only: bool, storage_options: dict[str, Any]) -> ZarrBackend:
+    """Any other URL through fsspec, which may take credentials from the URL itself: it gets the URL
+    whole, and only the scrubbed URL is shown or kept."""
+    from zarr.storage import FsspecStore
+
+    opts = dict(storage_options)
+    if url.startswith("s3://"):
+        opts.setdefault("skip_instance_cache", True)
+        opts.setdefault("asynchronous", True)
+
+    def make() -> ZarrStore:
+        async def go() -> ZarrStore:
+            return FsspecStore.from_url(url, storage_options=opts, read_only=read_only)
+
+        return loop.run(go())
+
+    clean = scrub_url(url)
+    try:
+        z = make()
+    except ImportError as e:
+        raise StoreError(f"cannot open {clean}: {scrub(str(e))} (install obstore, or the fsspec driver for this scheme)") from None
+    except Exception as e:  # noqa: BLE001
+        raise StoreError(f"cannot open {clean}: {short_error(e)}") from None
+    return ZarrBackend(z, clean, reopen=make)

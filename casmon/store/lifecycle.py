@@ -1,0 +1,169 @@
+"""The process around open stores: the exit flush, forks, pool workers, and signals during a flush.
+
+A store keeps small writes in memory until a flush; this module makes sure
+the process's end and its children do not lose or duplicate them:
+
+* at interpreter exit every open store is flushed (closed, for a zip file),
+  before Python stops the thread pools the I/O needs, and background flush
+  threads are stopped first (:func:`exiting`, :data:`stop_flushers`);
+* a forked child forgets its parent's pending writes and becomes a new writer;
+* a pool's worker (:func:`in_worker_process`) flushes after every call, since
+  its pool may end it at any moment;
+* :func:`signals_deferred` holds Ctrl-C and SIGTERM for a step that must not
+  be cut in half.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from casmon.store.store import Store
+
+__all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
+           "signals_deferred", "watch_for_pool_child", "in_worker_process"]
+
+#: Every store open in this process (flushed at exit, reset in a forked child).
+open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+_exiting = False
+#: Set when the process exits: background flush and encoder threads end (the exit flush writes what they would).
+stop_flushers = threading.Event()
+#: True when the exit flush runs before Python joins threads (threading's exit hooks), so
+#: background flush threads can be ordinary threads that the hook stops.
+exit_hook_stops_threads = hasattr(threading, "_register_atexit")
+
+
+def register(store: Store) -> None:
+    """Count ``store`` among the open stores: flushed at exit, reset in a forked child."""
+    _install_process_hooks()
+    open_stores.add(store)
+
+
+def forget(store: Store) -> None:
+    """``store`` is closed (or abandoned): nothing of it is flushed at exit any more."""
+    open_stores.discard(store)
+
+
+def exiting() -> bool:
+    """True once the interpreter exits: start no thread (Python 3.12 refuses them at shutdown)."""
+    return _exiting
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM in this thread for a step that must not be cut in half; they arrive after it."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield  # other threads never receive KeyboardInterrupt
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _install_process_hooks() -> None:
+    """At exit flush every open store; in a forked child forget the parent's pending writes."""
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    # Flush before the interpreter stops thread pools: zarr's LocalStore does its file I/O in
+    # asyncio's default executor, which refuses work once concurrent.futures has shut down.
+    # threading's exit hooks run in reverse order of registration, so ours (registered after
+    # concurrent.futures.thread's) runs first. Fall back to atexit where the hook is missing.
+    import concurrent.futures.thread  # noqa: F401 - make sure its exit hook is registered first
+
+    register_hook = getattr(threading, "_register_atexit", None)
+    if register_hook is not None:
+        register_hook(_flush_all_at_exit)
+    else:  # pragma: no cover
+        atexit.register(_flush_all_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _flush_all_at_exit() -> None:
+    global _exiting
+    _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
+    stop_flushers.set()  # background flushers end; the flush below writes what they would have
+    for s in list(open_stores):
+        t = s._flusher
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=30)
+    for s in list(open_stores):
+        try:
+            if s.backend.needs_close:
+                s.close()  # a zip file is only readable once its directory is written
+            else:
+                s.flush()
+        except Exception as e:  # noqa: BLE001 - report, never crash interpreter exit
+            warnings.warn(f"casmon: could not flush {s.url} at exit: {e}", RuntimeWarning, stacklevel=1)
+    from casmon.store.backend import loop
+
+    loop.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    for s in list(open_stores):
+        s._reset_after_fork()
+
+
+def watch_for_pool_child(store: Store) -> None:
+    """Have multiprocessing tell ``store`` when a child it forks (a fork pool's worker) starts as its child.
+
+    ``os.fork`` alone does not make a worker: a server that forks its workers after
+    importing the app (or a test's zygote) runs them as main processes.
+    multiprocessing calls its after-fork hooks once the child knows its parent.
+    """
+    try:
+        from multiprocessing import util
+    except ImportError:  # pragma: no cover - a platform without multiprocessing
+        return
+    util.register_after_fork(store, _started_as_pool_child)
+
+
+def _started_as_pool_child(store: Store) -> None:
+    store._flush_each_call = store.durable or in_worker_process()
+
+
+def in_worker_process() -> bool:
+    """Whether this process is a child that its parent may end at any moment: flush after every call here.
+
+    A pool ends its workers when it is done with them -- ``with multiprocessing.Pool()``
+    terminates them (SIGTERM), loky and Dask keep them for later tasks, any pool may kill
+    them -- so what a decorated call wrote must be visible before the call returns, not
+    at the next background flush. True in every multiprocessing child (fork, spawn,
+    forkserver: ``multiprocessing.Pool``, ``ProcessPoolExecutor``, joblib's loky and
+    multiprocessing backends, Dask's worker processes), also while a spawned child still
+    imports its parent's main module; not in a child of a plain ``os.fork``. ``CASMON_FLUSH_EACH_CALL``
+    (``1``/``0``) forces it either way, e.g. ``0`` for a worker that makes many tiny calls
+    and is always ended cleanly (``close()`` and ``join()``).
+    """
+    forced = os.environ.get("CASMON_FLUSH_EACH_CALL", "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True
+    if forced in ("0", "false", "no", "off"):
+        return False
+    mp = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it before anything else
+    if mp is None:
+        return False
+    try:
+        if mp.parent_process() is not None:
+            return True
+        # A spawned (or loky, or forkserver) child importing the parent's main module, before it knows its parent.
+        return bool(getattr(mp.current_process(), "_inheriting", False))
+    except Exception:  # noqa: BLE001 - an odd multiprocessing (a stub, a frozen app): not a worker
+        return False

@@ -1,0 +1,99 @@
+"""Value manifests: the small stored object that says what a value is and which chunks hold it.
+
+A value's digest is its manifest's digest. Three encodings, by first byte:
+``j`` + JSON text (a ``json`` value, nothing else to store), ``p`` + a pickle
+stream (a pickle with no buffers and no children), and ``m`` + u32 header
+length + JSON header (``t`` form, ``meta``, ``parts``, ``n`` size,
+``children``) + inline bytes. Its own module because both the store (put/get)
+and maintenance (verify, repair) read manifests, and every field of one read
+from a store is checked before anything is allocated from it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+from casmon.errors import DamagedObjectError
+from casmon.keys.digest import Digest
+from casmon.store import serialize
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["Manifest", "PartRef", "encode_manifest", "decode_manifest"]
+
+_U32 = struct.Struct("<I")
+
+
+class PartRef(TypedDict):
+    """One buffer of a value, as its manifest names it: its chunks, in order."""
+
+    n: int  # bytes in the buffer
+    cb: int  # bytes per chunk (the last may be shorter)
+    rb: NotRequired[int]  # row size: chunk boundaries fall on multiples of it
+    c: list[str]  # the chunks' digests, as hex
+
+
+@dataclass
+class Manifest:
+    """A stored value's description: its form, metadata, chunks and children."""
+
+    digest: Digest
+    tag: str  # json | pickle | array | bytes | handler
+    meta: dict[str, Any]
+    parts: list[PartRef]
+    children: list[Digest]
+    inline: bytes
+    nbytes: int
+
+    def chunk_digests(self) -> Iterator[Digest]:
+        """Every chunk of every part, in order (a chunk two parts share is named twice)."""
+        for p in self.parts:
+            for h in p["c"]:
+                yield Digest(h)
+
+
+def encode_manifest(tag: str, meta: dict[str, Any], parts: list[PartRef], children: list[Digest], inline: bytes,
+                    nbytes: int) -> bytes:
+    """The bytes of a value's manifest (the shortest of the three encodings that holds it)."""
+    if tag == "json":
+        return b"j" + inline
+    if tag == "pickle" and not parts and not children:
+        return b"p" + inline
+    head: dict[str, Any] = {"t": tag, "meta": meta, "parts": parts, "n": nbytes}
+    if children:
+        head["children"] = [c.hex() for c in children]
+    h = json.dumps(head, separators=(",", ":")).encode()
+    return b"m" + _U32.pack(len(h)) + h + inline
+
+
+def decode_manifest(d: Digest, raw: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -> Manifest:
+    """Parse the manifest of value ``d``; :class:`DamagedObjectError` naming it if any field is off."""
+    raw = bytes(raw)
+    t = raw[:1]
+    try:
+        if t == b"j":
+            return Manifest(d, "json", {}, [], [], raw[1:], len(raw) - 1)
+        if t == b"p":
+            return Manifest(d, "pickle", {"oob": 0}, [], [], raw[1:], len(raw) - 1)
+        if t == b"m":
+            (n,) = _U32.unpack_from(raw, 1)
+            if 5 + n > len(raw):
+                raise ValueError(f"header of {n} bytes in a manifest of {len(raw)}")
+            head = json.loads(raw[5 : 5 + n])
+            if not isinstance(head, dict):
+                raise ValueError("header is not an object")
+            inline = raw[5 + n :]
+            # Every length, count and shape is checked before anything is allocated from it.
+            serialize.check_manifest(f"value {d.hex()}", head.get("t"), head.get("meta"), head.get("parts"),
+                                     head.get("children", []), len(inline), head.get("n"))
+            children = [Digest(c) for c in head.get("children", [])]
+            return Manifest(d, head["t"], head["meta"], head["parts"], children, inline, int(head["n"]))
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as e:
+        raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
+    raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")

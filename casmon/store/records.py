@@ -1,0 +1,175 @@
+"""Records and refs as bytes: how they are encoded, checked, and trimmed when a value they name is lost.
+
+*Records* are small JSON objects of a *kind* (``call``, ``cache``, ``run`` …);
+the values one needs are listed in its ``_refs`` (gc keeps exactly what
+records and refs reach). *Refs* (``refs/{name}``) are small named pointers,
+the only mutable keys, each one frame holding ``{"target", "data", "nonce"}``.
+:class:`~casmon.store.store.Store` decides when they are written; this module
+holds their formats, and the *salvagers* features register so that a record
+whose values are partly lost keeps what it can (used by a flush and by
+``verify --repair``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from casmon.errors import DamagedObjectError
+from casmon.keys.digest import Digest
+from casmon.store.codec import KIND_REF, decode_frame, encode_frame, get_codec
+from casmon.store.table import Table
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["Ref", "KIND_RE", "ref_key", "ref_frame", "decode_ref", "encode_record", "parse_record", "refs_of",
+           "trim_sealed", "Salvager", "SALVAGERS", "register_salvager", "salvage"]
+
+#: What a record kind may be called (it names a folder, ``records/{kind}/``).
+KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+#: ``fn(record, lost) -> record | None``: a record trimmed of what needs a value in ``lost`` (its ``_refs``
+#: updated), or None to drop it.
+Salvager = Callable[[dict[str, Any], set[Digest]], "dict[str, Any] | None"]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A ref as read: its name, the value it points at (if any), and its JSON data."""
+
+    name: str
+    target: Digest | None
+    data: dict[str, Any]
+
+
+def ref_key(name: str) -> str:
+    """The backend key of ref ``name``; ``ValueError`` for a name that is not a clean relative path."""
+    if not isinstance(name, str) or not _REF_RE.match(name) or ".." in name.split("/"):
+        raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r}")
+    return "refs/" + name
+
+
+def ref_frame(target: Digest | bytes | str | None, data: dict[str, Any] | None, nonce: str | None = None) -> bytes:
+    """The stored bytes of a ref (a ``nonce`` makes a created ref's bytes its creator's own)."""
+    body: dict[str, Any] = {"target": None if target is None else Digest(target).hex(), "data": data or {}}
+    if nonce:
+        body["nonce"] = nonce
+    return encode_frame(json.dumps(body).encode(), KIND_REF, get_codec("none"))[1]
+
+
+def decode_ref(name: str, key: str, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -> Ref:
+    """Parse the ref stored at ``key``; :class:`DamagedObjectError` naming it if it is not one."""
+    raw = decode_frame(data, key)[1]
+    try:
+        body = json.loads(bytes(raw))
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        target = Digest(body["target"]) if body.get("target") else None
+        info = body.get("data") or {}
+        if not isinstance(info, dict):
+            raise ValueError("its data is not a JSON object")
+        return Ref(name, target, info)
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise DamagedObjectError(key, f"not a valid ref: {e}") from None
+
+
+def encode_record(kind: str, record: dict[str, Any], refs: list[Digest],
+                  encoded: str | bytes | Iterable[bytes] | None = None) -> bytes:
+    """A record's stored bytes: ``record`` as JSON, or ``encoded`` (already a JSON object: text, UTF-8, or
+    pieces whose concatenation is one), with ``refs`` added as its ``_refs``."""
+    if encoded is not None:
+        pieces = [encoded.encode()] if isinstance(encoded, str) else [encoded] if isinstance(encoded, bytes) else list(encoded)
+        if refs:
+            last = pieces[-1]
+            if last[-1:] != b"}":
+                raise ValueError("encoded record does not end with '}'")
+            pieces[-1] = last[:-1] + b',"_refs":' + json.dumps([r.hex() for r in refs]).encode() + b"}"
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    if refs:
+        record = dict(record)
+        record["_refs"] = [r.hex() for r in refs]
+    try:
+        return json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
+
+
+def parse_record(kind: str, key: bytes, v: bytes) -> dict[str, Any]:
+    """A stored record as a dict; :class:`DamagedObjectError` naming it if it is not a JSON object."""
+    try:
+        r = json.loads(v)
+        if not isinstance(r, dict):
+            raise ValueError("not an object")
+        return r
+    except ValueError as e:
+        raise DamagedObjectError(f"record {kind}/{bytes(key).hex()}", f"not valid JSON: {e}") from None
+
+
+def refs_of(t: Table) -> set[Digest]:
+    """The values the records sealed in ``t`` (set aside by a flush, not written yet) name."""
+    out: set[Digest] = set()
+    for _name, entries in t.sealed():
+        for _k, v in entries:
+            try:
+                out.update(Digest(h) for h in json.loads(v).get("_refs", ()))
+            except (ValueError, TypeError, AttributeError):
+                pass
+    return out
+
+
+def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> int:
+    """Keep the sealed records of ``tables`` from naming the lost values ``bad``: each is trimmed by its
+    kind's salvager, or dropped. Returns how many were dropped."""
+    bad_hex = {d.hex() for d in bad}
+    dropped = 0
+    for kind, t in tables:
+        for name, entries in t.sealed():
+            kept: list[tuple[bytes, bytes]] = []
+            changed = False
+            for k, v in entries:
+                try:
+                    rec = json.loads(v)
+                    refs = rec.get("_refs", ())
+                except (ValueError, TypeError, AttributeError):
+                    kept.append((k, v))
+                    continue
+                if not bad_hex.intersection(refs):
+                    kept.append((k, v))
+                    continue
+                changed = True
+                fixed = salvage(kind, rec, bad)
+                if fixed is None:
+                    dropped += 1
+                else:
+                    kept.append((k, json.dumps(fixed, separators=(",", ":"), allow_nan=True).encode()))
+            if changed:
+                t.replace_sealed(name, kept)
+    return dropped
+
+
+#: kind -> salvager: keeps what a record can keep when some of the values it names are lost. Used by
+#: ``verify --repair`` and by a flush that finds a value gone before its record is written. Kinds
+#: without one lose the whole record.
+SALVAGERS: dict[str, Salvager] = {}
+
+
+def register_salvager(kind: str, fn: Salvager) -> None:
+    """Teach repair and flush how to keep the intact part of a ``kind`` record whose values are partly lost."""
+    SALVAGERS[kind] = fn
+
+
+def salvage(kind: str, record: dict[str, Any], bad: set[Digest]) -> dict[str, Any] | None:
+    """The part of ``record`` that does not need a value in ``bad`` (None: nothing)."""
+    fn = SALVAGERS.get(kind)
+    if fn is None:
+        return None
+    try:
+        return fn(record, bad)
+    except Exception:  # noqa: BLE001 - a salvager that fails keeps nothing, never stops a flush or repair
+        return None

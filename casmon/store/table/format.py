@@ -1,0 +1,503 @@
+"""Table files and generations as bytes: what a table writes, and how a reader parses and checks it.
+
+A *table file* (a level-0 file, a format-1 bucket, a format-2 block) is sorted
+16-byte keys, offsets and values. A *generation* is bucket files plus a JSON
+manifest (format 2: followed by a block directory and a bloom filter). Every
+field read from the store is checked before use: a damaged or crafted file
+gives :class:`~casmon.errors.DamagedObjectError`, never a wrong answer or a
+huge allocation. Encoders live beside their parsers, so the two never drift.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
+
+import numpy as np
+
+from casmon.errors import DamagedObjectError
+from casmon.store.codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, read_header
+from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+#: Bytes as the store hands them over: read from a backend (a uint8 array) or decoded from a frame.
+Payload: TypeAlias = Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"]
+
+__all__ = ["BLOCK_ENTRIES", "BUCKET_ENTRIES", "FILE_ENTRIES", "MAX_BUCKETS", "NAME_RE", "BUCKET_RE", "Columns",
+           "Generation", "TableFile", "encode_table_file", "gen_time", "parse_generation", "split_bucket"]
+
+_MAGIC = b"CTB1"
+_COUNT = struct.Struct("<4sI")
+#: Level-0 file names (``{time_ns:016x}-{writer}-{seq:06x}``) and generation ids.
+NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-z]{1,40}-[0-9a-f]{1,12}$")
+BUCKET_RE = re.compile(r"^[0-9a-f]{4,5}$")
+#: Target entries per bucket of a format-1 generation (read whole; still read, no longer written).
+BUCKET_ENTRIES = 8192
+#: Format-2 generations: target entries per block (one small read) ...
+BLOCK_ENTRIES = 64
+#: ... and per bucket file (a bucket file is its blocks' frames, back to back).
+FILE_ENTRIES = 1 << 16
+#: The most blocks a generation may have.
+MAX_BLOCKS = 1 << 26
+#: Bloom filter of a format-2 generation: bits per entry and probes (about 1% false positives).
+BLOOM_BITS_PER_KEY = 10
+BLOOM_K = 7
+#: Level-0 files up to this size are lz4-compressed (numcodecs' lz4 takes up to ~2 GiB), larger ones zstd.
+L0_LZ4_MAX = 1 << 30
+_M64 = (1 << 64) - 1
+#: The most buckets a generation may have (2**20 buckets of 8,192 entries: 8 billion entries).
+MAX_BUCKETS = 1 << 20
+_ZSTD = get_codec("zstd")
+#: Format-2 blocks: lz4 decodes a block in a third of zstd's time (a lookup decodes one), for ~35% more bytes.
+_LZ4 = get_codec("lz4")
+_RAW = get_codec("none")
+
+
+def byte_view(data: Payload) -> memoryview:
+    """``data`` as a flat memoryview of bytes, without a copy."""
+    mv = data.data if isinstance(data, np.ndarray) else memoryview(data)
+    return mv if isinstance(data, bytes) else mv.cast("B")
+
+
+def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """The payload of a table file: keys sorted (stable), offsets, values."""
+    entries = sorted(entries, key=lambda kv: kv[0])
+    n = len(entries)
+    keys = b"".join(k for k, _ in entries)
+    vals = [v for _, v in entries]
+    offs = np.zeros(n + 1, dtype="<u8")
+    if n:
+        np.cumsum([len(v) for v in vals], out=offs[1:])
+    return _COUNT.pack(_MAGIC, n) + keys + offs.tobytes() + b"".join(vals)
+
+
+class TableFile:
+    """One parsed table file: sorted keys, and the values behind them."""
+
+    __slots__ = ("name", "keys", "offs", "vals", "_klist", "_olist", "_finds")
+    keys: npt.NDArray[np.bytes_]
+    offs: npt.NDArray[np.uint64]
+    vals: memoryview
+    _klist: list[bytes] | None
+    _olist: list[int] | None
+    _finds: int
+
+    def __init__(self, name: str, payload: Payload) -> None:
+        self.name = name
+        mv = byte_view(payload)
+        try:
+            magic, n = _COUNT.unpack_from(mv, 0)
+            if magic != _MAGIC:
+                raise ValueError("bad magic")
+            p = _COUNT.size
+            self.keys = np.frombuffer(mv, dtype="S16", count=n, offset=p)
+            p += 16 * n
+            self.offs = np.frombuffer(mv, dtype="<u8", count=n + 1, offset=p)
+            p += 8 * (n + 1)
+            self.vals = mv[p:]
+            self._klist = self._olist = None
+            self._finds = 0
+            if n <= 256:  # a block: plain Python lists, quicker than numpy's per-call cost (searched by bisect)
+                offs = self.offs.tolist()
+                if n and (offs[-1] != len(self.vals) or offs != sorted(offs)):  # sorted(): one C pass if in order
+                    raise ValueError("offsets do not match the values")
+                ks = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
+                if ks != sorted(ks):
+                    raise ValueError("keys are not sorted")
+                self._klist, self._olist = ks, offs
+            else:
+                if int(self.offs[-1]) != len(self.vals) or np.any(np.diff(self.offs.astype(np.int64)) < 0):
+                    raise ValueError("offsets do not match the values")
+                if np.any(self.keys[1:] < self.keys[:-1]):
+                    raise ValueError("keys are not sorted")
+        except (ValueError, struct.error) as e:
+            raise DamagedObjectError(name, f"not a valid table file: {e}") from None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        offs = self.offs.tolist()
+        vals = self.vals
+        for i, k in enumerate(self.keys.tolist()):
+            yield k.ljust(16, b"\0"), bytes(vals[offs[i] : offs[i + 1]])
+
+    def find(self, key: bytes) -> list[bytes]:
+        """The values under ``key``: a binary search. numpy's search costs about 5 µs a call and lets go
+        of the GIL (a background merge then keeps it for a switch interval), so a file searched often
+        gets its keys as a Python list, searched by bisection; not at once, since making the list
+        costs about what ``n / 128`` searches do, and a fresh process's first hit searches each
+        level-0 file once. (Not a dict: one tracked list per key for the garbage collector to walk.)"""
+        kl = self._klist
+        if kl is None:
+            n = len(self.keys)
+            if not n:
+                return []
+            self._finds += 1
+            if self._finds <= 2 + n // 128:
+                want = np.array(key, dtype="S16")
+                lo = int(np.searchsorted(self.keys, want, side="left"))
+                if lo >= n or self.keys[lo] != want:
+                    return []
+                hi = int(np.searchsorted(self.keys, want, side="right"))
+                offs = self.offs
+                return [bytes(self.vals[int(offs[i]) : int(offs[i + 1])]) for i in range(lo, hi)]
+            kl = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
+            self._olist = self.offs.tolist()
+            self._klist = kl
+        k = key.rstrip(b"\0")
+        lo = bisect.bisect_left(kl, k)
+        if lo == len(kl) or kl[lo] != k:
+            return []
+        hi = bisect.bisect_right(kl, k, lo)
+        ol = self._olist or []  # set with _klist
+        return [bytes(self.vals[ol[i] : ol[i + 1]]) for i in range(lo, hi)]
+
+
+_OFF2 = struct.Struct("<QQ")
+
+
+class _Block:
+    """A format-2 block as a lookup reads it: the payload of a table file, searched in place.
+
+    A lookup searches a block once, so it is not turned into arrays and lists as
+    :class:`TableFile` does (that cost more than reading it). Its frame's digest
+    was checked; the offsets of what a search finds are checked as it is found.
+    """
+
+    __slots__ = ("key", "at", "raw", "n", "offs_at", "vals_at")
+    n: int
+
+    def __init__(self, key: str, raw: bytes, at: int = 0) -> None:
+        self.key, self.at, self.raw = key, at, raw  # the block is at offset ``at`` of file ``key``
+        try:
+            magic, n = _COUNT.unpack_from(raw, 0)
+        except struct.error:
+            magic, n = b"", 0
+        offs_at = _COUNT.size + 16 * n
+        vals_at = offs_at + 8 * (n + 1)
+        if magic != _MAGIC or len(raw) < vals_at:
+            raise DamagedObjectError(self.name, "not a valid table file: bad magic or too short for its entries")
+        self.n, self.offs_at, self.vals_at = n, offs_at, vals_at
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}@{self.at}" if self.at else self.key
+
+    def __len__(self) -> int:
+        return self.n
+
+    def find(self, key: bytes) -> list[bytes]:
+        """The values under ``key`` (a binary search over the 16-byte keys)."""
+        if len(key) != 16:
+            key = bytes(key).ljust(16, b"\0")[:16]
+        raw, n = self.raw, self.n
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            p = 8 + (mid << 4)
+            if raw[p : p + 16] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        out = []
+        room = len(raw) - self.vals_at
+        while lo < n:
+            p = 8 + (lo << 4)
+            if raw[p : p + 16] != key:
+                break
+            a, b = _OFF2.unpack_from(raw, self.offs_at + 8 * lo)
+            if not a <= b <= room:
+                raise DamagedObjectError(self.name, "not a valid table file: offsets do not match the values")
+            out.append(raw[self.vals_at + a : self.vals_at + b])
+            lo += 1
+        return out
+
+
+@dataclass
+class Generation:
+    id: str
+    count: int
+    nbuckets: int
+    covers: list[str]
+    marks: dict[str, int]  # writer -> highest level-0 sequence number in this generation (older readers use it)
+    contains: Ranges = field(default_factory=dict)  # writer -> level-0 sequence numbers whose entries it holds
+    exact: bool = True  # False: written before provenance (contains lists only the level-0 files it covered directly)
+    # Format 2: ``blocks`` blocks (by the key's leading bits), each a frame inside bucket file
+    # ``block >> shift``, at ``starts[block]`` with ``lens[block]`` bytes (0: empty); a bloom filter.
+    v: int = 1
+    blocks: int = 0
+    shift: int = 0
+    starts: Sequence[int] = field(default_factory=list, repr=False, compare=False)
+    lens: Sequence[int] = field(default_factory=list, repr=False, compare=False)
+    bloom: bytes | memoryview = field(default=b"", repr=False, compare=False)
+    nbits: int = 0
+    k: int = 0
+
+    def may_hold(self, h1: int, h2: int) -> bool:
+        """False if the key whose :func:`_hashes` are ``h1, h2`` is surely not here (format 2), else True.
+        (:meth:`Table._lookup_once` has these lines inline: a lookup asks every generation.)"""
+        if self.v < 2:
+            return True
+        bl, nb = self.bloom, self.nbits
+        x = h1
+        for _ in range(self.k):  # probe i is at ((h1 + i * h2) mod 2**64) mod nbits
+            p = x % nb
+            if not (bl[p >> 3] >> (p & 7)) & 1:
+                return False
+            x = (x + h2) & _M64
+        return True
+
+    def block_of(self, key: bytes) -> int:
+        bits = self.blocks.bit_length() - 1
+        return int.from_bytes(key[:4], "big") >> (32 - bits) if bits else 0
+
+    def accounted(self) -> Ranges:
+        """Sequence numbers no longer expected as level-0 files (for finding deleted ones)."""
+        if self.exact:
+            return self.contains
+        return ranges_union(self.contains, {w: [(1, m)] for w, m in self.marks.items() if m >= 1})
+
+
+def parse_generation(gid: str, key: str, raw: Payload) -> Generation:
+    """A generation manifest, every field checked before use (a crafted one gives DamagedObjectError)."""
+    try:
+        mv = byte_view(raw)
+        # Format 2: JSON, a zero byte, the block directory and bloom filter (no copy of the binary part:
+        # at 10M entries it is ~12 MiB, read by every fresh process).
+        cut = bytes(mv[:65536]).find(b"\0")  # the JSON part is short: look there first
+        if cut < 0 and len(mv) > 65536:
+            cut = bytes(mv).find(b"\0")
+        head, sep, binary = (mv, b"", mv[:0]) if cut < 0 else (mv[:cut], b"\0", mv[cut + 1 :])
+        m = json.loads(bytes(head))
+        if not isinstance(m, dict):
+            raise ValueError("not an object")
+        count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
+        if type(count) is not int or count < 0:
+            raise ValueError("count is not a non-negative integer")
+        if type(nb) is not int or not 1 <= nb <= MAX_BUCKETS or nb & (nb - 1):
+            raise ValueError(f"nbuckets is not a power of two up to {MAX_BUCKETS}")
+        if not isinstance(covers, list) or not all(type(c) is str for c in covers):
+            raise ValueError("covers is not a list of names")
+        if not isinstance(marks, dict) or not all(type(v) is int for v in marks.values()):
+            raise ValueError("marks is not a map of writers to numbers")
+        if "contains" in m:
+            contains = parse_contains(m["contains"])
+            exact = m.get("exact", True)
+            if type(exact) is not bool:
+                raise ValueError("exact is not a boolean")
+        else:  # written before provenance: only the level-0 files it covered directly are known
+            contains = ranges_of_names(c[3:] for c in covers if c.startswith("l0:") and NAME_RE.match(c[3:]))
+            exact = False
+        g = Generation(gid, count, nb, covers, {str(w): v for w, v in marks.items()}, contains, exact)
+        v = m.get("v", 1)
+        if v == 2:
+            _parse_v2(g, m, binary)
+        elif v != 1 or sep:
+            raise ValueError(f"unknown generation version {v!r}")
+        return g
+    except (KeyError, TypeError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
+
+
+def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
+    """Check and attach a format-2 manifest's block directory and bloom filter."""
+    blocks, nbits, k = m["blocks"], m["bloom_bits"], m["bloom_k"]
+    if type(blocks) is not int or not g.nbuckets <= blocks <= MAX_BLOCKS or blocks & (blocks - 1):
+        raise ValueError(f"blocks is not a power of two from nbuckets to {MAX_BLOCKS}")
+    if type(nbits) is not int or nbits < 8 or nbits % 8 or type(k) is not int or not 1 <= k <= 32:
+        raise ValueError("bad bloom filter size")
+    if len(binary) != 4 * blocks + nbits // 8:
+        raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
+    lens = np.frombuffer(binary, dtype="<u4", count=blocks).astype(np.int64)
+    per_file = lens.reshape(g.nbuckets, blocks // g.nbuckets)
+    g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
+    # Arrays, not lists: a lookup reads one entry of each, and a fresh process would spend
+    # milliseconds making millions of Python ints it never reads.
+    # Memoryviews of int64 arrays: indexing one gives a Python int without a numpy scalar in between.
+    g.starts = np.ascontiguousarray((np.cumsum(per_file, axis=1) - per_file).ravel(), dtype=np.int64).data
+    g.lens = np.ascontiguousarray(lens, dtype=np.int64).data
+    g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
+
+
+def _hashes(key: bytes) -> tuple[int, int]:
+    """The bloom filter's two hashes of a key: bytes the block number does not use (keys are digests)."""
+    return int.from_bytes(key[8:16], "little"), int.from_bytes(key[4:8], "little") | 1
+
+
+def _bloom(keys: npt.NDArray[np.uint8], nbits: int, k: int) -> bytes:
+    """The bloom filter of ``keys`` (an ``(n, 16)`` uint8 array), probes as in :meth:`Generation.may_hold`."""
+    h1 = np.ascontiguousarray(keys[:, 8:16]).view("<u8").ravel()
+    h2 = np.ascontiguousarray(keys[:, 4:8]).view("<u4").ravel().astype(np.uint64) | np.uint64(1)
+    bits = np.zeros(nbits, dtype=bool)
+    with np.errstate(over="ignore"):
+        for i in range(k):
+            bits[(h1 + np.uint64(i) * h2) % np.uint64(nbits)] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def split_bucket(data: Payload, key: str) -> tuple[list[TableFile], str | None]:
+    """The tables in a bucket file (one frame in format 1, its blocks' frames in format 2), found
+    without the manifest; ``(readable ones, what was wrong or None)``. Past a damaged header the
+    next frame is found again by its magic, so one damaged block costs only its own entries."""
+    out: list[TableFile] = []
+    problem = None
+    mv = byte_view(data)
+    n, off = len(mv), 0
+    while off < n:
+        where = f"{key}@{off}" if off else key
+        try:
+            h = read_header(mv, where, off)
+            ln = FRAME_HEADER + h.stored_len
+            if off + ln > n:
+                raise DamagedObjectError(where, f"frame runs past the end of the file ({off + ln} > {n})")
+            out.append(TableFile(where, decode_frame(mv[off : off + ln], where)[1]))
+            off += ln
+        except DamagedObjectError as e:
+            problem = problem or e.reason
+            nxt = bytes(mv[off + 1 :]).find(MAGIC)
+            if nxt < 0:
+                break
+            off += 1 + nxt
+    return out, problem
+
+
+def gen_time(gid: str) -> float:
+    """When a generation was made (seconds), from its id."""
+    try:
+        return int(gid.split("-", 1)[0], 16) / 1e9
+    except ValueError:
+        return 0.0
+
+
+class Columns:
+    """Table entries as columns, in order: 16-byte keys, and each value's start and length in one
+    buffer. A merge of a million entries handles a few arrays instead of a million tuples."""
+
+    __slots__ = ("keys", "starts", "lens", "buf")
+
+    def __init__(self, keys: npt.NDArray[np.bytes_], starts: npt.NDArray[np.int64], lens: npt.NDArray[np.int64],
+                 buf: bytes | memoryview) -> None:
+        self.keys, self.starts, self.lens, self.buf = keys, starts, lens, buf
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def of_tables(cls, tables: list[TableFile]) -> Columns:
+        """The entries of ``tables``, one table after the other, in their order (nothing dropped)."""
+        bufs = [tf.vals for tf in tables if len(tf)]
+        tables = [tf for tf in tables if len(tf)]
+        if not tables:
+            return cls(np.empty(0, "S16"), np.empty(0, np.int64), np.empty(0, np.int64), b"")
+        base = np.cumsum([0] + [len(b) for b in bufs[:-1]])
+        offs = [tf.offs.astype(np.int64) for tf in tables]
+        return cls(np.concatenate([tf.keys for tf in tables]),
+                   np.concatenate([o[:-1] + b0 for o, b0 in zip(offs, base.tolist())]),
+                   np.concatenate([np.diff(o) for o in offs]),
+                   b"".join(bufs))
+
+    @classmethod
+    def of_entries(cls, entries: list[tuple[bytes, bytes]]) -> Columns:
+        lens = np.fromiter((len(v) for _, v in entries), dtype=np.int64, count=len(entries))
+        starts = np.zeros(len(entries), np.int64)
+        if len(entries) > 1:
+            np.cumsum(lens[:-1], out=starts[1:])
+        keys = np.frombuffer(b"".join(k.ljust(16, b"\0") for k, _ in entries), dtype="S16")
+        return cls(keys, starts, lens, b"".join(v for _, v in entries))
+
+    def value(self, i: int) -> bytes:
+        s = int(self.starts[i])
+        return bytes(self.buf[s : s + int(self.lens[i])])
+
+    def take(self, order: np.ndarray) -> Columns:
+        """The entries at ``order`` (an index array), sharing the buffer."""
+        return Columns(self.keys[order], self.starts[order], self.lens[order], self.buf)
+
+    def sorted_unique(self) -> Columns:
+        """Sorted by key (stable), and each (key, value) pair once, where it first appears: what
+        ``dict.fromkeys`` then a stable sort make of the same entries as tuples."""
+        order = np.argsort(self.keys, kind="stable")
+        out = self.take(order)
+        same = np.flatnonzero(out.keys[1:] == out.keys[:-1]) + 1  # rows whose key is the previous row's
+        if len(same):
+            keep = np.ones(len(out), dtype=bool)
+            seen: set[bytes] = set()
+            prev = -2
+            for p in same.tolist():  # runs of one key are rare and short: compare their values
+                if p != prev + 1:
+                    seen = {out.value(p - 1)}
+                v = out.value(p)
+                if v in seen:
+                    keep[p] = False
+                else:
+                    seen.add(v)
+                prev = p
+            out = out.take(np.flatnonzero(keep))
+        return out
+
+    def entries(self) -> list[tuple[bytes, bytes]]:
+        return [(k.ljust(16, b"\0"), self.value(i)) for i, k in enumerate(self.keys.tolist())]
+
+    def table_file(self, lo: int, hi: int) -> bytes:
+        """The payload of a table file of rows ``lo:hi`` (sorted already), as :func:`encode_table_file` makes it."""
+        n = hi - lo
+        offs = np.zeros(n + 1, dtype="<u8")
+        lens = self.lens[lo:hi]
+        np.cumsum(lens, out=offs[1:])
+        buf = memoryview(self.buf) if not isinstance(self.buf, memoryview) else self.buf
+        vals = b"".join([buf[st : st + ln] for st, ln in zip(self.starts[lo:hi].tolist(), lens.tolist())])
+        return _COUNT.pack(_MAGIC, n) + self.keys[lo:hi].tobytes() + offs.tobytes() + vals
+
+
+def _encode_v2(entries: list[tuple[bytes, bytes]] | Columns, nb: int) -> tuple[list[bytes], bytes, dict[str, int]]:
+    """A format-2 generation's bucket files, its directory and bloom filter, and manifest fields.
+
+    Entries are split by the key's leading bits into blocks of about
+    :data:`BLOCK_ENTRIES` (each one frame, checked on its own, so a lookup reads
+    and checks one block); ``nb`` bucket files hold the blocks in order.
+    """
+    cols = entries if isinstance(entries, Columns) else Columns.of_entries(entries)
+    n = len(cols)
+    blocks = nb
+    while blocks < MAX_BLOCKS and n / blocks > BLOCK_ENTRIES:
+        blocks *= 2
+    bits = blocks.bit_length() - 1
+    nbits = max(64, (n * BLOOM_BITS_PER_KEY + 7) // 8 * 8)
+    if n:
+        if n > 1 and not bool(np.all(cols.keys[1:] >= cols.keys[:-1])):  # a merge's are sorted already
+            cols = cols.take(np.argsort(cols.keys, kind="stable"))
+        keys = np.frombuffer(cols.keys.tobytes(), dtype=np.uint8).reshape(n, 16)
+        top = np.ascontiguousarray(keys[:, :4]).view(">u4").ravel().astype(np.int64) >> (32 - bits) if bits else np.zeros(n, np.int64)
+        bounds = np.searchsorted(top, np.arange(blocks + 1)).tolist()
+        bloom = _bloom(keys, nbits, BLOOM_K)
+    else:
+        bounds, bloom = [0] * (blocks + 1), bytes(nbits // 8)
+    lens = np.zeros(blocks, dtype="<u4")
+    per = blocks // nb
+    files = []
+    for i in range(nb):
+        parts = []
+        for b in range(i * per, (i + 1) * per):
+            lo, hi = bounds[b], bounds[b + 1]
+            if lo == hi:
+                continue
+            _, frame = encode_frame(cols.table_file(lo, hi), KIND_TABLE, _LZ4)
+            lens[b] = len(frame)
+            parts.append(frame)
+        files.append(b"".join(parts))
+    return files, lens.tobytes() + bloom, {"v": 2, "blocks": blocks, "bloom_bits": nbits, "bloom_k": BLOOM_K}
+
+
+def _bucket_of(key: bytes, nbuckets: int) -> int:
+    if nbuckets <= 1:
+        return 0
+    bits = nbuckets.bit_length() - 1
+    return int.from_bytes(key[:4], "big") >> (32 - bits)

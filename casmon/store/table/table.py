@@ -1,0 +1,948 @@
+"""A table: one writer's view of an append-only multimap from 16-byte keys to small values.
+
+:class:`Table` adds this writer's entries (written as level-0 files at a
+flush), reads everyone's (by the plan of :mod:`casmon.store.table.plan`),
+merges level-0 files and small generations into bigger ones, and surveys and
+rewrites itself for ``verify --repair``. The package docstring describes the
+protocol; :mod:`casmon.store.table.format` the bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
+
+import numpy as np
+
+from casmon import faultpoints
+from casmon.errors import DamagedObjectError, warn_damage
+from casmon.store.backend import Backend
+from casmon.store.codec import KIND_TABLE, decode_frame, decode_table_block, encode_frame
+from casmon.store.table.format import (BUCKET_ENTRIES, BUCKET_RE, FILE_ENTRIES, L0_LZ4_MAX, MAX_BUCKETS, NAME_RE, _LZ4,
+                                       _M64, _RAW, _ZSTD, Columns, Generation, TableFile, _Block, _bucket_of,
+                                       _encode_v2, _hashes, encode_table_file, gen_time, parse_generation, split_bucket)
+from casmon.store.table.plan import resolve
+from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_json, ranges_of_names, ranges_union
+from casmon.store.table.survey import Survey
+
+if TYPE_CHECKING:
+    from casmon.store.table.format import Payload
+
+T = TypeVar("T")
+#: Waiting entries by key: one value as itself, more as a tuple (see _index_add).
+PendingIndex: TypeAlias = dict[bytes, "bytes | tuple[bytes, ...]"]
+
+__all__ = ["L0_MERGE", "MISS_REFRESH_INTERVAL", "Table", "writer_id"]
+
+#: A lookup that finds nothing lists the table again at most this often (seconds):
+#: other writers' entries newer than this may be missed, which costs a recomputation, never a wrong answer.
+MISS_REFRESH_INTERVAL = 1.0
+#: Format-2 blocks a table keeps after reading them.
+BLOCK_CACHE = 8
+#: Generation format written (1: whole buckets; 2: blocks, block directory and bloom filter).
+GEN_FORMAT = 2
+#: Merge a generation with what is merged when it holds at most this many times as many entries:
+#: generations grow geometrically, so a table holds O(log n) of them and an entry is rewritten O(log n) times.
+MERGE_FACTOR = 1
+#: Merge level-0 files once this many are visible ...
+L0_MERGE = 16
+#: ... or once they hold this many entries (readers load level-0 files whole).
+L0_MERGE_ENTRIES = BUCKET_ENTRIES
+#: Buckets without a manifest this old (seconds, by the time in their generation's id) are left
+#: over (a merge killed before its manifest, or a lost manifest): repair deletes them after
+#: salvaging them. Younger ones may belong to a merge in progress.
+ORPHAN_AGE = 600.0
+
+
+def _index_values(idx: PendingIndex, key: bytes) -> tuple[bytes, ...]:
+    """The values :func:`_index_add` put under ``key``."""
+    v = idx.get(key)
+    return () if v is None else v if isinstance(v, tuple) else (v,)
+
+
+def _index_add(idx: PendingIndex, key: bytes, value: bytes) -> None:
+    """Add to a key -> value(s) index: one value as itself, more as a tuple. Not a list per key: the
+    garbage collector walks every list at each full collection, and a writer's index holds
+    thousands; a tuple of bytes it stops tracking."""
+    old = idx.get(key)
+    idx[key] = value if old is None else (old + (value,) if isinstance(old, tuple) else (old, value))
+
+
+class _Vanished(Exception):
+    """A file listed a moment ago is gone: list again. Never leaves this module."""
+
+
+class Table:
+    """One table: pending entries of this writer, plus what is on the backend."""
+
+    def __init__(self, backend: Backend, prefix: str, writer: str, bucket_cache: int = 64) -> None:
+        self.backend = backend
+        self.prefix = prefix if prefix.endswith("/") else prefix + "/"
+        self.writer = writer
+        self._seq = 0
+        self._lock = threading.RLock()
+        self._refresh_lock = threading.RLock()  # taken before _lock, never while holding it
+        self._pending: list[tuple[bytes, bytes]] = []
+        self._batches: list[tuple[str, list[tuple[bytes, bytes]]]] = []  # named, not yet written
+        self._pending_index: dict[bytes, bytes | tuple[bytes, ...]] = {}  # see _index_add
+        self._l0: dict[str, TableFile] = {}  # the level-0 files to read
+        self._listed_l0: list[str] = []  # every level-0 file listed
+        self._gens: dict[str, Generation] = {}  # every readable manifest listed
+        self._active_gens: list[Generation] = []
+        self._redundant: list[str] = []
+        self._contained_l0: list[str] = []
+        self._groups: list[frozenset[str]] = []
+        self._grouped: frozenset[str] = frozenset()
+        self._distinct: dict[frozenset[str], int] = {}  # overlap group -> entries, each counted once
+        self._buckets: OrderedDict[tuple[str, int], TableFile] = OrderedDict()
+        self._bucket_cache = bucket_cache
+        # Format-2 blocks read lately, oldest first. Few: a repeated key is remembered by the features
+        # above (a cache's key -> result), and a block kept is ~9 KiB; freed ones are reused by the next
+        # read, where thousands kept would each take fresh memory (page faults cost a third of a lookup).
+        self._blocks: dict[tuple[str, int], _Block | TableFile] = {}
+        self._block_cache = BLOCK_CACHE
+        self._bad_blocks: set[tuple[str, int]] = set()
+        #: Called before the first format-2 generation is written; False keeps writing format 1
+        #: (the store upgrades its format marker here, so older casmon refuses rather than misreads).
+        self.format_gate: Callable[[], bool] | None = None
+        self._gen_seq = 0
+        self._bad_gens: dict[str, str] = {}  # damaged manifests, by id
+        self._bad_l0: dict[str, str] = {}  # damaged level-0 files, by name
+        self._bad_buckets: set[tuple[str, int]] = set()
+        #: Damaged or missing files this table needs, skipped by reads: key -> reason.
+        self.damaged: dict[str, str] = {}
+        self._listed = False
+        self._visible: set[str] = set()
+        self.last_refresh = 0.0
+
+    # -- writing ---------------------------------------------------------------
+    def add(self, key: bytes, value: bytes) -> None:
+        if type(key) is not bytes:
+            key = bytes(key)  # not a Digest: the garbage collector walks those (instances of a Python class)
+        with self._lock:
+            self._pending.append((key, value))
+            _index_add(self._pending_index, key, value)
+
+    @property
+    def pending(self) -> int:
+        batches = self._batches  # asked at every write: no generator when no batch waits (the usual case)
+        return len(self._pending) + sum(len(e) for _, e in batches) if batches else len(self._pending)
+
+    def take_pending(self) -> list[tuple[bytes, bytes]]:
+        """Remove and return the entries not assigned to a batch (tests and tools)."""
+        with self._lock:
+            entries, self._pending = self._pending, []
+            self._reindex_pending()
+            return entries
+
+    def _reindex_pending(self) -> None:
+        idx: dict[bytes, bytes | tuple[bytes, ...]] = {}
+        for _name, entries in self._batches:
+            for k, v in entries:
+                _index_add(idx, k, v)
+        for k, v in self._pending:
+            _index_add(idx, k, v)
+        self._pending_index = idx
+
+    def flush(self) -> None:
+        """Write this writer's waiting entries as level-0 files.
+
+        A batch whose write failed keeps its name and is written again first,
+        under the same name: if the failed write did land, the retry changes
+        nothing (create-if-absent), so no entry is ever written twice, and the
+        writer's numbering has no gap.
+        """
+        self.seal()
+        self.write_sealed()
+
+    def seal(self) -> None:
+        """Set the waiting entries aside as a named batch, for :meth:`write_sealed`.
+
+        The store seals every table before it writes the objects of a flush, so a
+        sealed record never names an object that flush does not write.
+        """
+        with self._lock:
+            if self._pending:
+                self._batches.append((self.new_name(), self._pending))
+                self._pending = []
+
+    def sealed(self) -> list[tuple[str, list[tuple[bytes, bytes]]]]:
+        """The sealed batches not written yet: ``[(name, entries)]``."""
+        with self._lock:
+            return list(self._batches)
+
+    def replace_sealed(self, name: str, entries: list[tuple[bytes, bytes]]) -> None:
+        """Change a sealed batch before it is written (a flush dropping records whose values are gone)."""
+        with self._lock:
+            self._batches = [(n, entries if n == name else e) for n, e in self._batches]
+            self._reindex_pending()
+
+    def write_sealed(self) -> None:
+        """Write the sealed batches, oldest first; a batch that fails stays sealed under its name."""
+        while self._batches:
+            name, entries = self._batches[0]
+            tf = self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
+            with self._lock:  # one step: no reader sees the entries both written and waiting
+                self._l0[name] = tf
+                self._batches.pop(0)
+                self._reindex_pending()
+
+    def new_name(self) -> str:
+        with self._lock:
+            self._seq += 1
+            return f"{time.time_ns():016x}-{self.writer}-{self._seq:06x}"
+
+    def write_l0(self, entries: list[tuple[bytes, bytes]]) -> str:
+        """Write entries as a new level-0 file at once and return its name."""
+        name = self.new_name()
+        tf = self._write_named(name, entries)
+        with self._lock:
+            self._l0[name] = tf
+        return name
+
+    def _write_named(self, name: str, entries: list[tuple[bytes, bytes]]) -> TableFile:
+        payload = encode_table_file(entries)
+        # lz4: a level-0 file lives until the next merge, and is written by the exit flush (an 8 MB
+        # call-log record: zstd 16 ms, lz4 5) and read whole by every fresh reader (lz4 decodes ~3x quicker).
+        _, frame = encode_frame(payload, KIND_TABLE, _LZ4 if len(payload) < L0_LZ4_MAX else _ZSTD)
+        self.backend.create(self.prefix + "l0/" + name, frame)
+        return TableFile(self.prefix + "l0/" + name, payload)
+
+    # -- damage ----------------------------------------------------------------
+    def _bucket_key(self, gid: str, i: int) -> str:
+        """The key of bucket file ``i`` of generation ``gid``."""
+        return f"{self.prefix}buckets/{gid}/{i:04x}"
+
+    def _damage(self, key: str, reason: str) -> None:
+        with self._lock:
+            self.damaged[key] = reason
+        warn_damage(self.backend.url, key, reason)
+
+    def _bad_bucket(self, g: Generation, i: int, key: str, reason: str) -> None:
+        with self._lock:
+            self._bad_buckets.add((g.id, i))
+        self._damage(key, reason)
+
+    def _bad_block(self, g: Generation, b: int, key: str, reason: str) -> None:
+        with self._lock:
+            self._bad_blocks.add((g.id, b))
+        self._damage(key, reason)
+
+    # -- reading ---------------------------------------------------------------
+    def refresh(self) -> None:
+        """See what other writers added: list, load new level-0 files and manifests.
+
+        Never raises for damage: damaged or missing files are skipped and
+        remembered in :attr:`damaged` (with a warning once per process).
+        """
+        tries = 8
+        # One refresh at a time: a slower one (listed before another thread's merge) would otherwise
+        # set its older view over the newer one, forgetting the merge's generation and the level-0
+        # files it read from memory: a stored key would miss until the next refresh.
+        with self._refresh_lock:
+            for attempt in range(tries):
+                try:
+                    self._refresh_once(tolerant=attempt == tries - 1)
+                    break
+                except _Vanished:
+                    continue
+            self._listed = True
+            self.last_refresh = time.monotonic()
+
+    def _list(self, sub: str) -> list[str]:
+        names = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + sub)]
+        return [n for n in names if NAME_RE.match(n)]
+
+    def _refresh_once(self, tolerant: bool = False) -> None:
+        # Level-0 files first: a merge writes its manifest before it deletes what it merged.
+        l0_names = self._list("l0/")
+        gen_ids = self._list("gens/")
+        listed_gens = set(gen_ids)
+        gens = {g: v for g, v in self._gens.items() if g in listed_gens}
+        bad_gens = {g: r for g, r in self._bad_gens.items() if g in listed_gens}
+        new_gens = [g for g in gen_ids if g not in gens and g not in bad_gens]
+        if new_gens:
+            keys = [self.prefix + "gens/" + g for g in new_gens]
+            for g, key, data in zip(new_gens, keys, self.backend.get_many(keys)):
+                if data is None:
+                    if not tolerant:
+                        raise _Vanished(key)
+                    bad_gens[g] = "listed, but it cannot be read"
+                    self._damage(key, bad_gens[g])
+                    continue
+                try:
+                    gens[g] = parse_generation(g, key, decode_frame(data, key)[1])
+                except DamagedObjectError as e:
+                    bad_gens[g] = e.reason
+                    self._damage(key, e.reason)
+        view = resolve(gens, l0_names)
+        listed_l0 = set(l0_names)
+        bad_l0 = {n: r for n, r in self._bad_l0.items() if n in listed_l0}
+        new_l0 = [n for n in view.active_l0 if n not in self._l0 and n not in bad_l0]
+        loaded: dict[str, TableFile] = {}
+        if new_l0:
+            keys = [self.prefix + "l0/" + n for n in new_l0]
+            for n, key, data in zip(new_l0, keys, self.backend.get_many(keys)):
+                if data is None:
+                    if not tolerant:
+                        raise _Vanished(key)
+                    bad_l0[n] = "listed, but it cannot be read"
+                    self._damage(key, bad_l0[n])
+                    continue
+                try:
+                    loaded[n] = TableFile(key, decode_frame(data, key)[1])
+                except DamagedObjectError as e:
+                    bad_l0[n] = e.reason
+                    self._damage(key, e.reason)
+        with self._lock:
+            self._visible = {"l0:" + n for n in l0_names} | {"gen:" + g for g in gen_ids}
+            self._gens = gens
+            self._bad_gens = bad_gens
+            self._bad_l0 = bad_l0
+            was_active = self._active_gens
+            self._active_gens = view.active
+            self._redundant = view.redundant
+            self._contained_l0 = view.contained_l0
+            self._listed_l0 = sorted(l0_names)
+            if view.groups != self._groups:
+                self._distinct = {}
+            self._groups = view.groups
+            self._grouped = frozenset().union(*view.groups) if view.groups else frozenset()
+            keep = set(view.active_l0)
+            # This writer's level-0 files written after the listing above (a flush in another thread)
+            # are not in it; dropping them would hide their entries until the next refresh. One that a
+            # merge took is held by a generation listed after it (manifests are listed second).
+            late = [n for n in self._l0 if n not in listed_l0 and parse_name(n)[0] == self.writer]
+            if late:
+                held = ranges_union(*(g.contains for g in gens.values()))
+                keep.update(n for n in late if not ranges_has(held, *parse_name(n)))
+            l0 = {n: tf for n, tf in self._l0.items() if n in keep}
+            l0.update(loaded)
+            self._l0 = dict(sorted(l0.items()))
+            live = {g.id for g in view.active}
+            # Snapshots (one C-level step each): lookups in other threads reorder the block cache
+            # without this lock, and a Python-level walk of it would see it change.
+            for bk in [bk for bk in list(self._buckets) if bk[0] not in live]:
+                del self._buckets[bk]
+            blocks = list(self._blocks.items())
+            if any(bk[0] not in live for bk, _ in blocks):
+                self._blocks = {bk: tf for bk, tf in blocks if bk[0] in live}
+            for old in was_active:
+                if old.id not in live:  # merged away: close its bucket files
+                    self.backend.forget(f"{self.prefix}buckets/{old.id}/")
+            self._bad_buckets = {bk for bk in list(self._bad_buckets) if bk[0] in live}
+            self._bad_blocks = {bk for bk in list(self._bad_blocks) if bk[0] in live}
+            # What is damaged and still matters: listed manifests, level-0 files to read, buckets of active generations.
+            needed = {self.prefix + "gens/" + g for g in bad_gens}
+            needed |= {self.prefix + "l0/" + n for n in bad_l0 if n in keep}
+            needed |= {self._bucket_key(g, i) for g, i in self._bad_buckets}
+            shifts = {g.id: g.shift for g in view.active}
+            needed |= {self._bucket_key(g, b >> shifts[g]) for g, b in self._bad_blocks}
+            self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
+
+    def _bucket(self, g: Generation, i: int, tolerant: bool = False) -> TableFile:
+        bk = (g.id, i)
+        tf = self._buckets.get(bk)
+        if tf is not None:
+            with self._lock:  # a refresh in another thread copies the cache under the lock
+                if bk in self._buckets:
+                    self._buckets.move_to_end(bk)
+            return tf
+        if bk in self._bad_buckets:
+            return _EMPTY
+        key = self._bucket_key(g.id, i)
+        tf = self._read_bucket(g, i, key, tolerant)
+        if tf is None:
+            return _EMPTY
+        with self._lock:
+            self._buckets[bk] = tf
+            while len(self._buckets) > self._bucket_cache:
+                self._buckets.popitem(last=False)
+        return tf
+
+    def _fetch(self, g: Generation, key: str, tolerant: bool, start: int = 0,
+               end: int | None = None) -> Payload | None | Literal[False]:
+        """The bytes of a bucket file of ``g`` (or a range of them); None if it is gone, False if ``g`` is gone.
+
+        Gone because a merge deleted ``g`` meanwhile: raises :class:`_Vanished`
+        unless ``tolerant``, which then returns None quietly. Gone although ``g``
+        is still listed: None, and the caller remembers the damage.
+        """
+        get = self.backend.get if end is None else (lambda k: self.backend.get_range(k, start, end))
+        data = get(key)
+        if data is None:
+            if not tolerant:
+                raise _Vanished(key)
+            if not self.backend.exists(self.prefix + "gens/" + g.id):
+                return False  # merged and deleted meanwhile: the next listing no longer names it
+            data = get(key)
+        return data
+
+    def _block(self, g: Generation, b: int, tolerant: bool = False) -> _Block | TableFile:
+        """Block ``b`` of a format-2 generation: one small read (a range of its bucket file, kept open)."""
+        bk = (g.id, b)
+        blk = self._blocks.get(bk)
+        if blk is not None:
+            return blk
+        ln = int(g.lens[b])
+        if not ln or bk in self._bad_blocks:
+            return _EMPTY
+        key = self._bucket_key(g.id, b >> g.shift)
+        start = int(g.starts[b])
+        data: Payload | None = self.backend.read_kept(key, start, start + ln)
+        if data is None:
+            fetched = self._fetch(g, key, tolerant, start, start + ln)
+            if fetched is False:
+                return _EMPTY
+            data = fetched
+            if data is None:
+                self._bad_block(g, b, key, f"missing, although generation {g.id} needs it")
+                return _EMPTY
+        try:
+            blk = _Block(key, decode_table_block(data, key, start), start)
+        except DamagedObjectError as e:
+            self._bad_block(g, b, key, f"block at {start}: {e.reason}")
+            return _EMPTY
+        with self._lock:
+            blocks = self._blocks
+            blocks[bk] = blk
+            if len(blocks) > self._block_cache:
+                del blocks[next(iter(blocks))]  # the oldest read (a dict keeps insertion order)
+        return blk
+
+    def _find_in_block(self, g: Generation, key: bytes, tolerant: bool) -> list[bytes]:
+        b = g.block_of(key)
+        try:
+            return self._block(g, b, tolerant).find(key)
+        except DamagedObjectError as e:  # a block whose offsets do not fit its values (crafted: its digest matched)
+            with self._lock:
+                self._blocks.pop((g.id, b), None)
+            self._bad_block(g, b, self._bucket_key(g.id, b >> g.shift), e.reason)
+            return []
+
+    def _file_tables(self, g: Generation, i: int, tolerant: bool,
+                     data: Payload | None = None) -> tuple[list[TableFile], bool]:
+        """``(tables, damaged)`` of bucket file ``i`` of ``g``: the whole bucket (format 1) or its
+        blocks (format 2, damaged blocks skipped and remembered). Missing: ``([], ...)``."""
+        key = self._bucket_key(g.id, i)
+        if g.v < 2:
+            if (g.id, i) in self._bad_buckets:
+                return [], True
+            tf = self._buckets.get((g.id, i))
+            if tf is None and data is not None:
+                try:
+                    tf = TableFile(key, decode_frame(data, key)[1])
+                except DamagedObjectError as e:
+                    self._bad_bucket(g, i, key, e.reason)
+                    return [], True
+            elif tf is None:
+                tf = self._read_bucket(g, i, key, tolerant)
+            return ([tf], False) if tf is not None else ([], (g.id, i) in self._bad_buckets)
+        per = g.blocks >> (g.nbuckets.bit_length() - 1)
+        blocks = range(i * per, (i + 1) * per)
+        if data is None:
+            fetched = self._fetch(g, key, tolerant)
+            if fetched is False:
+                return [], False
+            if fetched is None:
+                self._bad_block(g, i * per, key, f"missing, although generation {g.id} needs it")
+                return [], True
+            data = fetched
+        out, damaged = [], False
+        for b in blocks:
+            ln = int(g.lens[b])
+            if not ln:
+                continue
+            if (g.id, b) in self._bad_blocks:
+                damaged = True
+                continue
+            start = int(g.starts[b])
+            where = f"{key}@{start}"
+            try:
+                out.append(TableFile(where, decode_frame(data[start : start + ln], where)[1]))
+            except DamagedObjectError as e:
+                self._bad_block(g, b, key, f"block at {start}: {e.reason}")
+                damaged = True
+        return out, damaged
+
+    def _read_bucket(self, g: Generation, i: int, key: str, tolerant: bool) -> TableFile | None:
+        """A bucket of ``g``; None (remembered as damaged) if it is damaged, or missing although ``g`` is not."""
+        data = self._fetch(g, key, tolerant)
+        if data is False:
+            return None
+        if data is None:
+            self._bad_bucket(g, i, key, f"missing, although generation {g.id} needs it")
+            return None
+        try:
+            return TableFile(key, decode_frame(data, key)[1])
+        except DamagedObjectError as e:
+            self._bad_bucket(g, i, key, e.reason)
+            return None
+
+    def lookup(self, key: bytes, refresh_on_miss: bool = True) -> list[bytes]:
+        """Every value stored under ``key``, oldest file first, duplicates removed.
+
+        Damaged files are skipped (see :attr:`damaged`): a lookup never raises for them.
+        """
+        if not self._listed:
+            self.refresh()
+        for attempt in range(2):
+            try:
+                out = self._lookup_once(key)
+            except _Vanished:
+                out = self._lookup_after_vanished(key)
+            if out or not refresh_on_miss or attempt:
+                return out
+            if time.monotonic() - self.last_refresh < MISS_REFRESH_INTERVAL:
+                return out
+            self.refresh()
+        return []
+
+    def _lookup_after_vanished(self, key: bytes, tries: int = 8) -> list[bytes]:
+        # Merges in another thread or process can delete what each new listing names, more than once
+        # (a thread merging every few hundred entries made two tries miss a stored key): list again,
+        # as a refresh does, and only the last try takes a vanished file as gone.
+        for attempt in range(tries):
+            self.refresh()
+            try:
+                return self._lookup_once(key, tolerant=attempt == tries - 1)
+            except _Vanished:
+                continue
+        return []
+
+    def _view(self) -> tuple[list[Generation], list[TableFile], PendingIndex]:
+        """What a lookup reads, taken in one step: a merge or a write of waiting entries in another
+        thread changes the generations, the level-0 files and the waiting entries together (under
+        the lock), and a lookup reading them at different moments could miss an entry that moved
+        from one to another (a lookup beside a merge in another thread would miss a key)."""
+        with self._lock:
+            return self._active_gens, list(self._l0.values()), self._pending_index
+
+    def _lookup_once(self, key: bytes, tolerant: bool = False) -> list[bytes]:
+        out: list[bytes] = []
+        h1, h2 = _hashes(key)
+        gens, l0, waiting = self._view()
+        for g in gens:
+            if g.v >= 2:
+                bl, nb, x = g.bloom, g.nbits, h1
+                for _ in range(g.k):  # Generation.may_hold, inline
+                    p = x % nb
+                    if not (bl[p >> 3] >> (p & 7)) & 1:
+                        break
+                    x = (x + h2) & _M64
+                else:
+                    out.extend(self._find_in_block(g, key, tolerant))
+                continue
+            out.extend(self._bucket(g, _bucket_of(key, g.nbuckets), tolerant).find(key))
+        for tf in l0:
+            out.extend(tf.find(key))
+        out.extend(_index_values(waiting, key))
+        if len(out) > 1:
+            out = list(dict.fromkeys(out))
+        return out
+
+    def lookup_cached(self, key: bytes) -> list[bytes] | None:
+        """Lookup without any I/O beyond buckets already in memory; None if unsure."""
+        out: list[bytes] = []
+        h1, h2 = _hashes(key)
+        gens, l0, waiting = self._view()
+        for g in gens:
+            if g.v >= 2:
+                if not g.may_hold(h1, h2):
+                    continue
+                b = g.block_of(key)
+                tf = self._blocks.get((g.id, b)) if g.lens[b] else _EMPTY
+            else:
+                tf = self._buckets.get((g.id, _bucket_of(key, g.nbuckets)))
+            if tf is None:
+                return None
+            try:
+                out.extend(tf.find(key))
+            except DamagedObjectError:  # a lookup that reads says so
+                return None
+        for tf in l0:
+            out.extend(tf.find(key))
+        out.extend(_index_values(waiting, key))
+        return list(dict.fromkeys(out)) if len(out) > 1 else out
+
+    def items(self, refresh: bool = True, strict: bool = True) -> Iterator[tuple[bytes, bytes]]:
+        """Every entry once: generations, then level-0 files, then this writer's waiting ones.
+
+        ``strict`` (the default) raises :class:`DamagedObjectError` if a file the
+        table needs is damaged or missing, rather than return part of the table
+        (gc must see every record); ``strict=False`` skips such files.
+        """
+        if refresh or not self._listed:
+            self.refresh()
+        entries: list[tuple[bytes, bytes]] = []
+        for attempt in range(4):
+            try:
+                entries = self._items_once(tolerant=attempt == 3)
+                break
+            except _Vanished:
+                self.refresh()
+        if strict and self.damaged:
+            key, reason = next(iter(sorted(self.damaged.items())))
+            more = f"; {len(self.damaged) - 1} more damaged files" if len(self.damaged) > 1 else ""
+            raise DamagedObjectError(key, f"{reason}{more}; this table cannot be read whole until "
+                                          f"`casmon verify --repair` has run")
+        yield from entries
+
+    def _snapshot(self) -> tuple[list[Generation], list[TableFile], list[tuple[bytes, bytes]], frozenset[str]]:
+        with self._lock:
+            pending = [kv for _, entries in self._batches for kv in entries] + list(self._pending)
+            return list(self._active_gens), list(self._l0.values()), pending, self._grouped
+
+    def _gen_entries(self, g: Generation, tolerant: bool) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        for i in range(g.nbuckets):
+            for tf in self._file_tables(g, i, tolerant)[0]:
+                out.extend(tf.items())
+        return out
+
+    def _items_once(self, tolerant: bool) -> list[tuple[bytes, bytes]]:
+        gens, l0, pending, grouped = self._snapshot()
+        out: list[tuple[bytes, bytes]] = []
+        seen: set[tuple[bytes, bytes]] = set()
+        for g in gens:
+            entries = self._gen_entries(g, tolerant)
+            if g.id in grouped:  # its provenance overlaps another generation's: each entry once
+                fresh = []
+                for kv in entries:
+                    if kv not in seen:
+                        seen.add(kv)
+                        fresh.append(kv)
+                entries = fresh
+            out.extend(entries)
+        for tf in l0:
+            out.extend(tf.items())
+        out.extend(pending)
+        return out
+
+    def count(self) -> int:
+        """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
+        if not self._listed:
+            self.refresh()
+        with self._lock:
+            gens, l0, groups, grouped = list(self._active_gens), list(self._l0.values()), self._groups, self._grouped
+            n = sum(g.count for g in gens if g.id not in grouped) + sum(len(t) for t in l0) + self.pending
+        by_id = {g.id: g for g in gens}
+        for group in groups:
+            m = self._distinct.get(group)
+            if m is None:
+                seen: set[tuple[bytes, bytes]] = set()
+                for gid in sorted(group):
+                    seen.update(self._gen_entries(by_id[gid], tolerant=True))
+                m = self._distinct[group] = len(seen)
+            n += m
+        return n
+
+    def missing_segments(self) -> list[str]:
+        """Level-0 files that must have existed but are gone: gaps in a writer's numbering.
+
+        A writer numbers its level-0 files 1, 2, 3, ...; a generation records
+        exactly which numbers it holds. A number below the writer's newest one
+        that is neither listed nor held by a generation was deleted (or is in a
+        generation whose manifest is damaged). The newest file of a writer
+        leaves no trace when deleted.
+        """
+        first = self._gaps()
+        if not first:
+            return []
+        second = self._gaps()  # a merge between the two listings of one refresh can look like a gap
+        return [g for g in first if g in second]
+
+    def _gaps(self) -> list[str]:
+        self.refresh()
+        with self._lock:
+            accounted = ranges_union(ranges_of_names(self._listed_l0), *(g.accounted() for g in self._gens.values()))
+        return [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
+
+    def _gap_name(self, w: str, lo: int, hi: int) -> str:
+        if lo == hi:
+            return f"{self.prefix}l0/*-{w}-{lo:06x}"
+        return f"{self.prefix}l0/*-{w}-{lo:06x} to *-{w}-{hi:06x} ({hi - lo + 1} files)"
+
+    def files(self) -> list[str]:
+        """Keys of every file this table has on the backend (for stats, verify, gc)."""
+        return self.backend.list(self.prefix)
+
+    # -- merging ---------------------------------------------------------------
+    @property
+    def l0_count(self) -> int:
+        return len(self._l0)
+
+    def wants_merge(self) -> bool:
+        # One large level-0 file as well (the last flush of a long run writes tens of thousands of
+        # entries at once): every fresh reader would load and decode it whole (13 ms at 40,000
+        # entries), where a generation costs it one block.
+        return len(self._l0) >= L0_MERGE or sum(len(t) for t in self._l0.values()) >= L0_MERGE_ENTRIES
+
+    def consolidate(self, min_l0: int = L0_MERGE, force: bool = False,
+                    keep: Callable[[bytes, bytes], bool] | None = None) -> str | None:
+        """Merge level-0 files (and small generations) into one generation.
+
+        ``keep(key, value) -> bool`` drops entries (used by gc); with ``force``
+        every visible file is merged. Generations whose provenance overlaps are
+        merged together; files a generation already holds are deleted; damaged
+        files are left alone (for ``verify --repair``). Returns the new
+        generation's id, or None.
+        """
+        if not self.backend.supports_deletes or self.backend.read_only:
+            return None
+        self.refresh()
+        with self._lock:
+            l0_files = dict(self._l0)
+            active = list(self._active_gens)
+            groups = list(self._groups)
+            all_gens = dict(self._gens)
+            bad = {gid for gid, _ in self._bad_buckets} | {gid for gid, _ in self._bad_blocks}
+            damaged = bool(self.damaged)
+            # Files a generation already holds can go, unless the table is damaged: they may be the only good copy.
+            extra_gens = [] if damaged else [all_gens[g] for g in self._redundant if g in all_gens]
+            extra_l0 = [] if damaged else list(self._contained_l0)
+        l0 = sorted(l0_files)
+        if not force and len(l0) < min_l0 and not self.wants_merge():
+            return None
+        l0_total = sum(len(l0_files[n]) for n in l0)
+        if force:
+            chosen = {g.id for g in active if g.id not in bad}
+        else:
+            # Size-tiered: take generations smallest first while each holds at most MERGE_FACTOR times
+            # what is taken so far. Sizes then grow geometrically: O(log n) generations, and an entry
+            # is rewritten O(log n) times over the table's life.
+            chosen, total = set(), max(l0_total, 1)
+            for g in sorted((g for g in active if g.id not in bad), key=lambda g: (g.count, g.id)):
+                if g.count > MERGE_FACTOR * total:
+                    break
+                chosen.add(g.id)
+                total += g.count
+            # Format-1 generations (an older casmon's) are rewritten as format 2 a bounded amount at a time.
+            budget = 4 * total + FILE_ENTRIES
+            for g in sorted((g for g in active if g.v < 2 and g.id not in bad | chosen), key=lambda g: g.count):
+                if g.count > budget:
+                    break
+                chosen.add(g.id)
+                budget -= g.count
+        for group in groups:  # an overlap is merged whole, which ends it
+            if chosen & group:
+                chosen |= group - bad
+        gens = [g for g in active if g.id in chosen]
+        if not l0 and len(gens) <= 1 and keep is None:
+            if extra_gens or extra_l0:
+                self._delete(extra_l0, extra_gens)
+                self.refresh()
+            return None
+        tables: list[TableFile] = []
+        try:
+            for g in gens:
+                for i in range(g.nbuckets):
+                    data = None
+                    if g.v >= 2 or (g.id, i) not in self._buckets:
+                        key = self._bucket_key(g.id, i)
+                        data = self.backend.get(key)
+                        if data is None:
+                            raise _Vanished(key)
+                    tfs, damaged = self._file_tables(g, i, False, data)
+                    if damaged:
+                        return None  # the next merge leaves this generation alone
+                    tables.extend(tfs)
+            tables.extend(l0_files[n] for n in l0)
+        except _Vanished:
+            return None  # someone else merged these meanwhile
+        entries = Columns.of_tables(tables).sorted_unique()  # each (key, value) once
+        del tables
+        if keep is not None:
+            kept = [i for i, (k, v) in enumerate(entries.entries()) if keep(k, v)]
+            entries = entries.take(np.array(kept, dtype=np.int64))
+        contains = ranges_union(*(g.contains for g in gens), ranges_of_names(l0))
+        covers = ["l0:" + x for x in l0 + extra_l0] + ["gen:" + g.id for g in gens + extra_gens]
+        for g in gens:  # what merged generations covered and is not deleted yet stays covered
+            covers.extend(c for c in g.covers if c in self._visible)
+        marks: dict[str, int] = {}
+        for g in gens:
+            for w, v in g.marks.items():
+                marks[w] = max(marks.get(w, 0), v)
+        gid = self._write_generation(entries, list(dict.fromkeys(covers)), contains, all(g.exact for g in gens), marks)
+        # The new generation is visible: what it holds can go.
+        self._delete(l0 + extra_l0, gens + extra_gens)
+        self.refresh()
+        return gid
+
+    def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
+                          exact: bool, marks: dict[str, int]) -> str:
+        """Write buckets, then the manifest (fault points between); returns the generation's id."""
+        n = len(entries)
+        v2 = GEN_FORMAT >= 2 and (self.format_gate is None or self.format_gate())
+        nb = 1
+        while nb < MAX_BUCKETS and n / nb > (FILE_ENTRIES if v2 else BUCKET_ENTRIES):
+            nb *= 2
+        with self._lock:
+            self._gen_seq += 1
+            gid = f"{time.time_ns():016x}-{self.writer}g-{self._gen_seq:06x}"  # "g": not in the level-0 numbering
+        items = []
+        binary = b""
+        extra: dict[str, int] = {}
+        if v2:
+            files, binary, extra = _encode_v2(entries, nb)
+            items = [(self._bucket_key(gid, i), f) for i, f in enumerate(files)]
+        else:
+            by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
+            for kv in entries.entries() if isinstance(entries, Columns) else entries:
+                by_bucket[_bucket_of(kv[0], nb)].append(kv)
+            for i, b in enumerate(by_bucket):
+                _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
+                items.append((self._bucket_key(gid, i), frame))
+        self.backend.create_many(items)
+        faultpoints.point("merge.after_buckets")
+        marks = dict(marks)
+        for w, spans in contains.items():
+            if spans:
+                marks[w] = max(marks.get(w, 0), spans[-1][1])
+        m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains), **extra}
+        if not exact:
+            m["exact"] = False
+        payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
+        _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
+        if len(frame) > 0.9 * len(payload):  # mostly a bloom filter (random bits): every fresh reader would decompress it for nothing
+            _, frame = encode_frame(payload, KIND_TABLE, _RAW)
+        self.backend.create(self.prefix + "gens/" + gid, frame)
+        faultpoints.point("merge.after_manifest")
+        return gid
+
+    def _delete(self, l0_names: list[str], gens: list[Generation], more_gen_ids: Iterable[str] = (),
+                more_keys: Iterable[str] = ()) -> None:
+        """Delete level-0 files and generations: manifests first, then their buckets."""
+        gen_ids = [g.id for g in gens] + list(more_gen_ids)
+        self.backend.delete_many([self.prefix + "l0/" + x for x in l0_names] + [self.prefix + "gens/" + g for g in gen_ids])
+        buckets = list(more_keys)
+        for g in gen_ids:
+            buckets.extend(self.backend.list(f"{self.prefix}buckets/{g}/"))
+        self.backend.delete_many(list(dict.fromkeys(buckets)))
+
+    # -- verify and repair ------------------------------------------------------
+    def survey(self, keep: bool = True, orphans: bool = True) -> Survey:
+        """Read and check every file of the table (``verify``; ``repair`` with ``keep``, the parsed files too).
+
+        With ``orphans``, buckets of no listed generation are checked too: if they
+        hold entries no listed file shows, the generation's manifest was lost,
+        and the survey reports it missing (repair then salvages the buckets).
+        The pack index passes False: it is rebuilt from the packs anyway.
+        """
+        for attempt in range(3):
+            sv = self._survey_once(keep, orphans)
+            if not sv.vanished or attempt == 2:
+                return sv
+        raise AssertionError("unreachable")
+
+    def _survey_once(self, keep: bool, orphans: bool = True) -> Survey:
+        l0_names = self._list("l0/")
+        gen_ids = self._list("gens/")
+        bucket_keys: dict[str, dict[int, str]] = {}
+        for k in self.backend.list(self.prefix + "buckets/"):
+            parts = k[len(self.prefix) :].split("/")
+            if len(parts) == 3 and NAME_RE.match(parts[1]) and BUCKET_RE.match(parts[2]):
+                bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
+        sv = Survey(self.prefix, l0_names, gen_ids, bucket_keys)
+        for key, payload in self._read_all([self.prefix + "l0/" + n for n in l0_names], sv):
+            tf = self._check(key, payload, sv, lambda k, raw: TableFile(k, raw))
+            if tf is not None and keep:
+                sv.l0[key.rsplit("/", 1)[-1]] = tf
+        for key, payload in self._read_all([self.prefix + "gens/" + g for g in gen_ids], sv):
+            gid = key.rsplit("/", 1)[-1]
+            g = self._check(key, payload, sv, functools.partial(parse_generation, gid))
+            if g is not None:
+                sv.gens[gid] = g
+            else:
+                sv.bad_gens.add(gid)
+        flat = [(gid, i, k) for gid, bs in sorted(bucket_keys.items()) for i, k in sorted(bs.items())]
+        keys = [k for _, _, k in flat]
+        where = {k: (gid, i) for gid, i, k in flat}
+        for key, payload in self._read_all(keys, sv):
+            tfs, problem = split_bucket(payload, key)
+            if problem is not None:
+                sv.damaged[key] = problem
+            if keep and (tfs or problem is None):
+                sv.buckets[where[key]] = tfs[0] if len(tfs) == 1 else TableFile(
+                    key, encode_table_file([kv for tf in tfs for kv in tf.items()]))
+        sv.view = resolve(sv.gens, l0_names)
+        for g in sv.view.active:
+            have = bucket_keys.get(g.id, {})
+            for i in range(g.nbuckets):
+                if i not in have:
+                    sv.missing[self._bucket_key(g.id, i)] = f"generation {self.prefix}gens/{g.id}"
+        if sv.missing and any(not self.backend.exists(self.prefix + "gens/" + g.id) for g in sv.view.active):
+            sv.vanished = True  # merged meanwhile: look again
+        accounted = ranges_union(ranges_of_names(l0_names), *(g.accounted() for g in sv.gens.values()))
+        sv.gaps = [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
+        lone = sorted(set(bucket_keys) - set(gen_ids))
+        if orphans and lone:
+            if not keep:
+                return self._survey_once(True, orphans)  # the check needs the entries (rare: orphans are)
+            visible = set(sv.visible_entries())
+            for gid in lone:
+                unseen = {kv for (g, _i), tf in sv.buckets.items() if g == gid for kv in tf.items()} - visible
+                if unseen:
+                    sv.missing[f"{self.prefix}gens/{gid}"] = (
+                        f"its buckets hold {len(unseen)} entries no listed file shows (the manifest is lost)")
+        return sv
+
+    def _read_all(self, keys: list[str], sv: Survey, batch: int = 256) -> Iterator[tuple[str, Payload]]:
+        for i in range(0, len(keys), batch):
+            part = keys[i : i + batch]
+            for key, data in zip(part, self.backend.get_many(part)):
+                if data is None:
+                    sv.vanished = True  # deleted since it was listed (a merge): the survey is read again
+                    continue
+                sv.checked += 1
+                yield key, data
+
+    @staticmethod
+    def _check(key: str, data: Payload, sv: Survey, parse: Callable[[str, bytes | memoryview], T]) -> T | None:
+        try:
+            return parse(key, decode_frame(data, key)[1])
+        except DamagedObjectError as e:
+            sv.damaged[key] = e.reason
+            return None
+
+    def rewrite(self, sv: Survey, entries: Iterable[tuple[bytes, bytes]]) -> str:
+        """Replace every file ``sv`` saw by one generation that holds exactly ``entries`` (repair).
+
+        Its provenance is every level-0 number the survey saw or a generation
+        held, from 1 up for each writer, lost numbers included: what they held
+        is in ``entries`` or is lost, so the table has no gap afterwards. Files
+        written after the survey stay. Leftover buckets of no generation are
+        deleted once older than :data:`ORPHAN_AGE` (they may belong to a merge in
+        progress), damaged ones at once.
+        """
+        seen = ranges_union(ranges_of_names(sv.l0_names), *(g.accounted() for g in sv.gens.values()))
+        contains = {w: [(1, spans[-1][1])] for w, spans in seen.items() if spans}
+        covers = ["l0:" + n for n in sv.l0_names] + ["gen:" + g for g in sv.gen_ids]
+        gid = self._write_generation(list(dict.fromkeys(entries)), covers, contains, True, {})
+        listed = set(sv.gen_ids)
+        now = time.time()
+        orphans = [g for g in sv.bucket_keys if g not in listed and now - gen_time(g) > ORPHAN_AGE]
+        self._delete(sv.l0_names, [], more_gen_ids=sv.gen_ids + orphans,
+                     more_keys=[k for k in sv.damaged if "/buckets/" in k])
+        with self._lock:
+            self._buckets.clear()
+            self._bad_buckets.clear()
+            self._bad_gens.clear()
+            self._bad_l0.clear()
+            self.damaged.clear()
+        self.refresh()
+        return gid
+
+
+_EMPTY = TableFile("(damaged)", encode_table_file([]))
+
+
+def writer_id() -> str:
+    """A fresh id for one writer (a Store instance in one process)."""
+    return f"{os.getpid():x}{os.urandom(4).hex()}"

@@ -1,0 +1,101 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import casmon
+from casmon.store.objects import loose_key
+from tests.conftest import ROOT
+
+
+def cli(*args, cwd=None, check=True):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "casmon.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"casmon {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def test_demo_then_stats_verify_gc(tmp_path):
+    out = cli("demo", cwd=tmp_path).stdout
+    assert "all equal to what went in" in out
+    assert (tmp_path / ".casmon" / "casmon.json").exists()
+    st = json.loads(cli("stats", "--json", cwd=tmp_path).stdout)
+    assert st["values"] >= 4 and st["dedup_ratio"] > 1.5
+    assert "store is sound" in cli("verify", cwd=tmp_path).stdout
+    rep = json.loads(cli("gc", "--now", "--json", cwd=tmp_path).stdout)
+    assert rep["deleted_objects"] == 0, "the demo keeps its values with refs"
+    out2 = " ".join(cli("demo", cwd=tmp_path).stdout.split())
+    assert "this demo added 0.0 MiB" in out2, "running it again stores nothing new"
+
+
+def flip_first_chunk(store_path, value, at: int):
+    """Flip one bit of the first chunk of a stored value; returns the chunk's digest."""
+    chunk = next(casmon.open(store_path).manifest(value).chunk_digests())
+    p = store_path / loose_key(chunk)
+    data = bytearray(p.read_bytes())
+    data[at] ^= 1
+    p.write_bytes(bytes(data))
+    return chunk
+
+
+def test_verify_exit_status_on_damage(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    d = s.put(np.random.default_rng(0).random(500_000))
+    s.set_ref("x", d)
+    s.close()
+    chunk = flip_first_chunk(tmp_path / "s", d, at=100)
+    r = cli("verify", "--store", str(tmp_path / "s"), check=False)
+    assert r.returncode == 1
+    assert chunk.hex() in r.stdout and "needed by ref x" in r.stdout
+    j = json.loads(cli("verify", "--json", "--store", str(tmp_path / "s"), check=False).stdout)
+    assert j["ok"] is False and len(j["damaged"]) == 1
+
+
+def test_clear_errors(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = cli("stats", "--store", str(f), check=False)
+    assert r.returncode != 0 and "is a file" in r.stderr and "Traceback" not in r.stderr
+    r = cli("stats", "--store", str(tmp_path / "nothing-here"), check=False)
+    assert r.returncode != 0 and "no such folder" in r.stderr
+
+
+def test_store_from_environment(tmp_path):
+    env_store = tmp_path / "envstore"
+    s = casmon.open(env_store)
+    s.set_ref("x", s.put(1))
+    s.close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_STORE=str(env_store))
+    p = subprocess.run([sys.executable, "-m", "casmon.cli", "stats", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert json.loads(p.stdout)["refs"] == 1
+
+
+def test_verify_repair(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    good = s.put({"keep": 1})
+    bad = s.put(np.random.default_rng(1).random(500_000))
+    s.append("note", {"what": "needs the array"}, refs=[bad])
+    s.set_ref("good", good)
+    s.close()
+    flip_first_chunk(tmp_path / "s", bad, at=50)
+    r = cli("verify", "--repair", "--store", str(tmp_path / "s"))
+    assert "repaired" in r.stdout and "store is sound" in r.stdout
+    fresh = casmon.open(tmp_path / "s")
+    assert fresh.get(good) == {"keep": 1} and bad not in fresh
+    assert list(fresh.records("note")) == [], "the record that needed the damaged array is dropped"
+
+
+def test_python_dash_m_casmon_is_the_cli(tmp_path):
+    """``python -m casmon`` runs the CLI (``casmon/__main__.py``)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    s = casmon.open(tmp_path / "s")
+    s.put([1, 2])
+    s.close()
+    p = subprocess.run([sys.executable, "-m", "casmon", "verify", "--store", str(tmp_path / "s")], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    h = subprocess.run([sys.executable, "-m", "casmon", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert h.returncode == 0 and h.stdout.startswith("Usage: casmon "), h.stdout

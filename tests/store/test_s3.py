@@ -1,0 +1,211 @@
+"""Shared stores: S3 on a real S3 API (moto's server on 127.0.0.1), and many writers at once."""
+
+import datetime
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.caching import cache_entries
+from tests.conftest import ROOT, run_parallel, run_python
+
+
+def s3_url(s3_env, name="store"):
+    return f"s3://{s3_env[1]}/{name}"
+
+
+def test_s3_store_round_trip_across_processes(s3_env):
+    env, _bucket = s3_env
+    url = s3_url(s3_env)
+    code = textwrap.dedent(
+        """
+        import sys, casmon, numpy as np
+        calls = []
+        @casmon.cache(store=sys.argv[1])
+        def prep(n):
+            calls.append(n)
+            return np.arange(n, dtype=float)
+        @casmon.intercept(store=sys.argv[1])
+        def step(x):
+            return x + 1
+        assert prep(300_000)[-1] == 299_999
+        step(1)
+        print(len(calls))
+        """
+    )
+    assert run_python(code, url, env=env).stdout.strip() == "1"
+    assert run_python(code, url, env=env).stdout.strip() == "0"  # a hit from the other process's entry
+    s = casmon.open(url)
+    log = casmon.load(s)
+    assert sorted(log.sessions) == [1, 2] and len(log.calls("step")) == 2
+    assert s.verify().ok
+
+
+def test_create_if_absent_is_race_free_on_s3(s3_env):
+    env, _ = s3_env
+    url = s3_url(s3_env, "race")
+    casmon.open(url).close()
+    code = textwrap.dedent(
+        """
+        import sys, casmon
+        s = casmon.open(sys.argv[1])
+        won = [i for i in range(40) if s.create_ref(f"claims/{i}", None, {"who": sys.argv[2]})]
+        print(" ".join(map(str, won)))
+        """
+    )
+    outs = run_parallel([["-c", code, url, str(w)] for w in range(6)], env=env)
+    wins = [int(x) for out in outs for x in out.split()]
+    assert sorted(wins) == list(range(40)), "every ref has exactly one winner"
+
+
+def test_run_record_on_s3(s3_env, tmp_path, monkeypatch):
+    from tests.runs.test_runs import git
+
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "cfg.yaml").write_text("a: 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "x")
+    (repo / "cfg.yaml").write_text("a: 2\n")
+    monkeypatch.chdir(repo)
+    url = s3_url(s3_env, "runs")
+    with casmon.record(comment="s3", track=[r"\.yaml$"], store=url) as run:
+        print("on s3")
+    r = casmon.load_run(run.name, casmon.open(url))
+    assert r.output() == "on s3\n" and r.file("cfg.yaml") == b"a: 2\n" and b"a: 2" in r.patch()
+    out = casmon.restore(r, tmp_path / "restored")
+    assert (out / "cfg.yaml").read_text() == "a: 2\n"
+
+
+def test_bad_s3_locations_fail_at_open_and_create_nothing(s3_env):
+    with pytest.raises(casmon.StoreError, match="bucket does not exist"):
+        casmon.open("s3://no-such-bucket-here/x")
+    with pytest.raises(casmon.StoreError, match="cannot reach the endpoint"):
+        casmon.open(s3_url(s3_env, "unreachable"), storage_options={
+            "endpoint": "http://127.0.0.1:9", "retry_config": {"max_retries": 1, "retry_timeout": datetime.timedelta(seconds=2)}})
+    import boto3
+
+    env, bucket = s3_env
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="us-east-1")
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0, "no partial store"
+
+
+def test_credentials_never_reach_the_store(s3_env):
+    env, bucket = s3_env
+    s = casmon.open(f"s3://{bucket}/creds", storage_options={"access_key_id": "testing", "secret_access_key": "testing"})
+    s.put("x")
+    s.close()
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="us-east-1")
+    for obj in s3.list_objects_v2(Bucket=bucket)["Contents"]:
+        body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+        assert b"testing" not in body
+
+
+def test_failed_flush_keeps_records_and_damages_nothing(s3_env, monkeypatch):
+    url = s3_url(s3_env, "flaky")
+    s = casmon.open(url, autoflush=None)
+    d = s.put({"v": 1})
+    s.append("call", {"n": 1}, refs=[d])
+    z = s.backend.zstore
+    real = z.set_if_not_exists
+    failures = {"left": 2}
+
+    async def flaky(key, value):
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise ConnectionError("connection reset by peer")
+        return await real(key, value)
+
+    monkeypatch.setattr(z, "set_if_not_exists", flaky)
+    with pytest.raises(casmon.StoreError, match="connection reset"):
+        s.flush()
+    fresh = casmon.open(url)
+    assert list(fresh.records("call")) == [] and fresh.verify().ok
+    with pytest.raises(casmon.StoreError):
+        s.flush()
+    s.flush()  # the network is back: everything pending is written
+    fresh = casmon.open(url)
+    assert [r["n"] for _, r in fresh.records("call")] == [1] and fresh.get(d) == {"v": 1}
+    assert fresh.verify().ok
+
+
+def _many_writers_check(loc, n_tasks, k=20):
+    s = casmon.open(loc)
+    log = casmon.load(s)
+    calls = log.calls("log_value")
+    assert len(calls) == n_tasks, "every call is there, exactly once"
+    assert sorted(c.inputs()[0][0] for c in calls) == list(range(n_tasks))
+    assert all(c.inputs()[0][1] == (c.inputs()[0][0] % k) ** 2 for c in calls)
+    entries = {r["result"] for _, r in s.records("cache") if r["fn"].endswith("square")}
+    keys = {k_ for k_, r in s.records("cache") if r["fn"].endswith("square")}
+    assert len(keys) == k, "one key per distinct input"
+    assert len(entries) == k
+    rep = s.verify()
+    assert rep.ok, rep.as_dict()
+
+
+def _shared_location(kind, name, tmp_path, request, monkeypatch) -> str:
+    """A store for worker processes: $CASMON_STORE (and S3 credentials) reach them through the environment."""
+    if kind == "s3":
+        _env, bucket = request.getfixturevalue("s3_env")
+        loc = f"s3://{bucket}/{name}"
+    else:
+        loc = str(tmp_path / name)
+    monkeypatch.setenv("CASMON_STORE", loc)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return loc
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch):
+    loc = _shared_location(kind, "mp", tmp_path, request, monkeypatch)
+    from tests.support import workers as _workers
+
+    ctx = multiprocessing.get_context("spawn")
+    pool = ctx.Pool(4)
+    try:
+        results = pool.map(_workers.work, range(400), chunksize=10)
+    finally:
+        pool.close()
+        pool.join()  # workers exit normally: each flushes at exit
+    assert results == [(i % 20) ** 2 for i in range(400)]
+    _many_writers_check(loc, 400)
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_dask_cluster_writes_one_store(kind, tmp_path, request, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    loc = _shared_location(kind, "dask", tmp_path, request, monkeypatch)
+    from tests.support import workers as _workers
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            futures = client.map(_workers.work, range(300), pure=False)
+            results = client.gather(futures)
+            client.run(_workers.flush)  # workers are long-lived: flush before the cluster goes
+    assert results == [(i % 20) ** 2 for i in range(300)]
+    _many_writers_check(loc, 300)
+
+
+@pytest.mark.skipif(not __import__("shutil").which("mpiexec") or __import__("importlib").util.find_spec("mpi4py") is None,
+                    reason="needs mpiexec and mpi4py")
+def test_mpi_ranks_share_a_store(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import sys; sys.path.insert(0, sys.argv[1])\nfrom tests.support import workers as _workers\n"
+                      "from mpi4py import MPI\nr = MPI.COMM_WORLD.Get_rank()\n"
+                      "for i in range(r * 50, r * 50 + 50):\n    _workers.work(i)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_STORE=str(tmp_path / "mpi"))
+    subprocess.run(["mpiexec", "--allow-run-as-root", "-n", "2", sys.executable, str(script), str(ROOT)], env=env, check=True, timeout=300)
+    _many_writers_check(str(tmp_path / "mpi"), 100)
+    ranks = {c.rank for c in casmon.load(casmon.open(tmp_path / "mpi")).calls("log_value")}
+    assert ranks == {0, 1}

@@ -1,0 +1,1 @@
+"""Helpers, worker modules and seed folders shared by the tests (tests/README.md lists them)."""
