@@ -26,6 +26,7 @@ from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, c
 from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
 from casmon.runs import Run, RunInfo, RunWarning, diff, export, list_runs, load_run, record, record_context, restore
 from casmon.view.display import CacheEntries, RunDiff, RunList, Sessions, StoreStats
+from casmon.compat.legacy_names import keep_flat_names as _keep_flat_names
 
 __version__ = "0.1.0"
 
@@ -48,3 +49,6 @@ __all__ = [
     "CasmonError", "StoreError", "StoreFormatError", "MissingObjectError", "DamagedObjectError",
     "UntrustedStoreError", "UnpicklableError", "StoreDamageWarning",
 ]
+
+# Pickles and messages name these types where they were before the packages (casmon/compat/legacy_names.py).
+_keep_flat_names(t for n in __all__ if isinstance(t := globals()[n], type))

@@ -107,7 +107,9 @@ _KEY_MODULES = {
     "casmon.maintenance.collect": "casmon.gc", "casmon.view.display": "casmon.display",
     "casmon.view.progress": "casmon.progress", "casmon.runs.gitstate": "casmon.gitstate",
     "casmon.runs.capture": "casmon.capture", "casmon.cli.demo": "casmon.demo", "casmon.cli.ui": "casmon.ui.commands",
-    "casmon.compat.importer": "casmon.importer",
+    "casmon.compat.importer": "casmon.importer", "casmon.store.manifest": "casmon.store",
+    "casmon.store.records": "casmon.store", "casmon.store.lifecycle": "casmon.store",
+    "casmon.maintenance.gclock": "casmon.gc",
 }
 _KEY_PACKAGES = {"casmon.caching": "casmon.cache", "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",
                  "casmon.maintenance": "casmon.maintenance", "casmon.cli": "casmon.cli", "casmon.view": "casmon.display"}
@@ -131,18 +133,21 @@ def qualified_name(obj: Any) -> str:
     name: str | None = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if name is None:
         raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
-    return _key_class_module(canonical_module(getattr(obj, '__module__', None)), name) + "." + name
+    return key_class_module(canonical_module(getattr(obj, '__module__', None)), name) + "." + name
 
 
 def type_name(t: type) -> bytes:
-    return f"{_key_class_module(canonical_module(t.__module__), t.__qualname__)}.{t.__qualname__}".encode()
+    return f"{key_class_module(canonical_module(t.__module__), t.__qualname__)}.{t.__qualname__}".encode()
 
 
-#: casmon's classes that moved to another module than their old module's new home, by the module keys name.
-_KEY_CLASSES = {("casmon.errors", "StoreDamageWarning"): "casmon.table"}
+#: casmon's classes and functions that moved to another module than their old module's new home.
+_KEY_CLASSES = {("casmon.errors", "StoreDamageWarning"): "casmon.table", ("casmon.errors", "warn_damage"): "casmon.table",
+                ("casmon.scrub", "scrub_url"): "casmon.backend",
+                ("casmon.importer", "handler_value_name"): "casmon.compat.callmonitor"}
 
 
-def _key_class_module(module: str, qualname: str) -> str:
+def key_class_module(module: str, qualname: str) -> str:
+    """The module keys name for casmon's ``module.qualname`` (``module`` already through :func:`casmon_key_module`)."""
     return _KEY_CLASSES.get((module, qualname), module) if module.startswith("casmon") else module
 
 
