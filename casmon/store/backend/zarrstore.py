@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from casmon.store.backend.base import BytesLike, Data
 
-__all__ = ["ZarrBackend", "from_store_object", "open_fsspec", "open_memory", "open_object_store", "open_zip", "short_error"]
+__all__ = ["ZarrBackend", "from_store_object", "open_fsspec", "open_memory", "open_object_store", "open_zip", "client_error"]
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ _ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "ses
             "aws_secret_access_key": "secret_access_key"}
 
 
-def short_error(e: BaseException) -> str:
+def client_error(e: BaseException) -> str:
     """A client's error in one line, saying what to check where the cause is a common one; credentials scrubbed."""
     text = view_text.short_error(e, first_line=True) or type(e).__name__
     low = str(e)
@@ -98,7 +98,7 @@ class ZarrBackend(Backend):
         except (OSError, CasmonError, ValueError, TypeError, KeyError):
             raise
         except Exception as e:  # noqa: BLE001 - e.g. obstore's errors: name the store, keep the cause
-            raise StoreError(f"{self.url}: {short_error(e)}") from e
+            raise StoreError(f"{self.url}: {client_error(e)}") from e
 
     def _bytes(self, data: BytesLike) -> ZarrBuffer:
         return self._buffer.from_bytes(data)
@@ -265,13 +265,13 @@ def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]
     try:
         z = make()
     except Exception as e:  # noqa: BLE001
-        raise StoreError(f"cannot open {clean}: {short_error(e)}") from None
+        raise StoreError(f"cannot open {clean}: {client_error(e)}") from None
     b = ZarrBackend(z, clean, reopen=make)
     try:
         b.list_dir("")  # reach the store now: a clear error at open, before anything is written
     except Exception as e:  # noqa: BLE001
         cause = e.__cause__ or e
-        raise StoreError(f"cannot open {clean}: {short_error(cause)}") from None
+        raise StoreError(f"cannot open {clean}: {client_error(cause)}") from None
     return b
 
 
@@ -297,5 +297,5 @@ def open_fsspec(url: str, read_only: bool, storage_options: dict[str, Any]) -> Z
     except ImportError as e:
         raise StoreError(f"cannot open {clean}: {scrub(str(e))} (install obstore, or the fsspec driver for this scheme)") from None
     except Exception as e:  # noqa: BLE001
-        raise StoreError(f"cannot open {clean}: {short_error(e)}") from None
+        raise StoreError(f"cannot open {clean}: {client_error(e)}") from None
     return ZarrBackend(z, clean, reopen=make)
