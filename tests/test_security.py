@@ -13,7 +13,7 @@ import pytest
 import casmon
 from casmon.store.codec import decode_frame, split_pack
 from tests.conftest import ROOT, run_python
-from tests.runs.test_runs import GIT_ENV, git
+from tests.support.git import git
 
 # Builds the evil store in a process of its own: every pickle in it writes MARKER when it is loaded.
 BUILD_EVIL = r'''

@@ -12,14 +12,8 @@ import pytest
 import casmon
 from casmon.runs import RunWarning, safe_target
 from tests.conftest import ROOT, run_parallel, run_python
+from tests.support.git import git
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=dict(os.environ, **GIT_ENV)).stdout.strip()
 
 
 @pytest.fixture

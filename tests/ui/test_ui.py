@@ -24,19 +24,13 @@ import casmon
 from casmon.ui import model, pages
 from casmon.ui.server import make_server
 from tests.conftest import ROOT
+from tests.support.git import git
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_KEY = "<img src=x onerror=alert(2)>"
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-
 #: The logged function's hidden state: the second run gets a different result for the same input.
 DRIFT = {"k": 1.0}
 
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=dict(os.environ, **GIT_ENV)).stdout.strip()
 
 
 def _square(n):

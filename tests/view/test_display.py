@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,16 +12,10 @@ import zarr
 import casmon
 from casmon.view import display
 from casmon.caching import ResultRef
+from tests.support.git import git
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_FILE = "<b onmouseover=alert(3)>.yaml"
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=dict(os.environ, **GIT_ENV)).stdout.strip()
 
 
 def _square(n):
