@@ -13,8 +13,8 @@ import pytest
 
 import casmon
 from casmon.caching import CacheWarning
-from casmon.store.objects import loose_key
 from tests.conftest import ROOT, run_parallel, run_python
+from tests.support.damage import damage_cached_result
 
 
 @pytest.fixture
@@ -346,13 +346,7 @@ def test_damaged_result_is_recomputed_and_healed(store, tmp_path):
 
     first = f(200_000)
     store.flush()
-    chunk = next(store.manifest(f.ref(200_000).digest).chunk_digests())
-    p = tmp_path / "s" / loose_key(chunk)
-    data = bytearray(p.read_bytes())
-    data[len(data) // 2] ^= 1
-    p.write_bytes(bytes(data))
-    store.objects.clear_caches()
-    f.__casmon_cache__._mem.clear()
+    damage_cached_result(store, tmp_path / "s", f, 200_000)
     with pytest.warns(CacheWarning, match="damaged"):
         again = f(200_000)
     assert np.array_equal(first, again) and len(calls) == 2

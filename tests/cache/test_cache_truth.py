@@ -18,6 +18,7 @@ import pytest
 import casmon
 from casmon.caching import CacheWarning, cache_entries
 from tests.conftest import run_python
+from tests.support.damage import damage_cached_result
 
 
 @pytest.fixture
@@ -488,21 +489,13 @@ def test_files_lists_and_missing_paths(store, tmp_path):
 
 # -- counting ----------------------------------------------------------------------------------------------
 def test_one_call_is_one_entry_after_a_damaged_result_was_recomputed(store, tmp_path):
-    from casmon.store.objects import loose_key
-
     @casmon.cache(store=store)
     def f(n):
         return np.random.default_rng(n).random(n)
 
     first = f(200_000)
     store.flush()
-    chunk = next(store.manifest(f.ref(200_000).digest).chunk_digests())
-    p = tmp_path / "s" / loose_key(chunk)
-    data = bytearray(p.read_bytes())
-    data[len(data) // 2] ^= 1
-    p.write_bytes(bytes(data))
-    store.objects.clear_caches()
-    f.__casmon_cache__._mem.clear()
+    damage_cached_result(store, tmp_path / "s", f, 200_000)
     with pytest.warns(CacheWarning, match="damaged"):
         again = f(200_000)
     store.flush()

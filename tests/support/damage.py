@@ -45,3 +45,17 @@ def flip_at(data: bytes, pos: int, mask: int) -> tuple[bytes, int]:
 def flip_file(path: Path, where: float = 0.5, mask: int = 0x10) -> None:
     data = path.read_bytes()
     path.write_bytes(flip_at(data, min(len(data) - 1, int(len(data) * where)), mask)[0])
+
+
+def damage_cached_result(store, root: Path, cached, *args) -> None:
+    """Flip one bit in the middle of the first chunk of ``cached(*args)``'s stored result (a local folder at
+    ``root``) and forget every copy in memory, so the next call reads the damaged file."""
+    from casmon.store.objects import loose_key
+
+    chunk = next(store.manifest(cached.ref(*args).digest).chunk_digests())
+    p = root / loose_key(chunk)
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 1
+    p.write_bytes(bytes(data))
+    store.objects.clear_caches()
+    cached.__casmon_cache__._mem.clear()
