@@ -119,6 +119,20 @@ def s3_env(moto_server, monkeypatch):
 
 
 @pytest.fixture
+def s3_proxy(moto_server, s3_env, monkeypatch):
+    """A FaultProxy in front of the moto server, with AWS_ENDPOINT_URL pointing at it; returns (proxy, bucket)."""
+    from tests.support.s3proxy import FaultProxy
+
+    _env, bucket = s3_env  # the bucket is created directly on moto
+    proxy = FaultProxy(moto_server).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        yield proxy, bucket
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
 def local_store(tmp_path):
     s = casmon.open(tmp_path / "store", autoflush=None)
     yield s

@@ -562,7 +562,12 @@ class CacheState:
                 ctx = (None, (), None)
         key = ctx[0]
         if key is not None:
-            found, value = self.lookup_result(key)
+            try:
+                found, value = self.lookup_result(key)
+            except (CasmonError, OSError) as e:  # the store is unreachable or full: the function computes
+                self.warn(("store-read", type(e)), f"casmon: {self.name} runs uncached while its store cannot be "
+                                                   f"read: {e}")
+                found, value = False, None
             if found:
                 return ctx, True, value
         self.misses += 1

@@ -30,7 +30,7 @@ from casmon.keys.digest import Digest
 from casmon.maintenance import reach
 from casmon.maintenance.gclock import gc_lock
 from casmon.maintenance.phases import Progress, quiet
-from casmon.store import condemned, lock
+from casmon.store import condemned, lock, reserve
 from casmon.store.codec import KIND_VALUE, decode_frame
 from casmon.store.objects import PACK_MAX, Location, loose_key, pack_key
 
@@ -119,14 +119,20 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
         raise StoreError(f"cannot gc {store.url}: it cannot delete (a zip file, or opened read-only); "
                          f"`casmon gc --dry-run` shows what gc would remove")
     store.flush()
-    with gc_lock(store, "gc", break_lock=break_lock):
-        faultpoints.point("gc.locked")
-        lock.forget_old_breaks(store.backend)
-        return _collect(store, grace, rep, progress, dry_run=False)
+    try:
+        reserve.release_if_full(store.backend)  # the lock needs a little room: a full disk gives up the ballast
+        with gc_lock(store, "gc", break_lock=break_lock) as held:
+            faultpoints.point("gc.locked")
+            rep = _collect(store, grace, rep, progress, dry_run=False, held=held)
+            lock.forget_old_breaks(store.backend)
+    except OSError as e:  # a full disk, no permission: name the store, not a traceback
+        raise StoreError(f"cannot gc {store.url}: {e.strerror or e}") from e
+    reserve.restore(store.backend)
+    return rep
 
 
 def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_run: bool,
-             without: reach.Without | None = None) -> GcReport:
+             without: reach.Without | None = None, held: lock.StoreLock | None = None) -> GcReport:
     lists, damaged_lists = read_lists(store)
     mark_start = time.time()
     live = mark(store, without, progress)
@@ -199,13 +205,23 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
         return rep
 
     faultpoints.point("gc.before_sweep")
-    # Loose objects go at once.
+    if held is not None:
+        held.confirm()  # a gc stopped for longer than its lease may have lost the lock: then it deletes nothing
+    # What goes whole goes first, before anything is written: on a full disk that is what makes room.
     if doomed_keys:
         rep.deleted_bytes += loose_bytes
         store.backend.delete_many(doomed_keys)
     dropped: set[str] = set()
+    whole = [name for name, keep in rewrite.items() if not keep and name not in merging and name in packs_present]
+    if whole:
+        # An index entry whose pack is gone is read past and dropped below (``stale``), as after a killed gc.
+        store.backend.delete_many([pack_key(p) for p in whole])
+        dropped.update(whole)
+        packs_present.difference_update(whole)
     for i, (name, keep) in enumerate(rewrite.items()):
         progress("sweep packs", i, len(rewrite))
+        if name in dropped:
+            continue
         if keep:
             data = store.backend.get(pack_key(name))
             if data is None:

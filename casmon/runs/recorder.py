@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from casmon.caching import observers as cache_observers
 from casmon.calllog import find_recorder
+from casmon.errors import CasmonError
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
@@ -88,6 +89,14 @@ class Run:
         self.cache_links: list[dict] = []
         self._refs: list[Digest] = []  # every value the manifest names, listed in the run's record for gc
         self._lock = threading.Lock()
+        # What is written again when the store was away (see _retry_unsaved):
+        self._recorder: record | None = None
+        self._code: CodeState | None = None
+        self._packages: dict[str, str] = {}
+        self._output: str | None = None
+        self._started = False  # its start (and number) is in the store
+        self._saving = threading.RLock()  # one attempt at a time: a flush's retry and the run's own end
+        self._ended = False
 
     # ``run["k"] = v`` is ``run.info["k"] = v``: FineCache's record_context yields a dict, and its users write so.
     def __setitem__(self, key: str, value: Any) -> None:
@@ -206,23 +215,11 @@ class record:
         for note in code.notes:
             if not note.startswith("detached HEAD"):
                 warnings.warn(f"casmon.record: {note}", RunWarning, stacklevel=3)
-        refs: list[Digest] = []
-        patch = None
-        if code.patch:
-            d = store.put(code.patch)
-            refs.append(d)
-            patch = d.hex()
-        files, tracking = self.track_files(store, Path(code.root or os.getcwd()), store.backend.local_root, refs)
-        n, ref = self.claim_number(store)
-        name = f"{self.prefix}{n}" + (f"-{self.comment}" if self.comment else "")
-        run = Run(store, name, n, ref)
-        packages = _packages()
-        pd = store.put(packages)
-        refs.append(pd)
+        run = Run(store, f"{self.prefix}?" + (f"-{self.comment}" if self.comment else ""), 0, "")
         run.manifest = {
             "casmon_run": 1,
-            "name": name,
-            "n": n,
+            "name": run.name,
+            "n": 0,
             "prefix": self.prefix,
             "comment": self.comment,
             "status": "running",
@@ -231,9 +228,9 @@ class record:
             "patch_time": self.code_time or started,
             "git": {"root": code.root, "in_git": code.git, "commit": code.commit, "branch": code.branch,
                     "dirty": code.dirty, "untracked": code.untracked, "skipped": code.skipped, "notes": code.notes,
-                    "patch": patch},
-            "files": files,
-            "tracking_records": tracking,
+                    "patch": None},
+            "files": {},
+            "tracking_records": {},
             "host": socket.gethostname(),
             "user": _user(),
             "pid": os.getpid(),
@@ -242,17 +239,46 @@ class record:
             "argv": scrub_argv(sys.argv),
             **({"notebook": nb} if (nb := notebook_path()) else {}),  # a kernel's argv names a temporary file
             "cwd": os.getcwd(),
-            "packages": pd.hex(),
+            "packages": None,
             "env": scrub_env({k: os.environ[k] for k in self.env if k in os.environ}),
             "output_mode": self.capture_mode,
         }
-        run._refs = refs
-        self._write(run)
+        run._code = code
+        run._packages = _packages()
+        run._recorder = self
+        try:
+            with run._saving:
+                self._store_start(run)
+        except (CasmonError, OSError) as e:  # the store is away: the run goes on, and is written when it is back
+            warnings.warn(f"casmon.record: cannot write run {run.name} to {store.url} now ({e}); it is written by "
+                          "a later flush once the store answers", RunWarning, stacklevel=3)
+            _pending(run)
         capture = OutputCapture(self.capture_mode).start() if self.capture_mode else None
         cache_observers.append(run._cache_observer)
         self._stack.append((run, capture))
         return run
 
+    def _store_start(self, run: Run) -> None:
+        """Store what the run started with and claim its number (again, after a failed attempt)."""
+        store, code, m = run.store, run._code, run.manifest
+        refs: list[Digest] = []
+        if code is not None and code.patch:
+            d = store.put(code.patch)
+            refs.append(d)
+            m["git"]["patch"] = d.hex()
+        files, tracking = self.track_files(store, Path((code.root if code else None) or m["cwd"]),
+                                           store.backend.local_root, refs)
+        m["files"], m["tracking_records"] = files, tracking
+        pd = store.put(run._packages)
+        refs.append(pd)
+        m["packages"] = pd.hex()
+        if not run.ref:
+            run.n, run.ref = self.claim_number(store)
+            run.name = f"{self.prefix}{run.n}" + (f"-{self.comment}" if self.comment else "")
+            m["name"], m["n"] = run.name, run.n
+        run._refs = refs
+        self._write(run)
+        run._started = True
     def track_files(self, store: Store, root: Path, store_root: str | os.PathLike | None,
                     refs: list[Digest]) -> tuple[dict[str, dict], dict[str, list[str]]]:
         """Store the files under ``root`` that ``track`` matches (appending their digests to ``refs``): ``(files,
@@ -323,32 +349,93 @@ class record:
         except Exception as e:  # noqa: BLE001
             output = None
             warnings.warn(f"casmon.record: could not stop capturing output: {e}", RunWarning, stacklevel=3)
+        m = run.manifest
+        end = time.time()
+        m["end"] = end
+        m["duration"] = end - m["start"]
+        if exc_type is None:
+            m["status"] = "ok"
+            m["traceback"] = None
+        else:
+            m["status"] = "failed"
+            m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
+            m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
+        run._output = output
+        run._ended = True
         try:
-            store = run.store
-            m = run.manifest
-            end = time.time()
-            m["end"] = end
-            m["duration"] = end - m["start"]
-            if exc_type is None:
-                m["status"] = "ok"
-                m["traceback"] = None
-            else:
-                m["status"] = "failed"
-                m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
-                m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
-            if output is not None:
-                od = store.put(scrub_output(output).encode("utf-8", "surrogateescape"))
-                run._refs.append(od)
-                m["output"] = od.hex()
-            m["info"] = {str(k): _json_or_value(store, v, run._refs) for k, v in run.info.items()}
-            rec = find_recorder(store)
-            m["links"] = {
-                "call_sessions": [rec.session] if rec is not None and rec.session is not None else [],
-                "cache": run.cache_links,
-            }
+            with run._saving:
+                self._store_end(run)
+        except Exception as e:  # noqa: BLE001 - never hide the user's own exception; a later flush tries again
+            warnings.warn(f"casmon.record: could not save run {run.name} now ({e}); it is written by a later "
+                          "flush once the store answers", RunWarning, stacklevel=3)
+            _pending(run)
+        else:
+            _done(run)
+
+    def _store_end(self, run: Run) -> None:
+        """Store how the run ended (again, after a failed attempt: every value is put again, which costs nothing)."""
+        if not run._started:
+            self._store_start(run)
+        store, m = run.store, run.manifest
+        refs = list(run._refs)
+        if run._output is not None:
+            od = store.put(scrub_output(run._output).encode("utf-8", "surrogateescape"))
+            refs.append(od)
+            m["output"] = od.hex()
+        m["info"] = {str(k): _json_or_value(store, v, refs) for k, v in run.info.items()}
+        rec = find_recorder(store)
+        m["links"] = {
+            "call_sessions": [rec.session] if rec is not None and rec.session is not None else [],
+            "cache": run.cache_links,
+        }
+        saved, run._refs = run._refs, refs
+        try:
             self._write(run)
-        except Exception as e:  # noqa: BLE001 - never hide the user's own exception
-            warnings.warn(f"casmon.record: could not save run {run.name}: {e}", RunWarning, stacklevel=3)
+        except BaseException:
+            run._refs = saved
+            raise
+
+
+#: Runs whose start or end could not be written yet, per store: each later successful flush tries again.
+_unsaved: dict[int, list[Run]] = {}
+_unsaved_lock = threading.Lock()
+
+
+def _pending(run: Run) -> None:
+    store = run.store
+    with _unsaved_lock:
+        runs = _unsaved.setdefault(id(store), [])
+        if run not in runs:
+            runs.append(run)
+        first = len(runs) == 1
+    if first:
+        store.add_after_flush(_retry_unsaved)
+
+
+def _done(run: Run) -> None:
+    with _unsaved_lock:
+        runs = _unsaved.get(id(run.store), [])
+        if run in runs:
+            runs.remove(run)
+
+
+def _retry_unsaved(store: Store) -> None:
+    """After a flush that worked: write the runs of ``store`` that could not be written before."""
+    with _unsaved_lock:
+        runs = list(_unsaved.get(id(store), []))
+    for run in runs:
+        rec = run._recorder
+        if rec is None:
+            continue
+        try:
+            with run._saving:
+                if run._ended:
+                    rec._store_end(run)
+                elif not run._started:
+                    rec._store_start(run)
+        except Exception:  # noqa: BLE001 - still away: the next flush tries again
+            continue
+        _done(run)
 
 
 def record_context(increment_dir: Any = None, comment: str = "", tracking_files: Iterable[str] | None = None,

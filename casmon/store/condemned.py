@@ -41,7 +41,7 @@ from casmon.errors import DamagedObjectError
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["MIN_GRACE", "VIEW_MAX", "RELY_MAX", "PREFIX", "CondemnedList", "encode", "decode", "new_name"]
+__all__ = ["MIN_GRACE", "VIEW_MAX", "RELY_MAX", "LATE_MAX", "PREFIX", "CondemnedList", "encode", "decode", "new_name"]
 
 #: The shortest grace period ``gc`` accepts, in seconds (``gc --now`` aside, which is for stores no one
 #: else writes to). Writers keep their side of the protocol within it. Tests shorten it through the
@@ -57,13 +57,18 @@ WRITE_MAX = MIN_GRACE / 6
 #: A writer that has not looked for longer than this may have missed a whole list: it forgets
 #: everything it believed stored.
 GAP_MAX = MIN_GRACE / 2
+#: A record file that lands more than this long after the time in its name (when it was sealed) is
+#: not a record (:mod:`casmon.store.table.fence`). RELY_MAX + LATE_MAX < MIN_GRACE, with MIN_GRACE/3
+#: to spare for the clocks of writer, storage and gc.
+LATE_MAX = MIN_GRACE / 3
 
 
 def configure(min_grace: float) -> None:
     """Set :data:`MIN_GRACE` and the writer bounds derived from it (tests; every process of a store must agree)."""
-    global MIN_GRACE, VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX
+    global MIN_GRACE, VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX, LATE_MAX
     MIN_GRACE = float(min_grace)
     VIEW_MAX, RELY_MAX, WRITE_MAX, GAP_MAX = MIN_GRACE / 6, MIN_GRACE / 3, MIN_GRACE / 6, MIN_GRACE / 2
+    LATE_MAX = MIN_GRACE / 3
 
 
 PREFIX = "gc/condemned/"

@@ -10,10 +10,23 @@ naming the holder. A writer's routine merge simply skips its turn when the lock
 is held.
 
 The lock is a file created with create-if-absent (race-free on local folders
-and S3) holding who took it; the taker reads it back to know it won. A holder
-that died is taken over: at once when it ran on this host and its process is
-gone, otherwise once the lock is older than its kind's limit. Of the takers
-that find the same dead lock, only the one that creates
+and S3) holding who took it and a random token; the taker reads it back to
+know it won. A create whose reply was lost (the lock may have landed) is
+followed by that read too, and a taker that cannot finish deletes the lock if
+it holds its token: no lost reply leaves a lock nobody holds.
+
+**Leases.** A holder renews a lease while it holds the lock: every
+:data:`RENEW_EVERY` seconds it writes ``gc/lock-lease/<token>`` (its own key:
+it never rewrites ``gc/lock``, which a taker may have replaced). A lock whose
+lease was last renewed more than :data:`LEASE` seconds ago is dead, whatever
+host, PID namespace or process wrote it; so is one whose process is gone when
+the taker runs on the same machine -- same host name, same boot, same PID
+namespace, and a process of that PID started at the same moment (a container
+sharing the host's name, or a reused PID, is not "the same process"). A holder
+that finds the lock no longer holds its token has lost it (:attr:`StoreLock.lost`):
+gc checks before it deletes anything.
+
+Of the takers that find the same dead lock, only the one that creates
 ``gc/lock-broken/<hash of the dead lock>-<n>`` deletes it, and only while
 ``gc/lock`` still holds those bytes: a taker that deleted whatever ``gc/lock``
 held by the time it got round to it could delete a lock another taker had just
@@ -28,6 +41,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -40,17 +54,48 @@ from casmon.errors import StoreError
 __all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks"]
 
 LOCK_KEY = "gc/lock"
+#: A holder's lease, renewed while it holds the lock: ``gc/lock-lease/<token>``.
+LEASE_PREFIX = "gc/lock-lease/"
+#: A lock whose lease was not renewed for this many seconds is dead (``CASMON_LOCK_LEASE``; tests shorten it).
+LEASE = float(os.environ.get("CASMON_LOCK_LEASE", "120"))
+RENEW_EVERY = LEASE / 6
 #: Claims to break a dead lock; one a killed taker left is deleted by gc after a day.
 BREAK_PREFIX = "gc/lock-broken/"
 BREAK_KEEP = 24 * 3600.0
 #: A claim to break a dead lock older than this (seconds) is a dead taker's: breaking takes milliseconds.
 CLAIM_STALE = 60.0
 _CLAIMS_MAX = 64
-#: After this many seconds a lock of that kind is taken over even if its host cannot tell the holder died.
+#: Locks without a lease (written by casmon before leases): taken over after this many seconds.
 STALE_AFTER = {"merge": 600.0}
 STALE_DEFAULT = 6 * 3600.0
 #: gc, repair and eviction wait this long (seconds) for a writer's merge to finish before giving up.
 MERGE_WAIT = 120.0
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, from /proc), "" where that cannot be read."""
+    stat = _read(f"/proc/{pid}/stat")
+    try:
+        return stat[stat.rindex(")") + 2 :].split()[19]
+    except (ValueError, IndexError):
+        return ""
+
+
+def machine() -> dict[str, str]:
+    """What tells this process's machine and PID namespace from others that share its host name."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"), "pidns": ns}
 
 
 class StoreLock:
@@ -60,17 +105,28 @@ class StoreLock:
         self.backend = backend
         self.what = what
         self._mine: bytes | None = None
+        self._token = ""
         self.holder: dict[str, Any] = {}
+        #: True once this holder found the lock taken over (its lease ran out while it was stopped).
+        self.lost = False
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def acquire(self, break_lock: bool = False) -> bool:
         """Take the lock if it is free (or its holder died); never waits. False if someone holds it."""
-        mine = json.dumps({"what": self.what, "host": socket.gethostname(), "pid": os.getpid(),
-                           "time": time.time(), "nonce": os.urandom(8).hex()}).encode()
+        token = os.urandom(8).hex()
+        mine = json.dumps({"what": self.what, **machine(), "pid": os.getpid(), "start": _process_start(os.getpid()),
+                           "time": time.time(), "lease": LEASE, "nonce": token}).encode()
         for _attempt in range(40):
-            self.backend.create(LOCK_KEY, mine)
-            got = self.backend.get(LOCK_KEY)
+            try:
+                self.backend.create(LOCK_KEY, mine)
+                got = self.backend.get(LOCK_KEY)
+            except BaseException:
+                self._undo(mine)  # a lost reply: the lock may be there, with this taker's token
+                raise
             if got is not None and bytes(got) == mine:
-                self._mine = mine
+                self._mine, self._token, self.lost = mine, token, False
+                self._start_renewing()
                 return True
             if got is None:
                 continue  # released meanwhile: try again
@@ -85,12 +141,21 @@ class StoreLock:
             if break_lock:  # the user said the holder is dead
                 self.backend.delete(LOCK_KEY)
                 continue
-            if not info or _dead(info):
+            if not info or _dead(info, self.backend):
                 if not self._break(taken, mine):
                     time.sleep(0.01)  # another taker is breaking it: see what it leaves
                 continue
             return False
         return False
+
+    def _undo(self, mine: bytes) -> None:
+        """Delete ``gc/lock`` if it holds ``mine`` (best effort: else its lease runs out, unrenewed)."""
+        try:
+            got = self.backend.get(LOCK_KEY)
+            if got is not None and bytes(got) == mine:
+                self.backend.delete(LOCK_KEY)
+        except Exception:  # noqa: BLE001 - the store is away: the lease ends the lock
+            pass
 
     def _break(self, dead: bytes, mine: bytes) -> bool:
         """Delete the dead lock ``dead`` if this taker is the one to break it (see the module doc).
@@ -110,19 +175,69 @@ class StoreLock:
             now = self.backend.get(LOCK_KEY)
             if now is not None and bytes(now) == dead:  # only this claim's taker deletes these bytes now
                 self.backend.delete(LOCK_KEY)
+                try:
+                    info = json.loads(dead)
+                    if isinstance(info, dict) and info.get("nonce"):
+                        self.backend.delete(LEASE_PREFIX + str(info["nonce"]))
+                except (ValueError, TypeError):
+                    pass
             # Done: a taker that claims this number later finds gc/lock no longer holds ``dead``
             # (a live lock's bytes are unique; the same garbage again is dead again).
             self.backend.delete(key)
             return True
         return False
 
+    # -- the lease -----------------------------------------------------------------
+    def _start_renewing(self) -> None:
+        """Renew the lease every RENEW_EVERY seconds, from a thread started only then (a merge is over sooner)."""
+        self._stop.clear()
+        mine, token = self._mine, self._token
+
+        def renew() -> None:
+            n = 0
+            while not self._stop.wait(RENEW_EVERY):
+                n += 1
+                try:
+                    got = self.backend.get(LOCK_KEY)
+                    if got is None or bytes(got) != mine:
+                        self.lost = True  # taken over: this holder must stop rewriting
+                        return
+                    self.backend.set(LEASE_PREFIX + token, json.dumps({"time": time.time(), "n": n}).encode())
+                except Exception:  # noqa: BLE001 - the store is away: try again; the lease may run out
+                    continue
+
+        t = threading.Thread(target=renew, name="casmon-lock-lease", daemon=True)
+        try:
+            t.start()
+        except RuntimeError:  # the interpreter is exiting (the exit flush's merge): over before a lease ends
+            return
+        self._renewer = t
+
+    def confirm(self) -> None:
+        """Raise :class:`StoreError` unless this process still holds the lock (before a step that deletes)."""
+        if self._mine is None:
+            raise StoreError(f"{self.backend.url}: the store lock is not held")
+        got = self.backend.get(LOCK_KEY)
+        if self.lost or got is None or bytes(got) != self._mine:
+            self.lost = True
+            raise StoreError(f"{self.backend.url}: this {self.what} lost the store lock (it was stopped for longer "
+                             f"than the {LEASE:g} s lease, and another process took it over); it stops here")
+
     def release(self) -> None:
         if self._mine is None:
             return
-        got = self.backend.get(LOCK_KEY)
-        if got is not None and bytes(got) == self._mine:
-            self.backend.delete(LOCK_KEY)
-        self._mine = None
+        self._stop.set()
+        r = self._renewer
+        if r is not None and r is not threading.current_thread():
+            r.join(timeout=5)
+        self._renewer = None
+        try:
+            got = self.backend.get(LOCK_KEY)
+            if got is not None and bytes(got) == self._mine:
+                self.backend.delete(LOCK_KEY)
+            self.backend.delete(LEASE_PREFIX + self._token)
+        finally:
+            self._mine = None
 
     def describe(self) -> str:
         h = self.holder
@@ -130,8 +245,43 @@ class StoreLock:
         return f"{h.get('what', 'gc')} (pid {h.get('pid')} on {h.get('host')}, since {since})"
 
 
-def _dead(info: dict[str, Any]) -> bool:
-    return _gone(info, STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT))
+def _dead(info: dict[str, Any], backend: Backend | None = None) -> bool:
+    """The lock ``info`` was taken by a holder that is gone: its lease ran out, or its process is."""
+    if "lease" not in info:  # written before leases: the old rules
+        return _gone(info, STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT))
+    try:
+        lease = float(info["lease"])
+        renewed = float(info.get("time", 0))
+    except (TypeError, ValueError):
+        return True
+    if backend is not None and time.time() - renewed > lease and info.get("nonce"):
+        got = backend.get(LEASE_PREFIX + str(info["nonce"]))
+        if got is not None:
+            try:
+                renewed = max(renewed, float(json.loads(bytes(got))["time"]))
+            except (ValueError, TypeError, KeyError):
+                pass
+    if time.time() - renewed > lease:
+        return True
+    return _same_machine(info) and not _alive(info)
+
+
+def _same_machine(info: dict[str, Any]) -> bool:
+    """The lock was taken on this machine, in this PID namespace: its PID means a process here."""
+    me = machine()
+    return all(info.get(k) == me[k] for k in ("host", "boot", "pidns")) and bool(me["boot"] and me["pidns"])
+
+
+def _alive(info: dict[str, Any]) -> bool:
+    try:
+        pid = int(info["pid"])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, KeyError, ValueError, TypeError, OverflowError):
+        return True
+    start = str(info.get("start") or "")
+    return not start or _process_start(pid) in ("", start)  # another process under a reused PID: gone
 
 
 def _claim_dead(data: bytes) -> bool:
@@ -140,11 +290,20 @@ def _claim_dead(data: bytes) -> bool:
         info = json.loads(data)
     except ValueError:
         return True
-    return not isinstance(info, dict) or _gone(info, CLAIM_STALE)
+    if not isinstance(info, dict):
+        return True
+    if "lease" in info:
+        try:
+            if time.time() - float(info.get("time", 0)) > CLAIM_STALE:
+                return True
+        except (TypeError, ValueError):
+            return True
+        return _same_machine(info) and not _alive(info)
+    return _gone(info, CLAIM_STALE)
 
 
 def _gone(info: dict[str, Any], limit: float) -> bool:
-    """Older than ``limit`` seconds, or taken by a process of this host that is gone."""
+    """(A lock without a lease.) Older than ``limit`` seconds, or taken by a process of this host that is gone."""
     try:
         if time.time() - float(info.get("time", 0)) > limit:
             return True
@@ -161,8 +320,9 @@ def _gone(info: dict[str, Any], limit: float) -> bool:
 
 
 def forget_old_breaks(backend: Backend, keep: float = BREAK_KEEP) -> int:
-    """Delete claims killed takers left, once older than ``keep`` seconds (call it holding the lock)."""
-    keys = [k for k in backend.list(BREAK_PREFIX) if ".partial" not in k]
+    """Delete claims killed takers left, and leases dead holders left, once older than ``keep`` seconds
+    (call it holding the lock)."""
+    keys = [k for k in backend.list(BREAK_PREFIX) + backend.list(LEASE_PREFIX) if ".partial" not in k]
     gone = 0
     for k, data in zip(keys, backend.get_many(keys) if keys else []):
         try:

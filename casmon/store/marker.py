@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from casmon.errors import StoreError, StoreFormatError
+from casmon.store import reserve
 from casmon.store.backend import Backend
 from casmon.errors import warn_damage
 
@@ -101,6 +102,7 @@ def read_format(backend: Backend, url: str) -> dict[str, Any]:
         data = backend.get(FORMAT_KEY)
         if data is None:
             raise StoreError(f"cannot write to store {url}: {FORMAT_KEY} did not persist")
+        reserve.ensure(backend)  # room for gc on a full disk
     info, problem = parse_marker(data)
     if problem is not None:
         if top is None:

@@ -32,6 +32,9 @@ __all__ = ["Ref", "KIND_RE", "ref_key", "ref_frame", "decode_ref", "encode_recor
 
 #: What a record kind may be called (it names a folder, ``records/{kind}/``).
 KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+#: The longest ref name, and the longest part of one between slashes (a file name: 255 bytes).
+REF_NAME_MAX = 512
+REF_PART_MAX = 200
 _REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 #: ``fn(record, lost) -> record | None``: a record trimmed of what needs a value in ``lost`` (its ``_refs``
@@ -50,8 +53,15 @@ class Ref:
 
 def ref_key(name: str) -> str:
     """The backend key of ref ``name``; ``ValueError`` for a name that is not a clean relative path."""
-    if not isinstance(name, str) or not _REF_RE.match(name) or ".." in name.split("/"):
-        raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r}")
+    if not isinstance(name, str) or not _REF_RE.match(name):
+        raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r:.80}")
+    parts = name.split("/")
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"a ref name's parts may not be '.' or '..': got {name!r:.80}")
+    if len(name) > REF_NAME_MAX or max(len(p.encode()) for p in parts) > REF_PART_MAX:
+        # file systems and S3 keys have limits (255 bytes a name, 1,024 a key): say so, not ENAMETOOLONG
+        raise ValueError(f"a ref name is at most {REF_NAME_MAX} characters, {REF_PART_MAX} between slashes: "
+                         f"got {len(name):,} ({name[:40]!r}...)")
     return "refs/" + name
 
 
@@ -123,11 +133,11 @@ def refs_of(t: Table) -> set[Digest]:
     return out
 
 
-def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> int:
+def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> tuple[int, int]:
     """Keep the sealed records of ``tables`` from naming the lost values ``bad``: each is trimmed by its
-    kind's salvager, or dropped. Returns how many were dropped."""
+    kind's salvager, or dropped. Returns how many were dropped and how many trimmed."""
     bad_hex = {d.hex() for d in bad}
-    dropped = 0
+    dropped = trimmed = 0
     for kind, t in tables:
         for name, entries in t.sealed():
             kept: list[tuple[bytes, bytes]] = []
@@ -147,10 +157,11 @@ def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> int:
                 if fixed is None:
                     dropped += 1
                 else:
+                    trimmed += 1
                     kept.append((k, json.dumps(fixed, separators=(",", ":"), allow_nan=True).encode()))
             if changed:
                 t.replace_sealed(name, kept)
-    return dropped
+    return dropped, trimmed
 
 
 #: kind -> salvager: keeps what a record can keep when some of the values it names are lost. Used by

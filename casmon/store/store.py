@@ -55,7 +55,7 @@ from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_man
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format, top_level
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
 from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of, trim_sealed
-from casmon.store.table import Table, writer_id
+from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
     import zarr
@@ -71,6 +71,8 @@ RECORDS_MAX = 50_000
 #: A pool worker's flush after each call merges tables at most once in this many seconds (a merge costs
 #: many requests; the level-0 files a worker writes meanwhile are merged by the next one).
 CALL_MERGE_EVERY = 5.0
+#: A flush writes a record file that landed late again (sealed anew) at most this many times, then fails.
+LATE_TRIES = 4
 
 #: ``progress(phase, done, total)``, called as maintenance goes.
 Progress = Callable[[str, int, int], None]
@@ -149,7 +151,9 @@ class Store:
         self._table_list: tuple[Table, ...] = ()
         self._closed = False
         self._flusher: threading.Thread | None = None
+        self._keeper: threading.Thread | None = None
         self._flush_hooks: list[FlushHook] = []
+        self._after_flush: list[FlushHook] = []
         self._manifests: dict[Digest, Manifest] = {}  # small manifests, immutable
         self._record_refs: set[bytes] = set()  # digests of values named by records appended since the last seal
         # Values put and not yet named by a record or ref (a running call's arguments): if gc condemns
@@ -157,6 +161,7 @@ class Store:
         self._held: dict[Digest, None] = {}
         self._held_lists: frozenset[str] = frozenset()  # the condemned lists _held was checked against
         self.dropped_records = 0  # records a flush could not write because a value they name was gone
+        self.late_writes = 0  # record files that landed late and were written again (casmon.store.table.fence)
         # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
         self._flush_each_call = durable or lifecycle.in_worker_process()
         self._flush_warned = False
@@ -371,6 +376,7 @@ class Store:
                 if t is None:
                     t = Table(self.backend, f"records/{kind}/", self.writer)
                     t.format_gate = self._format2
+                    t.fenced = True  # a record that lands late is not a record (casmon.store.table.fence)
                     self._tables[kind] = t
                     # A tuple, replaced whole: read without the lock on every write (copying the dict
                     # there could meet another thread's insert, see test_table_scale's snapshot test).
@@ -401,9 +407,7 @@ class Store:
             t.add(k, data)
             if rs:
                 self._record_refs.update(map(bytes, rs))  # plain bytes: not walked by the garbage collector
-                held = self._held
-                for r in rs:
-                    held.pop(r, None)
+                # Its values stay held (copied if gc condemns them) until the flush that writes the record.
         if self._flush_each_call and not self.durable:
             self.flush_for_call()
         else:
@@ -496,6 +500,8 @@ class Store:
             self.flush()
         elif self.autoflush and self._flusher is None:
             self.start_flusher()
+        if (self.autoflush is None or self.autoflush > condemned.VIEW_MAX) and self._keeper is None and self._held:
+            self._start_keeper()
 
     def _start_io(self) -> None:
         """Start casmon's I/O threads at the first write, if reads have not: the exit flush needs them,
@@ -559,6 +565,38 @@ class Store:
             self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not lifecycle.exit_hook_stops_threads)
             self._flusher.start()
 
+    def _start_keeper(self) -> None:
+        """Keep held values from gc while no flush runs for longer than ``VIEW_MAX`` (``autoflush=None``, or
+        a long one): every ``VIEW_MAX`` seconds, copy what a new condemned list names and write the copies."""
+        with self._lock:
+            if self._keeper is not None or lifecycle.exiting():
+                return
+            ref = weakref.ref(self)
+            stop = lifecycle.stop_flushers
+
+            def keep() -> None:
+                while not stop.wait(condemned.VIEW_MAX):
+                    s = ref()
+                    if s is None or s._closed:
+                        return
+                    try:
+                        if s._held and s._flush_lock.acquire(timeout=condemned.VIEW_MAX):
+                            try:
+                                s._protect_held()
+                                if s.objects.pending_bytes:
+                                    s._write_objects()  # the copies: objects before any record, as always
+                            finally:
+                                s._flush_lock.release()
+                    except Exception as e:  # noqa: BLE001 - the next round (or flush) tries again
+                        logging.getLogger("casmon").info("keeping held values of %s failed: %s", s.url, e)
+                    del s
+
+            self._keeper = threading.Thread(target=keep, name="casmon-keep", daemon=True)
+            try:
+                self._keeper.start()
+            except RuntimeError:  # the interpreter is exiting
+                self._keeper = None
+
     def flush(self) -> None:
         """Make everything written so far visible to other processes.
 
@@ -600,14 +638,31 @@ class Store:
                 self._write_objects()
                 faultpoints.point("flush.after_index")
                 for kind, t in tables:
-                    if t.sealed() and time.monotonic() - sealed_at > condemned.WRITE_MAX:
-                        # Slow (a retried network write, a stopped process): check the values again.
-                        bad = self._check_values(refs_of(t), force=True)
-                        if bad:
-                            self._drop_records_needing(bad, [(kind, t)])
-                        self._write_objects()
-                    t.write_sealed()
+                    again = t.sealed() and time.monotonic() - sealed_at > condemned.WRITE_MAX
+                    for _attempt in range(LATE_TRIES):
+                        if again:
+                            # Slow (a retried network write, a stopped process), or landed late and sealed
+                            # anew: check the values again, under a fresh view.
+                            bad = self._check_values(refs_of(t), force=True)
+                            if bad:
+                                self._drop_records_needing(bad, [(kind, t)])
+                            self._write_objects()
+                        try:
+                            t.write_sealed()
+                            break
+                        except LateWrite as late:
+                            self.late_writes += 1
+                            logging.getLogger("casmon").info("%s landed late; written again", late)
+                            again = True
+                    else:
+                        raise StoreError(f"cannot write to store {self.url}: record files landed late "
+                                         f"{LATE_TRIES} times in a row (requests held in flight for longer than "
+                                         f"{condemned.LATE_MAX:g} s); they are written again at the next flush")
                 faultpoints.point("flush.after_records")
+                if refs and self._held:
+                    held = self._held  # written: the records hold their values now
+                    for r in refs:
+                        held.pop(Digest.from_raw(r), None)
                 if not getattr(_in_hooks, "call", False) or time.monotonic() - self._merged_at >= CALL_MERGE_EVERY:
                     self._merged_at = time.monotonic()  # a worker's flush per call merges at most this often
                     self._merge_tables()
@@ -625,6 +680,16 @@ class Store:
                 self._protect_held()
             except Exception:  # noqa: BLE001 - the next flush looks again; the seal check still guards
                 pass
+        if self._after_flush and not getattr(_in_hooks, "after", False):
+            _in_hooks.after = True  # a callback's own flush does not call the callbacks again
+            try:
+                for cb in list(self._after_flush):
+                    try:
+                        cb(self)
+                    except Exception as e:  # noqa: BLE001 - a feature's retry must not fail the flush that worked
+                        logging.getLogger("casmon").warning("after-flush callback %r failed: %s", cb, e)
+            finally:
+                _in_hooks.after = False
 
     def _protect_held(self) -> None:
         """Copy values put and not yet named by any record (a running call's arguments) that gc condemned."""
@@ -714,16 +779,23 @@ class Store:
 
     def _drop_records_needing(self, bad: set[Digest], tables: Iterable[tuple[str, Table]]) -> None:
         """Keep sealed records from naming lost values: trim them (a salvager) or drop them, and warn."""
-        dropped = trim_sealed(tables, bad)
+        dropped, trimmed = trim_sealed(tables, bad)
         self.dropped_records += dropped
         warnings.warn(
             f"casmon: {len(bad)} value(s) were removed from {self.url} (by gc, or lost to damage) while this "
-            f"process still needed them; {dropped} record(s) that named them were not written",
+            f"process still needed them; {dropped} record(s) that named them were not written"
+            + (f" and {trimmed} were written without them (e.g. calls cut from a call-log batch)" if trimmed else ""),
             RuntimeWarning, stacklevel=3)
 
     def add_flush_hook(self, hook: FlushHook) -> None:
         """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""
         self._flush_hooks.append(hook)
+
+    def add_after_flush(self, callback: FlushHook) -> None:
+        """Call ``callback(store)`` after every flush that wrote everything (features write again what an
+        earlier flush could not: a run's end while the store was away). Added once per callback."""
+        if callback not in self._after_flush:
+            self._after_flush.append(callback)
 
     def close(self) -> None:
         """Flush and stop using the store."""
@@ -758,6 +830,7 @@ class Store:
         self._flush_each_call = self.durable or lifecycle.in_worker_process()  # multiprocessing's child: set again at its start
         self._io_ready = False  # the parent's threads do not exist here
         self._flusher = None  # the parent's thread does not exist here
+        self._keeper = None
         self._flush_lock = threading.Lock()
         self._lock = threading.RLock()
         self.objects = ObjectStore(self.backend, self.writer)

@@ -39,8 +39,8 @@ def test_two_takers_of_a_dead_holders_lock_never_both_hold(tmp_path):
         if slow:
             dead = lock._dead
 
-            def held_dead(info):
-                r = dead(info)
+            def held_dead(info, *rest):
+                r = dead(info, *rest)
                 open(os.path.join(points, me + ".judged"), "w").close()
                 while not os.path.exists(os.path.join(points, me + ".go")):
                     time.sleep(0.005)

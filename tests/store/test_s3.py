@@ -114,15 +114,15 @@ def test_credentials_never_reach_the_store(s3_env):
 def test_failed_flush_keeps_records_and_damages_nothing(s3_env, monkeypatch):
     url = s3_url(s3_env, "flaky")
     s = casmon.open(url, autoflush=None)
+    s.backend.retrier.seconds = 0.3  # an outage longer than the retries
     d = s.put({"v": 1})
     s.append("call", {"n": 1}, refs=[d])
     z = s.backend.zstore
     real = z.set_if_not_exists
-    failures = {"left": 2}
+    down = {"on": True}
 
     async def flaky(key, value):
-        if failures["left"] > 0:
-            failures["left"] -= 1
+        if down["on"]:
             raise ConnectionError("connection reset by peer")
         return await real(key, value)
 
@@ -133,10 +133,33 @@ def test_failed_flush_keeps_records_and_damages_nothing(s3_env, monkeypatch):
     assert list(fresh.records("call")) == [] and fresh.verify().ok
     with pytest.raises(casmon.StoreError):
         s.flush()
+    down["on"] = False
     s.flush()  # the network is back: everything pending is written
     fresh = casmon.open(url)
     assert [r["n"] for _, r in fresh.records("call")] == [1] and fresh.get(d) == {"v": 1}
     assert fresh.verify().ok
+
+
+def test_a_few_failed_requests_are_retried_and_the_flush_succeeds(s3_env, monkeypatch):
+    url = s3_url(s3_env, "blips")
+    s = casmon.open(url, autoflush=None)
+    d = s.put({"v": 1})
+    s.append("call", {"n": 1}, refs=[d])
+    z = s.backend.zstore
+    real = z.set_if_not_exists
+    failures = {"left": 3}
+
+    async def flaky(key, value):
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise ConnectionError("connection reset by peer")
+        return await real(key, value)
+
+    monkeypatch.setattr(z, "set_if_not_exists", flaky)
+    s.flush()
+    assert failures["left"] == 0 and s.backend.retrier.retries >= 3
+    fresh = casmon.open(url)
+    assert [r["n"] for _, r in fresh.records("call")] == [1] and fresh.get(d) == {"v": 1}
 
 
 def _many_writers_check(loc, n_tasks, k=20):

@@ -158,6 +158,18 @@ class Backend(abc.ABC):
         self.requests += 1
         return self._list_dir(prefix)
 
+    def landed(self, keys: builtins.list[str]) -> builtins.list[float | None] | None:
+        """When each key was written, by the medium's own clock (seconds since the epoch; None for an
+        absent key); None where the medium cannot tell (memory, zip). Late writes are fenced by it
+        (:mod:`casmon.store.table.fence`)."""
+        self.requests += len(keys)
+        return self._landed(keys)
+
+    def list_landed(self, prefix: str) -> dict[str, float] | None:
+        """The keys right under folder ``prefix`` with when each was written (:meth:`landed`): one listing."""
+        self.requests += 1
+        return self._list_landed(prefix)
+
     # -- writes ------------------------------------------------------------------
     def set(self, key: str, data: BytesLike) -> None:
         """Write ``key``, replacing what it held (atomically: a reader sees the old bytes or the new)."""
@@ -246,6 +258,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _delete_many(self, keys: builtins.list[str]) -> None: ...
+
+    def _landed(self, keys: builtins.list[str]) -> builtins.list[float | None] | None:
+        return None
+
+    def _list_landed(self, prefix: str) -> dict[str, float] | None:
+        return None
 
     def _close(self) -> None:
         """Close the medium's client."""

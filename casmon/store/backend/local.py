@@ -249,6 +249,32 @@ class LocalBackend(Backend):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def _landed(self, keys: list[str]) -> list[float | None]:
+        # ctime: a file is linked or renamed into place, which sets it; its mtime is when the bytes went
+        # into the temporary file, which a writer stopped before the rename would leave early.
+        out: list[float | None] = []
+        for k in keys:
+            try:
+                out.append(os.stat(os.path.join(self._root, k)).st_ctime)
+            except (FileNotFoundError, NotADirectoryError):
+                out.append(None)
+        return out
+
+    def _list_landed(self, prefix: str) -> dict[str, float]:
+        base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+        out: dict[str, float] = {}
+        try:
+            with os.scandir(os.path.join(self._root, base)) as it:
+                for e in it:
+                    try:
+                        if e.is_file(follow_symlinks=False):
+                            out[base + e.name] = e.stat(follow_symlinks=False).st_ctime
+                    except FileNotFoundError:
+                        continue  # removed meanwhile
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return out
+
     # -- writes ------------------------------------------------------------------
     def sync(self, keys: Sequence[str]) -> None:
         """fsync files and their folders, so a power loss cannot take back what was written."""

@@ -9,7 +9,7 @@ zarr, and only when such a store is opened: a local folder never needs it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -18,6 +18,8 @@ from casmon.scrub import scrub, scrub_url
 from casmon.store.backend import loop
 from casmon.store.backend.base import Backend
 from casmon.store.backend.local import LocalBackend
+from casmon.store.backend import retry as retries
+from casmon.store.backend.retry import Retrier
 from casmon.view import text as view_text
 
 if TYPE_CHECKING:
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["ZarrBackend", "from_store_object", "open_fsspec", "open_memory", "open_object_store", "open_zip", "client_error"]
 
 T = TypeVar("T")
+
+#: How long opening a remote store retries reaching it (seconds): long enough for a blip.
+OPEN_SECONDS = 5.0
 
 #: storage_options names as s3fs spells them -> obstore's
 _ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
@@ -78,6 +83,9 @@ class ZarrBackend(Backend):
         self._range = RangeByteRequest
         self._buffer = Buffer
         self._zip = isinstance(zstore, ZipStore)
+        #: Retries of this medium's requests (none for memory and zip stores, which do not fail that way).
+        self.retrier: Retrier | None = None if isinstance(zstore, ZipStore) or type(zstore).__name__ == "MemoryStore" \
+            else Retrier()
 
     @property
     def zstore(self) -> ZarrStore:
@@ -100,6 +108,15 @@ class ZarrBackend(Backend):
         except Exception as e:  # noqa: BLE001 - e.g. obstore's errors: name the store, keep the cause
             raise StoreError(f"{self.url}: {client_error(e)}") from e
 
+    def _retried(self, make: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
+        """``make()`` awaited with this medium's retries (:mod:`.retry`): each request is retried on its own."""
+        r = self.retrier
+        if r is None:
+            async def once() -> T:
+                return await make()
+            return once()
+        return r.run(make)
+
     def _bytes(self, data: BytesLike) -> ZarrBuffer:
         return self._buffer.from_bytes(data)
 
@@ -121,37 +138,43 @@ class ZarrBackend(Backend):
 
     # -- reads -------------------------------------------------------------------
     def _get(self, key: str) -> Data | None:
-        return _np(self._call(self._z().get(key, self._proto)))
+        z = self._z()
+        return _np(self._call(self._retried(lambda: z.get(key, self._proto))))
 
     def _get_range(self, key: str, start: int, end: int) -> Data | None:
-        return _np(self._call(self._z().get(key, self._proto, byte_range=self._range(start, end))))
+        z = self._z()
+        return _np(self._call(self._retried(lambda: z.get(key, self._proto, byte_range=self._range(start, end)))))
 
     def _get_many(self, keys: list[str]) -> list[Data | None]:
         z = self._z()
-        got = self._call(loop.gather_limited((z.get(k, self._proto) for k in keys), self.concurrency))
+        got = self._call(loop.gather_limited(
+            (self._retried(lambda k=k: z.get(k, self._proto)) for k in keys), self.concurrency))
         return [_np(b) for b in got]
 
     def _get_ranges(self, requests: list[tuple[str, int, int]]) -> list[Data | None]:
         z = self._z()
         got = self._call(loop.gather_limited(
-            (z.get(k, self._proto, byte_range=self._range(s, e)) for k, s, e in requests), self.concurrency))
+            (self._retried(lambda k=k, s=s, e=e: z.get(k, self._proto, byte_range=self._range(s, e)))
+             for k, s, e in requests), self.concurrency))
         return [_np(b) for b in got]
 
     def _exists_many(self, keys: list[str]) -> list[bool]:
         z = self._z()
         if len(keys) == 1:
-            return [self._call(z.exists(keys[0]))]
-        return self._call(loop.gather_limited((z.exists(k) for k in keys), self.concurrency))
+            return [self._call(self._retried(lambda: z.exists(keys[0])))]
+        return self._call(loop.gather_limited((self._retried(lambda k=k: z.exists(k)) for k in keys),
+                                              self.concurrency))
 
     def _getsize(self, key: str) -> int:
-        return self._call(self._z().getsize(key))
+        z = self._z()
+        return self._call(self._retried(lambda: z.getsize(key)))
 
     def _getsize_many(self, keys: list[str]) -> list[int]:
         z = self._z()
 
         async def one(k: str) -> int:
             try:
-                return await z.getsize(k)
+                return await self._retried(lambda: z.getsize(k))
             except FileNotFoundError:
                 return 0
 
@@ -163,7 +186,7 @@ class ZarrBackend(Backend):
         async def go() -> list[str]:
             return [k async for k in z.list_prefix(prefix)]
 
-        return self._call(go())
+        return self._call(self._retried(go))
 
     def _list_dir(self, prefix: str) -> list[str]:
         z = self._z()
@@ -171,29 +194,70 @@ class ZarrBackend(Backend):
         async def go() -> list[str]:
             return [k async for k in z.list_dir(prefix)]
 
-        return self._call(go())
+        return self._call(self._retried(go))
+
+    def _obstore(self) -> Any:
+        """The obstore store behind zarr's ``ObjectStore`` (which knows when each key was written), else None."""
+        z = self._z()
+        return getattr(z, "store", None) if type(z).__name__ == "ObjectStore" else None
+
+    def _landed(self, keys: list[str]) -> list[float | None] | None:
+        ob = self._obstore()
+        if ob is None:
+            return None
+        import obstore
+
+        async def one(k: str) -> float | None:
+            try:
+                meta = await self._retried(lambda: obstore.head_async(ob, k))
+            except FileNotFoundError:
+                return None
+            return float(meta["last_modified"].timestamp())
+
+        return self._call(loop.gather_limited((one(k) for k in keys), self.concurrency))
+
+    def _list_landed(self, prefix: str) -> dict[str, float] | None:
+        ob = self._obstore()
+        if ob is None:
+            return None
+        import obstore
+
+        base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+
+        async def go() -> dict[str, float]:
+            out: dict[str, float] = {}
+            for batch in await obstore.list(ob, prefix=base).collect_async():
+                for meta in batch if isinstance(batch, list) else [batch]:
+                    path = str(meta["path"])
+                    if "/" not in path[len(base):]:
+                        out[path] = float(meta["last_modified"].timestamp())
+            return out
+
+        return self._call(self._retried(go))
 
     # -- writes ------------------------------------------------------------------
     def _write(self, key: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
         data = self._bytes(parts[0] if len(parts) == 1 else b"".join(parts))
         z = self._z()
-        self._call(z.set_if_not_exists(key, data) if exclusive else z.set(key, data))
+        self._call(self._retried(lambda: z.set_if_not_exists(key, data) if exclusive else z.set(key, data)))
 
     def _write_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
         z = self._z()
-        self._call(loop.gather_limited((z.set_if_not_exists(k, self._bytes(d)) for k, d in items), self.concurrency))
+        self._call(loop.gather_limited(
+            (self._retried(lambda k=k, b=self._bytes(d): z.set_if_not_exists(k, b)) for k, d in items), self.concurrency))
 
     def _create_async(self, key: str, data: BytesLike) -> Future[None]:
         z = self._z()
         self.requests += 1
-        return loop.submit(z.set_if_not_exists(key, self._bytes(data)))
+        buf = self._bytes(data)
+        return loop.submit(self._retried(lambda: z.set_if_not_exists(key, buf)))
 
     def _delete_many(self, keys: list[str]) -> None:
         z = self._z()
         if len(keys) == 1:
-            self._call(z.delete(keys[0]))
+            self._call(self._retried(lambda: z.delete(keys[0])))
             return
-        self._call(loop.gather_limited((z.delete(k) for k in keys), self.concurrency))
+        self._call(loop.gather_limited((self._retried(lambda k=k: z.delete(k)) for k in keys), self.concurrency))
 
 
 # -- opening: every zarr store casmon makes is made here ------------------------------
@@ -244,9 +308,10 @@ def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]
 
     opts = {_ALIASES.get(k, k): v for k, v in storage_options.items()}
     client_options = dict(opts.pop("client_options", {}) or {})
+    # obstore's own retries are for a blip (a few, quick); casmon's (retry.py) are sized for throttling and outages.
     retry_config = opts.pop("retry_config", None) or {
-        "max_retries": 5, "retry_timeout": _dt.timedelta(seconds=30),
-        "backoff": {"init_backoff": _dt.timedelta(milliseconds=100), "max_backoff": _dt.timedelta(seconds=5), "base": 2},
+        "max_retries": 2, "retry_timeout": _dt.timedelta(seconds=5),
+        "backoff": {"init_backoff": _dt.timedelta(milliseconds=50), "max_backoff": _dt.timedelta(seconds=1), "base": 2},
     }
     endpoint = opts.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
     if endpoint and str(endpoint).startswith("http://"):
@@ -267,11 +332,16 @@ def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]
     except Exception as e:  # noqa: BLE001
         raise StoreError(f"cannot open {clean}: {client_error(e)}") from None
     b = ZarrBackend(z, clean, reopen=make)
+    assert b.retrier is not None
+    b.retrier.seconds = min(retries.RETRY_SECONDS, OPEN_SECONDS)  # a wrong endpoint is said at once, not in half a minute
     try:
         b.list_dir("")  # reach the store now: a clear error at open, before anything is written
     except Exception as e:  # noqa: BLE001
         cause = e.__cause__ or e
         raise StoreError(f"cannot open {clean}: {client_error(cause)}") from None
+    finally:
+        b.retrier.seconds = None
+        b.retrier.down_since = None
     return b
 
 

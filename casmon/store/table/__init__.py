@@ -45,13 +45,14 @@ never judge reachability from part of the records. ``casmon verify --repair``
 
 One module a job: ``format`` (table files and generations as bytes), ``ranges``
 (provenance arithmetic), ``plan`` (what a reader reads), ``table``
-(:class:`Table`), ``survey`` (:class:`Survey`, for verify and repair).
+(:class:`Table`), ``survey`` (:class:`Survey`, for verify and repair), ``fence``
+(record files that land late are not records).
 """
 
 from casmon.store.table.format import (BLOCK_ENTRIES, Columns, Generation, TableFile, encode_table_file, parse_generation,
                                        split_bucket)
 from casmon.store.table.survey import Survey
-from casmon.store.table.table import L0_MERGE, Table, writer_id
+from casmon.store.table.table import L0_MERGE, LateWrite, Table, writer_id
 
-__all__ = ["BLOCK_ENTRIES", "Columns", "Generation", "L0_MERGE", "Survey", "Table", "TableFile", "encode_table_file",
+__all__ = ["BLOCK_ENTRIES", "Columns", "Generation", "L0_MERGE", "LateWrite", "Survey", "Table", "TableFile", "encode_table_file",
            "parse_generation", "split_bucket", "writer_id"]

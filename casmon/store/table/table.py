@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
@@ -22,11 +23,13 @@ import numpy as np
 
 from casmon import faultpoints
 from casmon.errors import DamagedObjectError, warn_damage
+from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import KIND_TABLE, decode_frame, decode_table_block, encode_frame
 from casmon.store.table.format import (BUCKET_ENTRIES, BUCKET_RE, FILE_ENTRIES, L0_LZ4_MAX, MAX_BUCKETS, NAME_RE, _LZ4,
                                        _M64, _RAW, _ZSTD, Columns, Generation, TableFile, _Block, _bucket_of,
                                        _encode_v2, _hashes, encode_table_file, gen_time, parse_generation, split_bucket)
+from casmon.store.table import fence
 from casmon.store.table.plan import resolve
 from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_json, ranges_of_names, ranges_union
 from casmon.store.table.survey import Survey
@@ -38,7 +41,7 @@ T = TypeVar("T")
 #: Waiting entries by key: one value as itself, more as a tuple (see _index_add).
 PendingIndex: TypeAlias = dict[bytes, "bytes | tuple[bytes, ...]"]
 
-__all__ = ["L0_MERGE", "MISS_REFRESH_INTERVAL", "Table", "writer_id"]
+__all__ = ["L0_MERGE", "MISS_REFRESH_INTERVAL", "LateWrite", "Table", "writer_id"]
 
 #: A lookup that finds nothing lists the table again at most this often (seconds):
 #: other writers' entries newer than this may be missed, which costs a recomputation, never a wrong answer.
@@ -76,6 +79,10 @@ def _index_add(idx: PendingIndex, key: bytes, value: bytes) -> None:
 
 class _Vanished(Exception):
     """A file listed a moment ago is gone: list again. Never leaves this module."""
+
+
+class LateWrite(Exception):
+    """A level-0 file landed late (:mod:`.fence`); its batch is sealed again under a new name."""
 
 
 class Table:
@@ -120,6 +127,11 @@ class Table:
         self._listed = False
         self._visible: set[str] = set()
         self.last_refresh = 0.0
+        #: Level-0 files that landed late are not records (:mod:`.fence`): record tables, not the pack index.
+        self.fenced = False
+        self.late: dict[str, float] = {}  # late level-0 files listed: name -> when it landed
+        self._sealed_at: dict[str, float] = {}  # sealed batch -> monotonic time of its sealing
+        self._clock_checked = False  # a first write reads its landing time back: a writer's clock far off shows
 
     # -- writing ---------------------------------------------------------------
     def add(self, key: bytes, value: bytes) -> None:
@@ -169,7 +181,9 @@ class Table:
         """
         with self._lock:
             if self._pending:
-                self._batches.append((self.new_name(), self._pending))
+                name = self.new_name()
+                self._batches.append((name, self._pending))
+                self._sealed_at[name] = time.monotonic()
                 self._pending = []
 
     def sealed(self) -> list[tuple[str, list[tuple[bytes, bytes]]]]:
@@ -184,14 +198,45 @@ class Table:
             self._reindex_pending()
 
     def write_sealed(self) -> None:
-        """Write the sealed batches, oldest first; a batch that fails stays sealed under its name."""
+        """Write the sealed batches, oldest first; a batch that fails stays sealed under its name.
+
+        Raises :class:`LateWrite` when a batch landed late (:mod:`.fence`): it is sealed again under a
+        new name, for the caller to check its values again and call this again."""
         while self._batches:
             name, entries = self._batches[0]
             tf = self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
+            if self.fenced and self._landed_late(name):
+                with self._lock:
+                    again = fence.renamed(name, time.time_ns())
+                    self._batches[0] = (again, entries)
+                    self._sealed_at.pop(name, None)
+                    self._sealed_at[again] = time.monotonic()
+                raise LateWrite(self.prefix + "l0/" + name)
             with self._lock:  # one step: no reader sees the entries both written and waiting
                 self._l0[name] = tf
                 self._batches.pop(0)
+                self._sealed_at.pop(name, None)
                 self._reindex_pending()
+
+    def _landed_late(self, name: str) -> bool:
+        """After a write: whether readers take the file for late (read back only when it may be)."""
+        elapsed = time.monotonic() - self._sealed_at.get(name, 0.0)
+        if self._clock_checked and elapsed <= condemned.LATE_MAX / 4:
+            return False
+        got = self.backend.landed([self.prefix + "l0/" + name])
+        if got is None or got[0] is None:
+            self._clock_checked = True
+            return False
+        landed = got[0]
+        if not self._clock_checked:
+            self._clock_checked = True
+            skew = landed - fence.sealed_at(name)
+            if abs(skew) > condemned.LATE_MAX / 2 and elapsed < condemned.LATE_MAX / 4:
+                # This host's clock and the storage's disagree: readers will judge every file by them.
+                warnings.warn(f"casmon: {self.backend.url}: this host's clock is {skew:+.1f} s off the storage's; "
+                              f"records written here may be taken for late ones", RuntimeWarning, stacklevel=2)
+                self._clock_checked = False  # keep reading every file's time back
+        return fence.is_late(name, landed)
 
     def new_name(self) -> str:
         with self._lock:
@@ -256,6 +301,20 @@ class Table:
             self.last_refresh = time.monotonic()
 
     def _list(self, sub: str) -> list[str]:
+        if sub == "l0/" and self.fenced:
+            landed = self.backend.list_landed(self.prefix + sub)
+            if landed is not None:
+                names, late = [], {}
+                for k, t in landed.items():
+                    n = k.rsplit("/", 1)[-1]
+                    if not NAME_RE.match(n):
+                        continue
+                    if fence.is_late(n, t):
+                        late[n] = t  # not a record: listed past (and deleted by the next merge)
+                    else:
+                        names.append(n)
+                self.late = late
+                return sorted(names)
         names = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + sub)]
         return [n for n in names if NAME_RE.match(n)]
 
@@ -735,8 +794,8 @@ class Table:
                 chosen |= group - bad
         gens = [g for g in active if g.id in chosen]
         if not l0 and len(gens) <= 1 and keep is None:
-            if extra_gens or extra_l0:
-                self._delete(extra_l0, extra_gens)
+            if extra_gens or extra_l0 or self.late:
+                self._delete(extra_l0 + sorted(self.late), extra_gens)
                 self.refresh()
             return None
         tables: list[TableFile] = []
@@ -770,8 +829,8 @@ class Table:
             for w, v in g.marks.items():
                 marks[w] = max(marks.get(w, 0), v)
         gid = self._write_generation(entries, list(dict.fromkeys(covers)), contains, all(g.exact for g in gens), marks)
-        # The new generation is visible: what it holds can go.
-        self._delete(l0 + extra_l0, gens + extra_gens)
+        # The new generation is visible: what it holds can go, and late files, which are not records.
+        self._delete(l0 + extra_l0 + sorted(self.late), gens + extra_gens)
         self.refresh()
         return gid
 
