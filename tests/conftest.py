@@ -133,6 +133,42 @@ def s3_proxy(moto_server, s3_env, monkeypatch):
 
 
 @pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size)``: a folder on a tmpfs of ``size`` (e.g. "8m"), to fill; skipped where tmpfs cannot be mounted."""
+    mounted: list[Path] = []
+
+    def make(size: str = "8m") -> Path:
+        d = tmp_path / f"disk{len(mounted)}"
+        d.mkdir()
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True)
+        if p.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {p.stderr.decode().strip()[:200]}")
+        mounted.append(d)
+        return d
+
+    yield make
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def fill_disk(folder: Path) -> Path:
+    """Fill the file system of ``folder`` to the last byte; returns the filler file (delete it to make room)."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * (64 << 10))
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.fixture
 def local_store(tmp_path):
     s = casmon.open(tmp_path / "store", autoflush=None)
     yield s

@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import casmon
 from tests.support.processes import ENV, PY, start_python, wait_for_file
 
@@ -134,3 +136,97 @@ def test_a_taker_killed_while_breaking_a_dead_lock_does_not_lock_the_store_for_g
     assert list((root / "gc" / "lock-broken").iterdir()) and (root / "gc" / "lock").exists()
     r = _gc(root)
     assert r.returncode == 0, r.stderr[-400:]
+
+
+HOLDER = textwrap.dedent("""
+    import os, sys, time, casmon
+    from casmon.store import lock
+    s = casmon.open(sys.argv[1], create=False)
+    with lock.held(s.backend, "gc"):
+        open(sys.argv[2], "w").close()
+        time.sleep(float(sys.argv[3]))
+""")
+
+
+def _try_take(root, lease: float) -> tuple[bool, dict]:
+    code = textwrap.dedent("""
+        import json, sys, casmon
+        from casmon.store import lock
+        s = casmon.open(sys.argv[1], create=False)
+        lk = lock.StoreLock(s.backend, "gc")
+        got = lk.acquire()
+        if got:
+            lk.release()
+        print(json.dumps([got, lk.holder]))
+    """)
+    env = dict(ENV, CASMON_LOCK_LEASE=str(lease))
+    p = subprocess.run([PY, "-c", code, str(root)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-600:]
+    got, holder = json.loads(p.stdout)
+    return got, holder
+
+
+def test_a_live_holder_in_another_pid_namespace_keeps_its_lock_until_its_lease_ends(tmp_path):
+    """Containers share the host's name: a PID from another PID namespace means nothing here. The holder's
+    lock is left alone while its lease is renewed, and taken over once the holder is gone and the lease ran out."""
+    if subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a PID namespace here")
+    root = tmp_path / "s"
+    casmon.open(root).close()
+    holds = tmp_path / "holds"
+    env = dict(ENV, CASMON_LOCK_LEASE="3")
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PY, "-c", HOLDER, str(root), str(holds), "60"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_file(holds, holder)
+        info = json.loads((root / "gc" / "lock").read_text())
+        assert info["host"] == socket.gethostname() and info["pid"] < 10, "its PID is its namespace's"
+        for _ in range(3):  # past its first lease: it renews
+            got, held_by = _try_take(root, 3)
+            assert not got and held_by["nonce"] == info["nonce"]
+            time.sleep(1.5)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (root / "gc" / "lock").exists(), "killed: its lock stays until the lease ends"
+    time.sleep(3.5)
+    got, _ = _try_take(root, 3)
+    assert got, "the lease ran out: taken over"
+
+
+def test_a_lock_whose_pid_now_names_another_process_is_a_dead_holders(tmp_path):
+    from casmon.store import lock
+
+    root = tmp_path / "s"
+    casmon.open(root).close()
+    other = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    try:
+        (root / "gc").mkdir(exist_ok=True)
+        info = {"what": "gc", **lock.machine(), "pid": other.pid, "start": "1", "time": time.time(), "lease": 120.0,
+                "nonce": "ab"}
+        (root / "gc" / "lock").write_text(json.dumps(info))
+        got, _ = _try_take(root, 120)
+        assert got, "same machine, that PID started at another moment: its holder is gone"
+        info["start"] = lock._process_start(other.pid)
+        (root / "gc" / "lock").write_text(json.dumps(info))
+        got, _ = _try_take(root, 120)
+        assert not got, "the holder itself is alive"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_holder_stopped_past_its_lease_finds_it_lost_and_deletes_nothing(tmp_path, min_grace):
+    from casmon.store import lock
+
+    root = tmp_path / "s"
+    s = casmon.open(root)
+    lk = lock.StoreLock(s.backend, "gc")
+    assert lk.acquire()
+    lk._stop.set()  # as if stopped: no renewal
+    (root / "gc" / "lock").unlink()  # another process took the lock over meanwhile
+    (root / "gc" / "lock").write_text(json.dumps({"what": "gc", "nonce": "other", "time": time.time(), "lease": 120}))
+    with pytest.raises(casmon.StoreError, match="lost the store lock"):
+        lk.confirm()
+    lk.release()
+    assert json.loads((root / "gc" / "lock").read_text())["nonce"] == "other", "the other holder's lock stays"

@@ -1,0 +1,84 @@
+"""A full disk: cached, logged and recorded calls go on, gc runs to free space, errors name the store."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.store import reserve
+from tests.conftest import fill_disk
+from tests.support.cli import cli_process as run_cli
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::casmon.CacheWarning",
+                                        "ignore::casmon.RunWarning")
+
+
+def test_calls_go_on_when_the_disk_is_full(small_disk):
+    disk = small_disk("8m")
+    s = casmon.open(disk / "s", autoflush=None)
+    calls = []
+
+    @casmon.cache(store=s)
+    def f(x):
+        calls.append(x)
+        return np.full(50_000, x)
+
+    @casmon.intercept(store=s)
+    def g(x):
+        return x * 2
+
+    assert f(1)[0] == 1
+    s.flush()
+    fill_disk(disk)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with casmon.record(store=s, capture_output=False) as run:
+            run.info["x"] = 1
+            assert [f(x)[0] for x in (1, 2, 3)] == [1, 2, 3]
+            assert [g(x) for x in range(20)] == [x * 2 for x in range(20)]
+        try:
+            s.flush()
+        except casmon.StoreError as e:
+            assert "No space left" in str(e) and str(disk) in str(e)
+    assert calls == [1, 2, 3] or calls == [1, 2, 3, 1], calls
+    assert all(not isinstance(m.message, OSError) for m in w)
+
+
+def test_gc_runs_on_a_full_disk_and_frees_it(small_disk):
+    disk = small_disk("8m")
+    loc = disk / "s"
+    s = casmon.open(loc, autoflush=None)
+    assert (loc / reserve.RESERVE_KEY).stat().st_size == reserve.RESERVE_BYTES
+    for i in range(3):
+        s.put(np.random.default_rng(i).random(100_000))  # garbage: no record names them
+    s.flush()
+    s.close()
+    filler = fill_disk(disk)
+    before = os.statvfs(disk).f_bavail
+    r = run_cli("gc", "--store", str(loc), "--now", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert os.statvfs(disk).f_bavail > before + 500, "the garbage is gone"
+    assert (loc / reserve.RESERVE_KEY).exists(), "the reserve is back once there is room"
+    filler.unlink()
+    assert casmon.open(loc).verify().ok
+
+
+def test_gc_on_a_full_disk_without_room_says_so(small_disk):
+    disk = small_disk("4m")
+    loc = disk / "s"
+    casmon.open(loc).close()
+    os.unlink(loc / reserve.RESERVE_KEY)  # a store made before the reserve
+    fill_disk(disk)
+    r = run_cli("gc", "--store", str(loc), "--now", check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "No space left" in r.stdout + r.stderr and str(loc) in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", [".", "a/./b", "x" * 5000, "a/" + "y" * 300])
+def test_a_ref_name_the_medium_cannot_hold_is_a_clear_error(tmp_path, name):
+    s = casmon.open(tmp_path / "s")
+    with pytest.raises(ValueError, match="ref name"):
+        s.set_ref(name, None, {"a": 1})
