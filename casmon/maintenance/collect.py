@@ -159,7 +159,7 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
         doomed_loose = {d for d in unreachable if d in loose}
         doomed_packed = {(d, loc.pack) for d in unreachable for loc in entries.get(d, ())}
     else:
-        due = [lst for lst in lists if lst.time + grace <= mark_start]
+        due = _due(store, lists, grace, mark_start, held)
         doomed_loose, doomed_packed = set(), set()
         for lst in due:
             doomed_loose.update(d for d in lst.loose if d in unreachable and d in loose)
@@ -285,6 +285,26 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
     for _prefix, table in reach.tables(store)[1:]:
         table.consolidate()
     return rep
+
+
+def _due(store: Store, lists: list[condemned.CondemnedList], grace: float, mark_start: float,
+         held: lock.StoreLock | None) -> list[condemned.CondemnedList]:
+    """The lists published at least ``grace`` before the mark began.
+
+    By the lists' times and this host's clock; on remote storage, whose clients are many hosts with
+    clocks of their own, also by the storage's clock: the list's landing time against the landing time
+    of this gc's lock, written just before the mark. So a gc whose clock runs ahead (or another gc's,
+    which wrote the list) cannot sweep early. A local folder's processes share one clock.
+    """
+    due = [lst for lst in lists if lst.time + grace <= mark_start]
+    if held is None or not due or store.backend.is_local:
+        return due
+    now = store.backend.landed([lock.LOCK_KEY])
+    landed = store.backend.list_landed(condemned.PREFIX)
+    if now is None or now[0] is None or landed is None:
+        return due  # the medium cannot tell (memory): one process, one clock
+    lock_landed = now[0]
+    return [lst for lst in due if (t := landed.get(condemned.PREFIX + lst.name)) is not None and t + grace <= lock_landed]
 
 
 def remove_partials(store: Store, older_than: float) -> int:

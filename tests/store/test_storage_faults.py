@@ -300,3 +300,60 @@ def test_values_of_a_record_waiting_for_a_late_flush_stay_held(tmp_path, min_gra
     assert [r["n"] for _, r in fresh.records("call")] == [1] and (fresh.get(d) == value).all()
     assert fresh.verify().ok
     assert swept > 0, "gc did sweep: the copies it condemned were the held value's old ones"
+
+
+def test_a_gc_whose_clock_runs_30s_ahead_does_not_sweep_early_on_s3(s3_env, min_grace, monkeypatch):
+    """On S3 a list's age is judged by the storage's clock too (its landing time against the gc lock's)."""
+    min_grace(5.0)
+    _env, bucket = s3_env
+    url = f"s3://{bucket}/s"
+    s = casmon.open(url, autoflush=None)
+    s.put(list(range(5000)))  # an orphan: nothing will ever name it
+    s.close()
+    assert casmon.open(url).gc(grace=5.0).condemned >= 1  # published now, by a gc with a right clock
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 30.0)
+    early = casmon.open(url).gc(grace=5.0)
+    monkeypatch.setattr(time, "time", real)
+    assert early.deleted_objects == 0 and early.waiting >= 1, early.as_dict()
+    time.sleep(5.5)
+    assert casmon.open(url).gc(grace=5.0).deleted_objects >= 1, "once the grace has passed by every clock"
+
+
+def test_a_writer_frozen_inside_its_record_write_past_the_grace_writes_no_record_naming_a_removed_value(
+        tmp_path, min_grace):
+    """Stopped between writing its record file and linking it into place, for longer than gc's grace: the
+    file lands late (its ctime), readers list past it, and the writer, when it goes on, notices and
+    checks its values again before it writes the records anew."""
+    from casmon import faultpoints
+
+    min_grace(1.0)
+    loc = tmp_path / "s"
+    s = casmon.open(loc, autoflush=None)
+    d = s.put(list(range(3000)))
+    s.append("cache", {"fn": "f", "result": d.hex(), "time": time.time()}, refs=[d])
+    pauses = tmp_path / "pause"
+    pauses.mkdir()
+    faultpoints.configure(f"local.partial_written@3=pause:{pauses}")  # the pack, the index, then the records
+    try:
+        t = threading.Thread(target=s.flush)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not (pauses / "local.partial_written.reached").exists():
+            assert time.monotonic() < deadline and t.is_alive()
+            time.sleep(0.01)
+        assert list((loc / "records" / "cache" / "l0").glob("*.partial")), "stopped inside the record write"
+        gc = casmon.open(loc)
+        swept = 0
+        for _ in range(12):
+            swept += gc.gc(grace=1.0).deleted_objects
+            time.sleep(0.25)
+        assert swept >= 1, "gc swept the value while the writer was stopped"
+        (pauses / "local.partial_written.go").touch()
+        t.join(timeout=60)
+    finally:
+        faultpoints.configure("")
+    assert s.late_writes >= 1
+    fresh = casmon.open(loc)
+    _verify_names_no_removed_value(fresh)
+    assert list(fresh.records("cache")) == [], "its value was gone: the record was dropped, with a warning"
