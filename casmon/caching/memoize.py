@@ -150,6 +150,8 @@ def _user_stacklevel() -> int:
 _checked_versions: dict = {}  # (id(store), name) -> the version last checked against the store in this process
 #: The code-change warning counts entries per version only in cache tables up to this size (it reads them all).
 VERSION_COUNT_MAX = 1_000_000
+#: The first misses of a function whose key is computed again, to find arguments that never hash the same.
+STABILITY_CHECKS = 2
 #: Code-change warnings per function and process; the last one says no more follow.
 VERSION_WARNINGS_MAX = 5
 _version_warnings: dict[str, int] = {}
@@ -203,6 +205,7 @@ class CacheState:
         self.hits = 0
         self.misses = 0
         self._warned: set = set()
+        self._stability_checks = 0  # misses whose key was computed again (see _check_stable)
         self._cleared_at: float | None = None
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -586,6 +589,32 @@ class CacheState:
                 self.save(key, result, seconds, args, kwargs, files=files)
             else:
                 self.save(key, result, seconds, args, kwargs)
+            if self._stability_checks < STABILITY_CHECKS and not self._custom_key:
+                self._check_stable(key, args, kwargs)
+
+    def _check_stable(self, key: Digest, args: tuple, kwargs: dict) -> None:
+        """After the first misses: the key again. An argument that hashes differently each time (a
+        ``__reduce__`` with a counter, a fresh id) makes every call a miss; say which, once."""
+        self._stability_checks += 1
+        try:
+            again = self._key_ctx(args, kwargs)[0]
+        except Exception:  # noqa: BLE001 - the first key was computed: nothing new to say
+            return
+        if again is None or again == key:
+            return
+        unstable = []
+        for p, v in zip(self.params, self.bind(args, kwargs)):
+            if p.name in self.ignore:
+                continue
+            try:
+                if fingerprint(v) != fingerprint(v):
+                    unstable.append(p.name)
+            except Exception:  # noqa: BLE001
+                continue
+        which = f"parameter {', '.join(map(repr, unstable))} hashes" if unstable else "its arguments hash"
+        self.warn(("unstable",), f"casmon: {self.name} will never be a cache hit: {which} differently each time "
+                                 f"(a value whose pickle is not the same twice, or one the call changed). Hash it "
+                                 f"yourself with hashers={{name: lambda v: ...}}, or leave it out with ignore=[...]")
 
     # -- helpers ------------------------------------------------------------------
     def entries(self) -> list[tuple[Digest, dict]]:

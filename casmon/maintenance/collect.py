@@ -33,6 +33,7 @@ from casmon.maintenance.phases import Progress, quiet
 from casmon.store import condemned, lock, reserve
 from casmon.store.codec import KIND_VALUE, decode_frame
 from casmon.store.objects import PACK_MAX, Location, loose_key, pack_key
+from casmon.store.table import fence
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -204,6 +205,11 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
         rep.lists_swept = len(due)
         return rep
 
+    # The fence: a record file sealed well before this mark that the mark did not see landed after it, and
+    # names values this sweep may delete: readers list past it from now on (casmon.store.table.fence).
+    if doomed:
+        fence.publish(store.backend, mark_start, {f"records/{kind}/": store.table(kind).l0_listed()
+                                                  for kind in store.record_kinds()})
     faultpoints.point("gc.before_sweep")
     if held is not None:
         held.confirm()  # a gc stopped for longer than its lease may have lost the lock: then it deletes nothing

@@ -57,9 +57,9 @@ WRITE_MAX = MIN_GRACE / 6
 #: A writer that has not looked for longer than this may have missed a whole list: it forgets
 #: everything it believed stored.
 GAP_MAX = MIN_GRACE / 2
-#: A record file that lands more than this long after the time in its name (when it was sealed) is
-#: not a record (:mod:`casmon.store.table.fence`). RELY_MAX + LATE_MAX < MIN_GRACE, with MIN_GRACE/3
-#: to spare for the clocks of writer, storage and gc.
+#: A record file sealed more than this long before a gc's mark that the mark did not see is not a
+#: record (:mod:`casmon.store.table.fence`); a writer whose write took over half of it writes the records
+#: again. RELY_MAX + LATE_MAX < MIN_GRACE, with the rest to spare for the clocks of writers and gc.
 LATE_MAX = MIN_GRACE / 3
 
 

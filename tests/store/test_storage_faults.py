@@ -357,3 +357,46 @@ def test_a_writer_frozen_inside_its_record_write_past_the_grace_writes_no_record
     fresh = casmon.open(loc)
     _verify_names_no_removed_value(fresh)
     assert list(fresh.records("cache")) == [], "its value was gone: the record was dropped, with a warning"
+
+
+def test_a_copied_store_keeps_every_record(tmp_path, min_grace):
+    """The fence judges by names and gc's published fence only: copying a store (which gives every file
+    new times) hides nothing."""
+    import shutil
+
+    min_grace(0.5)
+    loc = tmp_path / "s"
+    s = casmon.open(loc, autoflush=None)
+    s.put(list(range(2000)))  # garbage, so that gc sweeps and publishes its fence
+    s.flush()
+    for i in range(5):
+        s.append("call", {"n": i}, refs=[s.put({"i": i})])
+        s.flush()  # one level-0 file each
+    for _ in range(3):
+        casmon.open(loc).gc(grace=0.5)
+        time.sleep(0.6)
+    assert (loc / "gc" / "fence").exists()
+    time.sleep(0.6)
+    shutil.copytree(loc, tmp_path / "copy")
+    for where in (loc, tmp_path / "copy"):
+        fresh = casmon.open(where)
+        assert sorted(r["n"] for _, r in fresh.records("call")) == list(range(5)), where
+        assert fresh.verify().ok
+
+
+def test_two_files_of_one_writer_and_number_count_once(tmp_path):
+    """A batch written again after a slow write keeps its number: readers take the newest file only."""
+    from casmon.store.table import fence
+
+    loc = tmp_path / "s"
+    s = casmon.open(loc, autoflush=None)
+    s.append("call", {"n": 1}, refs=[s.put({"i": 1})])
+    s.flush()
+    l0 = loc / "records" / "call" / "l0"
+    (first,) = [p.name for p in l0.iterdir()]
+    again = fence.renamed(first, time.time_ns())
+    (l0 / again).write_bytes((l0 / first).read_bytes())
+    fresh = casmon.open(loc)
+    assert [r["n"] for _, r in fresh.records("call")] == [1]
+    assert fresh.verify().ok
+    assert fresh.table("call").l0_listed() == [again]

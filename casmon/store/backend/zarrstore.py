@@ -8,6 +8,7 @@ zarr, and only when such a store is opened: a local folder never needs it.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -148,13 +149,13 @@ class ZarrBackend(Backend):
     def _get_many(self, keys: list[str]) -> list[Data | None]:
         z = self._z()
         got = self._call(loop.gather_limited(
-            (self._retried(lambda k=k: z.get(k, self._proto)) for k in keys), self.concurrency))
+            (self._retried(functools.partial(z.get, k, self._proto)) for k in keys), self.concurrency))
         return [_np(b) for b in got]
 
     def _get_ranges(self, requests: list[tuple[str, int, int]]) -> list[Data | None]:
         z = self._z()
         got = self._call(loop.gather_limited(
-            (self._retried(lambda k=k, s=s, e=e: z.get(k, self._proto, byte_range=self._range(s, e)))
+            (self._retried(functools.partial(z.get, k, self._proto, byte_range=self._range(s, e)))
              for k, s, e in requests), self.concurrency))
         return [_np(b) for b in got]
 
@@ -162,7 +163,7 @@ class ZarrBackend(Backend):
         z = self._z()
         if len(keys) == 1:
             return [self._call(self._retried(lambda: z.exists(keys[0])))]
-        return self._call(loop.gather_limited((self._retried(lambda k=k: z.exists(k)) for k in keys),
+        return self._call(loop.gather_limited((self._retried(functools.partial(z.exists, k)) for k in keys),
                                               self.concurrency))
 
     def _getsize(self, key: str) -> int:
@@ -244,7 +245,7 @@ class ZarrBackend(Backend):
     def _write_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
         z = self._z()
         self._call(loop.gather_limited(
-            (self._retried(lambda k=k, b=self._bytes(d): z.set_if_not_exists(k, b)) for k, d in items), self.concurrency))
+            (self._retried(functools.partial(z.set_if_not_exists, k, self._bytes(d))) for k, d in items), self.concurrency))
 
     def _create_async(self, key: str, data: BytesLike) -> Future[None]:
         z = self._z()
@@ -257,7 +258,7 @@ class ZarrBackend(Backend):
         if len(keys) == 1:
             self._call(self._retried(lambda: z.delete(keys[0])))
             return
-        self._call(loop.gather_limited((self._retried(lambda k=k: z.delete(k)) for k in keys), self.concurrency))
+        self._call(loop.gather_limited((self._retried(functools.partial(z.delete, k)) for k in keys), self.concurrency))
 
 
 # -- opening: every zarr store casmon makes is made here ------------------------------

@@ -1,29 +1,58 @@
-"""Fencing late writes: a record file that lands long after it was sealed is not a record.
+"""Fencing late writes: a record file that lands after gc marked without it is not a record.
 
 A writer checks the values a record names (stored, condemned by no list) and
 then writes the record; gc's protocol (docs/RELIABILITY.md, I3) needs the record
-visible soon after that check. But nothing bounds how long a request spends in
+visible soon after that check. Nothing bounds how long a request spends in
 flight: a PUT held by a proxy, a retry that lands after the client gave up, a
-writer stopped between writing a file and renaming it into place. Such a file
+writer stopped between writing a file and linking it into place. Such a file
 can land after gc swept a value it names.
 
-So a level-0 file carries its seal time in its name (``{time_ns:016x}-...``)
-and the medium says when it landed (a local file's ctime, S3's LastModified).
-A file that landed more than :data:`~casmon.store.condemned.LATE_MAX` after its
-seal is **late**: every reader lists past it, as if it were not there, and
-merges delete it. Its writer either never saw its write succeed (the flush
-failed or the process died: the records were never acknowledged) or sees it
-now: after a slow write it reads the landing time back, and if the file is
-late it checks the values again under a fresh view and writes the same
-records under a new name (same sequence number, new seal time). Writer and
-readers judge by the same two stored times, so they agree on every file.
+So each level-0 file carries its seal time in its name
+(``{time_ns:016x}-{writer}-{seq}``), and every gc, after its mark and before it
+sweeps, publishes a **fence** (``gc/fence``): the time its mark began, and the
+names of the level-0 files it saw that were sealed more than
+:data:`~casmon.store.condemned.LATE_MAX` before that. A level-0 file sealed more
+than ``LATE_MAX`` before the fence's time that the fence does not name landed
+after that gc's mark: it is **late**, and every reader (gc's mark, verify,
+repair, merges) lists past it as if it were not there; merges delete it. The
+judgement uses only names and the fence's contents, so it survives copying a
+store (which resets every file's times).
+
+A record file that reaches the storage within ``LATE_MAX`` of its seal is never
+late. A writer whose write took longer (by its own monotonic clock) writes the
+same records again under a new name -- the same sequence number, a new seal
+time -- after checking their values again; of the files that share a writer and
+a number, readers take the newest only, so the records are never counted twice,
+whichever of the two a gc fenced.
 """
 
 from __future__ import annotations
 
-from casmon.store import condemned
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["sealed_at", "is_late", "renamed"]
+from casmon.store import condemned
+from casmon.store.table.ranges import parse_name
+
+if TYPE_CHECKING:
+    from casmon.store.backend import Backend
+
+__all__ = ["FENCE_KEY", "Fence", "read", "publish", "sealed_at", "renamed", "visible"]
+
+FENCE_KEY = "gc/fence"
+
+
+@dataclass
+class Fence:
+    """What the last gc saw: its mark's start (seconds since the epoch), and the old files it saw, by table."""
+
+    time: float = 0.0
+    seen: dict[str, set[str]] = field(default_factory=dict)
+
+    def late(self, prefix: str, name: str) -> bool:
+        """True if level-0 file ``name`` of table ``prefix`` landed after the gc that wrote this fence marked."""
+        return sealed_at(name) < self.time - condemned.LATE_MAX and name not in self.seen.get(prefix, ())
 
 
 def sealed_at(name: str) -> float:
@@ -31,11 +60,41 @@ def sealed_at(name: str) -> float:
     return int(name[:16], 16) / 1e9
 
 
-def is_late(name: str, landed: float) -> bool:
-    """True if a level-0 file that landed at ``landed`` is late (see the module doc)."""
-    return landed - sealed_at(name) > condemned.LATE_MAX
-
-
 def renamed(name: str, now_ns: int) -> str:
     """``name`` sealed again at ``now_ns``: the same writer and sequence number, a new time."""
     return f"{now_ns:016x}{name[16:]}"
+
+
+def read(backend: Backend) -> Fence:
+    """The published fence; an empty one if there is none or it cannot be parsed (nothing is late then)."""
+    data = backend.get(FENCE_KEY)
+    if data is None:
+        return Fence()
+    try:
+        raw = json.loads(bytes(data))
+        return Fence(float(raw["time"]), {str(p): set(map(str, ns)) for p, ns in dict(raw.get("seen", {})).items()})
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return Fence()  # damaged: fence nothing rather than hide records
+
+
+def publish(backend: Backend, mark_time: float, listed: dict[str, list[str]]) -> None:
+    """Write the fence of a gc whose mark began at ``mark_time`` and listed ``listed`` (table -> level-0 names)."""
+    limit = mark_time - condemned.LATE_MAX
+    seen = {p: sorted(n for n in names if sealed_at(n) < limit) for p, names in listed.items()}
+    body = {"time": mark_time, "seen": {p: ns for p, ns in seen.items() if ns}}
+    backend.set(FENCE_KEY, json.dumps(body, separators=(",", ":")).encode())
+
+
+def visible(prefix: str, names: list[str], fence: Fence) -> tuple[list[str], list[str]]:
+    """``(visible, hidden)``: the level-0 names readers read, and those they list past (late, or superseded by
+    a newer file of the same writer and number)."""
+    newest: dict[tuple[str, int], str] = {}
+    for n in names:
+        if fence.late(prefix, n):
+            continue
+        k = parse_name(n)
+        if k not in newest or n > newest[k]:  # the time prefix is fixed-width hex: later sorts higher
+            newest[k] = n
+    keep = set(newest.values())
+    shown = [n for n in names if n in keep]
+    return shown, [n for n in names if n not in keep]

@@ -14,7 +14,6 @@ import json
 import os
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
@@ -129,9 +128,8 @@ class Table:
         self.last_refresh = 0.0
         #: Level-0 files that landed late are not records (:mod:`.fence`): record tables, not the pack index.
         self.fenced = False
-        self.late: dict[str, float] = {}  # late level-0 files listed: name -> when it landed
+        self.late: list[str] = []  # level-0 files listed past: late, or superseded (fence.visible)
         self._sealed_at: dict[str, float] = {}  # sealed batch -> monotonic time of its sealing
-        self._clock_checked = False  # a first write reads its landing time back: a writer's clock far off shows
 
     # -- writing ---------------------------------------------------------------
     def add(self, key: bytes, value: bytes) -> None:
@@ -200,12 +198,13 @@ class Table:
     def write_sealed(self) -> None:
         """Write the sealed batches, oldest first; a batch that fails stays sealed under its name.
 
-        Raises :class:`LateWrite` when a batch landed late (:mod:`.fence`): it is sealed again under a
-        new name, for the caller to check its values again and call this again."""
+        Raises :class:`LateWrite` when a batch's write was slow enough that a gc may have fenced it
+        (:mod:`.fence`): it is sealed again under a new name (the same number, which supersedes the
+        first), for the caller to check its values again and call this again."""
         while self._batches:
             name, entries = self._batches[0]
             tf = self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
-            if self.fenced and self._landed_late(name):
+            if self.fenced and self._slow(name):
                 with self._lock:
                     again = fence.renamed(name, time.time_ns())
                     self._batches[0] = (again, entries)
@@ -218,25 +217,14 @@ class Table:
                 self._sealed_at.pop(name, None)
                 self._reindex_pending()
 
-    def _landed_late(self, name: str) -> bool:
-        """After a write: whether readers take the file for late (read back only when it may be)."""
-        elapsed = time.monotonic() - self._sealed_at.get(name, 0.0)
-        if self._clock_checked and elapsed <= condemned.LATE_MAX / 4:
-            return False
-        got = self.backend.landed([self.prefix + "l0/" + name])
-        if got is None or got[0] is None:
-            self._clock_checked = True
-            return False
-        landed = got[0]
-        if not self._clock_checked:
-            self._clock_checked = True
-            skew = landed - fence.sealed_at(name)
-            if abs(skew) > condemned.LATE_MAX / 2 and elapsed < condemned.LATE_MAX / 4:
-                # This host's clock and the storage's disagree: readers will judge every file by them.
-                warnings.warn(f"casmon: {self.backend.url}: this host's clock is {skew:+.1f} s off the storage's; "
-                              f"records written here may be taken for late ones", RuntimeWarning, stacklevel=2)
-                self._clock_checked = False  # keep reading every file's time back
-        return fence.is_late(name, landed)
+    def l0_listed(self) -> list[str]:
+        """The level-0 files the last refresh read (visible ones: late and superseded ones are not among them)."""
+        with self._lock:
+            return list(self._listed_l0)
+
+    def _slow(self, name: str) -> bool:
+        """After a write: it took so long (from the seal) that a gc may have marked before it landed."""
+        return time.monotonic() - self._sealed_at.get(name, time.monotonic()) > condemned.LATE_MAX / 2
 
     def new_name(self) -> str:
         with self._lock:
@@ -301,22 +289,12 @@ class Table:
             self.last_refresh = time.monotonic()
 
     def _list(self, sub: str) -> list[str]:
-        if sub == "l0/" and self.fenced:
-            landed = self.backend.list_landed(self.prefix + sub)
-            if landed is not None:
-                names, late = [], {}
-                for k, t in landed.items():
-                    n = k.rsplit("/", 1)[-1]
-                    if not NAME_RE.match(n):
-                        continue
-                    if fence.is_late(n, t):
-                        late[n] = t  # not a record: listed past (and deleted by the next merge)
-                    else:
-                        names.append(n)
-                self.late = late
-                return sorted(names)
         names = [k.rsplit("/", 1)[-1] for k in self.backend.list(self.prefix + sub)]
-        return [n for n in names if NAME_RE.match(n)]
+        names = [n for n in names if NAME_RE.match(n)]
+        if sub == "l0/" and self.fenced and names:
+            names, hidden = fence.visible(self.prefix, names, fence.read(self.backend))
+            self.late = hidden  # listed past (deleted by the next merge)
+        return names
 
     def _refresh_once(self, tolerant: bool = False) -> None:
         # Level-0 files first: a merge writes its manifest before it deletes what it merged.
