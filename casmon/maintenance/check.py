@@ -86,6 +86,9 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     for prefix, table in reach.tables(store):
         sv = table.survey(keep=False, orphans=prefix != "index/")
         rep.checked["table files"] += sv.checked
+        if table.fenced and table.late:
+            # Late or superseded record files (casmon.store.table.fence): never acknowledged, listed past.
+            rep.checked["record files listed past (late or written again)"] += len(table.late)
         for key, reason in sorted(sv.damaged.items()):
             rep.damaged.append((key, reason))
             rep.bad_files.append(key)

@@ -434,19 +434,45 @@ class Store:
         """Point ref ``name`` at ``target`` (replacing what it pointed at)."""
         self._check_writable()
         key = ref_key(name)
-        self._ensure_stored(target)
-        self.backend.set(key, ref_frame(target, data))
+        frame = ref_frame(target, data)
+        for _attempt in range(LATE_TRIES):
+            t0 = time.monotonic()
+            self._ensure_stored(target, force=_attempt > 0)
+            self.backend.set(key, frame)
+            if not self._slow_ref(target, t0):
+                return
+        self._release(target)
 
-    def _ensure_stored(self, target: Digest | bytes | str | None) -> None:
-        """Before a ref names ``target``: it and its chunks are written, and safe from a gc sweep."""
+    def _slow_ref(self, target: Digest | None, t0: float) -> bool:
+        """After a ref's write: False once it is done; True if the write took so long that gc may have swept
+        its target meanwhile (:mod:`casmon.store.table.fence`), so it is checked and written again."""
+        if target is None:
+            return False
+        if time.monotonic() - t0 <= condemned.LATE_MAX / 2:
+            self._release(target)
+            return False
+        self.late_writes += 1
+        return True
+
+    def _release(self, target: Digest | None) -> None:
+        if target is not None:
+            self._held.pop(Digest(target), None)  # the ref holds it now
+
+    def _ensure_stored(self, target: Digest | bytes | str | None, force: bool = False) -> None:
+        """Before a ref names ``target``: it and its chunks are written, and safe from a gc sweep. It stays
+        held (copied if gc condemns it) until the ref is written."""
         if target is None:
             return
         d = Digest(target)
-        self._held.pop(d, None)
+        held = self._held
+        held.pop(d, None)
+        held[d] = None
+        self._after_write()  # while the ref's write is in flight, held values are looked after
         with self._flush_lock:
-            if self._needs_check(d) or self.objects.pending_bytes:
-                bad = self._check_values({d})
+            if force or self._needs_check(d) or self.objects.pending_bytes:
+                bad = self._check_values({d}, force=force)
                 if bad:
+                    held.pop(d, None)
                     raise MissingObjectError(f"cannot point a ref at value {d.hex()}: it is not in {self.url}")
                 self._write_objects()
 
@@ -458,12 +484,17 @@ class Store:
         """
         self._check_writable()
         key = ref_key(name)
+        t0 = time.monotonic()
         self._ensure_stored(target)
         nonce = os.urandom(8).hex()
         frame = ref_frame(target, data, nonce)
         self.backend.create(key, frame)
         got = self.backend.get(key)
-        return got is not None and bytes(got) == frame
+        mine = got is not None and bytes(got) == frame
+        if mine and self._slow_ref(target, t0):
+            self._ensure_stored(target, force=True)  # slow: its target may be condemned now; keep it stored
+            self._release(target)
+        return mine
 
     def get_ref(self, name: str) -> Ref | None:
         """Ref ``name``, or None if there is none."""

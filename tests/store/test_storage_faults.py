@@ -400,3 +400,43 @@ def test_two_files_of_one_writer_and_number_count_once(tmp_path):
     assert [r["n"] for _, r in fresh.records("call")] == [1]
     assert fresh.verify().ok
     assert fresh.table("call").l0_listed() == [again]
+
+
+@pytest.mark.parametrize("prefix", ["packs/", "index/l0/", "records/call/l0/", "refs/", "gc/condemned/", "gc/fence"])
+def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value(s3_proxy, moto_server, min_grace,
+                                                                                  prefix):
+    """Each step's PUT held 4 s (a writer's pack, index, records and refs; gc's list and fence) while gc
+    loops at grace 1 s and a writer logs calls whose arguments a dead job left condemned."""
+    proxy, bucket = s3_proxy
+    min_grace(1.0)
+    url = f"s3://{bucket}/s"
+    dead = casmon.open(url, autoflush=None)
+    args = [list(range(i, i + 300)) for i in range(4)]
+    for a in args:
+        dead.put(a)  # a dead job's values: unreachable, soon condemned
+    dead.close()
+    gc = _gc_loop(url, 1.0, 10.0, proxy.url)
+    try:
+        time.sleep(2.0)  # condemned by now
+        proxy.add(Rule("hold", method="PUT", path=prefix, delay=4.0, times=2))
+        s = _open(s3_proxy, autoflush=None)
+
+        @casmon.intercept(store=s)
+        def logged(a):
+            return len(a)
+
+        for a in args:
+            assert logged(a) == 300
+        s.set_ref("keep", s.put(args[0]))
+        try:
+            s.flush()
+        except casmon.StoreError:
+            s.flush()
+        s.close()
+    finally:
+        gc.communicate(timeout=60)
+    direct = _direct(moto_server, bucket)
+    _verify_names_no_removed_value(direct)
+    calls = casmon.load(direct).calls()
+    assert sorted(c.inputs()[0][0][0] for c in calls) == [0, 1, 2, 3]
+    assert direct.get(direct.get_ref("keep").target) == args[0]

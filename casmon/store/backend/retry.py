@@ -23,7 +23,6 @@ a minute. What they could not write waits for the next flush.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import time
@@ -93,6 +92,8 @@ class Retrier:
 
     async def run(self, make: Callable[[], Awaitable[T]]) -> T:
         """Await ``make()``, again after each transient failure while the budget lasts."""
+        import asyncio  # not at import: importing casmon starts no event-loop machinery
+
         waits = [] if self.down_since is not None else self.delays()
         deadline = time.monotonic() + self.budget()
         attempt = 0
