@@ -515,8 +515,8 @@ class CacheState:
 
     def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None) -> None:
         """Store a computed result; a failure is a warning, never an exception."""
-        store = self.store
         try:
+            store = self.store  # opened at first use: a store away then is a warning too
             d, size = store.put_sized(result)
         except TypeError as e:
             self.warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
@@ -611,7 +611,9 @@ class CacheState:
                     unstable.append(p.name)
             except Exception:  # noqa: BLE001
                 continue
-        which = f"parameter {', '.join(map(repr, unstable))} hashes" if unstable else "its arguments hash"
+        if not unstable:
+            return  # the arguments are stable: the code's version changed meanwhile (the code-change warning's job)
+        which = f"parameter {', '.join(map(repr, unstable))} hashes"
         self.warn(("unstable",), f"casmon: {self.name} will never be a cache hit: {which} differently each time "
                                  f"(a value whose pickle is not the same twice, or one the call changed). Hash it "
                                  f"yourself with hashers={{name: lambda v: ...}}, or leave it out with ignore=[...]")

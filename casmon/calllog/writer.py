@@ -230,8 +230,9 @@ class Recorder:
                     encoded += (b",", b) if i else (b,)
                 encoded.append(b"]}")
             store.append(KIND_CALLS, record, refs=[Digest(h) for h in refs], encoded=encoded)
-        except BaseException:
-            self._put_back(rows, refs, names)  # Ctrl-C or a failed append: the rows wait for the next flush
+        except BaseException as e:
+            if not getattr(e, "record_added", False):  # added, and only its flush failed: it is written later
+                self._put_back(rows, refs, names)  # Ctrl-C or a failed append: the rows wait for the next flush
             raise
 
     def _start_encoder(self) -> None:

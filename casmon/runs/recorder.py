@@ -79,8 +79,8 @@ def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
 class Run:
     """A run while it goes on: fill ``run.info`` with whatever you want kept."""
 
-    def __init__(self, store: Store, name: str, n: int, ref: str) -> None:
-        self.store = store
+    def __init__(self, store: Store | None, name: str, n: int, ref: str) -> None:
+        self.store: Any = store  # None while the store could not be opened (see record._start)
         self.name = name
         self.n = n
         self.ref = ref
@@ -205,9 +205,14 @@ class record:
 
     # -- the run ---------------------------------------------------------------------------
     def _start(self, function: str | None) -> Run:
-        store = default_store(self._store_arg)
+        try:
+            store: Store | None = default_store(self._store_arg)
+        except (CasmonError, OSError) as e:  # away at first use: the run goes on; its end tries again
+            warnings.warn(f"casmon.record: cannot open the store now ({e}); the run is written when it ends if "
+                          "the store answers then", RunWarning, stacklevel=3)
+            store = None
         started = time.time()
-        exclude = [str(store.backend.local_root)] if store.backend.local_root else []
+        exclude = [str(store.backend.local_root)] if store is not None and store.backend.local_root else []
         code = self.code_state or capture_code_state(exclude=exclude + [".casmon"], untracked_max=self.untracked_max)
         for u in code.skipped:
             warnings.warn(f"casmon.record: untracked file {u} is larger than {self.untracked_max:,} bytes and is "
@@ -246,13 +251,15 @@ class record:
         run._code = code
         run._packages = _packages()
         run._recorder = self
-        try:
-            with run._saving:
-                self._store_start(run)
-        except (CasmonError, OSError) as e:  # the store is away: the run goes on, and is written when it is back
-            warnings.warn(f"casmon.record: cannot write run {run.name} to {store.url} now ({e}); it is written by "
-                          "a later flush once the store answers", RunWarning, stacklevel=3)
-            _pending(run)
+        if store is not None:
+            try:
+                with run._saving:
+                    self._store_start(run)
+            except (CasmonError, OSError) as e:  # the store is away: the run goes on, and is written when it is back
+                warnings.warn(f"casmon.record: cannot write run {run.name} to {store.url} now ({e}); a later flush "
+                              "tries again (if the store is still away when the process ends, the run stays "
+                              "'running')", RunWarning, stacklevel=3)
+                _pending(run)
         capture = OutputCapture(self.capture_mode).start() if self.capture_mode else None
         cache_observers.append(run._cache_observer)
         self._stack.append((run, capture))
@@ -363,11 +370,18 @@ class record:
         run._output = output
         run._ended = True
         try:
+            if run.store is None:
+                run.store = default_store(self._store_arg)  # away when the run started: try once more
             with run._saving:
                 self._store_end(run)
         except Exception as e:  # noqa: BLE001 - never hide the user's own exception; a later flush tries again
-            warnings.warn(f"casmon.record: could not save run {run.name} now ({e}); it is written by a later "
-                          "flush once the store answers", RunWarning, stacklevel=3)
+            if run.store is None:
+                warnings.warn(f"casmon.record: run not recorded: the store cannot be opened ({e})", RunWarning,
+                              stacklevel=3)
+                return
+            warnings.warn(f"casmon.record: could not save run {run.name} now ({e}); a later flush tries again "
+                          "(if the store is still away when the process ends, the run stays 'running')",
+                          RunWarning, stacklevel=3)
             _pending(run)
         else:
             _done(run)

@@ -4,7 +4,8 @@ gc frees space, but it must write a little before it deletes anything (its
 lock), and on a disk with no room left that write fails: the one command that
 could make room could not run. So a local store keeps ``gc/reserve``, written
 when the store is made. A gc that finds the disk (nearly) full deletes it
-before it takes the lock, and writes it again once it has run.
+before it takes the lock, and writes it again once it has run (smaller if it
+freed less than that).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["RESERVE_KEY", "RESERVE_BYTES", "ensure", "release_if_full", "restore
 
 RESERVE_KEY = "gc/reserve"
 RESERVE_BYTES = 256 << 10
+RESERVE_MIN = 16 << 10
 
 
 def _free(backend: Backend) -> int | None:
@@ -30,13 +32,17 @@ def _free(backend: Backend) -> int | None:
 
 
 def ensure(backend: Backend) -> None:
-    """Write the reserve of a local store if it is missing and there is room for it (best effort)."""
+    """Write the reserve of a local store if it is missing (best effort): whole where there is room, else
+    as much as half the room left, down to the few KiB a gc needs for its lock and its fence."""
     free = _free(backend)
-    if free is None or backend.read_only or free < 4 * RESERVE_BYTES:
+    if free is None or backend.read_only:
+        return
+    size = min(RESERVE_BYTES, free // 2)
+    if size < RESERVE_MIN:
         return
     try:
         if not backend.exists(RESERVE_KEY):
-            backend.create(RESERVE_KEY, bytes(RESERVE_BYTES))
+            backend.create(RESERVE_KEY, bytes(size))
     except OSError:
         pass
 
@@ -44,7 +50,7 @@ def ensure(backend: Backend) -> None:
 def release_if_full(backend: Backend) -> bool:
     """Delete the reserve if the disk has less room than it holds; True if it did."""
     free = _free(backend)
-    if free is None or free >= 2 * RESERVE_BYTES or not backend.exists(RESERVE_KEY):
+    if free is None or free >= RESERVE_BYTES or not backend.exists(RESERVE_KEY):
         return False
     backend.delete(RESERVE_KEY)
     return True

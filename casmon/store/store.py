@@ -408,10 +408,16 @@ class Store:
             if rs:
                 self._record_refs.update(map(bytes, rs))  # plain bytes: not walked by the garbage collector
                 # Its values stay held (copied if gc condemns them) until the flush that writes the record.
-        if self._flush_each_call and not self.durable:
-            self.flush_for_call()
-        else:
-            self._after_write()
+        try:
+            if self._flush_each_call and not self.durable:
+                self.flush_for_call()
+            else:
+                self._after_write()
+        except BaseException as e:
+            # The record is added (it waits for the next flush): a caller that keeps its own copy for a
+            # retry must not add it again.
+            e.record_added = True  # type: ignore[attr-defined]
+            raise
         return k
 
     def records(self, kind: str, strict: bool = True) -> Iterator[tuple[Digest, dict[str, Any]]]:
@@ -678,6 +684,7 @@ class Store:
                             if bad:
                                 self._drop_records_needing(bad, [(kind, t)])
                             self._write_objects()
+                            t.reseal()  # checked just now: sealed now (casmon.store.table.fence)
                         try:
                             t.write_sealed()
                             break

@@ -82,3 +82,39 @@ def test_a_ref_name_the_medium_cannot_hold_is_a_clear_error(tmp_path, name):
     s = casmon.open(tmp_path / "s")
     with pytest.raises(ValueError, match="ref name"):
         s.set_ref(name, None, {"a": 1})
+
+
+def test_gc_frees_a_full_disk_again_and_again(small_disk):
+    """The reserve comes back after each gc, smaller if gc freed less: a disk refilled with garbage is freed
+    by the next gc too."""
+    disk = small_disk("6m")
+    loc = disk / "s"
+    for round_ in range(3):
+        s = casmon.open(loc, autoflush=None)
+        s.put(np.random.default_rng(round_).random(20_000))  # 160 KB of garbage, less than the reserve
+        s.flush()
+        s.close()
+        filler = fill_disk(disk)
+        r = run_cli("gc", "--store", str(loc), "--now", check=False)
+        assert r.returncode == 0, (round_, r.stdout + r.stderr)
+        assert (loc / reserve.RESERVE_KEY).exists(), round_
+        filler.unlink()
+
+
+def test_calls_logged_on_a_full_durable_store_are_logged_once(small_disk):
+    disk = small_disk("8m")
+    loc = disk / "s"
+    s = casmon.open(loc, durable=True)
+
+    @casmon.intercept(store=s)
+    def g(x):
+        return x * 2
+
+    assert g(0) == 0
+    filler = fill_disk(disk)
+    assert [g(x) for x in range(1, 6)] == [2, 4, 6, 8, 10]  # each call's flush fails: the calls wait
+    filler.unlink()
+    assert g(6) == 12
+    s.close()
+    calls = casmon.load(casmon.open(loc)).calls()
+    assert sorted(c.inputs()[0][0] for c in calls) == list(range(7)), "each call once"

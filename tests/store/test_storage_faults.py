@@ -402,7 +402,7 @@ def test_two_files_of_one_writer_and_number_count_once(tmp_path):
     assert fresh.table("call").l0_listed() == [again]
 
 
-@pytest.mark.parametrize("prefix", ["packs/", "index/l0/", "records/call/l0/", "refs/", "gc/condemned/", "gc/fence"])
+@pytest.mark.parametrize("prefix", ["packs/", "index/l0/", "records/call/l0/", "refs/", "gc/condemned/", "gc/fence/"])
 def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value(s3_proxy, moto_server, min_grace,
                                                                                   prefix):
     """Each step's PUT held 4 s (a writer's pack, index, records and refs; gc's list and fence) while gc
@@ -440,3 +440,16 @@ def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value
     calls = casmon.load(direct).calls()
     assert sorted(c.inputs()[0][0][0] for c in calls) == [0, 1, 2, 3]
     assert direct.get(direct.get_ref("keep").target) == args[0]
+
+
+def test_a_fence_that_lands_after_a_newer_one_changes_nothing(tmp_path):
+    """Each gc's fence is a file of its own, named by its mark time: readers take the newest."""
+    from casmon.store.table import fence
+
+    s = casmon.open(tmp_path / "s")
+    b = s.backend
+    old_name = "00000000000000a0-aaaa-000001"
+    fence.publish(b, time.time(), {"records/call/": []})  # a newer gc: fences everything sealed long ago
+    assert fence.read(b).late("records/call/", old_name)
+    b.create(fence.FENCE_PREFIX + "0000000000000001-late", b'{"time": 1.0, "seen": {}}')  # an old gc's, landing now
+    assert fence.read(b).late("records/call/", old_name)

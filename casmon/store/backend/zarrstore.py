@@ -36,8 +36,8 @@ __all__ = ["ZarrBackend", "from_store_object", "open_fsspec", "open_memory", "op
 
 T = TypeVar("T")
 
-#: How long opening a remote store retries reaching it (seconds): long enough for a blip.
-OPEN_SECONDS = 5.0
+#: How long opening a remote store retries reaching it (seconds): through a 10 s outage, not half a minute for a typo.
+OPEN_SECONDS = 12.0
 
 #: storage_options names as s3fs spells them -> obstore's
 _ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",

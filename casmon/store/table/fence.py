@@ -9,7 +9,8 @@ can land after gc swept a value it names.
 
 So each level-0 file carries its seal time in its name
 (``{time_ns:016x}-{writer}-{seq}``), and every gc, after its mark and before it
-sweeps, publishes a **fence** (``gc/fence``): the time its mark began, and the
+sweeps, publishes a **fence** (``gc/fence/{time}-{id}``, written once; readers
+take the newest): the time its mark began, and the
 names of the level-0 files it saw that were sealed more than
 :data:`~casmon.store.condemned.LATE_MAX` before that. A level-0 file sealed more
 than ``LATE_MAX`` before the fence's time that the fence does not name landed
@@ -29,6 +30,7 @@ whichever of the two a gc fenced.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,9 +40,13 @@ from casmon.store.table.ranges import parse_name
 if TYPE_CHECKING:
     from casmon.store.backend import Backend
 
-__all__ = ["FENCE_KEY", "Fence", "read", "publish", "sealed_at", "renamed", "visible"]
+__all__ = ["FENCE_PREFIX", "Fence", "read", "publish", "sealed_at", "renamed", "visible"]
 
-FENCE_KEY = "gc/fence"
+#: One fence per sweeping gc, ``gc/fence/{mark time ns:016x}-{id}``, written once: readers take the newest
+#: name, so a fence whose PUT lands late (after a newer one) changes nothing.
+FENCE_PREFIX = "gc/fence/"
+#: Older fences gc keeps (the newest always decides).
+FENCES_KEPT = 4
 
 
 @dataclass
@@ -65,24 +71,43 @@ def renamed(name: str, now_ns: int) -> str:
     return f"{now_ns:016x}{name[16:]}"
 
 
+_cache: dict[tuple[int, str], Fence] = {}
+
+
 def read(backend: Backend) -> Fence:
-    """The published fence; an empty one if there is none or it cannot be parsed (nothing is late then)."""
-    data = backend.get(FENCE_KEY)
+    """The newest published fence; an empty one if there is none or it cannot be parsed (nothing is late then)."""
+    names = sorted(k for k in backend.list(FENCE_PREFIX) if ".partial" not in k)
+    if not names:
+        return Fence()
+    newest = names[-1]
+    got = _cache.get((id(backend), newest))
+    if got is not None:
+        return got
+    data = backend.get(newest)
     if data is None:
         return Fence()
     try:
         raw = json.loads(bytes(data))
-        return Fence(float(raw["time"]), {str(p): set(map(str, ns)) for p, ns in dict(raw.get("seen", {})).items()})
+        fence = Fence(float(raw["time"]), {str(p): set(map(str, ns)) for p, ns in dict(raw.get("seen", {})).items()})
     except (ValueError, TypeError, KeyError, AttributeError):
         return Fence()  # damaged: fence nothing rather than hide records
+    if len(_cache) > 64:
+        _cache.clear()
+    _cache[(id(backend), newest)] = fence
+    return fence
 
 
 def publish(backend: Backend, mark_time: float, listed: dict[str, list[str]]) -> None:
-    """Write the fence of a gc whose mark began at ``mark_time`` and listed ``listed`` (table -> level-0 names)."""
+    """Write the fence of a gc whose mark began at ``mark_time`` and listed ``listed`` (table -> level-0
+    names), and delete fences older than the last few."""
     limit = mark_time - condemned.LATE_MAX
     seen = {p: sorted(n for n in names if sealed_at(n) < limit) for p, names in listed.items()}
     body = {"time": mark_time, "seen": {p: ns for p, ns in seen.items() if ns}}
-    backend.set(FENCE_KEY, json.dumps(body, separators=(",", ":")).encode())
+    name = f"{FENCE_PREFIX}{int(mark_time * 1e9):016x}-{os.urandom(6).hex()}"
+    backend.create(name, json.dumps(body, separators=(",", ":")).encode())
+    old = sorted(k for k in backend.list(FENCE_PREFIX) if ".partial" not in k and k < name)
+    if len(old) > FENCES_KEPT:
+        backend.delete_many(old[:-FENCES_KEPT])
 
 
 def visible(prefix: str, names: list[str], fence: Fence) -> tuple[list[str], list[str]]:

@@ -81,7 +81,8 @@ class _Vanished(Exception):
 
 
 class LateWrite(Exception):
-    """A level-0 file landed late (:mod:`.fence`); its batch is sealed again under a new name."""
+    """A level-0 file's write was slow enough that a gc may fence it (:mod:`.fence`); its batch is sealed
+    again under a new name, to be checked and written again."""
 
 
 class Table:
@@ -205,17 +206,24 @@ class Table:
             name, entries = self._batches[0]
             tf = self._write_named(name, entries)  # even empty: the writer's numbering must not show a gap
             if self.fenced and self._slow(name):
-                with self._lock:
-                    again = fence.renamed(name, time.time_ns())
-                    self._batches[0] = (again, entries)
-                    self._sealed_at.pop(name, None)
-                    self._sealed_at[again] = time.monotonic()
+                self.reseal()
                 raise LateWrite(self.prefix + "l0/" + name)
             with self._lock:  # one step: no reader sees the entries both written and waiting
                 self._l0[name] = tf
                 self._batches.pop(0)
                 self._sealed_at.pop(name, None)
                 self._reindex_pending()
+
+    def reseal(self) -> None:
+        """Seal the waiting batches again now (their values were just checked again): the same numbers,
+        new seal times. A batch that may have landed under its old name is superseded by the new one."""
+        with self._lock:
+            now = time.time_ns()
+            renamed = [(fence.renamed(n, now), e) for n, e in self._batches]
+            for (old, _), (new, _) in zip(self._batches, renamed):
+                self._sealed_at.pop(old, None)
+                self._sealed_at[new] = time.monotonic()
+            self._batches = renamed
 
     def l0_listed(self) -> list[str]:
         """The level-0 files the last refresh read (visible ones: late and superseded ones are not among them)."""
