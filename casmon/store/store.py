@@ -170,6 +170,10 @@ class Store:
         lifecycle.watch_for_pool_child(self)
         self.format = read_format(backend, self.url)
         self.objects = ObjectStore(backend, self.writer)
+        self._in_flight: set[bytes] = set()  # values the records a flush is writing name (see _keep_while_waiting)
+        self._keeping = False
+        backend.while_waiting = self._keep_while_waiting
+        backend.wait_tick = condemned.VIEW_MAX
         self.objects.index.format_gate = self._format2
         lifecycle.register(self)
 
@@ -619,8 +623,9 @@ class Store:
                     try:
                         if s._held and s._flush_lock.acquire(timeout=condemned.VIEW_MAX):
                             try:
+                                copied = s.objects.revived
                                 s._protect_held()
-                                if s.objects.pending_bytes:
+                                if s.objects.revived != copied:
                                     s._write_objects()  # the copies: objects before any record, as always
                             finally:
                                 s._flush_lock.release()
@@ -666,6 +671,7 @@ class Store:
                         t.seal()
                     refs, self._record_refs = self._record_refs, set()
                 faultpoints.point("flush.sealed")
+                self._in_flight = refs
                 sealed_at = time.monotonic()
                 stale = {Digest.from_raw(d) for d in refs if self._needs_check(d)}
                 bad = self._check_values(stale) if stale else set()
@@ -697,6 +703,7 @@ class Store:
                                          f"{LATE_TRIES} times in a row (requests held in flight for longer than "
                                          f"{condemned.LATE_MAX:g} s); they are written again at the next flush")
                 faultpoints.point("flush.after_records")
+                self._in_flight = set()
                 if refs and self._held:
                     held = self._held  # written: the records hold their values now
                     for r in refs:
@@ -705,6 +712,7 @@ class Store:
                     self._merged_at = time.monotonic()  # a worker's flush per call merges at most this often
                     self._merge_tables()
             except BaseException as e:
+                self._in_flight = set()
                 with self._lock:  # the sealed records are written by a later flush: check their values then
                     self._record_refs.update(refs)
                 if isinstance(e, OSError):
@@ -728,6 +736,26 @@ class Store:
                         logging.getLogger("casmon").warning("after-flush callback %r failed: %s", cb, e)
             finally:
                 _in_hooks.after = False
+
+    def _keep_while_waiting(self) -> None:
+        """While a write is in flight for longer than ``VIEW_MAX`` (a held PUT, a throttled one): copy what a new
+        condemned list names among the values this flush's records and the held values need, into memory; the
+        flush writes the copies before its records (W6 checks again after a slow write). It writes nothing."""
+        if self._keeping:
+            return
+        self._keeping = True
+        try:
+            digests = {Digest.from_raw(r) for r in list(self._in_flight)} | set(list(self._held))
+            if not digests:
+                return
+            vt = self.objects.refresh_view()
+            if not self.objects.any_condemned():
+                return
+            seen: set[Digest] = set()
+            for d in digests:
+                self._check_value(d, vt, seen)
+        finally:
+            self._keeping = False
 
     def _protect_held(self) -> None:
         """Copy values put and not yet named by any record (a running call's arguments) that gc condemned."""

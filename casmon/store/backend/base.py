@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
@@ -40,6 +40,10 @@ class Backend(abc.ABC):
 
     #: fsync every file written (and its folder) before a write returns; local folders only.
     fsync = False
+    #: Called every ``wait_tick`` seconds while a write to a remote medium is in flight (the store keeps
+    #: the values its waiting records name safe from gc meanwhile); it must not write.
+    while_waiting: Callable[[], None] | None = None
+    wait_tick = 10.0
 
     def __init__(self, url: str, concurrency: int = 16) -> None:
         #: The location as shown and kept: credentials are never part of it (see casmon.scrub).

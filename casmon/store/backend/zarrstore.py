@@ -109,6 +109,28 @@ class ZarrBackend(Backend):
         except Exception as e:  # noqa: BLE001 - e.g. obstore's errors: name the store, keep the cause
             raise StoreError(f"{self.url}: {client_error(e)}") from e
 
+    def _call_write(self, coro: Coroutine[Any, Any, T]) -> T:
+        """:meth:`_call` for a write: while it is in flight, :attr:`while_waiting` runs every ``wait_tick``."""
+        hook = self.while_waiting
+        if hook is None:
+            return self._call(coro)
+        import concurrent.futures
+
+        fut = loop.submit(coro)
+        try:
+            while True:
+                try:
+                    return fut.result(timeout=self.wait_tick)
+                except concurrent.futures.TimeoutError:
+                    try:
+                        hook()
+                    except Exception:  # noqa: BLE001 - looking after held values is best effort
+                        pass
+        except (OSError, CasmonError, ValueError, TypeError, KeyError):
+            raise
+        except Exception as e:  # noqa: BLE001 - as _call
+            raise StoreError(f"{self.url}: {client_error(e)}") from e
+
     def _retried(self, make: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
         """``make()`` awaited with this medium's retries (:mod:`.retry`): each request is retried on its own."""
         r = self.retrier
@@ -240,11 +262,11 @@ class ZarrBackend(Backend):
     def _write(self, key: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
         data = self._bytes(parts[0] if len(parts) == 1 else b"".join(parts))
         z = self._z()
-        self._call(self._retried(lambda: z.set_if_not_exists(key, data) if exclusive else z.set(key, data)))
+        self._call_write(self._retried(lambda: z.set_if_not_exists(key, data) if exclusive else z.set(key, data)))
 
     def _write_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
         z = self._z()
-        self._call(loop.gather_limited(
+        self._call_write(loop.gather_limited(
             (self._retried(functools.partial(z.set_if_not_exists, k, self._bytes(d))) for k, d in items), self.concurrency))
 
     def _create_async(self, key: str, data: BytesLike) -> Future[None]:
