@@ -176,13 +176,14 @@ def test_a_run_started_while_the_store_is_away_is_written_when_it_is_back(s3_pro
 
 
 GC_LOOP = """
-import sys, time, casmon
+import os, sys, time, casmon
 from casmon.store import condemned
 condemned.configure(float(sys.argv[2]))
 s = casmon.open(sys.argv[1], create=False)
 end = time.time() + float(sys.argv[3])
 runs = deleted = 0
-while time.time() < end:
+stop = sys.argv[4] if len(sys.argv) > 4 else ""
+while time.time() < end and not (stop and os.path.exists(stop)):
     try:
         deleted += s.gc(grace=float(sys.argv[2])).deleted_objects
         runs += 1
@@ -193,10 +194,25 @@ print(runs, deleted)
 """
 
 
+class _GcLoop:
+    """gc in a loop in a process of its own, at ``grace``, for at most ``seconds`` or until :meth:`stop`."""
+
+    def __init__(self, url, grace, seconds, endpoint):
+        import tempfile
+
+        self._stop = os.path.join(tempfile.mkdtemp(), "stop")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL=endpoint, CASMON_MIN_GRACE=str(grace))
+        self.proc = subprocess.Popen([sys.executable, "-c", GC_LOOP, url, str(grace), str(seconds), self._stop],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def communicate(self, timeout=60):
+        """Stop the loop; ``(stdout, stderr)``: stdout is "runs deleted"."""
+        open(self._stop, "w").close()
+        return self.proc.communicate(timeout=timeout)
+
+
 def _gc_loop(url, grace, seconds, endpoint):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL=endpoint, CASMON_MIN_GRACE=str(grace))
-    return subprocess.Popen([sys.executable, "-c", GC_LOOP, url, str(grace), str(seconds)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _GcLoop(url, grace, seconds, endpoint)
 
 
 def _verify_names_no_removed_value(direct):
@@ -304,20 +320,20 @@ def test_values_of_a_record_waiting_for_a_late_flush_stay_held(tmp_path, min_gra
 
 def test_a_gc_whose_clock_runs_30s_ahead_does_not_sweep_early_on_s3(s3_env, min_grace, monkeypatch):
     """On S3 a list's age is judged by the storage's clock too (its landing time against the gc lock's)."""
-    min_grace(5.0)
+    min_grace(3.0)
     _env, bucket = s3_env
     url = f"s3://{bucket}/s"
     s = casmon.open(url, autoflush=None)
     s.put(list(range(5000)))  # an orphan: nothing will ever name it
     s.close()
-    assert casmon.open(url).gc(grace=5.0).condemned >= 1  # published now, by a gc with a right clock
+    assert casmon.open(url).gc(grace=3.0).condemned >= 1  # published now, by a gc with a right clock
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 30.0)
-    early = casmon.open(url).gc(grace=5.0)
+    early = casmon.open(url).gc(grace=3.0)
     monkeypatch.setattr(time, "time", real)
     assert early.deleted_objects == 0 and early.waiting >= 1, early.as_dict()
-    time.sleep(5.5)
-    assert casmon.open(url).gc(grace=5.0).deleted_objects >= 1, "once the grace has passed by every clock"
+    time.sleep(3.5)
+    assert casmon.open(url).gc(grace=3.0).deleted_objects >= 1, "once the grace has passed by every clock"
 
 
 def test_a_writer_frozen_inside_its_record_write_past_the_grace_writes_no_record_naming_a_removed_value(
@@ -405,7 +421,7 @@ def test_two_files_of_one_writer_and_number_count_once(tmp_path):
 @pytest.mark.parametrize("prefix", ["packs/", "index/l0/", "records/call/l0/", "refs/", "gc/condemned/", "gc/fence/"])
 def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value(s3_proxy, moto_server, min_grace,
                                                                                   prefix):
-    """Each step's PUT held 4 s (a writer's pack, index, records and refs; gc's list and fence) while gc
+    """Each step's PUT held 3 s (a writer's pack, index, records and refs; gc's list and fence) while gc
     loops at grace 1 s and a writer logs calls whose arguments a dead job left condemned."""
     proxy, bucket = s3_proxy
     min_grace(1.0)
@@ -415,10 +431,10 @@ def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value
     for a in args:
         dead.put(a)  # a dead job's values: unreachable, soon condemned
     dead.close()
-    gc = _gc_loop(url, 1.0, 10.0, proxy.url)
+    gc = _gc_loop(url, 1.0, 20.0, proxy.url)
     try:
         time.sleep(2.0)  # condemned by now
-        proxy.add(Rule("hold", method="PUT", path=prefix, delay=4.0, times=2))
+        proxy.add(Rule("hold", method="PUT", path=prefix, delay=3.0, times=1))
         s = _open(s3_proxy, autoflush=None)
 
         @casmon.intercept(store=s)
@@ -433,6 +449,7 @@ def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value
         except casmon.StoreError:
             s.flush()
         s.close()
+        time.sleep(1.5)  # and gc sweeps on after the writer
     finally:
         gc.communicate(timeout=60)
     direct = _direct(moto_server, bucket)
