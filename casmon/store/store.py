@@ -71,7 +71,7 @@ RECORDS_MAX = 50_000
 #: A pool worker's flush after each call merges tables at most once in this many seconds (a merge costs
 #: many requests; the level-0 files a worker writes meanwhile are merged by the next one).
 CALL_MERGE_EVERY = 5.0
-#: A flush writes a record file that landed late again (sealed anew) at most this many times, then fails.
+#: A flush writes a slow record file again (sealed anew) at most this many times in a row, then fails.
 LATE_TRIES = 4
 
 #: ``progress(phase, done, total)``, called as maintenance goes.
@@ -161,7 +161,7 @@ class Store:
         self._held: dict[Digest, None] = {}
         self._held_lists: frozenset[str] = frozenset()  # the condemned lists _held was checked against
         self.dropped_records = 0  # records a flush could not write because a value they name was gone
-        self.late_writes = 0  # record files that landed late and were written again (casmon.store.table.fence)
+        self.late_writes = 0  # record files (and refs) slow enough to be written again (casmon.store.table.fence)
         # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
         self._flush_each_call = durable or lifecycle.in_worker_process()
         self._flush_warned = False
@@ -684,8 +684,8 @@ class Store:
                     again = t.sealed() and time.monotonic() - sealed_at > condemned.WRITE_MAX
                     for _attempt in range(LATE_TRIES):
                         if again:
-                            # Slow (a retried network write, a stopped process), or landed late and sealed
-                            # anew: check the values again, under a fresh view.
+                            # Slow (a retried network write, a stopped process), or a record write slow enough
+                            # that a gc may fence it: check the values again, under a fresh view.
                             bad = self._check_values(refs_of(t), force=True)
                             if bad:
                                 self._drop_records_needing(bad, [(kind, t)])
@@ -696,12 +696,12 @@ class Store:
                             break
                         except LateWrite as late:
                             self.late_writes += 1
-                            logging.getLogger("casmon").info("%s landed late; written again", late)
+                            logging.getLogger("casmon").info("%s was slow to write; written again", late)
                             again = True
                     else:
-                        raise StoreError(f"cannot write to store {self.url}: record files landed late "
-                                         f"{LATE_TRIES} times in a row (requests held in flight for longer than "
-                                         f"{condemned.LATE_MAX:g} s); they are written again at the next flush")
+                        raise StoreError(f"cannot write to store {self.url}: writing record files took longer than "
+                                         f"{condemned.LATE_MAX / 2:g} s {LATE_TRIES} times in a row; they are "
+                                         f"written again at the next flush")
                 faultpoints.point("flush.after_records")
                 self._in_flight = set()
                 if refs and self._held:

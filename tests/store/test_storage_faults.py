@@ -1,7 +1,8 @@
 """Storage faults on S3 never reach user code, never block gc, never leave a record naming a removed value.
 
-Every test puts a fault-injecting proxy (tests/support/s3proxy.py) between casmon and a real moto
-server; moto, read directly, is the ground truth.
+The S3 tests put a fault-injecting proxy (tests/support/s3proxy.py) between casmon and a real moto
+server; moto, read directly, is the ground truth. The rest stop a writer at a fault point or craft
+what a late write leaves.
 """
 
 import json
@@ -241,7 +242,7 @@ def test_record_puts_held_6s_with_gc_at_grace_1s_never_name_a_removed_value(s3_p
         rule = proxy.add(Rule("hold", method="PUT", path="records/cache/l0/", delay=6.0, times=1))
         for x in range(5):
             assert f(x) == list(range(x, x + 50))
-        s.flush()  # held 6 s: landed late, so sealed anew, checked again, written again
+        s.flush()  # held 6 s: slow, so sealed anew, checked again, written again
         assert rule.applied == 1 and s.late_writes >= 1
     finally:
         out, err = gc.communicate(timeout=60)
@@ -339,7 +340,7 @@ def test_a_gc_whose_clock_runs_30s_ahead_does_not_sweep_early_on_s3(s3_env, min_
 def test_a_writer_frozen_inside_its_record_write_past_the_grace_writes_no_record_naming_a_removed_value(
         tmp_path, min_grace):
     """Stopped between writing its record file and linking it into place, for longer than gc's grace: the
-    file lands late (its ctime), readers list past it, and the writer, when it goes on, notices and
+    file lands after gc marked without it, so readers list past it, and the writer, when it goes on, notices and
     checks its values again before it writes the records anew."""
     from casmon import faultpoints
 

@@ -9,11 +9,13 @@ again with exponential backoff and jitter (0.25 s doubling to 8 s) until
 :data:`RETRY_SECONDS` have passed; what cannot pass (a missing key, a missing
 bucket, refused credentials, a bad argument) is raised at once.
 
-Every casmon request is safe to send twice: reads, create-if-absent of
-content-addressed objects and of files named by their writer (a retry of one
-that landed finds it there), whole-key overwrites, deletes. The one request
-whose outcome matters beyond "it is there" -- creating the store lock -- reads
-its token back (:mod:`casmon.store.lock`).
+Every casmon request is safe to send again after it failed: reads,
+create-if-absent of content-addressed objects and of files named by their
+writer (a retry of one that landed finds it there), whole-key overwrites,
+deletes. The one request whose outcome matters beyond "it is there" --
+creating the store lock -- reads its token back (:mod:`casmon.store.lock`). A
+first attempt that lands only after its retry and later requests is another
+matter: docs/RELIABILITY.md, "Known limits under storage faults".
 
 After a request has failed for its whole budget the medium counts as *down*:
 later requests are tried once, without waiting, until one succeeds, so a

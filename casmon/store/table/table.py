@@ -127,7 +127,7 @@ class Table:
         self._listed = False
         self._visible: set[str] = set()
         self.last_refresh = 0.0
-        #: Level-0 files that landed late are not records (:mod:`.fence`): record tables, not the pack index.
+        #: Level-0 files a gc's fence makes late are not records (:mod:`.fence`): record tables, not the pack index.
         self.fenced = False
         self.late: list[str] = []  # level-0 files listed past: late, or superseded (fence.visible)
         self._sealed_at: dict[str, float] = {}  # sealed batch -> monotonic time of its sealing
