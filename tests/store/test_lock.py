@@ -174,7 +174,7 @@ def test_a_live_holder_in_another_pid_namespace_keeps_its_lock_until_its_lease_e
     root = tmp_path / "s"
     casmon.open(root).close()
     holds = tmp_path / "holds"
-    env = dict(ENV, CASMON_LOCK_LEASE="3")
+    env = dict(ENV, CASMON_LOCK_LEASE="2")
     holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PY, "-c", HOLDER, str(root), str(holds), "60"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -182,15 +182,15 @@ def test_a_live_holder_in_another_pid_namespace_keeps_its_lock_until_its_lease_e
         info = json.loads((root / "gc" / "lock").read_text())
         assert info["host"] == socket.gethostname() and info["pid"] < 10, "its PID is its namespace's"
         for _ in range(3):  # past its first lease: it renews
-            got, held_by = _try_take(root, 3)
+            got, held_by = _try_take(root, 2)
             assert not got and held_by["nonce"] == info["nonce"]
-            time.sleep(1.5)
+            time.sleep(0.8)
     finally:
         holder.kill()
         holder.wait()
     assert (root / "gc" / "lock").exists(), "killed: its lock stays until the lease ends"
-    time.sleep(3.5)
-    got, _ = _try_take(root, 3)
+    time.sleep(2.5)
+    got, _ = _try_take(root, 2)
     assert got, "the lease ran out: taken over"
 
 

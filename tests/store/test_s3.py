@@ -83,9 +83,12 @@ def test_run_record_on_s3(s3_env, tmp_path, monkeypatch):
     assert (out / "cfg.yaml").read_text() == "a: 2\n"
 
 
-def test_bad_s3_locations_fail_at_open_and_create_nothing(s3_env):
+def test_bad_s3_locations_fail_at_open_and_create_nothing(s3_env, monkeypatch):
+    from casmon.store.backend import zarrstore
+
     with pytest.raises(casmon.StoreError, match="bucket does not exist"):
         casmon.open("s3://no-such-bucket-here/x")
+    monkeypatch.setattr(zarrstore, "OPEN_SECONDS", 1.0)  # opening retries through a 10 s outage: not here
     with pytest.raises(casmon.StoreError, match="cannot reach the endpoint"):
         casmon.open(s3_url(s3_env, "unreachable"), storage_options={
             "endpoint": "http://127.0.0.1:9", "retry_config": {"max_retries": 1, "retry_timeout": datetime.timedelta(seconds=2)}})

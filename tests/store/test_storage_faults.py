@@ -419,10 +419,10 @@ def test_two_files_of_one_writer_and_number_count_once(tmp_path):
     assert fresh.table("call").l0_listed() == [again]
 
 
-@pytest.mark.parametrize("prefix", ["packs/", "records/call/l0/", "refs/",
+@pytest.mark.parametrize("prefix", ["records/call/l0/",
                                     # the rest with --runslow (the default run's time budget)
-                                    *(pytest.param(p, marks=pytest.mark.slow) for p in ("index/l0/", "gc/condemned/",
-                                                                                       "gc/fence/"))])
+                                    *(pytest.param(p, marks=pytest.mark.slow)
+                                      for p in ("packs/", "refs/", "index/l0/", "gc/condemned/", "gc/fence/"))])
 def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value(s3_proxy, moto_server, min_grace,
                                                                                   prefix):
     """Each step's PUT held 3 s (a writer's pack, index, records and refs; gc's list and fence) while gc
