@@ -22,6 +22,7 @@ import pytest
 import casmon
 from tests.conftest import ROOT, fill_disk
 from tests.support.s3proxy import Rule
+from tests.support.stores import assert_no_record_names_a_removed_value
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +93,7 @@ def _spawn(code, *args, env):
 
 
 def _check(direct, notes: dict[str, list[dict]], figures, prefix: str):
-    rep = direct.verify()
-    assert rep.ok, rep.as_dict()
-    for kind in direct.record_kinds():
-        for _k, rec in direct.records(kind):
-            for h in rec.get("_refs", ()):
-                assert h in direct, f"a {kind} record names {h}, which is not stored"
+    assert_no_record_names_a_removed_value(direct)
     log = casmon.load(direct)
     names = [f for f in log.functions if f.rsplit(".", 1)[-1] == "logged"]
     assert len(names) == 1, log.functions
@@ -129,6 +125,14 @@ def _check(direct, notes: dict[str, list[dict]], figures, prefix: str):
     figures(f"{prefix}: exceptions into user code", len(errors))
     assert not errors, errors[:3]
     assert lost == 0 and dup == 0, (lost, dup, os.environ.get("CASMON_CAMPAIGN_SEED"))
+
+
+def _kill_one(writers: dict[str, subprocess.Popen], rng: random.Random) -> None:
+    """SIGKILL one writer, chosen at random, and forget it (the caller starts its replacement)."""
+    wid, p = rng.choice(sorted(writers.items()))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    del writers[wid]
 
 
 def _notes(folder: Path) -> dict[str, list[dict]]:
@@ -175,10 +179,7 @@ def test_random_s3_faults_outages_and_kills(s3_proxy, moto_server, tmp_path, fig
                 proxy.outage(rng.uniform(3, 15), rng.choice(["503", "reset", "drop"]))
                 outages += 1
             elif r < 0.6:
-                wid, p = rng.choice(sorted(writers.items()))
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-                del writers[wid]
+                _kill_one(writers, rng)
                 kills += 1
                 start()
         for p in writers.values():
@@ -228,10 +229,7 @@ def test_random_full_disk_and_kills(small_disk, tmp_path, figures):
                 time.sleep(rng.uniform(1, 6))
                 filler.unlink()
             else:
-                wid, p = rng.choice(sorted(writers.items()))
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-                del writers[wid]
+                _kill_one(writers, rng)
                 kills += 1
                 start()
         for p in writers.values():

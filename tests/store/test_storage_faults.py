@@ -19,6 +19,7 @@ import casmon
 from casmon.store import condemned, lock
 from tests.conftest import ROOT, run_python
 from tests.support.s3proxy import Rule
+from tests.support.stores import assert_no_record_names_a_removed_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::casmon.CacheWarning",
                                         "ignore::casmon.RunWarning")
@@ -216,15 +217,6 @@ def _gc_loop(url, grace, seconds, endpoint):
     return _GcLoop(url, grace, seconds, endpoint)
 
 
-def _verify_names_no_removed_value(direct):
-    rep = direct.verify()
-    assert rep.ok, rep.as_dict()
-    for kind in direct.record_kinds():
-        for _k, rec in direct.records(kind):
-            for h in rec.get("_refs", ()):
-                assert h in direct, f"a {kind} record names {h}, which is not stored"
-
-
 def test_record_puts_held_6s_with_gc_at_grace_1s_never_name_a_removed_value(s3_proxy, moto_server, min_grace):
     proxy, bucket = s3_proxy
     min_grace(1.0)
@@ -248,7 +240,7 @@ def test_record_puts_held_6s_with_gc_at_grace_1s_never_name_a_removed_value(s3_p
         out, err = gc.communicate(timeout=60)
     assert int((out.split() or ["0"])[0]) >= 3, err
     direct = _direct(moto_server, bucket)
-    _verify_names_no_removed_value(direct)
+    assert_no_record_names_a_removed_value(direct)
     calls.clear()
     assert [f(x) for x in range(5)] == [list(range(x, x + 50)) for x in range(5)]
 
@@ -289,7 +281,7 @@ def test_a_record_put_landing_after_its_dead_writers_flush_failed_is_not_a_recor
     direct = _direct(moto_server, bucket)
     landed = direct.backend.list("records/cache/l0/")
     assert landed, "the held PUT did land"
-    _verify_names_no_removed_value(direct)
+    assert_no_record_names_a_removed_value(direct)
     assert list(direct.records("cache")) == []
     direct.table("cache").consolidate(force=True)
     assert direct.backend.list("records/cache/l0/") == [], "a merge deletes the late file"
@@ -372,7 +364,7 @@ def test_a_writer_frozen_inside_its_record_write_past_the_grace_writes_no_record
         faultpoints.configure("")
     assert s.late_writes >= 1
     fresh = casmon.open(loc)
-    _verify_names_no_removed_value(fresh)
+    assert_no_record_names_a_removed_value(fresh)
     assert list(fresh.records("cache")) == [], "its value was gone: the record was dropped, with a warning"
 
 
@@ -457,7 +449,7 @@ def test_any_request_held_past_the_grace_leaves_no_record_naming_a_removed_value
     finally:
         gc.communicate(timeout=60)
     direct = _direct(moto_server, bucket)
-    _verify_names_no_removed_value(direct)
+    assert_no_record_names_a_removed_value(direct)
     calls = casmon.load(direct).calls()
     assert sorted(c.inputs()[0][0][0] for c in calls) == [0, 1, 2, 3]
     assert direct.get(direct.get_ref("keep").target) == args[0]
@@ -504,5 +496,5 @@ def test_a_value_relied_on_stays_while_the_flush_that_names_it_is_held(s3_proxy,
     assert rule.applied == 1 and swept >= 1
     assert not [str(w.message) for w in caught if "were removed" in str(w.message)]
     direct = _direct(moto_server, bucket)
-    _verify_names_no_removed_value(direct)
+    assert_no_record_names_a_removed_value(direct)
     assert [r["n"] for _, r in direct.records("job")] == [1] and direct.get(d) == orphan

@@ -61,3 +61,13 @@ def store_with_a_lost_value_a_reader_has_read(tmp_path):
         p.unlink()
     assert not casmon.open(root).verify().ok  # a fresh process sees the loss
     return root, reader, v
+
+
+def assert_no_record_names_a_removed_value(store) -> None:
+    """verify is clean, and every value any record's ``_refs`` names is stored."""
+    rep = store.verify()
+    assert rep.ok, rep.as_dict()
+    for kind in store.record_kinds():
+        for _k, rec in store.records(kind):
+            for h in rec.get("_refs", ()):
+                assert h in store, f"a {kind} record names {h}, which is not stored"
