@@ -14,6 +14,9 @@ __all__ = [
     "DamagedObjectError",
     "MissingObjectError",
     "UnpicklableError",
+    "NotKeyableError",
+    "NotKeyable",
+    "UnstableKeyWarning",
     "UntrustedStoreError",
     "StoreDamageWarning",
     "locate_unpicklable",
@@ -67,6 +70,34 @@ class UnpicklableError(TypeError):
         super().__init__(msg)
         self.path = path
         self.type = type(obj)
+
+
+class NotKeyableError(UnpicklableError):
+    """A value has no key that stays true: a lazy value over files it does not say, a value bound to
+    live resources. Raised by the hashers for such types; the cache runs the call uncached and says why."""
+
+    def __init__(self, path: str, obj: Any, reason: str) -> None:
+        TypeError.__init__(self, f"{path}: {describe_object(obj)} cannot be part of a cache key: {reason}")
+        self.path = path
+        self.type = type(obj)
+        self.reason = reason
+
+
+class NotKeyable(Exception):
+    """Raised by a hasher (``register_hasher``) for a value that must not be keyed; ``reason`` says why.
+
+    The fingerprint turns it into :class:`NotKeyableError` naming where the value sits.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class UnstableKeyWarning(UserWarning):
+    """A type's fingerprint differs between a value and its copy: keys of it would never hit again.
+
+    Warned once per type, the first time a small value of the type is keyed in a process."""
 
 
 class UntrustedStoreError(CasmonError):

@@ -909,6 +909,7 @@ class VersionedFingerprinter(Fingerprinter):
         self.h = _xxh3_128()
         self.out = bytearray()
         self.stack = {}
+        self.fed = 0
         self.trackers: list[VersionTracker] = []
 
     def child(self) -> "VersionedFingerprinter":

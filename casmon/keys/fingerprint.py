@@ -22,7 +22,15 @@ Rules worth knowing:
   instances of local classes work too. Functions count by qualified name;
   lambdas and local functions have none and cannot be fingerprinted.
 * ``register_hasher(type, fn)``: ``fn(value)`` returns any value that is then
-  fingerprinted in its place (tagged with the type's name).
+  fingerprinted in its place (tagged with the type's name). The ML libraries
+  (torch, jax, scipy.sparse, pyarrow, polars, xarray, PIL, HF datasets) have
+  hashers of their own in :mod:`casmon.keys.libraries`, loaded the first time a
+  value of the library's is keyed (casmon never imports a library itself).
+* An object's attributes (the ``__dict__`` pickle sees) count by name, not by the
+  order they were set in.
+* The first time a type reaches the pickle-level rule in a process, a small value of
+  it is fingerprinted again, and its copy through pickle too: if they differ, one
+  :class:`casmon.errors.UnstableKeyWarning` names the type (its keys would never hit).
 """
 
 from __future__ import annotations
@@ -34,16 +42,19 @@ import struct
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import xxhash
 
+from casmon.keys import libraries
 from casmon.keys.digest import Digest
-from casmon.errors import UnpicklableError
+from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
-__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "Fingerprinter", "canonical_module", "qualified_name"]
+__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
+           "canonical_module", "qualified_name"]
 
 _pack_q = struct.Struct("<q").pack
 _pack_Q = struct.Struct("<Q").pack
@@ -54,6 +65,9 @@ _pack_dd = struct.Struct("<dd").pack
 _INLINE_LIMIT = 1 << 16
 #: Block size when an array must be copied into C order to be hashed.
 _BLOCK_BYTES = 8 << 20
+#: Tiles of a Fortran-ordered matrix copied into C order: this many bytes wide, rows high.
+_TILE_BYTES = 512
+_TILE_ROWS = 256
 
 _hashers: dict[type, Callable[[Any], Any]] = {}
 _hashers_lock = threading.Lock()
@@ -83,6 +97,24 @@ def unregister_hasher(typ: type) -> None:
         _Fingerprinter._user_cache.clear()
 
 
+def register_library_hasher(typ: type, fn: Callable[[Any], Any]) -> None:
+    """casmon's own hasher for a library's type (``casmon.keys.libraries``): one the user registered wins."""
+    with _hashers_lock:
+        if typ not in _hashers:
+            _hashers[typ] = fn
+        _Fingerprinter._user_cache.clear()
+
+
+class Concat:
+    """Bytes given in pieces, hashed as their concatenation: a hasher's way to make a value's
+    key independent of how its buffers are cut (an Arrow column's chunks)."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list[Any]) -> None:
+        self.pieces = [p if isinstance(p, np.ndarray) else np.frombuffer(p, np.uint8) for p in pieces]
+
+
 def canonical_module(name: str | None) -> str:
     """The module name casmon records for ``name``: the main script is ``__main__`` wherever it runs.
 
@@ -109,7 +141,7 @@ _KEY_MODULES = {
     "casmon.runs.capture": "casmon.capture", "casmon.cli.demo": "casmon.demo", "casmon.cli.ui": "casmon.ui.commands",
     "casmon.compat.importer": "casmon.importer", "casmon.store.manifest": "casmon.store",
     "casmon.store.records": "casmon.store", "casmon.store.lifecycle": "casmon.store",
-    "casmon.maintenance.gclock": "casmon.gc",
+    "casmon.maintenance.gclock": "casmon.gc", "casmon.keys.filedigest": "casmon.cache",
 }
 _KEY_PACKAGES = {"casmon.caching": "casmon.cache", "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",
                  "casmon.maintenance": "casmon.maintenance", "casmon.cli": "casmon.cli", "casmon.view": "casmon.display"}
@@ -170,12 +202,13 @@ class _Fingerprinter:
     # type -> hasher or None, resolved through the MRO once per type
     _user_cache: dict[type, Callable[[Any], Any] | None] = {}
 
-    __slots__ = ("h", "out", "stack")
+    __slots__ = ("h", "out", "stack", "fed")
 
     def __init__(self) -> None:
         self.h = xxhash.xxh3_128()
         self.out = bytearray()
         self.stack: dict[int, int] = {}  # id of containers being walked -> depth
+        self.fed = 0  # bytes passed to the hasher so far (plus len(out): the encoding's length)
 
     def child(self) -> "_Fingerprinter":
         """A fingerprinter of the same kind sharing this one's walk (for order-free parts)."""
@@ -185,6 +218,7 @@ class _Fingerprinter:
 
     def digest(self) -> Digest:
         if self.out:
+            self.fed += len(self.out)
             self.h.update(self.out)
             self.out.clear()
         return Digest.from_raw(self.h.digest())
@@ -192,8 +226,10 @@ class _Fingerprinter:
     def buffer(self, mv: Any) -> None:
         """Hash a large contiguous buffer without copying it."""
         if self.out:
+            self.fed += len(self.out)
             self.h.update(self.out)
             self.out.clear()
+        self.fed += memoryview(mv).nbytes
         self.h.update(mv)
 
     def feed_value(self, value: Any, root: str = "value") -> None:
@@ -202,6 +238,8 @@ class _Fingerprinter:
             self.feed(value)
         except _PathError as e:
             path = root + "".join(reversed(e.parts))
+            if isinstance(e.cause, NotKeyable):
+                raise NotKeyableError(path, e.obj, e.cause.reason) from None
             raise UnpicklableError(path, e.obj, e.cause) from None
 
     # -- dispatch ------------------------------------------------------------
@@ -214,7 +252,13 @@ class _Fingerprinter:
         user = self._user_hasher(t)
         if user is not None:
             self.out += b"H" + _len_prefixed(type_name(t))
-            self.feed(user(v))
+            try:
+                stand_in = user(v)
+            except _PathError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a hasher's failure names the value it was given
+                raise _PathError([], v, e) from e
+            self.feed(stand_in)
             return
         if isinstance(v, np.ndarray):
             self.ndarray(v)
@@ -262,6 +306,8 @@ class _Fingerprinter:
         except KeyError:
             pass
         fn = None
+        if libraries.ensure(t):
+            cache = self._user_cache  # loading a library's hashers cleared the cache
         if _hashers:
             for base in t.__mro__:
                 if base in _hashers:
@@ -414,11 +460,28 @@ class _Fingerprinter:
         if a.ndim == 0:
             self.out += a.tobytes()
             return
+        if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT:
+            self._transposed(a)
+            return
         row = a[0].nbytes or 1
         step = max(1, _BLOCK_BYTES // row)
         for start in range(0, a.shape[0], step):
             block = np.ascontiguousarray(a[start : start + step])
             self.buffer(block.reshape(-1).view(np.uint8))
+
+    def _transposed(self, a: np.ndarray) -> None:
+        """A Fortran-ordered matrix's C-order bytes, copied in tiles a few cache lines wide: a whole
+        row at a time would touch a page per element (3-4x the time of C order instead of 13x)."""
+        rows, cols = a.shape
+        width = max(1, _TILE_BYTES // a.dtype.itemsize)
+        height = max(1, min(rows, max(_TILE_ROWS, (1 << 20) // max(1, cols * a.dtype.itemsize))))
+        buf = np.empty((height, cols), a.dtype)
+        for start in range(0, rows, height):
+            block = a[start : start + height]
+            out = buf[: block.shape[0]]
+            for c in range(0, cols, width):
+                np.copyto(out[:, c : c + width], block[:, c : c + width])
+            self.buffer(out.reshape(-1).view(np.uint8))
 
     def ndarray_subclass(self, a: np.ndarray) -> None:
         """A subclass counts its type, its data, and the attributes its instances carry.
@@ -521,6 +584,11 @@ class _Fingerprinter:
         self.out += b"e"
         self.feed(dtype)
         arr = obj.array
+        arrow = getattr(arr, "_pa_array", None)  # pandas' Arrow-backed columns (pandas 3's default str)
+        if arrow is not None and "pyarrow" in _sys_modules:
+            libraries.ensure_module("pyarrow")
+            self.feed(arrow)
+            return
         codes = getattr(arr, "codes", None)
         if codes is not None and getattr(dtype, "name", "") == "category":
             self.ndarray(np.asarray(codes))
@@ -560,21 +628,36 @@ class _Fingerprinter:
             raise _PathError([], v, TypeError(f"__reduce_ex__ returned {type(rv).__name__}"))
         func, args, state, listitems, dictitems = (tuple(rv) + (None, None, None))[:5]
         self.out += b"O"
+        checking = type(v) not in _checked_types and _self_check_on
+        start = self.fed + len(self.out)
         try:
             self.feed(func)
             self.feed(args)
-            self.feed(state)
+            self.feed(_by_name(state))
             self.feed(None if listitems is None else list(listitems))
             self.feed(None if dictitems is None else list(dictitems))
         except _PathError as e:
             e.parts.append(f"<{type(v).__qualname__}>")
             raise
         del self.stack[id(v)]
+        if checking:
+            _checked_types.add(type(v))
+            if self.fed + len(self.out) - start <= SELF_CHECK_MAX:
+                _self_check(v)
 
     def picklebuffer(self, pb: pickle.PickleBuffer) -> None:
         raw = pb.raw()
         self.out += b"o" + _pack_Q(raw.nbytes)
         self.buffer(raw)
+
+    def concat(self, c: Concat) -> None:
+        self.out += b"C" + _pack_Q(sum(p.nbytes for p in c.pieces))
+        for p in c.pieces:
+            flat = p.reshape(-1).view(np.uint8) if p.flags.c_contiguous else np.ascontiguousarray(p).reshape(-1).view(np.uint8)
+            if flat.nbytes > _INLINE_LIMIT:
+                self.buffer(flat)
+            else:
+                self.out += flat.data
 
 
 def _global_name(obj: Any) -> bytes:
@@ -641,7 +724,55 @@ _DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
     frozenset: _Fingerprinter.frozenset_,
     np.ndarray: _Fingerprinter.ndarray,
     pickle.PickleBuffer: _Fingerprinter.picklebuffer,
+    Concat: _Fingerprinter.concat,
 }
+
+#: Values whose pickle-level encoding is at most this long are checked for a stable key (see _self_check).
+SELF_CHECK_MAX = 1 << 16
+_self_check_on = True
+_checked_types: set[type] = set()
+_warned_types: set[type] = set()
+
+
+def _by_name(state: Any) -> Any:
+    """An object's pickled state with its attributes by name (``__dict__`` order is the order they were set)."""
+    if type(state) is dict:
+        keys = list(state)
+        if all(type(k) is str for k in keys) and keys != sorted(keys):
+            return {k: state[k] for k in sorted(keys)}
+        return state
+    if type(state) is tuple and len(state) == 2 and (type(state[0]) is dict or type(state[1]) is dict):
+        return (_by_name(state[0]), _by_name(state[1]))  # (__dict__, slots)
+    return state
+
+
+def _self_check(v: Any) -> None:
+    """A type new to this process: its value, keyed again and after a pickle round trip (the value as
+    another process would rebuild it), must key the same.
+
+    Catches a pickle that names a pointer or a fresh object (torch storages and generators did),
+    which makes every key of the type a miss. Warns once per type; never raises.
+    """
+    global _self_check_on
+    _self_check_on = False  # the copies' own parts are not checked again
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            first, again = fingerprint(v), fingerprint(v)
+            twin = pickle.loads(pickle.dumps(v, protocol=5)) if first == again else None
+            same = first == again and (twin is None or fingerprint(twin) == first)
+    except Exception:  # noqa: BLE001 - a value that cannot be copied or keyed again: nothing to report
+        return
+    finally:
+        _self_check_on = True
+    t = type(v)
+    if not same and t not in _warned_types:
+        _warned_types.add(t)
+        name = f"{canonical_module(t.__module__)}.{t.__qualname__}"
+        how = "twice in a row" if first != again else "from their copies through pickle"
+        warnings.warn(f"casmon: values of {name} key differently {how}: calls taking one would never be cache "
+                      f"hits. Give the type a hasher with casmon.register_hasher({t.__qualname__}, fn), fn returning "
+                      "the fields that matter", UnstableKeyWarning, stacklevel=2)
 
 
 def fingerprint(value: Any) -> Digest:

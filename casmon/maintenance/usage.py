@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from casmon.errors import DamagedObjectError
+from casmon.errors import CasmonError, DamagedObjectError
+from casmon.keys.digest import Digest
 from casmon.maintenance import inventory, reach
 from casmon.maintenance.phases import Progress, quiet
 from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, read_header
@@ -35,14 +36,21 @@ def stats(store: Store, progress: Progress | None = None) -> StoreStats:
     inv = inventory.take(store, strict=False)
     values = {d: loc for d, loc in inv.packed.items() if loc.kind == KIND_VALUE}
     packed_chunks = {d: loc for d, loc in inv.packed.items() if loc.kind == KIND_CHUNK}
-    loose_keys = list(inv.loose.values())
-    headers = store.backend.get_ranges([(k, 0, FRAME_HEADER) for k in loose_keys]) if loose_keys else []
+    loose = list(inv.loose.items())
+    headers = store.backend.get_ranges([(k, 0, FRAME_HEADER) for _d, k in loose]) if loose else []
     loose_raw = 0
-    for k, h in zip(loose_keys, headers):
+    loose_values: list[Digest] = []  # large manifests are written loose, like chunks
+    for (d, k), h in zip(loose, headers):
         try:
-            loose_raw += read_header(h, k).raw_len if h is not None else 0
+            frame = read_header(h, k) if h is not None else None
         except DamagedObjectError:
-            pass
+            continue
+        if frame is None:
+            continue
+        if frame.kind == KIND_VALUE:
+            loose_values.append(d)
+        else:
+            loose_raw += frame.raw_len
     sizes: list[int] = []
     step = 4096  # batches, so that a bar moves on a store of a million files
     for i in range(0, max(len(inv.all_keys), 1), step):
@@ -55,14 +63,19 @@ def stats(store: Store, progress: Progress | None = None) -> StoreStats:
         by_area[area][0] += 1
         by_area[area][1] += n
     logical = sum(loc.size for loc in values.values())
+    for d in loose_values:
+        try:
+            logical += store.manifest(d).nbytes
+        except CasmonError:
+            pass
     chunk_bytes = sum(loc.size for loc in packed_chunks.values()) + loose_raw
     object_bytes = by_area["objects"][1] + by_area["packs"][1]
     records = {kind: store.table(kind).count() for kind in store.record_kinds()}
     damaged = sum(len(t.damaged) for _prefix, t in reach.tables(store))
     return StoreStats({  # a dict that shows itself (sizes in MiB, ratios rounded)
         "store": store.url,
-        "values": len(values),
-        "chunks": len(packed_chunks) + len(inv.loose),
+        "values": len(values) + len(loose_values),
+        "chunks": len(packed_chunks) + len(inv.loose) - len(loose_values),
         "loose_objects": len(inv.loose),
         "packs": len(inv.packs),
         "logical_bytes": logical,

@@ -24,7 +24,8 @@ from zarr.storage import MemoryStore
 
 from casmon.view import display
 from casmon.keys.digest import Digest
-from casmon.store.serialize import dtype_from_meta
+from casmon.store import libraries
+from casmon.store.serialize import dtype_from_meta, handler_named
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
@@ -167,9 +168,20 @@ def _metadata(dtype: np.dtype[Any], shape: tuple[int, ...], chunks: tuple[int, .
 
 def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     """A lazy read-only ``zarr.Array`` over the stored array ``manifest`` describes (reads only the chunks a slice touches)."""
-    if manifest.tag != "array":
-        raise TypeError(f"value {manifest.digest.hex()} is a {manifest.tag} value, not a numpy array")
     meta = manifest.meta
+    if manifest.tag == "handler" and len(manifest.parts) == 1:
+        # A handler whose value is one array of elements (a tensor) says how numpy sees them.
+        name = str(meta.get("handler"))
+        libraries.ensure_named(name)
+        try:
+            as_array = getattr(handler_named(name), "array_meta", None)
+        except LookupError:
+            as_array = None
+        if as_array is None:
+            raise TypeError(f"value {manifest.digest.hex()} was saved by handler {name!r}, not as an array")
+        meta = as_array(meta["meta"])
+    elif manifest.tag != "array":
+        raise TypeError(f"value {manifest.digest.hex()} is a {manifest.tag} value, not a numpy array")
     dtype = dtype_from_meta(meta["dtype"])
     shape = tuple(int(x) for x in meta["shape"])
     fortran = meta["order"] == "F" and len(shape) > 1

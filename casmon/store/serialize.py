@@ -22,10 +22,14 @@ Forms, by tag:
     ``trust=False`` still loads pickles that name no global at all (scalars,
     tuples, sets, dicts of them), which cannot run code.
 ``handler``
-    A value saved by a handler registered with :func:`register_handler`.
+    A value saved by a handler registered with :func:`register_handler`, or by
+    one of casmon's own for the ML libraries (:mod:`casmon.store.libraries`:
+    torch, jax, pyarrow, polars, PIL, HF datasets), loaded the first time a value
+    of that library is saved or loaded.
 
 Registered handler types nested inside a pickled value are saved as values of
-their own (``children``) and referenced from the pickle stream.
+their own (``children``) and referenced from the pickle stream, and so are
+strided numpy arrays (pickle would copy them into the stream).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import IO, Any, NoReturn, Protocol, runtime_checkable
 import numpy as np
 
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
+from casmon.store import libraries
 
 __all__ = [
     "Part",
@@ -53,6 +58,7 @@ __all__ = [
     "Handler",
     "ArrayHandler",
     "register_handler",
+    "register_library_handler",
     "unregister_handler",
     "handlers",
     "encode",
@@ -97,8 +103,12 @@ class Handler(Protocol):
     ``name`` is stored in the manifest and must stay the same across versions.
     ``encode`` returns ``(meta, buffers)`` -- ``meta`` JSON-able, ``buffers`` a
     list of bytes-like objects -- or ``None`` to decline (the value is then
-    pickled). ``decode(meta, buffers)`` gets writable ``numpy.uint8`` buffers
-    that it may keep.
+    pickled). A buffer may be a :class:`Part` to choose how it is stored: with
+    ``numeric=True`` it takes the array codec, byte-shuffled by ``typesize``, with
+    chunk boundaries on multiples of ``row_bytes``. ``decode(meta, buffers)`` gets
+    writable ``numpy.uint8`` buffers that it may keep. A handler with a true
+    ``safe`` attribute builds values from data alone, without running code the
+    store names, and also loads from a store opened with ``trust=False``.
     """
 
     name: str
@@ -140,6 +150,8 @@ def dtype_from_meta(descr: str) -> np.dtype[Any]:
 
 
 _handlers: dict[type, Handler] = {}
+#: Types the pickler meets most: never a handler's (saves a lookup per object).
+_PLAIN = frozenset({str, bytes, int, float, bool, tuple, list, dict, set, frozenset, type(None), complex, bytearray})
 _handlers_by_name: dict[str, Handler] = {}
 _lock = threading.Lock()
 
@@ -159,6 +171,28 @@ def register_handler(typ: type, handler: Handler) -> None:
     with _lock:
         _handlers[typ] = handler
         _handlers_by_name[handler.name] = handler
+        _declined.discard(typ)
+
+
+def register_library_handler(typ: type, handler: Handler) -> None:
+    """casmon's own handler for a library's type (:mod:`casmon.store.libraries`): one the user registered wins."""
+    with _lock:
+        if typ not in _handlers:
+            _handlers[typ] = handler
+            _handlers_by_name.setdefault(handler.name, handler)
+
+
+def handler_for(t: type) -> Handler | None:
+    """The handler that saves values of exactly type ``t``, loading casmon's own for ML libraries on first use."""
+    h = _handlers.get(t)
+    if h is None and t not in _declined and libraries.ensure(t):
+        h = _handlers.get(t)
+    if h is None:
+        _declined.add(t)
+    return h
+
+
+_declined: set[type] = set()
 
 
 def unregister_handler(typ: type) -> None:
@@ -241,10 +275,12 @@ def _jsonable(v: Any, budget: list[int], depth: int = 0) -> bool:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file: IO[bytes], children: list[Any], buffers: list[pickle.PickleBuffer]) -> None:
+    def __init__(self, file: IO[bytes], children: list[Any], buffers: list[pickle.PickleBuffer], root: Any) -> None:
         super().__init__(file, protocol=5, buffer_callback=self._oob)
         self._children = children
         self._buffers = buffers
+        self._root = root  # a value its handler declined is pickled itself, not made its own child
+        self._child_ids: dict[int, int] = {}  # one child per object: a tensor a module and its optimizer share stays one
 
     def _oob(self, pb: pickle.PickleBuffer) -> bool:
         raw = pb.raw()
@@ -255,16 +291,24 @@ class _Pickler(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> int | None:
         t = type(obj)
-        if t is np.ndarray or t not in _handlers:
+        if t is np.ndarray:
+            # A strided array would be copied into the stream: it is stored as an array of its own.
+            if obj.flags.c_contiguous or obj.flags.f_contiguous or obj.nbytes < OOB_MIN or obj.dtype.hasobject:
+                return None
+        elif obj is self._root or t in _PLAIN or handler_for(t) is None:
             return None
-        self._children.append(obj)
+        known = self._child_ids.get(id(obj))
+        if known is not None:
+            return known
+        self._children.append(obj)  # holds obj, so its id is not reused while pickling
+        self._child_ids[id(obj)] = len(self._children) - 1
         return len(self._children) - 1
 
 
 def encode(value: Any, root: str = "value") -> Encoded:
     """Turn ``value`` into an :class:`Encoded`; raises :class:`UnpicklableError` naming the bad part."""
     t = type(value)
-    h = _handlers.get(t)
+    h = _handlers.get(t) or handler_for(t)
     if h is not None:
         res = h.encode(value)
         if res is not None:
@@ -278,7 +322,7 @@ def encode(value: Any, root: str = "value") -> Encoded:
                 else:
                     row = a.nbytes // a.shape[-1]
                 return Encoded("array", meta, parts=[as_part(a, True, row)], nbytes=a.nbytes)
-            parts = [as_part(b, False) for b in bufs]
+            parts = [b if isinstance(b, Part) else as_part(b, False) for b in bufs]
             return Encoded("handler", {"handler": h.name, "meta": meta}, parts=parts, nbytes=sum(p.data.nbytes for p in parts))
     if t in (bytes, bytearray) and len(value) >= BYTES_MIN:
         return Encoded("bytes", {"type": t.__name__}, parts=[as_part(value, False)], nbytes=len(value))
@@ -295,7 +339,7 @@ def encode(value: Any, root: str = "value") -> Encoded:
     buffers: list[pickle.PickleBuffer] = []
     f = io.BytesIO()
     try:
-        _Pickler(f, children, buffers).dump(value)
+        _Pickler(f, children, buffers, value).dump(value)
     except RecursionError:
         raise TypeError(f"{root} is nested too deeply to pickle (Python's recursion limit, {sys.getrecursionlimit()})") from None
     except Exception as e:  # noqa: BLE001 - find and name the part that failed
@@ -354,6 +398,7 @@ class _ChildUnpickler(pickle.Unpickler):
                  load_child: Callable[[int], Any] | None) -> None:
         super().__init__(file, buffers=buffers)
         self._load_child = load_child
+        self._loaded: dict[int, Any] = {}  # a child named twice is one object, as it was when saved
 
     def find_class(self, module: str, name: str) -> Any:
         return super().find_class(MOVED_CLASSES.get((module, name)) or MOVED_MODULES.get(module, module), name)
@@ -361,7 +406,9 @@ class _ChildUnpickler(pickle.Unpickler):
     def persistent_load(self, pid: Any) -> Any:
         if self._load_child is None or type(pid) is not int:
             raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
-        return self._load_child(pid)
+        if pid not in self._loaded:
+            self._loaded[pid] = self._load_child(pid)
+        return self._loaded[pid]
 
 
 #: Errors a malformed (crafted or damaged) stream or manifest raises while it is decoded.
@@ -382,10 +429,13 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
     if tag == "handler":
         name = enc.meta.get("handler") if isinstance(enc.meta, dict) else None
         h = _handlers_by_name.get(name) if isinstance(name, str) else None
+        if h is None and isinstance(name, str):
+            libraries.ensure_named(name)
+            h = _handlers_by_name.get(name)
         if h is None:
             raise StoreFormatError(f"{key} was saved by handler {name!r}, which is not registered in this process; "
                                    "register it (casmon.register_handler) before loading this value")
-        if not trusted and h.name != ArrayHandler.name:
+        if not trusted and h.name != ArrayHandler.name and getattr(h, "safe", False) is not True:
             raise UntrustedStoreError(f"{key} is loaded by handler {name!r}, which runs code on data from the store; "
                                       "the store was opened with trust=False")
     try:

@@ -413,7 +413,7 @@ def test_files_count_by_content(store, tmp_path):
 
 
 def test_a_hit_on_an_unchanged_file_does_not_read_it(store, tmp_path, monkeypatch):
-    cm = importlib.import_module("casmon.caching.files")
+    cm = importlib.import_module("casmon.keys.filedigest")
     monkeypatch.setattr(cm, "_RACY_NS", 0)  # trust a stat taken just after the write (the 2 s guard is tested below)
 
     @casmon.cache(store=store, files=["path"])
@@ -438,7 +438,7 @@ def test_a_hit_on_an_unchanged_file_does_not_read_it(store, tmp_path, monkeypatc
 
 
 def test_a_file_changed_moments_ago_is_hashed_again(store, tmp_path):
-    cm = importlib.import_module("casmon.caching.files")
+    cm = importlib.import_module("casmon.keys.filedigest")
     p = tmp_path / "fresh.txt"
     p.write_text("abc")
     d = cm.file_digest(p)

@@ -1,0 +1,58 @@
+"""Storage for the ML libraries' values as chunked numeric buffers, loaded once the user has the library.
+
+A module here registers :class:`casmon.store.serialize.Handler` s for one library's
+types: tensors, jax arrays, Arrow tables, polars frames, PIL images and HF datasets
+go into the chunked, deduplicated path numpy arrays take, so an equal value is stored
+once and a checkpoint shares its unchanged tensors. :func:`ensure` loads a module the
+first time a value of its library is saved; :func:`ensure_named` the first time a
+value it saved is loaded (which imports the library: the value is one of its objects).
+A handler the user registered for the same type wins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from typing import Any
+
+__all__ = ["ensure", "ensure_named", "MODULES"]
+
+#: A type's top-level module -> the module here that stores that library's values.
+MODULES = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil",
+           "datasets": "hf"}
+#: A handler name's first component -> its module (handler names are stored in manifests).
+_BY_HANDLER = {"torch": "torch", "jax": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil", "datasets": "hf"}
+_loaded: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def _module(name: str) -> Any:
+    with _lock:
+        if name not in _loaded:
+            try:
+                _loaded[name] = importlib.import_module(f"casmon.store.libraries.{name}")
+            except Exception:  # noqa: BLE001 - a library version these handlers do not fit: its values are pickled
+                _loaded[name] = None
+        return _loaded[name]
+
+
+def ensure(t: type) -> bool:
+    """Register the handler for ``t`` if a module here stores its library's values; True if one was added."""
+    top = (t.__module__ or "").partition(".")[0]
+    name = MODULES.get(top)
+    if name is None or top not in sys.modules:
+        return False
+    mod = _module(name)
+    return mod is not None and bool(mod.register_for(t))
+
+
+def ensure_named(handler: str) -> None:
+    """Load the module whose handler is named ``handler`` (read from a manifest), if there is one."""
+    name = _BY_HANDLER.get(handler.partition(".")[0])
+    if name is not None:
+        try:
+            importlib.import_module(handler.partition(".")[0])
+        except ImportError:
+            return
+        _module(name)

@@ -1,0 +1,52 @@
+"""PIL: images (``PIL.Image.Image`` exactly) as mode, size, palette, ``info`` and one buffer of pixels.
+
+Images opened from files (``PngImageFile``, ...) are pickled as PIL pickles them, so
+they keep their class; so are images whose ``info`` is not plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from casmon.store.serialize import Part, register_library_handler
+
+__all__ = ["ImageHandler"]
+
+
+class ImageHandler:
+    name = "PIL.Image"
+    safe = True  # pixels from bytes, a mode and size checked by PIL
+
+    def encode(self, im: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        info = dict(im.info)
+        try:
+            if json.loads(json.dumps(info)) != info:
+                return None
+        except (TypeError, ValueError):
+            return None
+        pixels = np.frombuffer(im.tobytes(), np.uint8)
+        palette = im.getpalette() if im.mode in ("P", "PA") else None
+        meta = {"mode": im.mode, "size": list(im.size), "palette": palette, "info": info}
+        return meta, [Part(pixels.data, row_bytes=max(1, pixels.nbytes // max(1, im.size[1])), numeric=True)]
+
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+        width, height = (int(n) for n in meta["size"])
+        im = Image.frombytes(str(meta["mode"]), (width, height), buffers[0].tobytes())
+        if meta.get("palette") is not None:
+            im.putpalette([int(x) for x in meta["palette"]])
+        im.info.update(meta.get("info") or {})
+        return im
+
+
+_HANDLER = ImageHandler()
+
+
+def register_for(t: type) -> bool:
+    if t is Image.Image:
+        register_library_handler(t, _HANDLER)
+        return True
+    return False

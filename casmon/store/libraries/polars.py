@@ -1,0 +1,47 @@
+"""polars: frames and series in polars' own IPC form (uncompressed), so every polars dtype comes back."""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from casmon.store.serialize import Part, register_library_handler
+
+__all__ = ["PolarsHandler"]
+
+
+class PolarsHandler:
+    name = "polars.DataFrame"
+
+    def encode(self, v: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        if isinstance(v, pl.Series):
+            kind, df = "series", v.to_frame()
+        elif isinstance(v, pl.DataFrame):
+            kind, df = "frame", v
+        else:
+            return None
+        f = io.BytesIO()
+        df.write_ipc(f, compression="uncompressed")
+        return {"kind": kind}, [Part(f.getbuffer().cast("B"), numeric=True, typesize=8)]
+
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+        pa = sys.modules.get("pyarrow")  # polars' reader copies a buffer it is given; Arrow's maps it in place
+        if pa is not None:
+            df = pl.from_arrow(pa.ipc.open_file(pa.py_buffer(buffers[0])).read_all())
+        else:
+            df = pl.read_ipc(io.BytesIO(buffers[0].tobytes()))
+        return df.to_series(0) if meta.get("kind") == "series" else df
+
+
+_HANDLER = PolarsHandler()
+
+
+def register_for(t: type) -> bool:
+    if t in (pl.DataFrame, pl.Series):
+        register_library_handler(t, _HANDLER)
+        return True
+    return False

@@ -1,0 +1,94 @@
+"""torch: dense tensors and parameters as one numeric buffer of their elements.
+
+Stored: dtype, shape, device, ``requires_grad`` and whether it is a ``Parameter``; the
+elements in C order, chunked and shuffled by element size like a numpy array, so
+equal tensors are stored once. A tensor comes back on the device it was saved from.
+Where that device does not exist, loading raises :class:`TorchDeviceError` saying
+so, unless ``CASMON_MAP_LOCATION`` names a device to load it on instead (``cpu``),
+as ``torch.load(map_location=...)`` would. Sparse, quantized and subclassed tensors,
+and tensors with Python attributes, are pickled (their dense parts still go here).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from casmon.errors import CasmonError
+from casmon.keys.libraries.torch import element_bytes
+from casmon.store.serialize import Part, register_library_handler
+
+__all__ = ["TensorHandler", "TorchDeviceError", "MAP_LOCATION_ENV"]
+
+MAP_LOCATION_ENV = "CASMON_MAP_LOCATION"
+
+
+class TorchDeviceError(CasmonError):
+    """A stored tensor's device does not exist in this process."""
+
+
+def _dtype(name: str) -> torch.dtype:
+    d = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if not isinstance(d, torch.dtype):
+        raise ValueError(f"{name!r} is not a torch dtype")
+    return d
+
+
+class TensorHandler:
+    """Dense, strided tensors (``torch.Tensor`` and ``torch.nn.Parameter`` exactly)."""
+
+    name = "torch.Tensor"
+    safe = True  # builds a tensor from bytes and a checked dtype name: no code from the store runs
+
+    def encode(self, t: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta" or t.__dict__:
+            return None
+        data = element_bytes(t)
+        shape = list(t.shape)
+        itemsize = t.element_size()
+        meta = {"dtype": str(t.dtype).removeprefix("torch."), "shape": shape, "device": str(t.device),
+                "grad": bool(t.requires_grad), "param": type(t) is torch.nn.Parameter}
+        row = data.nbytes // shape[0] if shape and shape[0] else max(1, data.nbytes)
+        ts = itemsize if itemsize in (1, 2, 4, 8, 16) else 1
+        return meta, [Part(data.data, row_bytes=max(1, row), typesize=ts, numeric=True)]
+
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+        dtype = _dtype(meta["dtype"])
+        shape = tuple(int(n) for n in meta["shape"])
+        buf = buffers[0]
+        t = torch.from_numpy(buf).view(dtype).reshape(shape) if buf.size else torch.empty(shape, dtype=dtype)
+        device = str(meta.get("device", "cpu"))
+        if device != "cpu":
+            target = os.environ.get(MAP_LOCATION_ENV) or device
+            try:
+                t = t.to(target)
+            except (RuntimeError, AssertionError, ValueError) as e:
+                raise TorchDeviceError(
+                    f"this tensor was saved on {device}, which this process cannot use ({type(e).__name__}: "
+                    f"{str(e)[:120]}); set {MAP_LOCATION_ENV}=cpu (or another device) to load it there") from None
+        if meta.get("param"):
+            return torch.nn.Parameter(t, requires_grad=bool(meta.get("grad")))
+        if meta.get("grad"):
+            t.requires_grad_(True)
+        return t
+
+    def array_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """The numpy form of the stored elements, for lazy reads (``Store.open_array``)."""
+        dtype = _dtype(meta["dtype"])
+        if dtype == torch.bfloat16:
+            raise TypeError("a bfloat16 tensor has no numpy dtype to open it lazily with; load it with get()")
+        return {"dtype": repr(np.lib.format.dtype_to_descr(torch.empty(0, dtype=dtype).numpy().dtype)),
+                "shape": meta["shape"], "order": "C"}
+
+
+_HANDLER = TensorHandler()
+
+
+def register_for(t: type) -> bool:
+    if t in (torch.Tensor, torch.nn.Parameter):
+        register_library_handler(t, _HANDLER)
+        return True
+    return False
