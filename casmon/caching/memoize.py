@@ -499,6 +499,10 @@ class CacheState:
             return self._unreadable(key, d, e)
         except DamagedObjectError as e:
             return self._unreadable(key, d, e)
+        except CasmonError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a handler or a class's __setstate__ cannot rebuild it here: compute
+            return self._unreadable(key, d, f"it cannot be loaded: {type(e).__name__}: {e}")
         self._remember(key, d)
         self.hits += 1
         _usage(self.store).hit(key, self.name)

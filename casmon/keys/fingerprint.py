@@ -633,7 +633,7 @@ class _Fingerprinter:
         try:
             self.feed(func)
             self.feed(args)
-            self.feed(_by_name(state))
+            self.feed(_by_name(state) if getattr(type(v), "__getstate__", None) is _default_getstate else state)
             self.feed(None if listitems is None else list(listitems))
             self.feed(None if dictitems is None else list(dictitems))
         except _PathError as e:
@@ -734,15 +734,20 @@ _checked_types: set[type] = set()
 _warned_types: set[type] = set()
 
 
+_default_getstate = object.__getstate__
+
+
 def _by_name(state: Any) -> Any:
-    """An object's pickled state with its attributes by name (``__dict__`` order is the order they were set)."""
+    """The default pickled state (``__dict__``, or ``(__dict__, slots)``) with attributes by name: ``__dict__``
+    order is the order they were set in. Called only for classes without their own ``__getstate__``, whose
+    state's order may mean something."""
     if type(state) is dict:
         keys = list(state)
         if all(type(k) is str for k in keys) and keys != sorted(keys):
             return {k: state[k] for k in sorted(keys)}
         return state
-    if type(state) is tuple and len(state) == 2 and (type(state[0]) is dict or type(state[1]) is dict):
-        return (_by_name(state[0]), _by_name(state[1]))  # (__dict__, slots)
+    if type(state) is tuple and len(state) == 2 and type(state[1]) is dict:  # (__dict__ or None, slots)
+        return (_by_name(state[0]), _by_name(state[1]))
     return state
 
 

@@ -88,3 +88,25 @@ def test_a_memory_mapped_dataset_edited_in_place_is_not_a_stale_hit(store, tmp_p
         f.seek(raw.index(needle))
         f.write(np.array([4, 5, 6], np.int64).tobytes())
     assert total(datasets.load_from_disk(folder)) == 15
+
+
+class Fragile:
+    def __init__(self, n):
+        self.n = n
+
+    def __setstate__(self, state):
+        raise RuntimeError("cannot be rebuilt here")
+
+
+def test_a_cached_result_that_cannot_be_loaded_is_computed_again(store):
+    calls = []
+
+    @casmon.cache(store=store)
+    def make(n):
+        calls.append(n)
+        return Fragile(n)
+
+    make(1)
+    with pytest.warns(CacheWarning, match="cannot be loaded"):
+        assert make(1).n == 1
+    assert calls == [1, 1]

@@ -332,3 +332,71 @@ def test_equal_keys_mean_values_a_function_cannot_tell_apart(family, data):
     a, b = data.draw(strategy, label="a"), data.draw(strategy, label="b")
     if fp(a) == fp(b):
         assert same(a, b), f"fingerprint collision between values a function can tell apart:\n{a!r}\n{b!r}"
+
+
+# -- near-misses found by attacking the keys ----------------------------------------------------------------
+def test_what_a_function_can_see_beyond_the_values_counts():
+    jnp = pytest.importorskip("jax.numpy")
+    assert fp(jnp.asarray(1.0)) != fp(jnp.float32(1.0)), "weak_type changes what arithmetic gives"
+    a = xr.DataArray(np.arange(3.0), coords={"x": [1, 2, 3]}, dims="x")
+    assert fp(a) != fp(a.drop_indexes("x")), "indexes count"
+    s = pl.Series([3, 1, 2])
+    assert fp(s) != fp(s.set_sorted()), "polars' sorted flag changes max()"
+    rgb, rgba = Image.new("P", (1, 1)), Image.new("P", (1, 1))
+    rgb.putpalette([10, 20, 30] * 256)
+    rgba.putpalette([10, 20, 30, 0] * 256, rawmode="RGBA")
+    assert fp(rgb) != fp(rgba), "a palette's alpha counts"
+
+
+def test_an_order_a_getstate_gives_counts():
+    class Recent:
+        def __init__(self, keys):
+            self.d = dict.fromkeys(keys)
+
+        def __getstate__(self):
+            return dict(self.d)  # its order is its meaning (oldest first)
+
+        def __setstate__(self, state):
+            self.d = state
+
+    assert fp(Recent("xy")) != fp(Recent("yx"))
+
+
+@needs_torch
+def test_strided_tensors_and_gradients_key_by_content():
+    t = torch.arange(10.0)
+    assert fp(t[::2]) == fp(t[::2].clone()) == fp(torch.tensor([0.0, 2, 4, 6, 8]))
+    assert fp(torch.ones(1).expand(4)) == fp(torch.ones(4))
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    assert fp(z.imag) == fp(torch.tensor([2.0, -1.0]))
+    g = torch.ones(2, requires_grad=True)
+    h = torch.ones(2, requires_grad=True)
+    g.grad = torch.ones(2)
+    assert fp(g) != fp(h), "a leaf's .grad counts"
+
+
+def test_arrow_values_under_nulls_and_views_do_not_count():
+    pc = pytest.importorskip("pyarrow.compute")
+    filled = pc.if_else(pa.array([True, False]), pa.array([5, 7]), pa.scalar(None, pa.int64()))
+    assert fp(filled) == fp(pa.array([5, None]))
+    s = pc.if_else(pa.array([True, False]), pa.array(["a", "bcd"]), pa.scalar(None, pa.string()))
+    assert fp(s) == fp(pa.array(["a", None]))
+    if hasattr(pa, "string_view"):
+        v = pa.array(["abc", "de", "f"], pa.string_view())
+        assert fp(v.slice(1)) == fp(pa.array(["de", "f"], pa.string_view()))
+        assert fp(v) != fp(pa.array(["abc", "de", "f"], pa.large_string())), "the type still counts"
+
+
+def test_file_backed_arrow_and_streaming_datasets_are_not_keyed(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    pds = pytest.importorskip("pyarrow.dataset")
+    p = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1, 2]}), p)
+    for lazy in (pds.dataset(p), pq.ParquetFile(p)):
+        with pytest.raises(NotKeyableError):
+            fp(lazy)
+    datasets = pytest.importorskip("datasets")
+    j = tmp_path / "d.jsonl"
+    j.write_text('{"a": 1}\n')
+    with pytest.raises(NotKeyableError, match="IterableDataset"):
+        fp(datasets.load_dataset("json", data_files=str(j), split="train", streaming=True))

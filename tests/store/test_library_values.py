@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.errors import UntrustedStoreError
+from casmon.errors import UnpicklableError, UntrustedStoreError
 from casmon.maintenance.usage import stats
 
 torch = pytest.importorskip("torch") if sys.version_info < (3, 12) else None
@@ -142,3 +142,36 @@ def test_stats_count_values_written_loose(store):
     store.flush()
     st = stats(store)
     assert st["values"] == 1 and st["logical_bytes"] > 1 << 20
+
+
+def test_empty_and_chunked_arrow_values_come_back(store):
+    for v in [pa.array([], pa.int64()), pa.record_batch([pa.array([], pa.int64())], names=["a"]),
+              pa.chunked_array([pa.array([], pa.int64())]), pa.chunked_array([[1, 2], [], [3]])]:
+        back = store.get(store.put(v))
+        assert type(back) is type(v) and back.equals(v)
+        if isinstance(v, pa.ChunkedArray):
+            assert [len(c) for c in back.chunks] == [len(c) for c in v.chunks]
+
+
+def test_weak_and_zero_dimensional_jax_arrays_and_sorted_polars_columns_come_back(store):
+    jnp = pytest.importorskip("jax.numpy")
+    for v in (jnp.float32(1.0), jnp.asarray(2.0), jnp.arange(3)):
+        back = store.get(store.put(v))
+        assert back.shape == v.shape and back.dtype == v.dtype and back.weak_type == v.weak_type
+    s = pl.Series("n", [1, 2, 3]).set_sorted()
+    assert store.get(store.put(s)).flags["SORTED_ASC"]
+    with pytest.raises(UnpicklableError):  # polars can neither write nor pickle it: a clear error, not polars'
+        store.put(pl.Series("o", [object()], dtype=pl.Object))
+
+
+def test_an_rgba_palette_comes_back_with_its_alpha(store):
+    im = Image.new("P", (1, 1))
+    im.putpalette([10, 20, 30, 0] * 256, rawmode="RGBA")
+    assert store.get(store.put(im)).convert("RGBA").getpixel((0, 0)) == (10, 20, 30, 0)
+
+
+@needs_torch
+def test_strided_tensors_are_stored(store):
+    t = torch.arange(10.0)
+    for v in (t[::2], torch.ones(1).expand(4), torch.tensor([1 + 2j]).imag):
+        assert torch.equal(store.get(store.put(v)), v)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+from typing import Any
 
 __all__ = ["ensure", "ADAPTERS"]
 
@@ -22,36 +23,40 @@ ADAPTERS = {
     "torch": "torch", "jax": "jax", "jaxlib": "jax", "scipy": "scipy", "pyarrow": "arrow", "polars": "polars",
     "xarray": "xarray", "PIL": "pil", "datasets": "hf", "dask": "dask",
 }
-_loaded: set[str] = set()
+_loaded: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def ensure(t: type) -> bool:
-    """Load the hashers of the library ``t`` comes from, once; True if one was loaded now."""
-    top = (t.__module__ or "").partition(".")[0]
-    name = ADAPTERS.get(top)
-    if name is None or name in _loaded or top not in sys.modules:
-        return False
+def _module(name: str) -> tuple[Any, bool]:
+    """``(module or None, loaded just now)``."""
     with _lock:
         if name in _loaded:
-            return False
-        _loaded.add(name)
-        _load(name)
-    return True
+            return _loaded[name], False
+        try:
+            _loaded[name] = importlib.import_module(f"casmon.keys.libraries.{name}")
+        except Exception:  # noqa: BLE001 - a library version these hashers do not fit: its values key as pickle sees them
+            _loaded[name] = None
+        return _loaded[name], True
+
+
+def ensure(t: type) -> bool:
+    """Load the hashers of the library ``t`` comes from; True if a hasher may have been added now.
+
+    Called once per type. A module's ``register_for(t)`` adds hashers for types of parts of its
+    library the user imported after the module was loaded (``pyarrow.dataset``).
+    """
+    top = (t.__module__ or "").partition(".")[0]
+    name = ADAPTERS.get(top)
+    if name is None or top not in sys.modules:
+        return False
+    mod, now = _module(name)
+    hook = getattr(mod, "register_for", None)
+    added = bool(hook is not None and hook(t))
+    return now or added
 
 
 def ensure_module(top: str) -> None:
     """Load the hashers for library ``top`` (an already imported top-level module), once."""
     name = ADAPTERS.get(top)
-    if name is not None and name not in _loaded and top in sys.modules:
-        with _lock:
-            if name not in _loaded:
-                _loaded.add(name)
-                _load(name)
-
-
-def _load(name: str) -> None:
-    try:
-        importlib.import_module(f"casmon.keys.libraries.{name}")
-    except Exception:  # noqa: BLE001 - a library version these hashers do not fit: its values key as pickle sees them
-        pass
+    if name is not None and top in sys.modules:
+        _module(name)

@@ -1,7 +1,8 @@
 """pyarrow: arrays, chunked arrays, record batches and tables by their values, not their layout.
 
 A column counts by its type (with field names, nullability and metadata), its length,
-its nulls and its values, read from its buffers at the slice's own offset: a slice
+its nulls and its values (what sits under a null does not count), read from its
+buffers at the slice's own offset: a slice
 costs its own size and never counts its parent's bytes, and how a column is cut into
 chunks does not count. Fixed-width and string/binary columns are hashed in place;
 other types (nested, dictionary, view types) through Arrow's IPC form of the column
@@ -10,11 +11,14 @@ combined into one chunk, which writes exactly the slice's values.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from casmon.errors import NotKeyable
 from casmon.keys.fingerprint import Concat, register_library_hasher
 
 __all__ = ["column_key", "table_key"]
@@ -31,15 +35,24 @@ def type_key(t: Any) -> Any:
     return (str(t), tuple(fields))
 
 
+def _valid(c: Any) -> np.ndarray[Any, Any]:
+    return np.asarray(c.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _validity(chunks: list[Any]) -> Any:
-    return Concat([np.asarray(c.is_valid().to_numpy(zero_copy_only=False)).view(_u8) for c in chunks])
+    return Concat([_valid(c).view(_u8) for c in chunks])
 
 
 def _fixed(chunks: list[Any], width: int) -> Concat:
     out = []
     for c in chunks:
         buf = c.buffers()[1]
-        out.append(np.frombuffer(buf, _u8, count=len(c) * width, offset=c.offset * width) if len(c) else np.empty(0, _u8))
+        data = np.frombuffer(buf, _u8, count=len(c) * width, offset=c.offset * width) if len(c) else np.empty(0, _u8)
+        if c.null_count:  # what sits under a null is not part of the value: zeros
+            rows = data.reshape(len(c), width).copy()
+            rows[~_valid(c)] = 0
+            data = rows.reshape(-1)
+        out.append(data)
     return Concat(out)
 
 
@@ -70,6 +83,13 @@ def column_key(col: Any) -> Any:
     t = col.type
     head = (type_key(t), len(col), col.null_count)
     nulls = _validity(chunks) if col.null_count else None
+    view = _VIEWS.get(str(t))
+    if view is not None:  # views lay the same strings out many ways: key them as the plain large type
+        chunks = [c.cast(view) for c in chunks]
+        t = view
+    if nulls is not None and (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+                              or pa.types.is_large_binary(t)):
+        chunks = [pc.if_else(c.is_valid(), c, pa.scalar(b"" if "binary" in str(t) else "", t)) for c in chunks]
     if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t) or pa.types.is_decimal(t)
             or pa.types.is_fixed_size_binary(t)) and t.bit_width % 8 == 0:
         return head + (nulls, _fixed(chunks, t.bit_width // 8))
@@ -91,6 +111,29 @@ def table_key(tab: Any) -> Any:
     return (tuple((f.name, f.nullable, dict(f.metadata or {})) for f in schema), dict(schema.metadata or {}),
             tab.num_rows, tuple(column_key(c) for c in tab.columns))
 
+
+def _file_backed(v: Any) -> Any:
+    raise NotKeyable("an Arrow dataset or Parquet file reads its files only when asked, so no key can see them "
+                     "change; pass what it reads (.to_table(), .read()), or name its files with files=")
+
+
+def register_for(t: type) -> bool:
+    """File-backed Arrow types, from modules the user may import after this one was loaded."""
+    lazy = []
+    ds = sys.modules.get("pyarrow.dataset")
+    if ds is not None:
+        lazy.append(ds.Dataset)
+    pq = sys.modules.get("pyarrow.parquet")
+    if pq is not None:
+        lazy += [getattr(pq, n) for n in ("ParquetDataset", "ParquetFile") if hasattr(pq, n)]
+    for cls in lazy:
+        if issubclass(t, cls):
+            register_library_hasher(cls, _file_backed)
+            return True
+    return False
+
+
+_VIEWS = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}
 
 register_library_hasher(pa.Array, column_key)
 register_library_hasher(pa.ChunkedArray, column_key)

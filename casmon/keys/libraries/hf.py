@@ -12,6 +12,7 @@ from typing import Any
 
 import datasets
 
+from casmon.errors import NotKeyable
 from casmon.keys.fingerprint import register_library_hasher
 from casmon.keys.libraries.arrow import table_key
 
@@ -24,4 +25,10 @@ def _dataset_key(ds: Any) -> Any:
             table_key(ds.data.table), None if indices is None else table_key(indices.table))
 
 
+def _streaming_key(ds: Any) -> Any:
+    raise NotKeyable("an IterableDataset reads its files only while it is iterated, so no key can see them change; "
+                     "pass a Dataset (load_dataset without streaming), or name its files with files=")
+
+
 register_library_hasher(datasets.Dataset, _dataset_key)
+register_library_hasher(datasets.IterableDataset, _streaming_key)

@@ -1,4 +1,4 @@
-"""PIL: images by class, mode, size, pixels, palette and ``info`` (by key name)."""
+"""PIL: images by class, mode, size, pixels, palette (with its mode: RGB or RGBA) and ``info`` (by key name)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ __all__: list[str] = []
 
 def _image_key(im: Any) -> Any:
     pixels = np.frombuffer(im.tobytes(), np.uint8)  # loads a lazily opened file: its pixels are what count
-    palette = im.getpalette() if im.mode in ("P", "PA") else None
-    return (im.mode, tuple(im.size), palette, dict(sorted(im.info.items())), pixels)
+    palette = None
+    if im.mode in ("P", "PA") and im.palette is not None:
+        palette = (im.palette.mode, im.getpalette(rawmode=im.palette.mode))
+    info = sorted(im.info.items(), key=lambda kv: (type(kv[0]).__name__, str(kv[0])))
+    return (im.mode, tuple(im.size), palette, info, pixels)
 
 
 register_library_hasher(Image.Image, _image_key)

@@ -1,4 +1,4 @@
-"""polars: frames and series by their columns' Arrow buffers (see :mod:`.arrow`) and their polars dtypes.
+"""polars: frames and series by their columns' Arrow buffers (see :mod:`.arrow`), polars dtypes and flags (sorted).
 
 A ``LazyFrame`` is not keyed: it reads its sources when collected, and a key made of
 its plan would not see a file change under it. The call runs uncached, with one
@@ -18,12 +18,17 @@ from casmon.keys.libraries.arrow import column_key, table_key
 __all__: list[str] = []
 
 
+def _flags(s: Any) -> Any:
+    return tuple(sorted(s.flags.items()))
+
+
 def _frame_key(df: Any) -> Any:
-    return (tuple((name, str(dt)) for name, dt in df.schema.items()), table_key(df.to_arrow()))
+    return (tuple((name, str(dt)) for name, dt in df.schema.items()), tuple(_flags(df[c]) for c in df.columns),
+            table_key(df.to_arrow()))
 
 
 def _series_key(s: Any) -> Any:
-    return (s.name, str(s.dtype), column_key(s.to_arrow()))
+    return (s.name, str(s.dtype), _flags(s), column_key(s.to_arrow()))
 
 
 def _lazy_key(lf: Any) -> Any:

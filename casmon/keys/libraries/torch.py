@@ -3,7 +3,8 @@
 A dense tensor counts by its type (``Parameter`` and subclasses differ), dtype, shape,
 layout, device type (not its index), ``requires_grad``, Python
 attributes and the bytes of exactly its own elements in C order: a view costs its own
-size, not its storage's, and strides do not count (as for numpy). Conjugate and
+size, not its storage's, and strides do not count (as for numpy). A leaf's ``.grad``
+counts; whether a tensor is a leaf does not (``torch.save`` does not keep it either). Conjugate and
 negative bits are resolved first. Sparse tensors count by layout, shape, their
 index and value tensors and ``is_coalesced``; quantized ones by their integer values
 and quantization parameters. A ``Generator`` counts by device type and state.
@@ -38,13 +39,17 @@ def element_bytes(t: torch.Tensor) -> np.ndarray[Any, Any]:
     flat = t.reshape(-1)  # a view when contiguous; a copy of the view's own elements when not
     if flat.numel() == 0:
         return np.empty(0, np.uint8)
+    if not flat.is_contiguous() or flat.stride(-1) != 1:  # a 1-D strided view reshapes to itself (and one element
+        flat = flat.clone(memory_format=torch.contiguous_format)  # counts as contiguous whatever its stride)
     return np.asarray(flat.view(torch.uint8).numpy())
 
 
 def _tensor_key(t: torch.Tensor) -> Any:
     layout = t.layout
     attrs = dict(sorted(t.__dict__.items())) if t.__dict__ else None
-    head = (str(t.dtype), tuple(t.shape), str(layout), t.device.type, bool(t.requires_grad), attrs)
+    grad = t.grad if t.is_leaf else None
+    head = (str(t.dtype), tuple(t.shape), str(layout), t.device.type, bool(t.requires_grad), attrs,
+            None if grad is None else _tensor_key(grad))
     if layout == torch.strided:
         if t.is_quantized:
             q = t.qscheme()

@@ -1,4 +1,4 @@
-"""xarray: variables, data arrays and datasets by dims, values, coords and attrs.
+"""xarray: variables, data arrays and datasets by dims, values, coords, indexes (which, of what type) and attrs.
 
 ``attrs`` of None and ``{}`` are one value (xarray makes one into the other on first
 use). A variable read lazily from a file counts by the values it reads: they are
@@ -34,15 +34,19 @@ def _variable_key(v: Any) -> Any:
     return (tuple(v.dims), dict(v.attrs or {}), _values(v))
 
 
+def _indexes(obj: Any) -> Any:
+    return tuple((name, type(index).__qualname__) for name, index in obj.xindexes.items())
+
+
 def _dataarray_key(a: Any) -> Any:
-    coords = tuple((name, _variable_key(c.variable)) for name, c in a.coords.items())
-    return (a.name, _variable_key(a.variable), coords)
+    coords = tuple((name, type(c.variable).__qualname__, _variable_key(c.variable)) for name, c in a.coords.items())
+    return (a.name, _variable_key(a.variable), coords, _indexes(a))
 
 
 def _dataset_key(ds: Any) -> Any:
     names = set(ds.coords)
     return (tuple((name, name in names, type(var).__qualname__, _variable_key(var)) for name, var in ds.variables.items()),
-            dict(ds.attrs or {}))
+            dict(ds.attrs or {}), _indexes(ds))
 
 
 register_library_hasher(xr.Variable, _variable_key)

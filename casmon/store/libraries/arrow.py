@@ -2,7 +2,8 @@
 
 The stream holds the buffers as Arrow lays them out (a slice writes only its own
 values), so equal tables are stored once and loading maps the stored buffers without
-a copy. Chunking is kept. Loading parses an IPC stream, so a store opened with
+a copy. An array's chunks are kept; a table's columns come back cut at the same rows
+(IPC record batches cut every column alike). Loading parses an IPC stream, so a store opened with
 ``trust=False`` refuses these values.
 """
 
@@ -19,10 +20,15 @@ __all__ = ["ArrowHandler", "ipc_bytes", "ipc_table"]
 
 
 def ipc_bytes(table: Any) -> Any:
-    """``table`` (a ``pa.Table``) as an IPC stream buffer."""
+    """``table`` (a ``pa.Table``) as an IPC stream buffer. A one-column table is written a batch per chunk,
+    so a chunked array keeps its chunks, empty ones too (a table's batches cut every column alike)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
+        if table.num_columns == 1:
+            for chunk in table.column(0).chunks:
+                w.write_batch(pa.record_batch([chunk], schema=table.schema))
+        else:
+            w.write_table(table)
     return sink.getvalue()
 
 
@@ -57,12 +63,16 @@ class ArrowHandler:
         if kind == "table":
             return table
         if kind == "batch":
-            batches = table.to_batches()
-            return batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]
+            batches = table.combine_chunks().to_batches()
+            if not batches:  # no rows: IPC wrote no batch
+                return pa.record_batch([pa.array([], type=f.type) for f in table.schema], schema=table.schema)
+            return batches[0]
         col = table.column(0)
         if kind == "chunked":
             return col
         if kind == "array":
+            if col.num_chunks == 0:
+                return pa.array([], type=col.type)
             return col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
         raise ValueError(f"unknown Arrow value kind {kind!r}")
 

@@ -18,8 +18,13 @@ class JaxArrayHandler:
     safe = True  # an array from bytes and a dtype name
 
     def encode(self, x: Any) -> tuple[dict[str, Any], list[Any]] | None:
-        host = np.ascontiguousarray(np.asarray(x))
-        if host.dtype.hasobject:
+        if getattr(x, "weak_type", False):
+            return None  # pickled: jax's own pickle keeps weak_type, which an array built from bytes would lose
+        try:
+            host = np.asarray(np.asarray(x), order="C")
+        except Exception:  # noqa: BLE001 - a PRNG key array and other extended dtypes: pickled
+            return None
+        if host.dtype.hasobject or host.dtype.kind == "V":
             return None
         shape = list(host.shape)
         row = host.nbytes // shape[0] if shape and shape[0] else max(1, host.nbytes)

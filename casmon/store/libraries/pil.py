@@ -29,15 +29,18 @@ class ImageHandler:
         except (TypeError, ValueError):
             return None
         pixels = np.frombuffer(im.tobytes(), np.uint8)
-        palette = im.getpalette() if im.mode in ("P", "PA") else None
-        meta = {"mode": im.mode, "size": list(im.size), "palette": palette, "info": info}
+        palette = rawmode = None
+        if im.mode in ("P", "PA") and im.palette is not None:
+            rawmode = im.palette.mode
+            palette = im.getpalette(rawmode=rawmode)
+        meta = {"mode": im.mode, "size": list(im.size), "palette": palette, "palette_mode": rawmode, "info": info}
         return meta, [Part(pixels.data, row_bytes=max(1, pixels.nbytes // max(1, im.size[1])), numeric=True)]
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
         width, height = (int(n) for n in meta["size"])
         im = Image.frombytes(str(meta["mode"]), (width, height), buffers[0].tobytes())
         if meta.get("palette") is not None:
-            im.putpalette([int(x) for x in meta["palette"]])
+            im.putpalette([int(x) for x in meta["palette"]], rawmode=str(meta.get("palette_mode") or "RGB"))
         im.info.update(meta.get("info") or {})
         return im
 

@@ -25,8 +25,13 @@ class PolarsHandler:
         else:
             return None
         f = io.BytesIO()
-        df.write_ipc(f, compression="uncompressed")
-        return {"kind": kind}, [Part(f.getbuffer().cast("B"), numeric=True, typesize=8)]
+        try:
+            df.write_ipc(f, compression="uncompressed")
+        except Exception:  # noqa: BLE001 - Object columns and others IPC cannot hold: pickled
+            return None
+        sorted_ = {c: ("asc" if df[c].flags["SORTED_ASC"] else "desc") for c in df.columns
+                   if df[c].flags["SORTED_ASC"] or df[c].flags["SORTED_DESC"]}
+        return {"kind": kind, "sorted": sorted_}, [Part(f.getbuffer().cast("B"), numeric=True, typesize=8)]
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
         pa = sys.modules.get("pyarrow")  # polars' reader copies a buffer it is given; Arrow's maps it in place
@@ -34,6 +39,9 @@ class PolarsHandler:
             df = pl.from_arrow(pa.ipc.open_file(pa.py_buffer(buffers[0])).read_all())
         else:
             df = pl.read_ipc(io.BytesIO(buffers[0].tobytes()))
+        flags = meta.get("sorted") or {}
+        if flags:
+            df = df.with_columns([df[c].set_sorted(descending=how == "desc") for c, how in flags.items()])
         return df.to_series(0) if meta.get("kind") == "series" else df
 
 

@@ -6,7 +6,9 @@ equal tensors are stored once. A tensor comes back on the device it was saved fr
 Where that device does not exist, loading raises :class:`TorchDeviceError` saying
 so, unless ``CASMON_MAP_LOCATION`` names a device to load it on instead (``cpu``),
 as ``torch.load(map_location=...)`` would. Sparse, quantized and subclassed tensors,
-and tensors with Python attributes, are pickled (their dense parts still go here).
+and tensors with Python attributes, are pickled (their dense parts still go here). As with
+``torch.save`` of a tensor, ``.grad`` is not kept; unlike it, views stored in one value
+come back as tensors of their own, not sharing one storage.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class TensorHandler:
     safe = True  # builds a tensor from bytes and a checked dtype name: no code from the store runs
 
     def encode(self, t: Any) -> tuple[dict[str, Any], list[Any]] | None:
-        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta" or t.__dict__:
+        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta" or t.__dict__ or t.is_nested:
             return None
         data = element_bytes(t)
         shape = list(t.shape)
