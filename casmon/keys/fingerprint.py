@@ -633,7 +633,7 @@ class _Fingerprinter:
         try:
             self.feed(func)
             self.feed(args)
-            self.feed(_by_name(state) if getattr(type(v), "__getstate__", None) is _default_getstate else state)
+            self.feed(_by_name(state) if _default_reduction(type(v), reducer) else state)
             self.feed(None if listitems is None else list(listitems))
             self.feed(None if dictitems is None else list(dictitems))
         except _PathError as e:
@@ -735,6 +735,12 @@ _warned_types: set[type] = set()
 
 
 _default_getstate = object.__getstate__
+
+
+def _default_reduction(t: type, reducer: Any) -> bool:
+    """True if pickle reduces ``t`` by object's own rules: its state is then its ``__dict__`` (and slots)."""
+    return (reducer is None and getattr(t, "__getstate__", None) is _default_getstate
+            and getattr(t, "__reduce_ex__", None) is object.__reduce_ex__ and getattr(t, "__reduce__", None) is object.__reduce__)
 
 
 def _by_name(state: Any) -> Any:

@@ -400,3 +400,48 @@ def test_file_backed_arrow_and_streaming_datasets_are_not_keyed(tmp_path):
     j.write_text('{"a": 1}\n')
     with pytest.raises(NotKeyableError, match="IterableDataset"):
         fp(datasets.load_dataset("json", data_files=str(j), split="train", streaming=True))
+
+
+def test_pandas_backed_xarray_coords_count_their_dtype():
+    pd = pytest.importorskip("pandas")
+    times = pd.date_range("2024-01-01", periods=2, freq="h", tz="UTC")
+    utc = xr.DataArray([1, 2], coords={"t": times}, dims="t")
+    eastern = xr.DataArray([1, 2], coords={"t": times.tz_convert("US/Eastern")}, dims="t")
+    assert fp(utc) != fp(eastern)
+    cats = xr.DataArray([1, 2], coords={"c": pd.CategoricalIndex(["a", "b"], categories=["b", "a"])}, dims="c")
+    plain = xr.DataArray([1, 2], coords={"c": pd.Index(["a", "b"], dtype=object)}, dims="c")
+    assert fp(cats) != fp(plain)
+
+
+def test_a_custom_reduction_keeps_its_state_order():
+    import copyreg
+
+    class Ordered:
+        def __init__(self, keys):
+            self.d = dict.fromkeys(keys)
+
+        def __reduce__(self):
+            return (Ordered, ("",), dict.fromkeys(self.d))
+
+    assert fp(Ordered("xy")) != fp(Ordered("yx"))
+
+    class Registered:
+        def __init__(self, keys):
+            self.keys = keys
+
+    copyreg.pickle(Registered, lambda r: (Registered, ("",), dict.fromkeys(r.keys)))
+    try:
+        assert fp(Registered("xy")) != fp(Registered("yx"))
+    finally:
+        copyreg.dispatch_table.pop(Registered, None)
+
+
+def test_polars_bookkeeping_flags_do_not_count():
+    import io
+
+    a = pl.DataFrame({"l": [[1], [2, 3]]})
+    f = io.BytesIO()
+    a.write_ipc(f)
+    f.seek(0)
+    b = pl.read_ipc(f)  # equal, without polars' FAST_EXPLODE flag
+    assert a.equals(b) and fp(a) == fp(b)

@@ -19,7 +19,8 @@ __all__: list[str] = []
 
 
 def _flags(s: Any) -> Any:
-    return tuple(sorted(s.flags.items()))
+    flags = s.flags  # FAST_EXPLODE, also there for list columns, is polars' bookkeeping: not counted
+    return (bool(flags.get("SORTED_ASC")), bool(flags.get("SORTED_DESC")))
 
 
 def _frame_key(df: Any) -> Any:

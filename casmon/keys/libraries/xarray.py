@@ -27,7 +27,10 @@ def _values(v: Any) -> Any:
     if hasattr(data, "__dask_graph__"):
         raise NotKeyable("a variable backed by dask computes its values only when asked; pass ds.load(), "
                          "or name its files with files=")
-    return v.values  # a lazily indexed file or a pandas index: its values, as the call would see them
+    index = getattr(data, "array", None)
+    if type(index).__module__.startswith("pandas") and hasattr(index, "dtype"):
+        return (index, getattr(data, "level", None))  # a pandas index: with its dtype (zone, categories)
+    return v.values  # a lazily indexed file: its values, as the call would see them
 
 
 def _variable_key(v: Any) -> Any:
