@@ -175,7 +175,12 @@ def test_each_package_says_its_job_and_its_submodules_stay_modules(package):
     pkg = importlib.import_module(f"casmon.{package}")
     assert (pkg.__doc__ or "").strip(), f"casmon/{package}/__init__.py has no docstring saying its job"
     for info in pkgutil.walk_packages(pkg.__path__, f"casmon.{package}."):
-        mod = importlib.import_module(info.name)
+        try:
+            mod = importlib.import_module(info.name)
+        except ModuleNotFoundError as e:
+            if ".libraries." in info.name and e.name and not e.name.startswith("casmon"):
+                continue  # the ML library it serves is not installed here (torch on Python 3.12+)
+            raise
         parent, _, leaf = info.name.rpartition(".")
         # `import casmon.x.y as m` must give the module, not a function the package exports under its name.
         assert getattr(importlib.import_module(parent), leaf) is mod, f"{parent} exports a name {leaf!r} over its submodule"
