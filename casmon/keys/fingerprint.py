@@ -153,6 +153,8 @@ def casmon_key_module(name: str) -> str:
     if exact is not None:
         return exact
     parts = name.split(".")
+    if len(parts) >= 3 and parts[2] == "libraries":
+        return name  # new since key format 2: keys name them as they are
     if len(parts) >= 3 and parts[1] == "store":  # casmon.store.table.format -> casmon.table
         return f"casmon.{parts[2]}"
     if len(parts) >= 3 and parts[1] == "keys":

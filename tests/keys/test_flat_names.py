@@ -74,7 +74,12 @@ def _new_names() -> dict[str, list[str]]:
     for info in pkgutil.walk_packages(casmon.__path__, "casmon."):
         if info.name.endswith("__main__"):
             continue
-        mod = importlib.import_module(info.name)
+        try:
+            mod = importlib.import_module(info.name)
+        except ModuleNotFoundError as e:
+            if ".libraries." in info.name and e.name and not e.name.startswith("casmon"):
+                continue  # the ML library it serves is not installed here (torch on Python 3.12+)
+            raise
         for v in vars(mod).values():
             if (inspect.isclass(v) or inspect.isfunction(v)) and v.__module__ in (info.name, casmon_key_module(info.name)):
                 module = key_class_module(casmon_key_module(v.__module__), v.__qualname__)
