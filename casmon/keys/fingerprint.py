@@ -26,8 +26,9 @@ Rules worth knowing:
   (torch, jax, scipy.sparse, pyarrow, polars, xarray, PIL, HF datasets) have
   hashers of their own in :mod:`casmon.keys.libraries`, loaded the first time a
   value of the library's is keyed (casmon never imports a library itself).
-* An object's attributes (the ``__dict__`` pickle sees) count by name, not by the
-  order they were set in.
+* An object pickled by object's own rules counts its attributes (``__dict__`` and
+  slots) by name, not by the order they were set in; a state a class's
+  ``__getstate__`` or ``__reduce__`` builds keeps its order.
 * The first time a type reaches the pickle-level rule in a process, a small value of
   it is fingerprinted again, and its copy through pickle too: if they differ, one
   :class:`casmon.errors.UnstableKeyWarning` names the type (its keys would never hit).
@@ -747,8 +748,8 @@ def _default_reduction(t: type, reducer: Any) -> bool:
 
 def _by_name(state: Any) -> Any:
     """The default pickled state (``__dict__``, or ``(__dict__, slots)``) with attributes by name: ``__dict__``
-    order is the order they were set in. Called only for classes without their own ``__getstate__``, whose
-    state's order may mean something."""
+    order is only the order they were set in. Called only for classes pickled by object's own rules; a
+    state a class builds itself keeps its order, which may mean something (oldest first)."""
     if type(state) is dict:
         keys = list(state)
         if all(type(k) is str for k in keys) and keys != sorted(keys):

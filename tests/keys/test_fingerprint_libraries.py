@@ -68,6 +68,10 @@ BUILD = textwrap.dedent("""
     values["xarray"] = xr.Dataset({"v": ("x", np.arange(3.0))}, coords={"x": [1, 2, 3]})
     values["image"] = Image.new("RGB", (3, 2), (1, 2, 3))
     values["fortran"] = np.asfortranarray(np.arange(200_000.0).reshape(400, 500))
+    import jax.numpy as jnp, datasets
+    values["jax"] = jnp.arange(6.0).reshape(2, 3)
+    values["jax-weak"] = jnp.asarray(1.5)
+    values["hf"] = datasets.Dataset.from_dict({"a": [1, 2, 3], "b": ["x", "y", "z"]}).select([2, 0])
 """)
 
 
