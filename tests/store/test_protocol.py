@@ -398,7 +398,7 @@ def _sigint_trials(tmp_path, n: int, figures) -> None:
 
 
 def test_ctrl_c_never_loses_logged_calls(tmp_path, figures):
-    _sigint_trials(tmp_path, 4, figures)
+    _sigint_trials(tmp_path, 2, figures)  # the long variant: 40
 
 
 @pytest.mark.slow
