@@ -59,6 +59,7 @@ __all__ = [
     "ArrayHandler",
     "register_handler",
     "register_library_handler",
+    "register_library_handler_name",
     "unregister_handler",
     "handlers",
     "encode",
@@ -180,6 +181,12 @@ def register_library_handler(typ: type, handler: Handler) -> None:
         if typ not in _handlers:
             _handlers[typ] = handler
             _handlers_by_name.setdefault(handler.name, handler)
+
+
+def register_library_handler_name(handler: Handler) -> None:
+    """Make casmon's own ``handler`` loadable by its stored name (a process that loads before it saves)."""
+    with _lock:
+        _handlers_by_name.setdefault(handler.name, handler)
 
 
 def handler_for(t: type) -> Handler | None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from casmon.store.serialize import Part, register_library_handler
+from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
 
 __all__ = ["ArrowHandler", "ipc_bytes", "ipc_table"]
 
@@ -78,6 +78,7 @@ class ArrowHandler:
 
 
 _HANDLER = ArrowHandler()
+register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
 
 
 def register_for(t: type) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 from datasets.table import InMemoryTable
 
 from casmon.store.libraries.arrow import ipc_bytes, ipc_part, ipc_table
-from casmon.store.serialize import register_library_handler
+from casmon.store.serialize import register_library_handler, register_library_handler_name
 
 __all__ = ["DatasetHandler"]
 
@@ -49,6 +49,7 @@ class DatasetHandler:
 
 
 _HANDLER = DatasetHandler()
+register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
 
 
 def register_for(t: type) -> bool:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from casmon.store.serialize import Part, register_library_handler
+from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
 
 __all__ = ["JaxArrayHandler"]
 
@@ -41,6 +41,7 @@ class JaxArrayHandler:
 
 
 _HANDLER = JaxArrayHandler()
+register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
 
 
 def register_for(t: type) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from casmon.store.serialize import Part, register_library_handler
+from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
 
 __all__ = ["ImageHandler"]
 
@@ -46,6 +46,7 @@ class ImageHandler:
 
 
 _HANDLER = ImageHandler()
+register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
 
 
 def register_for(t: type) -> bool:

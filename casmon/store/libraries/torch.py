@@ -21,7 +21,7 @@ import torch
 
 from casmon.errors import CasmonError
 from casmon.keys.libraries.torch import element_bytes
-from casmon.store.serialize import Part, register_library_handler
+from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
 
 __all__ = ["TensorHandler", "TorchDeviceError", "MAP_LOCATION_ENV"]
 
@@ -87,6 +87,7 @@ class TensorHandler:
 
 
 _HANDLER = TensorHandler()
+register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
 
 
 def register_for(t: type) -> bool:
