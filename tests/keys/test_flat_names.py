@@ -9,7 +9,6 @@ it from a shared store.
 
 from __future__ import annotations
 
-import importlib
 import json
 import pickle
 import pkgutil
@@ -24,6 +23,7 @@ import pytest
 import casmon
 from casmon.keys.fingerprint import casmon_key_module, key_class_module
 from tests.conftest import ROOT
+from tests.support.modules import import_if_installed
 
 #: The last commit with casmon's flat layout (casmon/store.py, casmon/cache.py, ...).
 FLAT_COMMIT = "9a91ec2"
@@ -74,12 +74,9 @@ def _new_names() -> dict[str, list[str]]:
     for info in pkgutil.walk_packages(casmon.__path__, "casmon."):
         if info.name.endswith("__main__"):
             continue
-        try:
-            mod = importlib.import_module(info.name)
-        except ModuleNotFoundError as e:
-            if ".libraries." in info.name and e.name and not e.name.startswith("casmon"):
-                continue  # the ML library it serves is not installed here (torch on Python 3.12+)
-            raise
+        mod = import_if_installed(info.name)
+        if mod is None:
+            continue
         for v in vars(mod).values():
             if (inspect.isclass(v) or inspect.isfunction(v)) and v.__module__ in (info.name, casmon_key_module(info.name)):
                 module = key_class_module(casmon_key_module(v.__module__), v.__qualname__)

@@ -1,8 +1,8 @@
 """Storage for the ML libraries' values as chunked numeric buffers, loaded once the user has the library.
 
-A module here registers :class:`casmon.store.serialize.Handler` s for one library's
-types: tensors, jax arrays, Arrow tables, polars frames, PIL images and HF datasets
-go into the chunked, deduplicated path numpy arrays take, so an equal value is stored
+A module here holds one library's :class:`casmon.store.serialize.Handler` (``HANDLER``)
+and says which types it saves (``handles``). Tensors, jax arrays, Arrow tables, polars
+frames, PIL images and HF datasets go into the chunked, deduplicated path numpy arrays take, so an equal value is stored
 once and a checkpoint shares its unchanged tensors. :func:`ensure` loads a module the
 first time a value of its library is saved; :func:`ensure_named` the first time a
 value it saved is loaded (which imports the library: the value is one of its objects).
@@ -28,10 +28,14 @@ _lock = threading.Lock()
 
 
 def _module(name: str) -> Any:
+    """The module ``name``, loaded once; its ``HANDLER`` is then loadable by its stored name."""
+    from casmon.store.serialize import register_library_handler_name  # serialize imports this package
+
     with _lock:
         if name not in _loaded:
             try:
                 _loaded[name] = importlib.import_module(f"casmon.store.libraries.{name}")
+                register_library_handler_name(_loaded[name].HANDLER)  # a process that loads before it saves
             except Exception:  # noqa: BLE001 - a library version these handlers do not fit: its values are pickled
                 _loaded[name] = None
         return _loaded[name]
@@ -44,7 +48,12 @@ def ensure(t: type) -> bool:
     if name is None or top not in sys.modules:
         return False
     mod = _module(name)
-    return mod is not None and bool(mod.register_for(t))
+    if mod is None or not mod.handles(t):
+        return False
+    from casmon.store.serialize import register_library_handler
+
+    register_library_handler(t, mod.HANDLER)
+    return True
 
 
 def ensure_named(handler: str) -> None:

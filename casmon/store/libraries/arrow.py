@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
+from casmon.store.serialize import Part
 
 __all__ = ["ArrowHandler", "ipc_bytes", "ipc_table"]
 
@@ -77,12 +77,9 @@ class ArrowHandler:
         raise ValueError(f"unknown Arrow value kind {kind!r}")
 
 
-_HANDLER = ArrowHandler()
-register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
+HANDLER = ArrowHandler()
 
 
-def register_for(t: type) -> bool:
-    if issubclass(t, (pa.Table, pa.RecordBatch, pa.ChunkedArray, pa.Array)):
-        register_library_handler(t, _HANDLER)
-        return True
-    return False
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return issubclass(t, (pa.Table, pa.RecordBatch, pa.ChunkedArray, pa.Array))

@@ -14,7 +14,6 @@ import numpy as np
 from datasets.table import InMemoryTable
 
 from casmon.store.libraries.arrow import ipc_bytes, ipc_part, ipc_table
-from casmon.store.serialize import register_library_handler, register_library_handler_name
 
 __all__ = ["DatasetHandler"]
 
@@ -48,12 +47,9 @@ class DatasetHandler:
         return ds
 
 
-_HANDLER = DatasetHandler()
-register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
+HANDLER = DatasetHandler()
 
 
-def register_for(t: type) -> bool:
-    if t is datasets.Dataset:
-        register_library_handler(t, _HANDLER)
-        return True
-    return False
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return t is datasets.Dataset

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
+from casmon.store.serialize import Part
 
 __all__ = ["JaxArrayHandler"]
 
@@ -40,12 +40,9 @@ class JaxArrayHandler:
         return jnp.asarray(host)
 
 
-_HANDLER = JaxArrayHandler()
-register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
+HANDLER = JaxArrayHandler()
 
 
-def register_for(t: type) -> bool:
-    if isinstance(t, type) and issubclass(t, jax.Array) and t is not jax.Array:
-        register_library_handler(t, _HANDLER)
-        return True
-    return False
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return isinstance(t, type) and issubclass(t, jax.Array) and t is not jax.Array

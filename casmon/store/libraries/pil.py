@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
+from casmon.store.serialize import Part
 
 __all__ = ["ImageHandler"]
 
@@ -45,12 +45,9 @@ class ImageHandler:
         return im
 
 
-_HANDLER = ImageHandler()
-register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
+HANDLER = ImageHandler()
 
 
-def register_for(t: type) -> bool:
-    if t is Image.Image:
-        register_library_handler(t, _HANDLER)
-        return True
-    return False
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return t is Image.Image

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
+from casmon.store.serialize import Part
 
 __all__ = ["PolarsHandler"]
 
@@ -45,12 +45,9 @@ class PolarsHandler:
         return df.to_series(0) if meta.get("kind") == "series" else df
 
 
-_HANDLER = PolarsHandler()
-register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
+HANDLER = PolarsHandler()
 
 
-def register_for(t: type) -> bool:
-    if t in (pl.DataFrame, pl.Series):
-        register_library_handler(t, _HANDLER)
-        return True
-    return False
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return t in (pl.DataFrame, pl.Series)

@@ -21,7 +21,7 @@ import torch
 
 from casmon.errors import CasmonError
 from casmon.keys.libraries.torch import element_bytes
-from casmon.store.serialize import Part, register_library_handler, register_library_handler_name
+from casmon.store.serialize import Part
 
 __all__ = ["TensorHandler", "TorchDeviceError", "MAP_LOCATION_ENV"]
 
@@ -86,12 +86,9 @@ class TensorHandler:
                 "shape": meta["shape"], "order": "C"}
 
 
-_HANDLER = TensorHandler()
-register_library_handler_name(_HANDLER)  # loadable by name before any value of the type is saved
+HANDLER = TensorHandler()
 
 
-def register_for(t: type) -> bool:
-    if t in (torch.Tensor, torch.nn.Parameter):
-        register_library_handler(t, _HANDLER)
-        return True
-    return False
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return t in (torch.Tensor, torch.nn.Parameter)
