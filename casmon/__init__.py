@@ -11,6 +11,8 @@ from casmon.errors import (
     CasmonError,
     DamagedObjectError,
     MissingObjectError,
+    NoActiveRunError,
+    RunSignal,
     StoreDamageWarning,
     StoreError,
     StoreFormatError,
@@ -24,7 +26,7 @@ from casmon.store.serialize import Handler, handlers, register_handler, unregist
 from casmon.maintenance import GcReport, VerifyReport  # importing it installs Store.stats, verify and gc
 from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
 from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
-from casmon.runs import Run, RunInfo, RunWarning, diff, export, list_runs, load_run, record, record_context, restore
+from casmon.runs import Run, RunInfo, RunWarning, Series, diff, export, list_runs, load_run, log, record, record_context, restore
 from casmon.view.display import CacheEntries, RunDiff, RunList, Sessions, StoreStats
 from casmon.compat.legacy_names import keep_flat_names as _keep_flat_names
 
@@ -43,11 +45,11 @@ __all__ = [
     # the call log
     "intercept", "load", "flush", "CallLog", "Call", "Args", "NotStored", "Sessions", "CallLogWarning",
     # experiment records
-    "record", "record_context", "Run", "RunInfo", "RunList", "RunDiff", "RunWarning",
+    "record", "record_context", "log", "Run", "RunInfo", "Series", "RunList", "RunDiff", "RunWarning",
     "list_runs", "load_run", "diff", "restore", "export",
     # errors and warnings
     "CasmonError", "StoreError", "StoreFormatError", "MissingObjectError", "DamagedObjectError",
-    "UntrustedStoreError", "UnpicklableError", "StoreDamageWarning",
+    "UntrustedStoreError", "UnpicklableError", "StoreDamageWarning", "NoActiveRunError", "RunSignal",
 ]
 
 # Pickles and messages name these types where they were before the packages (casmon/compat/legacy_names.py).

@@ -19,6 +19,8 @@ __all__ = [
     "UnstableKeyWarning",
     "UntrustedStoreError",
     "StoreDamageWarning",
+    "NoActiveRunError",
+    "RunSignal",
     "locate_unpicklable",
     "warn_damage",
 ]
@@ -106,6 +108,22 @@ class UntrustedStoreError(CasmonError):
 
 class StoreDamageWarning(UserWarning):
     """A file of the store is damaged or missing; casmon goes on without it. ``casmon verify --repair`` fixes it."""
+
+
+class NoActiveRunError(CasmonError, RuntimeError):
+    """``casmon.log`` was called outside any ``casmon.record`` block."""
+
+
+class RunSignal(BaseException):
+    """SIGTERM or SIGHUP arrived while a run was recorded: raised in the main thread, as Ctrl-C raises
+    ``KeyboardInterrupt``, so ``finally`` blocks run and the run is saved as ``killed``; once the outermost run
+    is saved the signal is sent again and ends the process as it would have. ``except Exception`` does not
+    catch it."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(f"{name} received while a run was recorded")
+        self.signum = signum
+        self.name = name
 
 
 _warned: set[str] = set()

@@ -3,7 +3,10 @@
 ``recorder`` (record, the run while it goes on), ``manifest`` (the run's record
 kind, refs and manifest checks), ``listing`` (``RunInfo``, list and load runs),
 ``comparison`` (``diff``), ``folders`` (``restore`` and ``export``), ``gitstate``
-(the code state through GitPython), ``capture`` (console output).
+(the code state through GitPython), ``capture`` (console output), ``metrics``
+(``run.log`` and the series it keeps), ``params`` (parameters, flattened),
+``live`` (heartbeats, and what a live run writes as it goes), ``signals`` (SIGTERM
+and SIGHUP save the run as killed), ``imported`` (runs brought in from elsewhere).
 """
 
 from casmon.runs.comparison import diff
@@ -11,10 +14,12 @@ from casmon.runs.folders import UnsafePathError, export, restore, safe_target, v
 from casmon.runs.gitstate import CodeState, capture_code_state
 from casmon.runs.listing import RunInfo, list_runs, load_run
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS, check_run_manifest
-from casmon.runs.recorder import Run, RunWarning, notebook_path, record, record_context
+from casmon.runs.metrics import Series, downsample
+from casmon.runs.params import flatten
+from casmon.runs.recorder import Run, RunWarning, active_run, log, notebook_path, record, record_context
 
 __all__ = [
     "record", "record_context", "Run", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export",
     "UnsafePathError", "safe_target", "vcs_component", "CodeState", "capture_code_state", "KIND_RUN", "RUN_REFS",
-    "PREFIX_RE", "check_run_manifest", "notebook_path",
+    "PREFIX_RE", "check_run_manifest", "notebook_path", "log", "active_run", "Series", "downsample", "flatten",
 ]

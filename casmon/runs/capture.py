@@ -46,9 +46,16 @@ class _Sink:
         self.tail_len = 0
         self.dropped = 0
         self.lock = threading.Lock()
+        # What was written since the last live batch (see take_live), up to ``limit`` in all.
+        self.live: list[str] = []
+        self.live_total = 0
+        self.live_limit = limit
+        self.live_stopped = False
 
     def write(self, s: str) -> None:
         with self.lock:
+            if not self.live_stopped:
+                self.live.append(s)
             if self.head_len < self.half:
                 take = s[: self.half - self.head_len]
                 self.head.append(take)
@@ -61,6 +68,29 @@ class _Sink:
                     old = self.tail.pop(0)
                     self.tail_len -= len(old)
                     self.dropped += len(old)
+
+    def take_live(self, final: bool = False) -> str:
+        """What was written since the last call, carriage returns collapsed; an unfinished last line waits
+        for the next call (a progress bar redrawing itself is sent once it ends) unless ``final``."""
+        with self.lock:
+            if self.live_stopped or not self.live:
+                return ""
+            text = "".join(self.live)
+            self.live = []
+            if not final:
+                cut = text.rfind("\n") + 1
+                if cut < len(text):  # a redrawn bar waits as its last frame (and the return that ends it)
+                    rest = text[cut:]
+                    self.live.append(collapse_carriage_returns(rest) + ("\r" if rest.endswith("\r") else ""))
+                text = text[:cut]
+            text = collapse_carriage_returns(text) if text else ""
+            self.live_total += len(text)
+            if self.live_total > self.live_limit:
+                self.live_stopped = True
+                self.live = []
+                text += (f"\n[casmon: live output stops here at {self.live_limit:,} characters; the run's head and "
+                         "tail are kept when it ends]\n")
+            return text
 
     def text(self) -> str:
         with self.lock:

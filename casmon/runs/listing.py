@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
 from casmon.keys.digest import Digest
+from casmon.runs import live
 from casmon.runs.manifest import RUN_REFS, check_run_manifest, is_json, is_value_ref
+from casmon.runs.metrics import Series, read_series
+from casmon.runs.params import flatten
 from casmon.store.peek import Described, as_digest, describe, load_data, peek
 from casmon.store.store import Store, default_store
 from casmon.view import display
@@ -31,6 +35,8 @@ class RunInfo:
     manifest: dict
     #: Why the run's manifest could not be read (damaged, or a pickle that would run code); None if it was.
     error: CasmonError | None = None
+    #: What the run's ref carries besides its manifest: the heartbeat and latest metrics of a live run.
+    ref_data: dict = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -38,7 +44,79 @@ class RunInfo:
 
     @property
     def status(self) -> str:
-        return self.manifest.get("status", "?")
+        """``running``, ``ok``, ``failed``, ``killed``, or ``lost`` (running, but no heartbeat for
+        ``live.LOST_AFTER`` heartbeats: killed by SIGKILL, out of memory, or its node died)."""
+        st = self.manifest.get("status", "?")
+        if st == "running" and live.is_lost(self.heartbeat, self.ref_data.get("heartbeat_s"), time.time()):
+            return "lost"
+        return st
+
+    @property
+    def heartbeat(self) -> float | None:
+        """When the run last said it was alive (Unix seconds), if it ever did."""
+        t = self.ref_data.get("heartbeat")
+        return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds the run went on: to its end; to now while it runs; to its last heartbeat if it was lost."""
+        m = self.manifest
+        start = m.get("start")
+        if not isinstance(start, (int, float)):
+            return None
+        if type(m.get("duration")) in (int, float):
+            return float(m["duration"])
+        st = self.status
+        if st == "running":
+            return max(0.0, time.time() - start)
+        hb = self.heartbeat
+        return max(0.0, hb - start) if st == "lost" and hb is not None else None
+
+    # -- metrics and parameters -----------------------------------------------------------------
+    def metric_summary(self) -> dict[str, dict[str, Any]]:
+        """``{name: {"n", "last", "step", "time", "min", "max"}}`` for every metric, reading no series (from the
+        manifest of an ended run, from the ref of a live one)."""
+        summary = self.manifest.get("metrics")
+        if not isinstance(summary, dict):
+            summary = self.ref_data.get("metrics")
+        if not isinstance(summary, dict):
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for k, v in sorted(summary.items()):  # a crafted store's odd cells are left out, never raised on
+            if isinstance(k, str) and isinstance(v, dict):
+                out[k] = {f: v.get(f) if type(v.get(f)) in (int, float) else None
+                          for f in ("n", "last", "step", "time", "min", "max")}
+        return out
+
+    def metrics(self) -> dict[str, Series]:
+        """Every metric the run logged, by name: each a :class:`~casmon.runs.metrics.Series` of numpy arrays."""
+        if self.error is not None:
+            raise self.error
+        return read_series(self.store, self.ref, f"run {self.name}")
+
+    def metric(self, name: str) -> Series:
+        """One metric: ``.steps``, ``.values``, ``.times`` as numpy arrays, ``.to_pandas()``."""
+        got = read_series(self.store, self.ref, f"run {self.name}", [name]) if self.error is None else {}
+        if name not in got:
+            if self.error is not None:
+                raise self.error
+            names = sorted(self.metric_summary()) or sorted(read_series(self.store, self.ref, f"run {self.name}"))
+            raise LookupError(f"run {self.name} has no metric {name!r}; it has: {', '.join(names[:50]) or 'none'}")
+        return got[name]
+
+    def params(self) -> dict[str, Any]:
+        """The run's parameters as given (nested dicts stay nested); stored values described, never unpickled."""
+        out: dict[str, Any] = {}
+        for k, v in (self.manifest.get("params") or {}).items():
+            try:
+                out[k] = info_cell(self, v) if is_value_ref(v) else v
+            except CasmonError as e:
+                out[k] = Described(Digest(bytes(16)), f"<unreadable: {e}>")
+        return out
+
+    def flat_params(self) -> dict[str, Any]:
+        """The parameters with nested dicts flattened: ``{"cfg": {"lr": 0.1}}`` -> ``{"cfg.lr": 0.1}``."""
+        return flatten(self.params())
 
     @property
     def digest(self) -> str:
@@ -53,10 +131,17 @@ class RunInfo:
         return bytes(load_data(self.store, h, f"run {self.name}: the patch", (bytes, bytearray))) if h else b""
 
     def output(self) -> str:
+        """The console output: whole once the run ended, else what was written in batches so far."""
         h = self.manifest.get("output")
         if not h:
-            return ""
+            if self.error is not None or self.manifest.get("status") in (None, "claimed", "unreadable"):
+                return ""
+            return live.read_output(self.store, self.ref, f"run {self.name}")
         return bytes(load_data(self.store, h, f"run {self.name}: the output", (bytes, bytearray))).decode("utf-8", "surrogateescape")
+
+    def output_tail(self, chars: int = 4000) -> str:
+        """The last ``chars`` characters of :meth:`output`."""
+        return self.output()[-chars:] if chars > 0 else ""
 
     def file(self, path: str) -> bytes:
         return bytes(load_data(self.store, self.manifest["files"][path]["digest"], f"run {self.name}: tracked file {path}",
@@ -154,7 +239,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
             t = data.get("time")
             manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
                         "start": t if type(t) in (int, float) else None}
-        out.append(RunInfo(s, name, manifest, error))
+        out.append(RunInfo(s, name, manifest, error, ref.data if isinstance(ref.data, dict) else {}))
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
 

@@ -51,7 +51,9 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "comment": s
                    "tracking_records": dict, "info": dict, "links": dict, "argv": list, "env": dict,
                    "start": (int, float), "end": (int, float), "duration": (int, float), "patch_time": (int, float),
                    "n": int, "output": str, "packages": str, "traceback": str, "error": str, "function": str,
-                   "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str}
+                   "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str,
+                   "params": dict, "metrics": dict, "heartbeat_s": (int, float), "signal": str,
+                   "signal_time": (int, float), "imported": dict}
 
 
 def check_run_manifest(m: dict, where: str) -> None:
@@ -59,7 +61,7 @@ def check_run_manifest(m: dict, where: str) -> None:
     def bad(why: str) -> NoReturn:
         raise DamagedObjectError(where, f"not a valid run manifest: {why}")
 
-    for k in ("git", "files", "tracking_records", "info", "links", "env"):
+    for k in ("git", "files", "tracking_records", "info", "links", "env", "params"):
         if k in m and m[k] is None:
             m[k] = {}  # readers use m.get(k, {})
     if m.get("argv", 0) is None:

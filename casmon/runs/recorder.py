@@ -29,24 +29,27 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from casmon.caching import observers as cache_observers
 from casmon.calllog import find_recorder
-from casmon.errors import CasmonError
+from casmon.errors import CasmonError, NoActiveRunError, RunSignal
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs import live, signals
 from casmon.runs.capture import OutputCapture
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS, is_plain_json
+from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
 from casmon.view import display
 
-__all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV"]
+__all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV", "log", "active_run",
+           "EXIT_RETRY_S"]
 
 #: Environment variables recorded by default: never credentials.
 DEFAULT_ENV = (
@@ -54,6 +57,10 @@ DEFAULT_ENV = (
     "PYTHONHASHSEED", "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_NODELIST",
     "PBS_JOBID", "LSB_JOBID", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "CASMON_STORE",
 )
+
+
+#: At interpreter exit, how long (seconds) casmon keeps trying to save a run whose end the store refused.
+EXIT_RETRY_S = 30.0
 
 
 class RunWarning(UserWarning):
@@ -77,7 +84,8 @@ def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
 
 
 class Run:
-    """A run while it goes on: fill ``run.info`` with whatever you want kept."""
+    """A run while it goes on: ``run.log(loss=...)`` its metrics, ``run.params`` its configuration, ``run.info``
+    whatever else you want kept."""
 
     def __init__(self, store: Store | None, name: str, n: int, ref: str) -> None:
         self.store: Any = store  # None while the store could not be opened (see record._start)
@@ -85,6 +93,19 @@ class Run:
         self.n = n
         self.ref = ref
         self.info: dict[str, Any] = {}
+        #: What the run was configured with (nested dicts become ``cfg.lr`` columns); kept apart from metrics.
+        self.params: dict[str, Any] = {}
+        self._metrics = MetricLog()
+        self._signal: tuple[str, float] | None = None  # a signal that ends the run: its name and time
+        self._capture: OutputCapture | None = None
+        self._out_seq = 0
+        self._hooked = False
+        self._ref_lock = threading.Lock()  # the heartbeat and the run's own writes set its ref in turn
+        self._target: Digest | None = None  # the manifest the ref points at
+        self._heartbeat_s = live.heartbeat_seconds()
+        self._beat_at = 0.0
+        self._params_written: str | None = None
+        self._thread = threading.get_ident()
         self.manifest: dict[str, Any] = {}
         self.cache_links: list[dict] = []
         self._refs: list[Digest] = []  # every value the manifest names, listed in the run's record for gc
@@ -97,6 +118,20 @@ class Run:
         self._started = False  # its start (and number) is in the store
         self._saving = threading.RLock()  # one attempt at a time: a flush's retry and the run's own end
         self._ended = False
+        self._ending = False
+
+    def log(self, metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
+        """Log metrics at one step: ``run.log({"loss": 0.3}, step=5)`` or ``run.log(loss=0.3, acc=0.9)``.
+
+        ``step`` defaults to the run's own counter (0, 1, 2, ... one per call without a step; a call with a
+        step sets it to that step plus one). Values are numbers (numpy and torch scalars too); each point keeps
+        its step, value and wall time. Points reach the store in batches, seconds apart, and are read back by
+        ``load_run(...).metric(name)``. Wrong input raises at once, naming the metric; nothing of the call is
+        logged then.
+        """
+        if metrics is not None and not isinstance(metrics, Mapping):
+            raise TypeError(f"casmon: run.log: metrics must be a dict of name -> number, got {type(metrics).__name__}")
+        self._metrics.log(metrics, step, named)
 
     # ``run["k"] = v`` is ``run.info["k"] = v``: FineCache's record_context yields a dict, and its users write so.
     def __setitem__(self, key: str, value: Any) -> None:
@@ -116,6 +151,22 @@ class Run:
     def _repr_html_(self) -> str:
         return display.run_html(self)
 
+    def _flush_hook(self, store: Store) -> None:
+        """At each flush of the run's store: its waiting points and output become records (written by that flush)."""
+        if store is not self.store or not self._started or not self.ref:
+            return
+        batch = self._metrics.take(store)
+        if batch is not None:
+            rec, refs = batch
+            store.append(KIND_METRICS, {"run": self.ref, **rec}, key=metrics_key(self.ref), refs=refs)
+        cap = self._capture
+        if cap is not None and not self._ended:
+            text = cap.sink.take_live()
+            if text:
+                rec, refs = live.output_record(store, self.ref, self._out_seq, scrub_output(text))
+                store.append(live.KIND_RUNOUT, rec, key=live.output_key(self.ref), refs=refs)
+                self._out_seq += 1
+
     def _cache_observer(self, store, fn, key, result, hit) -> None:
         if store is self.store:
             with self._lock:
@@ -131,8 +182,15 @@ class record:
     True or "python" (sys.stdout/sys.stderr), "fd" (file descriptors: C
     extensions and subprocesses too), or False. ``prefix``: run names are
     ``{prefix}{n}[-{comment}]``. ``env``: more environment variables to record
-    (names that look like secrets are refused). The code state is captured when
-    the run starts, before your code runs.
+    (names that look like secrets are refused). ``params``: what the run is
+    configured with (also ``run.params``; nested dicts are shown as ``cfg.lr``).
+    The code state is captured when the run starts, before your code runs.
+
+    While the run goes on, its metrics (``run.log``) and output reach the store
+    every few seconds, and a heartbeat every ``CASMON_HEARTBEAT_S`` seconds; a
+    run ends ``ok``, ``failed``, or ``killed`` (Ctrl-C, SIGTERM, SIGHUP: saved,
+    then the process ends as it would have); one whose heartbeats stop is read
+    as ``lost``.
 
     FineCache's names are accepted too: ``increment_dir`` (its ``dir_prefix``
     becomes the prefix), ``tracking_files``, ``save_output``.
@@ -142,7 +200,7 @@ class record:
                  store: Store | str | None = None, prefix: str = "", env: Iterable[str] = (),
                  untracked_max: int = UNTRACKED_MAX, *, increment_dir: Any = None,
                  tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
-                 code_state: CodeState | None = None) -> None:
+                 code_state: CodeState | None = None, params: Mapping[str, Any] | None = None) -> None:
         if tracking_files is not None:
             track = list(track) + list(tracking_files)
         if save_output is not None:
@@ -165,6 +223,11 @@ class record:
         for var in env:
             if looks_secret(var):
                 raise ValueError(f"casmon.record: refusing to record environment variable {var!r}: it looks like a secret")
+        if params is not None and not isinstance(params, Mapping):
+            raise TypeError(f"casmon.record: params must be a dict, got {type(params).__name__}")
+        if params is not None and not all(type(k) is str for k in params):
+            raise TypeError("casmon.record: params' names must be strings")
+        self.params = dict(params or {})
         self.comment = comment
         self.capture_mode = capture_output or None
         self._store_arg = store
@@ -221,6 +284,7 @@ class record:
             if not note.startswith("detached HEAD"):
                 warnings.warn(f"casmon.record: {note}", RunWarning, stacklevel=3)
         run = Run(store, f"{self.prefix}?" + (f"-{self.comment}" if self.comment else ""), 0, "")
+        run.params = dict(self.params)
         run.manifest = {
             "casmon_run": 1,
             "name": run.name,
@@ -247,6 +311,7 @@ class record:
             "packages": None,
             "env": scrub_env({k: os.environ[k] for k in self.env if k in os.environ}),
             "output_mode": self.capture_mode,
+            "heartbeat_s": run._heartbeat_s,
         }
         run._code = code
         run._packages = _packages()
@@ -261,8 +326,11 @@ class record:
                               "'running')", RunWarning, stacklevel=3)
                 _pending(run)
         capture = OutputCapture(self.capture_mode).start() if self.capture_mode else None
+        run._capture = capture
         cache_observers.append(run._cache_observer)
         self._stack.append((run, capture))
+        _activate(run)
+        live.watch(id(run), functools.partial(self._tick, run), live.tick_seconds(run._heartbeat_s))
         return run
 
     def _store_start(self, run: Run) -> None:
@@ -279,6 +347,7 @@ class record:
         pd = store.put(run._packages)
         refs.append(pd)
         m["packages"] = pd.hex()
+        m["params"] = self._params_cells(run, refs)
         if not run.ref:
             run.n, run.ref = self.claim_number(store)
             run.name = f"{self.prefix}{run.n}" + (f"-{self.comment}" if self.comment else "")
@@ -286,6 +355,15 @@ class record:
         run._refs = refs
         self._write(run)
         run._started = True
+        if not run._hooked:
+            run._hooked = True
+            store.add_flush_hook(run._flush_hook)
+
+    @staticmethod
+    def _params_cells(run: Run, refs: list[Digest]) -> dict[str, Any]:
+        cells = {str(k): _json_or_value(run.store, v, refs) for k, v in run.params.items()}
+        run._params_written = _params_text(run.params)
+        return cells
     def track_files(self, store: Store, root: Path, store_root: str | os.PathLike | None,
                     refs: list[Digest]) -> tuple[dict[str, dict], dict[str, list[str]]]:
         """Store the files under ``root`` that ``track`` matches (appending their digests to ``refs``): ``(files,
@@ -343,14 +421,54 @@ class record:
         # The record first: it names every value the manifest names by digest (gc follows records, not the
         # digests inside a JSON manifest), so the ref never points at a manifest whose values are unprotected.
         store.flush()
-        store.set_ref(run.ref, d, {"name": run.name, "status": run.manifest["status"], "start": run.manifest["start"]})
+        with run._ref_lock:
+            store.set_ref(run.ref, d, _ref_data(run))
+            run._target = d
+            run._beat_at = time.monotonic()
+
+    def _tick(self, run: Run) -> None:
+        """From the live thread: write the run's waiting points and output, and its heartbeat when due."""
+        if run._ended:
+            return
+        store = run.store
+        if store is None or not run._started:
+            if store is not None and run._saving.acquire(blocking=False):  # the store was away at the start
+                try:
+                    if not run._started and not run._ended:
+                        self._store_start(run)
+                        _done(run)
+                except (CasmonError, OSError):
+                    pass
+                finally:
+                    run._saving.release()
+            return
+        waiting = run._metrics.has_pending() or (run._capture is not None and run._capture.sink.live)
+        if waiting:
+            store.flush()
+        due = time.monotonic() - run._beat_at >= run._heartbeat_s
+        if run._params_written != _params_text(run.params) and run._saving.acquire(blocking=False):
+            try:  # new params: a new manifest, so a reader sees them while the run goes on
+                if not run._ended:
+                    run.manifest["params"] = self._params_cells(run, run._refs)
+                    self._write(run)
+            finally:
+                run._saving.release()
+            return
+        if waiting or due:
+            with run._ref_lock:
+                if run._ended or run._target is None:
+                    return
+                store.set_ref(run.ref, run._target, _ref_data(run))
+                run._beat_at = time.monotonic()
 
     def _finish(self, exc_type, exc, tb) -> None:
         run, capture = self._stack.pop()
+        live.unwatch(id(run))
         try:
             cache_observers.remove(run._cache_observer)
         except ValueError:
             pass
+        run._ending = True  # a signal from here on waits until the run is saved (see _on_signal)
         try:
             output = capture.stop() if capture is not None else None
         except Exception as e:  # noqa: BLE001
@@ -360,15 +478,23 @@ class record:
         end = time.time()
         m["end"] = end
         m["duration"] = end - m["start"]
-        if exc_type is None:
-            m["status"] = "ok"
-            m["traceback"] = None
-        else:
-            m["status"] = "failed"
-            m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
-            m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
+        _end_status(run, exc_type, exc, tb, end)
         run._output = output
         run._ended = True
+        try:
+            self._save_end(run)
+        finally:
+            left = _deactivate(run)
+        if _deferred_signals:  # arrived while this run was being saved
+            sig = _deferred_signals[0]
+            _deferred_signals.clear()
+            _on_signal(sig, signals.signal_name(sig), time.time())  # raises RunSignal, or ends the process
+        if isinstance(exc, RunSignal) and not left:
+            signals.redeliver(exc.signum)  # ends the process by the signal, as it would have ended
+        if not left:
+            signals.uninstall()
+
+    def _save_end(self, run: Run) -> None:
         try:
             if run.store is None:
                 run.store = default_store(self._store_arg)  # away when the run started: try once more
@@ -377,11 +503,10 @@ class record:
         except Exception as e:  # noqa: BLE001 - never hide the user's own exception; a later flush tries again
             if run.store is None:
                 warnings.warn(f"casmon.record: run not recorded: the store cannot be opened ({e})", RunWarning,
-                              stacklevel=3)
+                              stacklevel=4)
                 return
-            warnings.warn(f"casmon.record: could not save run {run.name} now ({e}); a later flush tries again "
-                          "(if the store is still away when the process ends, the run stays 'running')",
-                          RunWarning, stacklevel=3)
+            warnings.warn(f"casmon.record: could not save run {run.name} now ({e}); later flushes try again, "
+                          f"and at exit casmon keeps trying for up to {EXIT_RETRY_S:g} s", RunWarning, stacklevel=4)
             _pending(run)
         else:
             _done(run)
@@ -397,6 +522,12 @@ class record:
             refs.append(od)
             m["output"] = od.hex()
         m["info"] = {str(k): _json_or_value(store, v, refs) for k, v in run.info.items()}
+        m["params"] = {str(k): _json_or_value(store, v, refs) for k, v in run.params.items()}
+        batch = run._metrics.take(store)  # the last points: their record is written by the flush below
+        if batch is not None:
+            mrec, mrefs = batch
+            store.append(KIND_METRICS, {"run": run.ref, **mrec}, key=metrics_key(run.ref), refs=mrefs)
+        m["metrics"] = run._metrics.full_summary()
         rec = find_recorder(store)
         m["links"] = {
             "call_sessions": [rec.session] if rec is not None and rec.session is not None else [],
@@ -408,6 +539,127 @@ class record:
         except BaseException:
             run._refs = saved
             raise
+        if run._hooked:
+            store.remove_flush_hook(run._flush_hook)
+
+
+def _end_status(run: Run, exc_type: Any, exc: BaseException | None, tb: Any, end: float) -> None:
+    """How the run ended, into its manifest: ``ok``, ``failed``, or ``killed`` (by which signal, when)."""
+    m = run.manifest
+    noted = run._signal
+    if exc_type is None:
+        status, killed = "ok", None
+    elif isinstance(exc, RunSignal):
+        status, killed = "killed", noted or (exc.name, end)
+    elif issubclass(exc_type, KeyboardInterrupt):
+        status, killed = "killed", noted or ("SIGINT", end)
+    elif noted is not None:  # the user's own handler ended it (sys.exit, an exception)
+        status, killed = "killed", noted
+    elif issubclass(exc_type, SystemExit) and getattr(exc, "code", 1) in (None, 0):
+        status, killed = "ok", None
+    else:
+        status, killed = "failed", None
+    m["status"] = status
+    if killed is not None:
+        m["signal"], m["signal_time"] = killed
+    if exc_type is None or status == "ok":
+        m["traceback"] = None
+    else:
+        m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
+        m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
+
+
+def _ref_data(run: Run) -> dict[str, Any]:
+    """What a run's ref carries besides its manifest: enough to list it (status, heartbeat, latest metrics)."""
+    m = run.manifest
+    return {"name": run.name, "status": m["status"], "start": m["start"], "heartbeat": time.time(),
+            "heartbeat_s": run._heartbeat_s, "metrics": run._metrics.ref_summary()}
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    try:
+        return json.dumps(params, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return repr(params)
+
+
+# -- the active runs, casmon.log, and signals -------------------------------------------------------
+#: Runs between their start and their end, in this process, oldest first.
+_active: list[Run] = []
+_active_lock = threading.Lock()
+#: Signals that arrived while a run was being saved: acted on once it is.
+_deferred_signals: list[int] = []
+
+
+def _activate(run: Run) -> None:
+    with _active_lock:
+        _active.append(run)
+    signals.on_signal, signals.on_note = _on_signal, _note_signal
+    signals.install()
+
+
+def _deactivate(run: Run) -> int:
+    """Forget ``run``; how many runs are still active."""
+    with _active_lock:
+        if run in _active:
+            _active.remove(run)
+        return len(_active)
+
+
+def active_run() -> Run | None:
+    """The innermost run this thread records, else the innermost in this process, else None."""
+    with _active_lock:
+        runs = list(_active)
+    me = threading.get_ident()
+    for r in reversed(runs):
+        if r._thread == me:
+            return r
+    return runs[-1] if runs else None
+
+
+def log(metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
+    """``run.log`` on the innermost active run (see :meth:`Run.log`); :class:`NoActiveRunError` outside any."""
+    run = active_run()
+    if run is None:
+        raise NoActiveRunError("casmon.log: no run is being recorded; call it inside `with casmon.record(...) as run:` "
+                               "(or a function decorated with @casmon.record), or use run.log")
+    run.log(metrics, step=step, **named)
+
+
+def _note_signal(signum: int, name: str, t: float) -> None:
+    with _active_lock:
+        for r in _active:
+            if r._signal is None:
+                r._signal = (name, t)
+
+
+def _on_signal(signum: int, name: str, t: float) -> None:
+    """SIGTERM or SIGHUP while runs go on: end them as ``killed`` (see :mod:`casmon.runs.signals`)."""
+    with _active_lock:
+        runs = list(_active)
+    if any(getattr(r, "_ending", False) for r in runs):
+        _deferred_signals.append(signum)  # a run is being saved: the signal waits until it is
+        return
+    _note_signal(signum, name, t)
+    main = threading.main_thread().ident
+    if any(r._thread == main for r in runs):
+        raise RunSignal(signum, name)  # its record block saves it, then the signal is sent again
+    for r in runs:  # recorded only in other threads: saved from here
+        rec = r._recorder
+        if rec is None:
+            continue
+        r._ending = True
+        live.unwatch(id(r))
+        try:
+            r._output = r._capture.stop() if r._capture is not None else None
+        except Exception:  # noqa: BLE001
+            r._output = None
+        end = time.time()
+        r.manifest["end"], r.manifest["duration"] = end, end - r.manifest["start"]
+        _end_status(r, RunSignal, RunSignal(signum, name), None, end)
+        r._ended = True
+        rec._save_end(r)
+    signals.redeliver(signum)
 
 
 #: Runs whose start or end could not be written yet, per store: each later successful flush tries again.
@@ -416,6 +668,9 @@ _unsaved_lock = threading.Lock()
 
 
 def _pending(run: Run) -> None:
+    from casmon.store import lifecycle
+
+    lifecycle.before_exit_flush(_save_unsaved_at_exit)
     store = run.store
     with _unsaved_lock:
         runs = _unsaved.setdefault(id(store), [])
@@ -450,6 +705,39 @@ def _retry_unsaved(store: Store) -> None:
         except Exception:  # noqa: BLE001 - still away: the next flush tries again
             continue
         _done(run)
+
+
+def _save_unsaved_at_exit() -> None:
+    """At exit: keep trying, for up to ``CASMON_EXIT_RETRY_S`` seconds, to save runs whose end the store refused
+    (a blip as the run ended must not leave it ``running``)."""
+    try:
+        budget = float(os.environ.get("CASMON_EXIT_RETRY_S", EXIT_RETRY_S))
+    except ValueError:
+        budget = EXIT_RETRY_S
+    deadline = time.monotonic() + budget
+    wait = 0.25
+    while True:
+        with _unsaved_lock:
+            runs = [r for rs in _unsaved.values() for r in rs if r._ended and r._recorder is not None]
+        if not runs:
+            return
+        for run in runs:
+            try:
+                with run._saving:
+                    run._recorder._store_end(run)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - still away: wait and try again
+                continue
+            _done(run)
+        if time.monotonic() + wait > deadline:
+            with _unsaved_lock:
+                left = [r.name for rs in _unsaved.values() for r in rs if r._ended]
+            if left:
+                warnings.warn(f"casmon.record: could not save run(s) {', '.join(left)} before exit: the store did not "
+                              f"answer for {budget:g} s; they stay 'running' and are read as 'lost'", RunWarning,
+                              stacklevel=1)
+            return
+        time.sleep(wait)
+        wait = min(wait * 2, 4.0)
 
 
 def record_context(increment_dir: Any = None, comment: str = "", tracking_files: Iterable[str] | None = None,

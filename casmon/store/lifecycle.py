@@ -23,14 +23,14 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
-           "signals_deferred", "watch_for_pool_child", "in_worker_process"]
+           "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush"]
 
 #: Every store open in this process (flushed at exit, reset in a forked child).
 open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -42,6 +42,17 @@ stop_flushers = threading.Event()
 #: True when the exit flush runs before Python joins threads (threading's exit hooks), so
 #: background flush threads can be ordinary threads that the hook stops.
 exit_hook_stops_threads = hasattr(threading, "_register_atexit")
+
+
+#: Called at interpreter exit before the stores' exit flush, while their I/O still works (features that
+#: still owe the store a write: a run whose end could not be saved yet).
+_before_exit: list[Callable[[], None]] = []
+
+
+def before_exit_flush(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` at interpreter exit, before the exit flush (once, however often it is added)."""
+    if fn not in _before_exit:
+        _before_exit.append(fn)
 
 
 def register(store: Store) -> None:
@@ -103,6 +114,11 @@ def _flush_all_at_exit() -> None:
         t = s._flusher
         if t is not None and t is not threading.current_thread():
             t.join(timeout=30)
+    for fn in list(_before_exit):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - report, never crash interpreter exit
+            warnings.warn(f"casmon: at exit: {e}", RuntimeWarning, stacklevel=1)
     for s in list(open_stores):
         try:
             if s.backend.needs_close:

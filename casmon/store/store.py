@@ -857,6 +857,13 @@ class Store:
         """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""
         self._flush_hooks.append(hook)
 
+    def remove_flush_hook(self, hook: FlushHook) -> None:
+        """Stop calling ``hook`` (a feature whose bookkeeping is done: a run that ended)."""
+        try:
+            self._flush_hooks.remove(hook)
+        except ValueError:
+            pass
+
     def add_after_flush(self, callback: FlushHook) -> None:
         """Call ``callback(store)`` after every flush that wrote everything (features write again what an
         earlier flush could not: a run's end while the store was away). Added once per callback."""

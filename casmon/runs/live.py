@@ -1,0 +1,167 @@
+"""A run while it goes on, seen from outside: heartbeats, its points and output written in batches.
+
+One thread per process (``casmon-run-live``) looks after every active run: every
+:func:`tick_seconds` it flushes the run's store when the run has points or
+output waiting (a reader sees them within seconds, not at the run's end), and
+every ``CASMON_HEARTBEAT_S`` seconds (default :data:`HEARTBEAT_S`) it rewrites
+the run's ref with a heartbeat: the time, and the summary of its metrics. A
+reader that finds a ``running`` run whose last heartbeat is older than
+:data:`LOST_AFTER` heartbeats calls it ``lost`` (SIGKILL, out of memory, a dead
+node): it says so from the heartbeat alone, so it holds across hosts, given
+clocks that agree to well within a heartbeat.
+
+Console output goes into records of kind ``runout`` keyed by the run's ref
+(one per flush: the lines completed since the last), so a live or lost run's
+output can be read up to its last batch; the whole output is still stored when
+the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from casmon.errors import DamagedObjectError
+from casmon.keys.fingerprint import fingerprint
+from casmon.runs.capture import collapse_carriage_returns
+
+if TYPE_CHECKING:
+    from casmon.store.store import Store
+
+__all__ = ["HEARTBEAT_S", "LOST_AFTER", "KIND_RUNOUT", "heartbeat_seconds", "tick_seconds", "watch", "unwatch",
+           "output_key", "output_record", "read_output", "is_lost"]
+
+#: Seconds between heartbeats unless ``CASMON_HEARTBEAT_S`` says otherwise.
+HEARTBEAT_S = 15.0
+#: A running run whose last heartbeat is older than this many heartbeats is ``lost``.
+LOST_AFTER = 3
+#: Longest wait between flushes of a run's waiting points and output.
+LIVE_S = 2.0
+KIND_RUNOUT = "runout"
+#: Output batches up to this many characters stay in their record; longer ones are stored values.
+INLINE_OUTPUT = 64 << 10
+
+
+def heartbeat_seconds() -> float:
+    """``CASMON_HEARTBEAT_S`` (seconds, at least 0.1), else :data:`HEARTBEAT_S`."""
+    raw = os.environ.get("CASMON_HEARTBEAT_S", "").strip()
+    if not raw:
+        return HEARTBEAT_S
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"CASMON_HEARTBEAT_S must be a number of seconds, got {raw!r}") from None
+    if not 0.1 <= v <= 86400:
+        raise ValueError(f"CASMON_HEARTBEAT_S must be between 0.1 and 86400 seconds, got {raw!r}")
+    return v
+
+
+def tick_seconds(heartbeat: float) -> float:
+    return min(LIVE_S, heartbeat)
+
+
+def is_lost(heartbeat: Any, every: Any, now: float) -> bool:
+    """Whether a running run whose last heartbeat was at ``heartbeat`` (every ``every`` seconds) is lost."""
+    if type(heartbeat) not in (int, float) or type(every) not in (int, float) or every <= 0:
+        return False  # a run from before heartbeats, or a crafted ref: no claim either way
+    return bool(now - heartbeat > LOST_AFTER * every)
+
+
+def output_key(ref: str) -> bytes:
+    return fingerprint(("casmon.runout", ref))
+
+
+class _Watcher:
+    """The process's one live thread, and the runs it looks after (each a ``tick`` callable)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: dict[int, tuple[Callable[[], None], float]] = {}
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+        self.wake = threading.Event()
+
+    def watch(self, key: int, tick: Callable[[], None], every: float) -> None:
+        from casmon.store import lifecycle
+
+        with self.lock:
+            if self.pid != os.getpid():  # a forked child: the parent's thread is not here
+                self.runs, self.thread, self.pid = {}, None, os.getpid()
+            self.runs[key] = (tick, every)
+            if self.thread is None and not lifecycle.exiting():
+                t = threading.Thread(target=self._loop, name="casmon-run-live", daemon=True)
+                try:
+                    t.start()
+                except RuntimeError:  # the interpreter is exiting
+                    return
+                self.thread = t
+        self.wake.set()
+
+    def unwatch(self, key: int) -> None:
+        with self.lock:
+            self.runs.pop(key, None)
+
+    def _loop(self) -> None:
+        from casmon.store import lifecycle
+
+        stop = lifecycle.stop_flushers
+        while not stop.is_set():
+            with self.lock:
+                runs = list(self.runs.values())
+            every = min((e for _t, e in runs), default=LIVE_S)
+            self.wake.wait(every)
+            self.wake.clear()
+            if stop.is_set():
+                return
+            for tick, _e in runs:
+                try:
+                    tick()
+                except Exception:  # noqa: BLE001 - a live view is best effort; the run's end is what counts
+                    pass
+
+
+_watcher = _Watcher()
+
+
+def watch(key: int, tick: Callable[[], None], every: float) -> None:
+    """Call ``tick()`` about every ``every`` seconds from the live thread until :func:`unwatch`."""
+    _watcher.watch(key, tick, every)
+
+
+def unwatch(key: int) -> None:
+    _watcher.unwatch(key)
+
+
+def output_record(store: Store, ref: str, seq: int, text: str) -> tuple[dict[str, Any], list[Any]]:
+    """A batch of output as a record (and the values it names)."""
+    if len(text) <= INLINE_OUTPUT:
+        return {"run": ref, "seq": seq, "text": text}, []
+    d = store.put(text.encode("utf-8", "surrogateescape"))
+    return {"run": ref, "seq": seq, "$": d.hex()}, [d]
+
+
+def read_output(store: Store, ref: str, where: str) -> str:
+    """The output batches of the run behind ``ref``, in order, as one text."""
+    from casmon.store.peek import load_data
+
+    store.table(KIND_RUNOUT).refresh()
+    parts: list[tuple[int, int, str]] = []
+    for i, r in enumerate(store.lookup(KIND_RUNOUT, output_key(ref), refresh=False)):
+        if r.get("run") != ref:
+            continue
+        seq = r.get("seq")
+        if type(seq) is not int:
+            raise DamagedObjectError(f"{where}: output batch {i}", "no sequence number")
+        if isinstance(r.get("text"), str):
+            text = r["text"]
+        elif isinstance(r.get("$"), str):
+            text = bytes(load_data(store, r["$"], f"{where}: output batch {seq}", (bytes, bytearray))).decode(
+                "utf-8", "surrogateescape")
+        else:
+            raise DamagedObjectError(f"{where}: output batch {seq}", "holds no text")
+        parts.append((seq, i, text))
+    parts.sort()
+    return collapse_carriage_returns("".join(t for _s, _i, t in parts))
+

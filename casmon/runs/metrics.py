@@ -1,0 +1,317 @@
+"""Step-wise metrics of runs: ``run.log(loss=0.3)``, kept as columnar series and read back as numpy arrays.
+
+A point is ``(step, value, time)``: an int64, a float64 and the wall time it
+was logged at. ``run.log`` only appends to three typed arrays per metric
+(``array.array``: 24 bytes a point, no Python object kept), so a point costs
+about what ``json.dumps`` of the same dict costs. Each flush moves the
+waiting points of a run into one record of kind ``metrics`` keyed by the run's
+ref: per metric, the steps, values and times as little-endian bytes, inline
+(base64) for a few thousand points or else one stored value. Readers look the
+run's records up by that key and concatenate them in the order they were
+logged, so a million points of one run are a few hundred records, never a
+file per point.
+
+The record also updates a *summary* (points, last value, step and time, min
+and max) that the run's ref and manifest carry, so listing runs with their
+latest metrics reads no series.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import threading
+import time
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from casmon.errors import DamagedObjectError
+from casmon.keys.digest import Digest
+from casmon.keys.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    import pandas
+
+    from casmon.store.store import Store
+
+__all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "MetricLog", "metrics_key", "read_series",
+           "downsample", "check_name"]
+
+KIND_METRICS = "metrics"
+#: A batch of at most this many points of one metric is kept in its record (base64); more is a stored value.
+INLINE_POINTS = 2048
+#: The longest metric name (MLflow allows 250).
+MAX_NAME = 250
+#: Names the summary in a run's ref carries (the manifest at the end carries all of them).
+REF_SUMMARY_MAX = 64
+
+_STEP = np.dtype("<i8")
+_F64 = np.dtype("<f8")
+
+
+def metrics_key(ref: str) -> bytes:
+    """The key all metric records of the run behind ``ref`` share."""
+    return fingerprint(("casmon.metrics", ref))
+
+
+def check_name(name: object, where: str) -> str:
+    if type(name) is not str:
+        raise TypeError(f"{where}: a metric name must be a string, got {type(name).__name__} {name!r:.80}")
+    if not name or len(name) > MAX_NAME or not name.isprintable():
+        raise ValueError(f"{where}: metric name {name!r:.300} must be 1 to {MAX_NAME} printable characters")
+    return name
+
+
+class Series:
+    """One metric of one run: ``steps`` (int64), ``values`` (float64) and ``times`` (float64, Unix seconds)."""
+
+    __slots__ = ("name", "steps", "values", "times")
+
+    def __init__(self, name: str, steps: np.ndarray[Any, Any], values: np.ndarray[Any, Any],
+                 times: np.ndarray[Any, Any]) -> None:
+        self.name = name
+        self.steps = steps
+        self.values = values
+        self.times = times
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def last(self) -> float | None:
+        """The last value logged, or None for an empty series."""
+        return float(self.values[-1]) if len(self.values) else None
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """A DataFrame with columns ``step``, ``value`` and ``time`` (pandas imported only here)."""
+        import pandas as pd
+
+        return pd.DataFrame({"step": self.steps, "value": self.values,
+                             "time": pd.to_datetime(self.times, unit="s", utc=True)})
+
+    def __repr__(self) -> str:
+        last = "" if not len(self) else f", last {self.values[-1]:.6g} at step {int(self.steps[-1])}"
+        return f"<Series {self.name!r}: {len(self)} points{last}>"
+
+
+class _Pending:
+    """The points of one metric since the last flush."""
+
+    __slots__ = ("steps", "values", "times")
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.values = array("d")
+        self.times = array("d")
+
+
+class MetricLog:
+    """A run's waiting points and its summary; :meth:`take` turns them into a record's fields."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: dict[str, _Pending] = {}
+        self.step = 0  # the run's own counter: the step of a point logged without one
+        self.seq = 0  # records written by this log, in order
+        self.summary: dict[str, dict[str, Any]] = {}
+        self.names: set[str] = set()
+
+    def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
+        """Append one point per metric, all at ``step`` (default: the run's counter, then counted up)."""
+        if step is None:
+            s = self.step
+        else:
+            try:
+                s = step.__index__()
+            except (AttributeError, TypeError):
+                raise TypeError(f"casmon: run.log: step must be an integer, got {type(step).__name__} {step!r:.80}") from None
+            if not -(1 << 63) <= s < (1 << 63):
+                raise ValueError(f"casmon: run.log: step {s} does not fit in 64 bits")
+        t = time.time()
+        with self.lock:
+            done: list[_Pending] = []
+            try:
+                for items in ((metrics.items() if metrics is not None else ()), named.items()):
+                    for k, v in items:
+                        p = self.pending.get(k)
+                        if p is None:
+                            if k not in self.names:
+                                check_name(k, "casmon: run.log")
+                                self.names.add(k)
+                            p = self.pending[k] = _Pending()
+                        if type(v) is float or type(v) is int:
+                            p.values.append(v)
+                        else:
+                            p.values.append(_number(k, v))
+                        p.steps.append(s)
+                        p.times.append(t)
+                        done.append(p)
+            except BaseException:
+                for p in done:  # one call logs all its metrics or none
+                    p.values.pop()
+                    p.steps.pop()
+                    p.times.pop()
+                raise
+            self.step = s + 1
+
+    def has_pending(self) -> bool:
+        return bool(self.pending)
+
+    def take(self, store: Store) -> tuple[dict[str, Any], list[Digest]] | None:
+        """The waiting points as a record (``None`` if there are none) and the values it names; the summary is
+        updated. A batch too large for a record is stored first; if that fails the points stay waiting."""
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        if not pending:
+            return None
+        series: dict[str, Any] = {}
+        refs: list[Digest] = []
+        try:
+            for name, p in list(pending.items()):
+                n = len(p.steps)
+                if not n:  # made by a call whose value was refused
+                    del pending[name]
+                    continue
+                data = (np.frombuffer(p.steps, np.int64).astype(_STEP, copy=False).tobytes()
+                        + np.frombuffer(p.values, np.float64).astype(_F64, copy=False).tobytes()
+                        + np.frombuffer(p.times, np.float64).astype(_F64, copy=False).tobytes())
+                if n <= INLINE_POINTS:
+                    series[name] = {"n": n, "b64": base64.b64encode(data).decode("ascii")}
+                else:
+                    d = store.put(data)
+                    refs.append(d)
+                    series[name] = {"n": n, "$": d.hex()}
+        except BaseException:
+            self._put_back(pending)
+            raise
+        if not series:
+            return None
+        with self.lock:
+            seq = self.seq
+            self.seq += 1
+            for name, p in pending.items():
+                self._summarise(name, p)
+        return {"seq": seq, "s": series}, refs
+
+    def _put_back(self, pending: dict[str, _Pending]) -> None:
+        with self.lock:
+            newer, self.pending = self.pending, pending
+            for k, p in newer.items():
+                q = self.pending.setdefault(k, _Pending())
+                q.steps.extend(p.steps)
+                q.values.extend(p.values)
+                q.times.extend(p.times)
+
+    def _summarise(self, name: str, p: _Pending) -> None:
+        v = np.frombuffer(p.values, np.float64)
+        finite = v[np.isfinite(v)]
+        s = self.summary.get(name)
+        lo = float(finite.min()) if len(finite) else None
+        hi = float(finite.max()) if len(finite) else None
+        if s is None:
+            s = self.summary[name] = {"n": 0, "min": lo, "max": hi}
+        else:
+            if lo is not None:
+                s["min"] = lo if s["min"] is None else min(s["min"], lo)
+                s["max"] = hi if s["max"] is None else max(s["max"], hi)
+        s["n"] += len(v)
+        last = float(v[-1])
+        s["last"] = last if math.isfinite(last) else None  # JSON has no NaN or infinity
+        s["step"] = int(p.steps[-1])
+        s["time"] = float(p.times[-1])
+
+    def ref_summary(self) -> dict[str, dict[str, Any]]:
+        """The summary as a run's ref carries it: at most :data:`REF_SUMMARY_MAX` names."""
+        with self.lock:
+            names = sorted(self.summary)[:REF_SUMMARY_MAX]
+            return {k: dict(self.summary[k]) for k in names}
+
+    def full_summary(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return {k: dict(v) for k, v in sorted(self.summary.items())}
+
+
+def _number(name: str, v: Any) -> float:
+    """A metric value as a float (numpy and torch scalars, bool), or a clear error naming the metric."""
+    if isinstance(v, (str, bytes, bytearray)):
+        raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80}")
+    try:
+        return float(v)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80} ({e})") from None
+
+
+def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None = None) -> dict[str, Series]:
+    """Every metric (or those in ``names``) of the run behind ``ref``, points in the order they were logged."""
+    from casmon.store.peek import load_data
+
+    table = store.table(KIND_METRICS)
+    table.refresh()  # a live run's newest records
+    records = store.lookup(KIND_METRICS, metrics_key(ref), refresh=False)
+    wanted = set(names) if names is not None else None
+    parts: dict[str, list[tuple[int, int, bytes]]] = {}
+    for i, r in enumerate(records):
+        if r.get("run") != ref:
+            continue  # another run's key collision is impossible, but a crafted record is checked anyway
+        seq, series = r.get("seq"), r.get("s")
+        if type(seq) is not int or not isinstance(series, dict):
+            raise DamagedObjectError(f"{where}: metric record {i}", "not {seq, s}")
+        for name, cell in series.items():
+            if wanted is not None and name not in wanted:
+                continue
+            n = cell.get("n") if isinstance(cell, dict) else None
+            if type(n) is not int or n < 0:
+                raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch without its length")
+            if "b64" in cell and isinstance(cell["b64"], str):
+                try:
+                    data = base64.b64decode(cell["b64"], validate=True)
+                except ValueError:
+                    raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch is not base64") from None
+            elif isinstance(cell.get("$"), str):
+                data = bytes(load_data(store, cell["$"], f"{where}: metric {name!r:.80}", (bytes, bytearray)))
+            else:
+                raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch holds no points")
+            if len(data) != 24 * n:
+                raise DamagedObjectError(f"{where}: metric {name!r:.80}", f"a batch of {n} points holds {len(data)} bytes")
+            parts.setdefault(name, []).append((seq, i, data))
+    out: dict[str, Series] = {}
+    for name in sorted(parts):
+        batches = sorted(parts[name])
+        total = sum(len(d) // 24 for _s, _i, d in batches)
+        steps = np.empty(total, np.int64)
+        values = np.empty(total, np.float64)
+        times = np.empty(total, np.float64)
+        at = 0
+        for _s, _i, d in batches:
+            n = len(d) // 24
+            steps[at : at + n] = np.frombuffer(d, _STEP, n, 0)
+            values[at : at + n] = np.frombuffer(d, _F64, n, 8 * n)
+            times[at : at + n] = np.frombuffer(d, _F64, n, 16 * n)
+            at += n
+        out[name] = Series(name, steps, values, times)
+    return out
+
+
+def downsample(series: Series, n: int = 2000) -> dict[str, np.ndarray[Any, Any]]:
+    """At most ``n`` buckets of consecutive points: ``step`` and ``time`` of each bucket's last point, ``value``
+    its mean, ``min`` and ``max`` its extremes (a spike stays visible). All points when there are at most ``n``."""
+    if n < 1:
+        raise ValueError(f"downsample: n must be at least 1, got {n}")
+    k = len(series)
+    if k <= n:
+        return {"step": series.steps, "time": series.times, "value": series.values, "min": series.values,
+                "max": series.values}
+    edges = np.linspace(0, k, n + 1).astype(np.int64)
+    starts, ends = edges[:-1], edges[1:]
+    v = series.values
+    with np.errstate(invalid="ignore"):
+        sums = np.add.reduceat(np.where(np.isfinite(v), v, 0.0), starts)
+        counts = np.add.reduceat(np.isfinite(v).astype(np.int64), starts)
+        mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        lo = np.fmin.reduceat(v, starts)
+        hi = np.fmax.reduceat(v, starts)
+    last = ends - 1
+    return {"step": series.steps[last], "time": series.times[last], "value": mean, "min": lo, "max": hi}
