@@ -82,12 +82,15 @@ def calls(name, store_location, session, limit, trust) -> None:
 @click.argument("n", type=int, required=False)
 @store_option
 @click.option("--session", type=int, help="Session (default: the latest with calls of NAME).")
+@click.option("--json", "as_json", is_flag=True, help="`show RUN` only: the run as JSON (manifest, status, params, metrics).")
 @trust_option
-def show(name, n, store_location, session, trust) -> None:
+def show(name, n, store_location, session, as_json, trust) -> None:
     """`show RUN`: a recorded run. `show NAME N`: the inputs, result and timing of call N of function NAME."""
     if n is None:
-        show_run(name, store_location)
+        show_run(name, store_location, as_json)
         return
+    if as_json:
+        raise click.UsageError("--json is for `show RUN`")
     log = _load_log(store_location)
     load = log.load_cell if trusted() else log.peek_cell  # untrusted: pickles that could run code are described
     try:

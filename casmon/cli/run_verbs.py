@@ -23,39 +23,94 @@ def _load_run(which, store_location):
         raise click.ClickException(one_line(e)) from None
 
 
+#: Metric columns ``casmon runs`` shows unless ``--columns`` names its own.
+DEFAULT_METRIC_COLUMNS = 6
+_STATUS_STYLE = {"ok": "green", "failed": "red", "killed": "magenta", "lost": "yellow", "running": "cyan"}
+
+
+def _number(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return "" if v is None else str(v)
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _columns_of(r) -> dict:
+    """A run's values by column name: metrics' last values, then flattened params and info (JSON cells)."""
+    from casmon.runs.params import flatten
+
+    out: dict = {}
+    if r.error is not None:
+        return out
+    for k, v in flatten({k: v for k, v in r.manifest.get("info", {}).items()}).items():
+        out[k] = v
+    for k, v in r.flat_params().items():
+        out[k] = v
+    for k, v in r.metric_summary().items():
+        out[k] = v.get("last")
+    return out
+
+
 @click.command()
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print the runs as a JSON list (name, ref, status, start, commit, dirty).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the runs as a JSON list (name, ref, status, start, elapsed, commit, dirty, params, metrics).")
+@click.option("--columns", default=None, metavar="NAMES",
+              help="Comma-separated metrics, params (cfg.lr) or info entries to show as columns "
+                   f"(default: the first {DEFAULT_METRIC_COLUMNS} metrics).")
 @trust_option
-def runs(store_location, as_json, trust) -> None:
-    """Recorded runs: number, comment, time, status, commit, dirty."""
+def runs(store_location, as_json, columns, trust) -> None:
+    """Recorded runs: number, comment, time, status, commit, dirty, and the latest value of each metric."""
     from casmon.runs import list_runs
 
     all_runs = list_runs(open_store(store_location, read_only=True))
     if as_json:
         click.echo(json.dumps([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
+                                "elapsed": r.elapsed, "heartbeat": r.heartbeat, "signal": r.manifest.get("signal"),
                                 "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty"),
-                                "notebook": r.manifest.get("notebook")}
-                               for r in all_runs], indent=2))
+                                "notebook": r.manifest.get("notebook"),
+                                "params": r.flat_params() if r.error is None else {},
+                                "metrics": r.metric_summary()}
+                               for r in all_runs], indent=2, default=str))
         return
     if not all_runs:
         console.print("no runs recorded")
         return
+    values = {r.ref: _columns_of(r) for r in all_runs}
+    if columns is not None:
+        extra = [c.strip() for c in columns.split(",") if c.strip()]
+        known = set().union(*values.values())
+        unknown = [c for c in extra if c not in known]
+        if unknown:
+            raise click.BadParameter(f"no run has {', '.join(map(repr, unknown))}; known: "
+                                     f"{', '.join(sorted(known)[:40]) or 'none'}", param_hint="--columns")
+    else:
+        names = sorted(set().union(*(r.metric_summary() for r in all_runs)))
+        extra = names[:DEFAULT_METRIC_COLUMNS]
     t = Table(title="runs")
     from rich.markup import escape
 
     notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one
     for col in ("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ()):
         t.add_column(col)
+    for col in extra:
+        t.add_column(escape(col), justify="right")
     for r in all_runs:
         m = r.manifest
         g = m.get("git", {})
-        status = {"ok": "[green]ok[/green]", "failed": "[red]failed[/red]"}.get(r.status, r.status)
-        dur = f"{m['duration']:.1f} s" if m.get("duration") is not None else ""
-        t.add_row(r.name, m.get("comment", ""), timestamp(m["start"]) if m.get("start") else "", dur, status,
+        st = r.status
+        status = f"[{_STATUS_STYLE[st]}]{st}[/{_STATUS_STYLE[st]}]" if st in _STATUS_STYLE else escape(st)
+        if st == "killed" and m.get("signal"):
+            status += escape(f" ({m['signal']})")
+        el = r.elapsed
+        dur = "" if el is None else f"{el:.1f} s" + ("…" if st == "running" else "")
+        t.add_row(escape(r.name), escape(m.get("comment", "")), timestamp(m["start"]) if m.get("start") else "", dur, status,
                   (g.get("commit") or "")[:10] or ("no git" if not g.get("in_git") else "no commit"),
                   "yes" if g.get("dirty") else "",
-                  *([escape(os.path.basename(m.get("notebook") or ""))] if notebooks else []))  # `show` has the path
+                  *([escape(os.path.basename(m.get("notebook") or ""))] if notebooks else []),  # `show` has the path
+                  *[escape(short_repr(values[r.ref][c], 24) if not isinstance(values[r.ref].get(c), (int, float, type(None)))
+                           else _number(values[r.ref].get(c))) for c in extra])
     console.print(t)
 
 
@@ -75,7 +130,7 @@ def _not_a_run(which: str, store, e: LookupError) -> str:
             f"name a call with `casmon show {which} N` (and --session S for another session)")
 
 
-def show_run(which: str, store_location: str | None) -> None:
+def show_run(which: str, store_location: str | None, as_json: bool = False) -> None:
     """`casmon show RUN`: what a run recorded (called by `show`, which also shows logged calls)."""
     from casmon.runs import load_run
 
@@ -88,6 +143,13 @@ def show_run(which: str, store_location: str | None) -> None:
         raise click.ClickException(one_line(e)) from None
     m = r.manifest
     g = m.get("git", {})
+    if as_json:
+        if r.error is not None:
+            raise click.ClickException(one_line(r.error))
+        click.echo(json.dumps({"name": r.name, "ref": r.ref, "status": r.status, "digest": r.digest, "elapsed": r.elapsed,
+                               "heartbeat": r.heartbeat, "params": r.flat_params(), "metrics": r.metric_summary(),
+                               "manifest": m}, indent=2, default=str))
+        return
     console.print(f"[bold]run {r.name}[/bold]  {r.status}  manifest {r.digest[:12]}")
     if r.error is not None:
         console.print(f"  cannot read this run: {one_line(r.error)}", markup=False)
@@ -108,14 +170,29 @@ def show_run(which: str, store_location: str | None) -> None:
         console.print(f"  note: {note}", markup=False)
     for path, f in m.get("files", {}).items():
         console.print(f"  tracked {path} ({size(f['size'])}, {f['digest'][:12]})", markup=False)
+    for k, v in r.flat_params().items():
+        console.print(f"  param {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
     for k, v in (r.info() if trusted() else r.info_peek()).items():
         console.print(f"  info {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
+    summary = r.metric_summary()
+    if summary:
+        console.print(f"  metrics ({len(summary)}):")
+        for k, v in summary.items():
+            console.print(f"    {k}: last {_number(v.get('last'))} at step {_number(v.get('step'))}, "
+                          f"{plural(int(v.get('n') or 0), 'point')}, min {_number(v.get('min'))}, "
+                          f"max {_number(v.get('max'))}", markup=False)
+    if r.status == "killed":
+        console.print(f"  killed by {m.get('signal') or 'a signal'}" + (
+            f" at {timestamp(m['signal_time'])}" if m.get("signal_time") else ""), markup=False)
+    elif r.status == "lost":
+        console.print(f"  lost: no heartbeat since {timestamp(r.heartbeat)} (killed, out of memory, or its node died)"
+                      if r.heartbeat else "  lost", markup=False)
     if m.get("status") == "failed":
         console.print(m.get("traceback", ""), markup=False)
-    if m.get("output"):
-        out = r.output()
+    out = r.output()
+    if out:
         tail = out[-2000:]
-        console.print(f"  output ({len(out):,} characters{', last 2,000' if len(out) > 2000 else ''}):")
+        console.print(f"  output ({'so far, ' if not m.get('output') else ''}{len(out):,} characters{', last 2,000' if len(out) > 2000 else ''}):")
         console.print(tail, markup=False)
 
 

@@ -8,6 +8,7 @@ can run commands), as casmon and as ``git apply`` read it.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -204,7 +205,8 @@ def _apply_patch(root: Path, patch: bytes, name: str) -> None:
 
 def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None,
            progress: Callable[[str, int, int], None] | None = None) -> Path:
-    """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files.
+    """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files,
+    and ``metrics.csv`` (metric, step, value, time) when the run logged metrics.
 
     ``progress(phase, done, total)`` is told of each tracked file written (``casmon export`` draws a bar).
     """
@@ -214,8 +216,16 @@ def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | N
     root = _prepare_dir(target)
     (root / "information.json").write_text(json.dumps(r.information(), indent=2, ensure_ascii=False), encoding="utf-8")
     (root / "current_changes.patch").write_bytes(r.patch())
-    if r.manifest.get("output") is not None:
-        (root / "console.log").write_text(r.output(), encoding="utf-8", errors="surrogateescape")
+    output = r.output()  # a live or lost run's output is what was written so far
+    if r.manifest.get("output") is not None or output:
+        (root / "console.log").write_text(output, encoding="utf-8", errors="surrogateescape")
+    series = r.metrics() if r.metric_summary() or r.manifest.get("status") == "running" else {}
+    if series:
+        with open(root / "metrics.csv", "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["metric", "step", "value", "time"])
+            for name, s in series.items():
+                w.writerows(zip([name] * len(s), s.steps.tolist(), map(repr, s.values.tolist()), s.times.tolist()))
     files = list(r.manifest.get("files", {}))
     for i, rel in enumerate(files):
         if progress is not None:

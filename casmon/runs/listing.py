@@ -181,6 +181,9 @@ class RunInfo:
             info["run_end_time"] = _iso(m.get("end"))
         for k, v in self.info_peek().items():  # never unpickles what could run code, even from a trusted store
             info[k] = v if is_json(v) else repr(v)
+        params = self.flat_params()
+        if params and "params" not in info:
+            info["params"] = {k: v if is_json(v) else repr(v) for k, v in params.items()}
         return info
 
     def info_cells(self) -> dict[str, Any]:

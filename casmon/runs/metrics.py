@@ -117,6 +117,7 @@ class MetricLog:
         self.step = 0  # the run's own counter: the step of a point logged without one
         self.seq = 0  # records written by this log, in order
         self.summary: dict[str, dict[str, Any]] = {}
+        self.last_seq: dict[str, int] = {}
         self.names: set[str] = set()
 
     def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
@@ -163,10 +164,12 @@ class MetricLog:
     def take(self, store: Store) -> tuple[dict[str, Any], list[Digest]] | None:
         """The waiting points as a record (``None`` if there are none) and the values it names; the summary is
         updated. A batch too large for a record is stored first; if that fails the points stay waiting."""
-        with self.lock:
+        with self.lock:  # the sequence number is taken with the points: two takes at once stay in order
             pending, self.pending = self.pending, {}
-        if not pending:
-            return None
+            if not pending:
+                return None
+            seq = self.seq
+            self.seq += 1
         series: dict[str, Any] = {}
         refs: list[Digest] = []
         try:
@@ -190,10 +193,8 @@ class MetricLog:
         if not series:
             return None
         with self.lock:
-            seq = self.seq
-            self.seq += 1
             for name, p in pending.items():
-                self._summarise(name, p)
+                self._summarise(name, p, seq)
         return {"seq": seq, "s": series}, refs
 
     def _put_back(self, pending: dict[str, _Pending]) -> None:
@@ -205,7 +206,7 @@ class MetricLog:
                 q.values.extend(p.values)
                 q.times.extend(p.times)
 
-    def _summarise(self, name: str, p: _Pending) -> None:
+    def _summarise(self, name: str, p: _Pending, seq: int) -> None:
         v = np.frombuffer(p.values, np.float64)
         finite = v[np.isfinite(v)]
         s = self.summary.get(name)
@@ -218,6 +219,9 @@ class MetricLog:
                 s["min"] = lo if s["min"] is None else min(s["min"], lo)
                 s["max"] = hi if s["max"] is None else max(s["max"], hi)
         s["n"] += len(v)
+        if self.last_seq.get(name, -1) > seq:
+            return  # a later batch was summarised first: its last point is the last
+        self.last_seq[name] = seq
         last = float(v[-1])
         s["last"] = last if math.isfinite(last) else None  # JSON has no NaN or infinity
         s["step"] = int(p.steps[-1])

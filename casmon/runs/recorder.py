@@ -161,11 +161,13 @@ class Run:
             store.append(KIND_METRICS, {"run": self.ref, **rec}, key=metrics_key(self.ref), refs=refs)
         cap = self._capture
         if cap is not None and not self._ended:
-            text = cap.sink.take_live()
+            with self._lock:  # two flushes at once (the live thread's, the user's) keep the batches in order
+                text = cap.sink.take_live()
+                seq = self._out_seq
+                self._out_seq += bool(text)
             if text:
-                rec, refs = live.output_record(store, self.ref, self._out_seq, scrub_output(text))
+                rec, refs = live.output_record(store, self.ref, seq, scrub_output(text))
                 store.append(live.KIND_RUNOUT, rec, key=live.output_key(self.ref), refs=refs)
-                self._out_seq += 1
 
     def _cache_observer(self, store, fn, key, result, hit) -> None:
         if store is self.store:

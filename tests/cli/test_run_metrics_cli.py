@@ -1,0 +1,54 @@
+"""``casmon runs`` and ``casmon show RUN`` show metrics (latest value, length) and params, in text and JSON."""
+
+import json
+
+import pytest
+
+import casmon
+from tests.support.cli import cli
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "s"
+    s = casmon.open(path, create=True)
+    for i, lr in enumerate((0.1, 0.01)):
+        with casmon.record(store=s, capture_output=False, params={"cfg": {"lr": lr}}) as run:
+            for step in range(10):
+                run.log(loss=1.0 / (step + 1 + i), acc=step / 10)
+            run.info["note"] = f"run {i}"
+    s.close()
+    return str(path)
+
+
+def test_runs_shows_the_latest_value_of_each_metric(store):
+    out = cli("runs", "--store", store).stdout
+    header = next(line for line in out.splitlines() if "status" in line)
+    assert "acc" in header and "loss" in header
+    assert "0.1" in out and "0.09091" in out  # the last loss of run 2: 1/11
+
+
+def test_runs_columns_chooses_params_info_and_metrics_and_names_an_unknown_one(store):
+    out = cli("runs", "--store", store, "--columns", "cfg.lr,loss,note").stdout
+    header = next(line for line in out.splitlines() if "status" in line)
+    assert "cfg.lr" in header and "note" in header and "acc" not in header
+    assert "0.01" in out and "run 1" in out
+    bad = cli("runs", "--store", store, "--columns", "nosuch", check=False)
+    assert bad.returncode == 2 and "no run has 'nosuch'" in bad.stderr and "cfg.lr" in bad.stderr
+
+
+def test_runs_json_carries_params_metrics_and_elapsed(store):
+    rows = json.loads(cli("runs", "--store", store, "--json").stdout)
+    assert [r["params"] for r in rows] == [{"cfg.lr": 0.1}, {"cfg.lr": 0.01}]
+    assert rows[1]["metrics"]["loss"]["n"] == 10 and rows[1]["metrics"]["loss"]["last"] == pytest.approx(1 / 11)
+    assert rows[0]["status"] == "ok" and rows[0]["elapsed"] >= 0
+
+
+def test_show_lists_params_and_metrics_with_last_value_and_length(store):
+    out = cli("show", "2", "--store", store).stdout
+    assert "param cfg.lr = 0.01" in out
+    assert "loss: last 0.09091 at step 9, 10 points, min 0.09091, max 0.5" in out
+    doc = json.loads(cli("show", "2", "--store", store, "--json").stdout)
+    assert doc["metrics"]["acc"]["n"] == 10 and doc["params"] == {"cfg.lr": 0.01} and doc["status"] == "ok"

@@ -1,0 +1,184 @@
+"""Step-wise metrics: ``run.log`` points come back as they were logged, and bad input is refused whole."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.runs import metrics as metrics_mod
+from casmon.runs.metrics import downsample
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    yield s
+    s.close()
+
+
+def test_points_come_back_with_their_steps_values_and_times_in_the_order_logged(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(loss=1.0)  # step 0
+        run.log({"loss": 0.5, "acc": 0.25})  # step 1, both
+        run.log(loss=0.25, step=10)
+        run.log(loss=0.125)  # the counter goes on from the last explicit step
+        casmon.log(acc=np.float32(0.75), lr=np.float64(1e-3))
+    r = casmon.load_run("latest", store)
+    loss = r.metric("loss")
+    assert loss.steps.tolist() == [0, 1, 10, 11] and loss.values.tolist() == [1.0, 0.5, 0.25, 0.125]
+    assert loss.steps.dtype == np.int64 and loss.values.dtype == np.float64
+    assert np.all(np.diff(loss.times) >= 0) and loss.times[0] >= r.manifest["start"]
+    acc = r.metric("acc")
+    assert acc.steps.tolist() == [1, 12] and acc.values.tolist() == [0.25, 0.75]
+    assert sorted(r.metrics()) == ["acc", "loss", "lr"]
+    summary = r.metric_summary()
+    assert summary["loss"] == {"n": 4, "last": 0.125, "step": 11, "time": loss.times[-1], "min": 0.125, "max": 1.0}
+    df = loss.to_pandas()
+    assert list(df.columns) == ["step", "value", "time"] and df["value"].tolist() == loss.values.tolist()
+
+
+def test_a_million_points_cross_many_flushes_in_order(store):
+    n = 1_000_000
+    with casmon.record(store=store, capture_output=False) as run:
+        for i in range(n):
+            run.log(x=i * 0.5, step=i)
+            if i % 300_000 == 0:
+                store.flush()  # batches of every size: inline ones and stored ones
+    s = casmon.load_run("latest", store).metric("x")
+    assert len(s) == n and np.array_equal(s.steps, np.arange(n)) and np.array_equal(s.values, np.arange(n) * 0.5)
+
+
+def test_nan_and_infinity_are_kept_and_the_summary_stays_json(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(loss=float("nan"))
+        run.log(loss=float("inf"))
+        run.log(loss=2.0)
+        run.log(loss=float("nan"))
+    r = casmon.load_run("latest", store)
+    v = r.metric("loss").values
+    assert math.isnan(v[0]) and v[1] == math.inf and v[2] == 2.0 and math.isnan(v[3])
+    assert r.metric_summary()["loss"]["last"] is None and r.metric_summary()["loss"]["max"] == 2.0
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"loss": "0.3"}, "metric 'loss' must be a number, got str"),
+    ({"loss": None}, "metric 'loss' must be a number, got NoneType"),
+    ({"loss": np.arange(3)}, "metric 'loss' must be a number, got ndarray"),
+    ({"": 1.0}, "metric name '' must be"),
+])
+def test_a_call_with_a_bad_value_or_name_raises_naming_it_and_logs_nothing(store, bad, match):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(ok=1.0)
+        with pytest.raises((TypeError, ValueError), match=match):
+            run.log({"ok": 2.0, **bad})
+        run.log(ok=3.0)
+    s = casmon.load_run("latest", store).metric("ok")
+    assert s.values.tolist() == [1.0, 3.0] and s.steps.tolist() == [0, 1]
+
+
+def test_bad_steps_and_arguments_are_refused(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        with pytest.raises(TypeError, match="step must be an integer, got float"):
+            run.log(a=1.0, step=1.5)
+        with pytest.raises(ValueError, match="does not fit in 64 bits"):
+            run.log(a=1.0, step=1 << 64)
+        with pytest.raises(TypeError, match="metrics must be a dict"):
+            run.log([("a", 1.0)])
+        run.log(a=1.0, step=np.int64(7))
+    assert casmon.load_run("latest", store).metric("a").steps.tolist() == [7]
+
+
+def test_casmon_log_goes_to_the_innermost_run_and_refuses_outside_any(store):
+    with pytest.raises(casmon.NoActiveRunError, match="no run is being recorded"):
+        casmon.log(loss=1.0)
+    with casmon.record(store=store, capture_output=False, comment="outer"):
+        casmon.log(a=1.0)
+        with casmon.record(store=store, capture_output=False, comment="inner"):
+            casmon.log(b=2.0)
+        casmon.log(a=3.0)
+    runs = {r.name: r for r in casmon.list_runs(store)}
+    assert sorted(runs["1-outer"].metrics()) == ["a"] and runs["1-outer"].metric("a").values.tolist() == [1.0, 3.0]
+    assert sorted(runs["2-inner"].metrics()) == ["b"]
+
+
+def test_an_unknown_metric_names_the_ones_there_are(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(loss=1.0, acc=0.5)
+    with pytest.raises(LookupError, match="has no metric 'los'; it has: acc, loss"):
+        casmon.load_run("latest", store).metric("los")
+
+
+def test_params_stay_nested_and_flatten_to_dotted_names(store):
+    with casmon.record(store=store, capture_output=False, params={"cfg": {"lr": 0.1, "opt": {"name": "adam"}}}) as run:
+        run.params["seed"] = 3
+    r = casmon.load_run("latest", store)
+    assert r.params() == {"cfg": {"lr": 0.1, "opt": {"name": "adam"}}, "seed": 3}
+    assert r.flat_params() == {"cfg.lr": 0.1, "cfg.opt.name": "adam", "seed": 3}
+    with pytest.raises(TypeError, match="params must be a dict"):
+        casmon.record(params=[1, 2])
+
+
+def test_downsampling_keeps_every_spike_in_its_envelope():
+    n = 1_000_003
+    v = np.zeros(n)
+    v[123_457] = 99.0
+    v[777_777] = -5.0
+    s = casmon.Series("x", np.arange(n, dtype=np.int64), v, np.zeros(n))
+    d = downsample(s, 1000)
+    assert len(d["value"]) == 1000 and d["max"].max() == 99.0 and d["min"].min() == -5.0
+    assert d["step"][-1] == n - 1 and np.all(np.diff(d["step"]) > 0)
+    small = downsample(casmon.Series("y", np.arange(5), np.arange(5.0), np.zeros(5)), 1000)
+    assert small["value"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_gc_keeps_the_stored_batches_of_a_run(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        for i in range(metrics_mod.INLINE_POINTS * 3):
+            run.log(x=float(i))
+    store.gc(grace=0)
+    s = casmon.load_run("latest", store).metric("x")
+    assert len(s) == metrics_mod.INLINE_POINTS * 3 and s.values[-1] == len(s) - 1
+    assert store.verify().ok
+
+
+def test_a_damaged_metric_record_names_the_run(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(x=1.0)
+    r = casmon.load_run("latest", store)
+    store.append(metrics_mod.KIND_METRICS, {"run": r.ref, "seq": 9, "s": {"x": {"n": 5, "b64": "AAAA"}}},
+                 key=metrics_mod.metrics_key(r.ref))
+    store.flush()
+    with pytest.raises(casmon.DamagedObjectError, match=f"run {r.name}: metric 'x'.*batch of 5 points holds 3 bytes"):
+        r.metric("x")
+
+
+def test_a_read_only_reader_sees_the_points_flushed_so_far(store):
+    reader = casmon.open(store.url, read_only=True)
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(x=1.0)
+        store.flush()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            r = casmon.load_run("latest", reader)
+        assert r.status == "running" and r.metric("x").values.tolist() == [1.0]
+        run.log(x=2.0)
+        store.flush()
+        assert r.metric("x").values.tolist() == [1.0, 2.0]
+
+
+def test_export_writes_the_metrics_as_csv_and_the_params_into_information_json(store, tmp_path):
+    import csv
+    import json
+
+    with casmon.record(store=store, capture_output=False, params={"cfg": {"lr": 0.5}}) as run:
+        run.log(loss=0.25)
+        run.log(loss=float("nan"), acc=1.0)
+    root = casmon.export(casmon.load_run("latest", store), tmp_path / "out")
+    rows = list(csv.reader(open(root / "metrics.csv")))
+    assert rows[0] == ["metric", "step", "value", "time"]
+    assert [(m, s, v) for m, s, v, _t in rows[1:]] == [("acc", "1", "1.0"), ("loss", "0", "0.25"), ("loss", "1", "nan")]
+    assert json.loads((root / "information.json").read_text())["params"] == {"cfg.lr": 0.5}
