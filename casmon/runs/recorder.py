@@ -106,6 +106,7 @@ class Run:
         self._beat_at = 0.0
         self._params_written: str | None = None
         self._thread = threading.get_ident()
+        self._pid = os.getpid()
         self.manifest: dict[str, Any] = {}
         self.cache_links: list[dict] = []
         self._refs: list[Digest] = []  # every value the manifest names, listed in the run's record for gc
@@ -131,6 +132,10 @@ class Run:
         """
         if metrics is not None and not isinstance(metrics, Mapping):
             raise TypeError(f"casmon: run.log: metrics must be a dict of name -> number, got {type(metrics).__name__}")
+        if self._pid != os.getpid():
+            raise CasmonError(f"casmon: run.log in process {os.getpid()}, a child of process {self._pid} that records run "
+                              f"{self.name}: a run's metrics are logged by the process that records it (return them to it, "
+                              "or record a run in the child)")
         self._metrics.log(metrics, step, named)
 
     # ``run["k"] = v`` is ``run.info["k"] = v``: FineCache's record_context yields a dict, and its users write so.
@@ -153,8 +158,8 @@ class Run:
 
     def _flush_hook(self, store: Store) -> None:
         """At each flush of the run's store: its waiting points and output become records (written by that flush)."""
-        if store is not self.store or not self._started or not self.ref:
-            return
+        if store is not self.store or not self._started or not self.ref or self._pid != os.getpid():
+            return  # a forked child's copy of the run writes nothing: its parent writes the run
         batch = self._metrics.take(store)
         if batch is not None:
             rec, refs = batch
@@ -445,6 +450,7 @@ class record:
                     run._saving.release()
             return
         waiting = run._metrics.has_pending() or (run._capture is not None and run._capture.sink.live)
+        waiting = waiting and store.autoflush is not None  # autoflush=None: the user flushes; heartbeats go on
         if waiting:
             store.flush()
         due = time.monotonic() - run._beat_at >= run._heartbeat_s
@@ -594,10 +600,27 @@ _deferred_signals: list[int] = []
 
 
 def _activate(run: Run) -> None:
+    global _fork_hook
     with _active_lock:
         _active.append(run)
+        if not _fork_hook and hasattr(os, "register_at_fork"):
+            _fork_hook = True
+            os.register_at_fork(after_in_child=_forget_runs_in_child)
     signals.on_signal, signals.on_note = _on_signal, _note_signal
     signals.install()
+
+
+_fork_hook = False
+
+
+def _forget_runs_in_child() -> None:
+    """A forked child (a pool's worker) records none of its parent's runs, and meets signals as it would
+    without casmon (``Pool.terminate`` ends its workers with SIGTERM)."""
+    global _active_lock
+    _active_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
+    _active.clear()
+    _deferred_signals.clear()
+    signals.forget_in_child()
 
 
 def _deactivate(run: Run) -> int:

@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 
-__all__ = ["SIGNALS", "install", "uninstall", "redeliver", "signal_name"]
+__all__ = ["SIGNALS", "install", "uninstall", "redeliver", "signal_name", "forget_in_child"]
 
 #: The signals a run is saved on (those present on this platform).
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -96,6 +96,19 @@ def uninstall() -> None:
             except (ValueError, OSError):
                 pass
             del _previous[sig]
+
+
+def forget_in_child() -> None:
+    """In a forked child: put the handlers back that were there before casmon's."""
+    global _lock
+    _lock = threading.Lock()
+    for sig, prev in list(_previous.items()):
+        try:
+            if signal.getsignal(sig) is _handler:
+                signal.signal(sig, prev)
+        except (ValueError, OSError):
+            pass
+    _previous.clear()
 
 
 def redeliver(signum: int) -> None:

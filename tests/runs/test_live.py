@@ -166,3 +166,43 @@ def test_a_run_whose_end_meets_an_outage_as_the_process_exits_is_ok_once_the_sto
     direct = casmon.open(url, storage_options={"endpoint": moto_server}, create=False)
     r = casmon.list_runs(direct)[-1]
     assert r.status == "ok" and r.info() == {"done": True} and r.metric("loss").values.tolist() == [0.5]
+
+
+POOL = r"""
+import multiprocessing as mp, sys, time, casmon
+
+def work(x):
+    time.sleep(30)  # the pool is terminated meanwhile
+
+def log_in_child(_):
+    try:
+        RUN.log(loss=1.0)
+    except casmon.CasmonError as e:
+        return str(e)
+    return "logged"
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    with casmon.record(store=sys.argv[1], capture_output=False) as RUN:
+        RUN.log(loss=0.5)
+        with ctx.Pool(1) as pool:
+            print(pool.map(log_in_child, [0])[0], flush=True)
+        pool = ctx.Pool(2)
+        pool.map_async(work, [1, 2])
+        time.sleep(0.5)
+        t = time.monotonic()
+        pool.terminate()  # SIGTERM to the workers: they end as they would without casmon
+        pool.join()
+        print("terminated in", round(time.monotonic() - t, 1), flush=True)
+"""
+
+
+def test_a_forked_worker_neither_logs_into_its_parents_run_nor_meets_sigterm_as_a_run(tmp_path):
+    store = str(tmp_path / "s")
+    p = subprocess.run([sys.executable, "-c", POOL, store], env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "a run's metrics are logged by the process that records it" in p.stdout
+    assert "terminated in" in p.stdout and "RunSignal" not in p.stderr
+    r = _run(store)
+    assert r.status == "ok" and r.metric("loss").values.tolist() == [0.5]  # the parent's point, once
