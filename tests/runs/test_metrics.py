@@ -182,3 +182,34 @@ def test_export_writes_the_metrics_as_csv_and_the_params_into_information_json(s
     assert rows[0] == ["metric", "step", "value", "time"]
     assert [(m, s, v) for m, s, v, _t in rows[1:]] == [("acc", "1", "1.0"), ("loss", "0", "0.25"), ("loss", "1", "nan")]
     assert json.loads((root / "information.json").read_text())["params"] == {"cfg.lr": 0.5}
+
+
+class _Pickled:
+    pass
+
+
+def test_a_crafted_ref_and_batches_give_clear_errors_or_are_left_out(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(x=1.0)
+    r = casmon.load_run("latest", store)
+    ref = store.get_ref(r.ref)
+    manifest = dict(r.manifest)
+    manifest["status"] = "running"
+    manifest.pop("metrics")
+    d = store.put(manifest)
+    store.set_ref(r.ref, d, {"heartbeat": "soon", "heartbeat_s": [1], "metrics": {"x": {"last": "a"}, "y": 3, "z": []}})
+    assert ref is not None
+    got = casmon.load_run("latest", store)
+    assert got.status == "running" and got.heartbeat is None  # no claim from a crafted heartbeat
+    assert got.metric_summary() == {"x": {"n": None, "last": None, "step": None, "time": None, "min": None, "max": None}}
+    pickled = store.put(_Pickled())  # a batch naming a pickle is never unpickled
+    store.append(metrics_mod.KIND_METRICS, {"run": r.ref, "seq": 5, "s": {"x": {"n": 1, "$": pickled.hex()}}},
+                 key=metrics_mod.metrics_key(r.ref))
+    store.flush()
+    for trust in (False, True):  # a batch is data casmon wrote: whatever the trust, nothing is unpickled
+        with pytest.raises(casmon.UntrustedStoreError, match="_Pickled"):
+            casmon.load_run("latest", casmon.open(store.url, trust=trust, read_only=True)).metric("x")
+    from tests.support.cli import cli
+
+    out = cli("runs", "--store", str(store.url)).stdout
+    assert "running" in out
