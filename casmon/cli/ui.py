@@ -64,15 +64,13 @@ def ui_command(store_location, host, port, trust, open_browser, verbose) -> None
 @click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL", help=STORE_HELP)
 @click.option("--trust", is_flag=True, default=False, help=TRUST_HELP)
 def report_command(runs, output, store_location, trust) -> None:
-    """Write the comparison of RUNS (two or more: names, numbers or `latest`) as one self-contained HTML file.
+    """Write the comparison of RUNS (one or more: names, numbers or `latest`) as one self-contained HTML file.
 
     Style and script are inside the file; it loads nothing from anywhere, so it
     can be mailed to a colleague and opened offline.
     """
     from casmon.ui.report import write_report
 
-    if len(runs) < 2:
-        raise click.UsageError("a report compares two or more runs")
     store = open_store(store_location, read_only=True, trust=trust or trusted())
     try:
         path, n = write_report(store, list(runs), output, trust or trusted())
@@ -82,5 +80,6 @@ def report_command(runs, output, store_location, trust) -> None:
         raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from None
     finally:
         store.close()
-    click.echo(f"wrote the comparison of {n} runs to {path} ({size(Path(path).stat().st_size, 'KiB', 0)})")
+    what = "the report of 1 run" if n == 1 else f"the comparison of {n} runs"
+    click.echo(f"wrote {what} to {path} ({size(Path(path).stat().st_size, 'KiB', 0)})")
     sys.stdout.flush()

@@ -859,10 +859,7 @@ class Store:
 
     def remove_flush_hook(self, hook: FlushHook) -> None:
         """Stop calling ``hook`` (a feature whose bookkeeping is done: a run that ended)."""
-        try:
-            self._flush_hooks.remove(hook)
-        except ValueError:
-            pass
+        self._flush_hooks[:] = [h for h in self._flush_hooks if h != hook]
 
     def add_after_flush(self, callback: FlushHook) -> None:
         """Call ``callback(store)`` after every flush that wrote everything (features write again what an
@@ -897,8 +894,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _reset_after_fork(self) -> None:
-        # The parent flushes what it had pending; the child starts as a new writer.
+    def _reset_after_fork(self) -> None:  # the parent flushes what it had pending; the child is a new writer
         self.writer = writer_id()
         self._flush_each_call = self.durable or lifecycle.in_worker_process()  # multiprocessing's child: set again at its start
         self._io_ready = False  # the parent's threads do not exist here

@@ -1,32 +1,51 @@
 """``casmon ui`` and ``casmon report``: runs, calls and cached results in a browser.
 
 A read-only web app on the standard library's ``http.server`` (no dependency
-beyond casmon's own; see docs/ARCHITECTURE.md): ``model.py`` reads what pages
-show, ``charts.py`` draws SVG, ``pages.py`` writes HTML (every store string
-escaped), ``server.py`` routes GET requests, ``report.py`` writes the compare
-page as one file; the ``casmon ui`` and ``casmon report`` verbs are in
-``casmon.cli.ui`` (the command line is the layer above). Importing this
-package starts nothing.
+beyond casmon's own; see docs/ARCHITECTURE.md). One job a module:
+
+* ``model.py`` -- the index of runs (fresh at every request, cheap by the refs) and call statistics;
+* ``table.py`` -- the runs table: column groups, the filter and its errors, sorting;
+* ``compare.py`` -- a comparison of runs: side by side, identical outputs, diffs, diverging calls;
+* ``series.py`` -- what charts draw: metrics downsampled, info sequences, a page's chart block;
+* ``values.py`` -- values in cells: summaries, sparklines, JSON data blocks;
+* ``api.py`` -- the JSON endpoints the pages poll while runs go on;
+* ``pages.py`` (layout, runs, calls, cache, store), ``runpage.py``, ``comparepage.py`` (and the report file) --
+  HTML, every store string escaped; ``charts.py`` -- the small SVG charts;
+* ``server.py`` routes GET requests; ``report.py`` writes the report file;
+* ``static/`` -- the style sheet and scripts, and uPlot (vendored: ``static/README.md``).
+
+The ``casmon ui`` and ``casmon report`` verbs are in ``casmon.cli.ui`` (the
+command line is the layer above). Importing this package starts nothing.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import os
+
+    from casmon.ui.server import UIServer
+
 __all__ = ["make_server", "report_html", "write_report"]
 
 
-def make_server(*args, **kwargs):
-    from casmon.ui.server import make_server as _make
+def make_server(store: Any, host: str = "127.0.0.1", port: int = 0, trust: bool = False, verbose: bool = False,
+                index: bool = True) -> UIServer:
+    """A server ready to ``serve_forever()`` (see :func:`casmon.ui.server.make_server`)."""
+    from casmon.ui.server import make_server as make
 
-    return _make(*args, **kwargs)
-
-
-def report_html(*args, **kwargs):
-    from casmon.ui.report import report_html as _r
-
-    return _r(*args, **kwargs)
+    return make(store, host, port, trust, verbose, index)
 
 
-def write_report(*args, **kwargs):
-    from casmon.ui.report import write_report as _w
+def report_html(store: Any, runs: list[str], trust: bool = False) -> tuple[bytes, int]:
+    from casmon.ui.report import report_html as make
 
-    return _w(*args, **kwargs)
+    return make(store, runs, trust)
+
+
+def write_report(store: Any, runs: list[str], output: str | os.PathLike[str], trust: bool = False) -> tuple[Path, int]:
+    from casmon.ui.report import write_report as write
+
+    return write(store, runs, output, trust)

@@ -1,18 +1,18 @@
-"""Charts as SVG markup, drawn on the server: a bar per run, lines per run, a histogram.
+"""Small charts as SVG markup, drawn on the server: bars (the store page) and a histogram (call durations).
 
-No chart library and no script: the page (and the report file) shows them as
-they are. Colours and sizes are SVG attributes, never ``style=`` (the UI's
+Curves of metrics are uPlot's, in the browser (``static/casmon-charts.js``);
+these two need no script and no data endpoint. Colours and sizes are SVG attributes, never ``style=`` (the UI's
 Content-Security-Policy allows no inline style attributes). Every label comes
 from a store, so every label is escaped; a mark's ``<title>`` is its tooltip.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence as Seq
+from collections.abc import Callable, Sequence as Seq
 
 from casmon.view.display import Html, esc
 from casmon.view.text import cut
+from casmon.ui.values import fmt
 
 #: Distinct colours for up to ten series (then they repeat).
 PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781", "#bf3989", "#4c2889"]
@@ -20,16 +20,6 @@ PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e
 
 def colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
-
-
-def fmt(x: float) -> str:
-    """A number on an axis or a label: short, and exact enough to tell runs apart."""
-    if x == 0:
-        return "0"
-    a = abs(x)
-    if a >= 1e5 or a < 1e-3:
-        return f"{x:.3g}"
-    return f"{x:.4g}"
 
 
 def _range(values: Seq[float], zero: bool) -> tuple[float, float]:
@@ -69,41 +59,8 @@ def bars(labels: Seq[str], values: Seq[float], title: str, width: int = 640) -> 
     return Html("".join(out))
 
 
-def lines(series: Seq[tuple[str, Seq[float], Seq[float]]], title: str, width: int = 640) -> Html:
-    """Overlaid lines, one per run (``class="mark line"``), with a legend; x is the step."""
-    height, left, top, bottom = 240, 56, 24, 40
-    legend_h = 16 * len(series)
-    ys = [v for _, _, s in series for v in s if math.isfinite(v)]
-    xs = [v for _, s, _ in series for v in s]
-    if not ys:
-        return Html("")
-    lo, hi = _range(ys, zero=False)
-    xlo, xhi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    plot_w, plot_h = width - left - 12, height - top - bottom
-
-    def px(x: float) -> float:
-        return left + plot_w * (x - xlo) / (xhi - xlo)
-
-    def py(v: float) -> float:
-        return top + plot_h * (hi - v) / (hi - lo)
-
-    out = [_open(width, height + legend_h, title),
-           f'<rect class="frame" x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d0d7de"/>',
-           _tick(left, py(hi), fmt(hi)), _tick(left, py(lo), fmt(lo)),
-           f'<text x="{left}" y="{top + plot_h + 16}" font-size="11">{esc(fmt(xlo))}</text>',
-           f'<text x="{left + plot_w}" y="{top + plot_h + 16}" font-size="11" text-anchor="end">{esc(fmt(xhi))}</text>']
-    for i, (name, sx, sy) in enumerate(series):
-        pts = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in zip(sx, sy) if math.isfinite(v))
-        out.append(f'<polyline class="mark line" data-series="{i}" points="{pts}" fill="none" stroke="{colour(i)}" '
-                   f'stroke-width="1.5"><title>{esc(name)}</title></polyline>')
-        ly = height + 16 * i - 4
-        out.append(f'<g class="legend" data-series="{i}"><rect x="{left}" y="{ly - 9}" width="10" height="10" '
-                   f'fill="{colour(i)}"/><text x="{left + 16}" y="{ly}" font-size="11">{esc(name)}</text></g>')
-    out.append("</svg>")
-    return Html("".join(out))
-
-
-def histogram(bins: Seq[tuple[float, float, int]], title: str, label, width: int = 640) -> Html:
+def histogram(bins: Seq[tuple[float, float, int]], title: str, label: Callable[[float, float], str],
+              width: int = 640) -> Html:
     """Counts per bin (``class="mark bin"``); ``label(low, high)`` names a bin (durations, say)."""
     if not bins:
         return Html("")

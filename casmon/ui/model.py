@@ -1,54 +1,50 @@
-"""What the UI's pages show, read from one store: a lazy index of runs, a comparison of runs, call statistics.
+"""What the UI's pages show of runs and calls, read from one store: the index of runs, call statistics.
 
-Nothing here renders HTML (``pages.py`` does) and nothing unpickles: run
+Nothing here renders HTML (the page modules do) and nothing unpickles: run
 manifests, patches, tracked files and package lists load through
 :func:`casmon.store.peek.load_data`; stored values are described from their
-manifests, and only arrays (which load without running code) are read, for
-charts. A value is loaded by unpickling only on a store opened with ``--trust``.
+manifests. A value is loaded by unpickling only on a store opened with ``--trust``.
 
-The runs index is built for big stores. Listing 10,000 refs and loading 10,000
-run manifests takes seconds, so the list of runs comes from the ``run`` record
-table (one read: each run's name, status, first write -- its start -- and its
-newest manifest digest) plus one listing of ``refs/runs``, refreshed in the
-background; a page loads only the manifests it shows. Manifests are immutable
-(named by digest), so once loaded they are kept. Sorting or filtering by a
-column that only manifests hold waits for the rest to load (a background
-thread starts on them when the server starts).
+The runs index is built for big stores and live runs. The first listing reads
+the ``run`` record table (one read: each run's name, status and newest
+manifest digest) and one listing of ``refs/runs`` (so a run that has only
+claimed its number is listed too). After that every request revalidates it
+cheaply, at most once a second: one listing of ``refs/runs`` (runs added or
+removed) and a read of the ref of each run that is still going (``running`` or
+``claimed``), which carries its status, heartbeat and latest metrics. A run
+that ended is final: its manifest is immutable (named by digest) and kept once
+read. So a page never shows a run that ended as ``running``, nor misses one
+that just started, and a store of 10,000 ended runs costs one listing a
+request. Sorting or filtering by a column only manifests hold waits for the
+rest to load (a background thread starts on them after the first page).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import itertools
-import json
 import math
-import operator
 import re
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from casmon.view import display
-from casmon.view.text import short_repr, size
+from casmon.view.text import short_repr
 from casmon.store import serialize
 from casmon.calllog import NOT_RECORDED, Call, CallLog
 from casmon.errors import CasmonError, MissingObjectError
-from casmon.keys.fingerprint import fingerprint
-from casmon.store.peek import Described, as_digest, describe, load_data, peek
-from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest, diff
+from casmon.store.peek import as_digest, describe, load_data, peek
+from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest
 
-#: A request re-lists the runs (in the background; it is served the last listing) when it is older than this.
-REFRESH_SECONDS = 5.0
-#: A tracked file larger than this is compared by size and digest only, not line by line.
-TEXT_DIFF_MAX = 512 << 10
-#: Sequences (loss curves) longer than this are drawn from evenly spaced samples.
-PLOT_POINTS = 1000
-#: A stored array larger than this is not read for a chart.
-SEQUENCE_MAX_BYTES = 64 << 20
+#: A listing younger than this is served as it is (a page and the polls of its script share one).
+FRESH_SECONDS = 1.0
+#: Statuses a run leaves: its ref is read again at every revalidation. Any other status is final.
+LIVE_STATUSES = frozenset({"running", "claimed"})
+#: Downsampled metrics of ended runs kept in memory (each about 100 KB).
+SERIES_KEPT = 64
 
 
 def is_scalar(v: Any) -> bool:
@@ -63,144 +59,194 @@ def is_number(v: object) -> TypeGuard[float]:
 
 @dataclass
 class Entry:
-    """One run as the record table lists it: enough to sort by start and to find its manifest."""
+    """One run as the index lists it: enough to sort by start, find its manifest and tell a live run."""
 
     ref: str  # runs/3
     tail: str  # 3: the run's address in the UI (/run/3)
     name: str
-    status: str
-    start: float  # the run's first write (its manifest holds the exact start)
+    status: str  # as written (a lost run is still "running" here; RunInfo.status says "lost")
+    start: float  # the run's start (or its first write)
     digest: str | None  # the newest manifest; None for a run that only claimed its number
+    ref_data: dict[str, Any] = field(default_factory=dict)  # a live run's heartbeat and latest metrics
+    serial: int = 0  # the index's change counter when this entry last changed
+    born: int = 0  # ... when the index first listed it
+
+    def same(self, other: Entry) -> bool:
+        return (self.status, self.digest, self.name, self.ref_data) == (other.status, other.digest, other.name,
+                                                                       other.ref_data)
 
 
-class Listing(list):
+class Listing(list[Entry]):
     """One listing of the runs; ``serial`` tells listings apart (an ``id()`` is reused once a list is freed)."""
 
     _serials = itertools.count(1)
 
-    def __init__(self, entries: list[Entry]) -> None:
+    def __init__(self, entries: list[Entry], changes: int = 0) -> None:
         super().__init__(entries)
         self.serial = next(Listing._serials)
+        #: The index's change counter this listing is up to date with (a page made from it polls from there).
+        self.changes = changes
 
 
-def _number(tail: str) -> tuple:
+def run_number(tail: str) -> tuple[str, int]:
+    """``exp12`` -> ``("exp", 12)``: runs sort by number, not as text."""
     m = re.match(r"^(.*?)(\d+)$", tail)
     return (m.group(1), int(m.group(2))) if m else (tail, -1)
 
 
-class RunIndex:
-    """The runs of a store, listed cheaply and read lazily (see the module docstring)."""
+def _as_float(v: Any) -> float | None:
+    return float(v) if is_number(v) else None
 
-    def __init__(self, store) -> None:
+
+class RunIndex:
+    """The runs of a store, listed cheaply, revalidated at each request and read lazily (module docstring)."""
+
+    def __init__(self, store: Any) -> None:
         self.store = store
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one listing or revalidation at a time: the others then use it
         self._entries: Listing | None = None
-        self._listed = 0.0
-        self._refreshing = False
-        self._first = threading.Lock()  # the first listing is made once, whoever asks first
-        self._manifests: dict[str, tuple[dict, CasmonError | None]] = {}
-        self._rows: dict[tuple[str, str | None], dict] = {}
-        #: Sorted and filtered runs by (listing, sort, order, filter): the last 8.
-        self.views: dict[tuple, list] = {}
+        self._checked = -math.inf  # time.monotonic() of the last revalidation
+        self._changes = itertools.count(1)
+        #: The index's change counter: an entry changed at serial S is newer than a page made at S - 1.
+        self.serial = 0
+        self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
+        self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+        #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
+        self.views: dict[tuple[Any, ...], list[Any]] = {}
         #: The background loader reads a manifest only while this says no request is being answered.
         self.idle: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         self._loader: threading.Thread | None = None
+        self._series: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._series_lock = threading.Lock()
+
+    def kept(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """``make()``, kept for ``key`` (the last SERIES_KEPT): what an ended run's immutable data gives, such
+        as a metric downsampled for a chart (a reload then reads no series again)."""
+        with self._series_lock:
+            if key in self._series:
+                self._series.move_to_end(key)
+                return self._series[key]
+        value = make()
+        with self._series_lock:
+            self._series[key] = value
+            while len(self._series) > SERIES_KEPT:
+                self._series.popitem(last=False)
+        return value
 
     # -- listing -------------------------------------------------------------------------------------
-    def _list(self, with_refs: bool = True) -> Listing:
-        """The runs from the run records, checked against a listing of ``refs/runs`` (``with_refs``: a run
-        whose ref is gone is left out, and a run that only claimed its number is added). Without it (the
-        first listing, which a page waits for: listing 10,000 refs takes longer than reading their records),
-        every run a record names is listed; the full listing follows in the background."""
-        names = {n[len(RUN_REFS) + 1:] for n in self.store.refs(RUN_REFS)} if with_refs else None  # runs/3 -> 3
-        newest: dict[str, tuple[float, dict]] = {}
+    def _tails(self) -> set[str]:
+        return {n[len(RUN_REFS) + 1:] for n in self.store.refs(RUN_REFS)}  # runs/3 -> 3
+
+    def _stamp(self) -> int:
+        self.serial = next(self._changes)
+        return self.serial
+
+    def _from_ref(self, tail: str) -> Entry | None:
+        """The run as its ref says it is now (None if the ref is gone)."""
+        ref = f"{RUN_REFS}/{tail}"
+        try:
+            got = self.store.get_ref(ref)
+        except CasmonError:
+            got = None
+        if got is None:
+            return None
+        data = got.data if isinstance(got.data, dict) else {}
+        t = data.get("start", data.get("time"))
+        status = data.get("status")
+        return Entry(ref, tail, str(data.get("name") or tail),
+                     str(status) if type(status) is str else ("claimed" if got.target is None else "?"),
+                     t if is_number(t) else 0.0, got.target.hex() if got.target else None, dict(data))
+
+    def _first_listing(self) -> Listing:
+        """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
+        the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
+        tails = self._tails()
+        newest: dict[str, tuple[float, dict[str, Any]]] = {}
         first: dict[str, float] = {}
         for _key, r in self.store.records(KIND_RUN, strict=False):
             ref, t = r.get("_ref"), r.get("time")
-            if (type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t)
-                    or names is not None and ref[len(RUN_REFS) + 1:] not in names):
-                continue  # a run whose ref is gone (or a record that is not a run's): not listed
+            if type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t):
+                continue
             first[ref] = min(first.get(ref, t), t)
             if ref not in newest or t >= newest[ref][0]:
                 newest[ref] = (t, r)
+        serial = self._stamp()
         out = []
-        if names is None:
-            names = {ref[len(RUN_REFS) + 1:] for ref in newest}
-        for tail in names:
+        for tail in tails:
             ref = f"{RUN_REFS}/{tail}"
-            if ref in newest:
-                r = newest[ref][1]
-                h = r.get("manifest")
-                out.append(Entry(ref, tail, str(r.get("name") or tail), str(r.get("status") or "?"), first[ref],
-                                 h if type(h) is str else None))
-            else:  # claimed, never written (or written by a tool without records): its ref says what it is
-                try:
-                    got = self.store.get_ref(ref)
-                except CasmonError:
-                    got = None
-                if got is None:
+            rec = newest.get(ref, (0.0, {}))[1]
+            h, status = rec.get("manifest"), rec.get("status")
+            e: Entry | None
+            if type(h) is str and type(status) is str and status not in LIVE_STATUSES:
+                e = Entry(ref, tail, str(rec.get("name") or tail), status, first[ref], h)
+            else:
+                e = self._from_ref(tail)
+            if e is not None:
+                e.serial = e.born = serial
+                out.append(e)
+        out.sort(key=lambda e: (e.start, run_number(e.tail)))
+        return Listing(out, serial)
+
+    def _revalidate(self) -> Listing:
+        """The listing brought up to date: runs added and removed, live runs read again from their refs."""
+        assert self._entries is not None
+        tails = self._tails()
+        out: list[Entry] = []
+        changed = False
+        for e in self._entries:
+            if e.tail not in tails:
+                changed = True
+                continue
+            if e.status in LIVE_STATUSES or e.digest is None:
+                now = self._from_ref(e.tail)
+                if now is None:
+                    changed = True
                     continue
-                data = got.data if isinstance(got.data, dict) else {}
-                t = data.get("start", data.get("time"))
-                out.append(Entry(ref, tail, str(data.get("name") or tail), str(data.get("status") or "claimed"),
-                                 t if is_number(t) else 0.0, got.target.hex() if got.target else None))
-        out.sort(key=lambda e: (e.start, _number(e.tail)))
-        return Listing(out)
+                if not now.same(e):
+                    now.serial, now.born = self._stamp(), e.born
+                    e, changed = now, True
+            out.append(e)
+        for tail in sorted(tails - {e.tail for e in self._entries}, key=run_number):
+            new = self._from_ref(tail)
+            if new is not None:
+                new.serial = new.born = self._stamp()
+                out.append(new)
+                changed = True
+        if not changed:
+            return self._entries
+        out.sort(key=lambda e: (e.start, run_number(e.tail)))
+        return Listing(out, self.serial)
 
-    def entries(self) -> Listing:
-        """Every run, oldest first. Served from memory; re-listed in the background when older than REFRESH_SECONDS."""
+    def entries(self, fresh: bool = False) -> Listing:
+        """Every run, oldest first, revalidated when the listing is older than FRESH_SECONDS (or ``fresh``)."""
         with self._lock:
-            entries, age = self._entries, time.time() - self._listed
-            stale = entries is not None and age > REFRESH_SECONDS and not self._refreshing
-            if stale:
-                self._refreshing = True
-        if entries is None:
-            with self._first:
-                if self._entries is None:
-                    fresh = self._list(with_refs=False)
-                    with self._lock:
-                        self._entries, self._listed = fresh, time.time()
+            if self._entries is None:
+                self._entries = self._first_listing()
+            elif fresh or time.monotonic() - self._checked >= FRESH_SECONDS:
+                self._entries = self._revalidate()
+            else:
                 return self._entries
-        if stale:
-            threading.Thread(target=self._refresh, name="casmon-ui-runs", daemon=True).start()
-        return entries
-
-    def _refresh(self) -> None:
-        try:
-            fresh = self._list()
-            with self._lock:
-                self._entries, self._listed = fresh, time.time()
-        except Exception:  # noqa: BLE001 - the page keeps the last listing; the next request tries again
-            pass
-        finally:
-            with self._lock:
-                self._refreshing = False
-
-    def reload(self) -> list[Entry]:
-        fresh = self._list()
-        with self._lock:
-            self._entries, self._listed = fresh, time.time()
-        return fresh
+            self._checked = time.monotonic()
+            return self._entries
 
     def find(self, which: str) -> Entry:
         """A run by its address (``3``, ``exp3``), name (``3-base``) or ``latest``."""
-        entries = self.entries()
-        if which == "latest" and entries:
-            return entries[-1]
-        for e in entries:
-            if which in (e.tail, e.name, e.ref):
-                return e
-        for e in self.reload():  # a run that started since the last listing
-            if which in (e.tail, e.name, e.ref):
-                return e
+        for fresh in (False, True):  # a run that started since the last look: looked for again at once
+            entries = self.entries(fresh)
+            if which == "latest" and entries:
+                return entries[-1]
+            for e in entries:
+                if which in (e.tail, e.name, e.ref):
+                    return e
         raise LookupError(f"no run {which!r} in {self.store.url}")
 
     # -- manifests -----------------------------------------------------------------------------------
     def run(self, e: Entry) -> RunInfo:
         """The run as :func:`casmon.list_runs` gives it (an unreadable manifest is a run that says why)."""
         if e.digest is None:
-            return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None})
+            return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
+                           None, e.ref_data)
         got = self._manifests.get(e.digest)
         if got is None:
             try:
@@ -211,18 +257,19 @@ class RunIndex:
                 got = ({"name": e.name, "status": "unreadable", "error": " ".join(str(err).split())[:500],
                         "start": e.start or None}, err)
                 if isinstance(err, MissingObjectError):  # written a moment ago, perhaps: read again next time
-                    return RunInfo(self.store, e.ref, got[0], got[1])
+                    return RunInfo(self.store, e.ref, got[0], got[1], e.ref_data)
             self._manifests[e.digest] = got  # immutable: a digest names one manifest forever
-        return RunInfo(self.store, e.ref, got[0], got[1])
+        return RunInfo(self.store, e.ref, got[0], got[1], e.ref_data)
 
-    def row(self, e: Entry) -> tuple[RunInfo, dict]:
-        """The run and its table row (kept: a row depends only on the entry and its immutable manifest)."""
+    def row(self, e: Entry, make: Callable[[RunInfo, Entry], dict[str, Any]]) -> tuple[RunInfo, dict[str, Any]]:
+        """The run and its table row (``make`` builds it); kept for a run that ended (a row then depends only
+        on the entry and its immutable manifest), made again for a live one."""
         r = self.run(e)
-        key = (e.ref, e.digest)
+        key = (e.ref, e.digest, e.status)
         row = self._rows.get(key)
         if row is None:
-            row = row_of(r, e)
-            if e.digest in self._manifests:  # kept only for what is kept (not a manifest missing for now)
+            row = make(r, e)
+            if e.digest in self._manifests and e.status not in LIVE_STATUSES:
                 self._rows[key] = row
         return r, row
 
@@ -238,7 +285,7 @@ class RunIndex:
         for e in reversed(self.entries()):
             if polite and not self._wait_idle():
                 return
-            self.row(e)
+            self.run(e)
 
     def _wait_idle(self) -> bool:
         """Wait until no page is being made; False if the index is being stopped."""
@@ -259,415 +306,10 @@ class RunIndex:
 
     def _load_quietly(self) -> None:
         try:
-            self.entries()
             if self._wait_idle():
-                self.reload()  # the full listing (the first one skipped refs/runs)
                 self.load_all(polite=True)
         except Exception:  # noqa: BLE001 - a request that needs them loads them and reports the error
             pass
-
-
-# -- the runs table ----------------------------------------------------------------------------------
-
-FIXED_COLUMNS = ["run", "comment", "status", "start", "duration", "commit", "dirty"]
-_FILTER_RE = re.compile(r"^([A-Za-z_][\w.\-]*)(<=|>=|!=|=|<|>)(.+)$")
-
-
-def row_of(r: RunInfo, e: Entry) -> dict[str, Any]:
-    """A run's cells by column: the fixed columns, then ``info.KEY`` for each scalar in its info."""
-    m = r.manifest
-    git = m.get("git")
-    g: dict[str, Any] = git if isinstance(git, dict) else {}
-    d = m.get("duration")
-    if d is None and is_number(m.get("start")) and is_number(m.get("end")):
-        d = m["end"] - m["start"]
-    row: dict[str, Any] = {"run": e.name, "comment": m.get("comment") or "", "status": m.get("status", e.status),
-                           "start": m.get("start", e.start), "duration": d, "commit": g.get("commit") or "",
-                           "dirty": bool(g.get("dirty") or g.get("patch")) if g else None}
-    info = m.get("info")
-    if isinstance(info, dict):
-        for k, v in info.items():
-            if is_scalar(v):
-                row[f"info.{k}"] = v
-    return row
-
-
-def sort_key(v: Any) -> tuple:
-    """Numbers, then text, then empty cells (mixed types sort without errors)."""
-    if type(v) is bool:
-        return (0, float(v), "")
-    if is_number(v):
-        return (0, float(v), "")
-    if v is None or v == "":
-        return (2, 0.0, "")
-    return (1, 0.0, str(v).lower())
-
-
-def parse_filter(q: str) -> list[tuple[str, ...]]:
-    """``loss<0.3 status=ok base``: comparisons of a column (``loss`` is ``info.loss``) and words to find."""
-    out: list[tuple[str, ...]] = []
-    for tok in q.split():
-        m = _FILTER_RE.match(tok)
-        if m:
-            out.append(("cmp", m.group(1), m.group(2), m.group(3)))
-        else:
-            out.append(("word", tok.lower()))
-    return out
-
-
-def _as_number(s: str) -> float | None:
-    try:
-        x = float(s)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) else None
-
-
-#: A filter's comparisons; both sides are numbers, or both text.
-_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
-    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-
-
-def matches(row: dict[str, Any], terms: list[tuple[str, ...]]) -> bool:
-    text = None
-    for t in terms:
-        if t[0] == "word":
-            if text is None:
-                text = " ".join(str(v) for v in row.values() if v is not None).lower()
-            if t[1] not in text:
-                return False
-            continue
-        _, col, op, want = t
-        v = row.get(col, row.get(f"info.{col}"))
-        if v is None:
-            return False
-        num = _as_number(want) if is_number(v) and type(v) is not bool else None
-        a: float | str = str(v) if num is None else float(v)
-        b: float | str = want if num is None else num
-        ok = _COMPARISONS[op](a, b)
-        if not ok:
-            return False
-    return True
-
-
-def _sorted_rows(index: RunIndex, entries: list[Entry], sort: str, desc: bool, terms: list) -> list:
-    rows = [(e, *index.row(e)) for e in entries]
-    if terms:
-        rows = [x for x in rows if matches(x[2], terms)]
-    col = sort if sort in FIXED_COLUMNS or sort.startswith("info.") else "start"
-    if col == "run":
-        rows.sort(key=lambda x: _number(x[0].tail), reverse=desc)
-        return rows
-    present = [x for x in rows if x[2].get(col) not in (None, "")]
-    missing = [x for x in rows if x[2].get(col) in (None, "")]
-    present.sort(key=lambda x: sort_key(x[2].get(col)), reverse=desc)
-    return present + missing  # empty cells last, either way
-
-
-@dataclass
-class RunsView:
-    rows: list[tuple[Entry, RunInfo, dict]]
-    columns: list[str]  # info.KEY columns, in first-seen order
-    total: int  # runs that match
-    all_runs: int
-    page: int
-    pages: int
-
-
-def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
-              per: int = 50) -> RunsView:
-    """One page of the runs table. Only the default order (by start) avoids reading every manifest."""
-    entries = index.entries()
-    terms = parse_filter(q)
-    if sort == "start" and not terms:
-        chosen = list(reversed(entries)) if desc else list(entries)
-        total = len(chosen)
-        pages = max(1, math.ceil(total / per))
-        page = min(max(page, 1), pages)
-        shown = chosen[(page - 1) * per: page * per]
-        rows = [(e, *index.row(e)) for e in shown]
-    else:
-        key = (entries.serial, sort, desc, q)
-        cached = index.views.get(key)
-        if cached is None:
-            cached = _sorted_rows(index, entries, sort, desc, terms)
-            if index.complete(entries):  # valid while this listing is: rows depend on it and immutable manifests
-                index.views[key] = cached
-                while len(index.views) > 8:
-                    index.views.pop(next(iter(index.views)))
-        rows = cached
-        total = len(rows)
-        pages = max(1, math.ceil(total / per))
-        page = min(max(page, 1), pages)
-        rows = rows[(page - 1) * per: page * per]
-    columns: list[str] = []
-    for _e, _r, row in rows:
-        for k in row:
-            if k.startswith("info.") and k not in columns and len(columns) < 24:
-                columns.append(k)
-    return RunsView(rows, columns, total, len(entries), page, pages)
-
-
-# -- comparing runs --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Sequence:
-    """One run's curve for an info key: values (sampled to PLOT_POINTS) and the true length."""
-
-    run: str
-    ys: list[float]
-    xs: list[float]
-    length: int
-
-
-@dataclass
-class Divergence:
-    """Where run ``b``'s logged calls first part from the reference run's."""
-
-    a: str
-    b: str
-    compared: int  # calls paired by function and number
-    first: tuple[int, Call, Call] | None  # (k, a's k-th call, b's): same inputs, different result; earliest in b
-    first_inputs: tuple[int, Call, Call] | None  # the first pair whose inputs already differ
-    note: str = ""
-
-
-@dataclass
-class Comparison:
-    runs: list[RunInfo]
-    keys: list[str]  # every info key, in first-seen order
-    cells: dict[str, list[Any]]  # key -> one cell per run (JSON as is, stored values Described, missing None)
-    differs: dict[str, bool]
-    metrics: list[str]  # keys with a number in at least two runs: charted
-    sequences: dict[str, list[Sequence]]
-    diffs: list[tuple[RunInfo, Any, str | None]]  # (other run, casmon.diff(ref, other) or None, why not)
-    file_diffs: list[tuple[str, str, str, str]]  # (other run, path, kind, text diff or why none)
-    groups: list[tuple[str, list[list[str]]]]  # (what, groups of run names with identical digests)
-    divergences: list[Divergence]
-    errors: list[str] = field(default_factory=list)
-
-
-def _cell_key(v: Any) -> str:
-    """What a stored output is, by content: a stored value by its digest, JSON by its fingerprint."""
-    if isinstance(v, dict) and set(v) == {"$"}:
-        return f"${v['$']}"
-    try:
-        return fingerprint(v).hex()
-    except Exception:  # noqa: BLE001 - something JSON could not make; compare its text
-        return json.dumps(v, sort_keys=True, default=str)
-
-
-def _sequence(store, v: Any, trust: bool) -> list[float] | None:
-    """The numbers of a loss curve: a JSON list of numbers, or a stored 1-D numeric array (read without unpickling)."""
-    if isinstance(v, list):
-        if len(v) >= 2 and all(is_number(x) or type(x) is int for x in v) and not any(type(x) is bool for x in v):
-            return [float(x) for x in v]
-        return None
-    if isinstance(v, dict) and set(v) == {"$"}:
-        try:
-            m = store.manifest(as_digest(v["$"], "run info"))
-            if m.tag != "array" or len(m.meta.get("shape", ())) != 1 or m.nbytes > SEQUENCE_MAX_BYTES:
-                return None
-            arr = peek(store, v["$"], trust=trust)
-        except CasmonError:
-            return None
-        import numpy as np
-
-        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype.kind not in "iuf" or arr.size < 2:
-            return None
-        return [float(x) for x in arr.astype(np.float64)]
-    return None
-
-
-def _sample(ys: list[float]) -> tuple[list[float], list[float]]:
-    n = len(ys)
-    if n <= PLOT_POINTS:
-        return [float(i) for i in range(n)], ys
-    step = (n - 1) / (PLOT_POINTS - 1)
-    idx = [round(i * step) for i in range(PLOT_POINTS)]
-    return [float(i) for i in idx], [ys[i] for i in idx]
-
-
-def _text_diff(ra: RunInfo, rb: RunInfo, path: str) -> tuple[str, str]:
-    """``(kind, text)``: a unified diff of a tracked text file, or why there is none."""
-    fa, fb = ra.manifest["files"][path], rb.manifest["files"][path]
-    if max(fa.get("size", 0), fb.get("size", 0)) > TEXT_DIFF_MAX:
-        return "large", f"{size(fa.get('size'))} → {size(fb.get('size'))}"
-    try:
-        a, b = ra.file(path).decode("utf-8"), rb.file(path).decode("utf-8")
-    except UnicodeDecodeError:
-        return "binary", f"{size(fa.get('size'))} → {size(fb.get('size'))}, " \
-                         f"digest {fa['digest'][:12]} → {fb['digest'][:12]}"
-    return "text", "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                                f"{ra.name}/{path}", f"{rb.name}/{path}"))
-
-
-def _same_call(a: Call, b: Call) -> bool:
-    return (json.dumps([a.args_cells, a.kwargs_cells], sort_keys=True)
-            == json.dumps([b.args_cells, b.kwargs_cells], sort_keys=True))
-
-
-def _outcome(c: Call) -> str:
-    return json.dumps(["raised", *c.exception] if c.exception else c.result_cell, sort_keys=True)
-
-
-def _window(r: RunInfo) -> tuple[set[int], float, float]:
-    m = r.manifest
-    links = m.get("links") or {}
-    sessions = {s for s in links.get("call_sessions", []) if type(s) is int}
-    start, end = m.get("start"), m.get("end")
-    return sessions, start if is_number(start) else -math.inf, end if is_number(end) else math.inf
-
-
-def in_run(c: Call, r: RunInfo) -> bool:
-    """Call ``c`` was made during run ``r``: in a session the run links, between its start and end."""
-    sessions, t0, t1 = _window(r)
-    return c.session in sessions and t0 <= c.start <= t1
-
-
-def run_calls(fi: Any, r: RunInfo) -> list[Call]:
-    """A function's calls made during run ``r``: in the sessions it links, between its start and end.
-
-    One process is one call-log session, so several runs recorded in one
-    process share a session; the run's time window tells their calls apart.
-    """
-    sessions, t0, t1 = _window(r)
-    out = [c for s in sorted(sessions) for c in fi.sessions.get(s, []) if t0 <= c.start <= t1]
-    out.sort(key=lambda c: (c.start, c.session, c.n))
-    return out
-
-
-def divergence(log: CallLog, ra: RunInfo, rb: RunInfo) -> Divergence:
-    """Pair the runs' logged calls by function and number (the k-th call of a function in one run with the
-    k-th in the other); the first pair with the same inputs and a different result (or exception) is where
-    the runs diverge."""
-    def linked(r: RunInfo) -> bool:
-        return bool((r.manifest.get("links") or {}).get("call_sessions"))
-
-    d = Divergence(ra.name, rb.name, 0, None, None)
-    if not linked(ra) or not linked(rb):
-        d.note = "no linked call log" if not (linked(ra) or linked(rb)) else \
-            f"only {(ra if linked(ra) else rb).name} has a linked call log"
-        return d
-    for fi in log.functions.values():
-        for k, (x, y) in enumerate(zip(run_calls(fi, ra), run_calls(fi, rb)), 1):
-            d.compared += 1
-            if not _same_call(x, y):
-                if d.first_inputs is None or y.start < d.first_inputs[2].start:
-                    d.first_inputs = (k, x, y)
-                continue
-            if NOT_RECORDED in (x.result_cell, y.result_cell) and not (x.exception or y.exception):
-                continue
-            if _outcome(x) != _outcome(y) and (d.first is None or y.start < d.first[2].start):
-                d.first = (k, x, y)
-    return d
-
-
-def compare(runs: list[RunInfo], log: CallLog | None = None, trust: bool = False) -> Comparison:
-    """Everything the compare page shows; the first run is the reference the others are diffed against."""
-    store = runs[0].store
-    keys: list[str] = []
-    for r in runs:
-        for k in (r.manifest.get("info") or {}):
-            if k not in keys:
-                keys.append(k)
-    cells: dict[str, list[Any]] = {}
-    differs: dict[str, bool] = {}
-    metrics, sequences = [], {}
-    for k in keys:
-        raw = [(r.manifest.get("info") or {}).get(k, _MISSING) for r in runs]
-        shown: list[Any] = []
-        for r, v in zip(runs, raw):
-            if v is _MISSING:
-                shown.append(None)
-            elif isinstance(v, dict) and set(v) == {"$"}:
-                shown.append(Described(as_digest(v["$"], f"run {r.name}: info {k}") if _hexlike(v["$"]) else None,
-                                       display.described(lambda v=v: describe(store, v["$"], 80))))
-            else:
-                shown.append(v)
-        cells[k] = shown
-        present = [_cell_key(v) for v in raw if v is not _MISSING]
-        differs[k] = len(set(present)) > 1 or len(present) < len(raw)
-        if sum(1 for v in raw if is_number(v) and type(v) is not bool) >= 2:
-            metrics.append(k)
-        seqs = []
-        for r, v in zip(runs, raw):
-            ys = _sequence(store, v, trust) if v is not _MISSING else None
-            if ys is not None:
-                xs, sampled = _sample(ys)
-                seqs.append(Sequence(r.name, sampled, xs, len(ys)))
-        if seqs:
-            sequences[k] = seqs
-    diffs, file_diffs, errors = [], [], []
-    ref = runs[0]
-    for other in runs[1:]:
-        d, why = display.attempt(lambda other=other: diff(_without_sessions(ref), _without_sessions(other)))
-        diffs.append((other, d, why))
-        if d is None:
-            continue
-        for path in d["files"]["changed"]:
-            (kind, text), why = display.attempt(lambda path=path: _text_diff(ref, other, path), ("error", ""))
-            file_diffs.append((other.name, path, kind, text if why is None else why))
-    groups = identical_groups(runs)
-    divergences = []
-    if log is not None and len([r for r in runs if (r.manifest.get("links") or {}).get("call_sessions")]) >= 2:
-        for other in runs[1:]:
-            dv, why = display.attempt(lambda other=other: divergence(log, ref, other))
-            if why:
-                errors.append(f"calls of {other.name}: {why}")
-            else:
-                divergences.append(dv)
-    return Comparison(runs, keys, cells, differs, metrics, sequences, diffs, file_diffs, groups, divergences, errors)
-
-
-_MISSING = object()
-
-
-def _without_sessions(r: RunInfo) -> RunInfo:
-    """The run without its call-log links, for :func:`casmon.diff`: it would read the whole call log for each
-    pair (minutes on a million calls) and pair calls over whole sessions, which runs of one process share;
-    the divergence section pairs each run's own calls, from one reading of the log."""
-    links = r.manifest.get("links")
-    if not isinstance(links, dict) or not links.get("call_sessions"):
-        return r
-    return dataclasses.replace(r, manifest={**r.manifest, "links": {**links, "call_sessions": []}})
-
-
-def _hexlike(h: Any) -> bool:
-    return type(h) is str and len(h) == 32 and all(c in "0123456789abcdef" for c in h)
-
-
-def identical_groups(runs: list[RunInfo]) -> list[tuple[str, list[list[str]]]]:
-    """Runs that produced the same outputs, by digest: all info together, each info key, the console output.
-
-    Only groupings that say something are kept: at least two runs alike. Stored values count by
-    digest (equal content, equal digest); JSON values by fingerprint.
-    """
-    def group(keyed: list[tuple[str, str | None]]) -> list[list[str]]:
-        by: dict[str, list[str]] = defaultdict(list)
-        for name, k in keyed:
-            if k is not None:
-                by[k].append(name)
-        return [g for g in by.values() if len(g) >= 2]
-
-    out = []
-    infos = [(r.name, r.manifest.get("info") or {}) for r in runs]
-    everything = group([(n, fingerprint(sorted((k, _cell_key(v)) for k, v in i.items())).hex() if i else None)
-                        for n, i in infos])
-    if everything:
-        out.append(("all info values", everything))
-    keys = []
-    for _n, i in infos:
-        keys += [k for k in i if k not in keys]
-    for k in keys:
-        g = group([(n, _cell_key(i[k]) if k in i else None) for n, i in infos])
-        if g:
-            out.append((f"info {k}", g))
-    g = group([(r.name, r.manifest.get("output") if type(r.manifest.get("output")) is str else None) for r in runs])
-    if g:
-        out.append(("console output", g))
-    return out
 
 
 # -- calls -----------------------------------------------------------------------------------------------

@@ -1,16 +1,20 @@
-"""``casmon report``: the compare page as one self-contained HTML file."""
+"""``casmon report``: the compare page (of one run or more) as one self-contained HTML file."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from casmon.calllog import CallLog
-from casmon.ui import model, pages
+from casmon.ui import comparepage, model, pages
+from casmon.ui.compare import compare
 
 
-def report_html(store, runs: list[str], trust: bool = False) -> tuple[bytes, int]:
-    """The report's bytes and how many runs it compares. ``runs``: names, numbers, or ``latest``."""
+def report_html(store: Any, runs: list[str], trust: bool = False) -> tuple[bytes, int]:
+    """The report's bytes and how many runs it shows. ``runs``: names, numbers, or ``latest``."""
+    if not runs:
+        raise LookupError("a report shows one run or more")
     index = model.RunIndex(store)
     entries = [index.find(w) for w in runs]
     if len({e.ref for e in entries}) != len(entries):
@@ -20,11 +24,11 @@ def report_html(store, runs: list[str], trust: bool = False) -> tuple[bytes, int
         if r.error is not None:
             raise LookupError(f"run {r.name} cannot be read: {r.error}")
     linked = sum(1 for r in infos if (r.manifest.get("links") or {}).get("call_sessions"))
-    cmp = model.compare(infos, CallLog(store) if linked >= 2 else None, trust)
-    return pages.report(pages.Ctx(store.url, trust, standalone=True), cmp, [e.tail for e in entries]), len(infos)
+    cmp = compare(infos, [e.tail for e in entries], CallLog(store) if linked >= 2 else None, trust)
+    return comparepage.report(pages.Ctx(store.url, trust, standalone=True), cmp), len(infos)
 
 
-def write_report(store, runs: list[str], output: str | os.PathLike, trust: bool = False) -> tuple[Path, int]:
+def write_report(store: Any, runs: list[str], output: str | os.PathLike[str], trust: bool = False) -> tuple[Path, int]:
     """Write the report atomically (a temporary file renamed over ``output``)."""
     data, n = report_html(store, runs, trust)
     path = Path(output)

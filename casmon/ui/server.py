@@ -3,17 +3,21 @@
 Routes (GET only; anything else is 405)::
 
     /                     runs: sortable, filterable, paginated        ?sort= &order= &q= &page= &per=
-    /compare              two or more runs side by side                ?run=A&run=B[&run=...] &metric=
-    /run/NAME             one run: code state, patch, files, info, output, links
+    /compare              runs side by side, their metrics charted     ?run=A[&run=B...]
+    /run/NAME             one run: status, metrics and charts, params, info, output, patch, files, links
+    /api/runs             runs changed since a serial, and live ones   ?since=
+    /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
+    /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n=
     /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &run=
                                                                        &page= &reload=
     /call                 one call's inputs and result, described      ?fn= &session= &n=
     /cache                cached functions; one function's entries     ?fn=
     /store                sizes by area, dedup and compression ratios
-    /static/casmon-ui.css, /static/casmon-ui.js
+    /static/NAME          the fixed list in ``pages.STATIC``: casmon's style sheet and scripts, uPlot's
 
 Requests are parsed strictly: an unknown path or parameter, a repeated
-parameter that takes one value, or a malformed number is a 400 naming it. On a
+parameter that takes one value, a malformed number or a filter that cannot be
+applied is a 400 naming it (the JSON endpoints answer ``{"error": ...}``). On a
 loopback address the ``Host`` header must name the server itself (a page on
 another site cannot reach it by DNS rebinding). Every response carries a
 Content-Security-Policy (scripts and styles only from the server itself, no
@@ -23,6 +27,7 @@ inline script, no frames, nothing fetched elsewhere) and ``no-store``.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import sys
 import threading
@@ -39,7 +44,10 @@ from casmon.calllog import CallLog
 from casmon.errors import CasmonError
 from casmon.maintenance import stats
 from casmon.store.peek import describe
-from casmon.ui import model, pages
+from casmon.ui import api, comparepage, model, pages, runpage
+from casmon.ui.compare import compare, in_run
+from casmon.ui.series import MAX_POINTS, POINTS
+from casmon.ui.table import FIXED_COLUMNS, is_column, runs_view
 
 
 class BadRequest(ValueError):
@@ -54,12 +62,14 @@ _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
 MAX_URL = 8192
 MAX_RUNS = 50  # runs on one compare page
+HTML = "text/html; charset=utf-8"
+JSON = "application/json; charset=utf-8"
 
 
 class App:
     """The state the pages share: the store, its run index, the call log (read once, again on request)."""
 
-    def __init__(self, store, trust: bool = False) -> None:
+    def __init__(self, store: Any, trust: bool = False) -> None:
         self.store = store
         self.trust = trust
         self.runs = model.RunIndex(store)
@@ -68,7 +78,7 @@ class App:
         self._log_time = 0.0
         self._log_lock = threading.Lock()
         self._summary: model.CallsSummary | None = None
-        self._selections: OrderedDict[tuple, tuple[list, list]] = OrderedDict()  # filters -> (calls, histogram)
+        self._selections: OrderedDict[tuple[Any, ...], tuple[list[Any], list[Any]]] = OrderedDict()  # filters -> (calls, histogram)
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._loading = False
@@ -97,7 +107,8 @@ class App:
                 self._selections.clear()
             return self._log, self._log_time
 
-    def selection(self, log: CallLog, filters: dict, thread: Any, run: Any = None) -> tuple[model.CallsSummary, list, list]:
+    def selection(self, log: CallLog, filters: dict[str, Any], thread: Any,
+                  run: Any = None) -> tuple[model.CallsSummary, list[Any], list[Any]]:
         """The calls one set of filters selects, by start, with their histogram (the last 16 sets kept)."""
         key = tuple(sorted((k, str(v)) for k, v in filters.items()))
         with self._log_lock:
@@ -111,7 +122,7 @@ class App:
         calls = log.calls(filters["fn"], session=filters["session"], process=filters["process"], thread=thread,
                           rank=filters["rank"])
         if run is not None:  # the calls made during one run (its sessions, its time)
-            calls = [c for c in calls if model.in_run(c, run)]
+            calls = [c for c in calls if in_run(c, run)]
         calls.sort(key=lambda c: c.start)
         got = (calls, model.histogram([c.duration for c in calls]))
         with self._log_lock:
@@ -146,10 +157,18 @@ class App:
         if path in ("/", "/runs"):
             return self.runs_page(Params(query, {"sort", "order", "q", "page", "per"}))
         if path == "/compare":
-            return self.compare_page(Params(query, {"run", "metric"}, multi={"run"}))
+            return self.compare_page(Params(query, {"run"}, multi={"run"}))
         if parts.path.startswith("/run/") and len(parts.path) > 5 and "/" not in parts.path[5:]:
             Params(query, set())  # the name is one segment of the raw path, decoded alone: it may hold '/'
             return self.run_page(path[5:])
+        if path == "/api/runs":
+            p = Params(query, {"since"})
+            return 200, _json(api.runs_since(self.runs, p.integer("since", 0))), JSON
+        if parts.path.startswith("/api/run/") and len(parts.path) > 9 and "/" not in parts.path[9:]:
+            Params(query, set())
+            return 200, _json(api.run_state(self.runs, self._entry(path[9:]))), JSON
+        if path == "/api/metric":
+            return self.metric_points(Params(query, {"run", "name", "n"}, multi={"run"}))
         if path == "/calls":
             return self.calls_page(Params(query, {"fn", "session", "process", "thread", "rank", "run", "page", "reload"}))
         if path == "/call":
@@ -158,13 +177,14 @@ class App:
             return self.cache_page(Params(query, {"fn"}))
         if path == "/store":
             Params(query, set())
-            return 200, pages.store_page(self.ctx, stats(self.store)), "text/html; charset=utf-8"
+            return 200, pages.store_page(self.ctx, stats(self.store)), HTML
         raise NotFound(f"no page {path}")
 
-    def runs_page(self, p: Params):
+    def runs_page(self, p: Params) -> tuple[int, bytes, str]:
         sort = p.one("sort") or "start"
-        if sort not in model.FIXED_COLUMNS and not (sort.startswith("info.") and len(sort) > 5):
-            raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(model.FIXED_COLUMNS)}, or info.KEY)")
+        if not is_column(sort):
+            raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, info.KEY, "
+                             "metric.KEY)")
         order = p.one("order") or "desc"
         if order not in ("asc", "desc"):
             raise BadRequest("order: asc or desc")
@@ -172,22 +192,35 @@ class App:
         per = p.integer("per", 50)
         if not 1 <= per <= 1000:
             raise BadRequest("per: 1 to 1000 runs a page")
-        view = model.runs_view(self.runs, sort, order == "desc", q, p.integer("page", 1), per)
-        return 200, pages.runs_page(self.ctx, view, sort, order == "desc", q, per), "text/html; charset=utf-8"
+        view = runs_view(self.runs, sort, order == "desc", q, p.integer("page", 1), per)
+        # A filter that cannot be applied: 400, and the page says which term and why (and lists every run).
+        return 400 if view.error else 200, pages.runs_page(self.ctx, view, sort, order == "desc", q, per), HTML
 
-    def compare_page(self, p: Params):
+    def compare_page(self, p: Params) -> tuple[int, bytes, str]:
         tails = p.many("run")
-        if len(tails) < 2:
-            raise BadRequest("compare needs two or more runs: /compare?run=A&run=B")
+        if not tails:
+            raise BadRequest("compare needs one or more runs: /compare?run=A&run=B")
         if len(tails) > MAX_RUNS:
             raise BadRequest(f"compare takes at most {MAX_RUNS} runs")
         if len(set(tails)) != len(tails):
             raise BadRequest("a run is named twice")
-        runs = [self.runs.run(self._entry(t)) for t in tails]
+        serial = self.runs.entries().changes  # before the runs are read: a change after it is polled for
+        entries = [self._entry(t) for t in tails]
+        runs = [self.runs.run(e) for e in entries]
         log = self.calllog()[0] if sum(1 for r in runs if (r.manifest.get("links") or {}).get("call_sessions")) >= 2 else None
-        cmp = model.compare(runs, log, self.trust)
-        return 200, pages.compare_page(self.ctx, cmp, [self._entry(t).tail for t in tails], p.one("metric")), \
-            "text/html; charset=utf-8"
+        cmp = compare(runs, [e.tail for e in entries], log, self.trust)
+        return 200, comparepage.compare_page(self.ctx, cmp, serial), HTML
+
+    def metric_points(self, p: Params) -> tuple[int, bytes, str]:
+        tails, name = p.many("run"), p.one("name")
+        if not tails or not name:
+            raise BadRequest("a metric is /api/metric?run=A[&run=B...]&name=NAME[&n=2000]")
+        if len(tails) > MAX_RUNS:
+            raise BadRequest(f"a metric of at most {MAX_RUNS} runs at once")
+        n = p.integer("n", POINTS)
+        if not 1 <= n <= MAX_POINTS:
+            raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
+        return 200, _json(api.metric_points(self.runs, [self._entry(t) for t in tails], name, n)), JSON
 
     def _entry(self, which: str) -> model.Entry:
         try:
@@ -195,11 +228,11 @@ class App:
         except LookupError as e:
             raise NotFound(str(e)) from None
 
-    def run_page(self, which: str):
+    def run_page(self, which: str) -> tuple[int, bytes, str]:
         e = self._entry(which)
-        return 200, pages.run_page(self.ctx, e, self.runs.run(e)), "text/html; charset=utf-8"
+        return 200, runpage.run_page(self.ctx, e, self.runs.run(e)), HTML
 
-    def calls_page(self, p: Params):
+    def calls_page(self, p: Params) -> tuple[int, bytes, str]:
         log, read_at = self.calllog(reload=p.one("reload") not in (None, "", "0"))
         filters = {"fn": p.one("fn") or None, "session": p.integer("session", None), "process": p.integer("process", None),
                    "thread": p.one("thread") or None, "rank": p.integer("rank", None), "run": None}
@@ -221,7 +254,7 @@ class App:
         return 200, pages.calls_page(self.ctx, log, summary, calls, bins, shown, p.integer("page", 1), 100, read_at), \
             "text/html; charset=utf-8"
 
-    def call_page(self, p: Params):
+    def call_page(self, p: Params) -> tuple[int, bytes, str]:
         fn, session, n = p.one("fn"), p.integer("session", None), p.integer("n", None)
         if not fn or n is None:
             raise BadRequest("a call is /call?fn=NAME&n=N[&session=S]")
@@ -235,7 +268,7 @@ class App:
                 raise NotFound(str(e)) from None
         return 200, pages.call_page(self.ctx, log, c), "text/html; charset=utf-8"
 
-    def cache_page(self, p: Params):
+    def cache_page(self, p: Params) -> tuple[int, bytes, str]:
         summary = cache_entries(self.store)
         fn, entries = p.one("fn"), []
         if fn:
@@ -250,6 +283,13 @@ class App:
         return 200, pages.cache_page(self.ctx, summary, fn or None, entries,
                                      lambda h: display.described(lambda: describe(self.store, h, 80))), \
             "text/html; charset=utf-8"
+
+
+def _json(data: Any) -> bytes:
+    """A JSON answer: NaN and infinities (which JSON has not) are null by then (``series``); never HTML."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+    # Store strings hold markup at times: escaped as JSON allows, so no browser ever sniffs this as a page.
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode("utf-8")
 
 
 class Params:
@@ -295,20 +335,27 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(403, pages.error_page(app.ctx, 403, "this server answers only requests addressed to "
                                                                   "it by its own address (Host header)"))
         app.enter()  # the background index loader waits while a page is being made
+        api_path = self.path.startswith("/api/")
         try:
             status, body, ctype = app.handle(self.path)
         except BadRequest as e:
-            status, body, ctype = 400, pages.error_page(app.ctx, 400, str(e)), "text/html; charset=utf-8"
+            status, body, ctype = self._error(app, 400, str(e), api_path)
         except (NotFound, LookupError) as e:
-            status, body, ctype = 404, pages.error_page(app.ctx, 404, str(e)), "text/html; charset=utf-8"
+            status, body, ctype = self._error(app, 404, str(e.args[0]) if e.args else str(e), api_path)
         except CasmonError as e:
-            status, body, ctype = 500, pages.error_page(app.ctx, 500, f"{type(e).__name__}: {e}"), "text/html; charset=utf-8"
+            status, body, ctype = self._error(app, 500, f"{type(e).__name__}: {e}", api_path)
         except Exception as e:  # noqa: BLE001 - one page's failure is reported, the server goes on
             self.log_error("%s on %s: %s", type(e).__name__, self.path[:200], e)
-            status, body, ctype = 500, pages.error_page(app.ctx, 500, f"{type(e).__name__}: {e}"), "text/html; charset=utf-8"
+            status, body, ctype = self._error(app, 500, f"{type(e).__name__}: {e}", api_path)
         finally:
             app.leave()
         self._send(status, body, ctype)
+
+    @staticmethod
+    def _error(app: App, status: int, message: str, as_json: bool) -> tuple[int, bytes, str]:
+        if as_json:
+            return status, _json({"error": message}), JSON
+        return status, pages.error_page(app.ctx, status, message), HTML
 
     def _reject(self) -> None:
         app: App = self.server.app  # type: ignore[attr-defined]
@@ -321,7 +368,7 @@ class Handler(BaseHTTPRequestHandler):
         allowed = self.server.allowed_hosts  # type: ignore[attr-defined]
         return allowed is None or (self.headers.get("Host") or "").lower() in allowed
 
-    def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8", extra: dict | None = None,
+    def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8", extra: dict[str, str] | None = None,
               body_allowed: bool = True) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -331,7 +378,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-store")
+        # Pages and data are read fresh; the static files change only with casmon itself.
+        self.send_header("Cache-Control", "private, max-age=600" if ctype_static(self.path, status) else "no-store")
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -370,6 +418,11 @@ class UIServer(ThreadingHTTPServer):
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
 
 
+def ctype_static(path: str, status: int) -> bool:
+    """A static file's answer, which a browser may keep for a while."""
+    return status == 200 and path.startswith("/static/")
+
+
 def _allowed_hosts(host: str, port: int) -> set[str] | None:
     """The Host headers a loopback server answers; None (any) when it was asked to listen elsewhere."""
     try:
@@ -382,7 +435,7 @@ def _allowed_hosts(host: str, port: int) -> set[str] | None:
     return {f"{n}:{port}" for n in names} | ({n for n in names} if port == 80 else set())
 
 
-def make_server(store, host: str = "127.0.0.1", port: int = 0, trust: bool = False, verbose: bool = False,
+def make_server(store: Any, host: str = "127.0.0.1", port: int = 0, trust: bool = False, verbose: bool = False,
                 index: bool = True) -> UIServer:
     """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which)."""
     app = App(store, trust)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import http.client
+import json
 import os
 import re
 import subprocess
@@ -21,8 +22,9 @@ import numpy as np
 import pytest
 
 import casmon
-from casmon.ui import model, pages
+from casmon.ui import model, pages, runpage, table
 from casmon.ui.server import make_server
+from casmon.ui.table import FIXED_COLUMNS
 from tests.conftest import ROOT
 from tests.support.git import git
 
@@ -58,7 +60,8 @@ def _touch(path: str):
 
 def build_store(tmp_path: Path, monkeypatch) -> dict:
     """Three runs in a real git repo: 1-base, 2-<script>… (a patch, other metrics, a drifting call), 3-again
-    (the same outputs as 1-base); a call log linked to each run; cache entries."""
+    (the same outputs as 1-base); a call log linked to each run; cache entries. Each run has parameters
+    (nested too), logged metrics (loss, acc) and info: scalars, a 50-point curve, 8 weights, a pickle."""
     repo = tmp_path / "project"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -72,19 +75,22 @@ def build_store(tmp_path: Path, monkeypatch) -> dict:
     square = casmon.cache(store=store)(_square)
     step = casmon.intercept(store=store)(_step)
     marker = tmp_path / "unpickled.txt"
-    curve1 = [1.0 / (i + 1) for i in range(30)]
+    curve1 = [1.0 / (i + 1) for i in range(50)]
     names = []
 
     def one(comment, lr, loss, curve, weights, drift, env_seed):
         DRIFT["k"] = drift
         monkeypatch.setenv("CASMON_UI_TEST_SEED", env_seed)
         with casmon.record(comment=comment, track=[r"config\.yaml$"], store=store, capture_output=True,
-                           env=["CASMON_UI_TEST_SEED"]) as run:
+                           env=["CASMON_UI_TEST_SEED"], params={"lr": lr, "cfg": {"layers": 2, "opt": "adam"}}) as run:
             square(1000)
             for i in range(3):
                 step(float(i))
+            for i in range(20):
+                run.log(loss=loss * 20 / (i + 1), acc=min(1.0, lr * i))
             print(f"training with lr={lr}")
-            run.info.update(lr=lr, loss=loss, epochs=3, curve=curve, weights=weights, model=Boom(str(marker)))
+            run.info.update(loss=loss, epochs=3, curve=curve, weights=weights, model=Boom(str(marker)),
+                            cfg={"dropout": 0.1})
         store.flush()
         names.append(run.name)
 
@@ -162,56 +168,94 @@ def text_of(body: str) -> str:
 # -- pages -------------------------------------------------------------------------------------------
 
 
-def test_runs_page_lists_every_run_with_info_columns(served, built):
+ROW_RE = r'<tr data-run="([^"]+)" data-status="[^"]*">'
+
+
+def rows_of(body: str) -> list[str]:
+    return re.findall(ROW_RE, body)
+
+
+def test_runs_page_lists_every_run_with_param_and_metric_columns(served, built):
     body = served.get("/")
-    rows = re.findall(r'<tr data-run="([^"]+)">', body)
-    assert rows == ["4", "3", "2", "1"]  # newest first
+    assert rows_of(body) == ["4", "3", "2", "1"]  # newest first
     heads = re.findall(r'<th data-col="([^"]+)"', body)
-    assert heads[:7] == model.FIXED_COLUMNS and {"info.lr", "info.loss", "info.epochs"} <= set(heads)
+    assert heads[:7] == FIXED_COLUMNS
+    # parameters (flattened), then info scalars (flattened too), then metrics: each group sorted, every time
+    assert heads[7:] == ["param.cfg.layers", "param.cfg.opt", "param.lr", f"info.{HOSTILE_KEY}".replace("<", "&lt;")
+                         .replace(">", "&gt;"), "info.cfg.dropout", "info.epochs", "info.loss", "metric.acc", "metric.loss"]
+    assert re.findall(r'<th data-col="([^"]+)"', served.get("/")) == heads  # the same order on a reload
+    assert 'data-group="params"' in body and 'data-group="metrics"' in body
     assert "info.curve" not in heads and "info.weights" not in heads  # not scalars
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and HOSTILE not in body
     assert "&lt;img src=x onerror=alert(2)&gt;" in body and HOSTILE_KEY not in body
-    # sorting by a metric, both ways; empty cells last
-    asc = re.findall(r'<tr data-run="([^"]+)">', served.get("/?sort=info.loss&order=asc"))
-    assert asc[:3] == ["2", "1", "3"] or asc[:3] == ["2", "3", "1"]
-    assert asc[-1] == "4"
-    desc = re.findall(r'<tr data-run="([^"]+)">', served.get("/?sort=info.loss&order=desc"))
+    # sorting by an info value and by a metric's last value, both ways; empty cells last
+    asc = rows_of(served.get("/?sort=info.loss&order=asc"))
+    assert asc[:3] in (["2", "1", "3"], ["2", "3", "1"]) and asc[-1] == "4"
+    desc = rows_of(served.get("/?sort=info.loss&order=desc"))
     assert desc[0] in ("1", "3") and desc[2] == "2" and desc[-1] == "4"
+    assert rows_of(served.get("/?sort=metric.acc&order=asc"))[:3] in (["2", "1", "3"], ["2", "3", "1"])
+    assert rows_of(served.get("/?sort=param.lr&order=asc"))[0] == "2"
 
 
 def test_runs_filter_and_pages(served):
-    assert re.findall(r'<tr data-run="([^"]+)">', served.get("/?q=loss%3C0.3")) == ["2"]
-    assert re.findall(r'<tr data-run="([^"]+)">', served.get("/?q=again")) == ["3"]
-    assert sorted(re.findall(r'<tr data-run="([^"]+)">', served.get("/?q=lr%3D0.1"))) == ["1", "3"]
+    assert rows_of(served.get("/?q=loss%3C0.3")) == ["2"]  # info.loss, the first group that has it
+    assert rows_of(served.get("/?q=metric.acc%3E0.5")) == ["3", "1"]
+    assert rows_of(served.get("/?q=again")) == ["3"]
+    assert sorted(rows_of(served.get("/?q=lr%3D0.1"))) == ["1", "3"]
+    assert sorted(rows_of(served.get("/?q=cfg.opt%3Dadam"))) == ["1", "2", "3"]  # a nested parameter
     page1 = served.get("/?per=3")
     page2 = served.get("/?per=3&page=2")
-    assert re.findall(r'<tr data-run="([^"]+)">', page1) == ["4", "3", "2"]
-    assert re.findall(r'<tr data-run="([^"]+)">', page2) == ["1"]
+    assert rows_of(page1) == ["4", "3", "2"]
+    assert rows_of(page2) == ["1"]
     assert "page 1 of 2" in page1 and 'href="/?sort=start&amp;order=desc&amp;page=2&amp;per=3"' in page1
+
+
+def test_a_bad_filter_says_what_is_wrong(served):
+    """Not "0 of 4 runs": a 400 whose page names the term and why, and lists every run."""
+    for q, words in [("loss%3C", "filter term 'loss<': a comparison needs a value after '<'"),
+                     ("nosuchkey%3E1", "filter term 'nosuchkey>1': no run has a column 'nosuchkey'"),
+                     ("%3E1", "needs a column name before '>'"),
+                     ("los%3C1", "did you mean loss"),
+                     ("loss%3C%3C1", "one comparison a term")]:
+        status, _h, body = served.request("/?q=" + q)
+        assert status == 400, (q, status)
+        err = re.search(r'<p class="casmon-error filter-error" id="filter-error" role="alert">(.*?)</p>', body).group(1)
+        assert words in html.unescape(err), (q, err)
+        assert "0 of" not in text_of(body) and len(rows_of(body)) == 4
 
 
 def test_compare_page(served, built):
     body = served.get("/compare?run=1&run=2&run=3")
     text = text_of(body)
-    # metrics side by side, the differing ones marked
+    # parameters, metrics and info side by side, in tables that scroll in their own box; the differing rows marked
     lr_row = re.search(r'<tr class="differs" data-key="lr">(.*?)</tr>', body).group(1)
     assert [html.unescape(x) for x in re.findall(r'<td class="num">(.*?)</td>', lr_row)] == ["0.1", "0.02", "0.1"]
-    assert '<tr data-key="epochs">' in body  # the same in every run: not marked
-    # a bar per run for each metric; the curves as lines, one per run
-    loss_chart = re.search(r'<figure class="metric-chart" data-metric="loss"[^>]*>(.*?)</figure>', body, re.S).group(1)
-    assert loss_chart.count('class="mark bar"') == 3
-    curve = re.search(r'<figure class="curve" data-key="curve">(.*?)</figure>', body, re.S).group(1)
-    assert curve.count('class="mark line"') == 3
-    weights = re.search(r'<figure class="curve" data-key="weights">(.*?)</figure>', body, re.S).group(1)
-    assert weights.count('class="mark line"') == 3  # stored arrays, read without unpickling
-    assert 'data-key="model"' not in body.split('id="curves"')[1].split('id="identical"')[0]  # a pickle: no curve
-    # identical outputs: 1-base and 3-again stored the same values, by digest
+    assert '<tr class="same" data-key="cfg.opt">' in body and '<tr class="same" data-key="epochs">' in body
+    for cls in ("metrics", "params", "info"):
+        assert f'<div class="scroll"><table class="{cls}">' in body
+    loss = re.search(r'<table class="metrics">.*?<tr class="differs" data-key="loss">(.*?)</tr>', body, re.S).group(1)
+    assert "0.25" in loss and "20 points" in loss
+    # lists are summaries with a sparkline, never printed inline
+    curve = re.search(r'<tr class="same" data-key="curve">(.*?)</tr>|<tr class="differs" data-key="curve">(.*?)</tr>',
+                      body).group(0)
+    assert "[50 floats: 0.02 .. 1]" in curve and curve.count('<svg class="spark"') == 3  # two lists, a stored array
+    assert "0.3333" not in curve
+    # the chart block: logged metrics to draw (loss by default, never a parameter), parameters to group and plot by
+    spec = chart_block(body)
+    assert spec["mode"] == "compare" and spec["api"] == "/api/metric" and spec["default"] == "loss"
+    assert spec["metrics"] == ["acc", "loss", "info:curve"]  # the 50-point curve; the 8 weights are no curve
+    assert [r["tail"] for r in spec["runs"]] == ["1", "2", "3"] and spec["runs"][1]["params"]["lr"] == 0.02
+    assert "lr" in spec["groupable"] and "cfg.opt" not in spec["groupable"]  # the same in every run: no groups
+    assert set(spec["series"]) == {"info:curve"} and spec["series"]["info:curve"]["2"]["n"] == 40
+    assert 'src="/static/uPlot.iife.min.js"' in body and 'href="/static/uPlot.min.css"' in body
+    # identical outputs: 1-base and 3-again, by digest; hyperparameters and info scalars are not outputs
     groups = re.search(r'<table class="groups" id="groups">(.*?)</table>', body, re.S).group(1)
-    all_row = re.search(r"<th>all info values</th><td>(.*?)</td>", groups).group(1)
+    all_row = re.search(r"<th>all outputs</th><td>(.*?)</td>", groups).group(1)
     assert " ".join(text_of(all_row).split()) == "1-base , 3-again"
     weights_row = re.search(r"<th>info weights</th><td>(.*?)</td>", groups).group(1)
     assert " ".join(text_of(weights_row).split()) == "1-base , 3-again"  # np.ones(8) twice: one digest
-    assert "<th>info epochs</th>" in groups and "1-base" in groups and "2-" in text_of(groups)
+    assert "<th>metric loss</th>" in groups
+    assert "epochs" not in groups and "lr" not in groups and "cfg" not in groups
     # the patch difference in colour, and the tracked file's text diff
     assert '<span class="casmon-add">+lr = 0.02</span>' in body
     assert '<span class="casmon-add">+lr: 0.02</span>' in body and '<span class="casmon-del">-lr: 0.1</span>' in body
@@ -225,19 +269,64 @@ def test_compare_page(served, built):
     assert "every pair with the same inputs has the same result" in text  # 1-base → 3-again
     assert "<td>call log</td>" not in body  # not casmon.diff's pairing over whole (shared) sessions
     assert HOSTILE not in body and not built["marker"].exists()
+    one = served.get("/compare?run=2")  # one run: its page with charts, no differences
+    assert "<h1>Run 2-" in one and "Identical outputs" not in one and chart_block(one)["runs"][0]["tail"] == "2"
+
+
+def chart_block(body: str) -> dict:
+    raw = re.search(r'<script type="application/json" id="casmon-chart-data">(.*?)</script>', body, re.S).group(1)
+    assert "<" not in raw and ">" not in raw
+    return json.loads(raw)
 
 
 def test_run_page(served, built):
     body = served.get("/run/2")
     text = text_of(body)
     assert f"Run 2-{HOSTILE}" in " ".join(text.split()) and HOSTILE not in body
+    main = text_of(body.split("<main", 1)[1])
+    assert body.count("<h1>") == 1 and main.count(f"2-{HOSTILE}") == 1  # the title once (not again in a frame)
     assert '<span class="casmon-add">+lr = 0.02</span>' in body  # the patch
     assert "config.yaml" in text and "training with lr=0.02" in text  # files, captured output
     assert re.search(r'href="/calls\?session=\d+"', body) and 'href="/cache?fn=tests.ui.test_ui._square"' in body
-    assert "curve" in text and "array(8,) float64" in text  # info, described
+    assert "array(8,) float64" in text and "array(40,) float64" in text  # stored values, described
+    metrics = re.search(r'<table class="metrics" id="run-metrics">(.*?)</table>', body, re.S).group(1)
+    assert re.search(r'<tr data-metric="loss"><th data-k="name">loss</th><td class="num" data-k="last">0.25</td>'
+                     r'<td class="num" data-k="step">19</td><td class="num" data-k="n">20</td>', metrics)
+    spec = chart_block(body)
+    assert spec["mode"] == "run" and spec["metrics"] == ["acc", "loss", "info:curve"]
+    params = re.search(r'<h2 id="params">Parameters</h2>(.*?)</table>', body, re.S).group(1)
+    assert "cfg.layers" in params and "cfg.opt" in params and "adam" in params
     by_name = served.get("/run/2-" + HOSTILE.replace("<", "%3C").replace(">", "%3E").replace("/", "%2F"))
     assert re.sub(r"\d\d:\d\d:\d\d", "", by_name) == re.sub(r"\d\d:\d\d:\d\d", "", body)  # by name or number
+    assert 'id="run-live" data-run="2" data-status="ok"' in body
     assert not built["marker"].exists()
+
+
+def test_json_endpoints(served):
+    status, headers, body = served.request("/api/runs?since=0")
+    assert status == 200 and headers["content-type"].startswith("application/json")
+    assert "<" not in body  # store strings are escaped even in JSON
+    got = json.loads(body)
+    assert [r["tail"] for r in got["runs"]] == ["1", "2", "3", "4"] or len(got["runs"]) == 4
+    two = next(r for r in got["runs"] if r["tail"] == "2")
+    assert two["name"] == f"2-{HOSTILE}" and two["status"] == "ok" and two["metrics"]["loss"]["last"] == 0.25
+    assert two["metrics"]["loss"]["n_text"] == "20" and two["elapsed_text"].endswith("s")
+    later = json.loads(served.get(f"/api/runs?since={got['serial']}"))
+    assert later["runs"] == [] and later["serial"] == got["serial"]  # nothing changed, nothing live
+    run = json.loads(served.get("/api/run/2"))
+    assert run["status"] == "ok" and "training with lr=0.02" in run["output_tail"] and run["metrics"]["acc"]["n"] == 20
+    pts = json.loads(served.get("/api/metric?run=1&run=2&name=loss&n=5"))
+    one, two = pts["series"]
+    assert one["run"] == "1" and one["n"] == 20 and len(one["value"]) == 5 and one["step"][-1] == 19
+    assert one["max"][0] == 10.0 and one["min"][0] == pytest.approx(10 / 4)  # the first bucket's envelope
+    full = json.loads(served.get("/api/metric?run=2&name=acc"))["series"][0]
+    assert len(full["value"]) == 20 and "min" not in full  # all points: no envelope needed
+    assert json.loads(served.get("/api/metric?run=1&name=nope"))["missing"] == ["1"]
+    for path, status_, words in [("/api/run/99", 404, "no run '99'"), ("/api/metric?run=1", 400, "/api/metric?run="),
+                                 ("/api/metric?run=1&name=loss&n=0", 400, "n: 1 to"), ("/api/runs?since=x", 400, "whole")]:
+        st, headers, body = served.request(path)
+        assert st == status_ and headers["content-type"].startswith("application/json"), path
+        assert words in json.loads(body)["error"], (path, body)
 
 
 def test_calls_and_one_call(served):
@@ -308,7 +397,7 @@ def test_requests_are_parsed_strictly(served):
         ("/?bogus=1", 400, "unknown parameter 'bogus'"),
         ("/?page=1&page=2", 400, "given twice"),
         ("/?page=-1", 400, "whole number"),
-        ("/compare?run=1", 400, "two or more runs"),
+        ("/compare", 400, "one or more runs"),
         ("/compare?run=1&run=1", 400, "named twice"),
         ("/call?fn=_step", 400, "/call?fn=NAME&n=N"),
         ("/run/%ff", 400, "not UTF-8"),
@@ -345,11 +434,15 @@ def test_security_headers(served):
 
 
 def test_no_page_holds_unescaped_store_strings(served, built):
-    for path in ("/", "/?sort=info.lr", "/compare?run=1&run=2&run=4", "/run/2", "/run/4", "/calls", "/cache", "/store",
-                 "/?q=%3Cscript%3E"):
-        body = served.get(path)
+    for path in ("/", "/?sort=info.loss", "/compare?run=1&run=2&run=4", "/run/2", "/run/4", "/calls", "/cache", "/store",
+                 "/?q=%3Cscript%3E", "/api/runs?since=0", "/api/run/2"):
+        status, _h, body = served.request(path)
+        assert status == (400 if "q=" in path else 200), (path, status)  # <script> is a comparison without a name
         assert HOSTILE not in body and HOSTILE_KEY not in body, path
-        assert len(re.findall(r"<script\b", body)) == 1, path  # the page's own script tag, nothing else
+        # scripts only from the server, and data blocks the page's script reads; nothing from the store runs
+        for tag in re.findall(r"<script\b[^>]*>", body):
+            assert re.fullmatch(r'<script src="/static/[\w.-]+\.js" defer>|<script type="application/json" id="[\w-]+">',
+                                tag), (path, tag)
     assert not built["marker"].exists()
 
 
@@ -362,9 +455,16 @@ def test_report_is_one_self_contained_file(built, tmp_path):
     body = out.read_text()
     assert HOSTILE not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert not re.search(r'(src|href)="(?!data:)[^"#]', body)  # nothing fetched, no link anywhere
-    assert body.count('class="mark bar"') >= 3 and '<span class="casmon-add">+lr = 0.02</span>' in body
+    assert "uPlot" in body and '<span class="casmon-add">+lr = 0.02</span>' in body  # the chart library, inline
+    spec = chart_block(body)
+    assert spec["api"] is None and set(spec["series"]) == {"acc", "loss", "info:curve"}  # points inline
+    assert spec["series"]["loss"]["2"]["value"][-1] == 0.25
     policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', body).group(1)
-    assert "sha256-" in policy and "unsafe-inline" not in html.unescape(policy)
+    assert html.unescape(policy).count("sha256-") == 5 and "unsafe-inline" not in html.unescape(policy)  # 3 scripts, 2 styles
+    one = subprocess.run([sys.executable, "-m", "casmon.cli", "report", "2", "-o", str(tmp_path / "one.html"),
+                          "--store", str(built["path"])], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert one.returncode == 0 and "wrote the report of 1 run" in one.stdout, one.stderr
+    assert chart_block((tmp_path / "one.html").read_text())["runs"][0]["tail"] == "2"
     bad = subprocess.run([sys.executable, "-m", "casmon.cli", "report", "1", "nope", "-o", str(tmp_path / "x.html"),
                           "--store", str(built["path"])], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 1 and "no run 'nope'" in bad.stderr and not (tmp_path / "x.html").exists()
@@ -402,12 +502,24 @@ def test_histogram_and_filters_units():
     bins = model.histogram([1e-6, 1e-5, 1e-3, 1e-3, 0.5])
     assert sum(c for _, _, c in bins) == 5 and bins[0][2] == 1 and bins[-1][2] == 1
     assert model.histogram([]) == [] and model.histogram([0.1, 0.1]) == [(0.1, 0.1, 2)]
-    row = {"run": "3-x", "status": "ok", "info.loss": 0.2, "info.name": "adam"}
-    assert model.matches(row, model.parse_filter("loss<0.3 status=ok"))
-    assert not model.matches(row, model.parse_filter("loss>=0.3"))
-    assert model.matches(row, model.parse_filter("name=adam ADAM"))
-    assert not model.matches(row, model.parse_filter("missing=1"))
-    assert sorted([3, "b", None, 1.5, "a"], key=model.sort_key) == [1.5, 3, "a", "b", None]
+    row = {"run": "3-x", "status": "ok", "info.loss": 0.2, "param.name": "adam", "metric.acc": 0.9}
+    known = set(row)
+
+    def ok(q: str) -> bool:
+        return table.matches(row, table.resolve(table.parse_filter(q), known))
+
+    assert ok("loss<0.3 status=ok") and not ok("loss>=0.3")
+    assert ok("name=adam ADAM") and ok("acc>0.5") and ok("metric.acc>0.5") and not ok("info.loss>1")
+    for bad in ("missing=1", "loss<", "=1", "a b<"):
+        with pytest.raises(table.FilterError):
+            ok(bad)
+    assert sorted([3, "b", None, 1.5, "a"], key=table.sort_key) == [1.5, 3, "a", "b", None]
+    from casmon.ui.values import json_block, summary_text
+
+    assert summary_text([0.5] * 500) == "[500 floats: 0.5 .. 0.5]" and summary_text(list(range(3))) == "[3 ints: 0 .. 2]"
+    assert summary_text({"a": 1, "b": [1]}) == "{2 keys: a, b}" and len(summary_text("x" * 5000)) <= 121
+    block = json_block("d", {"s": "</script><!--"})
+    assert "</script><" not in block[:-9] and json.loads(re.search(r">(.*)</script>$", block).group(1)) == {"s": "</script><!--"}
 
 
 def test_pages_escape_everything_they_are_given():
@@ -440,55 +552,167 @@ def test_crafted_runs_do_not_break_pages(tmp_path):
     srv = Served(tmp_path / "s")
     try:
         body = srv.get("/")
-        assert re.findall(r'<tr data-run="([^"]+)">', body) == ["1", "3", "2"]
+        assert rows_of(body) == ["1", "3", "2"]
         assert "unreadable" in body
         assert "cannot be read" in text_of(srv.get("/run/2"))
         odd = text_of(srv.get("/run/3"))
         assert "3-odd" in odd
         cmp = text_of(srv.get("/compare?run=1&run=2&run=3"))
-        assert "cannot compare" in cmp and "Metrics and info" in cmp
+        assert "cannot compare" in cmp and "Parameters" in cmp and "Info" in cmp
         assert srv.get("/?sort=info.loss").count("<tr data-run=") == 3
     finally:
         srv.close()
     assert not marker.exists()
 
 
-def test_runs_recorded_while_the_server_runs_show_up(tmp_path, monkeypatch):
-    """The runs list is served from memory and re-listed in the background; a run's page finds a new run at once."""
-    import time
-
-    monkeypatch.setattr(model, "REFRESH_SECONDS", 0.0)
+def test_the_index_is_fresh_on_every_load(tmp_path, monkeypatch):
+    """A run that started before the server is listed on the first load as running; the first load after it
+    ended says ok (the index revalidates by the refs, it does not serve an old listing)."""
+    monkeypatch.setattr(model, "FRESH_SECONDS", 0.0)
     s = casmon.open(tmp_path / "s")
     with casmon.record(comment="first", store=s, capture_output=False) as run:
         run.info["loss"] = 1.0
     s.flush()
-    srv = Served(tmp_path / "s")
+    with casmon.record(comment="second", store=s, capture_output=False, params={"lr": 0.5}):
+        s.flush()
+        srv = Served(tmp_path / "s")
+        try:
+            body = srv.get("/")
+            assert rows_of(body) == ["2", "1"] and '<tr data-run="2" data-status="running">' in body
+            assert json.loads(srv.get("/api/run/2"))["status"] == "running"
+            serial = json.loads(srv.get("/api/runs?since=0"))["serial"]
+            assert [r["tail"] for r in json.loads(srv.get(f"/api/runs?since={serial}"))["runs"]] == ["2"]  # live
+        except BaseException:
+            srv.close()
+            raise
     try:
-        assert re.findall(r'<tr data-run="([^"]+)">', srv.get("/")) == ["1"]
-        # A listing the first page started in the background must end before run 2 begins: one that
-        # read the refs after run 2 claimed its number and the records before they were flushed would
-        # leave run 2 in memory as still running, and the run's page would (rightly) show that listing.
-        # Seen once on a loaded machine (three suites at once).
-        runs = srv.server.app.runs
-        deadline = time.monotonic() + 60
-        while runs._refreshing:
-            assert time.monotonic() < deadline, "the background listing never ended"
-            time.sleep(0.01)
-        with casmon.record(comment="second", store=s, capture_output=False) as run:
+        s.flush()
+        body = srv.get("/")  # the first load after it ended
+        assert '<tr data-run="2" data-status="ok">' in body
+        later = json.loads(srv.get(f"/api/runs?since={serial}"))
+        assert [(r["tail"], r["status"], r["new"]) for r in later["runs"]] == [("2", "ok", False)]
+        with casmon.record(comment="third", store=s, capture_output=False) as run:
             run.info["loss"] = 0.5
         s.flush()
-        assert "2-second" in srv.get("/run/2")  # not in the listing yet: looked for again at once
-        deadline = time.monotonic() + 60
-        while re.findall(r'<tr data-run="([^"]+)">', srv.get("/")) != ["2", "1"]:
-            assert time.monotonic() < deadline, "the new run never showed in the list"
-            time.sleep(0.05)
-        # sorted by a value of its manifest (just written: the server may not see it for a moment, then must)
-        while re.findall(r'<tr data-run="([^"]+)">', srv.get("/?sort=info.loss&order=asc")) != ["2", "1"]:
-            assert time.monotonic() < deadline, "the new run's manifest was never read"
-            time.sleep(0.05)
+        assert "3-third" in srv.get("/run/3")  # looked for again at once
+        assert [(r["tail"], r["new"]) for r in json.loads(srv.get(f"/api/runs?since={later['serial']}"))["runs"]] == [
+            ("3", True)]
+        assert rows_of(srv.get("/?sort=info.loss&order=asc")) == ["3", "1", "2"]  # values of manifests just written
     finally:
         srv.close()
         s.close()
+
+
+def test_statuses_killed_lost_and_failed(tmp_path):
+    """Badges for killed and lost; a lost run's elapsed time is up to its last heartbeat; a failed run's
+    traceback shows once."""
+    import time
+
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    t = time.time()
+    write_run(s, comment="stopped", status="killed", start=t - 50, end=t - 20, params={"lr": 1})
+    name = write_run(s, comment="gone", status="running", start=t - 100, params={"lr": 2})
+    ref = s.get_ref(f"runs/{name.split('-')[0]}")
+    s.set_ref(ref.name, ref.target, {**ref.data, "heartbeat": t - 60, "heartbeat_s": 1.0})  # 40 s after its start
+    with pytest.raises(ZeroDivisionError):
+        with casmon.record(comment="broken", store=s, capture_output=False):
+            1 / 0
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/")
+        for tail, status in (("1", "killed"), ("2", "lost"), ("3", "failed")):
+            row = re.search(rf'<tr data-run="{tail}" data-status="{status}">(.*?)</tr>', body).group(1)
+            assert f'<span class="casmon-status casmon-status-{status}">{status}</span>' in row
+        lost = json.loads(srv.get("/api/run/2"))
+        assert lost["status"] == "lost" and lost["elapsed"] == pytest.approx(40, abs=0.5)
+        assert "40.00 s" in srv.get("/run/2") and "last heartbeat" in text_of(srv.get("/run/2"))
+        failed = srv.get("/run/3")
+        assert failed.count("ZeroDivisionError: division by zero") == 1 and failed.count("<h1>") == 1
+    finally:
+        srv.close()
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """Seven runs as a sweep leaves them: nested params, metrics of 500 points, info with 500-element lists,
+    an 8-element array-like list, a long string without spaces and a nested dict."""
+    from casmon.runs.imported import write_run
+
+    path = tmp_path_factory.mktemp("wide") / "store"
+    s = casmon.open(path)
+    rng = np.random.default_rng(0)
+    steps = np.arange(500)
+    for i in range(7):
+        lr = [0.1, 0.03, 0.01][i % 3]
+        loss = 2.0 * np.exp(-steps * lr / 10) + rng.random(500) * 0.05
+        write_run(s, comment=f"sweep{i}", start=1.7e9 + i * 100, end=1.7e9 + i * 100 + 60,
+                  params={"lr": lr, "seed": i, "cfg": {"depth": 4 + i % 2, "opt": "adam"}},
+                  info={"loss_curve": loss.tolist(), "weights": [float(i)] * 8, "notes": "x" * 3000,
+                        "final": float(loss[-1]), "cfg": {"drop": 0.1 * (i % 2)}},
+                  metrics={"loss": (steps, loss, 1.7e9 + i * 100 + steps * 0.1),
+                           "acc": (steps, 1 - loss / 2, 1.7e9 + i * 100 + steps * 0.1)})
+    s.close()
+    return path
+
+
+def test_wide_runs_leave_no_long_values_inline(wide):
+    """Lists are summaries with sparklines and long text is cut, on every page; tables sit in scroll boxes."""
+    srv = Served(wide)
+    try:
+        tails = "&".join(f"run={i}" for i in range(1, 8))
+        for path in ("/", f"/compare?{tails}", "/run/4"):
+            body = srv.get(path)
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)
+            longest = max(len(text_of(c).strip()) for c in cells)
+            assert longest <= 130, (path, longest)
+            assert not [c for c in cells if text_of(c).count(",") > 20]  # no list printed out
+            assert re.search(r"\[500 floats: [\d.e-]+ \.\. [\d.e-]+\]", body) or path == "/", path
+            assert '<div class="scroll"><table' in body
+        cmp = srv.get(f"/compare?{tails}")
+        spec = chart_block(cmp)
+        assert spec["default"] == "loss" and spec["metrics"] == ["acc", "loss", "info:loss_curve"]
+        assert "info:weights" not in spec["metrics"]  # 8 values are not a curve
+        assert set(spec["groupable"]) >= {"lr", "cfg.depth"} and "seed" not in spec["groupable"]
+        assert '<tr class="same" data-key="cfg.opt">' in cmp and '<tr class="differs" data-key="lr">' in cmp
+        runs = srv.get("/")
+        heads = re.findall(r'<th data-col="([^"]+)"', runs)[7:]
+        assert heads == ["param.cfg.depth", "param.cfg.opt", "param.lr", "param.seed", "info.cfg.drop", "info.final",
+                         "info.notes", "metric.acc", "metric.loss"]
+        assert rows_of(srv.get("/?q=cfg.depth%3D5"))  == ["6", "4", "2"]
+    finally:
+        srv.close()
+
+
+def test_a_million_points_load_in_under_a_second(tmp_path):
+    """One run with a million points: its chart's data comes downsampled (2,000 buckets with min/max)."""
+    import time
+
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    n = 1_000_000
+    steps = np.arange(n)
+    values = np.sin(steps / 5e4) + (steps == 123_456) * 5.0  # one spike: the envelope keeps it
+    write_run(s, comment="long", start=1.7e9, end=1.7e9 + n / 100, metrics={"loss": (steps, values, 1.7e9 + steps / 100)})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        srv.get("/run/1")  # the index, listed once
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            page = srv.get("/run/1")
+            got = json.loads(srv.get("/api/metric?run=1&name=loss&n=2000"))["series"][0]
+            times.append(time.perf_counter() - t0)
+        assert "1,000,000" in page
+        assert got["n"] == n and len(got["value"]) == 2000 and max(got["max"]) == pytest.approx(values.max())
+        assert min(times) < 1.0, times
+        print(f"a run of 1M points: page and chart data in {min(times) * 1000:.0f} ms")
+    finally:
+        srv.close()
 
 
 def test_long_output_shows_its_tail_first(tmp_path):
@@ -503,7 +727,7 @@ def test_long_output_shows_its_tail_first(tmp_path):
     finally:
         srv.close()
     tail = re.search(r'<pre class="output tail">(.*?)</pre>', body, re.S).group(1).splitlines()
-    assert tail[0] == "line 300" and tail[-1] == "line 499" and len(tail) == pages.OUTPUT_TAIL_LINES
+    assert tail[0] == "line 300" and tail[-1] == "line 499" and len(tail) == runpage.OUTPUT_TAIL_LINES
     assert "the last 200 of 500 lines" in body
     everything = re.search(r'<details><summary>all 500 lines</summary><pre class="output">(.*?)</pre>', body, re.S)
     assert everything.group(1).splitlines()[0] == "line 0"

@@ -1,0 +1,92 @@
+"""The UI's JSON endpoints: what the pages' script polls while runs go on, and the points charts draw.
+
+``/api/runs?since=S``   the runs that changed after the index's change counter ``S`` (every run with ``S=0``),
+                        and every live one (its elapsed time moves); ``serial`` is the counter to ask with next
+``/api/run/NAME``       one run: status, elapsed, heartbeat, latest metric values, the tail of its output
+``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
+
+Polling, not server-sent events: the server is the standard library's
+threading HTTP server, where an event stream holds a thread (and the index's
+"a request is being answered" gate, which the background loader waits on) for
+as long as a tab stays open; a poll every two seconds costs one
+revalidation of the index, which the runs' refs make cheap, and stops when
+no run on the page is live. A report file has no server at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from casmon.errors import CasmonError
+from casmon.runs import RunInfo
+from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex
+from casmon.ui.series import metric_json
+from casmon.ui.values import fmt
+from casmon.view.display import seconds
+
+#: Runs one answer of ``/api/runs`` carries at most (the newest changes first); ``more`` says there were more.
+MAX_RUNS = 500
+#: Characters of a live run's output its page shows (and polls).
+OUTPUT_TAIL = 4000
+
+
+def _num_text(v: Any) -> str:
+    if type(v) is int:
+        return f"{v:,}"
+    return fmt(v) if type(v) is float else ("-" if v is None else str(v))
+
+
+def summary_json(r: RunInfo) -> dict[str, dict[str, Any]]:
+    """``metric_summary()`` with each field also as the text a table shows (``last_text``, ...)."""
+    out = {}
+    for name, s in r.metric_summary().items():
+        out[name] = {**s, **{f"{k}_text": _num_text(s.get(k)) for k in ("last", "step", "n", "min", "max")}}
+    return out
+
+
+def run_row(e: Entry, r: RunInfo, since: int = 0) -> dict[str, Any]:
+    """One run as ``/api/runs`` lists it."""
+    return {"tail": e.tail, "name": r.name, "status": r.status, "elapsed": r.elapsed,
+            "elapsed_text": seconds(r.elapsed) if r.elapsed is not None else "-", "heartbeat": r.heartbeat,
+            "metrics": summary_json(r), "new": e.born > since}
+
+
+def runs_since(index: RunIndex, since: int) -> dict[str, Any]:
+    entries = index.entries()
+    serial = entries.changes
+    changed = [e for e in entries if e.serial > since or e.status in LIVE_STATUSES]
+    changed.sort(key=lambda e: e.serial, reverse=True)
+    return {"serial": serial, "runs": [run_row(e, index.run(e), since) for e in changed[:MAX_RUNS]],
+            "more": len(changed) > MAX_RUNS}
+
+
+def run_state(index: RunIndex, e: Entry) -> dict[str, Any]:
+    r = index.run(e)
+    m = r.manifest
+    try:
+        tail = r.output_tail(OUTPUT_TAIL)
+    except CasmonError as err:
+        tail = f"(the output cannot be read: {err})"
+    return {**run_row(e, r), "start": m.get("start"), "end": m.get("end"), "output_tail": tail,
+            "error": m.get("error") if isinstance(m.get("error"), str) else None}
+
+
+def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int) -> dict[str, Any]:
+    """The metric ``name`` of each run that logged it, downsampled; runs without it are named in ``missing``."""
+    out, missing = [], []
+    for e in entries:
+        r = index.run(e)
+        try:
+            if e.status in LIVE_STATUSES or e.digest is None:
+                s = metric_json(e.tail, name, r.metric(name), n)
+            else:  # an ended run's series never change: downsampled once
+                s = index.kept(("metric", e.ref, e.digest, name, n), lambda: metric_json(e.tail, name, r.metric(name), n))
+        except LookupError:
+            missing.append(e.tail)
+            continue
+        except CasmonError as err:
+            missing.append(e.tail)
+            out.append({"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []})
+            continue
+        out.append(s)
+    return {"name": name, "series": out, "missing": missing}

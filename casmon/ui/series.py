@@ -1,0 +1,162 @@
+"""What charts draw, as JSON: logged metrics downsampled, info sequences, and the chart block of a page.
+
+A logged metric goes to the browser through :func:`casmon.runs.downsample`: at
+most ``n`` buckets, each its mean with its min and max (the envelope the chart
+draws as a band), so a run of a million points sends 2,000 and its chart
+page loads in well under a second. Info values that are sequences of numbers
+(a JSON list, or a stored 1-D numeric array, read without unpickling) of at
+least :data:`SEQUENCE_MIN` elements are curves too, over their index; shorter
+ones (eight weights) are values, shown as a summary and a sparkline.
+
+The chart block (:func:`chart_spec`) names the runs, their parameters, their
+metric summaries and the metrics to offer; the server's pages let the script
+fetch points from ``/api/metric``, a report file carries them inline.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from casmon.errors import CasmonError
+from casmon.runs import RunInfo, downsample, flatten
+from casmon.store.peek import as_digest, peek
+from casmon.ui.model import is_number, is_scalar
+from casmon.ui.values import numbers_of
+
+#: An info sequence shorter than this is a value (a summary and a sparkline), not a curve.
+SEQUENCE_MIN = 32
+#: A stored array larger than this is not read for a chart or a sparkline.
+SEQUENCE_MAX_BYTES = 64 << 20
+#: Buckets a chart asks for by default, and the most it may ask for.
+POINTS = 2000
+MAX_POINTS = 20_000
+#: Buckets per series a report file carries inline (a file of 10 runs x 5 metrics stays a few MiB).
+REPORT_POINTS = 1000
+
+
+def _list(a: np.ndarray[Any, Any]) -> list[Any]:
+    """Floats for JSON: NaN and infinities (which JSON cannot hold) become null."""
+    a = np.asarray(a, dtype=np.float64)
+    if np.isfinite(a).all():
+        return list(a.tolist())
+    return [x if math.isfinite(x) else None for x in a.tolist()]
+
+
+def metric_json(tail: str, name: str, series: Any, n: int = POINTS) -> dict[str, Any]:
+    """One run's metric for a chart: ``step``, ``time``, ``value`` (bucket means) and, when downsampled,
+    ``min`` and ``max``; ``n`` is the number of points logged."""
+    d = downsample(series, n)
+    out: dict[str, Any] = {"run": tail, "name": name, "n": len(series), "step": d["step"].astype(np.int64).tolist(),
+                           "time": _list(d["time"]), "value": _list(d["value"])}
+    if len(series) > n:
+        out["min"], out["max"] = _list(d["min"]), _list(d["max"])
+    return out
+
+
+def sequence_json(tail: str, name: str, xs: list[float], n: int = POINTS) -> dict[str, Any]:
+    """An info sequence for a chart: x is the index (it has no steps), downsampled like a metric."""
+    k = len(xs)
+    if k <= n:
+        return {"run": tail, "name": name, "n": k, "step": list(range(k)), "time": None, "value": _list(np.array(xs))}
+    v = np.asarray(xs, dtype=np.float64)
+    edges = np.linspace(0, k, n + 1).astype(np.int64)
+    starts = edges[:-1]
+    with np.errstate(invalid="ignore"):
+        mean = np.add.reduceat(v, starts) / np.diff(edges)
+        lo, hi = np.fmin.reduceat(v, starts), np.fmax.reduceat(v, starts)
+    return {"run": tail, "name": name, "n": k, "step": (edges[1:] - 1).tolist(), "time": None, "value": _list(mean),
+            "min": _list(lo), "max": _list(hi)}
+
+
+def sequence_of(store: Any, v: Any, trust: bool, minimum: int = 2) -> list[float] | None:
+    """The numbers of an info value that is a sequence: a JSON list of numbers, or a stored 1-D numeric array
+    (read without unpickling); None for anything else."""
+    if isinstance(v, list):
+        nums = numbers_of(v)
+        return nums if nums is not None and len(nums) >= minimum else None
+    if isinstance(v, dict) and set(v) == {"$"}:
+        try:
+            m = store.manifest(as_digest(v["$"], "run info"))
+            if m.tag != "array" or len(m.meta.get("shape", ())) != 1 or m.nbytes > SEQUENCE_MAX_BYTES:
+                return None
+            arr = peek(store, v["$"], trust=trust)
+        except (CasmonError, ValueError, TypeError):
+            return None
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype.kind not in "iuf" or arr.size < minimum:
+            return None
+        return [float(x) for x in arr.astype(np.float64)]
+    return None
+
+
+def flat_info(r: RunInfo) -> dict[str, Any]:
+    """The run's info, nested dicts flattened (``cfg.lr``); values as stored (JSON, or ``{"$": digest}``)."""
+    info = r.manifest.get("info")
+    return flatten(info) if isinstance(info, dict) else {}
+
+
+def chart_params(r: RunInfo) -> dict[str, Any]:
+    """What a chart can group or plot runs by: the parameters (flattened) and the info scalars (``info.KEY``)."""
+    out: dict[str, Any] = {}
+    try:
+        params = r.flat_params()
+    except Exception:  # noqa: BLE001 - a crafted manifest: no parameters
+        params = {}
+    for k, v in params.items():
+        if is_scalar(v) and v is not None:
+            out[k] = v
+    for k, v in flat_info(r).items():
+        if is_scalar(v) and v is not None:
+            out[f"info.{k}"] = v
+    return out
+
+
+def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, store: Any = None, trust: bool = False,
+               inline_points: int = 0) -> dict[str, Any]:
+    """The chart block of a run page (``mode="run"``) or a compare page (``"compare"``).
+
+    ``api``: the script fetches logged points from ``/api/metric``; otherwise (``inline_points``, a report
+    file) they are read here and carried in the block."""
+    specs: list[dict[str, Any]] = []
+    metrics: set[str] = set()
+    seq_names: list[str] = []
+    series: dict[str, dict[str, Any]] = {}
+    for r, tail in zip(runs, tails):
+        summary = r.metric_summary()
+        metrics.update(summary)
+        params = chart_params(r)
+        info_nums = {k[5:]: v for k, v in params.items() if k.startswith("info.") and is_number(v)}
+        specs.append({"tail": tail, "name": r.name, "status": r.status,
+                      "start": r.manifest.get("start") if is_number(r.manifest.get("start")) else None,
+                      "params": params, "summary": summary,
+                      "info": info_nums})
+        for k, v in flat_info(r).items():
+            xs = sequence_of(store or r.store, v, trust, SEQUENCE_MIN)
+            if xs is not None:
+                key = f"info:{k}"
+                if key not in seq_names:
+                    seq_names.append(key)
+                series.setdefault(key, {})[tail] = sequence_json(tail, k, xs, inline_points or POINTS)
+    logged = sorted(metrics)
+    if inline_points:
+        for r, tail in zip(runs, tails):
+            for name in logged:
+                try:
+                    s = r.metric(name)
+                except (LookupError, CasmonError):
+                    continue
+                series.setdefault(name, {})[tail] = metric_json(tail, name, s, inline_points)
+    all_params: list[dict[str, Any]] = [s["params"] for s in specs]
+    keys = sorted({k for p in all_params for k in p})
+    groupable = []
+    for k in keys:
+        values = {repr(p.get(k)) for p in all_params}
+        if 1 < len(values) < len(specs):  # groups of two or more runs somewhere
+            groupable.append(k)
+    scalars = sorted({f"info:{k[5:]}" for p in all_params for k, v in p.items() if k.startswith("info.") and is_number(v)})
+    default = "loss" if "loss" in metrics else (logged[0] if logged else (seq_names[0] if seq_names else ""))
+    return {"mode": mode, "api": "/api/metric" if api else None, "runs": specs, "metrics": logged + seq_names,
+            "default": default, "params": keys, "groupable": groupable, "scalars": scalars, "series": series,
+            "times": True}

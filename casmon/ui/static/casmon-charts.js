@@ -1,0 +1,484 @@
+// casmon ui: charts of logged metrics, drawn by uPlot (uPlot.iife.min.js beside this file, vendored).
+// What to draw comes from the page's JSON data block, #casmon-chart-data (read
+// as data, never run); the points come from /api/metric (the server, downsampled there to a min/max
+// envelope) or from the block itself (a report file, which has no server). No inline script and no style
+// attribute anywhere: uPlot sizes its elements through the CSSOM, which the Content-Security-Policy allows.
+"use strict";
+(function () {
+  var PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781",
+    "#bf3989", "#4c2889"];
+  var POINTS = 2000; // buckets asked of the server per series: about the pixels of a wide chart, twice over
+
+  function colour(i) { return PALETTE[i % PALETTE.length]; }
+
+  function rgba(hex, a) {
+    var n = parseInt(hex.slice(1), 16);
+    return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
+  }
+
+  function fmt(v) {
+    if (v === null || v === undefined || !isFinite(v)) { return "–"; }
+    if (v === 0) { return "0"; }
+    var a = Math.abs(v);
+    if (a >= 1e5 || a < 1e-3) { return v.toPrecision(3).replace(/\.?0+e/, "e"); }
+    return String(Number(v.toPrecision(4)));
+  }
+
+  function el(tag, attrs, text) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
+  // -- series: from the data block, or from the server (kept per run and metric until the run changes) --
+  var cache = {};
+
+  function seriesKey(tail, metric) { return tail + "\u0000" + metric; }
+
+  function loadSeries(spec, tails, metric, fresh) {
+    var out = {}, missing = [];
+    tails.forEach(function (t) {
+      var inline = spec.series && spec.series[metric] && spec.series[metric][t];
+      var kept = cache[seriesKey(t, metric)];
+      if (inline) { out[t] = inline; } else if (kept && !fresh) { out[t] = kept; } else { missing.push(t); }
+    });
+    if (!missing.length || !spec.api || metric.indexOf("info:") === 0) { return Promise.resolve(out); }
+    var q = "name=" + encodeURIComponent(metric) + "&n=" + POINTS +
+      missing.map(function (t) { return "&run=" + encodeURIComponent(t); }).join("");
+    return fetch(spec.api + "?" + q, {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) { throw new Error("the server answered " + r.status + " for " + metric); }
+      return r.json();
+    }).then(function (got) {
+      (got.series || []).forEach(function (s) { cache[seriesKey(s.run, metric)] = s; out[s.run] = s; });
+      return out;
+    });
+  }
+
+  // -- transformations: x axis, smoothing, log scale, groups --
+  function xsOf(s, mode, run) {
+    if (mode === "step" || mode === "index" || !s.time) { return s.step; }
+    if (mode === "elapsed") {
+      var t0 = typeof run.start === "number" ? run.start : (s.time.length ? s.time[0] : 0);
+      return s.time.map(function (t) { return t - t0; });
+    }
+    return s.time;
+  }
+
+  // Exponential moving average, debiased as TensorBoard's is (the first points are not pulled to zero).
+  function ema(ys, w) {
+    if (!w) { return ys; }
+    var acc = 0, k = 0;
+    return ys.map(function (v) {
+      if (v === null || v === undefined || !isFinite(v)) { return v; }
+      acc = acc * w + (1 - w) * v;
+      k += 1;
+      return acc / (1 - Math.pow(w, k));
+    });
+  }
+
+  function positive(ys) { return ys.map(function (v) { return v > 0 ? v : null; }); }
+
+  // Sorted by x (uPlot wants x ascending); equal x keep their order.
+  function ordered(xs, cols) {
+    for (var i = 1; i < xs.length; i++) {
+      if (xs[i] < xs[i - 1]) {
+        var idx = xs.map(function (_x, j) { return j; }).sort(function (a, b) { return xs[a] - xs[b] || a - b; });
+        return [idx.map(function (j) { return xs[j]; })].concat(cols.map(function (c) {
+          return c ? idx.map(function (j) { return c[j]; }) : c;
+        }));
+      }
+    }
+    return [xs].concat(cols);
+  }
+
+  // Lines for uPlot: one per run, or (grouped by a parameter) one per group with its mean and a min-max band.
+  function linesOf(spec, byTail, state) {
+    var lines = [];
+    spec.runs.forEach(function (run, i) {
+      var s = byTail[run.tail];
+      if (!s || !s.value || !s.value.length) { return; }
+      var xs = xsOf(s, state.x, run);
+      var enveloped = s.min && s.n > s.value.length;
+      var o = ordered(xs, [s.value, enveloped ? s.min : null, enveloped ? s.max : null]);
+      lines.push({label: run.name, colour: colour(i), x: o[0], y: o[1], lo: o[2], hi: o[3], run: run, n: s.n});
+    });
+    if (!state.group) { return lines; }
+    var groups = {}, order = [];
+    lines.forEach(function (l) {
+      var v = (l.run.params || {})[state.group];
+      var key = v === undefined ? "(none)" : String(v);
+      if (!groups[key]) { groups[key] = []; order.push(key); }
+      groups[key].push(l);
+    });
+    return order.map(function (key, gi) {
+      var members = groups[key];
+      var joined = uPlot.join(members.map(function (l) { return [l.x, l.y]; }));
+      var xs = joined[0], mean = [], lo = [], hi = [];
+      var filled = members.map(function (_l, mi) { return interpolate(xs, joined[mi + 1]); });
+      for (var j = 0; j < xs.length; j++) {
+        var sum = 0, n = 0, mn = Infinity, mx = -Infinity;
+        filled.forEach(function (ys) {
+          var v = ys[j];
+          if (v !== null && v !== undefined && isFinite(v)) { sum += v; n += 1; mn = Math.min(mn, v); mx = Math.max(mx, v); }
+        });
+        mean.push(n ? sum / n : null);
+        lo.push(n ? mn : null);
+        hi.push(n ? mx : null);
+      }
+      return {label: state.group + "=" + key + " (" + members.length + (members.length === 1 ? " run)" : " runs)"),
+        colour: colour(gi), x: xs, y: mean, lo: lo, hi: hi, group: true};
+    });
+  }
+
+  // A run's values at every x of a union: linear between its own points, nothing outside its range.
+  function interpolate(xs, ys) {
+    var out = ys.slice(), last = -1;
+    for (var j = 0; j < ys.length; j++) {
+      if (ys[j] === null || ys[j] === undefined) { continue; }
+      if (last >= 0 && j - last > 1) {
+        for (var k = last + 1; k < j; k++) {
+          var f = (xs[k] - xs[last]) / ((xs[j] - xs[last]) || 1);
+          out[k] = ys[last] + f * (ys[j] - ys[last]);
+        }
+      }
+      last = j;
+    }
+    return out;
+  }
+
+  // Bands (a downsampled run's min-max envelope, a group's spread) drawn under the lines, clipped to the plot.
+  function bandsHook(bands) {
+    return function (u) {
+      var ctx = u.ctx;
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height);
+      ctx.clip();
+      bands.forEach(function (b) {
+        if (!u.series[b.series].show) { return; }
+        var xs = u.data[0], lo = u.data[b.lo], hi = u.data[b.hi], up = [], down = [];
+        for (var j = 0; j < xs.length; j++) {
+          var a = lo[j], z = hi[j];
+          if (a === null || a === undefined || z === null || z === undefined) { continue; }
+          var px = u.valToPos(xs[j], "x", true);
+          up.push([px, u.valToPos(z, "y", true)]);
+          down.push([px, u.valToPos(a, "y", true)]);
+        }
+        if (up.length < 2) { return; }
+        ctx.beginPath();
+        ctx.moveTo(up[0][0], up[0][1]);
+        up.forEach(function (p) { ctx.lineTo(p[0], p[1]); });
+        for (var k = down.length - 1; k >= 0; k--) { ctx.lineTo(down[k][0], down[k][1]); }
+        ctx.closePath();
+        ctx.fillStyle = rgba(b.colour, 0.16);
+        ctx.fill();
+      });
+      ctx.restore();
+    };
+  }
+
+  var X_LABELS = {step: "step", elapsed: "seconds since the run started", time: "time", index: "index"};
+
+  function plotCurves(area, lines, state, title) {
+    area.textContent = "";
+    if (!lines.length) { area.appendChild(el("p", {"class": "muted"}, "no points to draw")); return null; }
+    var tables = lines.map(function (l) {
+      var ys = ema(l.y, state.smooth), lo = l.lo, hi = l.hi;
+      if (state.log) { ys = positive(ys); lo = lo && positive(lo); hi = hi && positive(hi); }
+      return lo && hi ? [l.x, ys, lo, hi] : [l.x, ys];
+    });
+    var joined = uPlot.join(tables), data = [joined[0]], series = [{label: X_LABELS[state.x] || "x",
+      value: function (u, v) { return state.x === "time" && v !== null ? new Date(v * 1000).toLocaleString() : fmt(v); }}];
+    var bands = [], col = 1;
+    lines.forEach(function (l, i) {
+      data.push(joined[col]);
+      series.push({label: l.label, stroke: l.colour, width: l.group ? 2 : 1.5, spanGaps: true, points: {show: false},
+        value: function (u, v) { return fmt(v); }});
+      var own = data.length - 1;
+      col += 1;
+      if (tables[i].length === 4) {
+        data.push(joined[col], joined[col + 1]);
+        bands.push({series: own, lo: data.length - 2, hi: data.length - 1, colour: l.colour});
+        series.push({label: l.label + " min", band: true, stroke: "transparent", width: 0, points: {show: false},
+          value: function (u, v) { return fmt(v); }},
+          {label: l.label + " max", band: true, stroke: "transparent", width: 0, points: {show: false},
+            value: function (u, v) { return fmt(v); }});
+        col += 2;
+      }
+    });
+    var width = Math.max(240, Math.floor(area.clientWidth || 600));
+    var opts = {
+      title: title, width: width, height: 260,
+      scales: {x: {time: state.x === "time"}, y: state.log ? {distr: 3, log: 10} : {}},
+      axes: [{label: X_LABELS[state.x] || "x", labelSize: 18, size: 40},
+        {label: title, labelSize: 18, size: 72, values: function (u, vals) { return vals.map(fmt); }}],
+      series: series,
+      legend: {live: true},
+      cursor: {drag: {x: true, y: false, setScale: true}},
+      hooks: {draw: [bandsHook(bands)]}
+    };
+    var u = new uPlot(opts, data, area);
+    hideBandLegend(u);
+    area.uplot = u;
+    return u;
+  }
+
+  // A band's edges are series of their own (uPlot draws what it has data for): their legend rows are
+  // hidden (a class, not a style attribute); the band is drawn by bandsHook.
+  function hideBandLegend(u) {
+    var rows = u.root.querySelectorAll(".u-legend .u-series");
+    u.series.forEach(function (s, i) {
+      if (s.band && rows[i]) { rows[i].classList.add("band-row"); }
+    });
+  }
+
+  function plotScatter(area, spec, state) {
+    area.textContent = "";
+    var param = state.sx, metric = state.sy, stat = state.stat;
+    var pts = [];
+    spec.runs.forEach(function (run, i) {
+      var x = (run.params || {})[param];
+      var y = yValue(spec, run, metric, stat);
+      if (x !== undefined && x !== null && typeof y === "number" && isFinite(y)) { pts.push({run: run, i: i, x: x, y: y}); }
+    });
+    if (!pts.length) { area.appendChild(el("p", {"class": "muted"}, "no run has both " + param + " and " + metric)); return null; }
+    var numeric = pts.every(function (p) { return typeof p.x === "number"; });
+    var cats = [];
+    if (!numeric) {
+      pts.forEach(function (p) { var k = String(p.x); if (cats.indexOf(k) < 0) { cats.push(k); } });
+      cats.sort();
+      pts.forEach(function (p) { p.xv = cats.indexOf(String(p.x)); });
+    } else {
+      pts.forEach(function (p) { p.xv = p.x; });
+    }
+    pts.sort(function (a, b) { return a.xv - b.xv || a.i - b.i; });
+    var xs = pts.map(function (p) { return p.xv; });
+    var data = [xs], series = [{label: param, value: function (u, v) { return numeric ? fmt(v) : (cats[v] || "–"); }}];
+    pts.forEach(function (p, j) {
+      var ys = xs.map(function () { return null; });
+      ys[j] = state.log && p.y <= 0 ? null : p.y;
+      data.push(ys);
+      series.push({label: p.run.name, stroke: colour(p.i), fill: colour(p.i), paths: function () { return null; },
+        points: {show: true, size: 10, fill: colour(p.i)}, value: function (u, v) { return fmt(v); }});
+    });
+    var width = Math.max(240, Math.floor(area.clientWidth || 600));
+    var xaxis = {label: param, labelSize: 18, size: 40};
+    if (!numeric) {
+      xaxis.splits = function () { return cats.map(function (_c, i) { return i; }); };
+      xaxis.values = function (u, vals) { return vals.map(function (v) { return cats[v] === undefined ? "" : cats[v]; }); };
+    }
+    var pad = numeric ? 0 : 0.5;
+    var opts = {
+      title: metric + " (" + stat + ") by " + param, width: width, height: 300,
+      scales: {x: {time: false, range: function (u, mn, mx) {
+        if (!numeric) { return [-pad, cats.length - 1 + pad]; }
+        var d = (mx - mn) || Math.abs(mx) || 1;
+        return [mn - d * 0.05, mx + d * 0.05];
+      }}, y: state.log ? {distr: 3, log: 10} : {}},
+      axes: [xaxis, {label: metric, labelSize: 18, size: 72, values: function (u, vals) { return vals.map(fmt); }}],
+      series: series, legend: {live: true}, cursor: {drag: {x: true, y: false, setScale: true}}
+    };
+    var u = new uPlot(opts, data, area);
+    area.uplot = u;
+    return u;
+  }
+
+  function yValue(spec, run, metric, stat) {
+    if (metric.indexOf("info:") === 0) { return (run.info || {})[metric.slice(5)]; }
+    var s = (run.summary || {})[metric];
+    return s ? s[stat] : undefined;
+  }
+
+  // -- controls --
+  function select(label, name, options, value) {
+    var wrap = el("label", {"class": "control"}, label + " ");
+    var s = el("select", {name: name, "data-control": name});
+    options.forEach(function (o) {
+      var opt = el("option", {value: o[0]}, o[1]);
+      if (o[0] === value) { opt.selected = true; }
+      s.appendChild(opt);
+    });
+    wrap.appendChild(s);
+    return wrap;
+  }
+
+  function checkbox(label, name, value) {
+    var wrap = el("label", {"class": "control"});
+    var c = el("input", {type: "checkbox", name: name, "data-control": name});
+    c.checked = !!value;
+    wrap.appendChild(c);
+    wrap.appendChild(document.createTextNode(" " + label));
+    return wrap;
+  }
+
+  function slider(label, name, value) {
+    var wrap = el("label", {"class": "control"}, label + " ");
+    var r = el("input", {type: "range", min: "0", max: "0.99", step: "0.01", name: name, "data-control": name});
+    r.value = String(value);
+    var out = el("output", {"data-for": name}, String(value));
+    wrap.appendChild(r);
+    wrap.appendChild(out);
+    return wrap;
+  }
+
+  function metricOptions(spec) {
+    return spec.metrics.map(function (m) { return [m, m.indexOf("info:") === 0 ? "info " + m.slice(5) : m]; });
+  }
+
+  function readControls(box, state) {
+    box.querySelectorAll("[data-control]").forEach(function (c) {
+      var k = c.getAttribute("data-control");
+      if (c.type === "checkbox") { state[k] = c.checked; } else if (c.type === "range") { state[k] = parseFloat(c.value); } else { state[k] = c.value; }
+    });
+    var out = box.querySelector("output[data-for=smooth]");
+    if (out) { out.textContent = String(state.smooth); }
+  }
+
+  function xOptions(spec) {
+    var opts = [["step", "step"]];
+    if (spec.times !== false) { opts.push(["elapsed", "time since start"], ["time", "wall-clock time"]); }
+    return opts;
+  }
+
+  // -- a compare panel: curves of one metric across runs, grouped or not; or a parameter-vs-metric scatter --
+  function comparePanel(panel, spec) {
+    var state = {metric: spec.default || spec.metrics[0] || "", x: "step", log: false, smooth: 0, group: "",
+      view: spec.metrics.length ? "curves" : "scatter",
+      sx: (spec.params[0] || ""), stat: "last"};
+    var controls = el("div", {"class": "chart-controls"});
+    var area = el("div", {"class": "chart-area"});
+    var note = el("p", {"class": "muted chart-note"});
+    panel.appendChild(controls);
+    panel.appendChild(area);
+    panel.appendChild(note);
+    var views = [["curves", "curves over steps"]];
+    if (spec.params.length) { views.push(["scatter", "parameter vs metric"]); }
+    controls.appendChild(select("view", "view", views, state.view));
+    var metricControl = el("span", {"class": "metric-control"});
+    if (spec.metrics.length) { metricControl.appendChild(select("metric", "metric", metricOptions(spec), state.metric)); }
+    controls.appendChild(metricControl);
+    var curveControls = el("span", {"class": "curve-controls"});
+    curveControls.appendChild(select("x", "x", xOptions(spec), state.x));
+    if (spec.groupable.length) {
+      curveControls.appendChild(select("group by", "group", [["", "(each run)"]].concat(spec.groupable.map(function (p) { return [p, p]; })), ""));
+    }
+    curveControls.appendChild(slider("smoothing", "smooth", 0));
+    controls.appendChild(curveControls);
+    var scatterControls = el("span", {"class": "scatter-controls"});
+    var ys = spec.metrics.filter(function (m) { return m.indexOf("info:") !== 0; }).map(function (m) { return [m, m]; })
+      .concat((spec.scalars || []).map(function (m) { return [m, "info " + m.slice(5)]; }));
+    state.sy = ys.length ? ys[0][0] : "";
+    scatterControls.appendChild(select("x", "sx", spec.params.map(function (p) { return [p, p]; }), state.sx));
+    scatterControls.appendChild(select("y", "sy", ys, state.sy));
+    scatterControls.appendChild(select("value", "stat", [["last", "last"], ["min", "min"], ["max", "max"]], "last"));
+    controls.appendChild(scatterControls);
+    controls.appendChild(checkbox("log scale", "log", false));
+    var draw = function (fresh) {
+      readControls(controls, state);
+      var info = state.metric.indexOf("info:") === 0;
+      curveControls.hidden = metricControl.hidden = state.view !== "curves";
+      scatterControls.hidden = state.view !== "scatter";
+      if (state.view === "scatter") { plotScatter(area, spec, state); note.textContent = ""; return Promise.resolve(); }
+      var st = Object.assign({}, state, {x: info ? "index" : state.x});  // an info list has no steps: its index
+      return loadSeries(spec, spec.runs.map(function (r) { return r.tail; }), state.metric, fresh).then(function (byTail) {
+        plotCurves(area, linesOf(spec, byTail, st), st, info ? state.metric.slice(5) : state.metric);
+        note.textContent = notes(spec, byTail);
+      }).catch(function (e) { area.textContent = ""; area.appendChild(el("p", {"class": "casmon-error"}, String(e.message || e))); });
+    };
+    controls.addEventListener("change", function () { draw(false); });
+    controls.addEventListener("input", function (e) { if (e.target.type === "range") { draw(false); } });
+    // Live runs on the page: casmon-ui.js says which changed; their new summaries and points are drawn.
+    document.addEventListener("casmon:runs", function (ev) {
+      ev.detail.runs.forEach(function (r) {
+        spec.runs.forEach(function (run) { if (run.tail === r.tail) { run.summary = r.metrics; run.status = r.status; } });
+      });
+      draw(true);
+    });
+    return draw(false);
+  }
+
+  function notes(spec, byTail) {
+    var parts = [];
+    spec.runs.forEach(function (run) {
+      var s = byTail[run.tail];
+      if (s && s.n > s.value.length) {
+        parts.push(run.name + ": " + s.n.toLocaleString() + " points, drawn as " + s.value.length.toLocaleString() +
+          " buckets (mean line, min–max band)");
+      }
+    });
+    return parts.join("; ") + (parts.length ? ". " : "") + "Drag to zoom, double-click to zoom out.";
+  }
+
+  // -- a run panel: one chart per metric, shared x, smoothing and log controls; follows a live run --
+  function runPanel(panel, spec) {
+    var state = {x: "step", log: false, smooth: 0};
+    var controls = el("div", {"class": "chart-controls"});
+    controls.appendChild(select("x", "x", xOptions(spec), "step"));
+    controls.appendChild(slider("smoothing", "smooth", 0));
+    controls.appendChild(checkbox("log scale", "log", false));
+    var grid = el("div", {"class": "chart-grid"});
+    panel.appendChild(controls);
+    panel.appendChild(grid);
+    var boxes = {};
+    spec.metrics.forEach(function (m) {
+      var fig = el("figure", {"class": "chart-box", "data-metric": m});
+      var area = el("div", {"class": "chart-area"});
+      fig.appendChild(area);
+      grid.appendChild(fig);
+      boxes[m] = area;
+    });
+    var run = spec.runs[0];
+    var drawOne = function (m, fresh) {
+      var info = m.indexOf("info:") === 0;
+      var st = {x: info ? "index" : state.x, log: state.log, smooth: state.smooth, group: ""};
+      return loadSeries(spec, [run.tail], m, fresh).then(function (byTail) {
+        plotCurves(boxes[m], linesOf(spec, byTail, st), st, info ? m.slice(5) : m);
+      }).catch(function (e) { boxes[m].textContent = ""; boxes[m].appendChild(el("p", {"class": "casmon-error"}, String(e.message || e))); });
+    };
+    var drawAll = function (fresh) {
+      readControls(controls, state);
+      return Promise.all(spec.metrics.map(function (m) { return drawOne(m, fresh); }));
+    };
+    controls.addEventListener("change", function () { drawAll(false); });
+    controls.addEventListener("input", function (e) { if (e.target.type === "range") { drawAll(false); } });
+    // A live run: casmon-ui.js polls the run and says what it saw; a metric with new points is drawn again.
+    document.addEventListener("casmon:run", function (ev) {
+      var summary = ev.detail.metrics || {};
+      Object.keys(summary).forEach(function (m) {
+        var kept = cache[seriesKey(run.tail, m)];
+        if (!boxes[m]) {
+          spec.metrics.push(m);
+          var fig = el("figure", {"class": "chart-box", "data-metric": m});
+          var area = el("div", {"class": "chart-area"});
+          fig.appendChild(area);
+          grid.appendChild(fig);
+          boxes[m] = area;
+          drawOne(m, true);
+        } else if (!kept || kept.n !== summary[m].n) {
+          drawOne(m, true);
+        }
+      });
+    });
+    return drawAll(false);
+  }
+
+  function start() {
+    var block = document.getElementById("casmon-chart-data");
+    var panel = document.getElementById("charts");
+    if (!block || !panel || typeof uPlot === "undefined") { return; }
+    var spec = JSON.parse(block.textContent);
+    var done = spec.mode === "run" ? runPanel(panel, spec) : comparePanel(panel, spec);
+    done.then(function () { panel.setAttribute("data-ready", "1"); });
+    var width = window.innerWidth;
+    window.addEventListener("resize", function () {
+      if (Math.abs(window.innerWidth - width) < 20) { return; }
+      width = window.innerWidth;
+      panel.querySelectorAll(".chart-area").forEach(function (a) {
+        if (a.uplot) { a.uplot.setSize({width: Math.max(240, Math.floor(a.clientWidth)), height: a.uplot.height}); }
+      });
+    });
+  }
+
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", start); } else { start(); }
+}());

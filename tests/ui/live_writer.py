@@ -1,0 +1,27 @@
+"""A run that goes on for a few seconds in a process of its own (the UI's live tests watch it from another).
+
+``python -m tests.ui.live_writer STORE SECONDS``: logs ``loss`` and ``acc`` every 20 ms and prints a line
+every 50 steps, as a training loop would; set ``CASMON_HEARTBEAT_S=1`` so its ref says it is alive each second.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import casmon
+
+
+def main(store: str, seconds: float) -> None:
+    with casmon.record(comment="live", store=store, capture_output=True, params={"lr": 0.1, "cfg": {"depth": 4}}) as run:
+        t0, i = time.time(), 0
+        while time.time() - t0 < seconds:
+            run.log(loss=1.0 / (i + 1), acc=min(1.0, i / 200))
+            i += 1
+            if i % 50 == 0:
+                print(f"step {i}", flush=True)
+            time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]))
