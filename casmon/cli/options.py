@@ -87,4 +87,7 @@ def timestamp(t: float) -> str:
     """An epoch time as the local date and time the CLI's tables show (``2024-05-01 14:03:59``)."""
     import datetime as _dt
 
-    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError, TypeError):  # a crafted store's time
+        return "?"

@@ -37,19 +37,32 @@ def _number(v) -> str:
 
 
 def _columns_of(r) -> dict:
-    """A run's values by column name: metrics' last values, then flattened params and info (JSON cells)."""
+    """A run's values by column name, ``info.X``, ``param.X`` and ``metric.X`` (a metric's last value)."""
     from casmon.runs.params import flatten
 
     out: dict = {}
     if r.error is not None:
         return out
     for k, v in flatten({k: v for k, v in r.manifest.get("info", {}).items()}).items():
-        out[k] = v
+        out[f"info.{k}"] = v
     for k, v in r.flat_params().items():
-        out[k] = v
+        out[f"param.{k}"] = v
     for k, v in r.metric_summary().items():
-        out[k] = v.get("last")
+        out[f"metric.{k}"] = v.get("last")
     return out
+
+
+def _column_name(name: str, known: set) -> str:
+    """A ``--columns`` name as a prefixed one: ``loss`` is ``metric.loss`` if only a metric has it."""
+    if name in known:
+        return name
+    matches = [f"{g}.{name}" for g in ("metric", "param", "info") if f"{g}.{name}" in known]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise click.ClickException(f"--columns: {name!r} is {' and '.join(matches)}: name one of them")
+    bare = sorted({k.split(".", 1)[1] for k in known})
+    raise click.ClickException(f"--columns: no run has {name!r}; known: {', '.join(bare[:40]) or 'none'}")
 
 
 @click.command()
@@ -79,23 +92,20 @@ def runs(store_location, as_json, columns, trust) -> None:
         return
     values = {r.ref: _columns_of(r) for r in all_runs}
     if columns is not None:
-        extra = [c.strip() for c in columns.split(",") if c.strip()]
         known = set().union(*values.values())
-        unknown = [c for c in extra if c not in known]
-        if unknown:
-            raise click.BadParameter(f"no run has {', '.join(map(repr, unknown))}; known: "
-                                     f"{', '.join(sorted(known)[:40]) or 'none'}", param_hint="--columns")
+        extra = [_column_name(c.strip(), known) for c in columns.split(",") if c.strip()]
     else:
         names = sorted(set().union(*(r.metric_summary() for r in all_runs)))
-        extra = names[:DEFAULT_METRIC_COLUMNS]
+        extra = [f"metric.{n}" for n in names[:DEFAULT_METRIC_COLUMNS]]
     t = Table(title="runs")
     from rich.markup import escape
 
     notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one
     for col in ("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ()):
         t.add_column(col)
-    for col in extra:
-        t.add_column(escape(col), justify="right")
+    bare = [c.split(".", 1)[1] for c in extra]
+    for col, name in zip(extra, bare):
+        t.add_column(escape(name if bare.count(name) == 1 else col), justify="right")
     for r in all_runs:
         m = r.manifest
         g = m.get("git", {})
@@ -155,7 +165,11 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
         console.print(f"  cannot read this run: {one_line(r.error)}", markup=False)
         return
     if m.get("start"):
-        console.print(f"  started {timestamp(m['start'])}" + (f", took {m['duration']:.2f} s" if m.get("duration") is not None else ""))
+        el = r.elapsed
+        how = (f", took {el:.2f} s" if m.get("duration") is not None else
+               f", running for {el:.1f} s" if r.status == "running" and el is not None else
+               f", last heard of {el:.1f} s after" if el is not None else "")
+        console.print(f"  started {timestamp(m['start'])}{how}")
     console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
     if m.get("notebook"):  # a kernel's command line names only a temporary connection file
         console.print(f"  notebook: {m['notebook']}", markup=False)
@@ -222,6 +236,11 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
             console.print(f"  tracked file {kind}: {p}", markup=False)
     for k, v in d["meta"].items():
         console.print(f"  {k}: {v}", markup=False)
+    for k, v in d.get("params", {}).items():
+        console.print(f"  param {k}: {v['a']!r} -> {v['b']!r}", markup=False)
+    for k, v in d.get("metrics", {}).items():
+        console.print(f"  metric {k}: last {_number(v['a'])} -> {_number(v['b'])} ({v['n'][0]} -> {v['n'][1]} points)",
+                      markup=False)
     for k, v in d["info"].items():
         how = f"  ({v['how']})" if v.get("how") else ""
         console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}{how}", markup=False)

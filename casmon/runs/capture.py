@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-__all__ = ["OutputCapture", "collapse_carriage_returns"]
+__all__ = ["OutputCapture", "collapse_carriage_returns", "compact_carriage_returns"]
 
 LIMIT = 64 << 20
 
@@ -31,6 +31,22 @@ def collapse_carriage_returns(text: str) -> str:
             parts = [p for p in line.split("\r")]
             # a bare trailing \r (redraw pending) keeps the last non-empty frame
             line = next((p for p in reversed(parts) if p), "")
+        out.append(line)
+    return "\n".join(out)
+
+
+def compact_carriage_returns(text: str) -> str:
+    """Each line with carriage returns as ``\\r`` + its last frame (+ ``\\r`` if it ended with one): what a
+    terminal shows of it, still overwriting what came before it and overwritten by what follows."""
+    if "\r" not in text:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if "\r" in line:
+            frames = line.split("\r")
+            k = next((i for i in range(len(frames) - 1, -1, -1) if frames[i]), 0)
+            # frame 0 goes on from the previous batch's line; a later frame starts the line over
+            line = ("\r" if k else "") + frames[k] + ("\r" if line.endswith("\r") else "")
         out.append(line)
     return "\n".join(out)
 
@@ -69,25 +85,19 @@ class _Sink:
                     self.tail_len -= len(old)
                     self.dropped += len(old)
 
-    def take_live(self, final: bool = False) -> str:
-        """What was written since the last call, carriage returns collapsed; an unfinished last line waits
-        for the next call (a progress bar redrawing itself is sent once it ends) unless ``final``."""
+    def take_live(self) -> str:
+        """What was written since the last call, each redrawn line cut to its last frame. Batches join into
+        the same text a terminal shows (``collapse_carriage_returns`` of their concatenation): a line's
+        carriage returns are kept at its two ends, so a bar redrawn across two batches still shows once."""
         with self.lock:
             if self.live_stopped or not self.live:
                 return ""
             text = "".join(self.live)
             self.live = []
-            if not final:
-                cut = text.rfind("\n") + 1
-                if cut < len(text):  # a redrawn bar waits as its last frame (and the return that ends it)
-                    rest = text[cut:]
-                    self.live.append(collapse_carriage_returns(rest) + ("\r" if rest.endswith("\r") else ""))
-                text = text[:cut]
-            text = collapse_carriage_returns(text) if text else ""
+            text = compact_carriage_returns(text)
             self.live_total += len(text)
             if self.live_total > self.live_limit:
                 self.live_stopped = True
-                self.live = []
                 text += (f"\n[casmon: live output stops here at {self.live_limit:,} characters; the run's head and "
                          "tail are kept when it ends]\n")
             return text

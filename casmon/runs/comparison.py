@@ -24,7 +24,8 @@ __all__ = ["diff"]
 
 
 def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -> dict[str, Any]:
-    """What differs between two runs: code, tracked files, metadata, info, and results for the same inputs."""
+    """What differs between two runs: code, tracked files, metadata, params, metrics (by digest; the last values
+    of those that differ), info, and results for the same inputs."""
     ra = readable_run(a if isinstance(a, RunInfo) else load_run(a, store))
     rb = readable_run(b if isinstance(b, RunInfo) else load_run(b, store))
     ma, mb = ra.manifest, rb.manifest
@@ -59,6 +60,14 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     for k, cell in out["info"].items():  # two stored values: how they differ (arrays element by element), nothing unpickled
         if is_value_ref(ia.get(k)) and is_value_ref(ib.get(k)) and ra.store.url == rb.store.url:
             cell["how"] = compare_values(ra.store, ia[k]["$"], ib[k]["$"])
+    fa, fb = ra.flat_params(), rb.flat_params()
+    out["params"] = {k: {"a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb))
+                     if not _same_cell(fa.get(k), fb.get(k))}
+    sa, sb = ra.metric_summary(), rb.metric_summary()
+    out["metrics"] = {k: {"a": (sa.get(k) or {}).get("last"), "b": (sb.get(k) or {}).get("last"),
+                          "n": [(sa.get(k) or {}).get("n"), (sb.get(k) or {}).get("n")]}
+                      for k in sorted(set(sa) | set(sb))
+                      if (sa.get(k) or {}).get("digest") is None or (sa.get(k) or {}).get("digest") != (sb.get(k) or {}).get("digest")}
     out["results"] = _result_differences(ra, rb)
     return display.RunDiff(out, ra, rb)  # a dict that shows itself (patch in colour, info side by side)
 

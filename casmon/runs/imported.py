@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS
-from casmon.runs.metrics import INLINE_POINTS, KIND_METRICS, check_name, metrics_key
+from casmon.runs.metrics import INLINE_POINTS, KIND_METRICS, check_name, metrics_key, series_digest
 from casmon.store.store import Store
 
 __all__ = ["write_run", "imported_ids", "BATCH_POINTS"]
@@ -89,7 +90,9 @@ def write_run(store: Store, *, prefix: str = "", comment: str = "", status: str 
             last = float(va[-1])
             summary[mname] = {"n": len(st), "last": last if math.isfinite(last) else None, "step": int(st[-1]),
                               "time": float(ti[-1]), "min": float(finite.min()) if len(finite) else None,
-                              "max": float(finite.max()) if len(finite) else None}
+                              "max": float(finite.max()) if len(finite) else None,
+                              "digest": series_digest(xxhash.xxh3_128(st.tobytes()).digest(),
+                                                      xxhash.xxh3_128(va.tobytes()).digest())}
     manifest: dict[str, Any] = {
         "casmon_run": 1, "name": name, "n": n, "prefix": prefix, "comment": comment, "status": status,
         "function": None, "start": float(start), "patch_time": float(start),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from typing import Any
 
@@ -47,7 +48,8 @@ class RunInfo:
         """``running``, ``ok``, ``failed``, ``killed``, or ``lost`` (running, but no heartbeat for
         ``live.LOST_AFTER`` heartbeats: killed by SIGKILL, out of memory, or its node died)."""
         st = self.manifest.get("status", "?")
-        if st == "running" and live.is_lost(self.heartbeat, self.ref_data.get("heartbeat_s"), time.time()):
+        if st == "running" and live.is_lost(self.heartbeat, self.ref_data.get("heartbeat_s"), time.time(),
+                                            self.ref_data.get("heartbeat_lag")):
             return "lost"
         return st
 
@@ -55,7 +57,9 @@ class RunInfo:
     def heartbeat(self) -> float | None:
         """When the run last said it was alive (Unix seconds), if it ever did."""
         t = self.ref_data.get("heartbeat")
-        return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < 1e11:  # a crafted ref: no time
+            return float(t)
+        return None
 
     @property
     def elapsed(self) -> float | None:
@@ -74,8 +78,8 @@ class RunInfo:
 
     # -- metrics and parameters -----------------------------------------------------------------
     def metric_summary(self) -> dict[str, dict[str, Any]]:
-        """``{name: {"n", "last", "step", "time", "min", "max"}}`` for every metric, reading no series (from the
-        manifest of an ended run, from the ref of a live one)."""
+        """``{name: {"n", "last", "step", "time", "min", "max", "digest"}}`` for every metric, reading no series
+        (from the manifest of an ended run, from the ref of a live one). Equal digests, equal steps and values."""
         summary = self.manifest.get("metrics")
         if not isinstance(summary, dict):
             summary = self.ref_data.get("metrics")
@@ -84,8 +88,8 @@ class RunInfo:
         out: dict[str, dict[str, Any]] = {}
         for k, v in sorted(summary.items()):  # a crafted store's odd cells are left out, never raised on
             if isinstance(k, str) and isinstance(v, dict):
-                out[k] = {f: v.get(f) if type(v.get(f)) in (int, float) else None
-                          for f in ("n", "last", "step", "time", "min", "max")}
+                out[k] = {f: v.get(f) if _summary_cell(f, v.get(f)) else None
+                          for f in ("n", "last", "step", "time", "min", "max", "digest")}
         return out
 
     def metrics(self) -> dict[str, Series]:
@@ -181,6 +185,10 @@ class RunInfo:
             info["run_end_time"] = _iso(m.get("end"))
         for k, v in self.info_peek().items():  # never unpickles what could run code, even from a trusted store
             info[k] = v if is_json(v) else repr(v)
+        if self.status not in ("ok", "?") and "status" not in info:  # a failed, killed or lost run says so
+            info["status"] = self.status
+            if m.get("error") and "error" not in info:
+                info["error"] = m["error"]
         params = self.flat_params()
         if params and "params" not in info:
             info["params"] = {k: v if is_json(v) else repr(v) for k, v in params.items()}
@@ -203,6 +211,15 @@ class RunInfo:
     @display.guarded_html("run")
     def _repr_html_(self) -> str:
         return display.run_html(self)
+
+
+def _summary_cell(field: str, v: Any) -> bool:
+    """Whether a summary's cell is what casmon writes there (counts and steps are ints; the rest finite)."""
+    if field == "digest":
+        return isinstance(v, str) and len(v) == 32 and all(c in "0123456789abcdef" for c in v)
+    if field in ("n", "step"):
+        return type(v) is int and (field == "step" or v >= 0)
+    return type(v) in (int, float) and math.isfinite(v) and (field != "time" or 0 <= v < 1e11)
 
 
 def _iso(t: float | None) -> str | None:

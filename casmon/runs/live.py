@@ -1,14 +1,16 @@
 """A run while it goes on, seen from outside: heartbeats, its points and output written in batches.
 
-One thread per process (``casmon-run-live``) looks after every active run: every
-:func:`tick_seconds` it flushes the run's store when the run has points or
-output waiting (a reader sees them within seconds, not at the run's end), and
-every ``CASMON_HEARTBEAT_S`` seconds (default :data:`HEARTBEAT_S`) it rewrites
-the run's ref with a heartbeat: the time, and the summary of its metrics. A
-reader that finds a ``running`` run whose last heartbeat is older than
-:data:`LOST_AFTER` heartbeats calls it ``lost`` (SIGKILL, out of memory, a dead
-node): it says so from the heartbeat alone, so it holds across hosts, given
-clocks that agree to well within a heartbeat.
+Two threads per process look after every active run. ``casmon-run-live``
+flushes the run's store every :func:`tick_seconds` when the run has points or
+output waiting (a reader sees them within seconds, not at the run's end).
+``casmon-run-heartbeat`` rewrites the run's ref every ``CASMON_HEARTBEAT_S``
+seconds (default :data:`HEARTBEAT_S`) with a heartbeat: the time, the summary
+of its metrics, and how long the last heartbeat took to write; apart from the
+flushes, so a slow flush never delays a heartbeat. A reader that finds a
+``running`` run whose last heartbeat is older than :data:`LOST_AFTER`
+heartbeats (plus twice that write time) calls it ``lost`` (SIGKILL, out of
+memory, a dead node): it says so from the heartbeat alone, so it holds across
+hosts, given clocks that agree to well within a heartbeat.
 
 Console output goes into records of kind ``runout`` keyed by the run's ref
 (one per flush: the lines completed since the last), so a live or lost run's
@@ -18,6 +20,7 @@ the run ends.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["HEARTBEAT_S", "LOST_AFTER", "KIND_RUNOUT", "heartbeat_seconds", "tick_seconds", "watch", "unwatch",
-           "output_key", "output_record", "read_output", "is_lost"]
+           "output_key", "output_record", "read_output", "is_lost", "forget_in_child"]
 
 #: Seconds between heartbeats unless ``CASMON_HEARTBEAT_S`` says otherwise.
 HEARTBEAT_S = 15.0
@@ -62,11 +65,17 @@ def tick_seconds(heartbeat: float) -> float:
     return min(LIVE_S, heartbeat)
 
 
-def is_lost(heartbeat: Any, every: Any, now: float) -> bool:
-    """Whether a running run whose last heartbeat was at ``heartbeat`` (every ``every`` seconds) is lost."""
-    if type(heartbeat) not in (int, float) or type(every) not in (int, float) or every <= 0:
+def is_lost(heartbeat: Any, every: Any, now: float, lag: Any = 0.0) -> bool:
+    """Whether a running run whose last heartbeat was at ``heartbeat`` (every ``every`` seconds, each taking
+    ``lag`` seconds to write: a slow store delays them) is lost."""
+    if not _finite(heartbeat) or not _finite(every) or every <= 0:
         return False  # a run from before heartbeats, or a crafted ref: no claim either way
-    return bool(now - heartbeat > LOST_AFTER * every)
+    slack = 2 * lag if _finite(lag) and lag > 0 else 0.0
+    return bool(now - heartbeat > LOST_AFTER * every + slack)
+
+
+def _finite(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
 
 
 def output_key(ref: str) -> bytes:
@@ -74,24 +83,29 @@ def output_key(ref: str) -> bytes:
 
 
 class _Watcher:
-    """The process's one live thread, and the runs it looks after (each a ``tick`` callable)."""
+    """One of the process's live threads, and the runs it looks after (each a ``tick`` callable)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.lock = threading.Lock()
         self.runs: dict[int, tuple[Callable[[], None], float]] = {}
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
         self.wake = threading.Event()
 
+    def forget_in_child(self) -> None:
+        """In a forked child: the parent's thread is not here, and its lock may have been held at the fork."""
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.runs, self.thread, self.pid = {}, None, os.getpid()
+
     def watch(self, key: int, tick: Callable[[], None], every: float) -> None:
         from casmon.store import lifecycle
 
         with self.lock:
-            if self.pid != os.getpid():  # a forked child: the parent's thread is not here
-                self.runs, self.thread, self.pid = {}, None, os.getpid()
             self.runs[key] = (tick, every)
             if self.thread is None and not lifecycle.exiting():
-                t = threading.Thread(target=self._loop, name="casmon-run-live", daemon=True)
+                t = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 try:
                     t.start()
                 except RuntimeError:  # the interpreter is exiting
@@ -122,16 +136,25 @@ class _Watcher:
                     pass
 
 
-_watcher = _Watcher()
+#: Flushes live runs' points and output; writes their heartbeats (apart, so a slow flush never delays one).
+_flusher = _Watcher("casmon-run-live")
+_beater = _Watcher("casmon-run-heartbeat")
 
 
-def watch(key: int, tick: Callable[[], None], every: float) -> None:
-    """Call ``tick()`` about every ``every`` seconds from the live thread until :func:`unwatch`."""
-    _watcher.watch(key, tick, every)
+def watch(key: int, tick: Callable[[], None], every: float, beat: Callable[[], None], beat_every: float) -> None:
+    """Call ``tick()`` about every ``every`` seconds and ``beat()`` every ``beat_every``, until :func:`unwatch`."""
+    _flusher.watch(key, tick, every)
+    _beater.watch(key, beat, beat_every)
 
 
 def unwatch(key: int) -> None:
-    _watcher.unwatch(key)
+    _flusher.unwatch(key)
+    _beater.unwatch(key)
+
+
+def forget_in_child() -> None:
+    _flusher.forget_in_child()
+    _beater.forget_in_child()
 
 
 def output_record(store: Store, ref: str, seq: int, text: str) -> tuple[dict[str, Any], list[Any]]:

@@ -11,9 +11,10 @@ run's records up by that key and concatenate them in the order they were
 logged, so a million points of one run are a few hundred records, never a
 file per point.
 
-The record also updates a *summary* (points, last value, step and time, min
-and max) that the run's ref and manifest carry, so listing runs with their
-latest metrics reads no series.
+The record also updates a *summary* (points, last value, step and time, min,
+max, and a digest of the steps and values: equal digests, equal points) that
+the run's ref and manifest carry, so listing or comparing runs by their
+metrics reads no series.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import xxhash
 
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
     from casmon.store.store import Store
 
-__all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "MetricLog", "metrics_key", "read_series",
+__all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "Batch", "MetricLog", "metrics_key", "read_series",
            "downsample", "check_name"]
 
 KIND_METRICS = "metrics"
@@ -108,6 +110,15 @@ class _Pending:
         self.times = array("d")
 
 
+class Batch:
+    """Points taken for one record: ``record`` and the values it names (``refs``)."""
+
+    __slots__ = ("record", "refs", "pending", "seq")
+
+    def __init__(self, record: dict[str, Any], refs: list[Digest], pending: dict[str, _Pending], seq: int) -> None:
+        self.record, self.refs, self.pending, self.seq = record, refs, pending, seq
+
+
 class MetricLog:
     """A run's waiting points and its summary; :meth:`take` turns them into a record's fields."""
 
@@ -119,6 +130,10 @@ class MetricLog:
         self.summary: dict[str, dict[str, Any]] = {}
         self.last_seq: dict[str, int] = {}
         self.names: set[str] = set()
+        # Digests of each metric's steps and values, fed batch by batch in order (see _hashed).
+        self.hashers: dict[str, tuple[Any, Any]] = {}
+        self.hash_next = 0
+        self.hash_waiting: dict[int, Batch | None] = {}
 
     def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
         """Append one point per metric, all at ``step`` (default: the run's counter, then counted up)."""
@@ -131,9 +146,10 @@ class MetricLog:
                 raise TypeError(f"casmon: run.log: step must be an integer, got {type(step).__name__} {step!r:.80}") from None
             if not -(1 << 63) <= s < (1 << 63):
                 raise ValueError(f"casmon: run.log: step {s} does not fit in 64 bits")
+            # The counter is set to the step: a call without one (casmon.log in a helper) lands on it too.
         t = time.time()
         with self.lock:
-            done: list[_Pending] = []
+            done: list[tuple[_Pending, int]] = []
             try:
                 for items in ((metrics.items() if metrics is not None else ()), named.items()):
                     for k, v in items:
@@ -143,27 +159,28 @@ class MetricLog:
                                 check_name(k, "casmon: run.log")
                                 self.names.add(k)
                             p = self.pending[k] = _Pending()
+                        done.append((p, len(p.steps)))  # first: an exception at any step below is undone whole
                         if type(v) is float or type(v) is int:
                             p.values.append(v)
                         else:
                             p.values.append(_number(k, v))
                         p.steps.append(s)
                         p.times.append(t)
-                        done.append(p)
-            except BaseException:
-                for p in done:  # one call logs all its metrics or none
-                    p.values.pop()
-                    p.steps.pop()
-                    p.times.pop()
+            except BaseException:  # a bad value, or Ctrl-C: one call logs all its metrics or none
+                for p, n0 in done:
+                    del p.values[n0:]
+                    del p.steps[n0:]
+                    del p.times[n0:]
                 raise
-            self.step = s + 1
+            self.step = s + 1 if step is None else s
 
     def has_pending(self) -> bool:
         return bool(self.pending)
 
-    def take(self, store: Store) -> tuple[dict[str, Any], list[Digest]] | None:
-        """The waiting points as a record (``None`` if there are none) and the values it names; the summary is
-        updated. A batch too large for a record is stored first; if that fails the points stay waiting."""
+    def take(self, store: Store) -> Batch | None:
+        """The waiting points as a record (``None`` if there are none) and the values it names. The caller
+        appends the record, then calls :meth:`done` (the summary counts it) or, if that failed,
+        :meth:`put_back`. A batch too large for a record is stored first; if that fails the points stay waiting."""
         with self.lock:  # the sequence number is taken with the points: two takes at once stay in order
             pending, self.pending = self.pending, {}
             if not pending:
@@ -189,13 +206,49 @@ class MetricLog:
                     series[name] = {"n": n, "$": d.hex()}
         except BaseException:
             self._put_back(pending)
+            self._hashed(seq, None)
             raise
         if not series:
+            self._hashed(seq, None)
             return None
+        return Batch({"seq": seq, "s": series}, refs, pending, seq)
+
+    def done(self, batch: Batch) -> None:
+        """``batch``'s record is appended: the summary counts its points."""
         with self.lock:
-            for name, p in pending.items():
-                self._summarise(name, p, seq)
-        return {"seq": seq, "s": series}, refs
+            for name, p in batch.pending.items():
+                self._summarise(name, p, batch.seq)
+        self._hashed(batch.seq, batch)
+
+    def put_back(self, batch: Batch) -> None:
+        """``batch``'s record could not be appended: its points wait again, before any logged since."""
+        self._put_back(batch.pending)
+        self._hashed(batch.seq, None)
+
+    def _hashed(self, seq: int, batch: Batch | None) -> None:
+        """Feed the digests batches in the order of their numbers (``None``: a number whose points were put back
+        or never taken), so equal points give equal digests however flushes cut them into batches."""
+        with self.lock:
+            self.hash_waiting[seq] = batch
+            while self.hash_next in self.hash_waiting:
+                b = self.hash_waiting.pop(self.hash_next)
+                self.hash_next += 1
+                for name, p in (b.pending.items() if b is not None else ()):
+                    h = self.hashers.get(name)
+                    if h is None:
+                        h = self.hashers[name] = (xxhash.xxh3_128(), xxhash.xxh3_128())
+                    h[0].update(np.frombuffer(p.steps, np.int64).astype(_STEP, copy=False).tobytes())
+                    h[1].update(np.frombuffer(p.values, np.float64).astype(_F64, copy=False).tobytes())
+
+    def _with_digests(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for k in names:
+            cell = dict(self.summary[k])
+            h = self.hashers.get(k)
+            if h is not None:
+                cell["digest"] = series_digest(h[0].digest(), h[1].digest())
+            out[k] = cell
+        return out
 
     def _put_back(self, pending: dict[str, _Pending]) -> None:
         with self.lock:
@@ -230,12 +283,17 @@ class MetricLog:
     def ref_summary(self) -> dict[str, dict[str, Any]]:
         """The summary as a run's ref carries it: at most :data:`REF_SUMMARY_MAX` names."""
         with self.lock:
-            names = sorted(self.summary)[:REF_SUMMARY_MAX]
-            return {k: dict(self.summary[k]) for k in names}
+            return self._with_digests(sorted(self.summary)[:REF_SUMMARY_MAX])
 
     def full_summary(self) -> dict[str, dict[str, Any]]:
         with self.lock:
-            return {k: dict(v) for k, v in sorted(self.summary.items())}
+            return self._with_digests(sorted(self.summary))
+
+
+def series_digest(steps_digest: bytes, values_digest: bytes) -> str:
+    """A metric's digest from the xxh3-128 digests of its steps and its values (each as little-endian bytes):
+    equal digests, equal points."""
+    return xxhash.xxh3_128(steps_digest + values_digest).hexdigest()
 
 
 def _number(name: str, v: Any) -> float:
@@ -243,8 +301,9 @@ def _number(name: str, v: Any) -> float:
     if isinstance(v, (str, bytes, bytearray)):
         raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80}")
     try:
-        return float(v)
-    except (TypeError, ValueError) as e:
+        item = getattr(v, "item", None)  # numpy and torch scalars (float() of a tensor needing grad warns)
+        return float(item() if callable(item) else v)
+    except (TypeError, ValueError, RuntimeError) as e:
         raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80} ({e})") from None
 
 

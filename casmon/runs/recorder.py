@@ -104,6 +104,7 @@ class Run:
         self._target: Digest | None = None  # the manifest the ref points at
         self._heartbeat_s = live.heartbeat_seconds()
         self._beat_at = 0.0
+        self._beat_lag = 0.0  # how long the last heartbeat took to write: readers allow for it
         self._params_written: str | None = None
         self._thread = threading.get_ident()
         self._pid = os.getpid()
@@ -160,10 +161,7 @@ class Run:
         """At each flush of the run's store: its waiting points and output become records (written by that flush)."""
         if store is not self.store or not self._started or not self.ref or self._pid != os.getpid():
             return  # a forked child's copy of the run writes nothing: its parent writes the run
-        batch = self._metrics.take(store)
-        if batch is not None:
-            rec, refs = batch
-            store.append(KIND_METRICS, {"run": self.ref, **rec}, key=metrics_key(self.ref), refs=refs)
+        _append_batch(store, self, self._metrics.take(store))
         cap = self._capture
         if cap is not None and not self._ended:
             with self._lock:  # two flushes at once (the live thread's, the user's) keep the batches in order
@@ -337,7 +335,8 @@ class record:
         cache_observers.append(run._cache_observer)
         self._stack.append((run, capture))
         _activate(run)
-        live.watch(id(run), functools.partial(self._tick, run), live.tick_seconds(run._heartbeat_s))
+        live.watch(id(run), functools.partial(self._tick, run), live.tick_seconds(run._heartbeat_s),
+                   functools.partial(self._beat, run), min(1.0, run._heartbeat_s / 2))
         return run
 
     def _store_start(self, run: Run) -> None:
@@ -434,8 +433,9 @@ class record:
             run._beat_at = time.monotonic()
 
     def _tick(self, run: Run) -> None:
-        """From the live thread: write the run's waiting points and output, and its heartbeat when due."""
-        if run._ended:
+        """From the live thread: write the run's waiting points and output (and its start, if the store was
+        away then), and new params; then publish the new summary in its ref."""
+        if run._ended or run._pid != os.getpid():
             return
         store = run.store
         if store is None or not run._started:
@@ -453,7 +453,6 @@ class record:
         waiting = waiting and store.autoflush is not None  # autoflush=None: the user flushes; heartbeats go on
         if waiting:
             store.flush()
-        due = time.monotonic() - run._beat_at >= run._heartbeat_s
         if run._params_written != _params_text(run.params) and run._saving.acquire(blocking=False):
             try:  # new params: a new manifest, so a reader sees them while the run goes on
                 if not run._ended:
@@ -461,16 +460,29 @@ class record:
                     self._write(run)
             finally:
                 run._saving.release()
+        elif waiting:
+            self._beat(run, force=True)
+
+    @staticmethod
+    def _beat(run: Run, force: bool = False) -> None:
+        """From the heartbeat thread (its own, so a slow flush never delays it): rewrite the run's ref with the
+        time, the summary of its metrics, and how long the last such write took."""
+        if run._ended or run._pid != os.getpid() or not run._started:
             return
-        if waiting or due:
-            with run._ref_lock:
-                if run._ended or run._target is None:
-                    return
-                store.set_ref(run.ref, run._target, _ref_data(run))
-                run._beat_at = time.monotonic()
+        if not force and time.monotonic() - run._beat_at < run._heartbeat_s:
+            return
+        with run._ref_lock:
+            if run._ended or run._target is None:
+                return
+            t0 = time.monotonic()
+            run.store.set_ref(run.ref, run._target, _ref_data(run), same_target=True)  # no wait for a flush
+            run._beat_at = time.monotonic()
+            run._beat_lag = run._beat_at - t0
 
     def _finish(self, exc_type, exc, tb) -> None:
         run, capture = self._stack.pop()
+        if run._pid != os.getpid():
+            return  # a forked child leaving its parent's block: the parent ends the run, not the child
         live.unwatch(id(run))
         try:
             cache_observers.remove(run._cache_observer)
@@ -493,11 +505,12 @@ class record:
             self._save_end(run)
         finally:
             left = _deactivate(run)
-        if _deferred_signals:  # arrived while this run was being saved
+        if _deferred_signals and threading.current_thread() is threading.main_thread():  # came while saving
             sig = _deferred_signals[0]
             _deferred_signals.clear()
             _on_signal(sig, signals.signal_name(sig), time.time())  # raises RunSignal, or ends the process
-        if isinstance(exc, RunSignal) and not left:
+        if isinstance(exc, RunSignal) and not _main_thread_runs():
+            _save_killed(exc.signum, exc.name)  # runs of other threads, which no signal reaches
             signals.redeliver(exc.signum)  # ends the process by the signal, as it would have ended
         if not left:
             signals.uninstall()
@@ -531,10 +544,7 @@ class record:
             m["output"] = od.hex()
         m["info"] = {str(k): _json_or_value(store, v, refs) for k, v in run.info.items()}
         m["params"] = {str(k): _json_or_value(store, v, refs) for k, v in run.params.items()}
-        batch = run._metrics.take(store)  # the last points: their record is written by the flush below
-        if batch is not None:
-            mrec, mrefs = batch
-            store.append(KIND_METRICS, {"run": run.ref, **mrec}, key=metrics_key(run.ref), refs=mrefs)
+        _append_batch(store, run, run._metrics.take(store))  # the last points: written by the flush below
         m["metrics"] = run._metrics.full_summary()
         rec = find_recorder(store)
         m["links"] = {
@@ -577,11 +587,27 @@ def _end_status(run: Run, exc_type: Any, exc: BaseException | None, tb: Any, end
         m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
 
 
+def _append_batch(store: Store, run: Run, batch: Any) -> None:
+    """Append a batch of ``run``'s points as a record; on any failure the points wait for the next flush."""
+    if batch is None:
+        return
+    try:
+        store.append(KIND_METRICS, {"run": run.ref, **batch.record}, key=metrics_key(run.ref), refs=batch.refs)
+    except BaseException as e:
+        if not getattr(e, "record_added", False):
+            run._metrics.put_back(batch)
+            raise
+        run._metrics.done(batch)
+        raise
+    run._metrics.done(batch)
+
+
 def _ref_data(run: Run) -> dict[str, Any]:
     """What a run's ref carries besides its manifest: enough to list it (status, heartbeat, latest metrics)."""
     m = run.manifest
     return {"name": run.name, "status": m["status"], "start": m["start"], "heartbeat": time.time(),
-            "heartbeat_s": run._heartbeat_s, "metrics": run._metrics.ref_summary()}
+            "heartbeat_s": run._heartbeat_s, "heartbeat_lag": round(run._beat_lag, 3),
+            "metrics": run._metrics.ref_summary()}
 
 
 def _params_text(params: dict[str, Any]) -> str:
@@ -619,6 +645,7 @@ def _forget_runs_in_child() -> None:
     global _active_lock
     _active_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
     _active.clear()
+    live.forget_in_child()
     _deferred_signals.clear()
     signals.forget_in_child()
 
@@ -660,18 +687,32 @@ def _note_signal(signum: int, name: str, t: float) -> None:
 
 def _on_signal(signum: int, name: str, t: float) -> None:
     """SIGTERM or SIGHUP while runs go on: end them as ``killed`` (see :mod:`casmon.runs.signals`)."""
+    main = threading.main_thread().ident
     with _active_lock:
         runs = list(_active)
-    if any(getattr(r, "_ending", False) for r in runs):
-        _deferred_signals.append(signum)  # a run is being saved: the signal waits until it is
+    if any(r._ending and r._thread == main for r in runs):
+        _deferred_signals.append(signum)  # a run of this thread is being saved: the signal waits until it is
         return
     _note_signal(signum, name, t)
-    main = threading.main_thread().ident
-    if any(r._thread == main for r in runs):
+    if _main_thread_runs():
         raise RunSignal(signum, name)  # its record block saves it, then the signal is sent again
-    for r in runs:  # recorded only in other threads: saved from here
+    _save_killed(signum, name)  # recorded only in other threads: saved from here
+    signals.redeliver(signum)
+
+
+def _main_thread_runs() -> bool:
+    main = threading.main_thread().ident
+    with _active_lock:
+        return any(r._thread == main for r in _active)
+
+
+def _save_killed(signum: int, name: str) -> None:
+    """Save every active run (of other threads: the main thread's have ended) as killed by ``signum``."""
+    with _active_lock:
+        runs = list(_active)
+    for r in runs:
         rec = r._recorder
-        if rec is None:
+        if rec is None or r._ending:
             continue
         r._ending = True
         live.unwatch(id(r))
@@ -684,7 +725,7 @@ def _on_signal(signum: int, name: str, t: float) -> None:
         _end_status(r, RunSignal, RunSignal(signum, name), None, end)
         r._ended = True
         rec._save_end(r)
-    signals.redeliver(signum)
+        _deactivate(r)
 
 
 #: Runs whose start or end could not be written yet, per store: each later successful flush tries again.

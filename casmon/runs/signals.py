@@ -13,8 +13,11 @@ called instead of raising (the user decides); one ignored (``nohup``) stays
 ignored. Ctrl-C (SIGINT) needs no handler: ``KeyboardInterrupt`` ends the
 block, and the run is saved as ``killed`` too.
 
-Runs recorded only in other threads (the main thread is elsewhere) are saved
-from the handler itself, then the signal is sent again.
+Python runs signal handlers in the main thread only, and only the main thread
+may install one: a run recorded in another thread is saved as ``killed`` when
+the signal comes while a run of the main thread is recorded too (after the
+main thread's run is saved), but a process whose only runs are in other
+threads has no handler, and its runs are ``lost`` when a signal ends it.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ the process's end and its children do not lose or duplicate them:
 * a forked child forgets its parent's pending writes and becomes a new writer;
 * a pool's worker (:func:`in_worker_process`) flushes after every call, since
   its pool may end it at any moment;
-* :func:`signals_deferred` holds Ctrl-C and SIGTERM for a step that must not
-  be cut in half.
+* :func:`signals_deferred` holds Ctrl-C, SIGTERM and SIGHUP for a step that
+  must not be cut in half.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -71,17 +71,63 @@ def exiting() -> bool:
     return _exiting
 
 
+#: The signals :func:`signals_deferred` holds (those this platform has).
+_HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+_defer_depth = 0
+
+
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM in this thread for a step that must not be cut in half; they arrive after it."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    """Hold SIGINT, SIGTERM and SIGHUP for a step that must not be cut in half; they arrive after it.
+
+    Two layers, both in the main thread only (other threads never receive Python's signal handlers): the
+    signals are blocked for this thread, and their Python handlers are swapped for one that only notes them,
+    since the kernel may hand a process-directed signal to another thread, whose arrival Python then handles in
+    the main thread all the same. After the step the handlers are put back and each noted signal is handled
+    as it would have been.
+    """
+    global _defer_depth
+    if threading.current_thread() is not threading.main_thread():
         yield  # other threads never receive KeyboardInterrupt
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    if _defer_depth:
+        _defer_depth += 1
+        try:
+            yield
+        finally:
+            _defer_depth -= 1
+        return
+    held: list[int] = []
+    saved: dict[int, Callable[[int, Any], Any]] = {}
+
+    def note(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(_HELD)) if hasattr(signal, "pthread_sigmask") else None
+    _defer_depth = 1
     try:
+        for sig in _HELD:
+            try:
+                prev = signal.getsignal(sig)
+                if callable(prev):  # SIG_DFL and SIG_IGN act in the kernel: blocking holds them
+                    signal.signal(sig, note)
+                    saved[sig] = prev
+            except (ValueError, OSError):
+                pass
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in saved.items():
+            try:
+                if signal.getsignal(sig) is note:
+                    signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass
+        _defer_depth = 0
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked signal is delivered here
+        for sig in dict.fromkeys(held):
+            if sig in saved:
+                saved[sig](sig, None)  # Ctrl-C raises KeyboardInterrupt here, after the step
 
 
 def _install_process_hooks() -> None:

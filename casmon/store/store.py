@@ -301,11 +301,7 @@ class Store:
         return m
 
     def get(self, digest: Digest | str) -> Any:
-        """Load a stored value: a fresh copy equal to what was put.
-
-        Raises :class:`MissingObjectError` for an unknown digest and
-        :class:`DamagedObjectError` naming the object if any byte is wrong.
-        """
+        """A fresh copy of a stored value; :class:`MissingObjectError` if unknown, :class:`DamagedObjectError` if damaged."""
         m = self.manifest(digest)
         buffers = [self._read_part(p) for p in m.parts]
         enc = serialize.Encoded(m.tag, m.meta, m.inline, children=m.children)
@@ -440,11 +436,15 @@ class Store:
         return [parse_record(kind, k, v) for v in self.table(kind).lookup(k, refresh_on_miss=refresh)]
 
     # -- refs ---------------------------------------------------------------------
-    def set_ref(self, name: str, target: Digest | None = None, data: dict[str, Any] | None = None) -> None:
-        """Point ref ``name`` at ``target`` (replacing what it pointed at)."""
+    def set_ref(self, name: str, target: Digest | None = None, data: dict[str, Any] | None = None,
+                same_target: bool = False) -> None:
+        """Point ref ``name`` at ``target`` (replacing what it pointed at). ``same_target``: the ref names ``target``
+        already and only its data changes (a heartbeat): no check, the ref held the target all along."""
         self._check_writable()
         key = ref_key(name)
         frame = ref_frame(target, data)
+        if same_target:
+            return self.backend.set(key, frame)
         for _attempt in range(LATE_TRIES):
             t0 = time.monotonic()
             self._ensure_stored(target, force=_attempt > 0)

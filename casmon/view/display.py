@@ -427,13 +427,20 @@ class RunList(list):
         return frame(title, table(["run", "status", "started", "duration", "code", "comment"] + keys, out, num=[3]))
 
     def to_pandas(self):
-        """One row per run (index: the run's name): status, times, code state, then one column per info key."""
+        """One row per run (index: the run's name): status, times, code state, then one column per info key,
+        ``params.NAME`` per parameter (nested ones flattened, ``params.cfg.lr``) and ``metrics.NAME`` per metric
+        (its last value), as MLflow's ``search_runs`` names them."""
         pd = pandas()
         records, names = [], []
         for r in self:
             row, info = run_row(r)
             for k, v in info.items():
                 row[k if k not in row else f"info.{k}"] = v
+            if getattr(r, "error", None) is None and hasattr(r, "flat_params"):
+                for k, v in r.flat_params().items():
+                    row[f"params.{k}"] = v
+                for k, cell in r.metric_summary().items():
+                    row[f"metrics.{k}"] = cell.get("last")
             records.append(row)
             names.append(r.name)
         df = pd.DataFrame.from_records(records, index=pd.Index(names, name="run"), columns=_columns(records, _RUN_COLUMNS))
@@ -484,6 +491,13 @@ class RunDiff(dict):
         for k, rows in (self.get("files") or {}).items():
             if rows:
                 lines.append(f"  files {k}: {', '.join(map(str, rows[:10]))}" + (" …" if len(rows) > 10 else ""))
+        for group in ("params", "metrics"):
+            cells = self.get(group) or {}
+            if cells:
+                lines.append(f"  {group}{' (last value)' if group == 'metrics' else ''}:")
+                lines.append(text_table(["key", str(a), str(b)],
+                                        [(k, *_side_by_side(v.get("a"), v.get("b"))) for k, v in cells.items()],
+                                        indent="    "))
         info = self.get("info") or {}
         if info:
             lines.append("  info:")
@@ -515,6 +529,12 @@ class RunDiff(dict):
             if rows:
                 pairs.append((f"files {k}", Html(", ".join(str(code(x)) for x in rows[:50]))))
         parts.append(kv_table(pairs))
+        for group, what in (("params", "parameters that differ"), ("metrics", "metrics that differ (last value)")):
+            cells = self.get(group) or {}
+            if cells:
+                parts += [heading(f"{what} ({len(cells)})"),
+                          table(["name", a, b], [(k, *map(code, _side_by_side(v.get("a"), v.get("b"))))
+                                                 for k, v in cells.items()])]
         info = self.get("info") or {}
         if info:
             parts += [heading(f"info that differs ({len(info)})"),

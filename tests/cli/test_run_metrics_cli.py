@@ -36,7 +36,33 @@ def test_runs_columns_chooses_params_info_and_metrics_and_names_an_unknown_one(s
     assert "cfg.lr" in header and "note" in header and "acc" not in header
     assert "0.01" in out and "run 1" in out
     bad = cli("runs", "--store", store, "--columns", "nosuch", check=False)
-    assert bad.returncode == 2 and "no run has 'nosuch'" in bad.stderr and "cfg.lr" in bad.stderr
+    assert bad.returncode == 1 and "no run has 'nosuch'" in bad.stderr and "cfg.lr" in bad.stderr
+
+
+def test_a_name_that_is_both_a_param_and_a_metric_must_be_named_with_its_group(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False, params={"loss": "l2"}) as run:
+        run.log(loss=0.5)
+    s.close()
+    store = str(tmp_path / "s")
+    bad = cli("runs", "--store", store, "--columns", "loss", check=False)
+    assert bad.returncode == 1 and "'loss' is metric.loss and param.loss" in bad.stderr
+    out = cli("runs", "--store", store, "--columns", "metric.loss,param.loss").stdout
+    assert "metric.loss" in out and "param.loss" in out and "0.5" in out and "l2" in out
+
+
+def test_diff_names_the_params_and_metrics_that_differ(store):
+    d = casmon.diff("1", "2", store)
+    assert d["params"] == {"cfg.lr": {"a": 0.1, "b": 0.01}}
+    assert set(d["metrics"]) == {"loss"}  # acc logged the same points in both runs
+    out = cli("diff", "1", "2", "--store", store).stdout
+    assert "param cfg.lr: 0.1 -> 0.01" in out and "metric loss: last 0.1 -> 0.09091 (10 -> 10 points)" in out
+
+
+def test_to_pandas_has_params_and_metrics_columns(store):
+    df = casmon.list_runs(store).to_pandas()
+    assert df["params.cfg.lr"].tolist() == [0.1, 0.01]
+    assert df["metrics.loss"].tolist() == pytest.approx([0.1, 1 / 11]) and "metrics.acc" in df.columns
 
 
 def test_runs_json_carries_params_metrics_and_elapsed(store):

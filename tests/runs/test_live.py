@@ -206,3 +206,21 @@ def test_a_forked_worker_neither_logs_into_its_parents_run_nor_meets_sigterm_as_
     assert "terminated in" in p.stdout and "RunSignal" not in p.stderr
     r = _run(store)
     assert r.status == "ok" and r.metric("loss").values.tolist() == [0.5]  # the parent's point, once
+
+
+def test_output_batches_join_into_what_the_terminal_shows_wherever_they_are_cut():
+    from hypothesis import given, settings, strategies as st
+
+    from casmon.runs.capture import collapse_carriage_returns, compact_carriage_returns
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.lists(st.sampled_from(["a", "bb", "\r", "\n", "ccc", "\r\n"]), max_size=40),
+           st.lists(st.integers(0, 40), max_size=4))
+    def check(pieces, cuts):
+        text = "".join(pieces)
+        at = sorted({min(c, len(text)) for c in cuts})
+        parts = [text[i:j] for i, j in zip([0, *at], [*at, len(text)])]
+        assert collapse_carriage_returns("".join(compact_carriage_returns(p) for p in parts)) == \
+            collapse_carriage_returns(text)
+
+    check()

@@ -25,18 +25,20 @@ def test_points_come_back_with_their_steps_values_and_times_in_the_order_logged(
         run.log(loss=1.0)  # step 0
         run.log({"loss": 0.5, "acc": 0.25})  # step 1, both
         run.log(loss=0.25, step=10)
-        run.log(loss=0.125)  # the counter goes on from the last explicit step
-        casmon.log(acc=np.float32(0.75), lr=np.float64(1e-3))
+        casmon.log(acc=np.float32(0.75), lr=np.float64(1e-3))  # a helper's call lands on the step just given
+        run.log(loss=0.125)  # then the counter goes on
     r = casmon.load_run("latest", store)
     loss = r.metric("loss")
     assert loss.steps.tolist() == [0, 1, 10, 11] and loss.values.tolist() == [1.0, 0.5, 0.25, 0.125]
     assert loss.steps.dtype == np.int64 and loss.values.dtype == np.float64
     assert np.all(np.diff(loss.times) >= 0) and loss.times[0] >= r.manifest["start"]
     acc = r.metric("acc")
-    assert acc.steps.tolist() == [1, 12] and acc.values.tolist() == [0.25, 0.75]
+    assert acc.steps.tolist() == [1, 10] and acc.values.tolist() == [0.25, 0.75]
     assert sorted(r.metrics()) == ["acc", "loss", "lr"]
     summary = r.metric_summary()
+    digest = summary["loss"].pop("digest")
     assert summary["loss"] == {"n": 4, "last": 0.125, "step": 11, "time": loss.times[-1], "min": 0.125, "max": 1.0}
+    assert len(digest) == 32
     df = loss.to_pandas()
     assert list(df.columns) == ["step", "value", "time"] and df["value"].tolist() == loss.values.tolist()
 
@@ -50,6 +52,30 @@ def test_a_million_points_cross_many_flushes_in_order(store):
                 store.flush()  # batches of every size: inline ones and stored ones
     s = casmon.load_run("latest", store).metric("x")
     assert len(s) == n and np.array_equal(s.steps, np.arange(n)) and np.array_equal(s.values, np.arange(n) * 0.5)
+
+
+def test_equal_points_give_equal_digests_however_flushes_cut_them(store):
+    from casmon.runs.imported import write_run
+
+    def run_of(values, flush_every):
+        with casmon.record(store=store, capture_output=False) as run:
+            for i, v in enumerate(values):
+                run.log(x=v)
+                if flush_every and i % flush_every == 0:
+                    store.flush()
+        return casmon.load_run("latest", store).metric_summary()["x"]["digest"]
+
+    values = [float(i % 7) for i in range(5000)]
+    a = run_of(values, 0)
+    assert run_of(values, 333) == a  # other batches, same points
+    assert run_of(values[:-1] + [99.0], 0) != a  # one value differs
+    with casmon.record(store=store, capture_output=False) as run:
+        for i, v in enumerate(values):
+            run.log(x=v, step=i + 1)
+    assert casmon.load_run("latest", store).metric_summary()["x"]["digest"] != a  # the same values at other steps
+    n = len(values)
+    name = write_run(store, start=0.0, metrics={"x": (np.arange(n), np.array(values), np.zeros(n))})
+    assert casmon.load_run(name, store).metric_summary()["x"]["digest"] == a  # an imported copy too
 
 
 def test_nan_and_infinity_are_kept_and_the_summary_stays_json(store):
@@ -201,7 +227,8 @@ def test_a_crafted_ref_and_batches_give_clear_errors_or_are_left_out(store):
     assert ref is not None
     got = casmon.load_run("latest", store)
     assert got.status == "running" and got.heartbeat is None  # no claim from a crafted heartbeat
-    assert got.metric_summary() == {"x": {"n": None, "last": None, "step": None, "time": None, "min": None, "max": None}}
+    assert got.metric_summary() == {"x": {"n": None, "last": None, "step": None, "time": None, "min": None, "max": None,
+                                          "digest": None}}
     pickled = store.put(_Pickled())  # a batch naming a pickle is never unpickled
     store.append(metrics_mod.KIND_METRICS, {"run": r.ref, "seq": 5, "s": {"x": {"n": 1, "$": pickled.hex()}}},
                  key=metrics_mod.metrics_key(r.ref))
