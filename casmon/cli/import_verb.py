@@ -1,8 +1,10 @@
-"""``casmon import``: the verb that keeps callmonitor's and FineCache's folders in a store (``compat.importer``)."""
+"""``casmon import``: the verb that keeps callmonitor's and FineCache's folders (``compat.importer``), and TensorBoard's
+and MLflow's runs (``runs.history``), in a store."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -11,7 +13,7 @@ from casmon.view.text import short_error
 
 
 @click.command("import")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("path")  # a folder, a file (an event file, mlflow.db) or an MLflow URI (sqlite:///mlflow.db)
 @click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL",
               help="The store to import into (created if missing; default ./.casmon).")
 @click.option("--trust", is_flag=True, default=False,
@@ -19,12 +21,19 @@ from casmon.view.text import short_error
                    "Default: only callmonitor's own classes and plain data load.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def import_command(path: str, store_location: str | None, trust: bool, as_json: bool) -> None:
-    """Import callmonitor 0.3 folders and FineCache 0.1 cache and run folders from PATH.
+    """Import TensorBoard and MLflow runs, callmonitor 0.3 folders and FineCache 0.1 cache and run folders from PATH.
 
-    PATH: a callmonitor folder (call-monitor*), a folder holding several, a
-    FineCache base folder (cache files *.pk and run folders), or one run
-    folder. Values are stored by content (deduplicated); importing the same
-    data again adds nothing.
+    TensorBoard and MLflow: PATH is, or is a folder holding, TensorBoard event
+    files (events.out.tfevents.*; a run per folder holding some), an MLflow
+    file store (mlruns/) or an MLflow sqlite database (mlflow.db, also as
+    sqlite:///mlflow.db). Each run becomes a casmon run with its params and
+    metrics; neither tool needs to be installed, and runs imported before are
+    skipped.
+
+    Otherwise, PATH is a callmonitor folder (call-monitor*), a folder holding
+    several, a FineCache base folder (cache files *.pk and run folders), or
+    one run folder. Values are stored by content (deduplicated); importing the
+    same data again adds nothing.
 
     callmonitor and FineCache keep their data as pickles. Without --trust,
     only pickles naming callmonitor's classes and plain data (numbers,
@@ -39,6 +48,12 @@ def import_command(path: str, store_location: str | None, trust: bool, as_json: 
     from casmon.store.store import open as open_store
     from casmon.view.progress import progress_phases
 
+    if _import_history(path, store_location, as_json):
+        return
+    if not os.path.isdir(path):
+        raise click.BadParameter(f"{path!r} does not exist" if not os.path.exists(path) else
+                                 f"{path!r} is not a folder, a TensorBoard event file (events.out.tfevents.*) "
+                                 "nor an MLflow database (sqlite)", param_hint="'PATH'")
     trust = trust or bool(click.get_current_context().find_root().params.get("trust"))  # casmon --trust import
     try:
         store = open_store(store_location, autoflush=None, create=True)
@@ -53,3 +68,28 @@ def import_command(path: str, store_location: str | None, trust: bool, as_json: 
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
         click.echo(report.summary())
+
+
+# -- TensorBoard and MLflow (casmon.runs.history): tried first, as they are told apart from callmonitor's and
+# FineCache's data by their own files alone.
+def _import_history(path: str, store_location: str | None, as_json: bool) -> bool:
+    """Import PATH's TensorBoard and MLflow runs if it holds some; False (nothing done) if it holds none."""
+    from rich.console import Console
+
+    from casmon.runs.history import holds_history, import_history
+    from casmon.store.store import open as open_store
+    from casmon.view.progress import progress_phases
+
+    try:
+        if not holds_history(path):
+            return False
+        store = open_store(store_location, autoflush=None, create=True)
+        try:
+            with progress_phases(not as_json, Console(stderr=True)) as progress:
+                report = import_history(path, store, progress=progress)
+        finally:
+            store.close()
+    except CasmonError as e:
+        raise click.ClickException(short_error(e)) from None
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.summary())
+    return True
