@@ -154,12 +154,12 @@ def test_a_run_whose_end_meets_an_outage_as_the_process_exits_is_ok_once_the_sto
                                                                                           moto_server):
     proxy, bucket = s3_proxy
     url = f"s3://{bucket}/s"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_RETRY_SECONDS="0.5", CASMON_HEARTBEAT_S="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_RETRY_SECONDS="0.3", CASMON_HEARTBEAT_S="1")
     ending, go = tmp_path / "ending", tmp_path / "go"
     p = subprocess.Popen([sys.executable, "-c", EXIT_BLIP, url, str(ending), str(go)], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     _until(lambda: ending.exists() or p.poll() is not None, "the run's last step")
-    proxy.outage(4.0, "503")  # longer than the retries of one request: the end fails, the process exits
+    proxy.outage(2.0, "503")  # longer than the retries of one request: the end fails, the process exits
     go.touch()
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0 and "block ended" in out, err
