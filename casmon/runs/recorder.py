@@ -125,8 +125,8 @@ class Run:
     def log(self, metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
         """Log metrics at one step: ``run.log({"loss": 0.3}, step=5)`` or ``run.log(loss=0.3, acc=0.9)``.
 
-        ``step`` defaults to the run's own counter (0, 1, 2, ... one per call without a step; a call with a
-        step sets it to that step plus one). Values are numbers (numpy and torch scalars too); each point keeps
+        ``step`` defaults to the run's own counter (0, 1, 2, ... counted up by each call without a step); a call
+        with a step sets the counter to it, so a helper's ``casmon.log`` right after lands on the same step. Values are numbers (numpy and torch scalars too); each point keeps
         its step, value and wall time. Points reach the store in batches, seconds apart, and are read back by
         ``load_run(...).metric(name)``. Wrong input raises at once, naming the metric; nothing of the call is
         logged then.
