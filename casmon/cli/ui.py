@@ -64,8 +64,10 @@ def ui_command(store_location, host, port, trust, open_browser, verbose) -> None
 @click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL", help=STORE_HELP)
 @click.option("--trust", is_flag=True, default=False, help=TRUST_HELP)
 def report_command(runs, output, store_location, trust) -> None:
-    """Write the comparison of RUNS (one or more: names, numbers or `latest`) as one self-contained HTML file.
+    """Write RUNS (names, numbers or `latest`) as one self-contained HTML file.
 
+    One run: its page (traceback, output, a chart per metric, parameters and
+    info). Two or more: their comparison (charts across runs, what differs).
     Style and script are inside the file; it loads nothing from anywhere, so it
     can be mailed to a colleague and opened offline.
     """

@@ -2,7 +2,8 @@
 
 ``/api/runs?since=S``   the runs that changed after the index's change counter ``S`` (every run with ``S=0``),
                         and every live one (its elapsed time moves); ``serial`` is the counter to ask with next
-``/api/run/NAME``       one run: status, elapsed, heartbeat, latest metric values, the tail of its output
+``/api/run/NAME``       one run: status, elapsed, heartbeat, latest metric values, the tail of its output, the
+                        traceback once it failed
 ``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
 
 Polling, not server-sent events: the server is the standard library's
@@ -21,13 +22,16 @@ from casmon.errors import CasmonError
 from casmon.runs import RunInfo
 from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex
 from casmon.ui.series import metric_json
-from casmon.ui.values import fmt
+from casmon.ui.table import cell_texts, row_of
+from casmon.ui.values import console_text, fmt, status_text
 from casmon.view.display import seconds
 
 #: Runs one answer of ``/api/runs`` carries at most (the newest changes first); ``more`` says there were more.
 MAX_RUNS = 500
 #: Characters of a live run's output its page shows (and polls).
 OUTPUT_TAIL = 4000
+#: The end of a traceback a run's page shows (the frames nearest the error).
+TRACEBACK_CHARS = 20_000
 
 
 def _num_text(v: Any) -> str:
@@ -44,11 +48,13 @@ def summary_json(r: RunInfo) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_row(e: Entry, r: RunInfo, since: int = 0) -> dict[str, Any]:
-    """One run as ``/api/runs`` lists it."""
-    return {"tail": e.tail, "name": r.name, "status": r.status, "elapsed": r.elapsed,
+def run_row(e: Entry, r: RunInfo, row: dict[str, Any], since: int = 0) -> dict[str, Any]:
+    """One run as ``/api/runs`` lists it: ``cells``, its row of the runs table as text (info values and all)."""
+    signal = r.manifest.get("signal")
+    return {"tail": e.tail, "name": r.name, "status": r.status, "status_text": status_text(r.status, signal),
+            "signal": signal if type(signal) is str else None, "elapsed": r.elapsed,
             "elapsed_text": seconds(r.elapsed) if r.elapsed is not None else "-", "heartbeat": r.heartbeat,
-            "metrics": summary_json(r), "new": e.born > since}
+            "metrics": summary_json(r), "cells": cell_texts(row), "new": e.born > since}
 
 
 def runs_since(index: RunIndex, since: int) -> dict[str, Any]:
@@ -56,19 +62,23 @@ def runs_since(index: RunIndex, since: int) -> dict[str, Any]:
     serial = entries.changes
     changed = [e for e in entries if e.serial > since or e.status in LIVE_STATUSES]
     changed.sort(key=lambda e: e.serial, reverse=True)
-    return {"serial": serial, "runs": [run_row(e, index.run(e), since) for e in changed[:MAX_RUNS]],
+    return {"serial": serial, "runs": [run_row(e, *index.row(e, row_of), since) for e in changed[:MAX_RUNS]],
             "more": len(changed) > MAX_RUNS}
 
 
 def run_state(index: RunIndex, e: Entry) -> dict[str, Any]:
-    r = index.run(e)
+    """One run for its page: the row, start and end, the traceback of a run that failed, the output's tail as a
+    terminal shows it (a progress bar's last state; the line being written included)."""
+    r, row = index.row(e, row_of)
     m = r.manifest
     try:
-        tail = r.output_tail(OUTPUT_TAIL)
+        tail = console_text(r.output_tail(OUTPUT_TAIL))
     except CasmonError as err:
         tail = f"(the output cannot be read: {err})"
-    return {**run_row(e, r), "start": m.get("start"), "end": m.get("end"), "output_tail": tail,
-            "error": m.get("error") if isinstance(m.get("error"), str) else None}
+    tb = m.get("traceback")
+    return {**run_row(e, r, row), "start": m.get("start"), "end": m.get("end"), "output_tail": tail,
+            "error": m.get("error") if isinstance(m.get("error"), str) else None,
+            "traceback": tb[-TRACEBACK_CHARS:] if isinstance(tb, str) and tb else None}
 
 
 def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 environment differences against the first run, and where their logged calls diverge.
 
 Parameters (``r.flat_params()``) and info scalars are what runs were given;
-*outputs* are what they produced: logged metrics (compared by their summary:
-points, last value, minimum and maximum), info values that are not scalars
-(lists, arrays, stored values: by digest or fingerprint) and the console
-output. Only outputs are grouped as identical, so a hyperparameter that every
+*outputs* are what they produced: logged metrics (compared by the digest of
+their steps and values that ``metric_summary()`` carries: equal digests, the
+same points; a summary without one, from an older casmon, is never called
+identical), info values that are not scalars (lists, arrays, stored values: by
+digest or fingerprint) and the console output. Only outputs are grouped as identical, so a hyperparameter that every
 run shares is never reported as one. Nothing is unpickled: stored values are
 described, arrays read as data.
 """
@@ -122,8 +123,17 @@ def _rows(runs: list[RunInfo], values: list[dict[str, Any]], store: Any, trust: 
     return out
 
 
-def _metric_key(s: dict[str, Any]) -> str:
-    return json.dumps([s.get(k) for k in ("n", "last", "min", "max", "step")])
+def metric_digest(s: Any) -> str | None:
+    """What a logged metric's points are, by content: the summary's digest of its steps and values (equal
+    digests, equal points); None for a summary without one (a run logged before casmon kept it), which is
+    then never called identical to anything."""
+    d = s.get("digest") if isinstance(s, dict) else None
+    return d if type(d) is str and d else None
+
+
+def _metric_shown(s: dict[str, Any]) -> str:
+    """A metric's row as the table shows it (points, last value, range, last step), and its digest."""
+    return json.dumps([s.get(k) for k in ("n", "last", "min", "max", "step", "digest")])
 
 
 def compare(runs: list[RunInfo], tails: list[str] | None = None, log: CallLog | None = None,
@@ -137,7 +147,7 @@ def compare(runs: list[RunInfo], tails: list[str] | None = None, log: CallLog | 
     metrics = []
     for k in sorted({k for s in summaries for k in s}):
         cells = [s.get(k) for s in summaries]
-        present = [_metric_key(c) for c in cells if c is not None]
+        present = [_metric_shown(c) for c in cells if c is not None]
         metrics.append(Row(k, cells, len(set(present)) > 1 or len(present) < len(cells)))
     diffs, file_diffs, errors = [], [], []
     ref = runs[0]
@@ -183,15 +193,17 @@ def identical_groups(runs: list[RunInfo], summaries: list[dict[str, Any]] | None
                 by[k].append(name)
         return [g for g in by.values() if len(g) >= 2]
 
-    outputs: list[dict[str, str]] = []
+    outputs: list[dict[str, str | None]] = []
     for r, s in zip(runs, summaries):
-        o = {f"metric {k}": _metric_key(v) for k, v in s.items()}
+        o: dict[str, str | None] = {f"metric {k}": metric_digest(v) for k, v in s.items()}
         o.update({f"info {k}": _cell_key(v) for k, v in flat_info(r).items() if not is_scalar(v)})
         if type(r.manifest.get("output")) is str:
             o["console output"] = str(r.manifest["output"])
         outputs.append(o)
     out = []
-    everything = group([(r.name, fingerprint(sorted(o.items())).hex() if o else None) for r, o in zip(runs, outputs)])
+    # All outputs alike: every one of them known by content (a metric without a digest leaves its run out).
+    everything = group([(r.name, fingerprint(sorted(o.items())).hex() if o and None not in o.values() else None)
+                        for r, o in zip(runs, outputs)])
     if everything:
         out.append(("all outputs", everything))
     for k in sorted({k for o in outputs for k in o}):

@@ -11,21 +11,19 @@ sparkline; "only what differs" hides the rows every run shares.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from casmon.view import display
-from casmon.view.display import Html, code, esc, kv_table, patch_html, short, table, when
+from casmon.view.display import Html, code, esc, kv_table, patch_html, short, table
 from casmon.ui.compare import Comparison, Divergence, Row
-from casmon.ui.pages import (CHART_SCRIPTS, DISPLAY_STYLE, Ctx, badge, bundled, call_href, csp_hash, heading, layout,
-                             num_cell, run_url, scroll)
+from casmon.ui.pages import Ctx, badge, call_href, heading, layout, num_cell, run_url, scroll, standalone_file
 from casmon.ui.series import REPORT_POINTS, chart_spec
 from casmon.ui.values import cell_html, fmt, json_block
 
 
 def _run_chips(ctx: Ctx, cmp: Comparison) -> str:
     return " ".join(f'<span class="run-chip" data-run="{esc(t)}" data-status="{esc(r.status)}">'
-                    f'{ctx.link(run_url(t), r.name, "run-link")} {badge(r.status)}</span>'
+                    f'{ctx.link(run_url(t), r.name, "run-link")} {badge(r.status, r.manifest.get("signal"))}</span>'
                     for t, r in zip(cmp.tails, cmp.runs))
 
 
@@ -91,7 +89,8 @@ def compare_body(ctx: Ctx, cmp: Comparison, spec: dict[str, Any], serial: int = 
             grows = "".join(f'<tr><th>{esc(what)}</th><td>{" ".join(_group(g) for g in groups)}</td></tr>'
                             for what, groups in cmp.groups)
             out.append('<p class="muted">Runs listed together produced the same outputs: byte-identical values (equal '
-                       "digests), or, for a logged metric, the same points, last value, minimum and maximum. "
+                       "digests); for a logged metric, the same points (the same steps and values, by their digest; "
+                       "a metric logged by a casmon older than that digest is never called identical). "
                        "Parameters and info scalars are inputs, not outputs.</p>"
                        f'<div class="scroll"><table class="groups" id="groups">{grows}</table></div>')
         else:
@@ -214,19 +213,7 @@ def compare_page(ctx: Ctx, cmp: Comparison, serial: int = 0) -> bytes:
 
 
 def report(ctx: Ctx, cmp: Comparison) -> bytes:
-    """The compare page as one file: style sheets and scripts inline, allowed by their hashes; the charts'
-    points inline too (at most REPORT_POINTS buckets a series); nothing is fetched."""
-    css = bundled("uPlot.min.css") + "\n" + bundled("casmon-ui.css")
-    scripts = [bundled(n) for n in CHART_SCRIPTS + ["casmon-ui.js"]]
-    policy = (f"default-src 'none'; style-src {csp_hash(css)} {DISPLAY_STYLE}; "
-              f"script-src {' '.join(csp_hash(js) for js in scripts)}; img-src data:; form-action 'none'; base-uri 'none'")
-    names = ", ".join(r.name for r in cmp.runs)
+    """The compare page as one file (:func:`pages.standalone_file`); the charts' points inline (at most
+    REPORT_POINTS buckets a series)."""
     spec = chart_spec("compare", cmp.runs, cmp.tails, api=False, inline_points=REPORT_POINTS)
-    inline = "".join(f"<script>{js}</script>" for js in scripts)
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{esc(policy)}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<title>casmon report: {esc(names)}</title><link rel="icon" href="data:,"><style>{css}</style>'
-            f'{inline}</head><body class="report"><header class="top"><span class="brand">casmon report</span>'
-            f'<span class="store">{esc(ctx.store_url)}</span><span class="muted">written {esc(when(time.time()))}</span>'
-            f'</header><main class="casmon-view">{compare_body(ctx, cmp, spec)}</main></body></html>').encode("utf-8")
+    return standalone_file(ctx, "casmon report: " + ", ".join(r.name for r in cmp.runs), compare_body(ctx, cmp, spec))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -34,8 +35,8 @@ from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, seconds, table, when
 from casmon.view.text import plural, size
 from casmon.ui import charts, model
-from casmon.ui.table import FIXED_COLUMNS, RunsView
-from casmon.ui.values import cell_html, fmt
+from casmon.ui.table import FIXED_COLUMNS, RunsView, cell_texts
+from casmon.ui.values import cell_html, fmt, status_text
 
 #: Every file the server serves from ``static/`` (nothing else is ever read), with its type.
 STATIC = {"casmon-ui.css": "text/css; charset=utf-8", "casmon-ui.js": "text/javascript; charset=utf-8",
@@ -108,11 +109,11 @@ def run_url(tail: str) -> str:
     return "/run/" + quote(tail, safe="")
 
 
-def badge(status: Any) -> Html:
-    """A coloured status label (killed and lost too)."""
+def badge(status: Any, signal: Any = None) -> Html:
+    """A coloured status label (killed, with its signal, and lost too)."""
     s = str(status)
     cls = f" casmon-status-{s}" if s in STATUSES else ""
-    return Html(f'<span class="casmon-status{cls}">{esc(s)}</span>')
+    return Html(f'<span class="casmon-status{cls}">{esc(status_text(s, signal))}</span>')
 
 
 ACTIVE, NUM = ' class="active"', ' class="num"'
@@ -134,6 +135,23 @@ def layout(ctx: Ctx, title: str, body: Any, active: str = "", charts_: bool = Fa
             f'</head><body><header class="top"><span class="brand">casmon</span><nav>{nav}</nav>'
             f'<span class="store">{esc(ctx.store_url)}</span>{trust}</header>'
             f'<main class="casmon-view">{display.cell(body)}</main></body></html>').encode("utf-8")
+
+
+def standalone_file(ctx: Ctx, title: str, body: Html) -> bytes:
+    """A page as one file (``casmon report``): style sheets and scripts inline, allowed by their hashes in the
+    file's own policy; nothing is fetched, so it opens offline."""
+    css = bundled("uPlot.min.css") + "\n" + bundled("casmon-ui.css")
+    scripts = [bundled(n) for n in CHART_SCRIPTS + ["casmon-ui.js"]]
+    policy = (f"default-src 'none'; style-src {csp_hash(css)} {DISPLAY_STYLE}; "
+              f"script-src {' '.join(csp_hash(js) for js in scripts)}; img-src data:; form-action 'none'; base-uri 'none'")
+    inline = "".join(f"<script>{js}</script>" for js in scripts)
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{esc(policy)}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>{esc(title)}</title><link rel="icon" href="data:,"><style>{css}</style>'
+            f'{inline}</head><body class="report"><header class="top"><span class="brand">casmon report</span>'
+            f'<span class="store">{esc(ctx.store_url)}</span><span class="muted">written {esc(when(time.time()))}</span>'
+            f'</header><main class="casmon-view">{display.cell(body)}</main></body></html>').encode("utf-8")
 
 
 def error_page(ctx: Ctx, status: int, message: str) -> bytes:
@@ -171,37 +189,42 @@ _LABELS = {"run": "run", "comment": "comment", "status": "status", "start": "sta
 
 
 def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int) -> bytes:
-    cols = FIXED_COLUMNS + view.params + view.metrics
+    # Metrics right after the fixed columns: the numbers a reader looks for stay on screen beside many parameters.
+    cols = FIXED_COLUMNS + view.metrics + view.params
+
+    def group_of(col: str) -> str:
+        return "params" if col in view.params else "metrics" if col in view.metrics else "fixed"
 
     def head(col: str) -> str:
         label = _LABELS.get(col) or (f"info {col[5:]}" if col.startswith("info.") else col.split(".", 1)[-1])
         new_desc = not desc if col == sort else col in ("start", "duration") or "." in col
         arrow = (" ▼" if desc else " ▲") if col == sort else ""
         href = url("/", sort=col, order="desc" if new_desc else "asc", q=q or None, per=per if per != 50 else None)
-        group = "params" if col in view.params else "metrics" if col in view.metrics else ""
-        cls = "num " + ("param" if group == "params" else "metric") if group else ""
-        attrs = f' data-in="{group}"' if group else ""
-        return (f'<th data-col="{esc(col)}" data-label="{esc(label)}"{attrs}{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}>'
+        group = group_of(col)
+        cls = {"params": ' class="num param"', "metrics": ' class="num metric"', "fixed": ""}[group]
+        return (f'<th data-col="{esc(col)}" data-label="{esc(label)}" data-in="{group}"{cls}>'
                 f'<a href="{esc(href)}">{esc(label)}{arrow}</a></th>')
 
     rows = []
     for e, r, row in view.rows:
+        text = cell_texts(row)
         cells = [f'<td><input type="checkbox" name="run" value="{esc(e.tail)}" aria-label="select {esc(e.name)}"></td>',
                  f'<td class="name" data-col="run">{ctx.link(run_url(e.tail), e.name)}</td>',
-                 f'<td data-col="comment">{esc(display.show(row["comment"], 80))}</td>',
-                 f'<td data-col="status">{badge(row["status"])}</td>',
-                 f'<td data-col="start">{esc(when(row["start"]))}</td>',
-                 f'<td class="num" data-col="duration">{esc(seconds(row["duration"]))}</td>',
-                 f'<td data-col="commit"><code>{esc(display.hexshort(row["commit"], 10))}</code></td>',
-                 f'<td data-col="dirty">{"yes" if row["dirty"] else ""}</td>']
-        cells += [f'<td class="num param" data-col="{esc(c)}">{num_cell(row.get(c))}</td>' for c in view.params]
+                 f'<td data-col="comment">{esc(text["comment"])}</td>',
+                 f'<td data-col="status">{badge(row["status"], r.manifest.get("signal"))}</td>',
+                 f'<td class="when" data-col="start" title="{esc(when(row["start"]))}">{esc(text["start"])}</td>',
+                 f'<td class="num" data-col="duration">{esc(text["duration"])}</td>',
+                 f'<td data-col="commit"><code>{esc(text["commit"])}</code></td>',
+                 f'<td data-col="dirty">{esc(text["dirty"])}</td>']
         cells += [f'<td class="num" data-col="{esc(c)}">{num_cell(row.get(c))}</td>' for c in view.metrics]
+        cells += [f'<td class="num param" data-col="{esc(c)}">{num_cell(row.get(c))}</td>' for c in view.params]
         rows.append(f'<tr data-run="{esc(e.tail)}" data-status="{esc(row["status"])}">' + "".join(cells) + "</tr>")
-    groups = f'<th colspan="{1 + len(FIXED_COLUMNS)}"></th>'
-    if view.params:
-        groups += f'<th data-group="params" colspan="{len(view.params)}" class="param">parameters and info</th>'
+    # The first group spans the box column and the fixed ones; the script recomputes every span as columns hide.
+    groups = f'<th data-group="fixed" colspan="{1 + len(FIXED_COLUMNS)}"></th>'
     if view.metrics:
         groups += f'<th data-group="metrics" colspan="{len(view.metrics)}" class="metric">metrics (last value)</th>'
+    if view.params:
+        groups += f'<th data-group="params" colspan="{len(view.params)}" class="param">parameters and info</th>'
     pager = _pager(view, sort, desc, q, per)
     error = (f'<p class="casmon-error filter-error" id="filter-error" role="alert">{esc(view.error)}; '
              f'showing every run.</p>') if view.error else ""
@@ -211,8 +234,14 @@ def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int)
             f'size="40" aria-label="filter"><button type="submit">Filter</button></form>{error}')
     shown = f"{view.total:,} of {view.all_runs:,} runs" if q and not view.error else plural(view.all_runs, "run")
     cut = f'<p class="muted">{view.cut:,} more columns are left out of this page.</p>' if view.cut else ""
+    # Where the script puts a run that starts while the page is open: on top of the newest-first table's first
+    # page, at the end of the oldest-first table's last; elsewhere (sorted by another column, filtered) the
+    # notice says how many there are.
+    insert = ""
+    if sort == "start" and not q:
+        insert = "top" if desc and view.page == 1 else "bottom" if not desc and view.page == view.pages else ""
     body = Html(
-        f"<h1>Runs <span class=\"muted\">{esc(shown)}</span></h1>{filt}"
+        f'<h1>Runs <span class="muted" id="runs-count" data-n="{view.all_runs}">{esc(shown)}</span></h1>{filt}'
         f'<p class="notice" id="new-runs" hidden><span></span> since this page was made · '
         f'<a href="{esc(url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None))}">'
         f'show them</a></p>'
@@ -221,8 +250,8 @@ def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int)
         f'<form id="compare-form" method="get" action="/compare">'
         f'<p><button type="submit" id="compare-button">Compare selected runs</button> '
         f'<span class="muted">select two or more (or one, to see it with its charts)</span></p>'
-        f'<div class="scroll"><table class="runs" id="runs" data-serial="{view.serial}"><thead>'
-        f'<tr class="col-groups">{groups}</tr><tr><th></th>{"".join(head(c) for c in cols)}</tr></thead>'
+        f'<div class="scroll"><table class="runs" id="runs" data-serial="{view.serial}" data-insert="{insert}" data-cut="{view.cut}"><thead>'
+        f'<tr class="col-groups">{groups}</tr><tr><th data-in="fixed"></th>{"".join(head(c) for c in cols)}</tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table></div></form>{cut}{pager}')
     return layout(ctx, "Runs", body, "Runs")
 

@@ -1,4 +1,4 @@
-"""``casmon report``: the compare page (of one run or more) as one self-contained HTML file."""
+"""``casmon report``: one run's page, or the compare page of two runs or more, as one self-contained HTML file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from casmon.calllog import CallLog
-from casmon.ui import comparepage, model, pages
+from casmon.ui import comparepage, model, pages, runpage
 from casmon.ui.compare import compare
 
 
@@ -23,9 +23,12 @@ def report_html(store: Any, runs: list[str], trust: bool = False) -> tuple[bytes
     for r in infos:
         if r.error is not None:
             raise LookupError(f"run {r.name} cannot be read: {r.error}")
+    ctx = pages.Ctx(store.url, trust, standalone=True)
+    if len(infos) == 1:  # one run: its own page (traceback, output, a chart per metric, parameters)
+        return runpage.report(ctx, entries[0], infos[0]), 1
     linked = sum(1 for r in infos if (r.manifest.get("links") or {}).get("call_sessions"))
     cmp = compare(infos, [e.tail for e in entries], CallLog(store) if linked >= 2 else None, trust)
-    return comparepage.report(pages.Ctx(store.url, trust, standalone=True), cmp), len(infos)
+    return comparepage.report(ctx, cmp), len(infos)
 
 
 def write_report(store: Any, runs: list[str], output: str | os.PathLike[str], trust: bool = False) -> tuple[Path, int]:

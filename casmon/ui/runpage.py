@@ -2,10 +2,12 @@
 
 A live run's page follows it without a reload: ``casmon-ui.js`` polls
 ``/api/run/NAME`` every two seconds while the run is running and sets its
-status, elapsed time, latest metric values and the tail of its output;
-``casmon-charts.js`` draws a metric again when it has new points. The title,
-the traceback and every value appear once; lists are summaries with a
-sparkline, never printed at length.
+status, elapsed time, latest metric values, the tail of its output (as a
+terminal shows it: a progress bar's last state) and, if it fails, its
+traceback; ``casmon-charts.js`` draws a metric again when it has new points.
+The title, the traceback and every value appear once; lists are summaries with
+a sparkline, never printed at length. ``casmon report RUN`` writes this page as
+one file (:func:`report`), its points inline.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, patch_html, seconds, table, when
 from casmon.view.text import size
 from casmon.runs import flatten
-from casmon.ui.api import OUTPUT_TAIL, summary_json
+from casmon.ui.api import OUTPUT_TAIL, TRACEBACK_CHARS, summary_json
 from casmon.ui.model import LIVE_STATUSES, Entry
-from casmon.ui.pages import Ctx, badge, heading, layout, scroll, url
-from casmon.ui.series import chart_spec, flat_info, sequence_of
-from casmon.ui.values import cell_html, json_block
+from casmon.ui.pages import Ctx, badge, heading, layout, scroll, standalone_file, url
+from casmon.ui.series import REPORT_POINTS, chart_spec, flat_info, sequence_of
+from casmon.ui.values import cell_html, console_text, json_block
 
 #: An ended run's output shows its last lines first; all of it is one click away.
 OUTPUT_TAIL_LINES = 200
@@ -33,7 +35,8 @@ def _facts(r: Any) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     if m.get("comment"):
         pairs.append(("comment", m["comment"]))
-    pairs += [("status", Html(f'<span id="run-status">{badge(r.status)}</span>')), ("started", when(m.get("start")))]
+    pairs += [("status", Html(f'<span id="run-status">{badge(r.status, m.get("signal"))}</span>')),
+              ("started", when(m.get("start")))]
     if m.get("end") is not None:
         pairs.append(("ended", when(m.get("end"))))
     elapsed = r.elapsed
@@ -97,14 +100,14 @@ def _values_table(r: Any, values: dict[str, Any], shown: dict[str, Any]) -> Html
 def _output(r: Any, live: bool) -> list[Any]:
     out: list[Any] = []
     if live:
-        text, why = display.attempt(lambda: r.output_tail(OUTPUT_TAIL), "")
+        text, why = display.attempt(lambda: console_text(r.output_tail(OUTPUT_TAIL)), "")
         out.append(heading("Output (the tail, as the run writes it)", 2, "output"))
         out.append(display.error_line(why) if why else
                    Html(f'<pre class="output tail" id="output-tail"{"" if text else " hidden"}>{esc(text)}</pre>'))
         return out
     if not r.manifest.get("output"):
         return out
-    text, why = display.attempt(r.output, "")
+    text, why = display.attempt(lambda: console_text(r.output()), "")
     out.append(heading("Captured output", 2, "output"))
     if why:
         return out + [display.error_line(why)]
@@ -119,16 +122,22 @@ def _output(r: Any, live: bool) -> list[Any]:
     return out
 
 
-def run_page(ctx: Ctx, e: Entry, r: Any) -> bytes:
+def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any]) -> Html:
+    """The run page's content; ``spec`` is its chart block (points fetched from the server, or inline)."""
     m = r.manifest
-    live = r.status in LIVE_STATUSES  # a lost run is not polled: it says so, and a reload looks again
+    running = r.status in LIVE_STATUSES  # a lost run is not polled: it says so, and a reload looks again
+    live = running and not ctx.standalone  # a report file polls nothing
+    standalone = ' data-standalone="1"' if ctx.standalone else ""
     out: list[Any] = [Html(f"<h1>Run <code>{esc(r.name)}</code></h1>"),
-                      Html(f'<div id="run-live" data-run="{esc(e.tail)}" data-status="{esc(r.status)}" hidden></div>'),
+                      Html(f'<div id="run-live" data-run="{esc(e.tail)}" data-status="{esc(r.status)}"{standalone} '
+                           f"hidden></div>"),
                       kv_table(_facts(r))]
-    if isinstance(m.get("traceback"), str) and m["traceback"]:
-        out += [heading("Traceback", 2, "traceback"), Html(f'<pre class="traceback">{esc(m["traceback"][-20_000:])}</pre>')]
+    tb = m.get("traceback")
+    if isinstance(tb, str) and tb:
+        out += [heading("Traceback", 2, "traceback"), Html(f'<pre class="traceback">{esc(tb[-TRACEBACK_CHARS:])}</pre>')]
+    elif live:  # filled by the page's script if the run fails while the page is open
+        out.append(Html('<h2 id="traceback" hidden>Traceback</h2><pre class="traceback" id="run-traceback" hidden></pre>'))
     out += [heading("Metrics", 2, "metrics"), _metrics_table(r)]
-    spec = chart_spec("run", [r], [e.tail], api=True)
     if spec["metrics"] or live:
         out += [Html('<section id="charts" class="charts"><noscript><p class="muted">The charts need JavaScript.</p>'
                      "</noscript></section>"), json_block("casmon-chart-data", spec)]
@@ -142,7 +151,7 @@ def run_page(ctx: Ctx, e: Entry, r: Any) -> bytes:
         out += [heading("Info", 2, "info"), _values_table(r, info, flatten(cells) if isinstance(cells, dict) else {})]
         if why:
             out.append(display.error_line(f"info: {why}"))
-    out += _output(r, live)
+    out += _output(r, running)
     g = m.get("git") or {}
     if g.get("patch"):
         patch, why = display.attempt(lambda: r.patch().decode("utf-8", "replace"), "")
@@ -166,4 +175,15 @@ def run_page(ctx: Ctx, e: Entry, r: Any) -> bytes:
             crows = [(ctx.link(url("/cache", fn=x.get("fn")), code(x.get("fn"))), code(display.hexshort(x.get("key"))),
                       code(display.hexshort(x.get("result"))), "hit" if x.get("hit") else "stored") for x in cache[:500]]
             out += [display.heading(f"cache entries ({len(cache)})"), scroll(table(["function", "key", "result", "how"], crows))]
-    return layout(ctx, f"Run {r.name}", Html("".join(display.cell(x) for x in out)), "Runs", charts_=True)
+    return Html("".join(display.cell(x) for x in out))
+
+
+def run_page(ctx: Ctx, e: Entry, r: Any) -> bytes:
+    spec = chart_spec("run", [r], [e.tail], api=True)
+    return layout(ctx, f"Run {r.name}", run_body(ctx, e, r, spec), "Runs", charts_=True)
+
+
+def report(ctx: Ctx, e: Entry, r: Any) -> bytes:
+    """One run's page as one file (``casmon report RUN``): its charts' points inline, nothing fetched."""
+    spec = chart_spec("run", [r], [e.tail], api=False, inline_points=REPORT_POINTS)
+    return standalone_file(ctx, f"casmon report: run {r.name}", run_body(ctx, e, r, spec))

@@ -149,7 +149,9 @@ def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, s
                     continue
                 series.setdefault(name, {})[tail] = metric_json(tail, name, s, inline_points)
     all_params: list[dict[str, Any]] = [s["params"] for s in specs]
-    keys = sorted({k for p in all_params for k in p})
+    # Runs are grouped and scattered by what they were given (parameters), never by what they produced
+    # (info such as final_acc): those are the scatter's y values.
+    keys = sorted({k for p in all_params for k in p if not k.startswith("info.")})
     groupable = []
     for k in keys:
         values = {repr(p.get(k)) for p in all_params}

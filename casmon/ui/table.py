@@ -1,20 +1,30 @@
 """The runs table: a row per run, its columns in groups, the filter (which says what is wrong) and the sort.
 
 Columns: the fixed ones (run, comment, status, start, duration, commit, dirty);
-*parameters* -- ``param.NAME`` for each of ``r.flat_params()`` and ``info.NAME``
-for each scalar of the run's info, nested dicts flattened (``info.cfg.lr``); and
 *metrics* -- ``metric.NAME``, the last value of each logged series, from
-``r.metric_summary()`` (no series is read). Each group's columns are in sorted
-order, so a table keeps its layout from one reload to the next.
+``r.metric_summary()`` (no series is read), right after the fixed columns, so
+the numbers a reader looks for first are on screen however many parameters
+there are; and *parameters* -- ``param.NAME`` for each of ``r.flat_params()``
+and ``info.NAME`` for each scalar of the run's info, nested dicts flattened
+(``info.cfg.lr``). Each group's columns are in sorted order, so a table keeps
+its layout from one reload to the next.
 
-A filter is words (found in any cell) and comparisons (``loss<0.3 status=ok``);
-a bare name is looked for as a fixed column, then ``param.``, ``info.`` and
-``metric.``. A comparison with nothing on one side, or naming a column no run
-has, is a :class:`FilterError` naming the term, never an empty table.
+A filter is words (found in any cell) and comparisons (``loss<0.3 status=ok``).
+A comparison names a fixed column (by its name or its header: ``start`` or
+``started``), a prefixed column (``metric.loss``, ``param.lr``, ``info.seed``),
+or a bare name that exactly one group has; a bare name two groups have (a
+parameter ``loss`` and a metric ``loss``) is an error that names both. Values
+compare as the column's cells are: numbers as numbers, ``start`` with ISO dates
+and times (local time, as shown), yes/no columns (``dirty``) with yes, no, true
+or false, ``commit`` by a prefix of the hash (as git takes it). A comparison
+with nothing on one side, naming a column no run has, or with a value the
+column's cells cannot be compared with (``lr<abc``) is a :class:`FilterError`
+naming the term and why, never an empty table.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import difflib
 import math
 import operator
@@ -25,10 +35,11 @@ from typing import Any
 
 from casmon.runs import RunInfo, flatten
 from casmon.ui.model import Entry, RunIndex, is_number, is_scalar, run_number
-from casmon.ui.values import summary_text
+from casmon.ui.values import cell_text, short_when, summary_text
+from casmon.view.display import hexshort, seconds, show
 
 FIXED_COLUMNS = ["run", "comment", "status", "start", "duration", "commit", "dirty"]
-#: Column groups by prefix, in table order; the label each group's header shows.
+#: Column groups by prefix (a bare filter name is looked for in each); the label each group's header shows.
 GROUPS = [("param.", "parameters"), ("info.", "parameters"), ("metric.", "metrics (last value)")]
 #: At most this many parameter (and info) columns, and metric columns, on one page of the table.
 MAX_PARAM_COLUMNS = 60
@@ -74,6 +85,27 @@ def row_of(r: RunInfo, e: Entry) -> dict[str, Any]:
     return row
 
 
+def fixed_text(col: str, v: Any) -> str:
+    """A fixed column's cell as the table shows it."""
+    if col == "start":
+        return short_when(v)
+    if col == "duration":
+        return seconds(v)
+    if col == "commit":
+        return hexshort(v, 10) if v else ""
+    if col == "dirty":
+        return "yes" if v else ""
+    if col == "comment":
+        return show(v, 80) if v else ""
+    return "" if v is None else str(v)
+
+
+def cell_texts(row: dict[str, Any]) -> dict[str, str]:
+    """Every cell of a row as the table shows it, as text (what the table's script sets while a run goes on,
+    and what it builds a new run's row from)."""
+    return {k: fixed_text(k, v) if k in FIXED_COLUMNS else cell_text(v) for k, v in row.items() if is_column(k)}
+
+
 def sort_key(v: Any) -> tuple[int, float, str]:
     """Numbers, then text, then empty cells (mixed types sort without errors)."""
     if type(v) is bool:
@@ -110,33 +142,71 @@ def parse_filter(q: str) -> list[Term]:
                               f"(for example loss{op}0.3)")
         if not value:
             raise FilterError(f"filter term {tok!r}: a comparison needs a value after {op!r} (for example {name}{op}0.3)")
+        if name.startswith("-"):
+            neg = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
+            raise FilterError(f"filter term {tok!r}: a comparison is not negated by a leading {name[0]!r}; "
+                              f"write the opposite comparison: {name.lstrip('-')}{neg}{value}")
         if not _NAME_RE.match(name):
-            raise FilterError(f"filter term {tok!r}: {name!r} is not a column name (letters, digits, '_', '.', '-')")
+            raise FilterError(f"filter term {tok!r}: {name!r} is not a column name (a column name starts with a "
+                              f"letter or '_'; then letters, digits, '_', '.' and '-')")
         if any(value.startswith(o) for o in _OPS):
             raise FilterError(f"filter term {tok!r}: one comparison a term (<, <=, >, >=, = or !=)")
         out.append(Term(tok, column=name, op=op, value=value))
     return out
 
 
+def _bare(col: str) -> str:
+    """``metric.loss`` -> ``loss``; a fixed column as it is."""
+    for p, _ in GROUPS:
+        if col.startswith(p):
+            return col[len(p):]
+    return col
+
+
 def resolve(terms: list[Term], known: set[str]) -> list[Term]:
-    """Each comparison's column as the rows name it (``loss`` -> ``metric.loss``); an unknown one is an error."""
+    """Each comparison's column as the rows name it (``loss`` -> ``metric.loss``).
+
+    A fixed column by its name or its header (``start``, ``started``); a prefixed name (``param.lr``) as it
+    is; a bare name when exactly one group has it. A bare name that two groups have (a parameter ``loss``
+    and a metric ``loss``, in one run or across runs) is a :class:`FilterError` naming the prefixed names
+    to write, never one of them chosen quietly; so is a name no run has."""
     out = []
     for t in terms:
         if t.word:
             out.append(t)
             continue
-        for col in (t.column, *(p + t.column for p, _ in GROUPS)):
-            if col in known or col in FIXED_COLUMNS:
-                out.append(Term(t.text, column=col, op=t.op, value=t.value))
-                break
-        else:
-            names = sorted({c.split(".", 1)[1] if "." in c and any(c.startswith(p) for p, _ in GROUPS) else c
-                            for c in known | set(FIXED_COLUMNS)})
-            close = difflib.get_close_matches(t.column, names, 3)
-            raise FilterError(f"filter term {t.text!r}: no run has a column {t.column!r}"
-                              + (f" (did you mean {', '.join(close)}?)" if close else
-                                 f" (columns: {', '.join(names[:30])}{', …' if len(names) > 30 else ''})"))
+        name = ALIASES.get(t.column, t.column)
+        if name in FIXED_COLUMNS or (name in known and is_column(name)):
+            out.append(Term(t.text, column=name, op=t.op, value=t.value))
+            continue
+        found = [p + name for p, _ in GROUPS if p + name in known]
+        if len(found) > 1:
+            what = " and ".join(dict.fromkeys(_GROUP_WORDS[c.split(".", 1)[0]] for c in found))
+            raise FilterError(f"filter term {t.text!r}: {name!r} is both {what} (in these runs); name the one you mean: "
+                              + " or ".join(f"{c}{t.op}{t.value}" for c in found))
+        if found:
+            out.append(Term(t.text, column=found[0], op=t.op, value=t.value))
+            continue
+        names = sorted({_bare(c) for c in known | set(FIXED_COLUMNS) if is_column(c)})
+        close = difflib.get_close_matches(name, names, 3)
+        raise FilterError(f"filter term {t.text!r}: no run has a column {t.column!r}"
+                          + (f" (did you mean {', '.join(close)}?)" if close else
+                             f" (columns: {', '.join(names[:30])}{', …' if len(names) > 30 else ''})"))
     return out
+
+
+#: What a group's values are, in an error that names two of them.
+_GROUP_WORDS = {"param": "a parameter", "info": "an info value", "metric": "a metric"}
+#: Column names a filter takes besides the columns' own: the headers the table shows.
+ALIASES = {"started": "start"}
+#: How a filter writes a yes/no value (the table shows ``yes``).
+BOOL_WORDS = {"yes": True, "true": True, "no": False, "false": False}
+#: Statuses a run can have (a filter on another is a typo, not an empty table).
+STATUSES = ("running", "ok", "failed", "killed", "lost", "claimed", "unreadable", "damaged")
+_HEX_RE = re.compile(r"^[0-9a-fA-F]{4,40}$")
+#: ISO dates and times a filter on ``start`` takes, and how much of a time each names.
+_TIME_FORMATS = [("%Y-%m-%d", 86400.0), ("%Y-%m-%dT%H", 3600.0), ("%Y-%m-%dT%H:%M", 60.0),
+                 ("%Y-%m-%dT%H:%M:%S", 1.0)]
 
 
 def _as_number(s: str) -> float | None:
@@ -147,30 +217,126 @@ def _as_number(s: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
-#: A filter's comparisons; both sides are numbers, or both text.
+#: A filter's comparisons.
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
-def matches(row: dict[str, Any], terms: list[Term]) -> bool:
-    """The row passes every term (``terms`` resolved: see :func:`resolve`)."""
-    text = None
+def _as_time(term: Term) -> tuple[float, float]:
+    """The span of time a ``start`` value names, ``[lo, hi)`` in Unix seconds: a day, an hour, a minute or a
+    second, in local time as the table shows it (or Unix seconds, as a number)."""
+    x = _as_number(term.value)
+    if x is not None:
+        return x, x
+    v = term.value.replace(" ", "T")
+    for fmt, span in _TIME_FORMATS:
+        try:
+            t = _dt.datetime.strptime(v, fmt)
+        except ValueError:
+            continue
+        lo = t.timestamp()  # naive: local time, as the table shows it
+        return lo, lo + span
+    try:
+        t = _dt.datetime.fromisoformat(v)  # fractions of a second, a time zone (+01:00, Z)
+    except ValueError:
+        raise FilterError(f"filter term {term.text!r}: {term.column} is a date and time: write it as the table "
+                          f"shows it, in local time, with T for the space (start>2026-12-02, "
+                          f"start>=2026-12-02T14:30, start<2026-12-02T14:30:05), or as Unix seconds") from None
+    lo = t.timestamp()
+    return lo, lo
+
+
+def _time_test(op: str, lo: float, hi: float) -> Callable[[Any], bool]:
+    """A comparison with a span: ``=`` within it, ``<`` before it, ``>`` after it (``start>2026-12-02``: from
+    the next day on; ``start>=2026-12-02``: from that day on)."""
+    if hi <= lo:  # an instant
+        return lambda v: _COMPARISONS[op](float(v), lo)
+    return {"=": lambda v: lo <= v < hi, "!=": lambda v: not lo <= v < hi, "<": lambda v: v < lo,
+            "<=": lambda v: v < hi, ">": lambda v: v >= hi, ">=": lambda v: v >= lo}[op]
+
+
+def _kind(values: list[Any]) -> str:
+    """``number``, ``bool``, ``text``, ``mixed`` or ``none``: what a column's (non-empty) cells hold."""
+    kinds = {"bool" if type(v) is bool else "number" if is_number(v) else "text" for v in values}
+    return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "none"
+
+
+def compile_terms(terms: list[Term], rows: list[dict[str, Any]]) -> list[Callable[[dict[str, Any]], bool]]:
+    """Each term as a test of a row (``terms`` resolved: see :func:`resolve`). A value the column's cells
+    cannot be compared with is a :class:`FilterError` that says so (``lr<abc``, ``dirty=maybe``), never a
+    comparison of text that quietly matches nothing: numbers compare as numbers, ``start`` with dates and
+    times, ``dirty`` and other yes/no columns with yes/no/true/false, ``commit`` by a prefix of the hash."""
+    tests: list[Callable[[dict[str, Any]], bool]] = []
     for t in terms:
         if t.word:
-            if text is None:
-                text = " ".join(str(v) for v in row.values() if v is not None).lower()
-            if t.word not in text:
-                return False
+            tests.append(_word_test(t.word))
             continue
-        v = row.get(t.column)
-        if v is None:
-            return False
-        num = _as_number(t.value) if is_number(v) and type(v) is not bool else None
-        a: float | str = str(v) if num is None else float(v)
-        b: float | str = t.value if num is None else num
-        if not _COMPARISONS[t.op](a, b):
-            return False
-    return True
+        tests.append(_compile(t, [row.get(t.column) for row in rows]))
+    return tests
+
+
+def _word_test(word: str) -> Callable[[dict[str, Any]], bool]:
+    def found(row: dict[str, Any]) -> bool:
+        return word in " ".join(str(v) for v in row.values() if v is not None).lower()
+    return found
+
+
+def _compile(t: Term, cells: list[Any]) -> Callable[[dict[str, Any]], bool]:
+    col, op, value = t.column, t.op, t.value
+    present = [v for v in cells if v is not None and v != ""]
+    kind = _kind(present)
+    label = "started" if col == "start" else col
+
+    def cell(test: Callable[[Any], bool], want: Callable[[Any], bool]) -> Callable[[dict[str, Any]], bool]:
+        def check(row: dict[str, Any]) -> bool:
+            v = row.get(col)
+            return v is not None and want(v) and test(v)
+        return check
+
+    if col == "start":
+        lo, hi = _as_time(t)
+        return cell(_time_test(op, lo, hi), is_number)
+    if col == "commit":
+        if op not in ("=", "!="):
+            raise FilterError(f"filter term {t.text!r}: a commit is found by its hash or a prefix of it, with = or "
+                              f"!= (commit=99b3052)")
+        if not _HEX_RE.match(value):
+            raise FilterError(f"filter term {t.text!r}: {value!r} is not a commit hash or a prefix of one "
+                              f"(4 to 40 hexadecimal digits, as git takes)")
+        prefix = value.lower()
+        found = (lambda v: str(v).lower().startswith(prefix)) if op == "=" else \
+            (lambda v: not str(v).lower().startswith(prefix))
+        return cell(found, lambda v: type(v) is str and v != "")
+    if col == "dirty" or kind == "bool":
+        if op not in ("=", "!="):
+            raise FilterError(f"filter term {t.text!r}: {label} is yes or no: compare it with = or != "
+                              f"({label}=yes, {label}!=no)")
+        want = BOOL_WORDS.get(value.lower())
+        if want is None:
+            raise FilterError(f"filter term {t.text!r}: {label} is yes or no, not {value!r} "
+                              f"(write yes, no, true or false)")
+        return cell(lambda v: (v is want) == (op == "="), lambda v: type(v) is bool)
+    if col == "status":
+        if op in ("=", "!=") and value not in STATUSES and value not in present:
+            raise FilterError(f"filter term {t.text!r}: no status {value!r} (statuses: {', '.join(STATUSES)})")
+    num = _as_number(value)
+    if col == "duration" or kind == "number":
+        if num is None:
+            what = "a duration in seconds (duration>60)" if col == "duration" else f"numbers ({label}{op}0.3)"
+            raise FilterError(f"filter term {t.text!r}: {label} holds {what}; {value!r} is not a number")
+        return cell(lambda v: _COMPARISONS[op](float(v), num), lambda v: is_number(v))
+    if kind == "mixed" and num is not None:  # numbers and text in one column: a number compares with numbers
+        return cell(lambda v: _COMPARISONS[op](float(v), num), lambda v: is_number(v))
+    if kind == "mixed" and op not in ("=", "!="):
+        raise FilterError(f"filter term {t.text!r}: {label} holds numbers and text; {value!r} is not a number, "
+                          f"so only = and != compare it (with the text cells)")
+    return cell(lambda v: _COMPARISONS[op](str(v), value), lambda v: type(v) is str)
+
+
+def matches(row: dict[str, Any], terms: list[Term]) -> bool:
+    """One row passes every resolved term (each column's kind read from this row alone; a table compiles its
+    terms against all of its rows, :func:`compile_terms`)."""
+    return all(test(row) for test in compile_terms(terms, [row]))
 
 
 @dataclass
@@ -222,10 +388,10 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
             if terms:
                 known = {c for _e, _r, row in every for c in row}
                 try:
-                    resolved = resolve(terms, known)
+                    tests = compile_terms(resolve(terms, known), [row for _e, _r, row in every])
                 except FilterError as e:
-                    resolved, error = [], str(e)
-                every = [x for x in every if matches(x[2], resolved)]
+                    tests, error = [], str(e)
+                every = [x for x in every if all(test(x[2]) for test in tests)]
             cached = _sorted_rows(every, sort if is_column(sort) else "start", desc)
             if index.complete(entries) and not error:  # valid while this listing is
                 index.views[key] = cached

@@ -9,6 +9,7 @@ no ``</script>`` inside a store string can end early.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 from typing import Any
@@ -74,6 +75,54 @@ def summary_text(v: Any) -> str:
     if v is None:
         return ""
     return cut(str(v), TEXT_MAX, flatten=True)
+
+
+def cell_text(v: Any) -> str:
+    """A value in a numeric column as text: numbers as they are (floats short), yes/no, anything else its
+    summary (what a live table sets a cell to)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return fmt(v)
+    if isinstance(v, int):
+        return f"{v}"
+    return summary_text(v)
+
+
+def status_text(status: Any, signal: Any = None) -> str:
+    """``killed (SIGTERM)``: a killed run says by which signal (``manifest["signal"]``)."""
+    s = str(status)
+    if s == "killed" and type(signal) is str and 0 < len(signal) <= 16:
+        return f"{s} ({signal})"
+    return s
+
+
+def short_when(t: Any) -> str:
+    """A start time in a table cell: ``2026-12-02 01:51``, local time (the cell's title has the seconds and the
+    zone): one line in a narrow column."""
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+        return "-" if t is None else "?"
+    try:
+        return _dt.datetime.fromtimestamp(float(t)).strftime("%Y-%m-%d %H:%M")
+    except (ValueError, OverflowError, OSError):
+        return "?"
+
+
+def console_text(text: str) -> str:
+    """Console output as a terminal leaves it on screen: a line rewritten with carriage returns (a progress
+    bar) shows its last state, ``\r\n`` is a line end; what follows the last newline (the line being
+    written) stays."""
+    if "\r" not in text:
+        return text
+    out = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        shown = ""
+        for part in line.split("\r"):  # each part overwrites the start of what is shown
+            shown = part + shown[len(part):]
+        out.append(shown)
+    return "\n".join(out)
 
 
 def cell_html(v: Any, spark: list[float] | None = None) -> Html:

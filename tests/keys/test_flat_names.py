@@ -84,12 +84,38 @@ def _new_names() -> dict[str, list[str]]:
     return {k: sorted(set(v)) for k, v in names.items()}
 
 
+#: Moves accepted on purpose, each (old name, new name) exactly, with why a key is not expected to hold the old
+#: name.
+#:
+#: casmon.ui, the ``casmon ui`` web app (issue 26): the runs table moved out of ``model`` into ``table``, the
+#: comparison of runs into ``compare``, the compare page into ``comparepage``, the run page into ``runpage``,
+#: the number format into ``values``. These are the app's internal page and request code, called by its own
+#: server; none is public API, a value users store, or something documented to pass to a cached or logged
+#: function, so a key that names one is not expected. Any other move, or one of these to yet another module,
+#: still fails, and so does a listed move that did not happen.
+_UI_MOVES = [
+    ("casmon.ui.model", "casmon.ui.table", ["row_of", "sort_key", "parse_filter", "_as_number", "matches", "_sorted_rows",
+                                           "RunsView", "runs_view"]),
+    ("casmon.ui.model", "casmon.ui.compare", ["Divergence", "Comparison", "_cell_key", "_text_diff", "_same_call",
+                                             "_outcome", "_window", "in_run", "run_calls", "divergence",
+                                             "_without_sessions", "_hexlike", "identical_groups"]),
+    ("casmon.ui.pages", "casmon.ui.comparepage", ["compare_body", "_group", "_summary", "_patches", "_commit",
+                                                 "_diff_section", "_divergence", "compare_page"]),
+    ("casmon.ui.pages", "casmon.ui.runpage", ["run_page"]),
+    ("casmon.ui.charts", "casmon.ui.values", ["fmt"]),
+]
+ACCEPTED_MOVES = {q: (f"{old}.{q}", f"{new}.{q}") for old, new, names in _UI_MOVES for q in names}
+
+
 def test_every_function_and_class_keeps_the_name_keys_give_it(flat):
     new = _new_names()
     both = [q for q, old in flat["names"].items() if len(set(old)) == 1 and len(new.get(q, ())) == 1]
     assert len(both) > 300  # the comparison covers casmon, not a handful of names
     moved = {q: (flat["names"][q][0], new[q][0]) for q in both if flat["names"][q][0] != new[q][0]}
-    assert not moved, f"named otherwise in keys than before (old, new): {moved}"
+    unexpected = {q: m for q, m in moved.items() if ACCEPTED_MOVES.get(q) != m}
+    assert not unexpected, f"named otherwise in keys than before (old, new): {unexpected}"
+    # every accepted move is one that happened: the list names nothing that does not need it
+    assert {q: m for q, m in ACCEPTED_MOVES.items() if moved.get(q) != m} == {}
 
 
 def test_public_types_pickle_to_the_bytes_they_did(flat):

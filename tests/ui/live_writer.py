@@ -1,7 +1,8 @@
 """A run that goes on for a few seconds in a process of its own (the UI's live tests watch it from another).
 
-``python -m tests.ui.live_writer STORE SECONDS``: logs ``loss`` and ``acc`` every 20 ms and prints a line
+``python -m tests.ui.live_writer STORE SECONDS [fail]``: logs ``loss`` and ``acc`` every 20 ms and prints a line
 every 50 steps, as a training loop would; set ``CASMON_HEARTBEAT_S=1`` so its ref says it is alive each second.
+At the end it sets ``run.info["final"]``; with ``fail`` it then raises (the run fails, with a traceback).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 import casmon
 
 
-def main(store: str, seconds: float) -> None:
+def main(store: str, seconds: float, fail: bool = False) -> None:
     with casmon.record(comment="live", store=store, capture_output=True, params={"lr": 0.1, "cfg": {"depth": 4}}) as run:
         t0, i = time.time(), 0
         while time.time() - t0 < seconds:
@@ -21,7 +22,13 @@ def main(store: str, seconds: float) -> None:
             if i % 50 == 0:
                 print(f"step {i}", flush=True)
             time.sleep(0.02)
+        run.info["final"] = 0.9
+        if fail:
+            raise RuntimeError(f"diverged at step {i}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]))
+    try:
+        main(sys.argv[1], float(sys.argv[2]), sys.argv[3:] == ["fail"])
+    except RuntimeError:
+        sys.exit(3)

@@ -180,9 +180,11 @@ def test_runs_page_lists_every_run_with_param_and_metric_columns(served, built):
     assert rows_of(body) == ["4", "3", "2", "1"]  # newest first
     heads = re.findall(r'<th data-col="([^"]+)"', body)
     assert heads[:7] == FIXED_COLUMNS
-    # parameters (flattened), then info scalars (flattened too), then metrics: each group sorted, every time
-    assert heads[7:] == ["param.cfg.layers", "param.cfg.opt", "param.lr", f"info.{HOSTILE_KEY}".replace("<", "&lt;")
-                         .replace(">", "&gt;"), "info.cfg.dropout", "info.epochs", "info.loss", "metric.acc", "metric.loss"]
+    # metrics first (on screen beside many parameters), then parameters (flattened), then info scalars (flattened
+    # too): each group sorted, every time
+    assert heads[7:] == ["metric.acc", "metric.loss", "param.cfg.layers", "param.cfg.opt", "param.lr",
+                         f"info.{HOSTILE_KEY}".replace("<", "&lt;").replace(">", "&gt;"), "info.cfg.dropout", "info.epochs",
+                         "info.loss"]
     assert re.findall(r'<th data-col="([^"]+)"', served.get("/")) == heads  # the same order on a reload
     assert 'data-group="params"' in body and 'data-group="metrics"' in body
     assert "info.curve" not in heads and "info.weights" not in heads  # not scalars
@@ -198,7 +200,7 @@ def test_runs_page_lists_every_run_with_param_and_metric_columns(served, built):
 
 
 def test_runs_filter_and_pages(served):
-    assert rows_of(served.get("/?q=loss%3C0.3")) == ["2"]  # info.loss, the first group that has it
+    assert rows_of(served.get("/?q=info.loss%3C0.3")) == ["2"]  # loss alone is ambiguous: info.loss, metric.loss
     assert rows_of(served.get("/?q=metric.acc%3E0.5")) == ["3", "1"]
     assert rows_of(served.get("/?q=again")) == ["3"]
     assert sorted(rows_of(served.get("/?q=lr%3D0.1"))) == ["1", "3"]
@@ -603,12 +605,15 @@ def test_the_index_is_fresh_on_every_load(tmp_path, monkeypatch):
         s.close()
 
 
-def test_statuses_killed_lost_and_failed(tmp_path):
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_statuses_killed_lost_and_failed(tmp_path, monkeypatch):
     """Badges for killed and lost; a lost run's elapsed time is up to its last heartbeat; a failed run's
     traceback shows once."""
     import time
 
     from casmon.runs.imported import write_run
+
+    monkeypatch.chdir(tmp_path)  # outside this repository: its uncommitted changes are no patch of the run
 
     s = casmon.open(tmp_path / "s")
     t = time.time()
@@ -679,8 +684,8 @@ def test_wide_runs_leave_no_long_values_inline(wide):
         assert '<tr class="same" data-key="cfg.opt">' in cmp and '<tr class="differs" data-key="lr">' in cmp
         runs = srv.get("/")
         heads = re.findall(r'<th data-col="([^"]+)"', runs)[7:]
-        assert heads == ["param.cfg.depth", "param.cfg.opt", "param.lr", "param.seed", "info.cfg.drop", "info.final",
-                         "info.notes", "metric.acc", "metric.loss"]
+        assert heads == ["metric.acc", "metric.loss", "param.cfg.depth", "param.cfg.opt", "param.lr", "param.seed",
+                         "info.cfg.drop", "info.final", "info.notes"]
         assert rows_of(srv.get("/?q=cfg.depth%3D5"))  == ["6", "4", "2"]
     finally:
         srv.close()
@@ -731,3 +736,187 @@ def test_long_output_shows_its_tail_first(tmp_path):
     assert "the last 200 of 500 lines" in body
     everything = re.search(r'<details><summary>all 500 lines</summary><pre class="output">(.*?)</pre>', body, re.S)
     assert everything.group(1).splitlines()[0] == "line 0"
+
+
+# -- what a new user found (issue 26, round two) -------------------------------------------------------
+
+
+def filter_error(body: str) -> str:
+    return html.unescape(re.search(r'id="filter-error" role="alert">(.*?)</p>', body, re.S).group(1))
+
+
+def test_a_bare_name_two_groups_have_is_an_error(served, tmp_path):
+    """``loss`` as an info value and as a metric (in one run, or a parameter in one run and a metric in another):
+    a 400 that names the prefixed names to write, never one group chosen quietly."""
+    status, _h, body = served.request("/?q=loss%3C0.3")
+    assert status == 400 and len(rows_of(body)) == 4
+    err = filter_error(body)
+    assert "'loss' is both an info value and a metric" in err and "info.loss<0.3 or metric.loss<0.3" in err, err
+    assert rows_of(served.get("/?q=info.loss%3C0.3")) == ["2"] and rows_of(served.get("/?q=metric.loss%3C0.3")) == ["2"]
+    assert rows_of(served.get("/?q=acc%3E0.5")) == ["3", "1"]  # a bare name only one group has keeps working
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    write_run(s, comment="a", start=1.7e9, end=1.7e9 + 1, params={"loss": 5})
+    write_run(s, comment="b", start=1.7e9 + 10, end=1.7e9 + 11, metrics={"loss": ([0, 1], [0.5, 0.25], [1.7e9, 1.7e9])})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        status, _h, body = srv.request("/?q=loss%3D5")
+        assert status == 400 and "'loss' is both a parameter and a metric" in filter_error(body)
+        assert "param.loss=5 or metric.loss=5" in filter_error(body)
+        assert rows_of(srv.get("/?q=param.loss%3D5")) == ["1"] and rows_of(srv.get("/?q=metric.loss%3C0.3")) == ["2"]
+    finally:
+        srv.close()
+
+
+def test_filter_values_are_compared_as_the_column_holds_them(served, built):
+    """Numbers with numbers, ``start``/``started`` with ISO dates and times, ``dirty`` with yes/no, ``commit`` by a
+    prefix of the hash; a value the column cannot be compared with is a 400 saying so."""
+    import datetime
+
+    s = casmon.open(built["path"], read_only=True, create=False, autoflush=None)
+    try:
+        runs = {r.name.split("-")[0]: r for r in casmon.list_runs(s)}
+    finally:
+        s.close()
+    day = datetime.datetime.fromtimestamp(runs["1"].manifest["start"]).date()
+    commit = runs["1"].manifest["git"]["commit"]
+
+    def rows(q: str) -> list[str]:
+        return rows_of(served.get("/?q=" + q.replace("<", "%3C").replace(">", "%3E").replace("=", "%3D")))
+
+    def bad(q: str) -> str:
+        status, _h, body = served.request("/?q=" + q.replace("<", "%3C").replace(">", "%3E").replace("=", "%3D"))
+        assert status == 400, (q, status)
+        return filter_error(body)
+
+    assert "param.lr holds numbers" in bad("lr<abc") and "'abc' is not a number" in bad("lr<abc")
+    assert rows(f"start>={day}") == ["4", "3", "2", "1"] and rows(f"started>={day}") == ["4", "3", "2", "1"]
+    assert rows(f"start={day}") == ["4", "3", "2", "1"] and rows(f"start>{day}") == []  # > the day: from the next one
+    assert rows(f"start<{day}") == [] and rows(f"started<{day + datetime.timedelta(days=1)}") == ["4", "3", "2", "1"]
+    between = datetime.datetime.fromtimestamp((runs["1"].manifest["start"] + runs["2"].manifest["start"]) / 2)
+    assert rows(f"start>{between.isoformat()}") == ["4", "3", "2"] and rows(f"start<{between.isoformat()}") == ["1"]
+    assert rows(f"start>={between:%Y-%m-%dT%H:%M}")[-1] in ("1", "2")  # to the minute, as the table shows it
+    assert "is a date and time" in bad("start>yesterday") and "2026-12-02T14:30" in bad("start>yesterday")
+    assert rows("dirty=yes") == ["2"] and rows("dirty=no") == ["4", "3", "1"] and rows("dirty=true") == ["2"]
+    assert "yes or no" in bad("dirty=maybe") and "yes or no" in bad("dirty>no")
+    assert rows(f"commit={commit[:10]}") == ["4", "3", "2", "1"] == rows(f"commit={commit[:4].upper()}")
+    assert rows(f"commit={commit}") == ["4", "3", "2", "1"] and rows(f"commit!={commit[:7]}") == []
+    assert "not a commit hash" in bad("commit=zzzz") and "= or !=" in bad(f"commit<{commit[:7]}")
+    err = bad("-status=ok")
+    assert "status!=ok" in err and "letters, digits" not in err and "'-')" not in err, err
+    assert "no status 'sucess'" in bad("status=sucess") and rows("status=running") == []
+    assert "duration in seconds" in bad("duration>1m")
+
+
+def test_identical_outputs_are_equal_digests_of_the_points():
+    """Two metrics with the same summary (points, last, min, max) but other points are not identical; a summary
+    without a digest (an older run) is never called identical, nor is its run's "all outputs"."""
+    from types import SimpleNamespace
+
+    from casmon.ui.compare import identical_groups
+
+    base = {"n": 20, "last": 0.5, "step": 19, "time": 1.0, "min": 0.5, "max": 10.0}
+    runs = [SimpleNamespace(name=n, manifest={"info": {}}) for n in ("a", "b", "c", "d", "e")]
+    summaries = [{"loss": {**base, "digest": "1" * 32}}, {"loss": {**base, "digest": "1" * 32}},
+                 {"loss": {**base, "digest": "2" * 32}}, {"loss": {**base, "digest": None}}, {"loss": dict(base)}]
+    groups = dict(identical_groups(runs, summaries))
+    assert groups == {"all outputs": [["a", "b"]], "metric loss": [["a", "b"]]}
+
+
+def test_the_compare_page_says_the_same_points(served):
+    text = " ".join(text_of(served.get("/compare?run=1&run=2&run=3")).split())
+    assert "for a logged metric, the same points (the same steps and values, by their digest" in text
+    assert "same points, last value, minimum and maximum" not in text
+
+
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_report_of_one_run_is_its_page(tmp_path, monkeypatch):
+    """``casmon report RUN``: the run's page (traceback, output, a chart per metric with its points inline,
+    parameters), not a comparison of one run."""
+    from casmon.ui import report_html
+
+    monkeypatch.chdir(tmp_path)  # not in a git repository: no patch of this one in the page
+    s = casmon.open(tmp_path / "s")
+    with pytest.raises(ZeroDivisionError):
+        with casmon.record(comment="broken", store=s, capture_output=True, params={"lr": 0.5}) as run:
+            for i in range(30):
+                run.log(loss=1 / (i + 1), acc=i / 30)
+            print("about to fail")
+            1 / 0
+    s.flush()
+    try:
+        data, n = report_html(s, ["1"])
+    finally:
+        s.close()
+    body = data.decode()
+    assert n == 1 and "<h1>Run <code>1-broken</code></h1>" in body and "Compare" not in text_of(body)
+    assert body.count("ZeroDivisionError: division by zero") == 1 and '<h2 id="traceback">Traceback</h2>' in body
+    assert "about to fail" in body and '<h2 id="params">Parameters</h2>' in body
+    spec = chart_block(body)
+    assert spec["mode"] == "run" and spec["api"] is None and sorted(spec["series"]) == ["acc", "loss"]
+    assert len(spec["series"]["loss"]["1"]["value"]) == 30
+    assert 'http-equiv="Content-Security-Policy"' in body and 'data-standalone="1"' in body
+    assert "<a " not in body.split("<main", 1)[1]  # links are text in a file sent by mail
+
+
+def _signalled(s, name: str, signal: str) -> None:
+    """Give an imported killed run the signal a recorded one carries (``manifest["signal"]``)."""
+    import time
+
+    from casmon.keys.fingerprint import fingerprint
+    from casmon.runs import KIND_RUN
+
+    r = casmon.load_run(name, s)
+    d = s.put({**r.manifest, "signal": signal})
+    ref = s.get_ref(r.ref)
+    s.append(KIND_RUN, {"name": r.name, "manifest": d.hex(), "status": "killed", "time": time.time() + 1,
+                        "_ref": r.ref, "_ref_target": d.hex()}, key=fingerprint(("casmon.run", r.ref)), refs=[d])
+    s.flush()
+    s.set_ref(r.ref, d, ref.data)
+
+
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_killed_runs_name_their_signal_and_live_data_has_every_cell(tmp_path, monkeypatch):
+    """The killed badge says which signal; ``/api/runs`` sends each run's cells as the table shows them (info
+    too), ``/api/run`` a failed run's traceback and its output as a terminal shows it (a progress bar's last
+    state, the line being written)."""
+    import time
+
+    from casmon.runs.imported import write_run
+    from casmon.ui.values import console_text
+
+    monkeypatch.chdir(tmp_path)
+    s = casmon.open(tmp_path / "s")
+    t = time.time()
+    name = write_run(s, comment="stopped", status="killed", start=t - 50, end=t - 20, params={"lr": 1},
+                     info={"final_acc": 0.75, "cfg": {"seed": 3}})
+    _signalled(s, name, "SIGTERM")
+    with pytest.raises(RuntimeError):
+        with casmon.record(comment="bar", store=s, capture_output=True):
+            for i in range(3):
+                sys.stdout.write(f"\rprogress {i}/3")
+            print()
+            sys.stdout.write("epoch 1 [####")
+            raise RuntimeError("diverged")
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/")
+        assert '<span class="casmon-status casmon-status-killed">killed (SIGTERM)</span>' in body
+        assert "killed (SIGTERM)" in srv.get("/run/1") and "killed (SIGTERM)" in srv.get("/compare?run=1&run=2")
+        row = re.search(r'<tr data-run="1" data-status="killed">(.*?)</tr>', body).group(1)
+        assert re.search(r'<td class="when" data-col="start" title="[^"]+">\d{4}-\d\d-\d\d \d\d:\d\d</td>', row)
+        got = {r["tail"]: r for r in json.loads(srv.get("/api/runs?since=0"))["runs"]}
+        assert got["1"]["status"] == "killed" and got["1"]["status_text"] == "killed (SIGTERM)"
+        cells = got["1"]["cells"]
+        assert cells["info.final_acc"] == "0.75" and cells["info.cfg.seed"] == "3" and cells["param.lr"] == "1"
+        assert cells["comment"] == "stopped" and cells["duration"] == "30.00 s" and len(cells["start"]) == 16
+        failed = json.loads(srv.get("/api/run/2"))
+        assert failed["status"] == "failed" and "RuntimeError: diverged" in failed["traceback"]
+        assert "progress 2/3" in failed["output_tail"] and "progress 0/3" not in failed["output_tail"]
+    finally:
+        srv.close()
+    assert console_text("\rstep 1\rstep 2\nnext\r\nx\rab") == "step 2\nnext\nab"
+    assert console_text("long line\rshort") == "shortline" and console_text("plain\n") == "plain\n"

@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 import casmon
@@ -30,6 +31,19 @@ pytestmark = needs_chromium
 
 #: The chart's uPlot instance (casmon-charts.js keeps it on its element).
 UPLOT = "document.querySelector('#charts .chart-area').uplot"
+#: How far each group header's left and right edges are from those of its first and last visible column.
+EDGES = """() => {
+    const out = {}, seen = h => h.getClientRects().length > 0;
+    for (const [group, prefixes] of [["metric", ["metric."]], ["param", ["param.", "info."]]]) {
+        const heads = [...document.querySelectorAll("#runs thead tr:last-child th[data-col]")]
+            .filter(h => seen(h) && prefixes.some(p => h.dataset.col.startsWith(p)));
+        const g = [...document.querySelectorAll("#runs thead tr.col-groups th")].find(
+            th => seen(th) && th.classList.contains(group));
+        const a = g.getBoundingClientRect(), f = heads[0].getBoundingClientRect(), l = heads.at(-1).getBoundingClientRect();
+        out[group] = [Math.round(a.left - f.left), Math.round(a.right - l.right)];
+    }
+    return out;
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +91,13 @@ def test_every_page_in_a_real_browser(tmp_path, built, browser):  # noqa: F811
         assert page.locator("table#runs th[data-col='param.cfg.opt']").is_hidden()
         page.locator("#column-chooser summary").click()
         page.locator("#column-chooser input[value='param.cfg.opt']").check()
+        # hiding fixed columns keeps the group header row over its columns (the first group's span shrinks too)
+        for col in ("comment", "commit", "dirty", "param.lr"):
+            page.locator(f"#column-chooser input[value='{col}']").uncheck()
+        assert page.evaluate(EDGES) == {"metric": [0, 0], "param": [0, 0]}
+        for col in ("comment", "commit", "dirty", "param.lr"):
+            page.locator(f"#column-chooser input[value='{col}']").check()
+        assert page.evaluate(EDGES) == {"metric": [0, 0], "param": [0, 0]}
 
         # -- select three runs and compare them
         page.goto(base + "/", wait_until="load")
@@ -125,7 +146,7 @@ def test_every_page_in_a_real_browser(tmp_path, built, browser):  # noqa: F811
         # grouped by a parameter: the mean of each group, its min-max band drawn behind
         page.locator("#charts select[data-control=group]").select_option("lr")
         labels = page.evaluate(f"{UPLOT}.series.filter(s => !s.band).map(s => s.label)")
-        assert labels == ["step", "lr=0.1 (2 runs)", "lr=0.02 (1 run)"]
+        assert labels == ["step", "lr=0.02 (1 run)", "lr=0.1 (2 runs)"]  # in order of the value
         page.locator("#charts select[data-control=group]").select_option("")
         # an info curve (50 points) over its index; the scatter of a parameter against a metric
         page.locator("#charts select[data-control=metric]").select_option("info:curve")
@@ -210,12 +231,73 @@ def test_wide_pages_fit_a_laptop_screen(tmp_path, wide, browser):  # noqa: F811
         page.wait_for_selector("#charts[data-ready]")
         page.locator("#charts select[data-control=group]").select_option("lr")
         assert page.evaluate(f"{UPLOT}.series.filter(s => !s.band).map(s => s.label)") == [
-            "step", "lr=0.1 (3 runs)", "lr=0.03 (2 runs)", "lr=0.01 (2 runs)"]
+            "step", "lr=0.01 (2 runs)", "lr=0.03 (2 runs)", "lr=0.1 (3 runs)"]  # numerically: not 0.1 before 0.01
         assert page.evaluate("document.documentElement.scrollWidth") <= 1400
         for q, words in (("loss%3C", "needs a value after '<'"), ("nosuchkey%3E1", "no run has a column 'nosuchkey'")):
             page.goto(base + "/?q=" + q, wait_until="load")
             assert words in page.locator("#filter-error").inner_text()
             assert page.locator("table#runs tbody tr").count() == 7  # every run, not "0 of 7"
+        _clean(w)
+    finally:
+        srv.close()
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Twelve runs of a sweep with forty parameters each and a long comment: loss from about 1 to 1e-4."""
+    from casmon.runs.imported import write_run
+
+    path = tmp_path_factory.mktemp("sweep") / "store"
+    s = casmon.open(path)
+    steps = np.arange(200)
+    for i in range(12):
+        lr = [10, 2, 0.5][i % 3]  # as text, "10" < "2": a legend must order them as numbers
+        loss = 10.0 ** (-4 * steps / 199) * (1 + 0.1 * i)
+        params = {"lr": lr, **{f"p{k:02d}": float(k * i) for k in range(40)}}
+        write_run(s, comment=f"sweep {i} " + "with a comment long enough to need room " * 2, start=1.7e9 + i * 100,
+                  end=1.7e9 + i * 100 + 60, params=params, info={"final_acc": [0.5, 0.75][i % 2]},
+                  metrics={"loss": (steps, loss, 1.7e9 + i * 100 + steps * 0.1)})
+    s.close()
+    return path
+
+
+def test_many_runs_and_parameters(sweep, browser):
+    """Forty parameters: the logged metric is on screen at 1,400 px without scrolling, the start cell is one
+    line; twelve runs on one chart: twelve colours; a log scale ticks at powers of ten, labelled alike; group by
+    parameters only (not final_acc), groups in numeric order; the scatter has a log x."""
+    srv = Served(sweep)
+    base = f"http://127.0.0.1:{srv.port}"
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        w = watch(page, lambda url: url.startswith(base + "/"))
+        page.goto(base + "/", wait_until="load")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+        box = page.locator("#runs").locator("xpath=..").bounding_box()
+        loss = page.locator("#runs th[data-col='metric.loss']").bounding_box()
+        assert loss["x"] + loss["width"] <= box["x"] + box["width"], (loss, box)  # no sideways scrolling to see it
+        lines = page.evaluate("""() => [...document.querySelectorAll("#runs td[data-col=start]")].map(td => {
+            const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; })""")
+        assert lines == [1] * 12
+        tails = "&".join(f"run={i}" for i in range(1, 13))
+        page.goto(base + f"/compare?{tails}", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        strokes = page.evaluate(f"{UPLOT}.series.slice(1).filter(s => !s.band).map(s => s.stroke())")
+        assert len(strokes) == 12 and len(set(strokes)) == 12, strokes
+        page.locator("#charts input[data-control=log]").check()
+        assert page.evaluate(f"{UPLOT}.axes[1]._splits") == [0.0001, 0.001, 0.01, 0.1, 1, 10]
+        assert page.evaluate(f"{UPLOT}.axes[1]._values") == ["0.0001", "0.001", "0.01", "0.1", "1", "10"]
+        options = page.locator("#charts select[data-control=group] option").evaluate_all("os => os.map(o => o.value)")
+        assert "lr" in options and not [o for o in options if o.startswith("info.")], options
+        page.locator("#charts select[data-control=group]").select_option("lr")
+        assert page.evaluate(f"{UPLOT}.series.filter(s => !s.band).map(s => s.label)") == [
+            "step", "lr=0.5 (4 runs)", "lr=2 (4 runs)", "lr=10 (4 runs)"]
+        page.locator("#charts select[data-control=view]").select_option("scatter")
+        page.locator("#charts select[data-control=sx]").select_option("lr")
+        assert page.evaluate(f"{UPLOT}.scales.x.distr") == 1
+        page.locator("#charts input[data-control=logx]").check()
+        assert page.evaluate(f"{UPLOT}.scales.x.distr") == 3
+        assert page.evaluate(f"{UPLOT}.axes[0]._values") == ["0.1", "1", "10"]  # lr 0.5 to 10
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
         _clean(w)
     finally:
         srv.close()
@@ -227,30 +309,46 @@ def _get(url: str) -> dict:
 
 
 def test_a_live_run_in_another_process_updates_without_a_reload(tmp_path, browser):
-    """A run that logs for a few seconds in its own process: the run's page shows new points, output and at
-    last ``ok``, the runs table its status, and neither page reloads."""
+    """A run that starts in its own process while the runs table is open, logs for a few seconds and fails: the
+    table puts its row in within one poll (no run was live: a poll every 5 s) and follows its status and info
+    cells; its page shows new points, output and at last ``failed`` with the traceback; nothing reloads."""
+    from casmon.runs.imported import write_run
+
     path = tmp_path / "store"
-    casmon.open(path).close()
-    env = {**os.environ, "CASMON_HEARTBEAT_S": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.ui.live_writer", str(path), "6"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    s = casmon.open(path)
+    write_run(s, comment="before", start=time.time() - 100, end=time.time() - 90, params={"lr": 0.5},
+              info={"final": 0.5}, metrics={"loss": ([0, 1], [1.0, 0.5], [time.time() - 100] * 2)})
+    s.close()
     srv = Served(path)
     base = f"http://127.0.0.1:{srv.port}"
+    proc = None
     try:
-        deadline = time.monotonic() + 30
-        while not [r for r in _get(base + "/api/runs?since=0")["runs"] if r["status"] == "running" and r["metrics"]]:
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
-            time.sleep(0.2)
         table = browser.new_page(viewport={"width": 1400, "height": 900})
         run = browser.new_page(viewport={"width": 1400, "height": 900})
         w1 = watch(table, lambda url: url.startswith(base + "/"))
         w2 = watch(run, lambda url: url.startswith(base + "/"))
         table.goto(base + "/", wait_until="load")
-        run.goto(base + "/run/1", wait_until="load")
-        for p in (table, run):
-            p.evaluate("window.notReloaded = true")
-        assert table.locator("tr[data-run='1'] td[data-col=status]").inner_text() == "running"
+        table.evaluate("window.notReloaded = true")
+        assert table.locator("#runs tbody tr").count() == 1
+        env = {**os.environ, "CASMON_HEARTBEAT_S": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "tests.ui.live_writer", str(path), "6", "fail"], cwd=ROOT,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not [r for r in _get(base + "/api/runs?since=0")["runs"] if r["status"] == "running" and r["metrics"]]:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        started = time.monotonic()
+        table.wait_for_selector("#runs tr[data-run='2'] td[data-col=status] .casmon-status", timeout=8_000)
+        assert time.monotonic() - started < 7  # one idle poll (5 s), not 15
+        assert table.locator("#runs tbody tr").first.get_attribute("data-run") == "2"  # newest first: on top
+        assert table.locator("#runs-count").inner_text() == "2 runs"
+        assert table.locator("#runs tr[data-run='2'] td[data-col=run] a").get_attribute("href") == "/run/2"
+        assert table.locator("#runs tr[data-run='2'] td[data-col='param.lr']").inner_text() == "0.1"
+        run.goto(base + "/run/2", wait_until="load")
+        run.evaluate("window.notReloaded = true")
+        assert table.locator("tr[data-run='2'] td[data-col=status]").inner_text() == "running"
         assert run.locator("#run-status").inner_text() == "running"
+        assert run.locator("#run-traceback").is_hidden()
         n = run.locator("#run-metrics tr[data-metric=loss] [data-k=n]")
         first = int(n.inner_text().replace(",", ""))
         run.wait_for_function(f"""() => {{
@@ -260,9 +358,17 @@ def test_a_live_run_in_another_process_updates_without_a_reload(tmp_path, browse
         points = run.evaluate("document.querySelector('#charts .chart-box[data-metric=loss] .chart-area').uplot"
                               ".data[0].length")
         assert points > 1
-        run.wait_for_function("() => document.querySelector('#run-status').textContent === 'ok'", timeout=30_000)
+        run.wait_for_function("() => document.querySelector('#run-status').textContent === 'failed'", timeout=30_000)
+        run.wait_for_selector("#run-traceback", state="visible", timeout=5_000)  # shown without a reload
+        assert "RuntimeError: diverged at step" in run.locator("#run-traceback").inner_text()
+        assert run.locator("h2#traceback").is_visible()
         table.wait_for_function(
-            "() => document.querySelector(\"tr[data-run='1'] td[data-col=status]\").textContent === 'ok'", timeout=30_000)
+            "() => document.querySelector(\"tr[data-run='2'] td[data-col=status]\").textContent === 'failed'",
+            timeout=30_000)
+        table.wait_for_function(  # an info value the run set at its end: its cell fills in
+            "() => document.querySelector(\"tr[data-run='2'] td[data-col='info.final']\").textContent === '0.9'",
+            timeout=10_000)
+        assert "new columns" in table.locator("#new-runs").inner_text()  # acc: a metric the table had no column for
         assert "step " in run.locator("#output-tail").inner_text()
         final = int(n.inner_text().replace(",", ""))
         assert final > first
@@ -274,10 +380,11 @@ def test_a_live_run_in_another_process_updates_without_a_reload(tmp_path, browse
         _clean(w2)
     finally:
         srv.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
-    assert proc.returncode == 0
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=60)
+    assert proc.returncode == 3  # it raised, as told
 
 
 def test_report_file_opens_offline(tmp_path, built, browser):  # noqa: F811
@@ -303,5 +410,21 @@ def test_report_file_opens_offline(tmp_path, built, browser):  # noqa: F811
     assert bg == "rgb(218, 251, 225)"  # the inline style sheet applied under the file's own policy
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
     page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    _clean(w)
+    # one run: its own page, offline too (a chart per metric and info curve, its output)
+    s = casmon.open(built["path"], read_only=True, trust=False, create=False)
+    try:
+        one, n = write_report(s, ["2"], tmp_path / "run2.html")
+    finally:
+        s.close()
+    assert n == 1
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    w = watch(page, lambda url: url.startswith("file://"))
+    page.goto(one.as_uri(), wait_until="load")
+    page.wait_for_selector("#charts[data-ready]")
+    assert page.locator("h1").inner_text() == f"Run 2-{HOSTILE}"
+    assert page.locator("#charts figure.chart-box canvas").count() == 3  # acc, loss, info curve
+    assert "training with lr=0.02" in page.locator("pre.output").inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
     _clean(w)
     assert not built["marker"].exists()

@@ -9,7 +9,56 @@
     "#bf3989", "#4c2889"];
   var POINTS = 2000; // buckets asked of the server per series: about the pixels of a wide chart, twice over
 
-  function colour(i) { return PALETTE[i % PALETTE.length]; }
+  // The i-th of n colours: the palette for up to ten lines; more, and n hues evenly spaced round the colour
+  // wheel (two lightnesses in turn), so no two lines of one chart share a colour.
+  function colour(i, n) {
+    if ((n || 0) <= PALETTE.length) { return PALETTE[i % PALETTE.length]; }
+    return hslHex((i * 360 / n + 210) % 360, 0.7, i % 2 ? 0.34 : 0.48);
+  }
+
+  function hslHex(h, s, l) {
+    var f = function (k) {
+      var t = (k + h / 30) % 12;
+      var v = l - s * Math.min(l, 1 - l) * Math.max(-1, Math.min(t - 3, 9 - t, 1));
+      return ("0" + Math.round(v * 255).toString(16)).slice(-2);
+    };
+    return "#" + f(0) + f(8) + f(4);
+  }
+
+  // A log scale's ticks: the powers of ten in view (each labelled alike: 0.0001 or 1e-5 on every tick of
+  // an axis), with 2 and 5 between them only when the view is within one decade (zoomed in).
+  function logSplits(u, axisIdx, min, max) {
+    if (!(min > 0) || !(max > 0)) { return []; }
+    var lo = Math.floor(Math.log10(min) + 1e-9), hi = Math.ceil(Math.log10(max) - 1e-9), out = [];
+    var steps = hi - lo < 2 ? [1, 2, 5] : [1];
+    var every = Math.max(1, Math.ceil((hi - lo) / 8));  // at most about eight labelled decades
+    for (var e = lo; e <= hi; e++) {
+      if ((e - lo) % every) { continue; }
+      steps.forEach(function (m) {
+        var v = m * Math.pow(10, e);
+        if (v >= min * (1 - 1e-9) && v <= max * (1 + 1e-9)) { out.push(Number(v.toPrecision(12))); }
+      });
+    }
+    return out;
+  }
+
+  function logValues(u, vals) {
+    var exps = vals.filter(function (v) { return v > 0; }).map(function (v) { return Math.floor(Math.log10(v) + 1e-9); });
+    var wide = exps.some(function (e) { return e < -4 || e > 5; });
+    return vals.map(function (v) {
+      if (!(v > 0)) { return ""; }
+      var e = Math.floor(Math.log10(v) + 1e-9), m = Math.round(v / Math.pow(10, e));
+      if (wide) { return m + "e" + e; }
+      return e < 0 ? v.toFixed(-e) : String(Math.round(v));
+    });
+  }
+
+  function logAxis(axis) {
+    axis.splits = logSplits;
+    axis.values = logValues;
+    axis.filter = function (u, splits) { return splits; };  // every tick labelled (uPlot's own blanks some)
+    return axis;
+  }
 
   function rgba(hex, a) {
     var n = parseInt(hex.slice(1), 16);
@@ -101,7 +150,8 @@
       var xs = xsOf(s, state.x, run);
       var enveloped = s.min && s.n > s.value.length;
       var o = ordered(xs, [s.value, enveloped ? s.min : null, enveloped ? s.max : null]);
-      lines.push({label: run.name, colour: colour(i), x: o[0], y: o[1], lo: o[2], hi: o[3], run: run, n: s.n});
+      lines.push({label: run.name, colour: colour(i, spec.runs.length), x: o[0], y: o[1], lo: o[2], hi: o[3], run: run,
+        n: s.n});
     });
     if (!state.group) { return lines; }
     var groups = {}, order = [];
@@ -110,6 +160,12 @@
       var key = v === undefined ? "(none)" : String(v);
       if (!groups[key]) { groups[key] = []; order.push(key); }
       groups[key].push(l);
+    });
+    // Legends in order: numbers by value, text as text, runs without the parameter last.
+    var numeric = order.every(function (k) { return k === "(none)" || (k !== "" && isFinite(Number(k))); });
+    order.sort(function (a, b) {
+      if (a === "(none)" || b === "(none)") { return (a === "(none)") - (b === "(none)"); }
+      return numeric ? Number(a) - Number(b) : (a < b ? -1 : a > b ? 1 : 0);
     });
     return order.map(function (key, gi) {
       var members = groups[key];
@@ -127,7 +183,7 @@
         hi.push(n ? mx : null);
       }
       return {label: state.group + "=" + key + " (" + members.length + (members.length === 1 ? " run)" : " runs)"),
-        colour: colour(gi), x: xs, y: mean, lo: lo, hi: hi, group: true};
+        colour: colour(gi, order.length), x: xs, y: mean, lo: lo, hi: hi, group: true};
     });
   }
 
@@ -212,7 +268,7 @@
       title: title, width: width, height: 260,
       scales: {x: {time: state.x === "time"}, y: state.log ? {distr: 3, log: 10} : {}},
       axes: [{label: X_LABELS[state.x] || "x", labelSize: 18, size: 40},
-        {label: title, labelSize: 18, size: 72, values: function (u, vals) { return vals.map(fmt); }}],
+        yAxis({label: title, labelSize: 18, size: 72}, state.log)],
       series: series,
       legend: {live: true},
       cursor: {drag: {x: true, y: false, setScale: true}},
@@ -222,6 +278,12 @@
     hideBandLegend(u);
     area.uplot = u;
     return u;
+  }
+
+  function yAxis(axis, log) {
+    if (log) { return logAxis(axis); }
+    axis.values = function (u, vals) { return vals.map(fmt); };
+    return axis;
   }
 
   // A band's edges are series of their own (uPlot draws what it has data for): their legend rows are
@@ -255,32 +317,47 @@
     pts.sort(function (a, b) { return a.xv - b.xv || a.i - b.i; });
     var xs = pts.map(function (p) { return p.xv; });
     var data = [xs], series = [{label: param, value: function (u, v) { return numeric ? fmt(v) : (cats[v] || "–"); }}];
+    // A log x (lr from 0.001 to 1): numbers above zero only; a run at zero or below is left out and named.
+    var logx = !!state.logx && numeric;
+    var dropped = logx ? pts.filter(function (p) { return !(p.x > 0); }) : [];
+    if (logx) { pts = pts.filter(function (p) { return p.x > 0; }); xs = pts.map(function (p) { return p.xv; }); data = [xs]; }
+    if (!pts.length) { area.appendChild(el("p", {"class": "muted"}, "no run has " + param + " above zero")); return null; }
     pts.forEach(function (p, j) {
       var ys = xs.map(function () { return null; });
       ys[j] = state.log && p.y <= 0 ? null : p.y;
       data.push(ys);
-      series.push({label: p.run.name, stroke: colour(p.i), fill: colour(p.i), paths: function () { return null; },
-        points: {show: true, size: 10, fill: colour(p.i)}, value: function (u, v) { return fmt(v); }});
+      var c = colour(p.i, spec.runs.length);
+      series.push({label: p.run.name, stroke: c, fill: c, paths: function () { return null; },
+        points: {show: true, size: 10, fill: c}, value: function (u, v) { return fmt(v); }});
     });
     var width = Math.max(240, Math.floor(area.clientWidth || 600));
     var xaxis = {label: param, labelSize: 18, size: 40};
     if (!numeric) {
       xaxis.splits = function () { return cats.map(function (_c, i) { return i; }); };
       xaxis.values = function (u, vals) { return vals.map(function (v) { return cats[v] === undefined ? "" : cats[v]; }); };
+    } else if (logx) {
+      logAxis(xaxis);
     }
     var pad = numeric ? 0 : 0.5;
     var opts = {
       title: metric + " (" + stat + ") by " + param, width: width, height: 300,
-      scales: {x: {time: false, range: function (u, mn, mx) {
+      scales: {x: logx ? {time: false, distr: 3, log: 10, range: function (u, mn, mx) {
+        var lo = Math.pow(10, Math.floor(Math.log10(mn))), hi = Math.pow(10, Math.ceil(Math.log10(mx)));
+        return hi > lo ? [lo, hi] : [lo / 10, hi * 10];
+      }} : {time: false, range: function (u, mn, mx) {
         if (!numeric) { return [-pad, cats.length - 1 + pad]; }
         var d = (mx - mn) || Math.abs(mx) || 1;
         return [mn - d * 0.05, mx + d * 0.05];
       }}, y: state.log ? {distr: 3, log: 10} : {}},
-      axes: [xaxis, {label: metric, labelSize: 18, size: 72, values: function (u, vals) { return vals.map(fmt); }}],
+      axes: [xaxis, yAxis({label: metric, labelSize: 18, size: 72}, state.log)],
       series: series, legend: {live: true}, cursor: {drag: {x: true, y: false, setScale: true}}
     };
     var u = new uPlot(opts, data, area);
     area.uplot = u;
+    if (dropped.length) {
+      area.appendChild(el("p", {"class": "muted"}, "left out on a log scale (" + param + " not above zero): " +
+        dropped.map(function (p) { return p.run.name; }).join(", ")));
+    }
     return u;
   }
 
@@ -368,10 +445,12 @@
     var scatterControls = el("span", {"class": "scatter-controls"});
     var ys = spec.metrics.filter(function (m) { return m.indexOf("info:") !== 0; }).map(function (m) { return [m, m]; })
       .concat((spec.scalars || []).map(function (m) { return [m, "info " + m.slice(5)]; }));
-    state.sy = ys.length ? ys[0][0] : "";
+    var main = ys.filter(function (y) { return y[0] === spec.default; });  // the main metric first (loss)
+    state.sy = main.length ? main[0][0] : ys.length ? ys[0][0] : "";
     scatterControls.appendChild(select("x", "sx", spec.params.map(function (p) { return [p, p]; }), state.sx));
     scatterControls.appendChild(select("y", "sy", ys, state.sy));
     scatterControls.appendChild(select("value", "stat", [["last", "last"], ["min", "min"], ["max", "max"]], "last"));
+    scatterControls.appendChild(checkbox("log x", "logx", false));
     controls.appendChild(scatterControls);
     controls.appendChild(checkbox("log scale", "log", false));
     var draw = function (fresh) {

@@ -1,11 +1,12 @@
 // casmon ui: the pages' conveniences. Every page works without them (plain links and GET forms); with
 // them, the runs table and a run's page follow running runs without a reload (polling the server's JSON
-// endpoints every 2 s while a run on the page is running), columns can be hidden, and the compare page
-// can show only what differs. Text from the server is set with textContent, never as markup.
+// endpoints every 2 s while a run on the page is running, every 5 s otherwise on the runs table, which
+// puts new runs in), columns can be hidden, and the compare page can show only what differs. Text from
+// the server is set with textContent, never as markup; a new row is built element by element.
 "use strict";
 (function () {
   var POLL_MS = 2000; // while a run on the page is running
-  var IDLE_POLL_MS = 15000; // the runs table otherwise: to notice new runs
+  var IDLE_POLL_MS = 5000; // the runs table otherwise: a new run shows within one poll
   var LIVE = {running: true, claimed: true};
 
   function $(sel, root) { return (root || document).querySelector(sel); }
@@ -19,11 +20,12 @@
   }
 
   var KNOWN_STATUS = {ok: 1, failed: 1, running: 1, killed: 1, lost: 1, claimed: 1, unreadable: 1};
-  function setStatus(cell, status) {
+  // ``text``: what the badge says ("killed (SIGTERM)"); the status alone picks its colour.
+  function setStatus(cell, status, text) {
     if (!cell) { return; }
     var badge = $(".casmon-status", cell) || cell.appendChild(document.createElement("span"));
     badge.className = "casmon-status" + (KNOWN_STATUS[status] ? " casmon-status-" + status : "");
-    badge.textContent = status;
+    badge.textContent = text || status;
   }
 
   function getJSON(url) {
@@ -61,31 +63,95 @@
     }
     var table = document.getElementById("runs");
     if (!table) { return; }
-    columnChooser(table);
+    var chooser = columnChooser(table);
     var serial = table.getAttribute("data-serial") || "0";
+    var insert = table.getAttribute("data-insert") || "";
     var notice = document.getElementById("new-runs");
-    var fresh = 0;
+    var count = document.getElementById("runs-count");
+    var fresh = 0, newColumns = false;
+    var columns = $$("thead tr:last-child th[data-col]", table).map(function (th) {
+      return {col: th.getAttribute("data-col"), group: th.getAttribute("data-in")};
+    });
+    var known = {};
+    columns.forEach(function (c) { known[c.col] = true; });
+    // The text cells of a row, as the server's table shows them (a sparkline stays: its text is the same).
+    var fill = function (row, r) {
+      row.setAttribute("data-status", r.status);
+      setStatus($("td[data-col=status]", row), r.status, r.status_text);
+      Object.keys(r.cells || {}).forEach(function (col) {
+        if (col === "run" || col === "status") { return; }
+        if (!known[col]) {  // a column the page has not (unless the page left columns out)
+          if (r.cells[col] !== "" && table.getAttribute("data-cut") === "0") { newColumns = true; }
+          return;
+        }
+        var td = $("td[data-col=\"" + CSS.escape(col) + "\"]", row);
+        if (!td) { return; }
+        var target = col === "commit" ? ($("code", td) || td) : td;
+        if (target.textContent !== r.cells[col]) { target.textContent = r.cells[col]; }
+      });
+    };
+    // A run that started since the page was made, as a row like the server's.
+    var newRow = function (r) {
+      var row = document.createElement("tr");
+      row.setAttribute("data-run", r.tail);
+      var box = document.createElement("td");
+      var check = document.createElement("input");
+      check.type = "checkbox";
+      check.name = "run";
+      check.value = r.tail;
+      check.setAttribute("aria-label", "select " + r.name);
+      box.appendChild(check);
+      row.appendChild(box);
+      columns.forEach(function (c) {
+        var td = document.createElement("td");
+        td.setAttribute("data-col", c.col);
+        if (c.col === "run") {
+          td.className = "name";
+          var a = document.createElement("a");
+          a.href = "/run/" + encodeURIComponent(r.tail);
+          a.textContent = r.name;
+          td.appendChild(a);
+        } else if (c.col === "commit") {
+          td.appendChild(document.createElement("code"));
+        } else if (c.col === "start") {
+          td.className = "when";
+        } else if (c.group !== "fixed" || c.col === "duration") {
+          td.className = c.group === "params" ? "num param" : "num";
+        }
+        row.appendChild(td);
+      });
+      fill(row, r);
+      return row;
+    };
     poll(function () {
       return getJSON("/api/runs?since=" + encodeURIComponent(serial)).then(function (got) {
         serial = String(got.serial);
-        (got.runs || []).forEach(function (r) {
+        var body = $("tbody", table), added = 0;
+        (got.runs || []).slice().reverse().forEach(function (r) {  // oldest change first: newest run on top
           var row = $("tr[data-run=\"" + CSS.escape(r.tail) + "\"]", table);
-          if (!row) { if (r["new"]) { fresh += 1; } return; }
-          row.setAttribute("data-status", r.status);
-          setStatus($("td[data-col=status]", row), r.status);
-          var d = $("td[data-col=duration]", row);
-          if (d) { d.textContent = r.elapsed_text; }
-          Object.keys(r.metrics || {}).forEach(function (m) {
-            var c = $("td[data-col=\"metric." + CSS.escape(m) + "\"]", row);
-            if (c) { c.textContent = r.metrics[m].last_text; }
-          });
+          if (row) { fill(row, r); return; }
+          if (!r["new"]) { return; }
+          if (!insert) { fresh += 1; return; }
+          row = newRow(r);
+          if (insert === "top") { body.insertBefore(row, body.firstChild); } else { body.appendChild(row); }
+          added += 1;
         });
-        if (notice && fresh) {
-          notice.hidden = false;
-          $("span", notice).textContent = fresh === 1 ? "1 new run" : fresh + " new runs";
+        if (added) {
+          chooser.apply();
+          if (count) {
+            var n = parseInt(count.getAttribute("data-n"), 10) + added;
+            count.setAttribute("data-n", String(n));
+            count.textContent = n === 1 ? "1 run" : n.toLocaleString("en-US") + " runs";
+          }
         }
-        return $$("tr[data-status]", table).some(function (row) { return LIVE[row.getAttribute("data-status")]; })
-          ? POLL_MS : IDLE_POLL_MS;
+        if (notice && (fresh || newColumns)) {
+          var parts = [];
+          if (fresh) { parts.push(fresh === 1 ? "1 new run" : fresh + " new runs"); }
+          if (newColumns) { parts.push("new columns"); }
+          notice.hidden = false;
+          $("span", notice).textContent = parts.join(" and ");
+        }
+        return anyLive(table) ? POLL_MS : IDLE_POLL_MS;
       });
     }, anyLive(table) ? POLL_MS : IDLE_POLL_MS);
   }
@@ -94,16 +160,33 @@
     return $$("[data-status]", root).some(function (e) { return LIVE[e.getAttribute("data-status")]; });
   }
 
-  // Columns hidden by the reader, kept in this browser (localStorage) for every casmon ui page.
+  // Columns hidden by the reader, kept in this browser (localStorage) for every casmon ui page. The group
+  // header row spans what is left of each group (the first group: the box column and the fixed columns).
   function columnChooser(table) {
     var box = document.getElementById("column-chooser");
-    if (!box) { return; }
     var key = "casmon.hidden-columns";
     var hidden = stored(key, []);
-    var list = $(".columns", box);
+    var apply = function () {
+      $$("[data-col]", table).forEach(function (e) {
+        e.classList.toggle("col-hidden", hidden.indexOf(e.getAttribute("data-col")) >= 0);
+      });
+      $$("thead th[data-group]", table).forEach(function (g) {
+        var heads = $$("thead tr:last-child th[data-in=\"" + g.getAttribute("data-group") + "\"]", table);
+        var n = heads.filter(function (th) { return !th.classList.contains("col-hidden"); }).length;
+        g.colSpan = Math.max(n, 1);
+        g.classList.toggle("col-hidden", n === 0);
+      });
+    };
+    if (!box) { return {apply: apply}; }
+    var list = $(".columns", box), group = "fixed";
     $$("thead th[data-col]", table).forEach(function (th) {
       var col = th.getAttribute("data-col");
       if (col === "run") { return; }
+      if (th.getAttribute("data-in") !== group) {  // each group's columns under its name (loss, and loss)
+        group = th.getAttribute("data-in");
+        var head = $("thead th[data-group=\"" + group + "\"]", table);
+        list.appendChild(document.createElement("b")).textContent = head ? head.textContent : group;
+      }
       var label = document.createElement("label");
       var c = document.createElement("input");
       c.type = "checkbox";
@@ -113,18 +196,6 @@
       label.appendChild(document.createTextNode(" " + (th.getAttribute("data-label") || col)));
       list.appendChild(label);
     });
-    var apply = function () {
-      $$("[data-col]", table).forEach(function (e) {
-        e.classList.toggle("col-hidden", hidden.indexOf(e.getAttribute("data-col")) >= 0);
-      });
-      $$("thead th[data-group]", table).forEach(function (g) {
-        var n = $$("thead th[data-col][data-in=\"" + g.getAttribute("data-group") + "\"]", table).filter(function (th) {
-          return !th.classList.contains("col-hidden");
-        }).length;
-        g.colSpan = Math.max(n, 1);
-        g.classList.toggle("col-hidden", n === 0);
-      });
-    };
     list.addEventListener("change", function (e) {
       var col = e.target.value;
       hidden = hidden.filter(function (c) { return c !== col; });
@@ -134,6 +205,7 @@
     });
     box.hidden = false;
     apply();
+    return {apply: apply};
   }
 
   // -- one run: status, elapsed time, latest metric values and the output's tail, while it runs --
@@ -141,11 +213,17 @@
     var live = document.getElementById("run-live");
     if (!live) { return; }
     var tail = live.getAttribute("data-run");
-    if (!LIVE[live.getAttribute("data-status")]) { return; }
+    if (!LIVE[live.getAttribute("data-status")] || live.hasAttribute("data-standalone")) { return; }
     poll(function () {
       return getJSON("/api/run/" + encodeURIComponent(tail)).then(function (r) {
         live.setAttribute("data-status", r.status);
-        setStatus(document.getElementById("run-status"), r.status);
+        setStatus(document.getElementById("run-status"), r.status, r.status_text);
+        var tb = document.getElementById("run-traceback");
+        if (tb && r.traceback && tb.textContent !== r.traceback) {  // it failed while the page was open
+          tb.textContent = r.traceback;
+          tb.hidden = false;
+          document.getElementById("traceback").hidden = false;
+        }
         var el = document.getElementById("run-elapsed");
         if (el) { el.textContent = r.elapsed_text; }
         var body = $("#run-metrics tbody");
@@ -205,7 +283,7 @@
         mine.forEach(function (r) {
           var e = $("[data-run=\"" + CSS.escape(r.tail) + "\"]", cmp);
           e.setAttribute("data-status", r.status);
-          setStatus(e, r.status);
+          setStatus(e, r.status, r.status_text);
         });
         if (mine.length) { document.dispatchEvent(new CustomEvent("casmon:runs", {detail: {runs: mine}})); }
         return anyLive(cmp) ? POLL_MS : null;
