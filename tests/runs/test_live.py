@@ -224,3 +224,67 @@ def test_output_batches_join_into_what_the_terminal_shows_wherever_they_are_cut(
             collapse_carriage_returns(text)
 
     check()
+
+
+THREADS = r"""
+import sys, threading, time, casmon
+store = sys.argv[1]
+
+def worker():
+    with casmon.record(store=store, capture_output=False, comment="thread") as run:
+        for i in range(100000):
+            run.log(x=i)
+            time.sleep(0.01)
+
+t = threading.Thread(target=worker, daemon=True)
+with casmon.record(store=store, capture_output=False, comment="main") as run:
+    t.start()
+    time.sleep(0.5)
+    print("ready", flush=True)
+    try:
+        t.join()
+    finally:
+        print("main finally", flush=True)
+"""
+
+
+def test_sigterm_saves_a_worker_threads_run_too_and_ends_the_process(tmp_path):
+    store = str(tmp_path / "s")
+    p = subprocess.Popen([sys.executable, "-c", THREADS, store], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == -signal.SIGTERM, err
+    runs = {r.manifest["comment"]: r for r in casmon.list_runs(casmon.open(store, create=False, read_only=True))}
+    assert {k: (r.status, r.manifest.get("signal")) for k, r in runs.items()} == {
+        "main": ("killed", "SIGTERM"), "thread": ("killed", "SIGTERM")}
+    assert len(runs["thread"].metric("x")) > 0
+
+
+FORK_LEAVES = r"""
+import os, sys, casmon
+with casmon.record(store=sys.argv[1], capture_output=False) as run:
+    run.log(x=1.0)
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # the child leaves its parent's block
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status), flush=True)
+    run.log(x=2.0)
+"""
+
+
+def test_a_forked_child_leaving_its_parents_block_ends_no_run_and_exits(tmp_path):
+    store = str(tmp_path / "s")
+    p = subprocess.run([sys.executable, "-c", FORK_LEAVES, store], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "child 0" in p.stdout, p.stderr
+    r = _run(store)
+    assert r.status == "ok" and r.metric("x").values.tolist() == [1.0, 2.0]
+
+
+def test_a_slow_heartbeat_write_is_allowed_for():
+    now = 1000.0
+    assert live.is_lost(now - 3.5, 1.0, now, 0.0) and not live.is_lost(now - 3.5, 1.0, now, 1.5)
+    assert live.is_lost(now - 6.5, 1.0, now, 1.5) and live.is_lost(now - 3.5, 1.0, now, float("inf"))

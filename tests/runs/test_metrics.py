@@ -240,3 +240,34 @@ def test_a_crafted_ref_and_batches_give_clear_errors_or_are_left_out(store):
 
     out = cli("runs", "--store", str(store.url)).stdout
     assert "running" in out
+    store.set_ref(r.ref, d, {"heartbeat": -1e300, "heartbeat_s": 1.0, "metrics": {"x": {"n": float("inf")}}})
+    shown = cli("show", r.name, "--store", str(store.url)).stdout
+    assert f"run {r.name}" in shown and "running" in shown
+
+
+def test_a_signal_a_flush_defers_arrives_after_it_whichever_thread_the_kernel_hands_it_to():
+    import os
+    import signal
+    import threading
+    import time
+
+    from casmon.store import lifecycle
+
+    class Arrived(Exception):
+        pass
+
+    def raiser(signum, frame):
+        raise Arrived()
+
+    old = signal.signal(signal.SIGHUP, raiser)
+    steps = []
+    try:
+        with pytest.raises(Arrived):
+            with lifecycle.signals_deferred():
+                threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGHUP)).start()  # not the main thread
+                for i in range(20):
+                    time.sleep(0.01)
+                    steps.append(i)
+        assert steps == list(range(20))  # the step was not cut
+    finally:
+        signal.signal(signal.SIGHUP, old)
