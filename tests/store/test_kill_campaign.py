@@ -25,7 +25,7 @@ Writers stopped for verify are continued before gc may run again, and gc waits
 1.5 s more (longer than ``MIN_GRACE``): a process stopped inside its flush is
 outside the protocol's assumptions only if gc sweeps meanwhile.
 
-The default run is quick (16 kills on two stores); ``--runslow`` runs 9
+``--runslow`` runs a quick campaign (16 kills on two stores) and 9
 stores of 24 kills each (216 kills). Figures are printed at the end ("campaign: ...").
 """
 
@@ -781,6 +781,7 @@ def _campaign(tmp_path, min_grace, figures, stores: int, kills: int, seed: int, 
         Campaign(d, seed + k, kills, figures, writers=writers).run()
 
 
+@pytest.mark.slow
 def test_kill_campaign(tmp_path, min_grace, figures):
     """16 kills of every kind of writer on two stores (three writers at a time) while gc loops at grace 1 s."""
     _campaign(tmp_path, min_grace, figures, stores=2, kills=8, seed=11, writers=3)

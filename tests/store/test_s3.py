@@ -198,14 +198,14 @@ def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch)
     from tests.support import workers as _workers
 
     ctx = multiprocessing.get_context("spawn")
-    pool = ctx.Pool(4)
+    pool = ctx.Pool(3)
     try:
-        results = pool.map(_workers.work, range(400), chunksize=10)
+        results = pool.map(_workers.work, range(240), chunksize=10)
     finally:
         pool.close()
         pool.join()  # workers exit normally: each flushes at exit
-    assert results == [(i % 20) ** 2 for i in range(400)]
-    _many_writers_check(loc, 400)
+    assert results == [(i % 20) ** 2 for i in range(240)]
+    _many_writers_check(loc, 240)
 
 
 @pytest.mark.parametrize("kind", ["local", "s3"])
@@ -216,11 +216,11 @@ def test_dask_cluster_writes_one_store(kind, tmp_path, request, monkeypatch):
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster:
         with distributed.Client(cluster) as client:
-            futures = client.map(_workers.work, range(300), pure=False)
+            futures = client.map(_workers.work, range(160), pure=False)
             results = client.gather(futures)
             client.run(_workers.flush)  # workers are long-lived: flush before the cluster goes
-    assert results == [(i % 20) ** 2 for i in range(300)]
-    _many_writers_check(loc, 300)
+    assert results == [(i % 20) ** 2 for i in range(160)]
+    _many_writers_check(loc, 160)
 
 
 @pytest.mark.skipif(not __import__("shutil").which("mpiexec") or __import__("importlib").util.find_spec("mpi4py") is None,
