@@ -1,7 +1,7 @@
 """Reliability by fault injection: killed writers, damaged bytes, full disks, fuzzed input, gc under load.
 
-The default run is quick; `pytest --runslow` runs the long variants (50+ kills,
-a longer soak). Figures are printed at the end of the run ("reliability figures").
+The default run is quick: the kill campaign and the gc soak run with `pytest --runslow` only,
+in a quick and a long variant (50+ kills, a longer soak). Figures are printed at the end of the run ("reliability figures").
 """
 
 import errno
@@ -191,7 +191,8 @@ def _one_kill(loc: str, rng: random.Random) -> tuple[int, int]:
     return p.pid, max(flushed, default=-1), "recording" in lines
 
 
-@pytest.mark.parametrize("kills", [pytest.param(8, id="quick"), pytest.param(60, id="long", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kills", [pytest.param(8, id="quick", marks=pytest.mark.slow),
+                                   pytest.param(60, id="long", marks=pytest.mark.slow)])  # a kill campaign: --runslow
 def test_sigkill_at_random_moments(tmp_path, kills, figures):
     loc = str(tmp_path / "s")
     rng = random.Random(1234 + kills)
@@ -375,7 +376,8 @@ SOAK_GC = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("seconds", [pytest.param(8, id="quick"), pytest.param(60, id="long", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seconds", [pytest.param(8, id="quick", marks=pytest.mark.slow),
+                                     pytest.param(60, id="long", marks=pytest.mark.slow)])  # a soak: --runslow
 def test_gc_never_removes_what_writers_use(tmp_path, seconds, figures):
     loc = str(tmp_path / "s")
     casmon.open(loc).close()

@@ -304,7 +304,7 @@ store.close()
 """
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.slow)])  # s3: a soak, --runslow
 def test_revive_an_orphan_at_the_most_aggressive_grace(where, tmp_path, request):
     """Issue 11's case 2, as a user meets it: orphan, gc, rerun, gc -- at grace 1 s, locally and on S3."""
     import subprocess
