@@ -192,7 +192,7 @@ def _shared_location(kind, name, tmp_path, request, monkeypatch) -> str:
     return loc
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.slow)])  # s3: a soak, --runslow
 def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch):
     loc = _shared_location(kind, "mp", tmp_path, request, monkeypatch)
     from tests.support import workers as _workers
@@ -208,7 +208,7 @@ def test_spawned_processes_write_one_store(kind, tmp_path, request, monkeypatch)
     _many_writers_check(loc, 240)
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.slow)])  # s3: a soak, --runslow
 def test_dask_cluster_writes_one_store(kind, tmp_path, request, monkeypatch):
     distributed = pytest.importorskip("distributed")
     loc = _shared_location(kind, "dask", tmp_path, request, monkeypatch)
