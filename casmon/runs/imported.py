@@ -19,7 +19,7 @@ import xxhash
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
-from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS
+from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
 from casmon.runs.metrics import INLINE_POINTS, KIND_METRICS, check_name, metrics_key, series_digest
 from casmon.store.store import Store
 
@@ -28,20 +28,6 @@ __all__ = ["write_run", "imported_ids", "BATCH_POINTS"]
 #: Points of one metric per record (a stored value) when importing.
 BATCH_POINTS = 1 << 20
 STATUSES = ("ok", "failed", "killed", "lost", "running")
-
-
-def _claim(store: Store, prefix: str) -> tuple[int, str]:
-    taken = []
-    for name in store.refs(RUN_REFS):
-        tail = name[len(RUN_REFS) + 1 :]
-        if tail.startswith(prefix) and tail[len(prefix) :].isdigit():
-            taken.append(int(tail[len(prefix) :]))
-    n = max(taken, default=0) + 1
-    while True:
-        ref = f"{RUN_REFS}/{prefix}{n}"
-        if store.create_ref(ref, None, {"status": "claimed", "time": time.time()}):
-            return n, ref
-        n += 1
 
 
 def _cell(store: Store, v: Any, refs: list[Digest]) -> Any:
@@ -63,7 +49,7 @@ def write_run(store: Store, *, prefix: str = "", comment: str = "", status: str 
         raise ValueError(f"write_run: prefix may hold letters, digits, '_', '.', '-' only: {prefix!r}")
     if status not in STATUSES:
         raise ValueError(f"write_run: status must be one of {', '.join(STATUSES)}, got {status!r}")
-    n, ref = _claim(store, prefix)
+    n, ref = claim_run_number(store, prefix)
     name = f"{prefix}{n}" + (f"-{comment}" if comment else "")
     refs: list[Digest] = []
     summary: dict[str, dict[str, Any]] = {}

@@ -9,16 +9,36 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NoReturn
+import time
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from casmon.errors import DamagedObjectError
 
-__all__ = ["KIND_RUN", "RUN_REFS", "PREFIX_RE", "check_run_manifest", "is_value_ref", "is_plain_json", "is_json"]
+if TYPE_CHECKING:
+    from casmon.store.store import Store
+
+__all__ = ["KIND_RUN", "RUN_REFS", "PREFIX_RE", "claim_run_number", "check_run_manifest", "is_value_ref", "is_plain_json", "is_json"]
 
 KIND_RUN = "run"  # one record per run, keyed by its ref: lists every value the run needs, for gc
 RUN_REFS = "runs"  # refs runs/{prefix}{n} claim run numbers and point at the newest manifest
 #: What a run prefix may hold (run names are ``{prefix}{n}[-{comment}]``).
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
+
+
+def claim_run_number(store: Store, prefix: str) -> tuple[int, str]:
+    """``(n, ref)``: the first free ``runs/{prefix}{n}`` above those taken, made create-if-absent (two processes
+    claiming at once never get one number)."""
+    taken = []
+    for name in store.refs(RUN_REFS):
+        tail = name[len(RUN_REFS) + 1 :]
+        if tail.startswith(prefix) and tail[len(prefix) :].isdigit():
+            taken.append(int(tail[len(prefix) :]))
+    n = max(taken, default=0) + 1
+    while True:
+        ref = f"{RUN_REFS}/{prefix}{n}"
+        if store.create_ref(ref, None, {"status": "claimed", "time": time.time()}):
+            return n, ref
+        n += 1
 
 
 def is_plain_json(v: Any) -> bool:

@@ -42,7 +42,7 @@ from casmon.keys.fingerprint import fingerprint
 from casmon.runs import live, signals
 from casmon.runs.capture import OutputCapture
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
-from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS, is_plain_json
+from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number, is_plain_json
 from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
@@ -405,17 +405,7 @@ class record:
     def claim_number(self, store: Store) -> tuple[int, str]:
         """Claim the run's number: ``(n, ref)``, the first free ``runs/{prefix}{n}`` above those taken, made
         create-if-absent (a subclass may claim its own way: FineCache also makes a run folder)."""
-        taken = []
-        for name in store.refs(RUN_REFS):
-            tail = name[len(RUN_REFS) + 1 :]
-            if tail.startswith(self.prefix) and tail[len(self.prefix) :].isdigit():
-                taken.append(int(tail[len(self.prefix) :]))
-        n = max(taken, default=0) + 1
-        while True:
-            ref = f"{RUN_REFS}/{self.prefix}{n}"
-            if store.create_ref(ref, None, {"status": "claimed", "time": time.time()}):
-                return n, ref
-            n += 1
+        return claim_run_number(store, self.prefix)
 
     def _write(self, run: Run) -> None:
         store = run.store

@@ -92,26 +92,24 @@ def uninstall() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     with _lock:
-        for sig, prev in list(_previous.items()):
-            try:
-                if signal.getsignal(sig) is _handler:
-                    signal.signal(sig, prev)
-            except (ValueError, OSError):
-                pass
-            del _previous[sig]
+        _restore()
 
 
-def forget_in_child() -> None:
-    """In a forked child: put the handlers back that were there before casmon's."""
-    global _lock
-    _lock = threading.Lock()
+def _restore() -> None:
     for sig, prev in list(_previous.items()):
         try:
             if signal.getsignal(sig) is _handler:
                 signal.signal(sig, prev)
         except (ValueError, OSError):
             pass
-    _previous.clear()
+        del _previous[sig]
+
+
+def forget_in_child() -> None:
+    """In a forked child: put the handlers back that were there before casmon's."""
+    global _lock
+    _lock = threading.Lock()  # the parent's may have been held by another thread at the fork
+    _restore()
 
 
 def redeliver(signum: int) -> None:

@@ -207,36 +207,33 @@ class _Malformed(Exception):
     """A record whose checksum is fine but whose bytes are not the message expected."""
 
 
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``b[i:]`` and the offset after it (IndexError if ``b`` ends inside it)."""
+    v = shift = 0
+    while True:
+        x = b[i]
+        i += 1
+        v |= (x & 0x7F) << shift
+        if x < 0x80:
+            return v, i
+        shift += 7
+        if shift > 63:
+            raise _Malformed("a varint longer than 10 bytes")
+
+
 def _fields(b: bytes) -> Iterator[tuple[int, int, Any]]:
     """``(field number, wire type, value)`` of a message: an int (varint), or bytes (fixed 64/32, length-delimited)."""
     i, end = 0, len(b)
     try:
         while i < end:
             key = b[i]
-            i += 1
-            if key >= 0x80:
-                key &= 0x7F
-                shift = 7
-                while True:
-                    x = b[i]
-                    i += 1
-                    key |= (x & 0x7F) << shift
-                    if x < 0x80:
-                        break
-                    shift += 7
+            if key < 0x80:  # field numbers below 16: one byte, the common case
+                i += 1
+            else:
+                key, i = _varint(b, i)
             wt = key & 7
             if wt == 0:
-                v = 0
-                shift = 0
-                while True:
-                    x = b[i]
-                    i += 1
-                    v |= (x & 0x7F) << shift
-                    if x < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise _Malformed("a varint longer than 10 bytes")
+                v, i = _varint(b, i)
                 yield key >> 3, 0, v
             elif wt == 1:
                 if i + 8 > end:
@@ -244,15 +241,7 @@ def _fields(b: bytes) -> Iterator[tuple[int, int, Any]]:
                 yield key >> 3, 1, b[i:i + 8]
                 i += 8
             elif wt == 2:
-                n = 0
-                shift = 0
-                while True:
-                    x = b[i]
-                    i += 1
-                    n |= (x & 0x7F) << shift
-                    if x < 0x80:
-                        break
-                    shift += 7
+                n, i = _varint(b, i)
                 if i + n > end:
                     raise _Malformed("a truncated length-delimited field")
                 yield key >> 3, 2, b[i:i + n]
