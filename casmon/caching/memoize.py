@@ -9,9 +9,12 @@ A cache entry is a record of kind ``cache`` under that key, pointing at the
 result's digest: no file per entry, and a result that is already stored (the
 same array returned by many calls) is not stored again.
 
-Concurrency: no locks. Two processes that miss the same key at once both
-compute it and both store it; the second does not wait for the first. Both
-entries point at equal results, and either is used.
+Concurrency: a slow call (see :mod:`~casmon.caching.claims`) is computed once
+across processes and threads: a process that misses a key another live
+process is computing waits for its result, and takes the computation over if
+that process dies. No lock is held across calls, and no result depends on a
+claim: where two processes compute one key anyway, both entries point at equal
+results, and either is used.
 
 Failures never cost the caller a result: an argument that cannot be hashed, a
 result that cannot be pickled, a full disk or a damaged stored result each give
@@ -20,7 +23,8 @@ one warning, and the function's own result is returned.
 This module only memoizes (after joblib's ``memory.py``): file digests are in
 :mod:`~casmon.caching.files`, pickling for worker processes in
 :mod:`~casmon.caching.workers`, entries, eviction and admin in
-:mod:`~casmon.caching.entries`.
+:mod:`~casmon.caching.entries`, compute claims in :mod:`~casmon.caching.claims`,
+why a call missed in :mod:`~casmon.caching.explain`.
 """
 
 from __future__ import annotations
@@ -34,11 +38,14 @@ import threading
 import time
 import types
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from datetime import timedelta
 from typing import Any, NamedTuple
 
-from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, KIND_USE, ResultRef, name_digest, newest_per_key
+from casmon.caching import claims, explain, versions
+from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_USE, ResultRef, name_digest, newest_per_key
 from casmon.caching.files import files_key_value
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
@@ -48,7 +55,6 @@ from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, fingerprint
 from casmon.store.store import Store, default_store
 from casmon.view import display
-from casmon.view.text import plural
 
 __all__ = ["cache", "cache_with", "CacheInfo", "CacheWarning", "CachedFunction", "CacheState", "KEY_FORMAT", "observers"]
 
@@ -79,6 +85,34 @@ class _Param(NamedTuple):
 
 
 _EMPTY = inspect.Parameter.empty
+
+
+class _Held:
+    """What a computing call holds: its key in this process's in-flight map, and maybe a store claim."""
+
+    __slots__ = ("key", "event", "claim")
+
+    def __init__(self, key: bytes, event: threading.Event, claim: claims.Claim | None) -> None:
+        self.key, self.event, self.claim = key, event, claim
+
+
+def _wait_option(wait: Any, name: str) -> bool | float:
+    if isinstance(wait, bool):
+        return wait
+    if isinstance(wait, (int, float)) and wait >= 0 and wait == wait:
+        return float(wait)
+    raise ValueError(f"@cache of {name}: wait= is True, False or a number of seconds to wait at most, got {wait!r}")
+
+
+def _expires_option(expires: Any, name: str) -> float | None:
+    if expires is None:
+        return None
+    if isinstance(expires, timedelta):
+        expires = expires.total_seconds()
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > 0 or expires == float("inf"):
+        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0, "
+                         f"got {expires!r}")
+    return float(expires)
 
 
 class _Usage:
@@ -130,6 +164,8 @@ FILES_RECORDED = 1000
 #: A result whose manifest is at most this long (a small JSON or pickle value, no chunks) is copied
 #: into its cache entry: a hit in a fresh process then reads one table block, not the index and a pack.
 INLINE_MAX = 256
+#: A process sees a `cache clear` made by another within this many seconds (its hits re-read the clears).
+CLEAR_CHECK_S = 1.0
 
 
 # -- the state behind one cached function ---------------------------------------------------------------
@@ -147,20 +183,15 @@ def _user_stacklevel() -> int:
     return level
 
 
-_checked_versions: dict = {}  # (id(store), name) -> the version last checked against the store in this process
-#: The code-change warning counts entries per version only in cache tables up to this size (it reads them all).
-VERSION_COUNT_MAX = 1_000_000
 #: The first misses of a function whose key is computed again, to find arguments that never hash the same.
 STABILITY_CHECKS = 2
-#: Code-change warnings per function and process; the last one says no more follow.
-VERSION_WARNINGS_MAX = 5
-_version_warnings: dict[str, int] = {}
 
 
 class CacheState:
     """The state behind one decorated function."""
 
-    def __init__(self, fn, store, ignore, hashers, version, label, memory_entries, files=()) -> None:
+    def __init__(self, fn, store, ignore, hashers, version, label, memory_entries, files=(), wait=True,
+                 expires_after=None) -> None:
         self.fn = fn
         self.name = function_name(fn)
         self._store_arg = store
@@ -181,8 +212,11 @@ class CacheState:
             raise ValueError(f"@cache of {self.name}: parameter {sorted(both)[0]!r} is in files= and in ignore= or hashers=")
         self.version_pin = version
         self.label = label
+        self.wait = _wait_option(wait, self.name)
+        self.expires = _expires_option(expires_after, self.name)
         self._options = {"store": store, "ignore": list(ignore or ()), "hashers": dict(hashers or {}), "version": version,
-                         "label": label, "memory_entries": memory_entries, "files": list(files or ())}
+                         "label": label, "memory_entries": memory_entries, "files": list(files or ()), "wait": wait,
+                         "expires_after": expires_after}
         self._simple = all(p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY) for p in self.params)
         self._npos = sum(1 for p in self.params if p.kind != inspect.Parameter.KEYWORD_ONLY)
         self._names = names
@@ -207,6 +241,10 @@ class CacheState:
         self._warned: set = set()
         self._stability_checks = 0  # misses whose key was computed again (see _check_stable)
         self._cleared_at: float | None = None
+        self._clears_seen = time.monotonic()
+        self._recent: deque[float] = deque(maxlen=4)  # seconds of the last computed calls: slow ones claim
+        self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
+        self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         return reduce_state(self)
@@ -279,75 +317,18 @@ class CacheState:
     def _check_version(self, version: Digest) -> None:
         """When this code is not the version cached last, say which results are used now (once per change)."""
         try:
-            store = self.store
-            done = (id(store), self.name)
-            if _checked_versions.get(done) == version:
-                return
-            nd = name_digest(self.name)
-            seen = store.lookup(KIND_FN, nd)
-            latest = max(seen, key=lambda r: r.get("time", 0)) if seen else None
-            if (latest is not None and latest.get("version") != version.hex() and self.version_pin is None
-                    and "<lambda>" not in self.name):
-                n = _version_warnings[self.name] = _version_warnings.get(self.name, 0) + 1
-                if n <= VERSION_WARNINGS_MAX:  # code that changes at every call (a global it mutates) would flood
-                    msg = self._version_message(version, seen)
-                    if n == VERSION_WARNINGS_MAX:
-                        msg += " Further changes of its code in this process are not reported."
-                    warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
-            if latest is None or latest.get("version") != version.hex():
-                store.append(KIND_FN, {"fn": self.name, "version": version.hex(), "time": time.time()}, key=nd)
-            _checked_versions[done] = version
+            msg = versions.check_version(self, version)
         except CasmonError as e:
             self.warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")
+            return
+        if msg:
+            warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
 
-    def _version_message(self, version: Digest, seen: list[dict]) -> str:
-        """What happens now that the code is ``version``: which entries are used, how many other versions hold."""
-        vh = version.hex()
-        first = min((r.get("time", 0) for r in seen if r.get("version") == vh), default=None)
-        mine, others, other_versions, unknown = self._entries_by_version(vh)
-        if others is None:
-            rest = "entries of other versions stay in the store, unused while the code is as it is now"
-        elif others == 0:
-            rest = "no entries of other versions remain"
-        else:
-            rest = (f"{plural(others, 'entry', 'entries')} of {plural(other_versions or 0, 'other version')} stay in the store, "
-                    "unused while the code is as it is now")
-        if unknown:
-            rest += f" ({plural(unknown, 'older entry', 'older entries')} {'does' if unknown == 1 else 'do'} not say its version)"
-        free = (f"`casmon cache clear {self.name}`, then two `casmon gc` an hour apart (or `casmon gc --now` while "
-                "nothing else writes), frees the space of all of them.")
-        if first is not None:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
-            used = ("its entries are used" if not mine and (mine is None or unknown) else
-                    "none of its entries remain, so calls compute again" if not mine else
-                    f"its {plural(mine, 'entry', 'entries')} {'is' if mine == 1 else 'are'} used")
-            return (f"casmon: the code of {self.name} matches a version cached before (first seen {when}), not the "
-                    f"one cached last: {used}; {rest}. {free}")
-        return (f"casmon: the code of {self.name} (or of a function it calls, or a value it reads) changed since its "
-                f"results were cached: this version has none yet, so calls compute again; {rest} (used again if the "
-                f"code goes back). {free}")
-
-    def _entries_by_version(self, vh: str) -> tuple[int | None, int | None, int | None, int]:
-        """``(entries of version vh, entries of other versions, how many other versions, entries that do not
-        say their version)``, one per key (entries written before casmon recorded versions say none);
-        ``(None, None, None, 0)`` when the cache table is too large to read for a warning."""
-        store = self.store
-        if store.table(KIND).count() > VERSION_COUNT_MAX:
-            return None, None, None, 0
-        cleared = self._cleared_time(refresh=True)
-        live = newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
-                               if r.get("fn") == self.name and r.get("time", 0) > cleared)
-        mine, versions, others, unknown = 0, set(), 0, 0
-        for _k, r in live.values():
-            v = r.get("v")
-            if v == vh:
-                mine += 1
-            elif v is None:
-                unknown += 1
-            else:
-                others += 1
-                versions.add(v)
-        return mine, others, len(versions), unknown
+    def current_parts(self) -> dict[str, Any]:
+        """What the current code version is made of (its functions, globals, libraries), as its record keeps it."""
+        t = self.tracker
+        return explain.version_parts(t.parts if t is not None else None,
+                                     None if self.version_pin is None else str(self.version_pin))
 
     # -- keys -------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> list:
@@ -394,9 +375,9 @@ class CacheState:
 
     def key(self, args: tuple, kwargs: dict) -> Digest | None:
         """The call's key, or None (with one warning) if an argument cannot be hashed."""
-        return self._key_ctx(args, kwargs)[0]
+        return self.key_ctx(args, kwargs)[0]
 
-    def _key_ctx(self, args: tuple, kwargs: dict) -> tuple:
+    def key_ctx(self, args: tuple, kwargs: dict) -> tuple:
         """``(key or None, trackers consulted, files listing)``."""
         prefix = self.key_prefix()
         vals = self.bind(args, kwargs)
@@ -448,7 +429,7 @@ class CacheState:
             warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
 
     # -- lookups ----------------------------------------------------------------
-    def _cleared_time(self, refresh: bool) -> float:
+    def cleared_time(self, refresh: bool) -> float:
         if self._cleared_at is None or refresh:
             recs = self.store.lookup(KIND_CLEAR, name_digest(self.name), refresh=refresh)
             self._cleared_at = max((r.get("time", 0.0) for r in recs), default=0.0)
@@ -458,24 +439,62 @@ class CacheState:
         entries = self.store.lookup(KIND, key, refresh=refresh)
         if not entries:
             return None
-        cleared = self._cleared_time(refresh=False)
+        cleared = self.cleared_time(refresh=False)
         good = [e for e in entries if e.get("time", 0) > cleared and "result" in e]
+        if self.expires is not None:  # older entries are misses, also those stored before expires_after was set
+            oldest = time.time() - self.expires
+            good = [e for e in good if e.get("time", 0) > oldest]
         if not good:
             return None
         e = max(good, key=lambda r: r.get("time", 0))
         return Digest(e["result"]), e
 
-    def _remember(self, key: Digest, result: Digest) -> None:
+    def found_now(self, key: Digest) -> bool:
+        """Whether the store holds a live entry for ``key`` now, after reading what other processes added."""
+        try:
+            self.store.table(KIND).refresh()
+            return self.find(key, refresh=False) is not None
+        except (CasmonError, OSError):
+            return False
+
+    def _remember(self, key: Digest, result: Digest, expires: float | None = None) -> None:
         with self._lock:
             # Plain bytes, not Digests: the garbage collector walks instances of Python classes at
             # every full collection (a 1M-entry build spent a sixth of its time there).
-            self._mem[bytes(key)] = bytes(result)
+            kb = bytes(key)
+            self._mem[kb] = bytes(result)
+            if expires is not None:
+                self._mem_expires[kb] = expires
             if len(self._mem) > self._mem_max:
-                self._mem.popitem(last=False)
+                old, _d = self._mem.popitem(last=False)
+                self._mem_expires.pop(old, None)
+
+    def _see_clears(self) -> None:
+        """Every :data:`CLEAR_CHECK_S` seconds: a `cache clear` another process made since forgets what this one
+        remembers (its table is re-read at most that often, however many functions hit)."""
+        now = time.monotonic()
+        self._clears_seen = now
+        store = self.store
+        t = store.table(KIND_CLEAR)
+        if now - t.last_refresh >= CLEAR_CHECK_S:
+            t.refresh()
+        before = self._cleared_at or 0.0
+        recs = store.lookup(KIND_CLEAR, name_digest(self.name), refresh=False)
+        after = max((r.get("time", 0.0) for r in recs), default=0.0)
+        if after > before:
+            self._cleared_at = after
+            with self._lock:
+                self._mem.clear()
+                self._mem_expires.clear()
 
     def lookup_result(self, key: Digest):
         """(found, value): a hit loads a fresh copy; damage gives a warning and a miss."""
+        if time.monotonic() - self._clears_seen >= CLEAR_CHECK_S:
+            self._see_clears()
         d = self._mem.get(key)
+        if d is not None and self.expires is not None and self._mem_expires.get(bytes(key), 0.0) <= time.time():
+            d = None
+        expires = None
         if d is not None:
             d = Digest.from_raw(d)
         else:
@@ -483,6 +502,8 @@ class CacheState:
             if found is None:
                 return False, None
             d = found[0]
+            if self.expires is not None:
+                expires = float(found[1].get("time", 0)) + self.expires
             inline = found[1].get("inline")
             if isinstance(inline, str):
                 try:  # used only if it hashes to the result's digest
@@ -503,7 +524,7 @@ class CacheState:
             raise
         except Exception as e:  # noqa: BLE001 - a handler or a class's __setstate__ cannot rebuild it here: compute
             return self._unreadable(key, d, f"it cannot be loaded: {type(e).__name__}: {e}")
-        self._remember(key, d)
+        self._remember(key, d, expires)
         self.hits += 1
         _usage(self.store).hit(key, self.name)
         if observers:
@@ -528,12 +549,17 @@ class CacheState:
         except Exception as e:  # noqa: BLE001 - a storage error must not lose the result
             self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
-        entry = {"fn": self.name, "result": d.hex(), "time": time.time(), "seconds": round(seconds, 6), "size": size}
+        now = time.time()
+        entry: dict[str, Any] = {"fn": self.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
         raw = store.objects.peek_raw(d, INLINE_MAX)
         if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
             entry["inline"] = base64.b64encode(raw).decode()
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
+        if not self._custom_key:
+            entry["a"] = explain.arg_digests(self, args, kwargs)  # which parameter differs: f.explain
+        if self.expires is not None:
+            entry["expires"] = now + self.expires  # gc drops it after that
         if files:
             # The input files' digests, so `casmon show` and run diffs can say which input changed.
             entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
@@ -549,28 +575,33 @@ class CacheState:
         except Exception as e:  # noqa: BLE001
             self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
-        self._remember(key, d)
+        self._remember(key, d, None if self.expires is None else now + self.expires)
         if observers:
             for ob in list(observers):
                 ob(store, self.name, key, d, False)
 
     # -- the two halves of a call, around the function itself ---------------------
     def begin(self, args: tuple, kwargs: dict) -> tuple[Any, bool, Any]:
-        """``(ctx, found, value)``: a hit returns the stored value; a miss counts and passes ``ctx`` to :meth:`end`."""
+        """``(ctx, found, value)``: a hit returns the stored value; a miss counts and passes ``ctx`` to :meth:`end`
+        (or, if the function raised, to :meth:`abort`). A slow miss first waits for a live process or thread that
+        computes the same key (:mod:`~casmon.caching.claims`)."""
         if self._custom_key:
-            ctx = (_safe_key(self, args, kwargs), (), None)
+            ctx: tuple[Any, ...] = (_safe_key(self, args, kwargs), (), None)
         else:
             try:
-                ctx = self._key_ctx(args, kwargs)
+                ctx = self.key_ctx(args, kwargs)
             except TypeError:
                 raise  # a bad call: the function would raise the same
             except CasmonError as e:
                 self.warn(("store",), f"casmon: {self.name} runs uncached: {e}")
                 ctx = (None, (), None)
         key = ctx[0]
+        held = None
         if key is not None:
             try:
                 found, value = self.lookup_result(key)
+                if not found and self.wait is not False and not self._quick():
+                    found, value, held = self._await(key)
             except (CasmonError, OSError) as e:  # the store is unreachable or full: the function computes
                 self.warn(("store-read", type(e)), f"casmon: {self.name} runs uncached while its store cannot be "
                                                    f"read: {e}")
@@ -578,30 +609,95 @@ class CacheState:
             if found:
                 return ctx, True, value
         self.misses += 1
-        return ctx, False, None
+        return ctx + (held,), False, None
+
+    def _quick(self) -> bool:
+        """Its last calls here all took less than :data:`claims.CLAIM_MIN_S`: a miss neither claims nor waits."""
+        r = self._recent
+        return bool(r) and max(r) < claims.CLAIM_MIN_S
+
+    def _await(self, key: Digest) -> tuple[bool, Any, _Held | None]:
+        """``(found, value, held)``: the result another thread or process computed meanwhile, or what this call
+        holds while it computes (an in-process mark, and the store claim if it could be had)."""
+        kb = bytes(key)
+        timeout = None if self.wait is True else float(self.wait)
+        with self._lock:
+            other = self._inflight.get(kb)
+            if other is None:
+                mine = self._inflight[kb] = threading.Event()
+        if other is not None:  # a thread of this process computes it: no store traffic
+            other.wait(timeout)
+            found, value = self.lookup_result(key)
+            return found, value, None
+        held = _Held(kb, mine, None)
+        try:
+            store = self.store
+            if (store.read_only or not store.backend.supports_deletes or store.url.startswith("memory:")
+                    or store.autoflush is None):
+                # No other process sees the entry soon (a memory store, or one flushed only when the user says):
+                # the in-process mark is enough.
+                return False, None, held
+            out = claims.compute_once(store, key, self.name, lambda: self.found_now(key), timeout)
+        except BaseException:
+            self._done(held)
+            raise
+        if out.found:
+            found, value = self.lookup_result(key)
+            if found:
+                self._done(held)
+                return True, value, None
+        held.claim = out.claim
+        return False, None, held
+
+    def _done(self, held: _Held | None) -> None:
+        """Release what a computing call held: waiting threads and processes look the key up now."""
+        if held is None:
+            return
+        try:
+            if held.claim is not None:
+                try:
+                    self.store.flush()  # the entry is visible to other processes before the claim goes
+                except (CasmonError, OSError):
+                    pass  # kept for a later flush; the waiters compute it meanwhile
+                claims.claim_book(self.store).release(held.claim)
+        finally:
+            with self._lock:
+                if self._inflight.get(held.key) is held.event:
+                    del self._inflight[held.key]
+            held.event.set()
+
+    def abort(self, ctx: Any) -> None:
+        """The function raised: release the key for the threads and processes waiting for it."""
+        if len(ctx) > 3:
+            self._done(ctx[3])
 
     def end(self, ctx: Any, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
-        key, trackers, files = ctx
+        key, trackers, files = ctx[:3]
         seconds = time.perf_counter() - t0
-        # What the function changed itself while it ran is not an edit of the values it reads.
-        if self.tracker is not None:
-            self.tracker.observe()
-        for t in trackers:
-            t.observe()
-        if key is not None:
-            if files:
-                self.save(key, result, seconds, args, kwargs, files=files)
-            else:
-                self.save(key, result, seconds, args, kwargs)
-            if self._stability_checks < STABILITY_CHECKS and not self._custom_key:
-                self._check_stable(key, args, kwargs)
+        self._recent.append(seconds)
+        try:
+            # What the function changed itself while it ran is not an edit of the values it reads.
+            if self.tracker is not None:
+                self.tracker.observe()
+            for t in trackers:
+                t.observe()
+            if key is not None:
+                if files:
+                    self.save(key, result, seconds, args, kwargs, files=files)
+                else:
+                    self.save(key, result, seconds, args, kwargs)
+                if self._stability_checks < STABILITY_CHECKS and not self._custom_key:
+                    self._check_stable(key, args, kwargs)
+        finally:
+            if len(ctx) > 3:
+                self._done(ctx[3])
 
     def _check_stable(self, key: Digest, args: tuple, kwargs: dict) -> None:
         """After the first misses: the key again. An argument that hashes differently each time (a
         ``__reduce__`` with a counter, a fresh id) makes every call a miss; say which, once."""
         self._stability_checks += 1
         try:
-            again = self._key_ctx(args, kwargs)[0]
+            again = self.key_ctx(args, kwargs)[0]
         except Exception:  # noqa: BLE001 - the first key was computed: nothing new to say
             return
         if again is None or again == key:
@@ -625,9 +721,20 @@ class CacheState:
     # -- helpers ------------------------------------------------------------------
     def entries(self) -> list[tuple[Digest, dict]]:
         """This function's live entries, one per key (the newest record of each)."""
-        cleared = self._cleared_time(refresh=True)
+        cleared = self.cleared_time(refresh=True)
         return list(newest_per_key((k, r) for k, r in self.store.records(KIND)
                                     if r.get("fn") == self.name and r.get("time", 0) > cleared).values())
+
+    def not_cached(self, key: Digest | None) -> str:
+        """Why ``lookup``/``ref`` found nothing, with a hint where the entries are under another name."""
+        if key is None:
+            return f"{self.name}: this call cannot be keyed (see the warning), so it is never cached"
+        msg = f"{self.name}: this call is not cached"
+        try:
+            hint = explain.main_hint(self.store, self.name)
+        except (CasmonError, OSError):
+            hint = ""
+        return f"{msg}. {hint[len('note: '):]}" if hint else f"{msg} (`f.explain(...)` says what differs from the stored entries)"
 
     def clear(self) -> None:
         now = time.time()
@@ -661,7 +768,11 @@ class CachedFunction:
         if found:
             return value
         t0 = time.perf_counter()
-        result = state.fn(*args, **kwargs)
+        try:
+            result = state.fn(*args, **kwargs)
+        except BaseException:
+            state.abort(ctx)
+            raise
         state.end(ctx, result, t0, args, kwargs)
         return result
 
@@ -711,8 +822,31 @@ class CachedFunction:
         key = state.key(args, kwargs)
         found = state.find(key) if key is not None else None
         if key is None or found is None:
-            raise KeyError(f"{state.name}: this call is not cached")
+            raise KeyError(state.not_cached(key))
         return ResultRef(state.store, found[0], key, found[1])
+
+    def lookup(self, *args, **kwargs) -> Any:
+        """The stored result of this call, never computing it; ``KeyError`` saying why if it is not stored."""
+        state = self.__casmon_cache__
+        key = state.key(args, kwargs)
+        found, value = state.lookup_result(key) if key is not None else (False, None)
+        if not found:
+            raise KeyError(state.not_cached(key))
+        return value
+
+    def refresh(self, *args, **kwargs) -> Any:
+        """Compute this call again, whatever is stored, and make its result the entry; returns it."""
+        state = self.__casmon_cache__
+        ctx = state.key_ctx(args, kwargs) if not state._custom_key else (state.key(args, kwargs), (), None)
+        t0 = time.perf_counter()
+        result = state.fn(*args, **kwargs)
+        state.end(ctx, result, t0, args, kwargs)
+        return result
+
+    def explain(self, *args, **kwargs) -> explain.Explanation:
+        """Whether this call is a hit, and if not, what differs between it and the nearest stored entries:
+        which parameters (by name), which code (the function or a helper, with a source diff), globals, files."""
+        return explain.explain_call(self.__casmon_cache__, args, kwargs)
 
 
 def _async_wrapper(state: CacheState) -> Callable:
@@ -725,7 +859,11 @@ def _async_wrapper(state: CacheState) -> Callable:
         if found:
             return value
         t0 = time.perf_counter()
-        result = await state.fn(*args, **kwargs)
+        try:
+            result = await state.fn(*args, **kwargs)
+        except BaseException:
+            state.abort(ctx)
+            raise
         state.end(ctx, result, t0, args, kwargs)
         return result
 
@@ -736,6 +874,16 @@ def _async_wrapper(state: CacheState) -> Callable:
     wrapper.cache_clear = functools.partial(CachedFunction.cache_clear, wrapper)
     wrapper.is_cached = functools.partial(CachedFunction.is_cached, wrapper)
     wrapper.ref = functools.partial(CachedFunction.ref, wrapper)
+    wrapper.lookup = functools.partial(CachedFunction.lookup, wrapper)
+    wrapper.explain = functools.partial(CachedFunction.explain, wrapper)
+
+    async def refresh(*args, **kwargs):
+        t0 = time.perf_counter()
+        result = await state.fn(*args, **kwargs)
+        state.end(state.key_ctx(args, kwargs), result, t0, args, kwargs)
+        return result
+
+    wrapper.refresh = refresh
     return wrapper
 
 
@@ -749,6 +897,8 @@ def cache(
     label: str | Callable[..., str] | None = None,
     memory_entries: int = 100_000,
     files: Iterable[str | int] | str | int = (),
+    wait: bool | float = True,
+    expires_after: timedelta | float | None = None,
     _state_class: type | None = None,
 ):
     """Memoize ``fn`` on a casmon store.
@@ -767,21 +917,33 @@ def cache(
     function, a helper it calls or a value it reads from your own modules
     invalidates its results (re-checked at every call).
     ``label``: a name (or a function of the call's arguments) shown in ``casmon cache``.
+    ``wait``: a slow miss (its function's recent calls took 0.1 s or more, or
+    it has not run yet here) of a key another live process or thread is
+    computing waits for that result instead of computing it again, taking over
+    if that process dies (:mod:`casmon.caching.claims`); False never waits, a
+    number waits at most that many seconds.
+    ``expires_after``: a ``timedelta`` or seconds; older entries are misses, and
+    ``casmon gc`` drops them.
 
     The wrapped function gains ``cache_info()``, ``cache_clear()``,
-    ``is_cached(*args, **kwargs)`` and ``ref(*args, **kwargs)``.
+    ``is_cached(...)``, ``ref(...)``, ``lookup(...)`` (the stored result or
+    ``KeyError``, never computing), ``refresh(...)`` (compute again and replace
+    the entry) and ``explain(...)`` (why a call misses).
     """
     if fn is None:
         return functools.partial(cache, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
-                                 memory_entries=memory_entries, files=files, _state_class=_state_class)
+                                 memory_entries=memory_entries, files=files, wait=wait, expires_after=expires_after,
+                                 _state_class=_state_class)
     if isinstance(fn, (staticmethod, classmethod)):
         return type(fn)(cache(fn.__func__, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
-                              memory_entries=memory_entries, files=files, _state_class=_state_class))
+                              memory_entries=memory_entries, files=files, wait=wait, expires_after=expires_after,
+                              _state_class=_state_class))
     if not callable(fn):
         raise TypeError(f"@cache expects a function, got {type(fn).__name__}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(f"@cache cannot cache generator {function_name(fn)}: it returns an iterator, not a value")
-    state = (_state_class or CacheState)(fn, store, ignore, hashers, version, label, memory_entries, files=files)
+    state = (_state_class or CacheState)(fn, store, ignore, hashers, version, label, memory_entries, files=files,
+                                         wait=wait, expires_after=expires_after)
     if inspect.iscoroutinefunction(fn):
         return _async_wrapper(state)
     return CachedFunction(state)

@@ -774,7 +774,7 @@ class VersionTracker:
     """The version of one function or class, re-checked cheaply before each use."""
 
     __slots__ = ("_ref", "digest", "_codes", "_names", "_cells", "_contents", "_nested", "unhashable", "_lock",
-                 "computations", "__weakref__")
+                 "computations", "parts", "__weakref__")
 
     def __init__(self, obj: Any) -> None:
         self._ref = _weakref(obj)
@@ -787,6 +787,9 @@ class VersionTracker:
         self.unhashable: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.computations = 0  # how many times the version was computed (for tests and diagnostics)
+        #: What the version was computed from: ``("fn", name, source or bytecode)``, ``("global", name, digest)``,
+        #: ... (``f.explain`` and ``casmon cache NAME`` say which of them changed).
+        self.parts: list[Any] = []
 
     def current(self) -> Digest:
         """The version now: the remembered one if nothing it depends on changed, else computed again."""
@@ -862,6 +865,7 @@ class VersionTracker:
             self._contents = c.contents
             self._nested = tuple({id(t): t for t in c.trackers if t is not self}.values())
             self.unhashable = c.unhashable
+            self.parts = c.parts
             self.digest = digest
             self.computations += 1
         return digest

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from casmon.errors import DamagedObjectError
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs.capture import collapse_carriage_returns
+from casmon.store.lock import HEARTBEAT_S, heartbeat_seconds
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["HEARTBEAT_S", "LOST_AFTER", "KIND_RUNOUT", "heartbeat_seconds", "tick_seconds", "watch", "unwatch",
            "output_key", "output_record", "read_output", "is_lost", "forget_in_child"]
 
-#: Seconds between heartbeats unless ``CASMON_HEARTBEAT_S`` says otherwise.
-HEARTBEAT_S = 15.0
 #: A running run whose last heartbeat is older than this many heartbeats is ``lost``.
 LOST_AFTER = 3
 #: Longest wait between flushes of a run's waiting points and output.
@@ -45,20 +44,6 @@ LIVE_S = 2.0
 KIND_RUNOUT = "runout"
 #: Output batches up to this many characters stay in their record; longer ones are stored values.
 INLINE_OUTPUT = 64 << 10
-
-
-def heartbeat_seconds() -> float:
-    """``CASMON_HEARTBEAT_S`` (seconds, at least 0.1), else :data:`HEARTBEAT_S`."""
-    raw = os.environ.get("CASMON_HEARTBEAT_S", "").strip()
-    if not raw:
-        return HEARTBEAT_S
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ValueError(f"CASMON_HEARTBEAT_S must be a number of seconds, got {raw!r}") from None
-    if not 0.1 <= v <= 86400:
-        raise ValueError(f"CASMON_HEARTBEAT_S must be between 0.1 and 86400 seconds, got {raw!r}")
-    return v
 
 
 def tick_seconds(heartbeat: float) -> float:

@@ -51,7 +51,8 @@ import xxhash
 from casmon.store.backend import Backend
 from casmon.errors import StoreError
 
-__all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks"]
+__all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks", "machine", "process_gone", "process_start", "HEARTBEAT_S",
+           "heartbeat_seconds"]
 
 LOCK_KEY = "gc/lock"
 #: A holder's lease, renewed while it holds the lock: ``gc/lock-lease/<token>``.
@@ -68,8 +69,24 @@ _CLAIMS_MAX = 64
 #: Locks without a lease (written by casmon before leases): taken over after this many seconds.
 STALE_AFTER = {"merge": 600.0}
 STALE_DEFAULT = 6 * 3600.0
+#: Seconds between the heartbeats of a live run or a compute claim unless ``CASMON_HEARTBEAT_S`` says otherwise.
+HEARTBEAT_S = 15.0
 #: gc, repair and eviction wait this long (seconds) for a writer's merge to finish before giving up.
 MERGE_WAIT = 120.0
+
+
+def heartbeat_seconds() -> float:
+    """``CASMON_HEARTBEAT_S`` (seconds, at least 0.1), else :data:`HEARTBEAT_S`."""
+    raw = os.environ.get("CASMON_HEARTBEAT_S", "").strip()
+    if not raw:
+        return HEARTBEAT_S
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"CASMON_HEARTBEAT_S must be a number of seconds, got {raw!r}") from None
+    if not 0.1 <= v <= 86400:
+        raise ValueError(f"CASMON_HEARTBEAT_S must be between 0.1 and 86400 seconds, got {raw!r}")
+    return v
 
 
 def _read(path: str) -> str:
@@ -80,7 +97,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def _process_start(pid: int) -> str:
+def process_start(pid: int) -> str:
     """When process ``pid`` started (clock ticks since boot, from /proc), "" where that cannot be read."""
     stat = _read(f"/proc/{pid}/stat")
     try:
@@ -115,7 +132,7 @@ class StoreLock:
     def acquire(self, break_lock: bool = False) -> bool:
         """Take the lock if it is free (or its holder died); never waits. False if someone holds it."""
         token = os.urandom(8).hex()
-        mine = json.dumps({"what": self.what, **machine(), "pid": os.getpid(), "start": _process_start(os.getpid()),
+        mine = json.dumps({"what": self.what, **machine(), "pid": os.getpid(), "start": process_start(os.getpid()),
                            "time": time.time(), "lease": LEASE, "nonce": token}).encode()
         for _attempt in range(40):
             try:
@@ -272,6 +289,12 @@ def _same_machine(info: dict[str, Any]) -> bool:
     return all(info.get(k) == me[k] for k in ("host", "boot", "pidns")) and bool(me["boot"] and me["pidns"])
 
 
+def process_gone(info: dict[str, Any]) -> bool:
+    """``info`` (what :func:`machine` gave, plus ``pid`` and ``start``) names a process of this machine that is gone.
+    False where that cannot be told (another machine, another PID namespace): only heartbeats tell then."""
+    return _same_machine(info) and not _alive(info)
+
+
 def _alive(info: dict[str, Any]) -> bool:
     try:
         pid = int(info["pid"])
@@ -281,7 +304,7 @@ def _alive(info: dict[str, Any]) -> bool:
     except (PermissionError, KeyError, ValueError, TypeError, OverflowError):
         return True
     start = str(info.get("start") or "")
-    return not start or _process_start(pid) in ("", start)  # another process under a reused PID: gone
+    return not start or process_start(pid) in ("", start)  # another process under a reused PID: gone
 
 
 def _claim_dead(data: bytes) -> bool:

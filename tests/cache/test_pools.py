@@ -200,8 +200,9 @@ s.flush()
 # -- concurrent misses --------------------------------------------------------------------------------------
 
 def test_concurrent_misses_count_once_and_gc_drops_the_duplicates(tmp_path):
-    """Four threads miss the same ten keys at once: 40 records, 10 entries; `casmon cache` says 30 duplicates,
-    `casmon gc` drops them (their results too) and every key still hits, with the newest result."""
+    """Four threads miss the same ten keys at once, not waiting for each other (wait=False): 40 records, 10 entries;
+    `casmon cache` says 30 duplicates, `casmon gc` drops them (their results too) and every key still hits, with the
+    newest result."""
     import threading
 
     from click.testing import CliRunner
@@ -212,7 +213,7 @@ def test_concurrent_misses_count_once_and_gc_drops_the_duplicates(tmp_path):
     s = casmon.open(loc)
     gate = threading.Barrier(4, timeout=300)  # all four threads have missed a key before any stores it
 
-    @casmon.cache(store=s, ignore=["gate"])
+    @casmon.cache(store=s, ignore=["gate"], wait=False)
     def noisy(x, gate):
         gate.wait()
         return (x, os.urandom(8))  # every computation differs: duplicates hold results of their own

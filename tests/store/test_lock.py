@@ -207,7 +207,7 @@ def test_a_lock_whose_pid_now_names_another_process_is_a_dead_holders(tmp_path):
         (root / "gc" / "lock").write_text(json.dumps(info))
         got, _ = _try_take(root, 120)
         assert got, "same machine, that PID started at another moment: its holder is gone"
-        info["start"] = lock._process_start(other.pid)
+        info["start"] = lock.process_start(other.pid)
         (root / "gc" / "lock").write_text(json.dumps(info))
         got, _ = _try_take(root, 120)
         assert not got, "the holder itself is alive"

@@ -1,0 +1,291 @@
+"""Compute claims: a process that misses a key another live process is computing waits for its result.
+
+A sweep of 64 workers that all miss one expensive key would otherwise compute
+it 64 times. Before computing a slow call (see :data:`CLAIM_MIN_S`), a process
+*claims* its key: it creates the ref ``claims/<key>`` (create-if-absent, so
+one process wins on a local folder, a shared file system or S3), holding who
+it is and a heartbeat counter. The winner computes, stores the entry, flushes
+it, and deletes the claim. The others watch the claim and the store: once the
+claim is gone they look the key up again and return the stored result (within
+about a second: polls back off to at most one a second); if the winner failed
+(an exception, a result that cannot be stored) they compute it themselves, all
+at once, as without claims.
+
+**Takeover.** The winner's heartbeat thread rewrites the claim every
+``CASMON_HEARTBEAT_S`` seconds (default 15). A waiter that sees the counter
+stand still for :data:`STALE_AFTER` heartbeats (by its own monotonic clock,
+so clocks of different machines never matter), or whose claim names a process
+of this machine that is gone, takes the claim over: of all the waiters, only
+the one that creates ``claims/<key>.break-<token>`` deletes the dead claim, and
+only while it still holds the dead holder's token and counter; then each waiter
+tries to claim the key again and one computes.
+
+**What claims never do.** Nothing is locked across calls and no result depends
+on a claim: they only save work. A holder stopped for longer than the stale
+time (SIGSTOP, a paused VM) and taken over computes too; both store equal
+entries and either is used, as when two processes missed at once without claims.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from casmon.errors import CasmonError
+from casmon.keys.digest import Digest
+from casmon.store.lock import heartbeat_seconds, machine, process_gone, process_start
+from casmon.store.store import Store
+
+__all__ = ["CLAIM_MIN_S", "STALE_AFTER", "Claim", "ClaimBook", "claim_book", "compute_once", "Outcome"]
+
+#: A function whose recent calls in this process all took less than this (seconds) neither claims nor waits:
+#: computing again is cheaper than a claim's writes and reads.
+CLAIM_MIN_S = 0.1
+#: A claim whose heartbeat counter stood still for this many heartbeats (plus twice its last write's time) is
+#: dead. With the first poll after a beat at most a quarter heartbeat late, a killed holder is taken over
+#: within three heartbeats of its last one.
+STALE_AFTER = 2.5
+#: A claim first seen with a heartbeat this many stale times old by the wall clock is dead at once
+#: (left by a process killed long ago: its age by the clocks is beyond any clock difference of a cluster).
+STALE_WALL = 10
+#: The longest wait between two looks at a claim.
+POLL_MAX = 1.0
+POLL_MIN = 0.02
+
+
+def claim_name(key: Digest) -> str:
+    return f"claims/{key.hex()}"
+
+
+@dataclass
+class Claim:
+    """A claim this process holds: its ref's name and the data its heartbeats rewrite."""
+
+    name: str
+    data: dict[str, Any]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    lost: bool = False  # another process took it over (this one was stopped for longer than the stale time)
+
+
+@dataclass
+class Outcome:
+    """What :func:`compute_once` decided: ``found`` (the result is stored now: look it up), else compute, holding
+    ``claim`` (release it after storing the entry) or, where no claim could be had, without one."""
+
+    found: bool
+    claim: Claim | None = None
+    waited: float = 0.0
+
+
+class ClaimBook:
+    """The claims this process holds on one store, and the one thread that beats for them all."""
+
+    def __init__(self, store: Store, every: float) -> None:
+        self.store = store
+        self.every = every
+        self.held: dict[str, Claim] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def take(self, key: Digest, fn: str) -> Claim | None:
+        """Claim ``key``; None if another process holds it."""
+        name = claim_name(key)
+        now = time.time()
+        data = {"fn": fn, "token": os.urandom(8).hex(), **machine(), "pid": os.getpid(),
+                "start": process_start(os.getpid()), "since": now, "time": now, "beat": 0, "every": self.every, "lag": 0.0}
+        if not self.store.create_ref(name, None, data):
+            return None
+        c = Claim(name, data)
+        with self._lock:
+            self.held[name] = c
+            self._start()
+        return c
+
+    def release(self, c: Claim) -> None:
+        """Delete the claim (if it is still this process's): waiters look the key up now."""
+        with self._lock:
+            self.held.pop(c.name, None)
+        with c.lock:  # never between a heartbeat's read and its write: the write would bring the claim back
+            if c.lost:
+                return
+            try:
+                ref = self.store.get_ref(c.name)
+                if ref is not None and ref.data.get("token") == c.data["token"]:
+                    self.store.delete_ref(c.name)
+            except (CasmonError, OSError):
+                pass  # the store is away: its heartbeat stops, and waiters take it over
+
+    def _start(self) -> None:
+        t = self._thread
+        if t is not None and t.is_alive():
+            return
+        t = threading.Thread(target=self._beat_loop, name="casmon-claim-heartbeat", daemon=True)
+        try:
+            t.start()
+        except RuntimeError:  # the interpreter is exiting
+            return
+        self._thread = t
+
+    def _beat_loop(self) -> None:
+        while True:
+            time.sleep(self.every)
+            with self._lock:
+                claims = list(self.held.values())
+                if not claims:
+                    self._thread = None
+                    return
+            for c in claims:
+                self._beat(c)
+
+    def _beat(self, c: Claim) -> None:
+        with c.lock:
+            if c.lost or c.name not in self.held:
+                return
+            t0 = time.monotonic()
+            try:
+                ref = self.store.get_ref(c.name)
+                if ref is None or ref.data.get("token") != c.data["token"]:
+                    c.lost = True  # taken over: never write over the new holder's claim
+                    return
+                d = dict(c.data, beat=int(c.data["beat"]) + 1, time=time.time())
+                self.store.set_ref(c.name, None, d, same_target=True)
+                c.data = d
+                c.data["lag"] = round(time.monotonic() - t0, 3)
+            except (CasmonError, OSError):
+                pass  # the store is away: try at the next beat (waiters allow for a slow write)
+
+
+_books: dict[int, ClaimBook] = {}
+_books_lock = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    _books.clear()  # a forked child holds none of its parent's claims
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def claim_book(store: Store) -> ClaimBook:
+    b = _books.get(id(store))
+    if b is None or b.store is not store:
+        with _books_lock:
+            b = _books.get(id(store))
+            if b is None or b.store is not store:
+                b = _books[id(store)] = ClaimBook(store, heartbeat_seconds())
+    return b
+
+
+def _well_formed(d: dict[str, Any]) -> bool:
+    every, beat, token = d.get("every"), d.get("beat"), d.get("token")
+    return (isinstance(token, str) and type(beat) is int and type(every) in (int, float)
+            and 0.1 <= every <= 86400 and type(d.get("pid")) is int)
+
+
+def _num(v: Any, default: float) -> float:
+    return float(v) if type(v) in (int, float) and v == v and abs(v) < 1e12 else default
+
+
+def compute_once(store: Store, key: Digest, fn: str, found: Callable[[], bool], timeout: float | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """Decide how this process gets the result of ``key``: claim it and compute, or wait for the live process that
+    computes it and look it up (``found()`` forces a fresh look at the store, True when the entry is there).
+
+    ``timeout``: the longest wait (seconds) before computing anyway; None waits as long as the holder lives.
+    """
+    book = claim_book(store)
+    t0 = time.monotonic()
+    deadline = None if timeout is None else t0 + timeout
+    while True:
+        c = book.take(key, fn)
+        if c is not None:
+            if found():  # stored between this process's miss and its claim
+                book.release(c)
+                return Outcome(True, None, time.monotonic() - t0)
+            return Outcome(False, c, time.monotonic() - t0)
+        how = _watch(store, claim_name(key), found, deadline, sleep)
+        if how == "found":
+            return Outcome(True, None, time.monotonic() - t0)
+        if how != "broken":  # released without a result (the holder failed), or waited long enough
+            return Outcome(False, None, time.monotonic() - t0)
+
+
+def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float | None,
+           sleep: Callable[[float], None]) -> str:
+    """Watch another process's claim ``name`` until it ends: ``found``, ``released`` (no result), ``broken``
+    (dead, and this process deleted it: claim again) or ``timeout``."""
+    token: Any = None
+    beat: Any = None
+    changed = time.monotonic()
+    lost_break: float | None = None  # when this waiter first lost the race to break the claim
+    poll = POLL_MIN
+    first = True
+    while True:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return "timeout"
+        if not first:
+            sleep(min(poll, deadline - now) if deadline is not None else poll)
+        try:
+            ref = store.get_ref(name)
+        except (CasmonError, OSError, ValueError):
+            ref = None  # unreadable (the store is away, a crafted claim): decide by the store alone
+        if ref is None:
+            return "found" if found() else "released"
+        d = ref.data
+        if not _well_formed(d):
+            dead = True  # not a claim casmon wrote: nothing would ever beat for it
+            token, beat = d.get("token"), d.get("beat")
+            if found():
+                return "found"
+            return "broken" if _break(store, name, token, beat) else "released"
+        every = max(0.1, _num(d.get("every"), heartbeat_seconds()))
+        poll = min(poll * 2, POLL_MAX, every / 4)
+        now = time.monotonic()
+        if d.get("token") != token or d.get("beat") != beat:
+            wall_age = time.time() - _num(d.get("time"), time.time())
+            dead = first and wall_age > STALE_WALL * STALE_AFTER * every
+            token, beat, changed = d.get("token"), d.get("beat"), now
+        else:
+            dead = now - changed > STALE_AFTER * every + 2 * max(0.0, _num(d.get("lag"), 0.0))
+        first = False
+        if not (dead or process_gone(d)):
+            continue
+        if found():  # it stored its entry before it died
+            return "found"
+        if _break(store, name, token, beat):
+            return "broken"
+        if lost_break is None:
+            lost_break = now
+        elif now - lost_break > STALE_AFTER * every:  # the waiter breaking it died too: let another try
+            try:
+                store.delete_ref(f"{name}.break-{token}")
+            except (CasmonError, OSError, ValueError):
+                pass
+            lost_break = None
+
+
+def _break(store: Store, name: str, token: Any, beat: Any) -> bool:
+    """Delete the dead claim ``name`` (holding ``token`` and ``beat``) if this waiter is the one to break it."""
+    if not isinstance(token, str) or not token.isalnum() or len(token) > 64:
+        token = "crafted"  # a token that cannot name a ref: one fixed marker for it
+    marker = f"{name}.break-{token}"
+    try:
+        if not store.create_ref(marker, None, {"pid": os.getpid(), "time": time.time(), **machine()}):
+            return False
+        try:
+            ref = store.get_ref(name)
+            same = token == "crafted" or ref is not None and ref.data.get("token") == token
+            if ref is not None and same and ref.data.get("beat") == beat:
+                store.delete_ref(name)  # still the dead holder's: no live claim is deleted here
+        finally:
+            store.delete_ref(marker)
+    except (CasmonError, OSError, ValueError):
+        return False
+    return True

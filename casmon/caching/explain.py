@@ -1,0 +1,405 @@
+"""Why a call missed: what differs between it and the nearest stored entries of its function.
+
+A key is one digest; to tell *which* part of it differs, each entry also
+records a short digest of every parameter (``"a"``) and the files it read
+(``"files"``), and each code version of a function records its parts once
+(``cachefn`` records): a digest and the source text of the function and of
+every helper it reaches, a digest of every global it reads, the library
+functions it names. :func:`explain_call` compares a call with every live entry
+of its function and reports the nearest ones; :func:`explain_entry` does the
+same for a stored entry (``casmon ui``'s cache page), and :func:`code_versions`
+lists a function's versions with what changed between them (``casmon cache NAME``).
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import inspect
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, name_digest, newest_per_key
+from casmon.keys.codeversion import VersionedFingerprinter
+from casmon.keys.digest import Digest
+
+if TYPE_CHECKING:
+    from casmon.caching.memoize import CacheState
+    from casmon.store.store import Store
+
+__all__ = ["Difference", "Explanation", "Version", "arg_digests", "version_parts", "explain_call", "explain_entry",
+           "code_versions", "compare_parts", "main_hint"]
+
+#: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
+ARG_DIGEST_MAX = 64 << 20
+#: Source text kept per function of a version, and in all (longer texts are compared by digest alone).
+TEXT_MAX = 64 << 10
+TEXTS_MAX = 256 << 10
+NEAREST = 3
+#: How many entries of a function explain reads at most (the newest first).
+ENTRIES_READ_MAX = 200_000
+
+
+def _short(d: Digest | bytes) -> str:
+    return base64.b64encode(bytes(d)[:8]).decode().rstrip("=")
+
+
+def arg_digests(state: CacheState, args: tuple, kwargs: dict) -> dict[str, str]:
+    """A short digest of each parameter of a call as its key counts it (``ignore=`` left out, ``hashers=``
+    applied; ``*args`` as ``name[i]``, ``**kwargs`` by their own names). A value too large to hash twice
+    (:data:`ARG_DIGEST_MAX`) or that fails to hash is left out."""
+    out: dict[str, str] = {}
+    try:
+        vals = state.bind(args, kwargs)
+    except TypeError:
+        return out
+    for p, v in zip(state.params, vals):
+        if p.name in state.ignore:
+            continue
+        items: list[tuple[str, Any]]
+        if p.kind == inspect.Parameter.VAR_KEYWORD:
+            items = [(str(k), x) for k, x in v.items()]
+        elif p.kind == inspect.Parameter.VAR_POSITIONAL:
+            items = [(f"{p.name}[{i}]", x) for i, x in enumerate(v)]
+        else:
+            items = [(p.name, v)]
+        for name, x in items[:100]:
+            try:
+                if p.name in state.hashers:
+                    x = state.hashers[p.name](x)
+                nb = getattr(x, "nbytes", 0)
+                if isinstance(nb, int) and nb > ARG_DIGEST_MAX:
+                    continue
+                fp = VersionedFingerprinter()
+                fp.feed_value(x, name)
+                out[name] = _short(fp.digest())
+            except Exception:  # noqa: BLE001 - the key itself said what it could not hash
+                continue
+    return out
+
+
+def version_parts(parts: list[Any] | None, pinned: str | None = None) -> dict[str, Any]:
+    """What a code version is made of, for its ``cachefn`` record: ``code`` (function or class -> digest),
+    ``text`` (function -> source, when short), ``globals`` (name -> digest), ``libs`` (name -> what it names)."""
+    if pinned is not None:
+        return {"pinned": pinned}
+    code: dict[str, str] = {}
+    text: dict[str, str] = {}
+    glob: dict[str, str] = {}
+    libs: dict[str, str] = {}
+    total = 0
+    for p in parts or ():
+        if not isinstance(p, tuple) or not p:
+            continue
+        tag = p[0]
+        if tag == "fn" and len(p) == 3:
+            name, body = str(p[1]), p[2]
+            fp = VersionedFingerprinter()
+            fp.feed(("fn", body))
+            code[name] = _short(fp.digest())
+            if isinstance(body, str) and len(body) <= TEXT_MAX and total + len(body) <= TEXTS_MAX:
+                text[name] = body
+                total += len(body)
+        elif tag == "class" and len(p) == 4:
+            fp = VersionedFingerprinter()
+            fp.feed(("class", list(p[2]), p[3]))
+            code[f"class {p[1]}"] = _short(fp.digest())
+        elif tag == "global" and len(p) == 3:
+            v = p[2]
+            glob[str(p[1])] = v if isinstance(v, str) else _short(bytes(v))
+        elif tag in ("lib", "module") and len(p) == 3:
+            libs[str(p[1])] = str(p[2])
+    return {"code": code, "text": text, "globals": glob, "libs": libs}
+
+
+@dataclass
+class Difference:
+    """One thing that differs: ``what`` is ``parameter``, ``code``, ``global``, ``library``, ``file``, ``key``;
+    ``diff`` a unified diff of the source when both versions' text is known."""
+
+    what: str
+    name: str
+    detail: str
+    diff: str = ""
+
+    def __str__(self) -> str:
+        head = f"{self.what} {self.name!r}: {self.detail}" if self.name else f"{self.what}: {self.detail}"
+        return head + ("\n" + self.diff.rstrip("\n") if self.diff else "")
+
+
+@dataclass
+class Nearest:
+    """A stored entry and what differs between it and the call (or entry) explained."""
+
+    key: str
+    time: float
+    differences: list[Difference]
+
+
+@dataclass
+class Explanation:
+    """The answer of ``f.explain(...)``: ``hit``, or the nearest stored entries and what differs from each."""
+
+    fn: str
+    hit: bool
+    nearest: list[Nearest] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    entries: int = 0
+
+    @property
+    def differences(self) -> list[Difference]:
+        """What differs from the nearest entry (empty for a hit)."""
+        return self.nearest[0].differences if self.nearest else []
+
+    def __bool__(self) -> bool:
+        return self.hit
+
+    def __str__(self) -> str:
+        if self.hit:
+            lines = [f"{self.fn}: hit (this call's result is stored)"]
+        elif not self.nearest:
+            lines = [f"{self.fn}: miss; no stored entry to compare with"]
+        else:
+            lines = [f"{self.fn}: miss; the nearest of its {self.entries:,} stored entries differ{'s' if self.entries == 1 else ''} in:"]
+            for i, n in enumerate(self.nearest):
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(n.time))
+                lines.append(f"  entry {n.key[:12]} (stored {when}):")
+                for d in n.differences:
+                    lines.extend("    " + line for line in str(d).splitlines())
+                if i == 0 and len(self.nearest) > 1:
+                    lines.append("  next nearest:")
+        lines.extend(self.notes)
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+@dataclass
+class Version:
+    """One code version of a function, as its ``cachefn`` record holds it."""
+
+    version: str
+    time: float
+    parts: dict[str, Any] | None
+    changes: list[Difference] = field(default_factory=list)  # against the version before it (in time)
+
+
+@dataclass
+class _Side:
+    """What a call or an entry is made of, as far as it is recorded."""
+
+    args: dict[str, str] | None
+    files: dict[tuple[str, str], str]
+    version: str | None
+    parts: dict[str, Any] | None
+
+
+def _files_of(listing: Any) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for f in listing or ():
+        if isinstance(f, (list, tuple)) and len(f) >= 3:
+            out[(str(f[0]), str(f[1]))] = str(f[2])
+    return out
+
+
+def _versions(store: Store, fn: str) -> dict[str, dict[str, Any]]:
+    """Version hex -> its parts, from the function's ``cachefn`` records that hold them."""
+    out: dict[str, tuple[float, dict[str, Any]]] = {}
+    for r in store.lookup(KIND_FN, name_digest(fn)):
+        v, parts = r.get("version"), r.get("parts")
+        if isinstance(v, str) and isinstance(parts, dict):
+            t = r.get("time", 0.0)
+            if v not in out or t > out[v][0]:
+                out[v] = (t, parts)
+    return {v: p for v, (_t, p) in out.items()}
+
+
+def _diff_text(name: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{name} (stored)", f"{name} (now)", lineterm="", n=1)
+    return "\n".join(list(lines)[:80])
+
+
+def compare_parts(old: dict[str, Any], new: dict[str, Any]) -> list[Difference]:
+    out: list[Difference] = []
+    if "pinned" in old or "pinned" in new:
+        if old.get("pinned") != new.get("pinned"):
+            out.append(Difference("code", "version", f"pinned {old.get('pinned')!r} then, {new.get('pinned')!r} now"))
+        return out
+    for group, what in (("code", "code"), ("globals", "global"), ("libs", "library")):
+        a, b = old.get(group) or {}, new.get(group) or {}
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            continue
+        for name in sorted(set(a) | set(b), key=str):
+            if a.get(name) == b.get(name):
+                continue
+            if name not in a:
+                detail = "added (not used by the stored version)"
+            elif name not in b:
+                detail = "no longer used"
+            elif what == "library":
+                detail = f"was {a[name]}, now {b[name]}"
+            else:
+                detail = "changed"
+            diff = ""
+            if what == "code":
+                ta, tb = (old.get("text") or {}).get(name), (new.get("text") or {}).get(name)
+                if isinstance(ta, str) and isinstance(tb, str):
+                    diff = _diff_text(str(name), ta, tb)
+            out.append(Difference(what, str(name), detail, diff))
+    return out
+
+
+def _compare(now: _Side, then: _Side, versions: dict[str, dict[str, Any]]) -> list[Difference]:
+    out: list[Difference] = []
+    if then.args is None or now.args is None:
+        out.append(Difference("parameter", "", "unknown: the stored entry does not record its parameters "
+                                              "(stored by an older casmon)"))
+    else:
+        for name in sorted(set(now.args) | set(then.args)):
+            a, b = then.args.get(name), now.args.get(name)
+            if a == b:
+                continue
+            detail = ("not passed then" if a is None and name not in then.args else
+                      "not passed now" if b is None and name not in now.args else "differs")
+            out.append(Difference("parameter", name, detail))
+    if now.version != then.version:
+        old = versions.get(then.version or "") if then.parts is None else then.parts
+        new = now.parts
+        if old is None or new is None:
+            out.append(Difference("code", "", "the code differs (the parts of the stored entry's version are not "
+                                              "recorded: it was stored by an older casmon)"))
+        else:
+            parts = compare_parts(old, new)
+            out.extend(parts or [Difference("code", "", "the version differs, in nothing its record names")])
+    for k in sorted(set(now.files) | set(then.files)):
+        a, b = then.files.get(k), now.files.get(k)
+        if a != b:
+            detail = "not read then" if a is None else "not read now" if b is None else "its content changed"
+            out.append(Difference("file", k[1], f"{detail} (parameter {k[0]!r})"))
+    return out
+
+
+def _entries(store: Store, fn: str) -> tuple[list[tuple[Digest, dict[str, Any]]], float]:
+    """The function's live entries (one per key) and when it was last cleared."""
+    cleared = max((r.get("time", 0.0) for r in store.lookup(KIND_CLEAR, name_digest(fn))), default=0.0)
+    recs = []
+    for k, r in store.records(KIND, strict=False):
+        if r.get("fn") == fn:
+            recs.append((k, r))
+            if len(recs) >= ENTRIES_READ_MAX:
+                break
+    live = [(k, r) for k, r in newest_per_key(recs).values() if r.get("time", 0) > cleared]
+    return live, cleared
+
+
+def _side_of(entry: dict[str, Any]) -> _Side:
+    a = entry.get("a")
+    return _Side(a if isinstance(a, dict) else None, _files_of(entry.get("files")),
+                 entry.get("v") if isinstance(entry.get("v"), str) else None, None)
+
+
+def _nearest(now: _Side, live: list[tuple[Digest, dict[str, Any]]], versions: dict[str, dict[str, Any]],
+             skip: bytes | None = None) -> list[Nearest]:
+    scored = []
+    for k, r in live:
+        if skip is not None and bytes(k) == skip:
+            continue
+        diffs = _compare(now, _side_of(r), versions) or [
+            Difference("key", "", "the key differs in something the entry does not record (the object of a bound "
+                                  "method, a value hashed by type only, or the key format)")]
+        scored.append((len(diffs), -float(r.get("time", 0.0)), k.hex(), r, diffs))
+    scored.sort(key=lambda s: s[:3])
+    return [Nearest(h, -t, d) for _n, t, h, _r, d in scored[:NEAREST]]
+
+
+def main_hint(store: Store, fn: str) -> str:
+    """A note when ``fn``'s entries are under the other name of the same function: ``__main__.f`` (a script run
+    as ``python train.py``) and ``train.f`` (the same file imported) are keyed apart."""
+    parts = fn.split(".")
+    if parts[0] == "__main__":
+        main = sys.modules.get("__main__")
+        path = getattr(main, "__file__", None)
+        if not path:
+            return ""
+        stem = os.path.splitext(os.path.basename(path))[0]
+        candidates = [(f"{stem}.{'.'.join(parts[1:])}", stem)]
+    else:
+        candidates = [("__main__." + ".".join(parts[i:]), ".".join(parts[:i])) for i in range(1, len(parts))]
+    for other, mod in candidates:
+        if store.lookup(KIND_FN, name_digest(other)):
+            return (f"note: {other} has entries. A script run as `python {mod.split('.')[-1]}.py` names its "
+                    f"functions __main__.NAME, and the same file imported names them {mod}.NAME; the two are keyed "
+                    f"apart. Call it the way it was cached, or cache it in a module both import.")
+    return ""
+
+
+def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
+    """``f.explain(*args, **kwargs)``: see the module docstring."""
+    key, _trackers, listing = state.key_ctx(args, kwargs)
+    store = state.store
+    ex = Explanation(state.name, False)
+    if key is None:
+        ex.notes.append("this call cannot be keyed (see the warning): it is never cached")
+        return ex
+    if state.find(key) is not None:
+        ex.hit = True
+        return ex
+    live, cleared = _entries(store, state.name)
+    for r in store.lookup(KIND, key):
+        t = r.get("time", 0.0)
+        if t <= cleared:
+            ex.notes.append(f"note: this call's entry (stored {time.strftime('%Y-%m-%d %H:%M', time.localtime(t))}) "
+                            f"was cleared by `cache clear` at {time.strftime('%Y-%m-%d %H:%M', time.localtime(cleared))}")
+        elif isinstance(r.get("expires"), (int, float)) and r["expires"] <= time.time():
+            ex.notes.append(f"note: this call's entry expired at "
+                            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['expires']))} (expires_after=)")
+    ex.entries = len(live)
+    version = state.version.hex() if state.version is not None else None
+    now = _Side(arg_digests(state, args, kwargs), _files_of(listing), version, state.current_parts())
+    ex.nearest = _nearest(now, live, _versions(store, state.name))
+    hint = main_hint(store, state.name)
+    if hint:
+        ex.notes.append(hint)
+    return ex
+
+
+def explain_entry(store: Store, fn: str, key: Digest) -> Explanation:
+    """What differs between the stored entry ``key`` of ``fn`` and its nearest other entries."""
+    live, _cleared = _entries(store, fn)
+    ex = Explanation(fn, True, entries=len(live))
+    mine = [r for k, r in live if bytes(k) == bytes(key)]
+    if not mine:
+        ex.hit = False
+        ex.notes.append(f"no live entry {key.hex()[:12]} of {fn}")
+        return ex
+    versions = _versions(store, fn)
+    side = _side_of(mine[0])
+    side.parts = versions.get(side.version or "")
+    ex.nearest = _nearest(side, live, versions, skip=bytes(key))
+    return ex
+
+
+def code_versions(store: Store, fn: str) -> list[Version]:
+    """The function's code versions, oldest first, each with what changed since the one before it."""
+    seen: dict[str, Version] = {}
+    for r in store.lookup(KIND_FN, name_digest(fn)):
+        v = r.get("version")
+        if not isinstance(v, str):
+            continue
+        t = float(r.get("time", 0.0)) if isinstance(r.get("time"), (int, float)) else 0.0
+        parts = r.get("parts") if isinstance(r.get("parts"), dict) else None
+        old = seen.get(v)
+        if old is None or (old.parts is None and parts is not None):
+            seen[v] = Version(v, min(t, old.time) if old else t, parts)
+        else:
+            old.time = min(old.time, t)
+    out = sorted(seen.values(), key=lambda x: x.time)
+    for prev, cur in zip(out, out[1:]):
+        if prev.parts is not None and cur.parts is not None:
+            cur.changes = compare_parts(prev.parts, cur.parts)
+        else:
+            cur.changes = [Difference("code", "", "changed (an older casmon did not record the parts)")]
+    return out
