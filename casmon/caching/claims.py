@@ -184,7 +184,7 @@ def claim_book(store: Store) -> ClaimBook:
 
 def _well_formed(d: dict[str, Any]) -> bool:
     every, beat, token = d.get("every"), d.get("beat"), d.get("token")
-    return (isinstance(token, str) and type(beat) is int and type(every) in (int, float)
+    return (isinstance(token, str) and type(beat) is int and isinstance(every, (int, float))
             and 0.1 <= every <= 86400 and type(d.get("pid")) is int)
 
 

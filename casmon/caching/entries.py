@@ -134,7 +134,7 @@ def clear_function(store: Store, name: str) -> str:
 def evict(store: Store, max_size: int | None = None, older_than: float | None = None,
           plan: dict[bytes, tuple[str, int]] | None = None) -> tuple[int, int]:
     """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
-    their results add up to at most ``max_size`` bytes. Also drops cleared entries.
+    their results add up to at most ``max_size`` bytes. Also drops cleared and expired entries.
 
     Returns ``(entries dropped, bytes of their results)``. The results' data is
     removed by the gc that follows (subject to its grace period). ``plan``: what
@@ -208,7 +208,9 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     # are dropped -- would differ from the real run.
     for kb, (_k, r) in newest_per_key(store.records(KIND)).items():
         t, fn = r.get("time", 0.0), str(r.get("fn", ""))
-        entries[kb] = [t, int(r.get("size", 0)), t <= cleared.get(fn, 0.0), fn]
+        exp = r.get("expires")  # expires_after= of the function that stored it
+        expired = isinstance(exp, (int, float)) and exp <= time.time()
+        entries[kb] = [t, int(r.get("size", 0)), t <= cleared.get(fn, 0.0) or expired, fn]
     for _k, r in store.records(KIND_USE):
         for h, (_fn, _n, last) in r.get("hits", {}).items():
             e = entries.get(bytes.fromhex(h))

@@ -81,7 +81,8 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict) -> dict[str, str]:
     return out
 
 
-def version_parts(parts: list[Any] | None, pinned: str | None = None) -> dict[str, Any]:
+def version_parts(parts: list[Any] | None, pinned: str | None = None,
+                  sources: dict[str, str] | None = None) -> dict[str, Any]:
     """What a code version is made of, for its ``cachefn`` record: ``code`` (function or class -> digest),
     ``text`` (function -> source, when short), ``globals`` (name -> digest), ``libs`` (name -> what it names)."""
     if pinned is not None:
@@ -100,9 +101,10 @@ def version_parts(parts: list[Any] | None, pinned: str | None = None) -> dict[st
             fp = VersionedFingerprinter()
             fp.feed(("fn", body))
             code[name] = _short(fp.digest())
-            if isinstance(body, str) and len(body) <= TEXT_MAX and total + len(body) <= TEXTS_MAX:
-                text[name] = body
-                total += len(body)
+            src = (sources or {}).get(name)
+            if src is not None and len(src) <= TEXT_MAX and total + len(src) <= TEXTS_MAX:
+                text[name] = src
+                total += len(src)
         elif tag == "class" and len(p) == 4:
             fp = VersionedFingerprinter()
             fp.feed(("class", list(p[2]), p[3]))
@@ -163,7 +165,8 @@ class Explanation:
         elif not self.nearest:
             lines = [f"{self.fn}: miss; no stored entry to compare with"]
         else:
-            lines = [f"{self.fn}: miss; the nearest of its {self.entries:,} stored entries differ{'s' if self.entries == 1 else ''} in:"]
+            of = "its one stored entry" if self.entries == 1 else f"the nearest of its {self.entries:,} stored entries"
+            lines = [f"{self.fn}: miss. What differs from {of}:"]
             for i, n in enumerate(self.nearest):
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(n.time))
                 lines.append(f"  entry {n.key[:12]} (stored {when}):")

@@ -328,7 +328,8 @@ class CacheState:
         """What the current code version is made of (its functions, globals, libraries), as its record keeps it."""
         t = self.tracker
         return explain.version_parts(t.parts if t is not None else None,
-                                     None if self.version_pin is None else str(self.version_pin))
+                                     None if self.version_pin is None else str(self.version_pin),
+                                     t.sources() if t is not None else None)
 
     # -- keys -------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> list:
@@ -581,7 +582,7 @@ class CacheState:
                 ob(store, self.name, key, d, False)
 
     # -- the two halves of a call, around the function itself ---------------------
-    def begin(self, args: tuple, kwargs: dict) -> tuple[Any, bool, Any]:
+    def begin(self, args: tuple, kwargs: dict, waits: bool = True) -> tuple[Any, bool, Any]:
         """``(ctx, found, value)``: a hit returns the stored value; a miss counts and passes ``ctx`` to :meth:`end`
         (or, if the function raised, to :meth:`abort`). A slow miss first waits for a live process or thread that
         computes the same key (:mod:`~casmon.caching.claims`)."""
@@ -600,7 +601,7 @@ class CacheState:
         if key is not None:
             try:
                 found, value = self.lookup_result(key)
-                if not found and self.wait is not False and not self._quick():
+                if not found and waits and self.wait is not False and not self._quick():
                     found, value, held = self._await(key)
             except (CasmonError, OSError) as e:  # the store is unreachable or full: the function computes
                 self.warn(("store-read", type(e)), f"casmon: {self.name} runs uncached while its store cannot be "
@@ -855,7 +856,8 @@ def _async_wrapper(state: CacheState) -> Callable:
 
     @functools.wraps(state.fn)
     async def async_cached(*args, **kwargs):
-        ctx, found, value = state.begin(args, kwargs)
+        # Never waits: a wait would block the event loop, and with it the coroutine computing the key.
+        ctx, found, value = state.begin(args, kwargs, waits=False)
         if found:
             return value
         t0 = time.perf_counter()

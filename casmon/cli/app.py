@@ -14,7 +14,9 @@ unless ``--trust`` is given (``casmon --trust show ...`` or ``casmon show ...
 its opcodes, its size and digest -- not loaded. There is deliberately no
 environment variable that turns trust on for every command: trust is a choice
 about one store, made where the command is typed. ``replay`` runs only code
-named with ``--import``. A casmon error is one line on stderr and exit status 1.
+named with ``--import``. Every error is one line on stderr and exit status 1: casmon's own, and usage errors
+(``Error: missing argument 'B' (see casmon diff --help)``), which click would print as its usage block with
+status 2.
 """
 
 from __future__ import annotations
@@ -37,7 +39,17 @@ __all__ = ["main"]
 
 
 class _Group(click.Group):
-    """Turns casmon's errors (and lookups of what does not exist) into one line on stderr, exit status 1."""
+    """Turns every error into one line on stderr and exit status 1: casmon's errors, lookups of what does not
+    exist, and usage errors (click's own usage block and status 2 are for its help, which stays as it is)."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:  # the group's own options: `casmon --bogus`
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:
+            raise click.ClickException(usage_line(e, info_name or self.name or "casmon")) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         import warnings
@@ -46,11 +58,25 @@ class _Group(click.Group):
         warnings.showwarning = show_warning
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:  # a verb's arguments, an unknown verb, a verb's own refusal
+            verb = f"{ctx.command_path} {ctx.invoked_subcommand}" if ctx.invoked_subcommand else ctx.command_path
+            raise click.ClickException(usage_line(e, verb)) from None
         except (CasmonError, LookupError) as e:
             raise click.ClickException(one_line(e)) from None
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def usage_line(e: click.UsageError, command: str) -> str:
+    """A usage error as one line: what is wrong, and where the command's help is (``see casmon gc --help``)."""
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    if len(msg) > 1 and msg[0].isupper() and msg[1].islower():  # click's "Missing argument 'B'." as a clause
+        msg = msg[0].lower() + msg[1:]
+    path = e.ctx.command_path if e.ctx is not None else command
+    return f"{msg} (see {path} --help)"
+
+
+@click.group("casmon", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="casmon")
 @trust_option
 def main(trust: bool) -> None:

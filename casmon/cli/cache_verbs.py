@@ -1,4 +1,5 @@
-"""The ``cache`` verbs: which functions ``@casmon.cache`` holds results of, and ``cache clear NAME``."""
+"""The ``cache`` verbs: which functions ``@casmon.cache`` holds results of, one function's code versions and entries
+(``cache NAME``), and ``cache clear NAME``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,22 @@ from casmon.cli.options import console, open_store, store_option, trust_option
 from casmon.view.text import plural, size
 
 
-@click.group(invoke_without_command=True)
+class _CacheGroup(click.Group):
+    """``casmon cache NAME`` is ``casmon cache show NAME``: a first argument that is no verb names a function."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            args = ["show", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_CacheGroup, invoke_without_command=True)
 @store_option
 @click.pass_context
 @trust_option
 def cache(ctx, store_location, trust) -> None:
-    """Cached functions: entries, hits, sizes. `casmon cache clear NAME` forgets one."""
+    """Cached functions: entries, hits, sizes. `casmon cache NAME` shows one function's code versions (what
+    changed between them) and newest entries; `casmon cache clear NAME` forgets one."""
     ctx.ensure_object(dict)
     ctx.obj["store"] = store_location
     if ctx.invoked_subcommand is not None:
@@ -62,3 +73,57 @@ def cache_clear(ctx, name, store_location, trust) -> None:
     console.print(f"cleared {full}. Its results' space is freed by gc: `casmon gc` condemns them and a gc at least "
                   f"--grace (default an hour) later removes them; `casmon gc --now` removes them at once (only while "
                   f"nothing else writes to the store)")
+
+
+@cache.command("show", hidden=True)
+@click.argument("name")
+@store_option
+@click.pass_context
+@trust_option
+def cache_show(ctx, name, store_location, trust) -> None:
+    """One cached function: its code versions, what changed between them, and its newest entries."""
+    import datetime as _dt
+
+    from casmon.caching import KIND_FN, cache_entries, resolve_function
+    from casmon.caching.explain import code_versions
+
+    store = open_store(store_location or ctx.obj.get("store"), read_only=True)
+    entries = cache_entries(store)
+    names = set(entries) | {str(r.get("fn")) for _k, r in store.records(KIND_FN, strict=False) if r.get("fn")}
+    try:
+        full = resolve_function(names, name)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from None
+
+    def when(t: float) -> str:
+        return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""
+
+    s = entries.get(full, {"entries": 0, "bytes": 0, "hits": 0})
+    console.print(f"{full}: {plural(s['entries'], 'entry', 'entries')}, {size(s['bytes'])} of results, "
+                  f"{plural(s['hits'], 'hit')}")
+    from casmon.caching import KIND, newest_per_key
+
+    live = [r for _k, r in newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
+                                          if r.get("fn") == full).values()]
+    per_version: dict[str, int] = {}
+    for r in live:
+        per_version[str(r.get("v"))] = per_version.get(str(r.get("v")), 0) + 1
+    versions = code_versions(store, full)
+    t = Table(title="code versions, oldest first")
+    for col in ("#", "version", "first seen", "entries", "what changed since the one before"):
+        t.add_column(col, justify="right" if col in ("#", "entries") else "left")
+    for i, v in enumerate(versions, 1):
+        changed = "; ".join(f"{d.what} {d.name} {d.detail}".replace("  ", " ") for d in v.changes) if i > 1 else ""
+        t.add_row(str(i), v.version[:12], when(v.time), f"{per_version.get(v.version, 0):,}", changed)
+    if versions:
+        console.print(t)
+    newest = sorted(live, key=lambda r: r.get("time", 0), reverse=True)[:10]
+    if newest:
+        et = Table(title=f"newest entries (of {len(live):,})")
+        for col in ("stored", "version", "result", "computed in", "label"):
+            et.add_column(col, justify="right" if col in ("result", "computed in") else "left")
+        for r in newest:
+            et.add_row(when(r.get("time", 0)), str(r.get("v", ""))[:12], size(int(r.get("size", 0) or 0)),
+                      f"{float(r.get('seconds', 0) or 0):.3g} s", str(r.get("label", "")))
+        console.print(et)
+    console.print("`f.explain(...)` in Python says why one call misses, with the source diff of what changed")

@@ -14,10 +14,11 @@ import click
 from rich.console import JustifyMethod
 from rich.table import Table
 
-from casmon.cli.options import console, one_line, open_store, store_option, timestamp, trust_option, trusted
+from casmon.cli.options import (Unloadable, console, load_or_say, one_line, open_store, store_option, timestamp,
+                                trust_option, trusted, value_text)
 from casmon.cli.run_verbs import show_run
 from casmon.errors import CasmonError
-from casmon.view.text import plural, short_repr
+from casmon.view.text import plural
 
 
 def _load_log(store_location):
@@ -34,28 +35,32 @@ def _cell_summary(log, cell) -> str:
 @click.command()
 @click.argument("name", required=False)
 @store_option
-@click.option("--session", type=int, help="Only this session (default: all; for NAME, the latest).")
+@click.option("--session", type=int, help="Only this session: its calls (of NAME, or of every function). "
+                                         "Default: the function table; for NAME, its latest session.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many calls.")
 @trust_option
 def calls(name, store_location, session, limit, trust) -> None:
-    """Logged functions with their call counts; with NAME, that function's calls."""
-    log = _load_log(store_location)
-    if name is None:
-        if not log.functions:
-            console.print("no logged calls")
-            return
-        t = Table(title=f"call log {log.store.url}: {plural(len(log.functions), 'function')}, {plural(len(log.sessions), 'session')}")
-        columns: tuple[tuple[str, JustifyMethod], ...] = (("function", "left"), ("calls", "right"), ("sessions", "left"),
-                                                         ("latest session", "right"))
-        for col, just in columns:
-            t.add_column(col, justify=just)
-        from casmon.calllog import ranges_text
+    """Logged functions with their call counts; with NAME, that function's calls (in its latest session unless
+    --session S); with --session S alone, every call of session S."""
+    from casmon.calllog import ranges_text
 
-        for fname, fi in log.functions.items():
-            sess = sorted(fi.sessions)
-            latest = f"{len(fi.sessions[sess[-1]]):,} in {sess[-1]}" if sess else ""
-            t.add_row(log.signature(fname), f"{fi.total():,}", ranges_text(sess), latest)
-        console.print(t)
+    log = _load_log(store_location)
+    known = set(log.sessions).union(*(fi.sessions for fi in log.functions.values()))
+    if session is not None and session not in known:
+        raise click.ClickException(f"no session {session}; " + (f"sessions: {ranges_text(sorted(known))}"
+                                                                 if known else "no sessions recorded"))
+    if name is None and session is None:
+        _function_table(log)
+        return
+    if name is None:
+        selected = sorted(log.calls(session=session), key=lambda c: (c.start, c.name, c.n))
+        if not selected:
+            console.print(f"session {session} logged no calls")
+            return
+        functions = len({c.name for c in selected})
+        title = f"call log {log.store.url} — session {session}: {plural(len(selected), 'call')} of " \
+                f"{plural(functions, 'function')}"
+        _call_table(log, title, selected, limit, with_function=True)
         return
     try:
         full = log.resolve(name)
@@ -64,14 +69,47 @@ def calls(name, store_location, session, limit, trust) -> None:
             session = max(fi.sessions)
         selected = log.calls(full, session=session)
     except LookupError as e:
-        raise click.ClickException(str(e)) from None
-    t = Table(title=f"{log.signature(full)} — session {session}: {plural(len(selected), 'call')}")
-    for col in ("#", "start", "duration", "thread", "arguments", "result"):
+        raise click.ClickException(one_line(e)) from None
+    if not selected:
+        where = (f"its calls are in {'session' if len(fi.sessions) == 1 else 'sessions'} "
+                 f"{ranges_text(sorted(fi.sessions))}" if fi.sessions else "it has no logged calls yet")
+        console.print(f"{full} has no calls in session {session}; {where}" if session is not None
+                      else f"{full} has no logged calls yet", markup=False)
+        return
+    _call_table(log, f"{log.signature(full)} — session {session}: {plural(len(selected), 'call')}", selected, limit)
+
+
+def _function_table(log) -> None:
+    """The logged functions with their call counts and sessions (`casmon calls`)."""
+    from casmon.calllog import ranges_text
+
+    if not log.functions:
+        console.print("no logged calls")
+        return
+    t = Table(title=f"call log {log.store.url}: {plural(len(log.functions), 'function')}, {plural(len(log.sessions), 'session')}")
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("function", "left"), ("calls", "right"), ("sessions", "left"),
+                                                     ("latest session", "right"))
+    for col, just in columns:
+        t.add_column(col, justify=just)
+    for fname, fi in log.functions.items():
+        sess = sorted(fi.sessions)
+        latest = f"{len(fi.sessions[sess[-1]]):,} in {sess[-1]}" if sess else ""
+        t.add_row(log.signature(fname), f"{fi.total():,}", ranges_text(sess), latest)
+    console.print(t)
+
+
+def _call_table(log, title: str, selected: list, limit: int, with_function: bool = False) -> None:
+    """Calls as a table, at most ``limit`` of them (`casmon calls NAME`, `casmon calls --session S`)."""
+    from rich.markup import escape
+
+    t = Table(title=escape(title))
+    for col in ("function",) * with_function + ("#", "start", "duration", "thread", "arguments", "result"):
         t.add_column(col)
     for c in selected[:limit]:
         args = [_cell_summary(log, a) for a in c.args_cells] + [f"{k}={_cell_summary(log, v)}" for k, v in c.kwargs_cells.items()]
-        res = f"[red]raised {c.exception[0]}[/red]" if c.exception else _cell_summary(log, c.result_cell)
-        t.add_row(str(c.n), timestamp(c.start), f"{c.duration * 1e3:.3f} ms", c.thread_name, ", ".join(args), res)
+        res = f"[red]raised {escape(str(c.exception[0]))}[/red]" if c.exception else escape(_cell_summary(log, c.result_cell))
+        t.add_row(*(escape(c.name),) * with_function, str(c.n), timestamp(c.start), f"{c.duration * 1e3:.3f} ms",
+                  escape(str(c.thread_name)), escape(", ".join(args)), res)
     console.print(t)
     if len(selected) > limit:
         console.print(f"… {len(selected) - limit:,} more (--limit)")
@@ -87,12 +125,21 @@ def calls(name, store_location, session, limit, trust) -> None:
 def show(name, n, store_location, session, as_json, trust) -> None:
     """`show RUN`: a recorded run. `show NAME N`: the inputs, result and timing of call N of function NAME."""
     if n is None:
+        if session is not None:
+            raise click.UsageError(f"--session is for `show NAME N` (a call of a logged function): "
+                                   f"name the call, `casmon show {name} N --session {session}`")
         show_run(name, store_location, as_json)
         return
     if as_json:
         raise click.UsageError("--json is for `show RUN`")
     log = _load_log(store_location)
-    load = log.load_cell if trusted() else log.peek_cell  # untrusted: pickles that could run code are described
+    trust_values = trusted()
+
+    def load(cell):
+        if not trust_values:  # pickles that could run code are described
+            return log.peek_cell(cell)
+        # a value whose code cannot load is one line among the others
+        return load_or_say(lambda: log.load_cell(cell), lambda: log.describe_cell(cell, 80))
     try:
         c = log.call(name, n, session)
         a = log.bind(c, [load(x) for x in c.args_cells], {k: load(v) for k, v in c.kwargs_cells.items()}, load)
@@ -102,14 +149,14 @@ def show(name, n, store_location, session, as_json, trust) -> None:
     console.print(f"  started {timestamp(c.start)}, took {c.duration * 1e3:.3f} ms, process {c.pid}, thread {c.thread_name}"
                   + (f", rank {c.rank}" if c.rank is not None else ""))
     for k, v in vars(a).items():
-        console.print(f"  {k} = {short_repr(v, 200, arrays=True, qualified=True)}", markup=False)
+        console.print(f"  {k} = {value_text(v, 200)}", markup=False, soft_wrap=True)  # a reason is one line
     if c.exception:
         console.print(f"  raised {c.exception[0]}: {c.exception[1]}", markup=False)
     else:
         if not c.result_recorded:
             console.print("  result: not recorded (intercept(result=False))", markup=False)
         else:
-            console.print(f"  result = {short_repr(load(c.result_cell), 200, arrays=True, qualified=True)}", markup=False)
+            console.print(f"  result = {value_text(load(c.result_cell), 200)}", markup=False, soft_wrap=True)
 
 
 @click.command()
@@ -156,6 +203,9 @@ def replay(name, n, store_location, session, imports, import_main, trust) -> Non
         r = log.replay(c.name, c.n, c.session, fn=target)
     except (LookupError, CasmonError) as e:
         raise click.ClickException(one_line(e)) from None
+    except Exception as e:  # noqa: BLE001 - what the function raises is the replay's result; this is loading a value
+        why = Unloadable("", e).why()  # (a trusted pickle's module not found, say)
+        raise click.ClickException(f"cannot replay {c.name} call {c.n} (session {c.session}): {why}") from None
     if r.matches:
         console.print(f"[green]{r.name} call {r.n} (session {r.session}): same result as recorded[/green] ({r.replayed})")
     else:

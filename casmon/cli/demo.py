@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from casmon.caching import cache
-from casmon.cli.options import console as cli_console, store_option, trust_option
+from casmon.cli.options import console as cli_console, creating_store_option, trust_option
 from casmon.errors import CasmonError
 from casmon.view.text import size
 from casmon.calllog import CallLog, intercept
@@ -149,7 +149,7 @@ def _steps(store, console: Console, run_info: dict) -> bool:
 
 
 @click.command()
-@store_option
+@creating_store_option
 @trust_option
 def demo(store_location: str | None, trust: bool) -> None:
     """Store and reload a few values; show deduplication and the store's stats."""

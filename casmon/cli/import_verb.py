@@ -8,14 +8,14 @@ import os
 
 import click
 
+from casmon.cli.options import creating_store_option, see_current_folder
 from casmon.errors import CasmonError
 from casmon.view.text import short_error
 
 
 @click.command("import")
 @click.argument("path")  # a folder, a file (an event file, mlflow.db) or an MLflow URI (sqlite:///mlflow.db)
-@click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL",
-              help="The store to import into (created if missing; default ./.casmon).")
+@creating_store_option
 @click.option("--trust", is_flag=True, default=False,
               help="Load every pickle in PATH, whatever class it names (this runs code from PATH). "
                    "Default: only callmonitor's own classes and plain data load.")
@@ -55,6 +55,8 @@ def import_command(path: str, store_location: str | None, trust: bool, as_json: 
                                  f"{path!r} is not a folder, a TensorBoard event file (events.out.tfevents.*) "
                                  "nor an MLflow database (sqlite)", param_hint="'PATH'")
     trust = trust or bool(click.get_current_context().find_root().params.get("trust"))  # casmon --trust import
+    if trust:  # the pickles' classes are the project's: found in the current folder, as by `python -m casmon`
+        see_current_folder()
     try:
         store = open_store(store_location, autoflush=None, create=True)
         try:

@@ -8,34 +8,45 @@ a store, and an error is one line.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from casmon.errors import CasmonError, UntrustedStoreError
-from casmon.view.text import short_error
+from casmon.view.text import short_error, short_repr
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
-__all__ = ["console", "err_console", "store_option", "trust_option", "trusted", "open_store", "one_line", "show_warning",
-           "timestamp"]
+__all__ = ["console", "err_console", "STORE_HELP", "CREATING_STORE_HELP", "store_option", "creating_store_option",
+           "trust_option", "trusted", "open_store", "see_current_folder", "Unloadable", "load_or_say", "value_text",
+           "one_line", "show_warning", "timestamp"]
 
 # Piped output is not wrapped at 80 columns, so it can be searched line by line.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
-store_option = click.option(
-    "--store",
-    "store_location",
-    envvar="CASMON_STORE",
-    default=None,
-    metavar="PATH_OR_URL",
-    help="The store: a folder, a .zip file, memory://name or s3://bucket/prefix "
-         "(default: $CASMON_STORE, then ./.casmon). Only `demo` creates a store where there is none.",
-)
+#: The help of ``--store`` for the verbs that read or tidy a store: they never make one (a typo must not become a
+#: new, empty store that the command then reports on or cleans).
+STORE_HELP = ("The store: a folder, a .zip file, memory://name or s3://bucket/prefix (default: $CASMON_STORE, then "
+              "./.casmon). This command never creates one: it refuses a path where there is no store "
+              "(only `demo` and `import` create stores).")
+#: The help of ``--store`` for ``demo`` and ``import``, the two verbs that make a store where there is none.
+CREATING_STORE_HELP = ("The store: a folder, a .zip file, memory://name or s3://bucket/prefix (default: $CASMON_STORE, "
+                       "then ./.casmon); created if there is none.")
+
+
+def _store_option(help_text: str) -> Any:
+    return click.option("--store", "store_location", envvar="CASMON_STORE", default=None, metavar="PATH_OR_URL",
+                        help=help_text)
+
+
+store_option = _store_option(STORE_HELP)
+creating_store_option = _store_option(CREATING_STORE_HELP)
 
 trust_option = click.option(
     "--trust", is_flag=True, default=False,
@@ -56,16 +67,73 @@ def trusted() -> bool:
 def open_store(location: str | None, read_only: bool = False, trust: bool | None = None, create: bool = False) -> Store:
     """Open the store; untrusted (no pickle naming a global is loaded) unless ``--trust``.
 
-    Only ``demo`` creates a store: every other command refuses a path where there is none
+    Only ``demo`` and ``import`` create a store: every other command refuses a path where there is none
     (a typo must not become a new, empty store that the command then reports on or cleans).
     """
     from casmon.store.store import open as open_location
 
+    trust = trusted() if trust is None else trust
+    if trust:
+        see_current_folder()
     try:
-        return open_location(location, read_only=read_only, autoflush=None,
-                             trust=trusted() if trust is None else trust, create=create)
+        return open_location(location, read_only=read_only, autoflush=None, trust=trust, create=create)
     except CasmonError as e:
         raise click.ClickException(str(e)) from None
+
+
+def see_current_folder() -> None:
+    """Let ``--trust`` load the classes of the project the command is run in, as ``python -m casmon`` would.
+
+    A console script starts with its own folder first on ``sys.path``, not the current one, so a pickle of
+    ``model.Model`` written by ``python train.py`` would not load from ``casmon --trust``. The current folder
+    goes *last*, where ``python -m`` puts it first: a file there named like a module casmon or a library
+    imports later (``random.py``, ``types.py``, ``zarr.py``) must not shadow it; a project module named like
+    an installed one is the one case this gives up. Only trusted commands call this: without ``--trust``
+    nothing of the project is imported, so the folder is not added at all.
+    """
+    try:
+        here = os.getcwd()
+    except OSError:  # the current folder was deleted: nothing to add
+        return
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+
+
+class Unloadable:
+    """A stored value ``--trust`` could not load, shown in its place: what it is and why it did not load."""
+
+    def __init__(self, description: str, error: BaseException) -> None:
+        self.description, self.error = description, error
+
+    def why(self) -> str:
+        """The reason in one line, with what to do when the value's module is not to be found."""
+        msg = short_error(self.error, 300, typed=True)
+        if isinstance(self.error, ImportError) or (isinstance(self.error, AttributeError) and "Can't get" in msg):
+            msg += " (casmon --trust finds modules in the current folder and on PYTHONPATH)"
+        return msg
+
+    def __repr__(self) -> str:
+        return f"<cannot load {self.description}: {self.why()}>"
+
+
+def load_or_say(load: Callable[[], Any], description: Callable[[], str]) -> Any:
+    """``load()``, or an :class:`Unloadable` naming the value (``description()``) and why it did not load.
+
+    Loading a pickle under ``--trust`` runs the code it names, which can raise anything (a missing module, a
+    renamed class, a failing ``__setstate__``): the command shows the rest and this value as one line. The
+    store's own errors (damage) are the command's and propagate.
+    """
+    try:
+        return load()
+    except CasmonError:  # the store's own refusal (damage, an untrusted pickle): the command's error
+        raise
+    except Exception as e:  # noqa: BLE001 - any error of the code a trusted pickle runs is the value's, not ours
+        return Unloadable(description(), e)
+
+
+def value_text(v: Any, limit: int) -> str:
+    """A value as a verb prints it: a short repr, or the whole of why an :class:`Unloadable` did not load."""
+    return repr(v) if isinstance(v, Unloadable) else short_repr(v, limit, arrays=True, qualified=True)
 
 
 def one_line(e: BaseException) -> str:

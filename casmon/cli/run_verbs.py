@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import click
 from rich.table import Table
 
-from casmon.cli.options import console, err_console, one_line, open_store, store_option, timestamp, trust_option, trusted
+from casmon.cli.options import (console, err_console, load_or_say, one_line, open_store, store_option, timestamp,
+                                trust_option, trusted, value_text)
 from casmon.errors import CasmonError
 from casmon.view.progress import progress_phases
 from casmon.view.text import plural, short_repr, size
@@ -124,20 +126,58 @@ def runs(store_location, as_json, columns, trust) -> None:
     console.print(t)
 
 
-def _not_a_run(which: str, store, e: LookupError) -> str:
-    """Why `casmon show WHICH` found no run: WHICH may be a logged function whose call number was left out."""
-    from casmon.calllog import CallLog, ranges_text
+#: How many names an error lists before it says how many more there are.
+LISTED_NAMES = 20
 
-    try:
-        log = CallLog(store)
-        full = log.resolve(which)
-    except (LookupError, CasmonError):
-        return one_line(e)
+
+def _names(names: list[str], what: str, newest: bool = False) -> str:
+    """``logged functions: a, b`` (at most LISTED_NAMES of them: the first, or the ``newest``, and how many more)."""
+    if not names:
+        return f"no {what}"
+    if len(names) <= LISTED_NAMES:
+        return f"{what}: {', '.join(names)}"
+    rest = f"{len(names) - LISTED_NAMES:,}"
+    if newest:
+        return f"{what}: {rest} earlier, {', '.join(names[-LISTED_NAMES:])}"
+    return f"{what}: {', '.join(names[:LISTED_NAMES])} and {rest} more"
+
+
+def _not_a_run(which: str, store) -> str:
+    """Why `casmon show WHICH` found no run: WHICH may be a logged function whose call number was left out, a
+    short name several logged functions share, or neither (then what there is)."""
+    from casmon.calllog import CallLog, ranges_text
+    from casmon.runs import list_runs
+
+    log = CallLog(store)
+    # The names CallLog.resolve takes for WHICH: the full name, or one ending in `.WHICH`.
+    matches = [f for f in log.functions if f == which or f.endswith("." + which)]
+    if len(matches) > 1 and which not in log.functions:
+        return (f"{which!r} is ambiguous: {', '.join(matches)} (and no run is named so); "
+                f"name a call with `casmon show FULL_NAME N`, e.g. `casmon show {matches[0]} N`")
+    if not matches:
+        runs = [r.name for r in list_runs(store)]
+        runs_text = _names(runs, "runs", newest=True) if runs else "no runs recorded"
+        return f"no function or run named {which!r}; {runs_text}; {_names(list(log.functions), 'logged functions')}"
+    full = log.resolve(which)
     fi = log.functions[full]
     latest = max(fi.sessions) if fi.sessions else None
     calls = ranges_text(sorted(c.n for c in fi.sessions[latest])) if latest is not None else "none"
     return (f"no run {which!r}, but {which!r} is a logged function ({full}; calls {calls} in session {latest}): "
             f"name a call with `casmon show {which} N` (and --session S for another session)")
+
+
+def _info(r) -> dict:
+    """The run's info as `show` prints it: described, or with --trust loaded one by one, so that a value whose
+    code cannot load (its module is not here) is one line saying so among the others."""
+    if not trusted():
+        return r.info_peek()
+    from casmon.runs.manifest import is_value_ref
+    from casmon.store.peek import as_digest, describe
+
+    def load(k: str, h: str) -> Any:
+        return load_or_say(lambda: r.store.get(as_digest(h, f"run {r.name}: info {k}")), lambda: describe(r.store, h, 80))
+
+    return {k: load(k, v["$"]) if is_value_ref(v) else v for k, v in r.manifest.get("info", {}).items()}
 
 
 def show_run(which: str, store_location: str | None, as_json: bool = False) -> None:
@@ -147,8 +187,8 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
     store = open_store(store_location, read_only=True)
     try:
         r = load_run(which, store)
-    except LookupError as e:
-        raise click.ClickException(_not_a_run(which, store, e)) from None
+    except LookupError:
+        raise click.ClickException(_not_a_run(which, store)) from None
     except CasmonError as e:
         raise click.ClickException(one_line(e)) from None
     m = r.manifest
@@ -186,8 +226,8 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
         console.print(f"  tracked {path} ({size(f['size'])}, {f['digest'][:12]})", markup=False)
     for k, v in r.flat_params().items():
         console.print(f"  param {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
-    for k, v in (r.info() if trusted() else r.info_peek()).items():
-        console.print(f"  info {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
+    for k, v in _info(r).items():
+        console.print(f"  info {k} = {value_text(v, 120)}", markup=False, soft_wrap=True)  # a reason is one line
     summary = r.metric_summary()
     if summary:
         console.print(f"  metrics ({len(summary)}):")

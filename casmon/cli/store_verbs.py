@@ -90,7 +90,7 @@ def _parse_size(text: str | None) -> int | None:
 
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*", text.lower())
     if not m:
-        raise click.BadParameter(f"{text!r} is not a size; write e.g. 500M, 10G, 1.5GiB")
+        raise click.BadParameter(f"{text!r} is not a size; write e.g. 500M, 10G, 1.5GiB", param_hint="--max-size")
     mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
     return int(float(m.group(1)) * mult)
 
@@ -102,7 +102,7 @@ def _parse_age(text: str | None) -> float | None:
 
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhdw]?)\s*", text.lower())
     if not m:
-        raise click.BadParameter(f"{text!r} is not an age; write e.g. 3600s, 90m, 12h, 30d, 2w")
+        raise click.BadParameter(f"{text!r} is not an age; write e.g. 3600s, 90m, 12h, 30d, 2w", param_hint="--older-than")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
 
 

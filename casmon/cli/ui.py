@@ -10,11 +10,9 @@ from pathlib import Path
 
 import click
 
-from casmon.cli.options import open_store, trusted
+from casmon.cli.options import STORE_HELP, open_store, trusted
 from casmon.view.text import size
 
-STORE_HELP = ("The store: a folder, a .zip file, memory://name or s3://bucket/prefix "
-              "(default: $CASMON_STORE, then ./.casmon).")
 TRUST_HELP = "Load pickled values to show them (this can run code written by whoever wrote the store). Default: describe them."
 
 

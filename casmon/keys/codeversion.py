@@ -470,6 +470,21 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
     return text, wo
 
 
+def readable_source(fn: Any) -> str | None:
+    """The source lines of function ``fn`` as written (comments and all), for people to read: a diff between two
+    versions (``f.explain``). None where there is no source of the code that runs."""
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType) or _function_source(fn)[0] is None:
+        return None
+    found = _def_block(code)
+    if found is not None:
+        return textwrap.dedent("".join(found[0]))
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return None
+
+
 def _forget_code(key: int, _ref: object = None) -> None:
     """Drop a collected code object's memo entry (a weakref callback)."""
     _code_memo.pop(key, None)
@@ -822,6 +837,17 @@ class VersionTracker:
             except Exception:  # noqa: BLE001 - became unhashable
                 return False
         return True
+
+    def sources(self) -> dict[str, str]:
+        """The readable source of each function the version covers (see :func:`readable_source`)."""
+        out: dict[str, str] = {}
+        for fr, _code in self._codes:
+            f = fr()
+            if f is not None:
+                src = readable_source(f)
+                if src is not None:
+                    out[function_name(f)] = src
+        return out
 
     def observe(self) -> None:
         """Take the current content of mutable values as the baseline, without changing the version.

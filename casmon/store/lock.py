@@ -303,6 +303,9 @@ def _alive(info: dict[str, Any]) -> bool:
         return False
     except (PermissionError, KeyError, ValueError, TypeError, OverflowError):
         return True
+    stat = _read(f"/proc/{pid}/stat")
+    if stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X"):
+        return False  # killed, and not yet reaped by its parent: it runs no more
     start = str(info.get("start") or "")
     return not start or process_start(pid) in ("", start)  # another process under a reused PID: gone
 

@@ -251,3 +251,24 @@ def _wait_for(cond, proc, timeout=60):
         if time.monotonic() > end:
             raise AssertionError("timed out")
         time.sleep(0.05)
+
+
+def test_coroutines_missing_one_key_together_never_block_the_event_loop(tmp_path):
+    import asyncio
+
+    s = casmon.open(str(tmp_path / "s"))
+
+    @casmon.cache(store=s)
+    async def fetch(x):
+        await asyncio.sleep(0.3)
+        return x * 2
+
+    async def both():
+        return await asyncio.gather(fetch(1), fetch(1))
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(asyncio.run(both())), daemon=True)  # a blocked loop never ends
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the event loop is blocked"
+    assert out == [[2, 2]]

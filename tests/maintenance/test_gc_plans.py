@@ -119,7 +119,7 @@ def test_gc_now_and_grace_conflict_and_help_texts(tmp_path):
     st = tmp_path / "s"
     cached_store(st)
     r = cli("gc", "--now", "--grace", "5", "--store", str(st), check=False)
-    assert r.returncode == 2 and "--now" in r.stderr and "--grace" in r.stderr
+    assert r.returncode == 1 and "--now" in r.stderr and "--grace" in r.stderr
     for cmd in ("gc", "runs", "diff"):
         h = " ".join(cli(cmd, "--help").stdout.split())
         assert "--json" in h and "JSON" in h.split("--json", 1)[1][:80], cmd

@@ -296,7 +296,7 @@ def test_export_and_cli(repo, tmp_path):
     out = cli("diff", "1", "2", "--store", store).stdout
     assert "1-cli" in out and "2-second" in out and "tracked file removed: config/base.yaml" in out
     bad = cli("show", "nope", "--store", store, check=False)
-    assert bad.returncode != 0 and "no run 'nope'" in bad.stderr
+    assert bad.returncode != 0 and "no function or run named 'nope'" in bad.stderr
 
 
 def test_runnable_example(repo):

@@ -230,3 +230,24 @@ def test_a_holder_stopped_past_its_lease_finds_it_lost_and_deletes_nothing(tmp_p
         lk.confirm()
     lk.release()
     assert json.loads((root / "gc" / "lock").read_text())["nonce"] == "other", "the other holder's lock stays"
+
+
+def test_a_killed_holder_its_parent_has_not_reaped_yet_is_gone():
+    """A process killed but not yet reaped (a zombie: its PID still answers signals) holds nothing."""
+    import sys
+
+    from casmon.store import lock
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.2)
+        info = {**lock.machine(), "pid": p.pid, "start": lock.process_start(p.pid)}
+        assert not lock.process_gone(info)
+        p.kill()
+        deadline = time.monotonic() + 10
+        while not lock.process_gone(info):
+            assert time.monotonic() < deadline, "a zombie counted as alive"
+            time.sleep(0.02)
+    finally:
+        p.kill()
+        p.wait()

@@ -1,0 +1,221 @@
+"""Per-call control of the cache: f.explain says why a call misses; f.lookup, f.refresh and expires_after."""
+
+import datetime
+import textwrap
+import time
+import warnings
+
+import pytest
+
+import casmon
+from casmon.caching.explain import code_versions, explain_entry
+from tests.conftest import run_python
+
+
+def test_explain_names_the_parameter_that_differs(tmp_path):
+    s = casmon.open(str(tmp_path / "s"))
+
+    @casmon.cache(store=s)
+    def fit(data, lr=0.1, epochs=10, verbose=False):
+        return sum(data) * lr * epochs
+
+    fit([1, 2, 3], lr=0.1)
+    fit([1, 2, 3], lr=0.2, epochs=30)
+    assert fit.explain([1, 2, 3], lr=0.1).hit
+    ex = fit.explain([1, 2, 3], lr=0.1, epochs=20)
+    assert not ex.hit
+    assert [(d.what, d.name) for d in ex.differences] == [("parameter", "epochs")]
+    assert [(d.what, d.name) for d in ex.nearest[1].differences] == [("parameter", "epochs"), ("parameter", "lr")]
+    assert "parameter 'epochs': differs" in str(ex)
+    ex = fit.explain([9], lr=0.1)
+    assert [(d.what, d.name) for d in ex.differences] == [("parameter", "data")]
+
+
+def test_explain_names_the_changed_helper_with_a_source_diff(tmp_path):
+    """A run caches a result; the helper it calls is edited; a new process's explain names the helper (not the
+    function, whose own code is the same) and shows what changed in it."""
+    (tmp_path / "prep.py").write_text(textwrap.dedent("""
+        import casmon
+
+        def scale(x):
+            return x * 2
+
+        @casmon.cache(store="s")
+        def features(x):
+            return scale(x) + 1
+        """))
+    run = "import prep\nprint(prep.features(20))\n"
+    assert run_python(run, cwd=tmp_path).stdout.strip() == "41"
+    (tmp_path / "prep.py").write_text((tmp_path / "prep.py").read_text().replace("x * 2", "x * 3"))
+    out = run_python("import prep, warnings\nwarnings.simplefilter('ignore')\nex = prep.features.explain(20)\n"
+                     "print(ex.hit, [(d.what, d.name) for d in ex.differences])\nprint(ex)\n", cwd=tmp_path).stdout
+    first, rest = out.split("\n", 1)
+    assert first == "False [('code', 'prep.scale')]"
+    assert "-    return x * 2" in rest and "+    return x * 3" in rest
+    # casmon cache NAME's view: the two versions, the second saying what changed.
+    versions = code_versions(casmon.open(str(tmp_path / "s")), "prep.features")
+    assert len(versions) == 2 and [(d.what, d.name) for d in versions[1].changes] == [("code", "prep.scale")]
+
+
+def test_the_code_change_warning_says_what_changed(tmp_path):
+    (tmp_path / "cfg.py").write_text("import casmon\nTHRESH = 2\n\n@casmon.cache(store='s')\ndef f(x):\n    return x > THRESH\n")
+    run_python("import cfg\ncfg.f(1)\n", cwd=tmp_path)
+    (tmp_path / "cfg.py").write_text((tmp_path / "cfg.py").read_text().replace("THRESH = 2", "THRESH = 3"))
+    err = run_python("import cfg\ncfg.f(1)\n", cwd=tmp_path).stderr
+    assert "Since the version cached last: global 'THRESH' changed" in " ".join(err.split())
+
+
+def test_explain_names_the_changed_file(tmp_path):
+    s = casmon.open(str(tmp_path / "s"))
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n1,2\n")
+
+    @casmon.cache(store=s, files=["path"])
+    def load(path, sep=","):
+        return open(path).read().split(sep)
+
+    load(str(data))
+    data.write_text("a,b\n1,3\n")
+    ex = load.explain(str(data))
+    assert not ex.hit
+    assert [(d.what, d.name) for d in ex.differences] == [("file", str(data))]
+    assert "its content changed" in str(ex)
+
+
+def test_explain_of_a_stored_entry_names_what_differs_from_its_neighbours(tmp_path):
+    s = casmon.open(str(tmp_path / "s"))
+
+    @casmon.cache(store=s)
+    def f(a, b):
+        return a + b
+
+    f(1, 2)
+    f(1, 3)
+    key = f.__casmon_cache__.key((1, 3), {})
+    ex = explain_entry(s, f.__casmon_cache__.name, key)
+    assert [(d.what, d.name) for d in ex.differences] == [("parameter", "b")]
+
+
+def test_lookup_returns_a_stored_result_and_never_computes(tmp_path):
+    s = casmon.open(str(tmp_path / "s"))
+    calls = []
+
+    @casmon.cache(store=s)
+    def f(x):
+        calls.append(x)
+        return [x]
+
+    with pytest.raises(KeyError, match="this call is not cached"):
+        f.lookup(1)
+    f(1)
+    assert f.lookup(1) == [1] and calls == [1]
+
+
+def test_refresh_computes_again_and_replaces_the_entry(tmp_path):
+    s = casmon.open(str(tmp_path / "s"))
+    n = [0]
+
+    @casmon.cache(store=s)
+    def f(x):
+        n[0] += 1
+        return (x, n[0])
+
+    assert f(1) == (1, 1) and f(1) == (1, 1)
+    assert f.refresh(1) == (1, 2)
+    assert f(1) == (1, 2)
+    s.flush()
+    assert casmon.cache(store=casmon.open(str(tmp_path / "s")))(f.__wrapped__).lookup(1) == (1, 2)
+
+
+def test_entries_older_than_expires_after_are_misses_and_gc_drops_them(tmp_path, min_grace):
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc)
+    n = [0]
+
+    def body(x):
+        n[0] += 1
+        return (x, n[0])
+
+    f = casmon.cache(store=s, expires_after=datetime.timedelta(seconds=0.6))(body)
+    assert f(1) == (1, 1) and f(1) == (1, 1)
+    time.sleep(0.8)
+    assert f(1) == (1, 2), "an expired entry is a miss"
+    ex = f.explain(2)
+    assert not ex.hit
+    s.flush()
+    with pytest.raises(ValueError, match="expires_after"):
+        casmon.cache(expires_after=0)(body)
+    with pytest.raises(ValueError, match="wait="):
+        casmon.cache(wait="yes")(body)
+    time.sleep(0.8)
+    from casmon.caching import eviction_plan
+
+    from casmon.caching import duplicates_plan
+
+    assert len(eviction_plan(s)) == 1, "key 1's entry expired: gc drops it"
+    assert len(duplicates_plan(s)) == 1, "and the older record of the key, as a duplicate"
+    f(3)
+    assert len(eviction_plan(s)) == 1, "an entry that has not expired stays"
+
+
+def test_a_module_function_missing_on_a_scripts_entry_says_where_the_entry_is(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import casmon
+
+        @casmon.cache(store="s")
+        def make_data(n):
+            return list(range(n))
+
+        if __name__ == "__main__":
+            make_data(5)
+        """))
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True,
+                   env={**__import__("os").environ, "PYTHONPATH": str(__import__("tests.conftest").conftest.ROOT)})
+    out = run_python("import train\ntry:\n    train.make_data.ref(5)\nexcept KeyError as e:\n    print(e)\n",
+                     cwd=tmp_path).stdout
+    assert "__main__.make_data has entries" in out and "python train.py" in out
+
+
+def test_a_cache_clear_in_another_process_is_seen_by_a_running_one(tmp_path):
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc)
+    n = [0]
+
+    @casmon.cache(store=s)
+    def f(x):
+        n[0] += 1
+        return n[0]
+
+    assert f(1) == 1 and f(1) == 1
+    s.flush()
+    run_python(f"import casmon\nfrom casmon.caching import clear_function\nclear_function(casmon.open({loc!r}), 'f')\n")
+    deadline = time.monotonic() + 10
+    while f(1) == 1:
+        assert time.monotonic() < deadline, "the clear was not seen"
+        time.sleep(0.1)
+    assert n[0] == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f(1) == 2
+
+
+def test_casmon_cache_name_lists_code_versions_and_what_changed(tmp_path):
+    from click.testing import CliRunner
+
+    from casmon.cli.app import main as cli_main
+
+    (tmp_path / "m.py").write_text("import casmon\n\ndef helper(x):\n    return x + 1\n\n@casmon.cache(store='s')\n"
+                                   "def g(x):\n    return helper(x)\n")
+    run_python("import m\nm.g(1)\nm.g(2)\n", cwd=tmp_path)
+    (tmp_path / "m.py").write_text((tmp_path / "m.py").read_text().replace("x + 1", "x + 2"))
+    run_python("import m, warnings\nwarnings.simplefilter('ignore')\nm.g(1)\n", cwd=tmp_path)
+    r = CliRunner().invoke(cli_main, ["cache", "g", "--store", str(tmp_path / "s")], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "m.g: 3 entries" in out
+    assert "code m.helper changed" in out
+    rows = [line for line in r.output.splitlines() if line.startswith("│ 1 ") or line.startswith("│ 2 ")]
+    assert [row.split("│")[4].strip() for row in rows] == ["2", "1"], "entries per version"
