@@ -38,6 +38,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import timedelta
@@ -142,9 +143,19 @@ class _Usage:
 
 _usage_by_store: dict[int, _Usage] = {}
 _usage_lock = threading.Lock()
+_states: weakref.WeakSet[CacheState] = weakref.WeakSet()
+
+
+def _forget_inflight_in_child() -> None:
+    # The threads computing those keys are the parent's: a child waiting for them would wait forever.
+    for st in list(_states):
+        st._inflight = {}
+
+
 if hasattr(os, "register_at_fork"):
     # A forked child's store forgets the parent's flush hooks; its hit counts start over with it.
     os.register_at_fork(after_in_child=_usage_by_store.clear)
+    os.register_at_fork(after_in_child=_forget_inflight_in_child)
 
 
 def _usage(store: Store) -> _Usage:
@@ -245,6 +256,7 @@ class CacheState:
         self._recent: deque[float] = deque(maxlen=4)  # seconds of the last computed calls: slow ones claim
         self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
+        _states.add(self)
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         return reduce_state(self)

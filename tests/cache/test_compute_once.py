@@ -272,3 +272,32 @@ def test_coroutines_missing_one_key_together_never_block_the_event_loop(tmp_path
     t.join(30)
     assert not t.is_alive(), "the event loop is blocked"
     assert out == [[2, 2]]
+
+
+def test_a_forked_child_never_waits_for_a_thread_of_its_parent(tmp_path):
+    """A thread of the parent computes key 1 when another thread forks: the child, calling key 1, waits for the
+    parent's claim in the store and gets the result, instead of waiting forever for a thread it does not have."""
+    import multiprocessing
+
+    s = casmon.open(str(tmp_path / "s"))
+    started = threading.Event()
+
+    @casmon.cache(store=s, version="fork")
+    def slow(x):
+        started.set()
+        time.sleep(3)
+        return x
+
+    t = threading.Thread(target=slow, args=(1,))
+    t.start()
+    started.wait(10)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=lambda: q.put(slow(1)))
+    p.start()
+    p.join(30)
+    alive = p.is_alive()
+    p.kill()
+    assert not alive, "the child waits forever"
+    assert p.exitcode == 0 and q.get(timeout=5) == 1
+    t.join()
