@@ -63,9 +63,9 @@ def _lookup(mod: str, qualname: str) -> Any:
 
 
 def _cloudpickling() -> bool:
-    """True if a cloudpickle pickler (cloudpickle's own or joblib's copy) is what pickles us now."""
+    """True if a cloudpickle pickler (cloudpickle's own, or joblib's, srsly's or Ray's copy) is what pickles us now."""
     found: list[type] = []
-    for modname in ("cloudpickle", "joblib.externals.cloudpickle", "srsly.cloudpickle"):
+    for modname in ("cloudpickle", "joblib.externals.cloudpickle", "srsly.cloudpickle", "ray.cloudpickle"):
         cp = sys.modules.get(modname)
         p = getattr(cp, "Pickler", None) or getattr(cp, "CloudPickler", None)
         if isinstance(p, type):

@@ -1,10 +1,12 @@
 """The call log: ``@casmon.intercept`` records calls; ``casmon.load`` reads them back.
 
 ``records`` (the record format: kinds, cells, repair), ``writer`` (intercept,
-sessions, the recorder that batches calls), ``reader`` (``load`` -> ``CallLog``,
+sessions, the recorder that batches calls), ``engines`` (what launched a session:
+a Ray, Dask or multiprocessing worker, a job array's task), ``reader`` (``load`` -> ``CallLog``,
 ``Call``, ``Args``), ``replay`` (run a logged call again and compare).
 """
 
+from casmon.calllog.engines import session_where
 from casmon.calllog.reader import Args, Call, CallLog, FunctionInfo, load, ranges_text
 from casmon.calllog.records import (
     INLINE_STR,
@@ -34,5 +36,5 @@ __all__ = [
     "intercept", "load", "flush", "CallLog", "Call", "Args", "NotStored", "Replay", "CallLogWarning", "FunctionInfo",
     "Recorder", "Intercepted", "recorder_for", "find_recorder", "restart_numbering", "registered_function",
     "ranges_text", "type_name", "INLINE_STR", "SCALARS", "NOT_RECORDED", "KIND_CALLS", "KIND_SESSION", "KIND_CALLFN",
-    "SESSION_REFS",
+    "SESSION_REFS", "session_where",
 ]

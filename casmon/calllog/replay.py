@@ -3,6 +3,12 @@
 Only code the caller vouches for runs: the ``fn`` given, or the function
 ``@casmon.intercept`` registered under the record's name in this process. A
 callable is never looked up, nor a module imported, from what a record holds.
+
+A replay logs nothing (:func:`~casmon.calllog.writer.not_logged`): not the replayed call,
+even when ``fn`` is the intercepted function itself, and not the intercepted calls it
+makes. It is a check of a recorded call, not a run; logging it would add a session whose
+calls become their functions' "latest", and ``fn=pipeline.normalise`` would log a
+second name beside the script's ``__main__.normalise``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from casmon.calllog.records import type_name
-from casmon.calllog.writer import intercepted
+from casmon.calllog.writer import intercepted, not_logged
 from casmon.errors import UntrustedStoreError
 from casmon.keys.fingerprint import fingerprint
 
@@ -70,7 +76,8 @@ def replay_call(log: CallLog, c: Call, fn: Callable[..., Any] | None = None) -> 
     else:
         recorded = fingerprint(log.load_cell(c.result_cell)).hex()
     try:
-        out = target(*args, **kwargs)
+        with not_logged():
+            out = target(*args, **kwargs)
         exc = None
         replayed = fingerprint(out).hex()
     except Exception as e:  # noqa: BLE001 - a replay reports, it does not crash

@@ -17,12 +17,25 @@ function and type; the call itself always runs normally.
 Records are written in batches, one record per flush and session: at most one
 small record per flush instead of a file per call. A flush happens every 5
 seconds in a background thread, at ``casmon.flush()``, at ``store.close()``
-and at interpreter exit. A process killed with SIGKILL loses at most the calls
-since its last flush, and leaves the store valid.
+and at interpreter exit (and, in a pool's or a Ray worker, before each call
+returns). A process killed with SIGKILL loses at most the calls since its last
+flush, and leaves the store valid.
+
+Call numbers belong to the session: the recorder keeps one counter per function
+name, so copies of an intercepted function -- unpickled by value for each Dask or
+Ray task (cloudpickle ships a script's functions so), or defined again by a
+notebook cell run twice -- number on instead of starting at 1 again. A logged
+function pickles as "intercept this function with these options", never with the
+state a call bound.
+
+A replay (:func:`not_logged`) logs nothing: neither the replayed call nor the
+calls it makes, in this thread or the asyncio tasks it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import itertools
@@ -32,10 +45,12 @@ import socket
 import sys
 import threading
 import time
+import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from casmon.calllog import engines
 from casmon.calllog.records import INLINE_STR, KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SCALARS, SESSION_REFS, type_name
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
@@ -44,7 +59,8 @@ from casmon.scrub import scrub, scrub_argv
 from casmon.store.store import Store, default_store
 
 __all__ = ["intercept", "flush", "CallLogWarning", "Recorder", "Intercepted", "recorder_for", "find_recorder",
-           "restart_numbering", "registered_function", "main_origin", "recorders", "intercepted", "all_intercepted"]
+           "restart_numbering", "registered_function", "main_origin", "recorders", "intercepted", "all_intercepted",
+           "not_logged"]
 
 #: Calls waiting in memory before a flush is forced.
 PENDING_MAX = 200_000
@@ -78,6 +94,46 @@ def main_origin() -> dict | None:
 
 class CallLogWarning(UserWarning):
     """An argument or result could not be stored; the call ran normally."""
+
+
+_CASMON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` for a warning its caller gives: the first frame outside casmon, the user's line."""
+    f: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while f is not None and f.f_code.co_filename.startswith(_CASMON_DIR):
+        f = f.f_back
+        level += 1
+    return level
+
+
+#: True while a replay runs: nothing is logged in this context (see :func:`not_logged`).
+_not_logging: contextvars.ContextVar[bool] = contextvars.ContextVar("casmon_calllog_not_logging", default=False)
+#: How many :func:`not_logged` blocks are open in the process: a call reads the context variable only then.
+_not_logged_blocks = [0]
+_not_logged_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def not_logged() -> Iterator[None]:
+    """Log no intercepted call inside the block (this thread, and asyncio tasks started in it); claim no session.
+
+    Replay runs its call inside one: a replay is a check, not a run, so neither the
+    replayed call nor the calls it makes belong in the log (they would start a session
+    and become the "latest" calls of their functions, and a function imported under its
+    module's name would make a script's name ambiguous).
+    """
+    token = _not_logging.set(True)
+    with _not_logged_lock:
+        _not_logged_blocks[0] += 1
+    try:
+        yield
+    finally:
+        with _not_logged_lock:
+            _not_logged_blocks[0] -= 1
+        _not_logging.reset(token)
 
 
 class _Ref(dict):
@@ -118,6 +174,12 @@ class Recorder:
         self._thread_seq = itertools.count()
         self.threads: dict[int, list] = {}  # our number -> [ident, name]
         self.warned: set = set()
+        # Per session: each function's call counter, and the signature record written for it (as its params).
+        self.numbers: dict[str, itertools.count] = {}
+        self.signatures: dict[str, list] = {}
+        self.engine: dict | None = None
+        self.array: dict | None = None
+        self.flush_each = False  # a Ray worker: ended without exit hooks, so every call is flushed
         # JSON (UTF-8) of the first ``encoded_rows`` rows of ``pending``, in blocks (see ENCODE_BLOCK);
         # ``batch_gen`` changes whenever rows are taken or put back, so a block encoded meanwhile is dropped.
         self.encoded: list[bytes] = []
@@ -153,6 +215,12 @@ class Recorder:
         main = main_origin()
         if main:
             info["main"] = main
+        self.engine, self.array = engines.engine(), engines.job_array()
+        self.flush_each = engines.in_ray_worker(self.engine)
+        if self.engine:
+            info["engine"] = self.engine
+        if self.array:
+            info["array"] = self.array
         while not store.create_ref(f"{SESSION_REFS}/{n:06d}", None, info):
             n += 1
         store.append(KIND_SESSION, {"n": n, **info, "time": time.time(), "_ref": f"{SESSION_REFS}/{n:06d}"},
@@ -160,24 +228,42 @@ class Recorder:
         return n
 
     # -- capturing ----------------------------------------------------------------
-    def cell(self, v: Any, what: str, fn: str) -> Any:
-        """What a record holds for a value: the value itself if a small scalar, else a digest."""
+    def cell(self, v: Any, what: str, fn: str, once: str | None = None) -> Any:
+        """What a record holds for a value: the value itself if a small scalar, else a digest.
+
+        ``what`` names the value in the warning for one that cannot be stored (``parameter 'cb'``), given once
+        per function, ``once`` (the parameter; default ``what``) and type."""
         t = type(v)
         if t in SCALARS and (t is not str or len(v) <= INLINE_STR):
             return v
         try:
             d = self.store.put(v)
         except Exception as e:  # noqa: BLE001 - the call must run whatever we cannot store
-            key = (fn, t)
+            key = (fn, once or what, t)
             if key not in self.warned:
                 self.warned.add(key)
-                warnings.warn(f"casmon: {fn}: {what} of type {type_name(v)} is not logged: {e}", CallLogWarning, stacklevel=4)
+                warnings.warn(f"casmon: {fn}: {what} ({type_name(v)}) is not logged, the call ran and its record "
+                              f"holds a NotStored marker: {e}", CallLogWarning, stacklevel=_user_stacklevel())
             return {"!": type_name(v), "why": scrub(str(e)[:200])}
         h = d.hex()
         self.refs.add(h)
         r = _Ref()
         r["$"] = h
         return r
+
+    def bind(self, fi: Intercepted) -> itertools.count:
+        """The session's call counter for ``fi``'s name; writes its signature record when the session lacks it."""
+        with self.lock:
+            params = fi.params_cells(self)
+            if self.signatures.get(fi.name) != params:
+                rec = {"fn": fi.name, "session": self.session, "params": params}
+                refs = [Digest(e[2]["$"]) for e in params if len(e) > 2 and isinstance(e[2], dict) and "$" in e[2]]
+                self.store.append(KIND_CALLFN, rec, key=fingerprint(("casmon.callfn", fi.name, self.session)), refs=refs)
+                self.signatures[fi.name] = params
+            c = self.numbers.get(fi.name)
+            if c is None:
+                c = self.numbers[fi.name] = itertools.count(1)
+            return c
 
     def log(self, fi: Intercepted, n: int, t0: float, dt: float, args_cells, kwargs_cells, result_cell, exc) -> None:
         tid = getattr(self._tls, "tid", None)
@@ -196,7 +282,7 @@ class Recorder:
             self._start_encoder()
         if full:
             self.store.flush()
-        elif self.store.flush_each_call:  # durable, or a pool worker the pool may end right after this call
+        elif self.store.flush_each_call or self.flush_each:  # durable, or a worker that may end right after this call
             self.store.flush_for_call()
 
     def _flush_hook(self, store: Store) -> None:
@@ -348,6 +434,9 @@ def find_recorder(store: Store) -> Recorder | None:
 
 def restart_numbering(r: Recorder) -> None:
     """Number the calls of every function logged through ``r`` from 1 again (for a new session)."""
+    with r.lock:
+        r.numbers.clear()
+        r.signatures.clear()
     for fi in all_intercepted:
         if fi.bound_recorder is r:
             fi.reset()
@@ -367,10 +456,21 @@ class Intercepted:
         self.sig = inspect.signature(fn)
         self._store_arg = store
         self.result = result
+        # What a warning calls each argument: positional parameters by position, the rest by kind.
+        ps = list(self.sig.parameters.values())
+        self._positional = [p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._keywords = {p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        self._varargs = next((p.name for p in ps if p.kind is p.VAR_POSITIONAL), None)
+        self._varkw = next((p.name for p in ps if p.kind is p.VAR_KEYWORD), None)
         self.reset()
 
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        # As "intercept fn with these options": the recorder a call bound (a store, its lock) stays here, and the
+        # copy a worker unpickles numbers its calls in that worker's session.
+        return (_rebuild, (self.fn, _store_location(self._store_arg), self.result))
+
     def reset(self) -> None:
-        self.counter = itertools.count(1)
+        self.counter: itertools.count | None = None
         self._recorder: Recorder | None = None
 
     @property
@@ -379,26 +479,43 @@ class Intercepted:
         return self._recorder
 
     def recorder(self) -> Recorder:
-        """The recorder for this function's store, its session claimed and the signature written (once)."""
+        """The recorder for this function's store, its session claimed and the signature written (once a session)."""
         r = self._recorder
         if r is None or r.store.closed:
             store = default_store(self._store_arg)
             r = recorder_for(store)
             r.ensure_session()
-            self._write_signature(r)
+            self.counter = r.bind(self)
             self._recorder = r
         return r
 
-    def _write_signature(self, r: Recorder) -> None:
+    def params_cells(self, r: Recorder) -> list[list[Any]]:
+        """The signature as the ``callfn`` record holds it: ``[name, kind, default cell?]`` per parameter."""
         params: list[list[Any]] = []
         for p in self.sig.parameters.values():
             entry: list[Any] = [p.name, p.kind.name]
             if p.default is not inspect.Parameter.empty:
-                entry.append(r.cell(p.default, f"default of {p.name}", self.name))
+                entry.append(r.cell(p.default, f"the default of parameter {p.name!r}", self.name))
             params.append(entry)
-        rec = {"fn": self.name, "session": r.session, "params": params}
-        refs = [Digest(e[2]["$"]) for e in params if len(e) > 2 and isinstance(e[2], dict) and "$" in e[2]]
-        r.store.append(KIND_CALLFN, rec, key=fingerprint(("casmon.callfn", self.name, r.session)), refs=refs)
+        return params
+
+    def arg_label(self, i: int) -> tuple[str, str]:
+        """Positional argument ``i`` as a warning names it (``parameter 'x'``, ``parameter 'args' item 2``), and
+        the parameter it belongs to (warned about once a type)."""
+        if i < len(self._positional):
+            return f"parameter {self._positional[i]!r}", self._positional[i]
+        if self._varargs is not None:
+            return f"parameter {self._varargs!r} item {i - len(self._positional)}", self._varargs
+        return f"argument {i}", str(i)  # more arguments than the signature takes: the call itself raises
+
+    def kwarg_label(self, k: str) -> tuple[str, str]:
+        """Keyword argument ``k`` as a warning names it (``parameter 'k'``, ``parameter 'kwargs' key 'k'``), and the
+        parameter it belongs to."""
+        if k in self._keywords:
+            return f"parameter {k!r}", k
+        if self._varkw is not None:
+            return f"parameter {self._varkw!r} key {k!r}", self._varkw
+        return f"argument {k!r}", k
 
     def capture(self, r: Recorder, args: tuple, kwargs: dict):
         for a in args:
@@ -414,15 +531,25 @@ class Intercepted:
             else:
                 return args_cells, dict(kwargs)
         name = self.name
-        return ([r.cell(a, f"argument {i}", name) for i, a in enumerate(args)],
-                {k: r.cell(v, f"argument {k!r}", name) for k, v in kwargs.items()})
+        args_out = []
+        for i, a in enumerate(args):
+            label, param = self.arg_label(i)
+            args_out.append(r.cell(a, label, name, param))
+        kwargs_out = {}
+        for k, v in kwargs.items():
+            label, param = self.kwarg_label(k)
+            kwargs_out[k] = r.cell(v, label, name, param)
+        return args_out, kwargs_out
 
     # -- the two halves of a call, around the function itself ---------------------
     def begin(self, args: tuple, kwargs: dict):
-        """Everything logged before the call; None if the log cannot be written (the call runs anyway)."""
+        """Everything logged before the call; None if the call is not logged (the call runs anyway): inside a
+        replay, or when the log cannot be written."""
+        if _not_logged_blocks[0] and _not_logging.get():
+            return None
         try:
             r = self._recorder or self.recorder()
-            n = next(self.counter)
+            n = next(self.counter)  # type: ignore[arg-type]  # bound with the recorder
             a, k = self.capture(r, args, kwargs)  # before the call: the function may mutate its inputs
         except Exception as e:  # noqa: BLE001 - a full disk or an unreachable store must not stop the call
             self._unavailable(e)
@@ -432,13 +559,13 @@ class Intercepted:
     def _unavailable(self, e: Exception) -> None:
         if not getattr(self, "_warned_unavailable", False):
             self._warned_unavailable = True
-            warnings.warn(f"casmon: calls of {self.name} are not logged: {e}", CallLogWarning, stacklevel=4)
+            warnings.warn(f"casmon: calls of {self.name} are not logged: {e}", CallLogWarning, stacklevel=_user_stacklevel())
 
     def end(self, ctx, out: Any) -> None:
         r, n, a, k, t0, p0 = ctx
         dt = time.perf_counter() - p0
         try:
-            rc = r.cell(out, "result", self.name) if self.result else NOT_RECORDED
+            rc = r.cell(out, "the result", self.name) if self.result else NOT_RECORDED
             r.log(self, n, t0, dt, a, k, rc, None)
         except Exception as e:  # noqa: BLE001
             self._unavailable(e)
@@ -449,6 +576,35 @@ class Intercepted:
             r.log(self, n, t0, time.perf_counter() - p0, a, k, None, [type_name(e), scrub(str(e)[:1000])])
         except Exception as err:  # noqa: BLE001
             self._unavailable(err)
+
+
+def _store_location(store: Any) -> Any:
+    """Where a worker finds ``store``: a :class:`Store` as its URL, a local path made absolute, None as None (the
+    worker's own ``$CASMON_STORE``), as cached functions travel."""
+    if isinstance(store, Store):
+        return store.url
+    if isinstance(store, (str, os.PathLike)) and "://" not in str(store):
+        return os.path.abspath(os.fspath(store))
+    return store
+
+
+_rebuilt: dict[tuple, Intercepted] = {}
+
+
+def _rebuild(fn: Callable, store: Any, result: bool) -> Intercepted:
+    """Unpickle an intercepted function's state: one per name and options in a process, however many copies of
+    the function arrive (Dask unpickles a task's function for each task)."""
+    key = (function_name(fn), repr(store), result)
+    fi = _rebuilt.get(key)
+    if fi is None:
+        with _recorders_lock:
+            fi = _rebuilt.get(key)
+            if fi is None:
+                fi = Intercepted(fn, store, result)
+                all_intercepted.append(fi)
+                intercepted.setdefault(fi.name, fn)
+                _rebuilt[key] = fi
+    return fi
 
 
 def intercept(fn: Callable | None = None, *, store: Store | str | None = None, result: bool = True):

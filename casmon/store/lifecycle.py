@@ -201,6 +201,17 @@ def _started_as_pool_child(store: Store) -> None:
     store._flush_each_call = store.durable or in_worker_process()
 
 
+def _in_ray_worker() -> bool:
+    """A Ray worker process (a task's or an actor's), never the driver; Ray is not imported for this."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        return bool(ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE)
+    except Exception:  # noqa: BLE001 - another Ray version's API: not a worker we know
+        return False
+
+
 def in_worker_process() -> bool:
     """Whether this process is a child that its parent may end at any moment: flush after every call here.
 
@@ -219,6 +230,8 @@ def in_worker_process() -> bool:
         return True
     if forced in ("0", "false", "no", "off"):
         return False
+    if _in_ray_worker():
+        return True  # Ray ends its workers without exit hooks
     mp = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it before anything else
     if mp is None:
         return False

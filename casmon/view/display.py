@@ -32,7 +32,7 @@ from casmon.view.text import short_repr as short  # display.short: the name view
 
 __all__ = [
     "Html", "esc", "when", "size", "ratio", "seconds", "short", "table", "text_table", "frame", "patch_html",
-    "RunList", "RunDiff", "StoreStats", "Sessions", "CacheEntries",
+    "RunList", "RunDiff", "StoreStats", "Sessions", "CacheEntries", "session_where",
 ]
 
 #: Scoped to the view's own element; nothing outside it changes (a notebook keeps its style).
@@ -664,6 +664,36 @@ def verify_html(rep: Any) -> Html:
 # -- call log ------------------------------------------------------------------------------------------
 
 
+def session_where(session: Any) -> str:
+    """What ran a session, in a few words from its record: ``"ray worker 1a2b3c4d5e6f actor 9f8e7d6c5b4a"``,
+    ``"dask worker 0 (tcp://127.0.0.1:40321)"``, ``"multiprocessing SpawnPoolWorker-1"``, ``"MPI rank 3"``,
+    ``"slurm array 4242 task 7"``, joined by ", "; ``""`` for a plain process. Never raises on a malformed record."""
+    if not isinstance(session, dict):
+        return ""
+    parts = []
+    e = session.get("engine")
+    if isinstance(e, dict):
+        name = e.get("name")
+        if name == "ray":
+            text = f"ray worker {str(e.get('worker'))[:12]}"
+            if e.get("actor"):
+                text += f" actor {str(e['actor'])[:12]}"
+            parts.append(text)
+        elif name == "dask":
+            parts.append(f"dask worker {e.get('worker')} ({e.get('address')})")
+        elif name == "multiprocessing":
+            parts.append(f"multiprocessing {e.get('process')}")
+        elif isinstance(name, str):
+            parts.append(name[:40])
+    rank = session.get("rank")
+    if type(rank) is int:
+        parts.append(f"MPI rank {rank}")
+    a = session.get("array")
+    if isinstance(a, dict):
+        parts.append(f"{a.get('scheduler')} array {a.get('job')} task {a.get('task')}")
+    return ", ".join(parts)
+
+
 class Sessions(dict):
     """``log.sessions``: session number -> its record, shown with local dates."""
 
@@ -673,21 +703,22 @@ class Sessions(dict):
             s = s if isinstance(s, dict) else {}
             argv = s.get("argv")
             rows.append((n, when(s.get("start", s.get("time"))), s.get("pid", "-"), s.get("host", "-"),
-                         s.get("python", "-"), " ".join(map(str, argv)) if isinstance(argv, list) else "-"))
+                         s.get("python", "-"), session_where(s) or "-",
+                         " ".join(map(str, argv)) if isinstance(argv, list) else "-"))
         return rows
 
     @guarded_text("sessions")
     def __repr__(self) -> str:
         if not self:
             return "<casmon: no sessions>"
-        return f"{plural(len(self), 'session')}:\n" + text_table(["session", "started", "pid", "host", "python", "command"],
+        return f"{plural(len(self), 'session')}:\n" + text_table(["session", "started", "pid", "host", "python", "ran in", "command"],
                                                              self._rows(), width=60)
 
     @guarded_html("sessions")
     def _repr_html_(self) -> str:
-        rows = [(n, t, pid, host, py, code(cmd)) for n, t, pid, host, py, cmd in self._rows()]
+        rows = [(n, t, pid, host, py, where, code(cmd)) for n, t, pid, host, py, where, cmd in self._rows()]
         return frame(f"casmon: {plural(len(self), 'session')}",
-                     table(["session", "started", "pid", "host", "python", "command"], rows, num=[0, 2]))
+                     table(["session", "started", "pid", "host", "python", "ran in", "command"], rows, num=[0, 2]))
 
     def to_pandas(self):
         pd = pandas()
@@ -697,8 +728,9 @@ class Sessions(dict):
             argv = s.get("argv")
             rows.append({"session": n, "start": local_datetime(s.get("start", s.get("time"))), "pid": s.get("pid"),
                          "host": s.get("host"), "python": s.get("python"), "rank": s.get("rank"),
+                         "ran_in": session_where(s) or None,
                          "argv": " ".join(map(str, argv)) if isinstance(argv, list) else None})
-        return pd.DataFrame(rows, columns=["session", "start", "pid", "host", "python", "rank", "argv"])
+        return pd.DataFrame(rows, columns=["session", "start", "pid", "host", "python", "rank", "ran_in", "argv"])
 
 
 def call_row(c: Any) -> dict:

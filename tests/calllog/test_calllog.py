@@ -526,3 +526,144 @@ def test_a_flush_waits_for_the_block_being_encoded_instead_of_encoding_it_again(
     assert [c.n for c in log.calls("f")] == list(range(1, 701))
     assert log.get("f", 500)[0] == [499] and log.result("f", 700) == 700
     s.close()
+
+
+def test_a_warning_for_an_unstorable_argument_names_the_parameter_and_points_at_the_callers_line(store):
+    """The warning said "argument 0" and pointed into casmon's own code; it names the parameter (as the cache's
+    warning does) and points at the line that made the call."""
+
+    @casmon.intercept(store=store)
+    def f(x, cb, *more, key=None, **extra):
+        return x
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        f(1, lambda: 0)
+        f(2, 3, lambda: 1)
+        f(3, 4, key=lambda: 2)
+        f(4, 5, other=lambda: 3)
+        f(5, lambda: 4, lambda: 5, lambda: 6, key=lambda: 7, other=lambda: 8, more=lambda: 9)  # once a parameter
+    got = [x for x in w if issubclass(x.category, CallLogWarning)]
+    assert [str(x.message).split(" (")[0] for x in got] == [
+        f"casmon: {f.__casmon_intercept__.name}: parameter 'cb'",
+        f"casmon: {f.__casmon_intercept__.name}: parameter 'more' item 0",
+        f"casmon: {f.__casmon_intercept__.name}: parameter 'key'",
+        f"casmon: {f.__casmon_intercept__.name}: parameter 'extra' key 'other'",
+    ]
+    assert all("function" in str(x.message) and "is not logged" in str(x.message) for x in got)
+    assert [(x.filename, x.lineno) for x in got] == [(__file__, line + i) for i in range(4)]
+
+
+def test_a_warning_for_an_unstorable_result_points_at_the_callers_line(store):
+    @casmon.intercept(store=store)
+    def make():
+        return lambda: 0
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        make()
+    (got,) = [x for x in w if issubclass(x.category, CallLogWarning)]
+    assert "the result (function)" in str(got.message) and (got.filename, got.lineno) == (__file__, line)
+
+
+def test_replay_logs_no_call_neither_the_replayed_one_nor_those_it_makes(store):
+    """``log.replay(name, n, fn=the intercepted function)`` logged a call in a new session. A replay is a check,
+    not a run: nothing inside it is logged (the calls it makes would otherwise become the "latest session" of
+    those functions, and ``show helper 1`` would find the replay's call instead of the run's)."""
+
+    @casmon.intercept(store=store)
+    def helper(x):
+        return x + 1
+
+    @casmon.intercept(store=store)
+    def step(x):
+        return helper(x) * 2
+
+    for i in range(3):
+        step(i)
+    casmon.flush()
+    log = casmon.load(store)
+    before = {c.name: len(log.calls(c.name)) for c in log}
+    assert log.replay("step", 2, fn=step).matches  # the wrapper itself, as `fn=pipeline.step` passes it
+    assert log.replay("step", 3).matches  # the function registered in this process
+    assert log.replay("helper", 1, fn=helper).matches
+    step(10)  # logging goes on after a replay, numbered on
+    store.flush()
+    after = casmon.load(store)
+    assert {c.name: len(after.calls(c.name)) for c in after} == {k: v + 1 for k, v in before.items()}
+    assert sorted(after.sessions) == [1]
+    assert [c.n for c in after.calls("step")] == [1, 2, 3, 4] and [c.n for c in after.calls("helper")] == [1, 2, 3, 4]
+
+
+def test_show_resolves_the_name_after_replaying_a_scripts_call_with_the_modules_function(tmp_path):
+    """`python pipeline.py` logs `__main__.normalise`; replaying it with `fn=pipeline.normalise` (intercepted too)
+    logged `pipeline.normalise`, and `casmon show normalise 37` then said "'normalise' is ambiguous"."""
+    (tmp_path / "pipeline.py").write_text(textwrap.dedent(
+        """
+        import casmon, numpy as np
+
+        @casmon.intercept
+        def normalise(batch, eps=1e-6):
+            return batch / (batch.max() + eps)
+
+        if __name__ == "__main__":
+            for i in range(40):
+                normalise(np.arange(1.0, 5.0) + i)
+        """))
+    env = {"CASMON_STORE": str(tmp_path / ".casmon")}
+    subprocess.run([sys.executable, "pipeline.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT), **env),
+                   check=True, timeout=120)
+    out = run_python("import casmon, pipeline\nlog = casmon.load()\n"
+                     "print(log.replay('normalise', 37, fn=pipeline.normalise).matches)\n", cwd=tmp_path, env=env)
+    assert out.stdout.strip() == "True"
+    from tests.cli.test_cli import cli
+
+    shown = cli("show", "normalise", "37", "--store", str(tmp_path / ".casmon"), check=False)
+    assert shown.returncode == 0 and "eps = 1e-06" in shown.stdout, shown.stderr
+    log = casmon.load(casmon.open(tmp_path / ".casmon"))
+    assert list(log.functions) == ["__main__.normalise"] and sorted(log.sessions) == [1]
+
+
+def test_an_intercepted_function_shipped_by_value_numbers_on_in_its_session(tmp_path):
+    """cloudpickle ships a script's functions by value (Dask, Ray, loky): each unpickled copy had a counter of its
+    own, so every call a Dask worker logged was #1, and a function called once could no longer be pickled at all
+    (its state held the store's lock). Copies share their session's numbering and its one signature record."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    loc = str(tmp_path / "s")
+
+    @casmon.intercept(store=loc)
+    def evaluate(i, scale=2):
+        return i * scale
+
+    assert evaluate(0) == 0
+    blob = cloudpickle.dumps(evaluate)  # after a call: the state a call binds does not travel
+    copies = [cloudpickle.loads(blob) for _ in range(3)]
+    assert all(c is not evaluate for c in copies)
+    assert [c(i) for i, c in enumerate(copies, 1)] == [2, 4, 6]
+    assert evaluate(4) == 8
+    casmon.flush()
+    s = casmon.open(loc)
+    log = casmon.load(s)
+    assert sorted(log.sessions) == [1]
+    assert [(c.n, c.inputs()[0][0]) for c in log.calls("evaluate")] == [(0 + 1, 0), (2, 1), (3, 2), (4, 3), (5, 4)]
+    assert len(list(s.records("callfn"))) == 1
+    assert log.signature("evaluate").endswith("evaluate(i, scale=2)")
+
+
+def test_an_intercepted_function_defined_again_numbers_on_in_its_session(store):
+    """A notebook cell run twice defines the function again under the same name: its calls go on from the
+    numbers the session gave, never a second #1."""
+    defs = []
+    for _ in range(2):
+        @casmon.intercept(store=store)
+        def f(x):
+            return x
+
+        defs.append(f)
+    defs[0](1)
+    defs[1](2)
+    defs[1](3)
+    log = casmon.load(store)
+    assert [(c.n, c.inputs()[0][0]) for c in log.calls("f")] == [(1, 1), (2, 2), (3, 3)]
