@@ -86,17 +86,21 @@ def cache_entries(store: Store) -> dict[str, dict]:
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     records = [(k, r) for k, r in store.records(KIND) if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0)]
-    live = newest_per_key(records)
+    now = time.time()
+    newest = newest_per_key(records)
     out: dict[str, dict] = {}
     live_keys: dict[str, str] = {}
     for _k, r in records:
         s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0,
                                              "seconds_saved": 0.0, "duplicates": 0})
         s["duplicates"] += 1  # every record; less the entries below
-    for k, r in live.values():
+    for k, r in newest.values():
         fn = r.get("fn", "?")
         s = out[fn]
         s["duplicates"] -= 1
+        exp = r.get("expires")
+        if isinstance(exp, (int, float)) and exp <= now:
+            continue  # past its expires_after: a miss, and gc drops it
         s["entries"] += 1
         s["bytes"] += int(r.get("size", 0))
         s["last_used"] = max(s["last_used"], r.get("time", 0))

@@ -735,6 +735,8 @@ class CacheState:
     def entries(self) -> list[tuple[Digest, dict]]:
         """This function's live entries, one per key (the newest record of each)."""
         cleared = self.cleared_time(refresh=True)
+        if self.expires is not None:  # older ones are misses
+            cleared = max(cleared, time.time() - self.expires)
         return list(newest_per_key((k, r) for k, r in self.store.records(KIND)
                                     if r.get("fn") == self.name and r.get("time", 0) > cleared).values())
 

@@ -9,8 +9,10 @@ beyond casmon's own; see docs/ARCHITECTURE.md). One job a module:
 * ``series.py`` -- what charts draw: metrics downsampled, info sequences, a page's chart block;
 * ``values.py`` -- values in cells: summaries, sparklines, JSON data blocks;
 * ``api.py`` -- the JSON endpoints the pages poll while runs go on;
-* ``pages.py`` (layout, the report file's frame, runs, calls, cache, store), ``runpage.py`` (a run, and the
-  report of one run), ``comparepage.py`` (the report of two or more) -- HTML, every store string escaped;
+* ``pages.py`` (layout, the report file's frame, runs, calls, store), ``runpage.py`` (a run, and the
+  report of one run), ``comparepage.py`` (the report of two or more), ``cachepage.py`` (cached functions,
+  their code versions and entries, one entry and what differs from its nearest) -- HTML, every store
+  string escaped;
   ``charts.py`` -- the small SVG charts;
 * ``server.py`` routes GET requests; ``report.py`` writes the report file;
 * ``static/`` -- the style sheet and scripts, and uPlot (vendored: ``static/README.md``).

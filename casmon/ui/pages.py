@@ -1,8 +1,9 @@
-"""The UI's pages as HTML: the layout every page shares, the runs table, calls, one call, cache, store.
+"""The UI's pages as HTML: the layout every page shares, the runs table, calls, one call, store.
 
 A run's page is ``runpage.py``, the compare page and the report file
-``comparepage.py``. Every string from a store goes through
-:func:`casmon.view.display.esc` (or a display building block that does); markup
+``comparepage.py``, the cache pages ``cachepage.py``. Every string from a
+store goes through :func:`casmon.view.display.esc` (or a display building
+block that does); markup
 built here is :class:`~casmon.view.display.Html`. Links and form fields are
 built with ``urllib.parse.quote``/``urlencode`` and then escaped for the
 attribute. The pages use no inline script and no ``style=`` attribute (the
@@ -26,7 +27,6 @@ import base64
 import hashlib
 import math
 import time
-from collections.abc import Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -356,26 +356,7 @@ def call_page(ctx: Ctx, log: Any, c: Any) -> bytes:
     return layout(ctx, f"{c.name} #{c.n}", Html("".join(display.cell(x) for x in out)), "Calls")
 
 
-# -- cache and store ----------------------------------------------------------------------------------
-
-
-def cache_page(ctx: Ctx, summary: dict[str, Any], fn: str | None, entries: list[Any],
-               describe: Callable[[Any], str]) -> bytes:
-    rows = [(ctx.link(url("/cache", fn=name), code(name)), f"{s['entries']:,}", size(s["bytes"]), f"{s['hits']:,}",
-             when(s["last_used"] or None)) for name, s in sorted(summary.items())]
-    total = sum(s["bytes"] for s in summary.values())
-    out: list[Any] = [Html(f"<h1>Cache <span class=\"muted\">{esc(plural(len(summary), 'function'))}, "
-                           f"{esc(size(total))}</span></h1>"),
-                      table(["function", "entries", "bytes", "hits", "last use"], rows, num=[1, 2, 3])]
-    if fn is not None:
-        erows = [(code(display.hexshort(k.hex(), 16)), code(describe(r.get("result"))), size(r.get("size")),
-                  seconds(r.get("seconds")), when(r.get("time")), "" if r.get("label") is None else display.show(r["label"]))
-                 for k, r in entries[:500]]
-        out += [heading(f"Entries of {fn}", 2, "entries"),
-                table(["key", "result", "size", "took", "stored", "label"], erows, num=[2, 3])]
-        if len(entries) > 500:
-            out.append(Html(f'<p class="muted">the newest 500 of {len(entries):,}</p>'))
-    return layout(ctx, "Cache", Html("".join(display.cell(x) for x in out)), "Cache")
+# -- store ---------------------------------------------------------------------------------------------
 
 
 def store_page(ctx: Ctx, st: dict[str, Any]) -> bytes:

@@ -12,6 +12,7 @@ one file (:func:`report`), its points inline.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from casmon.view import display
@@ -172,7 +173,7 @@ def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any]) -> Html:
                             " · call-log sessions: " + ", ".join(
                                 str(ctx.link(url("/calls", session=s), f"session {s}")) for s in sessions) + "</p>"))
         if cache:
-            crows = [(ctx.link(url("/cache", fn=x.get("fn")), code(x.get("fn"))), code(display.hexshort(x.get("key"))),
+            crows = [(ctx.link(url("/cache", fn=x.get("fn")), code(x.get("fn"))), _entry_link(ctx, x),
                       code(display.hexshort(x.get("result"))), "hit" if x.get("hit") else "stored") for x in cache[:500]]
             out += [display.heading(f"cache entries ({len(cache)})"), scroll(table(["function", "key", "result", "how"], crows))]
     return Html("".join(display.cell(x) for x in out))
@@ -187,3 +188,11 @@ def report(ctx: Ctx, e: Entry, r: Any) -> bytes:
     """One run's page as one file (``casmon report RUN``): its charts' points inline, nothing fetched."""
     spec = chart_spec("run", [r], [e.tail], api=False, inline_points=REPORT_POINTS)
     return standalone_file(ctx, f"casmon report: run {r.name}", run_body(ctx, e, r, spec))
+
+
+def _entry_link(ctx: Ctx, link: dict[str, Any]) -> Html:
+    """A cache entry the run hit or filled: its key, linked to the entry's view when it is a key."""
+    key, fn = link.get("key"), link.get("fn")
+    if isinstance(key, str) and isinstance(fn, str) and re.fullmatch(r"[0-9a-f]{32}", key):
+        return ctx.link(url("/cache", fn=fn, entry=key), code(display.hexshort(key)))
+    return code(display.hexshort(key))

@@ -11,7 +11,9 @@ Routes (GET only; anything else is 405)::
     /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &run=
                                                                        &page= &reload=
     /call                 one call's inputs and result, described      ?fn= &session= &n=
-    /cache                cached functions; one function's entries     ?fn=
+    /cache                cached functions; one function's code        ?fn= &entry=
+                          versions and entries; one entry and what
+                          differs from its nearest entries
     /store                sizes by area, dedup and compression ratios
     /static/NAME          the fixed list in ``pages.STATIC``: casmon's style sheet and scripts, uPlot's
 
@@ -39,12 +41,14 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from casmon.view import display
-from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, newest_per_key, cache_entries, resolve_function
+from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, KIND_FN, newest_per_key, cache_entries, resolve_function
+from casmon.caching.explain import code_versions, explain_entry
 from casmon.calllog import CallLog
 from casmon.errors import CasmonError
 from casmon.maintenance import stats
+from casmon.keys.digest import Digest
 from casmon.store.peek import describe
-from casmon.ui import api, comparepage, model, pages, runpage
+from casmon.ui import api, cachepage, comparepage, model, pages, runpage
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
 from casmon.ui.table import FIXED_COLUMNS, is_column, runs_view
@@ -60,6 +64,7 @@ class NotFound(LookupError):
 
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
+_KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 MAX_URL = 8192
 MAX_RUNS = 50  # runs on one compare page
 HTML = "text/html; charset=utf-8"
@@ -174,7 +179,7 @@ class App:
         if path == "/call":
             return self.call_page(Params(query, {"fn", "session", "n"}))
         if path == "/cache":
-            return self.cache_page(Params(query, {"fn"}))
+            return self.cache_page(Params(query, {"fn", "entry"}))
         if path == "/store":
             Params(query, set())
             return 200, pages.store_page(self.ctx, stats(self.store)), HTML
@@ -270,19 +275,49 @@ class App:
 
     def cache_page(self, p: Params) -> tuple[int, bytes, str]:
         summary = cache_entries(self.store)
-        fn, entries = p.one("fn"), []
-        if fn:
-            try:
-                fn = resolve_function(summary, fn)
-            except LookupError as e:
-                raise NotFound(str(e)) from None
-            cleared = max((r.get("time", 0.0) for _k, r in self.store.records(KIND_CLEAR) if r.get("fn") == fn), default=0.0)
-            live = newest_per_key((k, r) for k, r in self.store.records(KIND_CACHE)
-                                   if r.get("fn") == fn and r.get("time", 0) > cleared)
-            entries = sorted(live.values(), key=lambda kr: kr[1].get("time", 0), reverse=True)
-        return 200, pages.cache_page(self.ctx, summary, fn or None, entries,
-                                     lambda h: display.described(lambda: describe(self.store, h, 80))), \
-            "text/html; charset=utf-8"
+        fn, entry = p.one("fn"), p.one("entry")
+        if entry is not None and not fn:
+            raise BadRequest("an entry is /cache?fn=NAME&entry=KEY: name its function too")
+        if entry is not None and not _KEY_RE.match(entry):
+            raise BadRequest(f"entry: a cache entry is named by its key, 32 hex digits; {entry[:40]!r} is not one")
+        now = time.time()
+
+        def described(h: Any) -> str:
+            return display.described(lambda: describe(self.store, h, 80))
+
+        if not fn:
+            return 200, cachepage.functions_page(self.ctx, summary, None, [], [], described, now), HTML
+        # A function whose entries were all cleared still has its code versions to show.
+        names = set(summary) | {str(r.get("fn")) for _k, r in self.store.records(KIND_FN) if r.get("fn")}
+        try:
+            fn = resolve_function(names, fn)
+        except LookupError as e:
+            raise NotFound(str(e)) from None
+        cleared = max((r.get("time", 0.0) for _k, r in self.store.records(KIND_CLEAR) if r.get("fn") == fn), default=0.0)
+        live = newest_per_key((k, r) for k, r in self.store.records(KIND_CACHE)
+                              if r.get("fn") == fn and r.get("time", 0) > cleared)
+        entries = sorted(live.values(), key=lambda kr: kr[1].get("time", 0), reverse=True)
+        versions = code_versions(self.store, fn)
+        if entry is None:
+            return 200, cachepage.functions_page(self.ctx, summary, fn, entries, versions, described, now), HTML
+        key = Digest(entry.lower())
+        got = live.get(bytes(key))
+        if got is None:
+            raise NotFound(self._not_live(fn, key, cleared))
+        ex = explain_entry(self.store, fn, key)
+        others = {k.hex(): r for k, r in entries}
+        return 200, cachepage.entry_page(self.ctx, fn, key.hex(), got[1], ex, versions, others, described, now), HTML
+
+    def _not_live(self, fn: str, key: Digest, cleared: float) -> str:
+        """Why ``key`` is no live entry of ``fn``: cleared, another function's, or none at all."""
+        records = self.store.lookup(KIND_CACHE, key)
+        if any(r.get("fn") == fn for r in records):
+            return (f"no live entry {key.hex()} of {fn}: it was cleared (casmon cache clear, "
+                    f"{display.when(cleared)})")
+        others = sorted({str(r.get("fn")) for r in records if r.get("fn")})
+        if others:
+            return f"no live entry {key.hex()} of {fn}: that key is an entry of {', '.join(others)}"
+        return f"no live entry {key.hex()} of {fn}: no entry has that key (never stored, or dropped by gc)"
 
 
 def _json(data: Any) -> bytes:

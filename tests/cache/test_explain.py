@@ -219,3 +219,17 @@ def test_casmon_cache_name_lists_code_versions_and_what_changed(tmp_path):
     assert "code m.helper changed" in out
     rows = [line for line in r.output.splitlines() if line.startswith("│ 1 ") or line.startswith("│ 2 ")]
     assert [row.split("│")[4].strip() for row in rows] == ["2", "1"], "entries per version"
+
+
+def test_expired_entries_are_not_counted_as_entries(tmp_path):
+    s = casmon.open(str(tmp_path / "s"))
+    f = casmon.cache(store=s, expires_after=0.3)(lambda x: x)
+    f(1), f(2)
+    s.flush()
+    assert f.cache_info().entries == 2
+    time.sleep(0.5)
+    from casmon.caching import cache_entries
+
+    stats = cache_entries(s)[f.__casmon_cache__.name]
+    assert (stats["entries"], stats["duplicates"]) == (0, 0)
+    assert f.cache_info().entries == 0

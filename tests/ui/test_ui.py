@@ -290,6 +290,7 @@ def test_run_page(served, built):
     assert '<span class="casmon-add">+lr = 0.02</span>' in body  # the patch
     assert "config.yaml" in text and "training with lr=0.02" in text  # files, captured output
     assert re.search(r'href="/calls\?session=\d+"', body) and 'href="/cache?fn=tests.ui.test_ui._square"' in body
+    assert re.search(r'href="/cache\?fn=tests\.ui\.test_ui\._square&amp;entry=[0-9a-f]{32}"', body)  # the entry's view
     assert "array(8,) float64" in text and "array(40,) float64" in text  # stored values, described
     metrics = re.search(r'<table class="metrics" id="run-metrics">(.*?)</table>', body, re.S).group(1)
     assert re.search(r'<tr data-metric="loss"><th data-k="name">loss</th><td class="num" data-k="last">0.25</td>'

@@ -428,3 +428,28 @@ def test_report_file_opens_offline(tmp_path, built, browser):  # noqa: F811
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
     _clean(w)
     assert not built["marker"].exists()
+
+
+def test_a_cache_entry_link_opens_the_entry_view(built, browser):  # noqa: F811
+    """A function's cache page links each entry to its own view: the record, its parameters, its neighbours."""
+    srv = Served(built["path"])
+    base = f"http://127.0.0.1:{srv.port}"
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        w = watch(page, lambda url: url.startswith(base + "/"))
+        page.goto(base + "/cache?fn=_square", wait_until="load")
+        assert page.locator("table#versions tr[id^=version-]").count() == 1
+        link = page.locator("table#entries td[data-k=key] a")
+        assert link.count() == 1
+        key = link.inner_text()
+        link.click()
+        page.wait_for_url(re.compile(r"/cache\?fn=tests\.ui\.test_ui\._square&entry=[0-9a-f]{32}$"))
+        assert page.locator("h1").inner_text().startswith(f"Entry {key[:12]} of tests.ui.test_ui._square")
+        assert "array(1000,) float64" in page.locator("table#entry-record").inner_text()
+        assert page.locator("table#entry-params td code").first.inner_text() == "n"
+        assert "no other live entry" in page.locator("main").inner_text()
+        page.locator("table#entry-record a", has_text="#1").click()  # its code version, on the function's page
+        page.wait_for_url(re.compile(r"/cache\?fn=tests\.ui\.test_ui\._square#version-1$"))
+        _clean(w)
+    finally:
+        srv.close()
