@@ -224,7 +224,7 @@ def _fuzz_table(payload: bytes, gen: bytes | None, kind: str) -> None:
     _read_tables(s, kind)
 
 
-@FAST
+@settings(FAST, max_examples=40)  # the long variant (--runslow) goes deep
 @given(table_payloads(), st.one_of(st.none(), gen_manifests), st.sampled_from(["calls", "callfn", "session", "note"]))
 def test_crafted_table_files(payload, gen, kind):
     _fuzz_table(payload, gen, kind)
