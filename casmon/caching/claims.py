@@ -40,11 +40,13 @@ from casmon.keys.digest import Digest
 from casmon.store.lock import heartbeat_seconds, machine, process_gone, process_start
 from casmon.store.store import Store
 
-__all__ = ["CLAIM_MIN_S", "STALE_AFTER", "Claim", "ClaimBook", "claim_book", "compute_once", "Outcome"]
+__all__ = ["Held", "wait_option", "CLAIM_MIN_S", "CLAIM_MIN_S_REMOTE", "STALE_AFTER", "Claim", "ClaimBook", "claim_book", "compute_once", "Outcome"]
 
 #: A function whose recent calls in this process all took less than this (seconds) neither claims nor waits:
 #: computing again is cheaper than a claim's writes and reads.
 CLAIM_MIN_S = 0.1
+#: The same on a remote store (S3), where a claim is four requests.
+CLAIM_MIN_S_REMOTE = 1.0
 #: A claim whose heartbeat counter stood still for this many heartbeats (plus twice its last write's time) is
 #: dead. With the first poll after a beat at most a quarter heartbeat late, a killed holder is taken over
 #: within three heartbeats of its last one.
@@ -69,6 +71,7 @@ class Claim:
     data: dict[str, Any]
     lock: threading.Lock = field(default_factory=threading.Lock)
     lost: bool = False  # another process took it over (this one was stopped for longer than the stale time)
+    failed: bool = False  # the call raised: the claim says so until the next heartbeat deletes it
 
 
 @dataclass
@@ -79,6 +82,24 @@ class Outcome:
     found: bool
     claim: Claim | None = None
     waited: float = 0.0
+
+
+class Held:
+    """What a computing call holds: its key in this process's in-flight map, and maybe a store claim."""
+
+    __slots__ = ("key", "event", "claim")
+
+    def __init__(self, key: bytes, event: threading.Event, claim: Claim | None) -> None:
+        self.key, self.event, self.claim = key, event, claim
+
+
+def wait_option(wait: Any, name: str) -> bool | float:
+    """``wait=`` of ``@casmon.cache``, checked."""
+    if isinstance(wait, bool):
+        return wait
+    if isinstance(wait, (int, float)) and wait >= 0 and wait == wait:
+        return float(wait)
+    raise ValueError(f"@cache of {name}: wait= is True, False or a number of seconds to wait at most, got {wait!r}")
 
 
 class ClaimBook:
@@ -106,8 +127,29 @@ class ClaimBook:
             self._start()
         return c
 
+    def fail(self, c: Claim) -> None:
+        """The call raised: mark the claim failed, so its waiters compute at once (each for itself, as without
+        claims, not one after another); the next heartbeat deletes it."""
+        if c.data.get("pid") != os.getpid():
+            return  # a forked child: the claim is its parent's
+        with c.lock:
+            if c.lost:
+                return
+            try:
+                ref = self.store.get_ref(c.name)
+                if ref is not None and ref.data.get("token") == c.data["token"]:
+                    c.data = dict(c.data, failed=True, time=time.time())
+                    self.store.set_ref(c.name, None, c.data, same_target=True)
+                    c.failed = True
+                    return
+            except (CasmonError, OSError):
+                pass
+        self.release(c)
+
     def release(self, c: Claim) -> None:
         """Delete the claim (if it is still this process's): waiters look the key up now."""
+        if c.data.get("pid") != os.getpid():
+            return  # a forked child: the claim is its parent's, which still computes
         with self._lock:
             self.held.pop(c.name, None)
         with c.lock:  # never between a heartbeat's read and its write: the write would bring the claim back
@@ -143,6 +185,10 @@ class ClaimBook:
                 self._beat(c)
 
     def _beat(self, c: Claim) -> None:
+        if c.failed:
+            c.failed = False
+            self.release(c)  # its waiters have seen it failed: the next miss claims the key again
+            return
         with c.lock:
             if c.lost or c.name not in self.held:
                 return
@@ -202,7 +248,7 @@ def compute_once(store: Store, key: Digest, fn: str, found: Callable[[], bool], 
     book = claim_book(store)
     t0 = time.monotonic()
     deadline = None if timeout is None else t0 + timeout
-    while True:
+    for _attempt in range(20):
         c = book.take(key, fn)
         if c is not None:
             if found():  # stored between this process's miss and its claim
@@ -212,14 +258,16 @@ def compute_once(store: Store, key: Digest, fn: str, found: Callable[[], bool], 
         how = _watch(store, claim_name(key), found, deadline, sleep)
         if how == "found":
             return Outcome(True, None, time.monotonic() - t0)
-        if how != "broken":  # released without a result (the holder failed), or waited long enough
+        if how not in ("broken", "free"):  # the holder failed, or waited long enough
             return Outcome(False, None, time.monotonic() - t0)
+    return Outcome(False, None, time.monotonic() - t0)  # never won nor saw a claim: compute
 
 
 def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float | None,
            sleep: Callable[[float], None]) -> str:
-    """Watch another process's claim ``name`` until it ends: ``found``, ``released`` (no result), ``broken``
-    (dead, and this process deleted it: claim again) or ``timeout``."""
+    """Watch another process's claim ``name`` until it ends: ``found``, ``released`` (the holder failed: compute),
+    ``broken`` (dead, and this process deleted it: claim again), ``free`` (gone without a result: claim again; the
+    moment between a takeover's delete and its new claim looks so) or ``timeout``."""
     token: Any = None
     beat: Any = None
     changed = time.monotonic()
@@ -237,8 +285,10 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
         except (CasmonError, OSError, ValueError):
             ref = None  # unreadable (the store is away, a crafted claim): decide by the store alone
         if ref is None:
-            return "found" if found() else "released"
+            return "found" if found() else "free"
         d = ref.data
+        if d.get("failed") is True:
+            return "found" if found() else "released"
         if not _well_formed(d):
             dead = True  # not a claim casmon wrote: nothing would ever beat for it
             token, beat = d.get("token"), d.get("beat")
@@ -253,7 +303,8 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
             dead = first and wall_age > STALE_WALL * STALE_AFTER * every
             token, beat, changed = d.get("token"), d.get("beat"), now
         else:
-            dead = now - changed > STALE_AFTER * every + 2 * max(0.0, _num(d.get("lag"), 0.0))
+            lag = min(every, max(0.0, _num(d.get("lag"), 0.0)))  # a crafted lag never stretches the wait
+            dead = now - changed > STALE_AFTER * every + 2 * lag
         first = False
         if not (dead or process_gone(d)):
             continue
@@ -265,17 +316,24 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
             lost_break = now
         elif now - lost_break > STALE_AFTER * every:  # the waiter breaking it died too: let another try
             try:
-                store.delete_ref(f"{name}.break-{token}")
+                store.delete_ref(_marker(name, token))
             except (CasmonError, OSError, ValueError):
                 pass
             lost_break = None
 
 
-def _break(store: Store, name: str, token: Any, beat: Any) -> bool:
-    """Delete the dead claim ``name`` (holding ``token`` and ``beat``) if this waiter is the one to break it."""
+def _marker(name: str, token: Any) -> str:
+    """The ref whose creator breaks the dead claim ``name`` holding ``token``."""
     if not isinstance(token, str) or not token.isalnum() or len(token) > 64:
         token = "crafted"  # a token that cannot name a ref: one fixed marker for it
-    marker = f"{name}.break-{token}"
+    return f"{name}.break-{token}"
+
+
+def _break(store: Store, name: str, token: Any, beat: Any) -> bool:
+    """Delete the dead claim ``name`` (holding ``token`` and ``beat``) if this waiter is the one to break it."""
+    marker = _marker(name, token)
+    if marker.endswith(".break-crafted"):
+        token = "crafted"
     try:
         if not store.create_ref(marker, None, {"pid": os.getpid(), "time": time.time(), **machine()}):
             return False

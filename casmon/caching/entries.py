@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from casmon.store.store import Store
 from casmon.view import display
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
-           "resolve_function", "clear_function", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates"]
+           "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates"]
 
 KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
@@ -65,6 +66,18 @@ class ResultRef:
     @display.guarded_html("cached result")
     def _repr_html_(self) -> str:
         return display.result_ref_html(self, display.described(self.describe))
+
+
+def expires_option(expires: Any, name: str) -> float | None:
+    """``expires_after=`` of ``@casmon.cache`` in seconds (a ``timedelta`` or a number), checked."""
+    if expires is None:
+        return None
+    if isinstance(expires, timedelta):
+        expires = expires.total_seconds()
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > 0 or expires == float("inf"):
+        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0, "
+                         f"got {expires!r}")
+    return float(expires)
 
 
 def newest_per_key(items: Iterable[tuple[Digest, dict]]) -> dict[bytes, tuple[Digest, dict]]:

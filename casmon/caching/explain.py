@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import xxhash
+
 from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, name_digest, newest_per_key
 from casmon.keys.codeversion import VersionedFingerprinter
 from casmon.keys.digest import Digest
@@ -35,6 +37,8 @@ __all__ = ["Difference", "Explanation", "Version", "arg_digests", "version_parts
 
 #: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
 ARG_DIGEST_MAX = 64 << 20
+#: ``*args`` items and ``**kwargs`` keys given digests of their own (the rest count as the parameter's last).
+ITEMS_MAX = 1000
 #: Source text kept per function of a version, and in all (longer texts are compared by digest alone).
 TEXT_MAX = 64 << 10
 TEXTS_MAX = 256 << 10
@@ -47,17 +51,28 @@ def _short(d: Digest | bytes) -> str:
     return base64.b64encode(bytes(d)[:8]).decode().rstrip("=")
 
 
-def arg_digests(state: CacheState, args: tuple, kwargs: dict) -> dict[str, str]:
+def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None) -> dict[str, str]:
     """A short digest of each parameter of a call as its key counts it (``ignore=`` left out, ``hashers=``
-    applied; ``*args`` as ``name[i]``, ``**kwargs`` by their own names). A value too large to hash twice
-    (:data:`ARG_DIGEST_MAX`) or that fails to hash is left out."""
+    applied; ``*args`` as ``name[i]``, ``**kwargs`` by their own names). ``spans``: the key's encoding and each
+    parameter's part of it (:meth:`CacheState.key_ctx`), so a plain parameter is not hashed again; one that fed a
+    large buffer to the hasher is ``"~"`` (no digest kept: hashing it twice would double the miss)."""
     out: dict[str, str] = {}
+    by_span: dict[str, tuple[int | None, int]] = {}
+    raw = None
+    if spans is not None:
+        raw, parts = spans
+        by_span = {n: (a, b) for n, a, b in parts}
     try:
         vals = state.bind(args, kwargs)
     except TypeError:
         return out
     for p, v in zip(state.params, vals):
         if p.name in state.ignore:
+            continue
+        if (p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL) and p.name in by_span
+                and p.name not in state.files):  # a files= parameter's key holds the content: its path counts here
+            a, b = by_span[p.name]
+            out[p.name] = "~" if a is None or raw is None else _short(xxhash.xxh3_64_digest(memoryview(raw)[a:b]))
             continue
         items: list[tuple[str, Any]]
         if p.kind == inspect.Parameter.VAR_KEYWORD:
@@ -66,12 +81,13 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict) -> dict[str, str]:
             items = [(f"{p.name}[{i}]", x) for i, x in enumerate(v)]
         else:
             items = [(p.name, v)]
-        for name, x in items[:100]:
+        for name, x in items[:ITEMS_MAX]:
             try:
                 if p.name in state.hashers:
                     x = state.hashers[p.name](x)
                 nb = getattr(x, "nbytes", 0)
                 if isinstance(nb, int) and nb > ARG_DIGEST_MAX:
+                    out[name] = "~"
                     continue
                 fp = VersionedFingerprinter()
                 fp.feed_value(x, name)
@@ -159,6 +175,19 @@ class Explanation:
     def __bool__(self) -> bool:
         return self.hit
 
+    def why(self) -> str:
+        """The reason in one line (what ``f.lookup`` raises): the notes, else what differs from the nearest entry."""
+        if self.hit:
+            return "it is stored"
+        if self.notes:
+            return " ".join(n[len("note: "):] if n.startswith("note: ") else n for n in self.notes)
+        if not self.nearest:
+            return "no entry of this function is stored"
+        diffs = self.nearest[0].differences
+        what = "; ".join(f"{d.what} {d.name!r} {d.detail}" if d.name else f"{d.what} {d.detail}" for d in diffs[:4])
+        more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
+        return f"the nearest stored entry differs in {what}{more} (`f.explain(...)` shows more)"
+
     def __str__(self) -> str:
         if self.hit:
             lines = [f"{self.fn}: hit (this call's result is stored)"]
@@ -167,13 +196,20 @@ class Explanation:
         else:
             of = "its one stored entry" if self.entries == 1 else f"the nearest of its {self.entries:,} stored entries"
             lines = [f"{self.fn}: miss. What differs from {of}:"]
+            shown: set[str] = set()
             for i, n in enumerate(self.nearest):
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(n.time))
                 lines.append(f"  entry {n.key[:12]} (stored {when}):")
                 for d in n.differences:
+                    if d.diff and d.diff in shown:  # the same source diff once
+                        lines.append(f"    {d.what} {d.name!r}: {d.detail} (the diff above)")
+                        continue
+                    shown.add(d.diff)
                     lines.extend("    " + line for line in str(d).splitlines())
                 if i == 0 and len(self.nearest) > 1:
                     lines.append("  next nearest:")
+            if self.entries > len(self.nearest):
+                lines.append(f"  ({self.entries - len(self.nearest):,} entries further away not shown)")
         lines.extend(self.notes)
         return "\n".join(lines)
 
@@ -221,26 +257,37 @@ def _versions(store: Store, fn: str) -> dict[str, dict[str, Any]]:
 
 
 def _diff_text(name: str, old: str, new: str) -> str:
+    old, new = old[:TEXT_MAX], new[:TEXT_MAX]  # a crafted record's text is as long as its writer liked
     lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{name} (stored)", f"{name} (now)", lineterm="", n=1)
     return "\n".join(list(lines)[:80])
 
 
+def _part_group(parts: dict[str, Any], name: str) -> dict[str, Any]:
+    g = parts.get(name)
+    return g if isinstance(g, dict) else {}  # a malformed record (crafted, damaged) names nothing
+
+
 def compare_parts(old: dict[str, Any], new: dict[str, Any]) -> list[Difference]:
+    """What differs between two versions' parts (as :func:`version_parts` makes them)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return [Difference("code", "", "the version differs (a version record is not readable)")]
     out: list[Difference] = []
     if "pinned" in old or "pinned" in new:
         if old.get("pinned") != new.get("pinned"):
-            out.append(Difference("code", "version", f"pinned {old.get('pinned')!r} then, {new.get('pinned')!r} now"))
+            out.append(Difference("code", "version", f"pinned {str(old.get('pinned'))[:80]!r} then, "
+                                                     f"{str(new.get('pinned'))[:80]!r} now"))
         return out
     for group, what in (("code", "code"), ("globals", "global"), ("libs", "library")):
-        a, b = old.get(group) or {}, new.get(group) or {}
-        if not isinstance(a, dict) or not isinstance(b, dict):
-            continue
+        a, b = _part_group(old, group), _part_group(new, group)
         for name in sorted(set(a) | set(b), key=str):
             if a.get(name) == b.get(name):
                 continue
-            if name not in a:
+            kind = what
+            if what == "global" and name == "<defaults>":
+                kind, name = "defaults", "default values"
+            if name not in a and kind == what:
                 detail = "added (not used by the stored version)"
-            elif name not in b:
+            elif name not in b and kind == what:
                 detail = "no longer used"
             elif what == "library":
                 detail = f"was {a[name]}, now {b[name]}"
@@ -248,10 +295,10 @@ def compare_parts(old: dict[str, Any], new: dict[str, Any]) -> list[Difference]:
                 detail = "changed"
             diff = ""
             if what == "code":
-                ta, tb = (old.get("text") or {}).get(name), (new.get("text") or {}).get(name)
+                ta, tb = _part_group(old, "text").get(name), _part_group(new, "text").get(name)
                 if isinstance(ta, str) and isinstance(tb, str):
                     diff = _diff_text(str(name), ta, tb)
-            out.append(Difference(what, str(name), detail, diff))
+            out.append(Difference(kind, str(name), detail, diff))
     return out
 
 
@@ -261,13 +308,20 @@ def _compare(now: _Side, then: _Side, versions: dict[str, dict[str, Any]]) -> li
         out.append(Difference("parameter", "", "unknown: the stored entry does not record its parameters "
                                               "(stored by an older casmon)"))
     else:
+        maybe = []
         for name in sorted(set(now.args) | set(then.args)):
             a, b = then.args.get(name), now.args.get(name)
+            if a == "~" or b == "~":
+                maybe.append(name)
+                continue
             if a == b:
                 continue
             detail = ("not passed then" if a is None and name not in then.args else
                       "not passed now" if b is None and name not in now.args else "differs")
             out.append(Difference("parameter", name, detail))
+        if maybe and not out:
+            out.extend(Difference("parameter", name, "may differ: a large value, of which no digest is kept")
+                       for name in maybe)
     if now.version != then.version:
         old = versions.get(then.version or "") if then.parts is None else then.parts
         new = now.parts
@@ -341,7 +395,7 @@ def main_hint(store: Store, fn: str) -> str:
 
 def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
     """``f.explain(*args, **kwargs)``: see the module docstring."""
-    key, _trackers, listing = state.key_ctx(args, kwargs)
+    key, _trackers, listing, spans = state.key_ctx(args, kwargs)
     store = state.store
     ex = Explanation(state.name, False)
     if key is None:
@@ -351,17 +405,22 @@ def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
         ex.hit = True
         return ex
     live, cleared = _entries(store, state.name)
-    for r in store.lookup(KIND, key):
-        t = r.get("time", 0.0)
+    if state.expires is not None:  # older entries are misses for this function now
+        oldest = time.time() - state.expires
+        live = [(k, r) for k, r in live if r.get("time", 0) > oldest]
+    own = max(store.lookup(KIND, key), key=lambda r: r.get("time", 0.0), default=None)
+    if own is not None:
+        t = own.get("time", 0.0)
         if t <= cleared:
             ex.notes.append(f"note: this call's entry (stored {time.strftime('%Y-%m-%d %H:%M', time.localtime(t))}) "
                             f"was cleared by `cache clear` at {time.strftime('%Y-%m-%d %H:%M', time.localtime(cleared))}")
-        elif isinstance(r.get("expires"), (int, float)) and r["expires"] <= time.time():
+        elif state.expires is not None and t <= time.time() - state.expires:
             ex.notes.append(f"note: this call's entry expired at "
-                            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['expires']))} (expires_after=)")
+                            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t + state.expires))} "
+                            f"(expires_after={state.expires:g} s)")
     ex.entries = len(live)
     version = state.version.hex() if state.version is not None else None
-    now = _Side(arg_digests(state, args, kwargs), _files_of(listing), version, state.current_parts())
+    now = _Side(arg_digests(state, args, kwargs, spans), _files_of(listing), version, state.current_parts())
     ex.nearest = _nearest(now, live, _versions(store, state.name))
     hint = main_hint(store, state.name)
     if hint:

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 from casmon.caching import claims, explain, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
-from casmon.caching.entries import KIND, KIND_CLEAR, KIND_USE, ResultRef, name_digest, newest_per_key
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_USE, ResultRef, expires_option, name_digest, newest_per_key
 from casmon.caching.files import files_key_value
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
@@ -88,34 +88,6 @@ class _Param(NamedTuple):
 _EMPTY = inspect.Parameter.empty
 
 
-class _Held:
-    """What a computing call holds: its key in this process's in-flight map, and maybe a store claim."""
-
-    __slots__ = ("key", "event", "claim")
-
-    def __init__(self, key: bytes, event: threading.Event, claim: claims.Claim | None) -> None:
-        self.key, self.event, self.claim = key, event, claim
-
-
-def _wait_option(wait: Any, name: str) -> bool | float:
-    if isinstance(wait, bool):
-        return wait
-    if isinstance(wait, (int, float)) and wait >= 0 and wait == wait:
-        return float(wait)
-    raise ValueError(f"@cache of {name}: wait= is True, False or a number of seconds to wait at most, got {wait!r}")
-
-
-def _expires_option(expires: Any, name: str) -> float | None:
-    if expires is None:
-        return None
-    if isinstance(expires, timedelta):
-        expires = expires.total_seconds()
-    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > 0 or expires == float("inf"):
-        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0, "
-                         f"got {expires!r}")
-    return float(expires)
-
-
 class _Usage:
     """Hit counts since the last flush, written as one record per flush."""
 
@@ -144,6 +116,8 @@ class _Usage:
 _usage_by_store: dict[int, _Usage] = {}
 _usage_lock = threading.Lock()
 _states: weakref.WeakSet[CacheState] = weakref.WeakSet()
+_recent_by_name: dict[str, deque[float]] = {}
+_holding = threading.local()  # .keys: (state id, key) of the calls this thread computes now
 
 
 def _forget_inflight_in_child() -> None:
@@ -223,8 +197,8 @@ class CacheState:
             raise ValueError(f"@cache of {self.name}: parameter {sorted(both)[0]!r} is in files= and in ignore= or hashers=")
         self.version_pin = version
         self.label = label
-        self.wait = _wait_option(wait, self.name)
-        self.expires = _expires_option(expires_after, self.name)
+        self.wait = claims.wait_option(wait, self.name)
+        self.expires = expires_option(expires_after, self.name)
         self._options = {"store": store, "ignore": list(ignore or ()), "hashers": dict(hashers or {}), "version": version,
                          "label": label, "memory_entries": memory_entries, "files": list(files or ()), "wait": wait,
                          "expires_after": expires_after}
@@ -253,7 +227,9 @@ class CacheState:
         self._stability_checks = 0  # misses whose key was computed again (see _check_stable)
         self._cleared_at: float | None = None
         self._clears_seen = time.monotonic()
-        self._recent: deque[float] = deque(maxlen=4)  # seconds of the last computed calls: slow ones claim
+        # Seconds of the last computed calls: slow ones claim. Per function name, not per decoration: a worker that
+        # rebuilds the function for every batch (loky) still knows it is quick.
+        self._recent = _recent_by_name.setdefault(self.name, deque(maxlen=4))
         self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
         _states.add(self)
@@ -333,6 +309,10 @@ class CacheState:
         except CasmonError as e:
             self.warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")
             return
+        except Exception as e:  # noqa: BLE001 - a malformed version record in the store never fails a call
+            self.warn(("version-record",), f"casmon: cache of {self.name}: a code-version record in its store cannot "
+                                           f"be read ({type(e).__name__}: {e}); the call is cached as usual")
+            return
         if msg:
             warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
 
@@ -391,7 +371,9 @@ class CacheState:
         return self.key_ctx(args, kwargs)[0]
 
     def key_ctx(self, args: tuple, kwargs: dict) -> tuple:
-        """``(key or None, trackers consulted, files listing)``."""
+        """``(key or None, trackers consulted, files listing, spans)``: ``spans`` is ``(encoding, [(parameter, start,
+        end)])``, where each parameter's part of the key's encoding is, for :func:`explain.arg_digests` (``start``
+        None for a parameter that fed a large buffer straight to the hasher)."""
         prefix = self.key_prefix()
         vals = self.bind(args, kwargs)
         fp = VersionedFingerprinter()
@@ -408,11 +390,13 @@ class CacheState:
                 t = type(self._bound)
                 self.warn(("arg", "self", t), f"casmon: {self.name} is not cached for this call: its object "
                            f"({t.__module__}.{t.__qualname__}) cannot be hashed, so the call is skipped by the cache: {e}")
-                return None, fp.trackers, None
+                return None, fp.trackers, None, None
+        spans: list[tuple[str, int | None, int]] = []
         for p, nb, v in zip(self.params, self._name_bytes, vals):
             name = p.name
             if ignore and name in ignore:
                 continue
+            o0, f0 = len(fp.out), fp.fed
             try:
                 if listing is not None and name in files:  # listing is a list exactly when files= names some
                     n0 = len(listing)
@@ -423,6 +407,7 @@ class CacheState:
                     v = hashers[name](v)
                 fp.out += nb
                 fp.feed_value(v, name)
+                spans.append((name, o0, len(fp.out)) if fp.fed == f0 else (name, None, 0))
             except Exception as e:  # noqa: BLE001 - never a wrong hit: do not cache this call
                 t = type(v)
                 tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
@@ -432,8 +417,10 @@ class CacheState:
                     f"with hashers={{{name!r}: lambda v: ...}}.")
                 self.warn(("arg", name, t), f"casmon: {self.name} is not cached for this call: parameter {name!r} "
                            f"({tname}) {what}, so the call is skipped by the cache: {e}.{remedy}")
-                return None, fp.trackers, None
-        return fp.digest(), fp.trackers, listing
+                return None, fp.trackers, None, None
+        out = fp.out
+        fp.h.update(out)  # as fp.digest(), keeping the encoding: a miss takes each parameter's digest from it
+        return Digest.from_raw(fp.h.digest()), fp.trackers, listing, (out, spans)
 
     def warn(self, what: Hashable, msg: str) -> None:
         """Warn ``msg`` as a :class:`CacheWarning` at the caller's line, once per ``what`` for this function."""
@@ -445,7 +432,12 @@ class CacheState:
     def cleared_time(self, refresh: bool) -> float:
         if self._cleared_at is None or refresh:
             recs = self.store.lookup(KIND_CLEAR, name_digest(self.name), refresh=refresh)
+            before = self._cleared_at or 0.0
             self._cleared_at = max((r.get("time", 0.0) for r in recs), default=0.0)
+            if self._cleared_at > before:
+                with self._lock:  # a clear made elsewhere: nothing remembered before it is an entry now
+                    self._mem.clear()
+                    self._mem_expires.clear()
         return self._cleared_at
 
     def find(self, key: Digest, refresh: bool = True) -> tuple[Digest, dict] | None:
@@ -551,7 +543,8 @@ class CacheState:
             self._mem.pop(key, None)
         return False, None
 
-    def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None) -> None:
+    def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None,
+             spans: Any = None) -> None:
         """Store a computed result; a failure is a warning, never an exception."""
         try:
             store = self.store  # opened at first use: a store away then is a warning too
@@ -570,7 +563,7 @@ class CacheState:
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
         if not self._custom_key:
-            entry["a"] = explain.arg_digests(self, args, kwargs)  # which parameter differs: f.explain
+            entry["a"] = explain.arg_digests(self, args, kwargs, spans)  # which parameter differs: f.explain
         if self.expires is not None:
             entry["expires"] = now + self.expires  # gc drops it after that
         if files:
@@ -599,7 +592,7 @@ class CacheState:
         (or, if the function raised, to :meth:`abort`). A slow miss first waits for a live process or thread that
         computes the same key (:mod:`~casmon.caching.claims`)."""
         if self._custom_key:
-            ctx: tuple[Any, ...] = (_safe_key(self, args, kwargs), (), None)
+            ctx: tuple[Any, ...] = (_safe_key(self, args, kwargs), (), None, None)
         else:
             try:
                 ctx = self.key_ctx(args, kwargs)
@@ -607,7 +600,7 @@ class CacheState:
                 raise  # a bad call: the function would raise the same
             except CasmonError as e:
                 self.warn(("store",), f"casmon: {self.name} runs uncached: {e}")
-                ctx = (None, (), None)
+                ctx = (None, (), None, None)
         key = ctx[0]
         held = None
         if key is not None:
@@ -625,14 +618,24 @@ class CacheState:
         return ctx + (held,), False, None
 
     def _quick(self) -> bool:
-        """Its last calls here all took less than :data:`claims.CLAIM_MIN_S`: a miss neither claims nor waits."""
+        """Its last calls in this process all took less than :data:`claims.CLAIM_MIN_S` (ten times that on a remote
+        store, where a claim costs requests): a miss neither claims nor waits."""
         r = self._recent
-        return bool(r) and max(r) < claims.CLAIM_MIN_S
+        if not r:
+            return False
+        s = self._store
+        limit = claims.CLAIM_MIN_S if s is None or s.backend.is_local else claims.CLAIM_MIN_S_REMOTE
+        return max(r) < limit
 
-    def _await(self, key: Digest) -> tuple[bool, Any, _Held | None]:
+    def _await(self, key: Digest) -> tuple[bool, Any, claims.Held | None]:
         """``(found, value, held)``: the result another thread or process computed meanwhile, or what this call
         holds while it computes (an in-process mark, and the store claim if it could be had)."""
         kb = bytes(key)
+        mine_now = getattr(_holding, "keys", None)
+        if mine_now is None:
+            mine_now = _holding.keys = set()
+        if (id(self), kb) in mine_now:
+            return False, None, None  # this thread computes the key already (a call that reaches its own key again)
         timeout = None if self.wait is True else float(self.wait)
         with self._lock:
             other = self._inflight.get(kb)
@@ -642,7 +645,8 @@ class CacheState:
             other.wait(timeout)
             found, value = self.lookup_result(key)
             return found, value, None
-        held = _Held(kb, mine, None)
+        held = claims.Held(kb, mine, None)
+        mine_now.add((id(self), kb))
         try:
             store = self.store
             if (store.read_only or not store.backend.supports_deletes or store.url.startswith("memory:")
@@ -655,25 +659,38 @@ class CacheState:
             self._done(held)
             raise
         if out.found:
-            found, value = self.lookup_result(key)
+            try:
+                found, value = self.lookup_result(key)
+            except BaseException:
+                self._done(held)
+                raise
             if found:
                 self._done(held)
                 return True, value, None
         held.claim = out.claim
         return False, None, held
 
-    def _done(self, held: _Held | None) -> None:
-        """Release what a computing call held: waiting threads and processes look the key up now."""
+    def _done(self, held: claims.Held | None, failed: bool = False) -> None:
+        """Release what a computing call held: waiting threads and processes look the key up now (``failed``: the
+        call raised, and they compute it themselves)."""
         if held is None:
             return
         try:
-            if held.claim is not None:
-                try:
-                    self.store.flush()  # the entry is visible to other processes before the claim goes
-                except (CasmonError, OSError):
-                    pass  # kept for a later flush; the waiters compute it meanwhile
-                claims.claim_book(self.store).release(held.claim)
+            c = held.claim
+            if c is not None and c.data.get("pid") == os.getpid():  # never a forked child for its parent
+                book = claims.claim_book(self.store)
+                if failed:
+                    book.fail(c)
+                else:
+                    try:
+                        self.store.flush()  # the entry is visible to other processes before the claim goes
+                    except (CasmonError, OSError):
+                        pass  # kept for a later flush; the waiters compute it meanwhile
+                    book.release(c)
         finally:
+            keys = getattr(_holding, "keys", None)
+            if keys is not None:
+                keys.discard((id(self), held.key))
             with self._lock:
                 if self._inflight.get(held.key) is held.event:
                     del self._inflight[held.key]
@@ -681,11 +698,11 @@ class CacheState:
 
     def abort(self, ctx: Any) -> None:
         """The function raised: release the key for the threads and processes waiting for it."""
-        if len(ctx) > 3:
-            self._done(ctx[3])
+        if len(ctx) > 4:
+            self._done(ctx[4], failed=True)
 
     def end(self, ctx: Any, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
-        key, trackers, files = ctx[:3]
+        key, trackers, files, spans = ctx[:4]
         seconds = time.perf_counter() - t0
         self._recent.append(seconds)
         try:
@@ -695,15 +712,12 @@ class CacheState:
             for t in trackers:
                 t.observe()
             if key is not None:
-                if files:
-                    self.save(key, result, seconds, args, kwargs, files=files)
-                else:
-                    self.save(key, result, seconds, args, kwargs)
+                self.save(key, result, seconds, args, kwargs, files=files, spans=spans)
                 if self._stability_checks < STABILITY_CHECKS and not self._custom_key:
                     self._check_stable(key, args, kwargs)
         finally:
-            if len(ctx) > 3:
-                self._done(ctx[3])
+            if len(ctx) > 4:
+                self._done(ctx[4])
 
     def _check_stable(self, key: Digest, args: tuple, kwargs: dict) -> None:
         """After the first misses: the key again. An argument that hashes differently each time (a
@@ -740,16 +754,15 @@ class CacheState:
         return list(newest_per_key((k, r) for k, r in self.store.records(KIND)
                                     if r.get("fn") == self.name and r.get("time", 0) > cleared).values())
 
-    def not_cached(self, key: Digest | None) -> str:
-        """Why ``lookup``/``ref`` found nothing, with a hint where the entries are under another name."""
+    def not_cached(self, key: Digest | None, args: tuple, kwargs: dict) -> str:
+        """Why ``lookup``/``ref`` found nothing: what differs from the nearest stored entry, and where the entries
+        are if they are under another name."""
         if key is None:
             return f"{self.name}: this call cannot be keyed (see the warning), so it is never cached"
-        msg = f"{self.name}: this call is not cached"
         try:
-            hint = explain.main_hint(self.store, self.name)
-        except (CasmonError, OSError):
-            hint = ""
-        return f"{msg}. {hint[len('note: '):]}" if hint else f"{msg} (`f.explain(...)` says what differs from the stored entries)"
+            return f"{self.name}: this call is not cached: {explain.explain_call(self, args, kwargs).why()}"
+        except (CasmonError, OSError) as e:
+            return f"{self.name}: this call is not cached (its store cannot be read to say why: {e})"
 
     def clear(self) -> None:
         now = time.time()
@@ -829,7 +842,10 @@ class CachedFunction:
     def is_cached(self, *args, **kwargs) -> bool:
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
-        return key is not None and (key in state._mem or state.find(key) is not None)
+        if key is None:
+            return False
+        state.cleared_time(refresh=True)  # a clear elsewhere, and expiry, count: as a call would see them
+        return state.find(key) is not None
 
     def ref(self, *args, **kwargs) -> ResultRef:
         """A handle to the stored result of this call, without loading it; KeyError if not cached."""
@@ -837,7 +853,7 @@ class CachedFunction:
         key = state.key(args, kwargs)
         found = state.find(key) if key is not None else None
         if key is None or found is None:
-            raise KeyError(state.not_cached(key))
+            raise KeyError(state.not_cached(key, args, kwargs))
         return ResultRef(state.store, found[0], key, found[1])
 
     def lookup(self, *args, **kwargs) -> Any:
@@ -846,13 +862,13 @@ class CachedFunction:
         key = state.key(args, kwargs)
         found, value = state.lookup_result(key) if key is not None else (False, None)
         if not found:
-            raise KeyError(state.not_cached(key))
+            raise KeyError(state.not_cached(key, args, kwargs))
         return value
 
     def refresh(self, *args, **kwargs) -> Any:
         """Compute this call again, whatever is stored, and make its result the entry; returns it."""
         state = self.__casmon_cache__
-        ctx = state.key_ctx(args, kwargs) if not state._custom_key else (state.key(args, kwargs), (), None)
+        ctx = state.key_ctx(args, kwargs) if not state._custom_key else (state.key(args, kwargs), (), None, None)
         t0 = time.perf_counter()
         result = state.fn(*args, **kwargs)
         state.end(ctx, result, t0, args, kwargs)

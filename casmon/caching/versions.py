@@ -62,7 +62,8 @@ def _what_changed(latest: dict[str, Any], parts: dict[str, Any]) -> str:
         return ""
     names = [f"{d.what} {d.name!r} {d.detail}" for d in diffs[:4]]
     more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
-    return f" Since the version cached last: {', '.join(names)}{more} (`f.explain(...)` shows the source diff)."
+    tail = " (`f.explain(...)` shows the source diff)" if any(d.diff for d in diffs) else ""
+    return f" Since the version cached last: {', '.join(names)}{more}{tail}."
 
 
 def _version_message(state: CacheState, version: Digest, seen: list[dict[str, Any]], latest: dict[str, Any],
@@ -77,8 +78,8 @@ def _version_message(state: CacheState, version: Digest, seen: list[dict[str, An
     elif others == 0:
         rest = "no entries of other versions remain"
     else:
-        rest = (f"{plural(others, 'entry', 'entries')} of {plural(other_versions or 0, 'other version')} stay in the "
-                "store, unused while the code is as it is now")
+        rest = (f"{plural(others, 'entry', 'entries')} of {plural(other_versions or 0, 'other version')} "
+                f"{'stays' if others == 1 else 'stay'} in the store, unused while the code is as it is now")
     if unknown:
         rest += (f" ({plural(unknown, 'older entry', 'older entries')} {'does' if unknown == 1 else 'do'} not say "
                  "its version)")

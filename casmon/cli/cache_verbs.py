@@ -15,8 +15,11 @@ class _CacheGroup(click.Group):
     """``casmon cache NAME`` is ``casmon cache show NAME``: a first argument that is no verb names a function."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and not args[0].startswith("-") and args[0] not in self.commands:
-            args = ["show", *args]
+        i = 0
+        while i < len(args) and args[i].startswith("-"):  # the group's own options may come first
+            i += 2 if args[i] in ("--store", "-s") else 1
+        if i < len(args) and args[i] not in self.commands:
+            args = [*args[:i], "show", *args[i:]]
         return super().parse_args(ctx, args)
 
 
@@ -83,6 +86,7 @@ def cache_clear(ctx, name, store_location, trust) -> None:
 def cache_show(ctx, name, store_location, trust) -> None:
     """One cached function: its code versions, what changed between them, and its newest entries."""
     import datetime as _dt
+    import time
 
     from casmon.caching import KIND_FN, cache_entries, resolve_function
     from casmon.caching.explain import code_versions
@@ -103,8 +107,14 @@ def cache_show(ctx, name, store_location, trust) -> None:
                   f"{plural(s['hits'], 'hit')}")
     from casmon.caching import KIND, newest_per_key
 
-    live = [r for _k, r in newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
-                                          if r.get("fn") == full).values()]
+    now = time.time()
+    every = [r for _k, r in newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
+                                           if r.get("fn") == full).values()]
+    live = [r for r in every if not (isinstance(r.get("expires"), (int, float)) and r["expires"] <= now)]
+    expired = len(every) - len(live)
+    if expired:
+        console.print(f"{plural(expired, 'entry', 'entries')} past {'its' if expired == 1 else 'their'} expires_after "
+                      "(misses; `casmon gc` drops them) not counted below")
     per_version: dict[str, int] = {}
     for r in live:
         per_version[str(r.get("v"))] = per_version.get(str(r.get("v")), 0) + 1

@@ -240,12 +240,12 @@ def _keyed_state(args_hash, kwargs_hash):
             return fp.digest()
 
         def save(self, key: Digest, result: Any, seconds: float, args: tuple[Any, ...], kwargs: dict[Any, Any],
-                 files: list[Any] | None = None) -> None:
+                 files: list[Any] | None = None, spans: Any = None) -> None:
             try:
                 pickle.dumps(result, protocol=5)
             except Exception as e:  # noqa: BLE001 - FineCache documents a PickleError here
                 raise pickle.PickleError(f"Object {result!r} is not picklable...") from e
-            super().save(key, result, seconds, args, kwargs, files)
+            super().save(key, result, seconds, args, kwargs, files, spans)
 
     return _FineCacheKeys
 

@@ -195,13 +195,21 @@ def test_wait_false_and_quick_functions_never_wait_and_a_number_bounds_the_wait(
         t0 = time.monotonic()
         assert never(1) == 2 and time.monotonic() - t0 < 5, "wait=False computes beside a live holder"
 
-        bounded = casmon.cache(store=s, wait=0.6, version="b")(body)
+        def body2(x):  # another function: body is known to be quick by now
+            calls.append(x)
+            return x + 1
+
+        bounded = casmon.cache(store=s, wait=0.6, version="b")(body2)
         _live_claim(s, bounded.__casmon_cache__.key((2,), {}), sleeper.pid)
         t0 = time.monotonic()
         assert bounded(2) == 3
         assert 0.6 <= time.monotonic() - t0, "wait=0.6 waits for the live holder first"
 
-        quick = casmon.cache(store=s, version="q")(body)
+        def body3(x):
+            calls.append(x)
+            return x + 1
+
+        quick = casmon.cache(store=s, version="q")(body3)
         assert quick(10) == 11  # a first call that takes microseconds: the function is quick from now on
         _live_claim(s, quick.__casmon_cache__.key((3,), {}), sleeper.pid)
         t0 = time.monotonic()

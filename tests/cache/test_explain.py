@@ -109,6 +109,9 @@ def test_lookup_returns_a_stored_result_and_never_computes(tmp_path):
         f.lookup(1)
     f(1)
     assert f.lookup(1) == [1] and calls == [1]
+    with pytest.raises(KeyError, match="differs in parameter 'x' differs"):
+        f.lookup(2)
+    assert calls == [1]
 
 
 def test_refresh_computes_again_and_replaces_the_entry(tmp_path):
