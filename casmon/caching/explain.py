@@ -47,6 +47,9 @@ NEAREST = 3
 ENTRIES_READ_MAX = 200_000
 
 
+_hex64 = xxhash.xxh3_64_hexdigest
+
+
 def _short(d: Digest | bytes) -> str:
     return base64.b64encode(bytes(d)[:8]).decode().rstrip("=")
 
@@ -61,6 +64,9 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
     raw = None
     if spans is not None:
         raw, parts = spans
+        if state._simple and not state.files:  # every parameter is one span: no second look at the arguments
+            mv = memoryview(raw)
+            return {n: "~" if a is None else _hex64(mv[a:b]) for n, a, b in parts}
         by_span = {n: (a, b) for n, a, b in parts}
     try:
         vals = state.bind(args, kwargs)
@@ -72,7 +78,7 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
         if (p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL) and p.name in by_span
                 and p.name not in state.files):  # a files= parameter's key holds the content: its path counts here
             a, b = by_span[p.name]
-            out[p.name] = "~" if a is None or raw is None else _short(xxhash.xxh3_64_digest(memoryview(raw)[a:b]))
+            out[p.name] = "~" if a is None or raw is None else _hex64(memoryview(raw)[a:b])
             continue
         items: list[tuple[str, Any]]
         if p.kind == inspect.Parameter.VAR_KEYWORD:

@@ -230,6 +230,8 @@ class CacheState:
         # Seconds of the last computed calls: slow ones claim. Per function name, not per decoration: a worker that
         # rebuilds the function for every batch (loky) still knows it is quick.
         self._recent = _recent_by_name.setdefault(self.name, deque(maxlen=4))
+        self._limit_of: Store | None = None
+        self._limit = claims.CLAIM_MIN_S
         self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
         _states.add(self)
@@ -618,14 +620,15 @@ class CacheState:
         return ctx + (held,), False, None
 
     def _quick(self) -> bool:
-        """Its last calls in this process all took less than :data:`claims.CLAIM_MIN_S` (ten times that on a remote
-        store, where a claim costs requests): a miss neither claims nor waits."""
+        """Its last calls here took under :data:`claims.CLAIM_MIN_S` (remote: ``CLAIM_MIN_S_REMOTE``): no claim, no wait."""
         r = self._recent
         if not r:
             return False
         s = self._store
-        limit = claims.CLAIM_MIN_S if s is None or s.backend.is_local else claims.CLAIM_MIN_S_REMOTE
-        return max(r) < limit
+        if s is not self._limit_of:  # is_local builds a path: once per store, not per call
+            self._limit_of = s
+            self._limit = claims.CLAIM_MIN_S if s is None or s.backend.is_local else claims.CLAIM_MIN_S_REMOTE
+        return max(r) < self._limit
 
     def _await(self, key: Digest) -> tuple[bool, Any, claims.Held | None]:
         """``(found, value, held)``: the result another thread or process computed meanwhile, or what this call
