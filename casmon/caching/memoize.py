@@ -654,9 +654,7 @@ class CacheState:
             store = self.store
             if (store.read_only or not store.backend.supports_deletes or store.url.startswith("memory:")
                     or store.autoflush is None):
-                # No other process sees the entry soon (a memory store, or one flushed only when the user says):
-                # the in-process mark is enough.
-                return False, None, held
+                return False, None, held  # no other process sees the entry soon: the in-process mark is enough
             out = claims.compute_once(store, key, self.name, lambda: self.found_now(key), timeout)
         except BaseException:
             self._done(held)
@@ -670,6 +668,9 @@ class CacheState:
             if found:
                 self._done(held)
                 return True, value, None
+        if out.claim is None and timeout is not None and out.waited >= timeout:
+            self.warn(("wait-timeout",), f"casmon: {self.name} waited {timeout:g} s (wait=) for another process "
+                                         "computing the same key, and computes it here too")
         held.claim = out.claim
         return False, None, held
 
@@ -701,8 +702,7 @@ class CacheState:
 
     def abort(self, ctx: Any) -> None:
         """The function raised: release the key for the threads and processes waiting for it."""
-        if len(ctx) > 4:
-            self._done(ctx[4], failed=True)
+        self._done(ctx[4] if len(ctx) > 4 else None, failed=True)
 
     def end(self, ctx: Any, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
         key, trackers, files, spans = ctx[:4]

@@ -57,7 +57,10 @@ def _multiprocessing() -> dict[str, Any] | None:
         parent = mp.parent_process()
         if parent is None:
             return None
-        return {"name": "multiprocessing", "process": str(mp.current_process().name)[:_ID_MAX], "parent": parent.pid}
+        name = str(mp.current_process().name)[:_ID_MAX]
+        # joblib's default backend runs its workers as loky processes, on multiprocessing's machinery
+        return {"name": "joblib-loky" if name.startswith("Loky") else "multiprocessing", "process": name,
+                "parent": parent.pid}
     except Exception:  # noqa: BLE001 - an odd multiprocessing (a stub, a frozen app)
         return None
 

@@ -683,6 +683,8 @@ def session_where(session: Any) -> str:
             parts.append(f"dask worker {e.get('worker')} ({e.get('address')})")
         elif name == "multiprocessing":
             parts.append(f"multiprocessing {e.get('process')}")
+        elif name == "joblib-loky":
+            parts.append(f"joblib (loky) {e.get('process')}")
         elif isinstance(name, str):
             parts.append(name[:40])
     rank = session.get("rank")

@@ -299,3 +299,28 @@ def test_a_scripts_cached_function_runs_in_ray_tasks(ray_script):
     from casmon.caching import cache_entries
 
     assert cache_entries(casmon.open(loc))["__main__.sq"]["entries"] == 8
+
+
+def test_a_joblib_loky_worker_says_joblib_in_its_session(tmp_path):
+    code = textwrap.dedent(
+        """
+        import sys, casmon
+        from joblib import Parallel, delayed
+
+        @casmon.intercept(store=sys.argv[1])
+        def f(x):
+            return x
+
+        if __name__ == "__main__":
+            Parallel(n_jobs=1, backend="loky")(delayed(f)(i) for i in range(2))
+            Parallel(n_jobs=2, backend="loky")(delayed(f)(i) for i in range(2, 4))
+        """)
+    script = tmp_path / "loky_job.py"
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "s")], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr
+    log = casmon.load(casmon.open(tmp_path / "s"))
+    workers = [s for s in log.sessions.values() if (s.get("engine") or {}).get("name") == "joblib-loky"]
+    assert workers, [s.get("engine") for s in log.sessions.values()]
+    assert all(session_where(s).startswith("joblib (loky) LokyProcess-") for s in workers)
