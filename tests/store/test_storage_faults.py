@@ -56,14 +56,17 @@ def _workload(s, calls):
     return out
 
 
-def test_a_one_second_503_burst_and_a_ten_second_outage_reach_no_user_code(s3_proxy, moto_server):
+@pytest.mark.parametrize("outages", [pytest.param(((1.0, "503"), (3.0, "reset")), id="three-seconds"),
+                                     pytest.param(((1.0, "503"), (10.0, "reset")), id="ten-seconds",
+                                                  marks=pytest.mark.slow)])
+def test_a_one_second_503_burst_and_a_ten_second_outage_reach_no_user_code(s3_proxy, moto_server, outages):
     proxy, bucket = s3_proxy
     s = _open(s3_proxy)
     calls: list[int] = []
     expected = [v for x in range(6) for v in (x * x, x + 1)]
     assert _workload(s, calls) == expected  # warm: misses, then written
     s.flush()
-    for seconds, mode in ((1.0, "503"), (10.0, "reset")):
+    for seconds, mode in outages:
         seen = proxy.counts()
         proxy.outage(seconds, mode)
         assert _workload(s, calls) == expected  # hits and the run's writes meet the outage
@@ -217,6 +220,7 @@ def _gc_loop(url, grace, seconds, endpoint):
     return _GcLoop(url, grace, seconds, endpoint)
 
 
+@pytest.mark.slow  # 9 s: a soak of the held-request cases the default run keeps
 def test_record_puts_held_6s_with_gc_at_grace_1s_never_name_a_removed_value(s3_proxy, moto_server, min_grace):
     proxy, bucket = s3_proxy
     min_grace(1.0)
@@ -264,6 +268,7 @@ os._exit(0)  # dies after its failed flush; the held PUT lands later
 """
 
 
+@pytest.mark.slow  # 13 s: the default run keeps the held-request cases below
 def test_a_record_put_landing_after_its_dead_writers_flush_failed_is_not_a_record(s3_proxy, moto_server, min_grace):
     """Scaled from the issue's 75 s at the default grace: the held PUT lands long after gc swept its values."""
     proxy, bucket = s3_proxy
