@@ -288,7 +288,11 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
             return "found" if found() else "free"
         d = ref.data
         if d.get("failed") is True:
-            return "found" if found() else "released"
+            if found():
+                return "found"
+            if first and _well_formed(d) and _break(store, name, d.get("token"), d.get("beat")):
+                return "broken"  # failed before this process came (its holder may have exited): claim it anew
+            return "released"  # failed while this process waited: compute now, beside the others
         if not _well_formed(d):
             dead = True  # not a claim casmon wrote: nothing would ever beat for it
             token, beat = d.get("token"), d.get("beat")

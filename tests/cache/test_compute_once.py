@@ -310,3 +310,34 @@ def test_a_forked_child_never_waits_for_a_thread_of_its_parent(tmp_path):
     assert not alive, "the child waits forever"
     assert p.exitcode == 0 and q.get(timeout=5) == 1
     t.join()
+
+
+def test_a_claim_left_failed_by_a_process_that_exited_is_claimed_anew(tmp_path):
+    """A holder whose call raised marks its claim failed and exits before its heartbeat deletes it: a later miss
+    claims the key afresh (so its own waiters are protected again) instead of computing beside a claim forever."""
+    s = casmon.open(str(tmp_path / "s"))
+
+    @casmon.cache(store=s, version="failed")
+    def f(x):
+        return x * 3
+
+    name = claims.claim_name(f.__casmon_cache__.key((2,), {}))
+    from casmon.store.lock import machine
+
+    assert s.create_ref(name, None, {"fn": "x", "token": "dead0", **machine(), "pid": 424242, "start": "", "since": 0,
+                                     "time": time.time(), "beat": 3, "every": 60.0, "lag": 0.0, "failed": True})
+    seen = []
+    real = claims.ClaimBook.take
+
+    def take(self, key, fn):
+        c = real(self, key, fn)
+        seen.append(c is not None)
+        return c
+
+    claims.ClaimBook.take = take
+    try:
+        assert f(2) == 6
+    finally:
+        claims.ClaimBook.take = real
+    assert seen == [False, True], "the failed claim was broken and the key claimed anew"
+    assert s.get_ref(name) is None
