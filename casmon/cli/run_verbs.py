@@ -110,14 +110,15 @@ def runs(store_location, as_json, columns, trust) -> None:
         t.add_column(escape(name if bare.count(name) == 1 else col), justify="right")
     for r in all_runs:
         m = r.manifest
-        g = m.get("git", {})
+        g_ = m.get("git")
+        g: dict = g_ if isinstance(g_, dict) else {}  # a crafted manifest's fields are any JSON
         st = r.status
-        status = f"[{_STATUS_STYLE[st]}]{st}[/{_STATUS_STYLE[st]}]" if st in _STATUS_STYLE else escape(st)
+        status = f"[{_STATUS_STYLE[st]}]{st}[/{_STATUS_STYLE[st]}]" if st in _STATUS_STYLE else escape(str(st))
         if st == "killed" and m.get("signal"):
             status += escape(f" ({m['signal']})")
         el = r.elapsed
         dur = "" if el is None else f"{el:.1f} s" + ("…" if st == "running" else "")
-        t.add_row(escape(r.name), escape(m.get("comment", "")), timestamp(m["start"]) if m.get("start") else "", dur, status,
+        t.add_row(escape(str(r.name)), escape(str(m.get("comment") or "")), timestamp(m["start"]) if m.get("start") else "", dur, status,
                   (g.get("commit") or "")[:10] or ("no git" if not g.get("in_git") else "no commit"),
                   "yes" if g.get("dirty") else "",
                   *([escape(os.path.basename(m.get("notebook") or ""))] if notebooks else []),  # `show` has the path

@@ -346,3 +346,9 @@ def test_huge_lengths_never_allocate():
     with pytest.raises(DamagedObjectError, match="holds Python objects"):
         serialize.check_manifest("v", "array", {"dtype": "'|O'", "shape": [1], "order": "C"},
                                  [{"n": 8, "cb": 8, "rb": 8, "c": ["0" * 32]}], [], 0, 8)
+
+
+def test_a_run_manifest_whose_name_is_null_lists_in_the_cli():
+    """Found by the fuzz above: a manifest with ``"name": null`` made `casmon runs` raise a TypeError."""
+    _fuzz_records({"session": 0, "fns": [], "c": [], "threads": None, "pid": 0, "rank": 0},
+                  {"fn": "", "session": None, "params": []}, {"name": None}, b'{"target": null, "data": null}')
