@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import sys
 import threading
+import types
 import warnings
 from typing import Any
 
 __all__ = [
+    "stacklevel_outside",
     "CasmonError",
     "StoreError",
     "StoreFormatError",
@@ -204,3 +207,14 @@ def locate_unpicklable(value: Any, root: str = "value", _depth: int = 0) -> Unpi
             if found is not None:
                 return found
     return UnpicklableError(root, value, err)
+
+
+def stacklevel_outside(prefix: str) -> int:
+    """The ``stacklevel`` for a warning its caller gives that points at the first frame whose file is not under
+    ``prefix`` (a casmon folder): the user's line, not casmon's."""
+    f: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while f is not None and f.f_code.co_filename.startswith(prefix):
+        f = f.f_back
+        level += 1
+    return level

@@ -33,7 +33,6 @@ import base64
 import functools
 import inspect
 import os
-import sys
 import threading
 import time
 import types
@@ -50,7 +49,7 @@ from casmon.caching.entries import KIND, KIND_CLEAR, KIND_USE, ResultRef, expire
 from casmon.caching.files import files_key_value
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
-from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
+from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, fingerprint
@@ -156,16 +155,6 @@ CLEAR_CHECK_S = 1.0
 # -- the state behind one cached function ---------------------------------------------------------------
 _NO_SELF = object()
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the caller's line, outside casmon."""
-    f: types.FrameType | None = sys._getframe(1)
-    level = 1
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
-        f = f.f_back
-        level += 1
-    return level
 
 
 #: The first misses of a function whose key is computed again, to find arguments that never hash the same.
@@ -316,7 +305,7 @@ class CacheState:
                                            f"be read ({type(e).__name__}: {e}); the call is cached as usual")
             return
         if msg:
-            warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
+            warnings.warn(msg, CacheWarning, stacklevel=stacklevel_outside(_PKG_DIR))
 
     def current_parts(self) -> dict[str, Any]:
         """What the current code version is made of (its functions, globals, libraries), as its record keeps it."""
@@ -428,7 +417,7 @@ class CacheState:
         """Warn ``msg`` as a :class:`CacheWarning` at the caller's line, once per ``what`` for this function."""
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(msg, CacheWarning, stacklevel=_user_stacklevel())
+            warnings.warn(msg, CacheWarning, stacklevel=stacklevel_outside(_PKG_DIR))
 
     # -- lookups ----------------------------------------------------------------
     def cleared_time(self, refresh: bool) -> float:

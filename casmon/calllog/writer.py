@@ -45,12 +45,12 @@ import socket
 import sys
 import threading
 import time
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from casmon.calllog import engines
+from casmon.errors import stacklevel_outside
 from casmon.calllog.records import INLINE_STR, KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SCALARS, SESSION_REFS, type_name
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
@@ -97,16 +97,6 @@ class CallLogWarning(UserWarning):
 
 
 _CASMON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` for a warning its caller gives: the first frame outside casmon, the user's line."""
-    f: types.FrameType | None = sys._getframe(1)
-    level = 1
-    while f is not None and f.f_code.co_filename.startswith(_CASMON_DIR):
-        f = f.f_back
-        level += 1
-    return level
 
 
 #: True while a replay runs: nothing is logged in this context (see :func:`not_logged`).
@@ -243,7 +233,8 @@ class Recorder:
             if key not in self.warned:
                 self.warned.add(key)
                 warnings.warn(f"casmon: {fn}: {what} ({type_name(v)}) is not logged, the call ran and its record "
-                              f"holds a NotStored marker: {e}", CallLogWarning, stacklevel=_user_stacklevel())
+                              f"holds a NotStored marker: {e}", CallLogWarning,
+                              stacklevel=stacklevel_outside(_CASMON_DIR))
             return {"!": type_name(v), "why": scrub(str(e)[:200])}
         h = d.hex()
         self.refs.add(h)
@@ -559,7 +550,8 @@ class Intercepted:
     def _unavailable(self, e: Exception) -> None:
         if not getattr(self, "_warned_unavailable", False):
             self._warned_unavailable = True
-            warnings.warn(f"casmon: calls of {self.name} are not logged: {e}", CallLogWarning, stacklevel=_user_stacklevel())
+            warnings.warn(f"casmon: calls of {self.name} are not logged: {e}", CallLogWarning,
+                              stacklevel=stacklevel_outside(_CASMON_DIR))
 
     def end(self, ctx, out: Any) -> None:
         r, n, a, k, t0, p0 = ctx
