@@ -4,53 +4,81 @@ The public API, grouped by layer; each name also lives in its package
 (``casmon.keys``, ``casmon.store``, ``casmon.maintenance``, ``casmon.caching``,
 ``casmon.calllog``, ``casmon.runs``), and docs/ARCHITECTURE.md maps the tree.
 
-Importing casmon configures no logging, prints nothing and writes nothing.
+Importing casmon configures no logging, prints nothing and writes nothing. It
+imports almost nothing either: each name below is loaded from its package on
+first use (``casmon.cache`` loads the cache, ``casmon.open`` the store), so a
+script pays only for what it uses, and a program that never touches an array
+never imports numpy.
 """
 
-from casmon.errors import (
-    CasmonError,
-    DamagedObjectError,
-    MissingObjectError,
-    NoActiveRunError,
-    RunSignal,
-    StoreDamageWarning,
-    StoreError,
-    StoreFormatError,
-    UnpicklableError,
-    UntrustedStoreError,
-)
-from casmon.keys.digest import Digest
-from casmon.keys.fingerprint import fingerprint, register_hasher, unregister_hasher
-from casmon.store import Manifest, Ref, Store, default_store, open
-from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
-from casmon.maintenance import GcReport, VerifyReport  # importing it installs Store.stats, verify and gc
-from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
-from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
-from casmon.runs import Run, RunInfo, RunWarning, Series, diff, export, list_runs, load_run, log, record, record_context, restore
-from casmon.view.display import CacheEntries, RunDiff, RunList, Sessions, StoreStats
-from casmon.compat.legacy_names import keep_flat_names as _keep_flat_names
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from casmon.keys.names import install_flat_namespaces as _install_flat_namespaces
 
 __version__ = "0.1.0"
 
-__all__ = [
+#: Where each public name lives: loaded from there on first use.
+_HOMES = {
     # keys: content hashes
-    "Digest", "fingerprint", "register_hasher", "unregister_hasher",
+    "Digest": "casmon.keys.digest", "fingerprint": "casmon.keys.fingerprint",
+    "register_hasher": "casmon.keys.fingerprint", "unregister_hasher": "casmon.keys.fingerprint",
     # the store
-    "Store", "open", "default_store", "Manifest", "Ref",
-    "Handler", "handlers", "register_handler", "unregister_handler",
+    "Store": "casmon.store", "open": "casmon.store", "default_store": "casmon.store", "Manifest": "casmon.store",
+    "Ref": "casmon.store", "Handler": "casmon.store.serialize", "handlers": "casmon.store.serialize",
+    "register_handler": "casmon.store.serialize", "unregister_handler": "casmon.store.serialize",
     # maintenance reports (Store.verify, Store.gc)
-    "VerifyReport", "GcReport", "StoreStats",
+    "VerifyReport": "casmon.maintenance", "GcReport": "casmon.maintenance", "StoreStats": "casmon.view.display",
     # the cache
-    "cache", "CachedFunction", "CacheInfo", "ResultRef", "CacheEntries", "CacheWarning",
+    "cache": "casmon.caching", "CachedFunction": "casmon.caching", "CacheInfo": "casmon.caching",
+    "ResultRef": "casmon.caching", "CacheEntries": "casmon.view.display", "CacheWarning": "casmon.caching",
     # the call log
-    "intercept", "load", "flush", "CallLog", "Call", "Args", "NotStored", "Sessions", "CallLogWarning",
+    "intercept": "casmon.calllog", "load": "casmon.calllog", "flush": "casmon.calllog", "CallLog": "casmon.calllog",
+    "Call": "casmon.calllog", "Args": "casmon.calllog", "NotStored": "casmon.calllog", "Sessions": "casmon.view.display",
+    "CallLogWarning": "casmon.calllog",
     # experiment records
-    "record", "record_context", "log", "Run", "RunInfo", "Series", "RunList", "RunDiff", "RunWarning",
-    "list_runs", "load_run", "diff", "restore", "export",
+    "record": "casmon.runs", "record_context": "casmon.runs", "log": "casmon.runs", "Run": "casmon.runs",
+    "RunInfo": "casmon.runs", "Series": "casmon.runs", "RunList": "casmon.view.display", "RunDiff": "casmon.view.display",
+    "RunWarning": "casmon.runs", "list_runs": "casmon.runs", "load_run": "casmon.runs", "diff": "casmon.runs",
+    "restore": "casmon.runs", "export": "casmon.runs",
     # errors and warnings
-    "CasmonError", "StoreError", "StoreFormatError", "MissingObjectError", "DamagedObjectError",
-    "UntrustedStoreError", "UnpicklableError", "StoreDamageWarning", "NoActiveRunError", "RunSignal",
-]
+    "CasmonError": "casmon.errors", "StoreError": "casmon.errors", "StoreFormatError": "casmon.errors",
+    "MissingObjectError": "casmon.errors", "DamagedObjectError": "casmon.errors", "UntrustedStoreError": "casmon.errors",
+    "UnpicklableError": "casmon.errors", "StoreDamageWarning": "casmon.errors", "NoActiveRunError": "casmon.errors",
+    "RunSignal": "casmon.errors",
+}
 
-# Pickles and messages name these types where they were before the packages (casmon/compat/legacy_names.py).
-_keep_flat_names(t for n in __all__ if isinstance(t := globals()[n], type))
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'casmon' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
+
+# Pickles name casmon's public types where they were before the packages (casmon/keys/names.py).
+_install_flat_namespaces()
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported for real
+    from casmon.errors import (CasmonError, DamagedObjectError, MissingObjectError, NoActiveRunError, RunSignal,
+                               StoreDamageWarning, StoreError, StoreFormatError, UnpicklableError, UntrustedStoreError)
+    from casmon.keys.digest import Digest
+    from casmon.keys.fingerprint import fingerprint, register_hasher, unregister_hasher
+    from casmon.store import Manifest, Ref, Store, default_store, open
+    from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
+    from casmon.maintenance import GcReport, VerifyReport
+    from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
+    from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
+    from casmon.runs import (Run, RunInfo, RunWarning, Series, diff, export, list_runs, load_run, log, record,
+                             record_context, restore)
+    from casmon.view.display import CacheEntries, RunDiff, RunList, Sessions, StoreStats

@@ -112,6 +112,8 @@ class UntrustedStoreError(CasmonError):
 class StoreDamageWarning(UserWarning):
     """A file of the store is damaged or missing; casmon goes on without it. ``casmon verify --repair`` fixes it."""
 
+    __module__ = "casmon.table"  # the name pickles and keys have always given it (casmon/keys/names.py)
+
 
 class NoActiveRunError(CasmonError, RuntimeError):
     """``casmon.log`` was called outside any ``casmon.record`` block."""

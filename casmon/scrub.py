@@ -34,7 +34,37 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+
+class _LazyPattern:
+    """A regular expression compiled on first use: these take milliseconds to compile, and a process that
+    never scrubs a text (a cache hit) need not pay for them."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, *args: Any) -> None:
+        self._args = args
+        self._compiled: re.Pattern[str] | None = None
+
+    def _re(self) -> re.Pattern[str]:
+        c = self._compiled
+        if c is None:
+            c = self._compiled = re.compile(*self._args)
+        return c
+
+    def sub(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> str:
+        return self._re().sub(repl, string, count)
+
+    def search(self, string: str) -> re.Match[str] | None:
+        return self._re().search(string)
+
+    def match(self, string: str) -> re.Match[str] | None:
+        return self._re().match(string)
+
+    def finditer(self, string: str) -> Iterator[re.Match[str]]:
+        return self._re().finditer(string)
 
 __all__ = ["MASK", "looks_secret", "scrub", "scrub_argv", "scrub_env", "scrub_output", "scrub_url", "secret_values"]
 
@@ -44,16 +74,16 @@ MASK = "***"
 # (not "tokens", "tokenizer" or "author": common, harmless option names in ML scripts)
 _SECRET_WORDS = (r"secret|token(?![a-z])|passw|passphrase|credential|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
                  r"|auth(?!or)|session[_-]?id|cookie|signature|client[_-]?key")
-_SECRET_NAME = re.compile(rf"(?i)({_SECRET_WORDS}|^pwd$|^pass$|^sig$|^key$)")
+_SECRET_NAME = _LazyPattern(rf"(?i)({_SECRET_WORDS}|^pwd$|^pass$|^sig$|^key$)")
 # scheme://userinfo@ : greedy, so the *last* '@' of the URL ends the userinfo
-_URL_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)\S*@")
-_URL_WHOLE = re.compile(r"(?is)\b([a-z][a-z0-9+.-]*://).*@")
+_URL_TEXT = _LazyPattern(r"(?i)\b([a-z][a-z0-9+.-]*://)\S*@")
+_URL_WHOLE = _LazyPattern(r"(?is)\b([a-z][a-z0-9+.-]*://).*@")
 # NAME=value and --name=value with a secret-looking name; the value runs to whitespace (text) or the end (argv)
-_ASSIGN_TEXT = re.compile(rf"(?i)([\w.-]*(?:{_SECRET_WORDS})[\w.-]*\s*[=:]\s*)(?!\*\*\*)[^\s&]+")
-_ASSIGN_WHOLE = re.compile(rf"(?is)^(-{{0,2}}[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=).+$")
-_QUERY = re.compile(rf"(?i)([?&;](?:[\w.-]*(?:{_SECRET_WORDS})[\w.-]*|sig|key|pass|pwd)=)[^&#\s]+")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)(?!\*\*\*)[A-Za-z0-9._~+/=-]{6,}")
-_FLAG = re.compile(rf"(?i)^-{{1,2}}[\w.-]*(?:{_SECRET_WORDS})[\w.-]*$|^-{{1,2}}(?:pass|pwd|key|sig)$")
+_ASSIGN_TEXT = _LazyPattern(rf"(?i)([\w.-]*(?:{_SECRET_WORDS})[\w.-]*\s*[=:]\s*)(?!\*\*\*)[^\s&]+")
+_ASSIGN_WHOLE = _LazyPattern(rf"(?is)^(-{{0,2}}[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=).+$")
+_QUERY = _LazyPattern(rf"(?i)([?&;](?:[\w.-]*(?:{_SECRET_WORDS})[\w.-]*|sig|key|pass|pwd)=)[^&#\s]+")
+_BEARER = _LazyPattern(r"(?i)\b(bearer|basic)(\s+)(?!\*\*\*)[A-Za-z0-9._~+/=-]{6,}")
+_FLAG = _LazyPattern(rf"(?i)^-{{1,2}}[\w.-]*(?:{_SECRET_WORDS})[\w.-]*$|^-{{1,2}}(?:pass|pwd|key|sig)$")
 
 
 def looks_secret(name: str) -> bool:
@@ -123,7 +153,7 @@ def scrub(text: str, *, whole: bool = False, environ: Mapping[str, str] | None =
     return text
 
 
-_SCHEME = re.compile(r"(?is)^([a-z][a-z0-9+.-]*://)(.*)$")
+_SCHEME = _LazyPattern(r"(?is)^([a-z][a-z0-9+.-]*://)(.*)$")
 
 
 def scrub_url(url: str) -> str:

@@ -1,4 +1,5 @@
-"""`import casmon` stays light: heavy dependencies load when a store is first used (issue 14).
+"""`import casmon` stays light: heavy dependencies load when a store is first used, casmon's own layers when
+their names are first used, numpy only when a value needs it.
 
 Behavioural, not timed: which modules an import pulls in, checked in fresh interpreters.
 """
@@ -15,12 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Loaded only when a store is opened (zarr, asyncio), a chunk compressed (numcodecs), a run
 #: recorded (git, importlib.metadata) or the CLI started (rich, click).
 HEAVY = ["zarr", "numcodecs", "asyncio", "git", "rich", "click", "importlib.metadata", "obstore", "fsspec"]
+#: casmon's own layers beyond what a decorator needs, and numpy (which the store's record tables use): loaded
+#: when their names are first used, or a store is.
+LAYERS = ["numpy", "casmon.store.store", "casmon.store.backend", "casmon.store.table", "casmon.maintenance",
+          "casmon.calllog.reader", "casmon.runs", "casmon.ui", "casmon.cli", "casmon.compat"]
 
 
 def _loaded_after(code: str, cwd: Path) -> dict:
     probe = textwrap.dedent(code) + textwrap.dedent(f"""
         import json, sys
-        print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))
+        print(json.dumps({{m: m in sys.modules for m in {HEAVY + LAYERS!r}}}))
     """)
     r = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -53,6 +58,43 @@ def test_decorating_a_module_loads_no_heavy_dependency(tmp_path):
     loaded = _loaded_after("import usermod", tmp_path)
     assert not any(loaded.values()), [m for m, v in loaded.items() if v]
     assert not (tmp_path / ".casmon").exists()  # no store opened or created by decorating
+
+
+def test_each_public_name_loads_its_layer_on_first_use(tmp_path):
+    loaded = _loaded_after("""
+        import casmon
+        assert "Store" not in vars(casmon)
+        s = casmon.open("s")
+        assert casmon.Store is type(s) and "Store" in vars(casmon)  # loaded once, a plain attribute after
+        assert "open" in dir(casmon) and "list_runs" in dir(casmon)
+        try:
+            casmon.no_such_name
+        except AttributeError as e:
+            assert "no_such_name" in str(e)
+        else:
+            raise AssertionError("casmon.no_such_name did not raise")
+    """, tmp_path)
+    assert loaded["casmon.store.store"] and not loaded["casmon.runs"] and not loaded["casmon.calllog.reader"]
+
+
+def test_the_cli_help_loads_no_verb(tmp_path):
+    """``casmon --help`` lists every verb from the table in casmon.cli.app, importing none of their modules."""
+    probe = textwrap.dedent("""
+        import json, sys
+        from casmon.cli.app import main
+        try:
+            main(["--help"])
+        except SystemExit:
+            pass
+        verbs = [m for m in sys.modules if m.startswith("casmon.cli.") and m not in ("casmon.cli.app", "casmon.cli.options")]
+        print(json.dumps({"verbs": verbs, "rich": "rich" in sys.modules, "numpy": "numpy" in sys.modules,
+                          "store": "casmon.store.store" in sys.modules}))
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "runs" in r.stdout and "verify" in r.stdout  # the verbs are listed
+    assert got == {"verbs": [], "rich": False, "numpy": False, "store": False}
 
 
 def test_a_local_folder_is_used_without_zarr_and_is_still_a_zarr_store(tmp_path):
@@ -97,3 +139,28 @@ def test_a_local_folder_is_used_without_zarr_and_is_still_a_zarr_store(tmp_path)
     got = asyncio.run(z.get("casmon.json", prototype=default_buffer_prototype()))
     assert got.to_bytes() == (tmp_path / "s" / "casmon.json").read_bytes()
     assert (tmp_path / ".casmon" / "casmon.json").exists()
+
+
+def test_a_cache_hit_in_a_fresh_process_needs_no_compressor_library(tmp_path):
+    """The first lookup decodes its table block through the small lz4 package: numcodecs (30-110 ms to import,
+    it scans every installed package's entry points) is for chunks of values, which a small hit has none of."""
+    (tmp_path / "usermod.py").write_text(textwrap.dedent("""
+        import casmon
+
+        @casmon.cache(store="s")
+        def double(x):
+            return {"x": x, "twice": [x, x]}
+    """))
+    made = _loaded_after("""
+        import usermod, casmon
+        for i in range(2000):
+            usermod.double(i)
+        casmon.open("s").flush()
+    """, tmp_path)
+    assert made["casmon.store.table"]
+    loaded = _loaded_after("""
+        import usermod
+        assert usermod.double(1234) == {"x": 1234, "twice": [1234, 1234]}
+        assert usermod.double.cache_info().hits == 1
+    """, tmp_path)
+    assert not loaded["numcodecs"] and not loaded["zarr"] and not loaded["git"], loaded

@@ -22,6 +22,7 @@ from casmon.caching.entries import (
     newest_per_key,
     resolve_function,
 )
+from casmon.keys.names import keep_flat_names as _keep_flat_names
 from casmon.caching.files import file_digest, path_digest
 from casmon.caching.memoize import CachedFunction, CacheInfo, CacheState, CacheWarning, cache, cache_with, observers
 
@@ -31,3 +32,6 @@ __all__ = [
     "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
     "clear_function", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates",
 ]
+
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+_keep_flat_names([CachedFunction, CacheInfo, ResultRef, CacheWarning])

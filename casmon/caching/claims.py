@@ -33,12 +33,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from casmon.errors import CasmonError
 from casmon.keys.digest import Digest
-from casmon.store.lock import heartbeat_seconds, machine, process_gone, process_start
-from casmon.store.store import Store
+if TYPE_CHECKING:
+    from casmon.store import lock
+    from casmon.store.store import Store
 
 __all__ = ["Held", "wait_option", "CLAIM_MIN_S", "CLAIM_MIN_S_REMOTE", "STALE_AFTER", "Claim", "ClaimBook", "claim_book", "compute_once", "Outcome"]
 
@@ -57,6 +58,13 @@ STALE_WALL = 10
 #: The longest wait between two looks at a claim.
 POLL_MAX = 1.0
 POLL_MIN = 0.02
+
+
+def _lock() -> Any:
+    """The store's process and lock helpers, loaded at the first claim: decorating a function needs none of them."""
+    from casmon.store import lock
+
+    return lock
 
 
 def claim_name(key: Digest) -> str:
@@ -117,8 +125,8 @@ class ClaimBook:
         """Claim ``key``; None if another process holds it."""
         name = claim_name(key)
         now = time.time()
-        data = {"fn": fn, "token": os.urandom(8).hex(), **machine(), "pid": os.getpid(),
-                "start": process_start(os.getpid()), "since": now, "time": now, "beat": 0, "every": self.every, "lag": 0.0}
+        data = {"fn": fn, "token": os.urandom(8).hex(), **_lock().machine(), "pid": os.getpid(),
+                "start": _lock().process_start(os.getpid()), "since": now, "time": now, "beat": 0, "every": self.every, "lag": 0.0}
         if not self.store.create_ref(name, None, data):
             return None
         c = Claim(name, data)
@@ -224,7 +232,7 @@ def claim_book(store: Store) -> ClaimBook:
         with _books_lock:
             b = _books.get(id(store))
             if b is None or b.store is not store:
-                b = _books[id(store)] = ClaimBook(store, heartbeat_seconds())
+                b = _books[id(store)] = ClaimBook(store, _lock().heartbeat_seconds())
     return b
 
 
@@ -299,7 +307,7 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
             if found():
                 return "found"
             return "broken" if _break(store, name, token, beat) else "released"
-        every = max(0.1, _num(d.get("every"), heartbeat_seconds()))
+        every = max(0.1, _num(d.get("every"), _lock().heartbeat_seconds()))
         poll = min(poll * 2, POLL_MAX, every / 4)
         now = time.monotonic()
         if d.get("token") != token or d.get("beat") != beat:
@@ -310,7 +318,7 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
             lag = min(every, max(0.0, _num(d.get("lag"), 0.0)))  # a crafted lag never stretches the wait
             dead = now - changed > STALE_AFTER * every + 2 * lag
         first = False
-        if not (dead or process_gone(d)):
+        if not (dead or _lock().process_gone(d)):
             continue
         if found():  # it stored its entry before it died
             return "found"
@@ -339,7 +347,7 @@ def _break(store: Store, name: str, token: Any, beat: Any) -> bool:
     if marker.endswith(".break-crafted"):
         token = "crafted"
     try:
-        if not store.create_ref(marker, None, {"pid": os.getpid(), "time": time.time(), **machine()}):
+        if not store.create_ref(marker, None, {"pid": os.getpid(), "time": time.time(), **_lock().machine()}):
             return False
         try:
             ref = store.get_ref(name)

@@ -12,12 +12,14 @@ import time
 from datetime import timedelta
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
-from casmon.store.store import Store
 from casmon.view import display
+
+if TYPE_CHECKING:
+    from casmon.store.store import Store
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
            "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates"]
@@ -42,8 +44,10 @@ class ResultRef:
     key: Digest
     entry: dict
 
-    def load(self) -> Any:
-        return self.store.get(self.digest)
+    def load(self, mmap: bool = False) -> Any:
+        """The stored result, a fresh copy; ``mmap``: large arrays as read-only maps where it was stored laid out
+        for them (``@casmon.cache(mmap=True)``) on a local store (:mod:`casmon.store.mapped`)."""
+        return self.store.get(self.digest, mmap=mmap)
 
     def open_array(self):
         """A lazy, read-only ``zarr.Array`` over an array result."""

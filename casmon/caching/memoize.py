@@ -41,20 +41,23 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.caching import claims, explain, versions
+from casmon.caching import claims, explain, hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
-from casmon.caching.entries import KIND, KIND_CLEAR, KIND_USE, ResultRef, expires_option, name_digest, newest_per_key
+from casmon.caching.entries import KIND, KIND_CLEAR, ResultRef, expires_option, name_digest, newest_per_key
 from casmon.caching.files import files_key_value
+from casmon.caching.usage import usage_of
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, fingerprint
-from casmon.store.store import Store, default_store
 from casmon.view import display
+
+if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
+    from casmon.store.store import Store
 
 __all__ = ["cache", "cache_with", "CacheInfo", "CacheWarning", "CachedFunction", "CacheState", "KEY_FORMAT", "observers"]
 
@@ -87,33 +90,6 @@ class _Param(NamedTuple):
 _EMPTY = inspect.Parameter.empty
 
 
-class _Usage:
-    """Hit counts since the last flush, written as one record per flush."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.hits: dict[str, list] = {}
-
-    def hit(self, key: Digest, fn: str) -> None:
-        h = key.hex()
-        now = time.time()
-        with self.lock:
-            e = self.hits.get(h)
-            if e is None:
-                self.hits[h] = [fn, 1, now]
-            else:
-                e[1] += 1
-                e[2] = now
-
-    def flush_into(self, store: Store) -> None:
-        with self.lock:
-            hits, self.hits = self.hits, {}
-        if hits:
-            store.append(KIND_USE, {"hits": hits, "time": time.time()})
-
-
-_usage_by_store: dict[int, _Usage] = {}
-_usage_lock = threading.Lock()
 _states: weakref.WeakSet[CacheState] = weakref.WeakSet()
 _recent_by_name: dict[str, deque[float]] = {}
 _holding = threading.local()  # .keys: (state id, key) of the calls this thread computes now
@@ -126,21 +102,7 @@ def _forget_inflight_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    # A forked child's store forgets the parent's flush hooks; its hit counts start over with it.
-    os.register_at_fork(after_in_child=_usage_by_store.clear)
     os.register_at_fork(after_in_child=_forget_inflight_in_child)
-
-
-def _usage(store: Store) -> _Usage:
-    u = _usage_by_store.get(id(store))
-    if u is None:
-        with _usage_lock:
-            u = _usage_by_store.get(id(store))
-            if u is None:
-                u = _Usage()
-                _usage_by_store[id(store)] = u
-                store.add_flush_hook(u.flush_into)
-    return u
 
 
 #: At most this many files of one call are listed in its cache entry (folders count as a whole beyond).
@@ -165,7 +127,7 @@ class CacheState:
     """The state behind one decorated function."""
 
     def __init__(self, fn, store, ignore, hashers, version, label, memory_entries, files=(), wait=True,
-                 expires_after=None) -> None:
+                 expires_after=None, mmap=False) -> None:
         self.fn = fn
         self.name = function_name(fn)
         self._store_arg = store
@@ -188,9 +150,10 @@ class CacheState:
         self.label = label
         self.wait = claims.wait_option(wait, self.name)
         self.expires = expires_option(expires_after, self.name)
+        self.mmap = bool(mmap)  # results stored laid out for mapping, and hits mapped (casmon.store.mapped)
         self._options = {"store": store, "ignore": list(ignore or ()), "hashers": dict(hashers or {}), "version": version,
                          "label": label, "memory_entries": memory_entries, "files": list(files or ()), "wait": wait,
-                         "expires_after": expires_after}
+                         "expires_after": expires_after, "mmap": self.mmap}
         self._simple = all(p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY) for p in self.params)
         self._npos = sum(1 for p in self.params if p.kind != inspect.Parameter.KEYWORD_ONLY)
         self._names = names
@@ -223,6 +186,7 @@ class CacheState:
         self._limit = claims.CLAIM_MIN_S
         self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
+        self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
         _states.add(self)
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -232,6 +196,8 @@ class CacheState:
         """The options to rebuild this cached function elsewhere (a worker process)."""
         opts = dict(self._options)
         s = opts["store"]
+        from casmon.store.store import Store
+
         if isinstance(s, Store):
             opts["store"] = s.url
         elif isinstance(s, (str, os.PathLike)) and "://" not in str(s):
@@ -257,6 +223,8 @@ class CacheState:
     def store(self) -> Store:
         s = self._store
         if s is None or s.closed:
+            from casmon.store.store import default_store
+
             s = self._store = default_store(self._store_arg)
         return s
 
@@ -507,7 +475,7 @@ class CacheState:
                 except ValueError:
                     pass
         try:
-            value = self.store.get(d)
+            value = self.store.get(d, mmap=self.mmap)
         except MissingObjectError as e:
             with self._lock:
                 remembered = self._mem.pop(key, None) == d
@@ -521,12 +489,15 @@ class CacheState:
         except Exception as e:  # noqa: BLE001 - a handler or a class's __setstate__ cannot rebuild it here: compute
             return self._unreadable(key, d, f"it cannot be loaded: {type(e).__name__}: {e}")
         self._remember(key, d, expires)
+        self._counted_hit(key, d)
+        return True, value
+
+    def _counted_hit(self, key: Digest, d: Digest) -> None:
         self.hits += 1
-        _usage(self.store).hit(key, self.name)
+        usage_of(self.store).hit(key, self.name)
         if observers:
             for ob in list(observers):
                 ob(self.store, self.name, key, d, True)
-        return True, value
 
     def _unreadable(self, key: Digest, d: Digest, why: Any) -> tuple[bool, None]:
         self.warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({why})")
@@ -539,7 +510,7 @@ class CacheState:
         """Store a computed result; a failure is a warning, never an exception."""
         try:
             store = self.store  # opened at first use: a store away then is a warning too
-            d, size = store.put_sized(result)
+            d, size = store.put_sized(result, mmap=self.mmap)
         except TypeError as e:
             self.warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
@@ -582,6 +553,18 @@ class CacheState:
         """``(ctx, found, value)``: a hit returns the stored value; a miss counts and passes ``ctx`` to :meth:`end`
         (or, if the function raised, to :meth:`abort`). A slow miss first waits for a live process or thread that
         computes the same key (:mod:`~casmon.caching.claims`)."""
+        hc = self._hot
+        ck = None
+        if hc is not None and (ck := hot.call_key(args, kwargs)) is not None:
+            try:
+                if time.monotonic() - self._clears_seen >= CLEAR_CHECK_S:
+                    self._see_clears()
+                answered = hc.answer(self, ck)
+            except (CasmonError, OSError):  # the store cannot be read: the full path below says so, once
+                answered = None
+            if answered is not None:
+                self._counted_hit(answered[0], Digest.from_raw(answered[1]))
+                return None, True, answered[2]
         if self._custom_key:
             ctx: tuple[Any, ...] = (_safe_key(self, args, kwargs), (), None, None)
         else:
@@ -604,6 +587,8 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
+                if ck is not None:
+                    hc.learn(self, ck, key, value)  # type: ignore[union-attr]
                 return ctx, True, value
         self.misses += 1
         return ctx + (held,), False, None
@@ -923,6 +908,7 @@ def cache(
     files: Iterable[str | int] | str | int = (),
     wait: bool | float = True,
     expires_after: timedelta | float | None = None,
+    mmap: bool = False,
     _state_class: type | None = None,
 ):
     """Memoize ``fn`` on a casmon store.
@@ -947,7 +933,8 @@ def cache(
     if that process dies (:mod:`casmon.caching.claims`); False never waits, a
     number waits at most that many seconds.
     ``expires_after``: a ``timedelta`` or seconds; older entries are misses, and
-    ``casmon gc`` drops them.
+    ``casmon gc`` drops them. ``mmap``: hits return large arrays as read-only maps of the stored bytes
+    on a local store (tensors copy-on-write), not copies (:mod:`casmon.store.mapped`).
 
     The wrapped function gains ``cache_info()``, ``cache_clear()``,
     ``is_cached(...)``, ``ref(...)``, ``lookup(...)`` (the stored result or
@@ -957,17 +944,17 @@ def cache(
     if fn is None:
         return functools.partial(cache, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
                                  memory_entries=memory_entries, files=files, wait=wait, expires_after=expires_after,
-                                 _state_class=_state_class)
+                                 mmap=mmap, _state_class=_state_class)
     if isinstance(fn, (staticmethod, classmethod)):
         return type(fn)(cache(fn.__func__, store=store, ignore=ignore, hashers=hashers, version=version, label=label,
                               memory_entries=memory_entries, files=files, wait=wait, expires_after=expires_after,
-                              _state_class=_state_class))
+                              mmap=mmap, _state_class=_state_class))
     if not callable(fn):
         raise TypeError(f"@cache expects a function, got {type(fn).__name__}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(f"@cache cannot cache generator {function_name(fn)}: it returns an iterator, not a value")
     state = (_state_class or CacheState)(fn, store, ignore, hashers, version, label, memory_entries, files=files,
-                                         wait=wait, expires_after=expires_after)
+                                         wait=wait, expires_after=expires_after, mmap=mmap)
     if inspect.iscoroutinefunction(fn):
         return _async_wrapper(state)
     return CachedFunction(state)

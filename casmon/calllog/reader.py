@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from casmon.keys.names import keep_flat_names
 from casmon.calllog.records import KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, NotStored
 from casmon.calllog.replay import Replay, replay_call
 from casmon.errors import DamagedObjectError
@@ -362,3 +363,5 @@ def load(store: Store | str | None = None) -> CallLog:
     s.flush()
     return CallLog(s)
 
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([Call, Args, CallLog])

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from casmon.keys.names import keep_flat_names
 from casmon.keys.digest import Digest
 
 __all__ = ["KIND_CALLS", "KIND_SESSION", "KIND_CALLFN", "SESSION_REFS", "INLINE_STR", "SCALARS", "NOT_RECORDED",
-           "NotStored", "type_name"]
+           "NotStored", "type_name", "salvage_calls"]
 
 KIND_CALLS = "calls"  # batches of calls, one record per flush and session
 KIND_SESSION = "session"  # one record per session, keyed by its number
@@ -54,7 +55,7 @@ def type_name(v: Any) -> str:
 # -- repair: keep the calls whose values are intact ------------------------------------------
 
 
-def _salvage_calls(batch: dict, bad: set) -> dict | None:
+def salvage_calls(batch: dict, bad: set) -> dict | None:
     """A batch of calls without the calls that need a lost value (``bad``); None if none is left.
 
     ``verify --repair`` (and a flush that finds a value gone) use it, so one lost
@@ -84,10 +85,5 @@ def _salvage_calls(batch: dict, bad: set) -> dict | None:
     return out
 
 
-def _register_salvager() -> None:
-    from casmon.store.records import register_salvager
-
-    register_salvager(KIND_CALLS, _salvage_calls)
-
-
-_register_salvager()
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([NotStored])

@@ -47,8 +47,9 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from casmon.keys.names import keep_flat_names
 from casmon.calllog import engines
 from casmon.errors import stacklevel_outside
 from casmon.calllog.records import INLINE_STR, KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SCALARS, SESSION_REFS, type_name
@@ -56,7 +57,9 @@ from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.scrub import scrub, scrub_argv
-from casmon.store.store import Store, default_store
+
+if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
+    from casmon.store.store import Store
 
 __all__ = ["intercept", "flush", "CallLogWarning", "Recorder", "Intercepted", "recorder_for", "find_recorder",
            "restart_numbering", "registered_function", "main_origin", "recorders", "intercepted", "all_intercepted",
@@ -473,6 +476,8 @@ class Intercepted:
         """The recorder for this function's store, its session claimed and the signature written (once a session)."""
         r = self._recorder
         if r is None or r.store.closed:
+            from casmon.store.store import default_store
+
             store = default_store(self._store_arg)
             r = recorder_for(store)
             r.ensure_session()
@@ -573,6 +578,8 @@ class Intercepted:
 def _store_location(store: Any) -> Any:
     """Where a worker finds ``store``: a :class:`Store` as its URL, a local path made absolute, None as None (the
     worker's own ``$CASMON_STORE``), as cached functions travel."""
+    from casmon.store.store import Store
+
     if isinstance(store, Store):
         return store.url
     if isinstance(store, (str, os.PathLike)) and "://" not in str(store):
@@ -657,3 +664,5 @@ def flush() -> None:
     for s in list(open_stores):
         s.flush()
 
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([CallLogWarning])

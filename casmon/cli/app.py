@@ -21,26 +21,76 @@ status 2.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from casmon.cli.cache_verbs import cache
-from casmon.cli.call_verbs import calls, replay, show
-from casmon.cli.demo import demo
-from casmon.cli.import_verb import import_command
 from casmon.cli.options import one_line, show_warning, trust_option
-from casmon.cli.run_verbs import diff_cmd, export_cmd, restore_cmd, runs
-from casmon.cli.store_verbs import gc, stats, verify
-from casmon.cli.ui import report_command, ui_command
 from casmon.errors import CasmonError
 
-__all__ = ["main"]
+__all__ = ["main", "VERBS"]
+
+#: Each verb: the module and name of its command, and its one-line summary (the first sentence of its help; a
+#: test keeps the two equal). ``casmon --help`` lists the verbs from here, importing none of them; a verb's
+#: module is imported when the verb runs, so ``casmon runs`` never loads the browser view or the importers.
+VERBS: dict[str, tuple[str, str, str]] = {
+    "cache": ("casmon.cli.cache_verbs", "cache", "Cached functions: entries, hits, sizes."),
+    "calls": ("casmon.cli.call_verbs", "calls",
+              "Logged functions with their call counts; with NAME, that function's calls (in its latest session "
+              "unless --session S); with --session S alone, every call of session S."),
+    "demo": ("casmon.cli.demo", "demo", "Store and reload a few values; show deduplication and the store's stats."),
+    "diff": ("casmon.cli.run_verbs", "diff_cmd",
+             "What differs between runs A and B: code, tracked files, metadata, info, results."),
+    "export": ("casmon.cli.run_verbs", "export_cmd",
+               "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."),
+    "gc": ("casmon.cli.store_verbs", "gc", "Remove objects no record or ref reaches, and repack sparse packs."),
+    "import": ("casmon.cli.import_verb", "import_command",
+               "Import TensorBoard and MLflow runs, callmonitor 0.3 folders and FineCache 0.1 cache and run folders "
+               "from PATH."),
+    "replay": ("casmon.cli.call_verbs", "replay",
+               "Run call N of NAME again and check the result against the recorded one (exit 1 if it differs)."),
+    "report": ("casmon.cli.ui", "report_command",
+               "Write RUNS (names, numbers or `latest`) as one self-contained HTML file."),
+    "restore": ("casmon.cli.run_verbs", "restore_cmd",
+                "Write RUN's code into TARGET: its commit, its uncommitted changes, its tracked files."),
+    "runs": ("casmon.cli.run_verbs", "runs",
+             "Recorded runs: number, comment, time, status, commit, dirty, and the latest value of each metric."),
+    "show": ("casmon.cli.call_verbs", "show", "`show RUN`: a recorded run."),
+    "stats": ("casmon.cli.store_verbs", "stats", "Values, chunks, bytes, dedup ratio and files of a store."),
+    "ui": ("casmon.cli.ui", "ui_command", "Look at runs, calls and cached results in a browser (read-only)."),
+    "verify": ("casmon.cli.store_verbs", "verify", "Re-hash every object and follow every pointer."),
+}
 
 
 class _Group(click.Group):
     """Turns every error into one line on stderr and exit status 1: casmon's errors, lookups of what does not
-    exist, and usage errors (click's own usage block and status 2 are for its help, which stays as it is)."""
+    exist, and usage errors (click's own usage block and status 2 are for its help, which stays as it is).
+    Its verbs are loaded when used (:data:`VERBS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(VERBS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = self.commands.get(cmd_name)
+        if cmd is None and cmd_name in VERBS:
+            module, attr, _summary = VERBS[cmd_name]
+            cmd = getattr(importlib.import_module(module), attr)
+            self.commands[cmd_name] = cmd
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists commands, but a verb not loaded yet is described by its summary in :data:`VERBS`."""
+        names = [n for n in self.list_commands(ctx) if n in VERBS or not self.commands[n].hidden]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows: list[tuple[str, str]] = []
+        for n in names:
+            cmd = self.commands.get(n) or click.Command(n, help=VERBS[n][2])  # cut as click cuts the verb's own
+            rows.append((n, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -85,11 +135,6 @@ def main(trust: bool) -> None:
     Looking into a store never runs code: pickled values are described, not
     loaded, unless you pass --trust. See docs/SECURITY.md.
     """
-
-
-for _verb in (stats, verify, gc, cache, calls, show, replay, runs, diff_cmd, restore_cmd, export_cmd, demo,
-              import_command, ui_command, report_command):
-    main.add_command(_verb)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,21 +14,34 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
 from casmon.errors import CasmonError, UntrustedStoreError
 from casmon.view.text import short_error, short_repr
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from casmon.store.store import Store
 
 __all__ = ["console", "err_console", "STORE_HELP", "CREATING_STORE_HELP", "store_option", "creating_store_option",
            "trust_option", "trusted", "open_store", "see_current_folder", "Unloadable", "load_or_say", "value_text",
            "one_line", "show_warning", "timestamp"]
 
-# Piped output is not wrapped at 80 columns, so it can be searched line by line.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    console: Console
+    err_console: Console
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``err_console``, made on first use: rich is not loaded for ``casmon --help``."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    # Piped output is not wrapped at 80 columns, so it can be searched line by line.
+    made = Console(width=None if sys.stdout.isatty() else 160) if name == "console" else Console(stderr=True)
+    globals()[name] = made
+    return made
 
 #: The help of ``--store`` for the verbs that read or tidy a store: they never make one (a typo must not become a
 #: new, empty store that the command then reports on or cleans).

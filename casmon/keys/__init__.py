@@ -7,5 +7,9 @@ touches a store.
 """
 
 from casmon.keys.digest import Digest
+from casmon.keys.names import keep_flat_names
+
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([Digest])
 
 __all__ = ["Digest"]

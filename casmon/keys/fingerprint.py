@@ -45,13 +45,18 @@ import threading
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
+from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
 __all__ = ["fingerprint", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
@@ -113,77 +118,10 @@ class Concat:
     __slots__ = ("pieces",)
 
     def __init__(self, pieces: list[Any]) -> None:
-        self.pieces = [p if isinstance(p, np.ndarray) else np.frombuffer(p, np.uint8) for p in pieces]
+        import numpy
 
-
-def canonical_module(name: str | None) -> str:
-    """The module name casmon records for ``name``: the main script is ``__main__`` wherever it runs.
-
-    Under multiprocessing's ``spawn`` and ``forkserver`` start methods the main
-    script is imported as ``__mp_main__`` in the workers; its functions and
-    classes must keep the name they have in the parent, or their cache entries
-    and call logs would split in two.
-    """
-    if name == "__mp_main__":
-        return "__main__"
-    if name and name.startswith("casmon."):
-        return casmon_key_module(name)
-    return name or ""
-
-
-#: casmon's own modules by the names keys give them: the flat modules they were when key format 2 was
-#: fixed (a version digest in every cache key is a ``casmon.digest.Digest``), so moving code inside
-#: casmon changes no key. Exact names first, then the package a module now lives in.
-_KEY_MODULES = {
-    "casmon.keys.digest": "casmon.digest", "casmon.keys.fingerprint": "casmon.fingerprint",
-    "casmon.keys.codeversion": "casmon.codeversion", "casmon.store.store": "casmon.store",
-    "casmon.maintenance.collect": "casmon.gc", "casmon.view.display": "casmon.display",
-    "casmon.view.progress": "casmon.progress", "casmon.runs.gitstate": "casmon.gitstate",
-    "casmon.runs.capture": "casmon.capture", "casmon.cli.demo": "casmon.demo", "casmon.cli.ui": "casmon.ui.commands",
-    "casmon.compat.importer": "casmon.importer", "casmon.store.manifest": "casmon.store",
-    "casmon.store.records": "casmon.store", "casmon.store.lifecycle": "casmon.store",
-    "casmon.maintenance.gclock": "casmon.gc", "casmon.keys.filedigest": "casmon.cache",
-}
-_KEY_PACKAGES = {"casmon.caching": "casmon.cache", "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",
-                 "casmon.maintenance": "casmon.maintenance", "casmon.cli": "casmon.cli", "casmon.view": "casmon.display"}
-
-
-def casmon_key_module(name: str) -> str:
-    """The name keys give casmon's own module ``name`` (see ``_KEY_MODULES``)."""
-    exact = _KEY_MODULES.get(name)
-    if exact is not None:
-        return exact
-    parts = name.split(".")
-    if len(parts) >= 3 and parts[2] == "libraries":
-        return name  # new since key format 2: keys name them as they are
-    if len(parts) >= 3 and parts[1] == "store":  # casmon.store.table.format -> casmon.table
-        return f"casmon.{parts[2]}"
-    if len(parts) >= 3 and parts[1] == "keys":
-        return f"casmon.{parts[2]}"
-    return _KEY_PACKAGES.get(".".join(parts[:2]), name)
-
-
-def qualified_name(obj: Any) -> str:
-    """``module.qualname`` of a function or class, with :func:`canonical_module` applied."""
-    name: str | None = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    if name is None:
-        raise TypeError(f"{type(obj).__name__} object has no name to identify it by")
-    return key_class_module(canonical_module(getattr(obj, '__module__', None)), name) + "." + name
-
-
-def type_name(t: type) -> bytes:
-    return f"{key_class_module(canonical_module(t.__module__), t.__qualname__)}.{t.__qualname__}".encode()
-
-
-#: casmon's classes and functions that moved to another module than their old module's new home.
-_KEY_CLASSES = {("casmon.errors", "StoreDamageWarning"): "casmon.table", ("casmon.errors", "warn_damage"): "casmon.table",
-                ("casmon.scrub", "scrub_url"): "casmon.backend",
-                ("casmon.importer", "handler_value_name"): "casmon.compat.callmonitor"}
-
-
-def key_class_module(module: str, qualname: str) -> str:
-    """The module keys name for casmon's ``module.qualname`` (``module`` already through :func:`casmon_key_module`)."""
-    return _KEY_CLASSES.get((module, qualname), module) if module.startswith("casmon") else module
+        _numpy_arrived()
+        self.pieces = [p if isinstance(p, numpy.ndarray) else numpy.frombuffer(p, numpy.uint8) for p in pieces]
 
 
 class _PathError(Exception):
@@ -263,9 +201,11 @@ class _Fingerprinter:
                 raise _PathError([], v, e) from e
             self.feed(stand_in)
             return
-        if isinstance(v, np.ndarray):
+        if np is None and _numpy_arrived():
+            self.feed(v)
+        elif np is not None and isinstance(v, np.ndarray):
             self.ndarray(v)
-        elif isinstance(v, np.generic):
+        elif np is not None and isinstance(v, np.generic):
             self.npscalar(v)
         elif "pandas" in _sys_modules and _pandas_kind(v) is not None:
             self.pandas(v)
@@ -725,10 +665,24 @@ _DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
     dict: _Fingerprinter.dict_,
     set: _Fingerprinter.set_,
     frozenset: _Fingerprinter.frozenset_,
-    np.ndarray: _Fingerprinter.ndarray,
     pickle.PickleBuffer: _Fingerprinter.picklebuffer,
     Concat: _Fingerprinter.concat,
 }
+
+
+
+def _numpy_arrived() -> bool:
+    """True the first time numpy is found imported: arrays join the dispatch table. Until then no value can be
+    a numpy value, so fingerprints need not import it."""
+    global np
+    if np is not None or "numpy" not in _sys_modules:
+        return False
+    import numpy
+
+    _DISPATCH[numpy.ndarray] = _Fingerprinter.ndarray
+    np = numpy
+    return True
+
 
 #: Values whose pickle-level encoding is at most this long are checked for a stable key (see _self_check).
 SELF_CHECK_MAX = 1 << 16

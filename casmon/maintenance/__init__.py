@@ -18,6 +18,7 @@ from casmon.maintenance.inventory import Inventory, Latecomers
 from casmon.maintenance.phases import Progress
 from casmon.maintenance.salvage import repair, salvage_frames
 from casmon.maintenance.usage import stats
+from casmon.keys.names import keep_flat_names as _keep_flat_names
 from casmon.store.store import Store as _Store, install_maintenance as _install_maintenance
 
 __all__ = ["stats", "verify", "repair", "gc", "gc_lock", "mark", "read_lists", "remove_partials", "salvage_frames",
@@ -39,3 +40,6 @@ class _StoreMaintenance:
 
 
 _install_maintenance(_StoreMaintenance())
+
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+_keep_flat_names([VerifyReport, GcReport])

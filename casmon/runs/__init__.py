@@ -9,17 +9,45 @@ kind, refs and manifest checks), ``listing`` (``RunInfo``, list and load runs),
 and SIGHUP save the run as killed), ``imported`` (runs brought in from elsewhere).
 """
 
-from casmon.runs.comparison import diff
-from casmon.runs.folders import UnsafePathError, export, restore, safe_target, vcs_component
-from casmon.runs.gitstate import CodeState, capture_code_state
-from casmon.runs.listing import RunInfo, list_runs, load_run
-from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS, check_run_manifest
-from casmon.runs.metrics import Series, downsample
-from casmon.runs.params import flatten
-from casmon.runs.recorder import Run, RunWarning, active_run, log, notebook_path, record, record_context
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "record", "record_context", "Run", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export",
     "UnsafePathError", "safe_target", "vcs_component", "CodeState", "capture_code_state", "KIND_RUN", "RUN_REFS",
     "PREFIX_RE", "check_run_manifest", "notebook_path", "log", "active_run", "Series", "downsample", "flatten",
 ]
+
+#: Each name's module, loaded on first use: ``casmon runs`` needs the listing, not git, capture or comparison.
+_HOMES = {
+    "diff": "casmon.runs.comparison",
+    **dict.fromkeys(["UnsafePathError", "export", "restore", "safe_target", "vcs_component"], "casmon.runs.folders"),
+    **dict.fromkeys(["CodeState", "capture_code_state"], "casmon.runs.gitstate"),
+    **dict.fromkeys(["RunInfo", "list_runs", "load_run"], "casmon.runs.listing"),
+    **dict.fromkeys(["KIND_RUN", "PREFIX_RE", "RUN_REFS", "check_run_manifest"], "casmon.runs.manifest"),
+    **dict.fromkeys(["Series", "downsample"], "casmon.runs.metrics"), "flatten": "casmon.runs.params",
+    **dict.fromkeys(["Run", "RunWarning", "active_run", "log", "notebook_path", "record", "record_context"],
+                    "casmon.runs.recorder"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'casmon.runs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from casmon.runs.comparison import diff
+    from casmon.runs.folders import UnsafePathError, export, restore, safe_target, vcs_component
+    from casmon.runs.gitstate import CodeState, capture_code_state
+    from casmon.runs.listing import RunInfo, list_runs, load_run
+    from casmon.runs.manifest import KIND_RUN, PREFIX_RE, RUN_REFS, check_run_manifest
+    from casmon.runs.metrics import Series, downsample
+    from casmon.runs.params import flatten
+    from casmon.runs.recorder import Run, RunWarning, active_run, log, notebook_path, record, record_context

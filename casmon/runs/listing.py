@@ -13,6 +13,7 @@ import math
 import time
 from typing import Any
 
+from casmon.keys.names import keep_flat_names
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
 from casmon.keys.digest import Digest
 from casmon.runs import live
@@ -292,3 +293,5 @@ def info_cell(r: RunInfo, v: Any) -> Any:
     """An info entry for display, without loading a stored value (its description instead)."""
     return Described(as_digest(v["$"], f"run {r.name}: info"), describe(r.store, v["$"], 80)) if is_value_ref(v) else short_cell(v)
 
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([RunInfo])

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
+from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
@@ -378,3 +379,6 @@ def downsample(series: Series, n: int = 2000) -> dict[str, np.ndarray[Any, Any]]
         hi = np.fmax.reduceat(v, starts)
     last = ends - 1
     return {"step": series.steps[last], "time": series.times[last], "value": mean, "min": lo, "max": hi}
+
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([Series])

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from casmon.keys.names import keep_flat_names
 from casmon.caching import observers as cache_observers
 from casmon.calllog import find_recorder
 from casmon.errors import CasmonError, NoActiveRunError, RunSignal
@@ -849,3 +850,5 @@ def _packages() -> dict[str, str]:
             continue
     return dict(sorted(out.items(), key=lambda kv: (kv[0] or "").lower()))
 
+# Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
+keep_flat_names([record, Run, RunWarning])

@@ -10,8 +10,28 @@ salvagers), ``lifecycle`` (exit flush, forks, pool workers), ``store``
 (reading without running code).
 """
 
-from casmon.store.manifest import Manifest
-from casmon.store.records import Ref
-from casmon.store.store import Store, default_store, open
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["Store", "Manifest", "Ref", "open", "default_store"]
+
+#: Loaded on first use, so that ``casmon.store.lock`` or ``casmon.store.backend`` alone does not load the whole store.
+_HOMES = {"Store": "casmon.store.store", "open": "casmon.store.store", "default_store": "casmon.store.store",
+          "Manifest": "casmon.store.manifest", "Ref": "casmon.store.records"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'casmon.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from casmon.store.manifest import Manifest
+    from casmon.store.records import Ref
+    from casmon.store.store import Store, default_store, open

@@ -70,6 +70,12 @@ class Codec:
     def decompress(self, data: Buffer, raw_len: int, out: Any = None) -> Any:
         """The raw payload: in ``out`` when given (returned), else a new bytes-like object."""
         if self.id == 3:  # a lookup decodes one lz4 block: 2 µs, not numcodecs' 15
+            if raw_len <= _LZ4_SMALL:  # through the lz4 package: a first lookup need not import numcodecs
+                raw = _lz4_block_decompress()(data)
+                if out is None:
+                    return raw
+                out[:] = raw
+                return out
             if out is None:
                 return _lz4().decompress(data)
             _lz4().decompress(data, out)
@@ -118,6 +124,22 @@ def _lz4_compress() -> Callable[[Buffer], bytes]:
         nc = _lz4()
         return lambda data: nc.compress(data, 1)
     return lambda data: compress(data, mode="fast", acceleration=1, store_size=True)
+
+
+#: Table blocks up to this size are decoded by the ``lz4`` package (1 ms to import); larger ones by numcodecs,
+#: quicker on megabytes but 30-110 ms to import, which a fresh process's first lookup would pay.
+_LZ4_SMALL = 1 << 20
+
+
+@lru_cache(maxsize=1)
+def _lz4_block_decompress() -> Callable[[Buffer], bytes]:
+    """``decompress(data) -> bytes`` of numcodecs' LZ4 format through the ``lz4`` package."""
+    try:
+        from lz4.block import decompress
+    except ImportError:  # pragma: no cover - a dependency; numcodecs' own reads the same
+        nc = _lz4()
+        return lambda data: bytes(nc.decompress(data))
+    return lambda data: decompress(data)
 
 
 @lru_cache(maxsize=1)
@@ -169,8 +191,8 @@ PROBE_SLICES = 4
 PROBE_RATIO = 0.8
 
 
-def worth_compressing(mv: memoryview, codec: Codec, typesize: int = 1) -> bool:
-    """Whether compressing ``mv`` will save at least ``1 - PROBE_RATIO``, judged from samples.
+def worth_compressing(mv: memoryview, codec: Codec, typesize: int = 1, slices: int = PROBE_SLICES) -> bool:
+    """Whether compressing ``mv`` will save at least ``1 - PROBE_RATIO``, judged from ``slices`` samples.
 
     Costs about 1/16 of compressing a 1 MiB chunk and 1/64 of a 4 MiB one. The
     slices start on element boundaries so byte shuffle sees whole elements.
@@ -180,9 +202,9 @@ def worth_compressing(mv: memoryview, codec: Codec, typesize: int = 1) -> bool:
         return False
     if n < PROBE_MIN:
         return True
-    step = n // PROBE_SLICES
+    step = n // slices
     ts = max(1, typesize)
-    starts = [(i * step) - (i * step) % ts for i in range(PROBE_SLICES)]
+    starts = [(i * step) - (i * step) % ts for i in range(slices)]
     sample = b"".join(mv[o : o + PROBE_SLICE] for o in starts)
     return len(codec.compress(memoryview(sample), typesize)) < PROBE_RATIO * len(sample)
 
@@ -306,7 +328,6 @@ def decode_frame(data: FrameData, key: str, expect: Digest | None = None,
 
 _LZ4_ID = 3
 _LZ4_HEADER = struct.Struct(_HEADER.format + "I")  # the header, then lz4's own size field
-_lz4_decompress: Callable[[Buffer], bytes] | None = None
 
 
 def decode_table_block(data: FrameData, key: str, at: int = 0) -> bytes:
@@ -314,17 +335,15 @@ def decode_table_block(data: FrameData, key: str, at: int = 0) -> bytes:
     :func:`decode_frame` checks it: the usual case in a few steps (a lookup decodes
     one block, and each Python step is a tenth of its cost); anything unusual goes
     through :func:`decode_frame`, whose errors name what is wrong."""
-    global _lz4_decompress
     if len(data) > FRAME_HEADER + 4:
         buf = cast("Buffer", data)  # numpy's stubs omit the buffer protocol its arrays have
         magic, version, cid, kind, _flags, raw_len, stored_len, dig, declared = _LZ4_HEADER.unpack_from(buf, 0)
         if (magic == MAGIC and version == FRAME_VERSION and cid == _LZ4_ID and kind == KIND_TABLE
                 and stored_len == len(data) - FRAME_HEADER and declared == raw_len
                 and raw_len <= MAX_RATIO * stored_len + 4096 and not _xor_at(buf, 0)):
-            if _lz4_decompress is None:
-                _lz4_decompress = _lz4().decompress
+            unpack = _lz4_block_decompress() if raw_len <= _LZ4_SMALL else _lz4().decompress
             try:
-                raw = _lz4_decompress(memoryview(buf)[FRAME_HEADER:])
+                raw = unpack(memoryview(buf)[FRAME_HEADER:])
             except Exception:  # noqa: BLE001 - damage: decode_frame below says what
                 raw = None
             if raw is not None and len(raw) == raw_len and xxhash.xxh3_128_digest(raw) == dig:

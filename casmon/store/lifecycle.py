@@ -190,11 +190,33 @@ def watch_for_pool_child(store: Store) -> None:
     importing the app (or a test's zygote) runs them as main processes.
     multiprocessing calls its after-fork hooks once the child knows its parent.
     """
+    if "multiprocessing" not in sys.modules:
+        # 5-10 ms to import, and no pool can fork before it is imported: a fork made once it is registers then.
+        _watched_before_multiprocessing.add(store)
+        global _fork_hook_installed
+        if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_watch_in_forked_child)
+            _fork_hook_installed = True
+        return
     try:
         from multiprocessing import util
     except ImportError:  # pragma: no cover - a platform without multiprocessing
         return
     util.register_after_fork(store, _started_as_pool_child)
+
+
+_watched_before_multiprocessing: weakref.WeakSet[Store] = weakref.WeakSet()
+_fork_hook_installed = False
+
+
+def _watch_in_forked_child() -> None:
+    """Right after a fork, before a pool's worker runs multiprocessing's after-fork hooks: register them."""
+    if "multiprocessing" not in sys.modules or not _watched_before_multiprocessing:
+        return
+    from multiprocessing import util
+
+    for s in list(_watched_before_multiprocessing):
+        util.register_after_fork(s, _started_as_pool_child)
 
 
 def _started_as_pool_child(store: Store) -> None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -112,6 +111,8 @@ def machine() -> dict[str, str]:
         ns = os.readlink("/proc/self/ns/pid")
     except OSError:
         ns = ""
+    import socket  # 5-7 ms to import: only when a lock or claim is taken
+
     return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"), "pidns": ns}
 
 
@@ -335,6 +336,8 @@ def _gone(info: dict[str, Any], limit: float) -> bool:
             return True
     except (TypeError, ValueError):
         return True
+    import socket
+
     if info.get("host") == socket.gethostname():
         try:
             os.kill(int(info["pid"]), 0)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.store import serialize
@@ -97,3 +98,6 @@ def decode_manifest(d: Digest, raw: bytes | bytearray | memoryview | npt.NDArray
     except (ValueError, KeyError, TypeError, struct.error, RecursionError) as e:
         raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
     raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")
+
+# Pickles and keys name it where it was before the packages (casmon/keys/names.py).
+keep_flat_names([Manifest])

@@ -469,9 +469,13 @@ class ObjectStore:
         try:
             return decode_frame(data, key, expect=d, out=out)[1]
         except DamagedObjectError:
-            self._suspect.add(d)
-            self._known.pop(d, None)
+            self.found_damaged(d)
             raise
+
+    def found_damaged(self, d: Digest) -> None:
+        """Blob ``d`` was read damaged: no longer relied on as stored, and the next put of it rewrites it."""
+        self._suspect.add(d)
+        self._known.pop(d, None)
 
     def wait_writes(self, keep: int = 0) -> None:
         """Wait for background loose writes (all but ``keep`` of them); raise the first error."""
@@ -718,8 +722,7 @@ class ObjectStore:
                     else:
                         decode_body(frame, f.read(), key, out)
                 except DamagedObjectError:
-                    self._suspect.add(d)
-                    self._known.pop(d, None)
+                    self.found_damaged(d)
                     raise
         except FileNotFoundError:
             return False

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.store.codec import KIND_REF, decode_frame, encode_frame, get_codec
@@ -168,6 +169,10 @@ def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> tuple[
 #: ``verify --repair`` and by a flush that finds a value gone before its record is written. Kinds
 #: without one lose the whole record.
 SALVAGERS: dict[str, Salvager] = {}
+#: kind -> (module, function) of the salvagers of casmon's own layers above the store, loaded by name the first
+#: time a record of the kind needs one: repair keeps what it can of a call batch in a process that never
+#: imported the call log.
+SALVAGER_HOMES: dict[str, tuple[str, str]] = {"calls": ("casmon.calllog.records", "salvage_calls")}
 
 
 def register_salvager(kind: str, fn: Salvager) -> None:
@@ -178,9 +183,17 @@ def register_salvager(kind: str, fn: Salvager) -> None:
 def salvage(kind: str, record: dict[str, Any], bad: set[Digest]) -> dict[str, Any] | None:
     """The part of ``record`` that does not need a value in ``bad`` (None: nothing)."""
     fn = SALVAGERS.get(kind)
+    if fn is None and kind in SALVAGER_HOMES:
+        import importlib
+
+        module, name = SALVAGER_HOMES[kind]
+        fn = SALVAGERS.setdefault(kind, getattr(importlib.import_module(module), name))
     if fn is None:
         return None
     try:
         return fn(record, bad)
     except Exception:  # noqa: BLE001 - a salvager that fails keeps nothing, never stops a flush or repair
         return None
+
+# Pickles and keys name it where it was before the packages (casmon/keys/names.py).
+keep_flat_names([Ref])

@@ -49,6 +49,7 @@ from typing import IO, Any, NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 
+from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
 from casmon.store import libraries
 
@@ -697,3 +698,6 @@ def describe_pickle(stream: bytes, max_ops: int = 200_000) -> PickleInfo:
     except Exception:  # noqa: BLE001 - a malformed stream: say what was seen so far
         return PickleInfo("?", found, False)
     return PickleInfo(top if complete else "?", found, complete)
+
+# Pickles and keys name it where it was before the packages (casmon/keys/names.py).
+keep_flat_names([Handler])

@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 
 from casmon import faultpoints
+from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError
 from casmon.keys.digest import Digest
-from casmon.store import condemned, lifecycle, serialize
+from casmon.store import condemned, lifecycle, mapped, reading, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.codec import KIND_CHUNK, KIND_VALUE, Codec, get_codec
 from casmon.store.lock import StoreLock
@@ -64,8 +65,6 @@ __all__ = ["Store", "open", "default_store", "default_store_if_open", "FORMAT_VE
            "Maintenance", "Progress", "install_maintenance"]
 
 DEFAULT_CHUNK = 4 << 20
-#: A value part this large, read from an untrusted store, has its chunks' sizes checked before it is allocated.
-_CHECK_BEFORE_ALLOCATING = 64 << 20
 #: Flush once this many records wait in memory.
 RECORDS_MAX = 50_000
 #: A pool worker's flush after each call merges tables at most once in this many seconds (a merge costs
@@ -106,9 +105,10 @@ def install_maintenance(impl: Maintenance) -> None:
 
 
 def _installed_maintenance() -> Maintenance:
+    if _maintenance is None:  # the layer above, by name, as a plugin: a program that never verifies never loads it
+        __import__("casmon.maintenance")
     if _maintenance is None:
-        raise StoreError("casmon's maintenance layer is not installed: import casmon.maintenance "
-                         "(import casmon does) before calling Store.stats, verify or gc")
+        raise StoreError("casmon's maintenance layer did not install itself: import casmon.maintenance")
     return _maintenance
 
 
@@ -221,20 +221,21 @@ class Store:
         return self._flush_each_call
 
     # -- values -------------------------------------------------------------------
-    def put(self, value: Any) -> Digest:
+    def put(self, value: Any, mmap: bool = False) -> Digest:
         """Store ``value`` and return its digest. Storing it again costs no space.
 
         Raises :class:`~casmon.errors.UnpicklableError` (a ``TypeError``) naming
         the part of the value that cannot be stored; nothing is half-written.
+        ``mmap``: lay large incompressible arrays out so ``get(mmap=True)`` maps them (:mod:`casmon.store.mapped`).
         """
-        return self.put_sized(value)[0]
+        return self.put_sized(value, mmap)[0]
 
-    def put_sized(self, value: Any) -> tuple[Digest, int]:
+    def put_sized(self, value: Any, mmap: bool = False) -> tuple[Digest, int]:
         """:meth:`put`, also returning the value's logical size in bytes."""
         self._check_writable()
         enc = serialize.encode(value)
         try:
-            d = self.put_encoded(enc)
+            d = self.put_encoded(enc, mmap)
         except OSError as e:  # a full disk, no permission: say which store, keep the cause
             raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
         held = self._held
@@ -245,12 +246,12 @@ class Store:
                 held.pop(k, None)
         return d, enc.nbytes
 
-    def put_encoded(self, enc: serialize.Encoded) -> Digest:
+    def put_encoded(self, enc: serialize.Encoded, mmap: bool = False) -> Digest:
         """Store a value already encoded (:func:`casmon.store.serialize.encode`, or built by an importer)."""
-        children = [self.put(c) for c in enc.children]
+        children = [self.put(c, mmap) for c in enc.children]
         t0 = self.objects.view()
         try:
-            parts = [self._put_part(p) for p in enc.parts]
+            parts = [self._put_whole(p) if mmap and mapped.lays_out_whole(self, p) else self._put_part(p) for p in enc.parts]
         finally:
             self.objects.wait_writes()  # chunks are stored before the manifest can be
         if self.objects.view() != t0:
@@ -269,6 +270,11 @@ class Store:
         self.objects.wait_writes()  # a large manifest is written like a chunk: done before put returns
         self._after_write()
         return d
+
+    def _put_whole(self, part: serialize.Part) -> PartRef:
+        """A part as one raw object, so ``get(mmap=True)`` maps it (:mod:`casmon.store.mapped`)."""
+        d = self.objects.put(part.data, KIND_CHUNK, mapped.RAW, part.typesize)
+        return {"n": part.data.nbytes, "cb": part.data.nbytes, "rb": max(1, part.row_bytes), "c": [d.hex()]}
 
     def _put_part(self, part: serialize.Part) -> PartRef:
         data = part.data
@@ -300,49 +306,20 @@ class Store:
             self._manifests[d] = m
         return m
 
-    def get(self, digest: Digest | str) -> Any:
-        """A fresh copy of a stored value; :class:`MissingObjectError` if unknown, :class:`DamagedObjectError` if damaged."""
+    def get(self, digest: Digest | str, mmap: bool = False) -> Any:
+        """A fresh copy of a stored value; :class:`MissingObjectError` if unknown, :class:`DamagedObjectError` if damaged.
+
+        ``mmap``: large arrays put with ``mmap=True`` come back as read-only maps of the stored bytes, checked
+        (tensors copy-on-write); anything else, or on a store that is not a local folder, loads as a copy
+        (:mod:`casmon.store.mapped`).
+        """
         m = self.manifest(digest)
-        buffers = [self._read_part(p) for p in m.parts]
+        buffers = reading.read_parts(self, m, mmap)
         enc = serialize.Encoded(m.tag, m.meta, m.inline, children=m.children)
         try:
-            return serialize.decode(enc, buffers, load_child=lambda pid: self.get(m.children[pid]), trusted=self.trust)
+            return serialize.decode(enc, buffers, load_child=lambda pid: self.get(m.children[pid], mmap), trusted=self.trust)
         except UntrustedStoreError as e:
             raise UntrustedStoreError(f"value {m.digest.hex()} in {self.url}: {e}") from None
-
-    def _read_part(self, part: PartRef) -> np.ndarray[Any, np.dtype[np.uint8]]:
-        n, cb = int(part["n"]), int(part["cb"])
-        chunks = [Digest(h) for h in part["c"]]
-        if len(chunks) != (n + cb - 1) // cb if cb else 0:
-            raise DamagedObjectError("value part", f"{len(chunks)} chunks for {n} bytes of {cb}")
-        if not self.trust and n >= _CHECK_BEFORE_ALLOCATING:
-            self._check_chunk_sizes(chunks, n, cb)  # a crafted manifest must not make us allocate a terabyte
-        buf = np.empty(n, dtype=np.uint8)
-        large: list[tuple[Digest, np.ndarray[Any, np.dtype[np.uint8]]]] = []
-        for i, d in enumerate(chunks):
-            lo = i * cb
-            hi = min(n, lo + cb)
-            if hi - lo >= LOOSE_MIN:
-                large.append((d, buf[lo:hi]))
-            else:
-                self.objects.get(d, out=buf[lo:hi])
-        self.objects.get_into_many(large)
-        return buf
-
-    def _check_chunk_sizes(self, chunks: list[Digest], n: int, cb: int) -> None:
-        """Every chunk exists and has the size the manifest claims (headers only), before the buffer is allocated."""
-        for i, d in enumerate(chunks):
-            want = min(cb, n - i * cb)
-            h = self.objects.loose_header(d) if want >= LOOSE_MIN else None
-            if h is not None:
-                size = h.raw_len
-            else:
-                loc = self.objects.locate(d)
-                if loc is None:
-                    raise MissingObjectError(f"chunk {d.hex()} of a value is not in {self.url}")
-                size = loc.size
-            if size != want:
-                raise DamagedObjectError(f"object {d.hex()}", f"chunk of {size} bytes where its value's manifest says {want}")
 
     def read_chunk(self, digest: Digest, out: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
         """Read one chunk into ``out`` (used by lazy array views)."""
@@ -998,3 +975,4 @@ def default_store_if_open(location: Any = None) -> Store | None:
     None; never opens or creates one (a caller that only asks whether something was written)."""
     pid, location = _default_key(location)
     return _default.get((pid, str(location)))
+keep_flat_names([Store])  # pickles and keys name it where it was before the packages (casmon/keys/names.py)

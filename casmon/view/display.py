@@ -394,6 +394,8 @@ def _plain(v: Any) -> bool:
 class RunList(list):
     """A list of runs (``casmon.list_runs``) that shows itself as a table; ``to_pandas()`` gives a DataFrame."""
 
+    __module__ = "casmon.display"  # the name pickles and keys have always given it (casmon/keys/names.py)
+
     @guarded_text("runs")
     def __repr__(self) -> str:
         if not self:
@@ -461,6 +463,8 @@ def _columns(records: list[dict], first: list[str]) -> list[str]:
 
 class RunDiff(dict):
     """What ``casmon.diff(a, b)`` found: the same dict as always, and views of it."""
+
+    __module__ = "casmon.display"  # the name pickles and keys have always given it (casmon/keys/names.py)
 
     def __init__(self, data: dict, a: Any = None, b: Any = None) -> None:
         super().__init__(data)
@@ -598,6 +602,8 @@ def _count_lines(text: str, sign: str) -> int:
 class StoreStats(dict):
     """``store.stats()``: the same dict as always, shown with sizes in MiB/GiB and ratios rounded."""
 
+    __module__ = "casmon.display"  # the name pickles and keys have always given it (casmon/keys/names.py)
+
     def _pairs(self) -> list[tuple[str, str]]:
         g = self.get
         return [
@@ -698,6 +704,8 @@ def session_where(session: Any) -> str:
 
 class Sessions(dict):
     """``log.sessions``: session number -> its record, shown with local dates."""
+
+    __module__ = "casmon.display"  # the name pickles and keys have always given it (casmon/keys/names.py)
 
     def _rows(self) -> list[tuple]:
         rows = []
@@ -816,6 +824,8 @@ CACHE_COLUMNS = ["function", "key", "result", "size", "seconds", "stored", "labe
 
 class CacheEntries(list):
     """A function's cache entries (:class:`~casmon.caching.entries.ResultRef` each, nothing loaded), newest first."""
+
+    __module__ = "casmon.display"  # the name pickles and keys have always given it (casmon/keys/names.py)
 
     @guarded_text("cache entries")
     def __repr__(self) -> str:

@@ -163,6 +163,27 @@ if __name__ == "__main__":
     assert not in_worker_process()  # the test process itself
 
 
+def test_a_store_opened_before_multiprocessing_is_imported_still_knows_its_fork_workers(tmp_path):
+    """Opening a store does not import multiprocessing (milliseconds a cache hit need not pay); a fork pool made
+    after it is imported still tells the store, in each worker, that it is a worker."""
+    script = tmp_path / "late.py"
+    script.write_text(f"""
+import sys, casmon
+S = casmon.open({str(tmp_path / 's')!r})
+assert "multiprocessing" not in sys.modules
+import multiprocessing as mp
+
+def child(_):
+    return S._flush_each_call
+
+if __name__ == "__main__":
+    with mp.get_context("fork").Pool(2) as pool:
+        print(*pool.map(child, range(4)))
+    print(S._flush_each_call)
+""")
+    assert _flag("", script=script) == ["True"] * 4 + ["False"]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
 def test_a_worker_that_cannot_flush_returns_its_results_and_warns_once(tmp_path):
     """A storage error in a worker's per-call flush is one warning; what waits is written by a later flush.

@@ -149,3 +149,20 @@ def test_current_folder_goes_last_on_sys_path_and_only_with_trust(two_sessions, 
     assert sys.path[-1] == os.getcwd() and sys.path.count(os.getcwd()) == 1
     cli("show", "prep", "1", "--trust", "--store", two_sessions)
     assert sys.path.count(os.getcwd()) == 1
+
+
+def test_the_verb_table_says_what_each_verb_says_of_itself():
+    """``casmon --help`` lists verbs from casmon.cli.app.VERBS without loading them: the table must match them."""
+    import importlib
+
+    import click
+
+    from casmon.cli.app import VERBS, main
+
+    ctx = click.Context(main)
+    assert set(VERBS) == set(main.list_commands(ctx))
+    for name, (module, attr, summary) in VERBS.items():
+        cmd = getattr(importlib.import_module(module), attr)
+        assert cmd.name == name
+        assert main.get_command(ctx, name) is cmd
+        assert click.Command(name, help=summary).get_short_help_str(10_000) == cmd.get_short_help_str(10_000), name

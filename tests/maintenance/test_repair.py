@@ -447,3 +447,25 @@ def test_repair_in_a_process_that_read_a_lost_value_does_not_keep_its_record(tmp
     for _k, rec in fresh.records("keep"):
         for h in rec.get("_refs", []):
             fresh.get(h)
+
+
+def test_a_call_batch_is_salvaged_in_a_process_that_never_imported_the_call_log(tmp_path):
+    """The store finds the call log's salvager by name: repair keeps the intact calls of a batch even where
+    nothing imported casmon.calllog (``casmon verify --repair`` does not)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent("""
+        import sys
+        from casmon.store.records import salvage
+        assert "casmon.calllog" not in sys.modules
+        lost, kept = "11" * 16, "22" * 16
+        row = lambda cell: [0, 0, 0, 0, 0, [cell], {}, None, None]
+        batch = {"c": [row({"$": lost}), row({"$": kept}), row(3)], "_refs": [lost, kept]}
+        out = salvage("calls", batch, {bytes.fromhex(lost)})
+        assert out is not None and out["c"] == batch["c"][1:] and out["_refs"] == [kept], out
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

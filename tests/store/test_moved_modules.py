@@ -1,6 +1,6 @@
 """Values pickled before casmon's modules became packages name casmon's classes by their flat paths
 (``casmon.digest.Digest``, ``casmon.objects.Location``); they still load: the public types through
-the namespaces ``casmon.compat.legacy_names`` keeps, every other class through ``serialize.MOVED_MODULES``."""
+the namespaces ``casmon.keys.names`` keeps, every other class through ``serialize.MOVED_MODULES``."""
 
 from __future__ import annotations
 

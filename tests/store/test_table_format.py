@@ -232,16 +232,19 @@ def test_a_crafted_table_file_is_refused(n):
 @given(data=st.binary(max_size=5000) | st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=40), st.integers(1, 3000)))
 def test_table_files_compress_to_the_bytes_numcodecs_lz4_writes(data):
     """Table files are compressed through the ``lz4`` package (1 ms to import, where numcodecs takes
-    60-90 ms at the exit flush) and decoded by numcodecs: the bytes must be numcodecs' own, so any
-    casmon, older ones included, reads them."""
+    60-90 ms at the exit flush) and decoded by it up to a megabyte, by numcodecs beyond: the bytes must be
+    numcodecs' own, so any casmon, older ones included, reads them."""
     from numcodecs import lz4 as ncl
 
     from casmon.store.codec import _lz4_compress
+
+    from casmon.store.codec import _lz4_block_decompress
 
     out = _lz4_compress()(memoryview(data))
     assert out == ncl.compress(data, 1)
     if data:  # numcodecs cannot decode its own empty frame; casmon compresses 64 bytes and more
         assert ncl.decompress(out) == data
+        assert _lz4_block_decompress()(memoryview(out)) == data  # small blocks are read back without numcodecs
 
 
 def test_table_file_round_trip_and_validation():

@@ -8,9 +8,22 @@ memory, zip, obstore's S3/GCS/Azure, fsspec; the only module importing zarr),
 (:func:`open_backend`: a location to a backend).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from casmon.store.backend.base import Backend
 from casmon.store.backend.local import KEEP_OPEN, LocalBackend, LocalFolder
 from casmon.store.backend.urls import open_backend
-from casmon.store.backend.zarrstore import ZarrBackend
 
 __all__ = ["KEEP_OPEN", "Backend", "LocalBackend", "LocalFolder", "ZarrBackend", "open_backend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ZarrBackend":  # loaded when asked for: it imports zarr's adapters
+        from casmon.store.backend.zarrstore import ZarrBackend
+
+        return ZarrBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from casmon.store.backend.zarrstore import ZarrBackend

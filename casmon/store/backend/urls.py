@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from casmon.errors import StoreError
-from casmon.store.backend import loop, zarrstore
 from casmon.store.backend.base import Backend
 from casmon.store.backend.local import LocalBackend, LocalFolder
 
@@ -50,14 +49,21 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
         location = DEFAULT_PATH
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
+    # zarr's adapters load only for the media that need them: a local folder never imports zarr or asyncio.
     if not isinstance(location, str):
+        from casmon.store.backend import zarrstore
+
         return zarrstore.from_store_object(location)
     if location.startswith("memory://"):
+        from casmon.store.backend import zarrstore
+
         name = location[len("memory://") :]
         with _memory_lock:
             d = _memory_stores.setdefault(name, {}) if name else {}
         return zarrstore.open_memory(d, location, read_only)
     if "://" in location and not location.startswith("file://"):
+        from casmon.store.backend import loop, zarrstore
+
         loop.note_remote_client()
         scheme = location.split("://", 1)[0]
         if scheme in _OBSTORE_SCHEMES and _has_obstore():
@@ -104,6 +110,8 @@ def _open_zip(path: Path, read_only: bool, create: bool = True) -> Backend:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create folder for {path}: {e.strerror or e}") from None
+    from casmon.store.backend import zarrstore
+
     return zarrstore.open_zip(path, read_only)
 
 

@@ -1,0 +1,143 @@
+"""The warm hit path: a call this process answered before, answered again with the least work that stays correct.
+
+A call whose arguments are all small values of exact immutable types (``int``,
+``float``, ``str``, ``bytes``, ``bool``, ``None``) is looked up by those values
+themselves, each paired with its type, before any fingerprint is computed: two
+such calls have equal fingerprints exactly when their ``(type, value)`` pairs
+are equal (floats by their bits, so ``0.0`` and ``-0.0`` differ and every NaN is
+one value, as fingerprints count them). The entry holds the call's key, its
+result's digest and the result, and is used only while
+
+* the code version is the one it was learnt under (the version tracker's
+  identity checks, as every hit makes them), and
+* the function's in-memory entry for the key still names that result: a
+  ``cache clear`` (seen here or, within a second, elsewhere), ``refresh`` or
+  eviction from memory drops it, and the call takes the full path.
+
+A hit then costs the call-key tuple, two dictionary lookups and one copy of the
+result (none for an immutable one). Functions with hashers, ``files=``,
+``expires_after``, a bound object, or a default value that is not such an
+immutable value never use it: their keys can change while the arguments stay
+equal.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from casmon.caching.memoize import CacheState
+    from casmon.keys.digest import Digest
+
+__all__ = ["HotCalls", "eligible"]
+
+_SCALARS = frozenset({int, str, bytes, bool, type(None)})
+#: Strings and bytes up to this long count as small (a longer one is hashed the usual way).
+SMALL_TEXT = 256
+#: A result whose pickle is at most this long is kept here; a larger one is read from the store at each hit.
+SMALL_RESULT = 64 << 10
+#: Calls remembered per function (the oldest is forgotten first).
+MAX_CALLS = 4096
+#: The forms of stored values a pickle copies as faithfully as the store's own decoding does.
+_COPIED = frozenset({"pickle", "json", "array"})
+
+
+def _small(v: Any) -> bool:
+    t = type(v)
+    if t in _SCALARS:
+        return t not in (str, bytes) or len(v) <= SMALL_TEXT
+    return t is float
+
+
+def eligible(state: CacheState, no_self: object, empty: object) -> bool:
+    """Whether equal small arguments always give ``state``'s function the same key (given its code version)."""
+    if state.hashers or state.files or state.expires is not None or state._custom_key or state._bound is not no_self:
+        return False
+    return all(p.default is empty or _small(p.default) for p in state.params)
+
+
+def call_key(args: tuple, kwargs: dict) -> tuple | None:
+    """``args`` and ``kwargs`` as ``(type, value)`` pairs, or None if one is not a small immutable value."""
+    out: list[Any] = []
+    for v in args:
+        t = type(v)
+        if t is float:
+            out.append(v.hex())
+        elif t in _SCALARS and (t not in (str, bytes) or len(v) <= SMALL_TEXT):
+            out.append(t)
+            out.append(v)
+        else:
+            return None
+    if kwargs:
+        out.append(None)  # where positional arguments end
+        for k, v in kwargs.items():
+            t = type(v)
+            if t is float:
+                out.append(k)
+                out.append(v.hex())
+            elif t in _SCALARS and (t not in (str, bytes) or len(v) <= SMALL_TEXT):
+                out.append(k)
+                out.append(t)
+                out.append(v)
+            else:
+                return None
+    return tuple(out)
+
+
+def _immutable(v: Any, depth: int = 0) -> bool:
+    t = type(v)
+    if t in _SCALARS or t is float or t is complex:
+        return True
+    if t is tuple or t is frozenset:
+        return depth < 8 and len(v) <= 64 and all(_immutable(x, depth + 1) for x in v)
+    return False
+
+
+class HotCalls:
+    """One function's remembered calls: call key -> (key, result digest, prefix, result or its pickle)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple, tuple[Digest, bytes, bytes, bool, Any]] = {}
+
+    def answer(self, state: CacheState, ck: tuple) -> tuple[Digest, bytes, Any] | None:
+        """``(key, result digest, a fresh copy of the result)`` of the call ``ck``, or None: not remembered."""
+        e = self.calls.get(ck)
+        if e is None:
+            return None
+        key, d, prefix, same, value = e
+        if state.key_prefix() is not prefix or state._mem.get(key) != d:
+            self.calls.pop(ck, None)
+            return None
+        return key, d, value if same else pickle.loads(value)
+
+    def learn(self, state: CacheState, ck: tuple, key: Digest, value: Any) -> None:
+        """Remember the hit of call ``ck``: ``key`` and the value just loaded for it."""
+        d = state._mem.get(key)
+        prefix = state._prefix
+        if d is None or prefix is None:
+            return
+        try:
+            m = state.store.manifest(key.from_raw(d))  # in memory: it was just read for this hit
+        except Exception:  # noqa: BLE001 - nothing is remembered; the hit stands
+            return
+        if m.nbytes > SMALL_RESULT or m.tag not in _COPIED:
+            return  # large, or rebuilt by a handler: read from the store at each hit, as always
+        same = _immutable(value)
+        if not same:
+            try:
+                value = pickle.dumps(value, protocol=5)
+            except Exception:  # noqa: BLE001 - a value pickle cannot copy is read from the store at each hit
+                return
+            if len(value) > SMALL_RESULT:
+                return
+        calls = self.calls
+        if len(calls) >= MAX_CALLS:
+            try:
+                calls.pop(next(iter(calls)), None)
+            except (RuntimeError, StopIteration):  # another thread changed the table meanwhile: it is bounded still
+                pass
+        calls[ck] = (key, d, prefix, same, value)
+
