@@ -24,6 +24,7 @@ equal.
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,8 +38,9 @@ _SCALARS = frozenset({int, str, bytes, bool, type(None)})
 SMALL_TEXT = 256
 #: A result whose pickle is at most this long is kept here; a larger one is read from the store at each hit.
 SMALL_RESULT = 64 << 10
-#: Calls remembered per function (the oldest is forgotten first).
+#: Calls remembered per function at most (the oldest is forgotten first), and bytes of pickled results.
 MAX_CALLS = 4096
+MAX_BYTES = 8 << 20
 #: The forms of stored values a pickle copies as faithfully as the store's own decoding does.
 _COPIED = frozenset({"pickle", "json", "array"})
 
@@ -95,32 +97,56 @@ def _immutable(v: Any, depth: int = 0) -> bool:
 
 
 class HotCalls:
-    """One function's remembered calls: call key -> (key, result digest, prefix, result or its pickle)."""
+    """One function's remembered calls: call key -> (key, result digest, prefix, store, result or its pickle).
 
-    __slots__ = ("calls",)
+    At most as many calls as the function remembers entries (``memory_entries``, and :data:`MAX_CALLS`), and
+    :data:`MAX_BYTES` of pickled results; a clear or a new code version empties it.
+    """
+
+    __slots__ = ("calls", "nbytes", "lock")
 
     def __init__(self) -> None:
-        self.calls: dict[tuple, tuple[Digest, bytes, bytes, bool, Any]] = {}
+        self.calls: dict[tuple, tuple[Digest, bytes, bytes, Any, bool, Any]] = {}
+        self.nbytes = 0  # of the pickled results kept
+        self.lock = threading.Lock()  # for learning and forgetting; answers read without it
+
+    def clear(self) -> None:
+        with self.lock:
+            self.calls = {}
+            self.nbytes = 0
+
+    def _drop(self, ck: tuple) -> None:
+        with self.lock:
+            e = self.calls.pop(ck, None)
+            if e is not None and not e[4]:
+                self.nbytes -= len(e[5])
 
     def answer(self, state: CacheState, ck: tuple) -> tuple[Digest, bytes, Any] | None:
         """``(key, result digest, a fresh copy of the result)`` of the call ``ck``, or None: not remembered."""
         e = self.calls.get(ck)
         if e is None:
             return None
-        key, d, prefix, same, value = e
-        if state.key_prefix() is not prefix or state._mem.get(key) != d:
-            self.calls.pop(ck, None)
+        key, d, prefix, store, same, value = e
+        s = state._store
+        if state.key_prefix() is not prefix or s is not store or s.closed or state._mem.get(key) != d:
+            self._drop(ck)
             return None
-        return key, d, value if same else pickle.loads(value)
+        if same:
+            return key, d, value
+        try:
+            return key, d, pickle.loads(value)
+        except Exception:  # noqa: BLE001 - a class that cannot be rebuilt now: the full path warns and computes
+            self._drop(ck)
+            return None
 
-    def learn(self, state: CacheState, ck: tuple, key: Digest, value: Any) -> None:
-        """Remember the hit of call ``ck``: ``key`` and the value just loaded for it."""
-        d = state._mem.get(key)
-        prefix = state._prefix
-        if d is None or prefix is None:
+    def learn(self, state: CacheState, ck: tuple, key: Digest, d: Digest, value: Any, prefix: bytes) -> None:
+        """Remember the hit of call ``ck``: its ``key`` (computed under ``prefix``), the result ``d`` it read, and
+        the value loaded from it."""
+        store = state._store
+        if store is None:
             return
         try:
-            m = state.store.manifest(key.from_raw(d))  # in memory: it was just read for this hit
+            m = store.manifest(d)  # in memory: it was just read for this hit
         except Exception:  # noqa: BLE001 - nothing is remembered; the hit stands
             return
         if m.nbytes > SMALL_RESULT or m.tag not in _COPIED:
@@ -133,11 +159,18 @@ class HotCalls:
                 return
             if len(value) > SMALL_RESULT:
                 return
-        calls = self.calls
-        if len(calls) >= MAX_CALLS:
-            try:
-                calls.pop(next(iter(calls)), None)
-            except (RuntimeError, StopIteration):  # another thread changed the table meanwhile: it is bounded still
-                pass
-        calls[ck] = (key, d, prefix, same, value)
-
+        most = min(MAX_CALLS, state._mem_max)
+        with self.lock:
+            calls = self.calls
+            old = calls.pop(ck, None)
+            if old is not None and not old[4]:
+                self.nbytes -= len(old[5])
+            while calls and (len(calls) >= most or self.nbytes + (0 if same else len(value)) > MAX_BYTES):
+                first = next(iter(calls))
+                gone = calls.pop(first)
+                if not gone[4]:
+                    self.nbytes -= len(gone[5])
+            if len(calls) < most:
+                calls[ck] = (key, bytes(d), prefix, store, same, value)
+                if not same:
+                    self.nbytes += len(value)

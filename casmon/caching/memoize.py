@@ -116,6 +116,7 @@ CLEAR_CHECK_S = 1.0
 
 # -- the state behind one cached function ---------------------------------------------------------------
 _NO_SELF = object()
+_ANY = object()
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -153,7 +154,9 @@ class CacheState:
         self.mmap = bool(mmap)  # results stored laid out for mapping, and hits mapped (casmon.store.mapped)
         self._options = {"store": store, "ignore": list(ignore or ()), "hashers": dict(hashers or {}), "version": version,
                          "label": label, "memory_entries": memory_entries, "files": list(files or ()), "wait": wait,
-                         "expires_after": expires_after, "mmap": self.mmap}
+                         "expires_after": expires_after}
+        if self.mmap:  # only when set: a cached function passed as an argument keys as it did before the option
+            self._options["mmap"] = True
         self._simple = all(p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY) for p in self.params)
         self._npos = sum(1 for p in self.params if p.kind != inspect.Parameter.KEYWORD_ONLY)
         self._names = names
@@ -252,6 +255,8 @@ class CacheState:
                 self._check_version(version)
                 self._warn_unhashable(t)
                 p = self._prefix = bytes(fingerprint(("casmon.cache", KEY_FORMAT, self.name, version)))
+                if self._hot is not None:
+                    self._hot.clear()  # none of its calls stands for this version
             self.version = version
             return p
 
@@ -393,10 +398,8 @@ class CacheState:
             recs = self.store.lookup(KIND_CLEAR, name_digest(self.name), refresh=refresh)
             before = self._cleared_at or 0.0
             self._cleared_at = max((r.get("time", 0.0) for r in recs), default=0.0)
-            if self._cleared_at > before:
-                with self._lock:  # a clear made elsewhere: nothing remembered before it is an entry now
-                    self._mem.clear()
-                    self._mem_expires.clear()
+            if self._cleared_at > before:  # a clear made elsewhere: nothing remembered before it is an entry now
+                self._forget_remembered()
         return self._cleared_at
 
     def find(self, key: Digest, refresh: bool = True) -> tuple[Digest, dict] | None:
@@ -421,11 +424,22 @@ class CacheState:
         except (CasmonError, OSError):
             return False
 
-    def _remember(self, key: Digest, result: Digest, expires: float | None = None) -> None:
+    def _forget_remembered(self) -> None:
+        with self._lock:
+            self._mem.clear()
+            self._mem_expires.clear()
+        if self._hot is not None:
+            self._hot.clear()
+
+    def _remember(self, key: Digest, result: Digest, expires: float | None = None, seen: Any = _ANY) -> None:
+        """Remember ``key``'s result; with ``seen``, only if what was remembered then is what is remembered now
+        (a ``refresh`` that landed meanwhile stays the entry)."""
         with self._lock:
             # Plain bytes, not Digests: the garbage collector walks instances of Python classes at
             # every full collection (a 1M-entry build spent a sixth of its time there).
             kb = bytes(key)
+            if seen is not _ANY and self._mem.get(kb) != seen:
+                return
             self._mem[kb] = bytes(result)
             if expires is not None:
                 self._mem_expires[kb] = expires
@@ -447,15 +461,17 @@ class CacheState:
         after = max((r.get("time", 0.0) for r in recs), default=0.0)
         if after > before:
             self._cleared_at = after
-            with self._lock:
-                self._mem.clear()
-                self._mem_expires.clear()
+            self._forget_remembered()
 
     def lookup_result(self, key: Digest):
         """(found, value): a hit loads a fresh copy; damage gives a warning and a miss."""
+        return self._lookup(key)[:2]
+
+    def _lookup(self, key: Digest) -> tuple[bool, Any, Digest | None]:
+        """(found, value, the result's digest)."""
         if time.monotonic() - self._clears_seen >= CLEAR_CHECK_S:
             self._see_clears()
-        d = self._mem.get(key)
+        seen = d = self._mem.get(key)
         if d is not None and self.expires is not None and self._mem_expires.get(bytes(key), 0.0) <= time.time():
             d = None
         expires = None
@@ -464,7 +480,7 @@ class CacheState:
         else:
             found = self.find(key)
             if found is None:
-                return False, None
+                return False, None, None
             d = found[0]
             if self.expires is not None:
                 expires = float(found[1].get("time", 0)) + self.expires
@@ -480,17 +496,17 @@ class CacheState:
             with self._lock:
                 remembered = self._mem.pop(key, None) == d
             if remembered:  # gc dropped what this process remembered (a duplicate, an evicted entry): ask the store
-                return self.lookup_result(key)
-            return self._unreadable(key, d, e)
+                return self._lookup(key)
+            return self._unreadable(key, d, e) + (None,)
         except DamagedObjectError as e:
-            return self._unreadable(key, d, e)
+            return self._unreadable(key, d, e) + (None,)
         except CasmonError:
             raise
         except Exception as e:  # noqa: BLE001 - a handler or a class's __setstate__ cannot rebuild it here: compute
-            return self._unreadable(key, d, f"it cannot be loaded: {type(e).__name__}: {e}")
-        self._remember(key, d, expires)
+            return self._unreadable(key, d, f"it cannot be loaded: {type(e).__name__}: {e}") + (None,)
+        self._remember(key, d, expires, seen=seen)
         self._counted_hit(key, d)
-        return True, value
+        return True, value, d
 
     def _counted_hit(self, key: Digest, d: Digest) -> None:
         self.hits += 1
@@ -565,6 +581,7 @@ class CacheState:
             if answered is not None:
                 self._counted_hit(answered[0], Digest.from_raw(answered[1]))
                 return None, True, answered[2]
+        prefix = self.key_prefix() if ck is not None else None  # the version a warm hit learnt now stands for
         if self._custom_key:
             ctx: tuple[Any, ...] = (_safe_key(self, args, kwargs), (), None, None)
         else:
@@ -579,7 +596,7 @@ class CacheState:
         held = None
         if key is not None:
             try:
-                found, value = self.lookup_result(key)
+                found, value, d = self._lookup(key)
                 if not found and waits and self.wait is not False and not self._quick():
                     found, value, held = self._await(key)
             except (CasmonError, OSError) as e:  # the store is unreachable or full: the function computes
@@ -587,8 +604,8 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
-                if ck is not None:
-                    hc.learn(self, ck, key, value)  # type: ignore[union-attr]
+                if ck is not None and d is not None and prefix is not None:
+                    hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value
         self.misses += 1
         return ctx + (held,), False, None
@@ -746,8 +763,7 @@ class CacheState:
         self.store.append(KIND_CLEAR, {"fn": self.name, "time": now}, key=name_digest(self.name))
         self.store.flush()
         self._cleared_at = now
-        with self._lock:
-            self._mem.clear()
+        self._forget_remembered()
 
 
 # -- the wrapper --------------------------------------------------------------------------------------------

@@ -94,22 +94,27 @@ def key_class_module(module: str, qualname: str) -> str:
     return _KEY_CLASSES.get((module, qualname), module) if module.startswith("casmon") else module
 
 
-#: The flat modules that are no longer modules, and the module that holds their types now.
-FLAT_NAMESPACES = {
-    "casmon.digest": "casmon.keys.digest", "casmon.serialize": "casmon.store.serialize",
-    "casmon.gc": "casmon.maintenance.collect", "casmon.display": "casmon.view.display", "casmon.cache": "casmon.caching",
-    "casmon.table": "casmon.errors",
+#: The flat modules that are no longer modules: the module that holds their types now, and the names they serve.
+FLAT_NAMESPACES: dict[str, tuple[str, frozenset[str]]] = {
+    "casmon.digest": ("casmon.keys.digest", frozenset({"Digest"})),
+    "casmon.serialize": ("casmon.store.serialize", frozenset({"Handler"})),
+    "casmon.gc": ("casmon.maintenance.collect", frozenset({"GcReport"})),
+    "casmon.display": ("casmon.view.display", frozenset({"StoreStats", "CacheEntries", "Sessions", "RunList", "RunDiff"})),
+    "casmon.cache": ("casmon.caching", frozenset({"CachedFunction", "CacheInfo", "ResultRef", "CacheWarning"})),
+    "casmon.table": ("casmon.errors", frozenset({"StoreDamageWarning"})),
 }
 
 
 class _FlatNamespace(types.ModuleType):
-    """A flat module name kept for pickles (``casmon.digest``): a lookup in it imports the module its types are in
-    now, so ``import casmon`` need not import them all up front."""
+    """A flat module name kept for pickles (``casmon.digest``): a lookup of one of its types imports the module
+    the type is in now, so ``import casmon`` need not import them all up front. Any other name is simply
+    missing, without importing anything (pickle, cloudpickle and debuggers look names up in every module)."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(importlib.import_module(FLAT_NAMESPACES[self.__name__]), name)
+        home, names = FLAT_NAMESPACES[self.__name__]
+        if name not in names:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(home), name)
 
 
 def install_flat_namespaces() -> None:
@@ -130,6 +135,9 @@ def keep_flat_names(kinds: Iterable[type]) -> None:
         old = key_class_module(casmon_key_module(t.__module__), t.__qualname__)
         if old == t.__module__:
             continue
-        if old not in FLAT_NAMESPACES and getattr(sys.modules.get(old), t.__qualname__, None) is not t:
+        flat = FLAT_NAMESPACES.get(old)
+        if flat is not None and t.__qualname__ not in flat[1]:
+            raise RuntimeError(f"the namespace {old} does not serve {t.__qualname__}: pickles naming it would not load")
+        if flat is None and getattr(sys.modules.get(old), t.__qualname__, None) is not t:
             raise RuntimeError(f"{old} does not export {t.__qualname__}: pickles naming it would not load")
         t.__module__ = old

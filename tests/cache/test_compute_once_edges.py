@@ -33,8 +33,16 @@ def test_waiters_that_lose_the_break_race_wait_for_the_one_that_takes_over(s3_pr
     try:
         _wait_for(lambda: len(_starts(log)) == 1, holder)
         waiters = [_spawn(url, log, 1, [7], CASMON_HEARTBEAT_S="1") for _ in range(3)]
-        time.sleep(4)  # every waiter watches the live claim
-        assert len(_starts(log)) == 1
+
+        def beat_after_three_lost_takes():
+            """The claim's PUTs as the proxy saw them: 412 is a waiter's lost take, 200 the holder's beat."""
+            puts = [s.status for s in proxy.log if s.method == "PUT" and "/refs/claims/" in s.path]
+            lost = [i for i, status in enumerate(puts) if status == 412]
+            return len(lost) >= 3 and 200 in puts[lost[2]:]
+
+        # every waiter lost its take, so watches the live claim, and the holder beat once since (no fixed sleep)
+        _wait_for(beat_after_three_lost_takes, holder)
+        assert len(_starts(log)) == 1 and all(w.poll() is None for w in waiters)
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         # S3 deletes are POSTs (DeleteObjects): the breaker's delete of the dead claim, then of its marker, each
@@ -265,22 +273,22 @@ def test_a_store_error_as_a_waiter_reads_the_result_never_leaves_its_key_in_flig
 
     slow(7)  # the entry "another process" stored; and the function is slow here
     state = slow.__casmon_cache__
-    real = state.lookup_result
+    real = state._lookup
     looks = []
 
     def flaky(key):
         looks.append(key)
         if len(looks) == 1:
-            return False, None  # the miss, before the entry was visible here
+            return False, None, None  # the miss, before the entry was visible here
         if len(looks) == 2:
             raise StoreError("injected: the store is away as the waiter reads the result")
         return real(key)
 
-    state.lookup_result = flaky
+    state._lookup = flaky
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         slow(7)
-    del state.lookup_result
+    del state._lookup
     assert len(looks) == 2
     slow.cache_clear()
     out = []
