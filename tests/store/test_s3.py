@@ -235,3 +235,23 @@ def test_mpi_ranks_share_a_store(tmp_path):
     _many_writers_check(str(tmp_path / "mpi"), 100)
     ranks = {c.rank for c in casmon.load(casmon.open(tmp_path / "mpi")).calls("log_value")}
     assert ranks == {0, 1}
+
+
+def test_a_write_once_file_read_in_many_ranges_is_fetched_once_on_s3(s3_env):
+    """A writer that misses many keys reads one block of a bucket file per miss: after a few range reads the
+    file is fetched whole and read from memory (hundreds of requests were one), until its generation is
+    merged away (forget)."""
+    from casmon.store.backend import base
+
+    s = casmon.open(s3_url(s3_env, "kept"))
+    b = s.backend
+    data = os.urandom(64 << 10)
+    b.set("records/x/buckets/g1/0000", data)
+    before = b.requests
+    spans = [(i * 1000, i * 1000 + 700) for i in range(40)]
+    assert [bytes(b.read_kept("records/x/buckets/g1/0000", lo, hi)) for lo, hi in spans] == [data[lo:hi] for lo, hi in spans]
+    assert b.requests - before == base.WHOLE_AFTER + 2  # the first ranges, then one size and one whole read
+    b.forget("records/x/buckets/g1/")
+    before = b.requests
+    assert bytes(b.read_kept("records/x/buckets/g1/0000", 5, 9)) == data[5:9] and b.requests - before == 1
+    assert b.read_kept("records/x/buckets/g2/0000", 0, 4) is None  # absent: None, as a range read says

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
     BytesLike: TypeAlias = Union[bytes, bytearray, memoryview]
 
 __all__ = ["Backend"]
+
+
+#: Range reads of one write-once file (:meth:`Backend.read_kept`) after which a remote medium fetches it whole,
+#: files up to this many bytes, and how many bytes of such files a backend keeps in memory.
+WHOLE_AFTER = 4
+WHOLE_MAX = 16 << 20
+WHOLE_KEPT_BYTES = 64 << 20
 
 
 class Backend(abc.ABC):
@@ -52,6 +60,12 @@ class Backend(abc.ABC):
         self.requests = 0
         #: Requests a batch keeps in flight at once (remote media).
         self.concurrency = concurrency
+        # read_kept on remote media: range reads per write-once file, and the files read often enough to be
+        # fetched whole (oldest first, at most WHOLE_KEPT_BYTES in all).
+        self._range_reads: dict[str, int] = {}
+        self._whole: dict[str, bytes] = {}
+        self._whole_bytes = 0
+        self._whole_lock = threading.Lock()
 
     # -- what the medium is -------------------------------------------------------
     @property
@@ -128,11 +142,44 @@ class Backend(abc.ABC):
     def read_kept(self, key: str, start: int, end: int) -> bytes | Data | None:
         """Bytes ``[start, end)`` of a file that is written once and never rewritten (a table's bucket
         file); None if it is absent. A medium may keep such a file open between reads (see
-        :meth:`forget`); elsewhere it is :meth:`get_range`."""
-        return self.get_range(key, start, end)
+        :meth:`forget`); elsewhere it is :meth:`get_range`, until :data:`WHOLE_AFTER` ranges of one file
+        were read: then, if it is at most :data:`WHOLE_MAX` bytes, it is fetched once and read from memory
+        (a writer that misses many keys reads a block of one bucket file per miss: hundreds of requests
+        for a file of a few megabytes)."""
+        whole = self._whole.get(key)
+        if whole is not None:
+            return whole[start:end]
+        with self._whole_lock:
+            n = self._range_reads[key] = self._range_reads.get(key, 0) + 1
+            if len(self._range_reads) > 4096:
+                self._range_reads.clear()
+        if n <= WHOLE_AFTER:
+            return self.get_range(key, start, end)
+        try:
+            size = self.getsize(key)
+        except FileNotFoundError:
+            return None
+        if size > WHOLE_MAX:
+            return self.get_range(key, start, end)
+        data = self.get(key)
+        if data is None:
+            return None
+        whole = bytes(data)
+        with self._whole_lock:
+            if key not in self._whole:
+                self._whole[key] = whole
+                self._whole_bytes += len(whole)
+                while self._whole_bytes > WHOLE_KEPT_BYTES and len(self._whole) > 1:
+                    self._whole_bytes -= len(self._whole.pop(next(iter(self._whole))))
+        return whole[start:end]
 
     def forget(self, prefix: str) -> None:
         """Close files kept open for :meth:`read_kept` whose keys start with ``prefix`` (a generation merged away)."""
+        with self._whole_lock:
+            for k in [k for k in self._whole if k.startswith(prefix)]:
+                self._whole_bytes -= len(self._whole.pop(k))
+            for k in [k for k in self._range_reads if k.startswith(prefix)]:
+                del self._range_reads[k]
 
     def exists(self, key: str) -> bool:
         self.requests += 1
