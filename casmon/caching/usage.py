@@ -23,7 +23,8 @@ __all__ = ["Usage", "usage_of"]
 class Usage:
     """Hit counts since the last flush, written as one record per flush."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store) -> None:
+        self.store = store  # ids are reused once a store is gone: a new store at the same id gets its own
         self.lock = threading.Lock()
         self.hits: dict[bytes, list] = {}  # key -> [function, hits, last]; hex only when written
 
@@ -54,11 +55,11 @@ if hasattr(os, "register_at_fork"):
 
 def usage_of(store: Store) -> Usage:
     u = _usage_by_store.get(id(store))
-    if u is None:
+    if u is None or u.store is not store:
         with _usage_lock:
             u = _usage_by_store.get(id(store))
-            if u is None:
-                u = Usage()
+            if u is None or u.store is not store:
+                u = Usage(store)
                 _usage_by_store[id(store)] = u
                 store.add_flush_hook(u.flush_into)
     return u

@@ -176,3 +176,17 @@ def test_threads_hitting_more_calls_than_are_remembered_all_get_their_own_result
     for t in threads:
         t.join()
     assert not wrong and len(calls) == 64
+
+
+def test_hits_on_a_new_store_are_recorded_in_it_after_an_old_one_is_gone(tmp_path):
+    """Hit counts are kept per store object; a store opened after another was closed and freed may get the same
+    id from Python: it has its own counts, so its hits are written to it, not lost with the old one."""
+    from casmon.caching import usage
+
+    old = casmon.open(tmp_path / "old", autoflush=None)
+    new = casmon.open(tmp_path / "new", autoflush=None)
+    usage._usage_by_store[id(new)] = usage.Usage(old)  # what a freed store at the same id leaves behind
+    f, _calls = _counting(new, lambda a: a)
+    _warm(f, 1)
+    new.flush()
+    assert sum(e[1] for _k, r in new.records("cacheuse") for e in r["hits"].values()) == 2
