@@ -82,12 +82,19 @@ def built():
 
 
 def test_equal_values_key_alike_here_and_in_a_fresh_process():
-    first, again = built(), built()
-    here = {name: fp(v).hex() for name, v in first.items()}
-    assert here == {name: fp(v).hex() for name, v in again.items()}, "built twice, the same keys"
     code = BUILD + "\nfrom casmon import fingerprint as fp\nimport json\nprint(json.dumps({k: fp(v).hex() for k, v in values.items()}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == here
+    # The fresh process imports every library (seconds): it starts first and works while this one does.
+    fresh = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first, again = built(), built()
+        here = {name: fp(v).hex() for name, v in first.items()}
+        assert here == {name: fp(v).hex() for name, v in again.items()}, "built twice, the same keys"
+        out, err = fresh.communicate(timeout=120)
+    finally:
+        fresh.kill()
+        fresh.wait()
+    assert fresh.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == here
 
 
 @needs_torch

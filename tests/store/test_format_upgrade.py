@@ -35,8 +35,8 @@ store = casmon.open(sys.argv[1])
 work = casmon.cache(store=store)(workmod.work)
 for i in range(int(sys.argv[2])):
     work(i)
-    if i % 3000 == 2999:
-        store.flush()  # level-0 files, then format-1 generations as they accumulate
+    if i % 200 == 199:
+        store.flush()  # level-0 files, then format-1 generations as they accumulate (16 files: a merge)
 store.append("note", {"n": 1}, key=b"k" * 16)
 store.close()
 """
@@ -59,7 +59,7 @@ def run_old(old: Path, code: str, *args) -> subprocess.CompletedProcess:
 
 def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_casmon, monkeypatch):
     root = tmp_path / "store"
-    n = 12_000
+    n = 4_000  # 20 level-0 files of 200: 16 merged into a format-1 generation, 4 left
     (tmp_path / "workmod.py").write_text(WORKMOD)
     p = run_old(old_casmon, OLD_WRITER, root, n, tmp_path)
     assert p.returncode == 0, p.stderr
@@ -84,16 +84,16 @@ def test_a_store_written_before_format_2_is_read_then_upgraded(tmp_path, old_cas
         # Every one a hit: the old process's entries, found in format-1 generations and level-0 files.
         assert cached.cache_info().hits == 300 and cached.cache_info().misses == 0
         # More writing: merges write format-2 generations, and the marker says format 2 first.
-        for i in range(n, n + 9_000):
+        for i in range(n, n + 3_000):
             cached(i)
-            if i % 3000 == 2999:
+            if i % 200 == 199:
                 store.flush()
         store.flush()
         t = store.table("cache")
         t.consolidate(force=True)
         t.refresh()
         assert all(g.v == 2 for g in t._active_gens)
-        assert t.count() == n + 9_000
+        assert t.count() == n + 3_000
         store.close()
     assert json.loads((root / "casmon.json").read_text())["format"] == 2
     again = casmon.open(root)

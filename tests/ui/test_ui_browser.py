@@ -311,7 +311,8 @@ def _get(url: str) -> dict:
 def test_a_live_run_in_another_process_updates_without_a_reload(tmp_path, browser):
     """A run that starts in its own process while the runs table is open, logs for a few seconds and fails: the
     table puts its row in within one poll (no run was live: a poll every 5 s) and follows its status and info
-    cells; its page shows new points, output and at last ``failed`` with the traceback; nothing reloads."""
+    cells; its page shows new points, output and at last ``failed`` with the traceback; nothing reloads.
+    The run goes on until the test has seen it live on both pages, then is told to end (a stop file)."""
     from casmon.runs.imported import write_run
 
     path = tmp_path / "store"
@@ -331,7 +332,8 @@ def test_a_live_run_in_another_process_updates_without_a_reload(tmp_path, browse
         table.evaluate("window.notReloaded = true")
         assert table.locator("#runs tbody tr").count() == 1
         env = {**os.environ, "CASMON_HEARTBEAT_S": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", "tests.ui.live_writer", str(path), "6", "fail"], cwd=ROOT,
+        stop = tmp_path / "stop"
+        proc = subprocess.Popen([sys.executable, "-m", "tests.ui.live_writer", str(path), str(stop), "fail"], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while not [r for r in _get(base + "/api/runs?since=0")["runs"] if r["status"] == "running" and r["metrics"]]:
@@ -358,6 +360,7 @@ def test_a_live_run_in_another_process_updates_without_a_reload(tmp_path, browse
         points = run.evaluate("document.querySelector('#charts .chart-box[data-metric=loss] .chart-area').uplot"
                               ".data[0].length")
         assert points > 1
+        stop.touch()  # seen live on both pages: the run ends now, and fails
         run.wait_for_function("() => document.querySelector('#run-status').textContent === 'failed'", timeout=30_000)
         run.wait_for_selector("#run-traceback", state="visible", timeout=5_000)  # shown without a reload
         assert "RuntimeError: diverged at step" in run.locator("#run-traceback").inner_text()
