@@ -99,6 +99,7 @@ def _forget_inflight_in_child() -> None:
     # The threads computing those keys are the parent's: a child waiting for them would wait forever.
     for st in list(_states):
         st._inflight = {}
+        st._usage = None  # the child counts hits anew, in its store's own flush hook
 
 
 if hasattr(os, "register_at_fork"):
@@ -190,6 +191,7 @@ class CacheState:
         self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
         self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
+        self._usage: Any = None  # the hit counts of the store last used (casmon.caching.usage)
         _states.add(self)
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -508,12 +510,17 @@ class CacheState:
         self._counted_hit(key, d)
         return True, value, d
 
-    def _counted_hit(self, key: Digest, d: Digest) -> None:
+    def _counted_hit(self, key: Digest, d: Digest | bytes) -> None:
         self.hits += 1
-        usage_of(self.store).hit(key, self.name)
+        store = self.store
+        u = self._usage
+        if u is None or u.store is not store:
+            u = self._usage = usage_of(store)
+        u.hit(key, self.name)
         if observers:
+            d = d if type(d) is Digest else Digest.from_raw(d)
             for ob in list(observers):
-                ob(self.store, self.name, key, d, True)
+                ob(store, self.name, key, d, True)
 
     def _unreadable(self, key: Digest, d: Digest, why: Any) -> tuple[bool, None]:
         self.warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({why})")
@@ -579,7 +586,7 @@ class CacheState:
             except (CasmonError, OSError):  # the store cannot be read: the full path below says so, once
                 answered = None
             if answered is not None:
-                self._counted_hit(answered[0], Digest.from_raw(answered[1]))
+                self._counted_hit(answered[0], answered[1])
                 return None, True, answered[2]
         prefix = self.key_prefix() if ck is not None else None  # the version a warm hit learnt now stands for
         if self._custom_key:
