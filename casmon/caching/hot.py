@@ -10,6 +10,7 @@ result's digest and the result, and is used only while
 
 * the code version is the one it was learnt under (the version tracker's
   identity checks, as every hit makes them), and
+* the function still uses the open store the hit was read from, and
 * the function's in-memory entry for the key still names that result: a
   ``cache clear`` (seen here or, within a second, elsewhere), ``refresh`` or
   eviction from memory drops it, and the call takes the full path.
