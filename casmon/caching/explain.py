@@ -14,7 +14,6 @@ lists a function's versions with what changed between them (``casmon cache NAME`
 from __future__ import annotations
 
 import base64
-import difflib
 import inspect
 import os
 import sys
@@ -264,6 +263,8 @@ def _versions(store: Store, fn: str) -> dict[str, dict[str, Any]]:
 
 def _diff_text(name: str, old: str, new: str) -> str:
     old, new = old[:TEXT_MAX], new[:TEXT_MAX]  # a crafted record's text is as long as its writer liked
+    import difflib  # only an explanation that shows a change of source needs it
+
     lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{name} (stored)", f"{name} (now)", lineterm="", n=1)
     return "\n".join(list(lines)[:80])
 

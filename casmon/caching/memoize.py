@@ -5,20 +5,16 @@ The key of a call is one fingerprint of: the function's name, its version
 signature with defaults applied, in parameter order, so ``f(1)``, ``f(x=1)``
 and ``f(1, y=<default>)`` share one key. ``**kwargs`` count by name, not order.
 
-A cache entry is a record of kind ``cache`` under that key, pointing at the
-result's digest: no file per entry, and a result that is already stored (the
-same array returned by many calls) is not stored again.
+A cache entry is a record of kind ``cache`` under that key, pointing at the result's digest: no file per
+entry, and a result that is already stored (the same array returned by many calls) is not stored again.
 
-Concurrency: a slow call (see :mod:`~casmon.caching.claims`) is computed once
-across processes and threads: a process that misses a key another live
-process is computing waits for its result, and takes the computation over if
-that process dies. No lock is held across calls, and no result depends on a
-claim: where two processes compute one key anyway, both entries point at equal
-results, and either is used.
+Concurrency: a slow call (see :mod:`~casmon.caching.claims`) is computed once across processes and
+threads: a process that misses a key another live process is computing waits for its result, and takes
+the computation over if that process dies. No lock is held across calls, and no result depends on a claim:
+where two processes compute one key anyway, both entries point at equal results, and either is used.
 
-Failures never cost the caller a result: an argument that cannot be hashed, a
-result that cannot be pickled, a full disk or a damaged stored result each give
-one warning, and the function's own result is returned.
+Failures never cost the caller a result: an argument that cannot be hashed, a result that cannot be
+pickled, a full disk or a damaged stored result each give one warning, and the function's own result is returned.
 
 This module only memoizes (after joblib's ``memory.py``): file digests are in
 :mod:`~casmon.caching.files`, pickling for worker processes in
@@ -43,7 +39,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.caching import claims, explain, hot, versions
+from casmon.caching import claims, hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import KIND, KIND_CLEAR, ResultRef, expires_option, name_digest, newest_per_key
 from casmon.caching.files import files_key_value
@@ -57,6 +53,7 @@ from casmon.keys.fingerprint import Fingerprinter, fingerprint
 from casmon.view import display
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
+    from casmon.caching import explain
     from casmon.store.store import Store
 
 __all__ = ["cache", "cache_with", "CacheInfo", "CacheWarning", "CachedFunction", "CacheState", "KEY_FORMAT", "observers"]
@@ -285,6 +282,7 @@ class CacheState:
     def current_parts(self) -> dict[str, Any]:
         """What the current code version is made of (its functions, globals, libraries), as its record keeps it."""
         t = self.tracker
+        from casmon.caching import explain
         return explain.version_parts(t.parts if t is not None else None,
                                      None if self.version_pin is None else str(self.version_pin),
                                      t.sources() if t is not None else None)
@@ -548,6 +546,7 @@ class CacheState:
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
         if not self._custom_key:
+            from casmon.caching import explain  # loaded by the first miss, not by a hit
             entry["a"] = explain.arg_digests(self, args, kwargs, spans)  # which parameter differs: f.explain
         if self.expires is not None:
             entry["expires"] = now + self.expires  # gc drops it after that
@@ -761,6 +760,7 @@ class CacheState:
         if key is None:
             return f"{self.name}: this call cannot be keyed (see the warning), so it is never cached"
         try:
+            from casmon.caching import explain
             return f"{self.name}: this call is not cached: {explain.explain_call(self, args, kwargs).why()}"
         except (CasmonError, OSError) as e:
             return f"{self.name}: this call is not cached (its store cannot be read to say why: {e})"
@@ -877,6 +877,7 @@ class CachedFunction:
     def explain(self, *args, **kwargs) -> explain.Explanation:
         """Whether this call is a hit, and if not, what differs between it and the nearest stored entries:
         which parameters (by name), which code (the function or a helper, with a source diff), globals, files."""
+        from casmon.caching import explain
         return explain.explain_call(self.__casmon_cache__, args, kwargs)
 
 

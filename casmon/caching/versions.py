@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from casmon.caching import explain
 from casmon.caching.entries import KIND, KIND_FN, name_digest, newest_per_key
 from casmon.keys.digest import Digest
 from casmon.view.text import plural
@@ -39,7 +38,9 @@ def check_version(state: CacheState, version: Digest) -> str | None:
     seen = store.lookup(KIND_FN, nd)
     latest = max(seen, key=lambda r: r.get("time", 0)) if seen else None
     msg = None
-    parts = state.current_parts()
+    # What the version is made of is read (sources, globals, libraries) only where it is recorded or compared.
+    stale = latest is None or latest.get("version") != version.hex() or "parts" not in latest
+    parts = state.current_parts() if stale else {}
     if (latest is not None and latest.get("version") != version.hex() and state.version_pin is None
             and "<lambda>" not in state.name):
         n = _version_warnings[state.name] = _version_warnings.get(state.name, 0) + 1
@@ -47,7 +48,7 @@ def check_version(state: CacheState, version: Digest) -> str | None:
             msg = _version_message(state, version, seen, latest, parts)
             if n == VERSION_WARNINGS_MAX:
                 msg += " Further changes of its code in this process are not reported."
-    if latest is None or latest.get("version") != version.hex() or "parts" not in latest:
+    if stale:
         store.append(KIND_FN, {"fn": state.name, "version": version.hex(), "time": time.time(), "parts": parts}, key=nd)
     _checked_versions[done] = version
     return msg
@@ -57,6 +58,8 @@ def _what_changed(latest: dict[str, Any], parts: dict[str, Any]) -> str:
     old = latest.get("parts")
     if not isinstance(old, dict):
         return ""
+    from casmon.caching import explain  # only a change of code loads it
+
     diffs = explain.compare_parts(old, parts)
     if not diffs:
         return ""

@@ -19,25 +19,26 @@ of the on-disk format and never change meaning; decoding needs only the id.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-import numpy as np
 import xxhash
 
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
+    import numpy as np
+    from typing_extensions import Buffer, TypeGuard  # collections.abc.Buffer from Python 3.12 on
 
 __all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "encode_frame_parts", "decode_frame", "decode_body",
-           "worth_compressing", "FRAME_HEADER"]
+           "worth_compressing", "FRAME_HEADER", "is_ndarray"]
 
 #: What a frame is read into: the backends return bytes or numpy byte arrays, packs are sliced as memoryviews.
-FrameData = bytes | bytearray | memoryview | np.ndarray[Any, np.dtype[Any]]
+FrameData: TypeAlias = "bytes | bytearray | memoryview | np.ndarray[Any, np.dtype[Any]]"
 
 MAGIC = b"CSMN"
 FRAME_VERSION = 1
@@ -399,9 +400,15 @@ def decode_body(frame: Frame, body: bytes | memoryview, key: str, out: Any = Non
     return raw
 
 
+def is_ndarray(x: object) -> TypeGuard[np.ndarray[Any, Any]]:
+    """Whether ``x`` is a numpy array, without importing numpy: where it is not imported, nothing is one."""
+    np_ = sys.modules.get("numpy")
+    return np_ is not None and isinstance(x, np_.ndarray)
+
+
 def typesize_of(buf: object) -> int:
     """The element size to shuffle by, for blosc."""
-    if isinstance(buf, np.ndarray):
+    if is_ndarray(buf):
         return buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
     if isinstance(buf, memoryview):
         return buf.itemsize if buf.itemsize in (1, 2, 4, 8, 16) else 1

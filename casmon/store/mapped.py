@@ -52,7 +52,6 @@ replaced by a rename), so a map never sees its bytes change.
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 import warnings
@@ -113,6 +112,8 @@ def map_part(objects: ObjectStore, part: PartRef, copy_on_write: bool = False) -
     :class:`DamagedObjectError` if the file is there and damaged (header, size,
     length, digest). ``copy_on_write``: a writable private map (see the module).
     """
+    import mmap  # loaded by the first mapped read only
+
     n = int(part["n"])
     chunks = part["c"]
     if n < MAP_MIN or len(chunks) != 1:

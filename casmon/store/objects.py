@@ -29,7 +29,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,6 +44,8 @@ from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.store.table import Table
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     import numpy.typing as npt
     from typing_extensions import TypeAlias
 
@@ -90,6 +91,8 @@ def chunk_pool() -> ThreadPoolExecutor | None:
         st = _pool_state
         if st is not None and st[0] == os.getpid():
             return st[1]
+        from concurrent.futures import ThreadPoolExecutor  # loaded by the first large value, not by a hit
+
         try:
             pool = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="casmon-chunk")
             pool.submit(int).result()  # start a thread now: fails here, not later, if threads cannot start
@@ -323,6 +326,8 @@ class ObjectStore:
                 return pool.submit(fn, *args)
             except RuntimeError:  # the interpreter began to exit meanwhile
                 pass
+        from concurrent.futures import Future
+
         fut: Future[_R] = Future()
         try:
             fut.set_result(fn(*args))

@@ -39,7 +39,6 @@ import io
 import json
 import math
 import pickle
-import pickletools
 import re
 import sys
 import threading
@@ -594,6 +593,8 @@ def describe_pickle(stream: bytes, max_ops: int = 200_000) -> PickleInfo:
     A small symbolic run of the pickle machine that tracks only names: nothing
     is imported, constructed or called. Malformed streams give ``type="?"``.
     """
+    import pickletools  # the views describe pickles; a hit does not
+
     stack: list[Any] = []
     marks: list[int] = []
     memo: dict[object, Any] = {}

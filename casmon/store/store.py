@@ -33,7 +33,6 @@ calls it through the :class:`Maintenance` protocol.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -59,6 +58,8 @@ from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_
 from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
+    import logging
+
     import zarr
 
 __all__ = ["Store", "open", "default_store", "default_store_if_open", "FORMAT_VERSION", "Ref", "Manifest",
@@ -114,6 +115,13 @@ def _installed_maintenance() -> Maintenance:
 
 #: The flush in progress in this thread runs the features' hooks: records they append are written by it.
 _in_hooks = threading.local()
+
+
+def _logger() -> logging.Logger:
+    """casmon's logger, for what a background thread cannot raise; imported on first use (a hit needs none)."""
+    import logging
+
+    return logging.getLogger("casmon")
 
 
 class Store:
@@ -575,7 +583,7 @@ class Store:
                         s.flush()
                     except Exception as e:  # noqa: BLE001 - keep pending, retry next round
                         if not stop.is_set():
-                            logging.getLogger("casmon").warning("background flush of %s failed: %s", s.url, e)
+                            _logger().warning("background flush of %s failed: %s", s.url, e)
                     del s
 
             # Not a daemon where the exit hook can stop it: a daemon thread still flushing (or
@@ -607,7 +615,7 @@ class Store:
                             finally:
                                 s._flush_lock.release()
                     except Exception as e:  # noqa: BLE001 - the next round (or flush) tries again
-                        logging.getLogger("casmon").info("keeping held values of %s failed: %s", s.url, e)
+                        _logger().info("keeping held values of %s failed: %s", s.url, e)
                     del s
 
             self._keeper = threading.Thread(target=keep, name="casmon-keep", daemon=True)
@@ -636,7 +644,7 @@ class Store:
                     try:
                         hook(self)
                     except Exception as e:  # noqa: BLE001 - a feature's bookkeeping must not stop a flush
-                        logging.getLogger("casmon").warning("flush hook %r failed: %s", hook, e)
+                        _logger().warning("flush hook %r failed: %s", hook, e)
             finally:
                 _in_hooks.on = nested
         with self._flush_lock:
@@ -673,7 +681,7 @@ class Store:
                             break
                         except LateWrite as late:
                             self.late_writes += 1
-                            logging.getLogger("casmon").info("%s was slow to write; written again", late)
+                            _logger().info("%s was slow to write; written again", late)
                             again = True
                     else:
                         raise StoreError(f"cannot write to store {self.url}: writing record files took longer than "
@@ -710,7 +718,7 @@ class Store:
                     try:
                         cb(self)
                     except Exception as e:  # noqa: BLE001 - a feature's retry must not fail the flush that worked
-                        logging.getLogger("casmon").warning("after-flush callback %r failed: %s", cb, e)
+                        _logger().warning("after-flush callback %r failed: %s", cb, e)
             finally:
                 _in_hooks.after = False
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import html
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -68,6 +67,8 @@ class Html(str):
 
 def esc(x: Any) -> str:
     """``x`` as text that HTML shows as text (quotes escaped too: safe in attributes)."""
+    import html  # imported here: the cache decorator loads this module, and html.entities is slow to load
+
     return html.escape(x if isinstance(x, str) else short(x, 10_000), quote=True)
 
 

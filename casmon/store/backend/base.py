@@ -15,16 +15,18 @@ import abc
 import builtins
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import numpy as np
     import numpy.typing as npt
 
-    #: What a read returns: the bytes, as a read-only uint8 array (no copy).
-    Data: TypeAlias = npt.NDArray[np.uint8]
+    #: What a read returns: the bytes, read-only, without a copy: a memoryview from a local folder (a
+    #: process whose values are not arrays never imports numpy), a uint8 array from zarr's stores.
+    Data: TypeAlias = npt.NDArray[np.uint8] | memoryview
     #: What a write takes: any bytes-like object.
     BytesLike: TypeAlias = Union[bytes, bytearray, memoryview]
 

@@ -15,16 +15,15 @@ import shutil
 import threading
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
-
-import numpy as np
 
 from casmon import faultpoints
 from casmon.store.backend.base import Backend
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from casmon.store.backend.base import BytesLike, Data
 
 __all__ = ["KEEP_OPEN", "Folder", "LocalBackend", "LocalFolder"]
@@ -165,7 +164,7 @@ class LocalBackend(Backend):
                     data = f.read() if end is None else f.read(max(0, end - start))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
-        return np.frombuffer(data, dtype=np.uint8)
+        return memoryview(data)
 
     def _get(self, key: str) -> Data | None:
         return self._read(key, 0, None)
@@ -368,6 +367,8 @@ class LocalBackend(Backend):
             self._write(k, (d,), exclusive=True)
 
     def _create_async(self, key: str, data: BytesLike) -> Future[None]:
+        from concurrent.futures import Future  # a write's first use: a read-only process never loads it
+
         fut: Future[None] = Future()
         try:
             self.create(key, data)
