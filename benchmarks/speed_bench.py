@@ -17,10 +17,11 @@ Rows (numbers as in issue 28):
    process's first hit, an idle open store. Requests are counted by a logging proxy
    (tests/support/s3proxy.FaultProxy with no rules) in front of moto; latencies are measured straight on moto.
 9. Earlier rounds' goals, same run: put + flush of a 256 MiB random float64 array vs ``np.save`` to a new file
-   (goal <= 1.0x) and get vs ``np.load`` (<= 1.2x), by large_bench.bench_put_get's method (median of per-repeat
-   ratios); scale_bench's random-key hit on 300k entries (30k with --quick) vs diskcache's memoize hit (<= 1.5x)
-   and its build cost per entry vs diskcache's (<= 1.0x). These stores are built afresh each run (the build is
-   one of the figures), not kept like row 7's.
+   (goal: >= 0.5x its throughput, <= 2.0x its time) and get vs ``np.load`` (>= 0.6x, <= 1.67x), by
+   large_bench.bench_put_get's method (median of per-repeat ratios); scale_bench's random-key hit on 300k entries
+   (30k with --quick) vs diskcache's memoize hit (<= 2x) and vs casmon's own on 10k (<= 1.5x), and its build
+   cost per entry vs its own at 10k (<= 1.3x). These stores are built afresh each run (the build is one of the
+   figures), not kept like row 7's.
 
 Every measurement runs in a fresh worker process (``--worker NAME``), so one tool's imports and memory never
 touch another's figures.
@@ -48,6 +49,7 @@ MiB = 1 << 20
 PY = sys.executable
 CALLS = [0]
 SCALE_N, SCALE_N_QUICK = 300_000, 30_000  # row 9's store sizes (the earlier round's goals were set at 300k)
+SMALL_N = 10_000  # row 9's reference store: the scale rounds' goals compare N with 10k
 
 
 # -- the cached functions (module level: found by name in every process) -------------------------------------
@@ -225,10 +227,14 @@ def w_build(tool: str, d: str, n: str) -> dict:
     return {"build_s": time.perf_counter() - t}
 
 
-def w_first(tool: str, d: str, key: str) -> dict:
-    """Fresh process: the import, then opening the store, decorating and the first hit, each timed."""
+def w_first(tool: str, d: str, key: str, pre: str = "") -> dict:
+    """Fresh process: the import, then opening the store, decorating and the first hit, each timed.
+    ``pre="numpy"``: numpy imported before the clock starts, as an ML script has it."""
     k = int(key)
     from benchmarks import speed_bench as m
+
+    if pre == "numpy":
+        import numpy  # noqa: F401
 
     t0 = time.perf_counter()
     if tool == "casmon":
@@ -485,14 +491,20 @@ def bench_first(rows, quick: bool, repeat: int) -> None:
     dd, dbuild = built("diskcache", dn, diskcache.__version__)
     cs = [worker("first", "casmon", d, (i * 7919) % n) for i in range(repeat)]
     ds = [worker("first", "diskcache", dd, (i * 7919) % dn) for i in range(repeat)]
+    cn = [worker("first", "casmon", d, (i * 7919 + 13) % n, "numpy") for i in range(repeat)]
+    dn_ = [worker("first", "diskcache", dd, (i * 7919 + 13) % dn, "numpy") for i in range(repeat)]
     c = {k: med(x[k] for x in cs) for k in cs[0]}
     p = {k: med(x[k] for x in ds) for k in ds[0]}
+    cnp = {k: med(x[k] for x in cn) for k in cn[0]}
+    pnp = {k: med(x[k] for x in dn_) for k in dn_[0]}
     lbl = f"{n // 1000}k" if n < 1_000_000 else "1M"
     dl = f"diskcache @{dn // 1000}k" if dn < 1_000_000 else "diskcache @1M"
     rows.append(("7", f"fresh process @{lbl}: open + decorate + first hit ({note})", c["open_s"] + c["call_s"],
                  f"{dl}: same span", p["open_s"] + p["call_s"], None, 0.010))
-    rows.append(("7", f"fresh process @{lbl}: open + decorate (imports zarr etc.)", c["open_s"], f"{dl}: Cache() + memoize",
-                 p["open_s"], None))
+    rows.append(("7", f"fresh process @{lbl}, numpy imported first: open + decorate + first hit", cnp["open_s"] + cnp["call_s"],
+                 f"{dl}: same span", pnp["open_s"] + pnp["call_s"], None, 0.010))
+    rows.append(("7", f"fresh process @{lbl}: open + decorate (loads the store's modules)", c["open_s"],
+                 f"{dl}: Cache() + memoize", p["open_s"], None))
     rows.append(("7", f"fresh process @{lbl}: first call alone", c["call_s"], f"{dl}: first call", p["call_s"], None))
     rows.append(("7", f"fresh process @{lbl}: import casmon (in the span below)", c["import_s"], "import diskcache",
                  p["import_s"], None))
@@ -506,29 +518,37 @@ def bench_earlier(rows, tmp: Path, quick: bool) -> None:
     nb = 256 * MiB
     (tmp / "pg").mkdir()
     r = worker("putget", tmp / "pg", nb, 3 if quick else 5)
-    rows.append(("9", f"put + flush, {nb // MiB} MiB random float64 (was 0.90x)", r["put_s"], "np.save (new file)",
-                 r["save_s"], 1.0, None, r["put_r"]))
-    rows.append(("9", f"get, {nb // MiB} MiB random float64 (was 1.14x)", r["get_s"], "np.load", r["load_s"], 1.2, None,
+    # Goals of the large-values round, as times: put at >= 0.5x np.save's throughput, get at >= 0.6x np.load's.
+    rows.append(("9", f"put + flush, {nb // MiB} MiB random float64 (then 1.11x)", r["put_s"], "np.save (new file)",
+                 r["save_s"], 2.0, None, r["put_r"]))
+    rows.append(("9", f"get, {nb // MiB} MiB random float64 (then 0.88x)", r["get_s"], "np.load", r["load_s"], 1.67, None,
                  r["get_r"]))
     shutil.rmtree(tmp / "pg", ignore_errors=True)
     # Built afresh each run, not kept like row 7's stores: the build cost is one of the figures, and a kept
     # store's build was measured in another run.
     n = SCALE_N_QUICK if quick else SCALE_N
     res = {}
-    for tool in ("casmon", "diskcache"):
+    for tool in ("casmon", "diskcache", "casmon-10k"):
         (tmp / f"scale-{tool}").mkdir()
-        res[tool] = worker("scale", "build", tool, tmp / f"scale-{tool}", n)
-    hs: dict[str, list[float]] = {"casmon": [], "diskcache": []}
+        res[tool] = worker("scale", "build", tool.split("-")[0], tmp / f"scale-{tool}", SMALL_N if "10k" in tool else n)
+    hs: dict[str, list[float]] = {"casmon": [], "diskcache": [], "casmon-10k": []}
     for seed in range(3 if quick else 5):  # interleaved fresh processes, as scale_bench's --repeat
         for tool in hs:
-            hs[tool].append(worker("scale", "hit", tool, tmp / f"scale-{tool}", n, 300, seed)["hit_s"])
+            hs[tool].append(worker("scale", "hit", tool.split("-")[0], tmp / f"scale-{tool}", SMALL_N if "10k" in tool else n,
+                                   300, seed)["hit_s"])
     for tool in hs:
         shutil.rmtree(tmp / f"scale-{tool}", ignore_errors=True)
     lbl = f"{n // 1000}k"
-    rows.append(("9", f"random-key hit @{lbl} (was 1.42x @300k)", med(hs["casmon"]), f"diskcache memoize hit @{lbl}",
-                 med(hs["diskcache"]), 1.5))
-    rows.append(("9", f"build, per entry @{lbl} incl. flush (was 0.96x @300k)", res["casmon"]["per_entry_s"],
-                 f"diskcache @{lbl}", res["diskcache"]["per_entry_s"], 1.0))
+    # The scale rounds' goals: a hit at N <= 2x diskcache's and <= 1.5x casmon's own on a small store; the
+    # build's cost per entry at N <= 1.3x its cost at 10,000.
+    rows.append(("9", f"random-key hit @{lbl} (then 1.42x)", med(hs["casmon"]), f"diskcache memoize hit @{lbl}",
+                 med(hs["diskcache"]), 2.0))
+    rows.append(("9", f"random-key hit @{lbl} (then 0.79x)", med(hs["casmon"]), "casmon's own @10k",
+                 med(hs["casmon-10k"]), 1.5))
+    rows.append(("9", f"build, per entry @{lbl} incl. flush (then 0.96x)", res["casmon"]["per_entry_s"],
+                 "casmon's own @10k", res["casmon-10k"]["per_entry_s"], 1.3))
+    rows.append(("9", f"build, per entry @{lbl} incl. flush", res["casmon"]["per_entry_s"],
+                 f"diskcache @{lbl}", res["diskcache"]["per_entry_s"], None))
 
 
 # -- S3 -------------------------------------------------------------------------------------------------------

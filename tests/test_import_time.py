@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Loaded only when a store is opened (zarr, asyncio), a chunk compressed (numcodecs), a run
 #: recorded (git, importlib.metadata) or the CLI started (rich, click).
 HEAVY = ["zarr", "numcodecs", "asyncio", "git", "rich", "click", "importlib.metadata", "obstore", "fsspec"]
-#: casmon's own layers beyond what a decorator needs, and numpy (which the store's record tables use): loaded
-#: when their names are first used, or a store is.
+#: casmon's own layers beyond what a decorator needs, loaded when their names are first used or a store is,
+#: and numpy, loaded by the user's arrays alone.
 LAYERS = ["numpy", "casmon.store.store", "casmon.store.backend", "casmon.store.table", "casmon.maintenance",
           "casmon.calllog.reader", "casmon.runs", "casmon.ui", "casmon.cli", "casmon.compat"]
 
@@ -164,3 +164,47 @@ def test_a_cache_hit_in_a_fresh_process_needs_no_compressor_library(tmp_path):
         assert usermod.double.cache_info().hits == 1
     """, tmp_path)
     assert not loaded["numcodecs"] and not loaded["zarr"] and not loaded["git"], loaded
+
+
+def test_values_that_are_not_arrays_never_load_numpy(tmp_path):
+    """numpy (50-70 ms to import) loads with the user's arrays: hits on a store of merged generations and
+    level-0 files of every size never load it for dicts, strings and numbers, nor does casmon on a miss (the
+    compressor library of a new value, numcodecs, imports it)."""
+    (tmp_path / "usermod.py").write_text(textwrap.dedent("""
+        import casmon
+
+        @casmon.cache(store="s")
+        def double(x):
+            return {"x": x, "twice": [x, x], "s": "v" * (x % 50)}
+    """))
+    made = _loaded_after("""
+        import usermod, casmon
+        for i in range(3000):
+            usermod.double(i)
+        casmon.open("s").flush()
+    """, tmp_path)
+    assert made["numcodecs"] or not made["numpy"], "casmon loaded numpy for plain values"  # zstd's library needs it
+    _loaded_after("""
+        import casmon
+        from casmon.caching.entries import KIND
+        t = casmon.open("s").table(KIND)
+        t.consolidate(min_l0=1, force=True)  # merges work with numpy: a merge may load it
+        assert t._active_gens
+    """, tmp_path)
+    made = _loaded_after("""
+        import usermod, casmon
+        for i in range(3000, 3400):  # a level-0 file above a block's size
+            usermod.double(i)
+        casmon.open("s").flush()
+        for i in range(3400, 3410):
+            usermod.double(i)
+        casmon.open("s").flush()
+    """, tmp_path)
+    assert made["numcodecs"] or not made["numpy"], "casmon loaded numpy for plain values"
+    loaded = _loaded_after("""
+        import usermod
+        for i in (0, 2999, 3000, 3399, 3405):
+            assert usermod.double(i) == {"x": i, "twice": [i, i], "s": "v" * (i % 50)}
+        assert usermod.double.cache_info().hits == 5
+    """, tmp_path)
+    assert not loaded["numpy"], "hits on plain values loaded numpy"

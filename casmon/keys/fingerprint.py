@@ -675,7 +675,7 @@ def _numpy_arrived() -> bool:
     """True the first time numpy is found imported: arrays join the dispatch table. Until then no value can be
     a numpy value, so fingerprints need not import it."""
     global np
-    if np is not None or "numpy" not in _sys_modules:
+    if np is not None or _sys_modules.get("numpy") is None:  # None: an import of numpy is blocked
         return False
     import numpy
 

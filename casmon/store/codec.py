@@ -32,7 +32,7 @@ from casmon.errors import DamagedObjectError
 
 if TYPE_CHECKING:
     import numpy as np
-    from typing_extensions import Buffer, TypeGuard  # collections.abc.Buffer from Python 3.12 on
+    from typing_extensions import Buffer, TypeIs  # collections.abc.Buffer from Python 3.12 on
 
 __all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "encode_frame_parts", "decode_frame", "decode_body",
            "worth_compressing", "FRAME_HEADER", "is_ndarray"]
@@ -400,7 +400,7 @@ def decode_body(frame: Frame, body: bytes | memoryview, key: str, out: Any = Non
     return raw
 
 
-def is_ndarray(x: object) -> TypeGuard[np.ndarray[Any, Any]]:
+def is_ndarray(x: object) -> TypeIs[np.ndarray[Any, Any]]:
     """Whether ``x`` is a numpy array, without importing numpy: where it is not imported, nothing is one."""
     np_ = sys.modules.get("numpy")
     return np_ is not None and isinstance(x, np_.ndarray)

@@ -32,13 +32,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
 
 if TYPE_CHECKING:
+    import numpy as np
     import numpy.typing as npt
 
 __all__ = ["MIN_GRACE", "VIEW_MAX", "RELY_MAX", "LATE_MAX", "PREFIX", "CondemnedList", "encode", "decode", "new_name"]
@@ -74,6 +73,7 @@ def configure(min_grace: float) -> None:
 PREFIX = "gc/condemned/"
 _MAGIC = b"CDL1"
 _U32 = struct.Struct("<I")
+_PAIR = struct.Struct("<II")
 _ZSTD = get_codec("zstd")
 
 
@@ -106,7 +106,7 @@ def encode(lst: CondemnedList) -> bytes:
             pairs.append((i, pack_ix[p]))
     head = json.dumps({"time": lst.time, "count": len(digests), "entries": len(pairs), "packs": packs}).encode()
     loose = bytes(1 if d in lst.loose else 0 for d in digests)
-    pair_bytes = np.array(pairs, dtype="<u4").reshape(-1, 2).tobytes()
+    pair_bytes = b"".join(_PAIR.pack(i, j) for i, j in pairs)
     payload = _MAGIC + _U32.pack(len(head)) + head + b"".join(digests) + loose + pair_bytes
     return encode_frame(payload, KIND_TABLE, _ZSTD)[1]
 
@@ -131,13 +131,13 @@ def decode(name: str, data: bytes | memoryview | npt.NDArray[np.uint8]) -> Conde
         p += 16 * n
         flags = bytes(mv[p : p + n])
         p += n
-        pairs = np.frombuffer(mv, dtype="<u4", count=2 * m, offset=p).reshape(-1, 2) if m else np.zeros((0, 2), "<u4")
-        if m and (int(pairs[:, 0].max()) >= n or int(pairs[:, 1].max()) >= len(packs)):
+        pairs = list(_PAIR.iter_unpack(mv[p : p + 8 * m]))
+        if m and (max(i for i, _ in pairs) >= n or max(j for _, j in pairs) >= len(packs)):
             raise ValueError("pack entry out of range")
     except (ValueError, KeyError, TypeError, struct.error) as e:
         raise DamagedObjectError(key, f"not a valid condemned list: {e}") from None
     loose = {d for d, f in zip(digests, flags) if f}
     packed: dict[Digest, set[str]] = {}
-    for i, j in pairs.tolist():
+    for i, j in pairs:
         packed.setdefault(digests[i], set()).add(str(packs[j]))
     return CondemnedList(name, t, digests, loose, packed)

@@ -58,7 +58,6 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
 
 from casmon.errors import DamagedObjectError
@@ -68,6 +67,8 @@ from casmon.store.codec import CODECS, FRAME_HEADER, read_header, worth_compress
 from casmon.store.objects import loose_key
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from casmon.store.manifest import PartRef
     from casmon.store.objects import ObjectStore
     from casmon.store.store import Store
@@ -113,6 +114,8 @@ def map_part(objects: ObjectStore, part: PartRef, copy_on_write: bool = False) -
     length, digest). ``copy_on_write``: a writable private map (see the module).
     """
     import mmap  # loaded by the first mapped read only
+
+    import numpy as np
 
     n = int(part["n"])
     chunks = part["c"]

@@ -32,13 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
 import xxhash
 
 from casmon import faultpoints
 from casmon.store import condemned
 from casmon.store.backend import Backend
-from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame, encode_frame_parts, read_header
+from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame, encode_frame_parts, is_ndarray, read_header
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.store.table import Table
@@ -46,6 +45,7 @@ from casmon.store.table import Table
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    import numpy as np
     import numpy.typing as npt
     from typing_extensions import TypeAlias
 
@@ -157,7 +157,7 @@ def _readinto_hashed(f: io.RawIOBase, mv: memoryview) -> tuple[int, bytes]:
 
 def _bytes_of(buf: Out) -> memoryview:
     """``buf`` as one flat view of bytes (numpy's type stubs give arrays the buffer protocol only from Python 3.12)."""
-    return (buf.data if isinstance(buf, np.ndarray) else memoryview(buf)).cast("B")
+    return (buf.data if is_ndarray(buf) else memoryview(buf)).cast("B")
 
 
 def _hash(mv: Raw) -> Digest:

@@ -9,9 +9,7 @@ so that module stays one job (values, records and refs on a backend).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.keys.digest import Digest
@@ -19,6 +17,8 @@ from casmon.store import mapped
 from casmon.store.objects import LOOSE_MIN
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from casmon.store.manifest import Manifest, PartRef
     from casmon.store.store import Store
 
@@ -27,7 +27,7 @@ __all__ = ["read_part", "read_parts", "check_chunk_sizes", "CHECK_BEFORE_ALLOCAT
 #: A value part this large, read from an untrusted store, has its chunks' sizes checked before it is allocated.
 CHECK_BEFORE_ALLOCATING = 64 << 20
 
-Buffer = np.ndarray[Any, np.dtype[np.uint8]]
+Buffer: TypeAlias = "np.ndarray[Any, np.dtype[np.uint8]]"
 
 
 def read_parts(store: Store, m: Manifest, mmap: bool = False) -> list[Buffer]:
@@ -53,6 +53,8 @@ def read_part(store: Store, part: PartRef) -> Buffer:
         raise DamagedObjectError("value part", f"{len(chunks)} chunks for {n} bytes of {cb}")
     if not store.trust and n >= CHECK_BEFORE_ALLOCATING:
         check_chunk_sizes(store, chunks, n, cb)  # a crafted manifest must not make us allocate a terabyte
+    import numpy as np  # only values with parts (arrays, large buffers) are read here: a pickled dict is not
+
     buf = np.empty(n, dtype=np.uint8)
     large: list[tuple[Digest, Buffer]] = []
     for i, d in enumerate(chunks):

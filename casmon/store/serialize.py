@@ -44,13 +44,15 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
-from typing import IO, Any, NoReturn, Protocol, runtime_checkable
-
-import numpy as np
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
 from casmon.store import libraries
+from casmon.store.codec import is_ndarray
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "Part",
@@ -125,6 +127,8 @@ class ArrayHandler:
     name = "numpy.ndarray"
 
     def encode(self, a: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        import numpy as np  # casmon never imports numpy itself: only the user's arrays reach here
+
         if type(a) is not np.ndarray or a.dtype.hasobject:
             return None
         if a.flags.c_contiguous:
@@ -138,6 +142,8 @@ class ArrayHandler:
         return meta, [a]
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> np.ndarray[Any, Any]:
+        import numpy as np
+
         dtype = dtype_from_meta(meta["dtype"])
         shape = tuple(meta["shape"])
         buf = buffers[0]
@@ -147,6 +153,8 @@ class ArrayHandler:
 
 
 def dtype_from_meta(descr: str) -> np.dtype[Any]:
+    import numpy as np
+
     return np.lib.format.descr_to_dtype(ast.literal_eval(descr))
 
 
@@ -155,6 +163,20 @@ _handlers: dict[type, Handler] = {}
 _PLAIN = frozenset({str, bytes, int, float, bool, tuple, list, dict, set, frozenset, type(None), complex, bytearray})
 _handlers_by_name: dict[str, Handler] = {}
 _lock = threading.Lock()
+#: ``numpy.ndarray`` once numpy is imported (by the user: casmon never imports it to save a value that is not an array).
+_NDARRAY: type | None = None
+
+
+def _see_numpy() -> None:
+    """Register the array handler for ``numpy.ndarray`` as soon as numpy is imported, as if at import."""
+    global _NDARRAY
+    np_ = sys.modules.get("numpy")
+    if np_ is None or _NDARRAY is not None:
+        return
+    with _lock:
+        if _NDARRAY is None:
+            _handlers.setdefault(np_.ndarray, _ARRAYS)
+            _NDARRAY = np_.ndarray
 
 
 def register_handler(typ: type, handler: Handler) -> None:
@@ -166,6 +188,7 @@ def register_handler(typ: type, handler: Handler) -> None:
     """
     if not isinstance(typ, type):
         raise TypeError(f"register_handler: expected a type, got {typ!r}")
+    _see_numpy()
     for attr in ("name", "encode", "decode"):
         if not hasattr(handler, attr):
             raise TypeError(f"register_handler: handler for {typ.__qualname__} has no {attr!r}")
@@ -177,6 +200,7 @@ def register_handler(typ: type, handler: Handler) -> None:
 
 def register_library_handler(typ: type, handler: Handler) -> None:
     """casmon's own handler for a library's type (:mod:`casmon.store.libraries`): one the user registered wins."""
+    _see_numpy()
     with _lock:
         if typ not in _handlers:
             _handlers[typ] = handler
@@ -192,6 +216,9 @@ def register_library_handler_name(handler: Handler) -> None:
 def handler_for(t: type) -> Handler | None:
     """The handler that saves values of exactly type ``t``, loading casmon's own for ML libraries on first use."""
     h = _handlers.get(t)
+    if h is None and _NDARRAY is None:
+        _see_numpy()
+        h = _handlers.get(t)
     if h is None and t not in _declined and libraries.ensure(t):
         h = _handlers.get(t)
     if h is None:
@@ -203,10 +230,17 @@ _declined: set[type] = set()
 
 
 def unregister_handler(typ: type) -> None:
+    _see_numpy()
     with _lock:
         h = _handlers.pop(typ, None)
         if h is not None and h not in _handlers.values():
             _handlers_by_name.pop(h.name, None)
+
+
+def _registered() -> dict[type, Handler]:
+    """The handlers by type, numpy's among them once numpy is imported."""
+    _see_numpy()
+    return _handlers
 
 
 class HandlerRegistry:
@@ -219,22 +253,22 @@ class HandlerRegistry:
         unregister_handler(typ)
 
     def __getitem__(self, typ: type) -> Handler:
-        return _handlers[typ]
+        return _registered()[typ]
 
     def __contains__(self, typ: object) -> bool:
-        return typ in _handlers
+        return typ in _registered()
 
     def __iter__(self) -> Iterator[type]:
-        return iter(dict(_handlers))
+        return iter(dict(_registered()))
 
     def __len__(self) -> int:
-        return len(_handlers)
+        return len(_registered())
 
     def __call__(self) -> dict[type, Handler]:
-        return dict(_handlers)
+        return dict(_registered())
 
     def __repr__(self) -> str:
-        lines = [f"    {t.__module__}.{t.__qualname__}: {h.name} ({type(h).__qualname__})" for t, h in _handlers.items()]
+        lines = [f"    {t.__module__}.{t.__qualname__}: {h.name} ({type(h).__qualname__})" for t, h in _registered().items()]
         return "HandlerRegistry{\n" + "\n".join(lines) + "\n}"
 
 
@@ -249,12 +283,15 @@ def handler_named(name: str) -> Handler:
         raise LookupError(f"no handler named {name!r} is registered; register it before loading this value") from None
 
 
-register_handler(np.ndarray, ArrayHandler())
+_ARRAYS = ArrayHandler()
+_handlers_by_name[_ARRAYS.name] = _ARRAYS  # loads the array form; registered by type by _see_numpy
 
 
 def as_part(buf: Any, numeric: bool, row_bytes: int = 1, typesize: int | None = None) -> Part:
     """``buf`` (an array, bytes, or any buffer) as one flat :class:`Part` of bytes, without a copy where it can."""
-    if isinstance(buf, np.ndarray):
+    if is_ndarray(buf):
+        import numpy as np
+
         ts = buf.dtype.itemsize if buf.dtype.itemsize in (1, 2, 4, 8, 16) else 1
         flat = buf.reshape(-1, order="A").view(np.uint8) if buf.size else np.empty(0, np.uint8)
         return Part(flat.data, row_bytes=max(1, row_bytes), typesize=ts, numeric=numeric)
@@ -298,11 +335,15 @@ class _Pickler(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> int | None:
         t = type(obj)
-        if t is np.ndarray:
+        if t in _PLAIN:
+            return None
+        if _NDARRAY is None:
+            _see_numpy()
+        if t is _NDARRAY:
             # A strided array would be copied into the stream: it is stored as an array of its own.
             if obj.flags.c_contiguous or obj.flags.f_contiguous or obj.nbytes < OOB_MIN or obj.dtype.hasobject:
                 return None
-        elif obj is self._root or t in _PLAIN or handler_for(t) is None:
+        elif obj is self._root or handler_for(t) is None:
             return None
         known = self._child_ids.get(id(obj))
         if known is not None:

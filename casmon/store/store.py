@@ -41,8 +41,6 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-import numpy as np
-
 from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError
@@ -60,6 +58,7 @@ from casmon.store.table import LateWrite, Table, writer_id
 if TYPE_CHECKING:
     import logging
 
+    import numpy as np
     import zarr
 
 __all__ = ["Store", "open", "default_store", "default_store_if_open", "FORMAT_VERSION", "Ref", "Manifest",

@@ -213,6 +213,39 @@ def test_handler_registry(local_store):
     assert np.ndarray in casmon.store.serialize.handlers()
 
 
+def test_numpy_imported_after_casmon_still_stores_arrays_as_arrays_and_a_users_handler_wins(tmp_path):
+    """casmon registers its array handler when it first sees numpy imported, not when it is imported."""
+    from tests.support.processes import run_code
+
+    r = run_code(f"""
+        import sys
+        import casmon
+        s = casmon.open({str(tmp_path / "s")!r})
+        assert s.get(s.put({{"a": 1}})) == {{"a": 1}} and "numpy" not in sys.modules
+        import numpy as np
+        a = np.arange(300_000, dtype="<i4").reshape(1000, 300)[:, ::2]  # strided: stored as an array, not pickled
+        d = s.put({{"x": a}})
+        m = s.manifest(s.manifest(d).children[0])
+        assert m.tag == "array", m.tag
+        assert np.array_equal(s.get(d)["x"], a)
+        assert np.ndarray in casmon.handlers
+
+        class Mine:
+            name = "mine.arrays"
+            def encode(self, v):
+                return {{"n": len(v)}}, [v.tobytes()]
+            def decode(self, meta, bufs):
+                return ("mine", meta["n"])
+        casmon.register_handler(np.ndarray, Mine())
+        assert s.get(s.put(np.arange(5))) == ("mine", 5)
+        casmon.unregister_handler(np.ndarray)
+        d = s.put(np.arange(7))
+        assert s.manifest(d).tag == "pickle" and list(s.get(d)) == list(range(7))
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned > pwned.txt",))

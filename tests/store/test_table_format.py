@@ -7,6 +7,7 @@ import json
 import os
 import random
 import struct
+import sys
 import warnings
 from pathlib import Path
 
@@ -208,8 +209,14 @@ def test_a_damaged_pack_copy_of_a_small_result_is_not_used_its_inline_copy_is(tm
     assert calls == [1]
 
 
-@pytest.mark.parametrize("n", [10, 300])  # a block (checked with Python lists) and a larger file (numpy)
-def test_a_crafted_table_file_is_refused(n):
+def _without_numpy(mp: pytest.MonkeyPatch) -> None:
+    """As in a process that never imported numpy: casmon's readers must not need it (an import fails)."""
+    mp.setitem(sys.modules, "numpy", None)
+
+
+@pytest.mark.parametrize("numpy_imported", [True, False])
+@pytest.mark.parametrize("n", [10, 300])  # a block (checked with Python lists) and a larger file (numpy, if imported)
+def test_a_crafted_table_file_is_refused(n, numpy_imported, monkeypatch):
     import numpy as np
 
     from casmon.store.table import TableFile, encode_table_file
@@ -223,9 +230,64 @@ def test_a_crafted_table_file_is_refused(n):
     offs = np.frombuffer(good[off : off + 8 * (n + 1)], "<u8").copy()
     offs[3], offs[4] = offs[4], offs[3]
     backwards = good[:off] + offs.tobytes() + good[off + 8 * (n + 1) :]
-    for bad, why in [(bytes(swapped), "not sorted"), (backwards, "offsets"), (good[:-1], "offsets")]:
+    if not numpy_imported:
+        _without_numpy(monkeypatch)
+    tf = TableFile("x", good)
+    assert list(tf.items()) == sorted(ents) and all(tf.find(k) == [v] for k, v in ents)
+    assert tf.find(b"\xff" * 16) == [] and tf.find(ents[0][0][:15] + b"\1") == []
+    for bad, why in [(bytes(swapped), "not sorted"), (backwards, "offsets"), (good[:-1], "too few|offsets")]:
         with pytest.raises(DamagedObjectError, match=why):
             TableFile("x", bad)
+
+
+def test_a_reader_without_numpy_finds_what_one_with_numpy_finds(tmp_path, monkeypatch):
+    """Generations (block directory, bloom filter) and level-0 files of every size, parsed by Python alone where
+    numpy is not imported: the same answers, the same block directory, and numpy still not imported after."""
+    b = open_backend(tmp_path / "s")
+    t = Table(b, "records/x/", "w")
+    ks = random_keys(12_000, seed=5)
+    for i, k in enumerate(ks[:9000]):
+        t.add(k, b"g%d" % i)
+    t.flush()
+    t.consolidate(force=True)
+    for i, k in enumerate(ks[9000:11_000]):  # one level-0 file of 2,000 entries
+        t.add(k, b"l%d" % i)
+    t.write_l0(t.take_pending())
+    for i, k in enumerate(ks[11_000:11_100]):  # and a small one
+        t.add(k, b"s%d" % i)
+    t.write_l0(t.take_pending())
+    probe = ks[:11_100:97] + random_keys(50, seed=6) + [k[:15] + bytes([k[15] ^ 1]) for k in ks[:20]]
+    with_np = Table(b, "records/x/", "r1")
+    want = [with_np.lookup(k, refresh_on_miss=False) for k in probe]
+    (g_np,) = with_np._active_gens
+    assert g_np.v == 2 and with_np.l0_count == 2 and sum(map(len, want)) == len(ks[:11_100:97])
+    with monkeypatch.context() as mp:
+        _without_numpy(mp)
+        alone = Table(open_backend(tmp_path / "s"), "records/x/", "r2")
+        got = [alone.lookup(k, refresh_on_miss=False) for k in probe]
+        (g,) = alone._active_gens
+        assert sys.modules["numpy"] is None  # nothing imported it meanwhile (an import would have raised)
+    assert got == want
+    assert list(g.starts) == list(g_np.starts) and list(g.lens) == list(g_np.lens) and g.bloom == g_np.bloom
+
+
+@pytest.mark.parametrize("nb", [1, 4, 16])
+def test_a_block_directory_parses_alike_with_and_without_numpy(nb, monkeypatch):
+    """Each bucket file's blocks start where the one before ends, counted anew in every file."""
+    from casmon.store.table.format import _encode_v2, parse_generation
+
+    ents = sorted((k, b"v%d" % i) for i, k in enumerate(random_keys(3000, seed=nb)))
+    files, binary, fields = _encode_v2(ents, nb)
+    raw = json.dumps({"count": len(ents), "nbuckets": nb, "covers": [], **fields}).encode() + b"\0" + binary
+    g_np = parse_generation("g", "gens/g", raw)
+    with monkeypatch.context() as mp:
+        _without_numpy(mp)
+        g = parse_generation("g", "gens/g", raw)
+    assert list(g.starts) == list(g_np.starts) and list(g.lens) == list(g_np.lens)
+    per = g.blocks // nb
+    for f in range(nb):  # the directory says where each block of a file is: together they are the file
+        spans = [(g.starts[b], g.lens[b]) for b in range(f * per, (f + 1) * per) if g.lens[b]]
+        assert sum(n for _, n in spans) == len(files[f]) and all(a + n == c for (a, n), (c, _) in zip(spans, spans[1:]))
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,17 +14,19 @@ import bisect
 import json
 import re
 import struct
+import sys
 from collections.abc import Iterator, Sequence
+from array import array
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
-import numpy as np
-
 from casmon.errors import DamagedObjectError
-from casmon.store.codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, read_header
+from casmon.store.codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray, read_header
 from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
 
 if TYPE_CHECKING:
+    import numpy as np
     import numpy.typing as npt
 
 #: Bytes as the store hands them over: read from a backend (a uint8 array) or decoded from a frame.
@@ -62,7 +64,7 @@ _RAW = get_codec("none")
 
 def byte_view(data: Payload) -> memoryview:
     """``data`` as a flat memoryview of bytes, without a copy."""
-    mv = data.data if isinstance(data, np.ndarray) else memoryview(data)
+    mv = data.data if is_ndarray(data) else memoryview(data)
     return mv if isinstance(data, bytes) else mv.cast("B")
 
 
@@ -72,19 +74,24 @@ def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
     n = len(entries)
     keys = b"".join(k for k, _ in entries)
     vals = [v for _, v in entries]
-    offs = np.zeros(n + 1, dtype="<u8")
-    if n:
-        np.cumsum([len(v) for v in vals], out=offs[1:])
-    return _COUNT.pack(_MAGIC, n) + keys + offs.tobytes() + b"".join(vals)
+    offs = struct.pack(f"<{n + 1}Q", 0, *accumulate(len(v) for v in vals))
+    return _COUNT.pack(_MAGIC, n) + keys + offs + b"".join(vals)
 
 
 class TableFile:
-    """One parsed table file: sorted keys, and the values behind them."""
+    """One parsed table file: sorted keys, and the values behind them.
 
-    __slots__ = ("name", "keys", "offs", "vals", "_klist", "_olist", "_finds")
-    keys: npt.NDArray[np.bytes_]
-    offs: npt.NDArray[np.uint64]
+    Searched through Python lists (a block, or any file where numpy is not
+    imported: casmon does not import it to read), or through numpy arrays (a
+    large level-0 file in a process that has numpy), which cost less to make
+    than lists there and a search's few microseconds more.
+    """
+
+    __slots__ = ("name", "n", "_kraw", "_oraw", "vals", "_keys", "_offs", "_klist", "_olist", "_finds")
+    n: int
     vals: memoryview
+    _keys: npt.NDArray[np.bytes_] | None
+    _offs: npt.NDArray[np.uint64] | None
     _klist: list[bytes] | None
     _olist: list[int] | None
     _finds: int
@@ -97,36 +104,59 @@ class TableFile:
             if magic != _MAGIC:
                 raise ValueError("bad magic")
             p = _COUNT.size
-            self.keys = np.frombuffer(mv, dtype="S16", count=n, offset=p)
-            p += 16 * n
-            self.offs = np.frombuffer(mv, dtype="<u8", count=n + 1, offset=p)
-            p += 8 * (n + 1)
-            self.vals = mv[p:]
+            if len(mv) < p + 16 * n + 8 * (n + 1):
+                raise ValueError(f"{len(mv)} bytes are too few for {n} entries")
+            self.n = n
+            self._kraw, self._oraw = mv[p : p + 16 * n], mv[p + 16 * n : p + 24 * n + 8]
+            self.vals = mv[p + 24 * n + 8 :]
+            self._keys = self._offs = None
             self._klist = self._olist = None
             self._finds = 0
-            if n <= 256:  # a block: plain Python lists, quicker than numpy's per-call cost (searched by bisect)
-                offs = self.offs.tolist()
+            np_ = sys.modules.get("numpy")
+            if n <= 256 or np_ is None:  # plain Python lists, searched by bisect
+                offs = list(struct.unpack_from(f"<{n + 1}Q", self._oraw))
                 if n and (offs[-1] != len(self.vals) or offs != sorted(offs)):  # sorted(): one C pass if in order
                     raise ValueError("offsets do not match the values")
-                ks = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
+                kb = bytes(self._kraw)
+                ks = [kb[i : i + 16].rstrip(b"\0") for i in range(0, 16 * n, 16)]  # as numpy's tolist() gives them
                 if ks != sorted(ks):
                     raise ValueError("keys are not sorted")
                 self._klist, self._olist = ks, offs
             else:
-                if int(self.offs[-1]) != len(self.vals) or np.any(np.diff(self.offs.astype(np.int64)) < 0):
+                keys, offs_a = self.keys, self.offs
+                if int(offs_a[-1]) != len(self.vals) or np_.any(np_.diff(offs_a.astype(np_.int64)) < 0):
                     raise ValueError("offsets do not match the values")
-                if np.any(self.keys[1:] < self.keys[:-1]):
+                if np_.any(keys[1:] < keys[:-1]):
                     raise ValueError("keys are not sorted")
         except (ValueError, struct.error) as e:
             raise DamagedObjectError(name, f"not a valid table file: {e}") from None
 
+    @property
+    def keys(self) -> npt.NDArray[np.bytes_]:
+        """The keys as a numpy ``S16`` array (merges; numpy is imported here if it was not)."""
+        if self._keys is None:
+            import numpy as np
+
+            self._keys = np.frombuffer(self._kraw, dtype="S16")
+        return self._keys
+
+    @property
+    def offs(self) -> npt.NDArray[np.uint64]:
+        """The value offsets as a numpy array (``n + 1`` of them)."""
+        if self._offs is None:
+            import numpy as np
+
+            self._offs = np.frombuffer(self._oraw, dtype="<u8")
+        return self._offs
+
     def __len__(self) -> int:
-        return len(self.keys)
+        return self.n
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        offs = self.offs.tolist()
+        offs = self._olist if self._olist is not None else self.offs.tolist()
+        keys = self._klist if self._klist is not None else self.keys.tolist()
         vals = self.vals
-        for i, k in enumerate(self.keys.tolist()):
+        for i, k in enumerate(keys):
             yield k.ljust(16, b"\0"), bytes(vals[offs[i] : offs[i + 1]])
 
     def find(self, key: bytes) -> list[bytes]:
@@ -137,19 +167,22 @@ class TableFile:
         level-0 file once. (Not a dict: one tracked list per key for the garbage collector to walk.)"""
         kl = self._klist
         if kl is None:
-            n = len(self.keys)
+            n = self.n
             if not n:
                 return []
             self._finds += 1
+            keys = self.keys
             if self._finds <= 2 + n // 128:
+                import numpy as np  # this file was parsed into arrays: numpy is imported
+
                 want = np.array(key, dtype="S16")
-                lo = int(np.searchsorted(self.keys, want, side="left"))
-                if lo >= n or self.keys[lo] != want:
+                lo = int(np.searchsorted(keys, want, side="left"))
+                if lo >= n or keys[lo] != want:
                     return []
-                hi = int(np.searchsorted(self.keys, want, side="right"))
+                hi = int(np.searchsorted(keys, want, side="right"))
                 offs = self.offs
                 return [bytes(self.vals[int(offs[i]) : int(offs[i + 1])]) for i in range(lo, hi)]
-            kl = self.keys.tolist()  # trailing zero bytes dropped, as numpy compares them
+            kl = keys.tolist()  # trailing zero bytes dropped, as numpy compares them
             self._olist = self.offs.tolist()
             self._klist = kl
         k = key.rstrip(b"\0")
@@ -316,14 +349,25 @@ def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
         raise ValueError("bad bloom filter size")
     if len(binary) != 4 * blocks + nbits // 8:
         raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
-    lens = np.frombuffer(binary, dtype="<u4", count=blocks).astype(np.int64)
-    per_file = lens.reshape(g.nbuckets, blocks // g.nbuckets)
     g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
     # Arrays, not lists: a lookup reads one entry of each, and a fresh process would spend
     # milliseconds making millions of Python ints it never reads.
     # Memoryviews of int64 arrays: indexing one gives a Python int without a numpy scalar in between.
-    g.starts = np.ascontiguousarray((np.cumsum(per_file, axis=1) - per_file).ravel(), dtype=np.int64).data
-    g.lens = np.ascontiguousarray(lens, dtype=np.int64).data
+    np_ = sys.modules.get("numpy")
+    if np_ is not None:  # where the user has numpy: a tenth of the time at millions of blocks
+        lens = np_.frombuffer(binary, dtype="<u4", count=blocks).astype(np_.int64)
+        per_file = lens.reshape(g.nbuckets, blocks // g.nbuckets)
+        g.starts = np_.ascontiguousarray((np_.cumsum(per_file, axis=1) - per_file).ravel(), dtype=np_.int64).data
+        g.lens = np_.ascontiguousarray(lens, dtype=np_.int64).data
+    else:  # casmon does not import numpy to read
+        lens_u = array("I", bytes(binary[: 4 * blocks]))
+        if sys.byteorder == "big":
+            lens_u.byteswap()
+        per = blocks // g.nbuckets
+        starts = array("q")
+        for f in range(g.nbuckets):  # each bucket file's blocks start where the one before ends
+            starts.extend(accumulate(lens_u[f * per : (f + 1) * per - 1], initial=0))
+        g.starts, g.lens = memoryview(starts), memoryview(array("q", lens_u))
     g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
 
 
@@ -334,6 +378,8 @@ def _hashes(key: bytes) -> tuple[int, int]:
 
 def _bloom(keys: npt.NDArray[np.uint8], nbits: int, k: int) -> bytes:
     """The bloom filter of ``keys`` (an ``(n, 16)`` uint8 array), probes as in :meth:`Generation.may_hold`."""
+    import numpy as np  # merges and writes of generations: the reading side does without
+
     h1 = np.ascontiguousarray(keys[:, 8:16]).view("<u8").ravel()
     h2 = np.ascontiguousarray(keys[:, 4:8]).view("<u4").ravel().astype(np.uint64) | np.uint64(1)
     bits = np.zeros(nbits, dtype=bool)
@@ -393,6 +439,8 @@ class Columns:
     @classmethod
     def of_tables(cls, tables: list[TableFile]) -> Columns:
         """The entries of ``tables``, one table after the other, in their order (nothing dropped)."""
+        import numpy as np
+
         bufs = [tf.vals for tf in tables if len(tf)]
         tables = [tf for tf in tables if len(tf)]
         if not tables:
@@ -406,6 +454,8 @@ class Columns:
 
     @classmethod
     def of_entries(cls, entries: list[tuple[bytes, bytes]]) -> Columns:
+        import numpy as np
+
         lens = np.fromiter((len(v) for _, v in entries), dtype=np.int64, count=len(entries))
         starts = np.zeros(len(entries), np.int64)
         if len(entries) > 1:
@@ -424,6 +474,8 @@ class Columns:
     def sorted_unique(self) -> Columns:
         """Sorted by key (stable), and each (key, value) pair once, where it first appears: what
         ``dict.fromkeys`` then a stable sort make of the same entries as tuples."""
+        import numpy as np
+
         order = np.argsort(self.keys, kind="stable")
         out = self.take(order)
         same = np.flatnonzero(out.keys[1:] == out.keys[:-1]) + 1  # rows whose key is the previous row's
@@ -448,6 +500,8 @@ class Columns:
 
     def table_file(self, lo: int, hi: int) -> bytes:
         """The payload of a table file of rows ``lo:hi`` (sorted already), as :func:`encode_table_file` makes it."""
+        import numpy as np
+
         n = hi - lo
         offs = np.zeros(n + 1, dtype="<u8")
         lens = self.lens[lo:hi]
@@ -464,6 +518,8 @@ def _encode_v2(entries: list[tuple[bytes, bytes]] | Columns, nb: int) -> tuple[l
     :data:`BLOCK_ENTRIES` (each one frame, checked on its own, so a lookup reads
     and checks one block); ``nb`` bucket files hold the blocks in order.
     """
+    import numpy as np
+
     cols = entries if isinstance(entries, Columns) else Columns.of_entries(entries)
     n = len(cols)
     blocks = nb

@@ -18,8 +18,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
-import numpy as np
-
 from casmon import faultpoints
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store import condemned
@@ -804,6 +802,8 @@ class Table:
         entries = Columns.of_tables(tables).sorted_unique()  # each (key, value) once
         del tables
         if keep is not None:
+            import numpy as np  # merges use numpy (Columns); lookups do not
+
             kept = [i for i, (k, v) in enumerate(entries.entries()) if keep(k, v)]
             entries = entries.take(np.array(kept, dtype=np.int64))
         contains = ranges_union(*(g.contains for g in gens), ranges_of_names(l0))
