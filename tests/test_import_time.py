@@ -167,9 +167,9 @@ def test_a_cache_hit_in_a_fresh_process_needs_no_compressor_library(tmp_path):
 
 
 def test_values_that_are_not_arrays_never_load_numpy(tmp_path):
-    """numpy (50-70 ms to import) loads with the user's arrays: hits on a store of merged generations and
-    level-0 files of every size never load it for dicts, strings and numbers, nor does casmon on a miss (the
-    compressor library of a new value, numcodecs, imports it)."""
+    """numpy (50-70 ms to import) loads with the user's arrays: hits on small plain values (stored uncompressed)
+    in a store of merged generations and level-0 files above and below a block's size never load it, nor does
+    casmon on a miss (numcodecs, which compresses and decodes larger values, imports it)."""
     (tmp_path / "usermod.py").write_text(textwrap.dedent("""
         import casmon
 

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import xxhash
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer, TypeIs  # collections.abc.Buffer from Python 3.12 on
 
 __all__ = ["Codec", "CODECS", "get_codec", "Frame", "encode_frame", "encode_frame_parts", "decode_frame", "decode_body",
-           "worth_compressing", "FRAME_HEADER", "is_ndarray"]
+           "worth_compressing", "FRAME_HEADER", "is_ndarray", "loaded_numpy"]
 
 #: What a frame is read into: the backends return bytes or numpy byte arrays, packs are sliced as memoryviews.
 FrameData: TypeAlias = "bytes | bytearray | memoryview | np.ndarray[Any, np.dtype[Any]]"
@@ -401,9 +402,20 @@ def decode_body(frame: Frame, body: bytes | memoryview, key: str, out: Any = Non
 
 
 def is_ndarray(x: object) -> TypeIs[np.ndarray[Any, Any]]:
-    """Whether ``x`` is a numpy array, without importing numpy: where it is not imported, nothing is one."""
-    np_ = sys.modules.get("numpy")
-    return np_ is not None and isinstance(x, np_.ndarray)
+    """Whether ``x`` is a numpy array, without importing numpy: where it is not imported (or another thread is
+    still importing it and ``ndarray`` is not defined yet), nothing is one."""
+    nd = getattr(sys.modules.get("numpy"), "ndarray", None)
+    return nd is not None and isinstance(x, nd)
+
+
+def loaded_numpy() -> ModuleType | None:
+    """numpy if this process imported it, else None (casmon never imports it for a value that is not an array).
+    The import statement waits while another thread is still importing it: never a half-made module."""
+    if sys.modules.get("numpy") is None:
+        return None
+    import numpy
+
+    return numpy
 
 
 def typesize_of(buf: object) -> int:

@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
 from casmon.store import libraries
-from casmon.store.codec import is_ndarray
+from casmon.store.codec import is_ndarray, loaded_numpy
 
 if TYPE_CHECKING:
     import numpy as np
@@ -170,8 +170,10 @@ _NDARRAY: type | None = None
 def _see_numpy() -> None:
     """Register the array handler for ``numpy.ndarray`` as soon as numpy is imported, as if at import."""
     global _NDARRAY
-    np_ = sys.modules.get("numpy")
-    if np_ is None or _NDARRAY is not None:
+    if _NDARRAY is not None:
+        return
+    np_ = loaded_numpy()
+    if np_ is None:
         return
     with _lock:
         if _NDARRAY is None:

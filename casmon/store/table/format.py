@@ -22,7 +22,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from casmon.errors import DamagedObjectError
-from casmon.store.codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray, read_header
+from casmon.store.codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray, loaded_numpy, read_header
 from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: Bytes as the store hands them over: read from a backend (a uint8 array) or decoded from a frame.
 Payload: TypeAlias = Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"]
 
-__all__ = ["BLOCK_ENTRIES", "BUCKET_ENTRIES", "FILE_ENTRIES", "MAX_BUCKETS", "NAME_RE", "BUCKET_RE", "Columns",
+__all__ = ["BlockStarts", "BLOCK_ENTRIES", "BUCKET_ENTRIES", "FILE_ENTRIES", "MAX_BUCKETS", "NAME_RE", "BUCKET_RE", "Columns",
            "Generation", "TableFile", "encode_table_file", "gen_time", "parse_generation", "split_bucket"]
 
 _MAGIC = b"CTB1"
@@ -112,8 +112,8 @@ class TableFile:
             self._keys = self._offs = None
             self._klist = self._olist = None
             self._finds = 0
-            np_ = sys.modules.get("numpy")
-            if n <= 256 or np_ is None:  # plain Python lists, searched by bisect
+            np_ = loaded_numpy() if n > 256 else None
+            if np_ is None:  # plain Python lists, searched by bisect
                 offs = list(struct.unpack_from(f"<{n + 1}Q", self._oraw))
                 if n and (offs[-1] != len(self.vals) or offs != sorted(offs)):  # sorted(): one C pass if in order
                     raise ValueError("offsets do not match the values")
@@ -124,7 +124,7 @@ class TableFile:
                 self._klist, self._olist = ks, offs
             else:
                 keys, offs_a = self.keys, self.offs
-                if int(offs_a[-1]) != len(self.vals) or np_.any(np_.diff(offs_a.astype(np_.int64)) < 0):
+                if int(offs_a[-1]) != len(self.vals) or np_.any(offs_a[1:] < offs_a[:-1]):  # unsigned: no wrap-around
                     raise ValueError("offsets do not match the values")
                 if np_.any(keys[1:] < keys[:-1]):
                     raise ValueError("keys are not sorted")
@@ -254,6 +254,31 @@ class _Block:
         return out
 
 
+class BlockStarts:
+    """Where each block of a format-2 generation starts in its bucket file, worked out for a file when a
+    lookup first reads one of its blocks: a fresh process's first hit touches one file of each generation,
+    and at ten million entries adding up every file's block lengths would cost it milliseconds."""
+
+    __slots__ = ("_lens", "_per", "_files")
+
+    def __init__(self, lens: array[int], per: int) -> None:
+        self._lens, self._per = lens, per  # blocks per bucket file (a power of two)
+        self._files: dict[int, array[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._lens)
+
+    def __getitem__(self, b: int) -> int:
+        per = self._per
+        f, i = divmod(b, per)
+        s = self._files.get(f)
+        if s is None:
+            if not 0 <= b < len(self._lens):
+                raise IndexError(b)
+            s = self._files[f] = array("q", accumulate(self._lens[f * per : (f + 1) * per - 1], initial=0))
+        return s[i]
+
+
 @dataclass
 class Generation:
     id: str
@@ -268,7 +293,7 @@ class Generation:
     v: int = 1
     blocks: int = 0
     shift: int = 0
-    starts: Sequence[int] = field(default_factory=list, repr=False, compare=False)
+    starts: BlockStarts | Sequence[int] = field(default_factory=list, repr=False, compare=False)
     lens: Sequence[int] = field(default_factory=list, repr=False, compare=False)
     bloom: bytes | memoryview = field(default=b"", repr=False, compare=False)
     nbits: int = 0
@@ -350,24 +375,10 @@ def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
     if len(binary) != 4 * blocks + nbits // 8:
         raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
     g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
-    # Arrays, not lists: a lookup reads one entry of each, and a fresh process would spend
-    # milliseconds making millions of Python ints it never reads.
-    # Memoryviews of int64 arrays: indexing one gives a Python int without a numpy scalar in between.
-    np_ = sys.modules.get("numpy")
-    if np_ is not None:  # where the user has numpy: a tenth of the time at millions of blocks
-        lens = np_.frombuffer(binary, dtype="<u4", count=blocks).astype(np_.int64)
-        per_file = lens.reshape(g.nbuckets, blocks // g.nbuckets)
-        g.starts = np_.ascontiguousarray((np_.cumsum(per_file, axis=1) - per_file).ravel(), dtype=np_.int64).data
-        g.lens = np_.ascontiguousarray(lens, dtype=np_.int64).data
-    else:  # casmon does not import numpy to read
-        lens_u = array("I", bytes(binary[: 4 * blocks]))
-        if sys.byteorder == "big":
-            lens_u.byteswap()
-        per = blocks // g.nbuckets
-        starts = array("q")
-        for f in range(g.nbuckets):  # each bucket file's blocks start where the one before ends
-            starts.extend(accumulate(lens_u[f * per : (f + 1) * per - 1], initial=0))
-        g.starts, g.lens = memoryview(starts), memoryview(array("q", lens_u))
+    lens = array("I", bytes(binary[: 4 * blocks]))  # an array, not a list: no million Python ints a fresh process never reads
+    if sys.byteorder == "big":
+        lens.byteswap()
+    g.lens, g.starts = lens, BlockStarts(lens, blocks // g.nbuckets)
     g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
 
 
