@@ -58,7 +58,6 @@ from functools import lru_cache
 from collections.abc import Callable
 from typing import Any
 
-from xxhash import xxh3_128 as _xxh3_128
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
@@ -936,10 +935,7 @@ class VersionedFingerprinter(Fingerprinter):
     __slots__ = ("trackers",)
 
     def __init__(self) -> None:
-        self.h = _xxh3_128()
-        self.out = bytearray()
-        self.stack = {}
-        self.fed = 0
+        super().__init__()
         self.trackers: list[VersionTracker] = []
 
     def child(self) -> "VersionedFingerprinter":

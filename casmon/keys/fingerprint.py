@@ -56,6 +56,7 @@ else:
 
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
+from casmon.keys.segments import RUN_MIN, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
@@ -143,13 +144,14 @@ class _Fingerprinter:
     # type -> hasher or None, resolved through the MRO once per type
     _user_cache: dict[type, Callable[[Any], Any] | None] = {}
 
-    __slots__ = ("h", "out", "stack", "fed")
+    __slots__ = ("h", "out", "stack", "fed", "run")
 
     def __init__(self) -> None:
         self.h = xxhash.xxh3_128()
         self.out = bytearray()
         self.stack: dict[int, int] = {}  # id of containers being walked -> depth
         self.fed = 0  # bytes passed to the hasher so far (plus len(out): the encoding's length)
+        self.run: SegmentedRun | None = None  # a large run's segments being hashed (casmon.keys.segments)
 
     def child(self) -> "_Fingerprinter":
         """A fingerprinter of the same kind sharing this one's walk (for order-free parts)."""
@@ -164,8 +166,25 @@ class _Fingerprinter:
             self.out.clear()
         return Digest.from_raw(self.h.digest())
 
+    def begin_run(self, total: int) -> None:
+        """The next ``total`` bytes given to :meth:`buffer` are one run: from :data:`RUN_MIN` bytes on, it is
+        hashed in segments on every core, and its segments' digests stand for it (see ``casmon.keys.segments``)."""
+        if total >= RUN_MIN:
+            self.run = SegmentedRun(total)
+
+    def end_run(self) -> None:
+        run = self.run
+        if run is not None:
+            self.run = None
+            self.out += run.end()
+
     def buffer(self, mv: Any) -> None:
         """Hash a large contiguous buffer without copying it."""
+        run = self.run
+        if run is not None:
+            self.fed += memoryview(mv).nbytes
+            run.feed(mv)
+            return
         if self.out:
             self.fed += len(self.out)
             self.h.update(self.out)
@@ -297,7 +316,9 @@ class _Fingerprinter:
         n = len(v) if not isinstance(v, memoryview) else v.nbytes
         self.out += tag + _pack_Q(n)
         if n > _INLINE_LIMIT:
+            self.begin_run(n)
             self.buffer(v)
+            self.end_run()
         else:
             self.out += v
 
@@ -395,7 +416,9 @@ class _Fingerprinter:
         if a.flags.c_contiguous:
             flat = a.reshape(-1).view(np.uint8)
             if flat.nbytes > _INLINE_LIMIT:
+                self.begin_run(flat.nbytes)
                 self.buffer(flat)
+                self.end_run()
             else:
                 self.out += flat.data
             return
@@ -403,14 +426,16 @@ class _Fingerprinter:
         if a.ndim == 0:
             self.out += a.tobytes()
             return
+        self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
         if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT:
             self._transposed(a)
-            return
-        row = a[0].nbytes or 1
-        step = max(1, _BLOCK_BYTES // row)
-        for start in range(0, a.shape[0], step):
-            block = np.ascontiguousarray(a[start : start + step])
-            self.buffer(block.reshape(-1).view(np.uint8))
+        else:
+            row = a[0].nbytes or 1
+            step = max(1, _BLOCK_BYTES // row)
+            for start in range(0, a.shape[0], step):
+                block = np.ascontiguousarray(a[start : start + step])
+                self.buffer(block.reshape(-1).view(np.uint8))
+        self.end_run()
 
     def _transposed(self, a: np.ndarray) -> None:
         """A Fortran-ordered matrix's C-order bytes, copied in tiles a few cache lines wide: a whole
@@ -591,16 +616,21 @@ class _Fingerprinter:
     def picklebuffer(self, pb: pickle.PickleBuffer) -> None:
         raw = pb.raw()
         self.out += b"o" + _pack_Q(raw.nbytes)
+        self.begin_run(raw.nbytes)
         self.buffer(raw)
+        self.end_run()
 
     def concat(self, c: Concat) -> None:
-        self.out += b"C" + _pack_Q(sum(p.nbytes for p in c.pieces))
+        total = sum(p.nbytes for p in c.pieces)
+        self.out += b"C" + _pack_Q(total)
+        self.begin_run(total)
         for p in c.pieces:
             flat = p.reshape(-1).view(np.uint8) if p.flags.c_contiguous else np.ascontiguousarray(p).reshape(-1).view(np.uint8)
-            if flat.nbytes > _INLINE_LIMIT:
+            if flat.nbytes > _INLINE_LIMIT or self.run is not None:
                 self.buffer(flat)
             else:
                 self.out += flat.data
+        self.end_run()
 
 
 def _global_name(obj: Any) -> bytes:
