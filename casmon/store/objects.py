@@ -37,7 +37,8 @@ import xxhash
 from casmon import faultpoints
 from casmon.store import condemned
 from casmon.store.backend import Backend
-from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame, encode_frame_parts, is_ndarray, read_header
+from casmon.store.codec import (FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame,
+                               encode_frame_parts, is_ndarray, read_header)
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.store.table import Table

@@ -22,7 +22,8 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from casmon.errors import DamagedObjectError
-from casmon.store.codec import FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray, loaded_numpy, read_header
+from casmon.store.codec import (FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray,
+                                loaded_numpy, read_header)
 from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 #: Bytes as the store hands them over: read from a backend (a uint8 array) or decoded from a frame.
 Payload: TypeAlias = Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"]
 
-__all__ = ["BlockStarts", "BLOCK_ENTRIES", "BUCKET_ENTRIES", "FILE_ENTRIES", "MAX_BUCKETS", "NAME_RE", "BUCKET_RE", "Columns",
-           "Generation", "TableFile", "encode_table_file", "gen_time", "parse_generation", "split_bucket"]
+__all__ = ["BlockStarts", "BLOCK_ENTRIES", "BUCKET_ENTRIES", "FILE_ENTRIES", "MAX_BUCKETS", "NAME_RE", "BUCKET_RE",
+           "Columns", "Generation", "TableFile", "encode_table_file", "gen_time", "parse_generation", "split_bucket"]
 
 _MAGIC = b"CTB1"
 _COUNT = struct.Struct("<4sI")
@@ -375,7 +376,8 @@ def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
     if len(binary) != 4 * blocks + nbits // 8:
         raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
     g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
-    lens = array("I", bytes(binary[: 4 * blocks]))  # an array, not a list: no million Python ints a fresh process never reads
+    # An array, not a list: a fresh process would make millions of Python ints it never reads.
+    lens = array("I", bytes(binary[: 4 * blocks]))
     if sys.byteorder == "big":
         lens.byteswap()
     g.lens, g.starts = lens, BlockStarts(lens, blocks // g.nbuckets)
