@@ -709,7 +709,10 @@ def _numpy_arrived() -> bool:
         return False
     import numpy
 
-    _DISPATCH[numpy.ndarray] = _Fingerprinter.ndarray
+    nd = getattr(numpy, "ndarray", None)  # None within numpy's own import, in the thread importing it
+    if nd is None:
+        return False
+    _DISPATCH[nd] = _Fingerprinter.ndarray
     np = numpy
     return True
 

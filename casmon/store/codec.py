@@ -410,12 +410,13 @@ def is_ndarray(x: object) -> TypeIs[np.ndarray[Any, Any]]:
 
 def loaded_numpy() -> ModuleType | None:
     """numpy if this process imported it, else None (casmon never imports it for a value that is not an array).
-    The import statement waits while another thread is still importing it: never a half-made module."""
+    The import statement waits while another thread is still importing it; in the thread importing it (code run by
+    numpy's own import) the module is half-made, without ``ndarray`` yet: None then too."""
     if sys.modules.get("numpy") is None:
         return None
     import numpy
 
-    return numpy
+    return numpy if hasattr(numpy, "ndarray") else None
 
 
 def typesize_of(buf: object) -> int:

@@ -172,13 +172,13 @@ def _see_numpy() -> None:
     global _NDARRAY
     if _NDARRAY is not None:
         return
-    np_ = loaded_numpy()
-    if np_ is None:
+    nd = getattr(loaded_numpy(), "ndarray", None)
+    if nd is None:
         return
     with _lock:
         if _NDARRAY is None:
-            _handlers.setdefault(np_.ndarray, _ARRAYS)
-            _NDARRAY = np_.ndarray
+            _handlers.setdefault(nd, _ARRAYS)
+            _NDARRAY = nd
 
 
 def register_handler(typ: type, handler: Handler) -> None:

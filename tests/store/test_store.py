@@ -246,6 +246,31 @@ def test_numpy_imported_after_casmon_still_stores_arrays_as_arrays_and_a_users_h
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+def test_values_are_keyed_and_stored_while_numpy_is_half_imported_in_the_same_thread(tmp_path):
+    """Code that runs inside numpy's own import (an import hook, a .pth file, a module numpy's import pulls in)
+    sees a numpy module without ``ndarray`` yet: keys and saves of plain values still work, and arrays are
+    handled as arrays once the import has finished."""
+    from tests.support.processes import run_code
+
+    r = run_code(f"""
+        import sys, types
+        import casmon
+        s = casmon.open({str(tmp_path / "s")!r})
+        sys.modules["numpy"] = types.ModuleType("numpy")  # what the importing thread sees half-way
+        d = s.put({{"a": 1}})
+        assert s.get(d) == {{"a": 1}}
+        ns = types.SimpleNamespace(a=1.5)
+        assert casmon.fingerprint(ns) == casmon.fingerprint(types.SimpleNamespace(a=1.5))
+        del sys.modules["numpy"]
+        import numpy as np
+        a = np.arange(300_000, dtype="<i4")
+        assert s.manifest(s.put(a)).tag == "array"
+        assert casmon.fingerprint(a) != casmon.fingerprint(a.astype("<i8"))
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned > pwned.txt",))
