@@ -26,10 +26,8 @@ only on the N-th time the point is reached (1-based). Tests also use
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
-from pathlib import Path
 
 __all__ = ["point", "configure", "POINTS"]
 
@@ -97,18 +95,22 @@ def point(name: str) -> None:
     if nth and n != nth:
         return
     if action == "kill":
+        import signal
+
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(10)  # the signal is delivered before this ends
     elif action == "interrupt":
         raise KeyboardInterrupt(f"fault point {name}")
     elif action == "pause":
+        from pathlib import Path
+
         d = Path(arg)
         (d / f"{name}.reached").write_text(str(os.getpid()))
         go = d / f"{name}.go"
         while not go.exists():
             time.sleep(0.005)
     elif action == "count":
-        with open(Path(arg) / f"{name}.count", "a") as f:
+        with open(os.path.join(arg, f"{name}.count"), "a") as f:
             f.write("1\n")
 
 

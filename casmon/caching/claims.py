@@ -32,16 +32,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from casmon.errors import CasmonError
 from casmon.keys.digest import Digest
+from casmon.plain import Plain
 if TYPE_CHECKING:
+    from casmon.caching.memoize import CacheState
     from casmon.store import lock
     from casmon.store.store import Store
 
-__all__ = ["Held", "wait_option", "CLAIM_MIN_S", "CLAIM_MIN_S_REMOTE", "STALE_AFTER", "Claim", "ClaimBook", "claim_book", "compute_once", "Outcome"]
+__all__ = ["Held", "wait_option", "CLAIM_MIN_S", "CLAIM_MIN_S_REMOTE", "STALE_AFTER", "Claim", "ClaimBook", "claim_book",
+           "compute_once", "Outcome", "wait_or_hold", "release"]
 
 #: A function whose recent calls in this process all took less than this (seconds) neither claims nor waits:
 #: computing again is cheaper than a claim's writes and reads.
@@ -71,25 +73,26 @@ def claim_name(key: Digest) -> str:
     return f"claims/{key.hex()}"
 
 
-@dataclass
-class Claim:
+class Claim(Plain):
     """A claim this process holds: its ref's name and the data its heartbeats rewrite."""
 
-    name: str
-    data: dict[str, Any]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    lost: bool = False  # another process took it over (this one was stopped for longer than the stale time)
-    failed: bool = False  # the call raised: the claim says so until the next heartbeat deletes it
+    FIELDS = ("name", "data", "lock", "lost", "failed")
+
+    def __init__(self, name: str, data: dict[str, Any]) -> None:
+        self.name, self.data = name, data
+        self.lock = threading.Lock()
+        self.lost = False  # another process took it over (this one was stopped for longer than the stale time)
+        self.failed = False  # the call raised: the claim says so until the next heartbeat deletes it
 
 
-@dataclass
-class Outcome:
+class Outcome(Plain):
     """What :func:`compute_once` decided: ``found`` (the result is stored now: look it up), else compute, holding
     ``claim`` (release it after storing the entry) or, where no claim could be had, without one."""
 
-    found: bool
-    claim: Claim | None = None
-    waited: float = 0.0
+    FIELDS = ("found", "claim", "waited")
+
+    def __init__(self, found: bool, claim: Claim | None = None, waited: float = 0.0) -> None:
+        self.found, self.claim, self.waited = found, claim, waited
 
 
 class Held:
@@ -269,6 +272,81 @@ def compute_once(store: Store, key: Digest, fn: str, found: Callable[[], bool], 
         if how not in ("broken", "free"):  # the holder failed, or waited long enough
             return Outcome(False, None, time.monotonic() - t0)
     return Outcome(False, None, time.monotonic() - t0)  # never won nor saw a claim: compute
+
+
+#: ``.keys``: ``(id(state), key)`` of the calls this thread computes now.
+_holding = threading.local()
+
+
+def wait_or_hold(state: CacheState, key: Digest) -> tuple[bool, Any, Held | None]:
+    """A missed call of ``state``'s function on ``key``: ``(found, value, held)``, the result another thread or
+    process computed meanwhile, or what this call holds while it computes (an in-process mark, and the store
+    claim if it could be had; :func:`release` it)."""
+    kb = bytes(key)
+    mine_now = getattr(_holding, "keys", None)
+    if mine_now is None:
+        mine_now = _holding.keys = set()
+    if (id(state), kb) in mine_now:
+        return False, None, None  # this thread computes the key already (a call that reaches its own key again)
+    timeout = None if state.wait is True else float(state.wait)
+    with state._lock:
+        other = state._inflight.get(kb)
+        if other is None:
+            mine = state._inflight[kb] = threading.Event()
+    if other is not None:  # a thread of this process computes it: no store traffic
+        other.wait(timeout)
+        found, value = state.lookup_result(key)
+        return found, value, None
+    held = Held(kb, mine, None)
+    mine_now.add((id(state), kb))
+    try:
+        store = state.store
+        if (store.read_only or not store.backend.supports_deletes or store.url.startswith("memory:")
+                or store.autoflush is None):
+            return False, None, held  # no other process sees the entry soon: the in-process mark is enough
+        out = compute_once(store, key, state.name, lambda: state.found_now(key), timeout)
+    except BaseException:
+        release(state, held)
+        raise
+    if out.found:
+        try:
+            found, value = state.lookup_result(key)
+        except BaseException:
+            release(state, held)
+            raise
+        if found:
+            release(state, held)
+            return True, value, None
+    if out.claim is None and timeout is not None and out.waited >= timeout:
+        state.warn(("wait-timeout",), f"casmon: {state.name} waited {timeout:g} s (wait=) for another process "
+                                      "computing the same key, and computes it here too")
+    held.claim = out.claim
+    return False, None, held
+
+
+def release(state: CacheState, held: Held, failed: bool = False) -> None:
+    """Release what a computing call held: waiting threads and processes look the key up now (``failed``: the
+    call raised, and they compute it themselves)."""
+    try:
+        c = held.claim
+        if c is not None and c.data.get("pid") == os.getpid():  # never a forked child for its parent
+            book = claim_book(state.store)
+            if failed:
+                book.fail(c)
+            else:
+                try:
+                    state.store.flush()  # the entry is visible to other processes before the claim goes
+                except (CasmonError, OSError):
+                    pass  # kept for a later flush; the waiters compute it meanwhile
+                book.release(c)
+    finally:
+        keys = getattr(_holding, "keys", None)
+        if keys is not None:
+            keys.discard((id(state), held.key))
+        with state._lock:
+            if state._inflight.get(held.key) is held.event:
+                del state._inflight[held.key]
+        held.event.set()
 
 
 def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float | None,

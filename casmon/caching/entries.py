@@ -8,15 +8,15 @@ runs. Apart from the decorator because none of it runs on a call's path.
 from __future__ import annotations
 
 import json
+import sys
 import time
-from datetime import timedelta
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
-from casmon.view import display
+from casmon.plain import Plain
+from casmon.view.guards import guarded_html, guarded_text
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -35,14 +35,13 @@ def name_digest(name: str) -> Digest:
     return fingerprint(("casmon.fn", name))
 
 
-@dataclass
-class ResultRef:
+class ResultRef(Plain):
     """A handle to a stored result; nothing is loaded until you ask."""
 
-    store: Store
-    digest: Digest
-    key: Digest
-    entry: dict
+    FIELDS = ("store", "digest", "key", "entry")
+
+    def __init__(self, store: Store, digest: Digest, key: Digest, entry: dict) -> None:
+        self.store, self.digest, self.key, self.entry = store, digest, key, entry
 
     def load(self, mmap: bool = False) -> Any:
         """The stored result, a fresh copy; ``mmap``: large arrays as read-only maps where it was stored laid out
@@ -63,12 +62,16 @@ class ResultRef:
 
         return describe(self.store, self.digest, 80)
 
-    @display.guarded_text("cached result")
+    @guarded_text("cached result")
     def __repr__(self) -> str:
+        from casmon.view import display
+
         return display.result_ref_text(self, display.described(self.describe))
 
-    @display.guarded_html("cached result")
+    @guarded_html("cached result")
     def _repr_html_(self) -> str:
+        from casmon.view import display
+
         return display.result_ref_html(self, display.described(self.describe))
 
 
@@ -76,7 +79,8 @@ def expires_option(expires: Any, name: str) -> float | None:
     """``expires_after=`` of ``@casmon.cache`` in seconds (a ``timedelta`` or a number), checked."""
     if expires is None:
         return None
-    if isinstance(expires, timedelta):
+    dt = sys.modules.get("datetime")  # a timedelta exists only once datetime is imported
+    if dt is not None and isinstance(expires, dt.timedelta):
         expires = expires.total_seconds()
     if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > 0 or expires == float("inf"):
         raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0, "

@@ -25,7 +25,7 @@ why a call missed in :mod:`~casmon.caching.explain`.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import inspect
 import os
@@ -36,10 +36,9 @@ import warnings
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.caching import claims, hot, versions
+from casmon.caching import hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import KIND, KIND_CLEAR, ResultRef, expires_option, name_digest, newest_per_key
 from casmon.caching.files import files_key_value
@@ -50,11 +49,13 @@ from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, s
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, fingerprint
-from casmon.view import display
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
-    from casmon.caching import explain
+    from datetime import timedelta
+
+    from casmon.caching import claims, explain
     from casmon.store.store import Store
+    from casmon.view import display
 
 __all__ = ["cache", "cache_with", "CacheInfo", "CacheWarning", "CachedFunction", "CacheState", "KEY_FORMAT", "observers"]
 
@@ -71,17 +72,12 @@ class CacheWarning(UserWarning):
     """Something kept a call from being cached or a hit from being used; the result is still returned."""
 
 
-class CacheInfo(NamedTuple):
-    hits: int  # in this process
-    misses: int  # in this process
-    entries: int  # in the store, all processes
-    stored_bytes: int  # logical size of those entries' results
-
-
-class _Param(NamedTuple):
-    name: str
-    kind: Any
-    default: Any
+# The call form of NamedTuple takes the types themselves: the class form's annotations are text (this module
+# imports annotations from __future__) that typing compiles at import, on a fresh process's first hit.
+#: ``hits`` and ``misses`` in this process; ``entries`` in the store, of all processes, and ``stored_bytes``, the
+#: logical size of their results.
+CacheInfo = NamedTuple("CacheInfo", [("hits", int), ("misses", int), ("entries", int), ("stored_bytes", int)])
+_Param = NamedTuple("_Param", [("name", str), ("kind", Any), ("default", Any)])
 
 
 _EMPTY = inspect.Parameter.empty
@@ -89,7 +85,6 @@ _EMPTY = inspect.Parameter.empty
 
 _states: weakref.WeakSet[CacheState] = weakref.WeakSet()
 _recent_by_name: dict[str, deque[float]] = {}
-_holding = threading.local()  # .keys: (state id, key) of the calls this thread computes now
 
 
 def _forget_inflight_in_child() -> None:
@@ -114,6 +109,13 @@ CLEAR_CHECK_S = 1.0
 
 # -- the state behind one cached function ---------------------------------------------------------------
 _NO_SELF = object()
+
+
+def _claims() -> Any:
+    """:mod:`casmon.caching.claims`, loaded by the first miss: decorating a function and its hits need none of it."""
+    from casmon.caching import claims
+
+    return claims
 _ANY = object()
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -147,7 +149,7 @@ class CacheState:
             raise ValueError(f"@cache of {self.name}: parameter {sorted(both)[0]!r} is in files= and in ignore= or hashers=")
         self.version_pin = version
         self.label = label
-        self.wait = claims.wait_option(wait, self.name)
+        self.wait = wait if isinstance(wait, bool) else _claims().wait_option(wait, self.name)
         self.expires = expires_option(expires_after, self.name)
         self.mmap = bool(mmap)  # results stored laid out for mapping, and hits mapped (casmon.store.mapped)
         self._options = {"store": store, "ignore": list(ignore or ()), "hashers": dict(hashers or {}), "version": version,
@@ -183,8 +185,8 @@ class CacheState:
         # Seconds of the last computed calls: slow ones claim. Per function name, not per decoration: a worker that
         # rebuilds the function for every batch (loky) still knows it is quick.
         self._recent = _recent_by_name.setdefault(self.name, deque(maxlen=4))
-        self._limit_of: Store | None = None
-        self._limit = claims.CLAIM_MIN_S
+        self._limit_of: Any = _NO_SELF  # the store self._limit is for (none yet)
+        self._limit = 0.0
         self._inflight: dict[bytes, threading.Event] = {}  # keys a thread of this process computes now
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
         self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
@@ -487,7 +489,7 @@ class CacheState:
             inline = found[1].get("inline")
             if isinstance(inline, str):
                 try:  # used only if it hashes to the result's digest
-                    self.store.objects.prime(d, base64.b64decode(inline, validate=True))
+                    self.store.objects.prime(d, binascii.a2b_base64(inline, strict_mode=True))
                 except ValueError:
                     pass
         try:
@@ -542,7 +544,7 @@ class CacheState:
         entry: dict[str, Any] = {"fn": self.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
         raw = store.objects.peek_raw(d, INLINE_MAX)
         if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
-            entry["inline"] = base64.b64encode(raw).decode()
+            entry["inline"] = binascii.b2a_base64(raw, newline=False).decode()
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
         if not self._custom_key:
@@ -604,7 +606,7 @@ class CacheState:
             try:
                 found, value, d = self._lookup(key)
                 if not found and waits and self.wait is not False and not self._quick():
-                    found, value, held = self._await(key)
+                    found, value, held = _claims().wait_or_hold(self, key)
             except (CasmonError, OSError) as e:  # the store is unreachable or full: the function computes
                 self.warn(("store-read", type(e)), f"casmon: {self.name} runs uncached while its store cannot be "
                                                    f"read: {e}")
@@ -624,78 +626,13 @@ class CacheState:
         s = self._store
         if s is not self._limit_of:  # is_local builds a path: once per store, not per call
             self._limit_of = s
+            claims = _claims()
             self._limit = claims.CLAIM_MIN_S if s is None or s.backend.is_local else claims.CLAIM_MIN_S_REMOTE
         return max(r) < self._limit
 
-    def _await(self, key: Digest) -> tuple[bool, Any, claims.Held | None]:
-        """``(found, value, held)``: the result another thread or process computed meanwhile, or what this call
-        holds while it computes (an in-process mark, and the store claim if it could be had)."""
-        kb = bytes(key)
-        mine_now = getattr(_holding, "keys", None)
-        if mine_now is None:
-            mine_now = _holding.keys = set()
-        if (id(self), kb) in mine_now:
-            return False, None, None  # this thread computes the key already (a call that reaches its own key again)
-        timeout = None if self.wait is True else float(self.wait)
-        with self._lock:
-            other = self._inflight.get(kb)
-            if other is None:
-                mine = self._inflight[kb] = threading.Event()
-        if other is not None:  # a thread of this process computes it: no store traffic
-            other.wait(timeout)
-            found, value = self.lookup_result(key)
-            return found, value, None
-        held = claims.Held(kb, mine, None)
-        mine_now.add((id(self), kb))
-        try:
-            store = self.store
-            if (store.read_only or not store.backend.supports_deletes or store.url.startswith("memory:")
-                    or store.autoflush is None):
-                return False, None, held  # no other process sees the entry soon: the in-process mark is enough
-            out = claims.compute_once(store, key, self.name, lambda: self.found_now(key), timeout)
-        except BaseException:
-            self._done(held)
-            raise
-        if out.found:
-            try:
-                found, value = self.lookup_result(key)
-            except BaseException:
-                self._done(held)
-                raise
-            if found:
-                self._done(held)
-                return True, value, None
-        if out.claim is None and timeout is not None and out.waited >= timeout:
-            self.warn(("wait-timeout",), f"casmon: {self.name} waited {timeout:g} s (wait=) for another process "
-                                         "computing the same key, and computes it here too")
-        held.claim = out.claim
-        return False, None, held
-
     def _done(self, held: claims.Held | None, failed: bool = False) -> None:
-        """Release what a computing call held: waiting threads and processes look the key up now (``failed``: the
-        call raised, and they compute it themselves)."""
-        if held is None:
-            return
-        try:
-            c = held.claim
-            if c is not None and c.data.get("pid") == os.getpid():  # never a forked child for its parent
-                book = claims.claim_book(self.store)
-                if failed:
-                    book.fail(c)
-                else:
-                    try:
-                        self.store.flush()  # the entry is visible to other processes before the claim goes
-                    except (CasmonError, OSError):
-                        pass  # kept for a later flush; the waiters compute it meanwhile
-                    book.release(c)
-        finally:
-            keys = getattr(_holding, "keys", None)
-            if keys is not None:
-                keys.discard((id(self), held.key))
-            with self._lock:
-                if self._inflight.get(held.key) is held.event:
-                    del self._inflight[held.key]
-            held.event.set()
+        if held is not None:  # a computing call held its key: release it (casmon.caching.claims)
+            _claims().release(self, held, failed)
 
     def abort(self, ctx: Any) -> None:
         """The function raised: release the key for the threads and processes waiting for it."""
@@ -833,6 +770,8 @@ class CachedFunction:
         refs = [ResultRef(state.store, as_digest(r.get("result"), f"cache entry {k.hex()} of {state.name}"), k, r)
                 for k, r in state.entries()]
         refs.sort(key=lambda x: x.entry.get("time", 0), reverse=True)
+        from casmon.view import display
+
         return display.CacheEntries(refs)
 
     def cache_clear(self) -> None:

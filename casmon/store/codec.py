@@ -21,7 +21,6 @@ from __future__ import annotations
 import struct
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
@@ -30,6 +29,7 @@ import xxhash
 
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
+from casmon.plain import Frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,12 +54,16 @@ KIND_REF = 3  # a ref
 KIND_NAMES = {KIND_CHUNK: "chunk", KIND_VALUE: "value", KIND_TABLE: "table", KIND_REF: "ref"}
 
 
-@dataclass(frozen=True)
-class Codec:
+class Codec(Frozen):
     """One compression method. ``id`` is what the frame stores."""
 
+    FIELDS = ("id", "name")
     id: int
     name: str
+
+    def __init__(self, id: int, name: str) -> None:
+        d = self.__dict__
+        d["id"], d["name"] = id, name
 
     def compress(self, data: Buffer, typesize: int = 1) -> bytes:
         if self.id == 3:  # table files: see _lz4_compress
@@ -172,13 +176,19 @@ def _numcodec(codec_id: int, typesize: int) -> Any:
     raise ValueError(f"unknown codec id {codec_id}")
 
 
-@dataclass(frozen=True)
-class Frame:
+class Frame(Frozen):
+    """A frame's header: the digest of its raw payload, its kind, codec and lengths."""
+
+    FIELDS = ("digest", "kind", "codec", "raw_len", "stored_len")
     digest: Digest
     kind: int
     codec: int
     raw_len: int
     stored_len: int
+
+    def __init__(self, digest: Digest, kind: int, codec: int, raw_len: int, stored_len: int) -> None:
+        d = self.__dict__
+        d["digest"], d["kind"], d["codec"], d["raw_len"], d["stored_len"] = digest, kind, codec, raw_len, stored_len
 
 
 #: A chunk at least this large is first compressed in a few samples; if they do not shrink

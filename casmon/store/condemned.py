@@ -29,12 +29,12 @@ import json
 import os
 import struct
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
+from casmon.plain import Plain
 
 if TYPE_CHECKING:
     import numpy as np
@@ -77,15 +77,21 @@ _PAIR = struct.Struct("<II")
 _ZSTD = get_codec("zstd")
 
 
-@dataclass
-class CondemnedList:
+class CondemnedList(Plain):
     """One published list: condemned digests, and where each lived when condemned."""
 
+    FIELDS = ("name", "time", "digests", "loose", "packed")
     name: str
     time: float  # wall clock when gc wrote it
     digests: list[Digest]
-    loose: set[Digest] = field(default_factory=set)  # condemned loose files
-    packed: dict[Digest, set[str]] = field(default_factory=dict)  # digest -> condemned pack entries (pack names)
+    loose: set[Digest]  # condemned loose files
+    packed: dict[Digest, set[str]]  # digest -> condemned pack entries (pack names)
+
+    def __init__(self, name: str, time: float, digests: list[Digest], loose: set[Digest] | None = None,
+                 packed: dict[Digest, set[str]] | None = None) -> None:
+        self.name, self.time, self.digests = name, time, digests
+        self.loose = set() if loose is None else loose
+        self.packed = {} if packed is None else packed
 
     def age(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.time

@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import signal
 import sys
 import threading
 import warnings
@@ -37,6 +36,7 @@ open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 _exiting = False
+_flushed_at_exit = False
 #: Set when the process exits: background flush and encoder threads end (the exit flush writes what they would).
 stop_flushers = threading.Event()
 #: True when the exit flush runs before Python joins threads (threading's exit hooks), so
@@ -72,7 +72,7 @@ def exiting() -> bool:
 
 
 #: The signals :func:`signals_deferred` holds (those this platform has).
-_HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+_HELD_NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
 _defer_depth = 0
 
 
@@ -97,16 +97,19 @@ def signals_deferred() -> Iterator[None]:
         finally:
             _defer_depth -= 1
         return
+    import signal  # a flush's first step loads it, not opening a store
+
     held: list[int] = []
     saved: dict[int, Callable[[int, Any], Any]] = {}
+    sigs = tuple(getattr(signal, n) for n in _HELD_NAMES if hasattr(signal, n))
 
     def note(signum: int, frame: Any) -> None:
         held.append(signum)
 
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(_HELD)) if hasattr(signal, "pthread_sigmask") else None
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(sigs)) if hasattr(signal, "pthread_sigmask") else None
     _defer_depth = 1
     try:
-        for sig in _HELD:
+        for sig in sigs:
             try:
                 prev = signal.getsignal(sig)
                 if callable(prev):  # SIG_DFL and SIG_IGN act in the kernel: blocking holds them
@@ -137,23 +140,45 @@ def _install_process_hooks() -> None:
         if _hooks_installed:
             return
         _hooks_installed = True
-    # Flush before the interpreter stops thread pools: zarr's LocalStore does its file I/O in
-    # asyncio's default executor, which refuses work once concurrent.futures has shut down.
-    # threading's exit hooks run in reverse order of registration, so ours (registered after
-    # concurrent.futures.thread's) runs first. Fall back to atexit where the hook is missing.
-    import concurrent.futures.thread  # noqa: F401 - make sure its exit hook is registered first
-
-    register_hook = getattr(threading, "_register_atexit", None)
-    if register_hook is not None:
-        register_hook(_flush_all_at_exit)
-    else:  # pragma: no cover
-        atexit.register(_flush_all_at_exit)
+    _register_exit_flush()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _register_exit_flush() -> None:
+    # Flush before the interpreter stops thread pools: zarr's stores do their I/O on casmon's event loop
+    # and its executor, which refuse work once concurrent.futures has shut down. threading's exit hooks
+    # run in reverse order of registration, so ours must come after concurrent.futures.thread's: it does
+    # where that module was imported first, and exit_flush_before_pools registers ours again where it is
+    # imported later. Fall back to atexit where the hook is missing.
+    register_hook = getattr(threading, "_register_atexit", None)
+    if register_hook is not None:
+        try:
+            register_hook(_flush_all_at_exit)
+        except RuntimeError:  # the interpreter is shutting down: the hook that counts ran or runs now
+            pass
+    else:  # pragma: no cover
+        atexit.register(_flush_all_at_exit)
+
+
+def exit_flush_before_pools() -> None:
+    """Call once ``concurrent.futures`` carries I/O the exit flush needs (casmon's event loop has started): the
+    exit flush is registered again, so it runs before that module's exit hook stops every thread pool.
+
+    A store that never started the loop (a local folder: plain system calls) needs no pool to flush, so
+    opening one imports neither ``concurrent.futures`` nor ``logging``, which it imports."""
+    with _hooks_lock:
+        if not _hooks_installed:
+            return  # the flush is registered after concurrent.futures' hook when the first store opens
+    _register_exit_flush()
+
+
 def _flush_all_at_exit() -> None:
-    global _exiting
+    global _exiting, _flushed_at_exit
+    with _hooks_lock:
+        if _flushed_at_exit:
+            return  # registered twice (exit_flush_before_pools): the later registration ran first
+        _flushed_at_exit = True
     _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
     stop_flushers.set()  # background flushers end; the flush below writes what they would have
     for s in list(open_stores):
@@ -173,9 +198,9 @@ def _flush_all_at_exit() -> None:
                 s.flush()
         except Exception as e:  # noqa: BLE001 - report, never crash interpreter exit
             warnings.warn(f"casmon: could not flush {s.url} at exit: {e}", RuntimeWarning, stacklevel=1)
-    from casmon.store.backend import loop
-
-    loop.shutdown()
+    loop = sys.modules.get("casmon.store.backend.loop")  # None: no store of this process started it
+    if loop is not None:
+        loop.shutdown()
 
 
 def _after_fork_in_child() -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
+from casmon.plain import Plain
 from casmon.keys.digest import Digest
 from casmon.store import serialize
 
@@ -31,19 +31,17 @@ __all__ = ["Manifest", "PartRef", "encode_manifest", "decode_manifest"]
 _U32 = struct.Struct("<I")
 
 
-class PartRef(TypedDict):
-    """One buffer of a value, as its manifest names it: its chunks, in order."""
-
-    n: int  # bytes in the buffer
-    cb: int  # bytes per chunk (the last may be shorter)
-    rb: NotRequired[int]  # row size: chunk boundaries fall on multiples of it
-    c: list[str]  # the chunks' digests, as hex
+#: One buffer of a value, as its manifest names it: its chunks, in order. ``n``: bytes in the buffer; ``cb``: bytes
+#: per chunk (the last may be shorter); ``rb``: row size (chunk boundaries fall on multiples of it); ``c``: the
+#: chunks' digests, as hex. (The call form takes the types themselves: the class form's annotations are text
+#: that typing compiles at import, a millisecond of a fresh process's first hit.)
+PartRef = TypedDict("PartRef", {"n": int, "cb": int, "rb": NotRequired[int], "c": list[str]})
 
 
-@dataclass
-class Manifest:
+class Manifest(Plain):
     """A stored value's description: its form, metadata, chunks and children."""
 
+    FIELDS = ("digest", "tag", "meta", "parts", "children", "inline", "nbytes")
     digest: Digest
     tag: str  # json | pickle | array | bytes | handler
     meta: dict[str, Any]
@@ -51,6 +49,11 @@ class Manifest:
     children: list[Digest]
     inline: bytes
     nbytes: int
+
+    def __init__(self, digest: Digest, tag: str, meta: dict[str, Any], parts: list[PartRef], children: list[Digest],
+                 inline: bytes, nbytes: int) -> None:
+        self.digest, self.tag, self.meta, self.parts = digest, tag, meta, parts
+        self.children, self.inline, self.nbytes = children, inline, nbytes
 
     def chunk_digests(self) -> Iterator[Digest]:
         """Every chunk of every part, in order (a chunk two parts share is named twice)."""

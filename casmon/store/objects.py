@@ -29,7 +29,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import xxhash
@@ -41,6 +40,7 @@ from casmon.store.codec import (FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Fra
                                encode_frame_parts, is_ndarray, read_header)
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError
+from casmon.plain import Frozen
 from casmon.store.table import Table
 
 if TYPE_CHECKING:
@@ -178,15 +178,19 @@ def pack_key(name: str) -> str:
     return f"packs/{name}"
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(Frozen):
     """Where a packed blob is: pack name, byte range, kind, and logical size."""
 
+    FIELDS = ("pack", "offset", "length", "kind", "size")
     pack: str
     offset: int
     length: int
     kind: int
     size: int
+
+    def __init__(self, pack: str, offset: int, length: int, kind: int, size: int) -> None:
+        d = self.__dict__
+        d["pack"], d["offset"], d["length"], d["kind"], d["size"] = pack, offset, length, kind, size
 
     def encode(self) -> bytes:
         return _LOC.pack(bytes.fromhex(self.pack), self.offset, self.length, self.kind, self.size)

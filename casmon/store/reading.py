@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.keys.digest import Digest
-from casmon.store import mapped
 from casmon.store.objects import LOOSE_MIN
 
 if TYPE_CHECKING:
@@ -32,7 +31,11 @@ Buffer: TypeAlias = "np.ndarray[Any, np.dtype[np.uint8]]"
 
 def read_parts(store: Store, m: Manifest, mmap: bool = False) -> list[Buffer]:
     """The buffers of every part of value ``m``: fresh copies, or with ``mmap`` maps where the layout allows."""
-    if not mmap or not m.parts or not mapped.mappable_tag(m.tag):
+    if not mmap or not m.parts:
+        return [read_part(store, p) for p in m.parts]
+    from casmon.store import mapped  # loaded by the first mapped read
+
+    if not mapped.mappable_tag(m.tag):
         return [read_part(store, p) for p in m.parts]
     if store.backend.local_root is None:
         mapped.note_fallback(store)

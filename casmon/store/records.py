@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
+from casmon.plain import Frozen
 from casmon.keys.digest import Digest
 from casmon.store.codec import KIND_REF, decode_frame, encode_frame, get_codec
 from casmon.store.table import Table
@@ -43,13 +43,17 @@ _REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 Salvager = Callable[[dict[str, Any], set[Digest]], "dict[str, Any] | None"]
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(Frozen):
     """A ref as read: its name, the value it points at (if any), and its JSON data."""
 
+    FIELDS = ("name", "target", "data")
     name: str
     target: Digest | None
     data: dict[str, Any]
+
+    def __init__(self, name: str, target: Digest | None, data: dict[str, Any]) -> None:
+        d = self.__dict__
+        d["name"], d["target"], d["data"] = name, target, data
 
 
 def ref_key(name: str) -> str:

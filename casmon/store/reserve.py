@@ -10,8 +10,6 @@ freed less than that).
 
 from __future__ import annotations
 
-import shutil
-
 from casmon.store.backend import Backend
 
 __all__ = ["RESERVE_KEY", "RESERVE_BYTES", "ensure", "release_if_full", "restore"]
@@ -25,6 +23,8 @@ def _free(backend: Backend) -> int | None:
     root = backend.local_root
     if root is None:
         return None
+    import shutil  # loaded when a store is made or collected, not when one is opened
+
     try:
         return shutil.disk_usage(root).free
     except OSError:

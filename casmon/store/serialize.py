@@ -42,12 +42,12 @@ import pickle
 import re
 import sys
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
+from casmon.plain import Plain
 from casmon.store import libraries
 from casmon.store.codec import is_ndarray, loaded_numpy
 
@@ -79,24 +79,35 @@ BYTES_MIN = 1 << 16
 JSON_MAX = 1 << 16
 
 
-@dataclass
-class Part:
+class Part(Plain):
     """A buffer to be stored as content-addressed chunks."""
 
+    FIELDS = ("data", "row_bytes", "typesize", "numeric")
     data: memoryview  # 1-D, C-contiguous, format 'B'
-    row_bytes: int = 1  # chunk boundaries fall on multiples of this
-    typesize: int = 1  # element size, for byte shuffling
-    numeric: bool = False  # True: compress with the array codec
+    row_bytes: int  # chunk boundaries fall on multiples of this
+    typesize: int  # element size, for byte shuffling
+    numeric: bool  # True: compress with the array codec
+
+    def __init__(self, data: memoryview, row_bytes: int = 1, typesize: int = 1, numeric: bool = False) -> None:
+        self.data, self.row_bytes, self.typesize, self.numeric = data, row_bytes, typesize, numeric
 
 
-@dataclass
-class Encoded:
+class Encoded(Plain):
+    """A value as ``encode`` made it: its form (``tag``), metadata, inline bytes, buffers and child values."""
+
+    FIELDS = ("tag", "meta", "inline", "parts", "children", "nbytes")
     tag: str
-    meta: dict[str, Any] = field(default_factory=dict)
-    inline: bytes = b""
-    parts: list[Part] = field(default_factory=list)
-    children: list[Any] = field(default_factory=list)
-    nbytes: int = 0  # logical size, for stats
+    meta: dict[str, Any]
+    inline: bytes
+    parts: list[Part]
+    children: list[Any]
+    nbytes: int  # logical size, for stats
+
+    def __init__(self, tag: str, meta: dict[str, Any] | None = None, inline: bytes = b"", parts: list[Part] | None = None,
+                 children: list[Any] | None = None, nbytes: int = 0) -> None:
+        self.tag, self.meta, self.inline, self.nbytes = tag, {} if meta is None else meta, inline, nbytes
+        self.parts = [] if parts is None else parts
+        self.children = [] if children is None else children
 
 
 @runtime_checkable
@@ -604,13 +615,16 @@ def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inl
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class PickleInfo:
+class PickleInfo(Plain):
     """What a pickle stream would build, read from its opcodes (nothing is executed)."""
 
+    FIELDS = ("type", "globals", "complete")
     type: str  # the top-level object's type, e.g. "dict", "mymod.Thing", "?" if unknown
     globals: list[str]  # every global (module.name) the stream needs, in order of first use
-    complete: bool = True  # False if the stream was too long to read to its end
+    complete: bool  # False if the stream was too long to read to its end
+
+    def __init__(self, type: str, globals: list[str], complete: bool = True) -> None:
+        self.type, self.globals, self.complete = type, globals, complete
 
     @property
     def safe(self) -> bool:

@@ -45,10 +45,9 @@ from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError
 from casmon.keys.digest import Digest
-from casmon.store import condemned, lifecycle, mapped, reading, serialize
+from casmon.store import condemned, lifecycle, reading, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.codec import KIND_CHUNK, KIND_VALUE, Codec, get_codec
-from casmon.store.lock import StoreLock
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format, top_level
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
@@ -114,6 +113,13 @@ def _installed_maintenance() -> Maintenance:
 
 #: The flush in progress in this thread runs the features' hooks: records they append are written by it.
 _in_hooks = threading.local()
+
+
+def _mapped() -> Any:
+    """:mod:`casmon.store.mapped`, loaded by the first value laid out for mapping (``mmap=True``)."""
+    from casmon.store import mapped
+
+    return mapped
 
 
 def _logger() -> logging.Logger:
@@ -258,7 +264,7 @@ class Store:
         children = [self.put(c, mmap) for c in enc.children]
         t0 = self.objects.view()
         try:
-            parts = [self._put_whole(p) if mmap and mapped.lays_out_whole(self, p) else self._put_part(p) for p in enc.parts]
+            parts = [self._put_whole(p) if mmap and _mapped().lays_out_whole(self, p) else self._put_part(p) for p in enc.parts]
         finally:
             self.objects.wait_writes()  # chunks are stored before the manifest can be
         if self.objects.view() != t0:
@@ -280,7 +286,7 @@ class Store:
 
     def _put_whole(self, part: serialize.Part) -> PartRef:
         """A part as one raw object, so ``get(mmap=True)`` maps it (:mod:`casmon.store.mapped`)."""
-        d = self.objects.put(part.data, KIND_CHUNK, mapped.RAW, part.typesize)
+        d = self.objects.put(part.data, KIND_CHUNK, _mapped().RAW, part.typesize)
         return {"n": part.data.nbytes, "cb": part.data.nbytes, "rb": max(1, part.row_bytes), "c": [d.hex()]}
 
     def _put_part(self, part: serialize.Part) -> PartRef:
@@ -758,6 +764,8 @@ class Store:
         merges = [t for t in [self.objects.index, *self._tables.values()] if t.wants_merge()]
         if not merges or not self.backend.supports_deletes:
             return
+        from casmon.store.lock import StoreLock  # a merge's first use: opening and reading never take it
+
         lk = StoreLock(self.backend, "merge")
         if not lk.acquire():
             return  # the next flush tries again

@@ -21,11 +21,11 @@ Times are local dates, sizes KiB/MiB/GiB (``text.size``), ratios rounded.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from casmon.view.guards import guarded_html, guarded_text  # noqa: F401 - the views use them as display.*
 from casmon.view.text import cut, plural, short_error, size
 from casmon.view.text import short_repr as short  # display.short: the name views have always used
 
@@ -212,36 +212,6 @@ def patch_html(text: str, max_lines: int = _MAX_PATCH_LINES) -> Html:
     if len(lines) > max_lines:
         out.append(f"<span class=\"casmon-meta\">… {len(lines) - max_lines:,} more lines</span>")
     return Html("<pre class=\"casmon-patch\">" + "".join(out) + "</pre>")
-
-
-def _failure(what: str, e: BaseException) -> str:
-    return " ".join(f"<casmon {what}: cannot show it: {type(e).__name__}: {e}>".split())[:400]
-
-
-def guarded_text(what: str) -> Callable:
-    """A ``__repr__`` that never raises: on error it says what it could not show."""
-    def deco(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def wrapper(*a, **k) -> str:
-            try:
-                return fn(*a, **k)
-            except Exception as e:  # noqa: BLE001 - a repr must never raise (a damaged store shows what it can)
-                return _failure(what, e)
-        return wrapper
-    return deco
-
-
-def guarded_html(what: str) -> Callable:
-    """A ``_repr_html_`` that never raises."""
-    def deco(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def wrapper(*a, **k) -> str:
-            try:
-                return str(fn(*a, **k))
-            except Exception as e:  # noqa: BLE001
-                return str(frame(f"casmon {what}", error_line(_failure(what, e))))
-        return wrapper
-    return deco
 
 
 def attempt(fn: Callable[..., Any], default: Any = None) -> tuple[Any, str | None]:

@@ -11,9 +11,7 @@ stays a valid zarr store. This module never imports zarr or asyncio.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -329,7 +327,7 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _write_file(path: str, folder: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
-        tmp = f"{path}.{uuid.uuid4().hex}.partial"
+        tmp = f"{path}.{os.urandom(16).hex()}.partial"
         left: str | None = tmp  # the *.partial file to remove at the end, if any
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
         try:
@@ -390,5 +388,7 @@ class LocalBackend(Backend):
             except (IsADirectoryError, PermissionError):
                 if not os.path.isdir(path):
                     raise
+                import shutil
+
                 shutil.rmtree(path)
                 self._made_dirs = {d for d in self._made_dirs if not (d + os.sep).startswith(path + os.sep)}

@@ -48,6 +48,9 @@ def get_loop() -> asyncio.AbstractEventLoop:
         if _Loop.loop is None or _Loop.pid != os.getpid():
             loop = asyncio.new_event_loop()
             loop.set_default_executor(_started_executor(WORKERS))
+            from casmon.store import lifecycle
+
+            lifecycle.exit_flush_before_pools()
             t = threading.Thread(target=loop.run_forever, name="casmon-io", daemon=True)
             t.start()
             _Loop.loop, _Loop.pid, _Loop.thread = loop, os.getpid(), t

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from casmon.plain import Plain
 from casmon.store import condemned
 from casmon.store.table.ranges import parse_name
 
@@ -49,12 +49,15 @@ FENCE_PREFIX = "gc/fence/"
 FENCES_KEPT = 4
 
 
-@dataclass
-class Fence:
+class Fence(Plain):
     """What the last gc saw: its mark's start (seconds since the epoch), and the old files it saw, by table."""
 
-    time: float = 0.0
-    seen: dict[str, set[str]] = field(default_factory=dict)
+    FIELDS = ("time", "seen")
+    time: float
+    seen: dict[str, set[str]]
+
+    def __init__(self, time: float = 0.0, seen: dict[str, set[str]] | None = None) -> None:
+        self.time, self.seen = time, {} if seen is None else seen
 
     def late(self, prefix: str, name: str) -> bool:
         """True if level-0 file ``name`` of table ``prefix`` landed after the gc that wrote this fence marked."""

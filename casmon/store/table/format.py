@@ -17,11 +17,11 @@ import struct
 import sys
 from collections.abc import Iterator, Sequence
 from array import array
-from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from casmon.errors import DamagedObjectError
+from casmon.plain import Plain
 from casmon.store.codec import (FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray,
                                 loaded_numpy, read_header)
 from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-#: Bytes as the store hands them over: read from a backend (a uint8 array) or decoded from a frame.
-Payload: TypeAlias = Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"]
+    #: Bytes as the store hands them over: read from a backend (a uint8 array) or decoded from a frame.
+    Payload: TypeAlias = Union[bytes, bytearray, memoryview, npt.NDArray[Any]]
 
 __all__ = ["BlockStarts", "BLOCK_ENTRIES", "BUCKET_ENTRIES", "FILE_ENTRIES", "MAX_BUCKETS", "NAME_RE", "BUCKET_RE",
            "Columns", "Generation", "TableFile", "encode_table_file", "gen_time", "parse_generation", "split_bucket"]
@@ -280,25 +280,36 @@ class BlockStarts:
         return s[i]
 
 
-@dataclass
-class Generation:
+class Generation(Plain):
+    """A generation manifest: the merged entries of the level-0 files it covers, in blocks of bucket files."""
+
+    # Shown and compared by these; the block directory and the bloom filter are neither.
+    FIELDS = ("id", "count", "nbuckets", "covers", "marks", "contains", "exact", "v", "blocks", "shift", "nbits", "k")
     id: str
     count: int
     nbuckets: int
     covers: list[str]
     marks: dict[str, int]  # writer -> highest level-0 sequence number in this generation (older readers use it)
-    contains: Ranges = field(default_factory=dict)  # writer -> level-0 sequence numbers whose entries it holds
-    exact: bool = True  # False: written before provenance (contains lists only the level-0 files it covered directly)
+    contains: Ranges  # writer -> level-0 sequence numbers whose entries it holds
+    exact: bool  # False: written before provenance (contains lists only the level-0 files it covered directly)
     # Format 2: ``blocks`` blocks (by the key's leading bits), each a frame inside bucket file
     # ``block >> shift``, at ``starts[block]`` with ``lens[block]`` bytes (0: empty); a bloom filter.
-    v: int = 1
-    blocks: int = 0
-    shift: int = 0
-    starts: BlockStarts | Sequence[int] = field(default_factory=list, repr=False, compare=False)
-    lens: Sequence[int] = field(default_factory=list, repr=False, compare=False)
-    bloom: bytes | memoryview = field(default=b"", repr=False, compare=False)
-    nbits: int = 0
-    k: int = 0
+    v: int
+    blocks: int
+    shift: int
+    starts: BlockStarts | Sequence[int]
+    lens: Sequence[int]
+    bloom: bytes | memoryview
+    nbits: int
+    k: int
+
+    def __init__(self, id: str, count: int, nbuckets: int, covers: list[str], marks: dict[str, int],
+                 contains: Ranges | None = None, exact: bool = True) -> None:
+        self.id, self.count, self.nbuckets, self.covers, self.marks = id, count, nbuckets, covers, marks
+        self.contains = {} if contains is None else contains
+        self.exact = exact
+        self.v, self.blocks, self.shift, self.nbits, self.k = 1, 0, 0, 0, 0
+        self.starts, self.lens, self.bloom = [], [], b""
 
     def may_hold(self, h1: int, h2: int) -> bool:
         """False if the key whose :func:`_hashes` are ``h1, h2`` is surely not here (format 2), else True.

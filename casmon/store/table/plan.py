@@ -8,24 +8,29 @@ this plan, and its merges end the overlaps and delete what is redundant.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+from casmon.plain import Plain
 from casmon.store.table.format import Generation
 from casmon.store.table.ranges import parse_name, ranges_has, ranges_overlap, ranges_union, ranges_within
 
 __all__ = ["View", "resolve"]
 
 
-@dataclass
-class View:
+class View(Plain):
     """What a listing means: which generations and level-0 files to read."""
 
+    FIELDS = ("gens", "active", "redundant", "active_l0", "contained_l0", "groups")
     gens: dict[str, Generation]  # every readable manifest listed
     active: list[Generation]  # the generations to read, by id
     redundant: list[str]  # generations whose provenance lies inside an active one's
     active_l0: list[str]  # level-0 files to read, by name
     contained_l0: list[str]  # level-0 files a generation already holds
     groups: list[frozenset[str]]  # active generations whose provenance overlaps (each group read as one)
+
+    def __init__(self, gens: dict[str, Generation], active: list[Generation], redundant: list[str], active_l0: list[str],
+                 contained_l0: list[str], groups: list[frozenset[str]]) -> None:
+        self.gens, self.active, self.redundant = gens, active, redundant
+        self.active_l0, self.contained_l0, self.groups = active_l0, contained_l0, groups
 
 
 def resolve(gens: dict[str, Generation], l0_names: Iterable[str]) -> View:

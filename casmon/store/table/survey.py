@@ -7,32 +7,39 @@ damaged, missing or lost is listed by key, and :meth:`Survey.entries` is what
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
+from casmon.plain import Plain
 from casmon.store.table.format import Generation, TableFile
 from casmon.store.table.plan import View
 
 __all__ = ["Survey"]
 
 
-@dataclass
-class Survey:
+class Survey(Plain):
     """Every file of one table, each read and checked (:meth:`Table.survey`)."""
 
+    FIELDS = ("prefix", "l0_names", "gen_ids", "bucket_keys", "l0", "gens", "bad_gens", "buckets", "damaged", "missing",
+              "gaps", "view", "checked", "vanished")
     prefix: str
     l0_names: list[str]  # every level-0 file listed
     gen_ids: list[str]  # every manifest listed
     bucket_keys: dict[str, dict[int, str]]  # generation id -> bucket number -> key, as listed
-    l0: dict[str, TableFile] = field(default_factory=dict)  # readable level-0 files (if kept)
-    gens: dict[str, Generation] = field(default_factory=dict)  # readable manifests
-    bad_gens: set[str] = field(default_factory=set)  # damaged manifests
-    buckets: dict[tuple[str, int], TableFile] = field(default_factory=dict)  # readable buckets (if kept)
-    damaged: dict[str, str] = field(default_factory=dict)  # key -> reason, every file that fails its checks
-    missing: dict[str, str] = field(default_factory=dict)  # key -> what needs it (buckets of active generations)
-    gaps: list[str] = field(default_factory=list)  # level-0 numbers deleted (or in a damaged manifest)
-    view: View | None = None
-    checked: int = 0
-    vanished: bool = False
+    l0: dict[str, TableFile]  # readable level-0 files (if kept)
+    gens: dict[str, Generation]  # readable manifests
+    bad_gens: set[str]  # damaged manifests
+    buckets: dict[tuple[str, int], TableFile]  # readable buckets (if kept)
+    damaged: dict[str, str]  # key -> reason, every file that fails its checks
+    missing: dict[str, str]  # key -> what needs it (buckets of active generations)
+    gaps: list[str]  # level-0 numbers deleted (or in a damaged manifest)
+    view: View | None
+    checked: int
+    vanished: bool
+
+    def __init__(self, prefix: str, l0_names: list[str], gen_ids: list[str], bucket_keys: dict[str, dict[int, str]]) -> None:
+        self.prefix, self.l0_names, self.gen_ids, self.bucket_keys = prefix, l0_names, gen_ids, bucket_keys
+        self.l0, self.gens, self.bad_gens, self.buckets = {}, {}, set(), {}
+        self.damaged, self.missing, self.gaps = {}, {}, []
+        self.view, self.checked, self.vanished = None, 0, False
 
     @property
     def ok(self) -> bool:
