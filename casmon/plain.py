@@ -30,7 +30,7 @@ class Plain:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in self.FIELDS)

@@ -23,7 +23,6 @@ from casmon.caching.entries import (
     resolve_function,
 )
 from casmon.keys.names import keep_flat_names as _keep_flat_names
-from casmon.caching.files import file_digest, path_digest
 from casmon.caching.memoize import CachedFunction, CacheInfo, CacheState, CacheWarning, cache, cache_with, observers
 
 __all__ = [
@@ -32,6 +31,15 @@ __all__ = [
     "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
     "clear_function", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name in ("file_digest", "path_digest"):  # loaded on first use: a cached call reads files only with files=
+        from casmon.caching import files
+
+        return getattr(files, name)
+    raise AttributeError(f"module 'casmon.caching' has no attribute {name!r}")
+
 
 # Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
 _keep_flat_names([CachedFunction, CacheInfo, ResultRef, CacheWarning])

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from casmon.caching import hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import KIND, KIND_CLEAR, ResultRef, expires_option, name_digest, newest_per_key
-from casmon.caching.files import files_key_value
 from casmon.caching.usage import usage_of
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
@@ -366,6 +365,8 @@ class CacheState:
             try:
                 if listing is not None and name in files:  # listing is a list exactly when files= names some
                     n0 = len(listing)
+                    from casmon.caching.files import files_key_value  # files= is rare: loaded by its first call
+
                     v = files_key_value(v, listing)
                     for i in range(n0, len(listing)):
                         listing[i] = (name,) + listing[i]

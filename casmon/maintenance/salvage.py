@@ -37,7 +37,7 @@ from casmon.store.manifest import decode_manifest
 from casmon.store.marker import FORMAT_KEY, marker_bytes, parse_marker
 from casmon.store.objects import Location, loose_key, pack_key
 from casmon.store.records import salvage as salvage_record
-from casmon.store.table import Survey
+from casmon.store.table.survey import Survey
 
 if TYPE_CHECKING:
     import numpy as np

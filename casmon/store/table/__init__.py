@@ -51,8 +51,15 @@ One module a job: ``format`` (table files and generations as bytes), ``ranges``
 
 from casmon.store.table.format import (BLOCK_ENTRIES, Columns, Generation, TableFile, encode_table_file, parse_generation,
                                        split_bucket)
-from casmon.store.table.survey import Survey
 from casmon.store.table.table import L0_MERGE, LateWrite, Table, writer_id
 
 __all__ = ["BLOCK_ENTRIES", "Columns", "Generation", "L0_MERGE", "LateWrite", "Survey", "Table", "TableFile", "encode_table_file",
            "parse_generation", "split_bucket", "writer_id"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "Survey":  # verify and repair load it; readers and writers never do
+        from casmon.store.table.survey import Survey
+
+        return Survey
+    raise AttributeError(f"module 'casmon.store.table' has no attribute {name!r}")

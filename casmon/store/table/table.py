@@ -29,10 +29,10 @@ from casmon.store.table.format import (BUCKET_ENTRIES, BUCKET_RE, FILE_ENTRIES, 
 from casmon.store.table import fence
 from casmon.store.table.plan import resolve
 from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_json, ranges_of_names, ranges_union
-from casmon.store.table.survey import Survey
 
 if TYPE_CHECKING:
     from casmon.store.table.format import Payload
+    from casmon.store.table.survey import Survey
 
 T = TypeVar("T")
 #: Waiting entries by key: one value as itself, more as a tuple (see _index_add).
@@ -894,6 +894,8 @@ class Table:
             parts = k[len(self.prefix) :].split("/")
             if len(parts) == 3 and NAME_RE.match(parts[1]) and BUCKET_RE.match(parts[2]):
                 bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
+        from casmon.store.table.survey import Survey  # verify and repair: never on a reader's or writer's path
+
         sv = Survey(self.prefix, l0_names, gen_ids, bucket_keys)
         for key, payload in self._read_all([self.prefix + "l0/" + n for n in l0_names], sv):
             tf = self._check(key, payload, sv, lambda k, raw: TableFile(k, raw))
