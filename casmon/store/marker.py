@@ -70,8 +70,9 @@ def top_level(backend: Backend) -> list[str]:
     return [k for k in backend.list_dir("") if not k.startswith(".") and not k.endswith(".partial")]
 
 
-def read_format(backend: Backend, url: str) -> dict[str, Any]:
-    """Read ``casmon.json`` (or write it in a new store) and check the store's format.
+def read_format(backend: Backend, url: str, create: bool = True) -> dict[str, Any]:
+    """Read ``casmon.json`` (or write it in a new store; ``create=False``: an empty location raises
+    :class:`StoreError`) and check the store's format.
 
     A damaged or missing marker in a folder that holds only a casmon store's
     layout does not stop anyone: the store opens as format
@@ -89,6 +90,8 @@ def read_format(backend: Backend, url: str) -> dict[str, Any]:
                 f"{url} is not a casmon store: it holds {', '.join(sorted(foreign)[:5])} "
                 f"and no {FORMAT_KEY}; choose an empty folder or an existing store"
             )
+        if not top and not create:
+            raise StoreError(f"no casmon store at {url}: it is empty")
         if backend.read_only:
             if not top:
                 raise StoreFormatError(f"{url} is not a casmon store (no {FORMAT_KEY}) and is opened read-only")

@@ -49,7 +49,7 @@ from casmon.store import condemned, lifecycle, reading, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.codec import KIND_CHUNK, KIND_VALUE, Codec, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
-from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format, top_level
+from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
 from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of, trim_sealed
 from casmon.store.table import LateWrite, Table, writer_id
@@ -146,6 +146,7 @@ class Store:
         codec: str = "zstd",
         autoflush: float | None = 5.0,
         durable: bool = False,
+        create: bool = True,
     ) -> None:
         if not 4096 <= chunk_size <= serialize.MAX_CHUNK:
             raise ValueError(f"chunk_size must be between 4096 bytes and {serialize.MAX_CHUNK} (1 GiB), got {chunk_size}")
@@ -181,7 +182,7 @@ class Store:
         self._io_ready = False  # casmon's I/O threads run (see _start_io)
         self._merged_at = 0.0  # when a flush last merged tables (a worker's flush per call merges less often)
         lifecycle.watch_for_pool_child(self)
-        self.format = read_format(backend, self.url)
+        self.format = read_format(backend, self.url, create)
         self.objects = ObjectStore(backend, self.writer)
         self._in_flight: set[bytes] = set()  # values the records a flush is writing name (see _keep_while_waiting)
         self._keeping = False
@@ -942,11 +943,13 @@ def open(
     raises :class:`StoreError` instead of becoming a new store (for readers, and
     for maintenance that must not act on a mistyped path).
     """
-    backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create)
-    if not create and not backend.exists(FORMAT_KEY) and not top_level(backend):
+    backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create,
+                           probe=FORMAT_KEY)
+    try:
+        return Store(backend, trust=trust, create=create, **options)
+    except BaseException:
         backend.close()
-        raise StoreError(f"no casmon store at {backend.url}: it is empty")
-    return Store(backend, trust=trust, **options)
+        raise
 
 
 _default: dict[tuple[int, str], Store] = {}

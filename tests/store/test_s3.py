@@ -100,6 +100,33 @@ def test_bad_s3_locations_fail_at_open_and_create_nothing(s3_env, monkeypatch):
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0, "no partial store"
 
 
+def test_opening_a_store_on_s3_is_one_read_of_its_marker(s3_proxy):
+    """Opening reaches the bucket by reading casmon.json, which it needs anyway: an existing store is one GET
+    (not a LIST to reach it, a HEAD and a GET). An empty prefix opened with create=False is refused and left
+    empty."""
+    proxy, bucket = s3_proxy
+    url = f"s3://{bucket}/opened"
+    with casmon.open(url) as s:
+        s.put("x")
+    seen = len(proxy.log)
+    s = casmon.open(url, create=False)
+    opened = [(x.method, x.path, x.query) for x in proxy.log[seen:]]
+    assert opened == [("GET", f"/{bucket}/opened/casmon.json", "")], opened
+    assert s.format["format"] == 2 and s.get(s.put("x")) == "x"
+    s.close()
+    with pytest.raises(casmon.StoreError, match="it is empty"):
+        casmon.open(f"s3://{bucket}/nothing-here", create=False)
+    listed = [x for x in proxy.log if x.method == "PUT" and "nothing-here" in x.path]
+    assert listed == [], "create=False wrote to an empty prefix"
+    s = casmon.open(url, create=False)
+    b = s.backend
+    b.reach("casmon.json")
+    n = b.requests
+    # What reach() read serves the one read that follows it, not later ones: it is no cache.
+    assert b.get("no/such/key") is None and b.get("casmon.json") is not None and b.requests == n + 2
+    s.close()
+
+
 def test_credentials_never_reach_the_store(s3_env):
     env, bucket = s3_env
     s = casmon.open(f"s3://{bucket}/creds", storage_options={"access_key_id": "testing", "secret_access_key": "testing"})

@@ -68,6 +68,7 @@ class Backend(abc.ABC):
         self._whole: dict[str, bytes] = {}
         self._whole_bytes = 0
         self._whole_lock = threading.Lock()
+        self._reached: tuple[str, Data | None] | None = None  # what reach() read, for the next get() of it
 
     # -- what the medium is -------------------------------------------------------
     @property
@@ -120,9 +121,26 @@ class Backend(abc.ABC):
     def __repr__(self) -> str:
         return f"Backend({self.url!r})"
 
+    def reach(self, key: str) -> None:
+        """Reach the medium now, so a wrong endpoint, bucket or credential is said at open, not at the first write.
+
+        Reads ``key`` (the store's marker, which opening reads next anyway) and keeps it for the next :meth:`get`,
+        which is then no request; where it is absent, lists the top as well, since a missing bucket answers a
+        read as a missing key. Opening an existing store on S3 is so one GET, not a LIST, a HEAD and a GET.
+        """
+        data = self.get(key)
+        if data is None:
+            self.list_dir("")
+        self._reached = (key, data)
+
     # -- reads -------------------------------------------------------------------
     def get(self, key: str) -> Data | None:
         """The bytes of ``key``; None if it is absent."""
+        reached = self._reached
+        if reached is not None:  # once, right after open: the key reach() read
+            self._reached = None
+            if reached[0] == key:
+                return reached[1]
         self.requests += 1
         return self._get(key)
 

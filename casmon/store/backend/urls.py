@@ -37,11 +37,12 @@ _OBSTORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "a
 
 
 def open_backend(location: Any = None, *, read_only: bool = False, storage_options: dict[str, Any] | None = None,
-                 create: bool = True) -> Backend:
+                 create: bool = True, probe: str | None = None) -> Backend:
     """Open (creating if needed) the store at ``location``; see the module docstring.
 
     ``create=False``: a local folder or zip file that does not exist is refused, not made.
     A file that is not a zip archive is never opened as a zip store (it would be appended to).
+    ``probe``: a key the caller reads next; a remote medium is reached by reading it (:meth:`Backend.reach`).
     """
     if isinstance(location, Backend):
         return location
@@ -67,7 +68,7 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
         loop.note_remote_client()
         scheme = location.split("://", 1)[0]
         if scheme in _OBSTORE_SCHEMES and _has_obstore():
-            return zarrstore.open_object_store(location, read_only, storage_options or {})
+            return zarrstore.open_object_store(location, read_only, storage_options or {}, probe)
         return zarrstore.open_fsspec(location, read_only, storage_options or {})
     if location.startswith("file://"):
         location = location[len("file://") :]

@@ -317,7 +317,7 @@ def from_store_object(location: object) -> Backend:
     return ZarrBackend(location, scrub(str(location)))
 
 
-def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]) -> ZarrBackend:
+def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any], probe: str | None = None) -> ZarrBackend:
     """S3, GCS or Azure through obstore: conditional writes, so create-if-absent is race-free.
 
     Credentials and endpoint come from the environment (``AWS_ACCESS_KEY_ID``,
@@ -358,7 +358,10 @@ def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]
     assert b.retrier is not None
     b.retrier.seconds = min(retries.RETRY_SECONDS, OPEN_SECONDS)  # a wrong endpoint is said at once, not in half a minute
     try:
-        b.list_dir("")  # reach the store now: a clear error at open, before anything is written
+        if probe is None:  # reach the store now: a clear error at open, before anything is written
+            b.list_dir("")
+        else:
+            b.reach(probe)
     except Exception as e:  # noqa: BLE001
         cause = e.__cause__ or e
         raise StoreError(f"cannot open {clean}: {client_error(cause)}") from None
