@@ -84,11 +84,11 @@ def test_run_record_on_s3(s3_env, tmp_path, monkeypatch):
 
 
 def test_bad_s3_locations_fail_at_open_and_create_nothing(s3_env, monkeypatch):
-    from casmon.store.backend import zarrstore
+    from casmon.store.backend import objstore
 
     with pytest.raises(casmon.StoreError, match="bucket does not exist"):
         casmon.open("s3://no-such-bucket-here/x")
-    monkeypatch.setattr(zarrstore, "OPEN_SECONDS", 1.0)  # opening retries through a 10 s outage: not here
+    monkeypatch.setattr(objstore, "OPEN_SECONDS", 1.0)  # opening retries through a 10 s outage: not here
     with pytest.raises(casmon.StoreError, match="cannot reach the endpoint"):
         casmon.open(s3_url(s3_env, "unreachable"), storage_options={
             "endpoint": "http://127.0.0.1:9", "retry_config": {"max_retries": 1, "retry_timeout": datetime.timedelta(seconds=2)}})
@@ -127,6 +127,43 @@ def test_opening_a_store_on_s3_is_one_read_of_its_marker(s3_proxy):
     s.close()
 
 
+def test_an_s3_store_is_used_without_zarr_and_zarr_reads_the_same_keys(s3_env, tmp_path):
+    """S3 is reached through obstore directly: a process that opens, hits, misses and flushes never imports zarr
+    (a fifth of a second for every worker), and zarr's ObjectStore on the same bucket sees the same keys."""
+    env, _bucket = s3_env
+    url = s3_url(s3_env, "nozarr")
+    (tmp_path / "usermod.py").write_text(textwrap.dedent(f"""
+        import casmon
+
+        URL = {url!r}
+
+        @casmon.cache(store=URL)
+        def double(x):
+            return [x, x]
+    """))
+    for _ in range(2):  # misses and a flush, then hits in a fresh process
+        r = run_python(textwrap.dedent("""
+            import sys
+            import numpy as np
+            import usermod, casmon
+            assert [usermod.double(i) for i in range(5)] == [[i, i] for i in range(5)]
+            s = casmon.open(usermod.URL, create=False)
+            d = s.put(np.arange(100_000.0))
+            assert s.get(d)[-1] == 99_999.0
+            s.flush()
+            print("zarr" in sys.modules, usermod.double.cache_info().hits)
+        """), env=env, cwd=tmp_path)
+    assert r.stdout.split() == ["False", "5"], r.stdout
+    s = casmon.open(url, create=False)
+    import asyncio
+
+    async def zarr_keys():
+        return sorted([k async for k in s.backend.zstore.list()])
+
+    assert asyncio.run(zarr_keys()) == sorted(s.backend.list("")) and "casmon.json" in s.backend.list("")
+    s.close()
+
+
 def test_credentials_never_reach_the_store(s3_env):
     env, bucket = s3_env
     s = casmon.open(f"s3://{bucket}/creds", storage_options={"access_key_id": "testing", "secret_access_key": "testing"})
@@ -147,8 +184,8 @@ def test_failed_flush_keeps_records_and_damages_nothing(s3_env, monkeypatch):
     s.backend.retrier.seconds = 0.3  # an outage longer than the retries
     d = s.put({"v": 1})
     s.append("call", {"n": 1}, refs=[d])
-    z = s.backend.zstore
-    real = z.set_if_not_exists
+    b = s.backend
+    real = b._acreate  # create-if-absent, as every flush writes
     down = {"on": True}
 
     async def flaky(key, value):
@@ -156,7 +193,7 @@ def test_failed_flush_keeps_records_and_damages_nothing(s3_env, monkeypatch):
             raise ConnectionError("connection reset by peer")
         return await real(key, value)
 
-    monkeypatch.setattr(z, "set_if_not_exists", flaky)
+    monkeypatch.setattr(b, "_acreate", flaky)
     with pytest.raises(casmon.StoreError, match="connection reset"):
         s.flush()
     fresh = casmon.open(url)
@@ -175,8 +212,8 @@ def test_a_few_failed_requests_are_retried_and_the_flush_succeeds(s3_env, monkey
     s = casmon.open(url, autoflush=None)
     d = s.put({"v": 1})
     s.append("call", {"n": 1}, refs=[d])
-    z = s.backend.zstore
-    real = z.set_if_not_exists
+    b = s.backend
+    real = b._acreate
     failures = {"left": 3}
 
     async def flaky(key, value):
@@ -185,7 +222,7 @@ def test_a_few_failed_requests_are_retried_and_the_flush_succeeds(s3_env, monkey
             raise ConnectionError("connection reset by peer")
         return await real(key, value)
 
-    monkeypatch.setattr(z, "set_if_not_exists", flaky)
+    monkeypatch.setattr(b, "_acreate", flaky)
     s.flush()
     assert failures["left"] == 0 and s.backend.retrier.retries >= 3
     fresh = casmon.open(url)

@@ -2,10 +2,12 @@
 
 One module a job: ``base`` (the :class:`Backend` interface and what every
 medium shares), ``local`` (a local folder served with plain system calls, in
-zarr's ``LocalStore`` layout, without zarr), ``zarrstore`` (any zarr v3 store:
-memory, zip, obstore's S3/GCS/Azure, fsspec; the only module importing zarr),
-``loop`` (the event-loop thread zarr's stores run on), ``urls``
-(:func:`open_backend`: a location to a backend).
+zarr's ``LocalStore`` layout, without zarr), ``remote`` (what asynchronous
+media share: requests on the event loop, retried and batched), ``objstore``
+(S3, GCS and Azure through obstore, without zarr), ``zarrstore`` (any zarr v3
+store: memory, zip, fsspec, a store object; the only module importing zarr),
+``loop`` (the event-loop thread remote media run on), ``retry`` (their
+retries), ``urls`` (:func:`open_backend`: a location to a backend).
 """
 
 from typing import TYPE_CHECKING, Any

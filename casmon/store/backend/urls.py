@@ -63,12 +63,16 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
             d = _memory_stores.setdefault(name, {}) if name else {}
         return zarrstore.open_memory(d, location, read_only)
     if "://" in location and not location.startswith("file://"):
-        from casmon.store.backend import loop, zarrstore
+        from casmon.store.backend import loop
 
         loop.note_remote_client()
         scheme = location.split("://", 1)[0]
         if scheme in _OBSTORE_SCHEMES and _has_obstore():
-            return zarrstore.open_object_store(location, read_only, storage_options or {}, probe)
+            from casmon.store.backend import objstore  # S3, GCS and Azure without zarr
+
+            return objstore.open_object_store(location, read_only, storage_options or {}, probe)
+        from casmon.store.backend import zarrstore
+
         return zarrstore.open_fsspec(location, read_only, storage_options or {})
     if location.startswith("file://"):
         location = location[len("file://") :]
