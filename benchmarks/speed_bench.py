@@ -50,6 +50,7 @@ PY = sys.executable
 CALLS = [0]
 SCALE_N, SCALE_N_QUICK = 300_000, 30_000  # row 9's store sizes (the earlier round's goals were set at 300k)
 SMALL_N = 10_000  # row 9's reference store: the scale rounds' goals compare N with 10k
+FAR_S = 0.020  # row 8's distant bucket: the latency a proxy adds to every request
 
 
 # -- the cached functions (module level: found by name in every process) -------------------------------------
@@ -639,6 +640,16 @@ def bench_s3(rows, s3rows, quick: bool, dump: Path | None) -> None:
         steps_c = worker("s3", loc, "use", n, env=s3_env(proxy.url))
         counted.update({f"use:{k}": v for k, v in by_step(steps_c["spans"], proxy.log[proxy_len:], sizes).items()})
         steps_t = [worker("s3", loc, "use", n, env=s3_env(url)) for _ in range(1 if quick else 3)]
+        # A distant bucket: every request waits 20 ms in a second proxy (moto answers one request at a time and
+        # in about a millisecond on 127.0.0.1, so requests that overlap only show with a latency of their own).
+        from tests.support import s3proxy
+
+        far = s3proxy.FaultProxy(url).start()
+        try:
+            far.add(s3proxy.Rule("delay_before", delay=FAR_S))
+            steps_far = [worker("s3", loc, "use", n, env=s3_env(far.url)) for _ in range(1 if quick else 3)]
+        finally:
+            far.stop()
         if dump is not None:
             dump.write_text(json.dumps(counted, indent=1, default=str))
 
@@ -652,6 +663,16 @@ def bench_s3(rows, s3rows, quick: bool, dump: Path | None) -> None:
             s3rows.append((k, v, counted[f"use:{k}"], None))
         rows.append(("8", f"S3 fresh process @{n // 1000}k: open + decorate + first hit (moto)",
                      lat("open") + lat("decorate") + lat("first hit"), "", None, None))
+
+        def far_lat(k):
+            return med((s["spans"][k][1] - s["spans"][k][0]) for s in steps_far)
+
+        far_ms = f"{FAR_S * 1000:g} ms"
+        nfirst = sum(counted["use:first hit"]["verbs"].values())
+        rows.append(("8", f"S3, {far_ms} a request: open + decorate + first hit", far_lat("open") + far_lat("decorate")
+                     + far_lat("first hit"), "", None, None))
+        rows.append(("8", f"S3, {far_ms} a request: first hit ({nfirst} requests)", far_lat("first hit"),
+                     f"its {nfirst} requests one after another", FAR_S * nfirst, None))
     finally:
         if proxy is not None:
             proxy.stop()

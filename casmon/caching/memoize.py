@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from casmon.caching import hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
-from casmon.caching.entries import KIND, KIND_CLEAR, ResultRef, expires_option, name_digest, newest_per_key
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key
 from casmon.caching.usage import usage_of
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
@@ -269,6 +269,8 @@ class CacheState:
     def _check_version(self, version: Digest) -> None:
         """When this code is not the version cached last, say which results are used now (once per change)."""
         try:
+            if self._prefix is None:  # the first call reads three tables: on a remote store, listed together
+                self.store.prefetch((KIND_FN, KIND_CLEAR, KIND))
             msg = versions.check_version(self, version)
         except CasmonError as e:
             self.warn(("store",), f"casmon: cache of {self.name} cannot reach its store: {e}")

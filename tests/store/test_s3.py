@@ -164,6 +164,38 @@ def test_an_s3_store_is_used_without_zarr_and_zarr_reads_the_same_keys(s3_env, t
     s.close()
 
 
+def test_a_first_cache_hit_on_s3_lists_its_three_tables_at_once(s3_proxy, tmp_path):
+    """A fresh process's first hit reads three tables (code versions, clears, entries): on S3 their listings
+    go out together, so it waits for one table's round trips, not three's. The proxy holds every listing
+    0.5 s: a table lists level-0 files, then generations, so tables listed one after another would send
+    their first listings a second or more apart."""
+    import re
+
+    from tests.support.s3proxy import Rule
+
+    proxy, bucket = s3_proxy
+    url = f"s3://{bucket}/prefetch"
+    (tmp_path / "usermod.py").write_text(textwrap.dedent(f"""
+        import casmon
+
+        @casmon.cache(store={url!r})
+        def double(x):
+            return [x, x]
+    """))
+    run_python("import usermod\nassert usermod.double(3) == [3, 3]", cwd=tmp_path)
+    proxy.add(Rule("delay_before", method="GET", path=re.compile(f"^/{bucket}$"), delay=0.5))  # listings only
+    seen = len(proxy.log)
+    r = run_python("import usermod\nassert usermod.double(3) == [3, 3]\nprint(usermod.double.cache_info().hits)",
+                   cwd=tmp_path)
+    assert r.stdout.split() == ["1"]
+    l0: dict[str, float] = {}
+    for x in proxy.log[seen:]:
+        if "list-type" in x.query and x.query.endswith("l0%2F"):
+            l0.setdefault(x.query.split("records%2F")[1].split("%2F")[0], x.time)
+    assert set(l0) == {"cachefn", "cacheclear", "cache"}, l0
+    assert max(l0.values()) - min(l0.values()) < 0.5, l0
+
+
 def test_credentials_never_reach_the_store(s3_env):
     env, bucket = s3_env
     s = casmon.open(f"s3://{bucket}/creds", storage_options={"access_key_id": "testing", "secret_access_key": "testing"})

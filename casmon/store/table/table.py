@@ -274,6 +274,11 @@ class Table:
         self._damage(key, reason)
 
     # -- reading ---------------------------------------------------------------
+    @property
+    def listed(self) -> bool:
+        """True once the table was listed (its first lookup lists it)."""
+        return self._listed
+
     def refresh(self) -> None:
         """See what other writers added: list, load new level-0 files and manifests.
 
