@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from casmon.caching.entries import KIND, KIND_FN, name_digest, newest_per_key
 from casmon.keys.digest import Digest
-from casmon.view.text import plural
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
@@ -72,6 +71,7 @@ def _what_changed(latest: dict[str, Any], parts: dict[str, Any]) -> str:
 def _version_message(state: CacheState, version: Digest, seen: list[dict[str, Any]], latest: dict[str, Any],
                      parts: dict[str, Any]) -> str:
     """What happens now that the code is ``version``: which entries are used, how many other versions hold."""
+    from casmon.view.text import plural  # a change of code loads it
     vh = version.hex()
     name = state.name
     first = min((r.get("time", 0) for r in seen if r.get("version") == vh), default=None)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from casmon.errors import StoreError, StoreFormatError
-from casmon.store import reserve
 from casmon.store.backend import Backend
 from casmon.errors import warn_damage
 
@@ -105,6 +104,8 @@ def read_format(backend: Backend, url: str, create: bool = True) -> dict[str, An
         data = backend.get(FORMAT_KEY)
         if data is None:
             raise StoreError(f"cannot write to store {url}: {FORMAT_KEY} did not persist")
+        from casmon.store import reserve  # a new store's: opening one never loads it
+
         reserve.ensure(backend)  # room for gc on a full disk
     info, problem = parse_marker(data)
     if problem is not None:

@@ -45,7 +45,7 @@ from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError
 from casmon.keys.digest import Digest
-from casmon.store import condemned, lifecycle, reading, serialize
+from casmon.store import condemned, lifecycle, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.codec import KIND_CHUNK, KIND_VALUE, Codec, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
@@ -328,7 +328,11 @@ class Store:
         (:mod:`casmon.store.mapped`).
         """
         m = self.manifest(digest)
-        buffers = reading.read_parts(self, m, mmap)
+        buffers: list[Any] = []
+        if m.parts:  # arrays and large buffers; a small value is its manifest's inline bytes
+            from casmon.store import reading
+
+            buffers = reading.read_parts(self, m, mmap)
         enc = serialize.Encoded(m.tag, m.meta, m.inline, children=m.children)
         try:
             return serialize.decode(enc, buffers, load_child=lambda pid: self.get(m.children[pid], mmap), trusted=self.trust)
