@@ -12,7 +12,9 @@ Rows (numbers as in issue 28):
 5. 256 MiB result hit vs ``a.copy()``; with ``mmap=True`` a 1 GiB result hit vs ``a.copy()`` (not with --quick).
 6. 128 MiB torch tensor result hit vs ``torch.load`` (and with ``mmap=True``).
 7. Fresh-process first hit on a store of 1M entries (100k with --quick) vs diskcache; the store is built once
-   and kept under /tmp/casmon-speed-<N>/<hash of casmon's source files>, so reruns skip the build.
+   and kept under /tmp/casmon-speed-<N>/<hash of casmon's source files>, so reruns skip the build. Where
+   diskcache's store has the same N (``--peers-at-n`` builds it: 5 minutes at 1M, kept), row 9 adds a
+   random-key hit on both kept stores: the scale round's goal as it was set, at 1M.
 8. S3 on moto's server (127.0.0.1): latency and requests by verb for a warm hit, a miss, a flush, a fresh
    process's first hit, an idle open store. Requests are counted by a logging proxy
    (tests/support/s3proxy.FaultProxy with no rules) in front of moto; latencies are measured straight on moto.
@@ -205,7 +207,7 @@ def w_bigres(d: str, nbytes: str, mmap: str, kind: str) -> dict:
 
 
 def w_build(tool: str, d: str, n: str) -> dict:
-    from benchmarks import speed_bench as m
+    from benchmarks import firsthit as m
 
     n = int(n)
     t = time.perf_counter()
@@ -228,31 +230,41 @@ def w_build(tool: str, d: str, n: str) -> dict:
     return {"build_s": time.perf_counter() - t}
 
 
-def w_first(tool: str, d: str, key: str, pre: str = "") -> dict:
-    """Fresh process: the import, then opening the store, decorating and the first hit, each timed.
+def first(tool: str, d: Path, key: int, pre: str = "") -> dict:
+    """A fresh ``python -c`` process (:mod:`benchmarks.firsthit`): import, open + decorate, first hit, each timed.
     ``pre="numpy"``: numpy imported before the clock starts, as an ML script has it."""
-    k = int(key)
-    from benchmarks import speed_bench as m
+    code = "from benchmarks.firsthit import main; main()"
+    p = subprocess.run([PY, "-c", code, tool, str(d), str(key), *([pre] if pre else [])], capture_output=True,
+                       text=True, env=env_for(), cwd=ROOT, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"first-hit process failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
-    if pre == "numpy":
-        import numpy  # noqa: F401
 
-    t0 = time.perf_counter()
+def w_random(tool: str, d: str, n: str, hits: str, seed: str) -> dict:
+    """Random-key hits on row 7's kept store of firsthit.work(): the median of ``hits`` distinct stored keys after the first."""
+    import random
+
+    from benchmarks import firsthit as m
+
+    keys = random.Random(int(seed)).sample(range(int(n)), int(hits) + 1)
     if tool == "casmon":
         import casmon
 
-        t1 = time.perf_counter()
         f = casmon.cache(store=casmon.open(Path(d), create=False))(m.work)
     else:
         import diskcache
 
-        t1 = time.perf_counter()
         f = diskcache.Cache(d).memoize()(m.work)
-    t2 = time.perf_counter()
-    r = f(k)
-    t3 = time.perf_counter()
-    assert r == k * 2 + 1 and m.CALLS[0] == 0, "the first call missed"
-    return {"import_s": t1 - t0, "open_s": t2 - t1, "call_s": t3 - t2, "total_s": t3 - t0}
+    f(keys[0])
+    times = []
+    for k in keys[1:]:
+        t = time.perf_counter()
+        r = f(k)
+        times.append(time.perf_counter() - t)
+        assert r == k * 2 + 1
+    assert m.CALLS[0] == 0, "a random key missed"
+    return {"hit_s": med(times)}
 
 
 def w_s3(url: str, phase: str, n: str) -> dict:
@@ -346,8 +358,8 @@ def w_scale(what: str, tool: str, d: str, n: str, hits: str = "0", seed: str = "
     return scale_bench._hit(tool, Path(d), int(n), int(hits), int(seed))
 
 
-WORKERS = {"small": w_small, "bigarg": w_bigarg, "bigres": w_bigres, "build": w_build, "first": w_first,
-           "s3": w_s3, "runs": w_runs, "putget": w_putget, "scale": w_scale}
+WORKERS = {"small": w_small, "bigarg": w_bigarg, "bigres": w_bigres, "build": w_build,
+           "s3": w_s3, "runs": w_runs, "putget": w_putget, "scale": w_scale, "random": w_random}
 
 
 # -- subprocess wall times ------------------------------------------------------------------------------------
@@ -449,15 +461,15 @@ def bench_torch(rows, tmp: Path, quick: bool) -> None:
 
 
 def source_hash() -> str:
-    """The casmon source files as they are now (the tree is edited uncommitted), plus this bench's work()."""
+    """The casmon source files as they are now (the tree is edited uncommitted), plus the kept stores' work()."""
     h = hashlib.sha256()
     for p in sorted((ROOT / "casmon").rglob("*.py")):
         h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
     import inspect
 
-    from benchmarks import speed_bench as m
+    from benchmarks import firsthit
 
-    h.update(inspect.getsource(m.work).encode())
+    h.update(inspect.getsource(firsthit).encode())
     return h.hexdigest()[:16]
 
 
@@ -476,7 +488,7 @@ def built(tool: str, n: int, tag: str) -> tuple[Path, float | None]:
     return d, b["build_s"]
 
 
-def bench_first(rows, quick: bool, repeat: int) -> None:
+def bench_first(rows, quick: bool, repeat: int, peers_at_n: bool = False) -> None:
     n = 100_000 if quick else 1_000_000
     d, build = built("casmon", n, source_hash())
     if build is not None:
@@ -486,14 +498,14 @@ def bench_first(rows, quick: bool, repeat: int) -> None:
 
     # diskcache's 1M build costs ~5 min here (>3 min): its first hit is at 100k unless a 1M store was kept
     dn = n
-    dd = Path(f"/tmp/casmon-speed-{n // 1000}k") / f"diskcache-{diskcache.__version__}"
-    if not (dd / ".done").exists() and n > 100_000:
+    dd = Path(f"/tmp/casmon-speed-{n // 1000}k") / f"diskcache-{diskcache.__version__}-firsthit"
+    if not (dd / ".done").exists() and n > 100_000 and not peers_at_n:
         dn = 100_000
-    dd, dbuild = built("diskcache", dn, diskcache.__version__)
-    cs = [worker("first", "casmon", d, (i * 7919) % n) for i in range(repeat)]
-    ds = [worker("first", "diskcache", dd, (i * 7919) % dn) for i in range(repeat)]
-    cn = [worker("first", "casmon", d, (i * 7919 + 13) % n, "numpy") for i in range(repeat)]
-    dn_ = [worker("first", "diskcache", dd, (i * 7919 + 13) % dn, "numpy") for i in range(repeat)]
+    dd, dbuild = built("diskcache", dn, f"{diskcache.__version__}-firsthit")
+    cs = [first("casmon", d, (i * 7919) % n) for i in range(repeat)]
+    ds = [first("diskcache", dd, (i * 7919) % dn) for i in range(repeat)]
+    cn = [first("casmon", d, (i * 7919 + 13) % n, "numpy") for i in range(repeat)]
+    dn_ = [first("diskcache", dd, (i * 7919 + 13) % dn, "numpy") for i in range(repeat)]
     c = {k: med(x[k] for x in cs) for k in cs[0]}
     p = {k: med(x[k] for x in ds) for k in ds[0]}
     cnp = {k: med(x[k] for x in cn) for k in cn[0]}
@@ -511,6 +523,11 @@ def bench_first(rows, quick: bool, repeat: int) -> None:
                  p["import_s"], None))
     rows.append(("7", f"fresh process @{lbl}: import through first hit's return", c["total_s"], f"{dl}: same span",
                  p["total_s"], None))
+    if dn == n:  # the scale round's goal as it was set: a random-key hit at N <= 2x diskcache's at the same N
+        rc = [worker("random", "casmon", d, n, 300, seed)["hit_s"] for seed in range(repeat)]
+        rd = [worker("random", "diskcache", dd, n, 300, seed)["hit_s"] for seed in range(repeat)]
+        rows.append(("9", f"random-key hit @{lbl}, row 7's store (then 1.82x)", med(rc), f"diskcache memoize hit @{lbl}",
+                     med(rd), 2.0))
 
 
 def bench_earlier(rows, tmp: Path, quick: bool) -> None:
@@ -732,6 +749,8 @@ def main(argv=None) -> None:
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="comma-separated row numbers")
     ap.add_argument("--s3-log", metavar="FILE", help="write every S3 request, per operation, as JSON")
+    ap.add_argument("--peers-at-n", action="store_true",
+                    help="row 7: build diskcache's store at the same N (1M: about 5 minutes, kept for later runs)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     repeat = 7 if args.quick else 11
@@ -744,7 +763,7 @@ def main(argv=None) -> None:
                  ("3", lambda: bench_small(rows, tmp, args.quick)),
                  ("4", lambda: bench_bigarg(rows, tmp, (64 if args.quick else 256) * MiB)),
                  ("5", lambda: bench_bigres(rows, tmp, args.quick)), ("6", lambda: bench_torch(rows, tmp, args.quick)),
-                 ("7", lambda: bench_first(rows, args.quick, 5)),
+                 ("7", lambda: bench_first(rows, args.quick, 5, args.peers_at_n)),
                  ("8", lambda: bench_s3(rows, s3rows, args.quick, Path(args.s3_log) if args.s3_log else None)),
                  ("9", lambda: bench_earlier(rows, tmp, args.quick))]
         for num, fn in steps:
