@@ -208,3 +208,28 @@ def test_values_that_are_not_arrays_never_load_numpy(tmp_path):
         assert usermod.double.cache_info().hits == 5
     """, tmp_path)
     assert not loaded["numpy"], "hits on plain values loaded numpy"
+
+
+def test_a_hit_on_an_incompressible_array_needs_no_compressor_library(tmp_path):
+    """An array that does not compress is stored raw and its manifest in lz4: a fresh process's first hit on it
+    reads both without numcodecs (40-100 ms to import), which only compressed chunks need."""
+    (tmp_path / "usermod.py").write_text(textwrap.dedent("""
+        import casmon
+        import numpy as np
+
+        @casmon.cache(store="s")
+        def noise(n):
+            return np.random.default_rng(0).random(n)
+
+        @casmon.cache(store="s")
+        def table(n):
+            return {"rows": list(range(n)), "names": ["row %d" % i for i in range(n)]}
+    """))
+    _loaded_after("import usermod\nusermod.noise(2_000_000)\nusermod.table(5_000)", tmp_path)
+    loaded = _loaded_after("""
+        import usermod
+        a = usermod.noise(2_000_000)
+        assert a.shape == (2_000_000,) and usermod.table(5_000)["names"][-1] == "row 4999"
+        assert usermod.noise.cache_info().hits == 1 and usermod.table.cache_info().hits == 1
+    """, tmp_path)
+    assert not loaded["numcodecs"] and not loaded["zarr"], loaded

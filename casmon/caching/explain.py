@@ -152,6 +152,12 @@ class Difference:
         head = f"{self.what} {self.name!r}: {self.detail}" if self.name else f"{self.what}: {self.detail}"
         return head + ("\n" + self.diff.rstrip("\n") if self.diff else "")
 
+    def clause(self) -> str:
+        """In words, for a sentence: ``parameter 'seed' differs``, ``the default values changed``."""
+        if self.what == "defaults":
+            return f"the default values {self.detail}"
+        return f"{self.what} {self.name!r} {self.detail}" if self.name else f"{self.what} {self.detail}"
+
 
 @dataclass
 class Nearest:
@@ -189,9 +195,9 @@ class Explanation:
         if not self.nearest:
             return "no entry of this function is stored"
         diffs = self.nearest[0].differences
-        what = "; ".join(f"{d.what} {d.name!r} {d.detail}" if d.name else f"{d.what} {d.detail}" for d in diffs[:4])
+        what = "; ".join(d.clause() for d in diffs[:4])
         more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
-        return f"the nearest stored entry differs in {what}{more} (`f.explain(...)` shows more)"
+        return f"against the nearest stored entry, {what}{more} (`f.explain(...)` shows more)"
 
     def __str__(self) -> str:
         if self.hit:
@@ -291,7 +297,7 @@ def compare_parts(old: dict[str, Any], new: dict[str, Any]) -> list[Difference]:
                 continue
             kind = what
             if what == "global" and name == "<defaults>":
-                kind, name = "defaults", "default values"
+                kind, name = "defaults", ""
             if name not in a and kind == what:
                 detail = "added (not used by the stored version)"
             elif name not in b and kind == what:

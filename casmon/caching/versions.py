@@ -62,7 +62,7 @@ def _what_changed(latest: dict[str, Any], parts: dict[str, Any]) -> str:
     diffs = explain.compare_parts(old, parts)
     if not diffs:
         return ""
-    names = [f"{d.what} {d.name!r} {d.detail}" for d in diffs[:4]]
+    names = [d.clause() for d in diffs[:4]]
     more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
     tail = " (`f.explain(...)` shows the source diff)" if any(d.diff for d in diffs) else ""
     return f" Since the version cached last: {', '.join(names)}{more}{tail}."

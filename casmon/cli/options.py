@@ -91,7 +91,10 @@ def open_store(location: str | None, read_only: bool = False, trust: bool | None
     try:
         return open_location(location, read_only=read_only, autoflush=None, trust=trust, create=create)
     except CasmonError as e:
-        raise click.ClickException(str(e)) from None
+        hint = ""
+        if location is None and "no such folder" in str(e):  # the default store, looked for where the command ran
+            hint = " (name one with --store PATH_OR_URL or $CASMON_STORE, or run the command where .casmon is)"
+        raise click.ClickException(str(e) + hint) from None
 
 
 def see_current_folder() -> None:

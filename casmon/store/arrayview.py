@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     from casmon.store.manifest import Manifest
     from casmon.store.store import Store
 
-__all__ = ["ChunkView", "StoredArray", "open_array"]
+__all__ = ["ChunkView", "StoredArray", "open_array", "WHOLE_VIEW_CHUNK"]
+
+#: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
+WHOLE_VIEW_CHUNK = 4 << 20
 
 
 def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
@@ -56,7 +59,8 @@ class ChunkView(ZarrStore):
     supports_partial_writes = False
     supports_listing = True
 
-    def __init__(self, store: Store, manifest: Manifest, metadata: bytes, chunk_nbytes: int, fortran: bool) -> None:
+    def __init__(self, store: Store, manifest: Manifest, metadata: bytes, chunk_nbytes: int, fortran: bool,
+                 whole: np.ndarray[Any, np.dtype[np.uint8]] | None = None, cb: int | None = None) -> None:
         super().__init__(read_only=True)
         self._store = store
         self._manifest = manifest
@@ -64,7 +68,10 @@ class ChunkView(ZarrStore):
         part = manifest.parts[0] if manifest.parts else {"n": 0, "cb": 1, "c": []}
         self._chunks = [Digest(h) for h in part["c"]]
         self._n = int(part["n"])
-        self._cb = int(part["cb"])
+        self._cb = int(part["cb"]) if cb is None else cb
+        # A value laid out whole for mapping (one raw object): chunks are row ranges of its checked map.
+        self._whole = whole
+        self._nchunks = len(self._chunks) if whole is None else -(-self._n // self._cb)
         self._chunk_nbytes = chunk_nbytes
         self._fortran = fortran
         self.chunks_read = 0  # how many chunks were read (for tests and benchmarks)
@@ -88,7 +95,7 @@ class ChunkView(ZarrStore):
             return None
         main = idx[-1] if self._fortran else idx[0]
         others = idx[:-1] if self._fortran else idx[1:]
-        if any(others) or not 0 <= main < len(self._chunks):
+        if any(others) or not 0 <= main < self._nchunks:
             return None
         return main
 
@@ -96,7 +103,10 @@ class ChunkView(ZarrStore):
         lo = i * self._cb
         hi = min(self._n, lo + self._cb)
         out = np.zeros(self._chunk_nbytes, dtype=np.uint8)  # the last chunk is padded to full size
-        self._store.read_chunk(self._chunks[i], out[: hi - lo])
+        if self._whole is not None:
+            out[: hi - lo] = self._whole[lo:hi]
+        else:
+            self._store.read_chunk(self._chunks[i], out[: hi - lo])
         self.chunks_read += 1
         return out.tobytes()
 
@@ -186,8 +196,19 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     shape = tuple(int(x) for x in meta["shape"])
     fortran = meta["order"] == "F" and len(shape) > 1
     part = manifest.parts[0]
-    rows = max(1, int(part["cb"]) // max(1, int(part["rb"])))
-    if int(part["cb"]) % max(1, int(part["rb"])):
+    rb = max(1, int(part.get("rb", 1)))
+    cb = int(part["cb"])
+    whole = None
+    if len(part["c"]) == 1 and cb > WHOLE_VIEW_CHUNK:
+        # Laid out whole for mmap=True: one object of up to a GiB. Mapped and checked once here, then read in
+        # chunks of whole rows, so a slice copies what it touches and not the whole value.
+        from casmon.store import mapped
+
+        whole = mapped.map_part(store.objects, part)
+        if whole is not None:
+            cb = max(rb, WHOLE_VIEW_CHUNK // rb * rb)
+    rows = max(1, cb // rb)
+    if cb % rb:
         raise ValueError(f"array {manifest.digest.hex()} has rows larger than a chunk; load it with get()")
     if not shape:
         chunks: tuple[int, ...] = ()
@@ -201,7 +222,7 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     except Exception as e:  # noqa: BLE001 - zarr has no type for this dtype
         raise TypeError(f"array {manifest.digest.hex()} of dtype {dtype} cannot be opened with zarr: {e}") from None
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * dtype.itemsize if chunks else dtype.itemsize
-    view = ChunkView(store, manifest, md, chunk_nbytes, fortran)
+    view = ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None)
     arr = zarr.open_array(view, mode="r", zarr_format=3)
     try:
         return StoredArray(arr.async_array)

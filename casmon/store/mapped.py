@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from casmon.errors import DamagedObjectError
+from casmon.errors import DamagedObjectError, stacklevel_outside
 from casmon.keys.digest import Digest
 from casmon.store import serialize
 from casmon.store.codec import CODECS, FRAME_HEADER, read_header, worth_compressing
@@ -82,6 +82,8 @@ MAP_MIN = 1 << 20
 RAW = CODECS["none"]
 #: More samples than a chunk's probe: one verdict decides the layout of up to a GiB.
 _PROBE_SLICES = 16
+#: casmon's own files: the fallback warning points at the first frame outside them, the user's line.
+_CASMON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: Forms whose parts come back through numpy buffers that can be a map (``bytes`` values are copied
 #: into ``bytes`` by their decoding, and ``json`` values have no parts).
 _MAPPABLE_TAGS = frozenset({"array", "pickle", "handler"})
@@ -169,4 +171,4 @@ def note_fallback(store: Store) -> None:
             return
         _warned.add(store)
     warnings.warn(f"casmon: {store.url} is not a local folder, so mmap=True cannot map its values; "
-                  "they load as normal copies", MapFallbackWarning, stacklevel=4)
+                  "they load as normal copies", MapFallbackWarning, stacklevel=stacklevel_outside(_CASMON_DIR))

@@ -155,6 +155,9 @@ class Store:
         self.chunk_size = int(chunk_size)
         self.array_codec = get_codec(array_codec)
         self.codec = get_codec(codec)
+        # Manifests in lz4 (the lz4 package): a fresh process reading one (an array's, a large pickle's) need not
+        # import numcodecs, 40-100 ms that its first hit would pay. The digests are of raw bytes: any codec reads.
+        self.manifest_codec = self.codec if self.codec.id == 0 else get_codec("lz4")
         self.autoflush = autoflush
         self.durable = durable
         backend.fsync = durable
@@ -280,7 +283,7 @@ class Store:
                         self.objects.put(data[i * p["cb"] : (i + 1) * p["cb"]], KIND_CHUNK, codec, part.typesize)
         faultpoints.point("put.after_chunks")
         manifest = encode_manifest(enc.tag, enc.meta, parts, children, enc.inline, enc.nbytes)
-        d = self.objects.put(manifest, KIND_VALUE, self.codec, size=enc.nbytes)
+        d = self.objects.put(manifest, KIND_VALUE, self.manifest_codec, size=enc.nbytes)
         self.objects.wait_writes()  # a large manifest is written like a chunk: done before put returns
         self._after_write()
         return d

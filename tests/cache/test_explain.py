@@ -109,7 +109,7 @@ def test_lookup_returns_a_stored_result_and_never_computes(tmp_path):
         f.lookup(1)
     f(1)
     assert f.lookup(1) == [1] and calls == [1]
-    with pytest.raises(KeyError, match="differs in parameter 'x' differs"):
+    with pytest.raises(KeyError, match="against the nearest stored entry, parameter 'x' differs"):
         f.lookup(2)
     assert calls == [1]
 

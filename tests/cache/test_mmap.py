@@ -171,7 +171,7 @@ def test_on_s3_hits_load_copies_with_one_warning(s3_env):
             warnings.simplefilter("always")
             got = [noise(1), noise(2), noise(1)]
         notes = [w for w in seen if issubclass(w.category, MapFallbackWarning)]
-        assert len(notes) == 1
+        assert len(notes) == 1 and notes[0].filename == __file__, notes[0].filename  # the user's line
         assert all(map_of(g) is None and g.flags.writeable for g in got)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     finally:

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 import casmon
+from casmon.keys.digest import Digest
 
 
 @pytest.fixture
@@ -58,3 +59,36 @@ def test_one_row_of_a_large_array_reads_one_chunk(tmp_path):
     z = s.open_array(s.put(a))
     assert np.array_equal(z[12_345], a[12_345])
     assert z.store.chunks_read == 1
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_an_array_laid_out_for_mapping_opens_lazily_in_row_chunks(tmp_path, order):
+    """A value put with mmap=True is one raw object (up to a GiB): open_array maps it, checks it once, and reads a
+    row or a slice by itself, not the whole value; damage is found when it is opened."""
+    from casmon.errors import DamagedObjectError
+    from casmon.store.arrayview import WHOLE_VIEW_CHUNK
+    from casmon.store.objects import loose_key
+
+    s = casmon.open(tmp_path / "s")
+    a = np.random.default_rng(3).random((4000, 1000))  # 32 MB: 8 row chunks of 4 MiB
+    a = np.asfortranarray(a) if order == "F" else a
+    d = s.put(a, mmap=True)
+    m = s.manifest(d)
+    assert len(m.parts[0]["c"]) == 1  # laid out whole
+    z = s.open_array(d)
+    assert z.chunks[0 if order == "C" else 1] * 8 * (1000 if order == "C" else 4000) <= WHOLE_VIEW_CHUNK
+    before = z.store.chunks_read
+    if order == "C":
+        assert np.array_equal(z[1234], a[1234]) and np.array_equal(z[3990:], a[3990:])
+        assert z.store.chunks_read - before == 2
+    else:
+        assert np.array_equal(z[:, 567], a[:, 567])
+        assert z.store.chunks_read - before == 1
+    assert np.array_equal(z[...], a)
+    s.flush()
+    path = tmp_path / "s" / loose_key(Digest(m.parts[0]["c"][0]))
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DamagedObjectError):
+        casmon.open(tmp_path / "s").open_array(d)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -181,6 +182,7 @@ def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]
         raise StoreError(f"cannot open {clean}: {client_error(e)}") from None
     assert b.retrier is not None
     b.retrier.seconds = min(retries.RETRY_SECONDS, OPEN_SECONDS)  # a wrong endpoint is said at once, not in half a minute
+    t0 = time.monotonic()
     try:
         if probe is None:  # reach the store now: a clear error at open, before anything is written
             b.list_dir("")
@@ -188,7 +190,9 @@ def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any]
             b.reach(probe)
     except Exception as e:  # noqa: BLE001
         cause = e.__cause__ or e
-        raise StoreError(f"cannot open {clean}: {client_error(cause)}") from None
+        waited = time.monotonic() - t0
+        tried = f" (casmon tried for {waited:.0f} s: an endpoint that is away for a moment is waited for)" if waited >= 1 else ""
+        raise StoreError(f"cannot open {clean}: {client_error(cause)}{tried}") from None
     finally:
         b.retrier.seconds = None
         b.retrier.down_since = None
