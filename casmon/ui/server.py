@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from casmon.view import display
-from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, KIND_FN, newest_per_key, cache_entries, resolve_function
+from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, KIND_FN, KIND_USE, newest_per_key, cache_entries, resolve_function
 from casmon.caching.explain import code_versions, explain_entry
 from casmon.calllog import CallLog
 from casmon.errors import CasmonError
@@ -49,6 +49,7 @@ from casmon.maintenance import stats
 from casmon.keys.digest import Digest
 from casmon.store.peek import describe
 from casmon.ui import api, cachepage, comparepage, model, pages, runpage
+from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
 from casmon.ui.table import FIXED_COLUMNS, is_column, runs_view
@@ -79,6 +80,7 @@ class App:
         self.trust = trust
         self.runs = model.RunIndex(store)
         self.ctx = pages.Ctx(store.url, trust)
+        self.snapshot = Snapshot(store)
         self._log: CallLog | None = None
         self._log_time = 0.0
         self._log_lock = threading.Lock()
@@ -274,7 +276,8 @@ class App:
         return 200, pages.call_page(self.ctx, log, c), "text/html; charset=utf-8"
 
     def cache_page(self, p: Params) -> tuple[int, bytes, str]:
-        summary = cache_entries(self.store)
+        store = self.snapshot  # the cache table's records decoded once while it is unchanged
+        summary = store.kept("summary", (KIND_CACHE, KIND_CLEAR, KIND_USE), lambda: cache_entries(store))
         fn, entry = p.one("fn"), p.one("entry")
         if entry is not None and not fn:
             raise BadRequest("an entry is /cache?fn=NAME&entry=KEY: name its function too")
@@ -288,23 +291,27 @@ class App:
         if not fn:
             return 200, cachepage.functions_page(self.ctx, summary, None, [], [], described, now), HTML
         # A function whose entries were all cleared still has its code versions to show.
-        names = set(summary) | {str(r.get("fn")) for _k, r in self.store.records(KIND_FN) if r.get("fn")}
+        names = set(summary) | {str(r.get("fn")) for _k, r in store.records(KIND_FN) if r.get("fn")}
         try:
             fn = resolve_function(names, fn)
         except LookupError as e:
             raise NotFound(str(e)) from None
-        cleared = max((r.get("time", 0.0) for _k, r in self.store.records(KIND_CLEAR) if r.get("fn") == fn), default=0.0)
-        live = newest_per_key((k, r) for k, r in self.store.records(KIND_CACHE)
-                              if r.get("fn") == fn and r.get("time", 0) > cleared)
-        entries = sorted(live.values(), key=lambda kr: kr[1].get("time", 0), reverse=True)
-        versions = code_versions(self.store, fn)
+        cleared = max((r.get("time", 0.0) for _k, r in store.records(KIND_CLEAR) if r.get("fn") == fn), default=0.0)
+
+        def live_entries() -> tuple[dict[bytes, tuple[Digest, dict]], list[tuple[Digest, dict]]]:
+            live = newest_per_key((k, r) for k, r in store.records(KIND_CACHE)
+                                  if r.get("fn") == fn and r.get("time", 0) > cleared)
+            return live, sorted(live.values(), key=lambda kr: kr[1].get("time", 0), reverse=True)
+
+        live, entries = store.kept(("live", fn, cleared), (KIND_CACHE,), live_entries)
+        versions = code_versions(store, fn)
         if entry is None:
             return 200, cachepage.functions_page(self.ctx, summary, fn, entries, versions, described, now), HTML
         key = Digest(entry.lower())
         got = live.get(bytes(key))
         if got is None:
             raise NotFound(self._not_live(fn, key, cleared))
-        ex = explain_entry(self.store, fn, key)
+        ex = explain_entry(store, fn, key)
         others = {k.hex(): r for k, r in entries}
         return 200, cachepage.entry_page(self.ctx, fn, key.hex(), got[1], ex, versions, others, described, now), HTML
 

@@ -187,3 +187,35 @@ def test_the_entry_page_of_a_function_without_neighbours_says_so(tmp_path):
 
 def _alone(x):
     return x * 2
+
+
+def test_cache_pages_decode_a_table_once_while_it_is_unchanged_and_see_new_entries_at_once(tmp_path, monkeypatch):
+    """A cache page reads every entry of the cache table: the records are decoded again only when the table's
+    files changed (a store of 100,000 entries took seconds a page), and an entry another process adds shows at
+    the next request."""
+    from casmon.ui import snapshot
+    from casmon.ui.server import App, Params
+
+    decoded = {"n": 0}
+    real = snapshot.parse_record
+
+    def counting(kind, k, v):
+        decoded["n"] += 1
+        return real(kind, k, v)
+
+    monkeypatch.setattr(snapshot, "parse_record", counting)
+    (tmp_path / "work.py").write_text("import casmon\n\n@casmon.cache(store='s')\ndef sq(x):\n    return x * x\n")
+    run_python("import work\nfor i in range(300):\n    work.sq(i)\n", cwd=tmp_path)
+    app = App(casmon.open(tmp_path / "s", read_only=True))
+
+    def page(*query):
+        return app.cache_page(Params(list(query), {"fn", "entry"}))[1].decode()
+
+    assert "300" in text_of(page())
+    first = decoded["n"]
+    assert first >= 300
+    page()
+    page(("fn", "work.sq"))
+    assert decoded["n"] - first < 300, "the unchanged cache table was decoded again"
+    run_python("import work\nwork.sq(1000)\n", cwd=tmp_path)
+    assert "301" in text_of(page()) and "301" in text_of(page(("fn", "work.sq")))

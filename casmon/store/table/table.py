@@ -717,6 +717,14 @@ class Table:
             return f"{self.prefix}l0/*-{w}-{lo:06x}"
         return f"{self.prefix}l0/*-{w}-{lo:06x} to *-{w}-{hi:06x} ({hi - lo + 1} files)"
 
+    def contents_key(self) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+        """What the table holds as of its last listing, as the names of the files a reader reads and the count of
+        this writer's entries not yet written: equal keys, equal entries (files are written once). Readers that
+        decode every entry (``casmon ui``) keep what they decoded until it changes."""
+        with self._lock:
+            pending = sum(len(e) for _, e in self._batches) + len(self._pending)
+            return tuple(g.id for g in self._active_gens), tuple(sorted(self._l0)), pending
+
     def files(self) -> list[str]:
         """Keys of every file this table has on the backend (for stats, verify, gc)."""
         return self.backend.list(self.prefix)
