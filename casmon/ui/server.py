@@ -276,7 +276,7 @@ class App:
         return 200, pages.call_page(self.ctx, log, c), "text/html; charset=utf-8"
 
     def cache_page(self, p: Params) -> tuple[int, bytes, str]:
-        store = self.snapshot  # the cache table's records decoded once while it is unchanged
+        store: Any = self.snapshot  # stands for the store: the cache table's records decoded once while unchanged
         summary = store.kept("summary", (KIND_CACHE, KIND_CLEAR, KIND_USE), lambda: cache_entries(store))
         fn, entry = p.one("fn"), p.one("entry")
         if entry is not None and not fn:
