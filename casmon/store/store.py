@@ -32,7 +32,6 @@ calls it through the :class:`Maintenance` protocol.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -43,15 +42,15 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
-from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError
+from casmon.errors import CasmonError, MissingObjectError, StoreError, UntrustedStoreError
 from casmon.keys.digest import Digest
-from casmon.store import condemned, lifecycle, serialize
+from casmon.store import condemned, lifecycle, reliance, serialize
 from casmon.store.backend import Backend, open_backend
-from casmon.store.codec import KIND_CHUNK, KIND_VALUE, Codec, get_codec
+from casmon.store.codec import KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
-from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of, trim_sealed
+from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
@@ -187,9 +186,9 @@ class Store:
         lifecycle.watch_for_pool_child(self)
         self.format = read_format(backend, self.url, create)
         self.objects = ObjectStore(backend, self.writer)
-        self._in_flight: set[bytes] = set()  # values the records a flush is writing name (see _keep_while_waiting)
+        self._in_flight: set[bytes] = set()  # values the records a flush is writing name (see reliance.keep_while_waiting)
         self._keeping = False
-        backend.while_waiting = self._keep_while_waiting
+        backend.while_waiting = lambda: reliance.keep_while_waiting(self)
         backend.wait_tick = condemned.VIEW_MAX
         self.objects.index.format_gate = self._format2
         lifecycle.register(self)
@@ -500,8 +499,8 @@ class Store:
         held[d] = None
         self._after_write()  # while the ref's write is in flight, held values are looked after
         with self._flush_lock:
-            if force or self._needs_check(d) or self.objects.pending_bytes:
-                bad = self._check_values({d}, force=force)
+            if force or reliance.needs_check(self, d) or self.objects.pending_bytes:
+                bad = reliance.check_values(self, {d}, force=force)
                 if bad:
                     held.pop(d, None)
                     raise MissingObjectError(f"cannot point a ref at value {d.hex()}: it is not in {self.url}")
@@ -645,7 +644,7 @@ class Store:
                         if s._held and s._flush_lock.acquire(timeout=condemned.VIEW_MAX):
                             try:
                                 copied = s.objects.revived
-                                s._protect_held()
+                                reliance.protect_held(s)
                                 if s.objects.revived != copied:
                                     s._write_objects()  # the copies: objects before any record, as always
                             finally:
@@ -694,11 +693,11 @@ class Store:
                 faultpoints.point("flush.sealed")
                 self._in_flight = refs
                 sealed_at = time.monotonic()
-                stale = {Digest.from_raw(d) for d in refs if self._needs_check(d)}
-                bad = self._check_values(stale) if stale else set()
-                bad |= self._check_pending_values()
+                stale = {Digest.from_raw(d) for d in refs if reliance.needs_check(self, d)}
+                bad = reliance.check_values(self, stale) if stale else set()
+                bad |= reliance.check_pending_values(self)
                 if bad:
-                    self._drop_records_needing(bad, tables)
+                    reliance.drop_records_needing(self, bad, tables)
                 self._write_objects()
                 faultpoints.point("flush.after_index")
                 for kind, t in tables:
@@ -707,9 +706,9 @@ class Store:
                         if again:
                             # Slow (a retried network write, a stopped process), or a record write slow enough
                             # that a gc may fence it: check the values again, under a fresh view.
-                            bad = self._check_values(refs_of(t), force=True)
+                            bad = reliance.check_values(self, refs_of(t), force=True)
                             if bad:
-                                self._drop_records_needing(bad, [(kind, t)])
+                                reliance.drop_records_needing(self, bad, [(kind, t)])
                             self._write_objects()
                             t.reseal()  # checked just now: sealed now (casmon.store.table.fence)
                         try:
@@ -744,7 +743,7 @@ class Store:
                 raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
         if self._held:
             try:
-                self._protect_held()
+                reliance.protect_held(self)
             except Exception:  # noqa: BLE001 - the next flush looks again; the seal check still guards
                 pass
         if self._after_flush and not getattr(_in_hooks, "after", False):
@@ -757,38 +756,6 @@ class Store:
                         _logger().warning("after-flush callback %r failed: %s", cb, e)
             finally:
                 _in_hooks.after = False
-
-    def _keep_while_waiting(self) -> None:
-        """While a write is in flight for longer than ``VIEW_MAX`` (a held PUT, a throttled one): copy what a new
-        condemned list names among the values this flush's records and the held values need, into memory; the
-        flush writes the copies before its records (W6 checks again after a slow write). It writes nothing."""
-        if self._keeping:
-            return
-        self._keeping = True
-        try:
-            digests = {Digest.from_raw(r) for r in list(self._in_flight)} | set(list(self._held))
-            if not digests:
-                return
-            vt = self.objects.refresh_view()
-            if not self.objects.any_condemned():
-                return
-            seen: set[Digest] = set()
-            for d in digests:
-                self._check_value(d, vt, seen)
-        finally:
-            self._keeping = False
-
-    def _protect_held(self) -> None:
-        """Copy values put and not yet named by any record (a running call's arguments) that gc condemned."""
-        vt = self.objects.view()
-        lists = self.objects.condemned_lists()
-        if lists == self._held_lists:
-            return
-        self._held_lists = lists
-        if not self.objects.any_condemned():
-            return
-        for d in list(self._held):
-            self._check_value(d, vt, set())  # copies what is condemned into the next pack
 
     def _merge_tables(self) -> None:
         """Merge tables that have many files, holding the store lock (skipped when gc or another merge has it)."""
@@ -808,73 +775,6 @@ class Store:
 
     def _write_objects(self) -> None:
         self.objects.flush()
-
-    def _check_pending_values(self) -> set[Digest]:
-        """Waiting manifests put longer than ``RELY_MAX`` ago: their chunks are checked again before they are written.
-
-        A value whose chunk gc removed meanwhile is not written at all (it would be a manifest naming a
-        missing object); returns such values, so records naming them are kept out too.
-        """
-        old = self.objects.stale_waiting_values(condemned.RELY_MAX)
-        if not old:
-            return set()
-        vt = self.objects.refresh_view()
-        lost: set[Digest] = set()
-        for d in old:
-            try:
-                m = self.manifest(d)
-                ok = all(self.objects.check_stored(c, vt) for c in m.chunk_digests())
-                ok = ok and all(self._check_value(c, vt, set()) for c in m.children)
-            except (MissingObjectError, DamagedObjectError):
-                ok = False
-            if ok:
-                self.objects.renew_waiting(d, vt)
-            elif self.objects.drop_waiting(d):
-                lost.add(d)
-        return lost
-
-    def _needs_check(self, d: bytes) -> bool:
-        return time.monotonic() - self.objects.reliance(d) > condemned.RELY_MAX
-
-    def _check_values(self, digests: Iterable[Digest], force: bool = False) -> set[Digest]:
-        """Check values (manifest, chunks, children) stored and not condemned, under a fresh view.
-
-        Condemned objects are copied to the next pack. Returns the values that
-        are not stored (whole or in part): no record may name them.
-        """
-        todo = [d for d in digests if force or self._needs_check(d)]
-        if not todo:
-            return set()
-        vt = self.objects.refresh_view()
-        return {d for d in todo if not self._check_value(d, vt, set())}
-
-    def _check_value(self, d: Digest, vt: float, seen: set[Digest]) -> bool:
-        if d in seen:
-            return True
-        seen.add(d)
-        try:
-            if not self.objects.check_stored(d, vt):
-                return False
-            m = self.manifest(d)
-        except (MissingObjectError, DamagedObjectError):
-            return False
-        for c in m.chunk_digests():
-            try:
-                if not self.objects.check_stored(c, vt):
-                    return False
-            except (MissingObjectError, DamagedObjectError):
-                return False
-        return all(self._check_value(c, vt, seen) for c in m.children)
-
-    def _drop_records_needing(self, bad: set[Digest], tables: Iterable[tuple[str, Table]]) -> None:
-        """Keep sealed records from naming lost values: trim them (a salvager) or drop them, and warn."""
-        dropped, trimmed = trim_sealed(tables, bad)
-        self.dropped_records += dropped
-        warnings.warn(
-            f"casmon: {len(bad)} value(s) were removed from {self.url} (by gc, or lost to damage) while this "
-            f"process still needed them; {dropped} record(s) that named them were not written"
-            + (f" and {trimmed} were written without them (e.g. calls cut from a call-log batch)" if trimmed else ""),
-            RuntimeWarning, stacklevel=3)
 
     def add_flush_hook(self, hook: FlushHook) -> None:
         """Call ``hook(store)`` at the start of every flush (features add their bookkeeping records)."""

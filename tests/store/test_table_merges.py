@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
 from casmon import faultpoints
+from casmon.store import reliance
 from casmon.store.backend import open_backend
 from casmon.store.table import Table, L0_MERGE
 from tests.support.tables import random_keys
@@ -109,6 +110,8 @@ def test_lookups_in_one_thread_and_refreshes_in_another_never_collide(tmp_path):
     switch interval, so the threads change places inside either loop."""
     import threading
 
+    from casmon.store import reliance
+
     s = casmon.open(tmp_path / "s", autoflush=None)
     keys = [casmon.fingerprint(("k", i)) for i in range(3_000)]
     for i, k in enumerate(keys):
@@ -164,7 +167,7 @@ def test_a_flush_beside_puts_survives_thread_switches_inside_snapshots(tmp_path)
     def checker():  # the step of a flush that copies the waiting values
         while not stop.is_set():
             try:
-                s._check_pending_values()
+                reliance.check_pending_values(s)
             except Exception as e:  # noqa: BLE001
                 errors.append(e)
                 return

@@ -45,8 +45,9 @@ never judge reachability from part of the records. ``casmon verify --repair``
 
 One module a job: ``format`` (table files and generations as bytes), ``ranges``
 (provenance arithmetic), ``plan`` (what a reader reads), ``table``
-(:class:`Table`), ``survey`` (:class:`Survey`, for verify and repair), ``fence``
-(record files that land late are not records).
+(:class:`Table`), ``merge`` (merges, loaded by the first), ``survey``
+(:class:`Survey`, for verify and repair), ``fence`` (record files that land
+late are not records).
 """
 
 from casmon.store.table.format import (BLOCK_ENTRIES, Columns, Generation, TableFile, encode_table_file, parse_generation,

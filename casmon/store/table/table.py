@@ -750,88 +750,9 @@ class Table:
         files are left alone (for ``verify --repair``). Returns the new
         generation's id, or None.
         """
-        if not self.backend.supports_deletes or self.backend.read_only:
-            return None
-        self.refresh()
-        with self._lock:
-            l0_files = dict(self._l0)
-            active = list(self._active_gens)
-            groups = list(self._groups)
-            all_gens = dict(self._gens)
-            bad = {gid for gid, _ in self._bad_buckets} | {gid for gid, _ in self._bad_blocks}
-            damaged = bool(self.damaged)
-            # Files a generation already holds can go, unless the table is damaged: they may be the only good copy.
-            extra_gens = [] if damaged else [all_gens[g] for g in self._redundant if g in all_gens]
-            extra_l0 = [] if damaged else list(self._contained_l0)
-        l0 = sorted(l0_files)
-        if not force and len(l0) < min_l0 and not self.wants_merge():
-            return None
-        l0_total = sum(len(l0_files[n]) for n in l0)
-        if force:
-            chosen = {g.id for g in active if g.id not in bad}
-        else:
-            # Size-tiered: take generations smallest first while each holds at most MERGE_FACTOR times
-            # what is taken so far. Sizes then grow geometrically: O(log n) generations, and an entry
-            # is rewritten O(log n) times over the table's life.
-            chosen, total = set(), max(l0_total, 1)
-            for g in sorted((g for g in active if g.id not in bad), key=lambda g: (g.count, g.id)):
-                if g.count > MERGE_FACTOR * total:
-                    break
-                chosen.add(g.id)
-                total += g.count
-            # Format-1 generations (an older casmon's) are rewritten as format 2 a bounded amount at a time.
-            budget = 4 * total + FILE_ENTRIES
-            for g in sorted((g for g in active if g.v < 2 and g.id not in bad | chosen), key=lambda g: g.count):
-                if g.count > budget:
-                    break
-                chosen.add(g.id)
-                budget -= g.count
-        for group in groups:  # an overlap is merged whole, which ends it
-            if chosen & group:
-                chosen |= group - bad
-        gens = [g for g in active if g.id in chosen]
-        if not l0 and len(gens) <= 1 and keep is None:
-            if extra_gens or extra_l0 or self.late:
-                self._delete(extra_l0 + sorted(self.late), extra_gens)
-                self.refresh()
-            return None
-        tables: list[TableFile] = []
-        try:
-            for g in gens:
-                for i in range(g.nbuckets):
-                    data = None
-                    if g.v >= 2 or (g.id, i) not in self._buckets:
-                        key = self._bucket_key(g.id, i)
-                        data = self.backend.get(key)
-                        if data is None:
-                            raise _Vanished(key)
-                    tfs, damaged = self._file_tables(g, i, False, data)
-                    if damaged:
-                        return None  # the next merge leaves this generation alone
-                    tables.extend(tfs)
-            tables.extend(l0_files[n] for n in l0)
-        except _Vanished:
-            return None  # someone else merged these meanwhile
-        entries = Columns.of_tables(tables).sorted_unique()  # each (key, value) once
-        del tables
-        if keep is not None:
-            import numpy as np  # merges use numpy (Columns); lookups do not
+        from casmon.store.table import merge  # writers and gc merge; readers never load it
 
-            kept = [i for i, (k, v) in enumerate(entries.entries()) if keep(k, v)]
-            entries = entries.take(np.array(kept, dtype=np.int64))
-        contains = ranges_union(*(g.contains for g in gens), ranges_of_names(l0))
-        covers = ["l0:" + x for x in l0 + extra_l0] + ["gen:" + g.id for g in gens + extra_gens]
-        for g in gens:  # what merged generations covered and is not deleted yet stays covered
-            covers.extend(c for c in g.covers if c in self._visible)
-        marks: dict[str, int] = {}
-        for g in gens:
-            for w, v in g.marks.items():
-                marks[w] = max(marks.get(w, 0), v)
-        gid = self._write_generation(entries, list(dict.fromkeys(covers)), contains, all(g.exact for g in gens), marks)
-        # The new generation is visible: what it holds can go, and late files, which are not records.
-        self._delete(l0 + extra_l0 + sorted(self.late), gens + extra_gens)
-        self.refresh()
-        return gid
+        return merge.consolidate(self, min_l0, force, keep)
 
     def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
                           exact: bool, marks: dict[str, int]) -> str:
