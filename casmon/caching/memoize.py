@@ -628,9 +628,9 @@ class CacheState:
             return False
         s = self._store
         if s is not self._limit_of:  # is_local builds a path: once per store, not per call
-            self._limit_of = s
             claims = _claims()
             self._limit = claims.CLAIM_MIN_S if s is None or s.backend.is_local else claims.CLAIM_MIN_S_REMOTE
+            self._limit_of = s  # after the limit: another thread never sees this store with the limit unset
         return max(r) < self._limit
 
     def _done(self, held: claims.Held | None, failed: bool = False) -> None:

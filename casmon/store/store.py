@@ -443,11 +443,16 @@ class Store:
             except (CasmonError, OSError):
                 pass  # the table is not listed: its first read lists it, and says what is wrong
 
-        others = [threading.Thread(target=refresh, args=(t,), name="casmon-prefetch", daemon=True) for t in tables[1:]]
-        for th in others:
-            th.start()
+        started: list[threading.Thread] = []
+        for t in tables[1:]:
+            th = threading.Thread(target=refresh, args=(t,), name="casmon-prefetch", daemon=True)
+            try:
+                th.start()
+            except RuntimeError:  # the interpreter is exiting: no new thread; the reads list the tables
+                break
+            started.append(th)
         refresh(tables[0])
-        for th in others:
+        for th in started:
             th.join()
 
     def lookup(self, kind: str, key: bytes, refresh: bool = True) -> list[dict[str, Any]]:

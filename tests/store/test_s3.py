@@ -196,6 +196,73 @@ def test_a_first_cache_hit_on_s3_lists_its_three_tables_at_once(s3_proxy, tmp_pa
     assert max(l0.values()) - min(l0.values()) < 0.5, l0
 
 
+@pytest.mark.parametrize("make", [memoryview, lambda a: a], ids=["memoryview", "ndarray"])
+def test_an_s3_backend_writes_any_contiguous_buffer(s3_env, make):
+    """A backend write takes any contiguous buffer (a float array's memoryview, the array itself), as the local,
+    memory and zip media do: its bytes are stored, whatever the element type."""
+    from casmon.store.backend import open_backend
+
+    _env, bucket = s3_env
+    a = np.arange(10.0)
+    for be in (open_backend(f"s3://{bucket}/buffers"), open_backend("memory://buffers")):
+        be.set("k", make(a))
+        be.create("k2", make(a))
+        be.create_many([("k3", make(a))])
+        assert [bytes(be.get(k)) for k in ("k", "k2", "k3")] == [a.tobytes()] * 3
+
+
+def test_a_read_past_the_end_of_an_s3_object_is_damage_found_at_once(s3_env):
+    """A pack cut short (its index says more than it holds) answers a range read past its end with 416 on S3: that
+    is an answer, not a failure to retry for half a minute, and the value reads as damaged, as on a local folder."""
+    import time
+
+    from casmon.errors import DamagedObjectError
+
+    _env, bucket = s3_env
+    url = f"s3://{bucket}/cut"
+    s = casmon.open(url)
+    ds = [s.put({"i": i, "pad": "x" * 3000}) for i in range(20)]
+    s.close()
+    be = casmon.open(url).backend
+    for pk in be.list("packs/"):
+        data = bytes(be.get(pk))
+        be.set(pk, data[: len(data) // 3])
+    assert bytes(be.get_range(be.list("packs/")[0], 10**6, 10**6 + 10)) == b""  # as a local file reads
+    s = casmon.open(url)
+    t = time.monotonic()
+    with pytest.raises(DamagedObjectError):
+        s.get(ds[-1])
+    assert s.backend.retrier.retries == 0 and time.monotonic() - t < 10
+
+
+def test_a_forked_child_of_an_s3_user_says_why_it_cannot_reach_the_store_and_computes(s3_env):
+    """obstore's client does not survive a fork (its runtime's threads stay in the parent): a forked child's
+    cached call must not hang. It warns, naming the cause and what to use instead, and returns its result."""
+    env, bucket = s3_env
+    code = textwrap.dedent("""
+        import os, sys, warnings, casmon
+        st = casmon.open(sys.argv[1])  # reaches the bucket: obstore's runtime runs in this process now
+
+        @casmon.cache(store=st)
+        def f(x):
+            return [x] * 3
+
+        assert f(0) == [0, 0, 0]
+        pid = os.fork()
+        if pid == 0:
+            import faulthandler
+            faulthandler.dump_traceback_later(60, exit=True)  # a hang fails the test, not the run
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                got = f(1)
+            print("child", got, any("forkserver" in str(w.message) for w in seen), flush=True)
+            os._exit(0)
+        print("exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    """)
+    r = run_python(code, f"s3://{bucket}/forked", env=env)
+    assert "child [1, 1, 1] True" in r.stdout and "exit 0" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
 def test_credentials_never_reach_the_store(s3_env):
     env, bucket = s3_env
     s = casmon.open(f"s3://{bucket}/creds", storage_options={"access_key_id": "testing", "secret_access_key": "testing"})

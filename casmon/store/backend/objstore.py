@@ -39,11 +39,11 @@ _ABSENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
 
 class ObstoreBackend(RemoteBackend):
-    """One obstore store (a bucket and prefix); ``make`` makes its client, again in a forked child."""
+    """One obstore store (a bucket and prefix), whose client ``make`` makes. A forked child cannot use it (see
+    :meth:`_forked`)."""
 
     def __init__(self, make: Callable[[], ObjectStore], url: str, read_only: bool, concurrency: int = 16) -> None:
         super().__init__(url, Retrier(), concurrency)
-        self._make = make
         self._client = make()
         self._read_only = read_only
         self._zarr: Any = None
@@ -58,8 +58,11 @@ class ObstoreBackend(RemoteBackend):
         return self._zarr
 
     def _forked(self) -> None:
-        self._client = self._make()
-        self._zarr = None
+        # obstore's runtime keeps its threads in the parent, and a client made in the child uses that runtime:
+        # its requests would wait forever. Each request says so at once instead (the cache then computes).
+        raise StoreError(f"{self.url}: this process was forked from one that had used the store, and obstore's "
+                         "client does not survive a fork; start worker processes with 'spawn' or 'forkserver' "
+                         "(multiprocessing.get_context('forkserver'), or ProcessPoolExecutor(mp_context=...))")
 
     def _obstore_client(self) -> Any:
         return self._client
@@ -89,6 +92,10 @@ class ObstoreBackend(RemoteBackend):
             return memoryview(await obstore.get_range_async(self._client, key, start=start, end=end))
         except _ABSENT:
             return None
+        except Exception as e:
+            if _past_end(e):
+                return memoryview(b"")  # a start past the end reads nothing, as a local file does
+            raise
 
     async def _aexists(self, key: str) -> bool:
         import obstore
@@ -143,6 +150,12 @@ class ObstoreBackend(RemoteBackend):
         base = prefix.rstrip("/")
         cut = len(base) + 1 if base else 0
         return [str(p)[cut:] for p in got["common_prefixes"]] + [str(m["path"])[cut:] for m in got["objects"]]
+
+
+def _past_end(e: BaseException) -> bool:
+    """True for S3's answer to a range that starts past the object's end (416, ``InvalidRange``)."""
+    text = str(e)
+    return "InvalidRange" in text or "416" in text and "Range Not Satisfiable" in text
 
 
 def open_object_store(url: str, read_only: bool, storage_options: dict[str, Any], probe: str | None = None) -> ObstoreBackend:

@@ -51,6 +51,12 @@ def client_error(e: BaseException) -> str:
     return scrub(f"{type(e).__name__}: {text[:300]}")
 
 
+def _flat(data: BytesLike) -> BytesLike:
+    """Bytes, or a flat memoryview of bytes: what every client takes (obstore reads a memoryview of another
+    format, a float array's, as a sequence of numbers)."""
+    return data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
+
+
 class RemoteBackend(Backend):
     """A medium whose requests are coroutines: the ``_a*`` methods, one request each, which subclasses give."""
 
@@ -230,19 +236,20 @@ class RemoteBackend(Backend):
         return self._call(self._retried(go))
 
     def _write(self, key: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        data = _flat(parts[0]) if len(parts) == 1 else b"".join(parts)
         self._fresh()
         self._call_write(self._retried(lambda: self._acreate(key, data) if exclusive else self._aset(key, data)))
 
     def _write_many(self, items: Sequence[tuple[str, BytesLike]]) -> None:
         self._fresh()
         self._call_write(loop.gather_limited(
-            (self._retried(functools.partial(self._acreate, k, d)) for k, d in items), self.concurrency))
+            (self._retried(functools.partial(self._acreate, k, _flat(d))) for k, d in items), self.concurrency))
 
     def _create_async(self, key: str, data: BytesLike) -> Future[None]:
         self._fresh()
         self.requests += 1
-        return loop.submit(self._retried(lambda: self._acreate(key, data)))
+        flat = _flat(data)
+        return loop.submit(self._retried(lambda: self._acreate(key, flat)))
 
     def _delete_many(self, keys: list[str]) -> None:
         self._fresh()

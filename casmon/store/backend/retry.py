@@ -45,14 +45,15 @@ MAX_DELAY = 8.0
 
 #: Errors that say something about the request, not about the weather: never retried.
 _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError,
-              CasmonError, ValueError, TypeError, KeyError, AttributeError, NotImplementedError, AssertionError)
+              CasmonError, ValueError, TypeError, KeyError, AttributeError, NotImplementedError, AssertionError,
+              BufferError)
 #: obstore's errors that are answers, not failures (matched by name: obstore is optional).
 _PERMANENT_NAMES = frozenset({"NotFoundError", "AlreadyExistsError", "InvalidPathError", "NotSupportedError",
                               "PermissionDeniedError", "PreconditionError", "NotModifiedError",
                               "UnauthenticatedError", "UnknownConfigurationKeyError"})
 #: Answers S3 gives in a generic error that no retry changes.
 _PERMANENT_TEXT = ("NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden",
-                   "InvalidBucketName", "builder error", "dns error")
+                   "InvalidBucketName", "builder error", "dns error", "InvalidRange", "416 Range Not Satisfiable")
 
 
 def transient(e: BaseException) -> bool:
