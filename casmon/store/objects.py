@@ -752,6 +752,7 @@ class ObjectStore:
             if data is None:
                 raise MissingObjectError(f"pack {loc.pack} holding object {d.hex()} is missing")
             if len(data) != loc.length:
+                self.found_damaged(d)
                 raise DamagedObjectError(where, f"pack is truncated ({loc.offset + len(data)} bytes)")
             return self._decode(data, where, d, out)
         if pack is None:
@@ -762,6 +763,7 @@ class ObjectStore:
             self._packs.put(loc.pack, pack)
         frame = memoryview(pack)[loc.offset : loc.offset + loc.length]
         if len(frame) != loc.length:
+            self.found_damaged(d)
             raise DamagedObjectError(where, f"pack is truncated ({len(pack)} bytes)")
         return self._decode(frame, where, d, out)
 

@@ -607,3 +607,20 @@ def test_get_during_a_flush_in_another_thread(tmp_path, monkeypatch):
     finally:
         t.join()
     assert got == b"hello world"
+
+
+def test_a_value_in_a_truncated_pack_is_stored_again_when_it_is_put_again(tmp_path):
+    """A pack cut short reads as damaged; putting the value again (a cached result recomputed) stores a good copy
+    that later readers find, as it does for a pack whose bytes are damaged: no process recomputes it again."""
+    s = casmon.open(tmp_path / "s")
+    value = {"i": 19, "pad": os.urandom(1500).hex()}  # does not compress below the cut
+    d = s.put(value)
+    s.close()
+    (pack,) = (tmp_path / "s" / "packs").iterdir()
+    pack.write_bytes(pack.read_bytes()[:1000])
+    s = casmon.open(tmp_path / "s")
+    with pytest.raises(casmon.DamagedObjectError):
+        s.get(d)
+    assert s.put(value) == d
+    s.close()
+    assert casmon.open(tmp_path / "s").get(d) == value
