@@ -208,3 +208,35 @@ def test_verify_reports_damaged_table_and_ref(tmp_path):
     damaged = [k for k, _ in rep.damaged]
     assert any("records/call/l0" in k for k in damaged)
     assert any("refs/named" in k for k in damaged)
+
+
+def test_verify_hashes_a_large_raw_object_as_it_reads_it_and_finds_its_damage(tmp_path):
+    """A value laid out whole for mapping is one file of up to a GiB: verify checks it 8 MiB at a time, never
+    holding it whole (a 1 GiB object took 2 GB of memory to verify), and still finds a flipped byte at its end
+    and a file cut short."""
+    import tracemalloc
+
+    s = casmon.open(tmp_path / "s")
+    d = s.put(np.random.default_rng(0).random(8 << 20), mmap=True)  # 64 MiB, one raw object
+    (chunk,) = s.manifest(d).parts[0]["c"]
+    s.close()
+    tracemalloc.start()
+    try:
+        rep = casmon.open(tmp_path / "s").verify()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rep.ok and rep.checked["loose objects"] == 1
+    assert peak < 32 << 20, f"verify held {peak >> 20} MiB for a 64 MiB object"
+    path = tmp_path / "s" / loose_key(casmon.Digest(chunk))
+    with open(path, "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    rep = casmon.open(tmp_path / "s").verify()
+    assert [r for k, r in rep.damaged if chunk in k] == ["content does not match its digest"], rep.damaged
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 100)
+    rep = casmon.open(tmp_path / "s").verify()
+    assert any(chunk in k and "truncated" in r for k, r in rep.damaged), rep.damaged
