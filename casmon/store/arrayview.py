@@ -176,6 +176,15 @@ def _metadata(dtype: np.dtype[Any], shape: tuple[int, ...], chunks: tuple[int, .
     return scratch["zarr.json"].to_bytes()
 
 
+def _big_endian_inside(dt: np.dtype[Any]) -> bool:
+    """Whether ``dt``, or a field or sub-array of it, is stored big-endian."""
+    if dt.fields is not None:
+        return any(_big_endian_inside(f[0]) for f in dt.fields.values())
+    if dt.subdtype is not None:
+        return _big_endian_inside(dt.subdtype[0])
+    return dt.byteorder == ">"
+
+
 def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     """A lazy read-only ``zarr.Array`` over the stored array ``manifest`` describes (reads only the chunks a slice touches)."""
     meta = manifest.meta
@@ -193,6 +202,10 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     elif manifest.tag != "array":
         raise TypeError(f"value {manifest.digest.hex()} is a {manifest.tag} value, not a numpy array")
     dtype = dtype_from_meta(meta["dtype"])
+    if dtype.fields is not None and _big_endian_inside(dtype):
+        # zarr describes a structured type's byte order as a whole: such a field would read byte-swapped.
+        raise TypeError(f"array {manifest.digest.hex()} has a structured dtype with a big-endian field ({dtype}), "
+                        "which zarr cannot describe; load it with get()")
     shape = tuple(int(x) for x in meta["shape"])
     fortran = meta["order"] == "F" and len(shape) > 1
     part = manifest.parts[0]

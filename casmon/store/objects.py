@@ -269,6 +269,7 @@ class ObjectStore:
         # value gc deleted is found missing (and the cache asks the store for the newest entry).
         self._put_raw = _LRU(1 << 20)
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
+        self._cut_packs: set[str] = set()  # packs found shorter than the index says: a put does not rely on them
         self._inflight: list[tuple[Digest, Future[None], float]] = []  # loose writes under way
         self._inflight_lock = threading.Lock()
 
@@ -308,7 +309,8 @@ class ObjectStore:
             if full:
                 self.wait_writes(keep=INFLIGHT_MAX // 2)
             return d
-        if self.index.lookup_cached(d):
+        found = self.index.lookup_cached(d)
+        if found and not (self._cut_packs and all(Location.decode(v).pack in self._cut_packs for v in found)):
             self._remember(d, vt)
             return d
         _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
@@ -481,6 +483,12 @@ class ObjectStore:
         except DamagedObjectError:
             self.found_damaged(d)
             raise
+
+    def _found_cut(self, d: Digest, pack: str) -> None:
+        """A pack cut short: ``d`` and whatever else it held past the cut are stored again when put (a recomputed
+        value's chunks as well as its manifest), not taken as stored."""
+        self.found_damaged(d)
+        self._cut_packs.add(pack)
 
     def found_damaged(self, d: Digest) -> None:
         """Blob ``d`` was read damaged: no longer relied on as stored, and the next put of it rewrites it."""
@@ -752,7 +760,7 @@ class ObjectStore:
             if data is None:
                 raise MissingObjectError(f"pack {loc.pack} holding object {d.hex()} is missing")
             if len(data) != loc.length:
-                self.found_damaged(d)
+                self._found_cut(d, loc.pack)
                 raise DamagedObjectError(where, f"pack is truncated ({loc.offset + len(data)} bytes)")
             return self._decode(data, where, d, out)
         if pack is None:
@@ -763,7 +771,7 @@ class ObjectStore:
             self._packs.put(loc.pack, pack)
         frame = memoryview(pack)[loc.offset : loc.offset + loc.length]
         if len(frame) != loc.length:
-            self.found_damaged(d)
+            self._found_cut(d, loc.pack)
             raise DamagedObjectError(where, f"pack is truncated ({len(pack)} bytes)")
         return self._decode(frame, where, d, out)
 

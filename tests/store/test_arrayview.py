@@ -92,3 +92,17 @@ def test_an_array_laid_out_for_mapping_opens_lazily_in_row_chunks(tmp_path, orde
     path.write_bytes(bytes(raw))
     with pytest.raises(DamagedObjectError):
         casmon.open(tmp_path / "s").open_array(d)
+
+
+def test_a_structured_array_with_a_big_endian_field_is_refused_not_read_swapped(store):
+    """zarr describes a structured dtype's byte order as a whole: a big-endian field would come back byte-swapped
+    without a word, so open_array refuses it (get() reads it right); a little-endian one opens."""
+    be = np.zeros(10, dtype=[("a", "<i4"), ("b", ">f8"), ("c", "u1")])
+    be["b"] = np.arange(10) * 1.5
+    d = store.put(be)
+    with pytest.raises(TypeError, match="big-endian field"):
+        store.open_array(d)
+    assert np.array_equal(store.get(d), be)
+    le = be.astype([("a", "<i4"), ("b", "<f8"), ("c", "u1")])
+    z = store.open_array(store.put(le))
+    assert np.array_equal(z[...]["b"], le["b"])

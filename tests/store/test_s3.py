@@ -256,11 +256,34 @@ def test_a_forked_child_of_an_s3_user_says_why_it_cannot_reach_the_store_and_com
                 warnings.simplefilter("always")
                 got = f(1)
             print("child", got, any("forkserver" in str(w.message) for w in seen), flush=True)
+            try:  # a store opened anew in the child uses the same runtime: refused as well, not a hang
+                casmon.open(sys.argv[1] + "-other")
+            except casmon.StoreError as e:
+                print("reopen refused", "forkserver" in str(e), flush=True)
             os._exit(0)
         print("exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
     """)
     r = run_python(code, f"s3://{bucket}/forked", env=env)
-    assert "child [1, 1, 1] True" in r.stdout and "exit 0" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "child [1, 1, 1] True" in r.stdout and "reopen refused True" in r.stdout and "exit 0" in r.stdout, \
+        r.stdout + r.stderr[-2000:]
+
+
+def test_a_cached_call_first_made_at_exit_on_s3_computes(s3_env):
+    """A cached function first called from an atexit handler (a script's last report): casmon's I/O thread
+    cannot start while the interpreter exits, and the call computes with a warning instead of raising."""
+    env, bucket = s3_env
+    code = textwrap.dedent("""
+        import atexit, sys, casmon
+
+        @casmon.cache(store=sys.argv[1])
+        def f(x):
+            return [x, x]
+
+        atexit.register(lambda: print("at exit", f(1), flush=True))
+    """)
+    r = run_python(code, f"s3://{bucket}/atexit", env=env)
+    assert "at exit [1, 1]" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_credentials_never_reach_the_store(s3_env):

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Coroutine, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from casmon.errors import StoreError
 
 if TYPE_CHECKING:
     import asyncio
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["gather_limited", "get_loop", "note_remote_client", "run", "shutdown", "submit"]
 
@@ -46,13 +48,17 @@ def get_loop() -> asyncio.AbstractEventLoop:
 
     with _Loop.lock:
         if _Loop.loop is None or _Loop.pid != os.getpid():
-            loop = asyncio.new_event_loop()
-            loop.set_default_executor(_started_executor(WORKERS))
-            from casmon.store import lifecycle
+            try:
+                loop = asyncio.new_event_loop()
+                loop.set_default_executor(_started_executor(WORKERS))
+                from casmon.store import lifecycle
 
-            lifecycle.exit_flush_before_pools()
-            t = threading.Thread(target=loop.run_forever, name="casmon-io", daemon=True)
-            t.start()
+                lifecycle.exit_flush_before_pools()
+                t = threading.Thread(target=loop.run_forever, name="casmon-io", daemon=True)
+                t.start()
+            except RuntimeError as e:  # the interpreter is exiting: no new thread, no new exit hook
+                raise StoreError(f"casmon cannot start its I/O thread now ({e}): the interpreter is exiting, so a "
+                                 "store that is not a local folder cannot be reached") from None
             _Loop.loop, _Loop.pid, _Loop.thread = loop, os.getpid(), t
         return _Loop.loop
 
@@ -110,6 +116,8 @@ def _started_executor(n: int) -> ThreadPoolExecutor:
     the flush at exit still needs file I/O; a pool that never has to grow keeps
     working then.
     """
+    from concurrent.futures import ThreadPoolExecutor  # registers an exit hook: a local folder never loads it
+
     ex = ThreadPoolExecutor(max_workers=n, thread_name_prefix="casmon-io-worker")
     barrier = threading.Barrier(n + 1)
     for _ in range(n):

@@ -34,13 +34,15 @@ __all__ = ["ObstoreBackend", "open_object_store"]
 _ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
             "endpoint_url": "endpoint", "region_name": "region", "aws_access_key_id": "access_key_id",
             "aws_secret_access_key": "secret_access_key"}
+#: The process whose requests started obstore's runtime (0: none yet); see ObstoreBackend._fresh.
+_runtime_pid = 0
 #: What a read of a key that is not there raises (as zarr's adapter reads them: no such key).
 _ABSENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
 
 class ObstoreBackend(RemoteBackend):
-    """One obstore store (a bucket and prefix), whose client ``make`` makes. A forked child cannot use it (see
-    :meth:`_forked`)."""
+    """One obstore store (a bucket and prefix), whose client ``make`` makes. A process forked from one that sent
+    obstore requests cannot send any (see :meth:`_fresh`)."""
 
     def __init__(self, make: Callable[[], ObjectStore], url: str, read_only: bool, concurrency: int = 16) -> None:
         super().__init__(url, Retrier(), concurrency)
@@ -57,12 +59,20 @@ class ObstoreBackend(RemoteBackend):
             self._zarr = ZarrObjectStore(self._client, read_only=self._read_only)
         return self._zarr
 
-    def _forked(self) -> None:
-        # obstore's runtime keeps its threads in the parent, and a client made in the child uses that runtime:
-        # its requests would wait forever. Each request says so at once instead (the cache then computes).
-        raise StoreError(f"{self.url}: this process was forked from one that had used the store, and obstore's "
-                         "client does not survive a fork; start worker processes with 'spawn' or 'forkserver' "
-                         "(multiprocessing.get_context('forkserver'), or ProcessPoolExecutor(mp_context=...))")
+    def _fresh(self) -> None:
+        # obstore's runtime is one per process, and its threads stay in the process that started them: in a forked
+        # child every client, the parent's or one made anew, would wait forever. Each request says so at once
+        # instead (a cached call then computes, with that warning).
+        global _runtime_pid
+        pid = os.getpid()
+        if _runtime_pid != pid:
+            if _runtime_pid:
+                raise StoreError(f"{self.url}: this process was forked from one that had used S3 (or GCS, Azure) "
+                                 "through obstore, whose client does not survive a fork; start worker processes "
+                                 "with 'spawn' or 'forkserver' (multiprocessing.get_context('forkserver'), or "
+                                 "ProcessPoolExecutor(mp_context=...))")
+            _runtime_pid = pid
+        super()._fresh()
 
     def _obstore_client(self) -> Any:
         return self._client
