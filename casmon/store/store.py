@@ -735,7 +735,10 @@ class Store:
                         held.pop(Digest.from_raw(r), None)
                 if not getattr(_in_hooks, "call", False) or time.monotonic() - self._merged_at >= CALL_MERGE_EVERY:
                     self._merged_at = time.monotonic()  # a worker's flush per call merges at most this often
-                    self._merge_tables()
+                    try:
+                        self._merge_tables()
+                    except (OSError, CasmonError) as e:  # a merge only tidies: everything is written; a later flush merges
+                        _logger().info("casmon: %s: tables not merged now: %s", self.url, e)
             except BaseException as e:
                 self._in_flight = set()
                 with self._lock:  # the sealed records are written by a later flush: check their values then

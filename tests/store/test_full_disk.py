@@ -118,3 +118,30 @@ def test_calls_logged_on_a_full_durable_store_are_logged_once(small_disk):
     s.close()
     calls = casmon.load(casmon.open(loc)).calls()
     assert sorted(c.inputs()[0][0] for c in calls) == list(range(7)), "each call once"
+
+
+def test_reading_a_store_on_a_full_disk_raises_nothing_though_its_tables_want_a_merge(small_disk, monkeypatch):
+    """A merge only tidies: on a full disk the flush that would merge (a reader's, with nothing to write, as
+    ``casmon.load`` makes) leaves the tables as they are for a later flush, and the reader reads."""
+    from casmon.store.table import L0_MERGE, Table
+
+    disk = small_disk("8m")
+    with monkeypatch.context() as m:
+        m.setattr(Table, "wants_merge", lambda self: False)  # writers that never got to merge
+        for i in range(L0_MERGE + 2):  # a level-0 file of the call log's tables each
+            w = casmon.open(disk / "s", autoflush=None)
+
+            @casmon.intercept(store=w)
+            def g(x):
+                return x * 2
+
+            g(i)
+            w.close()
+    fill_disk(disk)
+    s = casmon.open(disk / "s", autoflush=None)
+    s.table("calls").refresh()
+    assert s.table("calls").wants_merge()
+    s.flush()  # nothing to write; the merge cannot take its lock on the full disk
+    log = casmon.load(s)
+    (name,) = log.functions
+    assert sorted(c.inputs()[0][0] for c in log.calls(name)) == list(range(L0_MERGE + 2))
