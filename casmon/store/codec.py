@@ -80,7 +80,7 @@ class Codec(Frozen):
                 raw = _lz4_block_decompress()(data)
                 if out is None:
                     return raw
-                out[:] = raw
+                memoryview(out).cast("B")[:] = raw  # as bytes: numpy would parse ``out[:] = raw`` as a number
                 return out
             if out is None:
                 return _lz4().decompress(data)
@@ -89,7 +89,7 @@ class Codec(Frozen):
         c = _numcodec(self.id, 1)
         if c is None:
             if out is not None:
-                out[:] = data
+                memoryview(out).cast("B")[:] = data
                 return out
             return bytes(data)
         if out is not None:
@@ -395,10 +395,10 @@ def decode_body(frame: Frame, body: bytes | memoryview, key: str, out: Any = Non
                 raise DamagedObjectError(key, f"the payload says {declared} bytes, the header {frame.raw_len}")
             if out is not None and memoryview(out).nbytes != frame.raw_len:
                 raise DamagedObjectError(key, f"raw length {frame.raw_len} does not fit the {memoryview(out).nbytes} bytes expected")
-            # Never let a codec size its own output, except lz4: its size field was checked above to be
-            # the header's raw length (itself bounded), and a fresh bytes object costs 2 µs, a buffer 8.
-            dest = out if out is not None or frame.codec == 3 else bytearray(frame.raw_len)
-            raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=dest)
+            # The codec sizes its own output from its size field, checked above to be the header's raw
+            # length (itself bounded): its buffer is allocated untouched, so a crafted payload that fails
+            # early commits no memory, where a zero-filled buffer of the claimed size would commit it all.
+            raw = _BY_ID[frame.codec].decompress(body, frame.raw_len, out=out)
     except DamagedObjectError:
         raise
     except Exception as e:  # noqa: BLE001 - any codec failure means damage

@@ -38,10 +38,11 @@ class Snapshot:
         return getattr(self._store, name)
 
     def state(self, kind: str) -> Any:
-        """The contents of ``kind``'s table as listed now (:meth:`Table.contents_key`)."""
+        """The contents of ``kind``'s table as listed now: the files it reads (:meth:`Table.contents_key`) and
+        those it found damaged, which a strict read refuses however unchanged the rest is."""
         t = self._store.table(kind)
         t.refresh()
-        return t.contents_key()
+        return t.contents_key(), frozenset(t.damaged)
 
     def kept(self, name: Hashable, kinds: Iterable[str], compute: Callable[[], T], every: float = 5.0) -> T:
         """``compute()``, again only when a table of ``kinds`` changed or ``every`` seconds passed (what depends on
@@ -60,8 +61,7 @@ class Snapshot:
 
     def records(self, kind: str, strict: bool = True) -> Iterator[tuple[Digest, dict[str, Any]]]:
         t = self._store.table(kind)
-        t.refresh()
-        key = t.contents_key()
+        key = self.state(kind)
         with self._lock:
             kept = self._kept.get((kind, strict))
         if kept is None or kept[0] != key:

@@ -51,3 +51,39 @@ def test_every_zstd_frame_casmon_writes_states_its_size_and_reads_back(n):
     _, frame = codec.encode_frame(data, codec.KIND_TABLE, codec.get_codec("zstd"))
     assert frame[5] == 2  # compressed with zstd, not stored raw
     assert bytes(codec.decode_frame(frame, "x")[1]) == data
+
+
+def test_a_crafted_payload_that_states_the_size_it_claims_commits_no_memory_before_it_fails():
+    """A 16 KiB payload whose codec header and frame header agree on 1 GiB (zstd, blosc, lz4): the reader must
+    fail without first touching a gigabyte of memory (a zero-filled buffer of the claimed size), which would let
+    a crafted object in an untrusted store get a reader killed for memory."""
+    code = r'''
+import os, resource, struct, sys
+import numcodecs  # loaded before the baseline: its import is not the allocation measured
+from casmon.store import codec
+from casmon.errors import DamagedObjectError
+raw_len = 1 << 30
+pad = os.urandom(16 << 10)
+bodies = {
+    2: b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + struct.pack("<Q", raw_len) + pad,   # zstd: single segment, 8-byte size
+    1: bytes([2, 1, 0x01, 1]) + struct.pack("<III", raw_len, 1 << 18, 16 + len(pad)) + pad,  # blosc (lz4)
+    4: bytes([2, 1, 0x01 | (4 << 5), 1]) + struct.pack("<III", raw_len, 1 << 18, 16 + len(pad)) + pad,  # blosc (zstd)
+    3: struct.pack("<I", raw_len) + pad,                                            # numcodecs' lz4: u32 size prefix
+}
+for cid, body in bodies.items():
+    h = codec._HEADER.pack(codec.MAGIC, codec.FRAME_VERSION, cid, codec.KIND_CHUNK, 0, raw_len, len(body), os.urandom(16))
+    frame = h[:7] + bytes([codec._xor(h)]) + h[8:] + body
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        codec.decode_frame(frame, "crafted")
+    except DamagedObjectError:
+        pass
+    else:
+        sys.exit(f"codec {cid}: a crafted frame decoded")
+    print(cid, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+'''
+    from tests.conftest import run_python
+
+    grown = dict(line.split() for line in run_python(code).stdout.splitlines())
+    assert set(grown) == {"1", "2", "3", "4"}
+    assert all(int(mib) < 128 for mib in grown.values()), f"peak RSS grew by MiB per codec: {grown}"

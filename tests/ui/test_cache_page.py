@@ -219,3 +219,32 @@ def test_cache_pages_decode_a_table_once_while_it_is_unchanged_and_see_new_entri
     assert decoded["n"] - first < 300, "the unchanged cache table was decoded again"
     run_python("import work\nwork.sq(1000)\n", cwd=tmp_path)
     assert "301" in text_of(page()) and "301" in text_of(page(("fn", "work.sq")))
+
+
+def test_a_cache_page_shown_before_a_table_file_was_damaged_reports_the_damage_as_a_fresh_ui_does(tmp_path):
+    """The decoded records a UI keeps are no licence to hide damage: a level-0 file another process writes and
+    that is damaged makes the page refuse the table whole, as it does in a UI started after it."""
+    from casmon.errors import DamagedObjectError
+    from casmon.ui.server import App, Params
+
+    (tmp_path / "work.py").write_text("import casmon\n\n@casmon.cache(store='s')\ndef sq(x):\n    return x * x\n")
+    run_python("import work\nfor i in range(3):\n    work.sq(i)\n", cwd=tmp_path)
+
+    def page(app, *query):
+        return app.cache_page(Params(list(query), {"fn", "entry"}))[1].decode()
+
+    shown = App(casmon.open(tmp_path / "s", read_only=True))
+    assert "3" in text_of(page(shown, ("fn", "work.sq")))
+    l0 = tmp_path / "s" / "records" / "cache" / "l0"
+    before = set(l0.iterdir())
+    run_python("import work\nwork.sq(1000)\n", cwd=tmp_path)
+    (new,) = set(l0.iterdir()) - before
+    data = bytearray(new.read_bytes())
+    data[len(data) // 2] ^= 1
+    new.write_bytes(bytes(data))
+    with pytest.raises(DamagedObjectError, match=new.name):
+        page(App(casmon.open(tmp_path / "s", read_only=True)), ("fn", "work.sq"))
+    with pytest.raises(DamagedObjectError, match=new.name):
+        page(shown, ("fn", "work.sq"))
+    with pytest.raises(DamagedObjectError, match=new.name):
+        page(shown)
