@@ -135,6 +135,15 @@ class CacheState:
         self.sig = inspect.signature(fn)
         self.params = [_Param(p.name, p.kind, p.default) for p in self.sig.parameters.values()]
         names = [p.name for p in self.params]
+        if isinstance(ignore, (str, int)):  # one parameter, not the letters of a name
+            ignore = [ignore]
+        if hashers is not None and not isinstance(hashers, Mapping):
+            raise TypeError(f"@cache of {self.name}: hashers= must be a mapping of parameter (name or position) to "
+                            f"a function, got {type(hashers).__name__}")
+        if isinstance(memory_entries, bool) or not isinstance(memory_entries, int) or memory_entries < 0:
+            raise ValueError(f"@cache of {self.name}: memory_entries must be a whole number >= 0, got {memory_entries!r}")
+        if not isinstance(mmap, bool):
+            raise TypeError(f"@cache of {self.name}: mmap must be True or False, got {mmap!r}")
         self.ignore = self._resolve(ignore or (), names, "ignore")
         self.hashers = {self._resolve([k], names, "hashers")[0]: h for k, h in (hashers or {}).items()}
         for pname, h in self.hashers.items():

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from casmon.keys.names import keep_flat_names
 from casmon.caching import observers as cache_observers
 from casmon.calllog import find_recorder
-from casmon.errors import CasmonError, NoActiveRunError, RunSignal
+from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
@@ -207,8 +207,11 @@ class record:
                  untracked_max: int = UNTRACKED_MAX, *, increment_dir: Any = None,
                  tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
                  code_state: CodeState | None = None, params: Mapping[str, Any] | None = None) -> None:
+        # One string is one pattern or name, not its letters ("." alone would track every file).
+        track = [track] if isinstance(track, str) else list(track)
+        env = [env] if isinstance(env, str) else list(env)
         if tracking_files is not None:
-            track = list(track) + list(tracking_files)
+            track += [tracking_files] if isinstance(tracking_files, str) else list(tracking_files)
         if save_output is not None:
             capture_output = save_output
         if increment_dir is not None and not prefix:
@@ -225,7 +228,6 @@ class record:
             raise ValueError(f"casmon.record: capture_output must be True, False, 'python' or 'fd', got {capture_output!r}")
         if not PREFIX_RE.match(prefix):
             raise ValueError(f"casmon.record: prefix may hold letters, digits, '_', '.', '-' only: {prefix!r}")
-        env = list(env)
         for var in env:
             if looks_secret(var):
                 raise ValueError(f"casmon.record: refusing to record environment variable {var!r}: it looks like a secret")
@@ -280,6 +282,9 @@ class record:
             warnings.warn(f"casmon.record: cannot open the store now ({e}); the run is written when it ends if "
                           "the store answers then", RunWarning, stacklevel=3)
             store = None
+        if store is not None and store.read_only:
+            raise StoreError(f"casmon.record: store {store.url} is opened read-only; a run is recorded in a store "
+                             f"opened for writing")
         started = time.time()
         exclude = [str(store.backend.local_root)] if store is not None and store.backend.local_root else []
         code = self.code_state or capture_code_state(exclude=exclude + [".casmon"], untracked_max=self.untracked_max)

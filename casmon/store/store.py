@@ -46,7 +46,7 @@ from casmon.errors import CasmonError, MissingObjectError, StoreError, Untrusted
 from casmon.keys.digest import Digest
 from casmon.store import condemned, lifecycle, reliance, serialize
 from casmon.store.backend import Backend, open_backend
-from casmon.store.codec import KIND_CHUNK, KIND_VALUE, get_codec
+from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
@@ -147,8 +147,8 @@ class Store:
         durable: bool = False,
         create: bool = True,
     ) -> None:
-        if not 4096 <= chunk_size <= serialize.MAX_CHUNK:
-            raise ValueError(f"chunk_size must be between 4096 bytes and {serialize.MAX_CHUNK} (1 GiB), got {chunk_size}")
+        check_options(trust=trust, chunk_size=chunk_size, array_codec=array_codec, codec=codec, autoflush=autoflush,
+                      durable=durable, create=create)
         self.backend = backend
         self.trust = trust
         self.chunk_size = int(chunk_size)
@@ -849,7 +849,15 @@ class Store:
         return _installed_maintenance().stats(self, progress)
 
     def verify(self, progress: Progress | None = None) -> Any:
-        """Re-hash every object; report what is damaged or missing and what depends on it."""
+        """Re-hash every object; report what is damaged or missing and what depends on it.
+
+        What this store object wrote and has not flushed is flushed first: its records would name values
+        not yet stored, and it is what the caller means to check."""
+        if not self.read_only and not self._closed:
+            try:
+                self.flush()
+            except (CasmonError, OSError):  # verify reports on what is stored; what could not be written stays pending
+                pass
         return _installed_maintenance().verify(self, progress)
 
     def gc(self, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None,
@@ -881,6 +889,11 @@ def open(
     raises :class:`StoreError` instead of becoming a new store (for readers, and
     for maintenance that must not act on a mistyped path).
     """
+    check_options(read_only=read_only, trust=trust, create=create, **options)  # before anything is created
+    if storage_options and not (isinstance(location, str) and "://" in location
+                                and not location.startswith(("memory://", "file://"))):
+        raise ValueError(f"storage_options apply to remote stores (s3://, gs://, az://, other URLs), "
+                         f"not to {location if location is not None else 'the default folder'}")
     backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create,
                            probe=FORMAT_KEY)
     try:
@@ -888,6 +901,33 @@ def open(
     except BaseException:
         backend.close()
         raise
+
+
+def check_options(**options: Any) -> None:
+    """Refuse an option of the wrong kind at open, naming it: a string where a bool belongs is true (``trust="no"``
+    would unpickle), and a bad number fails later in a thread (``autoflush=-1`` flushes in a tight loop)."""
+    for name, v in options.items():
+        if name in ("trust", "read_only", "create", "durable"):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be True or False, got {v!r}")
+        elif name == "chunk_size":
+            if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+                raise TypeError(f"chunk_size must be a whole number of bytes, got {v!r}")
+            if not 4096 <= v <= serialize.MAX_CHUNK:
+                raise ValueError(f"chunk_size must be between 4096 bytes and {serialize.MAX_CHUNK} (1 GiB), got {v}")
+        elif name in ("codec", "array_codec"):
+            try:
+                get_codec(v)
+            except (ValueError, TypeError):
+                raise ValueError(f"{name}: unknown codec {v!r}; choose one of {', '.join(CODECS)}") from None
+        elif name == "autoflush":
+            if v is not None and (isinstance(v, (bool, str, bytes)) or not hasattr(type(v), "__float__")
+                                  or not 0 < float(v) < float("inf")):
+                raise ValueError(f"autoflush must be a number of seconds over 0, or None (flush at close and "
+                                 f"exit only), got {v!r}")
+        else:
+            raise TypeError(f"unknown option {name}={v!r}: casmon.open takes read_only, trust, storage_options, create, "
+                            f"chunk_size, array_codec, codec, autoflush and durable")
 
 
 _default: dict[tuple[int, str], Store] = {}

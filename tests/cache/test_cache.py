@@ -490,3 +490,37 @@ def test_runnable_example(tmp_path):
     assert first.count("computing features") == 3
     second = run()
     assert "computing features" not in second and "hits=3" in second
+
+
+def test_ignore_given_as_one_name_or_position_leaves_out_that_parameter_only(store):
+    calls = []
+
+    @casmon.cache(store=store, ignore="ab")
+    def f(a, b, ab=0):
+        calls.append((a, b))
+        return (a, b)
+
+    assert f(1, 2, ab=5) == (1, 2) and f(3, 4, ab=6) == (3, 4) and f(1, 2, ab=7) == (1, 2)
+    assert calls == [(1, 2), (3, 4)]
+
+    @casmon.cache(store=store, ignore=1)
+    def g(x, verbose):
+        calls.append(x)
+        return x
+
+    assert g(5, True) == 5 and g(5, False) == 5 and calls[-1] == 5 and len(calls) == 3
+    with pytest.raises(ValueError, match="ignore: no parameter named 'verbose'"):
+        casmon.cache(store=store, ignore="verbose")(lambda x: x)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("memory_entries", None, "memory_entries must be a whole number"),
+    ("memory_entries", "10", "memory_entries must be a whole number"),
+    ("memory_entries", -1, "memory_entries must be a whole number"),
+    ("memory_entries", True, "memory_entries must be a whole number"),
+    ("hashers", [("x", str)], "hashers= must be a mapping"),
+    ("mmap", "no", "mmap must be True or False"),
+])
+def test_cache_options_of_the_wrong_kind_are_refused_at_decoration_naming_the_option(store, option, value, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        casmon.cache(store=store, **{option: value})(lambda x: x)

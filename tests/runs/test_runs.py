@@ -339,3 +339,39 @@ def test_record_context_takes_item_assignment(tmp_path, monkeypatch):
         assert info["accuracy"] == 0.9 and "weights" in info
     r = casmon.load_run("latest", str(tmp_path / "s"))
     assert r.info()["accuracy"] == 0.9 and r.info()["weights"].tolist() == [1, 1, 1]
+
+
+def test_track_env_and_tracking_files_given_as_one_string_are_one_pattern_or_name(repo, monkeypatch):
+    monkeypatch.setenv("MY_VAR", "7")
+    monkeypatch.setenv("M", "letter")
+    with casmon.record(track=r"config/base\.yaml$", env="MY_VAR") as run:
+        pass
+    m = casmon.load_run(run.name).manifest
+    assert list(m["files"]) == ["config/base.yaml"]  # "." alone would have matched train.py and .gitignore
+    assert m["env"]["MY_VAR"] == "7" and "M" not in m["env"]
+    with casmon.record_context(tracking_files=r"\.py$") as run2:
+        pass
+    assert list(casmon.load_run(run2.name).manifest["files"]) == ["train.py"]
+
+
+def test_a_run_in_a_store_opened_read_only_is_refused_before_its_body_runs(repo):
+    casmon.open(repo / "s").close()
+    ran = []
+    with pytest.raises(casmon.StoreError, match="read-only"):
+        with casmon.record(store=casmon.open(repo / "s", read_only=True)):
+            ran.append(1)
+    assert ran == []
+
+
+def test_a_run_in_a_zip_store_warns_nothing_and_reads_back_as_ended(repo):
+    """A run's ref is written again as it ends; a zip archive keeps both entries and reads the last, and zipfile's
+    "Duplicate name" warning is casmon's business, not the user's."""
+    p = repo / "runs.zip"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=p, capture_output=False) as run:
+            run.log(loss=1.0)
+        casmon.default_store(p).close()
+    assert [str(w.message) for w in caught if "zipfile" in w.filename] == []
+    out = run_python(f"import casmon; r = casmon.load_run({run.name!r}, store={str(p)!r}); print(r.status)")
+    assert out.stdout.split() == ["ok"]

@@ -674,3 +674,61 @@ def test_every_codec_a_store_can_be_opened_with_reads_its_values_back(tmp_path, 
             assert same(f(1), np.arange((1 << 20) // 8 + 1000, dtype=np.int64) % 7 + 1)
             s.flush()
     assert calls == [1]
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("trust", "false", "trust must be True or False"),
+    ("read_only", "no", "read_only must be True or False"),
+    ("create", "no", "create must be True or False"),
+    ("durable", "yes", "durable must be True or False"),
+    ("chunk_size", "1MiB", "chunk_size must be a whole number of bytes"),
+    ("chunk_size", None, "chunk_size must be a whole number of bytes"),
+    ("array_codec", 3, "array_codec: unknown codec 3"),
+    ("codec", "gzip", "codec: unknown codec 'gzip'"),
+    ("autoflush", -1, "autoflush must be a number of seconds over 0, or None"),
+    ("autoflush", 0, "autoflush must be a number of seconds over 0, or None"),
+    ("autoflush", float("nan"), "autoflush must be a number of seconds over 0, or None"),
+    ("autoflush", float("inf"), "autoflush must be a number of seconds over 0, or None"),
+    ("autoflush", "5", "autoflush must be a number of seconds over 0, or None"),
+    ("storage_options", {"key": "x"}, "storage_options apply to remote stores"),
+])
+def test_open_refuses_an_option_of_the_wrong_kind_naming_it_and_creating_nothing(tmp_path, option, value, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        casmon.open(tmp_path / "s", **{option: value})
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_zip_store_has_one_handle_for_writing_in_a_process(tmp_path):
+    """A zip archive is appended to by one writer, and its entries are readable only once it is closed: a second
+    handle on it (``casmon.open(p)`` beside ``@cache(store=p)``) would lose what the first wrote, so it is refused,
+    naming the reason, and allowed once the first is closed."""
+    p = tmp_path / "s.zip"
+    casmon.open(p).close()
+    a = casmon.open(p)
+    da = a.put(b"A" * 5000)
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match="already open for writing in this process"):
+            casmon.open(p, read_only=read_only)
+    a.close()
+    b = casmon.open(p)
+    db = b.put(b"B" * 5000)
+    b.close()
+    r = casmon.open(p, read_only=True)
+    assert r.get(da) == b"A" * 5000 and r.get(db) == b"B" * 5000
+    assert r.verify().ok
+    r2 = casmon.open(p, read_only=True)  # readers of a closed zip are many
+    assert r2.get(db) == b"B" * 5000
+
+
+def test_verify_of_a_store_with_writes_not_yet_flushed_checks_them_and_finds_nothing_damaged(tmp_path):
+    s = casmon.open(tmp_path / "s", autoflush=None)
+
+    @casmon.cache(store=s)
+    def f(x):
+        return [x] * 10
+
+    for i in range(5):
+        f(i)
+    report = s.verify()
+    assert report.ok, report
+    assert casmon.open(tmp_path / "s", read_only=True).verify().ok

@@ -105,6 +105,9 @@ def _open_zip(path: Path, read_only: bool, create: bool = True) -> Backend:
         raise StoreError(f"cannot open zip store at {path}: it is a folder")
     if (read_only or not create) and not path.exists():
         raise StoreError(f"cannot open zip store at {path}: no such file")
+    from casmon.store.backend import zarrstore
+
+    zarrstore.check_no_zip_writer(path)  # its archive has no directory until it is closed: not "not a zip archive"
     # zipfile's append mode adds an archive to the end of any file: only a zip archive (or an empty file) is ours to open.
     if path.is_file() and path.stat().st_size > 0 and not zipfile.is_zipfile(path):
         raise StoreError(f"cannot open zip store at {path}: the file is not a zip archive (left untouched)")
@@ -115,8 +118,6 @@ def _open_zip(path: Path, read_only: bool, create: bool = True) -> Backend:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create folder for {path}: {e.strerror or e}") from None
-    from casmon.store.backend import zarrstore
-
     return zarrstore.open_zip(path, read_only)
 
 

@@ -7,6 +7,9 @@ local folder (:mod:`.local`) and S3, GCS or Azure through obstore (:mod:`.objsto
 
 from __future__ import annotations
 
+import os
+import threading
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +54,7 @@ class ZarrBackend(RemoteBackend):
         # Memory and zip stores do not fail the way remote media do: no retries.
         super().__init__(url, None if self._zip or type(zstore).__name__ == "MemoryStore" else Retrier(), concurrency)
         self._zstore = zstore
+        self._zip_key: tuple[int, str] | None = None  # set by open_zip for a writer (see _zip_writers)
         self._reopen = reopen
         self._proto = default_buffer_prototype()
         self._range = RangeByteRequest
@@ -82,7 +86,13 @@ class ZarrBackend(RemoteBackend):
         return self._zip and not self.read_only
 
     def _close(self) -> None:
-        self._zstore.close()
+        try:
+            self._zstore.close()
+        finally:
+            if self._zip_key is not None:
+                with _zip_lock:
+                    if _zip_writers.get(self._zip_key) is self:
+                        del _zip_writers[self._zip_key]
 
     # -- one request each ------------------------------------------------------------
     async def _aget(self, key: str) -> Data | None:
@@ -98,7 +108,14 @@ class ZarrBackend(RemoteBackend):
         return await self._zstore.getsize(key)
 
     async def _aset(self, key: str, data: BytesLike) -> None:
-        await self._zstore.set(key, self._buffer.from_bytes(data))
+        if not self._zip:
+            await self._zstore.set(key, self._buffer.from_bytes(data))
+            return
+        # A ref written again is a second entry in the archive (a zip is append-only; readers take the last):
+        # zipfile warns of each, which is not the user's to see.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Duplicate name", UserWarning)
+            await self._zstore.set(key, self._buffer.from_bytes(data))
 
     async def _acreate(self, key: str, data: BytesLike) -> None:
         await self._zstore.set_if_not_exists(key, self._buffer.from_bytes(data))
@@ -121,15 +138,35 @@ def open_memory(d: dict[str, Any], url: str, read_only: bool) -> ZarrBackend:
     return ZarrBackend(MemoryStore(d, read_only=read_only), url)
 
 
+#: Zip stores open for writing in this process, by (pid, real path): a zip archive has one writer, and what it
+#: wrote is readable only once it is closed, so a second handle on it (reading or writing) is refused.
+_zip_writers: dict[tuple[int, str], ZarrBackend] = {}
+_zip_lock = threading.Lock()
+
+
+def check_no_zip_writer(path: Path) -> None:
+    """Raise :class:`StoreError` if this process has the zip store at ``path`` open for writing."""
+    if (os.getpid(), os.path.realpath(path)) in _zip_writers:
+        raise StoreError(f"zip store {path} is already open for writing in this process: a zip archive has one "
+                         f"writer, and what it wrote is readable once it is closed; use that store, or close it first")
+
+
 def open_zip(path: Path, read_only: bool) -> ZarrBackend:
     """A ``ZipStore`` on ``path`` (checked by the caller to be a zip archive, an empty file, or absent)."""
     from zarr.storage import ZipStore
 
-    try:
-        z = loop.run(ZipStore.open(path, mode="r" if read_only else "a"))
-    except Exception as e:  # noqa: BLE001 - zipfile raises many kinds
-        raise StoreError(f"cannot open zip store at {path}: {e}") from None
-    return ZarrBackend(z, str(path))
+    with _zip_lock:
+        key = (os.getpid(), os.path.realpath(path))
+        check_no_zip_writer(path)
+        try:
+            z = loop.run(ZipStore.open(path, mode="r" if read_only else "a"))
+        except Exception as e:  # noqa: BLE001 - zipfile raises many kinds
+            raise StoreError(f"cannot open zip store at {path}: {e}") from None
+        b = ZarrBackend(z, str(path))
+        if not read_only:
+            _zip_writers[key] = b
+            b._zip_key = key
+    return b
 
 
 def from_store_object(location: object) -> Backend:
