@@ -182,7 +182,7 @@ class CacheState:
         self._prefix: bytes | None = None
         self._mem: OrderedDict[bytes, bytes] = OrderedDict()  # key -> result digest
         self._mem_max = memory_entries
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the version check, holding it, may read a clear that forgets what is remembered
         self._custom_key = type(self).key is not CacheState.key  # compat.finecache keys its own way
         self.hits = 0
         self.misses = 0

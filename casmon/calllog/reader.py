@@ -270,17 +270,19 @@ class CallLog:
         params = self.functions[c.name].params
         values: dict[str, Any] = {}
         rest = list(args)
+        by_keyword: set[str] = set()  # names bound from kwargs: the rest of kwargs is what **kw received
         for p in params:
             pname, kind = p[0], p[1]
             if kind == "VAR_POSITIONAL":
                 values[pname] = tuple(rest)
                 rest = []
             elif kind == "VAR_KEYWORD":
-                values[pname] = {k: v for k, v in kwargs.items() if k not in values}
+                values[pname] = {k: v for k, v in kwargs.items() if k not in by_keyword}
             elif rest and kind != "KEYWORD_ONLY":
                 values[pname] = rest.pop(0)
-            elif pname in kwargs:
+            elif pname in kwargs and kind != "POSITIONAL_ONLY":  # f(a=9) with f(a=1, /, **kw) passes a to **kw
                 values[pname] = kwargs[pname]
+                by_keyword.add(pname)
             elif len(p) > 2:
                 values[pname] = load(p[2])
             else:

@@ -15,7 +15,7 @@ from typing import Any
 from casmon.keys.names import keep_flat_names
 from casmon.keys.digest import Digest
 
-__all__ = ["KIND_CALLS", "KIND_SESSION", "KIND_CALLFN", "SESSION_REFS", "INLINE_STR", "SCALARS", "NOT_RECORDED",
+__all__ = ["KIND_CALLS", "KIND_SESSION", "KIND_CALLFN", "SESSION_REFS", "INLINE_STR", "INLINE_INT_BITS", "SCALARS", "NOT_RECORDED",
            "NotStored", "type_name", "salvage_calls"]
 
 KIND_CALLS = "calls"  # batches of calls, one record per flush and session
@@ -25,6 +25,9 @@ SESSION_REFS = "calllog/sessions"  # refs {SESSION_REFS}/{n:06d} claim session n
 #: Strings up to this many characters are kept inline in a record; longer ones are stored.
 INLINE_STR = 256
 #: The types kept inline in a record (JSON scalars).
+#: Ints of more bits than this are stored as values, not kept in the record: JSON writes an int of over 4,300
+#: digits nowhere (Python's int-to-str limit), and the whole batch of calls would fail with it.
+INLINE_INT_BITS = 4096
 SCALARS = frozenset((type(None), bool, int, float, str))
 NOT_RECORDED = {"-": "not recorded"}  # the result cell of intercept(result=False)
 

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from casmon.keys.names import keep_flat_names
 from casmon.calllog import engines
 from casmon.errors import stacklevel_outside
-from casmon.calllog.records import INLINE_STR, KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SCALARS, SESSION_REFS, type_name
+from casmon.calllog.records import INLINE_INT_BITS, INLINE_STR, KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, SCALARS, SESSION_REFS, type_name
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
@@ -227,7 +227,7 @@ class Recorder:
         ``what`` names the value in the warning for one that cannot be stored (``parameter 'cb'``), given once
         per function, ``once`` (the parameter; default ``what``) and type."""
         t = type(v)
-        if t in SCALARS and (t is not str or len(v) <= INLINE_STR):
+        if t in SCALARS and (t is not str or len(v) <= INLINE_STR) and (t is not int or v.bit_length() <= INLINE_INT_BITS):
             return v
         try:
             d = self.store.put(v)
@@ -515,14 +515,16 @@ class Intercepted:
 
     def capture(self, r: Recorder, args: tuple, kwargs: dict):
         for a in args:
-            if type(a) not in SCALARS or (type(a) is str and len(a) > INLINE_STR):
+            if type(a) not in SCALARS or (type(a) is str and len(a) > INLINE_STR) or (
+                    type(a) is int and a.bit_length() > INLINE_INT_BITS):
                 break
         else:
             args_cells = list(args)
             if not kwargs:
                 return args_cells, {}
             for v in kwargs.values():
-                if type(v) not in SCALARS or (type(v) is str and len(v) > INLINE_STR):
+                if type(v) not in SCALARS or (type(v) is str and len(v) > INLINE_STR) or (
+                        type(v) is int and v.bit_length() > INLINE_INT_BITS):
                     break
             else:
                 return args_cells, dict(kwargs)

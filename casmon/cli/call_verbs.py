@@ -12,6 +12,7 @@ import sys
 
 import click
 from rich.console import JustifyMethod
+from rich.markup import escape
 from rich.table import Table
 
 from casmon.cli.options import (Unloadable, console, load_or_say, one_line, open_store, store_option, timestamp,
@@ -37,7 +38,7 @@ def _cell_summary(log, cell) -> str:
 @store_option
 @click.option("--session", type=int, help="Only this session: its calls (of NAME, or of every function). "
                                          "Default: the function table; for NAME, its latest session.")
-@click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many calls.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Show at most this many calls.")
 @trust_option
 def calls(name, store_location, session, limit, trust) -> None:
     """Logged functions with their call counts; with NAME, that function's calls (in its latest session unless
@@ -94,14 +95,12 @@ def _function_table(log) -> None:
     for fname, fi in log.functions.items():
         sess = sorted(fi.sessions)
         latest = f"{len(fi.sessions[sess[-1]]):,} in {sess[-1]}" if sess else ""
-        t.add_row(log.signature(fname), f"{fi.total():,}", ranges_text(sess), latest)
+        t.add_row(escape(str(log.signature(fname))), f"{fi.total():,}", ranges_text(sess), latest)
     console.print(t)
 
 
 def _call_table(log, title: str, selected: list, limit: int, with_function: bool = False) -> None:
     """Calls as a table, at most ``limit`` of them (`casmon calls NAME`, `casmon calls --session S`)."""
-    from rich.markup import escape
-
     t = Table(title=escape(title))
     for col in ("function",) * with_function + ("#", "start", "duration", "thread", "arguments", "result"):
         t.add_column(col)
@@ -145,9 +144,9 @@ def show(name, n, store_location, session, as_json, trust) -> None:
         a = log.bind(c, [load(x) for x in c.args_cells], {k: load(v) for k, v in c.kwargs_cells.items()}, load)
     except (LookupError, CasmonError) as e:
         raise click.ClickException(one_line(e)) from None
-    console.print(f"[bold]{c.name}[/bold] call {c.n} of session {c.session}")
+    console.print(f"[bold]{escape(str(c.name))}[/bold] call {c.n} of session {c.session}")
     console.print(f"  started {timestamp(c.start)}, took {c.duration * 1e3:.3f} ms, process {c.pid}, thread {c.thread_name}"
-                  + (f", rank {c.rank}" if c.rank is not None else ""))
+                  + (f", rank {c.rank}" if c.rank is not None else ""), markup=False)
     for k, v in vars(a).items():
         console.print(f"  {k} = {value_text(v, 200)}", markup=False, soft_wrap=True)  # a reason is one line
     if c.exception:
@@ -207,9 +206,9 @@ def replay(name, n, store_location, session, imports, import_main, trust) -> Non
         why = Unloadable("", e).why()  # (a trusted pickle's module not found, say)
         raise click.ClickException(f"cannot replay {c.name} call {c.n} (session {c.session}): {why}") from None
     if r.matches:
-        console.print(f"[green]{r.name} call {r.n} (session {r.session}): same result as recorded[/green] ({r.replayed})")
+        console.print(f"[green]{escape(str(r.name))} call {r.n} (session {r.session}): same result as recorded[/green] ({escape(str(r.replayed))})")
     else:
-        console.print(f"[red]{r.name} call {r.n} (session {r.session}): result differs[/red]\n  recorded {r.recorded}\n  now      {r.replayed}")
+        console.print(f"[red]{escape(str(r.name))} call {r.n} (session {r.session}): result differs[/red]\n  recorded {escape(str(r.recorded))}\n  now      {escape(str(r.replayed))}")
     sys.exit(0 if r.matches else 1)
 
 

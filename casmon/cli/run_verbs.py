@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from casmon.cli.options import (console, err_console, load_or_say, one_line, open_store, store_option, timestamp,
@@ -100,8 +101,6 @@ def runs(store_location, as_json, columns, trust) -> None:
         names = sorted(set().union(*(r.metric_summary() for r in all_runs)))
         extra = [f"metric.{n}" for n in names[:DEFAULT_METRIC_COLUMNS]]
     t = Table(title="runs")
-    from rich.markup import escape
-
     notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one
     for col in ("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ()):
         t.add_column(col)
@@ -201,7 +200,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
                                "heartbeat": r.heartbeat, "params": r.flat_params(), "metrics": r.metric_summary(),
                                "manifest": m}, indent=2, default=str))
         return
-    console.print(f"[bold]run {r.name}[/bold]  {r.status}  manifest {r.digest[:12]}")
+    console.print(f"[bold]run {escape(str(r.name))}[/bold]  {escape(str(r.status))}  manifest {r.digest[:12]}")
     if r.error is not None:
         console.print(f"  cannot read this run: {one_line(r.error)}", markup=False)
         return
@@ -266,7 +265,7 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
         return
-    console.print(f"[bold]{d['a']}[/bold] vs [bold]{d['b']}[/bold]" + ("  (identical records)" if d["same_manifest"] else ""))
+    console.print(f"[bold]{escape(str(d['a']))}[/bold] vs [bold]{escape(str(d['b']))}[/bold]" + ("  (identical records)" if d["same_manifest"] else ""))
     c = d["commit"]
     console.print(f"  commit: {'same' if c['same'] else (c['a'] or 'none')[:12] + ' -> ' + (c['b'] or 'none')[:12]}")
     console.print(f"  uncommitted changes: {'same' if d['patch']['same'] else 'differ'}")
@@ -286,7 +285,7 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
         how = f"  ({v['how']})" if v.get("how") else ""
         console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}{how}", markup=False)
     for r in d["results"]:
-        console.print(f"  [yellow]{r['function']}[/yellow] returned different results for the same inputs ({plural(r['calls'], 'call')}, via {r['via']})")
+        console.print(f"  [yellow]{escape(str(r['function']))}[/yellow] returned different results for the same inputs ({plural(r['calls'], 'call')}, via {r['via']})")
 
 
 @click.command("restore")
@@ -304,7 +303,7 @@ def restore_cmd(run, target, store_location, repo, trust) -> None:
         root = restore(r, target, repo=repo)
     except (CasmonError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
-    console.print(f"restored run {r.name} into {root}")
+    console.print(f"restored run {r.name} into {root}", markup=False)
 
 
 @click.command("export")
@@ -322,4 +321,4 @@ def export_cmd(run, target, store_location, trust) -> None:
             root = export(r, target, progress=progress)
     except (CasmonError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
-    console.print(f"exported run {r.name} into {root}")
+    console.print(f"exported run {r.name} into {root}", markup=False)

@@ -524,3 +524,16 @@ def test_ignore_given_as_one_name_or_position_leaves_out_that_parameter_only(sto
 def test_cache_options_of_the_wrong_kind_are_refused_at_decoration_naming_the_option(store, option, value, message):
     with pytest.raises((TypeError, ValueError), match=message):
         casmon.cache(store=store, **{option: value})(lambda x: x)
+
+
+def test_a_code_edit_after_a_clear_misses_and_computes(tmp_path):
+    """A clear, then a real edit: the next process's first call finds the new version (whose check reads the
+    clear) and computes, in its own time."""
+    (tmp_path / "m.py").write_text("import casmon\n\n@casmon.cache(store='s')\ndef f(x):\n    return x + 1\n")
+    run_python("from m import f\nassert f(1) == 2\nf.cache_clear()\n", cwd=tmp_path)
+    (tmp_path / "m.py").write_text("import casmon\n\n@casmon.cache(store='s')\ndef f(x):\n    return x + 5\n")
+    p = subprocess.run([sys.executable, "-c", "import warnings; warnings.simplefilter('ignore')\n"
+                        "from m import f\nprint(f(1), f(1), f.cache_info().misses)"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.stdout.split() == ["6", "6", "1"], p.stderr

@@ -667,3 +667,39 @@ def test_an_intercepted_function_defined_again_numbers_on_in_its_session(store):
     defs[1](3)
     log = casmon.load(store)
     assert [(c.n, c.inputs()[0][0]) for c in log.calls("f")] == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_an_int_too_long_to_write_as_json_is_logged_as_a_value_and_the_other_calls_stay(tmp_path):
+    s = tmp_path / "s"
+
+    @casmon.intercept(store=str(s))
+    def f(x):
+        return x + 1
+
+    @casmon.intercept(store=str(s))
+    def g(x):
+        return 1
+
+    big = 10**5000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert g(5) == 1 and f(big) == big + 1 and g(3) == 1
+        casmon.flush()
+    log = casmon.load(str(s))
+    assert sorted((c.name.rsplit(".", 1)[-1], c.n) for c in log) == [("f", 1), ("g", 1), ("g", 2)]
+    (call,) = [c for c in log if c.name.endswith(".f")]
+    assert call.inputs() == ([big], {}) and call.result() == big + 1
+
+
+def test_arguments_bind_as_python_bound_them_when_a_keyword_shares_a_positional_only_name(tmp_path):
+    @casmon.intercept(store=str(tmp_path / "s"))
+    def po(a=1, /, **kw):
+        return (a, kw)
+
+    assert po(a=9) == (1, {"a": 9}) and po(7, a=9) == (7, {"a": 9})
+    casmon.flush()
+    log = casmon.load(str(tmp_path / "s"))
+    name = next(iter(log.functions))
+    for n, (a, kw) in ((1, (1, {"a": 9})), (2, (7, {"a": 9}))):
+        got = vars(log.get_args(name, n))
+        assert (got["a"], got["kw"]) == (a, kw)

@@ -111,3 +111,21 @@ def test_python_dash_m_casmon_is_the_cli(tmp_path):
     assert p.returncode == 0, p.stderr
     h = subprocess.run([sys.executable, "-m", "casmon", "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert h.returncode == 0 and h.stdout.startswith("Usage: casmon "), h.stdout
+
+
+def test_text_from_the_store_that_looks_like_markup_is_shown_as_written(tmp_path):
+    """A run's comment, a function's default and a recorded exception are the user's text, not rich markup:
+    ``[/scratch/x]`` closed no tag and raised a traceback, ``[bold]x[/bold]`` lost its brackets."""
+    (tmp_path / "work.py").write_text(
+        "import casmon\n\n@casmon.intercept(store='s')\ndef f(x, tag='[bold]x[/bold]'):\n"
+        "    if x < 0:\n        raise ValueError('bad [/] input')\n    return x\n")
+    code = ("import casmon, work\nwork.f(1)\ntry:\n    work.f(-1)\nexcept ValueError:\n    pass\n"
+            "with casmon.record(store='s', comment='data [/scratch/imagenet]', capture_output=False):\n    pass\n")
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=120,
+                   env=dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"))
+    shown = cli("show", "--store", "s", "latest", cwd=tmp_path).stdout
+    assert "[/scratch/imagenet]" in shown
+    assert "'[bold]x[/bold]'" in " ".join(cli("calls", "--store", "s", cwd=tmp_path).stdout.split())
+    assert "bad [/] input" in cli("show", "--store", "s", "work.f", "2", cwd=tmp_path).stdout
+    p = cli("calls", "--store", "s", "work.f", "--limit", "-1", cwd=tmp_path, check=False)
+    assert p.returncode == 1 and "--limit" in p.stderr
