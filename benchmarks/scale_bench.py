@@ -94,6 +94,17 @@ def _build(tool: str, d: Path, n: int) -> dict:
     return {"build_s": dt, "per_entry_s": dt / n, "files": files}
 
 
+def hit_times(f, keys) -> list[float]:
+    """Seconds of each call ``f(k)`` of ``keys``, each checked to be work()'s answer."""
+    times = []
+    for k in keys:
+        t = time.perf_counter()
+        r = f(k)
+        times.append(time.perf_counter() - t)
+        assert r == k * 2 + 1
+    return times
+
+
 def _hit(tool: str, d: Path, n: int, hits: int, seed: int) -> dict:
     rng = random.Random(seed)
     keys = rng.sample(range(n), min(n, hits + 1))
@@ -103,12 +114,7 @@ def _hit(tool: str, d: Path, n: int, hits: int, seed: int) -> dict:
     r = f(keys[0])
     first = time.perf_counter() - t
     assert r == keys[0] * 2 + 1
-    times = []
-    for k in keys[1:]:
-        t = time.perf_counter()
-        r = f(k)
-        times.append(time.perf_counter() - t)
-        assert r == k * 2 + 1
+    times = hit_times(f, keys[1:])
     from benchmarks import scale_bench as m
 
     assert m.CALLS[0] == 0, f"{m.CALLS[0]} misses"  # every call above was a hit, or the figure means nothing
