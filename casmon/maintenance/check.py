@@ -17,10 +17,11 @@ from casmon.errors import CasmonError, DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.maintenance import inventory, reach
 from casmon.maintenance.phases import Progress, quiet
-from casmon.store import condemned
+from casmon.store import condemned, lock
 from casmon.store.codec import FRAME_HEADER, KIND_VALUE, decode_frame, read_header, split_pack
 from casmon.store.marker import FORMAT_KEY
 from casmon.store.objects import Location, pack_key
+from casmon.store.table import fence
 from casmon.view.display import guarded_html, guarded_text, verify_html, verify_text
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
         if not sv.ok:
             rep.bad_tables.add(prefix)
     _verify_condemned_lists(store, rep)
+    _verify_gc_files(store, rep)
 
     inv = inventory.take(store, strict=False)
 
@@ -292,6 +294,19 @@ def _verify_condemned_lists(store: Store, rep: VerifyReport) -> None:
         except DamagedObjectError as e:
             rep.damaged.append((k, e.reason))
             rep.bad_files.append(k)
+
+
+def _verify_gc_files(store: Store, rep: VerifyReport) -> None:
+    """gc's fences, lock, leases and lock-break claims must be readable: a damaged fence fences nothing and
+    stops gc (repair supersedes it); a damaged lock, lease or claim counts as its dead holder's (repair
+    deletes it)."""
+    for k, reason in fence.read_all(store.backend):
+        rep.damaged.append((k, f"{reason} (it fences nothing; gc refuses to sweep until repair replaces it)"))
+        rep.bad_files.append(k)
+    rep.checked["gc fences"] += sum(1 for k in store.backend.list(fence.FENCE_PREFIX) if ".partial" not in k)
+    for k, reason in lock.damaged_files(store.backend):
+        rep.damaged.append((k, f"{reason} (taken for a dead holder's; repair deletes it)"))
+        rep.bad_files.append(k)
 
 
 def _check_raw_file(path: Path, key: str, d: Digest) -> bool:

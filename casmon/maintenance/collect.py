@@ -134,6 +134,11 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
 
 def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_run: bool,
              without: reach.Without | None = None, held: lock.StoreLock | None = None) -> GcReport:
+    damaged = fence.read(store.backend).damaged
+    if damaged:
+        # It fences nothing now, so a late record file (naming what a sweep deletes) would count as a record.
+        raise StoreError(f"cannot gc {store.url}: gc's fence {damaged}; gc deletes nothing until "
+                         f"`casmon verify --repair` replaces it")
     lists, damaged_lists = read_lists(store)
     mark_start = time.time()
     live = mark(store, without, progress)

@@ -11,7 +11,6 @@ answer to damage (gc raises, verify reports, repair salvages).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from casmon.errors import CasmonError, DamagedObjectError, StoreError
 from casmon.keys.digest import Digest
 from casmon.maintenance.phases import Progress, quiet
+from casmon.store.records import parse_record
 
 if TYPE_CHECKING:
     from casmon.store.manifest import Manifest
@@ -140,12 +140,10 @@ def readable_records(store: Store, kind: str,
     (verify reports them), a record that is not a JSON object is told to ``on_damaged(what, reason)``."""
     for k, v in store.table(kind).items(strict=False):
         try:
-            rec = json.loads(v)
-            if not isinstance(rec, dict):
-                raise ValueError("not an object")
-        except ValueError as e:
+            rec = parse_record(kind, k, v)
+        except DamagedObjectError as e:
             if on_damaged is not None:
-                on_damaged(f"record {kind}/{bytes(k).hex()}", f"not valid JSON: {e}")
+                on_damaged(e.key, e.reason)
             continue
         yield Digest(k), rec
 

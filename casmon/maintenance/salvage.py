@@ -32,11 +32,13 @@ from casmon.maintenance import inventory, reach
 from casmon.maintenance.check import VerifyReport, verify
 from casmon.maintenance.gclock import gc_lock
 from casmon.maintenance.phases import Progress, quiet
+from casmon.store import lock
 from casmon.store.codec import FRAME_HEADER, KIND_VALUE, MAGIC, Frame, decode_frame, read_header
 from casmon.store.manifest import decode_manifest
 from casmon.store.marker import FORMAT_KEY, marker_bytes, parse_marker
 from casmon.store.objects import Location, loose_key, pack_key
-from casmon.store.records import salvage as salvage_record
+from casmon.store.records import parse_record, salvage as salvage_record
+from casmon.store.table import fence
 from casmon.store.table.survey import Survey
 
 if TYPE_CHECKING:
@@ -107,6 +109,15 @@ def _repair_round(store: Store, rep: VerifyReport, done: Done, progress: Progres
         if key.startswith("gc/condemned/"):
             store.backend.delete(key)  # a damaged list only delays gc: the next gc condemns those objects again
             done["deleted_files"].append(key)
+        elif key.startswith((lock.LEASE_PREFIX, lock.BREAK_PREFIX)):
+            store.backend.delete(key)  # already read as a dead holder's: nothing holds it
+            done["deleted_files"].append(key)
+    fences = [k for k in rep.bad_files if k.startswith(fence.FENCE_PREFIX)]
+    if fences:
+        # A damaged fence already fences nothing: a sound one that fences nothing says the same, and lets gc run.
+        done["replaced_fences"] = [*done.get("replaced_fences", []), *fences]
+        fence.supersede(store.backend, fences)
+        done["deleted_files"].extend(fences)
     store.objects.clear_caches()
     store.forget_manifests()
     present = _rebuild_index(store, done, progress)
@@ -259,11 +270,9 @@ def _repair_records(store: Store, stored: inventory.Latecomers, done: Done, prog
         out: list[tuple[bytes, bytes]] = []
         for k, v in sv.entries():
             try:
-                rec = json.loads(v)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
+                rec = parse_record(kind, k, v)
                 digests = [Digest(h) for h in reach.named_refs(rec)]
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, DamagedObjectError):
                 done["dropped_records"] += 1
                 changed = True
                 continue

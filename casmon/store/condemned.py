@@ -31,6 +31,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
+from casmon.store import metafile
 from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError
@@ -128,7 +129,7 @@ def decode(name: str, data: bytes | memoryview | npt.NDArray[np.uint8]) -> Conde
         (hn,) = _U32.unpack_from(mv, 4)
         if 8 + hn > len(mv):
             raise ValueError("header longer than the list")
-        head = json.loads(bytes(mv[8 : 8 + hn]))
+        head = metafile.load_object(mv[8 : 8 + hn], key)
         n, m, packs, t = int(head["count"]), int(head["entries"]), list(head["packs"]), float(head["time"])
         p = 8 + hn
         if n < 0 or m < 0 or len(mv) != p + 17 * n + 8 * m:

@@ -43,12 +43,17 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from casmon.errors import DamagedObjectError, StoreError
+from casmon.store import metafile
 from casmon.store.backend import Backend
-from casmon.errors import StoreError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks", "machine", "process_gone", "process_start", "HEARTBEAT_S",
            "heartbeat_seconds"]
@@ -59,12 +64,15 @@ LEASE_PREFIX = "gc/lock-lease/"
 #: A lock whose lease was not renewed for this many seconds is dead (``CASMON_LOCK_LEASE``; tests shorten it).
 LEASE = float(os.environ.get("CASMON_LOCK_LEASE", "120"))
 RENEW_EVERY = LEASE / 6
+#: The longest lease a lock may name: a longer one (damage, a crafted lock) is cut to this.
+LEASE_MAX = max(LEASE, 3600.0)
 #: Claims to break a dead lock; one a killed taker left is deleted by gc after a day.
 BREAK_PREFIX = "gc/lock-broken/"
 BREAK_KEEP = 24 * 3600.0
 #: A claim to break a dead lock older than this (seconds) is a dead taker's: breaking takes milliseconds.
 CLAIM_STALE = 60.0
 _CLAIMS_MAX = 64
+_INFO_MAX = 64 << 10  # a lock, lease or claim: a few hundred bytes
 #: Locks without a lease (written by casmon before leases): taken over after this many seconds.
 STALE_AFTER = {"merge": 600.0}
 STALE_DEFAULT = 6 * 3600.0
@@ -94,6 +102,29 @@ def _read(path: str) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+def _info(data: bytes | bytearray | memoryview | npt.NDArray[np.uint8], key: str) -> dict[str, Any]:
+    """A lock, lease or claim as a dict; ``{}`` if it is damaged (see :func:`damaged_files`)."""
+    try:
+        return metafile.load_object(data, key, limit=_INFO_MAX)
+    except DamagedObjectError:
+        return {}
+
+
+def damaged_files(backend: Backend) -> list[tuple[str, str]]:
+    """``(key, reason)`` of the lock, leases and lock-break claims that are not readable (verify): each counts
+    as a dead holder's (a lock's lease is over), never a live one's and never an error."""
+    keys = [k for k in [LOCK_KEY, *backend.list(LEASE_PREFIX), *backend.list(BREAK_PREFIX)] if ".partial" not in k]
+    out = []
+    for k, data in zip(keys, backend.get_many(keys)):
+        if data is None:
+            continue
+        try:
+            metafile.load_object(data, k, limit=_INFO_MAX)
+        except DamagedObjectError as e:
+            out.append((k, e.reason))
+    return out
 
 
 def process_start(pid: int) -> str:
@@ -149,12 +180,7 @@ class StoreLock:
             if got is None:
                 continue  # released meanwhile: try again
             taken = bytes(got)
-            try:
-                info = json.loads(taken)
-                if not isinstance(info, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                info = {}
+            info = _info(taken, LOCK_KEY)  # {} if damaged: a dead holder's, broken at once
             self.holder = info
             if break_lock:  # the user said the holder is dead
                 self.backend.delete(LOCK_KEY)
@@ -193,12 +219,9 @@ class StoreLock:
             now = self.backend.get(LOCK_KEY)
             if now is not None and bytes(now) == dead:  # only this claim's taker deletes these bytes now
                 self.backend.delete(LOCK_KEY)
-                try:
-                    info = json.loads(dead)
-                    if isinstance(info, dict) and info.get("nonce"):
-                        self.backend.delete(LEASE_PREFIX + str(info["nonce"]))
-                except (ValueError, TypeError):
-                    pass
+                nonce = _info(dead, LOCK_KEY).get("nonce")
+                if isinstance(nonce, str) and nonce.isalnum():
+                    self.backend.delete(LEASE_PREFIX + nonce)
             # Done: a taker that claims this number later finds gc/lock no longer holds ``dead``
             # (a live lock's bytes are unique; the same garbage again is dead again).
             self.backend.delete(key)
@@ -259,27 +282,36 @@ class StoreLock:
 
     def describe(self) -> str:
         h = self.holder
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h.get("time", 0) or 0)))
-        return f"{h.get('what', 'gc')} (pid {h.get('pid')} on {h.get('host')}, since {since})"
+        t = h.get("time")
+        since = "?"
+        if isinstance(t, (int, float)) and 0 <= t < 1e11:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
+        return f"{str(h.get('what', 'gc'))[:40]} (pid {str(h.get('pid'))[:20]} on {str(h.get('host'))[:80]}, since {since})"
 
 
 def _dead(info: dict[str, Any], backend: Backend | None = None) -> bool:
     """The lock ``info`` was taken by a holder that is gone: its lease ran out, or its process is."""
     if "lease" not in info:  # written before leases: the old rules
         return _gone(info, STALE_AFTER.get(str(info.get("what")), STALE_DEFAULT))
-    try:
-        lease = float(info["lease"])
-        renewed = float(info.get("time", 0))
-    except (TypeError, ValueError):
+    raw_lease, raw_time = info.get("lease"), info.get("time", 0)
+    if not (isinstance(raw_lease, (int, float)) and isinstance(raw_time, (int, float))):
         return True
-    if backend is not None and time.time() - renewed > lease and info.get("nonce"):
-        got = backend.get(LEASE_PREFIX + str(info["nonce"]))
+    # A lease or time no holder writes (damage, a crafted lock) must not hold the store for good.
+    lease, renewed = min(float(raw_lease), LEASE_MAX), float(raw_time)
+    now = time.time()
+    if renewed > now + lease:
+        return True
+    nonce = info.get("nonce")
+    if backend is not None and now - renewed > lease and isinstance(nonce, str) and nonce.isalnum():
+        got = backend.get(LEASE_PREFIX + nonce)
         if got is not None:
             try:
-                renewed = max(renewed, float(json.loads(bytes(got))["time"]))
-            except (ValueError, TypeError, KeyError):
+                t = metafile.number(metafile.load_object(got, LEASE_PREFIX + nonce), "time", LEASE_PREFIX + nonce,
+                                    0.0, now + lease)
+                renewed = max(renewed, t)  # a damaged lease renews nothing: the lock's own time decides
+            except DamagedObjectError:
                 pass
-    if time.time() - renewed > lease:
+    if now - renewed > lease:
         return True
     return _same_machine(info) and not _alive(info)
 
@@ -313,12 +345,9 @@ def _alive(info: dict[str, Any]) -> bool:
 
 def _claim_dead(data: bytes) -> bool:
     """A claim to break a lock whose taker died (on this host) or that is older than CLAIM_STALE."""
-    try:
-        info = json.loads(data)
-    except ValueError:
-        return True
-    if not isinstance(info, dict):
-        return True
+    info = _info(data, BREAK_PREFIX)
+    if not info:
+        return True  # damaged: its taker's, who is gone
     if "lease" in info:
         try:
             if time.time() - float(info.get("time", 0)) > CLAIM_STALE:
@@ -354,10 +383,10 @@ def forget_old_breaks(backend: Backend, keep: float = BREAK_KEEP) -> int:
     keys = [k for k in backend.list(BREAK_PREFIX) + backend.list(LEASE_PREFIX) if ".partial" not in k]
     gone = 0
     for k, data in zip(keys, backend.get_many(keys) if keys else []):
-        try:
-            t = float(json.loads(bytes(data)).get("time", 0)) if data is not None else 0.0
-        except (ValueError, TypeError, AttributeError):
-            t = 0.0
+        raw = _info(data, k).get("time", 0.0) if data is not None else 0.0
+        t = float(raw) if type(raw) in (int, float) else 0.0
+        if t > time.time() + keep:
+            t = 0.0  # damaged: forgotten as an old one
         if time.time() - t > keep:
             backend.delete(k)
             gone += 1

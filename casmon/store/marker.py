@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from casmon.errors import StoreError, StoreFormatError
+from casmon.errors import DamagedObjectError, StoreError, StoreFormatError
+from casmon.store import metafile
 from casmon.store.backend import Backend
 from casmon.errors import warn_damage
 
@@ -29,6 +30,7 @@ FORMAT_KEY = "casmon.json"
 #: are read as they are and marked format 2 before the first such generation is written.
 FORMAT_VERSION = 2
 #: Top-level names a casmon store may hold; anything else means "not a casmon store".
+_MARKER_MAX = 1 << 20
 LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc")
 
 
@@ -50,13 +52,11 @@ def parse_marker(data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -
     Markers written before the check field are accepted as they are.
     """
     try:
-        info = json.loads(bytes(data))
-        if not isinstance(info, dict):
-            raise ValueError("not a JSON object")
+        info = metafile.load_object(data, FORMAT_KEY, limit=_MARKER_MAX, numbers=False)
         if type(info.get("format")) is not int or info["format"] < 1:
-            raise ValueError("no format number")
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return {}, f"not a casmon store marker: {e}"
+            raise DamagedObjectError(FORMAT_KEY, "no format number")
+    except DamagedObjectError as e:
+        return {}, f"not a casmon store marker: {e.reason}"
     if "check" in info and info["check"] != _marker_check(info):
         return {}, "its content does not match its check"
     return info, None

@@ -21,6 +21,7 @@ from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.plain import Frozen
 from casmon.keys.digest import Digest
+from casmon.store import metafile
 from casmon.store.codec import KIND_REF, decode_frame, encode_frame, get_codec
 from casmon.store.table import Table
 
@@ -82,15 +83,15 @@ def decode_ref(name: str, key: str, data: bytes | bytearray | memoryview | npt.N
     """Parse the ref stored at ``key``; :class:`DamagedObjectError` naming it if it is not one."""
     raw = decode_frame(data, key)[1]
     try:
-        body = json.loads(bytes(raw))
-        if not isinstance(body, dict):
-            raise ValueError("not a JSON object")
+        body = metafile.load_object(raw, key, limit=metafile.DATA_MAX, depth=None, numbers=False)
         target = Digest(body["target"]) if body.get("target") else None
         info = body.get("data") or {}
         if not isinstance(info, dict):
             raise ValueError("its data is not a JSON object")
         return Ref(name, target, info)
-    except (ValueError, KeyError, TypeError, RecursionError) as e:
+    except DamagedObjectError as e:
+        raise DamagedObjectError(key, f"not a valid ref: {e.reason}") from None
+    except (ValueError, KeyError, TypeError) as e:
         raise DamagedObjectError(key, f"not a valid ref: {e}") from None
 
 
@@ -117,13 +118,8 @@ def encode_record(kind: str, record: dict[str, Any], refs: list[Digest],
 
 def parse_record(kind: str, key: bytes, v: bytes) -> dict[str, Any]:
     """A stored record as a dict; :class:`DamagedObjectError` naming it if it is not a JSON object."""
-    try:
-        r = json.loads(v)
-        if not isinstance(r, dict):
-            raise ValueError("not an object")
-        return r
-    except ValueError as e:
-        raise DamagedObjectError(f"record {kind}/{bytes(key).hex()}", f"not valid JSON: {e}") from None
+    return metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
+                                numbers=False)
 
 
 def refs_of(t: Table) -> set[Digest]:
@@ -132,8 +128,9 @@ def refs_of(t: Table) -> set[Digest]:
     for _name, entries in t.sealed():
         for _k, v in entries:
             try:
-                out.update(Digest(h) for h in json.loads(v).get("_refs", ()))
-            except (ValueError, TypeError, AttributeError):
+                out.update(Digest(h) for h in metafile.load_object(v, "a sealed record", limit=metafile.DATA_MAX,
+                                                                       depth=None, numbers=False).get("_refs", ()))
+            except (ValueError, TypeError, DamagedObjectError):
                 pass
     return out
 
@@ -149,9 +146,9 @@ def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> tuple[
             changed = False
             for k, v in entries:
                 try:
-                    rec = json.loads(v)
+                    rec = metafile.load_object(v, "a sealed record", limit=metafile.DATA_MAX, depth=None, numbers=False)
                     refs = rec.get("_refs", ())
-                except (ValueError, TypeError, AttributeError):
+                except DamagedObjectError:
                     kept.append((k, v))
                     continue
                 if not bad_hex.intersection(refs):

@@ -19,6 +19,11 @@ repair, merges) lists past it as if it were not there; merges delete it. The
 judgement uses only names and the fence's contents, so it survives copying a
 store (which resets every file's times).
 
+A fence is checked (an xxh3 checksum of its body, :mod:`casmon.store.metafile`): one flipped bit in its
+time or a name would hide records that were acknowledged. A fence that cannot be trusted fences nothing
+(hiding no record is the safe side), gc refuses to sweep while the newest is damaged, ``verify`` names it and
+``verify --repair`` supersedes it with a fence that fences nothing.
+
 A record file that reaches the storage within ``LATE_MAX`` of its seal is never
 late. A writer whose write took longer (by its own monotonic clock) writes the
 same records again under a new name -- the same sequence number, a new seal
@@ -29,35 +34,48 @@ whichever of the two a gc fenced.
 
 from __future__ import annotations
 
-import json
 import os
+import re
+import time
+import weakref
 from typing import TYPE_CHECKING
 
+from casmon.errors import DamagedObjectError, warn_damage
 from casmon.plain import Plain
-from casmon.store import condemned
+from casmon.store import condemned, metafile
 from casmon.store.table.ranges import parse_name
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from casmon.store.backend import Backend
 
-__all__ = ["FENCE_PREFIX", "Fence", "read", "publish", "sealed_at", "renamed", "visible"]
+__all__ = ["FENCE_PREFIX", "Fence", "read", "read_all", "publish", "supersede", "sealed_at", "renamed", "visible"]
 
 #: One fence per sweeping gc, ``gc/fence/{mark time ns:016x}-{id}``, written once: readers take the newest
 #: name, so a fence whose PUT lands late (after a newer one) changes nothing.
 FENCE_PREFIX = "gc/fence/"
 #: Older fences gc keeps (the newest always decides).
 FENCES_KEPT = 4
+#: The largest fence read: it names the old level-0 files of every table (about 40 bytes each).
+FENCE_MAX = 16 << 20
+_L0_NAME = re.compile(r"^[0-9a-f]{16}-")
 
 
 class Fence(Plain):
-    """What the last gc saw: its mark's start (seconds since the epoch), and the old files it saw, by table."""
+    """What the last gc saw: its mark's start (seconds since the epoch), and the old files it saw, by table.
 
-    FIELDS = ("time", "seen")
+    ``damaged`` (``"key: reason"``) where the newest fence cannot be trusted: it then fences nothing (no
+    record is hidden for it), and gc refuses to sweep until ``verify --repair`` supersedes it."""
+
+    FIELDS = ("time", "seen", "damaged")
     time: float
     seen: dict[str, set[str]]
+    damaged: str
 
-    def __init__(self, time: float = 0.0, seen: dict[str, set[str]] | None = None) -> None:
-        self.time, self.seen = time, {} if seen is None else seen
+    def __init__(self, time: float = 0.0, seen: dict[str, set[str]] | None = None, damaged: str = "") -> None:
+        self.time, self.seen, self.damaged = time, {} if seen is None else seen, damaged
 
     def late(self, prefix: str, name: str) -> bool:
         """True if level-0 file ``name`` of table ``prefix`` landed after the gc that wrote this fence marked."""
@@ -74,30 +92,88 @@ def renamed(name: str, now_ns: int) -> str:
     return f"{now_ns:016x}{name[16:]}"
 
 
-_cache: dict[tuple[int, str], Fence] = {}
+def parse(key: str, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -> Fence:
+    """The fence stored at ``key``; :class:`DamagedObjectError` naming it if it cannot be trusted.
+
+    A fence carries an xxh3 checksum of its body: one flipped bit in its time or a name would hide every
+    newer record, or one it saw. A fence without one (written by casmon before checksums) is read as
+    fencing nothing -- the files it made late are read again (verify reports what they name that gc
+    removed) -- until the next gc publishes a checked one."""
+    body = metafile.load_object(data, key, limit=FENCE_MAX)
+    if not metafile.checked(body, key):
+        return Fence()
+    t = metafile.number(body, "time", key, 0.0, 1e11)
+    if t > time.time() + condemned.MIN_GRACE:
+        raise DamagedObjectError(key, f"its time ({t:.0f}) is ahead of this host's clock: it would hide every "
+                                      f"newer record")
+    seen_raw = body.get("seen", {})
+    if not isinstance(seen_raw, dict):
+        raise DamagedObjectError(key, "its 'seen' is not an object")
+    seen: dict[str, set[str]] = {}
+    for p, ns in seen_raw.items():
+        if not isinstance(ns, list) or not all(isinstance(n, str) and _L0_NAME.match(n) for n in ns):
+            raise DamagedObjectError(key, f"its 'seen' of {p[:80]!r} is not a list of level-0 file names")
+        seen[p] = set(ns)
+    return Fence(t, seen)
+
+
+#: The newest fence read of a backend (fences are written once: a name is its content).
+_cache: dict[int, tuple[weakref.ref[Backend], str, Fence]] = {}
+
+
+def _names(backend: Backend) -> list[str]:
+    return sorted(k for k in backend.list(FENCE_PREFIX) if ".partial" not in k)
 
 
 def read(backend: Backend) -> Fence:
-    """The newest published fence; an empty one if there is none or it cannot be parsed (nothing is late then)."""
-    names = sorted(k for k in backend.list(FENCE_PREFIX) if ".partial" not in k)
+    """The newest published fence; an empty one if there is none. A damaged one (see :func:`parse`) fences
+    nothing -- hiding no record is the safe side -- and says so in ``damaged``, with a warning."""
+    names = _names(backend)
     if not names:
         return Fence()
     newest = names[-1]
-    got = _cache.get((id(backend), newest))
-    if got is not None:
-        return got
+    got = _cache.get(id(backend))
+    if got is not None and got[0]() is backend and got[1] == newest:
+        return got[2]
     data = backend.get(newest)
     if data is None:
-        return Fence()
+        return Fence()  # superseded and deleted meanwhile: the next listing finds the newer one
     try:
-        raw = json.loads(bytes(data))
-        fence = Fence(float(raw["time"]), {str(p): set(map(str, ns)) for p, ns in dict(raw.get("seen", {})).items()})
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return Fence()  # damaged: fence nothing rather than hide records
+        fence = parse(newest, data)
+    except DamagedObjectError as e:
+        warn_damage(backend.url, newest, e.reason)
+        fence = Fence(damaged=f"{newest}: {e.reason}")
     if len(_cache) > 64:
         _cache.clear()
-    _cache[(id(backend), newest)] = fence
+    _cache[id(backend)] = (weakref.ref(backend), newest, fence)
     return fence
+
+
+def read_all(backend: Backend) -> list[tuple[str, str]]:
+    """``(key, reason)`` of every damaged fence (verify)."""
+    names = _names(backend)
+    out = []
+    for k, data in zip(names, backend.get_many(names) if names else []):
+        if data is None:
+            continue
+        try:
+            parse(k, data)
+        except DamagedObjectError as e:
+            out.append((k, e.reason))
+    return out
+
+
+def _write(backend: Backend, mark_time: float, body: dict[str, object], after: str = "") -> str:
+    """Publish ``body`` as a fence named by ``mark_time`` (or just after ``after``, if that sorts later)."""
+    ns = int(mark_time * 1e9)
+    if after:
+        try:
+            ns = max(ns, int(after[len(FENCE_PREFIX) :][:16], 16) + 1)
+        except ValueError:
+            pass
+    name = f"{FENCE_PREFIX}{ns:016x}-{os.urandom(6).hex()}"
+    backend.create(name, metafile.seal(body))
+    return name
 
 
 def publish(backend: Backend, mark_time: float, listed: dict[str, list[str]]) -> None:
@@ -105,12 +181,19 @@ def publish(backend: Backend, mark_time: float, listed: dict[str, list[str]]) ->
     names), and delete fences older than the last few."""
     limit = mark_time - condemned.LATE_MAX
     seen = {p: sorted(n for n in names if sealed_at(n) < limit) for p, names in listed.items()}
-    body = {"time": mark_time, "seen": {p: ns for p, ns in seen.items() if ns}}
-    name = f"{FENCE_PREFIX}{int(mark_time * 1e9):016x}-{os.urandom(6).hex()}"
-    backend.create(name, json.dumps(body, separators=(",", ":")).encode())
+    name = _write(backend, mark_time, {"time": mark_time, "seen": {p: ns for p, ns in seen.items() if ns}})
     old = sorted(k for k in backend.list(FENCE_PREFIX) if ".partial" not in k and k < name)
     if len(old) > FENCES_KEPT:
         backend.delete_many(old[:-FENCES_KEPT])
+
+
+def supersede(backend: Backend, damaged: list[str]) -> str:
+    """(Repair, holding the lock.) Publish a fence that fences nothing, newer than every fence, and delete the
+    ``damaged`` ones: what a damaged fence already meant, made sound. Returns the new fence's key."""
+    names = _names(backend)
+    name = _write(backend, time.time(), {"time": 0.0, "seen": {}}, after=names[-1] if names else "")
+    backend.delete_many([k for k in damaged if k != name])
+    return name
 
 
 def visible(prefix: str, names: list[str], fence: Fence) -> tuple[list[str], list[str]]:
