@@ -7,13 +7,14 @@ runs. Apart from the decorator because none of it runs on a call's path.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
+from casmon.store.records import parse_record
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
 from casmon.view.guards import guarded_html, guarded_text
@@ -187,10 +188,10 @@ def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, f
     parsed: list[tuple[bytes, bytes, str, int, float]] = []
     for k, v in store.table(KIND).items():
         try:
-            r = json.loads(v)
+            r = parse_record(KIND, k, v)
             t = float(r.get("time", 0.0))
             fn, size = str(r.get("fn", "?")), int(r.get("size", 0))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, OverflowError, DamagedObjectError):
             continue
         k, v = bytes(k), bytes(v)
         parsed.append((k, v, fn, size, t))

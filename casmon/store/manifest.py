@@ -20,7 +20,7 @@ from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.plain import Plain
 from casmon.keys.digest import Digest
-from casmon.store import serialize
+from casmon.store import metafile, serialize
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,9 +89,8 @@ def decode_manifest(d: Digest, raw: bytes | bytearray | memoryview | npt.NDArray
             (n,) = _U32.unpack_from(raw, 1)
             if 5 + n > len(raw):
                 raise ValueError(f"header of {n} bytes in a manifest of {len(raw)}")
-            head = json.loads(raw[5 : 5 + n])
-            if not isinstance(head, dict):
-                raise ValueError("header is not an object")
+            head = metafile.load_object(raw[5 : 5 + n], f"value {d.hex()}", limit=metafile.DATA_MAX, depth=None,
+                                        numbers=False)
             inline = raw[5 + n :]
             # Every length, count and shape is checked before anything is allocated from it.
             serialize.check_manifest(f"value {d.hex()}", head.get("t"), head.get("meta"), head.get("parts"),

@@ -501,7 +501,9 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
                                       "the store was opened with trust=False")
     try:
         if tag == "json":
-            return json.loads(enc.inline)
+            from casmon.store import metafile  # a JSON value's first load only
+
+            return metafile.load(enc.inline, key, limit=metafile.DATA_MAX, depth=None, numbers=False)
         if tag == "array":
             return _handlers_by_name[ArrayHandler.name].decode(enc.meta, buffers)
         if tag == "bytes":

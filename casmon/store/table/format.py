@@ -11,7 +11,6 @@ huge allocation. Encoders live beside their parsers, so the two never drift.
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import struct
 import sys
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from casmon.errors import DamagedObjectError
 from casmon.plain import Plain
+from casmon.store import metafile
 from casmon.store.codec import (FRAME_HEADER, KIND_TABLE, MAGIC, decode_frame, encode_frame, get_codec, is_ndarray,
                                 loaded_numpy, read_header)
 from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
@@ -346,9 +346,7 @@ def parse_generation(gid: str, key: str, raw: Payload) -> Generation:
         if cut < 0 and len(mv) > 65536:
             cut = bytes(mv).find(b"\0")
         head, sep, binary = (mv, b"", mv[:0]) if cut < 0 else (mv[:cut], b"\0", mv[cut + 1 :])
-        m = json.loads(bytes(head))
-        if not isinstance(m, dict):
-            raise ValueError("not an object")
+        m = metafile.load_object(head, key, limit=metafile.DATA_MAX, numbers=False)
         count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
         if type(count) is not int or count < 0:
             raise ValueError("count is not a non-negative integer")
