@@ -2,6 +2,7 @@
 acknowledged entry and raises nothing but casmon's errors (casmon/store/metafile.py, docs/RELIABILITY.md)."""
 
 import json
+import time
 import warnings
 from pathlib import Path
 
@@ -133,3 +134,45 @@ def test_a_holder_description_from_a_crafted_lock_is_one_line():
     lk = lock.StoreLock.__new__(lock.StoreLock)
     lk.holder = {"time": "soon", "what": "x" * 1000, "pid": [1], "host": None}
     assert "since ?" in lk.describe() and len(lk.describe()) < 200
+
+
+def test_repair_of_an_older_damaged_fence_keeps_the_newest_fencing(tmp_path):
+    """Only the newest fence decides: a damaged older one is deleted, the newest (sound) one stays as it is."""
+    s = casmon.open(tmp_path / "s")
+    b = s.backend
+    fence.publish(b, time.time() - 100, {"records/call/": []})
+    fence.publish(b, time.time(), {"records/call/": []})
+    old, new = sorted(b.list(fence.FENCE_PREFIX))
+    b.set(old, b"[" * 50_000)
+    assert fence.read_all(b) == [(old, "nested deeper than 16 levels")]
+    assert repair(s)["ok"]
+    assert sorted(b.list(fence.FENCE_PREFIX)) == [new]
+    assert fence.read(b).late("records/call/", "00000000000000a0-aa-1")
+
+
+def test_a_cached_call_whose_claim_is_damaged_computes_and_stores(tmp_path):
+    """A compute claim (refs/claims/<key>) that is deep JSON in a sound frame: the call neither raises nor waits
+    for good; verify names the claim and repair removes it."""
+    from casmon.caching.claims import claim_name
+    from casmon.store.codec import KIND_REF, encode_frame, get_codec
+
+    s = casmon.open(tmp_path / "s")
+    calls = []
+
+    @casmon.cache(store=s)
+    def slow(x):
+        calls.append(x)
+        time.sleep(0.15)
+        return x + 1
+
+    key = slow.__casmon_cache__.key((1,), {})
+    ref = "refs/" + claim_name(key)
+    s.backend.set(ref, encode_frame(b"[" * 100_000 + b"]" * 100_000, KIND_REF, get_codec("none"))[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreDamageWarning)
+        assert slow(1) == 2 and calls == [1]
+        s.flush()
+        rep = s.verify()
+        assert any(k == ref for k, _ in rep.damaged), rep.damaged
+        assert repair(s)["ok"]
+    assert slow(1) == 2 and calls == [1]
