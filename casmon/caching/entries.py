@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
-from casmon.store.records import parse_record
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
 from casmon.view.guards import guarded_html, guarded_text
@@ -183,6 +182,8 @@ def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, f
     entry; lookups use the newest, so the others only take space. ``casmon gc`` drops them
     (:func:`drop_duplicates`). A record that cannot be read is never planned away.
     """
+    from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
+
     store.flush()
     newest: dict[bytes, tuple[float, bytes]] = {}
     parsed: list[tuple[bytes, bytes, str, int, float]] = []

@@ -115,7 +115,6 @@ def _repair_round(store: Store, rep: VerifyReport, done: Done, progress: Progres
     fences = [k for k in rep.bad_files if k.startswith(fence.FENCE_PREFIX)]
     if fences:
         # A damaged fence already fences nothing: a sound one that fences nothing says the same, and lets gc run.
-        done["replaced_fences"] = [*done.get("replaced_fences", []), *fences]
         fence.supersede(store.backend, fences)
         done["deleted_files"].extend(fences)
     store.objects.clear_caches()

@@ -187,12 +187,14 @@ def publish(backend: Backend, mark_time: float, listed: dict[str, list[str]]) ->
         backend.delete_many(old[:-FENCES_KEPT])
 
 
-def supersede(backend: Backend, damaged: list[str]) -> str:
-    """(Repair, holding the lock.) Publish a fence that fences nothing, newer than every fence, and delete the
-    ``damaged`` ones: what a damaged fence already meant, made sound. Returns the new fence's key."""
+def supersede(backend: Backend, damaged: list[str]) -> str | None:
+    """(Repair, holding the lock.) Delete the ``damaged`` fences; where the newest is one of them, first publish
+    a newer fence that fences nothing -- what the damaged one already meant, made sound. Returns its key."""
     names = _names(backend)
-    name = _write(backend, time.time(), {"time": 0.0, "seen": {}}, after=names[-1] if names else "")
-    backend.delete_many([k for k in damaged if k != name])
+    name = None
+    if names and names[-1] in damaged:
+        name = _write(backend, time.time(), {"time": 0.0, "seen": {}}, after=names[-1])
+    backend.delete_many([k for k in damaged if k != name])  # an older one decides nothing
     return name
 
 
