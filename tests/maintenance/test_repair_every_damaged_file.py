@@ -10,7 +10,9 @@ repaired. Every record (every call of a call-log batch counts as one) whose
 bytes were not touched -- neither its table file nor any byte of a value it
 needs -- must still be there, with its values, after repair, and ``verify``
 must be clean. The default run damages one file of each kind in each way; the
-slow run every file.
+slow run every file. gc's own files (fences, lock, leases, claims, condemned
+lists), compute claims and run refs are damaged the same ways and more in
+test_metadata_damage_campaign.py, on a store gc has run on.
 """
 
 import json
