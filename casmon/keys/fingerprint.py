@@ -13,7 +13,10 @@ Rules worth knowing:
   different order are different values); sets and frozensets are order-free.
 * Floats are hashed by their bits, except that every NaN is one value:
   ``-0.0`` and ``0.0`` differ (functions such as ``copysign`` tell them apart).
-* numpy arrays by dtype, shape and values in C order. A C-contiguous buffer is
+* memoryviews by format, shape, strides, read-only flag and bytes (a read-only
+  flat byte view by its bytes alone).
+* numpy arrays by dtype (with metadata, alignment, ``np.record``: see
+  :mod:`casmon.keys.dtypes`), shape and values in C order. A C-contiguous buffer is
   hashed in place without a copy; Fortran-ordered arrays and strided views give
   the same fingerprint as their C-ordered copy, and are hashed block by block.
 * Other objects are hashed as pickle protocol 5 sees them (``__reduce_ex__``):
@@ -56,6 +59,7 @@ else:
 
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
+from casmon.keys.dtypes import descr_of, dtype_extras
 from casmon.keys.segments import RUN_MIN, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
@@ -310,7 +314,16 @@ class _Fingerprinter:
         self._blob(b"y", v)
 
     def memoryview_(self, v: Any) -> None:
-        self._blob(b"m", v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes())
+        data = v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes()
+        if not (v.readonly and v.format == "B" and v.ndim == 1 and v.c_contiguous):
+            # Besides its bytes a function sees a view's format, shape, strides and whether it is read-only:
+            # memoryview(raw) and memoryview(raw).cast("i") differ. A read-only flat byte view keeps its old key.
+            self.out += b"v"
+            self.str_(v.format)
+            self.out += b"T" if v.readonly else b"F"
+            for dims in (v.shape, v.strides, v.suboffsets):
+                self.out += _pack_Q(len(dims)) + b"".join(_pack_q(n) for n in dims)
+        self._blob(b"m", data)
 
     def _blob(self, tag: bytes, v: Any) -> None:
         n = len(v) if not isinstance(v, memoryview) else v.nbytes
@@ -659,6 +672,17 @@ _dtype_keys: dict[np.dtype, bytes] = {}
 
 
 def _dtype_key(dt: np.dtype) -> bytes:
+    extras = dtype_extras(dt)
+    if extras is not None:
+        # Metadata, alignment, np.record, a non-legacy dtype: equal dtypes can differ here, so never cached by
+        # dtype. After a NUL (which a descriptor's repr never holds): the digest of what the descriptor lacks.
+        sub = _Fingerprinter()
+        try:
+            sub.feed(extras)
+        except _PathError as e:
+            e.parts.append(".dtype")
+            raise
+        return repr(descr_of(dt)).encode() + b"\x00" + sub.digest()
     try:
         return _dtype_keys[dt]
     except KeyError:
