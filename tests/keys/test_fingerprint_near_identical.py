@@ -1,7 +1,10 @@
 """Near-identical values a function can tell apart key differently; keys of common values never change."""
 
 import array
+import collections
 import ctypes
+import datetime
+import decimal
 import warnings
 
 import numpy as np
@@ -54,6 +57,17 @@ def _pairs():
         ("zero sign", -0.0, 0.0),
         ("float or numpy float", 1.0, np.float64(1.0)),
         ("dtype objects with metadata", MD, np.dtype(np.float64)),
+        ("dtype objects aligned", ALIGNED, SAME_OFFSETS),
+        ("structured scalar of an aligned dtype", np.zeros(1, ALIGNED)[0], np.zeros(1, SAME_OFFSETS)[0]),
+        ("deque maxlen", collections.deque([1], maxlen=3), collections.deque([1])),
+        ("decimal exponent", decimal.Decimal("1.0"), decimal.Decimal("1.00")),
+        ("datetime fold", datetime.datetime(2020, 1, 1, fold=1), datetime.datetime(2020, 1, 1)),
+        ("frame column name types", pd.DataFrame({1: [1]}), pd.DataFrame({"1": [1]})),
+        ("interval closed side", pd.Series(pd.IntervalIndex.from_breaks([0, 1], closed="left")),
+         pd.Series(pd.IntervalIndex.from_breaks([0, 1], closed="right"))),
+        ("sparse fill value", pd.Series(pd.arrays.SparseArray([0, 1], fill_value=0)),
+         pd.Series(pd.arrays.SparseArray([0, 1], fill_value=1))),
+        ("string storage", pd.Series(["a"], dtype="string[python]"), pd.Series(["a"], dtype=object)),
     ]
 
 
