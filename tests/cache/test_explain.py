@@ -277,3 +277,40 @@ def test_lookup_names_a_changed_file_first_and_forgets_the_other_names_entries_o
     why, explained = run_python(ask, cwd=tmp_path).stdout.split("EXPLAIN")
     assert "content changed" in why and "__main__" not in why, "its entries were cleared: no note about them"
     assert "__main__" not in explained
+
+
+def test_refresh_leaves_one_entry_and_no_duplicates(tmp_path):
+    from click.testing import CliRunner
+
+    from casmon.caching import cache_entries
+    from casmon.cli import main as cli
+
+    s = casmon.open(str(tmp_path / "s"))
+
+    @casmon.cache(store=s)
+    def f(x):
+        return x * 2
+
+    f(1)
+    f.refresh(1)
+    f.refresh(1)
+    s.flush()
+    stats = cache_entries(s)[f.__casmon_cache__.name]
+    assert (stats["entries"], stats["duplicates"], stats["replaced"]) == (1, 0, 2)
+    assert len(f.entries()) == 1 and f.cache_info().entries == 1
+    out = CliRunner().invoke(cli, ["cache", "--store", str(tmp_path / "s")]).output
+    assert "duplicate entr" not in out and "two processes" not in out, out
+
+    # A call two processes computed at once is still a duplicate, and a refresh after it replaces both.
+    from casmon.caching.entries import KIND
+
+    f(2)
+    s.flush()
+    key = f.__casmon_cache__.key((2,), {})
+    s.append(KIND, {**s.lookup(KIND, key)[0], "time": time.time()}, key=key)  # as a second process would
+    s.flush()
+    assert cache_entries(s)[f.__casmon_cache__.name]["duplicates"] == 1
+    f.refresh(2)
+    s.flush()
+    stats = cache_entries(s)[f.__casmon_cache__.name]
+    assert (stats["entries"], stats["duplicates"], stats["replaced"]) == (2, 0, 4)
