@@ -390,3 +390,13 @@ def test_a_thread_waiting_on_another_thread_says_so_once(tmp_path):
         go.set()
         holder.join(120)
     assert len([m for m in seen if "waits for another thread" in m]) == 1, seen
+
+
+@pytest.mark.parametrize("data", [{}, {"host": ["x"], "pid": "1", "since": "soon"}, {"host": "h" * 10_000, "pid": 2**80, "since": 1e300},
+                                  {"host": None, "pid": None, "since": float("nan")}])
+def test_the_waiting_notice_of_a_crafted_claim_is_short_and_never_raises(data):
+    said = claims.waiting_message("mod.f", data)
+    assert said.startswith("casmon: mod.f waits for process") and len(said) < 400
+    notice = claims._Notice(0.0, lambda d: 1 / 0)
+    notice.check(1.0, data)  # a failing notice never ends the wait
+    assert notice.say is None
