@@ -316,12 +316,14 @@ class _Fingerprinter:
     def memoryview_(self, v: Any) -> None:
         data = v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes()
         if not (v.readonly and v.format == "B" and v.ndim == 1 and v.c_contiguous):
-            # Besides its bytes a function sees a view's format, shape, strides and whether it is read-only:
+            # Besides its bytes a function sees a view's format, shape, layout and whether it is read-only:
             # memoryview(raw) and memoryview(raw).cast("i") differ. A read-only flat byte view keeps its old key.
+            # Strides count where they make the view non-contiguous (a C-contiguous view's are its shape's, but
+            # for dimensions of one item, which nothing reads).
             self.out += b"v"
             self.str_(v.format)
             self.out += b"T" if v.readonly else b"F"
-            for dims in (v.shape, v.strides, v.suboffsets):
+            for dims in (v.shape, () if v.c_contiguous else v.strides, v.suboffsets):
                 self.out += _pack_Q(len(dims)) + b"".join(_pack_q(n) for n in dims)
         self._blob(b"m", data)
 

@@ -5,6 +5,7 @@ import collections
 import ctypes
 import datetime
 import decimal
+import struct
 import warnings
 
 import numpy as np
@@ -156,3 +157,58 @@ def _pinned_values():
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_keys_of_common_values_are_pinned(name):
     assert fingerprint(_pinned_values()[name]).hex() == PINNED[name]
+
+
+def _view_strategy():
+    from hypothesis import strategies as st
+
+    formats = st.sampled_from(["B", "b", "c", "h", "H", "i", "I", "q", "d", "f", "?"])
+
+    @st.composite
+    def views(draw):
+        fmt = draw(formats)
+        size = struct.calcsize(fmt)
+        n = draw(st.integers(0, 12))
+        raw = draw(st.binary(min_size=n * size, max_size=n * size))
+        if fmt == "?":
+            raw = bytes(b & 1 for b in raw)
+        view = memoryview(raw if draw(st.booleans()) else bytearray(raw)).cast("B").cast(fmt)
+        if n and n % 2 == 0 and draw(st.booleans()):
+            view = view.cast("B").cast(fmt, (2, n // 2))
+        elif n > 1 and draw(st.booleans()):
+            view = view[:: draw(st.integers(1, 3))]
+        return view
+
+    return views()
+
+
+def _seen(v):
+    return v.format, v.shape, v.c_contiguous, v.c_contiguous or v.strides, v.readonly, v.tobytes()
+
+
+def test_memoryviews_key_alike_exactly_when_a_function_sees_them_alike():
+    from hypothesis import given, settings
+
+    @settings(max_examples=300, deadline=None)
+    @given(_view_strategy(), _view_strategy())
+    def check(a, b):
+        assert (fingerprint(a) == fingerprint(b)) == (_seen(a) == _seen(b))
+
+    check()
+
+
+def test_memoryviews_come_back_from_their_stored_form_as_they_went_in():
+    from hypothesis import given, settings
+
+    from casmon.store.serialize import decode, encode
+
+    @settings(max_examples=300, deadline=None)
+    @given(_view_strategy())
+    def check(v):
+        enc = encode(v)
+        back = decode(enc, [np.frombuffer(bytes(p.data), np.uint8).copy() for p in enc.parts])
+        assert (back.format, back.shape, back.readonly, back.tobytes(), back.c_contiguous) == \
+            (v.format, v.shape, v.readonly, v.tobytes(), True)
+        assert (fingerprint(back) == fingerprint(v)) == v.c_contiguous
+
+    check()
