@@ -70,7 +70,8 @@ def _exact_values():
         "big-endian": np.arange(5, dtype=">i4"),
         "strided with metadata": np.arange(40_000, dtype=MD)[::2],
         "string dtype": np.array(["a", "bc"], dtype=np.dtypes.StringDType()),
-        "arrays in a dict": {"m": np.arange(3, dtype=MD), "al": np.zeros(2, ALIGNED), "view": memoryview(RAW).cast("i")},
+        "arrays in a dict": {"m": np.arange(3, dtype=MD), "al": np.zeros(2, ALIGNED), "view": memoryview(RAW).cast("i"),
+                             "strided": np.arange(40_000, dtype=MD)[::2], "plain strided": np.arange(40_000.0)[::2]},
         "array.array": array.array("I", [1, 2, 3]),
         "ordered categorical": pd.Series(pd.Categorical(["b", "a"], categories=["b", "a"], ordered=True)),
     }
