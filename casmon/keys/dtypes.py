@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["dtype_extras", "descr_of"]
+__all__ = ["dtype_extras", "descr_of", "has_padding"]
 
 
 def dtype_extras(dt: Any) -> tuple[Any, ...] | None:
@@ -45,3 +45,29 @@ def descr_of(dt: Any) -> Any:
     if not getattr(type(dt), "_legacy", True):
         return "|O"
     return dt.descr if dt.names is not None else dt.str
+
+
+_padded: dict[Any, bool] = {}
+
+
+def has_padding(dt: Any) -> bool:
+    """Whether a structured dtype has bytes no field covers (alignment gaps, explicit offsets): their content is
+    whatever memory held, so keys read the fields, not those bytes. Equal dtypes have equal layouts: cached."""
+    if dt.names is None and dt.subdtype is None:
+        return False
+    try:
+        return _padded[dt]
+    except KeyError:
+        pass
+    if dt.subdtype is not None:
+        padded = has_padding(dt.subdtype[0])
+    else:
+        spans = sorted((int(f[1]), int(f[1]) + f[0].itemsize) for f in (dt.fields[n] for n in dt.names))
+        covered, end = 0, 0
+        for start, stop in spans:
+            if stop > end:
+                covered += stop - max(start, end)
+                end = stop
+        padded = covered < dt.itemsize or any(has_padding(dt.fields[n][0]) for n in dt.names)
+    _padded[dt] = padded
+    return padded

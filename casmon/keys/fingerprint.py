@@ -59,7 +59,7 @@ else:
 
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
-from casmon.keys.dtypes import descr_of, dtype_extras
+from casmon.keys.dtypes import descr_of, dtype_extras, has_padding
 from casmon.keys.segments import RUN_MIN, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
@@ -405,6 +405,8 @@ class _Fingerprinter:
         self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
         if v.dtype.hasobject:
             self.feed(v.item())
+        elif v.dtype.names is not None and has_padding(v.dtype):
+            self.out += _without_padding(np.asarray(v)).tobytes()
         else:
             self.out += np.asarray(v).tobytes()
 
@@ -428,7 +430,10 @@ class _Fingerprinter:
             return
         if a.size == 0:
             return
-        if a.flags.c_contiguous:
+        # A structured dtype's padding holds whatever memory held (a copy's differs): its fields count, as
+        # copies with the gaps zeroed, a block of rows at a time.
+        padded = a.dtype.names is not None and has_padding(a.dtype)
+        if a.flags.c_contiguous and not padded:
             flat = a.reshape(-1).view(np.uint8)
             if flat.nbytes > _INLINE_LIMIT:
                 self.begin_run(flat.nbytes)
@@ -439,16 +444,17 @@ class _Fingerprinter:
             return
         # Fortran order or strided: hash the C-order bytes one block of rows at a time.
         if a.ndim == 0:
-            self.out += a.tobytes()
+            self.out += (_without_padding(a) if padded else a).tobytes()
             return
         self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
-        if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT:
+        if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT and not padded:
             self._transposed(a)
         else:
             row = a[0].nbytes or 1
             step = max(1, _BLOCK_BYTES // row)
             for start in range(0, a.shape[0], step):
-                block = np.ascontiguousarray(a[start : start + step])
+                part = a[start : start + step]
+                block = _without_padding(part) if padded else np.ascontiguousarray(part)
                 self.buffer(block.reshape(-1).view(np.uint8))
         self.end_run()
 
@@ -646,6 +652,13 @@ class _Fingerprinter:
             else:
                 self.out += flat.data
         self.end_run()
+
+
+def _without_padding(a: np.ndarray) -> np.ndarray:
+    """A copy of a structured array with its padding bytes zero: assignment copies fields, never the gaps."""
+    out = np.zeros(a.shape, a.dtype)
+    out[...] = a
+    return out
 
 
 def _global_name(obj: Any) -> bytes:
