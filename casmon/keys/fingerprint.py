@@ -16,7 +16,8 @@ Rules worth knowing:
 * memoryviews by format, shape, strides, read-only flag and bytes (a read-only
   flat byte view by its bytes alone).
 * numpy arrays by dtype (with metadata, alignment, ``np.record``: see
-  :mod:`casmon.keys.dtypes`), shape and values in C order. A C-contiguous buffer is
+  :mod:`casmon.keys.dtypes`), shape and values in C order (a structured
+  dtype's padding bytes do not count). A C-contiguous buffer is
   hashed in place without a copy; Fortran-ordered arrays and strided views give
   the same fingerprint as their C-ordered copy, and are hashed block by block.
 * Other objects are hashed as pickle protocol 5 sees them (``__reduce_ex__``):
