@@ -189,7 +189,8 @@ class Explanation:
         return self.hit
 
     def why(self) -> str:
-        """The reason in one line (what ``f.lookup`` raises): the notes, else what differs from the nearest entry."""
+        """The reason in one line (what ``f.lookup`` raises): this call's own entry's notes, what differs from the
+        nearest entry, then entries under the function's other name."""
         if self.hit:
             return "it is stored"
         # This call's own entry first (cleared, expired), then what differs from the nearest entry, and only
