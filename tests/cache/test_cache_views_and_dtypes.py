@@ -164,3 +164,15 @@ def test_a_crafted_memoryview_manifest_is_damage_not_a_crash(store):
         enc = Encoded("handler", {"handler": "memoryview", "meta": meta})
         with pytest.raises(DamagedObjectError):
             decode(enc, [np.zeros(4, np.uint8)])
+
+
+def test_a_stored_memoryview_loads_from_an_untrusted_store(tmp_path):
+    from casmon.errors import UntrustedStoreError
+
+    with casmon.open(tmp_path / "s") as s:
+        view, tagged = s.put(memoryview(bytearray(RAW)).cast("h")), s.put(np.zeros(3, MD))
+    with casmon.open(tmp_path / "s", trust=False) as untrusted:
+        back = untrusted.get(view)
+        assert (back.format, back.readonly, back.tobytes()) == ("h", False, RAW)
+        with pytest.raises(UntrustedStoreError):  # pickled to keep its metadata: loads only where trusted
+            untrusted.get(tagged)
