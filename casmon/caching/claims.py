@@ -57,6 +57,8 @@ STALE_AFTER = 2.5
 #: A claim first seen with a heartbeat this many stale times old by the wall clock is dead at once
 #: (left by a process killed long ago: its age by the clocks is beyond any clock difference of a cluster).
 STALE_WALL = 10
+#: A call that has waited this long (seconds) for another process says once what it waits on.
+WAIT_NOTICE_S = 2.0
 #: The longest wait between two looks at a claim.
 POLL_MAX = 1.0
 POLL_MIN = 0.02
@@ -250,15 +252,18 @@ def _num(v: Any, default: float) -> float:
 
 
 def compute_once(store: Store, key: Digest, fn: str, found: Callable[[], bool], timeout: float | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> Outcome:
+                 sleep: Callable[[float], None] = time.sleep,
+                 waiting: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
     """Decide how this process gets the result of ``key``: claim it and compute, or wait for the live process that
     computes it and look it up (``found()`` forces a fresh look at the store, True when the entry is there).
 
     ``timeout``: the longest wait (seconds) before computing anyway; None waits as long as the holder lives.
+    ``waiting(claim data)``: called once, when the wait has lasted :data:`WAIT_NOTICE_S`.
     """
     book = claim_book(store)
     t0 = time.monotonic()
     deadline = None if timeout is None else t0 + timeout
+    notice = _Notice(t0 + WAIT_NOTICE_S, waiting)
     for _attempt in range(20):
         c = book.take(key, fn)
         if c is not None:
@@ -266,12 +271,39 @@ def compute_once(store: Store, key: Digest, fn: str, found: Callable[[], bool], 
                 book.release(c)
                 return Outcome(True, None, time.monotonic() - t0)
             return Outcome(False, c, time.monotonic() - t0)
-        how = _watch(store, claim_name(key), found, deadline, sleep)
+        how = _watch(store, claim_name(key), found, deadline, sleep, notice)
         if how == "found":
             return Outcome(True, None, time.monotonic() - t0)
         if how not in ("broken", "free"):  # the holder failed, or waited long enough
             return Outcome(False, None, time.monotonic() - t0)
     return Outcome(False, None, time.monotonic() - t0)  # never won nor saw a claim: compute
+
+
+class _Notice:
+    """Says once, from ``at`` (monotonic) on, what a wait waits on."""
+
+    __slots__ = ("at", "say")
+
+    def __init__(self, at: float, say: Callable[[dict[str, Any]], None] | None) -> None:
+        self.at, self.say = at, say
+
+    def check(self, now: float, d: dict[str, Any]) -> None:
+        say = self.say
+        if say is not None and now >= self.at:
+            self.say = None
+            try:
+                say(d)
+            except Exception:  # noqa: BLE001 - a notice (of a crafted claim, say) never ends the wait
+                pass
+
+
+def waiting_message(fn: str, d: dict[str, Any]) -> str:
+    """What a waiting call says: the function, and the process that computes it (from its claim, maybe crafted)."""
+    host, pid, since = d.get("host"), d.get("pid"), _num(d.get("since"), 0.0)
+    who = f"process {pid if type(pid) is int else '?'} on {str(host)[:80] if isinstance(host, str) else '?'}"
+    when = f" since {time.strftime('%H:%M:%S', time.localtime(since))}" if since > 0 else ""
+    return (f"casmon: {fn} waits for {who}, which computes the same call{when}; it returns that result once "
+            "stored (wait=False, or a number of seconds, computes here instead)")
 
 
 #: ``.keys``: ``(id(state), key)`` of the calls this thread computes now.
@@ -294,7 +326,11 @@ def wait_or_hold(state: CacheState, key: Digest) -> tuple[bool, Any, Held | None
         if other is None:
             mine = state._inflight[kb] = threading.Event()
     if other is not None:  # a thread of this process computes it: no store traffic
-        other.wait(timeout)
+        if not other.wait(WAIT_NOTICE_S if timeout is None else min(timeout, WAIT_NOTICE_S)):
+            if timeout is None or timeout > WAIT_NOTICE_S:
+                _say(state, ("waiting", "thread"), f"casmon: {state.name} waits for another thread of this process, "
+                                                  "which computes the same call")
+                other.wait(None if timeout is None else timeout - WAIT_NOTICE_S)
         found, value = state.lookup_result(key)
         return found, value, None
     held = Held(kb, mine, None)
@@ -304,7 +340,8 @@ def wait_or_hold(state: CacheState, key: Digest) -> tuple[bool, Any, Held | None
         if (store.read_only or not store.backend.supports_deletes or store.url.startswith("memory:")
                 or store.autoflush is None):
             return False, None, held  # no other process sees the entry soon: the in-process mark is enough
-        out = compute_once(store, key, state.name, lambda: state.found_now(key), timeout)
+        out = compute_once(store, key, state.name, lambda: state.found_now(key), timeout,
+                           waiting=lambda d: _say(state, ("waiting", str(d.get("token"))[:64]), waiting_message(state.name, d)))
     except BaseException:
         release(state, held)
         raise
@@ -322,6 +359,15 @@ def wait_or_hold(state: CacheState, key: Digest) -> tuple[bool, Any, Held | None
                                       "computing the same key, and computes it here too")
     held.claim = out.claim
     return False, None, held
+
+
+def _say(state: CacheState, what: Any, msg: str) -> None:
+    """A waiter's notice, as every casmon cache warning: a :class:`CacheWarning` at the caller's line, once.
+    Only a notice: warnings made errors never end the wait (the call would fail for waiting)."""
+    try:
+        state.warn(what, msg)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def release(state: CacheState, held: Held, failed: bool = False) -> None:
@@ -350,7 +396,7 @@ def release(state: CacheState, held: Held, failed: bool = False) -> None:
 
 
 def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float | None,
-           sleep: Callable[[float], None]) -> str:
+           sleep: Callable[[float], None], notice: _Notice | None = None) -> str:
     """Watch another process's claim ``name`` until it ends: ``found``, ``released`` (the holder failed: compute),
     ``broken`` (dead, and this process deleted it: claim again), ``free`` (gone without a result: claim again; the
     moment between a takeover's delete and its new claim looks so) or ``timeout``."""
@@ -388,6 +434,8 @@ def _watch(store: Store, name: str, found: Callable[[], bool], deadline: float |
         every = max(0.1, _num(d.get("every"), _lock().heartbeat_seconds()))
         poll = min(poll * 2, POLL_MAX, every / 4)
         now = time.monotonic()
+        if notice is not None:
+            notice.check(now, d)
         if d.get("token") != token or d.get("beat") != beat:
             wall_age = time.time() - _num(d.get("time"), time.time())
             dead = first and wall_age > STALE_WALL * STALE_AFTER * every

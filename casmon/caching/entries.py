@@ -101,8 +101,9 @@ def newest_per_key(items: Iterable[tuple[Digest, dict]]) -> dict[bytes, tuple[Di
 
 
 def cache_entries(store: Store) -> dict[str, dict]:
-    """Per function: entries (one per key), bytes, hits, last use, and ``duplicates``: records a newer
-    record of the same key supersedes (two processes that missed one key at once), which gc drops."""
+    """Per function: entries (one per key), bytes, hits, last use, ``duplicates``: records a newer
+    record of the same key supersedes (two processes that missed one key at once), and ``replaced``: records
+    superseded by one written to replace them (``refresh``, a damaged result computed again). gc drops both."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
@@ -111,14 +112,20 @@ def cache_entries(store: Store) -> dict[str, dict]:
     newest = newest_per_key(records)
     out: dict[str, dict] = {}
     live_keys: dict[str, str] = {}
-    for _k, r in records:
+    replaced_before: dict[bytes, float] = {}  # key -> time of its newest record that replaces the ones before it
+    for k, r in records:
+        if r.get("replaces") is True:
+            kb = bytes(k)
+            replaced_before[kb] = max(replaced_before.get(kb, 0.0), r.get("time", 0))
+    for k, r in records:
         s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0,
-                                             "seconds_saved": 0.0, "duplicates": 0})
-        s["duplicates"] += 1  # every record; less the entries below
+                                             "seconds_saved": 0.0, "duplicates": 0, "replaced": 0})
+        # every record; less the entries below
+        s["replaced" if r.get("time", 0) < replaced_before.get(bytes(k), 0.0) else "duplicates"] += 1
     for k, r in newest.values():
         fn = r.get("fn", "?")
         s = out[fn]
-        s["duplicates"] -= 1
+        s["replaced" if r.get("time", 0) < replaced_before.get(bytes(k), 0.0) else "duplicates"] -= 1
         exp = r.get("expires")
         if isinstance(exp, (int, float)) and exp <= now:
             continue  # past its expires_after: a miss, and gc drops it

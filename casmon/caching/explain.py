@@ -177,6 +177,8 @@ class Explanation:
     nearest: list[Nearest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     entries: int = 0
+    #: Where entries of the same function are under its other name (``__main__.f`` / ``train.f``), if any.
+    elsewhere: str = ""
 
     @property
     def differences(self) -> list[Difference]:
@@ -187,17 +189,23 @@ class Explanation:
         return self.hit
 
     def why(self) -> str:
-        """The reason in one line (what ``f.lookup`` raises): the notes, else what differs from the nearest entry."""
+        """The reason in one line (what ``f.lookup`` raises): this call's own entry's notes, what differs from the
+        nearest entry, then entries under the function's other name."""
         if self.hit:
             return "it is stored"
-        if self.notes:
-            return " ".join(n[len("note: "):] if n.startswith("note: ") else n for n in self.notes)
-        if not self.nearest:
-            return "no entry of this function is stored"
-        diffs = self.nearest[0].differences
-        what = "; ".join(d.clause() for d in diffs[:4])
-        more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
-        return f"against the nearest stored entry, {what}{more} (`f.explain(...)` shows more)"
+        # This call's own entry first (cleared, expired), then what differs from the nearest entry, and only
+        # then entries under the function's other name: they are a guess, the rest is what was found.
+        said = [n.removeprefix("note: ") for n in self.notes]
+        if self.nearest:
+            diffs = self.nearest[0].differences
+            what = "; ".join(d.clause() for d in diffs[:4])
+            more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
+            said.append(f"against the nearest stored entry, {what}{more} (`f.explain(...)` shows more).")
+        elif not said:
+            said.append("no entry of this function is stored.")
+        if self.elsewhere:
+            said.append("Also: " + self.elsewhere.removeprefix("note: "))
+        return " ".join(said)
 
     def __str__(self) -> str:
         if self.hit:
@@ -222,6 +230,8 @@ class Explanation:
             if self.entries > len(self.nearest):
                 lines.append(f"  ({self.entries - len(self.nearest):,} entries further away not shown)")
         lines.extend(self.notes)
+        if self.elsewhere:
+            lines.append(self.elsewhere)
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -399,7 +409,8 @@ def main_hint(store: Store, fn: str) -> str:
     else:
         candidates = [("__main__." + ".".join(parts[i:]), ".".join(parts[:i])) for i in range(1, len(parts))]
     for other, mod in candidates:
-        if store.lookup(KIND_FN, name_digest(other)):
+        # Its code-version records outlive a clear and gc: only live entries under the other name count.
+        if store.lookup(KIND_FN, name_digest(other)) and _entries(store, other)[0]:
             return (f"note: {other} has entries. A script run as `python {mod.split('.')[-1]}.py` names its "
                     f"functions __main__.NAME, and the same file imported names them {mod}.NAME; the two are keyed "
                     f"apart. Call it the way it was cached, or cache it in a module both import.")
@@ -435,9 +446,7 @@ def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
     version = state.version.hex() if state.version is not None else None
     now = _Side(arg_digests(state, args, kwargs, spans), _files_of(listing), version, state.current_parts())
     ex.nearest = _nearest(now, live, _versions(store, state.name))
-    hint = main_hint(store, state.name)
-    if hint:
-        ex.notes.append(hint)
+    ex.elsewhere = main_hint(store, state.name)
     return ex
 
 

@@ -199,6 +199,9 @@ class CacheState:
         self._mem_expires: dict[bytes, float] = {}  # with expires_after: when each remembered entry expires
         self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
         self._usage: Any = None  # the hit counts of the store last used (casmon.caching.usage)
+        # Keys whose next record knowingly replaces a stored one (refresh, a damaged result recomputed): the record
+        # says so, and the one it supersedes is not counted as a duplicate of a race.
+        self._replacing: set[bytes] = set()
         _states.add(self)
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -538,11 +541,14 @@ class CacheState:
         self.warn(("damaged", d), f"casmon: the cached result of {self.name} is damaged or missing; recomputing ({why})")
         with self._lock:
             self._mem.pop(key, None)
+        self._replacing.add(bytes(key))
         return False, None
 
     def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None,
              spans: Any = None) -> None:
         """Store a computed result; a failure is a warning, never an exception."""
+        replaces = bytes(key) in self._replacing
+        self._replacing.discard(bytes(key))
         try:
             store = self.store  # opened at first use: a store away then is a warning too
             d, size = store.put_sized(result, mmap=self.mmap)
@@ -564,6 +570,8 @@ class CacheState:
             entry["a"] = explain.arg_digests(self, args, kwargs, spans)  # which parameter differs: f.explain
         if self.expires is not None:
             entry["expires"] = now + self.expires  # gc drops it after that
+        if replaces:
+            entry["replaces"] = True
         if files:
             # The input files' digests, so `casmon show` and run diffs can say which input changed.
             entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
@@ -822,6 +830,8 @@ class CachedFunction:
         ctx = state.key_ctx(args, kwargs) if not state._custom_key else (state.key(args, kwargs), (), None, None)
         t0 = time.perf_counter()
         result = state.fn(*args, **kwargs)
+        if ctx[0] is not None:
+            state._replacing.add(bytes(ctx[0]))
         state.end(ctx, result, t0, args, kwargs)
         return result
 
@@ -864,7 +874,10 @@ def _async_wrapper(state: CacheState) -> Callable:
     async def refresh(*args, **kwargs):
         t0 = time.perf_counter()
         result = await state.fn(*args, **kwargs)
-        state.end(state.key_ctx(args, kwargs), result, t0, args, kwargs)
+        ctx = state.key_ctx(args, kwargs)
+        if ctx[0] is not None:
+            state._replacing.add(bytes(ctx[0]))
+        state.end(ctx, result, t0, args, kwargs)
         return result
 
     wrapper.refresh = refresh

@@ -13,7 +13,11 @@ Rules worth knowing:
   different order are different values); sets and frozensets are order-free.
 * Floats are hashed by their bits, except that every NaN is one value:
   ``-0.0`` and ``0.0`` differ (functions such as ``copysign`` tell them apart).
-* numpy arrays by dtype, shape and values in C order. A C-contiguous buffer is
+* memoryviews by format, shape, strides, read-only flag and bytes (a read-only
+  flat byte view by its bytes alone).
+* numpy arrays by dtype (with metadata, alignment, ``np.record``: see
+  :mod:`casmon.keys.dtypes`), shape and values in C order (a structured
+  dtype's padding bytes do not count). A C-contiguous buffer is
   hashed in place without a copy; Fortran-ordered arrays and strided views give
   the same fingerprint as their C-ordered copy, and are hashed block by block.
 * Other objects are hashed as pickle protocol 5 sees them (``__reduce_ex__``):
@@ -56,6 +60,7 @@ else:
 
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
+from casmon.keys.dtypes import descr_of, dtype_extras, has_padding
 from casmon.keys.segments import RUN_MIN, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
@@ -310,7 +315,18 @@ class _Fingerprinter:
         self._blob(b"y", v)
 
     def memoryview_(self, v: Any) -> None:
-        self._blob(b"m", v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes())
+        data = v.tobytes() if not v.c_contiguous else v.cast("B") if v.ndim else v.tobytes()
+        if not (v.readonly and v.format == "B" and v.ndim == 1 and v.c_contiguous):
+            # Besides its bytes a function sees a view's format, shape, layout and whether it is read-only:
+            # memoryview(raw) and memoryview(raw).cast("i") differ. A read-only flat byte view keeps its old key.
+            # Strides count where they make the view non-contiguous (a C-contiguous view's are its shape's, but
+            # for dimensions of one item, which nothing reads).
+            self.out += b"v"
+            self.str_(v.format)
+            self.out += b"T" if v.readonly else b"F"
+            for dims in (v.shape, () if v.c_contiguous else v.strides, v.suboffsets):
+                self.out += _pack_Q(len(dims)) + b"".join(_pack_q(n) for n in dims)
+        self._blob(b"m", data)
 
     def _blob(self, tag: bytes, v: Any) -> None:
         n = len(v) if not isinstance(v, memoryview) else v.nbytes
@@ -390,6 +406,8 @@ class _Fingerprinter:
         self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
         if v.dtype.hasobject:
             self.feed(v.item())
+        elif v.dtype.names is not None and has_padding(v.dtype):
+            self.out += _without_padding(np.asarray(v)).tobytes()
         else:
             self.out += np.asarray(v).tobytes()
 
@@ -413,7 +431,10 @@ class _Fingerprinter:
             return
         if a.size == 0:
             return
-        if a.flags.c_contiguous:
+        # A structured dtype's padding holds whatever memory held (a copy's differs): its fields count, as
+        # copies with the gaps zeroed, a block of rows at a time.
+        padded = a.dtype.names is not None and has_padding(a.dtype)
+        if a.flags.c_contiguous and not padded:
             flat = a.reshape(-1).view(np.uint8)
             if flat.nbytes > _INLINE_LIMIT:
                 self.begin_run(flat.nbytes)
@@ -424,16 +445,17 @@ class _Fingerprinter:
             return
         # Fortran order or strided: hash the C-order bytes one block of rows at a time.
         if a.ndim == 0:
-            self.out += a.tobytes()
+            self.out += (_without_padding(a) if padded else a).tobytes()
             return
         self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
-        if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT:
+        if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT and not padded:
             self._transposed(a)
         else:
             row = a[0].nbytes or 1
             step = max(1, _BLOCK_BYTES // row)
             for start in range(0, a.shape[0], step):
-                block = np.ascontiguousarray(a[start : start + step])
+                part = a[start : start + step]
+                block = _without_padding(part) if padded else np.ascontiguousarray(part)
                 self.buffer(block.reshape(-1).view(np.uint8))
         self.end_run()
 
@@ -633,6 +655,13 @@ class _Fingerprinter:
         self.end_run()
 
 
+def _without_padding(a: np.ndarray) -> np.ndarray:
+    """A copy of a structured array with its padding bytes zero: assignment copies fields, never the gaps."""
+    out = np.zeros(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 def _global_name(obj: Any) -> bytes:
     return qualified_name(obj).encode()
 
@@ -659,6 +688,17 @@ _dtype_keys: dict[np.dtype, bytes] = {}
 
 
 def _dtype_key(dt: np.dtype) -> bytes:
+    extras = dtype_extras(dt)
+    if extras is not None:
+        # Metadata, alignment, np.record, a non-legacy dtype: equal dtypes can differ here, so never cached by
+        # dtype. After a NUL (which a descriptor's repr never holds): the digest of what the descriptor lacks.
+        sub = _Fingerprinter()
+        try:
+            sub.feed(extras)
+        except _PathError as e:
+            e.parts.append(".dtype")
+            raise
+        return repr(descr_of(dt)).encode() + b"\x00" + sub.digest()
     try:
         return _dtype_keys[dt]
     except KeyError:

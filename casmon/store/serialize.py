@@ -45,6 +45,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
+from casmon.keys.dtypes import dtype_extras
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
 from casmon.plain import Plain
@@ -59,6 +60,7 @@ __all__ = [
     "Encoded",
     "Handler",
     "ArrayHandler",
+    "MemoryviewHandler",
     "register_handler",
     "register_library_handler",
     "register_library_handler_name",
@@ -140,8 +142,8 @@ class ArrayHandler:
     def encode(self, a: Any) -> tuple[dict[str, Any], list[Any]] | None:
         import numpy as np  # casmon never imports numpy itself: only the user's arrays reach here
 
-        if type(a) is not np.ndarray or a.dtype.hasobject:
-            return None
+        if type(a) is not np.ndarray or a.dtype.hasobject or dtype_extras(a.dtype) is not None:
+            return None  # a dtype its descriptor does not hold (metadata, aligned, np.record) is pickled whole
         if a.flags.c_contiguous:
             order = "C"
         elif a.flags.f_contiguous:
@@ -161,6 +163,35 @@ class ArrayHandler:
         if dtype.itemsize == 0:
             return np.zeros(shape, dtype=dtype, order=meta["order"])
         return buf.view(dtype).reshape(shape, order=meta["order"])
+
+
+#: Formats ``memoryview.cast`` can rebuild a view in (native single items; ``@`` is native too).
+_VIEW_FORMATS = frozenset("cbBhHiIlLqQnNfde?P") | {"@" + c for c in "cbBhHiIlLqQnNfde?P"}
+
+
+class MemoryviewHandler:
+    """memoryviews: their bytes in C order, format, shape and whether they are read-only (a view of
+    ``bytes`` comes back as one, a writable view as a view of a ``bytearray``). Strides come back C-contiguous,
+    as a strided array's do. Views in a format ``memoryview.cast`` cannot make are declined."""
+
+    name = "memoryview"
+    safe = True  # builds from data alone
+
+    def encode(self, v: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        shape = v.shape or ()
+        if type(v) is not memoryview or v.format not in _VIEW_FORMATS or v.suboffsets or (v.ndim > 1 and 0 in shape):
+            return None
+        data = v.cast("B") if v.c_contiguous and v.ndim else memoryview(v.tobytes())
+        return {"format": v.format, "shape": list(shape), "readonly": bool(v.readonly)}, [Part(data)]
+
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> memoryview:
+        fmt, shape, readonly = meta["format"], meta["shape"], meta["readonly"]
+        if fmt not in _VIEW_FORMATS or type(readonly) is not bool or not isinstance(shape, list) or len(shape) > MAX_NDIM \
+                or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError(f"a memoryview of format {str(fmt)[:20]!r}, shape {str(shape)[:80]}")
+        raw = buffers[0].tobytes() if readonly else bytearray(buffers[0])
+        view = memoryview(raw)
+        return view.cast(fmt) if len(shape) == 1 and 0 in shape else view.cast(fmt, shape)
 
 
 def dtype_from_meta(descr: str) -> np.dtype[Any]:
@@ -298,6 +329,10 @@ def handler_named(name: str) -> Handler:
 
 _ARRAYS = ArrayHandler()
 _handlers_by_name[_ARRAYS.name] = _ARRAYS  # loads the array form; registered by type by _see_numpy
+_VIEWS = MemoryviewHandler()
+_handlers[memoryview] = _handlers_by_name[_VIEWS.name] = _VIEWS
+#: casmon's own handlers: a failure to decode with one is damage (a user's handler's error is the user's).
+_OWN = (ArrayHandler, MemoryviewHandler)
 
 
 def as_part(buf: Any, numeric: bool, row_bytes: int = 1, typesize: int | None = None) -> Part:
@@ -353,8 +388,9 @@ class _Pickler(pickle.Pickler):
         if _NDARRAY is None:
             _see_numpy()
         if t is _NDARRAY:
-            # A strided array would be copied into the stream: it is stored as an array of its own.
-            if obj.flags.c_contiguous or obj.flags.f_contiguous or obj.nbytes < OOB_MIN or obj.dtype.hasobject:
+            # A strided array would be copied into the stream: it is stored as an array of its own
+            # (unless it is that array, pickled because the array form declined it).
+            if obj is self._root or obj.flags.c_contiguous or obj.flags.f_contiguous or obj.nbytes < OOB_MIN or obj.dtype.hasobject:
                 return None
         elif obj is self._root or handler_for(t) is None:
             return None
@@ -520,7 +556,7 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
     except _DECODE_ERRORS as e:
         # A user's handler's error is passed on; casmon's own numpy handler failing on a crafted
         # manifest is damage like any other.
-        if (tag == "handler" and not isinstance(h, ArrayHandler)) or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
+        if (tag == "handler" and not isinstance(h, _OWN)) or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
             raise  # the user's own code (a handler, a class's __setstate__) failed: its error, not ours
         raise DamagedObjectError(key, f"cannot decode its {tag} form: {type(e).__name__}: {str(e)[:200]}") from None
     raise DamagedObjectError(key, f"unknown value form {tag!r}")

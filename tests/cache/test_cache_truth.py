@@ -505,6 +505,7 @@ def test_one_call_is_one_entry_after_a_damaged_result_was_recomputed(store, tmp_
     assert (info.entries, info.stored_bytes) == (1, 200_000 * 8), "one key counts once"
     stats = cache_entries(store)[f.__casmon_cache__.name]
     assert (stats["entries"], stats["bytes"]) == (1, 200_000 * 8)
+    assert (stats["duplicates"], stats["replaced"]) == (0, 1), "a recomputed result is no race of two processes"
 
 
 # -- pickling ----------------------------------------------------------------------------------------------

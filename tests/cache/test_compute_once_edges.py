@@ -296,3 +296,107 @@ def test_a_store_error_as_a_waiter_reads_the_result_never_leaves_its_key_in_flig
     t.start()
     t.join(20)
     assert not t.is_alive(), "the miss waits forever for an in-flight mark nobody will clear"
+
+
+# The holder computes until the test writes the "go" file; every computation is logged.
+HOLDER = textwrap.dedent(
+    """
+    import os, sys, time
+    import casmon
+    store, folder = sys.argv[1], sys.argv[2]
+
+    @casmon.cache(store=store)
+    def slow(k):
+        with open(os.path.join(os.environ["EVENTS"], "computed"), "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        open(os.path.join(os.environ["EVENTS"], f"started-{os.getpid()}"), "w").close()
+        while not os.path.exists(os.path.join(os.environ["EVENTS"], "go")):
+            time.sleep(0.01)
+        return k * 2
+
+    print(slow(int(sys.argv[3])), flush=True)
+    """
+)
+
+
+def test_a_waiting_process_says_once_what_it_waits_on(tmp_path):
+    import socket
+
+    events = tmp_path / "events"
+    events.mkdir()
+    store = str(tmp_path / "s")
+    casmon.open(store).close()
+    (tmp_path / "holder.py").write_text(HOLDER)
+    env = _env(EVENTS=str(events))
+    cmd = [sys.executable, str(tmp_path / "holder.py"), store, str(events), "21"]
+    procs = []
+    try:
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(first)
+        _until(lambda: (events / f"started-{first.pid}").exists(), "the holder starts computing")
+        err_file = open(tmp_path / "waiter.err", "w+")
+        waiter = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        procs.append(waiter)
+        _until(lambda: "waits for" in (tmp_path / "waiter.err").read_text(), "the waiter says what it waits on")
+        (events / "go").touch()
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        (events / "go").touch()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert outs == ["42\n", "42\n"] and (events / "computed").read_text().split() == [str(first.pid)]
+    said = (tmp_path / "waiter.err").read_text()
+    assert said.count("waits for") == 1, said
+    assert "CacheWarning" in said and "slow waits for" in said, said
+    assert f"process {first.pid} on {socket.gethostname()}" in said, said
+
+
+def _until(cond, what, deadline_s=120.0):
+    deadline = time.monotonic() + deadline_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def test_a_thread_waiting_on_another_thread_says_so_once(tmp_path):
+    store = casmon.open(str(tmp_path / "s"))
+    started, go = threading.Event(), threading.Event()
+
+    @casmon.cache(store=store)
+    def slow(k):
+        started.set()
+        assert go.wait(120)
+        return k
+
+    holder = threading.Thread(target=slow, args=(1,))
+    holder.start()
+    assert started.wait(120)
+    seen = []
+
+    def on_warning(message, category, *rest):
+        seen.append(str(message))
+        go.set()  # the waiter said it: let the holder finish
+
+    old = warnings.showwarning
+    warnings.showwarning = on_warning
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = on_warning
+            assert slow(1) == 1
+    finally:
+        warnings.showwarning = old
+        go.set()
+        holder.join(120)
+    assert len([m for m in seen if "waits for another thread" in m]) == 1, seen
+
+
+@pytest.mark.parametrize("data", [{}, {"host": ["x"], "pid": "1", "since": "soon"}, {"host": "h" * 10_000, "pid": 2**80, "since": 1e300},
+                                  {"host": None, "pid": None, "since": float("nan")}])
+def test_the_waiting_notice_of_a_crafted_claim_is_short_and_never_raises(data):
+    said = claims.waiting_message("mod.f", data)
+    assert said.startswith("casmon: mod.f waits for process") and len(said) < 400
+    notice = claims._Notice(0.0, lambda d: 1 / 0)
+    notice.check(1.0, data)  # a failing notice never ends the wait
+    assert notice.say is None

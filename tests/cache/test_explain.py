@@ -236,3 +236,81 @@ def test_expired_entries_are_not_counted_as_entries(tmp_path):
     stats = cache_entries(s)[f.__casmon_cache__.name]
     assert (stats["entries"], stats["duplicates"]) == (0, 0)
     assert f.cache_info().entries == 0
+
+
+def test_lookup_names_a_changed_file_first_and_forgets_the_other_names_entries_once_they_are_cleared(tmp_path):
+    # As a user: the script run as __main__ and imported, then its files= file edited.
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import sys
+        import casmon
+
+        @casmon.cache(store="s", files=["path"])
+        def load(path):
+            with open(path) as fh:
+                return fh.read()
+
+        if __name__ == "__main__":
+            print(load(sys.argv[1]))
+        """))
+    (tmp_path / "data.txt").write_text("one")
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(__import__("tests.conftest").conftest.ROOT)}
+    subprocess.run([sys.executable, "train.py", "data.txt"], cwd=tmp_path, check=True, env=env, capture_output=True)
+    run_python("import train\ntrain.load('data.txt')\n", cwd=tmp_path)
+    (tmp_path / "data.txt").write_text("two")
+    ask = ("import train\ntry:\n    train.load.lookup('data.txt')\nexcept KeyError as e:\n    print(e)\n"
+           "print('EXPLAIN')\nprint(train.load.explain('data.txt'))\n")
+    why, explained = run_python(ask, cwd=tmp_path).stdout.split("EXPLAIN")
+    assert "file 'data.txt' its content changed" in why
+    assert why.index("content changed") < why.find("__main__.load has entries") or "__main__.load" not in why
+    assert explained.index("its content changed") < explained.index("__main__.load has entries")
+
+    from casmon.cli import main as cli
+    from click.testing import CliRunner
+
+    for args in (["cache", "clear", "__main__.load"], ["gc"]):
+        r = CliRunner().invoke(cli, [*args, "--store", str(tmp_path / "s")])
+        assert r.exit_code == 0, r.output
+    why, explained = run_python(ask, cwd=tmp_path).stdout.split("EXPLAIN")
+    assert "content changed" in why and "__main__" not in why, "its entries were cleared: no note about them"
+    assert "__main__" not in explained
+
+
+def test_refresh_leaves_one_entry_and_no_duplicates(tmp_path):
+    from click.testing import CliRunner
+
+    from casmon.caching import cache_entries
+    from casmon.cli import main as cli
+
+    s = casmon.open(str(tmp_path / "s"))
+
+    @casmon.cache(store=s)
+    def f(x):
+        return x * 2
+
+    f(1)
+    f.refresh(1)
+    f.refresh(1)
+    s.flush()
+    stats = cache_entries(s)[f.__casmon_cache__.name]
+    assert (stats["entries"], stats["duplicates"], stats["replaced"]) == (1, 0, 2)
+    assert len(f.entries()) == 1 and f.cache_info().entries == 1
+    out = CliRunner().invoke(cli, ["cache", "--store", str(tmp_path / "s")]).output
+    assert "duplicate entr" not in out and "two processes" not in out, out
+
+    # A call two processes computed at once is still a duplicate, and a refresh after it replaces both.
+    from casmon.caching.entries import KIND
+
+    f(2)
+    s.flush()
+    key = f.__casmon_cache__.key((2,), {})
+    s.append(KIND, {**s.lookup(KIND, key)[0], "time": time.time()}, key=key)  # as a second process would
+    s.flush()
+    assert cache_entries(s)[f.__casmon_cache__.name]["duplicates"] == 1
+    f.refresh(2)
+    s.flush()
+    stats = cache_entries(s)[f.__casmon_cache__.name]
+    assert (stats["entries"], stats["duplicates"], stats["replaced"]) == (2, 0, 4)
