@@ -34,10 +34,11 @@ def cache(ctx, store_location, trust) -> None:
     ctx.obj["store"] = store_location
     if ctx.invoked_subcommand is not None:
         return
-    from casmon.caching import cache_entries
+    from casmon.caching import cache_entries, results_total
 
     store = open_store(store_location, read_only=True)
     entries = cache_entries(store)
+    total, shared = results_total(entries)
     t = Table(title=f"cached functions in {store.url}")
     columns: tuple[tuple[str, JustifyMethod], ...] = (("function", "left"), ("entries", "right"), ("hits", "right"),
                                                      ("results", "right"), ("last used", "left"))
@@ -47,15 +48,24 @@ def cache(ctx, store_location, trust) -> None:
 
     for fn, s in sorted(entries.items()):
         last = _dt.datetime.fromtimestamp(s["last_used"]).strftime("%Y-%m-%d %H:%M") if s["last_used"] else ""
-        t.add_row(fn, f"{s['entries']:,}", f"{s['hits']:,}", size(s["bytes"]), last)
+        t.add_row(fn, f"{s['entries']:,}", f"{s['hits']:,}", shared_size(s), last)
     if not entries:
         console.print("no cached functions")
     else:
         console.print(t)
+        # Each value once: functions that return the same value share its one stored copy.
+        console.print(f"results in all: {size(total)}, each stored value counted once" +
+                      (f" ({size(shared)} of it shared between functions)" if shared else ""))
         dups = sum(s.get("duplicates", 0) for s in entries.values())
         if dups:  # counted once above; they only take space
             console.print(f"{plural(dups, 'duplicate entry', 'duplicate entries')} besides these (calls computed by two processes "
                           "at once; the newest counts): `casmon gc` drops them")
+
+
+def shared_size(s: dict) -> str:
+    """A function's results, each value once, and how much of that other functions' entries hold too."""
+    shared = s.get("shared_bytes", 0)
+    return size(s["bytes"]) + (f" ({size(shared)} shared)" if shared else "")
 
 
 @cache.command("clear")
@@ -103,8 +113,8 @@ def cache_show(ctx, name, store_location, trust) -> None:
         return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""
 
     s = entries.get(full, {"entries": 0, "bytes": 0, "hits": 0})
-    console.print(f"{full}: {plural(s['entries'], 'entry', 'entries')}, {size(s['bytes'])} of results, "
-                  f"{plural(s['hits'], 'hit')}")
+    console.print(f"{full}: {plural(s['entries'], 'entry', 'entries')}, {shared_size(s)} of results, "
+                  f"{plural(s['hits'], 'hit')}", markup=False)
     from casmon.caching import KIND, newest_per_key
 
     now = time.time()

@@ -106,6 +106,34 @@ def _parse_age(text: str | None) -> float | None:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
 
 
+def eviction_lines(plan: dict) -> list[str]:
+    """Per function: the entries a plan drops and the bytes of the values that frees, each value once; values
+    that entries of other functions hold too are marked shared, and values a kept entry holds (freeing nothing)
+    are counted apart."""
+    fns: dict[str, str] = {}  # value -> the one function whose dropped entries hold it, or "" for several
+    for e in plan.values():
+        fns[e.value] = e.fn if fns.get(e.value, e.fn) == e.fn else ""
+    per_fn: dict[str, tuple[list[int], dict[str, int]]] = {}
+    for e in plan.values():
+        counts, values = per_fn.setdefault(e.fn, ([0, 0], {}))
+        counts[0] += 1
+        if e.stays:
+            counts[1] += 1
+        else:
+            values[e.value] = e.size
+    lines = []
+    for fn, ((n, stay), values) in sorted(per_fn.items()):
+        shared = sum(nb for v, nb in values.items() if not fns[v])
+        what = size(sum(values.values())) + (f", {size(shared)} of it shared with another function (counted once "
+                                             "above)" if shared else "")
+        if stay == n:
+            what = "frees nothing: a kept entry holds the same result"
+        elif stay:
+            what += f"; {stay:,} of them free nothing: a kept entry holds the same result"
+        lines.append(f"  {fn}: {plural(n, 'entry', 'entries')} ({what})")
+    return lines
+
+
 @click.command()
 @store_option
 @click.option("--max-size", metavar="SIZE", help="Evict least recently used cache entries until their results total at most SIZE (e.g. 10G).")
@@ -127,7 +155,7 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     removed by a later gc at least --grace seconds after, if still unreachable.
     With --max-size or --older-than, first evict cache entries (least recently used first).
     """
-    from casmon.caching import eviction_plan, evict
+    from casmon.caching import eviction_plan, evict, freed_bytes
     from casmon.store.condemned import MIN_GRACE
     from casmon.maintenance import gc as run_gc
 
@@ -153,7 +181,7 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if dups and not dry_run:
         deduped, dups = drop_duplicates(store, dups), {}
     plan: dict = eviction_plan(store, max_size=max_bytes, older_than=max_age)
-    evicted = (len(plan), sum(nbytes for _fn, nbytes in plan.values()))
+    evicted = (len(plan), freed_bytes(plan))
     if plan and not dry_run:
         evicted = evict(store, plan=plan)
         shown, plan = plan, {}  # the real gc marks without the dropped entries: they are gone
@@ -181,15 +209,11 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
                       f"({size(deduped[1])} of results; every call keeps its newest entry)")
     if evicted[0] or evicting:
         verb = "would drop" if dry_run else "dropped"
+        # Bytes are of the values no kept entry holds, each counted once: entries that share a value free it together.
         console.print(f"{verb} {plural(evicted[0], 'cache entry', 'cache entries')} ({size(evicted[1])} of results)")
         if shown:
-            per_fn: dict[str, list[int]] = {}
-            for fn, nbytes in shown.values():
-                c = per_fn.setdefault(fn, [0, 0])
-                c[0] += 1
-                c[1] += nbytes
-            for fn, (n, nbytes) in sorted(per_fn.items()):
-                console.print(f"  {fn}: {plural(n, 'entry', 'entries')} ({size(nbytes)})", markup=False)
+            for line in eviction_lines(shown):
+                console.print(line, markup=False)
     verb = "would remove" if dry_run else "removed"
     console.print(
         f"{plural(rep.live_values, 'live value')}; {plural(rep.unreachable, 'unreachable object')}; {verb} "
