@@ -17,6 +17,7 @@ from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
 from casmon.view.guards import guarded_html, guarded_text
+from casmon.view.text import did_you_mean
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -182,7 +183,8 @@ def resolve_function(names: Iterable[str], name: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise LookupError(f"no cached function {name!r}; there are: {', '.join(names) or 'none'}")
+        hint = did_you_mean(name, names)
+        raise LookupError(f"no cached function {name!r}{f' ({hint})' if hint else ''}; there are: {', '.join(names) or 'none'}")
     raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
 
 

@@ -8,7 +8,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 
 from casmon.cli.options import console, open_store, store_option, trust_option
-from casmon.view.text import plural, size
+from casmon.view.text import did_you_mean, plural, size
 
 
 class _CacheGroup(click.Group):
@@ -19,8 +19,27 @@ class _CacheGroup(click.Group):
         while i < len(args) and args[i].startswith("-"):  # the group's own options may come first
             i += 2 if args[i] in ("--store", "-s") else 1
         if i < len(args) and args[i] not in self.commands:
+            hint = did_you_mean(args[i], self.verbs())
+            if hint and positional(args[i + 1:]):  # `cache cleer NAME`: a verb given wrong, not a function
+                raise click.UsageError(f"no such command {args[i]!r}; {hint}", ctx)
             args = [*args[:i], "show", *args[i:]]
         return super().parse_args(ctx, args)
+
+    def verbs(self) -> list[str]:
+        return [n for n, c in self.commands.items() if not c.hidden]
+
+
+def positional(args: list[str]) -> list[str]:
+    """The arguments that are no option nor the value of ``--store``."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in ("--store", "-s"):
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            out.append(args[i])
+        i += 1
+    return out
 
 
 @click.group(cls=_CacheGroup, invoke_without_command=True)
@@ -107,7 +126,10 @@ def cache_show(ctx, name, store_location, trust) -> None:
     try:
         full = resolve_function(names, name)
     except LookupError as e:
-        raise click.ClickException(str(e)) from None
+        import difflib
+
+        verbs = difflib.get_close_matches(name, cache.verbs(), n=1)  # type: ignore[attr-defined]  # `cache clera`
+        raise click.ClickException(str(e) + (f" (or did you mean `casmon cache {verbs[0]} NAME`?)" if verbs else "")) from None
 
     def when(t: float) -> str:
         return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""

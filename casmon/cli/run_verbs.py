@@ -14,7 +14,7 @@ from casmon.cli.options import (console, err_console, load_or_say, one_line, ope
                                 trust_option, trusted, value_text)
 from casmon.errors import CasmonError
 from casmon.view.progress import progress_phases
-from casmon.view.text import plural, short_repr, size
+from casmon.view.text import did_you_mean, plural, short_repr, size
 
 
 def _load_run(which, store_location):
@@ -157,7 +157,9 @@ def _not_a_run(which: str, store) -> str:
     if not matches:
         runs = [r.name for r in list_runs(store)]
         runs_text = _names(runs, "runs", newest=True) if runs else "no runs recorded"
-        return f"no function or run named {which!r}; {runs_text}; {_names(list(log.functions), 'logged functions')}"
+        hint = did_you_mean(which, [*(["latest"] if runs else []), *runs, *log.functions])
+        return (f"no function or run named {which!r}{f' ({hint})' if hint else ''}; {runs_text}; "
+                f"{_names(list(log.functions), 'logged functions')}")
     full = log.resolve(which)
     fi = log.functions[full]
     latest = max(fi.sessions) if fi.sessions else None
