@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from casmon.errors import MAX_BYTES, MAX_SECONDS, checked_number
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
@@ -84,9 +85,9 @@ def expires_option(expires: Any, name: str) -> float | None:
     dt = sys.modules.get("datetime")  # a timedelta exists only once datetime is imported
     if dt is not None and isinstance(expires, dt.timedelta):
         expires = expires.total_seconds()
-    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > 0 or expires == float("inf"):
-        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0, "
-                         f"got {expires!r}")
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not 0 < expires <= MAX_SECONDS:
+        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0 and at "
+                         f"most 100 years, got {expires!r}")
     return float(expires)
 
 
@@ -280,6 +281,10 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     entry whose value a kept entry holds frees nothing, so it is never dropped to make room.
     ``casmon gc --dry-run`` shows the plan, and previews the gc after it from it.
     """
+    if max_size is not None:
+        max_size = int(checked_number(max_size, "max_size", high=MAX_BYTES, unit="bytes"))
+    if older_than is not None:
+        older_than = checked_number(older_than, "older_than")
     store.flush()
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):

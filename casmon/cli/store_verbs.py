@@ -14,7 +14,7 @@ import click
 from rich.table import Table
 
 from casmon.cli.options import console, err_console, open_store, store_option, trust_option
-from casmon.errors import CasmonError
+from casmon.errors import MAX_BYTES, CasmonError, checked_number
 from casmon.view.progress import progress_phases
 from casmon.view.text import plural, size
 
@@ -92,7 +92,7 @@ def _parse_size(text: str | None) -> int | None:
     if not m:
         raise click.BadParameter(f"{text!r} is not a size; write e.g. 500M, 10G, 1.5GiB", param_hint="--max-size")
     mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
-    return int(float(m.group(1)) * mult)
+    return int(checked_option(float(m.group(1)) * mult, "--max-size", text, high=MAX_BYTES, unit="bytes"))
 
 
 def _parse_age(text: str | None) -> float | None:
@@ -103,7 +103,19 @@ def _parse_age(text: str | None) -> float | None:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhdw]?)\s*", text.lower())
     if not m:
         raise click.BadParameter(f"{text!r} is not an age; write e.g. 3600s, 90m, 12h, 30d, 2w", param_hint="--older-than")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return checked_option(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)],
+                          "--older-than", text)
+
+
+def checked_option(value: float, option: str, given: object, **limits) -> float:
+    """``value`` (what ``option`` was ``given`` as) if finite and within ``limits`` (:func:`checked_number`'s), else a
+    usage error naming the option."""
+    try:
+        return checked_number(value, option, **limits)
+    except ValueError as e:
+        shown = str(given) if len(str(given)) <= 40 else str(given)[:37] + "..."
+        need = str(e).rsplit(", got ", 1)[0].removeprefix(option + " ")
+        raise click.BadParameter(f"{need}, got {shown}", param_hint=option) from None
 
 
 def eviction_lines(plan: dict) -> list[str]:
@@ -164,6 +176,7 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if not now and grace < MIN_GRACE:
         raise click.BadParameter(f"--grace must be at least {MIN_GRACE:g} seconds (writers rely on it); "
                                  f"--now deletes at once when nothing else writes to the store", param_hint="--grace")
+    checked_option(grace, "--grace", f"{grace:g}")
     max_bytes = _parse_size(max_size)
     max_age = _parse_age(older_than)
     # gc never needs to unpickle, --trust or not; and it never creates a store where there is none.

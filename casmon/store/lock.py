@@ -48,7 +48,7 @@ from typing import Any
 import xxhash
 
 from casmon.store.backend import Backend
-from casmon.errors import StoreError
+from casmon.errors import StoreError, env_seconds
 
 __all__ = ["LOCK_KEY", "StoreLock", "held", "forget_old_breaks", "machine", "process_gone", "process_start", "HEARTBEAT_S",
            "heartbeat_seconds"]
@@ -57,7 +57,7 @@ LOCK_KEY = "gc/lock"
 #: A holder's lease, renewed while it holds the lock: ``gc/lock-lease/<token>``.
 LEASE_PREFIX = "gc/lock-lease/"
 #: A lock whose lease was not renewed for this many seconds is dead (``CASMON_LOCK_LEASE``; tests shorten it).
-LEASE = float(os.environ.get("CASMON_LOCK_LEASE", "120"))
+LEASE = env_seconds("CASMON_LOCK_LEASE", 120.0)
 RENEW_EVERY = LEASE / 6
 #: Claims to break a dead lock; one a killed taker left is deleted by gc after a day.
 BREAK_PREFIX = "gc/lock-broken/"
