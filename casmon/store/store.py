@@ -891,7 +891,7 @@ def open(
     """
     check_options(read_only=read_only, trust=trust, create=create, **options)  # before anything is created
     if storage_options and not (isinstance(location, str) and "://" in location
-                                and not location.startswith(("memory://", "file://"))):
+                                and not location.startswith(("memory://", "file://", "zip://"))):
         raise ValueError(f"storage_options apply to remote stores (s3://, gs://, az://, other URLs), "
                          f"not to {location if location is not None else 'the default folder'}")
     backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create,

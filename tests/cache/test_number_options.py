@@ -23,6 +23,7 @@ def store(tmp_path):
     s.close()
     return str(tmp_path / "s")
 
+
 @pytest.mark.parametrize("kw, name", [({"max_size": math.nan}, "max_size"), ({"max_size": math.inf}, "max_size"),
                                       ({"max_size": 10 ** 400}, "max_size"), ({"max_size": -1}, "max_size"),
                                       ({"older_than": math.nan}, "older_than"), ({"older_than": 1e308}, "older_than")])
