@@ -583,7 +583,9 @@ class StoreStats(dict):
             ("logical size", size(g("logical_bytes"))),
             ("after dedup", f"{size(g('chunk_bytes'))} (dedup {ratio(g('dedup_ratio'))})"),
             ("objects on disk", f"{size(g('object_bytes'))} (compression {ratio(g('compression_ratio'))})"),
-            ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"),
+            ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"
+                               + (f" ({size(g('reserve_bytes'))} of it the gc reserve, room for gc on a full disk)"
+                                  if g("reserve_bytes") else "")),
             ("records", ", ".join(f"{k} {v:,}" for k, v in (g("records") or {}).items()) or "none"),
             ("refs", f"{g('refs', 0):,}"),
             ("damaged files", f"{g('damaged_files', 0):,}" + (" (casmon verify names them)" if g("damaged_files") else "")),

@@ -105,3 +105,28 @@ def test_a_cleared_entry_whose_value_another_keeps_frees_nothing_and_says_so(tmp
     assert _gc(st)["evicted_bytes"] == 0
     assert "second" in names(cli("cache", "--store", st).stdout)
     assert "store is sound" in cli("verify", "--store", st).stdout  # the shared value survived the gc
+
+
+def test_cache_info_counts_a_value_its_entries_share_once(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def same(x):
+        return SHARED.copy()
+
+    same(1), same(2)
+    assert same.cache_info()[2:] == (2, SHARED.nbytes)  # two entries, one stored value
+    s.close()
+
+
+def test_stats_labels_the_gc_reserve_in_the_stored_bytes(tmp_path):
+    from casmon.store.reserve import RESERVE_BYTES
+
+    st = shared_store(tmp_path / "s")
+    js = json.loads(cli("stats", "--store", st, "--json").stdout)
+    assert js["reserve_bytes"] == RESERVE_BYTES and js["stored_bytes"] > RESERVE_BYTES
+    out = names(cli("stats", "--store", st).stdout)
+    assert f"{size(RESERVE_BYTES)} of it the gc reserve, room for gc on a full disk" in out, out
+    s = casmon.open(st, read_only=True)
+    assert "of it the gc reserve" in repr(s.stats())
+    s.close()

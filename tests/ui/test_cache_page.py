@@ -258,8 +258,10 @@ def test_cache_page_counts_a_value_two_functions_share_once(tmp_path):
     srv = Served(tmp_path / "s")
     try:
         body = srv.get("/cache")
+        store_page = " ".join(text_of(srv.get("/store")).split())
     finally:
         srv.close()
+    assert "of it the gc reserve, room for gc on a full disk" in store_page  # not data: said so
     head = " ".join(text_of(re.search(r"<h1>(.*?)</h1>", body, re.S).group(1)).split())
     assert head == f"Cache 3 functions, {size(SHARED.nbytes + OWN.nbytes)}, {size(SHARED.nbytes)} of it shared between functions"
     rows = {" ".join(text_of(r).split()).split(" ")[0].rsplit(".", 1)[1]: re.findall(r'<td class="num">(.*?)</td>', r)
