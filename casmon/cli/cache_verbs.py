@@ -7,7 +7,7 @@ import click
 from rich.console import JustifyMethod
 from rich.table import Table
 
-from casmon.cli.options import console, open_store, store_option, trust_option
+from casmon.cli.options import console, open_store, say, store_option, trust_option
 from casmon.view.text import did_you_mean, plural, size
 
 
@@ -102,9 +102,9 @@ def cache_clear(ctx, name, store_location, trust) -> None:
     except LookupError as e:
         raise click.ClickException(str(e)) from None
     store.close()
-    console.print(f"cleared {full}. Its results' space is freed by gc: `casmon gc` condemns them and a gc at least "
-                  f"--grace (default an hour) later removes them; `casmon gc --now` removes them at once (only while "
-                  f"nothing else writes to the store)")
+    say(f"cleared {full}. Its results' space is freed by gc: `casmon gc` condemns them and a gc at least "
+        f"--grace (default an hour) later removes them; `casmon gc --now` removes them at once (only while "
+        f"nothing else writes to the store)", markup=False)
 
 
 @cache.command("show", hidden=True)
@@ -145,8 +145,8 @@ def cache_show(ctx, name, store_location, trust) -> None:
     live = [r for r in every if not (isinstance(r.get("expires"), (int, float)) and r["expires"] <= now)]
     expired = len(every) - len(live)
     if expired:
-        console.print(f"{plural(expired, 'entry', 'entries')} past {'its' if expired == 1 else 'their'} expires_after "
-                      "(misses; `casmon gc` drops them) not counted below")
+        say(f"{plural(expired, 'entry', 'entries')} past {'its' if expired == 1 else 'their'} expires_after "
+            "(misses; `casmon gc` drops them) not counted below")
     per_version: dict[str, int] = {}
     for r in live:
         per_version[str(r.get("v"))] = per_version.get(str(r.get("v")), 0) + 1
@@ -168,4 +168,4 @@ def cache_show(ctx, name, store_location, trust) -> None:
             et.add_row(when(r.get("time", 0)), str(r.get("v", ""))[:12], size(int(r.get("size", 0) or 0)),
                       f"{float(r.get('seconds', 0) or 0):.3g} s", str(r.get("label", "")))
         console.print(et)
-    console.print("`f.explain(...)` in Python says why one call misses, with the source diff of what changed")
+    say("`f.explain(...)` in Python says why one call misses, with the source diff of what changed")

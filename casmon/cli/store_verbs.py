@@ -13,7 +13,7 @@ import sys
 import click
 from rich.table import Table
 
-from casmon.cli.options import console, err_console, open_store, store_option, trust_option
+from casmon.cli.options import console, err_console, open_store, say, store_option, trust_option
 from casmon.errors import MAX_BYTES, CasmonError, checked_number
 from casmon.view.progress import progress_phases
 from casmon.view.text import plural, size
@@ -225,21 +225,21 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if evicted[0] or evicting:
         verb = "would drop" if dry_run else "dropped"
         # Bytes are of the values no kept entry holds, each counted once: entries that share a value free it together.
-        console.print(f"{verb} {plural(evicted[0], 'cache entry', 'cache entries')} ({size(evicted[1])} of results)")
+        say(f"{verb} {plural(evicted[0], 'cache entry', 'cache entries')} ({size(evicted[1])} of results)")
         if shown:
             for line in eviction_lines(shown):
-                console.print(line, markup=False)
+                say(line, markup=False)
     verb = "would remove" if dry_run else "removed"
-    console.print(
+    say(
         f"{plural(rep.live_values, 'live value')}; {plural(rep.unreachable, 'unreachable object')}; {verb} "
         f"{plural(rep.deleted_objects, 'object')} ({size(rep.deleted_bytes)}), "
         f"{'would repack' if dry_run else 'repacked'} {plural(rep.repacked_packs, 'pack')}"
     )
     if rep.condemned:
-        console.print(f"{'would condemn' if dry_run else 'condemned'} {plural(rep.condemned, 'newly unreachable object')}: "
-                      f"a gc at least {grace:.0f} s from now removes {'it if it is' if rep.condemned == 1 else 'them if they are'} "
-                      f"still unreachable")
+        say(f"{'would condemn' if dry_run else 'condemned'} {plural(rep.condemned, 'newly unreachable object')}: "
+            f"a gc at least {grace:.0f} s from now removes {'it if it is' if rep.condemned == 1 else 'them if they are'} "
+            f"still unreachable")
     if rep.waiting > rep.condemned:
         waiting = rep.waiting - rep.condemned
-        console.print(f"{plural(waiting, 'condemned object')} {'waits for its' if waiting == 1 else 'wait for their'} grace period "
-                      f"(a later gc removes {'it' if waiting == 1 else 'them'}; --now at once)")
+        say(f"{plural(waiting, 'condemned object')} {'waits for its' if waiting == 1 else 'wait for their'} grace period "
+            f"(a later gc removes {'it' if waiting == 1 else 'them'}; --now at once)")
