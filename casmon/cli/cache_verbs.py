@@ -128,7 +128,7 @@ def cache_show(ctx, name, store_location, trust) -> None:
     except LookupError as e:
         import difflib
 
-        verbs = difflib.get_close_matches(name, cache.verbs(), n=1)  # type: ignore[attr-defined]  # `cache clera`
+        verbs = difflib.get_close_matches(name, cache.verbs(), n=1)  # `casmon cache clera`
         raise click.ClickException(str(e) + (f" (or did you mean `casmon cache {verbs[0]} NAME`?)" if verbs else "")) from None
 
     def when(t: float) -> str:
