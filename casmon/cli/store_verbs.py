@@ -120,6 +120,29 @@ def checked_option(value: float, option: str, given: object, **limits) -> float:
         raise click.BadParameter(f"{need}, got {shown}", param_hint=option) from None
 
 
+def duplicates_freed(store, dups: dict) -> int:
+    """The bytes dropping duplicate cache records frees: the values they hold that no kept record holds, each once
+    (two processes that computed one key alike stored one value)."""
+    from casmon.caching import KIND as CACHE_KIND, result_of
+
+    held: set[str] = set()
+    dropped: dict[str, int] = {}
+    for k, v in store.table(CACHE_KIND).items():
+        k, v = bytes(k), bytes(v)
+        try:
+            r = json.loads(v)
+            d = result_of(k, r) if isinstance(r, dict) else None
+        except ValueError:
+            continue
+        if d is None:
+            continue
+        if (k, v) in dups:
+            dropped[d] = dups[(k, v)][1]
+        else:
+            held.add(d)
+    return sum(n for d, n in dropped.items() if d not in held)
+
+
 def eviction_lines(plan: dict) -> list[str]:
     """Per function: the entries a plan drops and the bytes of the values that frees, each value once; values
     that entries of other functions hold too are marked shared, and values a kept entry holds (freeing nothing)
@@ -192,9 +215,9 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     from casmon.caching import drop_duplicates, duplicates_plan
 
     dups = duplicates_plan(store)  # records of keys a newer record holds (two processes missed one key at once)
-    deduped = (len(dups), sum(p[1] for p in dups.values()))
+    deduped = (len(dups), duplicates_freed(store, dups))
     if dups and not dry_run:
-        deduped, dups = drop_duplicates(store, dups), {}
+        deduped, dups = (drop_duplicates(store, dups)[0], deduped[1]), {}
     plan: dict = eviction_plan(store, max_size=max_bytes, older_than=max_age)
     evicted = (len(plan), freed_bytes(plan))
     if plan and not dry_run:

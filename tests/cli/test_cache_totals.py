@@ -130,3 +130,32 @@ def test_stats_labels_the_gc_reserve_in_the_stored_bytes(tmp_path):
     s = casmon.open(st, read_only=True)
     assert "of it the gc reserve" in repr(s.stats())
     s.close()
+
+
+def test_duplicates_that_hold_the_newest_records_value_free_nothing(tmp_path):
+    """Three threads miss one key at once and compute it alike: three records, one stored value. gc drops two
+    duplicate records and says they free nothing; a function whose threads compute differently frees theirs."""
+    import threading
+
+    st = str(tmp_path / "s")
+    s = casmon.open(st)
+
+    @casmon.cache(store=s, ignore=["gate"], wait=False)
+    def alike(x, kind, gate):
+        gate.wait()  # all three have missed before any stores
+        return SHARED.copy() if kind == "same" else np.random.default_rng().random(1000)
+
+    for kind, key in (("same", 1), ("other", 2)):
+        gate = threading.Barrier(3, timeout=300)
+        threads = [threading.Thread(target=alike, args=(key, kind, gate)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    s.close()
+    dry = _gc(st, "--dry-run")
+    assert (dry["duplicate_entries"], dry["duplicate_bytes"]) == (4, 2 * 8000), dry
+    text = names(cli("gc", "--store", st, "--now", "--dry-run").stdout)
+    assert f"would drop 4 duplicate cache entries ({size(2 * 8000)} of results;" in text, text
+    real = _gc(st)
+    assert (real["duplicate_entries"], real["duplicate_bytes"]) == (4, 2 * 8000)
