@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
-           "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "Eviction", "freed_bytes", "duplicates_plan", "drop_duplicates",
-           "result_of", "results_total"]
+           "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "Eviction", "freed_bytes",
+           "duplicates_plan", "drop_duplicates", "result_of", "results_total"]
 
 KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
@@ -185,7 +185,8 @@ def resolve_function(names: Iterable[str], name: str) -> str:
         return matches[0]
     if not matches:
         hint = did_you_mean(name, names)
-        raise LookupError(f"no cached function {name!r}{f' ({hint})' if hint else ''}; there are: {', '.join(names) or 'none'}")
+        hint = f" ({hint})" if hint else ""
+        raise LookupError(f"no cached function {name!r}{hint}; there are: {', '.join(names) or 'none'}")
     raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
 
 
