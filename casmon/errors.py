@@ -238,8 +238,9 @@ def checked_number(value: Any, name: str, low: float = 0.0, high: float = MAX_SE
     else a one-line ``ValueError`` naming the option (``name``): NaN, infinities and absurd sizes are typos
     that would wait, keep or evict forever."""
     import math
+    import numbers
 
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
     try:
         x = float(value) if ok else math.nan
     except OverflowError:  # an int too large for a float

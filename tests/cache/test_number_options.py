@@ -40,3 +40,12 @@ def test_eviction_limits_refuse_nan_inf_and_absurd(store, kw, name):
 def test_cache_options_in_seconds_refuse_inf_and_absurd(tmp_path, kw, words):
     with pytest.raises(ValueError, match=words):
         casmon.cache(store=str(tmp_path / "s"), **kw)(lambda x: x)
+
+
+def test_eviction_limits_take_numpy_numbers(store):
+    import numpy as np
+
+    s = casmon.open(store)
+    assert eviction_plan(s, max_size=np.int64(1 << 30), older_than=np.float64(3600.0)) == {}
+    assert len(eviction_plan(s, max_size=np.int64(0))) == 1
+    s.close()
