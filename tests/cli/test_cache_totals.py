@@ -159,3 +159,17 @@ def test_duplicates_that_hold_the_newest_records_value_free_nothing(tmp_path):
     assert f"would drop 4 duplicate cache entries ({size(2 * 8000)} of results;" in text, text
     real = _gc(st)
     assert (real["duplicate_entries"], real["duplicate_bytes"]) == (4, 2 * 8000)
+
+
+def test_a_functions_entries_list_totals_a_shared_value_once(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def same(x):
+        return SHARED.copy()
+
+    same(1), same(2)
+    shown = repr(same.entries())
+    assert shown.startswith(f"2 cache entries, {size(SHARED.nbytes)}, each stored value once:"), shown
+    assert f"{size(SHARED.nbytes)}, each stored value once" in same.entries()._repr_html_()
+    s.close()
