@@ -65,7 +65,9 @@ def _column_name(name: str, known: set) -> str:
     if matches:
         raise click.ClickException(f"--columns: {name!r} is {' and '.join(matches)}: name one of them")
     bare = sorted({k.split(".", 1)[1] for k in known})
-    raise click.ClickException(f"--columns: no run has {name!r}; known: {', '.join(bare[:40]) or 'none'}")
+    hint = did_you_mean(name, known if "." in name else bare)
+    raise click.ClickException(f"--columns: no run has {name!r}{f' ({hint})' if hint else ''}; "
+                               f"known: {', '.join(bare[:40]) or 'none'}")
 
 
 @click.command()

@@ -106,7 +106,9 @@ class RunInfo:
             if self.error is not None:
                 raise self.error
             names = sorted(self.metric_summary()) or sorted(read_series(self.store, self.ref, f"run {self.name}"))
-            raise LookupError(f"run {self.name} has no metric {name!r}; it has: {', '.join(names[:50]) or 'none'}")
+            hint = did_you_mean(name, names)
+            raise LookupError(f"run {self.name} has no metric {name!r}{f' ({hint})' if hint else ''}; "
+                              f"it has: {', '.join(names[:50]) or 'none'}")
         return got[name]
 
     def params(self) -> dict[str, Any]:

@@ -83,3 +83,12 @@ def test_a_mistyped_logged_function_gets_the_function(store, args):
 def test_a_name_close_to_nothing_gets_no_guess(store):
     assert "did you mean" not in error("show", "zzzzzz", "--store", store)
     assert "did you mean" not in error("cache", "clear", "qqqq", "--store", store)
+
+
+def test_a_mistyped_metric_or_column_gets_the_metric(store):
+    assert "(did you mean 'loss'?)" in error("runs", "--columns", "lsos", "--store", store)
+    s = casmon.open(store, read_only=True)
+    with pytest.raises(LookupError, match=r"has no metric 'lsos' \(did you mean 'loss'\?\)"):
+        casmon.load_run("latest", s).metric("lsos")
+    s.close()
+    assert "(did you mean 'metric.loss'?)" in error("runs", "--columns", "metric.lsos", "--store", store)
