@@ -26,6 +26,10 @@ __all__ = [
     "RunSignal",
     "locate_unpicklable",
     "warn_damage",
+    "MAX_SECONDS",
+    "MAX_BYTES",
+    "checked_number",
+    "env_seconds",
 ]
 
 
@@ -220,3 +224,49 @@ def stacklevel_outside(prefix: str) -> int:
         f = f.f_back
         level += 1
     return level
+
+
+#: The most seconds any option takes (100 years): more is a typo, and a wait that long overflows the clock.
+MAX_SECONDS = 100 * 365.25 * 86400
+#: The most bytes any size option takes (1 EiB).
+MAX_BYTES = 1 << 60
+
+
+def checked_number(value: Any, name: str, low: float = 0.0, high: float = MAX_SECONDS, *, above_low: bool = False,
+                   unit: str = "seconds") -> float:
+    """``value`` as a float if it is a real number from ``low`` (or ``above_low``: over it) to ``high``;
+    else a one-line ``ValueError`` naming the option (``name``): NaN, infinities and absurd sizes are typos
+    that would wait, keep or evict forever."""
+    import math
+    import numbers
+
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
+    try:
+        x = float(value) if ok else math.nan
+    except OverflowError:  # an int too large for a float
+        x = math.inf
+    if not math.isfinite(x) or not (x > low if above_low else x >= low) or x > high:
+        top = {MAX_SECONDS: "100 years", MAX_BYTES: "1 EiB"}.get(high, f"{high:g}")
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise ValueError(f"{name} must be a finite number of {unit} {'over' if above_low else 'from'} {low:g} "
+                         f"to {top}, got {shown}")
+    return x
+
+
+def env_seconds(name: str, default: float, *, above_low: bool = True) -> float:
+    """Seconds from environment variable ``name`` (``default`` when unset), checked as :func:`checked_number` does:
+    a one-line error naming the variable, not a NaN lease that never ends or a float() traceback."""
+    import os
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        v: Any = float(raw)
+    except ValueError:
+        v = raw  # refused below, naming the variable
+    try:
+        return checked_number(v, f"${name}", above_low=above_low)
+    except ValueError as e:  # the text as it was given
+        raise ValueError(f"{str(e).rsplit(', got ', 1)[0]}, got {raw!r}") from None

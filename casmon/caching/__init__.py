@@ -16,11 +16,15 @@ from casmon.caching.entries import (
     clear_function,
     drop_duplicates,
     duplicates_plan,
+    Eviction,
     evict,
     eviction_plan,
+    freed_bytes,
     name_digest,
     newest_per_key,
     resolve_function,
+    result_of,
+    results_total,
 )
 from casmon.keys.names import keep_flat_names as _keep_flat_names
 from casmon.caching.memoize import CachedFunction, CacheInfo, CacheState, CacheWarning, cache, cache_with, observers
@@ -29,7 +33,8 @@ __all__ = [
     "cache", "cache_with", "observers", "CachedFunction", "CacheState", "CacheInfo", "CacheWarning", "ResultRef",
     "file_digest", "path_digest",
     "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
-    "clear_function", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates",
+    "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes", "duplicates_plan", "drop_duplicates",
+    "result_of", "results_total",
 ]
 
 

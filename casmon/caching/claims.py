@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from casmon.errors import CasmonError
+from casmon.errors import MAX_SECONDS, CasmonError
 from casmon.keys.digest import Digest
 from casmon.plain import Plain
 if TYPE_CHECKING:
@@ -110,9 +110,10 @@ def wait_option(wait: Any, name: str) -> bool | float:
     """``wait=`` of ``@casmon.cache``, checked."""
     if isinstance(wait, bool):
         return wait
-    if isinstance(wait, (int, float)) and wait >= 0 and wait == wait:
+    if isinstance(wait, (int, float)) and 0 <= wait <= MAX_SECONDS:  # NaN fails too; True waits without a limit
         return float(wait)
-    raise ValueError(f"@cache of {name}: wait= is True, False or a number of seconds to wait at most, got {wait!r}")
+    raise ValueError(f"@cache of {name}: wait= is True (no limit), False or a number of seconds to wait at most "
+                     f"(up to 100 years), got {wait!r}")
 
 
 class ClaimBook:

@@ -10,19 +10,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.errors import DamagedObjectError
+from casmon.errors import MAX_BYTES, MAX_SECONDS, DamagedObjectError, checked_number
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
 from casmon.view.guards import guarded_html, guarded_text
+from casmon.view.text import did_you_mean
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
-           "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "duplicates_plan", "drop_duplicates"]
+           "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "Eviction", "freed_bytes",
+           "duplicates_plan", "drop_duplicates", "result_of", "results_total"]
 
 KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
@@ -82,9 +84,9 @@ def expires_option(expires: Any, name: str) -> float | None:
     dt = sys.modules.get("datetime")  # a timedelta exists only once datetime is imported
     if dt is not None and isinstance(expires, dt.timedelta):
         expires = expires.total_seconds()
-    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > 0 or expires == float("inf"):
-        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0, "
-                         f"got {expires!r}")
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not 0 < expires <= MAX_SECONDS:
+        raise ValueError(f"@cache of {name}: expires_after= is a timedelta or a number of seconds above 0 and at "
+                         f"most 100 years, got {expires!r}")
     return float(expires)
 
 
@@ -100,10 +102,33 @@ def newest_per_key(items: Iterable[tuple[Digest, dict]]) -> dict[bytes, tuple[Di
     return out
 
 
+def result_of(key: bytes, record: dict) -> str:
+    """The stored value an entry holds (its digest hex): what totals count once however many entries share it.
+    A record naming none (a crafted or foreign one) counts as a value of its own."""
+    d = record.get("result")
+    return d if isinstance(d, str) and d else "entry:" + key.hex()
+
+
+def results_total(summary: dict[str, dict]) -> tuple[int, int]:
+    """Of :func:`cache_entries`' answer: (bytes of the distinct values its entries hold, each counted once;
+    bytes of the values entries of more than one function hold)."""
+    owners: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for s in summary.values():
+        for d, n in s.get("results", {}).items():
+            owners[d] = owners.get(d, 0) + 1
+            sizes[d] = n
+    return sum(sizes.values()), sum(sizes[d] for d, k in owners.items() if k > 1)
+
+
 def cache_entries(store: Store) -> dict[str, dict]:
     """Per function: entries (one per key), bytes, hits, last use, ``duplicates``: records a newer
     record of the same key supersedes (two processes that missed one key at once), and ``replaced``: records
-    superseded by one written to replace them (``refresh``, a damaged result computed again). gc drops both."""
+    superseded by one written to replace them (``refresh``, a damaged result computed again). gc drops both.
+
+    ``bytes`` counts each stored value once, however many of its entries hold it; ``shared_bytes`` is the part
+    of it that entries of other functions hold too (clearing the function does not free it); ``results`` maps
+    each value's digest to its size (:func:`results_total` adds them up over functions, each value once)."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
@@ -118,11 +143,12 @@ def cache_entries(store: Store) -> dict[str, dict]:
             kb = bytes(k)
             replaced_before[kb] = max(replaced_before.get(kb, 0.0), r.get("time", 0))
     for k, r in records:
-        s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "hits": 0, "last_used": 0.0,
-                                             "seconds_saved": 0.0, "duplicates": 0, "replaced": 0})
+        s = out.setdefault(r.get("fn", "?"), {"entries": 0, "bytes": 0, "shared_bytes": 0, "hits": 0, "last_used": 0.0,
+                                             "seconds_saved": 0.0, "duplicates": 0, "replaced": 0, "results": {}})
         # every record; less the entries below
         s["replaced" if r.get("time", 0) < replaced_before.get(bytes(k), 0.0) else "duplicates"] += 1
-    for k, r in newest.values():
+    holders: dict[str, set[str]] = {}
+    for kb, (k, r) in newest.items():
         fn = r.get("fn", "?")
         s = out[fn]
         s["replaced" if r.get("time", 0) < replaced_before.get(bytes(k), 0.0) else "duplicates"] -= 1
@@ -130,9 +156,14 @@ def cache_entries(store: Store) -> dict[str, dict]:
         if isinstance(exp, (int, float)) and exp <= now:
             continue  # past its expires_after: a miss, and gc drops it
         s["entries"] += 1
-        s["bytes"] += int(r.get("size", 0))
+        d = result_of(kb, r)
+        s["results"][d] = _size_of(r)
+        holders.setdefault(d, set()).add(fn)
         s["last_used"] = max(s["last_used"], r.get("time", 0))
         live_keys[k.hex()] = fn
+    for s in out.values():
+        s["bytes"] = sum(s["results"].values())
+        s["shared_bytes"] = sum(n for d, n in s["results"].items() if len(holders[d]) > 1)
     for _k, r in store.records(KIND_USE):
         for h, (fn, n, last) in r.get("hits", {}).items():
             if live_keys.get(h) == fn:
@@ -140,6 +171,14 @@ def cache_entries(store: Store) -> dict[str, dict]:
                 s["hits"] += n
                 s["last_used"] = max(s["last_used"], last)
     return out
+
+
+def _size_of(record: dict) -> int:
+    try:
+        n = int(record.get("size", 0) or 0)
+    except (TypeError, ValueError, OverflowError):  # a crafted record's size counts as nothing
+        return 0
+    return max(n, 0)
 
 
 def resolve_function(names: Iterable[str], name: str) -> str:
@@ -151,7 +190,9 @@ def resolve_function(names: Iterable[str], name: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise LookupError(f"no cached function {name!r}; there are: {', '.join(names) or 'none'}")
+        hint = did_you_mean(name, names)
+        hint = f" ({hint})" if hint else ""
+        raise LookupError(f"no cached function {name!r}{hint}; there are: {', '.join(names) or 'none'}")
     raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
 
 
@@ -163,13 +204,28 @@ def clear_function(store: Store, name: str) -> str:
     return full
 
 
-def evict(store: Store, max_size: int | None = None, older_than: float | None = None,
-          plan: dict[bytes, tuple[str, int]] | None = None) -> tuple[int, int]:
-    """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
-    their results add up to at most ``max_size`` bytes. Also drops cleared and expired entries.
+class Eviction(NamedTuple):
+    """One entry :func:`eviction_plan` drops: its function, the value it holds (digest hex) and that value's size,
+    and ``stays``: a kept entry holds the same value, so dropping this one frees nothing."""
 
-    Returns ``(entries dropped, bytes of their results)``. The results' data is
-    removed by the gc that follows (subject to its grace period). ``plan``: what
+    fn: str
+    value: str
+    size: int
+    stays: bool = False
+
+
+def freed_bytes(plan: dict[bytes, Eviction]) -> int:
+    """The bytes of the values a plan's entries hold and no kept entry does, each value counted once."""
+    return sum({e.value: e.size for e in plan.values() if not e.stays}.values())
+
+
+def evict(store: Store, max_size: int | None = None, older_than: float | None = None,
+          plan: dict[bytes, Eviction] | None = None) -> tuple[int, int]:
+    """Drop cache entries: unused for ``older_than`` seconds, then least recently used until
+    the values they hold add up to at most ``max_size`` bytes. Also drops cleared and expired entries.
+
+    Returns ``(entries dropped, bytes of the values no kept entry holds)``, each value counted once. The
+    values' data is removed by the gc that follows (subject to its grace period). ``plan``: what
     :func:`eviction_plan` returned, to drop exactly what it showed.
     """
     if plan is None:
@@ -180,7 +236,7 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
 
     with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
         store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
-    return len(plan), sum(size for _fn, size in plan.values())
+    return len(plan), freed_bytes(plan)
 
 
 def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
@@ -226,16 +282,23 @@ def drop_duplicates(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = 
     return len(plan), sum(p[1] for p in plan.values())
 
 
-def eviction_plan(store: Store, max_size: int | None = None, older_than: float | None = None) -> dict[bytes, tuple[str, int]]:
-    """What :func:`evict` would drop, changing nothing: entry key -> (function, bytes of its result).
+def eviction_plan(store: Store, max_size: int | None = None, older_than: float | None = None) -> dict[bytes, Eviction]:
+    """What :func:`evict` would drop, changing nothing: entry key -> :class:`Eviction`.
 
-    ``casmon gc --dry-run`` shows it, and previews the gc after it from it.
+    Entries that hold one value share it: ``max_size`` limits the values, each counted once, and they go least
+    recently used first -- a value, with every entry that holds it, when none of them was used since. Dropping an
+    entry whose value a kept entry holds frees nothing, so it is never dropped to make room.
+    ``casmon gc --dry-run`` shows the plan, and previews the gc after it from it.
     """
+    if max_size is not None:
+        max_size = int(checked_number(max_size, "max_size", high=MAX_BYTES, unit="bytes"))
+    if older_than is not None:
+        older_than = checked_number(older_than, "older_than")
     store.flush()
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
+    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function, value]
     # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
     # though an older, cleared record of its key is still there (gc drops that one as a duplicate).
     # Deciding by any record would evict the live entry, and the preview -- made before duplicates
@@ -244,7 +307,7 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
         t, fn = r.get("time", 0.0), str(r.get("fn", ""))
         exp = r.get("expires")  # expires_after= of the function that stored it
         expired = isinstance(exp, (int, float)) and exp <= time.time()
-        entries[kb] = [t, int(r.get("size", 0)), t <= cleared.get(fn, 0.0) or expired, fn]
+        entries[kb] = [t, _size_of(r), t <= cleared.get(fn, 0.0) or expired, fn, result_of(kb, r)]
     for _k, r in store.records(KIND_USE):
         for h, (_fn, _n, last) in r.get("hits", {}).items():
             e = entries.get(bytes.fromhex(h))
@@ -255,12 +318,16 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
         for e in entries.values():
             if now - e[0] >= older_than:
                 e[2] = True
+    values: dict[str, list[list]] = {}  # value -> the entries that hold it
+    for e in entries.values():
+        values.setdefault(e[4], []).append(e)
     if max_size is not None:
-        alive = sorted((e for e in entries.values() if not e[2]), key=lambda e: e[0])
-        total = sum(e[1] for e in alive)
-        for e in alive:
+        kept = [(max(e[0] for e in es if not e[2]), d, es) for d, es in values.items() if not all(e[2] for e in es)]
+        total = sum(es[0][1] for _t, _d, es in kept)
+        for _t, _d, es in sorted(kept, key=lambda v: (v[0], v[1])):
             if total <= max_size:
                 break
-            e[2] = True
-            total -= e[1]
-    return {k: (e[3], e[1]) for k, e in entries.items() if e[2]}
+            for e in es:
+                e[2] = True
+            total -= es[0][1]
+    return {k: Eviction(e[3], e[4], e[1], not all(o[2] for o in values[e[4]])) for k, e in entries.items() if e[2]}

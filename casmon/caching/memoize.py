@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from casmon.caching import hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
-from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key
+from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
+                                     result_of)
 from casmon.caching.usage import usage_of
 # Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
 from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
@@ -74,7 +75,7 @@ class CacheWarning(UserWarning):
 # The call form of NamedTuple takes the types themselves: the class form's annotations are text (this module
 # imports annotations from __future__) that typing compiles at import, on a fresh process's first hit.
 #: ``hits`` and ``misses`` in this process; ``entries`` in the store, of all processes, and ``stored_bytes``, the
-#: logical size of their results.
+#: logical size of their results, each stored value once (entries that return one value share it).
 CacheInfo = NamedTuple("CacheInfo", [("hits", int), ("misses", int), ("entries", int), ("stored_bytes", int)])
 _Param = NamedTuple("_Param", [("name", str), ("kind", Any), ("default", Any)])
 
@@ -774,10 +775,12 @@ class CachedFunction:
 
     # helpers
     def cache_info(self) -> CacheInfo:
-        """Hits and misses in this process; entries and their results' bytes in the store (one per key)."""
+        """Hits and misses in this process; entries (one per key) and their results' bytes in the store, each
+        stored value once."""
         state = self.__casmon_cache__
         entries = state.entries()
-        return CacheInfo(state.hits, state.misses, len(entries), sum(int(r.get("size", 0)) for _, r in entries))
+        values = {result_of(bytes(k), r): int(r.get("size", 0)) for k, r in entries}
+        return CacheInfo(state.hits, state.misses, len(entries), sum(values.values()))
 
     def entries(self) -> display.CacheEntries:
         """This function's entries in the store, newest first, as :class:`ResultRef` handles (nothing loaded).

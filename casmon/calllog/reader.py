@@ -19,7 +19,7 @@ from casmon.errors import DamagedObjectError
 from casmon.store.peek import as_digest, describe, peek
 from casmon.store.store import Store, default_store
 from casmon.view import display
-from casmon.view.text import plural, short_repr
+from casmon.view.text import did_you_mean, plural, short_repr
 
 __all__ = ["load", "CallLog", "Call", "Args", "FunctionInfo", "ranges_text"]
 
@@ -167,7 +167,8 @@ class CallLog:
             return matches[0]
         known = ", ".join(self.functions) or "none"
         if not matches:
-            raise LookupError(f"no logged function {name!r}; logged functions: {known}")
+            hint = did_you_mean(name, self.functions)
+            raise LookupError(f"no logged function {name!r}{f' ({hint})' if hint else ''}; logged functions: {known}")
         raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}; use the full name")
 
     def calls(self, name: str | None = None, *, session: int | None = None, process: int | None = None,

@@ -28,6 +28,7 @@ import click
 
 from casmon.cli.options import one_line, show_warning, trust_option
 from casmon.errors import CasmonError
+from casmon.view.text import did_you_mean
 
 __all__ = ["main", "VERBS"]
 
@@ -78,6 +79,14 @@ class _Group(click.Group):
             cmd = getattr(importlib.import_module(module), attr)
             self.commands[cmd_name] = cmd
         return cmd
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not name.startswith("-") and not ctx.resilient_parsing:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            if hint:
+                raise click.UsageError(f"no such command {name!r}; {hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """As click lists commands, but a verb not loaded yet is described by its summary in :data:`VERBS`."""

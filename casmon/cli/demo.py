@@ -58,7 +58,7 @@ def run_demo(location=None, console: Console | None = None) -> None:
     console.print(t)
     console.print(f"try: [bold]casmon runs[/bold], [bold]casmon show {run.name}[/bold], [bold]casmon stats[/bold], "
                   "[bold]casmon cache[/bold], [bold]casmon calls[/bold], [bold]casmon show casmon.demo.train_step 2[/bold], "
-                  "[bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]")
+                  "[bold]casmon verify[/bold], [bold]casmon gc --dry-run[/bold]", soft_wrap=True)  # commands stay whole
     store.close()
     if not ok:
         raise SystemExit(1)

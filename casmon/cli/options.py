@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["console", "err_console", "STORE_HELP", "CREATING_STORE_HELP", "store_option", "creating_store_option",
            "trust_option", "trusted", "open_store", "see_current_folder", "Unloadable", "load_or_say", "value_text",
-           "one_line", "show_warning", "timestamp"]
+           "one_line", "show_warning", "timestamp", "say"]
 
 if TYPE_CHECKING:
     console: Console
@@ -165,6 +165,12 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
     """casmon's warnings as one line each on stderr, like its errors (``warnings.showwarning``)."""
     text = str(message)
     click.echo(f"Warning: {text[len('casmon: '):] if text.startswith('casmon: ') else text}", err=True)
+
+
+def say(text: str, **kw: Any) -> None:
+    """A sentence on stdout, never cut into lines by the console: a command it suggests (`casmon gc --now`) stays
+    whole, to be copied; the terminal wraps what is too long for it."""
+    console.print(text, soft_wrap=True, **kw)
 
 
 def timestamp(t: float) -> str:

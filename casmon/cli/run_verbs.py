@@ -14,7 +14,7 @@ from casmon.cli.options import (console, err_console, load_or_say, one_line, ope
                                 trust_option, trusted, value_text)
 from casmon.errors import CasmonError
 from casmon.view.progress import progress_phases
-from casmon.view.text import plural, short_repr, size
+from casmon.view.text import did_you_mean, plural, short_repr, size
 
 
 def _load_run(which, store_location):
@@ -65,7 +65,9 @@ def _column_name(name: str, known: set) -> str:
     if matches:
         raise click.ClickException(f"--columns: {name!r} is {' and '.join(matches)}: name one of them")
     bare = sorted({k.split(".", 1)[1] for k in known})
-    raise click.ClickException(f"--columns: no run has {name!r}; known: {', '.join(bare[:40]) or 'none'}")
+    hint = did_you_mean(name, known if "." in name else bare)
+    raise click.ClickException(f"--columns: no run has {name!r}{f' ({hint})' if hint else ''}; "
+                               f"known: {', '.join(bare[:40]) or 'none'}")
 
 
 @click.command()
@@ -157,7 +159,9 @@ def _not_a_run(which: str, store) -> str:
     if not matches:
         runs = [r.name for r in list_runs(store)]
         runs_text = _names(runs, "runs", newest=True) if runs else "no runs recorded"
-        return f"no function or run named {which!r}; {runs_text}; {_names(list(log.functions), 'logged functions')}"
+        hint = did_you_mean(which, [*(["latest"] if runs else []), *runs, *log.functions])
+        return (f"no function or run named {which!r}{f' ({hint})' if hint else ''}; {runs_text}; "
+                f"{_names(list(log.functions), 'logged functions')}")
     full = log.resolve(which)
     fi = log.functions[full]
     latest = max(fi.sessions) if fi.sessions else None

@@ -13,8 +13,8 @@ import sys
 import click
 from rich.table import Table
 
-from casmon.cli.options import console, err_console, open_store, store_option, trust_option
-from casmon.errors import CasmonError
+from casmon.cli.options import console, err_console, open_store, say, store_option, trust_option
+from casmon.errors import MAX_BYTES, CasmonError, checked_number
 from casmon.view.progress import progress_phases
 from casmon.view.text import plural, size
 
@@ -38,7 +38,9 @@ def stats(store_location, as_json, trust) -> None:
     t.add_row("chunks", f"{s['chunks']:,}  ({s['loose_objects']:,} loose, {plural(s['packs'], 'pack')})")
     t.add_row("logical bytes", size(s["logical_bytes"]))
     t.add_row("after dedup", size(s["chunk_bytes"]) + f"  (dedup {s['dedup_ratio']:.2f}x)")
-    t.add_row("stored bytes", size(s["stored_bytes"]) + f"  (compression {s['compression_ratio']:.2f}x)")
+    reserve = s.get("reserve_bytes", 0)
+    t.add_row("stored bytes", size(s["stored_bytes"]) + f"  (compression {s['compression_ratio']:.2f}x"
+              + (f"; {size(reserve)} of it the gc reserve, room for gc on a full disk)" if reserve else ")"))
     t.add_row("files", f"{s['files']:,}  " + ", ".join(f"{a} {n}" for a, n in s["files_by_area"].items()))
     for kind, n in s["records"].items():
         t.add_row(f"records: {kind}", f"{n:,}")
@@ -92,7 +94,7 @@ def _parse_size(text: str | None) -> int | None:
     if not m:
         raise click.BadParameter(f"{text!r} is not a size; write e.g. 500M, 10G, 1.5GiB", param_hint="--max-size")
     mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
-    return int(float(m.group(1)) * mult)
+    return int(checked_option(float(m.group(1)) * mult, "--max-size", text, high=MAX_BYTES, unit="bytes"))
 
 
 def _parse_age(text: str | None) -> float | None:
@@ -103,7 +105,70 @@ def _parse_age(text: str | None) -> float | None:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhdw]?)\s*", text.lower())
     if not m:
         raise click.BadParameter(f"{text!r} is not an age; write e.g. 3600s, 90m, 12h, 30d, 2w", param_hint="--older-than")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return checked_option(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)],
+                          "--older-than", text)
+
+
+def checked_option(value: float, option: str, given: object, **limits) -> float:
+    """``value`` (what ``option`` was ``given`` as) if finite and within ``limits`` (:func:`checked_number`'s), else a
+    usage error naming the option."""
+    try:
+        return checked_number(value, option, **limits)
+    except ValueError as e:
+        shown = str(given) if len(str(given)) <= 40 else str(given)[:37] + "..."
+        need = str(e).rsplit(", got ", 1)[0].removeprefix(option + " ")
+        raise click.BadParameter(f"{need}, got {shown}", param_hint=option) from None
+
+
+def duplicates_freed(store, dups: dict) -> int:
+    """The bytes dropping duplicate cache records frees: the values they hold that no kept record holds, each once
+    (two processes that computed one key alike stored one value)."""
+    from casmon.caching import KIND as CACHE_KIND, result_of
+
+    held: set[str] = set()
+    dropped: dict[str, int] = {}
+    for k, v in store.table(CACHE_KIND).items():
+        k, v = bytes(k), bytes(v)
+        try:
+            r = json.loads(v)
+            d = result_of(k, r) if isinstance(r, dict) else None
+        except ValueError:
+            continue
+        if d is None:
+            continue
+        if (k, v) in dups:
+            dropped[d] = dups[(k, v)][1]
+        else:
+            held.add(d)
+    return sum(n for d, n in dropped.items() if d not in held)
+
+
+def eviction_lines(plan: dict) -> list[str]:
+    """Per function: the entries a plan drops and the bytes of the values that frees, each value once; values
+    that entries of other functions hold too are marked shared, and values a kept entry holds (freeing nothing)
+    are counted apart."""
+    fns: dict[str, str] = {}  # value -> the one function whose dropped entries hold it, or "" for several
+    for e in plan.values():
+        fns[e.value] = e.fn if fns.get(e.value, e.fn) == e.fn else ""
+    per_fn: dict[str, tuple[list[int], dict[str, int]]] = {}
+    for e in plan.values():
+        counts, values = per_fn.setdefault(e.fn, ([0, 0], {}))
+        counts[0] += 1
+        if e.stays:
+            counts[1] += 1
+        else:
+            values[e.value] = e.size
+    lines = []
+    for fn, ((n, stay), values) in sorted(per_fn.items()):
+        shared = sum(nb for v, nb in values.items() if not fns[v])
+        what = size(sum(values.values())) + (f", {size(shared)} of it shared with another function (counted once "
+                                             "above)" if shared else "")
+        if stay == n:
+            what = "frees nothing: a kept entry holds the same result"
+        elif stay:
+            what += f"; {stay:,} of them free nothing: a kept entry holds the same result"
+        lines.append(f"  {fn}: {plural(n, 'entry', 'entries')} ({what})")
+    return lines
 
 
 @click.command()
@@ -127,7 +192,7 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     removed by a later gc at least --grace seconds after, if still unreachable.
     With --max-size or --older-than, first evict cache entries (least recently used first).
     """
-    from casmon.caching import eviction_plan, evict
+    from casmon.caching import eviction_plan, evict, freed_bytes
     from casmon.store.condemned import MIN_GRACE
     from casmon.maintenance import gc as run_gc
 
@@ -136,6 +201,7 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if not now and grace < MIN_GRACE:
         raise click.BadParameter(f"--grace must be at least {MIN_GRACE:g} seconds (writers rely on it); "
                                  f"--now deletes at once when nothing else writes to the store", param_hint="--grace")
+    checked_option(grace, "--grace", f"{grace:g}")
     max_bytes = _parse_size(max_size)
     max_age = _parse_age(older_than)
     # gc never needs to unpickle, --trust or not; and it never creates a store where there is none.
@@ -149,11 +215,11 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     from casmon.caching import drop_duplicates, duplicates_plan
 
     dups = duplicates_plan(store)  # records of keys a newer record holds (two processes missed one key at once)
-    deduped = (len(dups), sum(p[1] for p in dups.values()))
+    deduped = (len(dups), duplicates_freed(store, dups))
     if dups and not dry_run:
-        deduped, dups = drop_duplicates(store, dups), {}
+        deduped, dups = (drop_duplicates(store, dups)[0], deduped[1]), {}
     plan: dict = eviction_plan(store, max_size=max_bytes, older_than=max_age)
-    evicted = (len(plan), sum(nbytes for _fn, nbytes in plan.values()))
+    evicted = (len(plan), freed_bytes(plan))
     if plan and not dry_run:
         evicted = evict(store, plan=plan)
         shown, plan = plan, {}  # the real gc marks without the dropped entries: they are gone
@@ -181,26 +247,22 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
                       f"({size(deduped[1])} of results; every call keeps its newest entry)")
     if evicted[0] or evicting:
         verb = "would drop" if dry_run else "dropped"
-        console.print(f"{verb} {plural(evicted[0], 'cache entry', 'cache entries')} ({size(evicted[1])} of results)")
+        # Bytes are of the values no kept entry holds, each counted once: entries that share a value free it together.
+        say(f"{verb} {plural(evicted[0], 'cache entry', 'cache entries')} ({size(evicted[1])} of results)")
         if shown:
-            per_fn: dict[str, list[int]] = {}
-            for fn, nbytes in shown.values():
-                c = per_fn.setdefault(fn, [0, 0])
-                c[0] += 1
-                c[1] += nbytes
-            for fn, (n, nbytes) in sorted(per_fn.items()):
-                console.print(f"  {fn}: {plural(n, 'entry', 'entries')} ({size(nbytes)})", markup=False)
+            for line in eviction_lines(shown):
+                say(line, markup=False)
     verb = "would remove" if dry_run else "removed"
-    console.print(
+    say(
         f"{plural(rep.live_values, 'live value')}; {plural(rep.unreachable, 'unreachable object')}; {verb} "
         f"{plural(rep.deleted_objects, 'object')} ({size(rep.deleted_bytes)}), "
         f"{'would repack' if dry_run else 'repacked'} {plural(rep.repacked_packs, 'pack')}"
     )
     if rep.condemned:
-        console.print(f"{'would condemn' if dry_run else 'condemned'} {plural(rep.condemned, 'newly unreachable object')}: "
-                      f"a gc at least {grace:.0f} s from now removes {'it if it is' if rep.condemned == 1 else 'them if they are'} "
-                      f"still unreachable")
+        say(f"{'would condemn' if dry_run else 'condemned'} {plural(rep.condemned, 'newly unreachable object')}: "
+            f"a gc at least {grace:.0f} s from now removes {'it if it is' if rep.condemned == 1 else 'them if they are'} "
+            f"still unreachable")
     if rep.waiting > rep.condemned:
         waiting = rep.waiting - rep.condemned
-        console.print(f"{plural(waiting, 'condemned object')} {'waits for its' if waiting == 1 else 'wait for their'} grace period "
-                      f"(a later gc removes {'it' if waiting == 1 else 'them'}; --now at once)")
+        say(f"{plural(waiting, 'condemned object')} {'waits for its' if waiting == 1 else 'wait for their'} grace period "
+            f"(a later gc removes {'it' if waiting == 1 else 'them'}; --now at once)")

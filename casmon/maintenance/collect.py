@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from casmon import faultpoints
-from casmon.errors import DamagedObjectError, StoreError
+from casmon.errors import DamagedObjectError, StoreError, checked_number
 from casmon.keys.digest import Digest
 from casmon.maintenance import reach
 from casmon.maintenance.gclock import gc_lock
@@ -109,6 +109,7 @@ def gc(store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Pro
     """
     if without and not dry_run:
         raise ValueError("gc(without=...) previews a gc after an eviction; it needs dry_run=True")
+    grace = checked_number(grace, "gc grace")  # NaN would never be due, and a negative one at once
     if 0 < grace < condemned.MIN_GRACE:
         raise ValueError(f"gc grace must be at least {condemned.MIN_GRACE:g} seconds (or 0, only when nothing "
                          f"else writes to the store), got {grace:g}")

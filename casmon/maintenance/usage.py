@@ -14,6 +14,7 @@ from casmon.keys.digest import Digest
 from casmon.maintenance import inventory, reach
 from casmon.maintenance.phases import Progress, quiet
 from casmon.store.codec import FRAME_HEADER, KIND_CHUNK, KIND_VALUE, read_header
+from casmon.store.reserve import RESERVE_KEY
 from casmon.view.display import StoreStats
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ def stats(store: Store, progress: Progress | None = None) -> StoreStats:
 
     ``logical_bytes``: the sizes of all distinct values added up.
     ``chunk_bytes``: the distinct chunks' raw sizes (what is left after dedup).
-    ``stored_bytes``: bytes on the backend, every file counted.
+    ``stored_bytes``: bytes on the backend, every file counted; ``reserve_bytes`` of them are the gc
+    reserve (:mod:`casmon.store.reserve`: room for gc on a full disk, not data).
     ``records``: entries per kind, each counted once. Damaged files are skipped
     (``damaged_files`` counts them; ``casmon verify`` names them).
     """
@@ -81,6 +83,7 @@ def stats(store: Store, progress: Progress | None = None) -> StoreStats:
         "logical_bytes": logical,
         "chunk_bytes": chunk_bytes,
         "stored_bytes": sum(sizes),
+        "reserve_bytes": sum(n for k, n in zip(inv.all_keys, sizes) if k == RESERVE_KEY),
         "object_bytes": object_bytes,
         "dedup_ratio": (logical / chunk_bytes) if chunk_bytes else 1.0,
         "compression_ratio": (chunk_bytes / object_bytes) if object_bytes else 1.0,

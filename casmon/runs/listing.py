@@ -23,7 +23,7 @@ from casmon.runs.params import flatten
 from casmon.store.peek import Described, as_digest, describe, load_data, peek
 from casmon.store.store import Store, default_store
 from casmon.view import display
-from casmon.view.text import short_error, short_repr
+from casmon.view.text import did_you_mean, short_error, short_repr
 
 __all__ = ["RunInfo", "list_runs", "load_run", "readable_run", "info_cell"]
 
@@ -106,7 +106,9 @@ class RunInfo:
             if self.error is not None:
                 raise self.error
             names = sorted(self.metric_summary()) or sorted(read_series(self.store, self.ref, f"run {self.name}"))
-            raise LookupError(f"run {self.name} has no metric {name!r}; it has: {', '.join(names[:50]) or 'none'}")
+            hint = did_you_mean(name, names)
+            raise LookupError(f"run {self.name} has no metric {name!r}{f' ({hint})' if hint else ''}; "
+                              f"it has: {', '.join(names[:50]) or 'none'}")
         return got[name]
 
     def params(self) -> dict[str, Any]:
@@ -282,7 +284,8 @@ def load_run(which: str | int, store: Store | str | None = None) -> RunInfo:
     for r in runs:
         if w in (r.ref, r.ref.split("/", 1)[-1], r.name) or w == str(r.manifest.get("n")) and not r.manifest.get("prefix"):
             return r
-    raise LookupError(f"no run {w!r}; runs: {', '.join(r.name for r in runs[-20:])}")
+    hint = did_you_mean(w, ["latest", *(r.name for r in runs), *(r.ref.split("/", 1)[-1] for r in runs)])
+    raise LookupError(f"no run {w!r}{f' ({hint})' if hint else ''}; runs: {', '.join(r.name for r in runs[-20:])}")
 
 def short_cell(v: Any) -> Any:
     """An info entry as shown: JSON under 200 characters as it is, anything else as a short repr."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from casmon.store import metafile
 from casmon.store.codec import KIND_TABLE, decode_frame, encode_frame, get_codec
 from casmon.keys.digest import Digest
-from casmon.errors import DamagedObjectError
+from casmon.errors import DamagedObjectError, env_seconds
 from casmon.plain import Plain
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ __all__ = ["MIN_GRACE", "VIEW_MAX", "RELY_MAX", "LATE_MAX", "PREFIX", "Condemned
 #: The shortest grace period ``gc`` accepts, in seconds (``gc --now`` aside, which is for stores no one
 #: else writes to). Writers keep their side of the protocol within it. Tests shorten it through the
 #: environment; every process that writes to one store must agree on it.
-MIN_GRACE = float(os.environ.get("CASMON_MIN_GRACE", "60"))
+MIN_GRACE = env_seconds("CASMON_MIN_GRACE", 60.0)
 #: A writer lists the condemned objects at least this often while it writes (seconds).
 VIEW_MAX = MIN_GRACE / 6
 #: When a flush seals a record, every object it names was checked (stored, not condemned) at most

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from casmon.errors import DamagedObjectError, StoreError
+from casmon.errors import DamagedObjectError, StoreError, env_seconds
 from casmon.store import metafile
 from casmon.store.backend import Backend
 
@@ -62,7 +62,7 @@ LOCK_KEY = "gc/lock"
 #: A holder's lease, renewed while it holds the lock: ``gc/lock-lease/<token>``.
 LEASE_PREFIX = "gc/lock-lease/"
 #: A lock whose lease was not renewed for this many seconds is dead (``CASMON_LOCK_LEASE``; tests shorten it).
-LEASE = float(os.environ.get("CASMON_LOCK_LEASE", "120"))
+LEASE = env_seconds("CASMON_LOCK_LEASE", 120.0)
 RENEW_EVERY = LEASE / 6
 #: The longest lease a lock may name: a longer one (damage, a crafted lock) is cut to this.
 LEASE_MAX = max(LEASE, 3600.0)

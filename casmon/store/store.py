@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
-from casmon.errors import CasmonError, MissingObjectError, StoreError, UntrustedStoreError
+from casmon.errors import MAX_SECONDS, CasmonError, MissingObjectError, StoreError, UntrustedStoreError
 from casmon.keys.digest import Digest
 from casmon.store import condemned, lifecycle, reliance, serialize
 from casmon.store.backend import Backend, open_backend
@@ -891,7 +891,7 @@ def open(
     """
     check_options(read_only=read_only, trust=trust, create=create, **options)  # before anything is created
     if storage_options and not (isinstance(location, str) and "://" in location
-                                and not location.startswith(("memory://", "file://"))):
+                                and not location.startswith(("memory://", "file://", "zip://"))):
         raise ValueError(f"storage_options apply to remote stores (s3://, gs://, az://, other URLs), "
                          f"not to {location if location is not None else 'the default folder'}")
     backend = open_backend(location, read_only=read_only, storage_options=storage_options, create=create,
@@ -922,7 +922,7 @@ def check_options(**options: Any) -> None:
                 raise ValueError(f"{name}: unknown codec {v!r}; choose one of {', '.join(CODECS)}") from None
         elif name == "autoflush":
             if v is not None and (isinstance(v, (bool, str, bytes)) or not hasattr(type(v), "__float__")
-                                  or not 0 < float(v) < float("inf")):
+                                  or not 0 < float(v) <= MAX_SECONDS):  # a longer wait overflows the clock
                 raise ValueError(f"autoflush must be a number of seconds over 0, or None (flush at close and "
                                  f"exit only), got {v!r}")
         else:

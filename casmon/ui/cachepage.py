@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from casmon.caching.entries import results_total
 from casmon.caching.explain import Difference, Explanation, Version
 from casmon.ui.pages import Ctx, heading, layout, scroll, url
 from casmon.view import display
@@ -122,12 +123,14 @@ def versions_table(versions: list[Version], entries: list[Entry], now: float) ->
 def functions_page(ctx: Ctx, summary: dict[str, Any], fn: str | None, entries: list[Entry], versions: list[Version],
                describe: Callable[[Any], str], now: float) -> bytes:
     """The cached functions; with ``fn``, its code versions and its entries (``entries`` newest first)."""
-    rows = [(ctx.link(url("/cache", fn=name), code(name)), f"{s['entries']:,}", size(s["bytes"]), f"{s['hits']:,}",
-             when(s["last_used"] or None)) for name, s in sorted(summary.items())]
-    total = sum(s["bytes"] for s in summary.values())
+    rows = [(ctx.link(url("/cache", fn=name), code(name)), f"{s['entries']:,}", size(s["bytes"]),
+             size(s["shared_bytes"]) if s.get("shared_bytes") else "", f"{s['hits']:,}", when(s["last_used"] or None))
+            for name, s in sorted(summary.items())]
+    total, shared = results_total(summary)  # each stored value once, however many entries hold it
+    note = f", {size(shared)} of it shared between functions" if shared else ""
     out: list[Any] = [Html(f"<h1>Cache <span class=\"muted\">{esc(plural(len(summary), 'function'))}, "
-                           f"{esc(size(total))}</span></h1>"),
-                      table(["function", "entries", "bytes", "hits", "last use"], rows, num=[1, 2, 3])]
+                           f"{esc(size(total))}{esc(note)}</span></h1>"),
+                      table(["function", "entries", "bytes", "shared", "hits", "last use"], rows, num=[1, 2, 3, 4])]
     if fn is not None:
         out += [heading(f"Code versions of {fn}", 2, "code-versions")]
         if versions:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from casmon.view import display
-from casmon.view.text import short_repr
+from casmon.view.text import did_you_mean, short_repr
 from casmon.store import serialize
 from casmon.calllog import NOT_RECORDED, Call, CallLog
 from casmon.errors import CasmonError, MissingObjectError
@@ -239,7 +239,8 @@ class RunIndex:
             for e in entries:
                 if which in (e.tail, e.name, e.ref):
                     return e
-        raise LookupError(f"no run {which!r} in {self.store.url}")
+        hint = did_you_mean(which, ["latest", *(e.name for e in entries), *(e.tail for e in entries)])
+        raise LookupError(f"no run {which!r} in {self.store.url}" + (f" ({hint})" if hint else ""))
 
     # -- manifests -----------------------------------------------------------------------------------
     def run(self, e: Entry) -> RunInfo:

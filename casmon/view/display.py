@@ -583,7 +583,9 @@ class StoreStats(dict):
             ("logical size", size(g("logical_bytes"))),
             ("after dedup", f"{size(g('chunk_bytes'))} (dedup {ratio(g('dedup_ratio'))})"),
             ("objects on disk", f"{size(g('object_bytes'))} (compression {ratio(g('compression_ratio'))})"),
-            ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"),
+            ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"
+                               + (f" ({size(g('reserve_bytes'))} of it the gc reserve, room for gc on a full disk)"
+                                  if g("reserve_bytes") else "")),
             ("records", ", ".join(f"{k} {v:,}" for k, v in (g("records") or {}).items()) or "none"),
             ("refs", f"{g('refs', 0):,}"),
             ("damaged files", f"{g('damaged_files', 0):,}" + (" (casmon verify names them)" if g("damaged_files") else "")),
@@ -805,8 +807,7 @@ class CacheEntries(list):
         rows = [(r["function"], hexshort(r["key"]), size(r["size"]), seconds(r["seconds"]), when(r["time"]),
                  short(r["label"], 30) if r["label"] is not None else "")
                 for r in (dict(cache_row(x), time=x.entry.get("time")) for x in self)]
-        total = sum(int(x.entry.get("size", 0) or 0) for x in self)
-        return (f"{plural(len(self), 'cache entry', 'cache entries')}, {size(total)}:\n"
+        return (f"{plural(len(self), 'cache entry', 'cache entries')}, {self.total()}:\n"
                 + text_table(["function", "key", "size", "took", "stored", "label"], rows))
 
     @guarded_html("cache entries")
@@ -816,9 +817,21 @@ class CacheEntries(list):
             r = cache_row(x)
             rows.append((code(r["function"]), code(hexshort(r["key"])), size(r["size"]), seconds(r["seconds"]),
                          when(x.entry.get("time")), "" if r["label"] is None else short(r["label"], 60)))
-        total = sum(int(x.entry.get("size", 0) or 0) for x in self)
-        return frame(f"casmon: {plural(len(self), 'cache entry', 'cache entries')}, {size(total)}",
+        return frame(f"casmon: {plural(len(self), 'cache entry', 'cache entries')}, {self.total()}",
                      table(["function", "key", "size", "took", "stored", "label"], rows, num=[2, 3]))
+
+    def total(self) -> str:
+        """The results' size, each stored value once (entries that return one value share it)."""
+        values: dict[str, object] = {}
+        for x in self:
+            values[str(getattr(x, "digest", id(x)))] = x.entry.get("size", 0)
+        n = 0
+        for v in values.values():
+            try:
+                n += max(int(v or 0), 0)  # type: ignore[call-overload]  # a crafted record's size is caught
+            except (TypeError, ValueError, OverflowError):
+                pass
+        return size(n) + (", each stored value once" if len(values) < len(self) else "")
 
     def to_pandas(self):
         """One row per entry: function, key, result digest, size in bytes, seconds the call took, when stored, label."""

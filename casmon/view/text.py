@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import sys
 
-__all__ = ["size", "plural", "cut", "short_repr", "unqualified_name", "short_error"]
+__all__ = ["size", "plural", "cut", "short_repr", "unqualified_name", "short_error", "did_you_mean"]
 
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -101,3 +101,33 @@ def short_error(e: BaseException, limit: int | None = None, *, first_line: bool 
     else:
         msg = " ".join(msg.split())
     return msg if limit is None else msg[:limit]
+
+
+def did_you_mean(word: object, candidates: object, what: str = "") -> str:
+    """``did you mean 'latest'?`` for a name given wrong, from the names there are (``''`` when none is close).
+
+    A dotted name is also matched by its last part (``fnuc`` finds ``mod.func``) and by its tail after the
+    module (``mod.fnuc`` finds ``pkg.mod.func``), as the lookups that take short names do. ``what``
+    goes before the names (``did you mean run 'latest'?``)."""
+    import difflib
+
+    try:
+        w = str(word)
+        names = [str(c) for c in candidates]  # type: ignore[attr-defined]  # any iterable; the rest is caught
+    except Exception:  # noqa: BLE001 - a hint never fails the error it is added to
+        return ""
+    aliases: dict[str, list[str]] = {}
+    for n in dict.fromkeys(names):
+        parts = n.split(".")
+        for i in range(len(parts)):
+            aliases.setdefault(".".join(parts[i:]), []).append(n)
+    found: list[str] = []
+    for alias in difflib.get_close_matches(w, list(aliases), n=6, cutoff=0.6):
+        for n in aliases[alias]:
+            if n not in found and n != w:
+                found.append(n)
+    if not found:
+        return ""
+    shown = [repr(n) for n in found[:3]]
+    return f"did you mean {what + ' ' if what else ''}" + (shown[0] if len(shown) == 1 else
+                                                          f"{', '.join(shown[:-1])} or {shown[-1]}") + "?"

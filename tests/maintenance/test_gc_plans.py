@@ -2,6 +2,7 @@
 recomputed and duplicated cache entries."""
 
 import json
+import math
 
 import pytest
 
@@ -124,3 +125,12 @@ def test_gc_now_and_grace_conflict_and_help_texts(tmp_path):
         h = " ".join(cli(cmd, "--help").stdout.split())
         assert "--json" in h and "JSON" in h.split("--json", 1)[1][:80], cmd
     assert "CASMON_STORE" in cli("stats", "--help").stdout
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 1e308, -1.0])
+def test_gc_grace_refuses_nan_inf_absurd_and_negative(tmp_path, value):
+    cached_store(tmp_path / "s")
+    s = casmon.open(tmp_path / "s")
+    with pytest.raises(ValueError, match="gc grace must be a finite number of seconds"):
+        s.gc(grace=value, dry_run=True)
+    s.close()

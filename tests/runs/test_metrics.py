@@ -134,7 +134,7 @@ def test_casmon_log_goes_to_the_innermost_run_and_refuses_outside_any(store):
 def test_an_unknown_metric_names_the_ones_there_are(store):
     with casmon.record(store=store, capture_output=False) as run:
         run.log(loss=1.0, acc=0.5)
-    with pytest.raises(LookupError, match="has no metric 'los'; it has: acc, loss"):
+    with pytest.raises(LookupError, match=r"has no metric 'los' \(did you mean 'loss'\?\); it has: acc, loss"):
         casmon.load_run("latest", store).metric("los")
 
 

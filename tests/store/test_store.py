@@ -689,6 +689,7 @@ def test_every_codec_a_store_can_be_opened_with_reads_its_values_back(tmp_path, 
     ("autoflush", 0, "autoflush must be a number of seconds over 0, or None"),
     ("autoflush", float("nan"), "autoflush must be a number of seconds over 0, or None"),
     ("autoflush", float("inf"), "autoflush must be a number of seconds over 0, or None"),
+    ("autoflush", 1e308, "autoflush must be a number of seconds over 0, or None"),  # a wait that overflows the clock
     ("autoflush", "5", "autoflush must be a number of seconds over 0, or None"),
     ("storage_options", {"key": "x"}, "storage_options apply to remote stores"),
 ])

@@ -248,3 +248,23 @@ def test_a_cache_page_shown_before_a_table_file_was_damaged_reports_the_damage_a
         page(shown, ("fn", "work.sq"))
     with pytest.raises(DamagedObjectError, match=new.name):
         page(shown)
+
+
+def test_cache_page_counts_a_value_two_functions_share_once(tmp_path):
+    from casmon.view.text import size
+    from tests.cli.test_cache_totals import OWN, SHARED, shared_store
+
+    shared_store(tmp_path / "s")
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/cache")
+        store_page = " ".join(text_of(srv.get("/store")).split())
+    finally:
+        srv.close()
+    assert "of it the gc reserve, room for gc on a full disk" in store_page  # not data: said so
+    head = " ".join(text_of(re.search(r"<h1>(.*?)</h1>", body, re.S).group(1)).split())
+    assert head == f"Cache 3 functions, {size(SHARED.nbytes + OWN.nbytes)}, {size(SHARED.nbytes)} of it shared between functions"
+    rows = {" ".join(text_of(r).split()).split(" ")[0].rsplit(".", 1)[1]: re.findall(r'<td class="num">(.*?)</td>', r)
+            for r in re.findall(r"<tr>(.*?)</tr>", body, re.S) if "shared_store" in r}
+    assert rows == {"first": ["1", size(SHARED.nbytes), size(SHARED.nbytes), "0"], "own": ["1", size(OWN.nbytes), "", "0"],
+                    "second": ["1", size(SHARED.nbytes), size(SHARED.nbytes), "0"]}, rows

@@ -25,13 +25,12 @@ a minute. What they could not write waits for the next flush.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from casmon.errors import CasmonError
+from casmon.errors import CasmonError, env_seconds
 
 __all__ = ["RETRY_SECONDS", "Retrier", "transient"]
 
@@ -39,7 +38,7 @@ T = TypeVar("T")
 
 #: How long (seconds) one request is retried before it fails; the environment variable
 #: ``CASMON_RETRY_SECONDS`` sets it (tests shorten it).
-RETRY_SECONDS = float(os.environ.get("CASMON_RETRY_SECONDS", "30"))
+RETRY_SECONDS = env_seconds("CASMON_RETRY_SECONDS", 30.0, above_low=False)
 FIRST_DELAY = 0.25
 MAX_DELAY = 8.0
 

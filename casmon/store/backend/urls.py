@@ -3,7 +3,7 @@
 =====================  ==========================================
 ``None`` / a path      :class:`LocalFolder` (default ``./.casmon``), laid out as ``LocalStore``
 ``memory://[name]``    ``MemoryStore``; the same name is the same store in a process
-``*.zip``              ``ZipStore`` (one writer at a time; nothing is ever deleted)
+``*.zip``, ``zip://``   ``ZipStore`` (one writer at a time; nothing is ever deleted)
 ``s3://``, ``gs://``,   ``ObjectStore`` (obstore): conditional puts make create-if-absent race-free;
 ``az://``              credentials from the environment or ``storage_options``
 other URLs             ``FsspecStore.from_url`` (its create-if-absent is check-then-set: one writer at a time)
@@ -11,7 +11,9 @@ a ``Store`` instance   used as it is
 =====================  ==========================================
 
 A URL's credentials are never shown or kept: the backend's ``url`` and every
-error name the location through :func:`casmon.scrub.scrub_url`.
+error name the location through :func:`casmon.scrub.scrub_url`. An error about a
+local path names it as it was given (``zip:///x``, ``~/s``), and the path it
+means where that differs.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
         with _memory_lock:
             d = _memory_stores.setdefault(name, {}) if name else {}
         return zarrstore.open_memory(d, location, read_only)
+    given = location
+    if location.startswith("zip://"):  # a local archive, whatever its name: fsspec's zip:// reads the current folder
+        return _open_zip(Path(location[len("zip://"):]).expanduser(), read_only, create, given)
     if "://" in location and not location.startswith("file://"):
         from casmon.store.backend import loop
 
@@ -78,46 +83,53 @@ def open_backend(location: Any = None, *, read_only: bool = False, storage_optio
         location = location[len("file://") :]
     path = Path(location).expanduser()
     if path.suffix == ".zip":
-        return _open_zip(path, read_only, create)
-    return _open_local(path, read_only, create)
+        return _open_zip(path, read_only, create, given)
+    return _open_local(path, read_only, create, given)
 
 
-def _open_local(path: Path, read_only: bool, create: bool = True) -> Backend:
+def named(path: Path, given: str) -> str:
+    """A local store's path as the user gave it, with the path it means when that reads otherwise."""
+    return given if given == str(path) else f"{given} ({path})"
+
+
+def _open_local(path: Path, read_only: bool, create: bool = True, given: str = "") -> Backend:
+    at = named(path, given or str(path))
     if path.exists() and not path.is_dir():
-        raise StoreError(f"cannot open store at {path}: it is a file, not a folder")
+        raise StoreError(f"cannot open store at {at}: it is a file, not a folder")
     if read_only or not create:
         if not path.is_dir():
-            raise StoreError(f"cannot open store at {path}: no such folder")
+            raise StoreError(f"cannot open store at {at}: no such folder")
     else:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise StoreError(f"cannot create store folder {path}: {e.strerror or e}") from None
+            raise StoreError(f"cannot create store folder {at}: {e.strerror or e}") from None
         if not os.access(path, os.W_OK | os.X_OK):
-            raise StoreError(f"cannot write to store folder {path}: permission denied")
+            raise StoreError(f"cannot write to store folder {at}: permission denied")
     return LocalBackend(LocalFolder(path.resolve(), read_only=read_only), str(path))
 
 
-def _open_zip(path: Path, read_only: bool, create: bool = True) -> Backend:
+def _open_zip(path: Path, read_only: bool, create: bool = True, given: str = "") -> Backend:
     import zipfile
 
+    at = named(path, given or str(path))
     if path.exists() and path.is_dir():
-        raise StoreError(f"cannot open zip store at {path}: it is a folder")
+        raise StoreError(f"cannot open zip store at {at}: it is a folder")
     if (read_only or not create) and not path.exists():
-        raise StoreError(f"cannot open zip store at {path}: no such file")
+        raise StoreError(f"cannot open zip store at {at}: no such file")
     from casmon.store.backend import zarrstore
 
     zarrstore.check_no_zip_writer(path)  # its archive has no directory until it is closed: not "not a zip archive"
     # zipfile's append mode adds an archive to the end of any file: only a zip archive (or an empty file) is ours to open.
     if path.is_file() and path.stat().st_size > 0 and not zipfile.is_zipfile(path):
-        raise StoreError(f"cannot open zip store at {path}: the file is not a zip archive (left untouched)")
+        raise StoreError(f"cannot open zip store at {at}: the file is not a zip archive (left untouched)")
     if not create and path.is_file() and path.stat().st_size == 0:
-        raise StoreError(f"no casmon store at {path}: the file is empty")
+        raise StoreError(f"no casmon store at {at}: the file is empty")
     if not read_only:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise StoreError(f"cannot create folder for {path}: {e.strerror or e}") from None
+            raise StoreError(f"cannot create folder for {at}: {e.strerror or e}") from None
     return zarrstore.open_zip(path, read_only)
 
 
