@@ -265,6 +265,28 @@ def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, f
     return {(k, v): (fn, size, t) for k, v, fn, size, t in parsed if newest[k][1] != v}
 
 
+def replaced_in(store: Store, plan: dict[tuple[bytes, bytes], tuple[str, int, float]]) -> set[tuple[bytes, bytes]]:
+    """The records of :func:`duplicates_plan` that a newer record written to replace them supersedes
+    (``refresh``, a damaged result computed again): no race of two processes, and gc says so."""
+    from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
+
+    if not plan:
+        return set()
+    keys = {k for k, _v in plan}
+    replaced_at: dict[bytes, float] = {}
+    for k, v in store.table(KIND).items():
+        k = bytes(k)
+        if k not in keys:
+            continue
+        try:
+            r = parse_record(KIND, k, v)
+            if r.get("replaces") is True:
+                replaced_at[k] = max(replaced_at.get(k, 0.0), float(r.get("time", 0.0)))
+        except (ValueError, TypeError, OverflowError, DamagedObjectError):
+            continue
+    return {(k, v) for (k, v), (_fn, _size, t) in plan.items() if t < replaced_at.get(k, float("-inf"))}
+
+
 def drop_duplicates(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = None) -> tuple[int, int]:
     """Drop the cache records :func:`duplicates_plan` names (every key keeps its newest record).
 

@@ -124,15 +124,17 @@ def duplicates_freed(store, dups: dict) -> int:
     """The bytes dropping duplicate cache records frees: the values they hold that no kept record holds, each once
     (two processes that computed one key alike stored one value)."""
     from casmon.caching import KIND as CACHE_KIND, result_of
+    from casmon.errors import DamagedObjectError
+    from casmon.store.records import parse_record
 
     held: set[str] = set()
     dropped: dict[str, int] = {}
     for k, v in store.table(CACHE_KIND).items():
         k, v = bytes(k), bytes(v)
         try:
-            r = json.loads(v)
+            r = parse_record(CACHE_KIND, k, v)  # bounded: a crafted record is skipped, never a RecursionError
             d = result_of(k, r) if isinstance(r, dict) else None
-        except ValueError:
+        except (ValueError, TypeError, DamagedObjectError):
             continue
         if d is None:
             continue
@@ -212,9 +214,11 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if not dry_run and not store.backend.supports_deletes:
         raise click.ClickException(f"cannot gc {store.url}: it cannot delete (a zip file); "
                                    f"`casmon gc --dry-run` shows what gc would remove")
-    from casmon.caching import drop_duplicates, duplicates_plan
+    from casmon.caching import drop_duplicates, duplicates_plan, replaced_in
 
-    dups = duplicates_plan(store)  # records of keys a newer record holds (two processes missed one key at once)
+    # Records of keys a newer record holds: two processes missed one key at once, or a refresh replaced them.
+    dups = duplicates_plan(store)
+    replaced = len(replaced_in(store, dups))
     deduped = (len(dups), duplicates_freed(store, dups))
     if dups and not dry_run:
         deduped, dups = (drop_duplicates(store, dups)[0], deduped[1]), {}
@@ -239,11 +243,16 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if as_json:
         d = rep.as_dict()
         d["evicted_entries"], d["evicted_bytes"] = evicted
-        d["duplicate_entries"], d["duplicate_bytes"] = deduped
+        d["duplicate_entries"], d["duplicate_bytes"] = deduped[0] - replaced, deduped[1]
+        d["replaced_entries"] = replaced
         click.echo(json.dumps(d, indent=2))
         return
     if deduped[0]:
-        console.print(f"{'would drop' if dry_run else 'dropped'} {plural(deduped[0], 'duplicate cache entry', 'duplicate cache entries')} "
+        racing = deduped[0] - replaced
+        parts = [plural(racing, "duplicate cache entry", "duplicate cache entries")] if racing else []
+        if replaced:
+            parts.append(plural(replaced, "cache entry a refresh replaced", "cache entries a refresh replaced"))
+        console.print(f"{'would drop' if dry_run else 'dropped'} {' and '.join(parts)} "
                       f"({size(deduped[1])} of results; every call keeps its newest entry)")
     if evicted[0] or evicting:
         verb = "would drop" if dry_run else "dropped"

@@ -1,6 +1,7 @@
 """Per-call control of the cache: f.explain says why a call misses; f.lookup, f.refresh and expires_after."""
 
 import datetime
+import json
 import textwrap
 import time
 import warnings
@@ -314,3 +315,30 @@ def test_refresh_leaves_one_entry_and_no_duplicates(tmp_path):
     s.flush()
     stats = cache_entries(s)[f.__casmon_cache__.name]
     assert (stats["entries"], stats["duplicates"], stats["replaced"]) == (2, 0, 4)
+
+
+def test_gc_names_entries_a_refresh_replaced_apart_from_duplicates(tmp_path):
+    from click.testing import CliRunner
+
+    from casmon.caching.entries import KIND
+    from casmon.cli import main as cli
+
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc)
+
+    @casmon.cache(store=s)
+    def f(x):
+        return x * 2
+
+    f(1)
+    f.refresh(1)
+    f(2)
+    s.flush()
+    key = f.__casmon_cache__.key((2,), {})
+    s.append(KIND, {**s.lookup(KIND, key)[0], "time": time.time()}, key=key)  # as a second process would
+    s.close()
+    r = CliRunner().invoke(cli, ["gc", "--dry-run", "--json", "--store", loc])
+    d = json.loads(r.output)
+    assert (d["duplicate_entries"], d["replaced_entries"]) == (1, 1), d
+    out = CliRunner().invoke(cli, ["gc", "--dry-run", "--store", loc]).output
+    assert "would drop 1 duplicate cache entry" in out and "1 cache entry a refresh replaced" in out, out
