@@ -2,8 +2,8 @@
 no one keeps.
 
 On Python 3.11 (the oldest casmon supports), a fresh virtual environment gets every core dependency at exactly its
-floor (``name>=X`` becomes ``name==X``, wheels only), and the core suite runs against it from this tree. Long (a venv,
-a download, ~5 minutes of tests): ``--runslow``.
+floor (``name>=X`` becomes ``name==X``, wheels only), with the test extra's tools the core suite uses, and the core
+suite runs against it from this tree. Long (a venv, a download, minutes of tests): ``--runslow``.
 """
 
 from __future__ import annotations
@@ -78,6 +78,6 @@ def test_the_core_suite_passes_on_python_3_11_with_every_core_dependency_at_its_
                                     check=True).stdout)
     assert {n: Version(v) for n, v in got.items()} == {n: Version(v) for n, v in floors().items()}  # not newer ones
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *CORE], cwd=ROOT,
-                       capture_output=True, text=True, env=env, timeout=3600)
+    p = subprocess.run([py, "-m", "pytest", "-q", "--tb=short", "--disable-warnings", "-p", "no:cacheprovider", *CORE],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=3600)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
