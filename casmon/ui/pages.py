@@ -44,6 +44,10 @@ STATIC = {"casmon-ui.css": "text/css; charset=utf-8", "casmon-ui.js": "text/java
           "uPlot.min.css": "text/css; charset=utf-8", "uPlot.LICENSE": "text/plain; charset=utf-8"}
 #: The scripts of a page with charts, in order (uPlot first: casmon-charts.js draws with it).
 CHART_SCRIPTS = ["uPlot.iife.min.js", "casmon-charts.js"]
+#: The vendored files of ``static/`` (every file not named ``casmon-*``), each with its library and licence file:
+#: a page that inlines one carries that licence in full (MIT asks for the notice in every copy).
+VENDORED = {"uPlot.iife.min.js": ("uPlot 1.6.32, https://github.com/leeoniya/uPlot", "uPlot.LICENSE"),
+            "uPlot.min.css": ("uPlot 1.6.32, https://github.com/leeoniya/uPlot", "uPlot.LICENSE")}
 
 
 def static_file(name: str) -> tuple[bytes, str] | None:
@@ -65,6 +69,21 @@ def bundled(name: str) -> str:
     if got is None:
         raise LookupError(f"no static file {name!r}")
     return got[0].decode()
+
+
+def licence_notices(names: list[str]) -> str:
+    """An HTML comment holding the full licence of every vendored library among ``names`` (each once)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        if n in VENDORED:
+            library, licence = VENDORED[n]
+            seen.setdefault(licence, library)
+    if not seen:
+        return ""
+    # "--" may not appear inside an HTML comment; no licence text needs it, so a space keeps the comment whole.
+    parts = [f"{library} is inlined in this file under this licence:\n\n{bundled(lic).strip()}".replace("--", "- -")
+             for lic, library in seen.items()]
+    return "<!--\n" + "\n\n".join(parts) + "\n-->"
 
 
 def csp_hash(text: str) -> str:
@@ -140,12 +159,14 @@ def layout(ctx: Ctx, title: str, body: Any, active: str = "", charts_: bool = Fa
 def standalone_file(ctx: Ctx, title: str, body: Html) -> bytes:
     """A page as one file (``casmon report``): style sheets and scripts inline, allowed by their hashes in the
     file's own policy; nothing is fetched, so it opens offline."""
-    css = bundled("uPlot.min.css") + "\n" + bundled("casmon-ui.css")
-    scripts = [bundled(n) for n in CHART_SCRIPTS + ["casmon-ui.js"]]
+    styles, script_names = ["uPlot.min.css", "casmon-ui.css"], CHART_SCRIPTS + ["casmon-ui.js"]
+    css = "\n".join(bundled(n) for n in styles)
+    scripts = [bundled(n) for n in script_names]
     policy = (f"default-src 'none'; style-src {csp_hash(css)} {DISPLAY_STYLE}; "
               f"script-src {' '.join(csp_hash(js) for js in scripts)}; img-src data:; form-action 'none'; base-uri 'none'")
     inline = "".join(f"<script>{js}</script>" for js in scripts)
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+    # The notices follow the charset, which must lie in a file's first 1024 bytes.
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">\n{licence_notices(styles + script_names)}\n'
             f'<meta http-equiv="Content-Security-Policy" content="{esc(policy)}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{esc(title)}</title><link rel="icon" href="data:,"><style>{css}</style>'

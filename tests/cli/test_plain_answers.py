@@ -94,9 +94,9 @@ def test_calls_of_a_function_with_none_in_the_session_say_so_in_one_line(two_ses
     (("show",), ["missing argument 'NAME'", "casmon show --help"]),
     (("diff", "1"), ["missing argument 'B'", "casmon diff --help"]),
     (("gc", "--older-than", "2x"), ["--older-than", "'2x' is not an age", "casmon gc --help"]),
-    (("calls", "--sesion", "3"), ["no such option '--sesion'", "--session", "casmon calls --help"]),
+    (("calls", "--sesion", "3"), ["no such option", "--sesion", "--session", "casmon calls --help"]),
     (("shwo",), ["no such command 'shwo'", "casmon --help"]),
-    (("--bogus", "runs"), ["no such option '--bogus'", "casmon --help"]),
+    (("--bogus", "runs"), ["no such option", "--bogus", "casmon --help"]),  # click < 8.4 words it without quotes
     (("cache", "clear"), ["missing argument 'NAME'", "casmon cache clear --help"]),
     (("show", "step", "x"), ["'x' is not a valid integer", "casmon show --help"]),
     (("gc", "--now", "--grace", "90"), ["--now", "--grace", "casmon gc --help"]),

@@ -22,7 +22,7 @@ import pytest
 
 import casmon
 from casmon.runs.history import HistoryError, HistoryWarning, import_history, read_history
-from casmon.runs.history.tensorboard import crc32c, read_records
+from casmon.runs.history.tensorboard import masked_crc32c, read_records
 from tests.conftest import run_python
 from tests.support.cli import cli
 
@@ -208,6 +208,15 @@ def test_a_damaged_record_ends_its_file_with_a_warning_and_keeps_what_came_befor
     assert run.metrics["x"][0].tolist() == list(range(10))
 
 
+@pytest.mark.parametrize("cut", [1, 8, 11])
+def test_a_file_cut_inside_a_record_header_is_reported_as_truncated_not_damaged(event_file, cut):
+    path, frames = event_file
+    off, _n = frames[11]
+    path.write_bytes(path.read_bytes()[:off + cut])
+    records, stop = read_records(path)
+    assert len(records) == 11 and stop == f"a truncated record header at byte {off}"
+
+
 def test_a_file_that_is_not_an_event_file_is_a_clear_error(event_file, tmp_path):
     path, _frames_ = event_file
     bad = path.parent.parent / "other" / "events.out.tfevents.123.host.1.1"
@@ -221,16 +230,14 @@ def test_a_file_that_is_not_an_event_file_is_a_clear_error(event_file, tmp_path)
     assert len(report.runs) == 1 and any(str(bad) in n and "not imported" in n for n in report.notes)
 
 
-def test_crc32c_matches_tensorboards_own(tmp_path):
+def test_masked_crc32c_matches_tensorboards_own(tmp_path):
     pytest.importorskip("tensorboard")
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as tb_crc32c
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_masked
 
     rng = np.random.default_rng(7)
-    buf = rng.integers(0, 256, 40_000, dtype=np.uint8)
-    lengths = np.array([0, 1, 3, 8, 63, 4095, 4096, 4097, 8192, 12_289, 20_000])
-    starts = rng.integers(0, len(buf) - lengths.max(), len(lengths))
-    got = crc32c(buf, starts, lengths)
-    assert got.tolist() == [tb_crc32c(buf[s:s + n].tobytes()) for s, n in zip(starts, lengths)]
+    for n in (0, 1, 3, 8, 63, 4095, 4096, 4097, 20_000):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert masked_crc32c(data) == tb_masked(data), n
     (tmp_path / "events.out.tfevents.1").write_bytes(b"")
     assert read_records(tmp_path / "events.out.tfevents.1") == ([], None)  # a writer that has not flushed yet
 

@@ -213,7 +213,7 @@ def test_near_identical_values_get_distinct_digests_and_exact_round_trips(tmp_pa
     elif kind == "nan_payload":
         a[i] = np.nan
         b = a.copy()
-        b.view(np.uint64)[i] ^= 1  # another NaN, another bit pattern
+        b.view(np.uint64)[i] ^= np.uint64(1)  # another NaN, another bit pattern (numpy 1.x: not a Python int)
     else:
         b = {"x": a.copy(), "y": 1}
         b["x"][i] = np.nextafter(a[i], -1.0)

@@ -862,6 +862,36 @@ def test_report_of_one_run_is_its_page(tmp_path, monkeypatch):
     assert "<a " not in body.split("<main", 1)[1]  # links are text in a file sent by mail
 
 
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_a_report_carries_the_full_licence_of_every_library_it_inlines(tmp_path, monkeypatch):
+    """uPlot is MIT: a file that copies it carries its whole notice, not only the script's one-line banner."""
+    from casmon.ui import report_html
+
+    monkeypatch.chdir(tmp_path)
+    s = casmon.open(tmp_path / "s")
+    for lr in (0.1, 0.2):
+        with casmon.record(store=s, params={"lr": lr}) as run:
+            run.log(loss=lr)
+    s.flush()
+    try:
+        bodies = [report_html(s, runs)[0].decode() for runs in (["1"], ["1", "2"])]
+    finally:
+        s.close()
+    inlined = [n for n in pages.STATIC if not n.endswith("LICENSE") and pages.bundled(n).strip()[-200:] in bodies[0]]
+    assert "uPlot.iife.min.js" in inlined and "uPlot.min.css" in inlined
+    vendored = [n for n in inlined if not n.startswith("casmon-")]
+    assert set(vendored) <= set(pages.VENDORED), vendored  # every library a page inlines has its licence listed
+    for body in bodies:
+        head = body.split("</head>", 1)[0]
+        comments = re.findall(r"<!--(.*?)-->", head, re.S)
+        for n in vendored:
+            licence = pages.bundled(pages.VENDORED[n][1]).strip()
+            assert "Copyright (c) 2022 Leon Sorokin" in licence
+            assert any(licence in c for c in comments), n  # the whole notice, inside a comment: shown nowhere
+        assert body.index('<meta charset="utf-8">') < 1024  # still where a browser looks for it
+        assert body.count("Permission is hereby granted") == 1  # once, however many files share the licence
+
+
 def _signalled(s, name: str, signal: str) -> None:
     """Give an imported killed run the signal a recorded one carries (``manifest["signal"]``)."""
     import time

@@ -1,5 +1,5 @@
-"""TensorBoard event files read without TensorBoard: TFRecord frames, CRC32C checks, and the few protobuf messages
-that carry scalars and hparams.
+"""TensorBoard event files read without TensorBoard: TFRecord frames, CRC32C checks (google_crc32c), and the few
+protobuf messages that carry scalars and hparams.
 
 casmon never imports tensorboard, tensorflow or protobuf: an event file is a
 sequence of TFRecord frames (``length u64``, masked CRC32C of the length, the
@@ -39,7 +39,7 @@ import numpy as np
 
 from casmon.runs.history import HistoryError, HistoryWarning, RunHistory, metric_name_problem
 
-__all__ = ["EVENT_FILE", "is_event_file", "run_id", "read_run", "read_path", "read_records", "crc32c", "masked_crc32c"]
+__all__ = ["EVENT_FILE", "is_event_file", "run_id", "read_run", "read_path", "read_records", "masked_crc32c"]
 
 #: How TensorBoard finds event files (``events.out.tfevents.<time>.<host>...``, any suffix).
 EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")
@@ -53,149 +53,52 @@ def is_event_file(name: str) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# CRC32C (Castagnoli), as numpy over many records at once
-# ---------------------------------------------------------------------------
-
-def _table() -> np.ndarray[Any, np.dtype[np.uint32]]:
-    t = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        t = np.where(t & 1, (t >> 1) ^ np.uint32(0x82F63B78), t >> 1).astype(np.uint32)
-    return t
-
-
-_T = _table()
-#: Bytes a piece of a record is checked in; pieces of one record are joined with the shift tables below.
-_PIECE = 4096
-_SHIFT: list[np.ndarray[Any, np.dtype[np.uint32]]] = []
-
-
-def _shift_tables() -> list[np.ndarray[Any, np.dtype[np.uint32]]]:
-    """The CRC register after ``_PIECE`` zero bytes, as four byte tables: the map is linear, so
-    ``crc(A + B) = shift(crc(A)) ^ crc(B)`` for a piece B of ``_PIECE`` bytes."""
-    if not _SHIFT:
-        reg = np.concatenate([np.arange(256, dtype=np.uint32) << np.uint32(8 * k) for k in range(4)])
-        for _ in range(_PIECE):
-            reg = _T[reg & 0xFF] ^ (reg >> np.uint32(8))
-        _SHIFT.extend(reg[k * 256:(k + 1) * 256] for k in range(4))
-    return _SHIFT
-
-
-def crc32c(buf: np.ndarray[Any, np.dtype[np.uint8]], starts: np.ndarray[Any, Any],
-           lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.uint32]]:
-    """The CRC32C of each segment ``buf[start:start + length]``, all computed together.
-
-    A pure-Python CRC costs ~80 ns a byte; this one walks byte positions, not
-    bytes: every segment is cut into pieces of at most ``_PIECE`` bytes (the
-    short piece first), the pieces advance one byte a step side by side, and a
-    segment's pieces are joined by the linear shift. A file of a million small
-    scalar events is checked in well under a second; a large image record costs
-    ``_PIECE`` steps plus one join per piece.
-    """
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(starts)
-    out = np.zeros(n, dtype=np.uint32)
-    if n == 0:
-        return out
-    npieces = (lengths + _PIECE - 1) // _PIECE
-    total = int(npieces.sum())
-    if total == 0:
-        return out
-    seg = np.repeat(np.arange(n), npieces)
-    first = np.concatenate([[0], np.cumsum(npieces)[:-1]])  # index of each segment's first piece
-    k = np.arange(total) - np.repeat(first, npieces)  # piece number inside its segment
-    head = lengths - (npieces - 1) * _PIECE  # the first piece is the short one
-    plen = np.where(k == 0, head[seg], _PIECE)
-    pstart = starts[seg] + np.where(k == 0, 0, head[seg] + (k - 1) * _PIECE)
-    order = np.argsort(-plen, kind="stable")  # longest first: at each step the active pieces are a prefix
-    plen_sorted = plen[order]
-    base = pstart[order] - (_PIECE - plen_sorted)  # a piece of length L starts at step _PIECE - L
-    reg = np.full(total, 0xFFFFFFFF, dtype=np.uint32)
-    active_at = np.searchsorted(-plen_sorted, -(_PIECE - np.arange(_PIECE)), side="right")
-    for j in range(_PIECE - int(plen_sorted[0]), _PIECE):
-        a = int(active_at[j])
-        r = reg[:a]
-        reg[:a] = _T[(r ^ buf[base[:a] + j]) & 0xFF] ^ (r >> np.uint32(8))
-    piece_crc = np.empty(total, dtype=np.uint32)
-    piece_crc[order] = reg ^ np.uint32(0xFFFFFFFF)
-    has = npieces > 0
-    out[has] = piece_crc[first[has]]
-    if int(npieces.max()) > 1:
-        s0, s1, s2, s3 = _shift_tables()
-        by_count = np.argsort(-npieces, kind="stable")
-        counts = npieces[by_count]
-        for q in range(1, int(counts[0])):
-            segs = by_count[: int(np.searchsorted(-counts, -q, side="left"))]  # segments with more than q pieces
-            c = out[segs]
-            c = s0[c & 0xFF] ^ s1[(c >> 8) & 0xFF] ^ s2[(c >> 16) & 0xFF] ^ s3[c >> 24]
-            out[segs] = c ^ piece_crc[first[segs] + q]
-    return out
-
-
-def masked_crc32c(crc: np.ndarray[Any, np.dtype[np.uint32]]) -> np.ndarray[Any, np.dtype[np.uint32]]:
-    """TFRecord's masking of a CRC: rotated right by 15 bits, plus a constant."""
-    c = crc.astype(np.uint64)
-    rotated = ((c >> 15) | (c << 17)) & 0xFFFFFFFF
-    return ((rotated + 0xA282EAD8) & 0xFFFFFFFF).astype(np.uint32)
-
-
-# ---------------------------------------------------------------------------
 # TFRecord frames
 # ---------------------------------------------------------------------------
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's checksum of ``data``: its CRC32C (Castagnoli), rotated right by 15 bits, plus a constant."""
+    from google_crc32c import value  # zarr's own dependency; loaded only when an event file is read
+
+    return _mask(int(value(data)))
+
+
+def _mask(crc: int) -> int:
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
 
 def read_records(path: Path) -> tuple[list[bytes], str | None]:
     """The data of every good record of an event file, and why reading stopped early (None: at its end).
 
-    Frames are found from the lengths first, then every length's and every
-    data's checksum is checked at once; the records kept are those before the
-    first bad one, exactly what reading one record at a time would keep.
+    Records are read in order, both checksums of each checked, and reading
+    stops at the first record that is truncated or fails a check.
     """
-    size = path.stat().st_size
-    if size == 0:
+    if path.stat().st_size == 0:  # a writer that has not flushed yet (and mmap refuses an empty file)
         return [], None
+    from google_crc32c import value as crc32c
+
+    records: list[bytes] = []
+    stop: str | None = None
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        buf = np.frombuffer(mm, dtype=np.uint8)
-        try:
-            offsets: list[int] = []
-            lengths: list[int] = []
-            pos = 0
-            stop: str | None = None
-            unpack = struct.unpack_from
-            while pos < size:
-                if pos + 12 > size:
-                    stop = f"a truncated record header at byte {pos}"
-                    break
-                (n,) = unpack("<Q", mm, pos)
-                if pos + 16 + n > size:
-                    stop = f"a record at byte {pos} that is truncated or whose length is damaged"
-                    break
-                offsets.append(pos)
-                lengths.append(n)
-                pos += 16 + n
-            if stop is not None:  # the length read at the stop may be damaged: its own check says which
-                offsets.append(pos)
-                lengths.append(-1)
-            off = np.array(offsets, dtype=np.int64)
-            ln = np.array(lengths, dtype=np.int64)
-            head_ok = np.zeros(len(off), dtype=bool)
-            whole = off + 12 <= size
-            if whole.any():
-                stored = np.array([unpack("<I", mm, int(o) + 8)[0] for o in off[whole]], dtype=np.uint32)
-                head_ok[whole] = masked_crc32c(crc32c(buf, off[whole], np.full(int(whole.sum()), 8))) == stored
-            good = len(off) if head_ok.all() else int(np.argmin(head_ok))
-            if good < len(off):
-                stop = f"a damaged record header at byte {int(off[good])}"
-            complete = min(good, int(np.count_nonzero(ln >= 0)))
-            if complete:
-                o, n_ = off[:complete], ln[:complete]
-                stored = np.array([unpack("<I", mm, int(a + 12 + b))[0] for a, b in zip(o, n_)], dtype=np.uint32)
-                data_ok = masked_crc32c(crc32c(buf, o + 12, n_)) == stored
-                if not data_ok.all():
-                    complete = int(np.argmin(data_ok))
-                    stop = f"a damaged record at byte {int(off[complete])}"
-            records = [mm[int(a) + 12:int(a) + 12 + int(b)] for a, b in zip(off[:complete], ln[:complete])]
-        finally:
-            del buf  # the mmap closes only once no array views it
+        pos, size = 0, len(mm)
+        unpack = struct.unpack_from
+        while pos < size:
+            if pos + 12 > size:
+                stop = f"a truncated record header at byte {pos}"
+                break
+            n, head_crc = unpack("<QI", mm, pos)
+            if _mask(crc32c(mm[pos:pos + 8])) != head_crc:
+                stop = f"a damaged record header at byte {pos}"
+                break
+            if pos + 16 + n > size:
+                stop = f"a record at byte {pos} that is truncated or whose length is damaged"
+                break
+            data = mm[pos + 12:pos + 12 + n]
+            if _mask(crc32c(data)) != unpack("<I", mm, pos + 12 + n)[0]:
+                stop = f"a damaged record at byte {pos}"
+                break
+            records.append(data)
+            pos += 16 + n
     return records, stop
 
 
