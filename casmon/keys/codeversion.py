@@ -46,21 +46,19 @@ import dis
 import functools
 import inspect
 import linecache
-import os
 import pickle
-import site
 import sys
 import textwrap
 import threading
 import types
 import weakref
-from functools import lru_cache
 from collections.abc import Callable
 from typing import Any
 
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
+from casmon.keys.usercode import _is_user_obj, _unwrap, function_name, is_user_module, unwrap_callable
 
 __all__ = [
     "function_version",
@@ -70,96 +68,12 @@ __all__ = [
     "versioned_fingerprint",
     "is_user_module",
     "function_name",
+    "unwrap_callable",
     "canonical_module",
 ]
 
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes)
 _MISSING = object()
-
-
-# -- names ------------------------------------------------------------------------------------------------
-def function_name(fn: Any) -> str:
-    """``module.qualname`` of a function: what casmon records, keys and looks up.
-
-    The main script's functions are ``__main__.f`` wherever they run (also in
-    ``spawn`` workers, where the script is imported as ``__mp_main__``).
-    ``functools.partial`` objects are named after their function; other
-    callable objects after their class (``mod.Class.__call__``).
-    """
-    fn = _unwrap(fn)
-    if isinstance(fn, functools.partial):
-        return function_name(fn.func)
-    if isinstance(fn, types.MethodType):
-        fn = fn.__func__
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if not isinstance(name, str):
-        t = type(fn)
-        return f"{canonical_module(t.__module__)}.{t.__qualname__}.__call__"
-    return f"{canonical_module(getattr(fn, '__module__', None)) or '?'}.{name}"
-
-
-def _unwrap(fn: Any) -> Any:
-    try:
-        return inspect.unwrap(fn)
-    except ValueError:  # a __wrapped__ cycle
-        return fn
-
-
-def unwrap_callable(fn: Any) -> Any:
-    """Follow ``__wrapped__`` through wrapper objects (cached functions, lru_cache), not through
-    wrapper *functions*, whose own code counts (a decorator that doubles the result)."""
-    for _ in range(100):
-        if isinstance(fn, types.FunctionType) and _is_user_obj(fn):
-            return fn
-        w = getattr(fn, "__wrapped__", None)
-        if w is None or not callable(w):
-            return fn
-        fn = w
-    return fn
-
-
-@lru_cache(maxsize=1)
-def _library_paths() -> tuple[str, ...]:
-    # What sysconfig.get_paths() names (stdlib, platstdlib, purelib, platlib), without its
-    # millisecond of loading the build configuration on the first call.
-    paths = set()
-    ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
-        paths.add(os.path.realpath(os.path.join(prefix, "Lib" if os.name == "nt" else f"lib/{ver}")))
-    try:
-        paths.update(os.path.realpath(p) for p in site.getsitepackages())
-    except AttributeError:  # pragma: no cover - virtualenv's old site module
-        pass
-    try:
-        paths.add(os.path.realpath(site.getusersitepackages()))
-    except Exception:  # noqa: BLE001
-        pass
-    paths.add(os.path.realpath(os.path.dirname(os.__file__)))
-    return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths))
-
-
-@lru_cache(maxsize=4096)
-def is_user_module(modname: str | None) -> bool:
-    """True for the user's own code: not the standard library, not an installed package, not casmon."""
-    if not modname:
-        return False
-    if modname in ("__main__", "__mp_main__"):
-        return True
-    if modname == "casmon" or modname.startswith("casmon."):
-        return False
-    mod = sys.modules.get(modname)
-    f = getattr(mod, "__file__", None)
-    if not f:
-        return False  # built-in or namespace
-    path = os.path.realpath(f)
-    return not any(path.startswith(p) for p in _library_paths())
-
-
-def _is_user_obj(obj: Any) -> bool:
-    try:
-        return is_user_module(getattr(obj, "__module__", None))
-    except TypeError:  # an unhashable __module__
-        return False
 
 
 # -- source text ------------------------------------------------------------------------------------------
@@ -549,12 +463,15 @@ class _Collector:
     def __init__(self) -> None:
         self.parts: list[Any] = []
         self.seen: set[Any] = set()
-        self.codes: list[tuple[Any, types.CodeType]] = []  # (weakref to function, code object)
+        # (weakref to function, code object, __defaults__, __kwdefaults__): each re-checked by identity
+        self.codes: list[tuple[Any, types.CodeType, Any, Any]] = []
         self.names: list[tuple[Any, str, Any]] = []  # (mapping, key, object)
         self.cells: list[tuple[types.CellType, Any]] = []  # (cell, object)
         self.contents: list[tuple[Any, Digest, bytes | None]] = []  # (object, fingerprint, pickle or None): mutable values, re-checked
         self.unhashable: list[tuple[str, str]] = []  # (name, type) of values counted by type only
         self.trackers: list[VersionTracker] = []  # nested trackers consulted while fingerprinting values
+        # (tracker, digest fed, or None where the tracker was on this thread's walk and its name stood for it)
+        self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
     # what to watch
     def _bind(self, where: Any, v: Any) -> None:
@@ -592,7 +509,7 @@ class _Collector:
                 self.klass(type(fn), depth + 1)
                 self.value("<callable object>", fn, None)
             return
-        self.codes.append((_weakref(fn), code))
+        self.codes.append((_weakref(fn), code, fn.__defaults__, fn.__kwdefaults__))
         text, write_only = _function_source(fn)
         self.parts.append(("fn", function_name(fn), text if text is not None else _bytecode_parts(code)))
         if not _is_user_obj(fn):
@@ -676,6 +593,9 @@ class _Collector:
         for base in cls.__mro__[1:]:
             if base is not object and _is_user_obj(base):
                 self.klass(base, depth + 1)
+        meta = type(cls)
+        if meta is not type and _is_user_obj(meta):
+            self.klass(meta, depth + 1)  # its __call__ runs at every instantiation
         for attr, raw, f in fns:
             self._bind((own, attr), raw)
             self.parts.append(("member", attr))
@@ -705,9 +625,13 @@ class _Collector:
             return
         d = fp.digest()
         self.trackers.extend(fp.trackers)
+        self.deps.extend(fp.deps)
         self.parts.append(("global", name, bytes(d)))
         if not _is_immutable(v):
-            self.contents.append((v, d, None if fp.trackers else _small_pickle(v)))
+            if fp.trackers:
+                self.contents.append(_content_watch(v))  # the code it reaches is checked through self.deps
+            else:
+                self.contents.append((v, d, _small_pickle(v)))
 
 
 #: Mutable values whose pickle is at most this long are re-checked by comparing pickles (a C-speed
@@ -750,9 +674,16 @@ def _small_pickle(v: Any) -> bytes | None:
 
 
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
-    fp = VersionedFingerprinter()
-    fp.feed_value(v)
-    return (v, fp.digest(), None if fp.trackers else _small_pickle(v))
+    """``(v, content digest, small pickle or None)``: what :meth:`VersionTracker.valid` compares.
+
+    The digest names user classes and functions without their versions: a content check never
+    computes a version, so a class whose values hold its own instances is not re-entered (the
+    versions the value reached are checked as the tracker's ``_deps``)."""
+    pk = _small_pickle(v)
+    return (v, _NO_DIGEST if pk is not None else fingerprint(v), pk)
+
+
+_NO_DIGEST = Digest.from_raw(bytes(16))
 
 
 def _class_member_functions(raw: Any) -> list[Any]:
@@ -787,17 +718,18 @@ _local = threading.local()
 class VersionTracker:
     """The version of one function or class, re-checked cheaply before each use."""
 
-    __slots__ = ("_ref", "digest", "_codes", "_names", "_cells", "_contents", "_nested", "unhashable", "_lock",
-                 "computations", "parts", "__weakref__")
+    __slots__ = ("_ref", "digest", "_codes", "_names", "_cells", "_contents", "_nested", "_deps", "unhashable",
+                 "_lock", "computations", "parts", "__weakref__")
 
     def __init__(self, obj: Any) -> None:
         self._ref = _weakref(obj)
         self.digest: Digest | None = None
-        self._codes: tuple[tuple[Any, types.CodeType], ...] = ()
+        self._codes: tuple[tuple[Any, types.CodeType, Any, Any], ...] = ()
         self._names: tuple[tuple[Any, str, Any], ...] = ()
         self._cells: tuple[tuple[types.CellType, Any], ...] = ()
         self._contents: list[tuple[Any, Digest, bytes | None]] = []
         self._nested: tuple[VersionTracker, ...] = ()
+        self._deps: tuple[tuple[VersionTracker, Digest | None], ...] = ()
         self.unhashable: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.computations = 0  # how many times the version was computed (for tests and diagnostics)
@@ -813,9 +745,12 @@ class VersionTracker:
         return self._compute()
 
     def valid(self) -> bool:
-        for fr, code in self._codes:
+        """True if nothing the version was computed from changed. Never computes a version, and checks
+        each version it depends on once: a cycle of classes (an Enum's members, a slot descriptor, a
+        registry of instances) is walked once, never re-entered."""
+        for fr, code, dflt, kwdflt in self._codes:
             f = fr()
-            if f is None or f.__code__ is not code:
+            if f is None or f.__code__ is not code or f.__defaults__ is not dflt or f.__kwdefaults__ is not kwdflt:
                 return False
         for m, k, v in self._names:
             if m.get(k, _MISSING) is not v:
@@ -831,16 +766,42 @@ class VersionTracker:
                 if pk is not None:
                     if _pickle_dumps(v, 5) != pk:
                         return False
-                elif versioned_fingerprint(v) != fp:
+                elif fingerprint(v) != fp:
                     return False
             except Exception:  # noqa: BLE001 - became unhashable
                 return False
-        return True
+        return not self._deps or self._deps_valid()
+
+    def _deps_valid(self) -> bool:
+        """The versions this one was computed from are still those versions, each checked once per walk."""
+        walk = getattr(_local, "checking", None)
+        if walk is None:
+            walk = _local.checking = set()
+        top = not walk
+        if top:
+            walk.update(getattr(_local, "busy", ()))  # a version being computed now decides for itself
+        try:
+            walk.add(id(self))
+            for t, d in self._deps:
+                if d is not None and t.digest != d:
+                    return False
+                if id(t) in walk:
+                    continue  # met again on this walk: checked where it was first met
+                walk.add(id(t))
+                if not t._valid_within():
+                    return False
+            return True
+        finally:
+            if top:
+                walk.clear()
+
+    def _valid_within(self) -> bool:
+        return self.digest is not None and self.valid()
 
     def sources(self) -> dict[str, str]:
         """The readable source of each function the version covers (see :func:`readable_source`)."""
         out: dict[str, str] = {}
-        for fr, _code in self._codes:
+        for fr, _code, _d, _k in self._codes:
             f = fr()
             if f is not None:
                 src = readable_source(f)
@@ -871,9 +832,12 @@ class VersionTracker:
         busy = getattr(_local, "busy", None)
         if busy is None:
             busy = _local.busy = set()
-        if id(obj) in busy:  # a cycle (a function whose globals hold itself): its name stands for it here
+        if id(obj) in busy:
+            # A cycle (a function whose globals hold itself, a class whose values hold its instances): the
+            # walk never re-enters what it is computing; its name stands for it here.
             return fingerprint(("casmon.version.cycle", _name_of(obj)))
         busy.add(id(obj))
+        busy.add(id(self))  # (both alive: their ids differ) what _deps_valid skips
         try:
             c = _Collector()
             if isinstance(obj, type):
@@ -883,12 +847,14 @@ class VersionTracker:
             digest = fingerprint(c.parts)
         finally:
             busy.discard(id(obj))
+            busy.discard(id(self))
         with self._lock:
             self._codes = tuple(c.codes)
             self._names = tuple(c.names)
             self._cells = tuple(c.cells)
             self._contents = c.contents
             self._nested = tuple({id(t): t for t in c.trackers if t is not self}.values())
+            self._deps = tuple({id(t): (t, d) for t, d in c.deps if t is not self}.values())
             self.unhashable = c.unhashable
             self.parts = c.parts
             self.digest = digest
@@ -932,31 +898,36 @@ class VersionedFingerprinter(Fingerprinter):
     :meth:`~VersionTracker.observe` them after the call.
     """
 
-    __slots__ = ("trackers",)
+    __slots__ = ("trackers", "deps")
 
     def __init__(self) -> None:
         super().__init__()
         self.trackers: list[VersionTracker] = []
+        #: ``(tracker, digest fed)``; None where the tracker is being computed on this thread (a cycle).
+        self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
     def child(self) -> "VersionedFingerprinter":
         c = VersionedFingerprinter()
         c.stack = self.stack
         c.trackers = self.trackers
+        c.deps = self.deps
         return c
+
+    def _version(self, t: VersionTracker) -> None:
+        d = t.current()
+        self.trackers.append(t)
+        self.deps.append((t, d if d == t.digest else None))
+        self.out += b"v" + bytes(d)
 
     def function(self, f: Any) -> None:
         super().function(f)
         if _is_user_obj(f):
-            t = version_tracker(f)
-            self.trackers.append(t)
-            self.out += b"v" + bytes(t.current())
+            self._version(version_tracker(f))
 
     def type_(self, t: type) -> None:
         super().type_(t)
         if _is_user_obj(t) and t.__module__ is not None:
-            tr = version_tracker(t)
-            self.trackers.append(tr)
-            self.out += b"v" + bytes(tr.current())
+            self._version(version_tracker(t))
 
 
 def versioned_fingerprint(value: Any) -> Digest:

@@ -1,0 +1,166 @@
+"""Cached functions over classes whose stored values refer back to the class (issue 40).
+
+A frozen slots dataclass, an Enum, a ``__slots__`` class, a registry of a class's own
+instances, ``Point.ORIGIN = Point(0)``: the code-version walk meets the class again through
+its own values. It must stop there (the class's name stands for it), never re-enter: the
+first call ends, the second is a hit that computes no version, and an edit still misses.
+Each call runs in a thread with a generous deadline, so a hang fails the test instead of
+hanging the suite.
+"""
+
+import dataclasses
+import enum
+import threading
+
+import pytest
+
+import casmon
+from casmon.keys import codeversion as cv
+
+DEADLINE = 120.0
+
+
+def within(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a thread: fails if it does not end within DEADLINE seconds."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(DEADLINE)
+    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {DEADLINE} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@pytest.fixture
+def walks(monkeypatch):
+    """How many times a version was checked and computed: a walk that re-enters itself counts hundreds."""
+    counts = {"valid": 0, "compute": 0}
+    valid, compute = cv.VersionTracker.valid, cv.VersionTracker._compute
+
+    def counting_valid(self, *a, **k):
+        counts["valid"] += 1
+        return valid(self, *a, **k)
+
+    def counting_compute(self, *a, **k):
+        counts["compute"] += 1
+        return compute(self, *a, **k)
+
+    monkeypatch.setattr(cv.VersionTracker, "valid", counting_valid)
+    monkeypatch.setattr(cv.VersionTracker, "_compute", counting_compute)
+    return counts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Config:
+    lr: float
+    epochs: int
+
+
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+    BLUE = 3
+
+
+class Slotted:
+    __slots__ = ("x", "y")
+
+    def __init__(self, x, y=0):
+        self.x = x
+        self.y = y
+
+
+class Registered:
+    all = []
+
+    def __init__(self, x):
+        self.x = x
+        Registered.all.append(self)
+
+
+Registered(1)
+Registered(2)
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+Point.ORIGIN = Point(0)
+
+
+def train(cfg):
+    return cfg.lr * cfg.epochs
+
+
+def shade(c):
+    return c.value * 10
+
+
+def redden(x):
+    return x * Color.RED.value
+
+
+def norm(p):
+    return p.x + p.y
+
+
+def registered(r):
+    return r.x + len(Registered.all)
+
+
+def shift(p):
+    return p.x - Point.ORIGIN.x
+
+
+CASES = {
+    "frozen slots dataclass argument": (train, lambda: Config(0.1, 3), 0.1 * 3),
+    "enum argument": (shade, lambda: Color.GREEN, 20),
+    "enum read only in the body": (redden, lambda: 4, 4),
+    "__slots__ class argument": (norm, lambda: Slotted(2, 3), 5),
+    "registry class argument": (registered, lambda: Registered.all[0], 1 + len(Registered.all)),
+    "class attribute holding an instance": (shift, lambda: Point(5), 5),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_class_whose_values_refer_back_to_it_caches_without_hanging(case, tmp_path, walks):
+    fn, make, want = CASES[case]
+    f = casmon.cache(fn, store=str(tmp_path / "s"))
+    assert within(f, make()) == want
+    assert f.__casmon_cache__.misses == 1
+    assert walks["valid"] < 50, f"the version check re-entered itself {walks['valid']} times"
+    before = dict(walks)
+    assert within(f, make()) == want
+    assert f.__casmon_cache__.hits == 1
+    # The hit computes no version and checks each class's version a handful of times, not recursively.
+    assert walks["compute"] == before["compute"]
+    assert walks["valid"] - before["valid"] < 20
+
+
+def test_a_class_attribute_holding_an_instance_has_one_version_whatever_asks_first(tmp_path):
+    code = (
+        "import casmon\n"
+        "from tests.cache import test_cache_cycles as m\n"
+        "from casmon.keys import codeversion as cv\n"
+        "order = {order!r}\n"
+        "for name in order:\n"
+        "    cv.function_version(getattr(m, name))\n"
+        "print(cv.function_version(m.Point).hex(), cv.function_version(m.shift).hex())\n"
+    )
+    from tests.conftest import run_python
+
+    outs = []
+    for order in (["Point", "shift"], ["shift", "Point"], ["shift", "Point", "Point"]):
+        r = run_python(code.format(order=order))
+        outs.append(r.stdout.split())
+    assert outs[0] == outs[1] == outs[2]
