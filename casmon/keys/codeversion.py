@@ -748,6 +748,9 @@ class VersionTracker:
         """True if nothing the version was computed from changed. Never computes a version, and checks
         each version it depends on once: a cycle of classes (an Enum's members, a slot descriptor, a
         registry of instances) is walked once, never re-entered."""
+        return self._valid_own() and (not self._deps or self._deps_valid())
+
+    def _valid_own(self) -> bool:
         for fr, code, dflt, kwdflt in self._codes:
             f = fr()
             if f is None or f.__code__ is not code or f.__defaults__ is not dflt or f.__kwdefaults__ is not kwdflt:
@@ -770,33 +773,26 @@ class VersionTracker:
                     return False
             except Exception:  # noqa: BLE001 - became unhashable
                 return False
-        return not self._deps or self._deps_valid()
+        return True
 
     def _deps_valid(self) -> bool:
-        """The versions this one was computed from are still those versions, each checked once per walk."""
-        walk = getattr(_local, "checking", None)
-        if walk is None:
-            walk = _local.checking = set()
-        top = not walk
-        if top:
-            walk.update(getattr(_local, "busy", ()))  # a version being computed now decides for itself
-        try:
-            walk.add(id(self))
-            for t, d in self._deps:
+        """The versions this one was computed from are still those versions: each checked once, in a loop
+        (a chain or cycle of any length), never one being computed now on this thread (it decides itself)."""
+        walk = set(getattr(_local, "busy", ()))
+        walk.add(id(self))
+        todo = [self]
+        while todo:
+            for t, d in todo.pop()._deps:
                 if d is not None and t.digest != d:
                     return False
                 if id(t) in walk:
-                    continue  # met again on this walk: checked where it was first met
+                    continue
                 walk.add(id(t))
-                if not t._valid_within():
+                if t.digest is None or not t._valid_own():
                     return False
-            return True
-        finally:
-            if top:
-                walk.clear()
-
-    def _valid_within(self) -> bool:
-        return self.digest is not None and self.valid()
+                if t._deps:
+                    todo.append(t)
+        return True
 
     def sources(self) -> dict[str, str]:
         """The readable source of each function the version covers (see :func:`readable_source`)."""
@@ -813,8 +809,17 @@ class VersionTracker:
         """Take the current content of mutable values as the baseline, without changing the version.
 
         Called after the cached function ran: what it changed itself is not an edit."""
-        for t in self._nested:
-            t.observe()
+        seen = {id(self)}
+        todo = list(self._nested)
+        while todo:  # each nested tracker once, in a loop: they may hold each other
+            t = todo.pop()
+            if id(t) not in seen:
+                seen.add(id(t))
+                todo.extend(t._nested)
+                t._observe_own()
+        self._observe_own()
+
+    def _observe_own(self) -> None:
         if not self._contents:
             return
         new = []

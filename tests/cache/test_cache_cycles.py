@@ -98,6 +98,20 @@ class Point:
 Point.ORIGIN = Point(0)
 
 
+class Left:
+    def __init__(self, x):
+        self.x = x
+
+
+class Right:
+    def __init__(self, x):
+        self.x = x
+
+
+Left.PEER = Right(1)
+Right.PEER = Left(2)
+
+
 def train(cfg):
     return cfg.lr * cfg.epochs
 
@@ -122,6 +136,10 @@ def shift(p):
     return p.x - Point.ORIGIN.x
 
 
+def pair(p):
+    return p.x + p.PEER.x
+
+
 CASES = {
     "frozen slots dataclass argument": (train, lambda: Config(0.1, 3), 0.1 * 3),
     "enum argument": (shade, lambda: Color.GREEN, 20),
@@ -129,6 +147,7 @@ CASES = {
     "__slots__ class argument": (norm, lambda: Slotted(2, 3), 5),
     "registry class argument": (registered, lambda: Registered.all[0], 1 + len(Registered.all)),
     "class attribute holding an instance": (shift, lambda: Point(5), 5),
+    "two classes holding each other's instances": (pair, lambda: Left(5), 6),
 }
 
 
