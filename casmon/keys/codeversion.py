@@ -58,7 +58,8 @@ from typing import Any
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
-from casmon.keys.usercode import _is_user_obj, _unwrap, function_name, is_user_module, unwrap_callable
+from casmon.keys import versionwalk
+from casmon.keys.usercode import is_user_module
 
 __all__ = [
     "function_version",
@@ -74,6 +75,54 @@ __all__ = [
 
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes)
 _MISSING = object()
+
+
+# -- names ------------------------------------------------------------------------------------------------
+def function_name(fn: Any) -> str:
+    """``module.qualname`` of a function: what casmon records, keys and looks up.
+
+    The main script's functions are ``__main__.f`` wherever they run (also in
+    ``spawn`` workers, where the script is imported as ``__mp_main__``).
+    ``functools.partial`` objects are named after their function; other
+    callable objects after their class (``mod.Class.__call__``).
+    """
+    fn = _unwrap(fn)
+    if isinstance(fn, functools.partial):
+        return function_name(fn.func)
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        t = type(fn)
+        return f"{canonical_module(t.__module__)}.{t.__qualname__}.__call__"
+    return f"{canonical_module(getattr(fn, '__module__', None)) or '?'}.{name}"
+
+
+def _unwrap(fn: Any) -> Any:
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ cycle
+        return fn
+
+
+def unwrap_callable(fn: Any) -> Any:
+    """Follow ``__wrapped__`` through wrapper objects (cached functions, lru_cache), not through
+    wrapper *functions*, whose own code counts (a decorator that doubles the result)."""
+    for _ in range(100):
+        if isinstance(fn, types.FunctionType) and _is_user_obj(fn):
+            return fn
+        w = getattr(fn, "__wrapped__", None)
+        if w is None or not callable(w):
+            return fn
+        fn = w
+    return fn
+
+
+def _is_user_obj(obj: Any) -> bool:
+    try:
+        return is_user_module(getattr(obj, "__module__", None))
+    except TypeError:  # an unhashable __module__
+        return False
 
 
 # -- source text ------------------------------------------------------------------------------------------
@@ -712,9 +761,6 @@ def _weakref(obj: Any) -> Callable[[], Any]:
         return lambda: obj
 
 
-_local = threading.local()
-
-
 class VersionTracker:
     """The version of one function or class, re-checked cheaply before each use."""
 
@@ -778,7 +824,7 @@ class VersionTracker:
     def _deps_valid(self) -> bool:
         """The versions this one was computed from are still those versions: each checked once, in a loop
         (a chain or cycle of any length), never one being computed now on this thread (it decides itself)."""
-        walk = set(getattr(_local, "busy", ()))
+        walk = set(versionwalk.busy())
         walk.add(id(self))
         todo = [self]
         while todo:
@@ -834,13 +880,14 @@ class VersionTracker:
         obj = self._ref()
         if obj is None:
             raise ReferenceError("the function or class of this version tracker no longer exists")
-        busy = getattr(_local, "busy", None)
-        if busy is None:
-            busy = _local.busy = set()
+        busy = versionwalk.busy()
         if id(obj) in busy:
             # A cycle (a function whose globals hold itself, a class whose values hold its instances): the
             # walk never re-enters what it is computing; its name stands for it here.
             return fingerprint(("casmon.version.cycle", _name_of(obj)))
+        return versionwalk.nested(lambda: self._walk(obj, busy))
+
+    def _walk(self, obj: Any, busy: set[int]) -> Digest:
         busy.add(id(obj))
         busy.add(id(self))  # (both alive: their ids differ) what _deps_valid skips
         try:

@@ -184,3 +184,39 @@ def test_a_class_attribute_holding_an_instance_has_one_version_whatever_asks_fir
         r = run_python(code.format(order=order))
         outs.append(r.stdout.split())
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_long_chain_of_classes_holding_the_next_ones_instance_is_walked_to_its_end(tmp_path, monkeypatch, closed):
+    # Each class's version holds the next one's: nested far past the recursion limit's depth. An edit at the
+    # far end still misses; no part of the chain is cut off as "unhashable" by a swallowed RecursionError.
+    n = 300
+    src = []
+    for i in range(n):
+        src += [f"class C{i}:", "    def __init__(self, x):", "        self.x = x",
+                "    def tag(self):", f"        return {i}", ""]
+    src += [f"C{i}.NEXT = C{i + 1}(1)" for i in range(n - 1)]
+    if closed:
+        src.append(f"C{n - 1}.NEXT = C0(1)")  # one cycle of 300
+    src += ["def f(x):", "    return x.tag()", ""]
+    name = f"chain_{tmp_path.name.replace('-', '_')}_{int(closed)}"
+    (tmp_path / f"{name}.py").write_text("\n".join(src))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    import sys
+
+    mod = importlib.import_module(name)
+    try:
+        f = casmon.cache(mod.f, store=str(tmp_path / "s"))
+        arg = mod.C0(1)
+        assert within(f, arg) == 0
+        assert within(f, arg) == 0
+        trackers = [cv.version_tracker(getattr(mod, f"C{i}")) for i in range(n)]
+        assert all(t.digest is not None for t in trackers)
+        assert not [t for t in trackers if any("unhashable" in str(p) for p in t.parts)]
+        mod.C250.tag.__code__ = mod.C251.tag.__code__
+        assert within(f, arg) == 0
+        assert (f.__casmon_cache__.misses, f.__casmon_cache__.hits) == (2, 1)
+    finally:
+        sys.modules.pop(name, None)
