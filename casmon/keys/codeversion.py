@@ -678,7 +678,10 @@ class _Collector:
         self.parts.append(("global", name, bytes(d)))
         if not _is_immutable(v):
             if fp.trackers:
-                self.contents.append(_content_watch(v))  # the code it reaches is checked through self.deps
+                try:
+                    self.contents.append(_content_watch(v))  # the code it reaches is checked through self.deps
+                except Exception:  # noqa: BLE001 - cannot be checked: the version is computed again at each use
+                    self.contents.append((v, d, None))
             else:
                 self.contents.append((v, d, _small_pickle(v)))
 

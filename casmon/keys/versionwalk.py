@@ -63,7 +63,10 @@ def _on_fresh_stack(fn: Callable[[], T]) -> T:
             box["error"] = e
 
     t = threading.Thread(target=run, name="casmon-version-walk", daemon=True)
-    t.start()
+    try:
+        t.start()
+    except RuntimeError:  # no new threads (the interpreter is shutting down): this stack it is
+        return fn()
     t.join()
     if "error" in box:
         raise box["error"]
