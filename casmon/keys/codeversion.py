@@ -793,13 +793,11 @@ class VersionTracker:
             return d
         return self._compute()
 
-    def valid(self) -> bool:
+    def valid(self, deps: bool = True) -> bool:
         """True if nothing the version was computed from changed. Never computes a version, and checks
         each version it depends on once: a cycle of classes (an Enum's members, a slot descriptor, a
-        registry of instances) is walked once, never re-entered."""
-        return self._valid_own() and (not self._deps or self._deps_valid())
-
-    def _valid_own(self) -> bool:
+        registry of instances) is walked once, never re-entered. ``deps=False``: this version's own
+        parts only."""
         for fr, code, dflt, kwdflt in self._codes:
             f = fr()
             if f is None or f.__code__ is not code or f.__defaults__ is not dflt or f.__kwdefaults__ is not kwdflt:
@@ -822,7 +820,7 @@ class VersionTracker:
                     return False
             except Exception:  # noqa: BLE001 - became unhashable
                 return False
-        return True
+        return not deps or not self._deps or self._deps_valid()
 
     def _deps_valid(self) -> bool:
         """The versions this one was computed from are still those versions: each checked once, in a loop
@@ -837,7 +835,7 @@ class VersionTracker:
                 if id(t) in walk:
                     continue
                 walk.add(id(t))
-                if t.digest is None or not t._valid_own():
+                if t.digest is None or not t.valid(False):
                     return False
                 if t._deps:
                     todo.append(t)
