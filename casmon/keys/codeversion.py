@@ -13,6 +13,8 @@ installed packages):
   closure cells, default argument values;
 * functions and classes inside those values (``HANDLERS = {"a": helper}``).
 
+The walk ends on any graph of classes, instances and modules: see :mod:`casmon.keys.versionwalk`.
+
 So editing a helper or a config module invalidates the cache of every cached
 function that uses it, which joblib.Memory does not do.
 
@@ -53,7 +55,7 @@ import threading
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 
 from casmon.keys.digest import Digest
@@ -726,11 +728,8 @@ def _small_pickle(v: Any) -> bytes | None:
 
 
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
-    """``(v, content digest, small pickle or None)``: what :meth:`VersionTracker.valid` compares.
-
-    The digest names user classes and functions without their versions: a content check never
-    computes a version, so a class whose values hold its own instances is not re-entered (the
-    versions the value reached are checked as the tracker's ``_deps``)."""
+    """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
+    versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
     pk = _small_pickle(v)
     return (v, _NO_DIGEST if pk is not None else fingerprint(v), pk)
 
@@ -794,10 +793,8 @@ class VersionTracker:
         return self._compute()
 
     def valid(self, deps: bool = True) -> bool:
-        """True if nothing the version was computed from changed. Never computes a version, and checks
-        each version it depends on once: a cycle of classes (an Enum's members, a slot descriptor, a
-        registry of instances) is walked once, never re-entered. ``deps=False``: this version's own
-        parts only."""
+        """True if nothing the version was computed from changed (``deps=False``: its own parts only). Never
+        computes a version; checks each one it reached once, so a cycle of classes is never re-entered."""
         for fr, code, dflt, kwdflt in self._codes:
             f = fr()
             if f is None or f.__code__ is not code or f.__defaults__ is not dflt or f.__kwdefaults__ is not kwdflt:
@@ -823,13 +820,14 @@ class VersionTracker:
         return not deps or not self._deps or self._deps_valid()
 
     def _deps_valid(self) -> bool:
-        """The versions this one was computed from are still those versions: each checked once, in a loop
-        (a chain or cycle of any length), never one being computed now on this thread (it decides itself)."""
-        walk = set(versionwalk.busy())
-        walk.add(id(self))
-        todo = [self]
+        """The versions this one reached are unchanged: each checked once, in a loop (a chain or cycle of any
+        length). One reaching a version being computed now on this thread is in its cycle: computed again."""
+        now = versionwalk.current().busy
+        walk, todo = {id(self)}, [self]
         while todo:
             for t, d in todo.pop()._deps:
+                if id(t) in now:
+                    return False
                 if d is not None and t.digest != d:
                     return False
                 if id(t) in walk:
@@ -856,8 +854,7 @@ class VersionTracker:
         """Take the current content of mutable values as the baseline, without changing the version.
 
         Called after the cached function ran: what it changed itself is not an edit."""
-        seen = {id(self)}
-        todo = list(self._nested)
+        seen, todo = {id(self)}, list(self._nested)
         while todo:  # each nested tracker once, in a loop: they may hold each other
             t = todo.pop()
             if id(t) not in seen:
@@ -881,26 +878,37 @@ class VersionTracker:
         obj = self._ref()
         if obj is None:
             raise ReferenceError("the function or class of this version tracker no longer exists")
-        busy = versionwalk.busy()
-        if id(obj) in busy:
+        w = versionwalk.current()
+        if w.seen(id(obj)):
             # A cycle (a function whose globals hold itself, a class whose values hold its instances): the
-            # walk never re-enters what it is computing; its name stands for it here.
+            # walk never re-enters a version it is computing; its name stands for it here.
+            w.met(id(obj))
             return fingerprint(("casmon.version.cycle", _name_of(obj)))
-        return versionwalk.nested(lambda: self._walk(obj, busy))
+        return versionwalk.nested(lambda: self._walk(obj, w))
 
-    def _walk(self, obj: Any, busy: set[int]) -> Digest:
-        busy.add(id(obj))
-        busy.add(id(self))  # (both alive: their ids differ) what _deps_valid skips
+    def _walk(self, obj: Any, w: versionwalk.Walk) -> Digest:
+        mark = w.enter(id(obj), self)
         try:
             c = _Collector()
             if isinstance(obj, type):
                 c.klass(obj, 0)
             else:
                 c.function(obj, 0)
-            digest = fingerprint(c.parts)
-        finally:
-            busy.discard(id(obj))
-            busy.discard(id(self))
+            own = fingerprint(c.parts)
+        except BaseException:
+            w.abandon(id(obj), self, mark)
+            raise
+        cycle = w.leave(id(obj), self, mark, (own, c))
+        if cycle is None:  # in a cycle that closes further up: its name stands for it until then
+            return fingerprint(("casmon.version.cycle", _name_of(obj)))
+        # A version is its own digest; in a cycle of several, with all the members' own digests (in no order
+        # the walk chose), so each member's is the same whichever the walk met first.
+        mates = sorted(bytes(r[0]) for _t, r in cycle)
+        for t, (t_own, t_c) in cycle:
+            t._store(t_c, t_own if len(cycle) == 1 else fingerprint(("casmon.version.scc", bytes(t_own), mates)))
+        return cast(Digest, self.digest)
+
+    def _store(self, c: _Collector, digest: Digest) -> None:
         with self._lock:
             self._codes = tuple(c.codes)
             self._names = tuple(c.names)
@@ -912,7 +920,6 @@ class VersionTracker:
             self.parts = c.parts
             self.digest = digest
             self.computations += 1
-        return digest
 
 
 _trackers: weakref.WeakKeyDictionary[Any, VersionTracker] = weakref.WeakKeyDictionary()

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import casmon
+from casmon.keys import codeversion as cv
 
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")  # each edit says what changed
 
@@ -127,6 +128,18 @@ def module_source(g):
     return "\n".join(out) + "\n"
 
 
+def versions_in_order(mod, g, reverse):
+    """Every class's version, each computed afresh, the classes met in this order or the reverse."""
+    objs = [getattr(mod, f"C{i}") for i in range(len(g["classes"]))] + [mod.f]
+    objs += [getattr(mod, f"Meta{i}") for i, c in enumerate(g["classes"]) if c["meta"]]
+    fresh = [cv.VersionTracker(o) for o in objs]
+    for o, t in zip(objs, fresh):
+        cv._trackers[o] = t
+    for t in (fresh[::-1] if reverse else fresh):
+        t.current()
+    return [t.digest for t in fresh]
+
+
 @pytest.mark.parametrize("seeded", [True])
 def test_a_cached_function_over_any_graph_of_classes_ends_hits_and_misses_after_an_edit(seeded):
     with tempfile.TemporaryDirectory() as d:
@@ -162,6 +175,8 @@ def run_examples(root, store):
             assert within(f, arg) == want, note
             state = f.__casmon_cache__
             assert (state.misses, state.hits) == (1, 1), note
+            assert versions_in_order(mod, g, reverse=True) == versions_in_order(mod, g, reverse=False), \
+                f"a version depends on which class was met first\n{note}"
             c0 = g["classes"][0]
             if g["edit"] == "metaclass" and c0["meta"]:
                 mod.Meta0.__call__.__code__ = mod._meta_call_alt0.__code__
