@@ -111,6 +111,17 @@ CLEAR_CHECK_S = 1.0
 _NO_SELF = object()
 
 
+def _inner_function(fn: Any) -> Any:
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ cycle
+        return fn
+
+
+def _defaults(fn: Any) -> tuple[Any, Any]:
+    return (fn.__defaults__, fn.__kwdefaults__) if fn is not None else (None, None)
+
+
 def _claims() -> Any:
     """:mod:`casmon.caching.claims`, loaded by the first miss: decorating a function and its hits need none of it."""
     from casmon.caching import claims
@@ -179,6 +190,10 @@ class CacheState:
         self._bound = fn.__self__ if isinstance(fn, types.MethodType) else _NO_SELF
         target = fn.__func__ if isinstance(fn, types.MethodType) else fn
         self.tracker = None if version is not None else version_tracker(unwrap_callable(target))
+        # The function whose __defaults__/__kwdefaults__ the signature read: reassigned, they key calls anew.
+        inner = _inner_function(target)
+        self._defaults_of = inner if isinstance(inner, types.FunctionType) else None
+        self._defaults = _defaults(self._defaults_of)
         self.version: Digest | None = None
         self._prefix: bytes | None = None
         self._mem: OrderedDict[bytes, bytes] = OrderedDict()  # key -> result digest
@@ -252,6 +267,8 @@ class CacheState:
         t = self.tracker
         if t is None:  # pinned by hand
             p = self._prefix
+            if self._defaults_moved():
+                self._rebind_defaults()
             if p is None:
                 self.version = fingerprint(("pinned", self.version_pin))
                 self._check_version(self.version)
@@ -263,6 +280,8 @@ class CacheState:
             return p  # the hit path: nothing the version depends on changed
         version = t.current()
         with self._lock:
+            if self._defaults_moved():
+                self._rebind_defaults()
             p = self._prefix
             if version != self.version or p is None:
                 self._check_version(version)
@@ -272,6 +291,18 @@ class CacheState:
                     self._hot.clear()  # none of its calls stands for this version
             self.version = version
             return p
+
+    def _defaults_moved(self) -> bool:
+        f, (d, kd) = self._defaults_of, self._defaults
+        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd)
+
+    def _rebind_defaults(self) -> None:
+        """The function's defaults were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
+        with self._lock:
+            self._defaults = _defaults(self._defaults_of)
+            self.sig = inspect.signature(self.fn)
+            self.params = [_Param(p.name, p.kind, p.default) for p in self.sig.parameters.values()]
+            self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
 
     def _warn_unhashable(self, t) -> None:
         for name, tname in t.unhashable:

@@ -13,6 +13,8 @@ installed packages):
   closure cells, default argument values;
 * functions and classes inside those values (``HANDLERS = {"a": helper}``).
 
+The walk ends on any graph of classes, instances and modules: see :mod:`casmon.keys.versionwalk`.
+
 So editing a helper or a config module invalidates the cache of every cached
 function that uses it, which joblib.Memory does not do.
 
@@ -46,21 +48,20 @@ import dis
 import functools
 import inspect
 import linecache
-import os
 import pickle
-import site
 import sys
 import textwrap
 import threading
 import types
 import weakref
-from functools import lru_cache
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
+from casmon.keys import versionwalk
+from casmon.keys.usercode import is_user_module
 
 __all__ = [
     "function_version",
@@ -70,6 +71,7 @@ __all__ = [
     "versioned_fingerprint",
     "is_user_module",
     "function_name",
+    "unwrap_callable",
     "canonical_module",
 ]
 
@@ -116,43 +118,6 @@ def unwrap_callable(fn: Any) -> Any:
             return fn
         fn = w
     return fn
-
-
-@lru_cache(maxsize=1)
-def _library_paths() -> tuple[str, ...]:
-    # What sysconfig.get_paths() names (stdlib, platstdlib, purelib, platlib), without its
-    # millisecond of loading the build configuration on the first call.
-    paths = set()
-    ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
-        paths.add(os.path.realpath(os.path.join(prefix, "Lib" if os.name == "nt" else f"lib/{ver}")))
-    try:
-        paths.update(os.path.realpath(p) for p in site.getsitepackages())
-    except AttributeError:  # pragma: no cover - virtualenv's old site module
-        pass
-    try:
-        paths.add(os.path.realpath(site.getusersitepackages()))
-    except Exception:  # noqa: BLE001
-        pass
-    paths.add(os.path.realpath(os.path.dirname(os.__file__)))
-    return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths))
-
-
-@lru_cache(maxsize=4096)
-def is_user_module(modname: str | None) -> bool:
-    """True for the user's own code: not the standard library, not an installed package, not casmon."""
-    if not modname:
-        return False
-    if modname in ("__main__", "__mp_main__"):
-        return True
-    if modname == "casmon" or modname.startswith("casmon."):
-        return False
-    mod = sys.modules.get(modname)
-    f = getattr(mod, "__file__", None)
-    if not f:
-        return False  # built-in or namespace
-    path = os.path.realpath(f)
-    return not any(path.startswith(p) for p in _library_paths())
 
 
 def _is_user_obj(obj: Any) -> bool:
@@ -549,12 +514,15 @@ class _Collector:
     def __init__(self) -> None:
         self.parts: list[Any] = []
         self.seen: set[Any] = set()
-        self.codes: list[tuple[Any, types.CodeType]] = []  # (weakref to function, code object)
+        # (weakref to function, code object, __defaults__, __kwdefaults__): each re-checked by identity
+        self.codes: list[tuple[Any, types.CodeType, Any, Any]] = []
         self.names: list[tuple[Any, str, Any]] = []  # (mapping, key, object)
         self.cells: list[tuple[types.CellType, Any]] = []  # (cell, object)
         self.contents: list[tuple[Any, Digest, bytes | None]] = []  # (object, fingerprint, pickle or None): mutable values, re-checked
         self.unhashable: list[tuple[str, str]] = []  # (name, type) of values counted by type only
         self.trackers: list[VersionTracker] = []  # nested trackers consulted while fingerprinting values
+        # (tracker, digest fed, or None where the tracker was on this thread's walk and its name stood for it)
+        self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
     # what to watch
     def _bind(self, where: Any, v: Any) -> None:
@@ -592,7 +560,7 @@ class _Collector:
                 self.klass(type(fn), depth + 1)
                 self.value("<callable object>", fn, None)
             return
-        self.codes.append((_weakref(fn), code))
+        self.codes.append((_weakref(fn), code, fn.__defaults__, fn.__kwdefaults__))
         text, write_only = _function_source(fn)
         self.parts.append(("fn", function_name(fn), text if text is not None else _bytecode_parts(code)))
         if not _is_user_obj(fn):
@@ -676,6 +644,9 @@ class _Collector:
         for base in cls.__mro__[1:]:
             if base is not object and _is_user_obj(base):
                 self.klass(base, depth + 1)
+        meta = type(cls)
+        if meta is not type and _is_user_obj(meta):
+            self.klass(meta, depth + 1)  # its __call__ runs at every instantiation
         for attr, raw, f in fns:
             self._bind((own, attr), raw)
             self.parts.append(("member", attr))
@@ -705,9 +676,16 @@ class _Collector:
             return
         d = fp.digest()
         self.trackers.extend(fp.trackers)
+        self.deps.extend(fp.deps)
         self.parts.append(("global", name, bytes(d)))
         if not _is_immutable(v):
-            self.contents.append((v, d, None if fp.trackers else _small_pickle(v)))
+            if fp.trackers:
+                try:
+                    self.contents.append(_content_watch(v))  # the code it reaches is checked through self.deps
+                except Exception:  # noqa: BLE001 - cannot be checked: the version is computed again at each use
+                    self.contents.append((v, d, None))
+            else:
+                self.contents.append((v, d, _small_pickle(v)))
 
 
 #: Mutable values whose pickle is at most this long are re-checked by comparing pickles (a C-speed
@@ -750,9 +728,13 @@ def _small_pickle(v: Any) -> bytes | None:
 
 
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
-    fp = VersionedFingerprinter()
-    fp.feed_value(v)
-    return (v, fp.digest(), None if fp.trackers else _small_pickle(v))
+    """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
+    versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
+    pk = _small_pickle(v)
+    return (v, _NO_DIGEST if pk is not None else fingerprint(v), pk)
+
+
+_NO_DIGEST = Digest.from_raw(bytes(16))
 
 
 def _class_member_functions(raw: Any) -> list[Any]:
@@ -781,23 +763,21 @@ def _weakref(obj: Any) -> Callable[[], Any]:
         return lambda: obj
 
 
-_local = threading.local()
-
-
 class VersionTracker:
     """The version of one function or class, re-checked cheaply before each use."""
 
-    __slots__ = ("_ref", "digest", "_codes", "_names", "_cells", "_contents", "_nested", "unhashable", "_lock",
-                 "computations", "parts", "__weakref__")
+    __slots__ = ("_ref", "digest", "_codes", "_names", "_cells", "_contents", "_nested", "_deps", "unhashable",
+                 "_lock", "computations", "parts", "__weakref__")
 
     def __init__(self, obj: Any) -> None:
         self._ref = _weakref(obj)
         self.digest: Digest | None = None
-        self._codes: tuple[tuple[Any, types.CodeType], ...] = ()
+        self._codes: tuple[tuple[Any, types.CodeType, Any, Any], ...] = ()
         self._names: tuple[tuple[Any, str, Any], ...] = ()
         self._cells: tuple[tuple[types.CellType, Any], ...] = ()
         self._contents: list[tuple[Any, Digest, bytes | None]] = []
         self._nested: tuple[VersionTracker, ...] = ()
+        self._deps: tuple[tuple[VersionTracker, Digest | None], ...] = ()
         self.unhashable: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.computations = 0  # how many times the version was computed (for tests and diagnostics)
@@ -812,10 +792,12 @@ class VersionTracker:
             return d
         return self._compute()
 
-    def valid(self) -> bool:
-        for fr, code in self._codes:
+    def valid(self, deps: bool = True) -> bool:
+        """True if nothing the version was computed from changed (``deps=False``: its own parts only). Never
+        computes a version; checks each one it reached once, so a cycle of classes is never re-entered."""
+        for fr, code, dflt, kwdflt in self._codes:
             f = fr()
-            if f is None or f.__code__ is not code:
+            if f is None or f.__code__ is not code or f.__defaults__ is not dflt or f.__kwdefaults__ is not kwdflt:
                 return False
         for m, k, v in self._names:
             if m.get(k, _MISSING) is not v:
@@ -831,16 +813,36 @@ class VersionTracker:
                 if pk is not None:
                     if _pickle_dumps(v, 5) != pk:
                         return False
-                elif versioned_fingerprint(v) != fp:
+                elif fingerprint(v) != fp:
                     return False
             except Exception:  # noqa: BLE001 - became unhashable
                 return False
+        return not deps or not self._deps or self._deps_valid()
+
+    def _deps_valid(self) -> bool:
+        """The versions this one reached are unchanged: each checked once, in a loop (a chain or cycle of any
+        length). One reaching a version being computed now on this thread is in its cycle: computed again."""
+        now = versionwalk.current().busy
+        walk, todo = {id(self)}, [self]
+        while todo:
+            for t, d in todo.pop()._deps:
+                if id(t) in now:
+                    return False
+                if d is not None and t.digest != d:
+                    return False
+                if id(t) in walk:
+                    continue
+                walk.add(id(t))
+                if t.digest is None or not t.valid(False):
+                    return False
+                if t._deps:
+                    todo.append(t)
         return True
 
     def sources(self) -> dict[str, str]:
         """The readable source of each function the version covers (see :func:`readable_source`)."""
         out: dict[str, str] = {}
-        for fr, _code in self._codes:
+        for fr, _code, _d, _k in self._codes:
             f = fr()
             if f is not None:
                 src = readable_source(f)
@@ -852,8 +854,16 @@ class VersionTracker:
         """Take the current content of mutable values as the baseline, without changing the version.
 
         Called after the cached function ran: what it changed itself is not an edit."""
-        for t in self._nested:
-            t.observe()
+        seen, todo = {id(self)}, list(self._nested)
+        while todo:  # each nested tracker once, in a loop: they may hold each other
+            t = todo.pop()
+            if id(t) not in seen:
+                seen.add(id(t))
+                todo.extend(t._nested)
+                t._observe_own()
+        self._observe_own()
+
+    def _observe_own(self) -> None:
         if not self._contents:
             return
         new = []
@@ -868,32 +878,48 @@ class VersionTracker:
         obj = self._ref()
         if obj is None:
             raise ReferenceError("the function or class of this version tracker no longer exists")
-        busy = getattr(_local, "busy", None)
-        if busy is None:
-            busy = _local.busy = set()
-        if id(obj) in busy:  # a cycle (a function whose globals hold itself): its name stands for it here
+        w = versionwalk.current()
+        if w.seen(id(obj)):
+            # A cycle (a function whose globals hold itself, a class whose values hold its instances): the
+            # walk never re-enters a version it is computing; its name stands for it here.
+            w.met(id(obj))
             return fingerprint(("casmon.version.cycle", _name_of(obj)))
-        busy.add(id(obj))
+        return versionwalk.nested(lambda: self._walk(obj, w))
+
+    def _walk(self, obj: Any, w: versionwalk.Walk) -> Digest:
+        mark = w.enter(id(obj), self)
         try:
             c = _Collector()
             if isinstance(obj, type):
                 c.klass(obj, 0)
             else:
                 c.function(obj, 0)
-            digest = fingerprint(c.parts)
-        finally:
-            busy.discard(id(obj))
+            own = fingerprint(c.parts)
+        except BaseException:
+            w.abandon(id(obj), self, mark)
+            raise
+        cycle = w.leave(id(obj), self, mark, (own, c))
+        if cycle is None:  # in a cycle that closes further up: its name stands for it until then
+            return fingerprint(("casmon.version.cycle", _name_of(obj)))
+        # A version is its own digest; in a cycle of several, with all the members' own digests (in no order
+        # the walk chose), so each member's is the same whichever the walk met first.
+        mates = sorted(bytes(r[0]) for _t, r in cycle)
+        for t, (t_own, t_c) in cycle:
+            t._store(t_c, t_own if len(cycle) == 1 else fingerprint(("casmon.version.scc", bytes(t_own), mates)))
+        return cast(Digest, self.digest)
+
+    def _store(self, c: _Collector, digest: Digest) -> None:
         with self._lock:
             self._codes = tuple(c.codes)
             self._names = tuple(c.names)
             self._cells = tuple(c.cells)
             self._contents = c.contents
             self._nested = tuple({id(t): t for t in c.trackers if t is not self}.values())
+            self._deps = tuple({id(t): (t, d) for t, d in c.deps if t is not self}.values())
             self.unhashable = c.unhashable
             self.parts = c.parts
             self.digest = digest
             self.computations += 1
-        return digest
 
 
 _trackers: weakref.WeakKeyDictionary[Any, VersionTracker] = weakref.WeakKeyDictionary()
@@ -932,31 +958,36 @@ class VersionedFingerprinter(Fingerprinter):
     :meth:`~VersionTracker.observe` them after the call.
     """
 
-    __slots__ = ("trackers",)
+    __slots__ = ("trackers", "deps")
 
     def __init__(self) -> None:
         super().__init__()
         self.trackers: list[VersionTracker] = []
+        #: ``(tracker, digest fed)``; None where the tracker is being computed on this thread (a cycle).
+        self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
     def child(self) -> "VersionedFingerprinter":
         c = VersionedFingerprinter()
         c.stack = self.stack
         c.trackers = self.trackers
+        c.deps = self.deps
         return c
+
+    def _version(self, t: VersionTracker) -> None:
+        d = t.current()
+        self.trackers.append(t)
+        self.deps.append((t, d if d == t.digest else None))
+        self.out += b"v" + bytes(d)
 
     def function(self, f: Any) -> None:
         super().function(f)
         if _is_user_obj(f):
-            t = version_tracker(f)
-            self.trackers.append(t)
-            self.out += b"v" + bytes(t.current())
+            self._version(version_tracker(f))
 
     def type_(self, t: type) -> None:
         super().type_(t)
         if _is_user_obj(t) and t.__module__ is not None:
-            tr = version_tracker(t)
-            self.trackers.append(tr)
-            self.out += b"v" + bytes(tr.current())
+            self._version(version_tracker(t))
 
 
 def versioned_fingerprint(value: Any) -> Digest:
