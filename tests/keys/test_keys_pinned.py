@@ -97,6 +97,17 @@ PINNED = {
         'value Plain(2)': 'ff37c59b4513db13e96207ead2d09c56',
         'key f_cfg(Cfg(0.5), k=3)': '3253e8e3fe4e864eb8f617419e38a63c',
     },
+    '3.13': {
+        'version f_plain': '86bc6f69cba626ef74f72ec1736682cd',
+        'version f_cfg': '61e65064467f5ac44256cb27ad2198d1',
+        'version closure': '464bc5a8b1196ff417a6620eba4a7bc8',
+        'version f_point': '3283d72998d07c48ae1700992f6a0885',
+        'version Plain': '3479e2be2729ed663a81c44e419e1beb',
+        'version Cfg': '56e47592e8e8b99cde4f11ac7bdf3a1b',
+        'value Cfg(0.1, 3)': '94675dfad6dfa87700d722dcf6d49dd2',
+        'value Plain(2)': '6e14424459f85c0eea2c5f358ff21671',
+        'key f_cfg(Cfg(0.5), k=3)': 'e23ae090fbdabd6ab851194b5876a68c',
+    },
 }
 
 
