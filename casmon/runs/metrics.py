@@ -83,8 +83,10 @@ def json_number(v: float) -> float | str:
 
 def number_of(v: Any) -> float | int | None:
     """A number written by :func:`json_number` (or a JSON number) back as a number; None for anything else."""
-    if type(v) is int or type(v) is float:
+    if type(v) is float:
         return v
+    if type(v) is int:
+        return v if -(1 << 1000) < v < (1 << 1000) else None  # a crafted huge int: no float holds it
     return _NON_FINITE.get(v) if type(v) is str else None
 
 
@@ -120,10 +122,9 @@ def _hi(a: float, b: float) -> float:
     return b if a != a else (a if b != b else max(a, b))
 
 
-def points_summary(steps: np.ndarray[Any, Any], values: np.ndarray[Any, Any], times: np.ndarray[Any, Any]
-                   ) -> dict[str, Any]:
+def points_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
     """``n``, ``last``, ``step``, ``time``, ``min`` and ``max`` of points (at least one): min and max over the
-    values that are not NaN (infinities count), NaN when every value is NaN."""
+    values that are not NaN (infinities count), NaN when every value is NaN. Any sequences numpy reads."""
     v = np.asarray(values, np.float64)
     real = v[~np.isnan(v)]
     return {"n": len(v), "last": float(v[-1]), "step": int(steps[-1]), "time": float(times[-1]),

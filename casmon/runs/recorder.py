@@ -61,6 +61,9 @@ DEFAULT_ENV = (
 )
 
 
+#: How long a run's end waits for a batch of points another thread is appending (a few lines of work).
+SETTLE_S = 10.0
+
 #: At interpreter exit, how long (seconds) casmon keeps trying to save a run whose end the store refused.
 EXIT_RETRY_S = 30.0
 
@@ -581,7 +584,7 @@ class record:
         m["info"] = _cells(store, run.info, refs, "run.info")
         m["params"] = _cells(store, run.params, refs, "run.params")
         _append_batch(store, run, run._metrics.take(store))  # the last points: written by the flush below
-        run._metrics.wait_settled(EXIT_RETRY_S)  # a batch the live thread took counts before the summary is kept
+        run._metrics.wait_settled(SETTLE_S)  # a batch the live thread took counts before the summary is kept
         m["metrics"] = run._metrics.full_summary()
         rec = find_recorder(store)
         m["links"] = {

@@ -270,3 +270,27 @@ def test_a_downsampled_chart_keeps_every_extreme_and_marks_what_is_not_finite():
     assert all(v is None or math.isfinite(v) for v in got["max"] + got["min"] + got["value"])
     assert got["marks"] == {"NaN": [1400], "Infinity": [1800]}
     assert got["step"][1400] >= 700_001 > got["step"][1399]
+
+
+def test_crafted_batch_summaries_and_huge_numbers_fall_back_to_the_points_never_raise(tmp_path):
+    from casmon.runs import metrics as mm
+
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(x=1.0)
+    r = casmon.load_run("latest", s)
+    m = dict(r.manifest, status="running")
+    m.pop("metrics")
+    s.set_ref(r.ref, s.put(m), {"metrics": {"x": {"n": 1, "last": 10**400, "time": 10**400}}})
+    zeros = "A" * 32  # one point: step 0, value 0.0, time 0.0
+    s.append(mm.KIND_METRICS, {"run": r.ref, "seq": 7, "s": {
+        "y": {"n": 1, "b64": zeros, "sum": {"last": 10**400, "step": 1, "time": 1.0, "min": 1, "max": 1}},
+        "z": {"n": 1, "b64": zeros, "sum": {"last": "nan?", "step": True, "time": "Infinity"}}}},
+        key=mm.metrics_key(r.ref))
+    s.flush()
+    got = casmon.load_run("latest", s).metric_summary()
+    assert got["x"]["n"] == 1 and got["x"]["last"] == 1.0
+    for k in ("y", "z"):  # the cell's own summary is not what casmon writes: its points are read instead
+        assert (got[k]["n"], got[k]["last"], got[k]["step"]) == (1, 0.0, 0)
+    assert "y: last 0 at step 0, 1 point" in cli("show", "latest", "--store", str(s.url)).stdout
+    s.close()
