@@ -294,3 +294,41 @@ def test_crafted_batch_summaries_and_huge_numbers_fall_back_to_the_points_never_
         assert (got[k]["n"], got[k]["last"], got[k]["step"]) == (1, 0.0, 0)
     assert "y: last 0 at step 0, 1 point" in cli("show", "latest", "--store", str(s.url)).stdout
     s.close()
+
+
+def test_an_ended_runs_summary_counts_a_batch_another_thread_was_appending_as_it_ended(tmp_path, monkeypatch):
+    import threading
+
+    from casmon.runs import metrics as mm
+    from casmon.runs import recorder
+
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    original, waiting = recorder._append_batch, threading.Event()
+    release = threading.Event()
+
+    def slow(store, run, batch):  # the other thread's batch is taken, not yet appended, as the run ends
+        if batch is not None and threading.current_thread().name == "other":
+            waiting.set()
+            release.wait(60)
+        return original(store, run, batch)
+
+    settle = mm.MetricLog.wait_settled
+
+    def settling(self, timeout):
+        release.set()  # the run's end waits: the other thread goes on
+        return settle(self, timeout)
+
+    monkeypatch.setattr(recorder, "_append_batch", slow)
+    monkeypatch.setattr(mm.MetricLog, "wait_settled", settling)
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(50):
+            run.log(x=float(i))
+        other = threading.Thread(target=s.flush, name="other")
+        other.start()
+        assert waiting.wait(60)
+    threading.Timer(5.0, release.set).start()  # without the wait, the run has ended by now: let the thread go
+    other.join(60)
+    s.flush()
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok" and r.metric_summary()["x"]["n"] == len(r.metric("x")) == 50
+    s.close()
