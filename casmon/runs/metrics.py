@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "Batch", "MetricLog", "metrics_key", "read_series",
            "read_summary", "downsample", "check_name", "json_number", "number_of", "json_safe", "number_text",
-           "points_summary"]
+           "points_summary", "batch_summary"]
 
 KIND_METRICS = "metrics"
 #: A batch of at most this many points of one metric is kept in its record (base64); more is a stored value.
@@ -129,6 +129,12 @@ def points_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
     real = v[~np.isnan(v)]
     return {"n": len(v), "last": float(v[-1]), "step": int(steps[-1]), "time": float(times[-1]),
             "min": float(real.min()) if len(real) else math.nan, "max": float(real.max()) if len(real) else math.nan}
+
+
+def batch_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
+    """What a batch's cell says of its points (``sum``), as stored: see :func:`read_summary`."""
+    part = points_summary(steps, values, times)
+    return {k: json_number(part[k]) if k != "step" else part[k] for k in _CELL_SUM}
 
 
 def _merge(s: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
@@ -280,8 +286,8 @@ class MetricLog:
                 data = (np.frombuffer(p.steps, np.int64).astype(_STEP, copy=False).tobytes()
                         + np.frombuffer(p.values, np.float64).astype(_F64, copy=False).tobytes()
                         + np.frombuffer(p.times, np.float64).astype(_F64, copy=False).tobytes())
-                part = points_summary(p.steps, np.frombuffer(p.values, np.float64), p.times)
-                cell: dict[str, Any] = {"n": n, "sum": json_safe({k: part[k] for k in _CELL_SUM})}
+                cell: dict[str, Any] = {"n": n, "sum": batch_summary(p.steps, np.frombuffer(p.values, np.float64),
+                                                                     p.times)}
                 if n <= INLINE_POINTS:
                     cell["b64"] = base64.b64encode(data).decode("ascii")
                 else:
