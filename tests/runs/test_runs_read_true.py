@@ -98,6 +98,10 @@ def _views(store: str, name: str, tmp_path) -> dict[str, tuple[int, int]]:
     got["ui /api/run"] = (state["n"], state["step"])
     row = next(x for x in api.runs_since(index, 0)["runs"] if x["name"] == name)["metrics"]["loss"]
     got["ui /api/runs"] = (row["n"], row["step"])
+    from casmon.ui.compare import compare
+
+    cell = next(row for row in compare([r, casmon.load_run("2-other", s)]).metrics if row.key == "loss").cells[0]
+    got["ui compare page"] = (cell["n"], cell["step"])
     root = casmon.export(r, tmp_path / "exported")
     rows = [x for x in csv.DictReader(open(root / "metrics.csv")) if x["metric"] == "loss"]
     got["metrics.csv"] = (len(rows), int(rows[-1]["step"]))
