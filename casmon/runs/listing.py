@@ -84,13 +84,19 @@ class RunInfo:
         from its manifest (no series read); a run that has not ended (live, lost) is summarised from the metric
         records a reader finds, so the summary agrees with :meth:`metric` wherever a kill fell (no digest then).
         NaN and infinities are floats here; ``min`` and ``max`` leave NaN out (NaN if every value is NaN)."""
-        if self._summary is None:
-            self._summary = self._read_summary()
-        return {k: dict(v) for k, v in self._summary.items()}
-
-    def _read_summary(self) -> dict[str, dict[str, Any]]:
+        if self._summary is not None:  # an ended run's, from its immutable manifest
+            return {k: dict(v) for k, v in self._summary.items()}
         summary = self.manifest.get("metrics")
-        if self.manifest.get("status") == "running" or not isinstance(summary, dict):
+        ended = self.manifest.get("status") != "running" and isinstance(summary, dict)
+        out = self._read_summary(summary if ended else None)
+        if ended:
+            self._summary = out
+        return {k: dict(v) for k, v in out.items()}
+
+    def _read_summary(self, summary: Any) -> dict[str, dict[str, Any]]:
+        """The manifest's ``summary``, or (None: a run that did not end) one read from the metric records, read
+        again at each call as the run's points grow."""
+        if summary is None:
             summary = self.ref_data.get("metrics")
             if self.error is None and self.manifest.get("status") not in ("claimed", "unreadable"):
                 try:

@@ -336,3 +336,16 @@ def test_an_ended_runs_summary_counts_a_batch_another_thread_was_appending_as_it
     r = casmon.load_run("latest", s)
     assert r.status == "ok" and r.metric_summary()["x"]["n"] == len(r.metric("x")) == 50
     s.close()
+
+
+def test_a_live_runs_summary_read_twice_from_one_runinfo_follows_its_points(tmp_path):
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(x=1.0)
+        s.flush()
+        r = casmon.load_run("latest", s)
+        assert r.status == "running" and r.metric_summary()["x"]["n"] == len(r.metric("x")) == 1
+        run.log(x=float("nan"))
+        s.flush()
+        assert r.metric_summary()["x"]["n"] == len(r.metric("x")) == 2 and math.isnan(r.metric_summary()["x"]["last"])
+    s.close()
