@@ -48,7 +48,7 @@ from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
 from casmon.view import display
-from casmon.view.text import short_error
+from casmon.view.text import short_error, short_repr
 
 __all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV", "log", "active_run",
            "EXIT_RETRY_S"]
@@ -96,17 +96,21 @@ def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: st
     for k, v in values.items():
         try:
             out[str(k)] = _json_or_value(store, v, refs)
-        except UnpicklableError as e:
-            warnings.warn(f"casmon.record: {what}[{k!r:.80}] cannot be stored ({e}); its description is kept instead",
-                          RunWarning, stacklevel=2)
-            out[str(k)] = f"<not stored: {short_error(e, 300)}>"
+        except (CasmonError, OSError):  # the store's: the run's end is tried again
+            raise
+        except Exception as e:  # noqa: BLE001 - the value's own (unpicklable, nested too deep, ...)
+            why = short_error(e, 300) if isinstance(e, UnpicklableError) else f"{type(e).__name__}: {short_error(e, 300)}"
+            warnings.warn(f"casmon.record: {what}[{short_repr(k, 80)}] cannot be stored ({why}); its description is "
+                          "kept instead", RunWarning, stacklevel=2)
+            out[str(k)] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
     return out
 
 
 def _a_dict(value: Any, what: str) -> dict[str, Any]:
     """``value`` if it is a dict, else a TypeError naming what was given (the run's end would fail on it)."""
     if not isinstance(value, dict):
-        raise TypeError(f"casmon: {what} must be a dict (name -> value), got {type(value).__name__} {value!r:.80}")
+        raise TypeError(f"casmon: {what} must be a dict (name -> value), got {type(value).__name__} "
+                        f"{short_repr(value, 80)}")
     return value
 
 

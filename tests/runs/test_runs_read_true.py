@@ -186,6 +186,24 @@ def test_a_value_that_cannot_be_stored_in_info_or_params_leaves_the_run_ended_an
     r = casmon.load_run("latest", s)
     assert r.status == "ok" and r.info()["acc"] == 0.9 and "cannot be pickled" in r.info()["lock"]
     assert r.params()["lr"] == 0.1 and "cannot be pickled" in r.params()["lock"]
+    deep: list = []
+    x = deep
+    for _ in range(100_000):
+        x.append([])
+        x = x[0]
+    with pytest.warns(casmon.RunWarning, match=r"run.info\['deep'\] cannot be stored \(RecursionError"):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.info["deep"] = deep
+            run.info["acc"] = 0.5
+            with pytest.raises(TypeError, match="got _BadRepr <_BadRepr: repr failed: ValueError>"):
+                run.info = _BadRepr()
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok" and r.info()["acc"] == 0.5 and "RecursionError" in r.info()["deep"]
+
+
+class _BadRepr:
+    def __repr__(self):
+        raise ValueError("no repr")
 
 
 def test_a_run_exiting_right_after_a_bad_info_value_is_not_stalled(tmp_path):
