@@ -32,11 +32,17 @@ _STATUS_STYLE = {"ok": "green", "failed": "red", "killed": "magenta", "lost": "y
 
 
 def _number(v) -> str:
-    if isinstance(v, bool) or v is None:
-        return "" if v is None else str(v)
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+    """A number in a table or a line: NaN and infinities said as such (a diverged run is no blank)."""
+    from casmon.runs.metrics import number_text
+
+    return number_text(v)
+
+
+def _json(v) -> str:
+    """JSON as the run verbs print it: NaN and infinities as "NaN", "Infinity", "-Infinity" (JSON has none)."""
+    from casmon.runs.metrics import json_safe
+
+    return json.dumps(json_safe(v), indent=2, default=str)
 
 
 def _columns_of(r) -> dict:
@@ -84,13 +90,13 @@ def runs(store_location, as_json, columns, trust) -> None:
 
     all_runs = list_runs(open_store(store_location, read_only=True))
     if as_json:
-        click.echo(json.dumps([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
+        click.echo(_json([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
                                 "elapsed": r.elapsed, "heartbeat": r.heartbeat, "signal": r.manifest.get("signal"),
                                 "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty"),
                                 "notebook": r.manifest.get("notebook"),
                                 "params": r.flat_params() if r.error is None else {},
                                 "metrics": r.metric_summary()}
-                               for r in all_runs], indent=2, default=str))
+                               for r in all_runs]))
         return
     if not all_runs:
         console.print("no runs recorded")
@@ -200,9 +206,9 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
     if as_json:
         if r.error is not None:
             raise click.ClickException(one_line(r.error))
-        click.echo(json.dumps({"name": r.name, "ref": r.ref, "status": r.status, "digest": r.digest, "elapsed": r.elapsed,
-                               "heartbeat": r.heartbeat, "params": r.flat_params(), "metrics": r.metric_summary(),
-                               "manifest": m}, indent=2, default=str))
+        click.echo(_json({"name": r.name, "ref": r.ref, "status": r.status, "digest": r.digest, "elapsed": r.elapsed,
+                          "heartbeat": r.heartbeat, "params": r.flat_params(), "metrics": r.metric_summary(),
+                          "manifest": m}))
         return
     console.print(f"[bold]run {escape(str(r.name))}[/bold]  {escape(str(r.status))}  manifest {r.digest[:12]}")
     if r.error is not None:
@@ -267,7 +273,7 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
     ra, rb = _load_run(a, store_location), _load_run(b, store_location)
     d = diff(ra, rb)
     if as_json:
-        click.echo(json.dumps(d, indent=2, default=str))
+        click.echo(_json(d))
         return
     console.print(f"[bold]{escape(str(d['a']))}[/bold] vs [bold]{escape(str(d['b']))}[/bold]" + ("  (identical records)" if d["same_manifest"] else ""))
     c = d["commit"]

@@ -12,10 +12,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import xxhash
+
 from casmon.calllog import CallLog
+from casmon.errors import CasmonError
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs.listing import RunInfo, info_cell, load_run, readable_run
 from casmon.runs.manifest import is_value_ref
+from casmon.runs.metrics import series_digest
 from casmon.store.peek import compare as compare_values
 from casmon.store.store import Store
 from casmon.view import display
@@ -48,8 +52,9 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     for k in ("notebook", "python", "host", "user", "executable", "argv", "env", "status", "function", "comment"):
         if k == "argv" and ma.get("notebook") and mb.get("notebook"):
             continue  # two kernels' command lines differ only in their temporary connection files
-        if ma.get(k) != mb.get(k):
-            meta[k] = {"a": ma.get(k), "b": mb.get(k)}
+        va, vb = (ra.status, rb.status) if k == "status" else (ma.get(k), mb.get(k))  # lost is read, not written
+        if va != vb:
+            meta[k] = {"a": va, "b": vb}
     if ma.get("packages") != mb.get("packages"):
         ka, kb = ra.packages(), rb.packages()
         meta["packages"] = {p: {"a": ka.get(p), "b": kb.get(p)} for p in sorted(set(ka) | set(kb)) if ka.get(p) != kb.get(p)}
@@ -64,12 +69,31 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     out["params"] = {k: {"a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb))
                      if not _same_cell(fa.get(k), fb.get(k))}
     sa, sb = ra.metric_summary(), rb.metric_summary()
+    da, db = _digests(ra, sa, sb), _digests(rb, sb, sa)
     out["metrics"] = {k: {"a": (sa.get(k) or {}).get("last"), "b": (sb.get(k) or {}).get("last"),
                           "n": [(sa.get(k) or {}).get("n"), (sb.get(k) or {}).get("n")]}
                       for k in sorted(set(sa) | set(sb))
-                      if (sa.get(k) or {}).get("digest") is None or (sa.get(k) or {}).get("digest") != (sb.get(k) or {}).get("digest")}
+                      if da.get(k) is None or da.get(k) != db.get(k)}
     out["results"] = _result_differences(ra, rb)
     return display.RunDiff(out, ra, rb)  # a dict that shows itself (patch in colour, info side by side)
+
+
+def _digests(r: RunInfo, mine: dict[str, Any], other: dict[str, Any]) -> dict[str, str | None]:
+    """Each metric's digest: the summary's, or (a run that did not end, whose summary has none) of its points,
+    read only where the other run has the metric too and as many points."""
+    out: dict[str, str | None] = {k: v.get("digest") for k, v in mine.items()}
+    need = [k for k, v in out.items() if v is None and k in other and (other[k] or {}).get("n") == mine[k].get("n")]
+    if need:
+        try:
+            series = r.metrics()
+        except CasmonError:
+            return out
+        for k in need:
+            s = series.get(k)
+            if s is not None:
+                out[k] = series_digest(xxhash.xxh3_128(s.steps.astype("<i8").tobytes()).digest(),
+                                       xxhash.xxh3_128(s.values.astype("<f8").tobytes()).digest())
+    return out
 
 
 def _same_cell(a: Any, b: Any) -> bool:

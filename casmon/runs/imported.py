@@ -20,7 +20,8 @@ import xxhash
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
-from casmon.runs.metrics import INLINE_POINTS, KIND_METRICS, check_name, metrics_key, series_digest
+from casmon.runs.metrics import (INLINE_POINTS, KIND_METRICS, batch_summary, check_name, json_safe, metrics_key, points_summary,
+                                 series_digest)
 from casmon.store.store import Store
 
 __all__ = ["write_run", "imported_ids", "BATCH_POINTS"]
@@ -64,19 +65,16 @@ def write_run(store: Store, *, prefix: str = "", comment: str = "", status: str 
             sl = slice(at, at + BATCH_POINTS)
             data = st[sl].tobytes() + va[sl].tobytes() + ti[sl].tobytes()
             k = len(st[sl])
+            cell: dict[str, Any] = {"n": k, "sum": batch_summary(st[sl], va[sl], ti[sl])}
+            mrefs: list[Digest] = []
             if k <= INLINE_POINTS:
-                cell: dict[str, Any] = {"n": k, "b64": base64.b64encode(data).decode("ascii")}
-                mrefs: list[Digest] = []
+                cell["b64"] = base64.b64encode(data).decode("ascii")
             else:
                 d = store.put(data)
-                cell, mrefs = {"n": k, "$": d.hex()}, [d]
+                cell["$"], mrefs = d.hex(), [d]
             store.append(KIND_METRICS, {"run": ref, "seq": seq, "s": {mname: cell}}, key=metrics_key(ref), refs=mrefs)
         if len(st):
-            finite = va[np.isfinite(va)]
-            last = float(va[-1])
-            summary[mname] = {"n": len(st), "last": last if math.isfinite(last) else None, "step": int(st[-1]),
-                              "time": float(ti[-1]), "min": float(finite.min()) if len(finite) else None,
-                              "max": float(finite.max()) if len(finite) else None,
+            summary[mname] = {**json_safe(points_summary(st, va, ti)),
                               "digest": series_digest(xxhash.xxh3_128(st.tobytes()).digest(),
                                                       xxhash.xxh3_128(va.tobytes()).digest())}
     manifest: dict[str, Any] = {

@@ -18,7 +18,7 @@ from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, S
 from casmon.keys.digest import Digest
 from casmon.runs import live
 from casmon.runs.manifest import RUN_REFS, check_run_manifest, is_json, is_value_ref
-from casmon.runs.metrics import Series, read_series
+from casmon.runs.metrics import Series, number_of, read_series, read_summary
 from casmon.runs.params import flatten
 from casmon.store.peek import Described, as_digest, describe, load_data, peek
 from casmon.store.store import Store, default_store
@@ -39,6 +39,7 @@ class RunInfo:
     error: CasmonError | None = None
     #: What the run's ref carries besides its manifest: the heartbeat and latest metrics of a live run.
     ref_data: dict = dataclasses.field(default_factory=dict)
+    _summary: dict | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -79,18 +80,35 @@ class RunInfo:
 
     # -- metrics and parameters -----------------------------------------------------------------
     def metric_summary(self) -> dict[str, dict[str, Any]]:
-        """``{name: {"n", "last", "step", "time", "min", "max", "digest"}}`` for every metric, reading no series
-        (from the manifest of an ended run, from the ref of a live one). Equal digests, equal steps and values."""
+        """``{name: {"n", "last", "step", "time", "min", "max", "digest"}}`` for every metric. An ended run's comes
+        from its manifest (no series read); a run that has not ended (live, lost) is summarised from the metric
+        records a reader finds, so the summary agrees with :meth:`metric` wherever a kill fell (no digest then).
+        NaN and infinities are floats here; ``min`` and ``max`` leave NaN out (NaN if every value is NaN)."""
+        if self._summary is not None:  # an ended run's, from its immutable manifest
+            return {k: dict(v) for k, v in self._summary.items()}
         summary = self.manifest.get("metrics")
-        if not isinstance(summary, dict):
+        ended = self.manifest.get("status") != "running" and isinstance(summary, dict)
+        out = self._read_summary(summary if ended else None)
+        if ended:
+            self._summary = out
+        return {k: dict(v) for k, v in out.items()}
+
+    def _read_summary(self, summary: Any) -> dict[str, dict[str, Any]]:
+        """The manifest's ``summary``, or (None: a run that did not end) one read from the metric records, read
+        again at each call as the run's points grow."""
+        if summary is None:
             summary = self.ref_data.get("metrics")
+            if self.error is None and self.manifest.get("status") not in ("claimed", "unreadable"):
+                try:
+                    summary = read_summary(self.store, self.ref, f"run {self.name}")
+                except CasmonError:  # damaged records: what the ref last said (metric() names the damage)
+                    pass
         if not isinstance(summary, dict):
             return {}
         out: dict[str, dict[str, Any]] = {}
         for k, v in sorted(summary.items()):  # a crafted store's odd cells are left out, never raised on
             if isinstance(k, str) and isinstance(v, dict):
-                out[k] = {f: v.get(f) if _summary_cell(f, v.get(f)) else None
-                          for f in ("n", "last", "step", "time", "min", "max", "digest")}
+                out[k] = {f: _summary_cell(f, v.get(f)) for f in ("n", "last", "step", "time", "min", "max", "digest")}
         return out
 
     def metrics(self) -> dict[str, Series]:
@@ -216,13 +234,17 @@ class RunInfo:
         return display.run_html(self)
 
 
-def _summary_cell(field: str, v: Any) -> bool:
-    """Whether a summary's cell is what casmon writes there (counts and steps are ints; the rest finite)."""
+def _summary_cell(field: str, v: Any) -> Any:
+    """A summary's cell as casmon writes it (counts and steps ints, times finite, values any float, the
+    non-finite ones as :func:`~casmon.runs.metrics.json_number` stores them), else None."""
     if field == "digest":
-        return isinstance(v, str) and len(v) == 32 and all(c in "0123456789abcdef" for c in v)
+        return v if isinstance(v, str) and len(v) == 32 and all(c in "0123456789abcdef" for c in v) else None
     if field in ("n", "step"):
-        return type(v) is int and (field == "step" or v >= 0)
-    return type(v) in (int, float) and math.isfinite(v) and (field != "time" or 0 <= v < 1e11)
+        return v if type(v) is int and (field == "step" or v >= 0) else None
+    x = number_of(v)
+    if x is None or (field == "time" and not (math.isfinite(x) and 0 <= x < 1e11)):
+        return None
+    return x
 
 
 def _iso(t: float | None) -> str | None:

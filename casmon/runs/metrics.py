@@ -13,8 +13,15 @@ file per point.
 
 The record also updates a *summary* (points, last value, step and time, min,
 max, and a digest of the steps and values: equal digests, equal points) that
-the run's ref and manifest carry, so listing or comparing runs by their
-metrics reads no series.
+an ended run's manifest carries, so listing or comparing runs by their metrics
+reads no series. Each batch's cell carries its own summary too (``sum``): a
+run that has not ended (live, lost, killed by SIGKILL) is summarised from the
+records a reader finds (:func:`read_summary`), so its summary always agrees
+with the points :func:`read_series` returns, wherever a kill fell.
+
+JSON has no NaN or infinity: stored summaries and every JSON casmon shows
+hold them as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
+(:func:`json_number`, :func:`json_safe`); read back, they are floats again.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "Batch", "MetricLog", "metrics_key", "read_series",
-           "downsample", "check_name"]
+           "read_summary", "downsample", "check_name", "json_number", "number_of", "json_safe", "number_text",
+           "points_summary", "batch_summary"]
 
 KIND_METRICS = "metrics"
 #: A batch of at most this many points of one metric is kept in its record (base64); more is a stored value.
@@ -51,6 +59,9 @@ MAX_NAME = 250
 #: Names the summary in a run's ref carries (the manifest at the end carries all of them).
 REF_SUMMARY_MAX = 64
 
+#: What a batch's cell says of its points besides ``n`` (see :func:`points_summary`).
+_CELL_SUM = ("last", "step", "time", "min", "max")
+
 _STEP = np.dtype("<i8")
 _F64 = np.dtype("<f8")
 
@@ -58,6 +69,80 @@ _F64 = np.dtype("<f8")
 def metrics_key(ref: str) -> bytes:
     """The key all metric records of the run behind ``ref`` share."""
     return fingerprint(("casmon.metrics", ref))
+
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def json_number(v: float) -> float | str:
+    """A float as JSON holds it: itself, or ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+    if math.isfinite(v):
+        return v
+    return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+
+
+def number_of(v: Any) -> float | int | None:
+    """A number written by :func:`json_number` (or a JSON number) back as a number; None for anything else."""
+    if type(v) is float:
+        return v
+    if type(v) is int:
+        return v if -(1 << 1000) < v < (1 << 1000) else None  # a crafted huge int: no float holds it
+    return _NON_FINITE.get(v) if type(v) is str else None
+
+
+def json_safe(v: Any) -> Any:
+    """``v`` with every non-finite float in it (dicts, lists, tuples) as :func:`json_number` writes it."""
+    if type(v) is float:
+        return json_number(v)
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
+
+
+def number_text(v: Any, finite: Any = None) -> str:
+    """A metric's number for people: ``NaN``, ``inf``, ``-inf`` said as such; ``finite(v)`` (default ``:.4g``)
+    for the rest; "" for None."""
+    if v is None or isinstance(v, bool):
+        return "" if v is None else str(v)
+    if type(v) is float and not math.isfinite(v):
+        return "NaN" if v != v else ("inf" if v > 0 else "-inf")
+    if finite is not None:
+        return str(finite(v))
+    return f"{v:.4g}" if type(v) is float else str(v)
+
+
+def _lo(a: float, b: float) -> float:
+    """The smaller of two extremes where NaN means "none yet"."""
+    return b if a != a else (a if b != b else min(a, b))
+
+
+def _hi(a: float, b: float) -> float:
+    return b if a != a else (a if b != b else max(a, b))
+
+
+def points_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
+    """``n``, ``last``, ``step``, ``time``, ``min`` and ``max`` of points (at least one): min and max over the
+    values that are not NaN (infinities count), NaN when every value is NaN. Any sequences numpy reads."""
+    v = np.asarray(values, np.float64)
+    real = v[~np.isnan(v)]
+    return {"n": len(v), "last": float(v[-1]), "step": int(steps[-1]), "time": float(times[-1]),
+            "min": float(real.min()) if len(real) else math.nan, "max": float(real.max()) if len(real) else math.nan}
+
+
+def batch_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
+    """What a batch's cell says of its points (``sum``), as stored: see :func:`read_summary`."""
+    part = points_summary(steps, values, times)
+    return {k: json_number(part[k]) if k != "step" else part[k] for k in _CELL_SUM}
+
+
+def _merge(s: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
+    """A summary with ``part`` (later points) added."""
+    if s is None:
+        return dict(part)
+    return {"n": s["n"] + part["n"], "last": part["last"], "step": part["step"], "time": part["time"],
+            "min": _lo(s["min"], part["min"]), "max": _hi(s["max"], part["max"])}
 
 
 def check_name(name: object, where: str) -> str:
@@ -125,6 +210,8 @@ class MetricLog:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.settled = threading.Condition(self.lock)  # notified when a taken batch is done or put back
+        self.inflight = 0  # batches taken and neither done nor put back
         self.pending: dict[str, _Pending] = {}
         self.step = 0  # the run's own counter: the step of a point logged without one
         self.seq = 0  # records written by this log, in order
@@ -199,12 +286,15 @@ class MetricLog:
                 data = (np.frombuffer(p.steps, np.int64).astype(_STEP, copy=False).tobytes()
                         + np.frombuffer(p.values, np.float64).astype(_F64, copy=False).tobytes()
                         + np.frombuffer(p.times, np.float64).astype(_F64, copy=False).tobytes())
+                cell: dict[str, Any] = {"n": n, "sum": batch_summary(p.steps, np.frombuffer(p.values, np.float64),
+                                                                     p.times)}
                 if n <= INLINE_POINTS:
-                    series[name] = {"n": n, "b64": base64.b64encode(data).decode("ascii")}
+                    cell["b64"] = base64.b64encode(data).decode("ascii")
                 else:
                     d = store.put(data)
                     refs.append(d)
-                    series[name] = {"n": n, "$": d.hex()}
+                    cell["$"] = d.hex()
+                series[name] = cell
         except BaseException:
             self._put_back(pending)
             self._hashed(seq, None)
@@ -212,7 +302,19 @@ class MetricLog:
         if not series:
             self._hashed(seq, None)
             return None
+        with self.lock:
+            self.inflight += 1
         return Batch({"seq": seq, "s": series}, refs, pending, seq)
+
+    def _landed(self) -> None:
+        with self.lock:
+            self.inflight -= 1
+            self.settled.notify_all()
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until no batch another thread took is still on its way (its summary not yet counted)."""
+        with self.lock:
+            return self.settled.wait_for(lambda: self.inflight <= 0, timeout)
 
     def done(self, batch: Batch) -> None:
         """``batch``'s record is appended: the summary counts its points."""
@@ -220,11 +322,13 @@ class MetricLog:
             for name, p in batch.pending.items():
                 self._summarise(name, p, batch.seq)
         self._hashed(batch.seq, batch)
+        self._landed()
 
     def put_back(self, batch: Batch) -> None:
         """``batch``'s record could not be appended: its points wait again, before any logged since."""
         self._put_back(batch.pending)
         self._hashed(batch.seq, None)
+        self._landed()
 
     def _hashed(self, seq: int, batch: Batch | None) -> None:
         """Feed the digests batches in the order of their numbers (``None``: a number whose points were put back
@@ -242,9 +346,10 @@ class MetricLog:
                     h[1].update(np.frombuffer(p.values, np.float64).astype(_F64, copy=False).tobytes())
 
     def _with_digests(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The summary as stored (non-finite numbers as :func:`json_number` writes them), digests added."""
         out = {}
         for k in names:
-            cell = dict(self.summary[k])
+            cell = json_safe(self.summary[k])
             h = self.hashers.get(k)
             if h is not None:
                 cell["digest"] = series_digest(h[0].digest(), h[1].digest())
@@ -261,25 +366,16 @@ class MetricLog:
                 q.times.extend(p.times)
 
     def _summarise(self, name: str, p: _Pending, seq: int) -> None:
-        v = np.frombuffer(p.values, np.float64)
-        finite = v[np.isfinite(v)]
+        part = points_summary(p.steps, np.frombuffer(p.values, np.float64), p.times)
         s = self.summary.get(name)
-        lo = float(finite.min()) if len(finite) else None
-        hi = float(finite.max()) if len(finite) else None
         if s is None:
-            s = self.summary[name] = {"n": 0, "min": lo, "max": hi}
-        else:
-            if lo is not None:
-                s["min"] = lo if s["min"] is None else min(s["min"], lo)
-                s["max"] = hi if s["max"] is None else max(s["max"], hi)
-        s["n"] += len(v)
+            s = self.summary[name] = {"n": 0, "min": math.nan, "max": math.nan}
+        s["n"] += part["n"]
+        s["min"], s["max"] = _lo(s["min"], part["min"]), _hi(s["max"], part["max"])
         if self.last_seq.get(name, -1) > seq:
             return  # a later batch was summarised first: its last point is the last
         self.last_seq[name] = seq
-        last = float(v[-1])
-        s["last"] = last if math.isfinite(last) else None  # JSON has no NaN or infinity
-        s["step"] = int(p.steps[-1])
-        s["time"] = float(p.times[-1])
+        s.update(last=part["last"], step=part["step"], time=part["time"])
 
     def ref_summary(self) -> dict[str, dict[str, Any]]:
         """The summary as a run's ref carries it: at most :data:`REF_SUMMARY_MAX` names."""
@@ -308,15 +404,14 @@ def _number(name: str, v: Any) -> float:
         raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80} ({e})") from None
 
 
-def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None = None) -> dict[str, Series]:
-    """Every metric (or those in ``names``) of the run behind ``ref``, points in the order they were logged."""
-    from casmon.store.peek import load_data
-
+def _cells(store: Store, ref: str, where: str, names: Iterable[str] | None
+           ) -> dict[str, list[tuple[int, int, dict[str, Any]]]]:
+    """The batch cells of the run behind ``ref`` by metric, each ``(seq, record index, cell)``, in the order logged."""
     table = store.table(KIND_METRICS)
     table.refresh()  # a live run's newest records
     records = store.lookup(KIND_METRICS, metrics_key(ref), refresh=False)
     wanted = set(names) if names is not None else None
-    parts: dict[str, list[tuple[int, int, bytes]]] = {}
+    parts: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
     for i, r in enumerate(records):
         if r.get("run") != ref:
             continue  # another run's key collision is impossible, but a crafted record is checked anyway
@@ -329,33 +424,84 @@ def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None 
             n = cell.get("n") if isinstance(cell, dict) else None
             if type(n) is not int or n < 0:
                 raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch without its length")
-            if "b64" in cell and isinstance(cell["b64"], str):
-                try:
-                    data = base64.b64decode(cell["b64"], validate=True)
-                except ValueError:
-                    raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch is not base64") from None
-            elif isinstance(cell.get("$"), str):
-                data = bytes(load_data(store, cell["$"], f"{where}: metric {name!r:.80}", (bytes, bytearray)))
-            else:
-                raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch holds no points")
-            if len(data) != 24 * n:
-                raise DamagedObjectError(f"{where}: metric {name!r:.80}", f"a batch of {n} points holds {len(data)} bytes")
-            parts.setdefault(name, []).append((seq, i, data))
+            parts.setdefault(name, []).append((seq, i, cell))
+    for cells in parts.values():
+        cells.sort(key=lambda c: (c[0], c[1]))
+    return parts
+
+
+def _cell_data(store: Store, name: str, cell: dict[str, Any], where: str) -> bytes:
+    from casmon.store.peek import load_data
+
+    n = cell["n"]
+    if "b64" in cell and isinstance(cell["b64"], str):
+        try:
+            data = base64.b64decode(cell["b64"], validate=True)
+        except ValueError:
+            raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch is not base64") from None
+    elif isinstance(cell.get("$"), str):
+        data = bytes(load_data(store, cell["$"], f"{where}: metric {name!r:.80}", (bytes, bytearray)))
+    else:
+        raise DamagedObjectError(f"{where}: metric {name!r:.80}", "a batch holds no points")
+    if len(data) != 24 * n:
+        raise DamagedObjectError(f"{where}: metric {name!r:.80}", f"a batch of {n} points holds {len(data)} bytes")
+    return data
+
+
+def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None = None) -> dict[str, Series]:
+    """Every metric (or those in ``names``) of the run behind ``ref``, points in the order they were logged."""
+    parts = {name: [_cell_data(store, name, c, where) for _s, _i, c in cells]
+             for name, cells in _cells(store, ref, where, names).items()}
     out: dict[str, Series] = {}
     for name in sorted(parts):
-        batches = sorted(parts[name])
-        total = sum(len(d) // 24 for _s, _i, d in batches)
+        batches = parts[name]
+        total = sum(len(d) // 24 for d in batches)
         steps = np.empty(total, np.int64)
         values = np.empty(total, np.float64)
         times = np.empty(total, np.float64)
         at = 0
-        for _s, _i, d in batches:
+        for d in batches:
             n = len(d) // 24
             steps[at : at + n] = np.frombuffer(d, _STEP, n, 0)
             values[at : at + n] = np.frombuffer(d, _F64, n, 8 * n)
             times[at : at + n] = np.frombuffer(d, _F64, n, 16 * n)
             at += n
         out[name] = Series(name, steps, values, times)
+    return out
+
+
+def _cell_summary(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """A batch cell's own summary as numbers, if it carries a well-formed one."""
+    got = cell.get("sum")
+    if not isinstance(got, dict):
+        return None
+    out: dict[str, Any] = {"n": cell["n"]}
+    for k in _CELL_SUM:
+        v = number_of(got.get(k))
+        if v is None or (k == "step" and type(v) is not int) or (k == "time" and not math.isfinite(v)):
+            return None
+        out[k] = v if k == "step" else float(v)
+    return out
+
+
+def read_summary(store: Store, ref: str, where: str) -> dict[str, dict[str, Any]]:
+    """The summary of every metric of the run behind ``ref`` (as :meth:`MetricLog.full_summary` has it, without
+    digests), from exactly the records :func:`read_series` reads: batch cells carry their own summaries, so only
+    a batch written without one (by an older casmon) has its points read."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, cells in sorted(_cells(store, ref, where, None).items()):
+        s: dict[str, Any] | None = None
+        for _seq, _i, cell in cells:
+            if not cell["n"]:
+                continue
+            part = _cell_summary(cell)
+            if part is None:
+                d, n = _cell_data(store, name, cell, where), cell["n"]
+                part = points_summary(np.frombuffer(d, _STEP, n, 0), np.frombuffer(d, _F64, n, 8 * n),
+                                      np.frombuffer(d, _F64, n, 16 * n))
+            s = _merge(s, part)
+        if s is not None:
+            out[name] = s
     return out
 
 

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from casmon.keys.names import keep_flat_names
 from casmon.caching import observers as cache_observers
 from casmon.calllog import find_recorder
-from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError
+from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError, UnpicklableError
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
@@ -48,6 +48,7 @@ from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
 from casmon.view import display
+from casmon.view.text import short_error, short_repr
 
 __all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV", "log", "active_run",
            "EXIT_RETRY_S"]
@@ -59,6 +60,9 @@ DEFAULT_ENV = (
     "PBS_JOBID", "LSB_JOBID", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "CASMON_STORE",
 )
 
+
+#: How long a run's end waits for a batch of points another thread is appending (a few lines of work).
+SETTLE_S = 10.0
 
 #: At interpreter exit, how long (seconds) casmon keeps trying to save a run whose end the store refused.
 EXIT_RETRY_S = 30.0
@@ -84,6 +88,32 @@ def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
     return {"$": d.hex()}
 
 
+def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
+    """``run.info`` or ``run.params`` for the manifest. A value that cannot be stored (a lock, an open file)
+    is kept as its description, with a warning: the user's value never stops the run's end from being saved,
+    and is never blamed on the store."""
+    out = {}
+    for k, v in values.items():
+        try:
+            out[str(k)] = _json_or_value(store, v, refs)
+        except (CasmonError, OSError):  # the store's: the run's end is tried again
+            raise
+        except Exception as e:  # noqa: BLE001 - the value's own (unpicklable, nested too deep, ...)
+            why = short_error(e, 300) if isinstance(e, UnpicklableError) else f"{type(e).__name__}: {short_error(e, 300)}"
+            warnings.warn(f"casmon.record: {what}[{short_repr(k, 80)}] cannot be stored ({why}); its description is "
+                          "kept instead", RunWarning, stacklevel=2)
+            out[str(k)] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
+    return out
+
+
+def _a_dict(value: Any, what: str) -> dict[str, Any]:
+    """``value`` if it is a dict, else a TypeError naming what was given (the run's end would fail on it)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"casmon: {what} must be a dict (name -> value), got {type(value).__name__} "
+                        f"{short_repr(value, 80)}")
+    return value
+
+
 class Run:
     """A run while it goes on: ``run.log(loss=...)`` its metrics, ``run.params`` its configuration, ``run.info``
     whatever else you want kept."""
@@ -93,9 +123,8 @@ class Run:
         self.name = name
         self.n = n
         self.ref = ref
-        self.info: dict[str, Any] = {}
-        #: What the run was configured with (nested dicts become ``cfg.lr`` columns); kept apart from metrics.
-        self.params: dict[str, Any] = {}
+        self._info: dict[str, Any] = {}
+        self._params: dict[str, Any] = {}
         self._metrics = MetricLog()
         self._signal: tuple[str, float] | None = None  # a signal that ends the run: its name and time
         self._capture: OutputCapture | None = None
@@ -122,6 +151,24 @@ class Run:
         self._saving = threading.RLock()  # one attempt at a time: a flush's retry and the run's own end
         self._ended = False
         self._ending = False
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Whatever else you want kept with the run: a dict (``run.info["acc"] = 0.9``, or a new dict)."""
+        return self._info
+
+    @info.setter
+    def info(self, value: dict[str, Any]) -> None:
+        self._info = _a_dict(value, "run.info")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What the run was configured with (nested dicts become ``cfg.lr`` columns); kept apart from metrics."""
+        return self._params
+
+    @params.setter
+    def params(self, value: dict[str, Any]) -> None:
+        self._params = _a_dict(value, "run.params")
 
     def log(self, metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
         """Log metrics at one step: ``run.log({"loss": 0.3}, step=5)`` or ``run.log(loss=0.3, acc=0.9)``.
@@ -373,7 +420,7 @@ class record:
 
     @staticmethod
     def _params_cells(run: Run, refs: list[Digest]) -> dict[str, Any]:
-        cells = {str(k): _json_or_value(run.store, v, refs) for k, v in run.params.items()}
+        cells = _cells(run.store, run.params, refs, "run.params")
         run._params_written = _params_text(run.params)
         return cells
     def track_files(self, store: Store, root: Path, store_root: str | os.PathLike | None,
@@ -538,9 +585,10 @@ class record:
             od = store.put(scrub_output(run._output).encode("utf-8", "surrogateescape"))
             refs.append(od)
             m["output"] = od.hex()
-        m["info"] = {str(k): _json_or_value(store, v, refs) for k, v in run.info.items()}
-        m["params"] = {str(k): _json_or_value(store, v, refs) for k, v in run.params.items()}
+        m["info"] = _cells(store, run.info, refs, "run.info")
+        m["params"] = _cells(store, run.params, refs, "run.params")
         _append_batch(store, run, run._metrics.take(store))  # the last points: written by the flush below
+        run._metrics.wait_settled(SETTLE_S)  # a batch the live thread took counts before the summary is kept
         m["metrics"] = run._metrics.full_summary()
         rec = find_recorder(store)
         m["links"] = {

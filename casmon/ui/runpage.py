@@ -106,10 +106,11 @@ def _output(r: Any, live: bool) -> list[Any]:
         out.append(display.error_line(why) if why else
                    Html(f'<pre class="output tail" id="output-tail"{"" if text else " hidden"}>{esc(text)}</pre>'))
         return out
-    if not r.manifest.get("output"):
-        return out
+    whole = bool(r.manifest.get("output"))  # else a lost run's batches, written while it ran
     text, why = display.attempt(lambda: console_text(r.output()), "")
-    out.append(heading("Captured output", 2, "output"))
+    if not whole and not text and not why:
+        return out
+    out.append(heading("Captured output" if whole else "Output (what the run wrote before it stopped)", 2, "output"))
     if why:
         return out + [display.error_line(why)]
     lines = text.splitlines()

@@ -38,21 +38,52 @@ REPORT_POINTS = 1000
 
 
 def _list(a: np.ndarray[Any, Any]) -> list[Any]:
-    """Floats for JSON: NaN and infinities (which JSON cannot hold) become null."""
+    """Floats for a chart's line and band: NaN and infinities (which no axis can hold) are gaps, null; the
+    chart marks them from ``marks``."""
     a = np.asarray(a, dtype=np.float64)
     if np.isfinite(a).all():
         return list(a.tolist())
     return [x if math.isfinite(x) else None for x in a.tolist()]
 
 
+def _marks(values: np.ndarray[Any, Any], starts: np.ndarray[Any, Any] | None) -> dict[str, list[int]]:
+    """Which points (or buckets, each starting at ``starts``) hold a NaN, +inf or -inf: ``{"NaN": [i, ...],
+    "Infinity": [...], "-Infinity": [...]}``, only the kinds there are."""
+    out: dict[str, list[int]] = {}
+    for kind, hit in (("NaN", np.isnan(values)), ("Infinity", values == np.inf), ("-Infinity", values == -np.inf)):
+        if not hit.any():
+            continue
+        idx = np.flatnonzero(hit) if starts is None else np.flatnonzero(np.add.reduceat(hit.astype(np.int64), starts))
+        out[kind] = idx.tolist()
+    return out
+
+
+def _finite_extremes(v: np.ndarray[Any, Any], starts: np.ndarray[Any, Any]) -> tuple[Any, Any]:
+    """Each bucket's min and max over its finite values (NaN where it has none): the band a chart draws."""
+    finite = np.isfinite(v)
+    with np.errstate(invalid="ignore"):
+        lo = np.fmin.reduceat(np.where(finite, v, np.inf), starts)
+        hi = np.fmax.reduceat(np.where(finite, v, -np.inf), starts)
+    lo[~np.isfinite(lo)] = np.nan
+    hi[~np.isfinite(hi)] = np.nan
+    return lo, hi
+
+
 def metric_json(tail: str, name: str, series: Any, n: int = POINTS) -> dict[str, Any]:
     """One run's metric for a chart: ``step``, ``time``, ``value`` (bucket means) and, when downsampled,
-    ``min`` and ``max``; ``n`` is the number of points logged."""
+    ``min`` and ``max`` (over each bucket's finite values: every extreme is an edge of the band); ``n`` is the
+    number of points logged; ``marks`` the points or buckets holding NaN or an infinity (the chart marks them)."""
     d = downsample(series, n)
     out: dict[str, Any] = {"run": tail, "name": name, "n": len(series), "step": d["step"].astype(np.int64).tolist(),
                            "time": _list(d["time"]), "value": _list(d["value"])}
+    starts = None
     if len(series) > n:
-        out["min"], out["max"] = _list(d["min"]), _list(d["max"])
+        starts = np.linspace(0, len(series), n + 1).astype(np.int64)[:-1]  # downsample's buckets
+        lo, hi = _finite_extremes(np.asarray(series.values, np.float64), starts)
+        out["min"], out["max"] = _list(lo), _list(hi)
+    marks = _marks(np.asarray(series.values, np.float64), starts)
+    if marks:
+        out["marks"] = marks
     return out
 
 

@@ -46,6 +46,7 @@ from casmon.caching.explain import code_versions, explain_entry
 from casmon.calllog import CallLog
 from casmon.errors import CasmonError
 from casmon.maintenance import stats
+from casmon.runs.metrics import json_safe
 from casmon.keys.digest import Digest
 from casmon.store.peek import describe
 from casmon.ui import api, cachepage, comparepage, model, pages, runpage
@@ -328,8 +329,9 @@ class App:
 
 
 def _json(data: Any) -> bytes:
-    """A JSON answer: NaN and infinities (which JSON has not) are null by then (``series``); never HTML."""
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+    """A JSON answer, never HTML: NaN and infinities (which JSON has not) as "NaN", "Infinity", "-Infinity"
+    (:func:`casmon.runs.metrics.json_safe`; a chart's points are null gaps with ``marks`` instead)."""
+    text = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False, default=str)
     # Store strings hold markup at times: escaped as JSON allows, so no browser ever sniffs this as a page.
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode("utf-8")
 

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any
 
+from casmon.runs.metrics import json_safe, number_text
 from casmon.store.peek import Described
 from casmon.view.display import Html, esc
 from casmon.view.text import cut
@@ -27,7 +28,7 @@ def fmt(x: float) -> str:
     if x == 0:
         return "0"
     if not math.isfinite(x):
-        return str(x)
+        return number_text(x)  # NaN, inf, -inf
     a = abs(x)
     if a >= 1e5 or a < 1e-3:
         return f"{x:.3g}"
@@ -141,7 +142,7 @@ def json_block(element_id: str, data: Any) -> Html:
     """``data`` as a ``<script type="application/json">`` block: read by the page's script, never run (the
     Content-Security-Policy does not apply to it). ``<``, ``>`` and ``&`` are written as JSON escapes, so
     no text inside can close the element or open a comment."""
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+    text = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False, default=str)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return Html(f'<script type="application/json" id="{esc(element_id)}">{text}</script>')
 

@@ -272,10 +272,18 @@ def _duration(m: dict) -> Any:
     return d
 
 
+def run_status(r: Any) -> str:
+    """A run's status as every view shows it: a read-back run's own (``lost`` is read from its heartbeats, never
+    written), else what its manifest says."""
+    st = getattr(r, "status", None)
+    m = r.manifest if isinstance(r.manifest, dict) else {}
+    return st if isinstance(st, str) else str(m.get("status", "?"))
+
+
 def run_text(r: Any, live: bool = False) -> str:
     """One line: ``<casmon run 2-lr02 ok, 2026-… , 3.20 s, commit … , 2 files, info lr=0.02>``."""
     m = r.manifest if isinstance(r.manifest, dict) else {}
-    parts = [f"casmon run {r.name} {m.get('status', '?')}"]
+    parts = [f"casmon run {r.name} {run_status(r)}"]
     if m.get("start") is not None:
         parts.append(f"started {when(m.get('start'))}")
     if _duration(m) is not None:
@@ -295,7 +303,7 @@ def run_text(r: Any, live: bool = False) -> str:
 
 def run_html(r: Any) -> Html:
     m = r.manifest if isinstance(r.manifest, dict) else {}
-    title = Html(f"casmon run <code>{esc(r.name)}</code> {status_badge(m.get('status', '?'))}")
+    title = Html(f"casmon run <code>{esc(r.name)}</code> {status_badge(run_status(r))}")
     pairs: list[tuple[str, Any]] = []
     if m.get("comment"):
         pairs.append(("comment", m["comment"]))
@@ -348,7 +356,7 @@ def run_row(r: Any) -> tuple[dict, dict]:
     m = r.manifest if isinstance(r.manifest, dict) else {}
     g = _git(r)
     row = {
-        "status": m.get("status"), "start": local_datetime(m.get("start")), "end": local_datetime(m.get("end")),
+        "status": run_status(r), "start": local_datetime(m.get("start")), "end": local_datetime(m.get("end")),
         "duration_s": _duration(m), "commit": g.get("commit"), "branch": g.get("branch"),
         "dirty": bool(g.get("dirty") or g.get("patch")) if g else None, "comment": m.get("comment"),
         "function": m.get("function"), "host": m.get("host"), "user": m.get("user"), "python": m.get("python"),
@@ -375,7 +383,7 @@ class RunList(list):
         for r in self[-_MAX_ROWS:]:  # the newest: a long list is not read whole to be shown
             m = r.manifest if isinstance(r.manifest, dict) else {}
             info, _ = run_info_cells(r)
-            rows.append((r.name, m.get("status", "?"), when(m.get("start")), seconds(_duration(m)), code_state(r),
+            rows.append((r.name, run_status(r), when(m.get("start")), seconds(_duration(m)), code_state(r),
                          ", ".join(f"{k}={show(v, 20)}" for k, v in list(info.items())[:4])))
         skipped = f"\n  ({len(self) - len(rows):,} older runs not shown)" if len(self) > len(rows) else ""
         return (f"{plural(len(self), 'run')}:\n" + text_table(["run", "status", "started", "duration", "code", "info"], rows)

@@ -87,7 +87,25 @@ def test_nan_and_infinity_are_kept_and_the_summary_stays_json(store):
     r = casmon.load_run("latest", store)
     v = r.metric("loss").values
     assert math.isnan(v[0]) and v[1] == math.inf and v[2] == 2.0 and math.isnan(v[3])
-    assert r.metric_summary()["loss"]["last"] is None and r.metric_summary()["loss"]["max"] == 2.0
+    s = r.metric_summary()["loss"]
+    assert math.isnan(s["last"]) and s["max"] == math.inf and s["min"] == 2.0 and s["n"] == 4
+    stored = store.get(store.get_ref(r.ref).target)["metrics"]["loss"]  # JSON has no NaN: strings, documented
+    assert stored["last"] == "NaN" and stored["max"] == "Infinity"
+
+
+def test_a_diverged_runs_summary_says_nan_and_infinity_in_every_reading(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log(a=float("nan"), b=float("-inf"))
+        run.log(a=float("nan"), b=1.0)
+    ended = casmon.load_run("latest", store).metric_summary()
+    manifest = dict(casmon.load_run("latest", store).manifest, status="running")
+    manifest.pop("metrics")
+    r = casmon.load_run("latest", store)
+    store.set_ref(r.ref, store.put(manifest), {})  # as a run killed before its end: summarised from its records
+    live = casmon.load_run("latest", store).metric_summary()
+    for s in (ended, live):
+        assert s["a"]["n"] == 2 and math.isnan(s["a"]["last"]) and math.isnan(s["a"]["min"]) and math.isnan(s["a"]["max"])
+        assert s["b"]["last"] == 1.0 and s["b"]["min"] == -math.inf and s["b"]["max"] == 1.0
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -227,12 +245,14 @@ def test_a_crafted_ref_and_batches_give_clear_errors_or_are_left_out(store):
     assert ref is not None
     got = casmon.load_run("latest", store)
     assert got.status == "running" and got.heartbeat is None  # no claim from a crafted heartbeat
-    assert got.metric_summary() == {"x": {"n": None, "last": None, "step": None, "time": None, "min": None, "max": None,
-                                          "digest": None}}
+    assert got.metric_summary()["x"]["n"] == 1  # from the records, whatever the ref says
     pickled = store.put(_Pickled())  # a batch naming a pickle is never unpickled
     store.append(metrics_mod.KIND_METRICS, {"run": r.ref, "seq": 5, "s": {"x": {"n": 1, "$": pickled.hex()}}},
                  key=metrics_mod.metrics_key(r.ref))
     store.flush()
+    got = casmon.load_run("latest", store)  # records it cannot read: the ref's cells, the odd ones left out
+    assert got.metric_summary() == {"x": {"n": None, "last": None, "step": None, "time": None, "min": None, "max": None,
+                                          "digest": None}}
     for trust in (False, True):  # a batch is data casmon wrote: whatever the trust, nothing is unpickled
         with pytest.raises(casmon.UntrustedStoreError, match="_Pickled"):
             casmon.load_run("latest", casmon.open(store.url, trust=trust, read_only=True)).metric("x")

@@ -456,3 +456,47 @@ def test_a_cache_entry_link_opens_the_entry_view(built, browser):  # noqa: F811
         _clean(w)
     finally:
         srv.close()
+
+
+#: For the chart on the page: the darkest pixel (0: white, 255: black in some channel) in a 5-pixel column around
+#: step X at value Y, and the canvas position of that point.
+INK_AT = """([x, y]) => {
+    const u = document.querySelector('#charts .chart-area').uplot;
+    const px = Math.round(u.valToPos(x, 'x', true)), py = Math.round(u.valToPos(y, 'y', true));
+    const d = u.ctx.getImageData(px - 2, py - 2, 5, 5).data;
+    let ink = 0;
+    for (let i = 0; i < d.length; i += 4) {  // over white: the canvas is transparent where nothing is drawn
+        const a = d[i + 3] / 255;
+        ink = Math.max(ink, 255 - Math.min(d[i], d[i + 1], d[i + 2]) * a - 255 * (1 - a));
+    }
+    return {ink, px, py, top: u.bbox.top, height: u.bbox.height};
+}"""
+
+
+def test_a_spike_among_a_million_points_is_drawn_at_full_height_and_nan_and_inf_are_marked(tmp_path, browser):
+    from casmon.runs.imported import write_run
+
+    n = 1_000_000
+    values = np.linspace(1.0, 0.5, n)
+    values[123_457] = 1000.0
+    values[700_001] = float("nan")
+    values[900_000] = float("inf")
+    s = casmon.open(tmp_path / "s")
+    write_run(s, comment="spiky", start=1.7e9, end=1.7e9 + 60, metrics={"loss": (np.arange(n), values, np.zeros(n))})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.goto(f"http://127.0.0.1:{srv.port}/run/1", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        page.screenshot(path=str(tmp_path / "spike.png"), full_page=True)
+        spike = [page.evaluate(INK_AT, [123_457, y]) for y in (900, 500, 100)]
+        assert all(p["ink"] > 60 for p in spike), spike  # the band's edge goes up to the spike and back, seen
+        assert spike[0]["py"] - spike[0]["top"] < 0.2 * spike[0]["height"]  # ... to the top of the plot
+        assert page.evaluate(INK_AT, [300_000, 500])["ink"] < 30  # where there is no spike, nothing is drawn
+        assert page.locator("#charts .chart-marks").inner_text() == "1-spiky: \u2715 NaN \u00d71, \u25b2 +inf \u00d71"
+        assert page.locator('#run-metrics [data-k="max"]').inner_text() == "inf"
+        _clean(w)
+    finally:
+        srv.close()

@@ -151,7 +151,7 @@
       var enveloped = s.min && s.n > s.value.length;
       var o = ordered(xs, [s.value, enveloped ? s.min : null, enveloped ? s.max : null]);
       lines.push({label: run.name, colour: colour(i, spec.runs.length), x: o[0], y: o[1], lo: o[2], hi: o[3], run: run,
-        n: s.n});
+        n: s.n, marks: marksOf(s, xs)});
     });
     if (!state.group) { return lines; }
     var groups = {}, order = [];
@@ -185,6 +185,56 @@
       return {label: state.group + "=" + key + " (" + members.length + (members.length === 1 ? " run)" : " runs)"),
         colour: colour(gi, order.length), x: xs, y: mean, lo: lo, hi: hi, group: true};
     });
+  }
+
+  // NaN and infinities are gaps in a line (no axis holds them): the server names the points (or buckets)
+  // that hold them, and each is marked on the chart: +inf a triangle at the top, -inf one at the bottom, NaN
+  // a cross below the top.
+  var MARK_KINDS = ["NaN", "Infinity", "-Infinity"];
+  var MARK_SIGNS = {"NaN": "\u2715 NaN", "Infinity": "\u25b2 +inf", "-Infinity": "\u25bc -inf"};
+
+  function marksOf(s, xs) {
+    var out = [];
+    MARK_KINDS.forEach(function (kind) {
+      ((s.marks || {})[kind] || []).forEach(function (i) { if (xs[i] !== undefined && xs[i] !== null) { out.push({x: xs[i], kind: kind}); } });
+    });
+    return out;
+  }
+
+  function marksText(name, marks) {
+    var counts = {};
+    marks.forEach(function (m) { counts[m.kind] = (counts[m.kind] || 0) + 1; });
+    var parts = MARK_KINDS.filter(function (k) { return counts[k]; }).map(function (k) {
+      return MARK_SIGNS[k] + " \u00d7" + counts[k].toLocaleString();
+    });
+    return parts.length ? name + ": " + parts.join(", ") : "";
+  }
+
+  function marksHook(marked) {
+    return function (u) {
+      var ctx = u.ctx, r = window.devicePixelRatio || 1, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height;
+      ctx.save();
+      marked.forEach(function (m) {
+        if (!u.series[m.series].show) { return; }
+        ctx.fillStyle = m.colour;
+        ctx.strokeStyle = m.colour;
+        ctx.lineWidth = 2 * r;
+        m.marks.forEach(function (k) {
+          var px = u.valToPos(k.x, "x", true), h = 7 * r;
+          if (!(px >= u.bbox.left - 1 && px <= u.bbox.left + u.bbox.width + 1)) { return; }
+          ctx.beginPath();
+          if (k.kind === "Infinity") {
+            ctx.moveTo(px, top); ctx.lineTo(px - h, top + 1.6 * h); ctx.lineTo(px + h, top + 1.6 * h); ctx.closePath(); ctx.fill();
+          } else if (k.kind === "-Infinity") {
+            ctx.moveTo(px, bottom); ctx.lineTo(px - h, bottom - 1.6 * h); ctx.lineTo(px + h, bottom - 1.6 * h); ctx.closePath(); ctx.fill();
+          } else {
+            var y = top + 2.6 * h;
+            ctx.moveTo(px - h, y - h); ctx.lineTo(px + h, y + h); ctx.moveTo(px + h, y - h); ctx.lineTo(px - h, y + h); ctx.stroke();
+          }
+        });
+      });
+      ctx.restore();
+    };
   }
 
   // A run's values at every x of a union: linear between its own points, nothing outside its range.
@@ -229,6 +279,16 @@
         ctx.closePath();
         ctx.fillStyle = rgba(b.colour, 0.16);
         ctx.fill();
+        // The edges drawn too: a bucket holding one spike among thousands of points is narrower than a pixel,
+        // so its fill alone is invisible; its edge goes up to the spike and back, at full height.
+        ctx.lineWidth = window.devicePixelRatio || 1;
+        ctx.strokeStyle = rgba(b.colour, 0.55);
+        [up, down].forEach(function (edge) {
+          ctx.beginPath();
+          ctx.moveTo(edge[0][0], edge[0][1]);
+          edge.forEach(function (p) { ctx.lineTo(p[0], p[1]); });
+          ctx.stroke();
+        });
       });
       ctx.restore();
     };
@@ -246,12 +306,13 @@
     });
     var joined = uPlot.join(tables), data = [joined[0]], series = [{label: X_LABELS[state.x] || "x",
       value: function (u, v) { return state.x === "time" && v !== null ? new Date(v * 1000).toLocaleString() : fmt(v); }}];
-    var bands = [], col = 1;
+    var bands = [], marked = [], col = 1;
     lines.forEach(function (l, i) {
       data.push(joined[col]);
       series.push({label: l.label, stroke: l.colour, width: l.group ? 2 : 1.5, spanGaps: true, points: {show: false},
         value: function (u, v) { return fmt(v); }});
       var own = data.length - 1;
+      if (l.marks && l.marks.length) { marked.push({series: own, marks: l.marks, colour: l.colour}); }
       col += 1;
       if (tables[i].length === 4) {
         data.push(joined[col], joined[col + 1]);
@@ -272,10 +333,12 @@
       series: series,
       legend: {live: true},
       cursor: {drag: {x: true, y: false, setScale: true}},
-      hooks: {draw: [bandsHook(bands)]}
+      hooks: {draw: [bandsHook(bands), marksHook(marked)]}
     };
     var u = new uPlot(opts, data, area);
     hideBandLegend(u);
+    var said = lines.map(function (l) { return l.marks ? marksText(l.label, l.marks) : ""; }).filter(Boolean);
+    if (said.length) { area.appendChild(el("p", {"class": "muted chart-marks"}, said.join("; "))); }
     area.uplot = u;
     return u;
   }
