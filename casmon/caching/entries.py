@@ -206,12 +206,14 @@ def clear_function(store: Store, name: str) -> str:
 
 class Eviction(NamedTuple):
     """One entry :func:`eviction_plan` drops: its function, the value it holds (digest hex) and that value's size,
-    and ``stays``: a kept entry holds the same value, so dropping this one frees nothing."""
+    ``stays``: a kept entry holds the same value, so dropping this one frees nothing, and ``time``: its newest
+    record's, when planned (a record of its key stored after the plan is not the plan's to drop)."""
 
     fn: str
     value: str
     size: int
     stays: bool = False
+    time: float = float("inf")
 
 
 def freed_bytes(plan: dict[bytes, Eviction]) -> int:
@@ -233,10 +235,32 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
     if not plan:
         return 0, 0
     from casmon.store.lock import held
+    from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
+
+    stored_since: dict[bytes, str] = {}  # planned key -> the value a record stored after the plan holds
+
+    def keep(k: Any, v: Any) -> bool:
+        kb = bytes(k)
+        e = plan.get(kb)
+        if e is None:
+            return True
+        try:  # a writer may have stored the key again since the plan (a refresh): that entry is new, and stays
+            r = parse_record(KIND, k, v)
+            t = float(r.get("time", 0.0))
+        except (ValueError, TypeError, OverflowError, DamagedObjectError):
+            return False
+        if t > e.time:
+            stored_since[kb] = result_of(kb, r)
+            return True
+        return False
 
     with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
-        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
-    return len(plan), freed_bytes(plan)
+        store.table(KIND).consolidate(force=True, keep=keep)
+    if not stored_since:
+        return len(plan), freed_bytes(plan)
+    held_again = set(stored_since.values())
+    left = {k: e for k, e in plan.items() if k not in stored_since}
+    return len(left), sum({e.value: e.size for e in left.values() if not e.stays and e.value not in held_again}.values())
 
 
 def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
@@ -320,7 +344,7 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function, value]
+    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function, value, record time]
     # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
     # though an older, cleared record of its key is still there (gc drops that one as a duplicate).
     # Deciding by any record would evict the live entry, and the preview -- made before duplicates
@@ -329,7 +353,7 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
         t, fn = r.get("time", 0.0), str(r.get("fn", ""))
         exp = r.get("expires")  # expires_after= of the function that stored it
         expired = isinstance(exp, (int, float)) and exp <= time.time()
-        entries[kb] = [t, _size_of(r), t <= cleared.get(fn, 0.0) or expired, fn, result_of(kb, r)]
+        entries[kb] = [t, _size_of(r), t <= cleared.get(fn, 0.0) or expired, fn, result_of(kb, r), _time_of(r)]
     for _k, r in store.records(KIND_USE):
         for h, (_fn, _n, last) in r.get("hits", {}).items():
             e = entries.get(bytes.fromhex(h))
@@ -352,4 +376,11 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
             for e in es:
                 e[2] = True
             total -= es[0][1]
-    return {k: Eviction(e[3], e[4], e[1], not all(o[2] for o in values[e[4]])) for k, e in entries.items() if e[2]}
+    return {k: Eviction(e[3], e[4], e[1], not all(o[2] for o in values[e[4]]), e[5]) for k, e in entries.items() if e[2]}
+
+
+def _time_of(record: dict) -> float:
+    try:
+        return float(record.get("time", 0.0))
+    except (TypeError, ValueError, OverflowError):  # a crafted record's time: as old as can be
+        return 0.0
