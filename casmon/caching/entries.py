@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.errors import MAX_BYTES, MAX_SECONDS, DamagedObjectError, checked_number
+from casmon.errors import MAX_BYTES, MAX_SECONDS, CasmonError, DamagedObjectError, checked_number
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
@@ -206,8 +206,8 @@ def clear_function(store: Store, name: str) -> str:
 
 class Eviction(NamedTuple):
     """One entry :func:`eviction_plan` drops: its function, the value it holds (digest hex) and that value's size,
-    ``stays``: a kept entry holds the same value, so dropping this one frees nothing, and ``time``: its newest
-    record's, when planned (a record of its key stored after the plan is not the plan's to drop)."""
+    ``stays``: a kept entry (or a run, a call log, a ref) holds the same value, so dropping this one frees nothing,
+    and ``time``: its newest record's, when planned (a record of its key stored after the plan is not the plan's)."""
 
     fn: str
     value: str
@@ -260,7 +260,8 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
         return len(plan), freed_bytes(plan)
     held_again = set(stored_since.values())
     left = {k: e for k, e in plan.items() if k not in stored_since}
-    return len(left), sum({e.value: e.size for e in left.values() if not e.stays and e.value not in held_again}.values())
+    freed = {e.value: e.size for e in left.values() if not e.stays and e.value not in held_again}
+    return len(left), sum(freed.values())
 
 
 def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
@@ -333,7 +334,8 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
 
     Entries that hold one value share it: ``max_size`` limits the values, each counted once, and they go least
     recently used first -- a value, with every entry that holds it, when none of them was used since. Dropping an
-    entry whose value a kept entry holds frees nothing, so it is never dropped to make room.
+    entry whose value a kept entry, a run, a call log or a ref holds frees nothing, so it is never dropped to make
+    room, and such a value does not count against ``max_size``.
     ``casmon gc --dry-run`` shows the plan, and previews the gc after it from it.
     """
     if max_size is not None:
@@ -367,8 +369,13 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     values: dict[str, list[list]] = {}  # value -> the entries that hold it
     for e in entries.values():
         values.setdefault(e[4], []).append(e)
+    # A value a run, a call log or a ref holds stays whatever the cache drops: evicting its entries frees nothing,
+    # so they are not dropped to make room, and the limit counts only what evicting can free.
+    elsewhere = held_elsewhere(store) if values and (max_size is not None or any(e[2] for e in entries.values())) \
+        else set()
     if max_size is not None:
-        kept = [(max(e[0] for e in es if not e[2]), d, es) for d, es in values.items() if not all(e[2] for e in es)]
+        kept = [(max(e[0] for e in es if not e[2]), d, es) for d, es in values.items()
+                if not all(e[2] for e in es) and d not in elsewhere]
         total = sum(es[0][1] for _t, _d, es in kept)
         for _t, _d, es in sorted(kept, key=lambda v: (v[0], v[1])):
             if total <= max_size:
@@ -376,7 +383,41 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
             for e in es:
                 e[2] = True
             total -= es[0][1]
-    return {k: Eviction(e[3], e[4], e[1], not all(o[2] for o in values[e[4]]), e[5]) for k, e in entries.items() if e[2]}
+    return {k: Eviction(e[3], e[4], e[1], e[4] in elsewhere or not all(o[2] for o in values[e[4]]), e[5])
+            for k, e in entries.items() if e[2]}
+
+
+def held_elsewhere(store: Store) -> set[str]:
+    """The values (digest hex) that records other than cache entries (runs, call logs) and refs reach, read as
+    far as they can be: what gc keeps whatever the cache drops. Damage is gc's to report; here it hides nothing
+    that is readable."""
+    from casmon.maintenance import reach
+
+    roots: set[Digest] = set()
+    for kind in store.record_kinds():
+        if kind == KIND:
+            continue
+        for _k, rec in reach.readable_records(store, kind):
+            for h in reach.named_refs(rec):
+                try:
+                    roots.add(Digest(h))
+                except (TypeError, ValueError):
+                    continue
+    for name in store.refs():
+        try:
+            ref = store.get_ref(name)
+        except CasmonError:
+            continue
+        if ref is not None and ref.target is not None:
+            roots.add(ref.target)
+
+    def open_value(d: Digest) -> Any:
+        try:
+            return reach.parts_of(store.manifest(d))
+        except CasmonError:
+            return None
+
+    return {d.hex() for d in reach.closure(roots, open_value, phase="values held elsewhere").values}
 
 
 def _time_of(record: dict) -> float:

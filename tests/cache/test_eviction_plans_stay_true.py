@@ -56,3 +56,49 @@ def test_an_entry_stored_again_after_the_plan_frees_nothing_its_value_still_need
     assert evict(s, plan=plan) == (2, own.nbytes)
     assert h.is_cached(0) and not g.is_cached(0) and not k.is_cached(0)
     s.close()
+
+
+def _gc(st, *args):
+    import json
+
+    from tests.support.cli import cli
+
+    return json.loads(cli("gc", "--store", st, "--now", "--json", *args).stdout)
+
+
+def test_max_size_never_drops_an_entry_whose_value_a_run_keeps_and_says_only_what_gc_deletes(tmp_path):
+    """A run's info holds the value an old entry holds: dropping that entry frees nothing (the run keeps the
+    value), so it is not dropped to make room, and the bytes said freed are what gc deletes."""
+    st = str(tmp_path / "s")
+    s = casmon.open(st)
+    kept_by_run, other = np.arange(40_000.0), np.arange(30_000.0) + 0.5
+    old, newer = _two_functions(s, kept_by_run, other)
+    old(0)
+    s.flush()
+    newer(0)
+    with casmon.record(store=s) as run:
+        run.info["weights"] = kept_by_run.copy()
+    s.close()
+    plan = _gc(st, "--dry-run", "--max-size", str(other.nbytes))  # the limit counts what evicting can free
+    assert (plan["evicted_entries"], plan["evicted_bytes"]) == (0, 0), plan
+    old_gone = _gc(st, "--dry-run", "--older-than", "0s")  # unused entries all go, and old's frees nothing
+    assert (old_gone["evicted_entries"], old_gone["evicted_bytes"]) == (2, other.nbytes), old_gone
+    real = _gc(st, "--max-size", "0")
+    assert (real["evicted_entries"], real["evicted_bytes"]) == (1, other.nbytes), real
+    assert real["deleted_objects"] >= 1
+    s = casmon.open(st)
+    old, newer = _two_functions(s, kept_by_run, other)
+    assert old.is_cached(0) and not newer.is_cached(0)
+    s.close()
+
+
+def _two_functions(s, a, b):
+    @casmon.cache(store=s)
+    def old(x):
+        return a.copy()
+
+    @casmon.cache(store=s)
+    def newer(x):
+        return b.copy()
+
+    return old, newer
