@@ -2,6 +2,7 @@
 writer may store an entry of a planned key in between (a refresh, a call computed again after a clear)."""
 
 import numpy as np
+import pytest
 
 import casmon
 from casmon.caching import evict, eviction_plan
@@ -102,3 +103,73 @@ def _two_functions(s, a, b):
         return b.copy()
 
     return old, newer
+
+
+WRITER = """
+import sys, numpy as np, casmon
+s = casmon.open(sys.argv[1])
+
+@casmon.cache(store=s, version="1")  # one version: the checker reads the writer's entries
+def f(k):
+    return np.full(4000, float(k % 5))  # keys share values: five values for twenty keys
+
+for i in range(int(sys.argv[2])):
+    (f.refresh if i % 3 == 0 else f)(i % 20)
+    s.flush()
+s.close()
+print("done", flush=True)
+"""
+
+
+# The same function (__main__.f) on the store after the race: every entry it keeps is a hit with its own value.
+CHECK = """
+import sys, warnings, numpy as np, casmon
+warnings.simplefilter("error")
+s = casmon.open(sys.argv[1])
+
+@casmon.cache(store=s, version="1")  # one version: the checker reads the writer's entries
+def f(k):
+    raise AssertionError(f"entry {k} is listed but not a hit")
+
+kept = [k for k in range(20) if f.is_cached(k)]
+for k in kept:
+    assert np.array_equal(f(k), np.full(4000, float(k % 5))), k
+print("kept", kept)
+"""
+
+
+@pytest.mark.slow
+def test_gc_max_size_racing_a_writer_leaves_every_entry_it_keeps_loadable(tmp_path, min_grace):
+    """A writer computes and refreshes entries whose values they share while gc --max-size runs again and again:
+    every entry left loads its own value (no entry outlives its value), and verify finds the store sound."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.cli import cli
+
+    min_grace(0.2)
+    st = str(tmp_path / "s")
+    casmon.open(st).close()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, st, "300"], env=dict(os.environ), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    try:
+        runs = 0
+        while writer.poll() is None or runs < 3:
+            assert time.monotonic() < deadline, "the writer never ended"
+            cli("gc", "--store", st, "--max-size", str(2 * 4000 * 8), "--grace", "0.2")
+            runs += 1
+        out, err = writer.communicate(timeout=60)
+        assert writer.returncode == 0 and "done" in out, err
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    cli("gc", "--store", st, "--grace", "0.2")
+    assert "store is sound" in cli("verify", "--store", st).stdout
+    checked = subprocess.run([sys.executable, "-c", CHECK, st], env=dict(os.environ), capture_output=True, text=True,
+                             timeout=300)
+    assert checked.returncode == 0 and checked.stdout.startswith("kept "), checked.stdout + checked.stderr
+    print(f"{runs} gc runs raced the writer; {checked.stdout.strip()}")
