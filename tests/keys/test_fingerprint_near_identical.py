@@ -57,6 +57,7 @@ def _pairs():
         ("nullable or numpy ints", pd.Series([1, 2], dtype="Int64"), pd.Series([1, 2], dtype="int64")),
         ("zero sign", -0.0, 0.0),
         ("float or numpy float", 1.0, np.float64(1.0)),
+        ("str or numpy str", "a", np.str_("a")),
         ("dtype objects with metadata", MD, np.dtype(np.float64)),
         ("dtype objects aligned", ALIGNED, SAME_OFFSETS),
         ("structured scalar of an aligned dtype", np.zeros(1, ALIGNED)[0], np.zeros(1, SAME_OFFSETS)[0]),
