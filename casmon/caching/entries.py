@@ -238,11 +238,20 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
     from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
 
     stored_since: dict[bytes, str] = {}  # planned key -> the value a record stored after the plan holds
+    freeing = {e.value for e in plan.values() if not e.stays}
+    held_now: set[str] = set()  # of those values, the ones a record the plan does not drop holds
 
     def keep(k: Any, v: Any) -> bool:
         kb = bytes(k)
         e = plan.get(kb)
         if e is None:
+            if freeing:  # another key may hold a planned value: stored since the plan, with the same result
+                try:
+                    d = result_of(kb, parse_record(KIND, k, v))
+                except (ValueError, TypeError, OverflowError, DamagedObjectError):
+                    return True
+                if d in freeing:
+                    held_now.add(d)
             return True
         try:  # a writer may have stored the key again since the plan (a refresh): that entry is new, and stays
             r = parse_record(KIND, k, v)
@@ -256,9 +265,9 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
 
     with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
         store.table(KIND).consolidate(force=True, keep=keep)
-    if not stored_since:
+    if not stored_since and not held_now:
         return len(plan), freed_bytes(plan)
-    held_again = set(stored_since.values())
+    held_again = set(stored_since.values()) | held_now
     left = {k: e for k, e in plan.items() if k not in stored_since}
     freed = {e.value: e.size for e in left.values() if not e.stays and e.value not in held_again}
     return len(left), sum(freed.values())

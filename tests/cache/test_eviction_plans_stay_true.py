@@ -59,6 +59,28 @@ def test_an_entry_stored_again_after_the_plan_frees_nothing_its_value_still_need
     s.close()
 
 
+def test_a_value_another_function_stores_after_the_plan_is_not_said_freed(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    value = np.arange(5000.0)
+
+    @casmon.cache(store=s)
+    def g(x):
+        return value.copy()
+
+    @casmon.cache(store=s)
+    def later(x):
+        return value.copy()
+
+    g(0)
+    s.flush()
+    plan = eviction_plan(s, max_size=0)
+    later(0)  # a new key, holding the planned value
+    s.flush()
+    assert evict(s, plan=plan) == (1, 0)
+    assert later.is_cached(0) and not g.is_cached(0)
+    s.close()
+
+
 def _gc(st, *args):
     import json
 
