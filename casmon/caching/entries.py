@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.errors import MAX_BYTES, MAX_SECONDS, DamagedObjectError, checked_number
+from casmon.errors import MAX_BYTES, MAX_SECONDS, CasmonError, DamagedObjectError, checked_number
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
@@ -206,12 +206,14 @@ def clear_function(store: Store, name: str) -> str:
 
 class Eviction(NamedTuple):
     """One entry :func:`eviction_plan` drops: its function, the value it holds (digest hex) and that value's size,
-    and ``stays``: a kept entry holds the same value, so dropping this one frees nothing."""
+    ``stays``: a kept entry (or a run, a call log, a ref) holds the same value, so dropping this one frees nothing,
+    and ``time``: its newest record's, when planned (a record of its key stored after the plan is not the plan's)."""
 
     fn: str
     value: str
     size: int
     stays: bool = False
+    time: float = float("inf")
 
 
 def freed_bytes(plan: dict[bytes, Eviction]) -> int:
@@ -233,10 +235,42 @@ def evict(store: Store, max_size: int | None = None, older_than: float | None = 
     if not plan:
         return 0, 0
     from casmon.store.lock import held
+    from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
+
+    stored_since: dict[bytes, str] = {}  # planned key -> the value a record stored after the plan holds
+    freeing = {e.value for e in plan.values() if not e.stays}
+    held_now: set[str] = set()  # of those values, the ones a record the plan does not drop holds
+
+    def keep(k: Any, v: Any) -> bool:
+        kb = bytes(k)
+        e = plan.get(kb)
+        if e is None:
+            if freeing:  # another key may hold a planned value: stored since the plan, with the same result
+                try:
+                    d = result_of(kb, parse_record(KIND, k, v))
+                except (ValueError, TypeError, OverflowError, DamagedObjectError):
+                    return True
+                if d in freeing:
+                    held_now.add(d)
+            return True
+        try:  # a writer may have stored the key again since the plan (a refresh): that entry is new, and stays
+            r = parse_record(KIND, k, v)
+            t = float(r.get("time", 0.0))
+        except (ValueError, TypeError, OverflowError, DamagedObjectError):
+            return False
+        if t > e.time:
+            stored_since[kb] = result_of(kb, r)
+            return True
+        return False
 
     with held(store.backend, "cache eviction", store.url):  # no merge may bring the dropped entries back
-        store.table(KIND).consolidate(force=True, keep=lambda k, v: bytes(k) not in plan)
-    return len(plan), freed_bytes(plan)
+        store.table(KIND).consolidate(force=True, keep=keep)
+    if not stored_since and not held_now:
+        return len(plan), freed_bytes(plan)
+    held_again = set(stored_since.values()) | held_now
+    left = {k: e for k, e in plan.items() if k not in stored_since}
+    freed = {e.value: e.size for e in left.values() if not e.stays and e.value not in held_again}
+    return len(left), sum(freed.values())
 
 
 def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, float]]:
@@ -309,7 +343,8 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
 
     Entries that hold one value share it: ``max_size`` limits the values, each counted once, and they go least
     recently used first -- a value, with every entry that holds it, when none of them was used since. Dropping an
-    entry whose value a kept entry holds frees nothing, so it is never dropped to make room.
+    entry whose value a kept entry, a run, a call log or a ref holds frees nothing, so it is never dropped to make
+    room, and such a value does not count against ``max_size``.
     ``casmon gc --dry-run`` shows the plan, and previews the gc after it from it.
     """
     if max_size is not None:
@@ -320,7 +355,7 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
         cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
-    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function, value]
+    entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function, value, record time]
     # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
     # though an older, cleared record of its key is still there (gc drops that one as a duplicate).
     # Deciding by any record would evict the live entry, and the preview -- made before duplicates
@@ -329,7 +364,7 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
         t, fn = r.get("time", 0.0), str(r.get("fn", ""))
         exp = r.get("expires")  # expires_after= of the function that stored it
         expired = isinstance(exp, (int, float)) and exp <= time.time()
-        entries[kb] = [t, _size_of(r), t <= cleared.get(fn, 0.0) or expired, fn, result_of(kb, r)]
+        entries[kb] = [t, _size_of(r), t <= cleared.get(fn, 0.0) or expired, fn, result_of(kb, r), _time_of(r)]
     for _k, r in store.records(KIND_USE):
         for h, (_fn, _n, last) in r.get("hits", {}).items():
             e = entries.get(bytes.fromhex(h))
@@ -343,8 +378,13 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     values: dict[str, list[list]] = {}  # value -> the entries that hold it
     for e in entries.values():
         values.setdefault(e[4], []).append(e)
+    # A value a run, a call log or a ref holds stays whatever the cache drops: evicting its entries frees nothing,
+    # so they are not dropped to make room, and the limit counts only what evicting can free.
+    elsewhere = held_elsewhere(store) if values and (max_size is not None or any(e[2] for e in entries.values())) \
+        else set()
     if max_size is not None:
-        kept = [(max(e[0] for e in es if not e[2]), d, es) for d, es in values.items() if not all(e[2] for e in es)]
+        kept = [(max(e[0] for e in es if not e[2]), d, es) for d, es in values.items()
+                if not all(e[2] for e in es) and d not in elsewhere]
         total = sum(es[0][1] for _t, _d, es in kept)
         for _t, _d, es in sorted(kept, key=lambda v: (v[0], v[1])):
             if total <= max_size:
@@ -352,4 +392,45 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
             for e in es:
                 e[2] = True
             total -= es[0][1]
-    return {k: Eviction(e[3], e[4], e[1], not all(o[2] for o in values[e[4]])) for k, e in entries.items() if e[2]}
+    return {k: Eviction(e[3], e[4], e[1], e[4] in elsewhere or not all(o[2] for o in values[e[4]]), e[5])
+            for k, e in entries.items() if e[2]}
+
+
+def held_elsewhere(store: Store) -> set[str]:
+    """The values (digest hex) that records other than cache entries (runs, call logs) and refs reach, read as
+    far as they can be: what gc keeps whatever the cache drops. Damage is gc's to report; here it hides nothing
+    that is readable."""
+    from casmon.maintenance import reach
+
+    roots: set[Digest] = set()
+    for kind in store.record_kinds():
+        if kind == KIND:
+            continue
+        for _k, rec in reach.readable_records(store, kind):
+            for h in reach.named_refs(rec):
+                try:
+                    roots.add(Digest(h))
+                except (TypeError, ValueError):
+                    continue
+    for name in store.refs():
+        try:
+            ref = store.get_ref(name)
+        except CasmonError:
+            continue
+        if ref is not None and ref.target is not None:
+            roots.add(ref.target)
+
+    def open_value(d: Digest) -> Any:
+        try:
+            return reach.parts_of(store.manifest(d))
+        except CasmonError:
+            return None
+
+    return {d.hex() for d in reach.closure(roots, open_value, phase="values held elsewhere").values}
+
+
+def _time_of(record: dict) -> float:
+    try:
+        return float(record.get("time", 0.0))
+    except (TypeError, ValueError, OverflowError):  # a crafted record's time: as old as can be
+        return 0.0

@@ -429,9 +429,12 @@ def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
         ex.hit = True
         return ex
     live, cleared = _entries(store, state.name)
+    expired = 0
     if state.expires is not None:  # older entries are misses for this function now
         oldest = time.time() - state.expires
+        stored = len(live)
         live = [(k, r) for k, r in live if r.get("time", 0) > oldest]
+        expired = stored - len(live)
     own = max(store.lookup(KIND, key), key=lambda r: r.get("time", 0.0), default=None)
     if own is not None:
         t = own.get("time", 0.0)
@@ -442,6 +445,10 @@ def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
             ex.notes.append(f"note: this call's entry expired at "
                             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t + state.expires))} "
                             f"(expires_after={state.expires:g} s)")
+    if expired and not live and not ex.notes:  # stored, but none is an entry now: "none is stored" would be untrue
+        ex.notes.append(f"note: {expired:,} {'entry' if expired == 1 else 'entries'} of this function "
+                        f"{'is' if expired == 1 else 'are'} past expires_after ({state.expires:g} s): misses now, "
+                        "and gc drops them")
     ex.entries = len(live)
     version = state.version.hex() if state.version is not None else None
     now = _Side(arg_digests(state, args, kwargs, spans), _files_of(listing), version, state.current_parts())

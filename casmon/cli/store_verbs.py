@@ -166,7 +166,7 @@ def eviction_lines(plan: dict) -> list[str]:
         what = size(sum(values.values())) + (f", {size(shared)} of it shared with another function (counted once "
                                              "above)" if shared else "")
         if stay == n:
-            what = "frees nothing: a kept entry holds the same result"
+            what = "frees nothing: a kept entry, a run or a call log holds the same result"
         elif stay:
             what += f"; {stay:,} of them free nothing: a kept entry holds the same result"
         lines.append(f"  {fn}: {plural(n, 'entry', 'entries')} ({what})")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["dtype_extras", "descr_of", "has_padding"]
+__all__ = ["dtype_extras", "descr_of", "layout_of", "has_padding"]
 
 
 def dtype_extras(dt: Any) -> tuple[Any, ...] | None:
@@ -44,7 +44,25 @@ def descr_of(dt: Any) -> Any:
     descriptor without it (the caller keeps it), a non-legacy dtype ``"|O"``."""
     if not getattr(type(dt), "_legacy", True):
         return "|O"
-    return dt.descr if dt.names is not None else dt.str
+    if dt.names is None:
+        return dt.str
+    try:
+        return dt.descr
+    except ValueError:  # fields out of order or overlapping: numpy has no descriptor for them
+        return layout_of(dt)
+
+
+def layout_of(dt: Any) -> Any:
+    """A structured dtype whose fields are out of order or overlap, which ``dt.descr`` refuses: each field by name,
+    dtype, offset and title, and the item size. The same bytes under fields named in another order are another
+    value (``tolist()`` differs)."""
+    fields = []
+    for name in dt.names:
+        f = dt.fields[name]
+        sub = f[0].subdtype
+        kind = (descr_of(sub[0]), sub[1]) if sub is not None else descr_of(f[0])
+        fields.append((name, kind, int(f[1]), f[2] if len(f) > 2 else None))
+    return ("fields", int(dt.itemsize), fields)
 
 
 _padded: dict[Any, bool] = {}

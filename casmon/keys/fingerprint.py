@@ -11,8 +11,9 @@ Rules worth knowing:
   and ``b"1"`` all differ, and ``(1, 2)`` differs from ``[1, 2]``.
 * dicts are hashed in iteration order (two dicts with the same items in a
   different order are different values); sets and frozensets are order-free.
-* Floats are hashed by their bits, except that every NaN is one value:
-  ``-0.0`` and ``0.0`` differ (functions such as ``copysign`` tell them apart).
+* Floats (and numpy float and complex scalars) are hashed by their bits, except that every NaN is one value:
+  ``-0.0`` and ``0.0`` differ (functions such as ``copysign`` tell them apart). An array's bytes are hashed
+  unread, so its NaNs' bits count.
 * memoryviews by format, shape, strides, read-only flag and bytes (a read-only
   flat byte view by its bytes alone).
 * numpy arrays by dtype (with metadata, alignment, ``np.record``: see
@@ -60,7 +61,7 @@ else:
 
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
-from casmon.keys.dtypes import descr_of, dtype_extras, has_padding
+from casmon.keys.dtypes import descr_of, dtype_extras, has_padding, layout_of
 from casmon.keys.segments import RUN_MIN, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
@@ -408,6 +409,13 @@ class _Fingerprinter:
             self.feed(v.item())
         elif v.dtype.names is not None and has_padding(v.dtype):
             self.out += _without_padding(np.asarray(v)).tobytes()
+        elif v.dtype.char in "efdFD" and v != v:
+            # Every NaN is one value, as for floats: 0/0 and np.nan differ in a sign bit no comparison sees. The NaN
+            # written is np.nan's, whose key stays. (Not longdouble's: its bytes hold padding besides the value.)
+            re, im = v.real, v.imag
+            one = complex(math.nan if re != re else re, math.nan if im != im else im) if v.dtype.kind == "c" \
+                else math.nan
+            self.out += np.array(one, v.dtype).tobytes()
         else:
             self.out += np.asarray(v).tobytes()
 
@@ -702,9 +710,13 @@ def _dtype_key(dt: np.dtype) -> bytes:
     try:
         return _dtype_keys[dt]
     except KeyError:
+        pass
+    try:
         key = repr(np.lib.format.dtype_to_descr(dt)).encode()
-        _dtype_keys[dt] = key
-        return key
+    except ValueError:  # fields out of order or overlapping: by their layout (no descriptor holds it)
+        key = repr(layout_of(dt)).encode()
+    _dtype_keys[dt] = key
+    return key
 
 
 def _pandas_kind(v: Any) -> str | None:

@@ -352,6 +352,43 @@ def test_a_waiting_process_says_once_what_it_waits_on(tmp_path):
     assert f"process {first.pid} on {socket.gethostname()}" in said, said
 
 
+@pytest.mark.slow
+def test_a_waiter_whose_holder_is_killed_after_its_notice_computes_and_says_nothing_more(tmp_path):
+    """kill -9 of the holder after the waiter said what it waits on: the waiter neither hangs nor warns again
+    (not about the dead holder, not about itself), and computes the call."""
+    events = tmp_path / "events"
+    events.mkdir()
+    store = str(tmp_path / "s")
+    casmon.open(store).close()
+    (tmp_path / "holder.py").write_text(HOLDER)
+    env = _env(EVENTS=str(events), CASMON_HEARTBEAT_S="1")
+    cmd = [sys.executable, str(tmp_path / "holder.py"), store, str(events), "21"]
+    procs = []
+    try:
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(first)
+        _until(lambda: (events / f"started-{first.pid}").exists(), "the holder starts computing")
+        err_file = open(tmp_path / "waiter.err", "w+")
+        waiter = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        procs.append(waiter)
+        _until(lambda: "waits for" in (tmp_path / "waiter.err").read_text(), "the waiter says what it waits on")
+        first.send_signal(signal.SIGKILL)
+        first.wait(60)
+        _until(lambda: (events / f"started-{waiter.pid}").exists(), "the waiter computes the call itself")
+        (events / "go").touch()
+        out = waiter.communicate(timeout=120)[0]
+    finally:
+        (events / "go").touch()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert out == "42\n" and waiter.returncode == 0
+    said = (tmp_path / "waiter.err").read_text()
+    assert said.count("waits for") == 1 and f"process {first.pid} on" in said, said
+    assert "Traceback" not in said, said
+
+
 def _until(cond, what, deadline_s=120.0):
     deadline = time.monotonic() + deadline_s
     while not cond():

@@ -342,3 +342,15 @@ def test_gc_names_entries_a_refresh_replaced_apart_from_duplicates(tmp_path):
     assert (d["duplicate_entries"], d["replaced_entries"]) == (1, 1), d
     out = CliRunner().invoke(cli, ["gc", "--dry-run", "--store", loc]).output
     assert "would drop 1 duplicate cache entry" in out and "1 cache entry a refresh replaced" in out, out
+
+
+def test_explain_of_another_call_says_the_functions_entries_expired_not_that_none_is_stored(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    f = casmon.cache(store=s, expires_after=0.3)(lambda x: x)
+    f(1), f(2)
+    time.sleep(0.5)  # past expires_after: both entries are misses now (waiting longer only makes that truer)
+    why = f.explain(3).why()
+    assert "no entry of this function is stored" not in why, why
+    assert "2 entries of this function are past expires_after" in why, why
+    with pytest.raises(KeyError, match="past expires_after"):
+        f.lookup(3)

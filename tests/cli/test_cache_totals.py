@@ -101,7 +101,7 @@ def test_a_cleared_entry_whose_value_another_keeps_frees_nothing_and_says_so(tmp
     cli("cache", "clear", "first", "--store", st)
     text = names(cli("gc", "--store", st, "--now", "--dry-run").stdout)
     assert "would drop 1 cache entry (0 B of results)" in text, text
-    assert "first: 1 entry (frees nothing: a kept entry holds the same result)" in text
+    assert "first: 1 entry (frees nothing: a kept entry, a run or a call log holds the same result)" in text
     assert _gc(st)["evicted_bytes"] == 0
     assert "second" in names(cli("cache", "--store", st).stdout)
     assert "store is sound" in cli("verify", "--store", st).stdout  # the shared value survived the gc

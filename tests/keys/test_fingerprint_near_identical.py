@@ -57,6 +57,7 @@ def _pairs():
         ("nullable or numpy ints", pd.Series([1, 2], dtype="Int64"), pd.Series([1, 2], dtype="int64")),
         ("zero sign", -0.0, 0.0),
         ("float or numpy float", 1.0, np.float64(1.0)),
+        ("str or numpy str", "a", np.str_("a")),
         ("dtype objects with metadata", MD, np.dtype(np.float64)),
         ("dtype objects aligned", ALIGNED, SAME_OFFSETS),
         ("structured scalar of an aligned dtype", np.zeros(1, ALIGNED)[0], np.zeros(1, SAME_OFFSETS)[0]),
@@ -235,3 +236,33 @@ def test_padding_bytes_of_structured_values_do_not_count():
     big["p"]["y"] = np.arange(300_000)
     assert fingerprint(big).hex() == "ad9e76b4e5529b4baa4de1b49ddf60d6"
     assert fingerprint(copy.deepcopy(big)) == fingerprint(big)
+
+
+def test_structured_values_whose_fields_are_out_of_order_or_overlap_key_by_their_layout():
+    """numpy has no descriptor for such dtypes (``dt.descr`` raises): they are keyed by each field's name, dtype,
+    offset and title, so the same bytes under fields named in another order are another value."""
+    ab = np.dtype({"names": ["a", "b"], "formats": ["<i4", "<i4"], "offsets": [4, 0]})
+    ba = np.dtype({"names": ["b", "a"], "formats": ["<i4", "<i4"], "offsets": [0, 4]})
+    overlap = np.dtype({"names": ["a", "b"], "formats": ["<i4", "<i2"], "offsets": [0, 0]})
+    nested = np.dtype([("n", ab), ("s", ba, (2,))])
+    x, y = np.zeros(2, ab), np.zeros(2, ba)
+    x["a"], x["b"], y["a"], y["b"] = 1, 2, 1, 2
+    assert x.tobytes() == y.tobytes() and x.tolist() != y.tolist()
+    keys = {fingerprint(x), fingerprint(y), fingerprint(x[0]), fingerprint(y[0]), fingerprint(np.zeros(2, overlap)),
+            fingerprint(np.zeros(2, nested)), fingerprint(np.zeros(2, [("a", "<i4"), ("b", "<i4")]))}
+    assert len(keys) == 7
+    assert fingerprint(x.copy()) == fingerprint(x) and fingerprint(x[::-1][::-1]) == fingerprint(x)
+
+
+def test_numpy_float_scalars_count_every_nan_as_one_value():
+    """As floats do: 0/0 and np.nan differ in their sign bit, which no comparison sees; np.nan keeps its key."""
+    with np.errstate(invalid="ignore"):
+        computed = np.float64(0.0) / np.float64(0.0)
+    assert np.isnan(computed) and np.signbit(computed) != np.signbit(np.float64(np.nan))
+    before = "7043c153bf84c6213e6fd37c708d76af"
+    for t in (np.float16, np.float32, np.float64):
+        assert fingerprint(t(np.nan)) == fingerprint(-t(np.nan)) == fingerprint(t(computed))
+    assert fingerprint(np.complex128(complex(np.nan, 1))) == fingerprint(np.complex128(complex(-np.nan, 1)))
+    assert fingerprint(np.complex128(complex(np.nan, 1))) != fingerprint(np.complex128(complex(np.nan, 2)))
+    assert fingerprint(np.float64(-0.0)) != fingerprint(np.float64(0.0))
+    assert fingerprint(np.float64(np.nan)).hex() == before

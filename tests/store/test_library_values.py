@@ -47,6 +47,28 @@ def test_tensors_come_back_as_they_were(store):
 
 
 @needs_torch
+def test_channels_last_tensors_come_back_channels_last_and_share_the_stored_copy(store):
+    """A channels-last tensor (what a conv net is given for speed) comes back in that memory format, as a numpy
+    array keeps its memory order; its elements are stored once with its contiguous twin's."""
+    for shape, fmt in (((2, 3, 4, 5), torch.channels_last), ((2, 3, 2, 4, 5), torch.channels_last_3d)):
+        t = torch.arange(float(np.prod(shape))).reshape(shape)
+        cl = t.to(memory_format=fmt)
+        back = store.get(store.put(cl))
+        assert back.is_contiguous(memory_format=fmt) and back.stride() == cl.stride() and torch.equal(back, cl)
+        plain = store.get(store.put(t))
+        assert plain.is_contiguous() and plain.stride() == t.stride()
+        assert store.put(cl) != store.put(t)  # one value each, for their formats
+    big = torch.randn(8, 64, 32, 32)
+    store.put(big)
+    before = chunk_bytes(store)
+    store.put(big.to(memory_format=torch.channels_last))
+    assert chunk_bytes(store) - before < 0.01 * big.nbytes  # its elements, in C order, are the twin's chunks
+    grad = torch.zeros(1, 3, 2, 2).to(memory_format=torch.channels_last).requires_grad_(True)
+    back = store.get(store.put(torch.nn.Parameter(grad.detach())))
+    assert type(back) is torch.nn.Parameter and back.is_contiguous(memory_format=torch.channels_last)
+
+
+@needs_torch
 def test_equal_tensors_are_stored_once_and_checkpoints_share_unchanged_ones(store):
     one = torch.randn(1 << 20)  # 4 MiB
     before = chunk_bytes(store)

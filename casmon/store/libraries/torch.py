@@ -1,7 +1,7 @@
 """torch: dense tensors and parameters as one numeric buffer of their elements.
 
-Stored: dtype, shape, device, ``requires_grad`` and whether it is a ``Parameter``; the
-elements in C order, chunked and shuffled by element size like a numpy array, so
+Stored: dtype, shape, device, ``requires_grad``, whether it is a ``Parameter`` and a
+channels-last memory format; the elements in C order, chunked and shuffled by element size like a numpy array, so
 equal tensors are stored once. A tensor comes back on the device it was saved from.
 Where that device does not exist, loading raises :class:`TorchDeviceError` saying
 so, unless ``CASMON_MAP_LOCATION`` names a device to load it on instead (``cpu``),
@@ -53,6 +53,9 @@ class TensorHandler:
         itemsize = t.element_size()
         meta = {"dtype": str(t.dtype).removeprefix("torch."), "shape": shape, "device": str(t.device),
                 "grad": bool(t.requires_grad), "param": type(t) is torch.nn.Parameter}
+        fmt = _memory_format(t)
+        if fmt is not None:
+            meta["format"] = fmt
         row = data.nbytes // shape[0] if shape and shape[0] else max(1, data.nbytes)
         ts = itemsize if itemsize in (1, 2, 4, 8, 16) else 1
         return meta, [Part(data.data, row_bytes=max(1, row), typesize=ts, numeric=True)]
@@ -62,6 +65,9 @@ class TensorHandler:
         shape = tuple(int(n) for n in meta["shape"])
         buf = buffers[0]
         t = torch.from_numpy(buf).view(dtype).reshape(shape) if buf.size else torch.empty(shape, dtype=dtype)
+        fmt = meta.get("format")
+        if fmt in _FORMATS and len(shape) == _FORMATS[fmt]:
+            t = t.contiguous(memory_format=getattr(torch, fmt))
         device = str(meta.get("device", "cpu"))
         if device != "cpu":
             target = os.environ.get(MAP_LOCATION_ENV) or device
@@ -84,6 +90,18 @@ class TensorHandler:
             raise TypeError("a bfloat16 tensor has no numpy dtype to open it lazily with; load it with get()")
         return {"dtype": repr(np.lib.format.dtype_to_descr(torch.empty(0, dtype=dtype).numpy().dtype)),
                 "shape": meta["shape"], "order": "C"}
+
+
+#: Memory formats a tensor comes back in, by the rank they apply to. The elements are stored in C order either way.
+_FORMATS = {"channels_last": 4, "channels_last_3d": 5}
+
+
+def _memory_format(t: Any) -> str | None:
+    """``channels_last`` (``_3d``) for a tensor laid out so and not also plain contiguous, else None."""
+    for name, rank in _FORMATS.items():
+        if t.dim() == rank and not t.is_contiguous() and t.is_contiguous(memory_format=getattr(torch, name)):
+            return name
+    return None
 
 
 HANDLER = TensorHandler()
