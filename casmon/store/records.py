@@ -118,8 +118,9 @@ def encode_record(kind: str, record: dict[str, Any], refs: list[Digest],
 
 def parse_record(kind: str, key: bytes, v: bytes) -> dict[str, Any]:
     """A stored record as a dict; :class:`DamagedObjectError` naming it if it is not a JSON object."""
-    return metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
+    body = metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
                                 numbers=False)
+    return metafile.check_fields(kind, body)
 
 
 def refs_of(t: Table) -> set[Digest]:
