@@ -74,6 +74,8 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "comment": s
                    "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str,
                    "params": dict, "metrics": dict, "heartbeat_s": (int, float), "signal": str,
                    "signal_time": (int, float), "imported": dict}
+#: The fields that hold times or durations in seconds.
+_MANIFEST_SECONDS = ("start", "end", "duration", "patch_time", "signal_time", "heartbeat_s")
 
 
 def check_run_manifest(m: dict, where: str) -> None:
@@ -90,6 +92,10 @@ def check_run_manifest(m: dict, where: str) -> None:
         v = m.get(k)
         if v is not None and (not isinstance(v, t) or type(v) is bool):
             bad(f"{k} is a {type(v).__name__}")
+    for k in _MANIFEST_SECONDS:  # readers turn them into dates and floats: NaN or 1e308 would raise there
+        v = m.get(k)
+        if v is not None and not 0 <= v < 1e11:
+            bad(f"{k} is {str(v)[:40]}, not a time")
     g = m.get("git") or {}
     for k in ("root", "commit", "branch", "patch"):
         if g.get(k) is not None and not isinstance(g[k], str):
