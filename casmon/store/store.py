@@ -50,7 +50,7 @@ from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
-from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of
+from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, is_ref_name, parse_record, ref_frame, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
@@ -540,9 +540,10 @@ class Store:
         return decode_ref(name, key, data)
 
     def refs(self, prefix: str = "") -> list[str]:
-        """The names of the refs under ``prefix``, sorted."""
+        """The names of the refs under ``prefix``, sorted (a file there whose name no ref has is no ref)."""
         base = "refs/" + (prefix.strip("/") + "/" if prefix else "")
-        return sorted(k[len("refs/") :] for k in self.backend.list(base) if ".partial" not in k)
+        return sorted(n for n in (k[len("refs/") :] for k in self.backend.list(base) if ".partial" not in k)
+                      if is_ref_name(n))
 
     def delete_ref(self, name: str) -> None:
         """Remove ref ``name`` (what it pointed at stays until gc finds nothing else reaches it)."""
