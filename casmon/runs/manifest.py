@@ -42,15 +42,23 @@ def claim_run_number(store: Store, prefix: str) -> tuple[int, str]:
 
 
 def is_plain_json(v: Any) -> bool:
-    """True for JSON built of plain types only (no ``{"$": ...}``, which a manifest reads as a stored value)."""
-    t = type(v)
-    if t in (str, int, float, bool, type(None)):
-        return True
-    if t is list:
-        return all(is_plain_json(x) for x in v)
-    if t is dict:
-        return all(type(k) is str and is_plain_json(x) for k, x in v.items()) and set(v) != {"$"}
-    return False
+    """True for JSON built of plain types only (no ``{"$": ...}``, which a manifest reads as a stored value).
+    Walked with a stack, not recursion: parameters nested hundreds deep are plain too."""
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        t = type(x)
+        if t in (str, int, float, bool, type(None)):
+            continue
+        if t is list:
+            todo.extend(x)
+        elif t is dict:
+            if set(x) == {"$"} or not all(type(k) is str for k in x):
+                return False
+            todo.extend(x.values())
+        else:
+            return False
+    return True
 
 
 def is_json(v: Any) -> bool:
