@@ -41,3 +41,10 @@ def test_deep_json_compares_by_content():
     assert _same_json(_deep(5000), _deep(5000)) and not _same_json(_deep(5000), _deep(5000, 2))
     assert _same_json({"a": [math.nan]}, {"a": [math.nan]}) and not _same_json([math.nan], [1.0])
     assert not _same_json([1], [1.0]) and not _same_json({"a": 1}, {"b": 1}) and not _same_json([1], [1, 2])
+
+
+def test_parameters_too_deep_to_store_are_a_clear_type_error(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    with pytest.raises(TypeError, match="nested too deeply"):
+        with casmon.record(store=s, capture_output=False, params={"tree": _deep(3000)}):
+            pass
