@@ -173,7 +173,8 @@ def cache_entries(store: Store) -> dict[str, dict]:
     record of the same key supersedes (two processes that missed one key at once), which gc drops."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
-        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+        if "fn" in r:  # a clear whose function's name failed its check clears nothing
+            cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     records = [(k, r) for k, r in store.records(KIND) if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0)]
     now = time.time()
     newest = newest_per_key(records)
@@ -295,7 +296,8 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     store.flush()
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
-        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+        if "fn" in r:  # a clear whose function's name failed its check clears nothing
+            cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function]
     # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
     # though an older, cleared record of its key is still there (gc drops that one as a duplicate).

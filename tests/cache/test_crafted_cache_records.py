@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import casmon
-from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, KIND_USE, name_digest
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, KIND_USE, cache_entries, eviction_plan, name_digest
 from casmon.cli.app import main as cli
 
 
@@ -56,7 +56,34 @@ def test_a_crafted_cache_record_stops_nothing_and_hides_no_entry(tmp_path, kind,
             r = CliRunner().invoke(cli, [*args, "--store", str(root)])
             assert r.exit_code in (0, 1, 2) and not (r.exception and not isinstance(r.exception, SystemExit)), \
                 (r.output, r.exception)
+        assert cache_entries(s)[name]["entries"] == 3
+        eviction_plan(s, max_size=1)
         casmon.open(root).gc(grace=0)
         s = casmon.open(root, read_only=True)
         g = casmon.cache(store=s)(sq)
         assert g.lookup(2) == [2] * 3 and g.lookup(3) == [3] * 3
+
+
+@pytest.mark.parametrize("kind", list(FIELDS))
+def test_the_cache_pages_show_a_store_with_a_crafted_cache_record(tmp_path, kind):
+    """A clear record whose function name was not text made the UI's cache pages answer 404 "fn"."""
+    from tests.ui.test_ui import Served
+
+    root = tmp_path / "s"
+    s = casmon.open(root, autoflush=None)
+    f = casmon.cache(store=s)(sq)
+    f(1), f(2)
+    s.flush()
+    name = f.__casmon_cache__.name
+    template = next(r for _k, r in s.records(kind)) if kind not in (KIND_CLEAR, KIND_USE) else {"fn": name, "time": 1.0}
+    for value in (b"[1]", b"NaN"):
+        s.append(kind, {}, key=bytes(name_digest(name)), encoded=_crafted(kind, template, value))
+    s.flush()
+    s.close()
+    srv = Served(root)
+    try:
+        for path in ("/cache", f"/cache?fn={name}"):
+            status, _h, body = srv.request(path)
+            assert status == 200 and name in body, (path, status, body[-400:])
+    finally:
+        srv.close()
