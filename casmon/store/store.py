@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
-from casmon.errors import CasmonError, MissingObjectError, StoreError, UntrustedStoreError
+from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreError, UntrustedStoreError, warn_damage
 from casmon.keys.digest import Digest
 from casmon.store import condemned, lifecycle, reliance, serialize
 from casmon.store.backend import Backend, open_backend
@@ -422,10 +422,18 @@ class Store:
 
         ``strict`` (the default, what gc and verify need): a damaged table file
         raises :class:`DamagedObjectError`. ``strict=False``: what can be read,
-        skipping damaged files with one :class:`StoreDamageWarning` each.
+        skipping damaged files and malformed records with one :class:`StoreDamageWarning` each.
         """
         for k, v in self.table(kind).items(strict=strict):
-            yield Digest(k), parse_record(kind, k, v)
+            if strict:
+                yield Digest(k), parse_record(kind, k, v)
+                continue
+            try:
+                rec = parse_record(kind, k, v)
+            except DamagedObjectError as e:  # one malformed record hides no other (verify names it)
+                warn_damage(self.url, e.key, e.reason)
+                continue
+            yield Digest(k), rec
 
     def prefetch(self, kinds: Iterable[str]) -> None:
         """List the tables of ``kinds`` that are not listed yet, all at once, on a remote medium: a fresh process's

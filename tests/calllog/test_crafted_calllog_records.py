@@ -25,13 +25,14 @@ CRAFTED = [("session", {"n": "x"}), ("callfn", {"fn": [1], "session": 1}),
                       "c": [[0, 1, 1e308, -1.0, 0, [], {}, 3, None]]})]
 
 
-@pytest.mark.parametrize("kind,record", CRAFTED, ids=lambda v: v if isinstance(v, str) else json.dumps(v)[:30])
+@pytest.mark.parametrize("kind,record", CRAFTED + [(k, b) for k in ("session", "callfn", "calls")
+                                                  for b in (b"[1]", b"7", b"[" * 5000 + b"]" * 5000)], ids=lambda v: v if isinstance(v, str) else (v[:8].decode() if isinstance(v, bytes) else json.dumps(v)[:30]))
 def test_a_crafted_calllog_record_hides_no_other_call(tmp_path, kind, record):
     s = casmon.open(tmp_path / "s", autoflush=None)
     f = casmon.intercept(add, store=s)
     f(1), f(2, b=3)
     casmon.flush()
-    s.append(kind, {}, encoded=json.dumps(record))
+    s.append(kind, {}, encoded=record if isinstance(record, bytes) else json.dumps(record))
     s.flush()
     s.close()
     with warnings.catch_warnings(record=True) as seen:
