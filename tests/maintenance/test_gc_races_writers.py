@@ -55,7 +55,7 @@ def _gc(loc: str, spec: str) -> None:
     os._exit(0)
 
 
-def _race(tmp_path: Path, seconds: float, writers: int) -> tuple[int, int, int]:
+def _race(tmp_path: Path, seconds: float, writers: int) -> tuple[int, int, int, set[str]]:
     loc = str(tmp_path / "s")
     casmon.open(loc).close()
     ctx = multiprocessing.get_context("fork")
@@ -65,14 +65,17 @@ def _race(tmp_path: Path, seconds: float, writers: int) -> tuple[int, int, int]:
     for p in ws:
         p.start()
     gcs = kills = 0
+    killed_at: set[str] = set()
     while time.time() < until:
-        spec = f"{GC_POINTS[kills % len(GC_POINTS)]}=kill" if gcs % 2 else ""
-        p = ctx.Process(target=_gc, args=(loc, spec))
+        point = GC_POINTS[(gcs // 2) % len(GC_POINTS)]
+        p = ctx.Process(target=_gc, args=(loc, f"{point}=kill" if gcs % 2 else ""))  # every other gc is killed
         p.start()
         p.join(120)
         assert p.exitcode in (0, -9), p.exitcode
         gcs += 1
-        kills += p.exitcode == -9
+        if p.exitcode == -9:
+            kills += 1
+            killed_at.add(point)
     for p in ws:
         p.join(120)
         assert p.exitcode == 0
@@ -95,20 +98,21 @@ def _race(tmp_path: Path, seconds: float, writers: int) -> tuple[int, int, int]:
     assert not lost, f"{len(lost)} of {n} acknowledged entries lost: {lost[:10]}"
     rep = casmon.open(loc).verify()
     assert rep.ok, rep.as_dict()
-    return n, gcs, kills
+    return n, gcs, kills, killed_at
 
 
 def test_writers_racing_a_gc_killed_at_each_step_lose_no_acknowledged_entry(tmp_path, min_grace, figures):
     min_grace(GRACE)
-    n, gcs, kills = _race(tmp_path, 4.0, 2)
+    n, gcs, kills, _at = _race(tmp_path, 4.0, 2)
     assert n > 0 and gcs >= 2
 
 
 @pytest.mark.slow
 def test_writers_racing_a_gc_killed_at_each_step_lose_no_acknowledged_entry_long(tmp_path, min_grace, figures):
     min_grace(GRACE)
-    n, gcs, kills = _race(tmp_path, 60.0, 4)
-    assert kills >= 3  # gc.before_sweep is reached only where a list is due
+    n, gcs, kills, killed_at = _race(tmp_path, 60.0, 4)
+    assert len(killed_at) >= 3, killed_at  # gc.before_sweep is reached only where a list is due
     figures("gc race: acknowledged entries, all found", n)
     figures("gc race: gc runs", gcs)
     figures("gc race: gc runs killed at a fault point", kills)
+    figures("gc race: fault points a gc was killed at", len(killed_at))
