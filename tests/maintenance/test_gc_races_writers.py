@@ -103,8 +103,12 @@ def _race(tmp_path: Path, seconds: float, writers: int) -> tuple[int, int, int, 
 
 def test_writers_racing_a_gc_killed_at_each_step_lose_no_acknowledged_entry(tmp_path, min_grace, figures):
     min_grace(GRACE)
-    n, gcs, kills, _at = _race(tmp_path, 4.0, 2)
+    n, gcs, kills, killed_at = _race(tmp_path, 4.0, 2)
     assert n > 0 and gcs >= 2
+    figures("gc race: acknowledged entries, all found", n)
+    figures("gc race: gc runs", gcs)
+    figures("gc race: gc runs killed at a fault point", kills)
+    figures("gc race: fault points a gc was killed at", len(killed_at))
 
 
 @pytest.mark.slow
