@@ -91,7 +91,7 @@ def _hits(v: Any) -> dict[str, list[Any]]:
 # Every record field these readers use, checked as it is read (casmon.store.metafile.register_fields): a cache
 # record that is crafted or damaged stops no call, listing or gc with a TypeError, and hides no entry.
 register_fields(KIND, {"fn": _text, "result": _hex, "time": _time, "seconds": lambda v: _number(v, 1e12),
-                       "size": _count, "expires": lambda v: _number(v, 1e11), "label": _text, "v": _hex,
+                       "size": _count, "expires": lambda v: _number(v, 1e11), "v": _hex,
                        "a": _args, "inline": _text})
 register_fields(KIND_FN, {"fn": _text, "version": _hex, "time": _time, "parts": _parts})
 register_fields(KIND_CLEAR, {"fn": _text, "time": _time})

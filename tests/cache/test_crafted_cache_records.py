@@ -87,3 +87,13 @@ def test_the_cache_pages_show_a_store_with_a_crafted_cache_record(tmp_path, kind
             assert status == 200 and name in body, (path, status, body[-400:])
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("label", [7, [1, "a"], {"k": 1}, None])
+def test_a_label_that_is_not_text_is_kept_as_given(tmp_path, label):
+    """Labels are what the user's label function returned (any JSON); the field checks leave them be."""
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    f = casmon.cache(store=s, label=lambda x: label)(sq)
+    f(1)
+    s.flush()
+    assert [r.get("label") for _k, r in casmon.open(tmp_path / "s").records(KIND)] == [label]
