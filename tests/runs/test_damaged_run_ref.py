@@ -10,7 +10,7 @@ import casmon
 from casmon.cli.app import main as cli
 
 
-@pytest.mark.parametrize("name,data", [("zzz", b"junk"), ("3", b""), ("4", b"\x00" * 64)])
+@pytest.mark.parametrize("name,data", [("zzz", b"junk"), ("3", b""), ("4", b"\x00" * 64)], ids=["junk", "empty", "zeros"])
 def test_a_damaged_run_ref_hides_no_other_run(tmp_path, name, data):
     root = tmp_path / "s"
     s = casmon.open(root, autoflush=None)
