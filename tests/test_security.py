@@ -292,9 +292,9 @@ def test_damaged_calls_table_is_one_error_line(tmp_path):
     s = casmon.open(tmp_path / "s", autoflush=None)
     s.append("calls", {"session": 1, "fns": ["f"], "c": [[5, 1, 0.0, 0.0, 0, [], {}, None, None]]})  # index 5 of 1 name
     s.close()
-    for args in (["calls"], ["calls", "f"], ["show", "f", "1"]):
+    for args in (["calls"], ["calls", "f"], ["show", "f", "1"]):  # the malformed batch is left out, named once
         r = cli(*args, "--store", str(tmp_path / "s"), check=False)
-        assert r.returncode == 1 and "Traceback" not in r.stderr and "damaged object record calls/" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and "record calls/" in r.stderr and "damaged" in r.stderr, r.stderr
     # a table file whose bytes are damaged: one line too
     l0 = next((tmp_path / "s" / "records" / "calls" / "l0").iterdir())
     data = bytearray(l0.read_bytes())

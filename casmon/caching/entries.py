@@ -16,6 +16,7 @@ from casmon.errors import MAX_BYTES, MAX_SECONDS, CasmonError, DamagedObjectErro
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
+from casmon.store.metafile import register_fields
 from casmon.view.guards import guarded_html, guarded_text
 from casmon.view.text import did_you_mean
 
@@ -30,6 +31,73 @@ KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
 KIND_CLEAR = "cacheclear"  # cache_clear() tombstones, keyed by the function's name digest
 KIND_USE = "cacheuse"  # hit counts and last use, written at flushes
+
+#: How far ahead of this host's clock a record's time may be: further is damage (a clear from the far future
+#: would hide every entry stored after it, an entry from there would outrank every refresh).
+_AHEAD_MAX = 86400.0
+
+
+def _text(v: Any) -> str:
+    if type(v) is not str:
+        raise TypeError("not text")
+    return v
+
+
+def _hex(v: Any) -> str:
+    if type(v) is not str or len(v) != 32 or v.strip("0123456789abcdef"):
+        raise ValueError("not a digest")
+    return v
+
+
+def _number(v: Any, hi: float) -> float:
+    if type(v) not in (int, float) or not 0 <= v <= hi:  # NaN fails the comparison
+        raise ValueError("out of range")
+    return float(v)
+
+
+def _time(v: Any) -> float:
+    return _number(v, time.time() + _AHEAD_MAX)
+
+
+def _count(v: Any) -> int:
+    if type(v) is not int or not 0 <= v < 1 << 62:
+        raise ValueError("not a count")
+    return v
+
+
+def _args(v: Any) -> dict[str, str]:
+    if type(v) is not dict or not all(type(x) is str for x in v.values()):
+        raise TypeError("not parameter digests")
+    return v
+
+
+def _parts(v: Any) -> dict[str, Any]:
+    if type(v) is not dict or not all(type(x) is dict for x in v.values()):
+        raise TypeError("not code parts")
+    return v
+
+
+def _hits(v: Any) -> dict[str, list[Any]]:
+    if type(v) is not dict:
+        raise TypeError("not hits")
+    out = {}
+    for k, e in v.items():  # one crafted hit is left out, not the flush's others
+        try:
+            fn, n, last = e
+            out[_hex(k)] = [_text(fn), _count(n), _time(last)]
+        except (ValueError, TypeError):
+            pass
+    return out
+
+
+# Every record field these readers use, checked as it is read (casmon.store.metafile.register_fields): a cache
+# record that is crafted or damaged stops no call, listing or gc with a TypeError, and hides no entry.
+register_fields(KIND, {"fn": _text, "result": _hex, "time": _time, "seconds": lambda v: _number(v, 1e12),
+                       "size": _count, "expires": lambda v: _number(v, 1e11), "v": _hex,
+                       "a": _args, "inline": _text})
+register_fields(KIND_FN, {"fn": _text, "version": _hex, "time": _time, "parts": _parts})
+register_fields(KIND_CLEAR, {"fn": _text, "time": _time})
+register_fields(KIND_USE, {"hits": _hits, "time": _time})
 
 
 def name_digest(name: str) -> Digest:
@@ -131,7 +199,8 @@ def cache_entries(store: Store) -> dict[str, dict]:
     each value's digest to its size (:func:`results_total` adds them up over functions, each value once)."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
-        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+        if "fn" in r:  # a clear whose function's name failed its check clears nothing
+            cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     records = [(k, r) for k, r in store.records(KIND) if r.get("time", 0) > cleared.get(r.get("fn", "?"), 0.0)]
     now = time.time()
     newest = newest_per_key(records)
@@ -354,7 +423,8 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
     store.flush()
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR):
-        cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
+        if "fn" in r:  # a clear whose function's name failed its check clears nothing
+            cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     entries: dict[bytes, list] = {}  # key -> [last_use, size, dropped, function, value, record time]
     # The newest record decides, as in lookups: an entry computed again after a `cache clear` is live
     # though an older, cleared record of its key is still there (gc drops that one as a duplicate).

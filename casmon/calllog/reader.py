@@ -15,7 +15,7 @@ from typing import Any
 from casmon.keys.names import keep_flat_names
 from casmon.calllog.records import KIND_CALLFN, KIND_CALLS, KIND_SESSION, NOT_RECORDED, NotStored
 from casmon.calllog.replay import Replay, replay_call
-from casmon.errors import DamagedObjectError
+from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store.peek import as_digest, describe, peek
 from casmon.store.store import Store, default_store
 from casmon.view import display
@@ -110,52 +110,74 @@ class CallLog:
     def reload(self) -> None:
         """Read what has been flushed since (the log works while writers still run).
 
-        Every record is checked before use: a malformed one raises
-        :class:`DamagedObjectError` naming it, never another error. A damaged
-        table file is skipped with a :class:`~casmon.StoreDamageWarning` (the
-        calls it held are missing until ``casmon verify --repair``).
+        Every record is checked before use: a malformed one (crafted or damaged) is left out with one
+        :class:`~casmon.StoreDamageWarning` naming it, and hides no other call; a malformed call in a batch
+        leaves out that call. A damaged table file is skipped the same way (the calls it held are missing
+        until ``casmon verify --repair``).
         """
         store = self.store
         sessions = {}
         for key, r in store.records(KIND_SESSION, strict=False):
             where = f"record {KIND_SESSION}/{key.hex()}"
-            sessions[_int(r.get("n"), where, "n")] = r
+            try:
+                sessions[_int(r.get("n"), where, "n")] = r
+            except DamagedObjectError as e:
+                warn_damage(store.url, where, e.reason)
         functions: dict[str, FunctionInfo] = {}
         for key, r in store.records(KIND_CALLFN, strict=False):
             where = f"record {KIND_CALLFN}/{key.hex()}"
-            name = _str(r.get("fn"), where, "fn")
-            fi = functions.setdefault(name, FunctionInfo(name))
-            fi.params = _params(r.get("params", []), where)
+            try:
+                name, params = _str(r.get("fn"), where, "fn"), _params(r.get("params", []), where)
+            except DamagedObjectError as e:
+                warn_damage(store.url, where, e.reason)
+                continue
+            functions.setdefault(name, FunctionInfo(name)).params = params
         for key, batch in store.records(KIND_CALLS, strict=False):
             where = f"record {KIND_CALLS}/{key.hex()}"
-            s = _int(batch.get("session"), where, "session")
-            names = batch.get("fns")
-            rows = batch.get("c")
-            threads = batch.get("threads", {})
-            pid, rank = batch.get("pid", 0), batch.get("rank")
-            if (not isinstance(names, list) or not all(type(x) is str for x in names) or not isinstance(rows, list)
-                    or not isinstance(threads, dict) or type(pid) is not int or not (rank is None or type(rank) is int)):
-                raise DamagedObjectError(where, "not a valid batch of calls (fns, c, threads, pid, rank)")
-            for row in rows:
-                if not isinstance(row, list) or len(row) != 9:
-                    raise DamagedObjectError(where, "a call is not a list of 9 fields")
-                fi_idx, n, t0, dt, tid, a, k, res, exc = row
-                if (type(fi_idx) is not int or not 0 <= fi_idx < len(names) or type(n) is not int
-                        or type(t0) not in (int, float) or type(dt) not in (int, float) or not isinstance(a, list)
-                        or not isinstance(k, dict) or not (exc is None or (isinstance(exc, list) and len(exc) == 2
-                                                                           and all(type(x) is str for x in exc)))):
-                    raise DamagedObjectError(where, "a call's fields have the wrong types")
-                name = names[fi_idx]
-                fi = functions.setdefault(name, FunctionInfo(name))
-                th = threads.get(str(tid))
-                ident, tname = th if isinstance(th, list) and len(th) == 2 else (tid, str(tid))
-                fi.sessions[s].append(Call(self, name, n, s, pid, rank, ident, str(tname), t0, dt, a, k, res,
-                                           tuple(exc) if exc else None))
+            try:
+                self._read_batch(batch, where, functions)
+            except DamagedObjectError as e:
+                warn_damage(store.url, where, e.reason)
         for fi in functions.values():
             for calls in fi.sessions.values():
                 calls.sort(key=lambda c: c.n)
         self.sessions = display.Sessions(sorted(sessions.items()))  # a dict that shows local dates
         self.functions = dict(sorted(functions.items()))
+
+    def _read_batch(self, batch: dict, where: str, functions: dict[str, FunctionInfo]) -> None:
+        """Add the calls of ``batch`` to ``functions``; DamagedObjectError after adding the sound ones, if any
+        is malformed."""
+        s = _int(batch.get("session"), where, "session")
+        names = batch.get("fns")
+        rows = batch.get("c")
+        threads = batch.get("threads", {})
+        pid, rank = batch.get("pid", 0), batch.get("rank")
+        if (not isinstance(names, list) or not all(type(x) is str for x in names) or not isinstance(rows, list)
+                or not isinstance(threads, dict) or type(pid) is not int or not (rank is None or type(rank) is int)):
+            raise DamagedObjectError(where, "not a valid batch of calls (fns, c, threads, pid, rank)")
+        bad = ""
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 9:
+                bad = "a call is not a list of 9 fields"
+                continue
+            fi_idx, n, t0, dt, tid, a, k, res, exc = row
+            if (type(fi_idx) is not int or not 0 <= fi_idx < len(names) or type(n) is not int
+                    or type(t0) not in (int, float) or type(dt) not in (int, float) or not isinstance(a, list)
+                    or not isinstance(k, dict) or not (exc is None or (isinstance(exc, list) and len(exc) == 2
+                                                                       and all(type(x) is str for x in exc)))):
+                bad = "a call's fields have the wrong types"
+                continue
+            if not (0 <= t0 < 1e11 and 0 <= dt < 1e11):  # NaN fails too: readers make dates of them
+                bad = "a call's start or duration is not a time"
+                continue
+            name = names[fi_idx]
+            fi = functions.setdefault(name, FunctionInfo(name))
+            th = threads.get(str(tid))
+            ident, tname = th if isinstance(th, list) and len(th) == 2 else (tid, str(tid))
+            fi.sessions[s].append(Call(self, name, n, s, pid, rank, ident, str(tname), t0, dt, a, k, res,
+                                       tuple(exc) if exc else None))
+        if bad:
+            raise DamagedObjectError(where, bad)
 
     # -- lookups -----------------------------------------------------------------
     def resolve(self, name: str) -> str:

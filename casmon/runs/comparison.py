@@ -104,6 +104,27 @@ def _same_cell(a: Any, b: Any) -> bool:
         return fingerprint(a) == fingerprint(b)
     except TypeError:
         return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    except RecursionError:  # nested deeper than the hasher walks: JSON, compared with a stack
+        return _same_json(a, b)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    todo = [(a, b)]
+    while todo:
+        x, y = todo.pop()
+        if type(x) is not type(y):
+            return False
+        if type(x) is list:
+            if len(x) != len(y):
+                return False
+            todo.extend(zip(x, y))
+        elif type(x) is dict:
+            if x.keys() != y.keys():
+                return False
+            todo.extend((x[k], y[k]) for k in x)
+        elif x != y and not (x != x and y != y):  # NaN is NaN here, as stored
+            return False
+    return True
 
 
 def _made_during(manifest: dict, sessions: list[int]) -> Callable[[Any], bool]:

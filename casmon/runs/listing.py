@@ -264,7 +264,13 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     s = default_store(store, create=False)  # reading creates nothing
     out = []
     for name in s.refs(RUN_REFS):
-        ref = s.get_ref(name)
+        try:
+            ref = s.get_ref(name)
+        except DamagedObjectError as e:  # a damaged ref is one unreadable run, never every run hidden
+            tail = name.rsplit("/", 1)[-1]
+            out.append(RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(e, 500),
+                                         "start": None}, e))
+            continue
         if ref is None:
             continue
         error = None

@@ -42,15 +42,23 @@ def claim_run_number(store: Store, prefix: str) -> tuple[int, str]:
 
 
 def is_plain_json(v: Any) -> bool:
-    """True for JSON built of plain types only (no ``{"$": ...}``, which a manifest reads as a stored value)."""
-    t = type(v)
-    if t in (str, int, float, bool, type(None)):
-        return True
-    if t is list:
-        return all(is_plain_json(x) for x in v)
-    if t is dict:
-        return all(type(k) is str and is_plain_json(x) for k, x in v.items()) and set(v) != {"$"}
-    return False
+    """True for JSON built of plain types only (no ``{"$": ...}``, which a manifest reads as a stored value).
+    Walked with a stack, not recursion: parameters nested hundreds deep are plain too."""
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        t = type(x)
+        if t in (str, int, float, bool, type(None)):
+            continue
+        if t is list:
+            todo.extend(x)
+        elif t is dict:
+            if set(x) == {"$"} or not all(type(k) is str for k in x):
+                return False
+            todo.extend(x.values())
+        else:
+            return False
+    return True
 
 
 def is_json(v: Any) -> bool:
@@ -74,6 +82,8 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "comment": s
                    "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str,
                    "params": dict, "metrics": dict, "heartbeat_s": (int, float), "signal": str,
                    "signal_time": (int, float), "imported": dict}
+#: The fields that hold times or durations in seconds.
+_MANIFEST_SECONDS = ("start", "end", "duration", "patch_time", "signal_time", "heartbeat_s")
 
 
 def check_run_manifest(m: dict, where: str) -> None:
@@ -90,6 +100,10 @@ def check_run_manifest(m: dict, where: str) -> None:
         v = m.get(k)
         if v is not None and (not isinstance(v, t) or type(v) is bool):
             bad(f"{k} is a {type(v).__name__}")
+    for k in _MANIFEST_SECONDS:  # readers turn them into dates and floats: NaN or 1e308 would raise there
+        v = m.get(k)
+        if v is not None and not 0 <= v < 1e11:
+            bad(f"{k} is {str(v)[:40]}, not a time")
     g = m.get("git") or {}
     for k in ("root", "commit", "branch", "patch"):
         if g.get(k) is not None and not isinstance(g[k], str):

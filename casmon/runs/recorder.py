@@ -80,9 +80,11 @@ def scrub(text: str) -> str:
 def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
     """JSON values stay in the manifest; anything else is stored and referenced."""
     if type(v) in (str, int, float, bool, type(None)) or (type(v) in (list, dict) and is_plain_json(v)):
-        text = json.dumps(v, allow_nan=True)
-        if len(text) <= 4096:
-            return v
+        try:
+            if len(json.dumps(v, allow_nan=True)) <= 4096:
+                return v
+        except RecursionError:  # deeper than the encoder goes: stored as a value, or refused as one
+            pass
     d = store.put(v)
     refs.append(d)
     return {"$": d.hex()}

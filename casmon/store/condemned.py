@@ -130,7 +130,10 @@ def decode(name: str, data: bytes | memoryview | npt.NDArray[np.uint8]) -> Conde
         if 8 + hn > len(mv):
             raise ValueError("header longer than the list")
         head = metafile.load_object(mv[8 : 8 + hn], key)
-        n, m, packs, t = int(head["count"]), int(head["entries"]), list(head["packs"]), float(head["time"])
+        n, m, packs = head["count"], head["entries"], head["packs"]
+        if type(n) is not int or type(m) is not int or type(packs) is not list or not all(type(x) is str for x in packs):
+            raise TypeError("its header's count, entries or packs are of the wrong type")
+        t = metafile.number(head, "time", key, 0.0, 1e11)  # never float(): "nan" as text is NaN, never due
         p = 8 + hn
         if n < 0 or m < 0 or len(mv) != p + 17 * n + 8 * m:
             raise ValueError(f"{len(mv)} bytes for {n} digests and {m} pack entries")

@@ -349,21 +349,25 @@ def _claim_dead(data: bytes) -> bool:
     if not info:
         return True  # damaged: its taker's, who is gone
     if "lease" in info:
-        try:
-            if time.time() - float(info.get("time", 0)) > CLAIM_STALE:
-                return True
-        except (TypeError, ValueError):
+        if _stale(info, CLAIM_STALE):
             return True
         return _same_machine(info) and not _alive(info)
     return _gone(info, CLAIM_STALE)
 
 
+def _stale(info: dict[str, Any], limit: float) -> bool:
+    """``info``'s time is older than ``limit`` seconds, or is none a taker writes: not a number, or more than a
+    lease ahead of this clock (a crafted or flipped time would otherwise hold the store for good)."""
+    t = info.get("time", 0)
+    if type(t) not in (int, float):
+        return True
+    now = time.time()
+    return not now - limit <= t <= now + LEASE
+
+
 def _gone(info: dict[str, Any], limit: float) -> bool:
     """(A lock without a lease.) Older than ``limit`` seconds, or taken by a process of this host that is gone."""
-    try:
-        if time.time() - float(info.get("time", 0)) > limit:
-            return True
-    except (TypeError, ValueError):
+    if _stale(info, limit):
         return True
     import socket
 

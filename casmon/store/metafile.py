@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["load", "load_object", "seal", "checked", "number", "MAX_BYTES", "MAX_DEPTH", "DATA_MAX", "CHECK"]
+__all__ = ["load", "load_object", "seal", "checked", "number", "FieldCheck", "register_fields", "check_fields", "MAX_BYTES", "MAX_DEPTH", "DATA_MAX", "CHECK"]
 
 #: The largest metadata file read (a fence, which names every old level-0 file, may hold more: FENCE_MAX).
 MAX_BYTES = 1 << 20
@@ -135,3 +136,29 @@ def checked(body: dict[str, Any], key: str) -> bool:
     if body[CHECK] != _digest(body):
         raise DamagedObjectError(key, "its content does not match its checksum")
     return True
+
+
+#: ``check(value) -> value``: a record's field as its readers may use it; ValueError or TypeError if it is not one.
+FieldCheck = Callable[[Any], Any]
+_FIELDS: dict[str, dict[str, FieldCheck]] = {}
+
+
+def register_fields(kind: str, fields: dict[str, FieldCheck]) -> None:
+    """Check the ``fields`` of every record of ``kind`` as it is read (:func:`check_fields`). Here, not in the
+    records module, so the layer that registers them loads no store to do it."""
+    _FIELDS[kind] = dict(fields)
+
+
+def check_fields(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body``, a record of ``kind``, with each registered field checked: one whose check fails is left out (a
+    crafted or damaged record reads as one that never had it), so readers never meet a wrong type, NaN or a far
+    future. ``_refs`` is never checked here: gc reads it as it is."""
+    checks = _FIELDS.get(kind)
+    if checks:
+        for f, check in checks.items():
+            if f in body:
+                try:
+                    body[f] = check(body[f])
+                except (ValueError, TypeError, OverflowError):
+                    del body[f]
+    return body

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["Ref", "KIND_RE", "ref_key", "ref_frame", "decode_ref", "encode_record", "parse_record", "refs_of",
+__all__ = ["Ref", "KIND_RE", "ref_key", "is_ref_name", "ref_frame", "decode_ref", "encode_record", "parse_record", "refs_of",
            "trim_sealed", "Salvager", "SALVAGERS", "register_salvager", "salvage"]
 
 #: What a record kind may be called (it names a folder, ``records/{kind}/``).
@@ -59,7 +59,7 @@ class Ref(Frozen):
 
 def ref_key(name: str) -> str:
     """The backend key of ref ``name``; ``ValueError`` for a name that is not a clean relative path."""
-    if not isinstance(name, str) or not _REF_RE.match(name):
+    if not isinstance(name, str) or not _REF_RE.fullmatch(name):
         raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r:.80}")
     parts = name.split("/")
     if any(p in (".", "..") for p in parts):
@@ -69,6 +69,15 @@ def ref_key(name: str) -> str:
         raise ValueError(f"a ref name is at most {REF_NAME_MAX} characters, {REF_PART_MAX} between slashes: "
                          f"got {len(name):,} ({name[:40]!r}...)")
     return "refs/" + name
+
+
+def is_ref_name(name: str) -> bool:
+    """True if ``name`` is one :func:`ref_key` takes (a stray file under ``refs/`` may be named anything)."""
+    try:
+        ref_key(name)
+        return True
+    except ValueError:
+        return False
 
 
 def ref_frame(target: Digest | bytes | str | None, data: dict[str, Any] | None, nonce: str | None = None) -> bytes:
@@ -118,8 +127,9 @@ def encode_record(kind: str, record: dict[str, Any], refs: list[Digest],
 
 def parse_record(kind: str, key: bytes, v: bytes) -> dict[str, Any]:
     """A stored record as a dict; :class:`DamagedObjectError` naming it if it is not a JSON object."""
-    return metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
+    body = metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
                                 numbers=False)
+    return metafile.check_fields(kind, body)
 
 
 def refs_of(t: Table) -> set[Digest]:

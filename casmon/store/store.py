@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
-from casmon.errors import MAX_SECONDS, CasmonError, MissingObjectError, StoreError, UntrustedStoreError
+from casmon.errors import (MAX_SECONDS, CasmonError, DamagedObjectError, MissingObjectError, StoreError,
+                           UntrustedStoreError, warn_damage)
 from casmon.keys.digest import Digest
 from casmon.store import condemned, lifecycle, reliance, serialize
 from casmon.store.backend import Backend, open_backend
@@ -50,7 +51,7 @@ from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
-from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, parse_record, ref_frame, ref_key, refs_of
+from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, is_ref_name, parse_record, ref_frame, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
@@ -422,10 +423,18 @@ class Store:
 
         ``strict`` (the default, what gc and verify need): a damaged table file
         raises :class:`DamagedObjectError`. ``strict=False``: what can be read,
-        skipping damaged files with one :class:`StoreDamageWarning` each.
+        skipping damaged files and malformed records with one :class:`StoreDamageWarning` each.
         """
         for k, v in self.table(kind).items(strict=strict):
-            yield Digest(k), parse_record(kind, k, v)
+            if strict:
+                yield Digest(k), parse_record(kind, k, v)
+                continue
+            try:
+                rec = parse_record(kind, k, v)
+            except DamagedObjectError as e:  # one malformed record hides no other (verify names it)
+                warn_damage(self.url, e.key, e.reason)
+                continue
+            yield Digest(k), rec
 
     def prefetch(self, kinds: Iterable[str]) -> None:
         """List the tables of ``kinds`` that are not listed yet, all at once, on a remote medium: a fresh process's
@@ -540,9 +549,10 @@ class Store:
         return decode_ref(name, key, data)
 
     def refs(self, prefix: str = "") -> list[str]:
-        """The names of the refs under ``prefix``, sorted."""
+        """The names of the refs under ``prefix``, sorted (a file there whose name no ref has is no ref)."""
         base = "refs/" + (prefix.strip("/") + "/" if prefix else "")
-        return sorted(k[len("refs/") :] for k in self.backend.list(base) if ".partial" not in k)
+        return sorted(n for n in (k[len("refs/") :] for k in self.backend.list(base) if ".partial" not in k)
+                      if is_ref_name(n))
 
     def delete_ref(self, name: str) -> None:
         """Remove ref ``name`` (what it pointed at stays until gc finds nothing else reaches it)."""

@@ -112,11 +112,11 @@ def test_the_reader_bounds_size_depth_and_numbers():
 def test_a_fence_without_a_checksum_fences_nothing():
     """Fences written before checksums are read as fencing nothing (a flipped bit in one could hide records)."""
     body = {"time": 4e9, "seen": {}}
-    assert not fence.parse("gc/fence/x", json.dumps(body).encode()).late("records/call/", "00000000000000a0-aa-1")
+    assert not fence.parse("gc/fence/00000000000000a0-x", json.dumps(body).encode()).late("records/call/", "00000000000000a0-aa-1")
     sealed = metafile.seal({"time": 1.0e9, "seen": {}})
-    assert fence.parse("gc/fence/x", sealed).late("records/call/", "00000000000000a0-aa-1")
+    assert fence.parse(f"gc/fence/{int(1.0e9 * 1e9):016x}-x", sealed).late("records/call/", "00000000000000a0-aa-1")
     with pytest.raises(casmon.DamagedObjectError, match="ahead of this host's clock"):
-        fence.parse("gc/fence/x", metafile.seal({"time": 4e9, "seen": {}}))
+        fence.parse(f"gc/fence/{int(1.0e9 * 1e9):016x}-x", metafile.seal({"time": 4e9, "seen": {}}))
 
 
 @pytest.mark.parametrize("body", [b"", b"garbage", b"[]", b'{"time": "x", "lease": 120}',

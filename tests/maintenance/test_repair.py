@@ -342,17 +342,17 @@ def test_a_lost_manifest_that_leaves_no_gap_is_found(tmp_path):
     s = casmon.open(root, autoflush=None)
     keys = [casmon.fingerprint(("fn", i)) for i in range(5)]
     for i, k in enumerate(keys):
-        s.append("cachefn", {"fn": i}, key=k)
+        s.append("things", {"fn": i}, key=k)
         s.flush()
-    s.table("cachefn").consolidate(force=True)
+    s.table("things").consolidate(force=True)
     s.close()
-    one(root, "records/cachefn/gens/*").unlink()
+    one(root, "records/things/gens/*").unlink()
     rep = casmon.open(root).verify()
     assert not rep.ok and any("manifest is lost" in who for _, who in rep.missing), rep.as_dict()
     done = repair(casmon.open(root))
     assert done["ok"], done
     s = casmon.open(root)
-    assert [s.lookup("cachefn", k) for k in keys] == [[{"fn": i}] for i in range(5)]
+    assert [s.lookup("things", k) for k in keys] == [[{"fn": i}] for i in range(5)]
 
 
 def test_leftover_buckets_of_a_killed_merge_are_not_damage(tmp_path):

@@ -389,10 +389,10 @@ def test_records_and_refs(any_store):
     k = any_store.append("call", {"n": 1}, refs=[d])
     any_store.append("call", {"n": 2})
     key = Digest(b"k" * 16)
-    any_store.append("cache", {"v": 1}, key=key)
+    any_store.append("things", {"v": 1}, key=key)
     assert [r["n"] for _, r in sorted(any_store.records("call"), key=lambda kr: kr[1]["n"])] == [1, 2]
     any_store.flush()
-    assert any_store.lookup("cache", key) == [{"v": 1}]
+    assert any_store.lookup("things", key) == [{"v": 1}]
     assert any_store.lookup("call", k)[0]["_refs"] == [d.hex()]
     assert any_store.create_ref("runs/1", d, {"who": "a"})
     assert not any_store.create_ref("runs/1", d, {"who": "b"})

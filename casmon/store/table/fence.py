@@ -99,6 +99,15 @@ def parse(key: str, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]
     newer record, or one it saw. A fence without one (written by casmon before checksums) is read as
     fencing nothing -- the files it made late are read again (verify reports what they name that gc
     removed) -- until the next gc publishes a checked one."""
+    # The newest name decides: a name that is not one gc writes, or is ahead of this host's clock, would go
+    # on deciding whatever fences later gcs publish.
+    tail = key[len(FENCE_PREFIX):] if key.startswith(FENCE_PREFIX) else ""
+    if not _L0_NAME.match(tail):
+        raise DamagedObjectError(key, "not a fence's name ({time_ns:016x}-{id})")
+    named = sealed_at(tail)
+    if named > time.time() + condemned.MIN_GRACE:
+        raise DamagedObjectError(key, f"its name's time ({named:.0f}) is ahead of this host's clock: it would "
+                                      f"decide instead of every later gc's fence")
     body = metafile.load_object(data, key, limit=FENCE_MAX)
     if not metafile.checked(body, key):
         return Fence()
@@ -106,6 +115,8 @@ def parse(key: str, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]
     if t > time.time() + condemned.MIN_GRACE:
         raise DamagedObjectError(key, f"its time ({t:.0f}) is ahead of this host's clock: it would hide every "
                                       f"newer record")
+    if t > 0 and abs(named - t) > 1e-3:  # gc names its fence by its time; a fence of 0 fences nothing
+        raise DamagedObjectError(key, f"its time ({t:.3f}) is not its name's ({named:.3f})")
     seen_raw = body.get("seen", {})
     if not isinstance(seen_raw, dict):
         raise DamagedObjectError(key, "its 'seen' is not an object")
@@ -168,9 +179,11 @@ def _write(backend: Backend, mark_time: float, body: dict[str, object], after: s
     ns = int(mark_time * 1e9)
     if after:
         try:
-            ns = max(ns, int(after[len(FENCE_PREFIX) :][:16], 16) + 1)
+            later = int(after[len(FENCE_PREFIX) :][:16], 16) + 1
         except ValueError:
-            pass
+            later = 0
+        if later / 1e9 <= time.time() + condemned.MIN_GRACE:  # never after one named in the future (damaged)
+            ns = max(ns, later)
     name = f"{FENCE_PREFIX}{ns:016x}-{os.urandom(6).hex()}"
     backend.create(name, metafile.seal(body))
     return name
