@@ -657,10 +657,14 @@ def _ref_data(run: Run) -> dict[str, Any]:
 
 
 def _params_text(params: dict[str, Any]) -> str:
+    """What tells a change of ``run.params`` since it was written; a value too deep to encode counts by identity."""
     try:
         return json.dumps(params, sort_keys=True, default=repr)
-    except (TypeError, ValueError):
-        return repr(params)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return repr(params)
+        except RecursionError:
+            return repr(sorted((str(k), id(v)) for k, v in params.items()))
 
 
 # -- the active runs, casmon.log, and signals -------------------------------------------------------

@@ -43,8 +43,10 @@ def test_deep_json_compares_by_content():
     assert not _same_json([1], [1.0]) and not _same_json({"a": 1}, {"b": 1}) and not _same_json([1], [1, 2])
 
 
-def test_parameters_too_deep_to_store_are_a_clear_type_error(tmp_path):
+def test_parameters_too_deep_to_store_are_kept_as_their_description_and_the_run_ends(tmp_path):
     s = casmon.open(tmp_path / "s")
-    with pytest.raises(TypeError, match="nested too deeply"):
-        with casmon.record(store=s, capture_output=False, params={"tree": _deep(3000)}):
+    with pytest.warns(casmon.RunWarning, match=r"run.params\['tree'\] cannot be stored \(TypeError: .*nested too deeply"):
+        with casmon.record(store=s, capture_output=False, params={"tree": _deep(3000), "lr": 0.1}):
             pass
+    r = casmon.load_run("latest", store=s)
+    assert r.status == "ok" and r.params()["lr"] == 0.1 and "nested too deeply" in r.params()["tree"]
