@@ -251,7 +251,7 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
 
 def _order(rec: dict[str, Any]) -> tuple[float, int]:
     t, seq = rec.get("time"), rec.get("seq")
-    return (float(t) if type(t) in (int, float) else 0.0, seq if type(seq) is int else 0)
+    return (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0, seq if type(seq) is int else 0)
 
 
 def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:

@@ -10,6 +10,7 @@ deleting the run again finishes it. A run still ``running`` (or only ``claimed``
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from casmon.errors import CasmonError, StoreError
@@ -42,6 +43,10 @@ def run_keys(ref: str) -> dict[str, bytes]:
     """The record key of each kind of record run ``ref`` writes."""
     return {KIND_RUN: bytes(fingerprint(("casmon.run", ref))), KIND_METRICS: bytes(metrics_key(ref)),
             live.KIND_RUNOUT: bytes(live.output_key(ref)), KIND_ARTIFACT: artifacts_key(ref)}
+
+
+def _without(key: bytes) -> Callable[[bytes, bytes], bool]:
+    return lambda k, v: bytes(k) != key
 
 
 def delete_run(run: Any, store: Store | str | None = None, force: bool = False, dry_run: bool = False) -> Deleted:
@@ -79,8 +84,7 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
         with held(s.backend, "run deletion", s.url):  # no gc marks, and no merge brings the records back, meanwhile
             s.delete_ref(info.ref)
             for kind in found:
-                key = keys[kind]
-                s.table(kind).consolidate(force=True, keep=lambda k, v, key=key: bytes(k) != key)
+                s.table(kind).consolidate(force=True, keep=_without(keys[kind]))
     except OSError as e:
         raise StoreError(f"cannot delete run {info.name} from {s.url}: {e.strerror or e}") from e
     return out
