@@ -1,9 +1,10 @@
 """Deleting a run: its ref and every record it wrote go, so gc frees what nothing else holds.
 
 The records go by rewriting each table without them, under the store lock (as gc and cache eviction
-rewrite tables): no gc or merge runs meanwhile, and no merge brings them back. The ref goes first: a
-deletion cut short leaves records no listing shows (their values kept, nothing damaged), and
-deleting the run again finishes it. A run still ``running`` (or only ``claimed``) is refused unless
+rewrite tables): no gc or merge runs meanwhile, and no merge brings them back. The ref goes last: a
+deletion cut short leaves the run listed, and deleting it again finishes it; were it first, records
+left behind would pass to the next run that claims the freed number, and repair would restore the
+ref from them. A run still ``running`` (or only ``claimed``) is refused unless
 ``force``: a live writer would append records again.
 """
 
@@ -82,9 +83,9 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
 
     try:
         with held(s.backend, "run deletion", s.url):  # no gc marks, and no merge brings the records back, meanwhile
-            s.delete_ref(info.ref)
             for kind in found:
                 s.table(kind).consolidate(force=True, keep=_without(keys[kind]))
+            s.delete_ref(info.ref)
     except OSError as e:
         raise StoreError(f"cannot delete run {info.name} from {s.url}: {e.strerror or e}") from e
     return out

@@ -200,3 +200,41 @@ def test_gc_racing_the_saves_at_the_shortest_grace_loses_no_artifact(tmp_path, m
     rep = s.verify()
     assert rep.ok, (rep.damaged, rep.missing)
     s.close()
+
+
+def test_a_run_that_takes_a_deleted_runs_number_inherits_none_of_its_artifacts_or_metrics(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("old", 1)
+        run.log(loss=1.0)
+    casmon.delete_run("1", store=store)
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("new", 2)
+    r = casmon.load_run("latest", store)
+    assert r.name == "1" and [a["name"] for a in r.artifacts()] == ["new"] and not r.metrics()
+
+
+def test_a_crafted_folder_listing_never_writes_outside_the_destination(store, tmp_path):
+    from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("x", 1)
+    evil = store.put(b"pwned")
+    listing = store.put({"casmon_folder": 1, "files": {"../escaped.txt": {"digest": evil.hex(), "size": 5, "mode": 0o644}}})
+    store.append(KIND_ARTIFACT, {"run": "runs/1", "name": "f", "kind": "folder", "digest": listing.hex(), "size": 5,
+                                 "files": 1, "time": time.time(), "seq": 99}, key=artifacts_key("runs/1"), refs=[listing, evil])
+    store.flush()
+    with pytest.raises(CasmonError, match="escape"):
+        casmon.load_run("1", store).load_file("f", tmp_path / "dest")
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_crafted_artifact_records_are_passed_over_not_raised_on(store):
+    from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("good", 1)
+    for rec in ({"run": "runs/1", "name": "bad", "kind": 3, "digest": "zz", "size": "big"},
+                {"run": "runs/1", "name": ["x"]}, {"run": "runs/1", "name": "t", "kind": "value", "time": "soon"}):
+        store.append(KIND_ARTIFACT, rec, key=artifacts_key("runs/1"))
+    store.flush()
+    assert [a["name"] for a in casmon.load_run("1", store).artifacts()] == ["good"]
