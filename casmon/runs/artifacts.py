@@ -364,14 +364,21 @@ def stored_size(store: Store, a: Artifact) -> int:
         seen = closure([Digest(h) for h in (a.refs or (a.digest,))], open_through_store(store)).everything
     except (CasmonError, ValueError):
         return 0
+    from casmon.store.objects import loose_key
+
     total = 0
+    loose = []
     for d in seen:
         loc = store.objects.locate(d, refresh=False)
         if loc is not None:
             total += loc.length
         else:
-            hdr = store.objects.loose_header(d)
-            total += getattr(hdr, "length", 0) or 0
+            loose.append(loose_key(d))
+    if loose:
+        try:
+            total += sum(n for n in store.backend.getsize_many(loose) if isinstance(n, int) and n > 0)
+        except (OSError, CasmonError):
+            pass  # gone meanwhile: counted as nothing
     return total
 
 

@@ -238,3 +238,11 @@ def test_crafted_artifact_records_are_passed_over_not_raised_on(store):
         store.append(KIND_ARTIFACT, rec, key=artifacts_key("runs/1"))
     store.flush()
     assert [a["name"] for a in casmon.load_run("1", store).artifacts()] == ["good"]
+
+
+def test_stored_size_counts_every_object_an_artifact_needs(store):
+    data = os.urandom(3 << 20)  # incompressible: stored about as large as it is
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("blob", data)
+    (a,) = casmon.load_run("latest", store).artifacts()
+    assert a["size"] == len(data) and len(data) <= a["stored"] <= len(data) * 1.01
