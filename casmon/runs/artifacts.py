@@ -202,8 +202,8 @@ def retention(v: Any, what: str) -> int | None:
 def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | None = None,
                keep_every: int | None = None) -> Artifact:
     """Save ``state`` as checkpoint ``step``, then release the checkpoints the retention rule no longer keeps:
-    the latest always, the last ``keep_last`` (by step), those whose step is a multiple of ``keep_every``;
-    with neither rule, every one."""
+    the highest step and the one just saved always, the last ``keep_last`` (by step), those whose step is a
+    multiple of ``keep_every``; with neither rule, every one."""
     keep_last = retention(keep_last if keep_last is not None else run._keep[0], "keep_last")
     keep_every = retention(keep_every if keep_every is not None else run._keep[1], "keep_every")
     with run._held.lock:
@@ -217,7 +217,7 @@ def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | N
     art = save(run, f"{CHECKPOINT}{step}", state, kind="checkpoint", step=step)
     with run._held.lock:
         steps = sorted(set(run._held.checkpoints) | {step})
-        keep = set(steps) if keep_last is None and keep_every is None else {steps[-1]}
+        keep = set(steps) if keep_last is None and keep_every is None else {steps[-1], step}  # never the one just saved
         if keep_last is not None:
             keep.update(steps[-keep_last:])
         if keep_every is not None:

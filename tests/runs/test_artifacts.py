@@ -246,3 +246,28 @@ def test_stored_size_counts_every_object_an_artifact_needs(store):
         run.save("blob", data)
     (a,) = casmon.load_run("latest", store).artifacts()
     assert a["size"] == len(data) and len(data) <= a["stored"] <= len(data) * 1.01
+
+
+def test_a_checkpoint_of_a_lower_step_is_kept_when_saved_and_latest_stays_the_highest(store):
+    with casmon.record(store=store, capture_output=False, keep_last=1) as run:
+        run.checkpoint(b"ten", step=10)
+        run.checkpoint(b"five", step=5)
+    r = casmon.load_run("latest", store)
+    assert r.checkpoint(5) == b"five" and r.checkpoint() == b"ten"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with the live thread running (3.12+)
+def test_saving_after_the_run_ended_or_from_a_forked_child_is_a_clear_error(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        if hasattr(os, "fork"):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    run.save("x", 1)
+                except CasmonError as e:
+                    os._exit(0 if "the process that records it" in str(e) else 2)
+                os._exit(1)
+            assert os.waitpid(pid, 0)[1] == 0
+    with pytest.raises(CasmonError, match="has ended"):
+        run.save("late", 1)
+    assert not casmon.load_run("latest", store).artifacts()
