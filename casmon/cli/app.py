@@ -2,7 +2,8 @@
 
 The verbs live by what they look at: ``store_verbs`` (stats, verify, gc),
 ``cache_verbs``, ``call_verbs`` (calls, show, replay), ``run_verbs`` (runs,
-diff, restore, export), ``import_verb``, ``demo`` and ``ui`` (ui, report);
+diff, restore, export), ``artifact_verbs`` (artifacts, get, rm), ``import_verb``,
+``demo`` and ``ui`` (ui, report);
 ``options`` holds what they share.
 
 Every command takes ``--store PATH_OR_URL`` (default: ``$CASMON_STORE`` or
@@ -36,6 +37,7 @@ __all__ = ["main", "VERBS"]
 #: test keeps the two equal). ``casmon --help`` lists the verbs from here, importing none of them; a verb's
 #: module is imported when the verb runs, so ``casmon runs`` never loads the browser view or the importers.
 VERBS: dict[str, tuple[str, str, str]] = {
+    "artifacts": ("casmon.cli.artifact_verbs", "artifacts_cmd", "What RUN saved: artifacts and checkpoints, with their sizes."),
     "cache": ("casmon.cli.cache_verbs", "cache", "Cached functions: entries, hits, sizes."),
     "calls": ("casmon.cli.call_verbs", "calls",
               "Logged functions with their call counts; with NAME, that function's calls (in its latest session "
@@ -46,6 +48,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "export": ("casmon.cli.run_verbs", "export_cmd",
                "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."),
     "gc": ("casmon.cli.store_verbs", "gc", "Remove objects no record or ref reaches, and repack sparse packs."),
+    "get": ("casmon.cli.artifact_verbs", "get_cmd", "Write artifact NAME of RUN to PATH (a file, or a folder's files)."),
     "import": ("casmon.cli.import_verb", "import_command",
                "Import TensorBoard and MLflow runs, callmonitor 0.3 folders and FineCache 0.1 cache and run folders "
                "from PATH."),
@@ -55,6 +58,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
                "Write RUNS (names, numbers or `latest`) as one self-contained HTML file."),
     "restore": ("casmon.cli.run_verbs", "restore_cmd",
                 "Write RUN's code into TARGET: its commit, its uncommitted changes, its tracked files."),
+    "rm": ("casmon.cli.artifact_verbs", "rm_cmd",
+           "Delete RUN: its ref and records; gc then frees what no other run or entry holds."),
     "runs": ("casmon.cli.run_verbs", "runs",
              "Recorded runs: number, comment, time, status, commit, dirty, and the latest value of each metric."),
     "show": ("casmon.cli.call_verbs", "show", "`show RUN`: a recorded run."),

@@ -222,6 +222,14 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     deduped = (len(dups), duplicates_freed(store, dups))
     if dups and not dry_run:
         deduped, dups = (drop_duplicates(store, dups)[0], deduped[1]), {}
+    from casmon.runs.artifacts import KIND_ARTIFACT, drop_superseded, superseded_plan
+
+    # Artifact records a newer one of their run and name replaced or released (checkpoint retention).
+    superseded = superseded_plan(store)
+    n_superseded = len(superseded)
+    if superseded and not dry_run:
+        drop_superseded(store, superseded)
+        superseded = {}
     plan: dict = eviction_plan(store, max_size=max_bytes, older_than=max_age)
     evicted = (len(plan), freed_bytes(plan))
     if plan and not dry_run:
@@ -237,7 +245,8 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     with progress_phases(not as_json, err_console) as progress:
         try:
             rep = run_gc(store, grace=0.0 if now else grace, dry_run=dry_run, progress=progress, break_lock=break_lock,
-                         without={CACHE_KIND: dropped} if plan or dups else None)
+                         without=({CACHE_KIND: dropped} if plan or dups else {})
+                         | ({KIND_ARTIFACT: set(superseded.values())} if superseded else {}) or None)
         finally:
             store.close()
     if as_json:
@@ -245,6 +254,7 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
         d["evicted_entries"], d["evicted_bytes"] = evicted
         d["duplicate_entries"], d["duplicate_bytes"] = deduped[0] - replaced, deduped[1]
         d["replaced_entries"] = replaced
+        d["released_artifacts"] = n_superseded
         click.echo(json.dumps(d, indent=2))
         return
     if deduped[0]:
@@ -254,6 +264,9 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
             parts.append(plural(replaced, "cache entry a refresh replaced", "cache entries a refresh replaced"))
         console.print(f"{'would drop' if dry_run else 'dropped'} {' and '.join(parts)} "
                       f"({size(deduped[1])} of results; every call keeps its newest entry)")
+    if n_superseded:
+        say(f"{'would drop' if dry_run else 'dropped'} {plural(n_superseded, 'artifact record')} a newer save or a "
+            f"checkpoint's release replaced (each run keeps its newest artifact of each name)")
     if evicted[0] or evicting:
         verb = "would drop" if dry_run else "dropped"
         # Bytes are of the values no kept entry holds, each counted once: entries that share a value free it together.
@@ -271,6 +284,11 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
         say(f"{'would condemn' if dry_run else 'condemned'} {plural(rep.condemned, 'newly unreachable object')}: "
             f"a gc at least {grace:.0f} s from now removes {'it if it is' if rep.condemned == 1 else 'them if they are'} "
             f"still unreachable")
+    if rep.recent_values:
+        say(f"{plural(rep.recent_values, 'unreachable value')} {'was' if rep.recent_values == 1 else 'were'} put within "
+            f"the last day and nothing names {'it' if rep.recent_values == 1 else 'them'}: gc "
+            f"removes such values (a value put with `store.put` alone is one). Keep a value with a run (`run.save(name, value)`) or a ref "
+            f"(`store.set_ref(name, digest)`)", markup=False)
     if rep.waiting > rep.condemned:
         waiting = rep.waiting - rep.condemned
         say(f"{plural(waiting, 'condemned object')} {'waits for its' if waiting == 1 else 'wait for their'} grace period "

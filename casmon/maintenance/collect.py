@@ -44,6 +44,8 @@ __all__ = ["gc", "GcReport", "read_lists", "remove_partials", "mark"]
 _LEGACY_STATE_REF = "refs/gc/state"
 SMALL_PACK = 256 << 10  # a pack whose entries add up to less is merged with the others like it...
 SMALL_PACKS_MERGED = 16  # ...once there are at least this many
+#: Unreachable values whose pack landed this recently are counted apart (``GcReport.recent_values``).
+RECENT = 86400.0
 
 
 @dataclass
@@ -60,6 +62,7 @@ class GcReport:
     condemned: int = 0  # newly condemned by this run
     lists_swept: int = 0
     partial_files: int = 0
+    recent_values: int = 0  # unreachable values put within RECENT seconds: most likely a `store.put` nothing names
     dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -159,6 +162,7 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
     unreachable = present - live
     rep.unreachable = len(unreachable)
     rep.live_values = sum(1 for d in live if any(loc.kind == KIND_VALUE for loc in entries.get(d, ())))
+    rep.recent_values = _recent_values(store, unreachable, entries)
 
     # What is due: named by a list published at least `grace` before this mark began.
     if grace <= 0:
@@ -297,6 +301,23 @@ def _collect(store: Store, grace: float, rep: GcReport, progress: Progress, dry_
     for _prefix, table in reach.tables(store)[1:]:
         table.consolidate()
     return rep
+
+
+def _recent_values(store: Store, unreachable: set[Digest], entries: dict[Digest, list[Location]]) -> int:
+    """How many unreachable values sit in packs written within :data:`RECENT` seconds (0 where the medium
+    cannot tell when): values put lately that no record or ref names, which gc will remove."""
+    values = [d for d in unreachable if any(loc.kind == KIND_VALUE for loc in entries.get(d, ()))]
+    if not values:
+        return 0
+    try:
+        landed = store.backend.list_landed("packs/")
+    except (OSError, StoreError):
+        return 0
+    if not landed:
+        return 0
+    since = time.time() - RECENT
+    recent = {k.rsplit("/", 1)[-1] for k, t in landed.items() if t >= since}
+    return sum(1 for d in values if any(loc.kind == KIND_VALUE and loc.pack in recent for loc in entries[d]))
 
 
 def _due(store: Store, lists: list[condemned.CondemnedList], grace: float, mark_start: float,

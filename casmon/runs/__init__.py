@@ -6,7 +6,8 @@ kind, refs and manifest checks), ``listing`` (``RunInfo``, list and load runs),
 (the code state through GitPython), ``capture`` (console output), ``metrics``
 (``run.log`` and the series it keeps), ``params`` (parameters, flattened),
 ``live`` (heartbeats, and what a live run writes as it goes), ``signals`` (SIGTERM
-and SIGHUP save the run as killed), ``imported`` (runs brought in from elsewhere).
+and SIGHUP save the run as killed), ``artifacts`` (what a run saves, and
+checkpoints), ``deletion`` (``delete_run``), ``imported`` (runs brought in from elsewhere).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ __all__ = [
     "record", "record_context", "Run", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export",
     "UnsafePathError", "safe_target", "vcs_component", "CodeState", "capture_code_state", "KIND_RUN", "RUN_REFS",
     "PREFIX_RE", "check_run_manifest", "notebook_path", "log", "active_run", "Series", "downsample", "flatten",
+    "delete_run",
 ]
 
 #: Each name's module, loaded on first use: ``casmon runs`` needs the listing, not git, capture or comparison.
 _HOMES = {
     "diff": "casmon.runs.comparison",
     **dict.fromkeys(["UnsafePathError", "export", "restore", "safe_target", "vcs_component"], "casmon.runs.folders"),
-    **dict.fromkeys(["CodeState", "capture_code_state"], "casmon.runs.gitstate"),
+    **dict.fromkeys(["CodeState", "capture_code_state"], "casmon.runs.gitstate"), "delete_run": "casmon.runs.deletion",
     **dict.fromkeys(["RunInfo", "list_runs", "load_run"], "casmon.runs.listing"),
     **dict.fromkeys(["KIND_RUN", "PREFIX_RE", "RUN_REFS", "check_run_manifest"], "casmon.runs.manifest"),
     **dict.fromkeys(["Series", "downsample"], "casmon.runs.metrics"), "flatten": "casmon.runs.params",
@@ -44,6 +46,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from casmon.runs.comparison import diff
+    from casmon.runs.deletion import delete_run
     from casmon.runs.folders import UnsafePathError, export, restore, safe_target, vcs_component
     from casmon.runs.gitstate import CodeState, capture_code_state
     from casmon.runs.listing import RunInfo, list_runs, load_run

@@ -149,6 +149,37 @@ class RunInfo:
         ref = self.store.get_ref(self.ref)
         return ref.target.hex() if ref and ref.target else ""
 
+    # -- artifacts and checkpoints (casmon.runs.artifacts) -----------------------------------------------
+    def artifacts(self) -> list[dict[str, Any]]:
+        """What the run saved: ``{name, kind, size, stored, digest, step, time}`` each, by name; ``stored`` is what
+        the store holds for it, compressed (bytes other runs or entries share counted too)."""
+        from casmon.runs import artifacts
+
+        out = []
+        for a in artifacts.read_artifacts(self.store, self.ref).values():
+            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": artifacts.stored_size(self.store, a),
+                        "digest": a.digest, "step": a.step, "time": a.time,
+                        **({"files": a.files} if a.files is not None else {})})
+        return out
+
+    def load(self, name: str) -> Any:
+        """Artifact ``name``'s value (a saved file's bytes; a folder's listing of files)."""
+        from casmon.runs import artifacts
+
+        return artifacts.load(self.store, self.ref, self.name, name)
+
+    def load_file(self, name: str, dest: Any) -> Any:
+        """Write artifact ``name`` to ``dest`` (a file, with its mode; a folder's files under ``dest``); the path."""
+        from casmon.runs import artifacts
+
+        return artifacts.load_file(self.store, self.ref, self.name, name, dest)
+
+    def checkpoint(self, which: str | int = "latest") -> Any:
+        """Checkpoint ``which``: a step, or ``latest`` (the highest step the run keeps)."""
+        from casmon.runs import artifacts
+
+        return artifacts.load_checkpoint(self.store, self.ref, self.name, which)
+
     # Patches, output, tracked files and package lists are data casmon wrote: they load without ever
     # running code, whatever the store's trust (peek.load_data), and must be of their type.
     def patch(self) -> bytes:

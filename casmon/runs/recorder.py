@@ -40,7 +40,7 @@ from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError, 
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
-from casmon.runs import live, signals
+from casmon.runs import artifacts, live, signals
 from casmon.runs.capture import OutputCapture
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number, is_plain_json
@@ -153,6 +153,8 @@ class Run:
         self._saving = threading.RLock()  # one attempt at a time: a flush's retry and the run's own end
         self._ended = False
         self._ending = False
+        self._held = artifacts.Held()  # what this process saved of the run's artifacts (casmon.runs.artifacts)
+        self._keep: tuple[int | None, int | None] = (None, None)  # checkpoint retention: keep_last, keep_every
 
     @property
     def info(self) -> dict[str, Any]:
@@ -188,6 +190,22 @@ class Run:
                               f"{self.name}: a run's metrics are logged by the process that records it (return them to it, "
                               "or record a run in the child)")
         self._metrics.log(metrics, step, named)
+
+    def save(self, name: str, value: Any) -> artifacts.Artifact:
+        """Keep ``value`` (anything ``store.put`` takes) with the run as artifact ``name``, replacing one of that
+        name; gc keeps it as long as the run exists. ``load_run(...).load(name)`` reads it back."""
+        return artifacts.save(self, name, value)
+
+    def save_file(self, path: str | os.PathLike[str], name: str | None = None) -> artifacts.Artifact:
+        """Keep the file or folder at ``path`` with the run, by content, as artifact ``name`` (its file name by
+        default), with its files' names, modes and sizes; ``load_run(...).load_file(name, dest)`` writes it back."""
+        return artifacts.save_file(self, path, name)
+
+    def checkpoint(self, state: Any, step: int | None = None, *, keep_last: int | None = None,
+                   keep_every: int | None = None) -> artifacts.Artifact:
+        """Keep ``state`` as checkpoint ``step`` (the last one's plus one by default) and release those the
+        retention rule (``keep_last``, ``keep_every``; given here or to ``record``) no longer keeps."""
+        return artifacts.checkpoint(self, state, step, keep_last, keep_every)
 
     # ``run["k"] = v`` is ``run.info["k"] = v``: FineCache's record_context yields a dict, and its users write so.
     def __setitem__(self, key: str, value: Any) -> None:
@@ -239,6 +257,7 @@ class record:
     ``{prefix}{n}[-{comment}]``. ``env``: more environment variables to record
     (names that look like secrets are refused). ``params``: what the run is
     configured with (also ``run.params``; nested dicts are shown as ``cfg.lr``).
+    ``keep_last``, ``keep_every``: which of ``run.checkpoint``'s checkpoints stay.
     The code state is captured when the run starts, before your code runs.
 
     While the run goes on, its metrics (``run.log``) and output reach the store
@@ -255,7 +274,8 @@ class record:
                  store: Store | str | None = None, prefix: str = "", env: Iterable[str] = (),
                  untracked_max: int = UNTRACKED_MAX, *, increment_dir: Any = None,
                  tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
-                 code_state: CodeState | None = None, params: Mapping[str, Any] | None = None) -> None:
+                 code_state: CodeState | None = None, params: Mapping[str, Any] | None = None,
+                 keep_last: int | None = None, keep_every: int | None = None) -> None:
         # One string is one pattern or name, not its letters ("." alone would track every file).
         track = [track] if isinstance(track, str) else list(track)
         env = [env] if isinstance(env, str) else list(env)
@@ -285,6 +305,7 @@ class record:
         if params is not None and not all(type(k) is str for k in params):
             raise TypeError("casmon.record: params' names must be strings")
         self.params = dict(params or {})
+        self.keep = (artifacts.retention(keep_last, "keep_last"), artifacts.retention(keep_every, "keep_every"))
         self.comment = comment
         self.capture_mode = capture_output or None
         self._store_arg = store
@@ -345,6 +366,7 @@ class record:
                 warnings.warn(f"casmon.record: {note}", RunWarning, stacklevel=3)
         run = Run(store, f"{self.prefix}?" + (f"-{self.comment}" if self.comment else ""), 0, "")
         run.params = dict(self.params)
+        run._keep = self.keep
         run.manifest = {
             "casmon_run": 1,
             "name": run.name,

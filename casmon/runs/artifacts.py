@@ -1,0 +1,427 @@
+"""What a run keeps: named artifacts (values, files, folders) and checkpoints, held by the run for gc.
+
+Every save appends an ``artifact`` record under the run's key (``fingerprint(("casmon.artifacts", ref))``,
+so a reader looks one run's up without scanning the others) whose ``_refs`` name the value -- for a
+folder, its listing and every file -- so gc keeps them as long as the record exists. The newest record
+of a name wins: saving under a name again replaces it, and a *release* record (``released: true``,
+no ``_refs``) removes it (a checkpoint retention drops). The records a newer one of their name
+supersedes still hold their values until :func:`drop_superseded` drops them (``casmon gc`` does,
+under the store lock, as it drops duplicate cache entries); deleting a run drops all of its records
+(:mod:`casmon.runs.deletion`). Values go through ``store.put``, so equal values and equal chunks are
+stored once, across runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from casmon.errors import CasmonError, DamagedObjectError, StoreError
+from casmon.keys.digest import Digest
+from casmon.keys.fingerprint import fingerprint
+from casmon.store.peek import load_data
+
+if TYPE_CHECKING:
+    from casmon.runs.recorder import Run
+    from casmon.store.store import Store
+
+__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "Held", "check_name", "artifacts_key", "save",
+           "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
+           "drop_superseded", "stored_size"]
+
+KIND_ARTIFACT = "artifact"
+#: Checkpoints are artifacts named ``checkpoint/{step}``; ``run.save`` leaves the prefix to them.
+CHECKPOINT = "checkpoint/"
+#: The longest artifact name, in characters.
+NAME_MAX = 255
+_FOLDER_TAG = "casmon_folder"
+
+
+@dataclasses.dataclass
+class Artifact:
+    """One artifact of a run, as its newest record says: ``kind`` is ``value``, ``file``, ``folder`` or
+    ``checkpoint``; ``size`` the bytes it holds (a folder's files added up); ``digest`` the stored value."""
+
+    name: str
+    kind: str
+    size: int
+    digest: str
+    time: float
+    step: int | None = None
+    mode: int | None = None
+    files: int | None = None
+    refs: tuple[str, ...] = ()
+
+
+class Held:
+    """A run's artifacts as this process saved them: the checkpoints retention counts, and the order of saves."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_time = 0.0
+        self.seq = 0
+        self.checkpoints: list[int] = []  # steps, as saved (each at most once)
+
+    def stamp(self) -> tuple[float, int]:
+        """A time and sequence number that order this process's records of a run even within one clock tick."""
+        t = max(time.time(), self.last_time + 1e-6)
+        self.last_time = t
+        self.seq += 1
+        return t, self.seq
+
+
+def check_name(name: Any, what: str = "artifact name") -> str:
+    """``name`` if it is a usable artifact name, else a one-line ValueError saying what is wrong with it."""
+    if not isinstance(name, str):
+        raise ValueError(f"casmon: {what} must be a string, got {type(name).__name__}")
+    shown = repr(name[:80]) + ("..." if len(name) > 80 else "")
+    if not name.strip():
+        raise ValueError(f"casmon: {what} {name!r} is empty")
+    if len(name) > NAME_MAX:
+        raise ValueError(f"casmon: {what} {shown} is too long ({len(name):,} characters; at most {NAME_MAX})")
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":" and name[0].isalpha()):
+        raise ValueError(f"casmon: {what} {shown} is absolute; give a relative name such as 'model.pt' or 'plots/loss.png'")
+    parts = name.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise ValueError(f"casmon: {what} {shown} contains '..'")
+    if any(ord(c) < 32 for c in name):
+        raise ValueError(f"casmon: {what} {shown} contains a control character")
+    if any(p in ("", ".") for p in parts):
+        raise ValueError(f"casmon: {what} {shown} has an empty or '.' part")
+    return name
+
+
+def artifacts_key(ref: str) -> bytes:
+    """The key every artifact record of run ``ref`` is appended under."""
+    return bytes(fingerprint(("casmon.artifacts", ref)))
+
+
+def _ready(run: Run) -> Store:
+    """The run's store, once the run is written there (its number claimed); else a StoreError."""
+    if run._pid != os.getpid():
+        raise CasmonError(f"casmon: saving an artifact in process {os.getpid()}, a child of process {run._pid} that "
+                          f"records run {run.name}: a run's artifacts are saved by the process that records it")
+    if run._ended:
+        raise CasmonError(f"casmon: run {run.name} has ended; save artifacts while it goes on")
+    if run.store is None or not run._started:
+        rec = run._recorder
+        if rec is not None:
+            with run._saving:
+                if run.store is None:
+                    from casmon.store.store import default_store
+
+                    run.store = default_store(rec._store_arg)
+                if not run._started:
+                    rec._store_start(run)  # raises if the store is still away
+    return run.store
+
+
+def _append(run: Run, store: Store, rec: dict[str, Any], refs: list[Digest]) -> None:
+    with run._held.lock:
+        t, seq = run._held.stamp()
+    store.append(KIND_ARTIFACT, {"run": run.ref, **rec, "time": t, "seq": seq}, key=artifacts_key(run.ref), refs=refs)
+    # Written now: a record that waited for a later flush would leave its value unheld by any visible record.
+    store.flush()
+
+
+def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None) -> Artifact:
+    """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name)."""
+    check_name(name)
+    if kind == "value" and name.startswith(CHECKPOINT):
+        raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
+    store = _ready(run)
+    d, size = store.put_sized(value)
+    rec: dict[str, Any] = {"name": name, "kind": kind, "digest": d.hex(), "size": int(size)}
+    if step is not None:
+        rec["step"] = step
+    _append(run, store, rec, [d])
+    return Artifact(name, kind, int(size), d.hex(), run._held.last_time, step, refs=(d.hex(),))
+
+
+def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -> Artifact:
+    """Store the file or folder at ``path`` as artifact ``name`` (its file name by default): each file by
+    content with its mode and size; a folder as a listing of its files (symbolic links are left out)."""
+    p = Path(os.fspath(path))
+    if name is None:
+        name = p.resolve().name if p.name in ("", ".", "..") else p.name
+    check_name(name)
+    if name.startswith(CHECKPOINT):
+        raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise FileNotFoundError(f"casmon: run.save_file: cannot read {str(p)!r}: {e.strerror or e}") from None
+    store = _ready(run)
+    if stat.S_ISDIR(st.st_mode):
+        files: dict[str, dict[str, Any]] = {}
+        refs: list[Digest] = []
+        for dirpath, dirnames, filenames in os.walk(p):
+            dirnames.sort()
+            dp = Path(dirpath)
+            for fname in sorted(filenames):
+                full = dp / fname
+                if full.is_symlink():
+                    continue
+                try:
+                    data = full.read_bytes()
+                    mode = stat.S_IMODE(full.stat().st_mode)
+                except OSError as e:
+                    raise OSError(f"casmon: run.save_file: cannot read {str(full)!r}: {e.strerror or e}") from None
+                d = store.put(data)
+                refs.append(d)
+                files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": len(data), "mode": mode}
+        listing = store.put({_FOLDER_TAG: 1, "files": files})
+        total = sum(f["size"] for f in files.values())
+        rec = {"name": name, "kind": "folder", "digest": listing.hex(), "size": total, "files": len(files)}
+        _append(run, store, rec, [listing, *refs])
+        return Artifact(name, "folder", total, listing.hex(), run._held.last_time, files=len(files),
+                        refs=(listing.hex(), *(d.hex() for d in refs)))
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise OSError(f"casmon: run.save_file: cannot read {str(p)!r}: {e.strerror or e}") from None
+    d = store.put(data)
+    mode = stat.S_IMODE(st.st_mode)
+    _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": len(data), "mode": mode}, [d])
+    return Artifact(name, "file", len(data), d.hex(), run._held.last_time, mode=mode, refs=(d.hex(),))
+
+
+def retention(v: Any, what: str) -> int | None:
+    if v is None:
+        return None
+    if type(v) is not int or v < 1:
+        raise ValueError(f"casmon: {what} must be a whole number of at least 1, got {v!r}")
+    return v
+
+
+def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | None = None,
+               keep_every: int | None = None) -> Artifact:
+    """Save ``state`` as checkpoint ``step``, then release the checkpoints the retention rule no longer keeps:
+    the highest step and the one just saved always, the last ``keep_last`` (by step), those whose step is a
+    multiple of ``keep_every``; with neither rule, every one."""
+    keep_last = retention(keep_last if keep_last is not None else run._keep[0], "keep_last")
+    keep_every = retention(keep_every if keep_every is not None else run._keep[1], "keep_every")
+    with run._held.lock:
+        if step is None:
+            step = max(run._held.checkpoints, default=-1) + 1
+    if type(step) is not int and not (hasattr(step, "__index__") and not isinstance(step, (bool, float))):
+        raise ValueError(f"casmon: run.checkpoint: step must be a whole number, got {step!r}")
+    step = int(step)  # numpy and torch integers too
+    if step < 0:
+        raise ValueError(f"casmon: run.checkpoint: step must be 0 or more, got {step}")
+    art = save(run, f"{CHECKPOINT}{step}", state, kind="checkpoint", step=step)
+    with run._held.lock:
+        steps = sorted(set(run._held.checkpoints) | {step})
+        keep = set(steps) if keep_last is None and keep_every is None else {steps[-1], step}  # never the one just saved
+        if keep_last is not None:
+            keep.update(steps[-keep_last:])
+        if keep_every is not None:
+            keep.update(s for s in steps if s % keep_every == 0)
+        run._held.checkpoints = [s for s in steps if s in keep]
+        gone = [s for s in steps if s not in keep]
+    store = run.store
+    for s in gone:
+        _append(run, store, {"name": f"{CHECKPOINT}{s}", "released": True}, [])
+    return art
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _parse(rec: dict[str, Any]) -> Artifact | None:
+    """The artifact a record names, or None for a release (or a record too damaged to read)."""
+    if rec.get("released") is True:
+        return None
+    name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), rec.get("size")
+    t = rec.get("time", 0.0)
+    if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and len(digest) == 32
+            and type(size) is int and type(t) in (int, float)):
+        return None
+    step, mode, files = rec.get("step"), rec.get("mode"), rec.get("files")
+    refs = rec.get("_refs")
+    return Artifact(name, kind, size, digest, float(t), step if type(step) is int else None,
+                    mode if type(mode) is int else None, files if type(files) is int else None,
+                    tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else ())
+
+
+def _order(rec: dict[str, Any]) -> tuple[float, int]:
+    t, seq = rec.get("time"), rec.get("seq")
+    return (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0, seq if type(seq) is int else 0)
+
+
+def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:
+    """Run ``ref``'s artifacts by name, as their newest records say (released ones left out), sorted by name."""
+    newest: dict[str, dict[str, Any]] = {}
+    for rec in store.lookup(KIND_ARTIFACT, artifacts_key(ref)):
+        name = rec.get("name")
+        if rec.get("run") != ref or not isinstance(name, str):
+            continue
+        if name not in newest or _order(rec) >= _order(newest[name]):
+            newest[name] = rec
+    out = {}
+    for name in sorted(newest):
+        a = _parse(newest[name])
+        if a is not None:
+            out[name] = a
+    return out
+
+
+def _find(store: Store, ref: str, run_name: str, name: str) -> Artifact:
+    arts = read_artifacts(store, ref)
+    if name not in arts:
+        from casmon.view.text import did_you_mean
+
+        hint = did_you_mean(name, list(arts))
+        raise LookupError(f"run {run_name} has no artifact {name!r}{f' ({hint})' if hint else ''}; it has: "
+                          f"{', '.join(list(arts)[:50]) or 'none'}")
+    return arts[name]
+
+
+def load(store: Store, ref: str, run_name: str, name: str) -> Any:
+    """Artifact ``name``'s value (a file's bytes; a folder's listing ``{path: {digest, size, mode}}``)."""
+    a = _find(store, ref, run_name, name)
+    if a.kind == "folder":
+        return _listing(store, a, run_name)
+    return store.get(a.digest)
+
+
+def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, Any]]:
+    got = load_data(store, a.digest, f"run {run_name}: folder artifact {a.name}", dict)
+    files = got.get("files")
+    if got.get(_FOLDER_TAG) != 1 or not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(f, dict) and isinstance(f.get("digest"), str)
+            and type(f.get("size")) is int and type(f.get("mode", 0o644)) is int for k, f in files.items()):
+        raise DamagedObjectError(f"run {run_name}: folder artifact {a.name}", "not a listing of files")
+    return files
+
+
+def load_file(store: Store, ref: str, run_name: str, name: str, dest: str | os.PathLike[str]) -> Path:
+    """Write artifact ``name`` to ``dest``: a file to that path (into it, under the artifact's last part, if it
+    is a folder), a folder's files under that folder. Returns the path written."""
+    from casmon.runs.folders import safe_target
+
+    a = _find(store, ref, run_name, name)
+    out = Path(os.fspath(dest))
+    if a.kind == "folder":
+        files = _listing(store, a, run_name)
+        out.mkdir(parents=True, exist_ok=True)
+        for rel, f in sorted(files.items()):
+            target = safe_target(out, rel)  # a crafted listing never writes outside dest
+            _write(target, _bytes(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
+        return out
+    if out.is_dir():
+        out = out / a.name.rsplit("/", 1)[-1]
+    if a.kind == "file":
+        _write(out, _bytes(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
+        return out
+    v = store.get(a.digest)
+    if not isinstance(v, (bytes, bytearray, memoryview)):
+        raise CasmonError(f"casmon: artifact {a.name!r} of run {run_name} is a {type(v).__name__}, not a file; "
+                          f"load it with load_run(...).load({a.name!r})")
+    _write(out, bytes(v), None)
+    return out
+
+
+def _bytes(store: Store, digest: str, what: str) -> bytes:
+    return bytes(load_data(store, digest, what, (bytes, bytearray)))
+
+
+def _write(path: Path, data: bytes, mode: int | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".casmon-partial")
+    tmp.write_bytes(data)
+    if mode is not None:
+        os.chmod(tmp, mode & 0o777)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "latest") -> Any:
+    """Checkpoint ``which`` (a step, or ``latest``: the highest step kept) of run ``ref``."""
+    steps = {a.step: a for a in read_artifacts(store, ref).values() if a.kind == "checkpoint" and a.step is not None}
+    if not steps:
+        raise LookupError(f"run {run_name} has no checkpoints")
+    if which == "latest":
+        return store.get(steps[max(steps)].digest)
+    if type(which) is not int and not (isinstance(which, str) and which.isdigit()):
+        raise ValueError(f"casmon: checkpoint: give a step or 'latest', got {which!r}")
+    if int(which) not in steps:
+        raise LookupError(f"run {run_name} has no checkpoint at step {which}; it keeps steps "
+                          f"{', '.join(map(str, sorted(steps)[-50:]))}")
+    return store.get(steps[int(which)].digest)
+
+
+def stored_size(store: Store, a: Artifact) -> int:
+    """The bytes the store holds for artifact ``a`` (its objects, compressed; shared ones too), as far as the
+    pack index knows them."""
+    from casmon.maintenance.reach import closure, open_through_store
+
+    try:
+        seen = closure([Digest(h) for h in (a.refs or (a.digest,))], open_through_store(store)).everything
+    except (CasmonError, ValueError):
+        return 0
+    from casmon.store.objects import loose_key
+
+    total = 0
+    loose = []
+    for d in seen:
+        loc = store.objects.locate(d, refresh=False)
+        if loc is not None:
+            total += loc.length
+        else:
+            loose.append(loose_key(d))
+    if loose:
+        try:
+            total += sum(n for n in store.backend.getsize_many(loose) if isinstance(n, int) and n > 0)
+        except (OSError, CasmonError):
+            pass  # gone meanwhile: counted as nothing
+    return total
+
+
+# -- dropping superseded records --------------------------------------------------------------------
+
+
+def superseded_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[bytes, float]]:
+    """Artifact records a newer record of their run and name supersedes (replaced or released): ``(key, record
+    bytes) -> (key, time)``. They still hold their values; :func:`drop_superseded` drops them."""
+    from casmon.store.records import parse_record
+
+    store.flush()
+    newest: dict[tuple[bytes, str], tuple[tuple[float, int], bytes]] = {}
+    parsed: list[tuple[bytes, bytes, str, tuple[float, int]]] = []
+    for k, v in store.table(KIND_ARTIFACT).items():
+        try:
+            rec = parse_record(KIND_ARTIFACT, k, v)
+        except DamagedObjectError:
+            continue
+        name = rec.get("name")
+        if not isinstance(name, str):
+            continue
+        k, v = bytes(k), bytes(v)
+        o = _order(rec)
+        parsed.append((k, v, name, o))
+        best = newest.get((k, name))
+        if best is None or (o, v) > best:
+            newest[(k, name)] = (o, v)
+    return {(k, v): (k, o[0]) for k, v, name, o in parsed if newest[(k, name)][1] != v}
+
+
+def drop_superseded(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = None) -> int:
+    """Drop the artifact records :func:`superseded_plan` names (each name keeps its newest record), under the
+    store lock; the values only they held become unreachable for the gc that follows. Returns how many."""
+    if plan is None:
+        plan = superseded_plan(store)
+    if not plan:
+        return 0
+    from casmon.store.lock import held
+
+    try:
+        with held(store.backend, "artifact cleanup", store.url):  # no merge may bring the dropped records back
+            store.table(KIND_ARTIFACT).consolidate(force=True, keep=lambda k, v: (bytes(k), bytes(v)) not in plan)
+    except OSError as e:
+        raise StoreError(f"cannot drop replaced artifacts in {store.url}: {e.strerror or e}") from e
+    return len(plan)

@@ -1,0 +1,58 @@
+"""`casmon artifacts`, `casmon get` and `casmon rm`."""
+
+import json
+
+import numpy as np
+import pytest
+
+import casmon
+from tests.support.cli import cli
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "s"
+    s = casmon.open(path, create=True)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.save("weights", np.arange(100))
+        run.save("notes", b"some bytes")
+        run.checkpoint({"w": 1}, step=3)
+    s.close()
+    return str(path)
+
+
+def test_artifacts_lists_names_kinds_and_sizes_and_as_json(store):
+    out = cli("artifacts", "1", "--store", store).stdout
+    assert "weights" in out and "checkpoint/3" in out and "800 B" in out
+    arts = json.loads(cli("artifacts", "1", "--store", store, "--json").stdout)
+    assert {a["name"]: a["kind"] for a in arts} == {"weights": "value", "notes": "value", "checkpoint/3": "checkpoint"}
+
+
+def test_get_writes_an_artifact_and_names_an_unknown_one(store, tmp_path):
+    cli("get", "1", "notes", "-o", str(tmp_path / "n.bin"), "--store", store)
+    assert (tmp_path / "n.bin").read_bytes() == b"some bytes"
+    bad = cli("get", "1", "note", "-o", str(tmp_path / "x"), "--store", store, check=False)
+    assert bad.returncode == 1 and "no artifact 'note'" in bad.stderr and "notes" in bad.stderr
+    bad = cli("get", "1", "weights", "-o", str(tmp_path / "x"), "--store", store, check=False)
+    assert bad.returncode == 1 and "not a file" in bad.stderr
+
+
+def test_rm_dry_run_changes_nothing_and_rm_deletes_the_run(store):
+    out = cli("rm", "1", "--dry-run", "--store", store).stdout
+    assert "would delete run 1" in out and "3 artifacts" in out
+    assert "1" in cli("runs", "--store", store).stdout
+    cli("rm", "1", "--store", store)
+    assert not casmon.list_runs(casmon.open(store))
+    bad = cli("rm", "1", "--store", store, check=False)
+    assert bad.returncode == 1 and "no runs" in bad.stderr
+
+
+def test_gc_says_how_many_values_put_lately_nothing_names_and_how_to_keep_them(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    s.put(np.arange(1234))
+    s.close()
+    out = cli("gc", "--dry-run", "--store", str(tmp_path / "s")).stdout
+    assert "1 unreachable value was put within the last day" in out
+    assert "run.save(name, value)" in out and "store.set_ref(name, digest)" in out
