@@ -38,6 +38,21 @@ def _number(v) -> str:
     return number_text(v)
 
 
+def _either(cell: dict, side: str, absent: str, present: bool | None = None) -> str:
+    """One side of a difference: its value's repr, or ``(not set)`` where that run has none (not a stored None)."""
+    if present is None:
+        present = cell.get(side) is not None
+    return repr(cell[side]) if present else f"({absent})"
+
+
+def _pairs(kind: str, v: dict) -> dict:
+    """Packages arrive as ``{name: {"a", "b"}}``, environments as ``{"a": {...}, "b": {...}}``: both as the first."""
+    if kind == "packages":
+        return v
+    a, b = v.get("a") or {}, v.get("b") or {}
+    return {n: {"a": a.get(n), "b": b.get(n)} for n in set(a) | set(b) if a.get(n) != b.get(n)}
+
+
 def _json(v) -> str:
     """JSON as the run verbs print it: NaN and infinities as "NaN", "Infinity", "-Infinity" (JSON has none)."""
     from casmon.runs.metrics import json_safe
@@ -285,15 +300,26 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
         for p in d["files"][kind]:
             console.print(f"  tracked file {kind}: {p}", markup=False)
     for k, v in d["meta"].items():
-        console.print(f"  {k}: {v}", markup=False)
+        if k in ("packages", "env"):  # one line per package or variable that differs
+            word = "package" if k == "packages" else "env"
+            for name, ab in sorted(_pairs(k, v).items()):
+                console.print(f"  {word} {name}: {_either(ab, 'a', 'not installed' if word == 'package' else 'not set')}"
+                              f" -> {_either(ab, 'b', 'not installed' if word == 'package' else 'not set')}", markup=False)
+            continue
+        console.print(f"  {k}: {v['a']!r} -> {v['b']!r}", markup=False)
+    pa, pb = ra.flat_params(), rb.flat_params()
     for k, v in d.get("params", {}).items():
-        console.print(f"  param {k}: {v['a']!r} -> {v['b']!r}", markup=False)
-    for k, v in d.get("metrics", {}).items():
-        console.print(f"  metric {k}: last {_number(v['a'])} -> {_number(v['b'])} ({v['n'][0]} -> {v['n'][1]} points)",
+        console.print(f"  param {k}: {_either(v, 'a', 'not set', k in pa)} -> {_either(v, 'b', 'not set', k in pb)}",
                       markup=False)
+    for k, v in d.get("metrics", {}).items():
+        last = [_number(v[s]) if v["n"][i] is not None else "(not logged)" for i, s in enumerate("ab")]
+        points = " -> ".join(str(n or 0) for n in v["n"])
+        console.print(f"  metric {k}: last {last[0]} -> {last[1]} ({points} points)", markup=False)
+    ia, ib = ra.manifest.get("info", {}), rb.manifest.get("info", {})
     for k, v in d["info"].items():
         how = f"  ({v['how']})" if v.get("how") else ""
-        console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}{how}", markup=False)
+        console.print(f"  info {k}: {_either(v, 'a', 'not set', k in ia)} -> {_either(v, 'b', 'not set', k in ib)}{how}",
+                      markup=False)
     for r in d["results"]:
         console.print(f"  [yellow]{escape(str(r['function']))}[/yellow] returned different results for the same inputs ({plural(r['calls'], 'call')}, via {r['via']})")
 
