@@ -178,6 +178,10 @@ def _not_a_run(which: str, store) -> str:
         return (f"{which!r} is ambiguous: {', '.join(matches)} (and no run is named so); "
                 f"name a call with `casmon show FULL_NAME N`, e.g. `casmon show {matches[0]} N`")
     if not matches:
+        cached = _cached_function(store, which)
+        if cached:
+            return (f"no run or logged function {which!r}, but {which!r} is a cached function ({cached}): "
+                    f"`casmon cache {cached}` shows its versions and entries")
         runs = [r.name for r in list_runs(store)]
         runs_text = _names(runs, "runs", newest=True) if runs else "no runs recorded"
         hint = did_you_mean(which, [*(["latest"] if runs else []), *runs, *log.functions])
@@ -189,6 +193,16 @@ def _not_a_run(which: str, store) -> str:
     calls = ranges_text(sorted(c.n for c in fi.sessions[latest])) if latest is not None else "none"
     return (f"no run {which!r}, but {which!r} is a logged function ({full}; calls {calls} in session {latest}): "
             f"name a call with `casmon show {which} N` (and --session S for another session)")
+
+
+def _cached_function(store, which: str) -> str | None:
+    """The cached function WHICH names (full or short name), or None: `casmon show` is for runs and logged calls."""
+    from casmon.caching import cache_entries, resolve_function
+
+    try:
+        return resolve_function(cache_entries(store), which)
+    except (LookupError, CasmonError):
+        return None
 
 
 def _info(r) -> dict:
