@@ -42,7 +42,14 @@ def _either(cell: dict, side: str, absent: str, present: bool | None = None) -> 
     """One side of a difference: its value's repr, or ``(not set)`` where that run has none (not a stored None)."""
     if present is None:
         present = cell.get(side) is not None
-    return repr(cell[side]) if present else f"({absent})"
+    return (_nonfinite(cell[side]) or repr(cell[side])) if present else f"({absent})"
+
+
+def _nonfinite(v) -> str | None:
+    """NaN and infinities as metrics say them (`NaN`, `inf`), not Python's `nan`; None for anything else."""
+    import math
+
+    return _number(v) if isinstance(v, float) and not math.isfinite(v) else None
 
 
 def _pairs(kind: str, v: dict) -> dict:
@@ -264,7 +271,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
     for path, f in m.get("files", {}).items():
         console.print(f"  tracked {path} ({size(f['size'])}, {f['digest'][:12]})", markup=False)
     for k, v in r.flat_params().items():
-        console.print(f"  param {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
+        console.print(f"  param {k} = {_nonfinite(v) or short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
     for k, v in _info(r).items():
         console.print(f"  info {k} = {value_text(v, 120)}", markup=False, soft_wrap=True)  # a reason is one line
     summary = r.metric_summary()

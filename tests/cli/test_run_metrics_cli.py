@@ -101,3 +101,15 @@ def test_diff_says_a_value_one_run_lacks_is_absent_and_shows_metadata_as_a_to_b(
     assert "param extra: (not set) -> 3" in out and "param opt: (not set) -> None" in out
     assert "metric acc: last 0.1 -> (not logged)" in out
     assert "env OMP_NUM_THREADS: (not set) -> '3'" in out
+
+
+def test_show_and_diff_say_a_nan_or_infinite_param_as_metrics_do(tmp_path):
+    """A param NaN showed as Python's `nan` beside metrics' `NaN`."""
+    s = casmon.open(tmp_path / "s", create=True)
+    for lr in (float("nan"), float("-inf")):
+        with casmon.record(store=s, capture_output=False, params={"cfg": {"lr": lr}}) as run:
+            run.log(loss=lr)
+    s.close()
+    store = str(tmp_path / "s")
+    assert "param cfg.lr = NaN" in cli("show", "1", "--store", store).stdout
+    assert "param cfg.lr: NaN -> -inf" in cli("diff", "1", "2", "--store", store).stdout
