@@ -281,6 +281,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
             console.print(f"    {k}: last {_number(v.get('last'))} at step {_number(v.get('step'))}, "
                           f"{plural(int(v.get('n') or 0), 'point')}, min {_number(v.get('min'))}, "
                           f"max {_number(v.get('max'))}", markup=False)
+    _links(m.get("links"))
     if r.status == "killed":
         console.print(f"  killed by {m.get('signal') or 'a signal'}" + (
             f" at {timestamp(m['signal_time'])}" if m.get("signal_time") else ""), markup=False)
@@ -294,6 +295,19 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
         tail = out[-2000:]
         console.print(f"  output ({'so far, ' if not m.get('output') else ''}{len(out):,} characters{', last 2,000' if len(out) > 2000 else ''}):")
         console.print(tail, markup=False)
+
+
+def _links(links) -> None:
+    """The cache entries a run hit or filled, per function, and its call-log sessions (as the UI's run page)."""
+    links = links if isinstance(links, dict) else {}
+    per_fn: dict[str, list[int]] = {}
+    for x in links.get("cache") or []:
+        if isinstance(x, dict) and isinstance(x.get("fn"), str):
+            per_fn.setdefault(x["fn"], [0, 0])[1 if x.get("hit") else 0] += 1
+    for fn, (stored, hits) in sorted(per_fn.items()):
+        console.print(f"  cache {fn}: {stored} stored, {plural(hits, 'hit')} (`casmon cache {fn}`)", markup=False)
+    for sess in [x for x in links.get("call_sessions") or [] if type(x) is int]:
+        console.print(f"  calls: session {sess} (`casmon calls --session {sess}`)", markup=False)
 
 
 @click.command("diff")
