@@ -56,7 +56,7 @@ def _pairs(kind: str, v: dict) -> dict:
     """Packages arrive as ``{name: {"a", "b"}}``, environments as ``{"a": {...}, "b": {...}}``: both as the first."""
     if kind == "packages":
         return v
-    a, b = v.get("a") or {}, v.get("b") or {}
+    a, b = (x if isinstance(x, dict) else {} for x in (v.get("a"), v.get("b")))  # a crafted manifest's env: no dict
     return {n: {"a": a.get(n), "b": b.get(n)} for n in set(a) | set(b) if a.get(n) != b.get(n)}
 
 

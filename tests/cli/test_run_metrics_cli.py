@@ -113,3 +113,11 @@ def test_show_and_diff_say_a_nan_or_infinite_param_as_metrics_do(tmp_path):
     store = str(tmp_path / "s")
     assert "param cfg.lr = NaN" in cli("show", "1", "--store", store).stdout
     assert "param cfg.lr: NaN -> -inf" in cli("diff", "1", "2", "--store", store).stdout
+
+
+def test_diff_of_a_crafted_env_that_is_no_dict_says_what_it_can():
+    """The env of a run's manifest is data from the store: a list there must not raise in `casmon diff`."""
+    from casmon.cli.run_verbs import _pairs
+
+    assert _pairs("env", {"a": ["OMP_NUM_THREADS=1"], "b": {"OMP_NUM_THREADS": "2"}}) == {
+        "OMP_NUM_THREADS": {"a": None, "b": "2"}}
