@@ -16,6 +16,7 @@ from casmon.errors import MAX_BYTES, MAX_SECONDS, DamagedObjectError, checked_nu
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
+from casmon.store.records import register_number_fields
 from casmon.view.guards import guarded_html, guarded_text
 from casmon.view.text import did_you_mean
 
@@ -30,6 +31,10 @@ KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
 KIND_CLEAR = "cacheclear"  # cache_clear() tombstones, keyed by the function's name digest
 KIND_USE = "cacheuse"  # hit counts and last use, written at flushes
+
+register_number_fields(KIND, {"time": 0.0, "seconds": 0.0, "size": 0, "expires": None})
+register_number_fields(KIND_CLEAR, {"time": 0.0})
+register_number_fields(KIND_USE, {"time": 0.0})
 
 
 def name_digest(name: str) -> Digest:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["Ref", "KIND_RE", "ref_key", "ref_frame", "decode_ref", "encode_record", "parse_record", "refs_of",
+           "NUMBER_FIELDS", "register_number_fields",
            "trim_sealed", "Salvager", "SALVAGERS", "register_salvager", "salvage"]
 
 #: What a record kind may be called (it names a folder, ``records/{kind}/``).
@@ -116,10 +117,30 @@ def encode_record(kind: str, record: dict[str, Any], refs: list[Digest],
         raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
 
 
+#: Per record kind, the fields that must be numbers and what a field of another type reads as (features register
+#: theirs): a crafted or foreign record's ``"time": "x"`` must not reach code that compares or adds it.
+NUMBER_FIELDS: dict[str, dict[str, float | None]] = {}
+
+
+def register_number_fields(kind: str, fields: dict[str, float | None]) -> None:
+    """Fields of ``kind`` records that are numbers; one of another type reads as its default (None: left out)."""
+    NUMBER_FIELDS[kind] = dict(fields)
+
+
 def parse_record(kind: str, key: bytes, v: bytes) -> dict[str, Any]:
     """A stored record as a dict; :class:`DamagedObjectError` naming it if it is not a JSON object."""
-    return metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
-                                numbers=False)
+    rec = metafile.load_object(v, f"record {kind}/{bytes(key).hex()}", limit=metafile.DATA_MAX, depth=None,
+                               numbers=False)
+    fields = NUMBER_FIELDS.get(kind)
+    if fields:
+        for name, default in fields.items():
+            x = rec.get(name)
+            if x is not None and (type(x) not in (int, float) or x != x or x in (float("inf"), float("-inf"))):
+                if default is None:
+                    del rec[name]
+                else:
+                    rec[name] = default
+    return rec
 
 
 def refs_of(t: Table) -> set[Digest]:
