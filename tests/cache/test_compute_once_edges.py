@@ -419,6 +419,8 @@ def test_a_cache_record_with_a_number_field_of_another_type_stops_no_call_and_no
     s.append(KIND, dict(good, **{field: "x"}), key=os.urandom(16))
     s.append(KIND_CLEAR, {"fn": "mod.f", field: "x"}, key=os.urandom(16))
     s.append(KIND_USE, {"hits": {}, field: "x"})
+    s.append(KIND_USE, {"hits": {bytes(_k).hex(): "x", "zz": ["mod.f", 1, 1.0], "0" * 32: ["mod.f", "1", 1.0]}})
+    s.append(KIND_USE, {"hits": ["x"]})
     s.close()
     g = casmon.cache(store=str(tmp_path / "s"))(ns["f"])
     assert g(1) == 2 and g(5) == 6 and g.cache_info().entries >= 1
