@@ -7,6 +7,7 @@ runs. Apart from the decorator because none of it runs on a call's path.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterable
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
            "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "Eviction", "freed_bytes",
-           "duplicates_plan", "drop_duplicates", "result_of", "results_total"]
+           "duplicates_plan", "drop_duplicates", "result_of", "results_total", "use_hits"]
 
 KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
@@ -234,11 +235,22 @@ def cache_entries(store: Store) -> dict[str, dict]:
         s["bytes"] = sum(s["results"].values())
         s["shared_bytes"] = sum(n for d, n in s["results"].items() if len(holders[d]) > 1)
     for _k, r in store.records(KIND_USE):
-        for h, (fn, n, last) in r.get("hits", {}).items():
+        for h, fn, n, last in use_hits(r):
             if live_keys.get(h) == fn:
                 s = out[fn]
                 s["hits"] += n
                 s["last_used"] = max(s["last_used"], last)
+    return out
+
+
+def use_hits(record: dict) -> list[tuple[str, str, int, float]]:
+    """A use record's hits as ``(key hex, function, count, last use)``; malformed ones (a crafted record) left out."""
+    hits = record.get("hits")
+    out = []
+    for h, v in (hits.items() if isinstance(hits, dict) else ()):
+        if (type(v) is list and len(v) == 3 and isinstance(v[0], str) and type(v[1]) is int
+                and type(v[2]) in (int, float) and v[2] == v[2] and re.fullmatch(r"[0-9a-f]{32}", h)):
+            out.append((h, v[0], v[1], float(v[2])))
     return out
 
 
@@ -436,7 +448,7 @@ def eviction_plan(store: Store, max_size: int | None = None, older_than: float |
         expired = isinstance(exp, (int, float)) and exp <= time.time()
         entries[kb] = [t, _size_of(r), t <= cleared.get(fn, 0.0) or expired, fn, result_of(kb, r), _time_of(r)]
     for _k, r in store.records(KIND_USE):
-        for h, (_fn, _n, last) in r.get("hits", {}).items():
+        for h, _fn, _n, last in use_hits(r):
             e = entries.get(bytes.fromhex(h))
             if e is not None:
                 e[0] = max(e[0], last)

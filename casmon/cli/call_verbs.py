@@ -196,7 +196,10 @@ def replay(name, n, store_location, session, imports, import_main, trust) -> Non
         raise click.ClickException(
             f"replay runs code: name the code that defines {c.name} with --import module_or_script.py "
             f"(casmon never imports what a record names){hint}")
-    modules = [_import_code(spec) for spec in imports]
+    from casmon.calllog.writer import not_logged
+
+    with not_logged():  # a script's top level may call its logged functions: a replay logs no call
+        modules = [_import_code(spec) for spec in imports]
     target = _vouched_function(c.name, modules)
     try:
         r = log.replay(c.name, c.n, c.session, fn=target)

@@ -38,6 +38,28 @@ def _number(v) -> str:
     return number_text(v)
 
 
+def _either(cell: dict, side: str, absent: str, present: bool | None = None) -> str:
+    """One side of a difference: its value's repr, or ``(not set)`` where that run has none (not a stored None)."""
+    if present is None:
+        present = cell.get(side) is not None
+    return (_nonfinite(cell[side]) or repr(cell[side])) if present else f"({absent})"
+
+
+def _nonfinite(v) -> str | None:
+    """NaN and infinities as metrics say them (`NaN`, `inf`), not Python's `nan`; None for anything else."""
+    import math
+
+    return _number(v) if isinstance(v, float) and not math.isfinite(v) else None
+
+
+def _pairs(kind: str, v: dict) -> dict:
+    """Packages arrive as ``{name: {"a", "b"}}``, environments as ``{"a": {...}, "b": {...}}``: both as the first."""
+    if kind == "packages":
+        return v
+    a, b = (x if isinstance(x, dict) else {} for x in (v.get("a"), v.get("b")))  # a crafted manifest's env: no dict
+    return {n: {"a": a.get(n), "b": b.get(n)} for n in set(a) | set(b) if a.get(n) != b.get(n)}
+
+
 def _json(v) -> str:
     """JSON as the run verbs print it: NaN and infinities as "NaN", "Infinity", "-Infinity" (JSON has none)."""
     from casmon.runs.metrics import json_safe
@@ -163,6 +185,10 @@ def _not_a_run(which: str, store) -> str:
         return (f"{which!r} is ambiguous: {', '.join(matches)} (and no run is named so); "
                 f"name a call with `casmon show FULL_NAME N`, e.g. `casmon show {matches[0]} N`")
     if not matches:
+        cached = _cached_function(store, which)
+        if cached:
+            return (f"no run or logged function {which!r}, but {which!r} is a cached function ({cached}): "
+                    f"`casmon cache {cached}` shows its versions and entries")
         runs = [r.name for r in list_runs(store)]
         runs_text = _names(runs, "runs", newest=True) if runs else "no runs recorded"
         hint = did_you_mean(which, [*(["latest"] if runs else []), *runs, *log.functions])
@@ -174,6 +200,16 @@ def _not_a_run(which: str, store) -> str:
     calls = ranges_text(sorted(c.n for c in fi.sessions[latest])) if latest is not None else "none"
     return (f"no run {which!r}, but {which!r} is a logged function ({full}; calls {calls} in session {latest}): "
             f"name a call with `casmon show {which} N` (and --session S for another session)")
+
+
+def _cached_function(store, which: str) -> str | None:
+    """The cached function WHICH names (full or short name), or None: `casmon show` is for runs and logged calls."""
+    from casmon.caching import cache_entries, resolve_function
+
+    try:
+        return resolve_function(cache_entries(store), which)
+    except (LookupError, CasmonError):
+        return None
 
 
 def _info(r) -> dict:
@@ -235,7 +271,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
     for path, f in m.get("files", {}).items():
         console.print(f"  tracked {path} ({size(f['size'])}, {f['digest'][:12]})", markup=False)
     for k, v in r.flat_params().items():
-        console.print(f"  param {k} = {short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
+        console.print(f"  param {k} = {_nonfinite(v) or short_repr(v, 120, arrays=True, qualified=True)}", markup=False)
     for k, v in _info(r).items():
         console.print(f"  info {k} = {value_text(v, 120)}", markup=False, soft_wrap=True)  # a reason is one line
     summary = r.metric_summary()
@@ -245,6 +281,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
             console.print(f"    {k}: last {_number(v.get('last'))} at step {_number(v.get('step'))}, "
                           f"{plural(int(v.get('n') or 0), 'point')}, min {_number(v.get('min'))}, "
                           f"max {_number(v.get('max'))}", markup=False)
+    _links(m.get("links"))
     if r.status == "killed":
         console.print(f"  killed by {m.get('signal') or 'a signal'}" + (
             f" at {timestamp(m['signal_time'])}" if m.get("signal_time") else ""), markup=False)
@@ -258,6 +295,19 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
         tail = out[-2000:]
         console.print(f"  output ({'so far, ' if not m.get('output') else ''}{len(out):,} characters{', last 2,000' if len(out) > 2000 else ''}):")
         console.print(tail, markup=False)
+
+
+def _links(links) -> None:
+    """The cache entries a run hit or filled, per function, and its call-log sessions (as the UI's run page)."""
+    links = links if isinstance(links, dict) else {}
+    per_fn: dict[str, list[int]] = {}
+    for x in links.get("cache") or []:
+        if isinstance(x, dict) and isinstance(x.get("fn"), str):
+            per_fn.setdefault(x["fn"], [0, 0])[1 if x.get("hit") else 0] += 1
+    for fn, (stored, hits) in sorted(per_fn.items()):
+        console.print(f"  cache {fn}: {stored} stored, {plural(hits, 'hit')} (`casmon cache {fn}`)", markup=False)
+    for sess in [x for x in links.get("call_sessions") or [] if type(x) is int]:
+        console.print(f"  calls: session {sess} (`casmon calls --session {sess}`)", markup=False)
 
 
 @click.command("diff")
@@ -285,15 +335,26 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
         for p in d["files"][kind]:
             console.print(f"  tracked file {kind}: {p}", markup=False)
     for k, v in d["meta"].items():
-        console.print(f"  {k}: {v}", markup=False)
+        if k in ("packages", "env"):  # one line per package or variable that differs
+            word = "package" if k == "packages" else "env"
+            for name, ab in sorted(_pairs(k, v).items()):
+                console.print(f"  {word} {name}: {_either(ab, 'a', 'not installed' if word == 'package' else 'not set')}"
+                              f" -> {_either(ab, 'b', 'not installed' if word == 'package' else 'not set')}", markup=False)
+            continue
+        console.print(f"  {k}: {v['a']!r} -> {v['b']!r}", markup=False)
+    pa, pb = ra.flat_params(), rb.flat_params()
     for k, v in d.get("params", {}).items():
-        console.print(f"  param {k}: {v['a']!r} -> {v['b']!r}", markup=False)
-    for k, v in d.get("metrics", {}).items():
-        console.print(f"  metric {k}: last {_number(v['a'])} -> {_number(v['b'])} ({v['n'][0]} -> {v['n'][1]} points)",
+        console.print(f"  param {k}: {_either(v, 'a', 'not set', k in pa)} -> {_either(v, 'b', 'not set', k in pb)}",
                       markup=False)
+    for k, v in d.get("metrics", {}).items():
+        last = [_number(v[s]) if v["n"][i] is not None else "(not logged)" for i, s in enumerate("ab")]
+        points = " -> ".join(str(n or 0) for n in v["n"])
+        console.print(f"  metric {k}: last {last[0]} -> {last[1]} ({points} points)", markup=False)
+    ia, ib = ra.manifest.get("info", {}), rb.manifest.get("info", {})
     for k, v in d["info"].items():
         how = f"  ({v['how']})" if v.get("how") else ""
-        console.print(f"  info {k}: {v['a']!r} -> {v['b']!r}{how}", markup=False)
+        console.print(f"  info {k}: {_either(v, 'a', 'not set', k in ia)} -> {_either(v, 'b', 'not set', k in ib)}{how}",
+                      markup=False)
     for r in d["results"]:
         console.print(f"  [yellow]{escape(str(r['function']))}[/yellow] returned different results for the same inputs ({plural(r['calls'], 'call')}, via {r['via']})")
 

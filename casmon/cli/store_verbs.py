@@ -37,10 +37,11 @@ def stats(store_location, as_json, trust) -> None:
     t.add_row("values", f"{s['values']:,}")
     t.add_row("chunks", f"{s['chunks']:,}  ({s['loose_objects']:,} loose, {plural(s['packs'], 'pack')})")
     t.add_row("logical bytes", size(s["logical_bytes"]))
-    t.add_row("after dedup", size(s["chunk_bytes"]) + f"  (dedup {s['dedup_ratio']:.2f}x)")
+    t.add_row("after dedup", size(s["chunk_bytes"]) + f"  (dedup {s['dedup_ratio']:.2f}x, chunks compressed "
+              f"{s['compression_ratio']:.2f}x)")
     reserve = s.get("reserve_bytes", 0)
-    t.add_row("stored bytes", size(s["stored_bytes"]) + f"  (compression {s['compression_ratio']:.2f}x"
-              + (f"; {size(reserve)} of it the gc reserve, room for gc on a full disk)" if reserve else ")"))
+    t.add_row("stored bytes", size(s["stored_bytes"])
+              + (f"  ({size(reserve)} of it the gc reserve, room for gc on a full disk)" if reserve else ""))
     t.add_row("files", f"{s['files']:,}  " + ", ".join(f"{a} {n}" for a, n in s["files_by_area"].items()))
     for kind, n in s["records"].items():
         t.add_row(f"records: {kind}", f"{n:,}")

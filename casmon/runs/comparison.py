@@ -61,13 +61,13 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     out["meta"] = meta
     ia, ib = ma.get("info", {}), mb.get("info", {})  # compared as stored: a digest stands for its value
     out["info"] = {k: {"a": info_cell(ra, ia.get(k)), "b": info_cell(rb, ib.get(k))} for k in sorted(set(ia) | set(ib), key=str)
-                   if not _same_cell(ia.get(k), ib.get(k))}
+                   if (k in ia) != (k in ib) or not _same_cell(ia.get(k), ib.get(k))}  # None is no absence
     for k, cell in out["info"].items():  # two stored values: how they differ (arrays element by element), nothing unpickled
         if is_value_ref(ia.get(k)) and is_value_ref(ib.get(k)) and ra.store.url == rb.store.url:
             cell["how"] = compare_values(ra.store, ia[k]["$"], ib[k]["$"])
     fa, fb = ra.flat_params(), rb.flat_params()
     out["params"] = {k: {"a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb))
-                     if not _same_cell(fa.get(k), fb.get(k))}
+                     if (k in fa) != (k in fb) or not _same_cell(fa.get(k), fb.get(k))}
     sa, sb = ra.metric_summary(), rb.metric_summary()
     da, db = _digests(ra, sa, sb), _digests(rb, sb, sa)
     out["metrics"] = {k: {"a": (sa.get(k) or {}).get("last"), "b": (sb.get(k) or {}).get("last"),

@@ -19,7 +19,7 @@ from casmon.keys.digest import Digest
 from casmon.runs import live
 from casmon.runs.manifest import RUN_REFS, check_run_manifest, is_json, is_value_ref
 from casmon.runs.metrics import Series, number_of, read_series, read_summary
-from casmon.runs.params import flatten
+from casmon.runs.params import MAX_DEPTH, flatten
 from casmon.store.peek import Described, as_digest, describe, load_data, peek
 from casmon.store.store import Store, default_store
 from casmon.view import display
@@ -131,13 +131,17 @@ class RunInfo:
 
     def params(self) -> dict[str, Any]:
         """The run's parameters as given (nested dicts stay nested); stored values described, never unpickled."""
-        out: dict[str, Any] = {}
-        for k, v in (self.manifest.get("params") or {}).items():
-            try:
-                out[k] = info_cell(self, v) if is_value_ref(v) else v
-            except CasmonError as e:
-                out[k] = Described(Digest(bytes(16)), f"<unreadable: {e}>")
-        return out
+        def cell(v: Any, depth: int) -> Any:
+            if is_value_ref(v):
+                try:
+                    return info_cell(self, v)
+                except CasmonError as e:
+                    return Described(Digest(bytes(16)), f"<unreadable: {e}>")
+            if type(v) is dict and depth < MAX_DEPTH:  # a config with a stored leaf (an Enum) stays nested
+                return {k: cell(x, depth + 1) for k, x in v.items()}
+            return v
+
+        return {k: cell(v, 0) for k, v in (self.manifest.get("params") or {}).items()}
 
     def flat_params(self) -> dict[str, Any]:
         """The parameters with nested dicts flattened: ``{"cfg": {"lr": 0.1}}`` -> ``{"cfg.lr": 0.1}``."""

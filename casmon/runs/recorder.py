@@ -45,6 +45,7 @@ from casmon.runs.capture import OutputCapture
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number, is_plain_json
 from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
+from casmon.runs.params import MAX_DEPTH
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
 from casmon.view import display
@@ -90,14 +91,24 @@ def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
     return {"$": d.hex()}
 
 
+def _param_cell(store: Store, v: Any, refs: list[Digest], depth: int = 0) -> Any:
+    """A parameter for the manifest: a dict that is not plain JSON (an Enum or an array inside a config) stays a
+    dict, each leaf stored on its own, so its plain siblings still flatten to ``cfg.lr`` for tables and filters."""
+    if (type(v) is dict and v and depth < MAX_DEPTH and set(v) != {"$"} and all(type(k) is str for k in v)
+            and not is_plain_json(v)):
+        return {k: _param_cell(store, x, refs, depth + 1) for k, x in v.items()}
+    return _json_or_value(store, v, refs)
+
+
 def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
     """``run.info`` or ``run.params`` for the manifest. A value that cannot be stored (a lock, an open file)
     is kept as its description, with a warning: the user's value never stops the run's end from being saved,
     and is never blamed on the store."""
     out = {}
+    cell = _param_cell if what == "run.params" else _json_or_value
     for k, v in values.items():
         try:
-            out[str(k)] = _json_or_value(store, v, refs)
+            out[str(k)] = cell(store, v, refs)
         except (CasmonError, OSError):  # the store's: the run's end is tried again
             raise
         except Exception as e:  # noqa: BLE001 - the value's own (unpicklable, nested too deep, ...)

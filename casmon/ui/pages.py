@@ -386,8 +386,9 @@ def store_page(ctx: Ctx, st: dict[str, Any]) -> bytes:
              ("values", f"{g('values', 0):,} in {g('chunks', 0):,} chunks ({g('packs', 0):,} packs, "
                         f"{g('loose_objects', 0):,} loose objects)"),
              ("logical size", size(g("logical_bytes"))),
-             ("after dedup", f"{size(g('chunk_bytes'))} (dedup ratio {display.ratio(g('dedup_ratio'))})"),
-             ("objects on disk", f"{size(g('object_bytes'))} (compression ratio {display.ratio(g('compression_ratio'))})"),
+             ("after dedup", f"{size(g('chunk_bytes'))} (dedup ratio {display.ratio(g('dedup_ratio'))}, "
+                             f"the chunks' compression ratio {display.ratio(g('compression_ratio'))})"),
+             ("objects on disk", size(g("object_bytes"))),
              ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"
                                + (f" ({size(g('reserve_bytes'))} of it the gc reserve, room for gc on a full disk)"
                                   if g("reserve_bytes") else "")),

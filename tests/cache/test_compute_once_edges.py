@@ -437,3 +437,31 @@ def test_the_waiting_notice_of_a_crafted_claim_is_short_and_never_raises(data):
     notice = claims._Notice(0.0, lambda d: 1 / 0)
     notice.check(1.0, data)  # a failing notice never ends the wait
     assert notice.say is None
+
+
+@pytest.mark.parametrize("field", ["time", "seconds", "size", "expires"])
+def test_a_cache_record_with_a_number_field_of_another_type_stops_no_call_and_no_verb(tmp_path, field):
+    """A crafted (or foreign) entry, clear or use record whose time, seconds, size or expires is a string made the
+    user's next cached call, `casmon cache`, `casmon cache NAME` and `gc --max-size` raise a raw TypeError."""
+    from casmon.caching import KIND, KIND_CLEAR, KIND_USE
+    from tests.support.cli import cli
+
+    s = casmon.open(tmp_path / "s")
+    ns: dict = {"__name__": "mod"}
+    exec("def f(x):\n    return x + 1\n", ns)
+    f = casmon.cache(store=s)(ns["f"])
+    assert f(1) == 2
+    s.flush()
+    _k, good = next(iter(s.records(KIND)))
+    s.append(KIND, dict(good, **{field: "x"}), key=os.urandom(16))
+    s.append(KIND_CLEAR, {"fn": "mod.f", field: "x"}, key=os.urandom(16))
+    s.append(KIND_USE, {"hits": {}, field: "x"})
+    s.append(KIND_USE, {"hits": {bytes(_k).hex(): "x", "zz": ["mod.f", 1, 1.0], "0" * 32: ["mod.f", "1", 1.0]}})
+    s.append(KIND_USE, {"hits": ["x"]})
+    s.close()
+    g = casmon.cache(store=str(tmp_path / "s"))(ns["f"])
+    assert g(1) == 2 and g(5) == 6 and g.cache_info().entries >= 1
+    g.explain(7)
+    for args in (["cache"], ["cache", "mod.f"], ["gc", "--dry-run", "--max-size", "1K"]):
+        r = cli(*args, "--store", str(tmp_path / "s"), check=False)
+        assert "Traceback" not in r.stderr and r.returncode == 0, (args, r.stderr)

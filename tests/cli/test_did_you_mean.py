@@ -92,3 +92,11 @@ def test_a_mistyped_metric_or_column_gets_the_metric(store):
         casmon.load_run("latest", s).metric("lsos")
     s.close()
     assert "(did you mean 'metric.loss'?)" in error("runs", "--columns", "metric.lsos", "--store", store)
+
+
+def test_show_of_a_cached_function_points_at_casmon_cache(store):
+    """`casmon show mod.func` (cached, not logged) said only "no function or run named"."""
+    for name in ("mod.func", "func"):
+        r = cli("show", name, "--store", store, check=False)
+        assert r.returncode == 1 and "is a cached function (mod.func)" in r.stderr
+        assert "`casmon cache mod.func`" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -60,6 +60,25 @@ def test_replay_import_main_runs_the_top_level_not_the_main_block(tmp_path):
     assert (tmp_path / "top-level-ran").exists() and not (tmp_path / "main-block-ran").exists()
 
 
+
+def test_calls_the_imported_scripts_top_level_makes_are_not_logged(tmp_path):
+    """A script without a main guard calls its logged function at its top level: `--import job.py` logged those
+    calls as `job.step` in a new session, so the next `replay step 1` found `step` ambiguous."""
+    (tmp_path / "job.py").write_text(
+        "import casmon\n"
+        "@casmon.intercept(store='st')\n"
+        "def step(x):\n"
+        "    return x * 3\n"
+        "for i in range(3):\n"
+        "    step(i)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    assert subprocess.run([sys.executable, "job.py"], cwd=tmp_path, env=env, timeout=120).returncode == 0
+    assert "same result" in cli_process("replay", "step", "2", "--store", "st", "--import", "job.py", cwd=tmp_path).stdout
+    assert list(casmon.load(tmp_path / "st").functions) == ["__main__.step"]
+    assert "same result" in cli_process("replay", "step", "3", "--store", "st", "--import-main", cwd=tmp_path).stdout
+    assert list(casmon.load(tmp_path / "st").sessions) == [1]
+
 def test_a_recorded_main_path_is_data(tmp_path):
     """A store can name any path as its __main__: only an absolute .py path is offered, and only on request."""
     from casmon.cli.call_verbs import _recorded_main

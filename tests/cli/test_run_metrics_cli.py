@@ -78,3 +78,46 @@ def test_show_lists_params_and_metrics_with_last_value_and_length(store):
     assert "loss: last 0.09091 at step 9, 10 points, min 0.09091, max 0.5" in out
     doc = json.loads(cli("show", "2", "--store", store, "--json").stdout)
     assert doc["metrics"]["acc"]["n"] == 10 and doc["params"] == {"cfg.lr": 0.01} and doc["status"] == "ok"
+
+
+def test_diff_says_a_value_one_run_lacks_is_absent_and_shows_metadata_as_a_to_b(tmp_path, monkeypatch):
+    """A run killed before setting an info key, or without a param or metric, showed ``-> None`` (as if it had
+    stored None), and metadata (status, comment, argv) as a raw ``{'a': ..., 'b': ...}`` dict."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False, comment="first", params={"lr": 0.1}) as run:
+        run.log(loss=0.5, acc=0.1)
+        run.info["final_w"] = 0.2
+        run.info["none"] = None
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with casmon.record(store=s, capture_output=False, comment="second", params={"lr": 0.1, "extra": 3, "opt": None}) as run:
+        run.log(loss=0.25)
+    s.close()
+    assert casmon.diff("1", "2", str(tmp_path / "s"))["params"]["opt"] == {"a": None, "b": None}
+    out = cli("diff", "1", "2", "--store", str(tmp_path / "s")).stdout
+    assert "{'a'" not in out and "'b':" not in out
+    assert "comment: 'first' -> 'second'" in out
+    assert "info final_w: 0.2 -> (not set)" in out and "info none: None -> (not set)" in out
+    assert "param extra: (not set) -> 3" in out and "param opt: (not set) -> None" in out
+    assert "metric acc: last 0.1 -> (not logged)" in out
+    assert "env OMP_NUM_THREADS: (not set) -> '3'" in out
+
+
+def test_show_and_diff_say_a_nan_or_infinite_param_as_metrics_do(tmp_path):
+    """A param NaN showed as Python's `nan` beside metrics' `NaN`."""
+    s = casmon.open(tmp_path / "s", create=True)
+    for lr in (float("nan"), float("-inf")):
+        with casmon.record(store=s, capture_output=False, params={"cfg": {"lr": lr}}) as run:
+            run.log(loss=lr)
+    s.close()
+    store = str(tmp_path / "s")
+    assert "param cfg.lr = NaN" in cli("show", "1", "--store", store).stdout
+    assert "param cfg.lr: NaN -> -inf" in cli("diff", "1", "2", "--store", store).stdout
+
+
+def test_diff_of_a_crafted_env_that_is_no_dict_says_what_it_can():
+    """The env of a run's manifest is data from the store: a list there must not raise in `casmon diff`."""
+    from casmon.cli.run_verbs import _pairs
+
+    assert _pairs("env", {"a": ["OMP_NUM_THREADS=1"], "b": {"OMP_NUM_THREADS": "2"}}) == {
+        "OMP_NUM_THREADS": {"a": None, "b": "2"}}

@@ -91,3 +91,19 @@ def test_counts_agree_with_their_nouns(tmp_path):
     assert "1 pack," in v and not one_plural.search(v), v
     g = cli("gc", "--store", str(tmp_path / "s")).stdout
     assert "live value" in g and not one_plural.search(g), g
+
+
+def test_show_run_lists_the_cache_entries_and_call_sessions_it_links(tmp_path, monkeypatch):
+    """A run records the cache entries it hit or filled and its call-log session; the UI showed them, `casmon show
+    RUN` did not."""
+    monkeypatch.chdir(tmp_path)
+    s = casmon.open(tmp_path / "s")
+    ns: dict = {"__name__": "prep"}
+    exec("def scale(x):\n    return x * 2\ndef step(x):\n    return x + 1\n", ns)
+    scale, step = casmon.cache(store=s)(ns["scale"]), casmon.intercept(store=s)(ns["step"])
+    with casmon.record(store=s, capture_output=False):
+        scale(1), scale(1), scale(2), step(3)
+    s.close()
+    out = cli("show", "latest", "--store", str(tmp_path / "s")).stdout
+    assert "cache prep.scale: 2 stored, 1 hit (`casmon cache prep.scale`)" in out
+    assert re.search(r"calls: session \d+ \(`casmon calls --session \d+`\)", out)

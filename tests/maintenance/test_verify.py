@@ -146,6 +146,23 @@ def test_stats(tmp_path):
     assert s.stats()["chunk_bytes"] == st["chunk_bytes"] + 0 or s.stats()["chunks"] == st["chunks"]
 
 
+
+def test_stats_compression_is_of_the_chunks_and_never_below_one_for_data_that_compresses(tmp_path):
+    """``compression_ratio`` set the chunks' raw bytes against every object on disk (small values, manifests,
+    pack overhead): a store of small values said 0.00x and a small project's 0.33x. It is now the chunks' raw
+    bytes over the bytes those chunks take on disk, and 1.0 where there are none."""
+    s = casmon.open(tmp_path / "s")
+    for i in range(50):
+        s.put({"cfg": i, "name": "x" * 200})
+    s.flush()
+    assert s.stats()["compression_ratio"] == 1.0  # no chunks: nothing to compress
+    s.put(np.zeros(1 << 20))  # 8 MiB of zeros: two equal 4 MiB chunks, one stored, compressed a lot
+    s.put(np.random.default_rng(0).random(1 << 18))  # 2 MiB that does not compress: stored raw
+    s.flush()
+    st = s.stats()
+    assert st["chunk_bytes"] == (4 << 20) + (2 << 20)
+    assert 2.8 < st["compression_ratio"] < 3.1  # 6 MiB raw in ~2 MiB: the zeros shrink to almost nothing
+
 def test_verify_clean(tmp_path):
     s, *_ = build(tmp_path)
     rep = s.verify()

@@ -166,6 +166,24 @@ def test_params_stay_nested_and_flatten_to_dotted_names(store):
         casmon.record(params=[1, 2])
 
 
+
+class Kind(__import__("enum").Enum):
+    MLP = "mlp"
+
+
+def test_a_nested_param_that_is_not_json_keeps_its_siblings_flat_and_readable(store):
+    """``params={"cfg": dataclasses.asdict(cfg)}`` with one Enum (or array) inside was stored as one pickled dict:
+    ``cfg.lr`` and the rest vanished from tables, filters, diffs and charts. Only that leaf is a stored value."""
+    cfg = {"lr": 0.1, "kind": Kind.MLP, "opt": {"name": "adam", "betas": np.array([0.9, 0.99])}}
+    with casmon.record(store=store, capture_output=False, params={"cfg": cfg}):
+        pass
+    r = casmon.load_run("latest", store)
+    flat = r.flat_params()
+    assert set(flat) == {"cfg.lr", "cfg.kind", "cfg.opt.name", "cfg.opt.betas"}
+    assert flat["cfg.lr"] == 0.1 and flat["cfg.opt.name"] == "adam"
+    assert "Kind" in str(flat["cfg.kind"])  # described, as every stored param is: never unpickled
+    assert np.asarray(flat["cfg.opt.betas"]).tolist() == [0.9, 0.99] or "float64" in str(flat["cfg.opt.betas"])
+
 def test_downsampling_keeps_every_spike_in_its_envelope():
     n = 1_000_003
     v = np.zeros(n)

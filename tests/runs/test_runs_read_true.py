@@ -137,7 +137,7 @@ def test_a_lost_run_reads_lost_everywhere_and_its_output_is_on_its_page_and_repo
                   "the killed run to be lost")
     s = casmon.open(store, read_only=True)
     r = casmon.load_run(name, s)
-    assert "status: {'a': 'ok', 'b': 'lost'}" in cli("diff", "2-other", name, "--store", store).stdout
+    assert "status: 'ok' -> 'lost'" in cli("diff", "2-other", name, "--store", store).stdout
     assert json.loads(cli("diff", "2-other", name, "--json", "--store", store).stdout)["meta"]["status"] == {
         "a": "ok", "b": "lost"}
     other = casmon.load_run("2-other", s)

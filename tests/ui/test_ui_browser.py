@@ -500,3 +500,27 @@ def test_a_spike_among_a_million_points_is_drawn_at_full_height_and_nan_and_inf_
         _clean(w)
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("values", [[0.75], [0.75, float("nan")]], ids=["one-point", "one-point-then-nan"])
+def test_a_metric_with_one_finite_point_draws_that_point(tmp_path, browser, values):
+    """Lines are drawn without point markers, so a series with a single finite value (a run that logged once,
+    or diverged at its second step) drew nothing at all: an empty chart."""
+    from casmon.runs.imported import write_run
+
+    n = len(values)
+    s = casmon.open(tmp_path / "s")
+    write_run(s, comment="short", start=1.7e9, end=1.7e9 + 60,
+              metrics={"loss": (np.arange(n), np.array(values), np.zeros(n))})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.goto(f"http://127.0.0.1:{srv.port}/run/1", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        page.screenshot(path=str(tmp_path / "one.png"), full_page=True)
+        assert page.evaluate(INK_AT, [0, 0.75])["ink"] > 60
+        _clean(w)
+    finally:
+        srv.close()

@@ -309,7 +309,10 @@
     var bands = [], marked = [], col = 1;
     lines.forEach(function (l, i) {
       data.push(joined[col]);
-      series.push({label: l.label, stroke: l.colour, width: l.group ? 2 : 1.5, spanGaps: true, points: {show: false},
+      // A line needs two points: a series with one finite value is drawn as a dot, or it would not show at all.
+      var lone = l.y.filter(function (v) { return v !== null && isFinite(v); }).length < 2;
+      series.push({label: l.label, stroke: l.colour, width: l.group ? 2 : 1.5, spanGaps: true,
+        points: lone ? {show: true, size: 8, fill: l.colour} : {show: false},
         value: function (u, v) { return fmt(v); }});
       var own = data.length - 1;
       if (l.marks && l.marks.length) { marked.push({series: own, marks: l.marks, colour: l.colour}); }
