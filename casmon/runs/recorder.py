@@ -606,8 +606,8 @@ _flushing = threading.local()
 
 def _publish_written(store: Store) -> None:
     """After a flush of ``store`` that wrote everything: the summaries its hooks saw may go in the runs' refs."""
-    summaries = getattr(_flushing, "summaries", None)
-    for key, (run, snapshot) in list((summaries or {}).items()):
+    summaries: dict[int, tuple[Run, Any]] = getattr(_flushing, "summaries", {})
+    for key, (run, snapshot) in list(summaries.items()):
         if run.store is store:
             del summaries[key]
             run._metrics.written_up_to(snapshot)
