@@ -68,7 +68,7 @@ def test_a_one_second_503_burst_and_a_ten_second_outage_reach_no_user_code(s3_pr
     s.flush()
     for seconds, mode in outages:
         seen = proxy.counts()
-        proxy.outage(seconds, mode)
+        proxy.outage(seconds, mode, from_first_request=True)
         assert _workload(s, calls) == expected  # hits and the run's writes meet the outage
         s.flush()
         assert proxy.counts() > seen
@@ -170,7 +170,7 @@ def test_a_run_started_while_the_store_is_away_is_written_when_it_is_back(s3_pro
     proxy, bucket = s3_proxy
     s = _open(s3_proxy)
     s.backend.retrier.seconds = 0.5
-    proxy.outage(2.0, "reset")
+    proxy.outage(2.0, "reset", from_first_request=True)
     with pytest.warns(casmon.RunWarning, match="later flush"):
         with casmon.record(store=s, capture_output=False, comment="away") as run:
             run.info["k"] = 1

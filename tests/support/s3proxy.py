@@ -464,17 +464,19 @@ class FaultProxy:
         with self._lock:
             return list(self._rules)
 
-    def outage(self, seconds: float, mode: OutageMode = "503") -> Rule:
+    def outage(self, seconds: float, mode: OutageMode = "503", *, from_first_request: bool = False) -> Rule:
         """Make every request for the next ``seconds`` fail: ``"503"`` (SlowDown), ``"500"``, ``"reset"``, ``"drop"``.
 
-        The outage's rule goes before all others, so it wins while it lasts; returns it.
+        The outage's rule goes before all others, so it wins while it lasts; returns it. With
+        ``from_first_request`` its ``seconds`` run from the first request it meets, not from now: the code
+        under test meets it however slowly a loaded machine gets there.
         """
         if mode not in _OUTAGE_ACTIONS:
             raise ValueError(f"unknown outage mode {mode!r}; one of {sorted(_OUTAGE_ACTIONS)}")
         action, status = _OUTAGE_ACTIONS[mode]
         rule = Rule(action, status=status, duration=seconds)
         with self._lock:
-            rule.added = time.monotonic()
+            rule.added = None if from_first_request else time.monotonic()
             self._rules.insert(0, rule)
         return rule
 
@@ -543,6 +545,8 @@ class FaultProxy:
             for rule in self._rules:
                 if not rule.live(now) or not rule.matches(req.method, req.path):
                     continue
+                if rule.added is None:  # an outage from its first request: it starts now
+                    rule.added = now
                 rule.matched += 1
                 if rule.matched <= rule.after:
                     continue
