@@ -127,6 +127,7 @@ class Rule:
     matched: int = field(default=0, init=False)
     applied: int = field(default=0, init=False)
     added: float | None = field(default=None, init=False, repr=False)
+    released: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.action not in _ACTIONS:
@@ -137,6 +138,11 @@ class Rule:
             raise ValueError("times, after and delay must not be negative")
         if not 100 <= self.status <= 599:
             raise ValueError(f"not an HTTP status: {self.status}")
+
+    def release(self) -> None:
+        """End the sleep of the requests this rule delays (``delay_before``, ``hold``) now, and of those to come:
+        a test holds a request for as long as it needs, however slow the machine, then lets it go."""
+        self.released = True
 
     @property
     def spent(self) -> bool:
@@ -638,7 +644,7 @@ class FaultProxy:
 
         gone = False
         if rule is not None and rule.action in ("delay_before", "hold"):
-            gone = await _wait(rule.delay, reader, writer, stop_when_gone=rule.action == "delay_before")
+            gone = await _wait(rule.delay, reader, writer, stop_when_gone=rule.action == "delay_before", rule=rule)
             if gone and rule.action == "delay_before":
                 log(None, None)  # the client left: the request is abandoned, never forwarded
                 return False
@@ -699,10 +705,10 @@ def _client_gone(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 async def _wait(delay: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                stop_when_gone: bool) -> bool:
+                stop_when_gone: bool, rule: Rule | None = None) -> bool:
     """Sleep ``delay`` seconds without blocking the loop; whether the client left meanwhile.
 
-    With ``stop_when_gone`` the sleep ends as soon as the client leaves.
+    With ``stop_when_gone`` the sleep ends as soon as the client leaves; it ends when ``rule`` is released.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + delay
@@ -710,7 +716,7 @@ async def _wait(delay: float, reader: asyncio.StreamReader, writer: asyncio.Stre
     while True:
         gone = gone or _client_gone(reader, writer)
         left = end - loop.time()
-        if left <= 0 or (gone and stop_when_gone):
+        if left <= 0 or (gone and stop_when_gone) or (rule is not None and rule.released):
             return gone
         await asyncio.sleep(min(left, _POLL))
 
