@@ -49,6 +49,19 @@ def figures():
     return add
 
 
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)  # an xdist worker: its figures go to the controller
+    if workeroutput is not None:
+        workeroutput["casmon_figures"] = dict(FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: add up each worker's figures."""
+    for name, n in getattr(node, "workeroutput", {}).get("casmon_figures", {}).items():
+        FIGURES[name] = FIGURES.get(name, 0) + n
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if FIGURES:
         terminalreporter.write_sep("-", "reliability figures")

@@ -222,6 +222,10 @@ class MetricLog:
         self.hashers: dict[str, tuple[Any, Any]] = {}
         self.hash_next = 0
         self.hash_waiting: dict[int, Batch | None] = {}
+        self.counted = 0  # batches the summary counts
+        # What the run's ref says: the summary as of the last flush known to have written its batches (a
+        # heartbeat between a batch's append and its flush's end must not name points no reader can find).
+        self.written: tuple[int, dict[str, dict[str, Any]]] = (0, {})
 
     def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
         """Append one point per metric, all at ``step`` (default: the run's counter, then counted up)."""
@@ -321,6 +325,7 @@ class MetricLog:
         with self.lock:
             for name, p in batch.pending.items():
                 self._summarise(name, p, batch.seq)
+            self.counted += 1
         self._hashed(batch.seq, batch)
         self._landed()
 
@@ -377,10 +382,22 @@ class MetricLog:
         self.last_seq[name] = seq
         s.update(last=part["last"], step=part["step"], time=part["time"])
 
-    def ref_summary(self) -> dict[str, dict[str, Any]]:
-        """The summary as a run's ref carries it: at most :data:`REF_SUMMARY_MAX` names."""
+    def snapshot(self) -> tuple[int, dict[str, dict[str, Any]]]:
+        """The summary now, as a run's ref carries it (at most :data:`REF_SUMMARY_MAX` names): taken at the
+        start of a flush, which writes every batch it counts; :meth:`written_up_to` once that flush ended."""
         with self.lock:
-            return self._with_digests(sorted(self.summary)[:REF_SUMMARY_MAX])
+            return self.counted, self._with_digests(sorted(self.summary)[:REF_SUMMARY_MAX])
+
+    def written_up_to(self, snapshot: tuple[int, dict[str, dict[str, Any]]]) -> None:
+        """A flush wrote the batches ``snapshot`` counts: the ref may say so (never going back to an older one)."""
+        with self.lock:
+            if snapshot[0] >= self.written[0]:
+                self.written = snapshot
+
+    def ref_summary(self) -> dict[str, dict[str, Any]]:
+        """The summary as a run's ref carries it: the points of written batches only."""
+        with self.lock:
+            return self.written[1]
 
     def full_summary(self) -> dict[str, dict[str, Any]]:
         with self.lock:

@@ -241,6 +241,7 @@ class Run:
         if store is not self.store or not self._started or not self.ref or self._pid != os.getpid():
             return  # a forked child's copy of the run writes nothing: its parent writes the run
         _append_batch(store, self, self._metrics.take(store))
+        _flushing.__dict__.setdefault("summaries", {})[id(self)] = (self, self._metrics.snapshot())
         cap = self._capture
         if cap is not None and not self._ended:
             with self._lock:  # two flushes at once (the live thread's, the user's) keep the batches in order
@@ -452,6 +453,7 @@ class record:
         if not run._hooked:
             run._hooked = True
             store.add_flush_hook(run._flush_hook)
+            store.add_after_flush(_publish_written)
 
     @staticmethod
     def _params_cells(run: Run, refs: list[Digest]) -> dict[str, Any]:
@@ -679,6 +681,19 @@ def _append_batch(store: Store, run: Run, batch: Any) -> None:
         run._metrics.done(batch)
         raise
     run._metrics.done(batch)
+
+
+#: Per thread: each run's metric summary as its flush hook saw it, until that flush has written the batches.
+_flushing = threading.local()
+
+
+def _publish_written(store: Store) -> None:
+    """After a flush of ``store`` that wrote everything: the summaries its hooks saw may go in the runs' refs."""
+    summaries: dict[int, tuple[Run, Any]] = getattr(_flushing, "summaries", {})
+    for key, (run, snapshot) in list(summaries.items()):
+        if run.store is store:
+            del summaries[key]
+            run._metrics.written_up_to(snapshot)
 
 
 def _ref_data(run: Run) -> dict[str, Any]:

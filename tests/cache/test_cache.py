@@ -15,6 +15,7 @@ import casmon
 from casmon.caching import CacheWarning
 from tests.conftest import ROOT, run_parallel, run_python
 from tests.support.damage import damage_cached_result
+from tests.support.sources import write_module
 
 
 @pytest.fixture
@@ -385,7 +386,7 @@ print(json.dumps({"result": r, "computed": len(calls), "warnings": [str(x.messag
 def test_helper_edits_invalidate_across_processes(tmp_path):
     code = tmp_path / "code"
     code.mkdir()
-    (code / "helpers.py").write_text(HELPERS_V1)
+    write_module(code / "helpers.py", HELPERS_V1)
     store = str(tmp_path / "s")
 
     def run():
@@ -394,15 +395,15 @@ def test_helper_edits_invalidate_across_processes(tmp_path):
     assert run() == {"result": 21, "computed": 1, "warnings": []}
     assert run()["computed"] == 0
     # Comments, blank lines and docstrings do not count.
-    (code / "helpers.py").write_text(HELPERS_V1.replace("def helper(x):", '# a comment\n\ndef helper(x):\n    """Doubles."""\n'))
+    write_module(code / "helpers.py", HELPERS_V1.replace("def helper(x):", '# a comment\n\ndef helper(x):\n    """Doubles."""\n'))
     assert run()["computed"] == 0
     # A change to what the helper does counts, with one warning.
-    (code / "helpers.py").write_text(HELPERS_V1.replace("x * SCALE", "x * SCALE + 0.5"))
+    write_module(code / "helpers.py", HELPERS_V1.replace("x * SCALE", "x * SCALE + 0.5"))
     r = run()
     assert r["result"] == 21.5 and r["computed"] == 1
     assert len(r["warnings"]) == 1 and "changed" in r["warnings"][0]
     # So does a module-level constant the helper uses.
-    (code / "helpers.py").write_text(HELPERS_V1.replace("SCALE = 2", "SCALE = 3"))
+    write_module(code / "helpers.py", HELPERS_V1.replace("SCALE = 2", "SCALE = 3"))
     r = run()
     assert r["result"] == 31 and r["computed"] == 1
 
@@ -529,9 +530,9 @@ def test_cache_options_of_the_wrong_kind_are_refused_at_decoration_naming_the_op
 def test_a_code_edit_after_a_clear_misses_and_computes(tmp_path):
     """A clear, then a real edit: the next process's first call finds the new version (whose check reads the
     clear) and computes, in its own time."""
-    (tmp_path / "m.py").write_text("import casmon\n\n@casmon.cache(store='s')\ndef f(x):\n    return x + 1\n")
+    write_module(tmp_path / "m.py", "import casmon\n\n@casmon.cache(store='s')\ndef f(x):\n    return x + 1\n")
     run_python("from m import f\nassert f(1) == 2\nf.cache_clear()\n", cwd=tmp_path)
-    (tmp_path / "m.py").write_text("import casmon\n\n@casmon.cache(store='s')\ndef f(x):\n    return x + 5\n")
+    write_module(tmp_path / "m.py", "import casmon\n\n@casmon.cache(store='s')\ndef f(x):\n    return x + 5\n")
     p = subprocess.run([sys.executable, "-c", "import warnings; warnings.simplefilter('ignore')\n"
                         "from m import f\nprint(f(1), f(1), f.cache_info().misses)"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60,

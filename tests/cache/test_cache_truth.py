@@ -19,6 +19,7 @@ import casmon
 from casmon.caching import CacheWarning, cache_entries
 from tests.conftest import run_python
 from tests.support.damage import damage_cached_result
+from tests.support.sources import write_module
 
 
 @pytest.fixture
@@ -341,7 +342,7 @@ def test_module_attribute_and_non_scalar_constants_across_processes(tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     cfg = code / "config.py"
-    cfg.write_text(CONFIG_V1)
+    write_module(cfg, CONFIG_V1)
     loc = str(tmp_path / "s")
 
     def run():
@@ -349,9 +350,9 @@ def test_module_attribute_and_non_scalar_constants_across_processes(tmp_path):
 
     assert run() == {"result": [10, 10, 11], "computed": 3}
     assert run()["computed"] == 0
-    cfg.write_text(CONFIG_V1.replace("THRESH = 1", "THRESH = 2"))
+    write_module(cfg, CONFIG_V1.replace("THRESH = 1", "THRESH = 2"))
     assert run() == {"result": [20, 10, 12], "computed": 2}
-    cfg.write_text(CONFIG_V1.replace("THRESH = 1", "THRESH = 2").replace("'lr': 1", "'lr': 3"))
+    write_module(cfg, CONFIG_V1.replace("THRESH = 1", "THRESH = 2").replace("'lr': 1", "'lr': 3"))
     assert run() == {"result": [20, 30, 12], "computed": 1}
 
 
@@ -373,7 +374,7 @@ print(json.dumps([first, f(4)]))
 def test_source_edited_but_not_reloaded_does_not_name_the_running_code(tmp_path):
     code = tmp_path / "code"
     code.mkdir()
-    (code / "helpers.py").write_text("def compute(x):\n    return x + 1\n")
+    write_module(code / "helpers.py", "def compute(x):\n    return x + 1\n")
     loc = str(tmp_path / "s")
     assert json.loads(run_python(STALE_SOURCE, loc, str(code)).stdout) == [4, 5]
     # A fresh process runs the edited code: it must not get the old code's results.

@@ -11,6 +11,7 @@ import pytest
 import casmon
 from casmon.caching.explain import code_versions, explain_entry
 from tests.conftest import run_python
+from tests.support.sources import write_module
 
 
 def test_explain_names_the_parameter_that_differs(tmp_path):
@@ -35,7 +36,7 @@ def test_explain_names_the_parameter_that_differs(tmp_path):
 def test_explain_names_the_changed_helper_with_a_source_diff(tmp_path):
     """A run caches a result; the helper it calls is edited; a new process's explain names the helper (not the
     function, whose own code is the same) and shows what changed in it."""
-    (tmp_path / "prep.py").write_text(textwrap.dedent("""
+    write_module(tmp_path / "prep.py", textwrap.dedent("""
         import casmon
 
         def scale(x):
@@ -47,7 +48,7 @@ def test_explain_names_the_changed_helper_with_a_source_diff(tmp_path):
         """))
     run = "import prep\nprint(prep.features(20))\n"
     assert run_python(run, cwd=tmp_path).stdout.strip() == "41"
-    (tmp_path / "prep.py").write_text((tmp_path / "prep.py").read_text().replace("x * 2", "x * 3"))
+    write_module(tmp_path / "prep.py", (tmp_path / "prep.py").read_text().replace("x * 2", "x * 3"))
     out = run_python("import prep, warnings\nwarnings.simplefilter('ignore')\nex = prep.features.explain(20)\n"
                      "print(ex.hit, [(d.what, d.name) for d in ex.differences])\nprint(ex)\n", cwd=tmp_path).stdout
     first, rest = out.split("\n", 1)
@@ -59,9 +60,9 @@ def test_explain_names_the_changed_helper_with_a_source_diff(tmp_path):
 
 
 def test_the_code_change_warning_says_what_changed(tmp_path):
-    (tmp_path / "cfg.py").write_text("import casmon\nTHRESH = 2\n\n@casmon.cache(store='s')\ndef f(x):\n    return x > THRESH\n")
+    write_module(tmp_path / "cfg.py", "import casmon\nTHRESH = 2\n\n@casmon.cache(store='s')\ndef f(x):\n    return x > THRESH\n")
     run_python("import cfg\ncfg.f(1)\n", cwd=tmp_path)
-    (tmp_path / "cfg.py").write_text((tmp_path / "cfg.py").read_text().replace("THRESH = 2", "THRESH = 3"))
+    write_module(tmp_path / "cfg.py", (tmp_path / "cfg.py").read_text().replace("THRESH = 2", "THRESH = 3"))
     err = run_python("import cfg\ncfg.f(1)\n", cwd=tmp_path).stderr
     assert "Since the version cached last: global 'THRESH' changed" in " ".join(err.split())
 
@@ -211,10 +212,10 @@ def test_casmon_cache_name_lists_code_versions_and_what_changed(tmp_path):
 
     from casmon.cli.app import main as cli_main
 
-    (tmp_path / "m.py").write_text("import casmon\n\ndef helper(x):\n    return x + 1\n\n@casmon.cache(store='s')\n"
-                                   "def g(x):\n    return helper(x)\n")
+    write_module(tmp_path / "m.py", "import casmon\n\ndef helper(x):\n    return x + 1\n\n@casmon.cache(store='s')\n"
+                                    "def g(x):\n    return helper(x)\n")
     run_python("import m\nm.g(1)\nm.g(2)\n", cwd=tmp_path)
-    (tmp_path / "m.py").write_text((tmp_path / "m.py").read_text().replace("x + 1", "x + 2"))
+    write_module(tmp_path / "m.py", (tmp_path / "m.py").read_text().replace("x + 1", "x + 2"))
     run_python("import m, warnings\nwarnings.simplefilter('ignore')\nm.g(1)\n", cwd=tmp_path)
     r = CliRunner().invoke(cli_main, ["cache", "g", "--store", str(tmp_path / "s")], terminal_width=200)
     assert r.exit_code == 0, r.output

@@ -220,25 +220,28 @@ def test_obstore_retries_a_slowdown_as_often_as_it_is_told(s3_proxy):
 
 def test_delay_before_lands_late_without_blocking_other_connections(s3_proxy, moto):
     proxy, bucket = s3_proxy
-    proxy.add(Rule("delay_before", path="/slow", delay=1.0))
+    rule = proxy.add(Rule("delay_before", path="/slow", delay=60.0))  # until released
     slow_done = []
 
     def slow_put():
         obstore.put(store(proxy, bucket), "slow", b"late")
         slow_done.append(time.monotonic())
 
-    t0 = time.monotonic()
     thread = threading.Thread(target=slow_put)
     thread.start()
-    time.sleep(0.1)
-    fast = store(proxy, bucket)
-    for i in range(5):
-        obstore.put(fast, f"fast{i}", b"v")
-    fast_done = time.monotonic()
-    assert on_moto(moto, bucket, "slow") is None
-    thread.join(10)
-    assert fast_done - t0 < 0.9 and slow_done and slow_done[0] - t0 >= 1.0
-    assert on_moto(moto, bucket, "slow") == b"late"
+    try:
+        deadline = time.monotonic() + 60
+        while rule.applied == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rule.applied == 1, "the slow PUT reached the proxy"
+        fast = store(proxy, bucket)
+        for i in range(5):
+            obstore.put(fast, f"fast{i}", b"v")  # all through while the slow one waits
+        assert not slow_done and on_moto(moto, bucket, "slow") is None
+    finally:
+        rule.release()
+    thread.join(60)
+    assert slow_done and on_moto(moto, bucket, "slow") == b"late"
 
 
 def test_delay_before_abandons_a_request_whose_client_left(s3_proxy, moto):
@@ -388,15 +391,15 @@ def test_an_outage_fails_every_request_for_its_duration(s3_proxy, moto, mode):
     t0 = time.monotonic()
     proxy.outage(1.0, mode)
     failures, recovered = 0, None
-    while recovered is None and time.monotonic() - t0 < 4:
+    while recovered is None and time.monotonic() - t0 < 60:  # a loaded machine only makes each try slower
         try:
             obstore.put(s, "k", b"v")
             recovered = time.monotonic() - t0
         except BaseError:
             failures += 1
             time.sleep(0.05)
-    assert recovered is not None and 1.0 <= recovered < 2.5, recovered
-    assert failures >= 5
+    assert recovered is not None and 1.0 <= recovered, "nothing passes while it lasts, and it ends"
+    assert failures >= 2, "every request within it fails, not just the first"
     assert on_moto(moto, bucket, "k") == b"v"
     expected = {"503": "status", "reset": "reset", "drop": "drop_before"}[mode]
     assert proxy.counts(action=expected) == failures

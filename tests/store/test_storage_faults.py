@@ -68,7 +68,7 @@ def test_a_one_second_503_burst_and_a_ten_second_outage_reach_no_user_code(s3_pr
     s.flush()
     for seconds, mode in outages:
         seen = proxy.counts()
-        proxy.outage(seconds, mode)
+        proxy.outage(seconds, mode, from_first_request=True)
         assert _workload(s, calls) == expected  # hits and the run's writes meet the outage
         s.flush()
         assert proxy.counts() > seen
@@ -170,7 +170,7 @@ def test_a_run_started_while_the_store_is_away_is_written_when_it_is_back(s3_pro
     proxy, bucket = s3_proxy
     s = _open(s3_proxy)
     s.backend.retrier.seconds = 0.5
-    proxy.outage(2.0, "reset")
+    proxy.outage(2.0, "reset", from_first_request=True)
     with pytest.warns(casmon.RunWarning, match="later flush"):
         with casmon.record(store=s, capture_output=False, comment="away") as run:
             run.info["k"] = 1
@@ -488,15 +488,20 @@ def test_a_value_relied_on_stays_while_the_flush_that_names_it_is_held(s3_proxy,
     g = casmon.open(url, storage_options={"endpoint": moto_server})
     assert s.put(orphan) == d  # deduplicated: relies on the dead job's copy
     s.append("job", {"n": 1}, refs=[d, s.put({"new": 1})])
-    rule = proxy.add(Rule("hold", method="PUT", path="/packs/", delay=3.0, times=1))
+    rule = proxy.add(Rule("hold", method="PUT", path="/packs/", delay=120.0, times=1))  # until released
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t = threading.Thread(target=s.flush)
         t.start()
-        time.sleep(0.3)
-        g.gc(grace=1.0)  # condemns it while the pack is in flight
-        time.sleep(1.1)
-        swept = g.gc(grace=1.0).deleted_objects  # and sweeps it
+        try:
+            deadline = time.monotonic() + 60
+            while rule.applied == 0 and t.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)  # the pack's PUT is held from here on
+            g.gc(grace=1.0)  # condemns it while the pack is in flight
+            time.sleep(1.1)
+            swept = g.gc(grace=1.0).deleted_objects  # and sweeps it
+        finally:
+            rule.release()
         t.join(timeout=60)
     assert rule.applied == 1 and swept >= 1
     assert not [str(w.message) for w in caught if "were removed" in str(w.message)]

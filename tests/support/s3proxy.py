@@ -127,6 +127,7 @@ class Rule:
     matched: int = field(default=0, init=False)
     applied: int = field(default=0, init=False)
     added: float | None = field(default=None, init=False, repr=False)
+    released: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.action not in _ACTIONS:
@@ -137,6 +138,11 @@ class Rule:
             raise ValueError("times, after and delay must not be negative")
         if not 100 <= self.status <= 599:
             raise ValueError(f"not an HTTP status: {self.status}")
+
+    def release(self) -> None:
+        """End the sleep of the requests this rule delays (``delay_before``, ``hold``) now, and of those to come:
+        a test holds a request for as long as it needs, however slow the machine, then lets it go."""
+        self.released = True
 
     @property
     def spent(self) -> bool:
@@ -464,17 +470,19 @@ class FaultProxy:
         with self._lock:
             return list(self._rules)
 
-    def outage(self, seconds: float, mode: OutageMode = "503") -> Rule:
+    def outage(self, seconds: float, mode: OutageMode = "503", *, from_first_request: bool = False) -> Rule:
         """Make every request for the next ``seconds`` fail: ``"503"`` (SlowDown), ``"500"``, ``"reset"``, ``"drop"``.
 
-        The outage's rule goes before all others, so it wins while it lasts; returns it.
+        The outage's rule goes before all others, so it wins while it lasts; returns it. With
+        ``from_first_request`` its ``seconds`` run from the first request it meets, not from now: the code
+        under test meets it however slowly a loaded machine gets there.
         """
         if mode not in _OUTAGE_ACTIONS:
             raise ValueError(f"unknown outage mode {mode!r}; one of {sorted(_OUTAGE_ACTIONS)}")
         action, status = _OUTAGE_ACTIONS[mode]
         rule = Rule(action, status=status, duration=seconds)
         with self._lock:
-            rule.added = time.monotonic()
+            rule.added = None if from_first_request else time.monotonic()
             self._rules.insert(0, rule)
         return rule
 
@@ -543,6 +551,8 @@ class FaultProxy:
             for rule in self._rules:
                 if not rule.live(now) or not rule.matches(req.method, req.path):
                     continue
+                if rule.added is None:  # an outage from its first request: it starts now
+                    rule.added = now
                 rule.matched += 1
                 if rule.matched <= rule.after:
                     continue
@@ -634,7 +644,7 @@ class FaultProxy:
 
         gone = False
         if rule is not None and rule.action in ("delay_before", "hold"):
-            gone = await _wait(rule.delay, reader, writer, stop_when_gone=rule.action == "delay_before")
+            gone = await _wait(rule.delay, reader, writer, stop_when_gone=rule.action == "delay_before", rule=rule)
             if gone and rule.action == "delay_before":
                 log(None, None)  # the client left: the request is abandoned, never forwarded
                 return False
@@ -695,10 +705,10 @@ def _client_gone(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 async def _wait(delay: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                stop_when_gone: bool) -> bool:
+                stop_when_gone: bool, rule: Rule | None = None) -> bool:
     """Sleep ``delay`` seconds without blocking the loop; whether the client left meanwhile.
 
-    With ``stop_when_gone`` the sleep ends as soon as the client leaves.
+    With ``stop_when_gone`` the sleep ends as soon as the client leaves; it ends when ``rule`` is released.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + delay
@@ -706,7 +716,7 @@ async def _wait(delay: float, reader: asyncio.StreamReader, writer: asyncio.Stre
     while True:
         gone = gone or _client_gone(reader, writer)
         left = end - loop.time()
-        if left <= 0 or (gone and stop_when_gone):
+        if left <= 0 or (gone and stop_when_gone) or (rule is not None and rule.released):
             return gone
         await asyncio.sleep(min(left, _POLL))
 

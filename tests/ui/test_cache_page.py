@@ -17,6 +17,7 @@ import pytest
 import casmon
 from casmon.caching import KIND, clear_function
 from tests.conftest import run_python
+from tests.support.sources import write_module
 from tests.ui.test_ui import Served, text_of
 
 #: Source text that would close the diff's <pre> and run a script if a page ever put it in as markup.
@@ -48,10 +49,10 @@ def explained(tmp_path_factory):
     """Version 1 stores features(20), features(21), quick(1), gone(1); the helper is edited (its new line holds
     HOSTILE_SRC); version 2 stores features(20). Then gone's entries are cleared."""
     root = tmp_path_factory.mktemp("cachepage")
-    (root / "prep.py").write_text(PREP)
+    write_module(root / "prep.py", PREP)
     run_python("import prep\nprep.features(20)\nprep.features(21)\nprep.quick(1)\nprep.gone(1)\n", cwd=root)
     edited = PREP.replace("return x * 2", f"return x * 3 if {HOSTILE_SRC!r} else 0")
-    (root / "prep.py").write_text(edited)
+    write_module(root / "prep.py", edited)
     run_python("import prep, warnings\nwarnings.simplefilter('ignore')\nprep.features(20)\n", cwd=root)
     s = casmon.open(root / "s")
     keys: dict[tuple[str, str | None], list[str]] = {}  # (function, label) -> keys, oldest first
