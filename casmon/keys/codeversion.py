@@ -151,10 +151,14 @@ def _source_tree(obj: Any) -> tuple[str | None, ast.AST | None]:
     return _tree_of(src)
 
 
+_PARSE_LOCK = threading.Lock()  # 3.11's ast.parse races in threads: "AST constructor recursion depth mismatch"
+
+
 def _tree_of(src: str) -> tuple[str, ast.AST | None]:
     """:func:`_source_tree` of the source text ``src``."""
     try:
-        tree = ast.parse(textwrap.dedent(src))
+        with _PARSE_LOCK:
+            tree = ast.parse(textwrap.dedent(src))
     except SyntaxError:  # e.g. a lambda inside a larger expression
         return "src:" + "\n".join(line.split("#", 1)[0].rstrip() for line in src.splitlines() if line.strip()), None
     tree = _StripDocsAndDecorators().visit(tree)
