@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from casmon.store.manifest import Manifest
     from casmon.store.store import Store
 
-__all__ = ["ChunkView", "StoredArray", "open_array", "WHOLE_VIEW_CHUNK"]
+__all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "WHOLE_VIEW_CHUNK"]
 
 #: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
 WHOLE_VIEW_CHUNK = 4 << 20
@@ -75,6 +75,11 @@ class ChunkView(ZarrStore):
         self._chunk_nbytes = chunk_nbytes
         self._fortran = fortran
         self.chunks_read = 0  # how many chunks were read (for tests and benchmarks)
+
+    @property
+    def metadata(self) -> bytes:
+        """The array's ``zarr.json``."""
+        return self._metadata
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest
@@ -187,6 +192,16 @@ def _big_endian_inside(dt: np.dtype[Any]) -> bool:
 
 def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     """A lazy read-only ``zarr.Array`` over the stored array ``manifest`` describes (reads only the chunks a slice touches)."""
+    arr = zarr.open_array(chunk_view(store, manifest), mode="r", zarr_format=3)
+    try:
+        return StoredArray(arr.async_array)
+    except Exception:  # noqa: BLE001 - a zarr whose Array cannot be subclassed so: the plain array still works
+        return arr
+
+
+def chunk_view(store: Store, manifest: Manifest) -> ChunkView:
+    """The read-only zarr store presenting the stored array ``manifest`` describes; TypeError or ValueError for a
+    value zarr cannot present (not an array, or a dtype or layout zarr has no description for)."""
     meta = manifest.meta
     if manifest.tag == "handler" and len(manifest.parts) == 1:
         # A handler whose value is one array of elements (a tensor) says how numpy sees them.
@@ -235,12 +250,7 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     except Exception as e:  # noqa: BLE001 - zarr has no type for this dtype
         raise TypeError(f"array {manifest.digest.hex()} of dtype {dtype} cannot be opened with zarr: {e}") from None
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * dtype.itemsize if chunks else dtype.itemsize
-    view = ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None)
-    arr = zarr.open_array(view, mode="r", zarr_format=3)
-    try:
-        return StoredArray(arr.async_array)
-    except Exception:  # noqa: BLE001 - a zarr whose Array cannot be subclassed so: the plain array still works
-        return arr
+    return ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None)
 
 
 class StoredArray(zarr.Array[Any]):

@@ -1,0 +1,196 @@
+"""The store opened as a read-only zarr v3 hierarchy (casmon/store/zarrview.py): cache entries as arrays over
+their stored chunks, runs' metrics as step/value/time arrays, consolidated at the root."""
+
+import asyncio
+
+import numpy as np
+import pytest
+import zarr
+
+import casmon
+from casmon.errors import DamagedObjectError
+from casmon.store.zarrview import node_name
+from tests.support.damage import damage_cached_result
+
+
+def _open(view, **kw):
+    return zarr.open_group(view, mode="r", **kw)
+
+
+def _entry(view, cached, *args):
+    ref = cached.ref(*args)
+    return f"cache/{node_name(cached.__casmon_cache__.name)}/{ref.key.hex()}", ref
+
+
+ARRAYS = [
+    np.arange(10_000, dtype="f8"),
+    np.arange(60_000, dtype=">i4").reshape(300, 200),
+    np.random.default_rng(0).random((333, 70)).astype(np.float32),
+    np.asfortranarray(np.random.default_rng(1).random((120, 90))),
+    np.arange(10, dtype=np.int8),
+    np.array([True, False] * 500),
+    np.array(7.5),
+    np.zeros((0, 5), dtype="u2"),
+    np.arange(4000, dtype=np.complex64),
+]
+
+
+def test_a_cached_array_read_through_the_view_equals_its_load(tmp_path):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+
+    @casmon.cache(store=s)
+    def make(i):
+        return ARRAYS[i]
+
+    for i in range(len(ARRAYS)):
+        make(i)
+    s.flush()
+    root = _open(s.zarr())
+    for i, a in enumerate(ARRAYS):
+        path, ref = _entry(root, make, i)
+        z = root[path]
+        want = ref.load()
+        assert isinstance(z, zarr.Array), path
+        native = want.dtype.newbyteorder("=")  # zarr v3 reads in the machine's byte order, as the bytes codec says
+        assert z.shape == want.shape and z.dtype == native, (i, z.dtype, want.dtype)
+        got = z[...]
+        assert np.array_equal(got, want) and got.dtype == native
+        assert z.attrs["casmon"]["result"] == ref.digest.hex()
+
+
+def test_the_view_walks_with_consolidated_metadata_and_refuses_writes(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(n):
+        return np.arange(n)
+
+    f(3)
+    with casmon.record(store=s, capture_output=False, params={"lr": float("inf"), "nan": float("nan")}) as run:
+        run.log(loss=0.5, step=1)
+    s.flush()
+    view = s.zarr()
+    assert view.supports_writes is False
+    root = zarr.open_consolidated(view, mode="r")
+    assert root.metadata.consolidated_metadata is not None
+    names = {k for k, _m in root.members(max_depth=None)}
+    rname = casmon.list_runs(s)[0].ref.split("/", 1)[-1]
+    assert {f"runs/{rname}/metrics/loss/step", f"runs/{rname}/metrics/loss/value",
+            f"runs/{rname}/metrics/loss/time"} <= names
+    assert root[f"runs/{rname}"].attrs["params"] == {"lr": "Infinity", "nan": "NaN"}
+    assert root[f"runs/{rname}"].attrs["status"] == "ok"
+    # without consolidated metadata too: the listing is the same tree
+    assert {k for k, _m in zarr.open_group(view, mode="r", use_consolidated=False).members(max_depth=None)} == names
+    with pytest.raises(PermissionError):
+        asyncio.run(view.set("x/zarr.json", None))
+    with pytest.raises(PermissionError):
+        asyncio.run(view.delete("zarr.json"))
+
+
+def test_a_runs_metric_read_as_arrays_equals_load_run(tmp_path):
+    from casmon.runs.zarrtree import METRIC_CHUNK
+
+    s = casmon.open(tmp_path / "s")
+    n = METRIC_CHUNK * 2 + 123
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(n):
+            run.log(loss=float(np.sin(i)), step=i * 2)
+            if i % 5000 == 0:
+                s.flush()  # several batches, not aligned with chunks
+    r = casmon.load_run(-1, store=s)
+    want = r.metric("loss")
+    g = _open(s.zarr())[f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss"]
+    assert np.array_equal(g["step"][:], want.steps) and g["step"].dtype == np.int64
+    assert np.array_equal(g["value"][:], want.values)
+    assert np.array_equal(g["time"][:], want.times)
+    assert np.array_equal(g["value"][METRIC_CHUNK - 3 : METRIC_CHUNK + 3], want.values[METRIC_CHUNK - 3 : METRIC_CHUNK + 3])
+
+
+def test_xarray_opens_a_runs_metrics_group(tmp_path):
+    xr = pytest.importorskip("xarray")
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(100):
+            run.log(loss=1.0 / (i + 1), step=i)
+    r = casmon.load_run(-1, store=s)
+    view = s.zarr()
+    for consolidated in (False, None):
+        ds = xr.open_zarr(view, group=f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss", consolidated=consolidated)
+        assert np.array_equal(ds["step"].values, r.metric("loss").steps)
+        assert np.array_equal(ds["value"].values, r.metric("loss").values)
+
+
+def test_a_damaged_chunk_read_through_the_view_raises_damage(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def big():
+        return np.random.default_rng(5).random(200_000)  # one chunk of its own (loose): the helper flips it
+
+    big()
+    s.flush()
+    damage_cached_result(s, tmp_path / "s", big)
+    path, _ref = _entry(None, big)
+    z = _open(s.zarr())[path]
+    with pytest.raises(DamagedObjectError):
+        z[:]
+
+
+def test_a_slice_reads_only_the_chunks_it_touches(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)  # 512 float64 a chunk
+
+    @casmon.cache(store=s)
+    def big():
+        return np.arange(100_000, dtype="f8")
+
+    a = big()
+    s.flush()
+    reads = []
+    real = s.read_chunk
+    monkeypatch.setattr(s, "read_chunk", lambda d, out: (reads.append(d), real(d, out))[1])
+    path, _ref = _entry(None, big)
+    z = _open(s.zarr())[path]
+    assert not reads  # opening reads metadata only
+    assert np.array_equal(z[1100:1200], a[1100:1200])  # inside chunk 2
+    assert len(reads) == 1
+    assert np.array_equal(z[1000:2000], a[1000:2000])  # chunks 1 to 3
+    assert len(reads) == 1 + 3
+
+
+class Opaque:
+    def __init__(self):
+        self.blob = b"x" * 100
+
+
+def test_the_view_never_unpickles_and_describes_pickles(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def both(which):
+        return Opaque() if which else np.arange(7)
+
+    both(0), both(1)
+    s.flush()
+    s.close()
+    import pickle
+
+    def boom(*a, **k):
+        raise AssertionError("the view unpickled")
+
+    monkeypatch.setattr(pickle, "loads", boom)
+    monkeypatch.setattr(pickle, "Unpickler", boom)
+    t = casmon.open(tmp_path / "s", trust=False)
+    root = _open(t.zarr())
+    arr_path, _ = _entry(None, both, 0)  # the key does not depend on the store's trust
+    assert np.array_equal(root[arr_path][:], np.arange(7))
+    pk = _entry(None, both, 1)[0]
+    node = root[pk]
+    assert isinstance(node, zarr.Group) and not list(node.keys())
+    about = node.attrs["casmon"]
+    assert about["tag"] == "pickle" and "Opaque" in about["type"] and about["size"] > 0
+
+
+@pytest.mark.parametrize("text, want", [("a/b", "a%2Fb"), ("__main__.f", "%5F_main__.f"), ("", "%"), (".", "%2E"),
+                                        ("..", "%2E%2E"), ("50%", "50%25"), ("plain.name", "plain.name")])
+def test_names_are_one_node_each(text, want):
+    assert node_name(text) == want
