@@ -20,7 +20,7 @@ from casmon.errors import CasmonError
 from casmon.runs.listing import RunInfo, list_runs
 from casmon.runs.manifest import is_value_ref
 from casmon.runs.metrics import _cell_data, _cells
-from casmon.store.arrayview import _slice
+from casmon.store.arrayview import byte_slice
 from casmon.store.peek import describe
 from casmon.store.zarrview import Tree, array_metadata, install_section, node_name
 
@@ -101,7 +101,7 @@ class _Column:
         if i is None:
             return None
         data = await asyncio.to_thread(self.points.chunk, self.col, i)
-        return prototype.buffer.from_bytes(_slice(data, byte_range))
+        return prototype.buffer.from_bytes(byte_slice(data, byte_range))
 
 
 def _described(store: Store, v: Any) -> Any:

@@ -33,13 +33,14 @@ if TYPE_CHECKING:
     from casmon.store.manifest import Manifest
     from casmon.store.store import Store
 
-__all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "WHOLE_VIEW_CHUNK"]
+__all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "byte_slice", "WHOLE_VIEW_CHUNK"]
 
 #: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
 WHOLE_VIEW_CHUNK = 4 << 20
 
 
-def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
+def byte_slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
+    """The part of ``data`` a zarr byte range asks for (all of it for None)."""
     if byte_range is None:
         return data
     if isinstance(byte_range, RangeByteRequest):
@@ -122,12 +123,12 @@ class ChunkView(ZarrStore):
 
             prototype = default_buffer_prototype()
         if key == "zarr.json":
-            return prototype.buffer.from_bytes(_slice(self._metadata, byte_range))
+            return prototype.buffer.from_bytes(byte_slice(self._metadata, byte_range))
         i = self._chunk_index(key)
         if i is None:
             return None
         data = await asyncio.to_thread(self._read_chunk, i)
-        return prototype.buffer.from_bytes(_slice(data, byte_range))
+        return prototype.buffer.from_bytes(byte_slice(data, byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:

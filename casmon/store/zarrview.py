@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from zarr.abc.store import ByteRequest, Store as ZarrStore
 
-from casmon.store.arrayview import _slice
+from casmon.store.arrayview import byte_slice
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype
@@ -201,7 +201,7 @@ class ZarrView(ZarrStore):
             prototype = default_buffer_prototype()
         doc = self._docs.get(key)
         if doc is not None:
-            return prototype.buffer.from_bytes(_slice(doc, byte_range))
+            return prototype.buffer.from_bytes(byte_slice(doc, byte_range))
         found = self._chunk(key)
         if found is None:
             return None
