@@ -194,3 +194,64 @@ def test_the_view_never_unpickles_and_describes_pickles(tmp_path, monkeypatch):
                                         ("..", "%2E%2E"), ("50%", "50%25"), ("plain.name", "plain.name")])
 def test_names_are_one_node_each(text, want):
     assert node_name(text) == want
+
+
+def test_values_zarr_cannot_present_and_crafted_entries_are_described_groups(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    odd = {"big_endian_field": np.zeros(3, dtype=[("a", ">i4"), ("b", "<f8")]), "objects": np.array([1, "a"], dtype=object),
+           "dict": {"a": 1}}
+
+    @casmon.cache(store=s)
+    def f(k):
+        return odd[k]
+
+    for k in odd:
+        f(k)
+    s.append("cache", {"fn": "crafted.fn", "time": 1e9 + 1, "result": "not a digest"}, key=b"\x01" * 16)
+    s.flush()
+    root = _open(casmon.zarr_view(s))
+    for k in odd:
+        node = root[_entry(None, f, k)[0]]
+        assert isinstance(node, zarr.Group) and node.attrs["casmon"]["description"], k
+    crafted = root["cache/crafted.fn/" + "01" * 16]
+    assert isinstance(crafted, zarr.Group) and "not a value digest" in crafted.attrs["casmon"]["error"]
+
+
+def test_metric_names_zarr_reserves_or_splits_are_escaped(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(**{"a/b": 1.0, "__x": 2.0, "c": 3.0})
+    r = casmon.load_run(-1, store=s)
+    g = _open(s.zarr())[f"runs/{r.ref.split('/', 1)[-1]}/metrics"]
+    assert sorted(g.group_keys()) == ["%5F_x", "a%2Fb", "c"]
+    assert g["a%2Fb"].attrs["metric"] == "a/b" and g["a%2Fb/value"][:].tolist() == [1.0]
+    assert g["c/value"][:].tolist() == [3.0]  # a metric named like zarr's chunk prefix is still a group
+
+
+def test_a_damaged_metric_batch_read_through_the_view_raises_damage(tmp_path):
+    from casmon.runs.metrics import INLINE_POINTS, metrics_key
+
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(INLINE_POINTS * 40):  # one batch past the inline limit: a stored value of its own
+            run.log(loss=float(i), step=i)
+    s.flush()
+    r = casmon.load_run(-1, store=s)
+    view = s.zarr()
+    batch_values = [c["$"] for rec in s.lookup("metrics", metrics_key(r.ref))
+                    for c in rec["s"].values() if "$" in c]
+    assert batch_values
+    m = s.manifest(batch_values[0])
+    from casmon.store.objects import loose_key
+
+    chunk = next(m.chunk_digests())
+    p = tmp_path / "s" / loose_key(chunk)
+    if not p.exists():
+        pytest.skip("the batch's chunk is packed, not a loose file")
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 1
+    p.write_bytes(bytes(data))
+    s.objects.clear_caches()
+    g = _open(view)[f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss"]
+    with pytest.raises(DamagedObjectError):
+        g["value"][:]
