@@ -255,3 +255,28 @@ def test_a_damaged_metric_batch_read_through_the_view_raises_damage(tmp_path):
     g = _open(view)[f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss"]
     with pytest.raises(DamagedObjectError):
         g["value"][:]
+
+
+@pytest.mark.parametrize("dt, shape, chunks, fortran", [
+    ("f8", (100, 3), (10, 3), False), (">i4", (5,), (2,), False), ("f4", (4, 6, 8), (4, 6, 2), True),
+    ("U3", (7,), (7,), False), ("f8", (), (), False), ("M8[s]", (0, 5), (1, 5), False)])
+def test_an_arrays_metadata_made_from_its_kinds_template_is_zarrs_own(dt, shape, chunks, fortran):
+    """The view describes thousands of arrays from one template per dtype, layout and rank: what zarr itself writes."""
+    import json
+    import warnings
+
+    from zarr.codecs import BytesCodec, TransposeCodec
+    from zarr.storage import MemoryStore
+
+    from casmon.store.arrayview import _metadata
+
+    dt = np.dtype(dt)
+    kw = {"compressors": None, "fill_value": np.zeros((), dtype=dt).item() if dt.kind not in "SUVO" else None,
+          "filters": [TransposeCodec(order=tuple(reversed(range(len(shape)))))] if fortran else None}
+    if dt.byteorder == ">":
+        kw["serializer"] = BytesCodec(endian="big")
+    scratch = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.create_array(MemoryStore(scratch), shape=shape, chunks=chunks, dtype=dt, zarr_format=3, **kw)
+    assert json.loads(_metadata(dt, shape, chunks, fortran)) == json.loads(scratch["zarr.json"].to_bytes())
