@@ -1,7 +1,8 @@
 """The cache's part of the store's zarr view: ``cache/{function}/{entry}``, one node per live entry.
 
 An entry whose result is an array (numpy, or a handler's array of elements) is a
-zarr array over its stored chunks (:func:`casmon.store.arrayview.chunk_view`);
+zarr array over its stored chunks (:func:`casmon.store.arrayview.chunk_view`; a library's array, a tensor
+say, only once the program has imported the library);
 any other result is an empty group whose attributes say what it is and its
 size, read from its manifest alone (a pickle is described, never unpickled).
 """
@@ -9,6 +10,7 @@ size, read from its manifest alone (a pickle is described, never unpickled).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +59,11 @@ def build(store: Store, tree: Tree) -> None:
             tree.group(path, {"casmon": {**about, "error": str(e)[:500]}})
             continue
         about.update(size=m.nbytes, tag=m.tag)
-        if m.tag in ("array", "handler"):
+        library = str(m.meta.get("handler", "")).partition(".")[0] if m.tag == "handler" else ""
+        if library and library not in sys.modules:
+            # Its library's elements are described by the library: a view never imports one the program has not.
+            about["note"] = f"import {library} before opening the view to see it as an array"
+        elif m.tag in ("array", "handler"):
             try:
                 view = chunk_view(store, m)
             except (TypeError, ValueError, LookupError, CasmonError):

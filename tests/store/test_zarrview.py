@@ -280,3 +280,39 @@ def test_an_arrays_metadata_made_from_its_kinds_template_is_zarrs_own(dt, shape,
         warnings.simplefilter("ignore")
         zarr.create_array(MemoryStore(scratch), shape=shape, chunks=chunks, dtype=dt, zarr_format=3, **kw)
     assert json.loads(_metadata(dt, shape, chunks, fortran)) == json.loads(scratch["zarr.json"].to_bytes())
+
+
+_VIEW_WITHOUT_TORCH = """
+import sys, zarr, casmon
+s = casmon.open(sys.argv[1])
+root = zarr.open_group(s.zarr(), mode="r")
+node = root[sys.argv[2]]
+assert "torch" not in sys.modules, "the view imported torch"
+assert isinstance(node, zarr.Group), type(node)
+print(node.attrs["casmon"]["note"])
+import torch
+print(type(zarr.open_group(s.zarr(), mode="r")[sys.argv[2]]).__name__)
+"""
+
+
+def test_a_tensor_is_an_array_only_once_the_program_imported_its_library(tmp_path):
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def t():
+        return torch.arange(1000, dtype=torch.float32)
+
+    t()
+    s.flush()
+    path = _entry(None, t)[0]
+    z = _open(s.zarr())[path]
+    assert isinstance(z, zarr.Array) and np.array_equal(z[:], t.ref().load().numpy())
+    s.close()
+    done = subprocess.run([sys.executable, "-c", _VIEW_WITHOUT_TORCH, str(tmp_path / "s"), path], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "import torch before opening the view" in done.stdout and done.stdout.split()[-1] == "Array"
