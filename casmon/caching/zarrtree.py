@@ -65,7 +65,7 @@ def build(store: Store, tree: Tree) -> None:
             about["note"] = f"import {library} before opening the view to see it as an array"
         elif m.tag in ("array", "handler"):
             try:
-                view = chunk_view(store, m)
+                view = chunk_view(store, m, lazy=True)
             except (TypeError, ValueError, LookupError, CasmonError):
                 pass  # an array zarr cannot describe, or a handler's value that is not one: described below
             else:

@@ -9,6 +9,7 @@ import zarr
 
 import casmon
 from casmon.errors import DamagedObjectError
+from casmon.keys.digest import Digest
 from casmon.store.zarrview import node_name
 from tests.support.damage import damage_cached_result
 
@@ -316,3 +317,36 @@ def test_a_tensor_is_an_array_only_once_the_program_imported_its_library(tmp_pat
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "import torch before opening the view" in done.stdout and done.stdout.split()[-1] == "Array"
+
+
+def test_opening_the_view_reads_no_value_laid_out_for_mapping_and_its_damage_raises_on_read(tmp_path, monkeypatch):
+    from casmon.store import mapped
+    from casmon.store.objects import loose_key
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s, mmap=True)
+    def big():
+        return np.random.default_rng(2).random((3000, 1000))  # 24 MB, one raw object
+
+    a = big()
+    s.flush()
+    m = s.manifest(big.ref().digest)
+    assert len(m.parts[0]["c"]) == 1
+    maps = []
+    real = mapped.map_part
+    monkeypatch.setattr(mapped, "map_part", lambda *a, **k: (maps.append(1), real(*a, **k))[1])
+    path = _entry(None, big)[0]
+    view = s.zarr()
+    z = _open(view)[path]
+    assert not maps  # nothing of it read yet
+    assert np.array_equal(z[1234], a[1234]) and np.array_equal(z[...], a)
+    assert len(maps) == 1  # mapped and checked once
+    f = tmp_path / "s" / loose_key(Digest(m.parts[0]["c"][0]))
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    f.write_bytes(bytes(raw))
+    s.objects.clear_caches()
+    z = _open(s.zarr())[path]  # opens: its damage is found when read
+    with pytest.raises(DamagedObjectError):
+        z[0]
