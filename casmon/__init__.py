@@ -27,7 +27,7 @@ _HOMES = {
     "register_hasher": "casmon.keys.fingerprint", "unregister_hasher": "casmon.keys.fingerprint",
     # the store
     "Store": "casmon.store", "open": "casmon.store", "default_store": "casmon.store", "Manifest": "casmon.store",
-    "Ref": "casmon.store", "Handler": "casmon.store.serialize", "handlers": "casmon.store.serialize",
+    "Ref": "casmon.store", "zarr_view": "casmon.store.zarrview", "Handler": "casmon.store.serialize", "handlers": "casmon.store.serialize",
     "register_handler": "casmon.store.serialize", "unregister_handler": "casmon.store.serialize",
     # maintenance reports (Store.verify, Store.gc)
     "VerifyReport": "casmon.maintenance", "GcReport": "casmon.maintenance", "StoreStats": "casmon.view.display",
@@ -75,6 +75,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported f
     from casmon.keys.digest import Digest
     from casmon.keys.fingerprint import fingerprint, register_hasher, unregister_hasher
     from casmon.store import Manifest, Ref, Store, default_store, open
+    from casmon.store.zarrview import zarr_view
     from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
     from casmon.maintenance import GcReport, VerifyReport
     from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache

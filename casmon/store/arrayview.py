@@ -13,8 +13,10 @@ the stored bytes are used as they are.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import AsyncIterator, Iterable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,21 +27,23 @@ from zarr.storage import MemoryStore
 from casmon.view import display
 from casmon.keys.digest import Digest
 from casmon.store import libraries
+from casmon.store.objects import loose_key
 from casmon.store.serialize import dtype_from_meta, handler_named
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
 
-    from casmon.store.manifest import Manifest
+    from casmon.store.manifest import Manifest, PartRef
     from casmon.store.store import Store
 
-__all__ = ["ChunkView", "StoredArray", "open_array", "WHOLE_VIEW_CHUNK"]
+__all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "byte_slice", "WHOLE_VIEW_CHUNK"]
 
 #: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
 WHOLE_VIEW_CHUNK = 4 << 20
 
 
-def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
+def byte_slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
+    """The part of ``data`` a zarr byte range asks for (all of it for None)."""
     if byte_range is None:
         return data
     if isinstance(byte_range, RangeByteRequest):
@@ -60,7 +64,8 @@ class ChunkView(ZarrStore):
     supports_listing = True
 
     def __init__(self, store: Store, manifest: Manifest, metadata: bytes, chunk_nbytes: int, fortran: bool,
-                 whole: np.ndarray[Any, np.dtype[np.uint8]] | None = None, cb: int | None = None) -> None:
+                 whole: np.ndarray[Any, np.dtype[np.uint8]] | Callable[[], np.ndarray[Any, np.dtype[np.uint8]]] | None = None,
+                 cb: int | None = None) -> None:
         super().__init__(read_only=True)
         self._store = store
         self._manifest = manifest
@@ -70,11 +75,19 @@ class ChunkView(ZarrStore):
         self._n = int(part["n"])
         self._cb = int(part["cb"]) if cb is None else cb
         # A value laid out whole for mapping (one raw object): chunks are row ranges of its checked map.
-        self._whole = whole
+        # Given as a function, it is mapped and checked at the first chunk read, not when the view is made.
+        self._whole = whole if whole is None or isinstance(whole, np.ndarray) else None
+        self._whole_fn = None if whole is None or isinstance(whole, np.ndarray) else whole
+        self._whole_lock = threading.Lock()
         self._nchunks = len(self._chunks) if whole is None else -(-self._n // self._cb)
         self._chunk_nbytes = chunk_nbytes
         self._fortran = fortran
         self.chunks_read = 0  # how many chunks were read (for tests and benchmarks)
+
+    @property
+    def metadata(self) -> bytes:
+        """The array's ``zarr.json``."""
+        return self._metadata
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest
@@ -103,6 +116,10 @@ class ChunkView(ZarrStore):
         lo = i * self._cb
         hi = min(self._n, lo + self._cb)
         out = np.zeros(self._chunk_nbytes, dtype=np.uint8)  # the last chunk is padded to full size
+        if self._whole_fn is not None:
+            with self._whole_lock:
+                if self._whole is None:
+                    self._whole = self._whole_fn()
         if self._whole is not None:
             out[: hi - lo] = self._whole[lo:hi]
         else:
@@ -117,12 +134,12 @@ class ChunkView(ZarrStore):
 
             prototype = default_buffer_prototype()
         if key == "zarr.json":
-            return prototype.buffer.from_bytes(_slice(self._metadata, byte_range))
+            return prototype.buffer.from_bytes(byte_slice(self._metadata, byte_range))
         i = self._chunk_index(key)
         if i is None:
             return None
         data = await asyncio.to_thread(self._read_chunk, i)
-        return prototype.buffer.from_bytes(_slice(data, byte_range))
+        return prototype.buffer.from_bytes(byte_slice(data, byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
@@ -159,7 +176,18 @@ class ChunkView(ZarrStore):
 
 
 def _metadata(dtype: np.dtype[Any], shape: tuple[int, ...], chunks: tuple[int, ...], fortran: bool) -> bytes:
-    """Let zarr write the metadata for this array into a scratch store, and take it."""
+    """This array's ``zarr.json``: zarr's own for its dtype, layout and number of dimensions (made once), with its
+    shape and chunk shape (the view of a store describes thousands of arrays; zarr takes a millisecond each)."""
+    meta = json.loads(_template(dtype, len(shape), fortran))
+    meta["shape"] = list(shape)
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = list(chunks)
+    return json.dumps(meta).encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(dtype: np.dtype[Any], ndim: int, fortran: bool) -> bytes:
+    """Let zarr write the metadata for an array of this kind into a scratch store, and take it."""
+    shape = chunks = (1,) * ndim
     scratch: dict[str, Buffer] = {}
     kwargs: dict[str, Any] = {"compressors": None, "fill_value": np.zeros((), dtype=dtype).item() if dtype.kind not in "SUVO" else None}
     if fortran and len(shape) > 1:
@@ -176,6 +204,17 @@ def _metadata(dtype: np.dtype[Any], shape: tuple[int, ...], chunks: tuple[int, .
     return scratch["zarr.json"].to_bytes()
 
 
+def _whole(store: Store, part: PartRef) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The bytes of a value laid out whole: its checked map, or read once where it cannot be mapped now."""
+    from casmon.store import mapped
+
+    got = mapped.map_part(store.objects, part)
+    if got is None:
+        got = np.empty(int(part["n"]), np.uint8)
+        store.read_chunk(Digest(part["c"][0]), got)
+    return got
+
+
 def _big_endian_inside(dt: np.dtype[Any]) -> bool:
     """Whether ``dt``, or a field or sub-array of it, is stored big-endian."""
     if dt.fields is not None:
@@ -187,6 +226,19 @@ def _big_endian_inside(dt: np.dtype[Any]) -> bool:
 
 def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     """A lazy read-only ``zarr.Array`` over the stored array ``manifest`` describes (reads only the chunks a slice touches)."""
+    arr = zarr.open_array(chunk_view(store, manifest), mode="r", zarr_format=3)
+    try:
+        return StoredArray(arr.async_array)
+    except Exception:  # noqa: BLE001 - a zarr whose Array cannot be subclassed so: the plain array still works
+        return arr
+
+
+def chunk_view(store: Store, manifest: Manifest, lazy: bool = False) -> ChunkView:
+    """The read-only zarr store presenting the stored array ``manifest`` describes; TypeError or ValueError for a
+    value zarr cannot present (not an array, or a dtype or layout zarr has no description for).
+
+    ``lazy``: a value laid out whole for mapping is mapped and checked at its first chunk read, not now (the view
+    of a whole store describes many values and reads none)."""
     meta = manifest.meta
     if manifest.tag == "handler" and len(manifest.parts) == 1:
         # A handler whose value is one array of elements (a tensor) says how numpy sees them.
@@ -211,13 +263,18 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     part = manifest.parts[0]
     rb = max(1, int(part.get("rb", 1)))
     cb = int(part["cb"])
-    whole = None
+    whole: np.ndarray[Any, np.dtype[np.uint8]] | Callable[[], np.ndarray[Any, np.dtype[np.uint8]]] | None = None
     if len(part["c"]) == 1 and cb > WHOLE_VIEW_CHUNK:
         # Laid out whole for mmap=True: one object of up to a GiB. Mapped and checked once here, then read in
         # chunks of whole rows, so a slice copies what it touches and not the whole value.
         from casmon.store import mapped
 
-        whole = mapped.map_part(store.objects, part)
+        if lazy:
+            path = store.objects.backend.local_path(loose_key(Digest(part["c"][0])))
+            if path is not None and path.is_file():
+                whole = functools.partial(_whole, store, part)
+        else:
+            whole = mapped.map_part(store.objects, part)
         if whole is not None:
             cb = max(rb, WHOLE_VIEW_CHUNK // rb * rb)
     rows = max(1, cb // rb)
@@ -235,12 +292,7 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
     except Exception as e:  # noqa: BLE001 - zarr has no type for this dtype
         raise TypeError(f"array {manifest.digest.hex()} of dtype {dtype} cannot be opened with zarr: {e}") from None
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * dtype.itemsize if chunks else dtype.itemsize
-    view = ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None)
-    arr = zarr.open_array(view, mode="r", zarr_format=3)
-    try:
-        return StoredArray(arr.async_array)
-    except Exception:  # noqa: BLE001 - a zarr whose Array cannot be subclassed so: the plain array still works
-        return arr
+    return ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None)
 
 
 class StoredArray(zarr.Array[Any]):

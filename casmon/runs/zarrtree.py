@@ -1,0 +1,148 @@
+"""The runs' part of the store's zarr view: ``runs/{name}``, and ``runs/{name}/metrics/{metric}`` groups of
+``step``, ``value`` and ``time`` arrays.
+
+A run's group carries its status, params and info as attributes (stored values
+described from their manifests, never loaded). A metric's arrays are chunked
+by fixed ranges of :data:`METRIC_CHUNK` points over the run's metric batches
+in the order they were logged; a chunk reads only the batches it overlaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from casmon.errors import CasmonError
+from casmon.runs.listing import RunInfo, list_runs
+from casmon.runs.manifest import is_value_ref
+from casmon.runs.metrics import _cell_data, _cells
+from casmon.store.arrayview import byte_slice
+from casmon.store.peek import describe
+from casmon.store.zarrview import Tree, array_metadata, install_section, node_name
+
+if TYPE_CHECKING:
+    from zarr.abc.buffer import Buffer, BufferPrototype
+    from zarr.abc.store import ByteRequest
+
+    from casmon.store.store import Store
+
+__all__ = ["METRIC_CHUNK", "build"]
+
+#: Points per chunk of a metric's arrays (128 KiB of each column).
+METRIC_CHUNK = 16384
+
+_COLUMNS = (("step", "int64", np.dtype("<i8")), ("value", "float64", np.dtype("<f8")), ("time", "float64", np.dtype("<f8")))
+
+
+class _Points:
+    """The points of one metric of one run, read batch by batch as chunks ask for them (the last few kept, so
+    the three columns of one chunk read each batch once)."""
+
+    def __init__(self, store: Store, name: str, where: str, cells: list[dict[str, Any]]) -> None:
+        self.store, self.name, self.where, self.cells = store, name, where, cells
+        self.starts = [0]
+        for c in cells:
+            self.starts.append(self.starts[-1] + int(c["n"]))
+        self.total = self.starts[-1]
+        self._kept: dict[int, bytes] = {}
+        self._lock = threading.Lock()
+        self.batches_read = 0  # for tests: how many batches chunk reads loaded
+
+    def _batch(self, j: int) -> bytes:
+        with self._lock:
+            got = self._kept.get(j)
+        if got is None:
+            got = _cell_data(self.store, self.name, self.cells[j], self.where)
+            with self._lock:
+                self.batches_read += 1
+                if len(self._kept) >= 8:
+                    self._kept.pop(next(iter(self._kept)))
+                self._kept[j] = got
+        return got
+
+    def chunk(self, col: int, i: int) -> bytes:
+        lo, hi = i * METRIC_CHUNK, min(self.total, (i + 1) * METRIC_CHUNK)
+        dt = _COLUMNS[col][2]
+        out = np.zeros(METRIC_CHUNK, dt)  # the last chunk is padded to full size
+        j = bisect.bisect_right(self.starts, lo) - 1
+        while j < len(self.cells) and self.starts[j] < hi:
+            s, n = self.starts[j], int(self.cells[j]["n"])
+            a, b = max(lo, s), min(hi, s + n)
+            if b > a:
+                col_data = np.frombuffer(self._batch(j), dt, n, col * 8 * n)
+                out[a - lo : b - lo] = col_data[a - s : b - s]
+            j += 1
+        return out.tobytes()
+
+
+class _Column:
+    """One of a metric's arrays, as the chunks of its points."""
+
+    def __init__(self, points: _Points, col: int) -> None:
+        self.points, self.col = points, col
+        self.nchunks = -(-points.total // METRIC_CHUNK)
+
+    def _index(self, key: str) -> int | None:
+        head, _, tail = key.partition("/")
+        if head != "c" or not tail.isdigit():
+            return None
+        i = int(tail)
+        return i if i < self.nchunks else None
+
+    async def exists(self, key: str) -> bool:
+        return self._index(key) is not None
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        i = self._index(key)
+        if i is None:
+            return None
+        data = await asyncio.to_thread(self.points.chunk, self.col, i)
+        return prototype.buffer.from_bytes(byte_slice(data, byte_range))
+
+
+def _described(store: Store, v: Any) -> Any:
+    """A run's param or info value for attributes: a stored value is its one-line description."""
+    if is_value_ref(v):
+        return describe(store, v["$"], 200)
+    if isinstance(v, dict):
+        return {k: _described(store, x) for k, x in v.items()}
+    return v
+
+
+def _run(store: Store, tree: Tree, r: RunInfo) -> None:
+    name = node_name(r.ref.split("/", 1)[-1])
+    m = r.manifest
+    attrs: dict[str, Any] = {"name": r.name, "status": r.status, "start": m.get("start"), "end": m.get("end")}
+    if r.error is not None:
+        tree.group(f"runs/{name}", {**attrs, "error": str(r.error)[:500]})
+        return
+    attrs["params"] = _described(store, m.get("params") or {})
+    attrs["info"] = _described(store, m.get("info") or {})
+    tree.group(f"runs/{name}", attrs)
+    where = f"run {r.name}"
+    try:
+        cells = _cells(store, r.ref, where, None)
+    except CasmonError as e:
+        tree.group(f"runs/{name}/metrics", {"error": str(e)[:500]})
+        return
+    tree.group(f"runs/{name}/metrics")
+    for metric in sorted(cells):
+        points = _Points(store, metric, where, [c for _s, _i, c in cells[metric]])
+        path = f"runs/{name}/metrics/{node_name(metric)}"
+        tree.group(path, {"run": r.name, "metric": metric, "points": points.total})
+        for col, (column, dtype, _dt) in enumerate(_COLUMNS):
+            meta = array_metadata(dtype, (points.total,), (METRIC_CHUNK,), 0 if col == 0 else 0.0, ["step"])
+            tree.array(f"{path}/{column}", meta, _Column(points, col))
+
+
+def build(store: Store, tree: Tree) -> None:
+    """Add every run of ``store`` under ``runs/``."""
+    for r in list_runs(store):
+        _run(store, tree, r)
+
+
+install_section("runs", build)

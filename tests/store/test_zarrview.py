@@ -1,0 +1,352 @@
+"""The store opened as a read-only zarr v3 hierarchy (casmon/store/zarrview.py): cache entries as arrays over
+their stored chunks, runs' metrics as step/value/time arrays, consolidated at the root."""
+
+import asyncio
+
+import numpy as np
+import pytest
+import zarr
+
+import casmon
+from casmon.errors import DamagedObjectError
+from casmon.keys.digest import Digest
+from casmon.store.zarrview import node_name
+from tests.support.damage import damage_cached_result
+
+
+def _open(view, **kw):
+    return zarr.open_group(view, mode="r", **kw)
+
+
+def _entry(view, cached, *args):
+    ref = cached.ref(*args)
+    return f"cache/{node_name(cached.__casmon_cache__.name)}/{ref.key.hex()}", ref
+
+
+ARRAYS = [
+    np.arange(10_000, dtype="f8"),
+    np.arange(60_000, dtype=">i4").reshape(300, 200),
+    np.random.default_rng(0).random((333, 70)).astype(np.float32),
+    np.asfortranarray(np.random.default_rng(1).random((120, 90))),
+    np.arange(10, dtype=np.int8),
+    np.array([True, False] * 500),
+    np.array(7.5),
+    np.zeros((0, 5), dtype="u2"),
+    np.arange(4000, dtype=np.complex64),
+]
+
+
+def test_a_cached_array_read_through_the_view_equals_its_load(tmp_path):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+
+    @casmon.cache(store=s)
+    def make(i):
+        return ARRAYS[i]
+
+    for i in range(len(ARRAYS)):
+        make(i)
+    s.flush()
+    root = _open(s.zarr())
+    for i, a in enumerate(ARRAYS):
+        path, ref = _entry(root, make, i)
+        z = root[path]
+        want = ref.load()
+        assert isinstance(z, zarr.Array), path
+        native = want.dtype.newbyteorder("=")  # zarr v3 reads in the machine's byte order, as the bytes codec says
+        assert z.shape == want.shape and z.dtype == native, (i, z.dtype, want.dtype)
+        got = z[...]
+        assert np.array_equal(got, want) and got.dtype == native
+        assert z.attrs["casmon"]["result"] == ref.digest.hex()
+
+
+def test_the_view_walks_with_consolidated_metadata_and_refuses_writes(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(n):
+        return np.arange(n)
+
+    f(3)
+    with casmon.record(store=s, capture_output=False, params={"lr": float("inf"), "nan": float("nan")}) as run:
+        run.log(loss=0.5, step=1)
+    s.flush()
+    view = s.zarr()
+    assert view.supports_writes is False
+    root = zarr.open_consolidated(view, mode="r")
+    assert root.metadata.consolidated_metadata is not None
+    names = {k for k, _m in root.members(max_depth=None)}
+    rname = casmon.list_runs(s)[0].ref.split("/", 1)[-1]
+    assert {f"runs/{rname}/metrics/loss/step", f"runs/{rname}/metrics/loss/value",
+            f"runs/{rname}/metrics/loss/time"} <= names
+    assert root[f"runs/{rname}"].attrs["params"] == {"lr": "Infinity", "nan": "NaN"}
+    assert root[f"runs/{rname}"].attrs["status"] == "ok"
+    # without consolidated metadata too: the listing is the same tree
+    assert {k for k, _m in zarr.open_group(view, mode="r", use_consolidated=False).members(max_depth=None)} == names
+    with pytest.raises(PermissionError):
+        asyncio.run(view.set("x/zarr.json", None))
+    with pytest.raises(PermissionError):
+        asyncio.run(view.delete("zarr.json"))
+
+
+def test_a_runs_metric_read_as_arrays_equals_load_run(tmp_path):
+    from casmon.runs.zarrtree import METRIC_CHUNK
+
+    s = casmon.open(tmp_path / "s")
+    n = METRIC_CHUNK * 2 + 123
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(n):
+            run.log(loss=float(np.sin(i)), step=i * 2)
+            if i % 5000 == 0:
+                s.flush()  # several batches, not aligned with chunks
+    r = casmon.load_run(-1, store=s)
+    want = r.metric("loss")
+    g = _open(s.zarr())[f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss"]
+    assert np.array_equal(g["step"][:], want.steps) and g["step"].dtype == np.int64
+    assert np.array_equal(g["value"][:], want.values)
+    assert np.array_equal(g["time"][:], want.times)
+    assert np.array_equal(g["value"][METRIC_CHUNK - 3 : METRIC_CHUNK + 3], want.values[METRIC_CHUNK - 3 : METRIC_CHUNK + 3])
+
+
+def test_xarray_opens_a_runs_metrics_group(tmp_path):
+    xr = pytest.importorskip("xarray")
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(100):
+            run.log(loss=1.0 / (i + 1), step=i)
+    r = casmon.load_run(-1, store=s)
+    view = s.zarr()
+    for consolidated in (False, None):
+        ds = xr.open_zarr(view, group=f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss", consolidated=consolidated)
+        assert np.array_equal(ds["step"].values, r.metric("loss").steps)
+        assert np.array_equal(ds["value"].values, r.metric("loss").values)
+
+
+def test_a_damaged_chunk_read_through_the_view_raises_damage(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def big():
+        return np.random.default_rng(5).random(200_000)  # one chunk of its own (loose): the helper flips it
+
+    big()
+    s.flush()
+    damage_cached_result(s, tmp_path / "s", big)
+    path, _ref = _entry(None, big)
+    z = _open(s.zarr())[path]
+    with pytest.raises(DamagedObjectError):
+        z[:]
+
+
+def test_a_slice_reads_only_the_chunks_it_touches(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)  # 512 float64 a chunk
+
+    @casmon.cache(store=s)
+    def big():
+        return np.arange(100_000, dtype="f8")
+
+    a = big()
+    s.flush()
+    reads = []
+    real = s.read_chunk
+    monkeypatch.setattr(s, "read_chunk", lambda d, out: (reads.append(d), real(d, out))[1])
+    path, _ref = _entry(None, big)
+    z = _open(s.zarr())[path]
+    assert not reads  # opening reads metadata only
+    assert np.array_equal(z[1100:1200], a[1100:1200])  # inside chunk 2
+    assert len(reads) == 1
+    assert np.array_equal(z[1000:2000], a[1000:2000])  # chunks 1 to 3
+    assert len(reads) == 1 + 3
+
+
+class Opaque:
+    def __init__(self):
+        self.blob = b"x" * 100
+
+
+def test_the_view_never_unpickles_and_describes_pickles(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def both(which):
+        return Opaque() if which else np.arange(7)
+
+    both(0), both(1)
+    s.flush()
+    s.close()
+    import pickle
+
+    def boom(*a, **k):
+        raise AssertionError("the view unpickled")
+
+    monkeypatch.setattr(pickle, "loads", boom)
+    monkeypatch.setattr(pickle, "Unpickler", boom)
+    t = casmon.open(tmp_path / "s", trust=False)
+    root = _open(t.zarr())
+    arr_path, _ = _entry(None, both, 0)  # the key does not depend on the store's trust
+    assert np.array_equal(root[arr_path][:], np.arange(7))
+    pk = _entry(None, both, 1)[0]
+    node = root[pk]
+    assert isinstance(node, zarr.Group) and not list(node.keys())
+    about = node.attrs["casmon"]
+    assert about["tag"] == "pickle" and "Opaque" in about["type"] and about["size"] > 0
+
+
+@pytest.mark.parametrize("text, want", [("a/b", "a%2Fb"), ("__main__.f", "%5F_main__.f"), ("", "%"), (".", "%2E"),
+                                        ("..", "%2E%2E"), ("50%", "50%25"), ("plain.name", "plain.name")])
+def test_names_are_one_node_each(text, want):
+    assert node_name(text) == want
+
+
+def test_values_zarr_cannot_present_and_crafted_entries_are_described_groups(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    odd = {"big_endian_field": np.zeros(3, dtype=[("a", ">i4"), ("b", "<f8")]), "objects": np.array([1, "a"], dtype=object),
+           "dict": {"a": 1}}
+
+    @casmon.cache(store=s)
+    def f(k):
+        return odd[k]
+
+    for k in odd:
+        f(k)
+    s.append("cache", {"fn": "crafted.fn", "time": 1e9 + 1, "result": "not a digest"}, key=b"\x01" * 16)
+    s.flush()
+    root = _open(casmon.zarr_view(s))
+    for k in odd:
+        node = root[_entry(None, f, k)[0]]
+        assert isinstance(node, zarr.Group) and node.attrs["casmon"]["description"], k
+    crafted = root["cache/crafted.fn/" + "01" * 16]
+    assert isinstance(crafted, zarr.Group) and "not a value digest" in crafted.attrs["casmon"]["error"]
+
+
+def test_metric_names_zarr_reserves_or_splits_are_escaped(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(**{"a/b": 1.0, "__x": 2.0, "c": 3.0})
+    r = casmon.load_run(-1, store=s)
+    g = _open(s.zarr())[f"runs/{r.ref.split('/', 1)[-1]}/metrics"]
+    assert sorted(g.group_keys()) == ["%5F_x", "a%2Fb", "c"]
+    assert g["a%2Fb"].attrs["metric"] == "a/b" and g["a%2Fb/value"][:].tolist() == [1.0]
+    assert g["c/value"][:].tolist() == [3.0]  # a metric named like zarr's chunk prefix is still a group
+
+
+def test_a_damaged_metric_batch_read_through_the_view_raises_damage(tmp_path):
+    from casmon.runs.metrics import INLINE_POINTS, metrics_key
+
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(INLINE_POINTS * 40):  # one batch past the inline limit: a stored value of its own
+            run.log(loss=float(i), step=i)
+    s.flush()
+    r = casmon.load_run(-1, store=s)
+    view = s.zarr()
+    batch_values = [c["$"] for rec in s.lookup("metrics", metrics_key(r.ref))
+                    for c in rec["s"].values() if "$" in c]
+    assert batch_values
+    m = s.manifest(batch_values[0])
+    from casmon.store.objects import loose_key
+
+    chunk = next(m.chunk_digests())
+    p = tmp_path / "s" / loose_key(chunk)
+    if not p.exists():
+        pytest.skip("the batch's chunk is packed, not a loose file")
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 1
+    p.write_bytes(bytes(data))
+    s.objects.clear_caches()
+    g = _open(view)[f"runs/{r.ref.split('/', 1)[-1]}/metrics/loss"]
+    with pytest.raises(DamagedObjectError):
+        g["value"][:]
+
+
+@pytest.mark.parametrize("dt, shape, chunks, fortran", [
+    ("f8", (100, 3), (10, 3), False), (">i4", (5,), (2,), False), ("f4", (4, 6, 8), (4, 6, 2), True),
+    ("U3", (7,), (7,), False), ("f8", (), (), False), ("M8[s]", (0, 5), (1, 5), False)])
+def test_an_arrays_metadata_made_from_its_kinds_template_is_zarrs_own(dt, shape, chunks, fortran):
+    """The view describes thousands of arrays from one template per dtype, layout and rank: what zarr itself writes."""
+    import json
+    import warnings
+
+    from zarr.codecs import BytesCodec, TransposeCodec
+    from zarr.storage import MemoryStore
+
+    from casmon.store.arrayview import _metadata
+
+    dt = np.dtype(dt)
+    kw = {"compressors": None, "fill_value": np.zeros((), dtype=dt).item() if dt.kind not in "SUVO" else None,
+          "filters": [TransposeCodec(order=tuple(reversed(range(len(shape)))))] if fortran else None}
+    if dt.byteorder == ">":
+        kw["serializer"] = BytesCodec(endian="big")
+    scratch = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.create_array(MemoryStore(scratch), shape=shape, chunks=chunks, dtype=dt, zarr_format=3, **kw)
+    assert json.loads(_metadata(dt, shape, chunks, fortran)) == json.loads(scratch["zarr.json"].to_bytes())
+
+
+_VIEW_WITHOUT_TORCH = """
+import sys, zarr, casmon
+s = casmon.open(sys.argv[1])
+root = zarr.open_group(s.zarr(), mode="r")
+node = root[sys.argv[2]]
+assert "torch" not in sys.modules, "the view imported torch"
+assert isinstance(node, zarr.Group), type(node)
+print(node.attrs["casmon"]["note"])
+import torch
+print(type(zarr.open_group(s.zarr(), mode="r")[sys.argv[2]]).__name__)
+"""
+
+
+def test_a_tensor_is_an_array_only_once_the_program_imported_its_library(tmp_path):
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def t():
+        return torch.arange(1000, dtype=torch.float32)
+
+    t()
+    s.flush()
+    path = _entry(None, t)[0]
+    z = _open(s.zarr())[path]
+    assert isinstance(z, zarr.Array) and np.array_equal(z[:], t.ref().load().numpy())
+    s.close()
+    done = subprocess.run([sys.executable, "-c", _VIEW_WITHOUT_TORCH, str(tmp_path / "s"), path], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "import torch before opening the view" in done.stdout and done.stdout.split()[-1] == "Array"
+
+
+def test_opening_the_view_reads_no_value_laid_out_for_mapping_and_its_damage_raises_on_read(tmp_path, monkeypatch):
+    from casmon.store import mapped
+    from casmon.store.objects import loose_key
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s, mmap=True)
+    def big():
+        return np.random.default_rng(2).random((3000, 1000))  # 24 MB, one raw object
+
+    a = big()
+    s.flush()
+    m = s.manifest(big.ref().digest)
+    assert len(m.parts[0]["c"]) == 1
+    maps = []
+    real = mapped.map_part
+    monkeypatch.setattr(mapped, "map_part", lambda *a, **k: (maps.append(1), real(*a, **k))[1])
+    path = _entry(None, big)[0]
+    view = s.zarr()
+    z = _open(view)[path]
+    assert not maps  # nothing of it read yet
+    assert np.array_equal(z[1234], a[1234]) and np.array_equal(z[...], a)
+    assert len(maps) == 1  # mapped and checked once
+    f = tmp_path / "s" / loose_key(Digest(m.parts[0]["c"][0]))
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    f.write_bytes(bytes(raw))
+    s.objects.clear_caches()
+    z = _open(s.zarr())[path]  # opens: its damage is found when read
+    with pytest.raises(DamagedObjectError):
+        z[0]
