@@ -163,11 +163,12 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
     for f in ("signal", "error"):
         if isinstance(old.get(f), str):
             entry[f] = old[f]
-    for f in ("name", "n", "prefix", "comment", "start", "function"):
+    for f in ("n", "prefix", "comment", "start", "function"):
         if f in old:
             m[f] = old[f]
+    m["name"] = info.name
     m["resumes"] = [e for e in old.get("resumes") or [] if isinstance(e, dict)] + [entry]
-    run.name, run.n, run.ref = old["name"], old.get("n", 0), info.ref
+    run.name, run.n, run.ref = info.name, m.get("n", 0), info.ref
     run._refs_extra = [prior.target] if prior and prior.target else []
     try:
         run.params = {**info.params(), **params}

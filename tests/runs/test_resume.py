@@ -226,3 +226,14 @@ def test_a_run_sigkilled_and_resumed_20_times_ends_as_one_run_with_every_flushed
     FIGURES["resume campaign: claims"] = len(claims)
     FIGURES["resume campaign: seconds"] = int(time.monotonic() - t0)
     FIGURES["resume campaign: points"] = len(run.metric("x"))
+
+
+def test_deleting_a_resumed_run_drops_its_resume_claims(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False) as run:
+        pass
+    with casmon.record(store=s, resume=run.name, resume_ok=True, capture_output=False):
+        pass
+    assert list(claim_refs(s, run.ref)) == [1]
+    casmon.delete_run(run.name, s)
+    assert claim_refs(s, run.ref) == {} and s.refs("resumes") == []
