@@ -225,8 +225,9 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
         console.print(f"  started {timestamp(m['start'])}{how}")
     if r.resumes:
         console.print(f"  resumed {plural(len(r.resumes), 'time')}:", markup=False)
-        for e in r.resumes[-20:]:
-            console.print(f"    {timestamp(e['time'])} on {e['host']} by pid {e['pid']}, after it was {e['status']}",
+        for when in r.resumes[-20:]:
+            console.print(f"    {timestamp(when['time'])} on {when['host']} by pid {when['pid']}, after it was "
+                          f"{when['status']}",
                           markup=False)
     console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
     if m.get("notebook"):  # a kernel's command line names only a temporary connection file

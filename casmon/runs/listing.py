@@ -62,7 +62,7 @@ class RunInfo:
         out = []
         for e in self.manifest.get("resumes") or []:
             t = e.get("time") if isinstance(e, dict) else None
-            if type(t) in (int, float) and 0 <= t < 1e11:
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < 1e11:
                 out.append({"time": float(t), "host": str(e.get("host")), "pid": e.get("pid"),
                             "status": str(e.get("status"))})
         return out

@@ -85,8 +85,8 @@ def _alive(host: Any, pid: Any) -> bool | None:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
-        return True  # someone else's process
+    except (OSError, OverflowError):
+        return True  # someone else's process (or a crafted pid: no claim that it is gone)
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie is dead: killed, not yet reaped
@@ -98,7 +98,8 @@ def _stale(claim: dict[str, Any], every: float) -> bool:
     t = claim.get("time")
     if _alive(claim.get("host"), claim.get("pid")) is False:
         return True
-    return not (type(t) in (int, float) and math.isfinite(t) and time.time() - t <= live.LOST_AFTER * every)
+    fresh = isinstance(t, (int, float)) and math.isfinite(t) and time.time() - t <= live.LOST_AFTER * every
+    return not fresh
 
 
 def _holder_check(info: RunInfo, resume_ok: bool) -> str:

@@ -237,3 +237,17 @@ def test_deleting_a_resumed_run_drops_its_resume_claims(tmp_path):
     assert list(claim_refs(s, run.ref)) == [1]
     casmon.delete_run(run.name, s)
     assert claim_refs(s, run.ref) == {} and s.refs("resumes") == []
+
+
+@pytest.mark.parametrize("claim", [{"host": "x"}, {"pid": 2**70, "time": "now"}, {"time": float("nan")}],
+                         ids=["no-pid", "huge-pid", "nan-time"])
+def test_a_crafted_resume_claim_is_passed_over_not_raised(tmp_path, claim):
+    import socket
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False) as run:
+        pass
+    start = load_run(run.name, s).manifest["start"]
+    s.create_ref(f"resumes/{run.ref.split('/', 1)[1]}/1", None, {"host": socket.gethostname(), "start": start, **claim})
+    with casmon.record(store=s, resume=run.name, resume_ok=True, capture_output=False):
+        pass
+    assert [e["claim"] for e in load_run(run.name, s).manifest["resumes"]] == [2]
