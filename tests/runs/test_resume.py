@@ -251,3 +251,21 @@ def test_a_crafted_resume_claim_is_passed_over_not_raised(tmp_path, claim):
     with casmon.record(store=s, resume=run.name, resume_ok=True, capture_output=False):
         pass
     assert [e["claim"] for e in load_run(run.name, s).manifest["resumes"]] == [2]
+
+
+def test_a_resumed_runs_metric_digest_is_that_of_a_run_with_the_same_points(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False) as whole:
+        for i in range(6):
+            whole.log(x=float(i))
+    with pytest.raises(RuntimeError):
+        with casmon.record(store=s, capture_output=False) as cut:
+            for i in range(3):
+                cut.log(x=float(i))
+            raise RuntimeError("preempted")
+    with casmon.record(store=s, capture_output=False, resume=cut.name):
+        for i in range(3, 6):
+            casmon.log(x=float(i))
+    a, b = load_run(whole.name, s).manifest["metrics"]["x"], load_run(cut.name, s).manifest["metrics"]["x"]
+    assert (a["digest"], a["n"], a["step"], a["min"], a["max"]) == (b["digest"], b["n"], b["step"], b["min"], b["max"])
+    assert load_run(cut.name, s).resumes[0]["status"] == "failed"
