@@ -96,6 +96,8 @@ def _alive(host: Any, pid: Any) -> bool | None:
 
 def _stale(claim: dict[str, Any], every: float) -> bool:
     t = claim.get("time")
+    if claim.get("pid") == os.getpid() and claim.get("host") == socket.gethostname():
+        return True  # this process's own resume that failed after its claim: a resume is done in one call
     if _alive(claim.get("host"), claim.get("pid")) is False:
         return True
     fresh = isinstance(t, (int, float)) and math.isfinite(t) and time.time() - t <= live.LOST_AFTER * every

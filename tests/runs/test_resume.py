@@ -269,3 +269,24 @@ def test_a_resumed_runs_metric_digest_is_that_of_a_run_with_the_same_points(tmp_
     a, b = load_run(whole.name, s).manifest["metrics"]["x"], load_run(cut.name, s).manifest["metrics"]["x"]
     assert (a["digest"], a["n"], a["step"], a["min"], a["max"]) == (b["digest"], b["n"], b["step"], b["min"], b["max"])
     assert load_run(cut.name, s).resumes[0]["status"] == "failed"
+
+
+def test_a_resume_that_failed_after_its_claim_can_be_tried_again_in_the_same_process(tmp_path, monkeypatch):
+    from casmon.runs import resume
+
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(x=1.0)
+
+    def broken(*a, **k):
+        raise resume.ResumeError("store went away")
+
+    with monkeypatch.context() as m:
+        m.setattr(resume, "_seed_metrics", broken)
+        with pytest.raises(ResumeError, match="store went away"):
+            casmon.record(store=s, resume=run.name, resume_ok=True, capture_output=False).__enter__()
+    assert list(claim_refs(s, run.ref)) == [1]
+    with casmon.record(store=s, resume=run.name, resume_ok=True, capture_output=False) as again:
+        again.log(x=2.0)
+    assert [e["claim"] for e in load_run(run.name, s).manifest["resumes"]] == [2]
+    assert list(load_run(run.name, s).metric("x").values) == [1.0, 2.0]
