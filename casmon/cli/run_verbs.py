@@ -114,6 +114,7 @@ def runs(store_location, as_json, columns, trust) -> None:
     if as_json:
         click.echo(_json([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
                                 "elapsed": r.elapsed, "heartbeat": r.heartbeat, "signal": r.manifest.get("signal"),
+                                "resumes": len(r.resumes),
                                 "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty"),
                                 "notebook": r.manifest.get("notebook"),
                                 "params": r.flat_params() if r.error is None else {},
@@ -145,6 +146,8 @@ def runs(store_location, as_json, columns, trust) -> None:
         status = f"[{_STATUS_STYLE[st]}]{st}[/{_STATUS_STYLE[st]}]" if st in _STATUS_STYLE else escape(str(st))
         if st == "killed" and m.get("signal"):
             status += escape(f" ({m['signal']})")
+        if r.resumes:
+            status += escape(f", resumed {len(r.resumes)}x")
         el = r.elapsed
         dur = "" if el is None else f"{el:.1f} s" + ("…" if st == "running" else "")
         t.add_row(escape(str(r.name)), escape(str(m.get("comment") or "")), timestamp(m["start"]) if m.get("start") else "", dur, status,
@@ -256,6 +259,12 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
                f", running for {el:.1f} s" if r.status == "running" and el is not None else
                f", last heard of {el:.1f} s after" if el is not None else "")
         console.print(f"  started {timestamp(m['start'])}{how}")
+    if r.resumes:
+        console.print(f"  resumed {plural(len(r.resumes), 'time')}:", markup=False)
+        for when in r.resumes[-20:]:
+            console.print(f"    {timestamp(when['time'])} on {when['host']} by pid {when['pid']}, after it was "
+                          f"{when['status']}",
+                          markup=False)
     console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
     if m.get("notebook"):  # a kernel's command line names only a temporary connection file
         console.print(f"  notebook: {m['notebook']}", markup=False)

@@ -20,6 +20,7 @@ from casmon.runs import live
 from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key, read_artifacts
 from casmon.runs.manifest import KIND_RUN
 from casmon.runs.metrics import KIND_METRICS, metrics_key
+from casmon.runs.resume import RESUME_REFS
 from casmon.store.store import Store, default_store
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
         with held(s.backend, "run deletion", s.url):  # no gc marks, and no merge brings the records back, meanwhile
             for kind in found:
                 s.table(kind).consolidate(force=True, keep=_without(keys[kind]))
+            for claim in s.refs(f"{RESUME_REFS}/{info.ref.split('/', 1)[-1]}"):
+                s.delete_ref(claim)  # before the ref, as the records: a deletion cut short is finished again
             s.delete_ref(info.ref)
     except OSError as e:
         raise StoreError(f"cannot delete run {info.name} from {s.url}: {e.strerror or e}") from e

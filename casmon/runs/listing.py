@@ -56,6 +56,18 @@ class RunInfo:
         return st
 
     @property
+    def resumes(self) -> list[dict[str, Any]]:
+        """Each time the run was resumed (``record(resume=...)``), oldest first: ``time``, ``host``, ``pid`` and
+        the ``status`` it had then (entries of a crafted manifest that are not such are left out)."""
+        out = []
+        for e in self.manifest.get("resumes") or []:
+            t = e.get("time") if isinstance(e, dict) else None
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < 1e11:
+                out.append({"time": float(t), "host": str(e.get("host")), "pid": e.get("pid"),
+                            "status": str(e.get("status"))})
+        return out
+
+    @property
     def heartbeat(self) -> float | None:
         """When the run last said it was alive (Unix seconds), if it ever did."""
         t = self.ref_data.get("heartbeat")

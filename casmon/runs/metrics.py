@@ -30,6 +30,7 @@ import base64
 import math
 import threading
 import time
+import warnings
 from array import array
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -218,6 +219,9 @@ class MetricLog:
         self.summary: dict[str, dict[str, Any]] = {}
         self.last_seq: dict[str, int] = {}
         self.names: set[str] = set()
+        #: A resumed run's highest flushed step per metric: points at or below it are skipped (see runs.resume).
+        self.floor: dict[str, int] = {}
+        self.warned: set[str] = set()
         # Digests of each metric's steps and values, fed batch by batch in order (see _hashed).
         self.hashers: dict[str, tuple[Any, Any]] = {}
         self.hash_next = 0
@@ -245,6 +249,9 @@ class MetricLog:
             try:
                 for items in ((metrics.items() if metrics is not None else ()), named.items()):
                     for k, v in items:
+                        if self.floor and s <= self.floor.get(k, s - 1):
+                            self._skipped(k, s)
+                            continue
                         p = self.pending.get(k)
                         if p is None:
                             if k not in self.names:
@@ -265,6 +272,13 @@ class MetricLog:
                     del p.times[n0:]
                 raise
             self.step = s + 1 if step is None else s
+
+    def _skipped(self, name: str, step: int) -> None:
+        if name not in self.warned:
+            self.warned.add(name)
+            warnings.warn(f"casmon: run.log: metric {name!r:.80} at step {step} is skipped: the resumed run has its "
+                          f"points up to step {self.floor[name]} already (said once per metric)", UserWarning,
+                          stacklevel=4)
 
     def has_pending(self) -> bool:
         return bool(self.pending)

@@ -41,6 +41,7 @@ from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs import artifacts, live, signals
+from casmon.runs import resume as resuming
 from casmon.runs.capture import OutputCapture
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number, is_plain_json
@@ -166,6 +167,11 @@ class Run:
         self._ending = False
         self._held = artifacts.Held()  # what this process saved of the run's artifacts (casmon.runs.artifacts)
         self._keep: tuple[int | None, int | None] = (None, None)  # checkpoint retention: keep_last, keep_every
+        #: The run this one continues, as it was read when resumed (``record(resume=...)``); None for a new run.
+        self.resumed_from: Any = None
+        self._refs_extra: list[Digest] = []  # the manifests the run had before its resumes
+        self._prior_output: str | None = None
+        self._resume_line = ""
 
     @property
     def info(self) -> dict[str, Any]:
@@ -217,6 +223,12 @@ class Run:
         """Keep ``state`` as checkpoint ``step`` (the last one's plus one by default) and release those the
         retention rule (``keep_last``, ``keep_every``; given here or to ``record``) no longer keeps."""
         return artifacts.checkpoint(self, state, step, keep_last, keep_every)
+
+    def checkpoint_latest(self) -> Any:
+        """The run's latest checkpoint (the one a resumed run continues from); LookupError if it has none."""
+        if self.store is None or not self.ref:
+            raise LookupError(f"run {self.name} has no checkpoints: it is not in a store yet")
+        return artifacts.load_checkpoint(self.store, self.ref, self.name, "latest")
 
     # ``run["k"] = v`` is ``run.info["k"] = v``: FineCache's record_context yields a dict, and its users write so.
     def __setitem__(self, key: str, value: Any) -> None:
@@ -270,6 +282,8 @@ class record:
     (names that look like secrets are refused). ``params``: what the run is
     configured with (also ``run.params``; nested dicts are shown as ``cfg.lr``).
     ``keep_last``, ``keep_every``: which of ``run.checkpoint``'s checkpoints stay.
+    ``resume``: a run's name or number, ``"latest"`` or a RunInfo to continue (killed, lost or failed; an ``ok``
+    one only with ``resume_ok=True``): see :mod:`casmon.runs.resume`.
     The code state is captured when the run starts, before your code runs.
 
     While the run goes on, its metrics (``run.log``) and output reach the store
@@ -287,7 +301,8 @@ class record:
                  untracked_max: int = UNTRACKED_MAX, *, increment_dir: Any = None,
                  tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
                  code_state: CodeState | None = None, params: Mapping[str, Any] | None = None,
-                 keep_last: int | None = None, keep_every: int | None = None) -> None:
+                 keep_last: int | None = None, keep_every: int | None = None, resume: Any = None,
+                 resume_ok: bool = False) -> None:
         # One string is one pattern or name, not its letters ("." alone would track every file).
         track = [track] if isinstance(track, str) else list(track)
         env = [env] if isinstance(env, str) else list(env)
@@ -317,6 +332,7 @@ class record:
         if params is not None and not all(type(k) is str for k in params):
             raise TypeError("casmon.record: params' names must be strings")
         self.params = dict(params or {})
+        self.resume, self.resume_ok = resuming.check_which(resume), bool(resume_ok)
         self.keep = (artifacts.retention(keep_last, "keep_last"), artifacts.retention(keep_every, "keep_every"))
         self.comment = comment
         self.capture_mode = capture_output or None
@@ -410,6 +426,8 @@ class record:
         run._code = code
         run._packages = _packages()
         run._recorder = self
+        if self.resume is not None:
+            resuming.attach(run, self.resume, self.resume_ok, self.params)  # claims it, or raises
         if store is not None:
             try:
                 with run._saving:
@@ -443,6 +461,7 @@ class record:
         refs.append(pd)
         m["packages"] = pd.hex()
         m["params"] = self._params_cells(run, refs)
+        refs += run._refs_extra
         if not run.ref:
             run.n, run.ref = self.claim_number(store)
             run.name = f"{self.prefix}{run.n}" + (f"-{self.comment}" if self.comment else "")
@@ -618,8 +637,8 @@ class record:
             self._store_start(run)
         store, m = run.store, run.manifest
         refs = list(run._refs)
-        if run._output is not None:
-            od = store.put(scrub_output(run._output).encode("utf-8", "surrogateescape"))
+        if (output := resuming.whole_output(run, run._output)) is not None:
+            od = store.put(scrub_output(output).encode("utf-8", "surrogateescape"))
             refs.append(od)
             m["output"] = od.hex()
         m["info"] = _cells(store, run.info, refs, "run.info")
