@@ -177,7 +177,7 @@ class Run:
         with a step sets the counter to it, so a helper's ``casmon.log`` right after lands on the same step. Values are numbers (numpy and torch scalars too); each point keeps
         its step, value and wall time. Points reach the store in batches, seconds apart, and are read back by
         ``load_run(...).metric(name)``. Wrong input raises at once, naming the metric; nothing of the call is
-        logged then.
+        logged then. Once the run's end is being stored (another thread still logging), a call logs nothing.
         """
         if metrics is not None and not isinstance(metrics, Mapping):
             raise TypeError(f"casmon: run.log: metrics must be a dict of name -> number, got {type(metrics).__name__}")
@@ -587,6 +587,7 @@ class record:
             m["output"] = od.hex()
         m["info"] = _cells(store, run.info, refs, "run.info")
         m["params"] = _cells(store, run.params, refs, "run.params")
+        run._metrics.seal()  # a point another thread logs from now on would land after the summary below
         _append_batch(store, run, run._metrics.take(store))  # the last points: written by the flush below
         run._metrics.wait_settled(SETTLE_S)  # a batch the live thread took counts before the summary is kept
         m["metrics"] = run._metrics.full_summary()

@@ -1,0 +1,94 @@
+"""Runs attacked: crafted metric batches, values no float holds, odd run.info, kills at every fault point while
+several threads log. Each view of a run must tell its stored points, never a batch's claim about them."""
+
+import base64
+import fractions
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import casmon
+from tests.support.cli import cli
+
+pytestmark = [pytest.mark.filterwarnings("ignore::casmon.RunWarning")]
+
+
+def _points(steps, values, times):
+    return (np.asarray(steps, "<i8").tobytes() + np.asarray(values, "<f8").tobytes()
+            + np.asarray(times, "<f8").tobytes())
+
+
+def _running_copy(s):
+    """The latest run, made to read as running again (so its summary is read from its batches)."""
+    r = casmon.load_run("latest", s)
+    m = dict(r.manifest, status="running")
+    m.pop("metrics")
+    s.set_ref(r.ref, s.put(m), {})
+    return r
+
+
+def test_a_well_formed_batch_summary_that_disagrees_with_its_points_loses_to_them(tmp_path):
+    from casmon.runs import metrics as mm
+
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(x=1.0)
+    r = _running_copy(s)
+    lie = {"last": 5.0, "step": 9, "time": 1.0, "min": -3.0, "max": 7.0}
+    small = _points([0, 1], [0.5, 0.25], [1.0, 2.0])
+    big_n = mm.INLINE_POINTS + 1
+    big = _points(np.arange(big_n), np.full(big_n, 2.0), np.full(big_n, 3.0))
+    s.append(mm.KIND_METRICS, {"run": r.ref, "seq": 7, "s": {
+        "inline": {"n": 2, "b64": base64.b64encode(small).decode(), "sum": lie},
+        "stored": {"n": big_n, "$": s.put(big).hex(), "sum": lie},
+        "huge_step": {"n": 2, "b64": base64.b64encode(small).decode(), "sum": dict(lie, step=2**70)}}},
+        key=mm.metrics_key(r.ref))
+    s.flush()
+    got = casmon.load_run("latest", s).metric_summary()
+    for k in ("inline", "huge_step"):
+        assert (got[k]["n"], got[k]["last"], got[k]["step"], got[k]["min"], got[k]["max"]) == (2, 0.25, 1, 0.25, 0.5)
+    assert (got["stored"]["n"], got["stored"]["last"], got["stored"]["step"], got["stored"]["min"]) == (
+        big_n, 2.0, big_n - 1, 2.0)
+    shown = json.loads(cli("show", "latest", "--json", "--store", str(s.url)).stdout)["metrics"]
+    assert shown["inline"]["last"] == 0.25 and shown["stored"]["step"] == big_n - 1
+    s.close()
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), fractions.Fraction(10**400)])
+def test_a_metric_value_no_float_holds_is_a_clear_error_naming_the_metric(tmp_path, value):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        with pytest.raises(ValueError, match="metric 'big'.*float"):
+            run.log(big=value, fine=1.0)
+        run.log(fine=2.0)
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok" and list(r.metric("fine").values) == [2.0] and "big" not in r.metric_summary()
+    s.close()
+
+
+def test_points_another_thread_logs_as_the_run_ends_are_in_its_summary_or_nowhere(tmp_path, monkeypatch):
+    """SIGTERM, Ctrl-C or the end of the block while threads still log: no point lands after the summary."""
+    from casmon.runs import metrics as mm
+
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    summarise = mm.MetricLog.full_summary
+    late = []
+
+    def then_log(self):
+        got = summarise(self)
+        late.append(run)
+        run.log(x=99.0)  # another thread's call, just after the summary was taken
+        return got
+
+    monkeypatch.setattr(mm.MetricLog, "full_summary", then_log)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(x=1.0)
+    run.log(x=100.0)  # after the end
+    s.flush()
+    assert late
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok" and r.metric_summary()["x"]["n"] == len(r.metric("x")) == 1
+    s.close()
