@@ -92,18 +92,42 @@ def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: st
     """``run.info`` or ``run.params`` for the manifest. A value that cannot be stored (a lock, an open file)
     is kept as its description, with a warning: the user's value never stops the run's end from being saved,
     and is never blamed on the store."""
-    out = {}
-    for k, v in values.items():
+    out: dict[str, Any] = {}
+    # dict.items: one step under the GIL (another thread may be changing the dict) and blind to a subclass's
+    # own items(); string keys first, so a key that only reads like one (1 and "1") is the one renamed.
+    items = sorted(list(dict.items(values)), key=lambda kv: type(kv[0]) is not str)
+    for k, v in items:
+        name = _key_text(k, out, what)
         try:
-            out[str(k)] = _json_or_value(store, v, refs)
+            out[name] = _json_or_value(store, v, refs)
         except (CasmonError, OSError):  # the store's: the run's end is tried again
             raise
         except Exception as e:  # noqa: BLE001 - the value's own (unpicklable, nested too deep, ...)
             why = short_error(e, 300) if isinstance(e, UnpicklableError) else f"{type(e).__name__}: {short_error(e, 300)}"
             warnings.warn(f"casmon.record: {what}[{short_repr(k, 80)}] cannot be stored ({why}); its description is "
                           "kept instead", RunWarning, stacklevel=2)
-            out[str(k)] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
+            out[name] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
     return out
+
+
+def _key_text(k: Any, taken: Mapping[str, Any], what: str) -> str:
+    """A key of ``run.info`` or ``run.params`` as the manifest's string, never one already ``taken``."""
+    if isinstance(k, str):
+        text = str.__str__(k)  # a subclass's own __str__ may fail or lie
+    else:
+        try:
+            text = str(k)
+        except Exception:  # noqa: BLE001 - the key's own: described instead
+            text = short_repr(k, 200)
+    if text not in taken:
+        return text
+    base, n = f"{text} ({type(k).__name__})", 2
+    name = base
+    while name in taken:
+        name, n = f"{base} #{n}", n + 1
+    warnings.warn(f"casmon.record: {what} has two keys that read {text!r}; the {type(k).__name__} one is kept as "
+                  f"{name!r}", RunWarning, stacklevel=3)
+    return name
 
 
 def _a_dict(value: Any, what: str) -> dict[str, Any]:
@@ -656,10 +680,11 @@ def _ref_data(run: Run) -> dict[str, Any]:
 
 
 def _params_text(params: dict[str, Any]) -> str:
+    """What the params are now, to see that they changed; never raises (the user's keys and values may)."""
     try:
-        return json.dumps(params, sort_keys=True, default=repr)
-    except (TypeError, ValueError):
-        return repr(params)
+        return json.dumps(dict(list(dict.items(params))), sort_keys=True, default=repr)
+    except Exception:  # noqa: BLE001 - keys of several types, a value whose repr fails, ...
+        return short_repr(list(dict.items(params)), 100_000)
 
 
 # -- the active runs, casmon.log, and signals -------------------------------------------------------

@@ -92,3 +92,70 @@ def test_points_another_thread_logs_as_the_run_ends_are_in_its_summary_or_nowher
     r = casmon.load_run("latest", s)
     assert r.status == "ok" and r.metric_summary()["x"]["n"] == len(r.metric("x")) == 1
     s.close()
+
+
+class _NoText:
+    def __str__(self):
+        raise RuntimeError("no str")
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+    def __hash__(self):
+        return 1
+
+
+class _StrKey(str):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+class _NoItems(dict):
+    def items(self):
+        raise RuntimeError("no items")
+
+    def __iter__(self):
+        raise RuntimeError("no iter")
+
+    def keys(self):
+        raise RuntimeError("no keys")
+
+
+@pytest.mark.parametrize("make, want", [
+    (lambda: {1: "int", "1": "str", 1.0: "float?"}, {"1": "str", "1 (int)": "float?"}),
+    (lambda: {"a": 1, (1, 2): 3, None: 4}, {"a": 1, "(1, 2)": 3, "None": 4}),
+    (lambda: {_NoText(): 1, "b": 2}, None),
+    (lambda: {_StrKey("k"): 1}, {"k": 1}),
+    (lambda: _NoItems(a=1), {"a": 1}),
+], ids=["keys-that-read-alike", "non-str-keys", "key-without-text", "str-subclass-key", "dict-subclass-without-items"])
+def test_any_info_or_params_keys_end_the_run_ok_and_keep_every_value(tmp_path, make, want):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.info = make()
+        run.params = make()
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok"
+    for got in (r.info(), r.params()):
+        assert len(got) == len(make())  # no value lost to a key that reads like another
+        if want is not None:
+            assert got == want
+    s.close()
+
+
+def test_info_another_thread_changes_while_the_run_ends_leaves_the_run_ended(tmp_path, monkeypatch):
+    from casmon.runs import recorder
+
+    s = casmon.open(tmp_path / "s")
+    store_one = recorder._json_or_value
+
+    def and_change(store, v, refs):  # another thread adds a key while the end is being stored
+        run.info[f"later{len(run.info)}"] = 1
+        return store_one(store, v, refs)
+
+    with casmon.record(store=s, capture_output=False) as run:
+        run.info = {"a": 1, "b": 2}
+        monkeypatch.setattr(recorder, "_json_or_value", and_change)
+    monkeypatch.undo()
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok" and {"a", "b"} <= set(r.info())
+    s.close()
