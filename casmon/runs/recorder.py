@@ -49,6 +49,7 @@ from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, s
 from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import short_error, short_repr
+from casmon.runs.params import key_text
 
 __all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV", "log", "active_run",
            "EXIT_RETRY_S"]
@@ -111,22 +112,10 @@ def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: st
 
 
 def _key_text(k: Any, taken: Mapping[str, Any], what: str) -> str:
-    """A key of ``run.info`` or ``run.params`` as the manifest's string, never one already ``taken``."""
-    if isinstance(k, str):
-        text = str.__str__(k)  # a subclass's own __str__ may fail or lie
-    else:
-        try:
-            text = str(k)
-        except Exception:  # noqa: BLE001 - the key's own: described instead
-            text = short_repr(k, 200)
-    if text not in taken:
-        return text
-    base, n = f"{text} ({type(k).__name__})", 2
-    name = base
-    while name in taken:
-        name, n = f"{base} #{n}", n + 1
-    warnings.warn(f"casmon.record: {what} has two keys that read {text!r}; the {type(k).__name__} one is kept as "
-                  f"{name!r}", RunWarning, stacklevel=3)
+    name = key_text(k, taken)
+    if name != k:
+        warnings.warn(f"casmon.record: {what} has two keys that read alike; the {type(k).__name__} one is kept as "
+                      f"{name!r}", RunWarning, stacklevel=3)
     return name
 
 

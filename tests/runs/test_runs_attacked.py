@@ -159,3 +159,15 @@ def test_info_another_thread_changes_while_the_run_ends_leaves_the_run_ended(tmp
     r = casmon.load_run("latest", s)
     assert r.status == "ok" and {"a", "b"} <= set(r.info())
     s.close()
+
+
+def test_an_imported_runs_keys_that_read_alike_are_both_kept(tmp_path):
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    write_run(s, start=1.0, end=2.0, info={1: "int", "1": "str"}, params={"1": "str", 1: "int"},
+              metrics={"x": ([0, 1], [float("nan"), float("inf")], [1.0, 2.0])})
+    r = casmon.load_run("latest", s)
+    assert r.info() == r.params() == {"1": "str", "1 (int)": "int"}
+    assert str(r.metric_summary()["x"]["last"]) == "inf" and r.metric_summary()["x"]["n"] == 2
+    s.close()
