@@ -14,10 +14,10 @@ file per point.
 The record also updates a *summary* (points, last value, step and time, min,
 max, and a digest of the steps and values: equal digests, equal points) that
 an ended run's manifest carries, so listing or comparing runs by their metrics
-reads no series. Each batch's cell carries its own summary too (``sum``): a
-run that has not ended (live, lost, killed by SIGKILL) is summarised from the
-records a reader finds (:func:`read_summary`), so its summary always agrees
-with the points :func:`read_series` returns, wherever a kill fell.
+reads no series. A run that has not ended (live, lost, killed by SIGKILL) is
+summarised from the points of the records a reader finds (:func:`read_summary`;
+the ``sum`` each batch's cell carries is not trusted), so its summary always
+agrees with the points :func:`read_series` returns, wherever a kill fell.
 
 JSON has no NaN or infinity: stored summaries and every JSON casmon shows
 hold them as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
