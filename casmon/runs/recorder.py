@@ -89,14 +89,14 @@ def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
     return {"$": d.hex()}
 
 
-def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
+def _cells(store: Store, values: dict[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
     """``run.info`` or ``run.params`` for the manifest. A value that cannot be stored (a lock, an open file)
     is kept as its description, with a warning: the user's value never stops the run's end from being saved,
     and is never blamed on the store."""
     out: dict[str, Any] = {}
     # dict.items: one step under the GIL (another thread may be changing the dict) and blind to a subclass's
     # own items(); string keys first, so a key that only reads like one (1 and "1") is the one renamed.
-    items = sorted(list(dict.items(values)), key=lambda kv: type(kv[0]) is not str)
+    items: list[tuple[Any, Any]] = sorted(dict.items(values), key=lambda kv: type(kv[0]) is not str)
     for k, v in items:
         name = _key_text(k, out, what)
         try:
