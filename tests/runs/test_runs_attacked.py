@@ -171,3 +171,127 @@ def test_an_imported_runs_keys_that_read_alike_are_both_kept(tmp_path):
     assert r.info() == r.params() == {"1": "str", "1 (int)": "int"}
     assert str(r.metric_summary()["x"]["last"]) == "inf" and r.metric_summary()["x"]["n"] == 2
     s.close()
+
+
+THREADS = r"""
+import os, sys, threading, time, casmon
+store, how = sys.argv[1], sys.argv[2]
+with casmon.record(store=store) as run:
+    def work(name):
+        for i in range(10**6):
+            run.log({name: float("nan") if i % 13 == 5 else (float("inf") if i % 17 == 3 else float(i))}, step=i)
+            if i % 50 == 0:
+                time.sleep(0.001)
+            if i == 300 and name == "a":
+                open(os.path.join(os.path.dirname(store), "ready"), "w").close()
+                if how == "exit":
+                    os._exit(3)
+                if how == "thread":
+                    raise RuntimeError("a logging thread fails")
+    for n in "abc":
+        threading.Thread(target=work, args=(n,), daemon=True).start()
+    for i in range(10**6):
+        run.log(main=float(i))
+        time.sleep(0.0005)
+        if i % 97 == 0:
+            run.store.flush()
+"""
+
+
+def _ends(tmp_path, how):
+    """Run THREADS in a child and end it ``how``: a signal once it logged a while, os._exit, a failing thread
+    (then SIGKILL), or a fault point's action (``fp:POINT@N=ACTION``)."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT
+
+    store = str(tmp_path / "s")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CASMON_HEARTBEAT_S="1")
+    if how.startswith("fp:"):
+        env["CASMON_FAULTPOINTS"] = how[3:]
+    p = subprocess.Popen([sys.executable, "-c", THREADS, store, how], env=env, cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "ready").exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(random.random() * 0.3)
+        sig = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}.get(how)
+        if how.startswith("fp:"):
+            try:
+                p.wait(20)  # the fault point ends it, or, if it was never reached, SIGKILL below
+            except subprocess.TimeoutExpired:
+                sig = signal.SIGKILL
+        if how == "thread":
+            time.sleep(0.3)
+            sig = signal.SIGKILL
+        if sig is not None and p.poll() is None:
+            p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    return store, err
+
+
+def _told(v):
+    """A summary's numbers, however a view writes them ("NaN", nan, "Infinity", inf), as one text."""
+    from casmon.runs.metrics import number_of
+
+    return tuple(str(number_of(v[k])) if k in ("last", "min", "max") else v[k] for k in ("n", "step", "last", "min", "max"))
+
+
+def _every_view(store, name):
+    """{view: (status, {metric: (n, last step, last, min, max)})} as each view tells it, and the points' truth."""
+    from casmon.ui import api, model
+
+    s = casmon.open(store, read_only=True)
+    r = casmon.load_run(name, s)
+    truth = {}
+    for k, ser in r.metrics().items():
+        v = ser.values
+        real = v[~np.isnan(v)]
+        lo, hi = (float(real.min()), float(real.max())) if len(real) else (math.nan, math.nan)
+        truth[k] = (len(ser), int(ser.steps[-1]), str(float(v[-1])), str(lo), str(hi))
+    got = {"load_run": (r.status, {k: _told(v) for k, v in r.metric_summary().items()})}
+    got["list_runs"] = (next(x.status for x in casmon.list_runs(s) if x.name == name), None)
+    row = next(x for x in _json(cli("runs", "--json", "--store", store).stdout) if x["name"] == name)
+    got["casmon runs"] = (row["status"], {k: _told(v) for k, v in row["metrics"].items()})
+    shown = _json(cli("show", name, "--json", "--store", store).stdout)
+    got["casmon show"] = (shown["status"], {k: _told(v) for k, v in shown["metrics"].items()})
+    index = model.RunIndex(s)
+    state = api.run_state(index, index.find(name))
+    got["ui /api/run"] = (state["status"], {k: _told(v) for k, v in state["metrics"].items()})
+    row = next(x for x in api.runs_since(index, 0)["runs"] if x["name"] == name)
+    got["ui /api/runs"] = (row["status"], {k: _told(v) for k, v in row["metrics"].items()})
+    s.close()
+    return truth, got
+
+
+def _json(text):
+    def refuse(c):
+        raise AssertionError(f"not JSON: {c}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+_WRITER_POINTS = ["flush.sealed", "flush.after_pack", "flush.after_index", "flush.after_records", "put.after_chunks",
+                  "local.partial_written", "merge.after_buckets", "merge.after_manifest"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("how", ["kill", "term", "int", "exit", "thread"]
+                         + [f"fp:{p}@{n}={a}" for p in _WRITER_POINTS for n in (2, 7) for a in ("kill", "interrupt")])
+def test_a_run_several_threads_log_into_reads_the_same_in_every_view_however_it_ends(tmp_path, monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    store, err = _ends(tmp_path, how)
+    name = casmon.list_runs(casmon.open(store, read_only=True))[0].name
+    truth, got = _every_view(store, name)  # no points at all when a kill fell before the first batch
+    assert len({status for status, _ in got.values()}) == 1, got
+    assert {view: m for view, (_, m) in got.items() if m is not None and m != truth} == {}, (truth, err)
