@@ -92,8 +92,8 @@ def number_of(v: Any) -> float | int | None:
 
 def json_safe(v: Any) -> Any:
     """``v`` with every non-finite float in it (dicts, lists, tuples) as :func:`json_number` writes it."""
-    if type(v) is float:
-        return json_number(v)
+    if isinstance(v, float):  # numpy's float64 too
+        return json_number(float(v))
     if isinstance(v, dict):
         return {k: json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

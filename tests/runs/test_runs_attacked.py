@@ -297,3 +297,16 @@ def test_a_run_several_threads_log_into_reads_the_same_in_every_view_however_it_
     truth, got = _every_view(store, runs[0].name)  # no points at all when a kill fell before the first batch
     assert len({status for status, _ in got.values()}) == 1, got
     assert {view: m for view, (_, m) in got.items() if m is not None and m != truth} == {}, (truth, err)
+
+
+def test_an_exported_runs_information_json_holds_no_bare_nan_or_infinity(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.info = {"a": float("nan"), "b": [float("inf"), -float("inf")], "c": np.float64("nan"), "d": {"e": 1.5}}
+        run.params = {"lr": float("nan")}
+        run.log(x=float("nan"))
+    root = casmon.export(casmon.load_run("latest", s), tmp_path / "exported")
+    got = _json((root / "information.json").read_text(encoding="utf-8"))
+    text = json.dumps(got)
+    assert '"NaN"' in text and '"Infinity"' in text and '"-Infinity"' in text and "1.5" in text
+    s.close()
