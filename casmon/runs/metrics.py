@@ -425,7 +425,7 @@ def _number(name: str, v: Any) -> float:
         return float(item() if callable(item) else v)
     except OverflowError:
         raise _too_big(name, v) from None
-    except (TypeError, ValueError, RuntimeError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever the value's own item() or __float__ raises
         raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80} ({e})") from None
 
 

@@ -310,3 +310,23 @@ def test_an_exported_runs_information_json_holds_no_bare_nan_or_infinity(tmp_pat
     text = json.dumps(got)
     assert '"NaN"' in text and '"Infinity"' in text and '"-Infinity"' in text and "1.5" in text
     s.close()
+
+
+class _OddScalar:
+    def __init__(self, error):
+        self.error = error
+
+    def item(self):
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [KeyError("k"), IndexError("i"), AttributeError("a"), ZeroDivisionError()])
+def test_a_metric_value_whose_conversion_fails_any_way_is_a_type_error_naming_the_metric(tmp_path, error):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        with pytest.raises(TypeError, match="metric 'odd' must be a number"):
+            run.log(odd=_OddScalar(error), fine=1.0)
+        run.log(fine=2.0)
+    r = casmon.load_run("latest", s)
+    assert r.status == "ok" and list(r.metric("fine").values) == [2.0]
+    s.close()
