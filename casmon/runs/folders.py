@@ -20,6 +20,7 @@ from pathlib import Path
 
 from casmon.errors import CasmonError
 from casmon.runs.listing import RunInfo, load_run, readable_run
+from casmon.runs.metrics import json_safe
 from casmon.store.store import Store
 
 __all__ = ["restore", "export", "safe_target", "vcs_component", "UnsafePathError", "VCS_DIRS"]
@@ -214,7 +215,8 @@ def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | N
     for rel in r.manifest.get("files", {}):  # refuse before anything is written
         safe_target(Path(target).resolve(), rel)
     root = _prepare_dir(target)
-    (root / "information.json").write_text(json.dumps(r.information(), indent=2, ensure_ascii=False), encoding="utf-8")
+    (root / "information.json").write_text(json.dumps(json_safe(r.information()), indent=2, ensure_ascii=False,
+                                                      allow_nan=False), encoding="utf-8")
     (root / "current_changes.patch").write_bytes(r.patch())
     output = r.output()  # a live or lost run's output is what was written so far
     if r.manifest.get("output") is not None or output:

@@ -19,6 +19,7 @@ import xxhash
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs.params import key_text
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
 from casmon.runs.metrics import (INLINE_POINTS, KIND_METRICS, batch_summary, check_name, json_safe, metrics_key, points_summary,
                                  series_digest)
@@ -39,6 +40,13 @@ def _cell(store: Store, v: Any, refs: list[Digest]) -> Any:
     d = store.put(v)
     refs.append(d)
     return {"$": d.hex()}
+
+
+def _cells(store: Store, values: Mapping[Any, Any] | None, refs: list[Digest]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in sorted((values or {}).items(), key=lambda kv: type(kv[0]) is not str):  # str keys keep their name
+        out[key_text(k, out)] = _cell(store, v, refs)
+    return out
 
 
 def write_run(store: Store, *, prefix: str = "", comment: str = "", status: str = "ok", start: float,
@@ -83,8 +91,8 @@ def write_run(store: Store, *, prefix: str = "", comment: str = "", status: str 
         "git": {"root": None, "in_git": False, "commit": None, "branch": None, "dirty": False, "untracked": [],
                 "skipped": [], "notes": [], "patch": None},
         "files": {}, "tracking_records": {}, "host": host or "", "user": user or "", "argv": [], "env": {},
-        "info": {str(k): _cell(store, v, refs) for k, v in (info or {}).items()},
-        "params": {str(k): _cell(store, v, refs) for k, v in (params or {}).items()},
+        "info": _cells(store, info, refs),
+        "params": _cells(store, params, refs),
         "metrics": dict(sorted(summary.items())), "links": {"call_sessions": [], "cache": []},
         "imported": dict(source or {}),
     }

@@ -14,10 +14,10 @@ file per point.
 The record also updates a *summary* (points, last value, step and time, min,
 max, and a digest of the steps and values: equal digests, equal points) that
 an ended run's manifest carries, so listing or comparing runs by their metrics
-reads no series. Each batch's cell carries its own summary too (``sum``): a
-run that has not ended (live, lost, killed by SIGKILL) is summarised from the
-records a reader finds (:func:`read_summary`), so its summary always agrees
-with the points :func:`read_series` returns, wherever a kill fell.
+reads no series. A run that has not ended (live, lost, killed by SIGKILL) is
+summarised from the points of the records a reader finds (:func:`read_summary`;
+the ``sum`` each batch's cell carries is not trusted), so its summary always
+agrees with the points :func:`read_series` returns, wherever a kill fell.
 
 JSON has no NaN or infinity: stored summaries and every JSON casmon shows
 hold them as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
@@ -93,8 +93,8 @@ def number_of(v: Any) -> float | int | None:
 
 def json_safe(v: Any) -> Any:
     """``v`` with every non-finite float in it (dicts, lists, tuples) as :func:`json_number` writes it."""
-    if type(v) is float:
-        return json_number(v)
+    if isinstance(v, float):  # numpy's float64 too
+        return json_number(float(v))
     if isinstance(v, dict):
         return {k: json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -230,6 +230,8 @@ class MetricLog:
         # What the run's ref says: the summary as of the last flush known to have written its batches (a
         # heartbeat between a batch's append and its flush's end must not name points no reader can find).
         self.written: tuple[int, dict[str, dict[str, Any]]] = (0, {})
+        # Set as the run's end is stored: a point logged later (another thread) would land after the summary.
+        self.sealed = False
 
     def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
         """Append one point per metric, all at ``step`` (default: the run's counter, then counted up)."""
@@ -245,6 +247,8 @@ class MetricLog:
             # The counter is set to the step: a call without one (casmon.log in a helper) lands on it too.
         t = time.time()
         with self.lock:
+            if self.sealed:
+                return  # the run has ended: its summary is taken, no point may follow it
             done: list[tuple[_Pending, int]] = []
             try:
                 for items in ((metrics.items() if metrics is not None else ()), named.items()):
@@ -260,7 +264,10 @@ class MetricLog:
                             p = self.pending[k] = _Pending()
                         done.append((p, len(p.steps)))  # first: an exception at any step below is undone whole
                         if type(v) is float or type(v) is int:
-                            p.values.append(v)
+                            try:
+                                p.values.append(v)
+                            except OverflowError:  # an int beyond any float64
+                                raise _too_big(k, v) from None
                         else:
                             p.values.append(_number(k, v))
                         p.steps.append(s)
@@ -279,6 +286,11 @@ class MetricLog:
             warnings.warn(f"casmon: run.log: metric {name!r:.80} at step {step} is skipped: the resumed run has its "
                           f"points up to step {self.floor[name]} already (said once per metric)", UserWarning,
                           stacklevel=4)
+
+    def seal(self) -> None:
+        """Take no more points: those logged so far are the run's (they may still be put back and taken again)."""
+        with self.lock:
+            self.sealed = True
 
     def has_pending(self) -> bool:
         return bool(self.pending)
@@ -424,6 +436,17 @@ def series_digest(steps_digest: bytes, values_digest: bytes) -> str:
     return xxhash.xxh3_128(steps_digest + values_digest).hexdigest()
 
 
+def _too_big(name: str, v: Any) -> ValueError:
+    return ValueError(f"casmon: run.log: metric {name!r} is {type(v).__name__} {_digits(v)}, beyond any float64")
+
+
+def _digits(v: Any) -> str:
+    try:
+        return f"{v!r:.80}"
+    except ValueError:  # an int of more digits than int->str conversion allows
+        return f"of about {v.bit_length() * 0.30103:.0f} digits" if type(v) is int else "(too large to show)"
+
+
 def _number(name: str, v: Any) -> float:
     """A metric value as a float (numpy and torch scalars, bool), or a clear error naming the metric."""
     if isinstance(v, (str, bytes, bytearray)):
@@ -431,7 +454,9 @@ def _number(name: str, v: Any) -> float:
     try:
         item = getattr(v, "item", None)  # numpy and torch scalars (float() of a tensor needing grad warns)
         return float(item() if callable(item) else v)
-    except (TypeError, ValueError, RuntimeError) as e:
+    except OverflowError:
+        raise _too_big(name, v) from None
+    except Exception as e:  # noqa: BLE001 - whatever the value's own item() or __float__ raises
         raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80} ({e})") from None
 
 
@@ -501,36 +526,42 @@ def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None 
     return out
 
 
-def _cell_summary(cell: dict[str, Any]) -> dict[str, Any] | None:
-    """A batch cell's own summary as numbers, if it carries a well-formed one."""
-    got = cell.get("sum")
-    if not isinstance(got, dict):
-        return None
-    out: dict[str, Any] = {"n": cell["n"]}
-    for k in _CELL_SUM:
-        v = number_of(got.get(k))
-        if v is None or (k == "step" and type(v) is not int) or (k == "time" and not math.isfinite(v)):
-            return None
-        out[k] = v if k == "step" else float(v)
-    return out
+#: Summaries of stored batches (``$`` cells) by their digest: the bytes a digest names never change.
+_STORED_SUMMARIES: dict[str, dict[str, Any]] = {}
+_STORED_SUMMARIES_MAX = 4096
+_stored_lock = threading.Lock()
+
+
+def _cell_points_summary(store: Store, name: str, cell: dict[str, Any], where: str) -> dict[str, Any]:
+    """The summary of a batch's points, from the points themselves: a crafted cell's ``sum`` cannot lie."""
+    digest = cell.get("$") if "b64" not in cell else None
+    if isinstance(digest, str):
+        with _stored_lock:
+            got = _STORED_SUMMARIES.get(digest)
+        if got is not None and got["n"] == cell["n"]:
+            return dict(got)
+    d, n = _cell_data(store, name, cell, where), cell["n"]
+    part = points_summary(np.frombuffer(d, _STEP, n, 0), np.frombuffer(d, _F64, n, 8 * n),
+                          np.frombuffer(d, _F64, n, 16 * n))
+    if isinstance(digest, str):
+        with _stored_lock:
+            if len(_STORED_SUMMARIES) >= _STORED_SUMMARIES_MAX:
+                _STORED_SUMMARIES.pop(next(iter(_STORED_SUMMARIES)))
+            _STORED_SUMMARIES[digest] = dict(part)
+    return part
 
 
 def read_summary(store: Store, ref: str, where: str) -> dict[str, dict[str, Any]]:
     """The summary of every metric of the run behind ``ref`` (as :meth:`MetricLog.full_summary` has it, without
-    digests), from exactly the records :func:`read_series` reads: batch cells carry their own summaries, so only
-    a batch written without one (by an older casmon) has its points read."""
+    digests), from exactly the points :func:`read_series` reads. A batch's own ``sum`` is not trusted (a crafted
+    one could disagree with its points): inline points are in the record already, and a stored batch's summary
+    is kept per process by its digest, so a live run's summary reads each stored batch once."""
     out: dict[str, dict[str, Any]] = {}
     for name, cells in sorted(_cells(store, ref, where, None).items()):
         s: dict[str, Any] | None = None
         for _seq, _i, cell in cells:
-            if not cell["n"]:
-                continue
-            part = _cell_summary(cell)
-            if part is None:
-                d, n = _cell_data(store, name, cell, where), cell["n"]
-                part = points_summary(np.frombuffer(d, _STEP, n, 0), np.frombuffer(d, _F64, n, 8 * n),
-                                      np.frombuffer(d, _F64, n, 16 * n))
-            s = _merge(s, part)
+            if cell["n"]:
+                s = _merge(s, _cell_points_summary(store, name, cell, where))
         if s is not None:
             out[name] = s
     return out

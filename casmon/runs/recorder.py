@@ -51,6 +51,7 @@ from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, s
 from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import short_error, short_repr
+from casmon.runs.params import key_text
 
 __all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV", "log", "active_run",
            "EXIT_RETRY_S"]
@@ -101,23 +102,35 @@ def _param_cell(store: Store, v: Any, refs: list[Digest], depth: int = 0) -> Any
     return _json_or_value(store, v, refs)
 
 
-def _cells(store: Store, values: Mapping[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
+def _cells(store: Store, values: dict[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
     """``run.info`` or ``run.params`` for the manifest. A value that cannot be stored (a lock, an open file)
     is kept as its description, with a warning: the user's value never stops the run's end from being saved,
     and is never blamed on the store."""
-    out = {}
+    out: dict[str, Any] = {}
+    # dict.items: one step under the GIL (another thread may be changing the dict) and blind to a subclass's
+    # own items(); string keys first, so a key that only reads like one (1 and "1") is the one renamed.
+    items: list[tuple[Any, Any]] = sorted(dict.items(values), key=lambda kv: type(kv[0]) is not str)
     cell = _param_cell if what == "run.params" else _json_or_value
-    for k, v in values.items():
+    for k, v in items:
+        name = _key_text(k, out, what)
         try:
-            out[str(k)] = cell(store, v, refs)
+            out[name] = cell(store, v, refs)
         except (CasmonError, OSError):  # the store's: the run's end is tried again
             raise
         except Exception as e:  # noqa: BLE001 - the value's own (unpicklable, nested too deep, ...)
             why = short_error(e, 300) if isinstance(e, UnpicklableError) else f"{type(e).__name__}: {short_error(e, 300)}"
             warnings.warn(f"casmon.record: {what}[{short_repr(k, 80)}] cannot be stored ({why}); its description is "
                           "kept instead", RunWarning, stacklevel=2)
-            out[str(k)] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
+            out[name] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
     return out
+
+
+def _key_text(k: Any, taken: Mapping[str, Any], what: str) -> str:
+    name = key_text(k, taken)
+    if name != k:
+        warnings.warn(f"casmon.record: {what} has two keys that read alike; the {type(k).__name__} one is kept as "
+                      f"{name!r}", RunWarning, stacklevel=3)
+    return name
 
 
 def _a_dict(value: Any, what: str) -> dict[str, Any]:
@@ -198,7 +211,7 @@ class Run:
         with a step sets the counter to it, so a helper's ``casmon.log`` right after lands on the same step. Values are numbers (numpy and torch scalars too); each point keeps
         its step, value and wall time. Points reach the store in batches, seconds apart, and are read back by
         ``load_run(...).metric(name)``. Wrong input raises at once, naming the metric; nothing of the call is
-        logged then.
+        logged then. Once the run's end is being stored (another thread still logging), a call logs nothing.
         """
         if metrics is not None and not isinstance(metrics, Mapping):
             raise TypeError(f"casmon: run.log: metrics must be a dict of name -> number, got {type(metrics).__name__}")
@@ -643,6 +656,7 @@ class record:
             m["output"] = od.hex()
         m["info"] = _cells(store, run.info, refs, "run.info")
         m["params"] = _cells(store, run.params, refs, "run.params")
+        run._metrics.seal()  # a point another thread logs from now on would land after the summary below
         _append_batch(store, run, run._metrics.take(store))  # the last points: written by the flush below
         run._metrics.wait_settled(SETTLE_S)  # a batch the live thread took counts before the summary is kept
         m["metrics"] = run._metrics.full_summary()
@@ -724,14 +738,11 @@ def _ref_data(run: Run) -> dict[str, Any]:
 
 
 def _params_text(params: dict[str, Any]) -> str:
-    """What tells a change of ``run.params`` since it was written; a value too deep to encode counts by identity."""
+    """What the params are now, to see that they changed; never raises (the user's keys and values may)."""
     try:
-        return json.dumps(params, sort_keys=True, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return repr(params)
-        except RecursionError:
-            return repr(sorted((str(k), id(v)) for k, v in params.items()))
+        return json.dumps(dict(list(dict.items(params))), sort_keys=True, default=repr)
+    except Exception:  # noqa: BLE001 - keys of several types, a value whose repr fails, ...
+        return short_repr(list(dict.items(params)), 100_000)
 
 
 # -- the active runs, casmon.log, and signals -------------------------------------------------------

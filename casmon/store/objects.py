@@ -587,26 +587,32 @@ class ObjectStore:
             name = os.urandom(16).hex()
             self.backend.create(pack_key(name), data)
         except BaseException:
-            with self._lock:  # keep them for the next flush; nothing half-written is indexed
-                for d, v in pending.items():
-                    if d not in self._pending:
-                        self._pending[d] = v
-                        self._pending_bytes += len(v[0])
-                self._flushing = {}
+            self._keep_waiting(pending)  # nothing half-written is indexed
             raise
         self._packs.put(name, data)
         try:
             faultpoints.point("flush.after_pack")
             for d, o, ln, k, s in entries:
                 self.index.add(d, Location(name, o, ln, k, s).encode())
-        finally:
-            with self._lock:  # indexed (the index's waiting entries are searched): found through it now
-                self._flushing = {}
+        except BaseException:  # Ctrl-C between the pack and its index: the pack alone finds nothing
+            self._keep_waiting(pending)
+            raise
+        with self._lock:  # indexed (the index's waiting entries are searched): found through it now
+            self._flushing = {}
         # The pack is written; its index entries are this table's to write, and to retry if this fails.
         self.index.flush()
         for d, v in pending.items():
             self._remember(d, v[3])  # relied on since it was put, not since it was written
         return name
+
+    def _keep_waiting(self, pending: dict[bytes, Waiting]) -> None:
+        """A failed pack's objects wait again, for the next flush's pack (a copy already indexed is harmless)."""
+        with self._lock:
+            for d, v in pending.items():
+                if d not in self._pending:
+                    self._pending[d] = v
+                    self._pending_bytes += len(v[0])
+            self._flushing = {}
 
     # -- reading ---------------------------------------------------------------
     def locate(self, d: Digest, refresh: bool = True) -> Location | None:
