@@ -46,7 +46,7 @@ def test_deep_json_compares_by_content():
 def test_parameters_too_deep_to_store_are_kept_as_their_description_and_the_run_ends(tmp_path):
     s = casmon.open(tmp_path / "s")
     with pytest.warns(casmon.RunWarning, match=r"run.params\['tree'\] cannot be stored \(TypeError: .*nested too deeply"):
-        with casmon.record(store=s, capture_output=False, params={"tree": _deep(3000), "lr": 0.1}):
+        with casmon.record(store=s, capture_output=False, params={"tree": _deep(100_000), "lr": 0.1}):
             pass
     r = casmon.load_run("latest", store=s)
     assert r.status == "ok" and r.params()["lr"] == 0.1 and "nested too deeply" in r.params()["tree"]
