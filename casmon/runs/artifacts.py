@@ -14,6 +14,7 @@ stored once, across runs.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import stat
 import threading
@@ -165,13 +166,10 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
             dp = Path(dirpath)
             for fname in sorted(filenames):
                 full = dp / fname
-                if full.is_symlink():
-                    continue
-                try:
-                    data = full.read_bytes()
-                    mode = stat.S_IMODE(full.stat().st_mode)
-                except OSError as e:
-                    raise OSError(f"casmon: run.save_file: cannot read {str(full)!r}: {e.strerror or e}") from None
+                got = _read_regular(full, follow=False)
+                if got is None:
+                    continue  # a symbolic link, pipe, socket or device: not a file's content
+                data, mode = got
                 d = store.put(data)
                 refs.append(d)
                 files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": len(data), "mode": mode}
@@ -181,14 +179,39 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
         _append(run, store, rec, [listing, *refs])
         return Artifact(name, "folder", total, listing.hex(), run._held.last_time, files=len(files),
                         refs=(listing.hex(), *(d.hex() for d in refs)))
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise OSError(f"casmon: run.save_file: cannot read {str(p)!r}: {e.strerror or e}") from None
+    got = _read_regular(p, follow=True)
+    if got is None:
+        raise ValueError(f"casmon: run.save_file: {str(p)!r} is not a regular file or a folder (a pipe, socket or "
+                         "device); save what it holds with run.save(name, data)")
+    data, mode = got
     d = store.put(data)
-    mode = stat.S_IMODE(st.st_mode)
     _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": len(data), "mode": mode}, [d])
     return Artifact(name, "file", len(data), d.hex(), run._held.last_time, mode=mode, refs=(d.hex(),))
+
+
+def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
+    """The bytes and mode of the regular file at ``path``, or None if it is something else (a symbolic link when
+    not ``follow``, a pipe, socket or device). Opened without blocking and checked on the open file, so one
+    swapped for a pipe or link after the folder was listed neither hangs the save nor is followed."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno == errno.ELOOP:
+            return None
+        if e.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket, or a device with nothing behind it
+            return None
+        raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        try:
+            return f.read(), stat.S_IMODE(st.st_mode)
+        except OSError as e:
+            raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
 
 
 def retention(v: Any, what: str) -> int | None:
