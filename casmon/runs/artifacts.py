@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import math
 import os
 import stat
 import threading
@@ -261,20 +262,35 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
     if rec.get("released") is True:
         return None
     name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), rec.get("size")
-    t = rec.get("time", 0.0)
     if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and len(digest) == 32
-            and type(size) is int and type(t) in (int, float)):
+            and _count(size) is not None):
         return None
+    t = _time(rec.get("time", 0.0))
     step, mode, files = rec.get("step"), rec.get("mode"), rec.get("files")
     refs = rec.get("_refs")
-    return Artifact(name, kind, size, digest, float(t), step if type(step) is int else None,
-                    mode if type(mode) is int else None, files if type(files) is int else None,
+    return Artifact(name, kind, size, digest, t, step if type(step) is int else None,
+                    mode if type(mode) is int else None, _count(files),
                     tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else ())
 
 
+def _count(n: Any) -> int | None:
+    """``n`` if it is a byte or file count a store can hold (a whole number from 0 to 2**63), else None."""
+    return n if type(n) is int and 0 <= n < 2**63 else None
+
+
+def _time(t: Any) -> float:
+    """A record's time as a finite float; 0.0 for anything else (a crafted NaN, infinity or int too large for a
+    float), so ordering never raises and no stamp continues from it."""
+    if type(t) is float:
+        return t if math.isfinite(t) else 0.0
+    if type(t) is int:
+        return float(t) if abs(t) < 2**1000 else 0.0
+    return 0.0
+
+
 def _order(rec: dict[str, Any]) -> tuple[float, int]:
-    t, seq = rec.get("time"), rec.get("seq")
-    return (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0, seq if type(seq) is int else 0)
+    seq = rec.get("seq")
+    return _time(rec.get("time")), seq if type(seq) is int else 0
 
 
 def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:

@@ -1,0 +1,82 @@
+"""Attacks on what runs keep: special files in a saved folder, crafted artifact records, the files load_file writes."""
+
+import math
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    yield s
+    s.close()
+
+
+def _in_thread(fn, deadline=30.0):
+    """``fn()``'s result or exception, or "hung" if it has not returned within ``deadline`` seconds."""
+    got = {}
+
+    def go():
+        try:
+            got["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            got["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(deadline)
+    return "hung" if t.is_alive() else got
+
+
+def test_a_folder_with_a_fifo_socket_or_device_is_saved_without_them_never_hanging(store, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"kept")
+    os.mkfifo(folder / "pipe")
+    with casmon.record(store=store, capture_output=False) as run:
+        got = _in_thread(lambda: run.save_file(folder))
+    assert got != "hung", "save_file blocked reading a FIFO"
+    assert "error" not in got, got
+    assert casmon.load_run("latest", store).load("out").keys() == {"a.txt"}
+
+
+def test_saving_a_fifo_itself_is_a_clear_error_not_a_hang(store, tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    with casmon.record(store=store, capture_output=False) as run:
+        got = _in_thread(lambda: run.save_file(tmp_path / "pipe"))
+    assert got != "hung", "save_file blocked reading a FIFO"
+    err = got.get("error")
+    assert isinstance(err, ValueError) and "pipe" in str(err) and "not a regular file" in str(err)
+
+
+@pytest.mark.parametrize("bad", [{"time": 10**400}, {"time": float("nan")}, {"time": float("inf")}, {"time": True},
+                                 {"seq": 10**400, "time": 1e300}, {"step": 10**400}, {"size": 10**400}])
+def test_crafted_artifact_record_numbers_never_raise_from_readers(store, bad):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("x", np.arange(3))
+        run.checkpoint({"w": 1}, step=2)
+    for name, kind in (("x", "value"), ("checkpoint/9", "checkpoint")):
+        rec = {"run": run.ref, "name": name, "kind": kind, "digest": "0" * 32, "size": 1, "step": 9, "time": 5.0,
+               **bad}
+        store.append(KIND_ARTIFACT, rec, key=artifacts_key(run.ref))
+    store.flush()
+    r = casmon.load_run(run.name, store)
+    arts = r.artifacts()
+    for a in arts:
+        assert isinstance(a["time"], float) and math.isfinite(a["time"])
+    for read in (lambda: r.load("x"), lambda: r.checkpoint("latest")):
+        try:
+            read()
+        except (casmon.CasmonError, LookupError):
+            pass
+    with casmon.record(store=store, resume=run.name, resume_ok=True, capture_output=False) as again:
+        again.save("y", 1)
+    assert "y" in {a["name"] for a in casmon.load_run(run.name, store).artifacts()}
