@@ -20,7 +20,7 @@ from casmon.runs import live
 from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key, read_artifacts
 from casmon.runs.manifest import KIND_RUN
 from casmon.runs.metrics import KIND_METRICS, metrics_key
-from casmon.runs.resume import RESUME_REFS
+from casmon.runs.resume import RESUME_REFS, resuming
 from casmon.store.store import Store, default_store
 
 if TYPE_CHECKING:
@@ -51,6 +51,19 @@ def _without(key: bytes) -> Callable[[bytes, bytes], bool]:
     return lambda k, v: bytes(k) != key
 
 
+def _still_deletable(s: Store, info: RunInfo, before: Any) -> None:
+    """Under the lock, before anything goes: refuse if the run was written since it was read (a resume started
+    it again) or a live process has claimed its resume and is about to write it; its records would come back."""
+    now = s.get_ref(info.ref)
+    if (now.target if now else None) != (before.target if before else None):
+        raise CasmonError(f"casmon: run {info.name} was written while it was being deleted (resumed, or still "
+                          f"running); nothing was deleted. Try again once it ends, or force=True")
+    c = resuming(s, info)
+    if c is not None:
+        raise CasmonError(f"casmon: run {info.name} is being resumed by process {c.get('pid')} on {c.get('host')}; "
+                          f"nothing was deleted. Try again once it ends, or force=True (`casmon rm --force`)")
+
+
 def delete_run(run: Any, store: Store | str | None = None, force: bool = False, dry_run: bool = False) -> Deleted:
     """Delete ``run`` (a name, number, ``latest``, a ``RunInfo`` or a ``Run``): its ref and every record it wrote.
     What only it held is freed by the gc runs that follow (after their grace period). A ``running`` run is
@@ -69,6 +82,7 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
         raise CasmonError(f"casmon: run {info.name} is {status}: deleting it while it writes would leave half a run; "
                           f"wait until it ends (or is lost), or delete it anyway with force=True (`casmon rm --force`)")
     keys = run_keys(info.ref)
+    before = s.get_ref(info.ref)
     s.flush()
     found = {kind: len(s.lookup(kind, key)) for kind, key in keys.items() if kind in s.record_kinds()}
     try:
@@ -84,6 +98,8 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
 
     try:
         with held(s.backend, "run deletion", s.url):  # no gc marks, and no merge brings the records back, meanwhile
+            if not force:
+                _still_deletable(s, info, before)
             for kind in found:
                 s.table(kind).consolidate(force=True, keep=_without(keys[kind]))
             for claim in s.refs(f"{RESUME_REFS}/{info.ref.split('/', 1)[-1]}"):

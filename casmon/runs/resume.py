@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from casmon.runs.recorder import Run
     from casmon.store.store import Store
 
-__all__ = ["RESUME_REFS", "ResumeError", "check_which", "attach", "whole_output", "claim_refs"]
+__all__ = ["RESUME_REFS", "ResumeError", "check_which", "attach", "whole_output", "claim_refs", "resuming"]
 
 RESUME_REFS = "resumes"
 
@@ -124,15 +124,26 @@ def _holder_check(info: RunInfo, resume_ok: bool) -> str:
     return status
 
 
+def resuming(store: Store, info: RunInfo, every: float | None = None) -> dict[str, Any] | None:
+    """The claim of a resume of ``info`` under way in another live process (claimed, not yet in the manifest),
+    or None. ``every``: the heartbeat period its age is judged by (this process's by default)."""
+    m = info.manifest
+    done = {e.get("claim") for e in m.get("resumes") or [] if isinstance(e, dict)}
+    for k, c in claim_refs(store, info.ref).items():
+        if c.get("start") == m.get("start") and k not in done \
+                and not _stale(c, live.heartbeat_seconds() if every is None else every):
+            return c
+    return None
+
+
 def _claim(store: Store, info: RunInfo, every: float, status: str) -> int:
     """Claim the next resume of ``info`` (read before the claims are listed): its number, or a ResumeError."""
     m = info.manifest
-    done = {e.get("claim") for e in m.get("resumes") or [] if isinstance(e, dict)}
+    c = resuming(store, info, every)
+    if c is not None:
+        raise ResumeError(f"casmon: cannot resume run {info.name}: process {c.get('pid')} on {c.get('host')} "
+                          f"is resuming it")
     claims = {k: c for k, c in claim_refs(store, info.ref).items() if c.get("start") == m.get("start")}
-    for k, c in claims.items():
-        if k not in done and not _stale(c, every):
-            raise ResumeError(f"casmon: cannot resume run {info.name}: process {c.get('pid')} on {c.get('host')} "
-                              f"is resuming it")
     k = max(claims, default=0) + 1
     data = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "start": m.get("start"),
             "status": status}
