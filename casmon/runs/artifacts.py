@@ -20,6 +20,7 @@ import os
 import stat
 import threading
 import time
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,9 +79,11 @@ class Held:
 
 
 def check_name(name: Any, what: str = "artifact name") -> str:
-    """``name`` if it is a usable artifact name, else a one-line ValueError saying what is wrong with it."""
+    """``name`` in Unicode NFC if it is a usable artifact name, else a one-line ValueError saying what is wrong
+    with it. NFC: a name typed and the same name from a file system that decomposes (macOS) are one artifact."""
     if not isinstance(name, str):
         raise ValueError(f"casmon: {what} must be a string, got {type(name).__name__}")
+    name = unicodedata.normalize("NFC", name)
     shown = repr(name[:80]) + ("..." if len(name) > 80 else "")
     if not name.strip():
         raise ValueError(f"casmon: {what} {name!r} is empty")
@@ -91,8 +94,8 @@ def check_name(name: Any, what: str = "artifact name") -> str:
     parts = name.replace("\\", "/").split("/")
     if ".." in parts:
         raise ValueError(f"casmon: {what} {shown} contains '..'")
-    if any(ord(c) < 32 for c in name):
-        raise ValueError(f"casmon: {what} {shown} contains a control character")
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name):  # a name shown must be the name meant
+        raise ValueError(f"casmon: {what} {shown} contains a control or invisible character")
     if any(p in ("", ".") for p in parts):
         raise ValueError(f"casmon: {what} {shown} has an empty or '.' part")
     return name
@@ -133,7 +136,7 @@ def _append(run: Run, store: Store, rec: dict[str, Any], refs: list[Digest]) -> 
 
 def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None) -> Artifact:
     """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name)."""
-    check_name(name)
+    name = check_name(name)
     if kind == "value" and name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     store = _ready(run)
@@ -151,7 +154,7 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
     p = Path(os.fspath(path))
     if name is None:
         name = p.resolve().name if p.name in ("", ".", "..") else p.name
-    check_name(name)
+    name = check_name(name)
     if name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     try:
@@ -312,6 +315,8 @@ def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:
 
 def _find(store: Store, ref: str, run_name: str, name: str) -> Artifact:
     arts = read_artifacts(store, ref)
+    if name not in arts and isinstance(name, str):
+        name = unicodedata.normalize("NFC", name)
     if name not in arts:
         from casmon.view.text import did_you_mean
 

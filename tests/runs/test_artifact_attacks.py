@@ -80,3 +80,26 @@ def test_crafted_artifact_record_numbers_never_raise_from_readers(store, bad):
     with casmon.record(store=store, resume=run.name, resume_ok=True, capture_output=False) as again:
         again.save("y", 1)
     assert "y" in {a["name"] for a in casmon.load_run(run.name, store).artifacts()}
+
+
+def test_names_that_differ_only_by_unicode_normalization_are_one_artifact(store, tmp_path):
+    import unicodedata
+
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    f = tmp_path / nfd  # as a macOS file system spells it
+    f.write_bytes(b"v1")
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save_file(f)
+        assert casmon.load_run(run.name, store).load(nfc) == b"v1"
+        run.save(nfc, b"v2")
+    r = casmon.load_run(run.name, store)
+    assert [a["name"] for a in r.artifacts()] == [nfc]
+    assert r.load(nfd) == b"v2" and r.load_file(nfd, tmp_path / "out").read_bytes() == b"v2"
+
+
+@pytest.mark.parametrize("name", ["a\u202eb", "\ufeffmodel.pt", "a\u200bb", "a\x7fb", "a\x85b"],
+                         ids=["bidi-override", "bom", "zero-width", "del", "c1-control"])
+def test_a_name_with_invisible_or_control_characters_is_refused(store, name):
+    with casmon.record(store=store, capture_output=False) as run:
+        with pytest.raises(ValueError, match="control or invisible character"):
+            run.save(name, 1)
