@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from casmon.runs.recorder import Run
     from casmon.store.store import Store
 
-__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "Held", "check_name", "artifacts_key", "save",
+__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "artifacts_key", "save",
            "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
            "drop_superseded", "stored_size"]
 
@@ -43,6 +43,10 @@ CHECKPOINT = "checkpoint/"
 #: The longest artifact name, in characters.
 NAME_MAX = 255
 _FOLDER_TAG = "casmon_folder"
+
+
+class ArtifactWriteError(CasmonError, OSError):
+    """``load_file`` could not write where it was asked to (a folder or file in the way, no permission, ...)."""
 
 
 @dataclasses.dataclass
@@ -347,10 +351,19 @@ def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, An
 def load_file(store: Store, ref: str, run_name: str, name: str, dest: str | os.PathLike[str]) -> Path:
     """Write artifact ``name`` to ``dest``: a file to that path (into it, under the artifact's last part, if it
     is a folder), a folder's files under that folder. Returns the path written."""
-    from casmon.runs.folders import safe_target
-
     a = _find(store, ref, run_name, name)
     out = Path(os.fspath(dest))
+    try:
+        return _write_out(store, a, run_name, out)
+    except OSError as e:
+        where = e.filename if isinstance(e.filename, str) else str(out)
+        raise ArtifactWriteError(f"casmon: cannot write artifact {a.name!r} of run {run_name} to {where!r}: "
+                                 f"{e.strerror or e}") from None
+
+
+def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
+    from casmon.runs.folders import safe_target
+
     if a.kind == "folder":
         files = _listing(store, a, run_name)
         out.mkdir(parents=True, exist_ok=True)
@@ -376,12 +389,21 @@ def _bytes(store: Store, digest: str, what: str) -> bytes:
 
 
 def _write(path: Path, data: bytes, mode: int | None) -> None:
+    """``data`` to ``path`` whole or not at all, through a partial file of a fresh name created exclusively: a
+    link planted where it goes is never followed, and a failed write leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".casmon-partial")
-    tmp.write_bytes(data)
-    if mode is not None:
-        os.chmod(tmp, mode & 0o777)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name[:200]}.{os.urandom(6).hex()}.casmon-partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
+                 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "latest") -> Any:

@@ -103,3 +103,45 @@ def test_a_name_with_invisible_or_control_characters_is_refused(store, name):
     with casmon.record(store=store, capture_output=False) as run:
         with pytest.raises(ValueError, match="control or invisible character"):
             run.save(name, 1)
+
+
+def _saved(store, tmp_path):
+    folder = tmp_path / "src"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "x").write_bytes(b"folder file")
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("model.pt", b"weights")
+        run.save_file(folder, "tree")
+    return casmon.load_run(run.name, store)
+
+
+def test_load_file_never_follows_a_link_planted_at_its_partial_file(store, tmp_path):
+    r = _saved(store, tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    dest = tmp_path / "shared"
+    dest.mkdir()
+    (dest / "model.pt.casmon-partial").symlink_to(victim)
+    assert r.load_file("model.pt", dest / "model.pt").read_bytes() == b"weights"
+    assert victim.read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("case", ["file-onto-folder-in-the-way", "folder-onto-a-file", "folder-part-is-a-file"])
+def test_load_file_onto_something_in_the_way_is_a_casmon_error_leaving_no_partial_file(store, tmp_path, case):
+    r = _saved(store, tmp_path)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    if case == "file-onto-folder-in-the-way":
+        (dest / "model.pt").mkdir()
+        (dest / "model.pt" / "keep").write_bytes(b"k")
+        name, target = "model.pt", dest  # into the folder, where a folder of that name stands
+    elif case == "folder-onto-a-file":
+        (dest / "tree").write_bytes(b"a file")
+        name, target = "tree", dest / "tree"
+    else:
+        (dest / "sub").write_bytes(b"a file where the folder goes")
+        name, target = "tree", dest
+    with pytest.raises(casmon.CasmonError, match="cannot write"):
+        r.load_file(name, target)
+    left = [p.name for p in dest.rglob("*") if "casmon-partial" in p.name]
+    assert left == []
