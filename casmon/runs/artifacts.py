@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from casmon.runs.recorder import Run
     from casmon.store.store import Store
 
-__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "artifacts_key", "save",
+__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "last_time", "artifacts_key", "save",
            "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
            "drop_superseded", "stored_size"]
 
@@ -76,7 +76,7 @@ class Held:
 
     def stamp(self) -> tuple[float, int]:
         """A time and sequence number that order this process's records of a run even within one clock tick."""
-        t = max(time.time(), self.last_time + 1e-6)
+        t = max(time.time(), self.last_time + 1e-6, math.nextafter(self.last_time, math.inf))  # strictly later
         self.last_time = t
         self.seq += 1
         return t, self.seq
@@ -315,6 +315,13 @@ def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:
         if a is not None:
             out[name] = a
     return out
+
+
+def last_time(store: Store, ref: str) -> float:
+    """The latest time any artifact record of run ``ref`` carries, releases included: a resumed run stamps its
+    records after it, so a host whose clock is behind never writes a record that an older one outranks."""
+    return max((_time(r.get("time")) for r in store.lookup(KIND_ARTIFACT, artifacts_key(ref)) if r.get("run") == ref),
+               default=0.0)
 
 
 def _find(store: Store, ref: str, run_name: str, name: str) -> Artifact:

@@ -203,7 +203,7 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
                         f"{m['pid']} at {time.strftime('%Y-%m-%d %H:%M:%S')}, after it was {status} ---\n")
     held = artifacts.read_artifacts(store, info.ref)
     run._held.checkpoints = sorted(a.step for a in held.values() if a.kind == "checkpoint" and a.step is not None)
-    run._held.last_time = max((a.time for a in held.values()), default=0.0)
+    run._held.last_time = artifacts.last_time(store, info.ref)
     run.resumed_from = info
 
 

@@ -145,3 +145,18 @@ def test_load_file_onto_something_in_the_way_is_a_casmon_error_leaving_no_partia
         r.load_file(name, target)
     left = [p.name for p in dest.rglob("*") if "casmon-partial" in p.name]
     assert left == []
+
+
+def test_a_checkpoint_saved_again_after_a_resume_on_a_host_whose_clock_is_behind_is_not_hidden_by_its_release(store):
+    with pytest.raises(RuntimeError), casmon.record(store=store, capture_output=False) as run:
+        for step in range(4):
+            run.checkpoint({"step": step}, step=step, keep_last=1)  # 0..2 released, 3 kept
+        raise RuntimeError("preempted")
+    # the first host's clock ran ahead: its release of step 2 is stamped later than anything the resumer writes
+    store.append(KIND_ARTIFACT, {"run": run.ref, "name": "checkpoint/2", "released": True, "time": 1e12, "seq": 99},
+                 key=artifacts_key(run.ref))
+    store.flush()
+    with casmon.record(store=store, resume=run.name, capture_output=False) as again:
+        again.checkpoint({"step": "2 again"}, step=2)
+    r = casmon.load_run(run.name, store)
+    assert r.checkpoint(2) == {"step": "2 again"}
