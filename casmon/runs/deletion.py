@@ -5,7 +5,8 @@ rewrite tables): no gc or merge runs meanwhile, and no merge brings them back. T
 deletion cut short leaves the run listed, and deleting it again finishes it; were it first, records
 left behind would pass to the next run that claims the freed number, and repair would restore the
 ref from them. A run still ``running`` (or only ``claimed``) is refused unless
-``force``: a live writer would append records again.
+``force``, and one whose process is seen alive (on this host) is refused even forced: it would write the
+run again. A forced deletion of a run whose writer lives on another host is undone by that writer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from casmon.runs import live
 from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key, read_artifacts
 from casmon.runs.manifest import KIND_RUN
 from casmon.runs.metrics import KIND_METRICS, metrics_key
-from casmon.runs.resume import RESUME_REFS, resuming
+from casmon.runs.resume import RESUME_REFS, holder_alive, resuming
 from casmon.store.store import Store, default_store
 
 if TYPE_CHECKING:
@@ -81,6 +82,10 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
     if status in ("running", "claimed") and not force:
         raise CasmonError(f"casmon: run {info.name} is {status}: deleting it while it writes would leave half a run; "
                           f"wait until it ends (or is lost), or delete it anyway with force=True (`casmon rm --force`)")
+    if status in ("running", "claimed") and not dry_run and holder_alive(info.manifest):
+        m = info.manifest
+        raise CasmonError(f"casmon: run {info.name} is {status} in process {m.get('pid')} on {m.get('host')}, which is "
+                          f"still alive: it would write the run again after its deletion. Stop that process first")
     keys = run_keys(info.ref)
     before = s.get_ref(info.ref)
     s.flush()

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from casmon.runs.recorder import Run
     from casmon.store.store import Store
 
-__all__ = ["RESUME_REFS", "ResumeError", "check_which", "attach", "whole_output", "claim_refs", "resuming"]
+__all__ = ["RESUME_REFS", "ResumeError", "check_which", "attach", "whole_output", "claim_refs", "resuming", "holder_alive"]
 
 RESUME_REFS = "resumes"
 
@@ -92,6 +92,11 @@ def _alive(host: Any, pid: Any) -> bool | None:
             return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie is dead: killed, not yet reaped
     except (OSError, IndexError):
         return True
+
+
+def holder_alive(manifest: dict[str, Any]) -> bool:
+    """Whether the process a run's manifest names is known to live (on this host; another host's cannot be told)."""
+    return _alive(manifest.get("host"), manifest.get("pid")) is True
 
 
 def _stale(claim: dict[str, Any], every: float) -> bool:

@@ -11,6 +11,7 @@ import pytest
 import casmon
 from casmon.errors import CasmonError
 from casmon.runs.resume import RESUME_REFS
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
 
@@ -60,3 +61,28 @@ def test_a_run_written_between_its_read_and_its_deletion_is_not_deleted(tmp_path
         casmon.delete_run(run.name, s)
     r = casmon.load_run(run.name, s)
     assert r.load("w") == b"weights" and list(r.metric("x").values) == [1.0, 2.0] and os.getpid()
+
+
+def test_a_run_whose_process_lives_on_this_host_is_not_deleted_even_forced_and_never_comes_back(tmp_path):
+    path = tmp_path / "s"
+    casmon.open(path, create=True).close()
+    started = tmp_path / "started"
+    code = (f"import casmon, time, pathlib\n"
+            f"with casmon.record(store=casmon.open({str(path)!r}), capture_output=False) as run:\n"
+            f"    run.log(x=1.0)\n"
+            f"    pathlib.Path({str(started)!r}).write_text('1')\n"
+            f"    time.sleep(600)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s = casmon.open(path)
+        with pytest.raises(CasmonError, match=f"process {writer.pid} .*still alive"):
+            casmon.delete_run("latest", s, force=True)
+        assert [r.status for r in casmon.list_runs(s)] == ["running"]
+    finally:
+        writer.kill()
+        writer.wait()
+    casmon.delete_run("latest", s, force=True)  # its process gone: a forced delete goes through, and stays done
+    assert casmon.list_runs(s) == []
