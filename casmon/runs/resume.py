@@ -133,7 +133,7 @@ def resuming(store: Store, info: RunInfo, every: float | None = None) -> dict[st
     """The claim of a resume of ``info`` under way in another live process (claimed, not yet in the manifest),
     or None. ``every``: the heartbeat period its age is judged by (this process's by default)."""
     m = info.manifest
-    done = {e.get("claim") for e in m.get("resumes") or [] if isinstance(e, dict)}
+    done = {e["claim"] for e in m.get("resumes") or [] if isinstance(e, dict) and type(e.get("claim")) is int}
     for k, c in claim_refs(store, info.ref).items():
         if c.get("start") == m.get("start") and k not in done \
                 and not _stale(c, live.heartbeat_seconds() if every is None else every):
