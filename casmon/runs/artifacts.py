@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import math
+import operator
 import os
 import stat
 import threading
@@ -222,12 +223,25 @@ def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
             raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
 
 
+def _whole(v: Any) -> int | None:
+    """``v`` as an int if it is a whole number (numpy and torch integers too; never a bool or a float)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, (bool, float)) or not hasattr(v, "__index__") or getattr(v, "dtype", None) == bool:
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
 def retention(v: Any, what: str) -> int | None:
     if v is None:
         return None
-    if type(v) is not int or v < 1:
+    n = _whole(v)
+    if n is None or n < 1:
         raise ValueError(f"casmon: {what} must be a whole number of at least 1, got {v!r}")
-    return v
+    return n
 
 
 def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | None = None,
@@ -240,9 +254,10 @@ def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | N
     with run._held.lock:
         if step is None:
             step = max(run._held.checkpoints, default=-1) + 1
-    if type(step) is not int and not (hasattr(step, "__index__") and not isinstance(step, (bool, float))):
+    whole = _whole(step)
+    if whole is None:
         raise ValueError(f"casmon: run.checkpoint: step must be a whole number, got {step!r}")
-    step = int(step)  # numpy and torch integers too
+    step = whole
     if step < 0:
         raise ValueError(f"casmon: run.checkpoint: step must be 0 or more, got {step}")
     art = save(run, f"{CHECKPOINT}{step}", state, kind="checkpoint", step=step)
@@ -420,12 +435,13 @@ def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "l
         raise LookupError(f"run {run_name} has no checkpoints")
     if which == "latest":
         return store.get(steps[max(steps)].digest)
-    if type(which) is not int and not (isinstance(which, str) and which.isdigit()):
+    step = _whole(which) if not isinstance(which, str) else int(which) if which.isascii() and which.isdigit() else None
+    if step is None:
         raise ValueError(f"casmon: checkpoint: give a step or 'latest', got {which!r}")
-    if int(which) not in steps:
-        raise LookupError(f"run {run_name} has no checkpoint at step {which}; it keeps steps "
+    if step not in steps:
+        raise LookupError(f"run {run_name} has no checkpoint at step {step}; it keeps steps "
                           f"{', '.join(map(str, sorted(steps)[-50:]))}")
-    return store.get(steps[int(which)].digest)
+    return store.get(steps[step].digest)
 
 
 def stored_size(store: Store, a: Artifact) -> int:

@@ -160,3 +160,17 @@ def test_a_checkpoint_saved_again_after_a_resume_on_a_host_whose_clock_is_behind
         again.checkpoint({"step": "2 again"}, step=2)
     r = casmon.load_run(run.name, store)
     assert r.checkpoint(2) == {"step": "2 again"}
+
+
+def test_numpy_integers_are_whole_numbers_for_retention_and_for_reading_a_checkpoint(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        for step in range(4):
+            run.checkpoint({"step": step}, step=np.int64(step), keep_last=np.int64(2), keep_every=np.uint8(3))
+        for bad in (True, 2.0, 0, -1, np.float64(2)):
+            with pytest.raises(ValueError, match="keep_last must be a whole number"):
+                run.checkpoint({}, step=9, keep_last=bad)
+    r = casmon.load_run(run.name, store)
+    assert sorted(a["step"] for a in r.artifacts()) == [0, 2, 3]
+    assert r.checkpoint(np.int64(2)) == {"step": 2}
+    with pytest.raises(ValueError, match="give a step"):
+        r.checkpoint(np.float64(2))
