@@ -283,9 +283,9 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
     """The artifact a record names, or None for a release (or a record too damaged to read)."""
     if rec.get("released") is True:
         return None
-    name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), rec.get("size")
+    name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), _count(rec.get("size"))
     if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and len(digest) == 32
-            and _count(size) is not None):
+            and size is not None):
         return None
     t = _time(rec.get("time", 0.0))
     step, mode, files = rec.get("step"), rec.get("mode"), rec.get("files")
