@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from casmon import faultpoints
 from casmon.errors import CasmonError, StoreError
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs import live
@@ -107,6 +108,7 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
                 _still_deletable(s, info, before)
             for kind in found:
                 s.table(kind).consolidate(force=True, keep=_without(keys[kind]))
+            faultpoints.point("delete.after_records")
             for claim in s.refs(f"{RESUME_REFS}/{info.ref.split('/', 1)[-1]}"):
                 s.delete_ref(claim)  # before the ref, as the records: a deletion cut short is finished again
             s.delete_ref(info.ref)

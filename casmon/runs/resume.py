@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
+from casmon import faultpoints
 from casmon.errors import CasmonError
 from casmon.runs import artifacts, live
 from casmon.runs.manifest import RUN_REFS
@@ -172,6 +173,7 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
     status = _holder_check(info, resume_ok)
     prior = store.get_ref(info.ref)
     k = _claim(store, info, run._heartbeat_s, status)
+    faultpoints.point("resume.after_claim")
     now = store.get_ref(info.ref)
     if (now.target if now else None) != (prior.target if prior else None):
         raise ResumeError(f"casmon: cannot resume run {info.name}: another process wrote it meanwhile")
@@ -210,6 +212,7 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
     run._held.checkpoints = sorted(a.step for a in held.values() if a.kind == "checkpoint" and a.step is not None)
     run._held.last_time = artifacts.last_time(store, info.ref)
     run.resumed_from = info
+    faultpoints.point("resume.after_attach")
 
 
 def _seed_metrics(run: Run, store: Store, info: RunInfo) -> None:
