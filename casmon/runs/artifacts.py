@@ -155,7 +155,8 @@ def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None 
 
 def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -> Artifact:
     """Store the file or folder at ``path`` as artifact ``name`` (its file name by default): each file by
-    content with its mode and size; a folder as a listing of its files (symbolic links are left out)."""
+    content with its mode and size; a folder as a listing of its files (symbolic links, pipes, sockets, devices
+    and version-control metadata such as ``.git/`` are left out)."""
     p = Path(os.fspath(path))
     if name is None:
         name = p.resolve().name if p.name in ("", ".", "..") else p.name
@@ -170,10 +171,15 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
     if stat.S_ISDIR(st.st_mode):
         files: dict[str, dict[str, Any]] = {}
         refs: list[Digest] = []
+        from casmon.runs.folders import vcs_component
+
         for dirpath, dirnames, filenames in os.walk(p):
-            dirnames.sort()
+            # version-control metadata can run commands (hooks, config): load_file never writes it, so it is not kept
+            dirnames[:] = sorted(d for d in dirnames if vcs_component(d) is None)
             dp = Path(dirpath)
             for fname in sorted(filenames):
+                if vcs_component(fname) is not None:
+                    continue  # a worktree's ".git" file, as its folder above
                 full = dp / fname
                 got = _read_regular(full, follow=False)
                 if got is None:

@@ -174,3 +174,18 @@ def test_numpy_integers_are_whole_numbers_for_retention_and_for_reading_a_checkp
     assert r.checkpoint(np.int64(2)) == {"step": 2}
     with pytest.raises(ValueError, match="give a step"):
         r.checkpoint(np.float64(2))
+
+
+def test_a_saved_folder_with_version_control_metadata_leaves_it_out_and_loads_back(store, tmp_path):
+    proj = tmp_path / "proj"
+    (proj / ".git" / "hooks").mkdir(parents=True)
+    (proj / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho run\n")
+    (proj / "sub" / ".HG").mkdir(parents=True)
+    (proj / "sub" / ".HG" / "hgrc").write_text("[hooks]\n")
+    (proj / "train.py").write_text("print(1)\n")
+    (proj / "worktree").mkdir()
+    (proj / "worktree" / ".git").write_text("gitdir: /elsewhere\n")
+    with casmon.record(store=store, capture_output=False) as run:
+        assert run.save_file(proj).files == 1
+    out = casmon.load_run(run.name, store).load_file("proj", tmp_path / "out")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == ["train.py"]
