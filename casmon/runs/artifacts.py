@@ -18,6 +18,7 @@ import errno
 import math
 import operator
 import os
+import re
 import stat
 import threading
 import time
@@ -44,6 +45,7 @@ CHECKPOINT = "checkpoint/"
 #: The longest artifact name, in characters.
 NAME_MAX = 255
 _FOLDER_TAG = "casmon_folder"
+_HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 class ArtifactWriteError(CasmonError, OSError):
@@ -290,7 +292,7 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
     if rec.get("released") is True:
         return None
     name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), _count(rec.get("size"))
-    if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and len(digest) == 32
+    if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and _HEX32.fullmatch(digest)
             and size is not None):
         return None
     t = _time(rec.get("time", 0.0))

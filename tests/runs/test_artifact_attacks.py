@@ -189,3 +189,18 @@ def test_a_saved_folder_with_version_control_metadata_leaves_it_out_and_loads_ba
         assert run.save_file(proj).files == 1
     out = casmon.load_run(run.name, store).load_file("proj", tmp_path / "out")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == ["train.py"]
+
+
+def test_a_crafted_record_whose_digest_is_not_hex_is_passed_over_by_load_and_checkpoint(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("x", 1)
+    for name, kind in (("v", "value"), ("checkpoint/3", "checkpoint")):
+        store.append(KIND_ARTIFACT, {"run": run.ref, "name": name, "kind": kind, "digest": "zz" * 16, "size": 1,
+                                     "step": 3, "time": 9e9}, key=artifacts_key(run.ref))
+    store.flush()
+    r = casmon.load_run(run.name, store)
+    assert [a["name"] for a in r.artifacts()] == ["x"]
+    with pytest.raises(LookupError):
+        r.load("v")
+    with pytest.raises(LookupError):
+        r.checkpoint()
