@@ -211,6 +211,13 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
     held = artifacts.read_artifacts(store, info.ref)
     run._held.checkpoints = sorted(a.step for a in held.values() if a.kind == "checkpoint" and a.step is not None)
     run._held.last_time = artifacts.last_time(store, info.ref)
+    # Checked again after the carry-over: a deletion meanwhile (claims first, then the ref) must not be undone by
+    # this run's first write.
+    base = f"{RESUME_REFS}/{info.ref.split('/', 1)[-1]}"
+    now = store.get_ref(info.ref)
+    if store.get_ref(f"{base}/{k}") is None or (now.target if now else None) != (prior.target if prior else None):
+        raise ResumeError(f"casmon: cannot resume run {info.name}: it was deleted or written by another process "
+                          f"while it was being resumed")
     run.resumed_from = info
     faultpoints.point("resume.after_attach")
 

@@ -86,3 +86,23 @@ def test_a_run_whose_process_lives_on_this_host_is_not_deleted_even_forced_and_n
         writer.wait()
     casmon.delete_run("latest", s, force=True)  # its process gone: a forced delete goes through, and stays done
     assert casmon.list_runs(s) == []
+
+
+def test_a_run_deleted_while_a_resume_carries_it_over_is_not_brought_back(tmp_path, monkeypatch):
+    from casmon.runs import resume
+    from casmon.runs.resume import ResumeError
+
+    s = casmon.open(tmp_path / "s", create=True)
+    run = _failed_run(s)
+    real = resume.artifacts.read_artifacts
+
+    def deleted_meanwhile(store, ref):  # the resume has claimed and read the run: another process deletes it now
+        casmon.delete_run(run.name, casmon.open(tmp_path / "s"))
+        return real(store, ref)
+
+    monkeypatch.setattr(resume.artifacts, "read_artifacts", deleted_meanwhile)
+    with pytest.raises(ResumeError, match="deleted"):
+        with casmon.record(store=s, resume=run.name, capture_output=False) as again:
+            again.log(x=2.0)
+    monkeypatch.undo()
+    assert casmon.list_runs(s) == [] and s.refs("resumes") == []
