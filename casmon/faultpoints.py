@@ -51,6 +51,10 @@ POINTS: dict[str, str] = {
     "gc.after_condemn": "gc wrote its list of condemned objects",
     "gc.before_sweep": "gc is about to delete the objects of an old condemned list",
     "gc.after_sweep": "gc deleted loose objects and rewrote the index and packs",
+    # runs: record(resume=...) and delete_run
+    "resume.after_claim": "a resume's claim ref is written, nothing of the run carried over yet",
+    "resume.after_attach": "a resumed run has carried over its metrics, output and checkpoints, written nothing",
+    "delete.after_records": "a run deletion rewrote the tables without its records; its claims and ref remain",
 }
 
 _lock = threading.Lock()

@@ -14,10 +14,15 @@ stored once, across runs.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import math
+import operator
 import os
+import re
 import stat
 import threading
 import time
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
     from casmon.runs.recorder import Run
     from casmon.store.store import Store
 
-__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "Held", "check_name", "artifacts_key", "save",
+__all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "last_time", "artifacts_key", "save",
            "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
            "drop_superseded", "stored_size"]
 
@@ -40,6 +45,11 @@ CHECKPOINT = "checkpoint/"
 #: The longest artifact name, in characters.
 NAME_MAX = 255
 _FOLDER_TAG = "casmon_folder"
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+class ArtifactWriteError(CasmonError, OSError):
+    """``load_file`` could not write where it was asked to (a folder or file in the way, no permission, ...)."""
 
 
 @dataclasses.dataclass
@@ -69,16 +79,18 @@ class Held:
 
     def stamp(self) -> tuple[float, int]:
         """A time and sequence number that order this process's records of a run even within one clock tick."""
-        t = max(time.time(), self.last_time + 1e-6)
+        t = max(time.time(), self.last_time + 1e-6, math.nextafter(self.last_time, math.inf))  # strictly later
         self.last_time = t
         self.seq += 1
         return t, self.seq
 
 
 def check_name(name: Any, what: str = "artifact name") -> str:
-    """``name`` if it is a usable artifact name, else a one-line ValueError saying what is wrong with it."""
+    """``name`` in Unicode NFC if it is a usable artifact name, else a one-line ValueError saying what is wrong
+    with it. NFC: a name typed and the same name from a file system that decomposes (macOS) are one artifact."""
     if not isinstance(name, str):
         raise ValueError(f"casmon: {what} must be a string, got {type(name).__name__}")
+    name = unicodedata.normalize("NFC", name)
     shown = repr(name[:80]) + ("..." if len(name) > 80 else "")
     if not name.strip():
         raise ValueError(f"casmon: {what} {name!r} is empty")
@@ -89,8 +101,8 @@ def check_name(name: Any, what: str = "artifact name") -> str:
     parts = name.replace("\\", "/").split("/")
     if ".." in parts:
         raise ValueError(f"casmon: {what} {shown} contains '..'")
-    if any(ord(c) < 32 for c in name):
-        raise ValueError(f"casmon: {what} {shown} contains a control character")
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name):  # a name shown must be the name meant
+        raise ValueError(f"casmon: {what} {shown} contains a control or invisible character")
     if any(p in ("", ".") for p in parts):
         raise ValueError(f"casmon: {what} {shown} has an empty or '.' part")
     return name
@@ -131,7 +143,7 @@ def _append(run: Run, store: Store, rec: dict[str, Any], refs: list[Digest]) -> 
 
 def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None) -> Artifact:
     """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name)."""
-    check_name(name)
+    name = check_name(name)
     if kind == "value" and name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     store = _ready(run)
@@ -145,11 +157,12 @@ def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None 
 
 def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -> Artifact:
     """Store the file or folder at ``path`` as artifact ``name`` (its file name by default): each file by
-    content with its mode and size; a folder as a listing of its files (symbolic links are left out)."""
+    content with its mode and size; a folder as a listing of its files (symbolic links, pipes, sockets, devices
+    and version-control metadata such as ``.git/`` are left out)."""
     p = Path(os.fspath(path))
     if name is None:
         name = p.resolve().name if p.name in ("", ".", "..") else p.name
-    check_name(name)
+    name = check_name(name)
     if name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     try:
@@ -160,18 +173,20 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
     if stat.S_ISDIR(st.st_mode):
         files: dict[str, dict[str, Any]] = {}
         refs: list[Digest] = []
+        from casmon.runs.folders import vcs_component
+
         for dirpath, dirnames, filenames in os.walk(p):
-            dirnames.sort()
+            # version-control metadata can run commands (hooks, config): load_file never writes it, so it is not kept
+            dirnames[:] = sorted(d for d in dirnames if vcs_component(d) is None)
             dp = Path(dirpath)
             for fname in sorted(filenames):
+                if vcs_component(fname) is not None:
+                    continue  # a worktree's ".git" file, as its folder above
                 full = dp / fname
-                if full.is_symlink():
-                    continue
-                try:
-                    data = full.read_bytes()
-                    mode = stat.S_IMODE(full.stat().st_mode)
-                except OSError as e:
-                    raise OSError(f"casmon: run.save_file: cannot read {str(full)!r}: {e.strerror or e}") from None
+                got = _read_regular(full, follow=False)
+                if got is None:
+                    continue  # a symbolic link, pipe, socket or device: not a file's content
+                data, mode = got
                 d = store.put(data)
                 refs.append(d)
                 files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": len(data), "mode": mode}
@@ -181,22 +196,60 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
         _append(run, store, rec, [listing, *refs])
         return Artifact(name, "folder", total, listing.hex(), run._held.last_time, files=len(files),
                         refs=(listing.hex(), *(d.hex() for d in refs)))
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise OSError(f"casmon: run.save_file: cannot read {str(p)!r}: {e.strerror or e}") from None
+    got = _read_regular(p, follow=True)
+    if got is None:
+        raise ValueError(f"casmon: run.save_file: {str(p)!r} is not a regular file or a folder (a pipe, socket or "
+                         "device); save what it holds with run.save(name, data)")
+    data, mode = got
     d = store.put(data)
-    mode = stat.S_IMODE(st.st_mode)
     _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": len(data), "mode": mode}, [d])
     return Artifact(name, "file", len(data), d.hex(), run._held.last_time, mode=mode, refs=(d.hex(),))
+
+
+def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
+    """The bytes and mode of the regular file at ``path``, or None if it is something else (a symbolic link when
+    not ``follow``, a pipe, socket or device). Opened without blocking and checked on the open file, so one
+    swapped for a pipe or link after the folder was listed neither hangs the save nor is followed."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno == errno.ELOOP:
+            return None
+        if e.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket, or a device with nothing behind it
+            return None
+        raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        try:
+            return f.read(), stat.S_IMODE(st.st_mode)
+        except OSError as e:
+            raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
+
+
+def _whole(v: Any) -> int | None:
+    """``v`` as an int if it is a whole number (numpy and torch integers too; never a bool or a float)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, (bool, float)) or not hasattr(v, "__index__") or getattr(v, "dtype", None) == bool:
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def retention(v: Any, what: str) -> int | None:
     if v is None:
         return None
-    if type(v) is not int or v < 1:
+    n = _whole(v)
+    if n is None or n < 1:
         raise ValueError(f"casmon: {what} must be a whole number of at least 1, got {v!r}")
-    return v
+    return n
 
 
 def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | None = None,
@@ -209,9 +262,10 @@ def checkpoint(run: Run, state: Any, step: int | None = None, keep_last: int | N
     with run._held.lock:
         if step is None:
             step = max(run._held.checkpoints, default=-1) + 1
-    if type(step) is not int and not (hasattr(step, "__index__") and not isinstance(step, (bool, float))):
+    whole = _whole(step)
+    if whole is None:
         raise ValueError(f"casmon: run.checkpoint: step must be a whole number, got {step!r}")
-    step = int(step)  # numpy and torch integers too
+    step = whole
     if step < 0:
         raise ValueError(f"casmon: run.checkpoint: step must be 0 or more, got {step}")
     art = save(run, f"{CHECKPOINT}{step}", state, kind="checkpoint", step=step)
@@ -237,21 +291,36 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
     """The artifact a record names, or None for a release (or a record too damaged to read)."""
     if rec.get("released") is True:
         return None
-    name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), rec.get("size")
-    t = rec.get("time", 0.0)
-    if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and len(digest) == 32
-            and type(size) is int and type(t) in (int, float)):
+    name, kind, digest, size = rec.get("name"), rec.get("kind"), rec.get("digest"), _count(rec.get("size"))
+    if not (isinstance(name, str) and isinstance(kind, str) and isinstance(digest, str) and _HEX32.fullmatch(digest)
+            and size is not None):
         return None
+    t = _time(rec.get("time", 0.0))
     step, mode, files = rec.get("step"), rec.get("mode"), rec.get("files")
     refs = rec.get("_refs")
-    return Artifact(name, kind, size, digest, float(t), step if type(step) is int else None,
-                    mode if type(mode) is int else None, files if type(files) is int else None,
+    return Artifact(name, kind, size, digest, t, step if type(step) is int else None,
+                    mode if type(mode) is int else None, _count(files),
                     tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else ())
 
 
+def _count(n: Any) -> int | None:
+    """``n`` if it is a byte or file count a store can hold (a whole number from 0 to 2**63), else None."""
+    return n if type(n) is int and 0 <= n < 2**63 else None
+
+
+def _time(t: Any) -> float:
+    """A record's time as a finite float; 0.0 for anything else (a crafted NaN, infinity or int too large for a
+    float), so ordering never raises and no stamp continues from it."""
+    if type(t) is float:
+        return t if math.isfinite(t) else 0.0
+    if type(t) is int:
+        return float(t) if abs(t) < 2**1000 else 0.0
+    return 0.0
+
+
 def _order(rec: dict[str, Any]) -> tuple[float, int]:
-    t, seq = rec.get("time"), rec.get("seq")
-    return (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0, seq if type(seq) is int else 0)
+    seq = rec.get("seq")
+    return _time(rec.get("time")), seq if type(seq) is int else 0
 
 
 def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:
@@ -271,8 +340,17 @@ def read_artifacts(store: Store, ref: str) -> dict[str, Artifact]:
     return out
 
 
+def last_time(store: Store, ref: str) -> float:
+    """The latest time any artifact record of run ``ref`` carries, releases included: a resumed run stamps its
+    records after it, so a host whose clock is behind never writes a record that an older one outranks."""
+    return max((_time(r.get("time")) for r in store.lookup(KIND_ARTIFACT, artifacts_key(ref)) if r.get("run") == ref),
+               default=0.0)
+
+
 def _find(store: Store, ref: str, run_name: str, name: str) -> Artifact:
     arts = read_artifacts(store, ref)
+    if name not in arts and isinstance(name, str):
+        name = unicodedata.normalize("NFC", name)
     if name not in arts:
         from casmon.view.text import did_you_mean
 
@@ -303,10 +381,19 @@ def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, An
 def load_file(store: Store, ref: str, run_name: str, name: str, dest: str | os.PathLike[str]) -> Path:
     """Write artifact ``name`` to ``dest``: a file to that path (into it, under the artifact's last part, if it
     is a folder), a folder's files under that folder. Returns the path written."""
-    from casmon.runs.folders import safe_target
-
     a = _find(store, ref, run_name, name)
     out = Path(os.fspath(dest))
+    try:
+        return _write_out(store, a, run_name, out)
+    except OSError as e:
+        where = e.filename if isinstance(e.filename, str) else str(out)
+        raise ArtifactWriteError(f"casmon: cannot write artifact {a.name!r} of run {run_name} to {where!r}: "
+                                 f"{e.strerror or e}") from None
+
+
+def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
+    from casmon.runs.folders import safe_target
+
     if a.kind == "folder":
         files = _listing(store, a, run_name)
         out.mkdir(parents=True, exist_ok=True)
@@ -332,12 +419,21 @@ def _bytes(store: Store, digest: str, what: str) -> bytes:
 
 
 def _write(path: Path, data: bytes, mode: int | None) -> None:
+    """``data`` to ``path`` whole or not at all, through a partial file of a fresh name created exclusively: a
+    link planted where it goes is never followed, and a failed write leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".casmon-partial")
-    tmp.write_bytes(data)
-    if mode is not None:
-        os.chmod(tmp, mode & 0o777)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name[:200]}.{os.urandom(6).hex()}.casmon-partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
+                 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "latest") -> Any:
@@ -347,12 +443,13 @@ def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "l
         raise LookupError(f"run {run_name} has no checkpoints")
     if which == "latest":
         return store.get(steps[max(steps)].digest)
-    if type(which) is not int and not (isinstance(which, str) and which.isdigit()):
+    step = _whole(which) if not isinstance(which, str) else int(which) if which.isascii() and which.isdigit() else None
+    if step is None:
         raise ValueError(f"casmon: checkpoint: give a step or 'latest', got {which!r}")
-    if int(which) not in steps:
-        raise LookupError(f"run {run_name} has no checkpoint at step {which}; it keeps steps "
+    if step not in steps:
+        raise LookupError(f"run {run_name} has no checkpoint at step {step}; it keeps steps "
                           f"{', '.join(map(str, sorted(steps)[-50:]))}")
-    return store.get(steps[int(which)].digest)
+    return store.get(steps[step].digest)
 
 
 def stored_size(store: Store, a: Artifact) -> int:

@@ -5,7 +5,8 @@ rewrite tables): no gc or merge runs meanwhile, and no merge brings them back. T
 deletion cut short leaves the run listed, and deleting it again finishes it; were it first, records
 left behind would pass to the next run that claims the freed number, and repair would restore the
 ref from them. A run still ``running`` (or only ``claimed``) is refused unless
-``force``: a live writer would append records again.
+``force``, and one whose process is seen alive (on this host) is refused even forced: it would write the
+run again. A forced deletion of a run whose writer lives on another host is undone by that writer.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from casmon import faultpoints
 from casmon.errors import CasmonError, StoreError
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs import live
 from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key, read_artifacts
 from casmon.runs.manifest import KIND_RUN
 from casmon.runs.metrics import KIND_METRICS, metrics_key
-from casmon.runs.resume import RESUME_REFS
+from casmon.runs.resume import RESUME_REFS, holder_alive, resuming
 from casmon.store.store import Store, default_store
 
 if TYPE_CHECKING:
@@ -51,6 +53,19 @@ def _without(key: bytes) -> Callable[[bytes, bytes], bool]:
     return lambda k, v: bytes(k) != key
 
 
+def _still_deletable(s: Store, info: RunInfo, before: Any) -> None:
+    """Under the lock, before anything goes: refuse if the run was written since it was read (a resume started
+    it again) or a live process has claimed its resume and is about to write it; its records would come back."""
+    now = s.get_ref(info.ref)
+    if (now.target if now else None) != (before.target if before else None):
+        raise CasmonError(f"casmon: run {info.name} was written while it was being deleted (resumed, or still "
+                          f"running); nothing was deleted. Try again once it ends, or force=True")
+    c = resuming(s, info)
+    if c is not None:
+        raise CasmonError(f"casmon: run {info.name} is being resumed by process {c.get('pid')} on {c.get('host')}; "
+                          f"nothing was deleted. Try again once it ends, or force=True (`casmon rm --force`)")
+
+
 def delete_run(run: Any, store: Store | str | None = None, force: bool = False, dry_run: bool = False) -> Deleted:
     """Delete ``run`` (a name, number, ``latest``, a ``RunInfo`` or a ``Run``): its ref and every record it wrote.
     What only it held is freed by the gc runs that follow (after their grace period). A ``running`` run is
@@ -68,7 +83,12 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
     if status in ("running", "claimed") and not force:
         raise CasmonError(f"casmon: run {info.name} is {status}: deleting it while it writes would leave half a run; "
                           f"wait until it ends (or is lost), or delete it anyway with force=True (`casmon rm --force`)")
+    if status in ("running", "claimed") and not dry_run and holder_alive(info.manifest):
+        m = info.manifest
+        raise CasmonError(f"casmon: run {info.name} is {status} in process {m.get('pid')} on {m.get('host')}, which is "
+                          f"still alive: it would write the run again after its deletion. Stop that process first")
     keys = run_keys(info.ref)
+    before = s.get_ref(info.ref)
     s.flush()
     found = {kind: len(s.lookup(kind, key)) for kind, key in keys.items() if kind in s.record_kinds()}
     try:
@@ -84,8 +104,11 @@ def delete_run(run: Any, store: Store | str | None = None, force: bool = False, 
 
     try:
         with held(s.backend, "run deletion", s.url):  # no gc marks, and no merge brings the records back, meanwhile
+            if not force:
+                _still_deletable(s, info, before)
             for kind in found:
                 s.table(kind).consolidate(force=True, keep=_without(keys[kind]))
+            faultpoints.point("delete.after_records")
             for claim in s.refs(f"{RESUME_REFS}/{info.ref.split('/', 1)[-1]}"):
                 s.delete_ref(claim)  # before the ref, as the records: a deletion cut short is finished again
             s.delete_ref(info.ref)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
+from casmon import faultpoints
 from casmon.errors import CasmonError
 from casmon.runs import artifacts, live
 from casmon.runs.manifest import RUN_REFS
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from casmon.runs.recorder import Run
     from casmon.store.store import Store
 
-__all__ = ["RESUME_REFS", "ResumeError", "check_which", "attach", "whole_output", "claim_refs"]
+__all__ = ["RESUME_REFS", "ResumeError", "check_which", "attach", "whole_output", "claim_refs", "resuming", "holder_alive"]
 
 RESUME_REFS = "resumes"
 
@@ -94,6 +95,11 @@ def _alive(host: Any, pid: Any) -> bool | None:
         return True
 
 
+def holder_alive(manifest: dict[str, Any]) -> bool:
+    """Whether the process a run's manifest names is known to live (on this host; another host's cannot be told)."""
+    return _alive(manifest.get("host"), manifest.get("pid")) is True
+
+
 def _stale(claim: dict[str, Any], every: float) -> bool:
     t = claim.get("time")
     if claim.get("pid") == os.getpid() and claim.get("host") == socket.gethostname():
@@ -124,15 +130,26 @@ def _holder_check(info: RunInfo, resume_ok: bool) -> str:
     return status
 
 
+def resuming(store: Store, info: RunInfo, every: float | None = None) -> dict[str, Any] | None:
+    """The claim of a resume of ``info`` under way in another live process (claimed, not yet in the manifest),
+    or None. ``every``: the heartbeat period its age is judged by (this process's by default)."""
+    m = info.manifest
+    done = {e["claim"] for e in m.get("resumes") or [] if isinstance(e, dict) and type(e.get("claim")) is int}
+    for k, c in claim_refs(store, info.ref).items():
+        if c.get("start") == m.get("start") and k not in done \
+                and not _stale(c, live.heartbeat_seconds() if every is None else every):
+            return c
+    return None
+
+
 def _claim(store: Store, info: RunInfo, every: float, status: str) -> int:
     """Claim the next resume of ``info`` (read before the claims are listed): its number, or a ResumeError."""
     m = info.manifest
-    done = {e.get("claim") for e in m.get("resumes") or [] if isinstance(e, dict)}
+    c = resuming(store, info, every)
+    if c is not None:
+        raise ResumeError(f"casmon: cannot resume run {info.name}: process {c.get('pid')} on {c.get('host')} "
+                          f"is resuming it")
     claims = {k: c for k, c in claim_refs(store, info.ref).items() if c.get("start") == m.get("start")}
-    for k, c in claims.items():
-        if k not in done and not _stale(c, every):
-            raise ResumeError(f"casmon: cannot resume run {info.name}: process {c.get('pid')} on {c.get('host')} "
-                              f"is resuming it")
     k = max(claims, default=0) + 1
     data = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "start": m.get("start"),
             "status": status}
@@ -156,6 +173,7 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
     status = _holder_check(info, resume_ok)
     prior = store.get_ref(info.ref)
     k = _claim(store, info, run._heartbeat_s, status)
+    faultpoints.point("resume.after_claim")
     now = store.get_ref(info.ref)
     if (now.target if now else None) != (prior.target if prior else None):
         raise ResumeError(f"casmon: cannot resume run {info.name}: another process wrote it meanwhile")
@@ -192,8 +210,16 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
                         f"{m['pid']} at {time.strftime('%Y-%m-%d %H:%M:%S')}, after it was {status} ---\n")
     held = artifacts.read_artifacts(store, info.ref)
     run._held.checkpoints = sorted(a.step for a in held.values() if a.kind == "checkpoint" and a.step is not None)
-    run._held.last_time = max((a.time for a in held.values()), default=0.0)
+    run._held.last_time = artifacts.last_time(store, info.ref)
+    # Checked again after the carry-over: a deletion meanwhile (claims first, then the ref) must not be undone by
+    # this run's first write.
+    base = f"{RESUME_REFS}/{info.ref.split('/', 1)[-1]}"
+    now = store.get_ref(info.ref)
+    if store.get_ref(f"{base}/{k}") is None or (now.target if now else None) != (prior.target if prior else None):
+        raise ResumeError(f"casmon: cannot resume run {info.name}: it was deleted or written by another process "
+                          f"while it was being resumed")
     run.resumed_from = info
+    faultpoints.point("resume.after_attach")
 
 
 def _seed_metrics(run: Run, store: Store, info: RunInfo) -> None:

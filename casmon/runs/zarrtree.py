@@ -113,6 +113,28 @@ def _described(store: Store, v: Any) -> Any:
     return v
 
 
+#: The most points one stored batch may claim (96 GiB of points: far past any batch a run writes).
+MAX_BATCH_POINTS = 2**32
+#: The most points one metric may claim: its step array must stay one a reader can index.
+MAX_POINTS = 2**40
+
+
+def _bad_lengths(cells: list[dict[str, Any]]) -> str | None:
+    """What is wrong with the point counts the batches claim, told without reading a stored batch: an inline
+    batch holds exactly 24 bytes a point, a stored one at most :data:`MAX_BATCH_POINTS`; else None. A crafted
+    count would make an array no zarr or xarray reader can open (past int64, or one allocation past memory)."""
+    total = 0
+    for c in cells:
+        n, b64 = c["n"], c.get("b64")
+        if isinstance(b64, str):
+            if len(b64) % 4 or (len(b64) // 4 * 3 - len(b64[-2:]) + len(b64[-2:].rstrip("="))) != 24 * n:
+                return f"a batch of {n} points holds {len(b64)} base64 characters"
+        elif n > MAX_BATCH_POINTS:
+            return f"a stored batch claims {n} points"
+        total += n
+    return f"its batches claim {total} points" if total > MAX_POINTS else None
+
+
 def _run(store: Store, tree: Tree, r: RunInfo) -> None:
     name = node_name(r.ref.split("/", 1)[-1])
     m = r.manifest
@@ -131,8 +153,12 @@ def _run(store: Store, tree: Tree, r: RunInfo) -> None:
         return
     tree.group(f"runs/{name}/metrics")
     for metric in sorted(cells):
-        points = _Points(store, metric, where, [c for _s, _i, c in cells[metric]])
         path = f"runs/{name}/metrics/{node_name(metric)}"
+        bad = _bad_lengths([c for _s, _i, c in cells[metric]])
+        if bad is not None:
+            tree.group(path, {"run": r.name, "metric": metric, "error": f"damaged: {bad}"})
+            continue
+        points = _Points(store, metric, where, [c for _s, _i, c in cells[metric]])
         tree.group(path, {"run": r.name, "metric": metric, "points": points.total})
         for col, (column, dtype, _dt) in enumerate(_COLUMNS):
             meta = array_metadata(dtype, (points.total,), (METRIC_CHUNK,), 0 if col == 0 else 0.0, ["step"])

@@ -30,7 +30,7 @@ def size(n: object, unit: str | None = None, digits: int = 1) -> str:
         x = float(n)  # type: ignore[arg-type]  # anything float() takes; the rest is caught below
         if not math.isfinite(x):
             return "?"
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int too large for a float: no real size
         return "?"
     if unit is not None:
         return f"{x / 1024 ** _UNITS.index(unit):.{digits}f} {unit}"

@@ -56,3 +56,17 @@ def test_gc_says_how_many_values_put_lately_nothing_names_and_how_to_keep_them(t
     out = cli("gc", "--dry-run", "--store", str(tmp_path / "s")).stdout
     assert "1 unreachable value was put within the last day" in out
     assert "run.save(name, value)" in out and "store.set_ref(name, digest)" in out
+
+
+@pytest.mark.parametrize("bad", [{"size": 10**400}, {"size": -5}, {"kind": "folder", "files": 10**400}])
+def test_artifacts_of_crafted_records_with_absurd_sizes_list_without_a_traceback(store, bad):
+    from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+
+    s = casmon.open(store)
+    rec = {"run": "runs/1", "name": "odd", "kind": "value", "digest": "0" * 32, "size": 1, "time": 9e9, **bad}
+    s.append(KIND_ARTIFACT, rec, key=artifacts_key("runs/1"))
+    s.close()
+    r = cli("artifacts", "1", "--store", store, check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "weights" in r.stdout, r.stderr
+    arts = json.loads(cli("artifacts", "1", "--store", store, "--json").stdout)
+    assert all(a["size"] >= 0 and a["size"] < 2**63 for a in arts)

@@ -350,3 +350,22 @@ def test_opening_the_view_reads_no_value_laid_out_for_mapping_and_its_damage_rai
     z = _open(s.zarr())[path]  # opens: its damage is found when read
     with pytest.raises(DamagedObjectError):
         z[0]
+
+
+@pytest.mark.parametrize("cell", [{"n": 2**70, "b64": ""}, {"n": 2**62, "b64": ""}, {"n": 5, "b64": "AAAA"},
+                                  {"n": 2**62, "$": "0" * 32}], ids=["n-past-int64", "n-past-memory", "short", "stored"])
+def test_a_crafted_metric_batch_length_is_a_metric_with_an_error_not_an_array_readers_choke_on(tmp_path, cell):
+    import xarray as xr
+
+    from casmon.runs.metrics import KIND_METRICS, metrics_key
+
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(good=1.0)
+    s.append(KIND_METRICS, {"run": run.ref, "seq": 50, "s": {"bad": cell}}, key=metrics_key(run.ref))
+    s.flush()
+    view = s.zarr()
+    g = _open(view)[f"runs/{run.name}/metrics"]
+    assert "batch" in g["bad"].attrs["error"] and list(g["bad"].array_keys()) == []
+    assert g["good"]["value"][:].tolist() == [1.0]
+    assert len(xr.open_zarr(view, group=f"runs/{run.name}/metrics/bad").data_vars) == 0

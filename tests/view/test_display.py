@@ -298,3 +298,9 @@ def test_result_ref_on_a_failing_backend_says_why(built):
     text = repr(broken)
     assert "casmon result of" in text and "cannot read it: OSError" in text and "7.8 KiB" in text
     assert "cannot read it: OSError" in broken._repr_html_()
+
+
+def test_a_size_too_large_for_a_float_shows_as_unknown_not_an_overflow():
+    from casmon.view.text import size
+
+    assert size(10**400) == "?" and size(-(10**400)) == "?" and size(10**400, "MiB") == "?"
