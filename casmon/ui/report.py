@@ -11,8 +11,15 @@ from casmon.ui import comparepage, model, pages, runpage
 from casmon.ui.compare import compare
 
 
-def report_html(store: Any, runs: list[str], trust: bool = False) -> tuple[bytes, int]:
-    """The report's bytes and how many runs it shows. ``runs``: names, numbers, or ``latest``."""
+def report_html(store: Any, runs: str | list[str], trust: bool = False) -> tuple[bytes, int]:
+    """The report's bytes and how many runs it shows. ``store``: a store or where one is; ``runs``: a name,
+    a number or ``latest``, or a list of them."""
+    if not hasattr(store, "refs"):  # a path or URL: the store there, never one made for the report
+        from casmon.store.store import open as open_store
+
+        store = open_store(store, create=False)
+    if isinstance(runs, (str, int)):
+        runs = [str(runs)]
     if not runs:
         raise LookupError("a report shows one run or more")
     index = model.RunIndex(store)
@@ -31,7 +38,7 @@ def report_html(store: Any, runs: list[str], trust: bool = False) -> tuple[bytes
     return comparepage.report(ctx, cmp), len(infos)
 
 
-def write_report(store: Any, runs: list[str], output: str | os.PathLike[str], trust: bool = False) -> tuple[Path, int]:
+def write_report(store: Any, runs: str | list[str], output: str | os.PathLike[str], trust: bool = False) -> tuple[Path, int]:
     """Write the report atomically (a temporary file renamed over ``output``)."""
     data, n = report_html(store, runs, trust)
     path = Path(output)

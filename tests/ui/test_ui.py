@@ -951,3 +951,19 @@ def test_killed_runs_name_their_signal_and_live_data_has_every_cell(tmp_path, mo
         srv.close()
     assert console_text("\rstep 1\rstep 2\nnext\r\nx\rab") == "step 2\nnext\nab"
     assert console_text("long line\rshort") == "shortline" and console_text("plain\n") == "plain\n"
+
+
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_write_report_takes_a_store_by_path_and_one_run_by_name(tmp_path, monkeypatch):
+    from casmon.ui import write_report
+
+    monkeypatch.chdir(tmp_path)
+    loc = str(tmp_path / "s")
+    s = casmon.open(loc)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(loss=1.0)
+    s.close()
+    path, n = write_report(loc, "latest", tmp_path / "r.html")
+    assert n == 1 and "<h1>Run <code>1</code></h1>" in path.read_text()
+    with pytest.raises(casmon.CasmonError):
+        write_report(str(tmp_path / "nowhere"), ["1"], tmp_path / "r2.html")
