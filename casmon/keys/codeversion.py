@@ -905,24 +905,24 @@ class VersionTracker:
         cycle = w.leave(id(obj), self, mark, (own, c))
         if cycle is None:  # in a cycle that closes further up: its name stands for it until then
             return fingerprint(("casmon.version.cycle", _name_of(obj)))
-        # A version is its own digest; in a cycle of several, with all the members' own digests (in no order
-        # the walk chose), so each member's is the same whichever the walk met first.
-        mates = sorted(bytes(r[0]) for _t, r in cycle)
-        for t, (t_own, t_c) in cycle:
-            t._store(t_c, t_own if len(cycle) == 1 else fingerprint(("casmon.version.scc", bytes(t_own), mates)))
+        final = versionwalk.final_versions([(t, r[0]) for t, r in cycle])
+        for t, (_own, t_c) in cycle:
+            t._store(t_c, final)
         return cast(Digest, self.digest)
 
-    def _store(self, c: _Collector, digest: Digest) -> None:
+    def _store(self, c: _Collector, final: dict[int, Digest]) -> None:
+        # A cycle mate its name stood for is checked against its final version (see versionwalk).
+        deps = {id(t): (t, final.get(id(t)) if d is None else d) for t, d in c.deps if t is not self}
         with self._lock:
             self._codes = tuple(c.codes)
             self._names = tuple(c.names)
             self._cells = tuple(c.cells)
             self._contents = c.contents
             self._nested = tuple({id(t): t for t in c.trackers if t is not self}.values())
-            self._deps = tuple({id(t): (t, d) for t, d in c.deps if t is not self}.values())
+            self._deps = tuple(deps.values())
             self.unhashable = c.unhashable
             self.parts = c.parts
-            self.digest = digest
+            self.digest = final[id(self)]
             self.computations += 1
 
 
