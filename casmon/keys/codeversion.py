@@ -61,6 +61,7 @@ from typing import Any, cast
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
 from casmon.keys import versionwalk
+from casmon.keys.smallpickle import small_pickle
 from casmon.keys.usercode import is_user_module
 
 __all__ = [
@@ -689,52 +690,16 @@ class _Collector:
                 except Exception:  # noqa: BLE001 - cannot be checked: the version is computed again at each use
                     self.contents.append((v, d, None))
             else:
-                self.contents.append((v, d, _small_pickle(v)))
+                self.contents.append((v, d, small_pickle(v)))
 
 
-#: Mutable values whose pickle is at most this long are re-checked by comparing pickles (a C-speed
-#: serialization, exact for the same content) instead of fingerprinting them again.
-_PICKLE_CHECK_LIMIT = 1 << 16
 _pickle_dumps = pickle.dumps
-
-
-class _TooBig(Exception):
-    pass
-
-
-class _LimitedSink:
-    """A file that takes at most ``_PICKLE_CHECK_LIMIT`` bytes: a large value is never pickled whole."""
-
-    __slots__ = ("parts", "n")
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.n = 0
-
-    def write(self, b: bytes | bytearray | memoryview) -> int:
-        n = len(b) if not isinstance(b, memoryview) else b.nbytes
-        self.n += n
-        if self.n > _PICKLE_CHECK_LIMIT:
-            raise _TooBig
-        self.parts.append(bytes(b))
-        return n
-
-
-def _small_pickle(v: Any) -> bytes | None:
-    """The pickle of ``v`` if it is small (the content check of a mutable value), else None."""
-    sink = _LimitedSink()
-    try:
-        pickle.Pickler(sink, 5).dump(v)
-    except Exception:  # noqa: BLE001 - too big or not picklable: fingerprint it
-        return None
-    b = b"".join(sink.parts)
-    return b if b == _pickle_dumps(v, 5) else None  # the check compares pickle.dumps output
 
 
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
     """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
     versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
-    pk = _small_pickle(v)
+    pk = small_pickle(v)
     return (v, _NO_DIGEST if pk is not None else fingerprint(v), pk)
 
 
