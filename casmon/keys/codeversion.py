@@ -104,7 +104,7 @@ def function_name(fn: Any) -> str:
 def _unwrap(fn: Any) -> Any:
     try:
         return inspect.unwrap(fn)
-    except ValueError:  # a __wrapped__ cycle
+    except Exception:  # noqa: BLE001 - a __wrapped__ cycle, or a lookup that raises (an attribute-dict object)
         return fn
 
 
@@ -114,7 +114,10 @@ def unwrap_callable(fn: Any) -> Any:
     for _ in range(100):
         if isinstance(fn, types.FunctionType) and _is_user_obj(fn):
             return fn
-        w = getattr(fn, "__wrapped__", None)
+        try:
+            w = getattr(fn, "__wrapped__", None)
+        except Exception:  # noqa: BLE001 - a __getattr__ that raises KeyError
+            return fn
         if w is None or not callable(w):
             return fn
         fn = w
@@ -124,7 +127,7 @@ def unwrap_callable(fn: Any) -> Any:
 def _is_user_obj(obj: Any) -> bool:
     try:
         return is_user_module(getattr(obj, "__module__", None))
-    except TypeError:  # an unhashable __module__
+    except Exception:  # noqa: BLE001 - an unhashable __module__, a lookup that raises
         return False
 
 
@@ -601,6 +604,14 @@ class _Collector:
 
     def ref(self, name: str, v: Any, where: Any, names: list[str], depth: int) -> None:
         self._bind(where, v)
+        try:
+            self._ref(name, v, where, names, depth)
+        except Exception:  # noqa: BLE001 - a user object whose lookups raise: counted by type, the walk goes on
+            tname = _type_name(v)
+            self.parts.append(("global", name, "<unreadable " + tname + ">"))
+            self.unhashable.append((name, tname))
+
+    def _ref(self, name: str, v: Any, where: Any, names: list[str], depth: int) -> None:
         if isinstance(v, types.FunctionType) or (callable(v) and not isinstance(v, type) and hasattr(v, "__wrapped__")):
             target = unwrap_callable(v)
             if isinstance(target, types.FunctionType) and _is_user_obj(target):
@@ -637,11 +648,13 @@ class _Collector:
             return
         self.seen.add(id(cls))
         own = vars(cls)
-        fns = []
+        fns: list[tuple[str, Any, Any]] = []
         for attr in sorted(own):
             raw = own[attr]
-            for f in _class_member_functions(raw):
-                fns.append((attr, raw, f))
+            try:
+                fns.extend((attr, raw, f) for f in _class_member_functions(raw))
+            except Exception:  # noqa: BLE001 - its lookups raise: a data attribute, counted as a value
+                pass
         # A class is its bases, its metaclass, its methods' code and its data attributes (the
         # methods' own files are read, so this works where the class's module is not importable,
         # as for a class from __main__ in a worker process).
@@ -673,8 +686,7 @@ class _Collector:
         try:
             fp.feed_value(v, name)
         except Exception:  # noqa: BLE001 - a lock, a connection, an open file
-            t = type(v)
-            tname = f"{canonical_module(t.__module__)}.{t.__qualname__}"
+            tname = _type_name(v)
             self.parts.append(("global", name, "<unhashable " + tname + ">"))
             if not quiet and not _quiet_type(v):
                 self.unhashable.append((name, tname))
@@ -723,6 +735,14 @@ def _name_of(obj: Any) -> str:
     except TypeError:
         t = type(obj)
         return f"<{canonical_module(t.__module__)}.{t.__qualname__}>"
+
+
+def _type_name(v: Any) -> str:
+    t = type(v)
+    try:
+        return f"{canonical_module(t.__module__)}.{t.__qualname__}"
+    except Exception:  # noqa: BLE001 - a metaclass whose lookups raise
+        return "?"
 
 
 def _weakref(obj: Any) -> Callable[[], Any]:

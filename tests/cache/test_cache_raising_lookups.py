@@ -1,0 +1,117 @@
+"""User objects whose attribute lookups raise never break a cached call.
+
+An attribute-dict config (``__getattr__`` that reads ``self._d[name]`` and so raises KeyError),
+a metaclass whose ``__getattribute__`` raises, a ``__wrapped__`` that raises: the code-version
+walk asks such objects for ``__wrapped__``, ``__class__``, ``__dict__``. The walk counts what it
+cannot read by type and goes on: the call returns its value, the second call hits, and an edit
+to code the walk could read still misses. Calls run in a thread with a deadline.
+"""
+
+import importlib
+import sys
+import threading
+import warnings
+
+import pytest
+
+import casmon
+
+DEADLINE = 120.0
+
+SOURCES = {
+    "an attribute-dict global whose __getattr__ raises KeyError": '''
+class Cfg:
+    def __init__(self, **kw):
+        self.__dict__["_d"] = kw
+    def __getattr__(self, n):
+        return self._d[n]
+    def __call__(self, x):
+        return x + self._d["a"]
+cfg = Cfg(a=1)
+class K:
+    def m(self):
+        return 1
+def f(x):
+    return cfg(x) + K().m() - 1
+''',
+    "a class attribute whose __getattr__ raises KeyError": '''
+class Cfg:
+    def __init__(self, **kw):
+        self.__dict__["_d"] = kw
+    def __getattr__(self, n):
+        return self._d[n]
+    def __call__(self, x):
+        return x
+class K:
+    C = Cfg(a=1)
+    def m(self):
+        return 1
+def f(x):
+    return x + K.C.a + K().m() - 1
+''',
+    "a metaclass whose __getattribute__ raises": '''
+class Meta(type):
+    def __getattribute__(cls, name):
+        if name in ("__name__", "__qualname__", "__module__"):
+            return type.__getattribute__(cls, name)
+        raise RuntimeError("no attribute " + name)
+class Odd(metaclass=Meta):
+    pass
+class K:
+    def m(self):
+        return 1
+def f(x):
+    return x + (Odd is not None) + K().m() - 1
+''',
+    "a __wrapped__ that raises": '''
+class W:
+    @property
+    def __wrapped__(self):
+        raise RuntimeError("no")
+    def __call__(self, x):
+        return x + 1
+w = W()
+class K:
+    def m(self):
+        return 1
+    helper = W()
+def f(x):
+    return w(x) + K().m() - 1
+''',
+}
+
+
+def within(fn, *args):
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(DEADLINE)
+    assert not t.is_alive(), f"{fn} did not return within {DEADLINE} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@pytest.mark.parametrize("case", list(SOURCES))
+def test_a_user_object_whose_lookups_raise_does_not_break_the_cached_call(case, tmp_path, monkeypatch):
+    name = f"raising_{list(SOURCES).index(case)}_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(SOURCES[case])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module(name)
+    monkeypatch.setitem(sys.modules, name, mod)
+    f = casmon.cache(mod.f, store=str(tmp_path / "s"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what cannot be read may be named in a warning
+        assert within(f, 1) == 2
+        assert within(f, 1) == 2
+        assert (f.__casmon_cache__.misses, f.__casmon_cache__.hits) == (1, 1)
+        mod.K.m.__code__ = (lambda self: 2).__code__
+        assert within(f, 1) == 3
+        assert f.__casmon_cache__.misses == 2
