@@ -45,6 +45,7 @@ from __future__ import annotations
 import __future__
 import ast
 import dis
+import enum
 import functools
 import inspect
 import linecache
@@ -673,6 +674,8 @@ class _Collector:
         for attr in sorted(own):
             if attr in fn_attrs or (attr.startswith("__") and attr.endswith("__")) or attr.startswith("_abc"):
                 continue
+            if attr == "_value2member_map_" and isinstance(cls, enum.EnumMeta):
+                continue  # Python's cache of Flag combinations and _missing_ members: the members count in _member_map_
             raw = own[attr]
             if isinstance(raw, (staticmethod, classmethod, property, functools.cached_property)) or callable(raw):
                 self._bind((own, attr), raw)
