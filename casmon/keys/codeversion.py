@@ -780,7 +780,8 @@ class VersionTracker:
     def current(self) -> Digest:
         """The version now: the remembered one if nothing it depends on changed, else computed again."""
         d = self.digest
-        if d is not None and self.valid():
+        # On this thread's walk its name stands for it, though another thread may have stored it meanwhile.
+        if d is not None and id(self) not in versionwalk.current().busy and self.valid():
             return d
         return self._compute()
 
