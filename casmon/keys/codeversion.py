@@ -49,7 +49,6 @@ import enum
 import functools
 import inspect
 import linecache
-import pickle
 import sys
 import textwrap
 import threading
@@ -62,7 +61,7 @@ from typing import Any, cast
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
 from casmon.keys import versionwalk
-from casmon.keys.smallpickle import small_pickle
+from casmon.keys.smallpickle import pickle_matches, small_pickle
 from casmon.keys.usercode import is_user_module
 
 __all__ = [
@@ -708,9 +707,6 @@ class _Collector:
                 self.contents.append((v, d, small_pickle(v)))
 
 
-_pickle_dumps = pickle.dumps
-
-
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
     """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
     versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
@@ -804,7 +800,7 @@ class VersionTracker:
         for v, fp, pk in self._contents:
             try:
                 if pk is not None:
-                    if _pickle_dumps(v, 5) != pk:
+                    if not pickle_matches(v, pk):
                         return False
                 elif fingerprint(v) != fp:
                     return False
@@ -951,11 +947,13 @@ class VersionedFingerprinter(Fingerprinter):
     :meth:`~VersionTracker.observe` them after the call.
     """
 
-    __slots__ = ("trackers", "deps")
+    __slots__ = ("trackers", "deps", "versions")
 
     def __init__(self) -> None:
         super().__init__()
         self.trackers: list[VersionTracker] = []
+        # id of tracker -> version fed: a class met once per instance (a registry of 10,000) is checked once
+        self.versions: dict[int, Digest] = {}
         #: ``(tracker, digest fed)``; None where the tracker is being computed on this thread (a cycle).
         self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
@@ -964,12 +962,15 @@ class VersionedFingerprinter(Fingerprinter):
         c.stack = self.stack
         c.trackers = self.trackers
         c.deps = self.deps
+        c.versions = self.versions
         return c
 
     def _version(self, t: VersionTracker) -> None:
-        d = t.current()
-        self.trackers.append(t)
-        self.deps.append((t, d if d == t.digest else None))
+        d = self.versions.get(id(t))
+        if d is None:
+            d = self.versions[id(t)] = t.current()
+            self.trackers.append(t)
+            self.deps.append((t, d if d == t.digest else None))
         self.out += b"v" + bytes(d)
 
     def function(self, f: Any) -> None:
