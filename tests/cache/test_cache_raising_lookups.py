@@ -115,3 +115,46 @@ def test_a_user_object_whose_lookups_raise_does_not_break_the_cached_call(case, 
         mod.K.m.__code__ = (lambda self: 2).__code__
         assert within(f, 1) == 3
         assert f.__casmon_cache__.misses == 2
+
+
+LAZY_SOURCE = '''
+import sys
+import types
+
+
+class Thing:
+    def m(self):
+        return 1
+
+
+lazy = types.ModuleType("{lazy}")
+lazy.__getattr__ = lambda name: Thing()  # PEP 562: every name answered, __file__ too
+sys.modules["{lazy}"] = lazy
+
+
+class K:
+    def m(self):
+        return 1
+
+
+def f(x):
+    import {lazy}
+    return {lazy}.anything.m() + x + K().m() - 1
+'''
+
+
+@pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")
+def test_a_module_whose_getattr_answers_every_name_does_not_break_the_cached_call(tmp_path, monkeypatch):
+    name = f"lazyuser_{tmp_path.name.replace('-', '_')}"
+    lazy = name + "_lazy"
+    (tmp_path / f"{name}.py").write_text(LAZY_SOURCE.format(lazy=lazy))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module(name)
+    monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setitem(sys.modules, lazy, sys.modules[lazy])
+    f = casmon.cache(mod.f, store=str(tmp_path / "s"))
+    assert within(f, 1) == 2
+    assert within(f, 1) == 2
+    assert (f.__casmon_cache__.misses, f.__casmon_cache__.hits) == (1, 1)
+    mod.K.m.__code__ = (lambda self: 2).__code__
+    assert within(f, 1) == 3
