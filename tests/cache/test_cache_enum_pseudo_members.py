@@ -69,8 +69,9 @@ def load(tmp_path, monkeypatch):
     name = f"pseudo_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # the test's end removes the module it imports
+    del sys.modules[name]
     mod = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, mod)
     return mod
 
 

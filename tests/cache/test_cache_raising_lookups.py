@@ -104,8 +104,9 @@ def test_a_user_object_whose_lookups_raise_does_not_break_the_cached_call(case, 
     name = f"raising_{list(SOURCES).index(case)}_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(SOURCES[case])
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # the test's end removes the module it imports
+    del sys.modules[name]
     mod = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, mod)
     f = casmon.cache(mod.f, store=str(tmp_path / "s"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # what cannot be read may be named in a warning
@@ -149,9 +150,10 @@ def test_a_module_whose_getattr_answers_every_name_does_not_break_the_cached_cal
     lazy = name + "_lazy"
     (tmp_path / f"{name}.py").write_text(LAZY_SOURCE.format(lazy=lazy))
     monkeypatch.syspath_prepend(str(tmp_path))
+    for n in (name, lazy):
+        monkeypatch.setitem(sys.modules, n, None)  # the test's end removes the modules it imports
+        del sys.modules[n]
     mod = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setitem(sys.modules, lazy, sys.modules[lazy])
     f = casmon.cache(mod.f, store=str(tmp_path / "s"))
     assert within(f, 1) == 2
     assert within(f, 1) == 2

@@ -63,8 +63,9 @@ def check_registry(n, tmp_path, monkeypatch):
     name = f"registry_{n}_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(SOURCE.format(n=n))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # the test's end removes the module it imports
+    del sys.modules[name]
     mod = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, mod)
     counts = {"feed": 0, "walk": 0}
     feed, walk = fpm.Fingerprinter.feed, cv.VersionTracker._walk
 

@@ -50,8 +50,9 @@ def test_a_version_stored_by_another_thread_mid_walk_does_not_change_this_walks_
     name = f"concurrent_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # the test's end removes the module it imports
+    del sys.modules[name]
     mod = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, mod)
     other = {}
 
     def compute_on_another_thread():
