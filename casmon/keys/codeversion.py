@@ -952,8 +952,9 @@ class VersionedFingerprinter(Fingerprinter):
     def __init__(self) -> None:
         super().__init__()
         self.trackers: list[VersionTracker] = []
-        # id of tracker -> version fed: a class met once per instance (a registry of 10,000) is checked once
-        self.versions: dict[int, Digest] = {}
+        # id of tracker -> (tracker, version fed): a class met once per instance (a registry of 10,000) is
+        # checked once; the tracker is held, so its id is not reused (one of an unhashable class is not shared)
+        self.versions: dict[int, tuple[VersionTracker, Digest]] = {}
         #: ``(tracker, digest fed)``; None where the tracker is being computed on this thread (a cycle).
         self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
@@ -966,9 +967,12 @@ class VersionedFingerprinter(Fingerprinter):
         return c
 
     def _version(self, t: VersionTracker) -> None:
-        d = self.versions.get(id(t))
-        if d is None:
-            d = self.versions[id(t)] = t.current()
+        known = self.versions.get(id(t))
+        if known is not None:
+            d = known[1]
+        else:
+            d = t.current()
+            self.versions[id(t)] = (t, d)
             self.trackers.append(t)
             self.deps.append((t, d if d == t.digest else None))
         self.out += b"v" + bytes(d)
