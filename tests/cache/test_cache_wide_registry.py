@@ -107,3 +107,25 @@ def test_a_hit_over_a_wide_registry_does_not_fingerprint_it_again(tmp_path, monk
 @pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")
 def test_a_registry_of_ten_thousand_instances_stays_cheap(tmp_path, monkeypatch):
     check_registry(10_000, tmp_path, monkeypatch)
+
+
+@pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")
+def test_an_edit_deep_inside_a_large_global_misses(tmp_path, monkeypatch):
+    # Past the pickle comparison's limit the check is a hash of the pickle: an edit anywhere still shows.
+    monkeypatch.setattr(smallpickle, "PICKLE_CHECK_LIMIT", 1024)
+    name = f"large_global_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        'ROWS = {"rows": [{"v": i} for i in range(2000)]}\n\n\ndef f(x):\n    return ROWS["rows"][x]["v"]\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # the test's end removes the module it imports
+    del sys.modules[name]
+    mod = importlib.import_module(name)
+    assert smallpickle.small_pickle(mod.ROWS)[:1] == b"#"
+    f = casmon.cache(mod.f, store=str(tmp_path / "s"))
+    assert within(f, 5) == 5
+    assert within(f, 5) == 5
+    mod.ROWS["rows"][1999]["v"] = -1  # not a row f reads now, but one it could
+    assert within(f, 5) == 5
+    assert (f.__casmon_cache__.misses, f.__casmon_cache__.hits) == (2, 1)
+    mod.ROWS["rows"][5]["v"] = 7
+    assert within(f, 5) == 7
