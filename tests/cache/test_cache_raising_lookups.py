@@ -160,3 +160,41 @@ def test_a_module_whose_getattr_answers_every_name_does_not_break_the_cached_cal
     assert (f.__casmon_cache__.misses, f.__casmon_cache__.hits) == (1, 1)
     mod.K.m.__code__ = (lambda self: 2).__code__
     assert within(f, 1) == 3
+
+
+UNHASHABLE_SOURCE = '''
+class Meta(type):
+    __hash__ = None
+
+    def __eq__(cls, other):
+        raise RuntimeError("no comparing classes")
+
+
+class K(metaclass=Meta):
+    def __init__(self, i):
+        self.i = i
+
+    def m(self):
+        return self.i
+
+
+K.ME = K(0)
+
+
+def f(x, d=K.ME):
+    return x.m() + d.m() + 1
+'''
+
+
+@pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")
+def test_an_argument_whose_class_cannot_be_hashed_does_not_break_the_cached_call(tmp_path, monkeypatch):
+    name = f"unhashable_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(UNHASHABLE_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # the test's end removes the module it imports
+    del sys.modules[name]
+    mod = importlib.import_module(name)
+    f = casmon.cache(mod.f, store=str(tmp_path / "s"))
+    assert within(f, mod.K(2)) == 3
+    assert within(f, mod.K(2)) == 3
+    assert within(f, mod.K(3), mod.K(4)) == 8
