@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["HotCalls", "eligible"]
 
 _SCALARS = frozenset({int, str, bytes, bool, type(None)})
+_SCALAR_IDS = frozenset(id(t) for t in _SCALARS)  # by identity: a user type's hash or == may raise
 #: Strings and bytes up to this long count as small (a longer one is hashed the usual way).
 SMALL_TEXT = 256
 #: A result whose pickle is at most this long is kept here; a larger one is read from the store at each hit.
@@ -48,8 +49,8 @@ _COPIED = frozenset({"pickle", "json", "array"})
 
 def _small(v: Any) -> bool:
     t = type(v)
-    if t in _SCALARS:
-        return t not in (str, bytes) or len(v) <= SMALL_TEXT
+    if id(t) in _SCALAR_IDS:
+        return t is not str and t is not bytes or len(v) <= SMALL_TEXT
     return t is float
 
 
@@ -60,6 +61,16 @@ def eligible(state: CacheState, no_self: object, empty: object) -> bool:
     return all(p.default is empty or _small(p.default) for p in state.params)
 
 
+def hashable(what: Any) -> Any:
+    """``what`` (a warning's once-only key), or where it names a type that cannot be hashed (its metaclass sets
+    ``__hash__ = None``) the ids of what it names."""
+    try:
+        hash(what)
+        return what
+    except TypeError:
+        return tuple(x if isinstance(x, (str, int)) else id(x) for x in what) if isinstance(what, tuple) else id(what)
+
+
 def call_key(args: tuple, kwargs: dict) -> tuple | None:
     """``args`` and ``kwargs`` as ``(type, value)`` pairs, or None if one is not a small immutable value."""
     out: list[Any] = []
@@ -67,7 +78,7 @@ def call_key(args: tuple, kwargs: dict) -> tuple | None:
         t = type(v)
         if t is float:
             out.append(v.hex())
-        elif t in _SCALARS and (t not in (str, bytes) or len(v) <= SMALL_TEXT):
+        elif id(t) in _SCALAR_IDS and (t is not str and t is not bytes or len(v) <= SMALL_TEXT):
             out.append(t)
             out.append(v)
         else:
@@ -79,7 +90,7 @@ def call_key(args: tuple, kwargs: dict) -> tuple | None:
             if t is float:
                 out.append(k)
                 out.append(v.hex())
-            elif t in _SCALARS and (t not in (str, bytes) or len(v) <= SMALL_TEXT):
+            elif id(t) in _SCALAR_IDS and (t is not str and t is not bytes or len(v) <= SMALL_TEXT):
                 out.append(k)
                 out.append(t)
                 out.append(v)
@@ -90,7 +101,7 @@ def call_key(args: tuple, kwargs: dict) -> tuple | None:
 
 def _immutable(v: Any, depth: int = 0) -> bool:
     t = type(v)
-    if t in _SCALARS or t is float or t is complex:
+    if id(t) in _SCALAR_IDS or t is float or t is complex:
         return True
     if t is tuple or t is frozenset:
         return depth < 8 and len(v) <= 64 and all(_immutable(x, depth + 1) for x in v)

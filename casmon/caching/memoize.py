@@ -437,6 +437,7 @@ class CacheState:
 
     def warn(self, what: Hashable, msg: str) -> None:
         """Warn ``msg`` as a :class:`CacheWarning` at the caller's line, once per ``what`` for this function."""
+        what = hot.hashable(what)
         if what not in self._warned:
             self._warned.add(what)
             warnings.warn(msg, CacheWarning, stacklevel=stacklevel_outside(_PKG_DIR))

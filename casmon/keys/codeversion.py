@@ -45,10 +45,10 @@ from __future__ import annotations
 import __future__
 import ast
 import dis
+import enum
 import functools
 import inspect
 import linecache
-import pickle
 import sys
 import textwrap
 import threading
@@ -61,6 +61,7 @@ from typing import Any, cast
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
 from casmon.keys import versionwalk
+from casmon.keys.smallpickle import pickle_matches, small_pickle
 from casmon.keys.usercode import is_user_module
 
 __all__ = [
@@ -103,7 +104,7 @@ def function_name(fn: Any) -> str:
 def _unwrap(fn: Any) -> Any:
     try:
         return inspect.unwrap(fn)
-    except ValueError:  # a __wrapped__ cycle
+    except Exception:  # noqa: BLE001 - a __wrapped__ cycle, or a lookup that raises (an attribute-dict object)
         return fn
 
 
@@ -113,7 +114,10 @@ def unwrap_callable(fn: Any) -> Any:
     for _ in range(100):
         if isinstance(fn, types.FunctionType) and _is_user_obj(fn):
             return fn
-        w = getattr(fn, "__wrapped__", None)
+        try:
+            w = getattr(fn, "__wrapped__", None)
+        except Exception:  # noqa: BLE001 - a __getattr__ that raises KeyError
+            return fn
         if w is None or not callable(w):
             return fn
         fn = w
@@ -123,7 +127,7 @@ def unwrap_callable(fn: Any) -> Any:
 def _is_user_obj(obj: Any) -> bool:
     try:
         return is_user_module(getattr(obj, "__module__", None))
-    except TypeError:  # an unhashable __module__
+    except Exception:  # noqa: BLE001 - an unhashable __module__, a lookup that raises
         return False
 
 
@@ -600,6 +604,14 @@ class _Collector:
 
     def ref(self, name: str, v: Any, where: Any, names: list[str], depth: int) -> None:
         self._bind(where, v)
+        try:
+            self._ref(name, v, where, names, depth)
+        except Exception:  # noqa: BLE001 - a user object whose lookups raise: counted by type, the walk goes on
+            tname = _type_name(v)
+            self.parts.append(("global", name, "<unreadable " + tname + ">"))
+            self.unhashable.append((name, tname))
+
+    def _ref(self, name: str, v: Any, where: Any, names: list[str], depth: int) -> None:
         if isinstance(v, types.FunctionType) or (callable(v) and not isinstance(v, type) and hasattr(v, "__wrapped__")):
             target = unwrap_callable(v)
             if isinstance(target, types.FunctionType) and _is_user_obj(target):
@@ -636,11 +648,13 @@ class _Collector:
             return
         self.seen.add(id(cls))
         own = vars(cls)
-        fns = []
+        fns: list[tuple[str, Any, Any]] = []
         for attr in sorted(own):
             raw = own[attr]
-            for f in _class_member_functions(raw):
-                fns.append((attr, raw, f))
+            try:
+                fns.extend((attr, raw, f) for f in _class_member_functions(raw))
+            except Exception:  # noqa: BLE001 - its lookups raise: a data attribute, counted as a value
+                pass
         # A class is its bases, its metaclass, its methods' code and its data attributes (the
         # methods' own files are read, so this works where the class's module is not importable,
         # as for a class from __main__ in a worker process).
@@ -659,6 +673,8 @@ class _Collector:
         for attr in sorted(own):
             if attr in fn_attrs or (attr.startswith("__") and attr.endswith("__")) or attr.startswith("_abc"):
                 continue
+            if attr == "_value2member_map_" and isinstance(cls, enum.EnumMeta):
+                continue  # Python's cache of Flag combinations and _missing_ members: the members count in _member_map_
             raw = own[attr]
             if isinstance(raw, (staticmethod, classmethod, property, functools.cached_property)) or callable(raw):
                 self._bind((own, attr), raw)
@@ -672,8 +688,7 @@ class _Collector:
         try:
             fp.feed_value(v, name)
         except Exception:  # noqa: BLE001 - a lock, a connection, an open file
-            t = type(v)
-            tname = f"{canonical_module(t.__module__)}.{t.__qualname__}"
+            tname = _type_name(v)
             self.parts.append(("global", name, "<unhashable " + tname + ">"))
             if not quiet and not _quiet_type(v):
                 self.unhashable.append((name, tname))
@@ -689,52 +704,13 @@ class _Collector:
                 except Exception:  # noqa: BLE001 - cannot be checked: the version is computed again at each use
                     self.contents.append((v, d, None))
             else:
-                self.contents.append((v, d, _small_pickle(v)))
-
-
-#: Mutable values whose pickle is at most this long are re-checked by comparing pickles (a C-speed
-#: serialization, exact for the same content) instead of fingerprinting them again.
-_PICKLE_CHECK_LIMIT = 1 << 16
-_pickle_dumps = pickle.dumps
-
-
-class _TooBig(Exception):
-    pass
-
-
-class _LimitedSink:
-    """A file that takes at most ``_PICKLE_CHECK_LIMIT`` bytes: a large value is never pickled whole."""
-
-    __slots__ = ("parts", "n")
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.n = 0
-
-    def write(self, b: bytes | bytearray | memoryview) -> int:
-        n = len(b) if not isinstance(b, memoryview) else b.nbytes
-        self.n += n
-        if self.n > _PICKLE_CHECK_LIMIT:
-            raise _TooBig
-        self.parts.append(bytes(b))
-        return n
-
-
-def _small_pickle(v: Any) -> bytes | None:
-    """The pickle of ``v`` if it is small (the content check of a mutable value), else None."""
-    sink = _LimitedSink()
-    try:
-        pickle.Pickler(sink, 5).dump(v)
-    except Exception:  # noqa: BLE001 - too big or not picklable: fingerprint it
-        return None
-    b = b"".join(sink.parts)
-    return b if b == _pickle_dumps(v, 5) else None  # the check compares pickle.dumps output
+                self.contents.append((v, d, small_pickle(v)))
 
 
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
     """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
     versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
-    pk = _small_pickle(v)
+    pk = small_pickle(v)
     return (v, _NO_DIGEST if pk is not None else fingerprint(v), pk)
 
 
@@ -758,6 +734,14 @@ def _name_of(obj: Any) -> str:
     except TypeError:
         t = type(obj)
         return f"<{canonical_module(t.__module__)}.{t.__qualname__}>"
+
+
+def _type_name(v: Any) -> str:
+    t = type(v)
+    try:
+        return f"{canonical_module(t.__module__)}.{t.__qualname__}"
+    except Exception:  # noqa: BLE001 - a metaclass whose lookups raise
+        return "?"
 
 
 def _weakref(obj: Any) -> Callable[[], Any]:
@@ -792,7 +776,8 @@ class VersionTracker:
     def current(self) -> Digest:
         """The version now: the remembered one if nothing it depends on changed, else computed again."""
         d = self.digest
-        if d is not None and self.valid():
+        # On this thread's walk its name stands for it, though another thread may have stored it meanwhile.
+        if d is not None and id(self) not in versionwalk.current().busy and self.valid():
             return d
         return self._compute()
 
@@ -815,7 +800,7 @@ class VersionTracker:
         for v, fp, pk in self._contents:
             try:
                 if pk is not None:
-                    if _pickle_dumps(v, 5) != pk:
+                    if not pickle_matches(v, pk):
                         return False
                 elif fingerprint(v) != fp:
                     return False
@@ -905,24 +890,24 @@ class VersionTracker:
         cycle = w.leave(id(obj), self, mark, (own, c))
         if cycle is None:  # in a cycle that closes further up: its name stands for it until then
             return fingerprint(("casmon.version.cycle", _name_of(obj)))
-        # A version is its own digest; in a cycle of several, with all the members' own digests (in no order
-        # the walk chose), so each member's is the same whichever the walk met first.
-        mates = sorted(bytes(r[0]) for _t, r in cycle)
-        for t, (t_own, t_c) in cycle:
-            t._store(t_c, t_own if len(cycle) == 1 else fingerprint(("casmon.version.scc", bytes(t_own), mates)))
+        final = versionwalk.final_versions([(t, r[0]) for t, r in cycle])
+        for t, (_own, t_c) in cycle:
+            t._store(t_c, final)
         return cast(Digest, self.digest)
 
-    def _store(self, c: _Collector, digest: Digest) -> None:
+    def _store(self, c: _Collector, final: dict[int, Digest]) -> None:
+        # A cycle mate its name stood for is checked against its final version (see versionwalk).
+        deps = {id(t): (t, final.get(id(t)) if d is None else d) for t, d in c.deps if t is not self}
         with self._lock:
             self._codes = tuple(c.codes)
             self._names = tuple(c.names)
             self._cells = tuple(c.cells)
             self._contents = c.contents
             self._nested = tuple({id(t): t for t in c.trackers if t is not self}.values())
-            self._deps = tuple({id(t): (t, d) for t, d in c.deps if t is not self}.values())
+            self._deps = tuple(deps.values())
             self.unhashable = c.unhashable
             self.parts = c.parts
-            self.digest = digest
+            self.digest = final[id(self)]
             self.computations += 1
 
 
@@ -962,11 +947,14 @@ class VersionedFingerprinter(Fingerprinter):
     :meth:`~VersionTracker.observe` them after the call.
     """
 
-    __slots__ = ("trackers", "deps")
+    __slots__ = ("trackers", "deps", "versions")
 
     def __init__(self) -> None:
         super().__init__()
         self.trackers: list[VersionTracker] = []
+        # id of tracker -> (tracker, version fed): a class met once per instance (a registry of 10,000) is
+        # checked once; the tracker is held, so its id is not reused (one of an unhashable class is not shared)
+        self.versions: dict[int, tuple[VersionTracker, Digest]] = {}
         #: ``(tracker, digest fed)``; None where the tracker is being computed on this thread (a cycle).
         self.deps: list[tuple[VersionTracker, Digest | None]] = []
 
@@ -975,12 +963,18 @@ class VersionedFingerprinter(Fingerprinter):
         c.stack = self.stack
         c.trackers = self.trackers
         c.deps = self.deps
+        c.versions = self.versions
         return c
 
     def _version(self, t: VersionTracker) -> None:
-        d = t.current()
-        self.trackers.append(t)
-        self.deps.append((t, d if d == t.digest else None))
+        known = self.versions.get(id(t))
+        if known is not None:
+            d = known[1]
+        else:
+            d = t.current()
+            self.versions[id(t)] = (t, d)
+            self.trackers.append(t)
+            self.deps.append((t, d if d == t.digest else None))
         self.out += b"v" + bytes(d)
 
     def function(self, f: Any) -> None:

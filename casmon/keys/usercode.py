@@ -41,8 +41,12 @@ def is_user_module(modname: str | None) -> bool:
     if modname == "casmon" or modname.startswith("casmon."):
         return False
     mod = sys.modules.get(modname)
-    f = getattr(mod, "__file__", None)
-    if not f:
-        return False  # built-in or namespace
+    try:
+        # Its own __file__, never a module __getattr__'s answer (a lazy module answers every name).
+        f = vars(mod).get("__file__") if mod is not None else None
+    except Exception:  # noqa: BLE001 - no __dict__, or one whose lookup raises
+        return False
+    if not f or not isinstance(f, str):
+        return False  # built-in, namespace or made at run time
     path = os.path.realpath(f)
     return not any(path.startswith(p) for p in _library_paths())

@@ -4,7 +4,9 @@ A version that reaches a version being computed now (a class whose values hold i
 classes holding each other's) gets its name there, never a re-entry. Versions that reach each other
 form a cycle (a strongly connected component, found as Tarjan's algorithm finds them): each member's
 own digest names its cycle mates, and its version is that digest with all the members' own digests,
-so no member's version depends on which one the walk met first. Versions nested deep (a chain of
+so no member's version depends on which one the walk met first. A member records its mates' final
+versions, so one computed again alone (the cycle since broken, then edited) makes the others computed
+again too, never kept with the cycle's old digest. Versions nested deep (a chain of
 classes each holding an instance of the next) go on on a fresh thread's stack, so no chain meets the
 recursion limit.
 """
@@ -16,7 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Walk", "current", "nested", "NEST_PER_STACK"]
+from casmon.keys.digest import Digest
+from casmon.keys.fingerprint import fingerprint
+
+__all__ = ["Walk", "current", "nested", "final_versions", "NEST_PER_STACK"]
 
 T = TypeVar("T")
 
@@ -86,6 +91,15 @@ class Walk:
         self.index.pop(oid, None)
         self.low.pop(oid, None)
         self.busy.discard(id(tracker))
+
+
+def final_versions(cycle: list[tuple[Any, Digest]]) -> dict[int, Digest]:
+    """``{id(tracker): version}`` of a closed cycle's ``(tracker, own digest)``: a version is its own digest; in
+    a cycle of several, with all the members' own digests (in no order the walk chose)."""
+    if len(cycle) == 1:
+        return {id(cycle[0][0]): cycle[0][1]}
+    mates = sorted(bytes(own) for _t, own in cycle)
+    return {id(t): fingerprint(("casmon.version.scc", bytes(own), mates)) for t, own in cycle}
 
 
 def current() -> Walk:
