@@ -37,6 +37,7 @@ POINTS: dict[str, str] = {
     "flush.sealed": "records and objects of this flush are set aside; nothing written yet",
     "flush.after_pack": "the pack of small objects is written, its index entries are not",
     "flush.after_index": "the pack's index entries are written, no record yet",
+    "flush.table_written": "one kind's record table is written, the next kind's not yet",
     "flush.after_records": "the record tables are written, nothing merged yet",
     # writer: Store.put
     "put.after_chunks": "a value's large chunks are written, its manifest waits in memory",

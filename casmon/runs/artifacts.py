@@ -134,6 +134,10 @@ def _ready(run: Run) -> Store:
 
 
 def _append(run: Run, store: Store, rec: dict[str, Any], refs: list[Digest]) -> None:
+    # The points logged before a save are written before its record: one flush writes its tables in no set
+    # order, and a checkpoint that outlived a kill with its points lost leaves a gap a resumed loop never fills.
+    run._metrics.wait_settled(10.0)  # a batch another thread took is appended first
+    store.flush()
     with run._held.lock:
         t, seq = run._held.stamp()
     store.append(KIND_ARTIFACT, {"run": run.ref, **rec, "time": t, "seq": seq}, key=artifacts_key(run.ref), refs=refs)

@@ -734,6 +734,7 @@ class Store:
                             t.reseal()  # checked just now: sealed now (casmon.store.table.fence)
                         try:
                             t.write_sealed()
+                            faultpoints.point("flush.table_written")
                             break
                         except LateWrite as late:
                             self.late_writes += 1
