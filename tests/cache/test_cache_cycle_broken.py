@@ -8,9 +8,9 @@ Calls run in a thread with a generous deadline, so a hang fails instead of hangi
 
 import importlib
 import sys
-import threading
 
 import casmon
+from tests.support import deadline
 
 DEADLINE = 120.0
 
@@ -45,22 +45,8 @@ def value_two(self):
 '''
 
 
-def within(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(DEADLINE)
-    assert not t.is_alive(), f"{fn} did not return within {DEADLINE} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def within(fn, *args, **kwargs):
+    return deadline.within(DEADLINE, fn, *args, **kwargs)
 
 
 def load(tmp_path, monkeypatch, stem):

@@ -10,33 +10,18 @@ hanging the suite.
 
 import dataclasses
 import enum
-import threading
 
 import pytest
 
 import casmon
+from tests.support import deadline
 from casmon.keys import codeversion as cv
 
 DEADLINE = 120.0
 
 
 def within(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in a thread: fails if it does not end within DEADLINE seconds."""
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(DEADLINE)
-    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {DEADLINE} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return deadline.within(DEADLINE, fn, *args, **kwargs)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import importlib
 import sys
 import tempfile
 import textwrap
-import threading
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import casmon
+from tests.support import deadline
 from casmon.keys import codeversion as cv
 
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.caching.CacheWarning")  # each edit says what changed
@@ -28,22 +28,8 @@ DEADLINE = 60.0
 KINDS = ("plain", "slots", "enum", "dataclass", "plain_dataclass")
 
 
-def within(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(DEADLINE)
-    assert not t.is_alive(), f"the cached call did not return within {DEADLINE} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def within(fn, *args, **kwargs):
+    return deadline.within(DEADLINE, fn, *args, **kwargs)
 
 
 @st.composite

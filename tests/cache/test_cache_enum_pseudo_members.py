@@ -7,9 +7,9 @@ keeps its hits when a new combination appears, and an edit to the enum's code st
 
 import importlib
 import sys
-import threading
 
 import casmon
+from tests.support import deadline
 
 DEADLINE = 120.0
 
@@ -47,22 +47,8 @@ def g(x):
 '''
 
 
-def within(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(DEADLINE)
-    assert not t.is_alive(), f"{fn} did not return within {DEADLINE} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def within(fn, *args, **kwargs):
+    return deadline.within(DEADLINE, fn, *args, **kwargs)
 
 
 def load(tmp_path, monkeypatch):

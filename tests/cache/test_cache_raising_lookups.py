@@ -9,12 +9,12 @@ to code the walk could read still misses. Calls run in a thread with a deadline.
 
 import importlib
 import sys
-import threading
 import warnings
 
 import pytest
 
 import casmon
+from tests.support import deadline
 
 DEADLINE = 120.0
 
@@ -81,22 +81,8 @@ def f(x):
 }
 
 
-def within(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(DEADLINE)
-    assert not t.is_alive(), f"{fn} did not return within {DEADLINE} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def within(fn, *args, **kwargs):
+    return deadline.within(DEADLINE, fn, *args, **kwargs)
 
 
 @pytest.mark.parametrize("case", list(SOURCES))

@@ -8,11 +8,11 @@ the whole pickle in memory. Counts, not times: how many values the fingerprinter
 
 import importlib
 import sys
-import threading
 
 import pytest
 
 import casmon
+from tests.support import deadline
 from casmon.keys import codeversion as cv
 from casmon.keys import fingerprint as fpm
 from casmon.keys import smallpickle
@@ -41,22 +41,8 @@ def f(x):
 '''
 
 
-def within(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(DEADLINE)
-    assert not t.is_alive(), f"{fn} did not return within {DEADLINE} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def within(fn, *args, **kwargs):
+    return deadline.within(DEADLINE, fn, *args, **kwargs)
 
 
 def check_registry(n, tmp_path, monkeypatch):
