@@ -16,7 +16,7 @@ from casmon.caching.entries import (
     clear_function,
     drop_duplicates,
     duplicates_plan,
-    replaced_in,
+    superseded_entries,
     Eviction,
     evict,
     eviction_plan,
@@ -34,7 +34,7 @@ __all__ = [
     "cache", "cache_with", "observers", "CachedFunction", "CacheState", "CacheInfo", "CacheWarning", "ResultRef",
     "file_digest", "path_digest",
     "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
-    "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes", "duplicates_plan", "replaced_in", "drop_duplicates",
+    "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes", "duplicates_plan", "superseded_entries", "drop_duplicates",
     "result_of", "results_total",
 ]
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "cache_entries",
            "resolve_function", "clear_function", "expires_option", "evict", "eviction_plan", "Eviction", "freed_bytes",
-           "duplicates_plan", "drop_duplicates", "result_of", "results_total", "use_hits"]
+           "duplicates_plan", "superseded_entries", "drop_duplicates", "result_of", "results_total", "use_hits"]
 
 KIND = "cache"  # cache entries, keyed by call key
 KIND_FN = "cachefn"  # one record per function version seen, keyed by the function's name digest
@@ -360,10 +360,17 @@ def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, f
     entry; lookups use the newest, so the others only take space. ``casmon gc`` drops them
     (:func:`drop_duplicates`). A record that cannot be read is never planned away.
     """
+    return superseded_entries(store)[0]
+
+
+def superseded_entries(store: Store) -> tuple[dict[tuple[bytes, bytes], tuple[str, int, float]], set[tuple[bytes, bytes]]]:
+    """:func:`duplicates_plan`, and the records of it that a newer record written to replace them supersedes
+    (``refresh``, a damaged result computed again): no race of two processes, and gc says so. One read."""
     from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
 
     store.flush()
     newest: dict[bytes, tuple[float, bytes]] = {}
+    replaced_at: dict[bytes, float] = {}
     parsed: list[tuple[bytes, bytes, str, int, float]] = []
     for k, v in store.table(KIND).items():
         try:
@@ -377,29 +384,10 @@ def duplicates_plan(store: Store) -> dict[tuple[bytes, bytes], tuple[str, int, f
         best = newest.get(k)
         if best is None or (t, v) > best:  # the newest wins, as in lookups; equal times: one of them, always the same
             newest[k] = (t, v)
-    return {(k, v): (fn, size, t) for k, v, fn, size, t in parsed if newest[k][1] != v}
-
-
-def replaced_in(store: Store, plan: dict[tuple[bytes, bytes], tuple[str, int, float]]) -> set[tuple[bytes, bytes]]:
-    """The records of :func:`duplicates_plan` that a newer record written to replace them supersedes
-    (``refresh``, a damaged result computed again): no race of two processes, and gc says so."""
-    from casmon.store.records import parse_record  # the store's layer: decorating a function never loads it
-
-    if not plan:
-        return set()
-    keys = {k for k, _v in plan}
-    replaced_at: dict[bytes, float] = {}
-    for k, v in store.table(KIND).items():
-        k = bytes(k)
-        if k not in keys:
-            continue
-        try:
-            r = parse_record(KIND, k, v)
-            if r.get("replaces") is True:
-                replaced_at[k] = max(replaced_at.get(k, 0.0), float(r.get("time", 0.0)))
-        except (ValueError, TypeError, OverflowError, DamagedObjectError):
-            continue
-    return {(k, v) for (k, v), (_fn, _size, t) in plan.items() if t < replaced_at.get(k, float("-inf"))}
+        if r.get("replaces") is True:
+            replaced_at[k] = max(replaced_at.get(k, 0.0), t)
+    plan = {(k, v): (fn, size, t) for k, v, fn, size, t in parsed if newest[k][1] != v}
+    return plan, {(k, v) for (k, v), (_fn, _size, t) in plan.items() if t < replaced_at.get(k, float("-inf"))}
 
 
 def drop_duplicates(store: Store, plan: dict[tuple[bytes, bytes], Any] | None = None) -> tuple[int, int]:

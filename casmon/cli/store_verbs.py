@@ -215,11 +215,11 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     if not dry_run and not store.backend.supports_deletes:
         raise click.ClickException(f"cannot gc {store.url}: it cannot delete (a zip file); "
                                    f"`casmon gc --dry-run` shows what gc would remove")
-    from casmon.caching import drop_duplicates, duplicates_plan, replaced_in
+    from casmon.caching import drop_duplicates, superseded_entries
 
     # Records of keys a newer record holds: two processes missed one key at once, or a refresh replaced them.
-    dups = duplicates_plan(store)
-    replaced = len(replaced_in(store, dups))
+    dups, replaced_records = superseded_entries(store)
+    replaced = len(replaced_records)
     deduped = (len(dups), duplicates_freed(store, dups))
     if dups and not dry_run:
         deduped, dups = (drop_duplicates(store, dups)[0], deduped[1]), {}
