@@ -7,7 +7,6 @@ runs. Apart from the decorator because none of it runs on a call's path.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Iterable
@@ -244,14 +243,9 @@ def cache_entries(store: Store) -> dict[str, dict]:
 
 
 def use_hits(record: dict) -> list[tuple[str, str, int, float]]:
-    """A use record's hits as ``(key hex, function, count, last use)``; malformed ones (a crafted record) left out."""
-    hits = record.get("hits")
-    out = []
-    for h, v in (hits.items() if isinstance(hits, dict) else ()):
-        if (type(v) is list and len(v) == 3 and isinstance(v[0], str) and type(v[1]) is int
-                and type(v[2]) in (int, float) and v[2] == v[2] and re.fullmatch(r"[0-9a-f]{32}", h)):
-            out.append((h, v[0], v[1], float(v[2])))
-    return out
+    """A use record's hits as ``(key hex, function, count, last use)``. The record was read through its field
+    checks (``_hits`` above): a malformed hit is already left out."""
+    return [(h, fn, n, last) for h, (fn, n, last) in record.get("hits", {}).items()]
 
 
 def _size_of(record: dict) -> int:
