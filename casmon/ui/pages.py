@@ -389,9 +389,7 @@ def store_page(ctx: Ctx, st: dict[str, Any]) -> bytes:
              ("after dedup", f"{size(g('chunk_bytes'))} (dedup ratio {display.ratio(g('dedup_ratio'))}, "
                              f"the chunks' compression ratio {display.ratio(g('compression_ratio'))})"),
              ("objects on disk", size(g("object_bytes"))),
-             ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"
-                               + (f" ({size(g('reserve_bytes'))} of it the gc reserve, room for gc on a full disk)"
-                                  if g("reserve_bytes") else "")),
+             ("store on disk", display.on_disk(st)),
              ("refs", f"{g('refs', 0):,}"),
              ("damaged files", f"{g('damaged_files', 0):,}" + (" (casmon verify names them)" if g("damaged_files") else ""))]
     area = g("bytes_by_area") or {}

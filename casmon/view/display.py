@@ -31,7 +31,7 @@ from casmon.view.text import short_repr as short  # display.short: the name view
 
 __all__ = [
     "Html", "esc", "when", "size", "ratio", "seconds", "short", "table", "text_table", "frame", "patch_html",
-    "RunList", "RunDiff", "StoreStats", "Sessions", "CacheEntries", "session_where",
+    "RunList", "RunDiff", "StoreStats", "on_disk", "Sessions", "CacheEntries", "session_where",
 ]
 
 #: Scoped to the view's own element; nothing outside it changes (a notebook keeps its style).
@@ -578,6 +578,13 @@ def _count_lines(text: str, sign: str) -> int:
 # -- store stats ---------------------------------------------------------------------------------------
 
 
+def on_disk(stats: dict[str, Any]) -> str:
+    """The "store on disk" line of ``store.stats()``: bytes and files, the gc reserve named apart."""
+    g = stats.get
+    return (f"{size(g('stored_bytes'))} in {g('files', 0):,} files"
+            + (f" ({size(g('reserve_bytes'))} of it the gc reserve, room for gc on a full disk)" if g("reserve_bytes") else ""))
+
+
 class StoreStats(dict):
     """``store.stats()``: the same dict as always, shown with sizes in MiB/GiB and ratios rounded."""
 
@@ -592,9 +599,7 @@ class StoreStats(dict):
             ("after dedup", f"{size(g('chunk_bytes'))} (dedup {ratio(g('dedup_ratio'))}, chunks compressed "
                             f"{ratio(g('compression_ratio'))})"),
             ("objects on disk", size(g("object_bytes"))),
-            ("store on disk", f"{size(g('stored_bytes'))} in {g('files', 0):,} files"
-                               + (f" ({size(g('reserve_bytes'))} of it the gc reserve, room for gc on a full disk)"
-                                  if g("reserve_bytes") else "")),
+            ("store on disk", on_disk(self)),
             ("records", ", ".join(f"{k} {v:,}" for k, v in (g("records") or {}).items()) or "none"),
             ("refs", f"{g('refs', 0):,}"),
             ("damaged files", f"{g('damaged_files', 0):,}" + (" (casmon verify names them)" if g("damaged_files") else "")),
