@@ -8,20 +8,13 @@ import math
 import pytest
 
 import casmon
+from tests.support.stores import one_cached_call
 from casmon.caching import evict, eviction_plan
 
 
 @pytest.fixture
 def store(tmp_path):
-    s = casmon.open(tmp_path / "s")
-
-    @casmon.cache(store=s)
-    def f(x):
-        return x
-
-    f(1)
-    s.close()
-    return str(tmp_path / "s")
+    return one_cached_call(tmp_path / "s")
 
 
 @pytest.mark.parametrize("kw, name", [({"max_size": math.nan}, "max_size"), ({"max_size": math.inf}, "max_size"),

@@ -4,7 +4,7 @@ added to. The Python options are checked in tests/cache, tests/maintenance and t
 
 import pytest
 
-import casmon
+from tests.support.stores import one_cached_call
 from tests.support.cli import cli
 
 BAD_SECONDS = ["nan", "inf", "1e308", "NaN"]
@@ -13,15 +13,7 @@ HUGE = "9" * 400
 
 @pytest.fixture
 def store(tmp_path):
-    s = casmon.open(tmp_path / "s")
-
-    @casmon.cache(store=s)
-    def f(x):
-        return x
-
-    f(1)
-    s.close()
-    return str(tmp_path / "s")
+    return one_cached_call(tmp_path / "s")
 
 
 def one_line_refusal(*args, option):

@@ -71,3 +71,16 @@ def assert_no_record_names_a_removed_value(store) -> None:
         for _k, rec in store.records(kind):
             for h in rec.get("_refs", ()):
                 assert h in store, f"a {kind} record names {h}, which is not stored"
+
+
+def one_cached_call(path) -> str:
+    """A store at ``path`` holding one cached call's entry, closed: where the store options' tests run."""
+    s = casmon.open(path)
+
+    @casmon.cache(store=s)
+    def f(x):
+        return x
+
+    f(1)
+    s.close()
+    return str(path)
