@@ -15,6 +15,7 @@ import time
 import pytest
 
 import casmon
+from tests.support import deadline
 from casmon.runs import live
 from tests.conftest import ROOT
 
@@ -54,13 +55,7 @@ def _start(tmp_path, mode="plain", **env):
 
 
 def _until(cond, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return deadline.until(cond, what, timeout)
 
 
 def _run(store):

@@ -7,19 +7,14 @@ import time
 import pytest
 
 import casmon
+from tests.support import deadline
 from casmon import faultpoints
 
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
 
 
 def _until(cond, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return deadline.until(cond, what, timeout)
 
 
 def _reader(loc):

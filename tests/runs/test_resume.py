@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import casmon
+from tests.support import deadline
 from casmon.runs import ResumeError, list_runs, load_run
 from casmon.runs.resume import claim_refs
 from tests.conftest import ROOT
@@ -49,12 +50,7 @@ with casmon.record(store=store, comment="job", resume=None if which == "-" else 
 
 
 def _until(cond, what, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return deadline.until(cond, what, timeout)
 
 
 def _spawn(tmp_path, which="-", stop=100, hold="-"):

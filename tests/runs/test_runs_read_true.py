@@ -18,6 +18,7 @@ import time
 import pytest
 
 import casmon
+from tests.support import deadline
 from tests.conftest import ROOT
 from tests.support.cli import cli
 
@@ -40,13 +41,7 @@ with casmon.record(store=store) as run:
 
 
 def _until(cond, what, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return deadline.until(cond, what, timeout)
 
 
 def _killed_run(tmp_path, faultpoint=None):

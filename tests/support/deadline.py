@@ -21,3 +21,17 @@ def within(seconds: float, fn, *args, **kwargs):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def until(cond, what: str, timeout: float):
+    """Poll ``cond()`` until it is truthy and return it; a failed test naming ``what`` after ``timeout`` seconds
+    (bounds far beyond what must happen: a loaded machine is slow, not wrong)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
