@@ -1,6 +1,6 @@
 """Experiment records: ``casmon.record`` keeps what a run was; runs are listed, compared, restored.
 
-``recorder`` (record, the run while it goes on), ``manifest`` (the run's record
+``recorder`` (record, the run while it goes on), ``cells`` (info and params as manifest cells), ``environment`` (notebook, user, packages), ``manifest`` (the run's record
 kind, refs and manifest checks), ``listing`` (``RunInfo``, list and load runs),
 ``comparison`` (``diff``), ``folders`` (``restore`` and ``export``), ``gitstate``
 (the code state through GitPython), ``capture`` (console output), ``metrics``

@@ -18,7 +18,6 @@ comparing them :mod:`~casmon.runs.comparison`, writing one into a folder
 from __future__ import annotations
 
 import functools
-import getpass
 import json
 import os
 import re
@@ -36,22 +35,22 @@ from typing import Any, Literal
 from casmon.keys.names import keep_flat_names
 from casmon.caching import observers as cache_observers
 from casmon.calllog import find_recorder
-from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError, UnpicklableError
+from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs import artifacts, live, signals
 from casmon.runs import resume as resuming
 from casmon.runs.capture import OutputCapture
+from casmon.runs.cells import a_dict, cells
+from casmon.runs.environment import notebook_path, packages, user
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
-from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number, is_plain_json
+from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
 from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
-from casmon.runs.params import MAX_DEPTH
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
 from casmon.view import display
-from casmon.view.text import short_error, short_repr
-from casmon.runs.params import key_text
+from casmon.view.text import short_repr
 
 __all__ = ["record", "record_context", "Run", "RunWarning", "notebook_path", "DEFAULT_ENV", "log", "active_run",
            "EXIT_RETRY_S"]
@@ -78,67 +77,6 @@ class RunWarning(UserWarning):
 def scrub(text: str) -> str:
     """Remove credentials (``s3://key:secret@host`` -> ``s3://***@host``); see :mod:`casmon.scrub`."""
     return _scrub(text, whole=True)
-
-
-def _json_or_value(store: Store, v: Any, refs: list[Digest]) -> Any:
-    """JSON values stay in the manifest; anything else is stored and referenced."""
-    if type(v) in (str, int, float, bool, type(None)) or (type(v) in (list, dict) and is_plain_json(v)):
-        try:
-            if len(json.dumps(v, allow_nan=True)) <= 4096:
-                return v
-        except RecursionError:  # deeper than the encoder goes: stored as a value, or refused as one
-            pass
-    d = store.put(v)
-    refs.append(d)
-    return {"$": d.hex()}
-
-
-def _param_cell(store: Store, v: Any, refs: list[Digest], depth: int = 0) -> Any:
-    """A parameter for the manifest: a dict that is not plain JSON (an Enum or an array inside a config) stays a
-    dict, each leaf stored on its own, so its plain siblings still flatten to ``cfg.lr`` for tables and filters."""
-    if (type(v) is dict and v and depth < MAX_DEPTH and set(v) != {"$"} and all(type(k) is str for k in v)
-            and not is_plain_json(v)):
-        return {k: _param_cell(store, x, refs, depth + 1) for k, x in v.items()}
-    return _json_or_value(store, v, refs)
-
-
-def _cells(store: Store, values: dict[Any, Any], refs: list[Digest], what: str) -> dict[str, Any]:
-    """``run.info`` or ``run.params`` for the manifest. A value that cannot be stored (a lock, an open file)
-    is kept as its description, with a warning: the user's value never stops the run's end from being saved,
-    and is never blamed on the store."""
-    out: dict[str, Any] = {}
-    # dict.items: one step under the GIL (another thread may be changing the dict) and blind to a subclass's
-    # own items(); string keys first, so a key that only reads like one (1 and "1") is the one renamed.
-    items: list[tuple[Any, Any]] = sorted(dict.items(values), key=lambda kv: type(kv[0]) is not str)
-    cell = _param_cell if what == "run.params" else _json_or_value
-    for k, v in items:
-        name = _key_text(k, out, what)
-        try:
-            out[name] = cell(store, v, refs)
-        except (CasmonError, OSError):  # the store's: the run's end is tried again
-            raise
-        except Exception as e:  # noqa: BLE001 - the value's own (unpicklable, nested too deep, ...)
-            why = short_error(e, 300) if isinstance(e, UnpicklableError) else f"{type(e).__name__}: {short_error(e, 300)}"
-            warnings.warn(f"casmon.record: {what}[{short_repr(k, 80)}] cannot be stored ({why}); its description is "
-                          "kept instead", RunWarning, stacklevel=2)
-            out[name] = f"<not stored: {short_repr(v, 100, arrays=True, qualified=True)}: {why}>"
-    return out
-
-
-def _key_text(k: Any, taken: Mapping[str, Any], what: str) -> str:
-    name = key_text(k, taken)
-    if name != k:
-        warnings.warn(f"casmon.record: {what} has two keys that read alike; the {type(k).__name__} one is kept as "
-                      f"{name!r}", RunWarning, stacklevel=3)
-    return name
-
-
-def _a_dict(value: Any, what: str) -> dict[str, Any]:
-    """``value`` if it is a dict, else a TypeError naming what was given (the run's end would fail on it)."""
-    if not isinstance(value, dict):
-        raise TypeError(f"casmon: {what} must be a dict (name -> value), got {type(value).__name__} "
-                        f"{short_repr(value, 80)}")
-    return value
 
 
 class Run:
@@ -193,7 +131,7 @@ class Run:
 
     @info.setter
     def info(self, value: dict[str, Any]) -> None:
-        self._info = _a_dict(value, "run.info")
+        self._info = a_dict(value, "run.info")
 
     @property
     def params(self) -> dict[str, Any]:
@@ -202,7 +140,7 @@ class Run:
 
     @params.setter
     def params(self, value: dict[str, Any]) -> None:
-        self._params = _a_dict(value, "run.params")
+        self._params = a_dict(value, "run.params")
 
     def log(self, metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
         """Log metrics at one step: ``run.log({"loss": 0.3}, step=5)`` or ``run.log(loss=0.3, acc=0.9)``.
@@ -424,7 +362,7 @@ class record:
             "files": {},
             "tracking_records": {},
             "host": socket.gethostname(),
-            "user": _user(),
+            "user": user(),
             "pid": os.getpid(),
             "python": sys.version.split()[0],
             "executable": sys.executable,
@@ -437,7 +375,7 @@ class record:
             "heartbeat_s": run._heartbeat_s,
         }
         run._code = code
-        run._packages = _packages()
+        run._packages = packages()
         run._recorder = self
         if self.resume is not None:
             resuming.attach(run, self.resume, self.resume_ok, self.params)  # claims it, or raises
@@ -489,9 +427,10 @@ class record:
 
     @staticmethod
     def _params_cells(run: Run, refs: list[Digest]) -> dict[str, Any]:
-        cells = _cells(run.store, run.params, refs, "run.params")
+        out = cells(run.store, run.params, refs, "run.params", RunWarning)
         run._params_written = _params_text(run.params)
-        return cells
+        return out
+
     def track_files(self, store: Store, root: Path, store_root: str | os.PathLike | None,
                     refs: list[Digest]) -> tuple[dict[str, dict], dict[str, list[str]]]:
         """Store the files under ``root`` that ``track`` matches (appending their digests to ``refs``): ``(files,
@@ -654,8 +593,8 @@ class record:
             od = store.put(scrub_output(output).encode("utf-8", "surrogateescape"))
             refs.append(od)
             m["output"] = od.hex()
-        m["info"] = _cells(store, run.info, refs, "run.info")
-        m["params"] = _cells(store, run.params, refs, "run.params")
+        m["info"] = cells(store, run.info, refs, "run.info", RunWarning)
+        m["params"] = cells(store, run.params, refs, "run.params", RunWarning)
         run._metrics.seal()  # a point another thread logs from now on would land after the summary below
         _append_batch(store, run, run._metrics.take(store))  # the last points: written by the flush below
         run._metrics.wait_settled(SETTLE_S)  # a batch the live thread took counts before the summary is kept
@@ -940,52 +879,6 @@ def record_context(increment_dir: Any = None, comment: str = "", tracking_files:
     return record(comment=comment, store=store, increment_dir=increment_dir, tracking_files=tracking_files or (),
                   save_output=save_output)
 
-
-def notebook_path() -> str | None:
-    """The notebook this process runs, if it is a Jupyter kernel whose front end says which; else None.
-
-    Sources, first found wins: ``__vsc_ipynb_file__`` in the kernel's namespace (VS Code
-    sets it to the notebook's absolute path); the ``JPY_SESSION_NAME`` environment variable
-    (Jupyter Server 2 sets it when it starts a kernel for a notebook: JupyterLab, Notebook 7;
-    the path is relative to the server's root folder in some versions); ``__session__`` in
-    the kernel's namespace (ipykernel copies ``JPY_SESSION_NAME`` there). Only inside a
-    kernel: a script started from a notebook (``!python x.py``) inherits the variable but is
-    not the notebook. Kernels started without a server (nbclient, nbconvert, papermill) know
-    no path unless their caller sets ``JPY_SESSION_NAME``.
-    """
-    if "ipykernel" not in sys.modules or "IPython" not in sys.modules:
-        return None
-    try:
-        shell = sys.modules["IPython"].get_ipython()
-        ns = getattr(shell, "user_ns", None) if shell is not None and hasattr(shell, "kernel") else None
-    except Exception:  # noqa: BLE001 - an odd shell: no notebook
-        return None
-    if not isinstance(ns, dict):
-        return None
-    for v in (ns.get("__vsc_ipynb_file__"), os.environ.get("JPY_SESSION_NAME"), ns.get("__session__")):
-        if isinstance(v, str) and v.strip():
-            return scrub(v.strip())[:4096]
-    return None
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001
-        return str(os.getuid()) if hasattr(os, "getuid") else "?"
-
-
-@functools.lru_cache(maxsize=1)
-def _packages() -> dict[str, str]:
-    out = {}
-    import importlib.metadata  # here, not at import: it costs tens of ms and only a run needs it
-
-    for dist in importlib.metadata.distributions():
-        try:
-            out[dist.metadata["Name"]] = dist.version
-        except Exception:  # noqa: BLE001
-            continue
-    return dict(sorted(out.items(), key=lambda kv: (kv[0] or "").lower()))
 
 # Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
 keep_flat_names([record, Run, RunWarning])

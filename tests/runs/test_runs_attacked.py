@@ -143,10 +143,10 @@ def test_any_info_or_params_keys_end_the_run_ok_and_keep_every_value(tmp_path, m
 
 
 def test_info_another_thread_changes_while_the_run_ends_leaves_the_run_ended(tmp_path, monkeypatch):
-    from casmon.runs import recorder
+    from casmon.runs import cells
 
     s = casmon.open(tmp_path / "s")
-    store_one = recorder._json_or_value
+    store_one = cells.json_or_value
 
     def and_change(store, v, refs):  # another thread adds a key while the end is being stored
         run.info[f"later{len(run.info)}"] = 1
@@ -154,7 +154,7 @@ def test_info_another_thread_changes_while_the_run_ends_leaves_the_run_ended(tmp
 
     with casmon.record(store=s, capture_output=False) as run:
         run.info = {"a": 1, "b": 2}
-        monkeypatch.setattr(recorder, "_json_or_value", and_change)
+        monkeypatch.setattr(cells, "json_or_value", and_change)
     monkeypatch.undo()
     r = casmon.load_run("latest", s)
     assert r.status == "ok" and {"a", "b"} <= set(r.info())
