@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "last_time", "artifacts_key", "save",
-           "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
+           "save_file", "release", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
            "drop_superseded", "stored_size"]
 
 KIND_ARTIFACT = "artifact"
@@ -208,6 +208,17 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
     d = store.put(data)
     _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": len(data), "mode": mode}, [d])
     return Artifact(name, "file", len(data), d.hex(), run._held.last_time, mode=mode, refs=(d.hex(),))
+
+
+def release(run: Run, name: str) -> None:
+    """Drop artifact ``name`` from ``run`` with a release record: the run reads back without it, and once
+    ``casmon gc`` drops the records it supersedes, what only it held is freed (a file a trainer deleted)."""
+    name = check_name(name)
+    store = _ready(run)
+    if name.startswith(CHECKPOINT):
+        with run._held.lock:  # retention no longer counts it
+            run._held.checkpoints = [s for s in run._held.checkpoints if f"{CHECKPOINT}{s}" != name]
+    _append(run, store, {"name": name, "released": True}, [])
 
 
 def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:

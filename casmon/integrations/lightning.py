@@ -1,0 +1,167 @@
+"""PyTorch Lightning: ``CasmonLogger`` logs a trainer's hyperparameters, metrics and checkpoints into a casmon run.
+
+    from casmon.integrations.lightning import CasmonLogger
+    trainer = lightning.Trainer(logger=CasmonLogger())
+
+A real ``Logger`` of ``lightning.pytorch`` (of ``pytorch_lightning`` when only that is installed, or only that is
+imported), built when ``CasmonLogger`` is first asked for: importing this module imports no framework. Only
+rank 0 logs (Lightning's ``rank_zero_only``). The checkpoints ``ModelCheckpoint`` writes are kept as the run's
+artifacts ``checkpoints/{file name}``; one it deletes (``save_top_k``) is released. Each ``fit``, ``validate``
+or ``test`` ends the logger's own run (Lightning's ``finalize``), so the next opens another: pass ``run=`` or
+record around them to keep them in one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from casmon.integrations.owner import RunOwner, TrainingRaised, numbers, plain
+from casmon.runs.artifacts import release
+
+__all__ = ["CasmonLogger", "ARTIFACT_PREFIX", "lightning_module"]
+
+#: Where checkpoint files go among the run's artifacts.
+ARTIFACT_PREFIX = "checkpoints/"
+
+
+def lightning_module() -> ModuleType:
+    """``lightning.pytorch``, or ``pytorch_lightning`` when that is the one imported or the only one installed."""
+    if "lightning.pytorch" not in sys.modules and "pytorch_lightning" in sys.modules:
+        return sys.modules["pytorch_lightning"]
+    for name in ("lightning.pytorch", "pytorch_lightning"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("casmon.integrations.lightning: PyTorch Lightning is not installed (pip install lightning)")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CasmonLogger":
+        cls = _build(lightning_module())
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _build(pl: ModuleType) -> type:
+    base = importlib.import_module(f"{pl.__name__}.loggers").Logger
+    rank_zero_only = importlib.import_module(f"{pl.__name__}.utilities").rank_zero_only
+
+    class CasmonLogger(base):  # type: ignore[misc, valid-type]
+        """Log a Lightning trainer into a casmon run: ``Trainer(logger=CasmonLogger())``.
+
+        ``run``: the run to log into; else the one active when logging starts; else the logger's own,
+        ``casmon.record(**record_options)``, ended with the trainer's status (``failed`` when training raised).
+        ``checkpoints``: keep what ``ModelCheckpoint`` writes as the run's artifacts (default True).
+        """
+
+        def __init__(self, run: Any = None, *, record_options: Mapping[str, Any] | None = None,
+                     checkpoints: bool = True) -> None:
+            super().__init__()
+            self._owner = RunOwner(run, record_options, "CasmonLogger")
+            self._checkpoints = bool(checkpoints)
+            self._saved: dict[str, tuple[str, tuple[int, int]]] = {}  # checkpoint path -> artifact name, stat
+            self._kept: dict[Any, set[str]] = {}  # each ModelCheckpoint's key -> the paths it keeps now
+            self._last_name: str | None = None
+
+        @property
+        def name(self) -> str:
+            return "casmon"
+
+        @property
+        def version(self) -> str | None:
+            """The run's name (Lightning names checkpoint folders by it); None on ranks other than 0."""
+            if self._owner.run is None and self._last_name is not None:
+                return self._last_name
+            run = self.experiment
+            return getattr(run, "name", None)
+
+        @property
+        def experiment(self) -> Any:
+            """The casmon run logged into (opened on first use); on ranks other than 0, nothing."""
+            return self._run_now()
+
+        @rank_zero_only
+        def _run_now(self) -> Any:
+            run = self._owner.get()
+            self._last_name = run.name
+            return run
+
+        @rank_zero_only
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            if isinstance(params, argparse.Namespace):
+                params = vars(params)
+            if not isinstance(params, Mapping):
+                params = getattr(params, "__dict__", {"hparams": params})
+            self._run_now().params.update(plain(dict(params)))
+
+        @rank_zero_only
+        def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+            values = numbers(metrics)
+            if values:
+                self._run_now().log(values, step=step)
+
+        @rank_zero_only
+        def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+            if self._checkpoints:
+                self._scan(checkpoint_callback)
+
+        @rank_zero_only
+        def finalize(self, status: str) -> None:
+            exc_info: tuple[Any, Any, Any] = (None, None, None)
+            if status == "failed":  # called while Lightning handles the exception
+                exc_info = sys.exc_info()
+                if exc_info[0] is None:
+                    e = TrainingRaised("casmon: Lightning reported the training failed")
+                    exc_info = (TrainingRaised, e, None)
+            if self._owner.run is not None:
+                self._last_name = self._owner.run.name
+            self._saved.clear()
+            self._kept.clear()
+            self._owner.end(*exc_info)
+
+        def _scan(self, cb: Any) -> None:
+            """Save the checkpoints ``cb`` keeps that are new or rewritten; release those no callback keeps now."""
+            paths = {os.path.abspath(os.fspath(p)) for p in [*(getattr(cb, "best_k_models", None) or {}),
+                                                             getattr(cb, "best_model_path", ""),
+                                                             getattr(cb, "last_model_path", "")] if p}
+            self._kept[getattr(cb, "state_key", None) or getattr(cb, "dirpath", None)] = paths
+            run = self._run_now()
+            taken = {n for n, _ in self._saved.values()}
+            for p in sorted(paths):
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                sig = (st.st_mtime_ns, st.st_size)
+                old = self._saved.get(p)
+                if old is not None and old[1] == sig:
+                    continue
+                name = old[0] if old is not None else _fresh(ARTIFACT_PREFIX + os.path.basename(p), taken)
+                if self._owner.guard(f"save checkpoint {p}", run.save_file, p, name) is not None:
+                    self._saved[p] = (name, sig)
+                    taken.add(name)
+            keep = set().union(*self._kept.values())
+            for p in [p for p in self._saved if p not in keep]:
+                name = self._saved.pop(p)[0]
+                self._owner.guard(f"release checkpoint {name}", release, run, name)
+
+    CasmonLogger.__module__ = __name__
+    return CasmonLogger
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    """``name``, or ``name (2)``, ``name (3)``, ... when a checkpoint of another folder took it."""
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name} ({n})" in taken:
+        n += 1
+    return f"{name} ({n})"

@@ -1,0 +1,254 @@
+"""The run a framework integration logs into, and the framework's values made fit for it.
+
+The run is the one passed as ``run=``, else the run active when training starts (``casmon.record`` or
+``start_run`` around it), else one of the integration's own (``casmon.record(**record_options)``), which it ends
+when training ends: ``failed`` when training raised. A framework that calls nothing when training raises
+(Hugging Face, Keras) is watched: a thread sees the training loop's frame leave its thread's stack before the
+framework said the training ended, and ends the run ``failed`` (with the exception, when the interpreter kept it).
+Storage errors while logging are warnings (:class:`casmon.RunWarning`): they never stop the training.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import PurePath
+from types import FrameType, TracebackType
+from typing import Any
+
+from casmon.errors import CasmonError
+from casmon.runs.recorder import Run, RunWarning, active_run, record
+
+__all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training_frame", "WATCH_S"]
+
+#: How often (seconds) a watched training loop is looked for on its thread's stack.
+WATCH_S = 0.2
+
+
+class TrainingRaised(RuntimeError):
+    """The run's end when training raised and the exception itself was no longer to be had."""
+
+
+class RunOwner:
+    """Which run an integration logs into, and, when it is its own, its start and end."""
+
+    def __init__(self, run: Run | None, record_options: Mapping[str, Any] | None, who: str) -> None:
+        if run is not None and not isinstance(run, Run):
+            raise TypeError(f"casmon: {who}: run must be a casmon Run (from casmon.record or casmon.start_run), "
+                            f"got {type(run).__name__}")
+        if record_options is not None and not isinstance(record_options, Mapping):
+            raise TypeError(f"casmon: {who}: record_options must be a dict of casmon.record's options, got "
+                            f"{type(record_options).__name__}")
+        self.who = who
+        self.given = run
+        self.options = dict(record_options or {})
+        record(**self.options)  # bad options fail here, where the integration is made, not mid-training
+        self.run: Run | None = None
+        self._record: record | None = None
+        self._lock = threading.Lock()
+        self._watch: _Watch | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def owns(self) -> bool:
+        """Whether the current run is the integration's own (ended by it)."""
+        return self._record is not None
+
+    def get(self) -> Run:
+        """The run to log into now, opening the integration's own if there is none."""
+        with self._lock:
+            if self.run is None:
+                if self.given is not None:
+                    self.run = self.given
+                elif (active := active_run()) is not None:
+                    self.run = active
+                else:
+                    rec = record(**self.options)
+                    self.run = rec.__enter__()
+                    self._record = rec
+            return self.run
+
+    def current(self) -> Run | None:
+        """The run to log into outside a training (an evaluation after it): the one resolved at the training's
+        start if it goes on, else the given or the active run; None rather than a run of its own that nothing
+        would end."""
+        with self._lock:
+            if self.run is not None:
+                return self.run
+            return self.given if self.given is not None else active_run()
+
+    def end(self, exc_type: type[BaseException] | None = None, exc: BaseException | None = None,
+            tb: TracebackType | None = None) -> None:
+        """Training ended (raising ``exc``, if given): end the run if it is the integration's own, and forget it."""
+        with self._lock:
+            rec, self._record, self.run = self._record, None, None
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
+        if rec is not None:
+            rec.__exit__(exc_type, exc, tb)
+
+    def watch(self, frame: FrameType | None) -> None:
+        """End the integration's own run ``failed`` if ``frame`` (the training loop's) leaves its thread before
+        :meth:`end` is called. Nothing is watched for a run that is not the integration's own."""
+        if frame is None or not self.owns:
+            return
+        w = _Watch(self, frame)
+        with self._lock:
+            old, self._watch = self._watch, w
+        if old is not None:
+            old.stop()
+        w.start()
+
+    def _raised(self, w: _Watch) -> None:
+        with self._lock:
+            if self._watch is not w:
+                return  # ended meanwhile
+        exc = _exception_through(w.frame) or TrainingRaised(
+            f"casmon: {self.who}: training raised before it ended (its exception was caught outside casmon's sight)")
+        self.end(type(exc), exc, exc.__traceback__)
+
+    def guard(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; a storage error is a warning (once per ``what``), never the training's end."""
+        try:
+            return fn(*args, **kwargs)
+        except (CasmonError, OSError) as e:
+            if what not in self._warned:
+                self._warned.add(what)
+                warnings.warn(f"casmon: {self.who}: could not {what} ({e}); training goes on", RunWarning,
+                              stacklevel=3)
+            return None
+
+
+class _Watch(threading.Thread):
+    """Looks, every :data:`WATCH_S`, for the training loop's frame on its thread's stack. Not a daemon (for
+    training on a thread that is not one): at exit after an uncaught exception the run is ended before the
+    process goes."""
+
+    def __init__(self, owner: RunOwner, frame: FrameType) -> None:
+        # A daemon only if the training's thread is one: the process never waits on training it would not wait on.
+        super().__init__(name="casmon-training-watch", daemon=threading.current_thread().daemon)
+        self.owner, self.frame, self.ident_watched = owner, frame, threading.get_ident()
+        self.stopped = threading.Event()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if threading.current_thread() is not self:
+            self.frame = None  # type: ignore[assignment] - the loop's locals (model, data) are not kept alive
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(WATCH_S):
+                frame = self.frame
+                if frame is None:
+                    return
+                if not self.stopped.is_set() and self._gone(frame):
+                    self.owner._raised(self)
+                    return
+        finally:
+            self.frame = None  # type: ignore[assignment]
+
+    def _gone(self, frame: FrameType) -> bool:
+        f = sys._current_frames().get(self.ident_watched)
+        while f is not None:
+            if f is frame:
+                return False
+            f = f.f_back
+        return True
+
+
+def _exception_through(frame: FrameType) -> BaseException | None:
+    """The exception the interpreter last reported (an uncaught one, or one IPython showed) if it came through
+    ``frame``; else None."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    tb = getattr(exc, "__traceback__", None)
+    while tb is not None:
+        if tb.tb_frame is frame:
+            return exc
+        tb = tb.tb_next
+    return None
+
+
+def training_frame(names: tuple[str, ...], owner_type: type | None = None) -> FrameType | None:
+    """The nearest frame up this thread's stack running a function named one of ``names`` (a method of an
+    ``owner_type`` when given): the framework's training loop, which lasts exactly as long as the training."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in names:
+            if owner_type is None:
+                return f
+            first = f.f_code.co_varnames[:1]
+            if first and isinstance(f.f_locals.get(first[0]), owner_type):
+                return f
+        f = f.f_back
+    return None
+
+
+# -- values ------------------------------------------------------------------------------------------
+
+
+def number(v: Any) -> float | None:
+    """``v`` as a float if it is a number (a Python, numpy or torch scalar, a one-element array); else None."""
+    if isinstance(v, bool) or v is None or isinstance(v, (str, bytes)):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    size = getattr(v, "size", None)
+    numel = getattr(v, "numel", None)
+    try:
+        if callable(numel):
+            size = numel()
+        if size is not None and size != 1:
+            return None
+        return float(v)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
+
+
+def numbers(logs: Mapping[str, Any] | None, prefix: str = "") -> dict[str, float]:
+    """The numeric entries of a framework's logs, named ``prefix + name`` (strings and the like left out)."""
+    out: dict[str, float] = {}
+    for k, v in dict(logs or {}).items():
+        x = number(v)
+        if x is not None and isinstance(k, str) and k:
+            out[prefix + k] = x
+    return out
+
+
+def plain(v: Any, depth: int = 0) -> Any:
+    """``v`` as plain JSON for a run's params: dicts with string keys, lists, strings, numbers, booleans, None.
+    An Enum is its value, a path its text, a numpy or torch scalar its number, a class or function its name, and
+    anything else its short ``repr``: a framework's configuration never pickles a model or a tensor into the run."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return float(v) if math.isfinite(v) else repr(float(v))
+    if depth > 8:
+        return _short(v)
+    if isinstance(v, enum.Enum):
+        return plain(v.value, depth + 1)
+    if isinstance(v, (PurePath, os.PathLike)):
+        return os.fspath(v) if isinstance(os.fspath(v), str) else _short(v)
+    if isinstance(v, Mapping):
+        return {str(k): plain(x, depth + 1) for k, x in list(v.items())[:1000]}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [plain(x, depth + 1) for x in list(v)[:1000]]
+    if isinstance(v, type) or callable(v) and hasattr(v, "__qualname__"):
+        return f"{getattr(v, '__module__', '?')}.{v.__qualname__}"
+    x = number(v) if hasattr(v, "dtype") and getattr(v, "ndim", 0) == 0 else None
+    if x is not None:
+        return int(x) if x.is_integer() and "int" in str(getattr(v, "dtype", "")) else x
+    return _short(v)
+
+
+def _short(v: Any) -> str:
+    from casmon.view.text import short_repr
+
+    return short_repr(v, 200)

@@ -1,0 +1,123 @@
+"""CasmonLogger trains a tiny Lightning model: params, every metric with its step, checkpoints kept and released
+as ModelCheckpoint keeps and deletes them, and the run's end status from the trainer's."""
+
+import io
+
+import pytest
+
+import casmon
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning", "ignore::UserWarning", "ignore::DeprecationWarning")
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("lightning.pytorch")
+
+from casmon.integrations.lightning import CasmonLogger  # noqa: E402
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self, lr=0.05, hidden=8, fail_at=None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+
+    def training_step(self, batch, i):
+        if self.hparams.fail_at is not None and self.global_step == self.hparams.fail_at:
+            raise ValueError("diverged")
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("train/loss", loss)
+        return loss
+
+    def validation_step(self, batch, i):
+        x, y = batch
+        self.log("val/loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+def loader():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 4, generator=g)
+    ds = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    return torch.utils.data.DataLoader(ds, batch_size=8, num_workers=0)
+
+
+def trainer(tmp_path, logger, epochs=3, **ckpt):
+    callbacks = [pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", **ckpt)] if ckpt else []
+    return pl.Trainer(max_epochs=epochs, logger=logger, callbacks=callbacks, enable_checkpointing=bool(ckpt),
+                      enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+                      default_root_dir=tmp_path, accelerator="cpu", devices=1)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = casmon.open(tmp_path / "store", create=True)
+    yield s
+    s.close()
+
+
+def own(store):
+    return CasmonLogger(record_options={"store": store, "capture_output": False})
+
+
+def test_a_fit_logs_params_every_metric_at_its_step_and_ends_ok(tmp_path, store):
+    logger = own(store)
+    trainer(tmp_path, logger).fit(Tiny(), loader(), loader())
+    r = casmon.load_run("latest", store)
+    assert r.status == "ok" and r.name == logger.version
+    assert r.params()["lr"] == 0.05 and r.params()["hidden"] == 8
+    loss = r.metric("train/loss")
+    assert list(loss.steps) == list(range(12)) and all(v > 0 for v in loss.values)  # 4 batches x 3 epochs
+    assert list(r.metric("val/loss").steps) == [3, 7, 11]
+    assert list(r.metric("epoch").steps)[-1] == 11
+
+
+def test_the_checkpoints_kept_are_artifacts_that_load_back_and_deleted_ones_are_released(tmp_path, store):
+    logger = own(store)
+    trainer(tmp_path, logger, epochs=4, monitor="val/loss", save_top_k=2, save_last=True,
+            filename="{epoch}-{step}").fit(Tiny(), loader(), loader())
+    on_disk = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert len(on_disk) == 3 and "last.ckpt" in on_disk
+    r = casmon.load_run("latest", store)
+    kept = sorted(a["name"] for a in r.artifacts())
+    assert kept == sorted(f"checkpoints/{n}" for n in on_disk)  # the deleted ones released
+    for name in on_disk:
+        back = r.load_file(f"checkpoints/{name}", tmp_path / "back" / name)
+        state = torch.load(io.BytesIO(back.read_bytes()), weights_only=False)
+        assert state["state_dict"].keys() == Tiny().state_dict().keys()
+        Tiny.load_from_checkpoint(back)
+    last = torch.load(tmp_path / "back" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 16
+
+
+def test_a_training_that_raises_ends_the_loggers_own_run_failed(tmp_path, store):
+    with pytest.raises(ValueError, match="diverged"):
+        trainer(tmp_path, own(store)).fit(Tiny(fail_at=5), loader())
+    r = casmon.load_run("latest", store)
+    assert r.status == "failed" and "diverged" in r.manifest["error"]
+    assert list(r.metric("train/loss").steps) == [0, 1, 2, 3, 4]
+
+
+def test_inside_a_record_it_logs_into_that_run_and_leaves_its_end_to_it(tmp_path, store):
+    with casmon.record(store=store, capture_output=False) as run:
+        trainer(tmp_path, CasmonLogger(), epochs=1).fit(Tiny(), loader())
+        run.log(after=1.0)  # the run goes on after fit
+    r = casmon.load_run("latest", store)
+    assert r.name == run.name and r.status == "ok" and len(casmon.list_runs(store)) == 1
+    assert list(r.metric("train/loss").steps) == [0, 1, 2, 3] and r.params()["lr"] == 0.05
+
+
+def test_a_given_run_is_logged_into(tmp_path, store):
+    with casmon.record(store=store, capture_output=False) as run:
+        with casmon.record(store=store, capture_output=False):
+            trainer(tmp_path, CasmonLogger(run=run), epochs=1).fit(Tiny(), loader())
+    assert list(casmon.load_run(run.name, store).metric("train/loss").steps) == [0, 1, 2, 3]
+
+
+def test_a_wrong_run_or_record_option_is_a_clear_error_at_once():
+    with pytest.raises(TypeError, match="run must be a casmon Run"):
+        CasmonLogger(run="r1")
+    with pytest.raises(ValueError, match="capture_output"):
+        CasmonLogger(record_options={"capture_output": "nope"})
