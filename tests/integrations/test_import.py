@@ -1,0 +1,39 @@
+"""Importing casmon's integrations imports no framework: a class is built from its framework when first asked for."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.support.processes import ROOT
+
+FRAMEWORKS = ["torch", "lightning", "pytorch_lightning", "transformers", "keras", "jax", "tensorflow"]
+
+
+def test_importing_casmon_and_its_integrations_imports_no_framework(tmp_path):
+    probe = textwrap.dedent(f"""
+        import json, sys
+        import casmon, casmon.integrations
+        import casmon.integrations.owner, casmon.integrations.lightning
+        import casmon.integrations.transformers, casmon.integrations.keras
+        from casmon.integrations import lightning, transformers, keras
+        print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert json.loads(r.stdout) == []
+
+
+@pytest.mark.parametrize("module,name", [("lightning", "CasmonLogger"), ("transformers", "CasmonCallback"),
+                                         ("keras", "CasmonCallback")])
+def test_an_unknown_name_is_an_attribute_error(module, name):
+    import importlib
+
+    mod = importlib.import_module(f"casmon.integrations.{module}")
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        mod.Nope  # noqa: B018
+    assert name in mod.__all__
