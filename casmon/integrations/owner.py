@@ -22,6 +22,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from casmon.errors import CasmonError
+from casmon.runs.metrics import check_name
 from casmon.runs.recorder import Run, RunWarning, active_run, record
 
 __all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training_frame", "WATCH_S"]
@@ -83,9 +84,12 @@ class RunOwner:
             return self.given if self.given is not None else active_run()
 
     def end(self, exc_type: type[BaseException] | None = None, exc: BaseException | None = None,
-            tb: TracebackType | None = None) -> None:
-        """Training ended (raising ``exc``, if given): end the run if it is the integration's own, and forget it."""
+            tb: TracebackType | None = None, *, watched: _Watch | None = None) -> None:
+        """Training ended (raising ``exc``, if given): end the run if it is the integration's own, and forget it.
+        ``watched``: only if that watch is still the current one (a new training may have begun meanwhile)."""
         with self._lock:
+            if watched is not None and self._watch is not watched:
+                return
             rec, self._record, self.run = self._record, None, None
             watch, self._watch = self._watch, None
         if watch is not None:
@@ -106,12 +110,17 @@ class RunOwner:
         w.start()
 
     def _raised(self, w: _Watch) -> None:
-        with self._lock:
-            if self._watch is not w:
-                return  # ended meanwhile
-        exc = _exception_through(w.frame) or TrainingRaised(
+        exc = w.reported() or TrainingRaised(
             f"casmon: {self.who}: training raised before it ended (its exception was caught outside casmon's sight)")
-        self.end(type(exc), exc, exc.__traceback__)
+        self.end(type(exc), exc, exc.__traceback__, watched=w)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A run is logged by the process that records it: a copy (a trainer pickled to spawned workers) keeps
+        the options, not the run, and opens its own where it logs."""
+        return {"who": self.who, "given": None, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["given"], state["options"], state["who"])  # type: ignore[misc]
 
     def guard(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``; a storage error is a warning (once per ``what``), never the training's end."""
@@ -135,6 +144,19 @@ class _Watch(threading.Thread):
         super().__init__(name="casmon-training-watch", daemon=threading.current_thread().daemon)
         self.owner, self.frame, self.ident_watched = owner, frame, threading.get_ident()
         self.stopped = threading.Event()
+        self.before = _reported()
+
+    def reported(self) -> BaseException | None:
+        """The exception reported since the training began (a frame filtered out of its traceback, as Keras
+        does, still finds it): looked for over one more interval, as the interpreter reports it just after the
+        loop's frame is gone."""
+        for _ in range(2):
+            exc = _reported()
+            if exc is not None and exc is not self.before:
+                return exc
+            if self.stopped.wait(WATCH_S):
+                return None
+        return None
 
     def stop(self) -> None:
         self.stopped.set()
@@ -162,16 +184,11 @@ class _Watch(threading.Thread):
         return True
 
 
-def _exception_through(frame: FrameType) -> BaseException | None:
-    """The exception the interpreter last reported (an uncaught one, or one IPython showed) if it came through
-    ``frame``; else None."""
+def _reported() -> BaseException | None:
+    """The exception the interpreter last reported: an uncaught one (set before the process waits for its
+    threads), or one IPython showed."""
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    tb = getattr(exc, "__traceback__", None)
-    while tb is not None:
-        if tb.tb_frame is frame:
-            return exc
-        tb = tb.tb_next
-    return None
+    return exc if isinstance(exc, BaseException) else None
 
 
 def training_frame(names: tuple[str, ...], owner_type: type | None = None) -> FrameType | None:
@@ -196,27 +213,31 @@ def number(v: Any) -> float | None:
     """``v`` as a float if it is a number (a Python, numpy or torch scalar, a one-element array); else None."""
     if isinstance(v, bool) or v is None or isinstance(v, (str, bytes)):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    size = getattr(v, "size", None)
-    numel = getattr(v, "numel", None)
     try:
-        if callable(numel):
-            size = numel()
+        if isinstance(v, (int, float)):
+            return float(v)
+        numel = getattr(v, "numel", None)
+        size = numel() if callable(numel) else getattr(v, "size", None)
         if size is not None and size != 1:
             return None
-        return float(v)
+        item = getattr(v, "item", None)  # float() of a torch tensor that needs grad warns; item() does not
+        return float(item() if callable(item) else v)
     except (TypeError, ValueError, OverflowError, RuntimeError):
         return None
 
 
 def numbers(logs: Mapping[str, Any] | None, prefix: str = "") -> dict[str, float]:
-    """The numeric entries of a framework's logs, named ``prefix + name`` (strings and the like left out)."""
+    """The numeric entries of a framework's logs, named ``prefix + name`` (strings and the like left out; a name
+    a run cannot keep is left out with a warning, not raised into the training)."""
     out: dict[str, float] = {}
     for k, v in dict(logs or {}).items():
         x = number(v)
-        if x is not None and isinstance(k, str) and k:
-            out[prefix + k] = x
+        if x is None:
+            continue
+        try:
+            out[check_name(prefix + k if isinstance(k, str) else k, "casmon")] = x
+        except (TypeError, ValueError) as e:
+            warnings.warn(f"{e}; it is not logged", RunWarning, stacklevel=3)
     return out
 
 

@@ -1,0 +1,79 @@
+"""What the integrations share: a framework's values made plain params, its logs made metrics, a copy of an
+integration that holds no run, and a training that dies with its process ending its run failed."""
+
+import enum
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.integrations.owner import RunOwner, numbers, plain
+from tests.support.processes import ROOT
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+def test_plain_params_keep_json_and_describe_everything_else():
+    got = plain({"lr": 0.1, "n": np.int64(3), "f": np.float32(0.5), "color": Color.RED, "path": Path("/tmp/x"),
+                 "t": (1, 2), "nested": {1: [None, True]}, "cls": Path, "fn": len, "nan": float("nan"),
+                 "array": np.arange(3), "obj": object()})
+    assert got["lr"] == 0.1 and got["n"] == 3 and type(got["n"]) is int and got["f"] == 0.5
+    assert got["color"] == "red" and got["path"] == "/tmp/x" and got["t"] == [1, 2]
+    assert got["nested"] == {"1": [None, True]} and got["cls"] == "pathlib.Path" and got["fn"] == "builtins.len"
+    assert got["nan"] == "nan" and isinstance(got["array"], str) and got["obj"].startswith("<object object")
+    deep: dict = {}
+    d = deep
+    for _ in range(50):
+        d["x"] = {}
+        d = d["x"]
+    assert isinstance(plain(deep), dict)  # cut off, not a RecursionError
+
+
+def test_numbers_keep_scalars_and_leave_out_the_rest_warning_of_names_a_run_cannot_keep():
+    logs = {"loss": np.float32(0.5), "acc": 1, "flag": True, "name": "x", "vec": np.arange(3), "one": np.ones(1),
+            "big": 10**400, "": 1.0, "bad\nname": 2.0, 3: 4.0}
+    with pytest.warns(casmon.RunWarning, match="metric name"):
+        got = numbers(logs, "")
+    assert got == {"loss": 0.5, "acc": 1.0, "one": 1.0}
+
+
+def test_a_copy_of_an_integration_holds_no_run_and_opens_its_own_where_it_logs(tmp_path):
+    store = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=store, capture_output=False) as run:
+        owner = RunOwner(run, {"capture_output": False}, "test")
+        assert owner.get() is run
+        copy = pickle.loads(pickle.dumps(owner))
+        assert copy.given is None and copy.run is None and copy.options == {"capture_output": False}
+    store.close()
+
+
+def test_a_fit_that_raises_uncaught_ends_its_run_failed_with_the_error_before_the_process_exits(tmp_path):
+    pytest.importorskip("keras")
+    script = textwrap.dedent(f"""
+        import os
+        os.environ.setdefault("KERAS_BACKEND", "torch" if __import__("importlib").util.find_spec("torch") else "jax")
+        import numpy as np, keras, casmon
+        from casmon.integrations.keras import CasmonCallback
+
+        class Boom(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                raise ZeroDivisionError("exploded at batch " + str(batch))
+
+        m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        m.compile(optimizer="sgd", loss="mse")
+        cb = CasmonCallback(record_options={{"store": {str(tmp_path / "s")!r}, "capture_output": False}})
+        m.fit(np.ones((8, 2)), np.ones((8, 1)), verbose=0, callbacks=[cb, Boom()])
+    """)
+    casmon.open(tmp_path / "s", create=True).close()
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert p.returncode == 1 and "ZeroDivisionError" in p.stderr
+    r = casmon.load_run("latest", casmon.open(tmp_path / "s"))
+    assert r.status == "failed" and r.manifest["error"] == "ZeroDivisionError: exploded at batch 0"
