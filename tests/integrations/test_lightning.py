@@ -121,3 +121,47 @@ def test_a_wrong_run_or_record_option_is_a_clear_error_at_once():
         CasmonLogger(run="r1")
     with pytest.raises(ValueError, match="capture_output"):
         CasmonLogger(record_options={"capture_output": "nope"})
+
+
+def test_a_store_error_saving_a_checkpoint_is_a_warning_and_training_goes_on(tmp_path, store, monkeypatch):
+    from casmon.errors import StoreError
+    from casmon.runs import artifacts
+
+    def refuse(*a, **k):
+        raise StoreError("disk full")
+
+    monkeypatch.setattr(artifacts, "save_file", refuse)
+    with pytest.warns(casmon.RunWarning, match="could not save checkpoint .*disk full"):
+        trainer(tmp_path, own(store), epochs=2, save_top_k=1).fit(Tiny(), loader())
+    r = casmon.load_run("latest", store)
+    assert r.status == "ok" and r.artifacts() == [] and list(r.metric("train/loss").steps) == list(range(8))
+
+
+def test_ranks_other_than_zero_open_no_run_and_log_nothing(tmp_path, store, monkeypatch):
+    from lightning.pytorch.utilities import rank_zero_only
+
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    logger = own(store)
+    logger.log_hyperparams({"lr": 1})
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.finalize("success")
+    assert logger.experiment is None and logger.version is None
+    assert len(casmon.list_runs(store)) == 0
+
+
+def test_a_keyboard_interrupt_reads_killed(tmp_path, store):
+    class Interrupted(Tiny):
+        def training_step(self, batch, i):
+            if self.global_step == 2:
+                raise KeyboardInterrupt
+            return super().training_step(batch, i)
+
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit):  # Lightning ends the process on Ctrl-C
+            trainer(tmp_path, own(store)).fit(Interrupted(), loader())
+    finally:
+        signal.signal(signal.SIGINT, before)  # Lightning ignores Ctrl-C from then on
+    assert casmon.load_run("latest", store).status == "killed"

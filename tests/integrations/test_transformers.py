@@ -103,3 +103,26 @@ def test_inside_a_record_it_logs_into_that_run_and_leaves_its_end_to_it(tmp_path
     r = casmon.load_run("latest", store)
     assert r.name == run.name and r.status == "ok" and len(casmon.list_runs(store)) == 1
     assert list(r.metric("loss").steps) == [1, 2, 1, 2]
+
+
+def test_processes_other_than_the_worlds_zero_log_nothing(tmp_path, store):
+    cb = own(store)
+    state = transformers.TrainerState()
+    state.is_world_process_zero = False
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+    cb.on_train_begin(args, state, None, model=model())
+    cb.on_log(args, state, None, logs={"loss": 1.0})
+    cb.on_save(args, state, None)
+    cb.on_train_end(args, state, None)
+    assert len(casmon.list_runs(store)) == 0
+
+
+def test_an_evaluation_after_training_logs_into_an_active_run_and_opens_none_of_its_own(tmp_path, store):
+    t = trainer(tmp_path, own(store), max_steps=2)
+    t.train()
+    t.evaluate(Data(8))  # after the callback's own run ended: nothing is left running
+    assert [r.status for r in casmon.list_runs(store)] == ["ok"]
+    with casmon.record(store=store, capture_output=False):
+        t.evaluate(Data(8))
+    r = casmon.load_run("latest", store)
+    assert list(r.metric("eval_loss").steps) == [2]
