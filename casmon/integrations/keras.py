@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _build(keras: Any) -> type:
-    class CasmonCallback(keras.callbacks.Callback):  # type: ignore[misc, name-defined]
+    class CasmonCallback(keras.callbacks.Callback):
         """Log ``model.fit`` into a casmon run: ``model.fit(..., callbacks=[CasmonCallback()])``.
 
         ``run``: the run to log into; else the one active when ``fit`` begins; else the callback's own,

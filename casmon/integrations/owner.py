@@ -142,7 +142,8 @@ class _Watch(threading.Thread):
     def __init__(self, owner: RunOwner, frame: FrameType) -> None:
         # A daemon only if the training's thread is one: the process never waits on training it would not wait on.
         super().__init__(name="casmon-training-watch", daemon=threading.current_thread().daemon)
-        self.owner, self.frame, self.ident_watched = owner, frame, threading.get_ident()
+        self.owner, self.ident_watched = owner, threading.get_ident()
+        self.frame: FrameType | None = frame
         self.stopped = threading.Event()
         self.before = _reported()
 
@@ -161,7 +162,7 @@ class _Watch(threading.Thread):
     def stop(self) -> None:
         self.stopped.set()
         if threading.current_thread() is not self:
-            self.frame = None  # type: ignore[assignment] - the loop's locals (model, data) are not kept alive
+            self.frame = None  # the loop's locals (model, data) are not kept alive
 
     def run(self) -> None:
         try:
@@ -173,7 +174,7 @@ class _Watch(threading.Thread):
                     self.owner._raised(self)
                     return
         finally:
-            self.frame = None  # type: ignore[assignment]
+            self.frame = None
 
     def _gone(self, frame: FrameType) -> bool:
         f = sys._current_frames().get(self.ident_watched)
@@ -194,7 +195,7 @@ def _reported() -> BaseException | None:
 def training_frame(names: tuple[str, ...], owner_type: type | None = None) -> FrameType | None:
     """The nearest frame up this thread's stack running a function named one of ``names`` (a method of an
     ``owner_type`` when given): the framework's training loop, which lasts exactly as long as the training."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         if f.f_code.co_name in names:
             if owner_type is None:

@@ -41,7 +41,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _build(tf: Any) -> type:
-    class CasmonCallback(tf.TrainerCallback):  # type: ignore[misc, name-defined]
+    class CasmonCallback(tf.TrainerCallback):
         """Log a ``Trainer`` into a casmon run: ``Trainer(..., callbacks=[CasmonCallback()])``.
 
         ``run``: the run to log into; else the one active when training begins; else the callback's own,
