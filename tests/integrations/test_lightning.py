@@ -165,3 +165,51 @@ def test_a_keyboard_interrupt_reads_killed(tmp_path, store):
     finally:
         signal.signal(signal.SIGINT, before)  # Lightning ignores Ctrl-C from then on
     assert casmon.load_run("latest", store).status == "killed"
+
+
+def test_each_fit_or_validate_ends_the_loggers_own_run_and_the_next_opens_another(tmp_path, store):
+    logger = own(store)
+    t = trainer(tmp_path, logger, epochs=1)
+    t.fit(Tiny(), loader(), loader())
+    first = logger.version
+    t.validate(Tiny(), loader())
+    runs = casmon.list_runs(store)
+    assert [r.status for r in runs] == ["ok", "ok"] and logger.version != first
+    assert list(casmon.load_run(logger.version, store).metric("val/loss").steps) == [4]  # the trainer's global step
+
+
+def test_where_pytorch_lightning_is_the_one_imported_the_logger_is_its_logger(tmp_path):
+    pytest.importorskip("pytorch_lightning")
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.support.processes import ROOT
+
+    script = textwrap.dedent(f"""
+        import torch, pytorch_lightning as pl, casmon
+        from casmon.integrations.lightning import CasmonLogger
+        assert issubclass(CasmonLogger, pl.loggers.Logger)
+
+        class M(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(2, 1)
+            def training_step(self, batch, i):
+                loss = self.net(batch[0]).pow(2).mean()
+                self.log("loss", loss)
+                return loss
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 2)), batch_size=4)
+        logger = CasmonLogger(record_options={{"store": {str(tmp_path / "s")!r}, "capture_output": False}})
+        pl.Trainer(max_epochs=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False, log_every_n_steps=1, default_root_dir={str(tmp_path)!r}).fit(M(), data)
+        print(casmon.load_run("latest", {str(tmp_path / "s")!r}).metric("loss").steps.tolist())
+    """)
+    casmon.open(tmp_path / "s", create=True).close()
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "[0, 1]"
