@@ -86,5 +86,5 @@ def _build(keras: Any) -> type:
         def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
             self._owner.end()
 
-    CasmonCallback.__module__ = __name__
+    CasmonCallback.__module__, CasmonCallback.__qualname__ = __name__, "CasmonCallback"  # pickled by the name it is imported by
     return CasmonCallback

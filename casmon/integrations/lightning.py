@@ -153,7 +153,7 @@ def _build(pl: ModuleType) -> type:
                 name = self._saved.pop(p)[0]
                 self._owner.guard(f"release checkpoint {name}", release, run, name)
 
-    CasmonLogger.__module__ = __name__
+    CasmonLogger.__module__, CasmonLogger.__qualname__ = __name__, "CasmonLogger"  # pickled by the name it is imported by
     return CasmonLogger
 
 

@@ -10,6 +10,7 @@ Storage errors while logging are warnings (:class:`casmon.RunWarning`): they nev
 
 from __future__ import annotations
 
+import argparse
 import enum
 import math
 import os
@@ -258,6 +259,8 @@ def plain(v: Any, depth: int = 0) -> Any:
         return plain(v.value, depth + 1)
     if isinstance(v, (PurePath, os.PathLike)):
         return os.fspath(v) if isinstance(os.fspath(v), str) else _short(v)
+    if isinstance(v, argparse.Namespace):
+        v = vars(v)
     if isinstance(v, Mapping):
         return {str(k): plain(x, depth + 1) for k, x in list(v.items())[:1000]}
     if isinstance(v, (list, tuple, set, frozenset)):

@@ -106,5 +106,5 @@ def _build(tf: Any) -> type:
                     del self._saved[name]
                     self._owner.guard(f"release checkpoint {name}", release, run, name)
 
-    CasmonCallback.__module__ = __name__
+    CasmonCallback.__module__, CasmonCallback.__qualname__ = __name__, "CasmonCallback"  # pickled by the name it is imported by
     return CasmonCallback

@@ -77,3 +77,21 @@ def test_a_fit_that_raises_uncaught_ends_its_run_failed_with_the_error_before_th
     assert p.returncode == 1 and "ZeroDivisionError" in p.stderr
     r = casmon.load_run("latest", casmon.open(tmp_path / "s"))
     assert r.status == "failed" and r.manifest["error"] == "ZeroDivisionError: exploded at batch 0"
+
+
+@pytest.mark.parametrize("module,name,needs", [("lightning", "CasmonLogger", "lightning.pytorch"),
+                                               ("transformers", "CasmonCallback", "transformers"),
+                                               ("keras", "CasmonCallback", "keras")])
+def test_an_integration_pickles_by_its_import_name(module, name, needs):
+    pytest.importorskip(needs)
+    import importlib
+
+    cls = getattr(importlib.import_module(f"casmon.integrations.{module}"), name)
+    copy = pickle.loads(pickle.dumps(cls(record_options={"capture_output": False})))
+    assert type(copy) is cls and copy._owner.options == {"capture_output": False} and copy._owner.run is None
+
+
+def test_a_namespace_is_plain_as_its_fields():
+    import argparse
+
+    assert plain({"args": argparse.Namespace(lr=0.1, layers=[1, 2])}) == {"args": {"lr": 0.1, "layers": [1, 2]}}
