@@ -53,6 +53,9 @@ def __getattr__(name: str) -> Any:
 def _build(pl: ModuleType) -> type:
     base = importlib.import_module(f"{pl.__name__}.loggers").Logger
     rank_zero_only = importlib.import_module(f"{pl.__name__}.utilities").rank_zero_only
+    # on other ranks ``logger.experiment.anything(...)`` does nothing, as with Lightning's own loggers
+    rank_zero_experiment = getattr(importlib.import_module(f"{pl.__name__}.loggers.logger"), "rank_zero_experiment",
+                                   lambda fn: fn)
 
     class CasmonLogger(base):  # type: ignore[misc, valid-type]
         """Log a Lightning trainer into a casmon run: ``Trainer(logger=CasmonLogger())``.
@@ -80,12 +83,14 @@ def _build(pl: ModuleType) -> type:
             """The run's name (Lightning names checkpoint folders by it); None on ranks other than 0."""
             if self._owner.run is None and self._last_name is not None:
                 return self._last_name
-            run = self.experiment
-            return getattr(run, "name", None)
+            run = self._run_now()
+            return None if run is None else run.name
 
         @property
+        @rank_zero_experiment
         def experiment(self) -> Any:
-            """The casmon run logged into (opened on first use); on ranks other than 0, nothing."""
+            """The casmon run logged into (opened on first use); on ranks other than 0, an object whose every
+            method does nothing."""
             return self._run_now()
 
         @rank_zero_only
