@@ -259,18 +259,25 @@ def plain(v: Any, depth: int = 0) -> Any:
         return plain(v.value, depth + 1)
     if isinstance(v, (PurePath, os.PathLike)):
         return os.fspath(v) if isinstance(os.fspath(v), str) else _short(v)
-    if isinstance(v, argparse.Namespace):
-        v = vars(v)
-    if isinstance(v, Mapping):
-        return {str(k): plain(x, depth + 1) for k, x in list(v.items())[:1000]}
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return [plain(x, depth + 1) for x in list(v)[:1000]]
+    try:
+        if isinstance(v, argparse.Namespace):
+            v = vars(v)
+        if isinstance(v, Mapping):
+            return {_key(k): plain(x, depth + 1) for k, x in list(v.items())[:1000]}
+        if isinstance(v, (list, tuple, set, frozenset)):
+            return [plain(x, depth + 1) for x in list(v)[:1000]]
+    except Exception:  # noqa: BLE001 - a container's own items() or iteration: described, never raised into training
+        return _short(v)
     if isinstance(v, type) or callable(v) and hasattr(v, "__qualname__"):
         return f"{getattr(v, '__module__', '?')}.{v.__qualname__}"
     x = number(v) if hasattr(v, "dtype") and getattr(v, "ndim", 0) == 0 else None
     if x is not None:
         return int(x) if x.is_integer() and "int" in str(getattr(v, "dtype", "")) else x
     return _short(v)
+
+
+def _key(k: Any) -> str:
+    return k if isinstance(k, str) else _short(k) if not isinstance(k, (int, float, bool)) else str(k)
 
 
 def _short(v: Any) -> str:

@@ -35,6 +35,17 @@ def test_plain_params_keep_json_and_describe_everything_else():
         d = d["x"]
     assert isinstance(plain(deep), dict)  # cut off, not a RecursionError
 
+    class Unlistable(dict):
+        def items(self):
+            raise RuntimeError("boom")
+
+    class BadStr:
+        def __str__(self):
+            raise RuntimeError("no str")
+
+    got = plain({"odd": Unlistable(x=1), BadStr(): 1})
+    assert isinstance(got["odd"], str) and len(got) == 2  # described, never raised into the training
+
 
 def test_numbers_keep_scalars_and_leave_out_the_rest_warning_of_names_a_run_cannot_keep():
     logs = {"loss": np.float32(0.5), "acc": 1, "flag": True, "name": "x", "vec": np.arange(3), "one": np.ones(1),
