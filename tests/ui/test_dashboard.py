@@ -124,3 +124,172 @@ def test_the_pages_carry_the_groups_and_the_runs_page_the_parallel_coordinates_d
     assert pc["runs"][0]["params"] == {"layers": 3, "lr": 0.01, "opt": "sgd"}
     assert pc["runs"][0]["metrics"]["val/loss"]["min"] == pytest.approx(1.2 / 46 * 2)
     assert pc["runs"][0]["href"] == "/run/2"
+
+
+# -- in a browser ------------------------------------------------------------------------------------------
+
+pytestmark_browser = needs_chromium
+#: A dashboard panel's uPlot instance.
+PANEL = "(m => document.querySelector(`#charts .chart-box[data-metric='${m}'] .chart-area`).uplot)"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _open(browser, srv, path, ready="#charts[data-ready]"):
+    base = f"http://127.0.0.1:{srv.port}"
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    w = watch(page, lambda url: url.startswith(base + "/"))
+    page.goto(base + path, wait_until="load")
+    page.wait_for_selector(ready, timeout=30_000)
+    return page, w
+
+
+def _clean(w) -> None:
+    assert w.foreign == [] and w.dialogs == [] and w.console_errors == [] and w.page_errors == []
+
+
+def _drawn(page, metrics):
+    page.locator("#charts").scroll_into_view_if_needed()
+    page.wait_for_function("ms => ms.every(m => { const a = document.querySelector("
+                           "`#charts .chart-box[data-metric='${m}'] .chart-area`); return a && a.uplot; })",
+                           arg=metrics, timeout=30_000)
+
+
+@needs_chromium
+def test_a_run_shows_a_panel_per_metric_in_groups_with_cursor_and_zoom_following_across_panels(tmp_path, browser):
+    srv = Served(_store(tmp_path / "s", runs=1))
+    try:
+        page, w = _open(browser, srv, "/run/1")
+        _drawn(page, DASH)
+        groups = page.locator("#charts details.dash-group").evaluate_all(
+            "ds => ds.map(d => [d.dataset.group, [...d.querySelectorAll('figure.chart-box')].map(f => f.dataset.metric)])")
+        assert groups == [["train", ["train/acc", "train/loss"]], ["val", ["val/loss"]], ["sys", ["sys/cpu"]]]
+        assert page.locator("#charts figure.chart-box canvas").count() == 4
+        page.screenshot(path=str(tmp_path / "run-dashboard.png"), full_page=True)
+        # hovering one panel moves the cursor of the others to the same step
+        over = page.locator("#charts .chart-box[data-metric='train/loss'] .u-over")
+        box = over.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        page.wait_for_function(f"() => {PANEL}('sys/cpu').cursor.idx !== null && {PANEL}('val/loss').cursor.left > 0",
+                               timeout=10_000)
+        step = page.evaluate(f"{PANEL}('train/loss').data[0][{PANEL}('train/loss').cursor.idx]")
+        assert page.evaluate(f"{PANEL}('sys/cpu').data[0][{PANEL}('sys/cpu').cursor.idx]") == step
+        # a drag in one panel zooms every panel to the same steps
+        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.5)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5, steps=5)
+        page.mouse.up()
+        ranges = {m: page.evaluate(f"[{PANEL}('{m}').scales.x.min, {PANEL}('{m}').scales.x.max]") for m in DASH}
+        assert len({tuple(round(v, 6) for v in r) for r in ranges.values()}) == 1, ranges
+        lo, hi = ranges["train/loss"]
+        assert 0 < lo < hi < 49 and hi - lo < 25
+        # smoothing and a per-panel log scale redraw and keep the zoom
+        page.locator("#charts .chart-box[data-metric='train/loss'] input[data-panel-log]").check()
+        assert page.evaluate(f"{PANEL}('train/loss').scales.y.distr") == 3
+        assert page.evaluate(f"{PANEL}('train/acc').scales.y.distr") == 1
+        assert page.evaluate(f"{PANEL}('train/loss').scales.x.min") == pytest.approx(lo)
+        before = page.evaluate(f"{PANEL}('sys/cpu').data[1].slice(0, 4)")
+        page.locator("#charts input[data-control=smooth]").fill("0.9")
+        after = page.evaluate(f"{PANEL}('sys/cpu').data[1].slice(0, 4)")
+        assert after[0] == pytest.approx(before[0]) and after[3] != pytest.approx(before[3])
+        # a double click zooms every panel out to its own data
+        page.locator("#charts .chart-box[data-metric='val/loss'] .u-over").dblclick()
+        assert page.evaluate(f"[{PANEL}('train/acc').scales.x.min, {PANEL}('train/acc').scales.x.max]") == [0, 49]
+        assert page.evaluate(f"[{PANEL}('val/loss').scales.x.min, {PANEL}('val/loss').scales.x.max]") == [0, 45]
+        # a group collapses
+        page.locator("#charts details.dash-group[data-group=train] > summary").click()
+        assert page.locator("#charts .chart-box[data-metric='train/loss']").is_hidden()
+        assert page.locator("#charts .chart-box[data-metric='sys/cpu']").is_visible()
+        _clean(w)
+    finally:
+        srv.close()
+
+
+@needs_chromium
+def test_the_compare_page_overlays_the_runs_in_every_panel_with_a_legend(tmp_path, browser):
+    srv = Served(_store(tmp_path / "s", runs=2))
+    try:
+        page, w = _open(browser, srv, "/compare?run=1&run=2")
+        _drawn(page, DASH)
+        for m in DASH:
+            assert page.evaluate(f"{PANEL}('{m}').series.filter(s => !s.band).map(s => s.label)") == ["step", "1-r0", "2-r1"]
+        legend = page.locator("#charts .chart-box[data-metric='val/loss'] .u-legend .u-series .u-label").all_inner_texts()
+        assert legend[1:3] == ["1-r0", "2-r1"]
+        assert page.evaluate(f"{PANEL}('val/loss').data[2][1]") == pytest.approx(1.2 / 6 * 2)  # 2-r1 at step 5
+        page.screenshot(path=str(tmp_path / "compare-dashboard.png"), full_page=True)
+        _clean(w)
+    finally:
+        srv.close()
+
+
+@needs_chromium
+def test_panels_below_the_fold_load_only_when_scrolled_into_view(tmp_path, browser):
+    extra = {f"sys/m{i:03d}": (np.arange(20), np.arange(20.0) + i, np.zeros(20)) for i in range(60)}
+    srv = Served(_store(tmp_path / "s", runs=1, n=20, extra=extra))
+    try:
+        page, w = _open(browser, srv, "/run/1")
+        asked = []
+        page.on("request", lambda r: asked.append(r.url) if "/metrics?" in r.url else None)
+        assert page.locator("#charts .chart-box canvas").count() == 0  # the metrics table fills the window
+        page.locator("#charts .chart-box[data-metric='train/acc']").scroll_into_view_if_needed()
+        page.wait_for_function(f"() => {PANEL}('train/acc')", timeout=30_000)
+        drawn = page.evaluate("document.querySelectorAll('#charts .chart-box canvas').length")
+        assert page.locator("#charts figure.chart-box").count() == 64 and 0 < drawn < 40, drawn
+        last = page.locator("#charts .chart-box[data-metric='sys/m059']")
+        assert last.locator("canvas").count() == 0
+        last.scroll_into_view_if_needed()
+        page.wait_for_function(f"() => {PANEL}('sys/m059')", timeout=30_000)
+        assert page.evaluate(f"{PANEL}('sys/m059').data[1][3]") == 62.0
+        assert asked and all(u.count("name=") < 40 for u in asked)  # never all 64 at once
+        assert page.evaluate("document.querySelectorAll('#charts .chart-box canvas').length") < 64
+        _clean(w)
+    finally:
+        srv.close()
+
+
+@needs_chromium
+def test_parallel_coordinates_draw_a_line_per_run_and_brushing_an_axis_hides_the_others(tmp_path, browser):
+    srv = Served(_store(tmp_path / "s", runs=5))
+    try:
+        page, w = _open(browser, srv, "/", ready="#parcoords[data-ready]")
+        assert page.locator("#parcoords path.pc-line").count() == 5
+        axes = page.locator("#parcoords g.pc-axis").evaluate_all("gs => gs.map(g => g.dataset.axis)")
+        assert axes == ["layers", "lr", "opt", "metric:train/loss"]
+        hrefs = sorted(page.locator("#parcoords a.pc-run").evaluate_all("as => as.map(a => a.getAttribute('href'))"))
+        assert hrefs == [f"/run/{i}" for i in range(1, 6)]
+        page.locator("#parcoords").scroll_into_view_if_needed()
+        page.screenshot(path=str(tmp_path / "parcoords.png"), full_page=True)
+        # brush the top of the lr axis (lr = 0.1: runs 1 and 4)
+        hit = page.locator("#parcoords rect.pc-hit[data-brush=lr]").bounding_box()
+        x = hit["x"] + hit["width"] / 2
+        page.mouse.move(x, hit["y"] + 2)
+        page.mouse.down()
+        page.mouse.move(x, hit["y"] + hit["height"] * 0.2, steps=4)
+        page.mouse.up()
+        shown = page.locator("#parcoords a.pc-run[data-shown='1']").evaluate_all("as => as.map(a => a.dataset.run)")
+        assert sorted(shown) == ["1", "4"]
+        assert page.locator("#parcoords path.pc-line.pc-out").count() == 3
+        assert page.locator("#parcoords path.pc-line.pc-out").first.is_hidden()
+        assert page.locator("#parcoords .pc-count").inner_text() == "2 of 5 runs"
+        # another metric and its min keep the brush; a click on the axis clears it
+        page.locator("#parcoords select[data-pc=metric]").select_option("val/loss")
+        page.locator("#parcoords select[data-pc=stat]").select_option("min")
+        assert page.locator("#parcoords g.pc-axis").last.get_attribute("data-axis") == "metric:val/loss"
+        assert page.locator("#parcoords .pc-count").inner_text() == "2 of 5 runs"
+        page.mouse.click(x, hit["y"] + hit["height"] * 0.6)
+        assert page.locator("#parcoords .pc-count").inner_text() == "5 of 5 runs"
+        # a line opens its run
+        page.locator("#parcoords a.pc-run[data-run='3']").click(force=True)
+        page.wait_for_url(f"http://127.0.0.1:{srv.port}/run/3")
+        _clean(w)
+    finally:
+        srv.close()
