@@ -81,7 +81,7 @@
   }
 
   // -- series: from the data block, or from the server (kept per run and metric until the run changes) --
-  var cache = {};
+  var cache = Object.create(null);
 
   function seriesKey(tail, metric) { return tail + "\u0000" + metric; }
 
@@ -485,7 +485,7 @@
     var state = {x: "step", smooth: 0, group: ""};
     var zoom = null;  // the x range every panel shows, or null: each its own data's
     var applying = false;  // a zoom being applied to the panels: their setScale hooks stay quiet
-    var panels = {}, order = [];
+    var panels = Object.create(null), order = [];  // no prototype: a metric may be named __proto__
     var controls = el("div", {"class": "chart-controls dash-controls"});
     controls.appendChild(select("x", "x", xOptions(spec), "step"));
     controls.appendChild(slider("smoothing", "smooth", 0));
@@ -499,7 +499,7 @@
     panel.appendChild(controls);
     var groupsBox = el("div", {"class": "dash-groups"});
     panel.appendChild(groupsBox);
-    var grids = {};
+    var grids = Object.create(null);
 
     function groupOf(m) {
       if (m.indexOf("info:") === 0) { return "info"; }
