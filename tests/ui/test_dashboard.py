@@ -293,3 +293,31 @@ def test_parallel_coordinates_draw_a_line_per_run_and_brushing_an_axis_hides_the
         _clean(w)
     finally:
         srv.close()
+
+
+@needs_chromium
+def test_metric_and_parameter_names_that_are_markup_quotes_or_object_keys_are_drawn_as_names(tmp_path, browser):
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    odd = ["__proto__", "constructor", "a'b\"c/<i>x</i>", "toString"]
+    for i in range(3):
+        write_run(s, comment=f"o{i}", start=1.7e9 + i, end=1.7e9 + i + 5,
+                  params={"constructor": i, "<b>p</b>": ["x", "y"][i % 2]} if i else {"<b>p</b>": "x"},
+                  metrics={m: (np.arange(5), np.arange(5.0) * (i + 1), np.zeros(5)) for m in odd})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page, w = _open(browser, srv, "/compare?run=1&run=2&run=3")
+        page.locator("#charts").scroll_into_view_if_needed()
+        page.wait_for_function("() => document.querySelectorAll('#charts .chart-box canvas').length === 4", timeout=30_000)
+        titles = page.locator("#charts .panel-title").all_inner_texts()
+        assert sorted(titles) == sorted(odd)
+        page, w2 = _open(browser, srv, "/", ready="#parcoords[data-ready]")
+        assert page.locator("#parcoords path.pc-line").count() == 3
+        names = page.locator("#parcoords g.pc-axis text.pc-name").evaluate_all("ts => ts.map(t => t.firstChild.nodeValue)")
+        assert "<b>p</b>" in names and "constructor" in names
+        _clean(w)
+        _clean(w2)
+    finally:
+        srv.close()

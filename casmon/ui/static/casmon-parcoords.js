@@ -41,6 +41,9 @@
 
   function cut(s, n) { s = String(s); return s.length > n ? s.slice(0, Math.max(1, n - 1)) + "\u2026" : s; }
 
+  // A key's own value: a parameter named "constructor" is not Object's.
+  function own(o, k) { return o && Object.prototype.hasOwnProperty.call(o, k) ? o[k] : undefined; }
+
   function isNum(v) { return typeof v === "number" && isFinite(v); }
 
   // An axis over the runs' values: numbers (linear) when every present value is a number, else categories.
@@ -69,13 +72,13 @@
   }
 
   function metricValue(run, metric, stat) {
-    var s = (run.metrics || {})[metric];
-    var v = s ? s[stat] : undefined;
+    var s = own(run.metrics, metric);
+    var v = s ? own(s, stat) : undefined;
     return isNum(v) ? v : undefined;
   }
 
   function parcoords(box, data) {
-    var state = {metric: data["default"], stat: "last", brushes: {}};
+    var state = {metric: data["default"], stat: "last", brushes: Object.create(null)};
     var shown = (data.varying.length ? data.varying : data.params).slice(0, MAX_SHOWN);
     var controls = el("div", {"class": "chart-controls pc-controls"});
     var metricSel = el("select", {"data-pc": "metric", "aria-label": "metric"});
@@ -136,7 +139,7 @@
     function draw() {
       holder.textContent = "";
       var runs = data.runs;
-      axes = shown.map(function (p) { return axisOf(p, p, runs.map(function (r) { return r.params[p]; })); });
+      axes = shown.map(function (p) { return axisOf(p, p, runs.map(function (r) { return own(r.params, p); })); });
       var mAxis = axisOf("metric:" + state.metric, state.metric + " (" + statSel.options[statSel.selectedIndex].text + ")",
         runs.map(function (r) { return metricValue(r, state.metric, state.stat); }));
       axes.push(mAxis);
@@ -152,7 +155,7 @@
       root.appendChild(linesG);
       lines = runs.map(function (r) {
         var pos = axes.map(function (ax, i) {
-          return i === axes.length - 1 ? ax.pos(metricValue(r, state.metric, state.stat)) : ax.pos(r.params[ax.name]);
+          return i === axes.length - 1 ? ax.pos(metricValue(r, state.metric, state.stat)) : ax.pos(own(r.params, ax.name));
         });
         var d = "", pen = false;
         pos.forEach(function (p, i) {
@@ -240,12 +243,12 @@
     metricSel.addEventListener("change", function () { state.metric = metricSel.value; draw(); });
     statSel.addEventListener("change", function () { state.stat = statSel.value; draw(); });
     list.addEventListener("change", function () {
-      var on = {};
+      var on = Object.create(null);
       list.querySelectorAll("input[data-pc-axis]").forEach(function (c) { if (c.checked) { on[c.value] = true; } });
       shown = data.params.filter(function (p) { return on[p]; });
       draw();
     });
-    clear.addEventListener("click", function () { state.brushes = {}; draw(); });
+    clear.addEventListener("click", function () { state.brushes = Object.create(null); draw(); });
     var width = window.innerWidth;
     window.addEventListener("resize", function () {
       if (Math.abs(window.innerWidth - width) < 20) { return; }
