@@ -114,10 +114,17 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str
     for name in names:
         if name in series:
             continue
-        if e.status in LIVE_STATUSES or e.digest is None:  # a live run's series grow: read each time
-            series[name] = metric_json(e.tail, name, r.metric(name), n)
-        else:  # an ended run's series never change: downsampled once
-            series[name] = index.kept(("metric", e.ref, e.digest, name, n),
-                                      lambda name=name: metric_json(e.tail, name, r.metric(name), n))
+        try:
+            if e.status in LIVE_STATUSES or e.digest is None:  # a live run's series grow: read each time
+                series[name] = metric_json(e.tail, name, r.metric(name), n)
+            else:  # an ended run's series never change: downsampled once
+                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, name, n))
+        except CasmonError as err:  # one damaged series: its panel says so, the others draw
+            series[name] = {"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
+
+
+def _downsampled(tail: str, r: RunInfo, name: str, n: int) -> Any:
+    """What computes one metric's chart series when the index has not kept it."""
+    return lambda: metric_json(tail, name, r.metric(name), n)
