@@ -288,7 +288,18 @@ def test_parallel_coordinates_draw_a_line_per_run_and_brushing_an_axis_hides_the
         page.mouse.click(x, hit["y"] + hit["height"] * 0.6)
         assert page.locator("#parcoords .pc-count").inner_text() == "5 of 5 runs"
         # a line opens its run
-        page.locator("#parcoords a.pc-run[data-run='3']").click(force=True)
+        spot = page.evaluate("""() => {  // a point of run 3's line that no other line covers
+            const path = document.querySelector("#parcoords a.pc-run[data-run='3'] path"), len = path.getTotalLength();
+            const m = path.getScreenCTM();
+            for (let f = 0.02; f < 1; f += 0.01) {
+                const p = path.getPointAtLength(len * f), x = m.a * p.x + m.c * p.y + m.e, y = m.b * p.x + m.d * p.y + m.f;
+                const hit = document.elementFromPoint(x, y);
+                if (hit && hit.closest("a.pc-run") && hit.closest("a.pc-run").dataset.run === "3") { return [x, y]; }
+            }
+            return null;
+        }""")
+        assert spot is not None
+        page.mouse.click(*spot)
         page.wait_for_url(f"http://127.0.0.1:{srv.port}/run/3")
         _clean(w)
     finally:

@@ -630,13 +630,15 @@
     function draw(p) {
       var m = p.metric, info = m.indexOf("info:") === 0;
       var st = {x: info ? "index" : state.x, log: p.log, smooth: state.smooth, group: state.group};
-      var lines = linesOf(spec, seriesOf(m), st);
+      var got = seriesOf(m), lines = linesOf(spec, got, st);
+      var errors = Object.keys(got).filter(function (t) { return got[t].error; }).map(function (t) { return got[t].error; });
       var u = plotCurves(p.area, lines, st, info ? m.slice(5) : m, {
         title: false, height: 200,
         cursor: {sync: {key: SYNC, setSeries: false}},
         hooks: {setScale: [zoomed]}
       });
       p.drawn = true;
+      if (errors.length) { p.area.appendChild(el("p", {"class": "casmon-error"}, errors.join("; "))); }
       if (!u) { return; }
       u.casmonReady = true;
       if (zoom) { applyZoom(u); }
