@@ -201,14 +201,32 @@ def test_a_run_shows_a_panel_per_metric_in_groups_with_cursor_and_zoom_following
         page.locator("#charts input[data-control=smooth]").fill("0.9")
         after = page.evaluate(f"{PANEL}('sys/cpu').data[1].slice(0, 4)")
         assert after[0] == pytest.approx(before[0]) and after[3] != pytest.approx(before[3])
-        # a double click zooms every panel out to its own data
+        # "reset zoom" zooms every panel out; a drag zooms in again, a double click zooms out too
+        page.locator("#charts button.dash-reset").click()
+        assert page.evaluate(f"[{PANEL}('sys/cpu').scales.x.min, {PANEL}('sys/cpu').scales.x.max]") == [0, 49]
+        assert page.locator("#charts button.dash-reset").is_disabled()
+        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.5)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5, steps=5)
+        page.mouse.up()
+        assert page.evaluate(f"{PANEL}('sys/cpu').scales.x.max") < 49
+        # steps zoomed are no range of wall-clock time: another x shows every panel whole
+        page.locator("#charts select[data-control=x]").select_option("time")
+        assert page.evaluate(f"[{PANEL}('sys/cpu').scales.x.min, {PANEL}('sys/cpu').scales.x.max]") == [1.7e9, 1.7e9 + 49]
+        page.locator("#charts select[data-control=x]").select_option("step")
         page.locator("#charts .chart-box[data-metric='val/loss'] .u-over").dblclick()
         assert page.evaluate(f"[{PANEL}('train/acc').scales.x.min, {PANEL}('train/acc').scales.x.max]") == [0, 49]
         assert page.evaluate(f"[{PANEL}('val/loss').scales.x.min, {PANEL}('val/loss').scales.x.max]") == [0, 45]
-        # a group collapses
+        # a group collapses; a window resized meanwhile, it opens at the new width
         page.locator("#charts details.dash-group[data-group=train] > summary").click()
         assert page.locator("#charts .chart-box[data-metric='train/loss']").is_hidden()
         assert page.locator("#charts .chart-box[data-metric='sys/cpu']").is_visible()
+        wide = page.evaluate(f"{PANEL}('sys/cpu').width")
+        page.set_viewport_size({"width": 1000, "height": 900})
+        page.wait_for_function(f"w => {PANEL}('sys/cpu').width !== w", arg=wide, timeout=10_000)
+        page.locator("#charts details.dash-group[data-group=train] > summary").click()
+        page.wait_for_function(f"() => Math.abs({PANEL}('train/loss').width - {PANEL}('sys/cpu').width) <= 2",
+                               timeout=10_000)
         _clean(w)
     finally:
         srv.close()
@@ -332,3 +350,58 @@ def test_metric_and_parameter_names_that_are_markup_quotes_or_object_keys_are_dr
         _clean(w2)
     finally:
         srv.close()
+
+
+@needs_chromium
+def test_a_live_runs_panels_grow_and_a_new_metric_gets_a_panel_in_its_group_without_a_reload(tmp_path, browser):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from casmon.runs.imported import write_run
+    from tests.conftest import ROOT
+
+    path = tmp_path / "store"
+    s = casmon.open(path)
+    write_run(s, comment="before", start=1.7e9, end=1.7e9 + 5,
+              metrics={"train/loss": (np.arange(5), np.ones(5), np.zeros(5))})
+    s.close()
+    srv = Served(path)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.ui.dashboard_writer", str(path), str(tmp_path)], cwd=ROOT,
+                            env={**os.environ, "CASMON_HEARTBEAT_S": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the run is listed, running, with points
+            status, got = _api(srv, "/api/run/2/metrics")
+            if status == 200 and got["status"] == "running" and got["groups"]:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        run, w1 = _open(browser, srv, "/run/2")
+        cmp, w2 = _open(browser, srv, "/compare?run=2&run=1")
+        for page in (run, cmp):
+            page.evaluate("window.notReloaded = true")
+            _drawn(page, ["train/loss"])
+        grow = (f"n => {PANEL}('train/loss') && {PANEL}('train/loss').data[0].length > n")
+        first = run.evaluate(f"{PANEL}('train/loss').data[0].length")
+        run.wait_for_function(grow, arg=first, timeout=30_000)
+        first = cmp.evaluate(f"{PANEL}('train/loss').data[0].length")
+        cmp.wait_for_function(grow, arg=first, timeout=30_000)
+        (tmp_path / "val").touch()
+        for page in (run, cmp):
+            page.wait_for_selector("#charts details.dash-group[data-group=val] .chart-box[data-metric='val/loss']",
+                                   timeout=30_000)
+            page.locator("#charts .chart-box[data-metric='val/loss']").scroll_into_view_if_needed()
+            page.wait_for_function(f"() => {PANEL}('val/loss') && {PANEL}('val/loss').data[0].length > 0", timeout=30_000)
+            assert page.evaluate("window.notReloaded")
+        (tmp_path / "stop").touch()
+        run.wait_for_function("() => document.querySelector('#run-status').textContent === 'ok'", timeout=60_000)
+        _clean(w1)
+        _clean(w2)
+    finally:
+        srv.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)

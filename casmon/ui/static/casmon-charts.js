@@ -645,7 +645,9 @@
     }
 
     function redrawAll() {
+      var x = state.x;
       readControls(controls, state);
+      if (state.x !== x) { zoom = null; reset.disabled = true; }  // a range of steps means nothing in seconds
       order.forEach(function (m) { var p = panels[m]; if (p.drawn && !p.loading) { draw(p); } });
     }
 
