@@ -405,3 +405,23 @@ def test_a_live_runs_panels_grow_and_a_new_metric_gets_a_panel_in_its_group_with
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=60)
+
+
+def test_the_runs_page_has_no_parallel_coordinates_for_one_run_or_runs_without_parameters(tmp_path):
+    from casmon.runs.imported import write_run
+
+    srv = Served(_store(tmp_path / "one", runs=1))
+    try:
+        assert 'id="parcoords"' not in srv.get("/") and "casmon-parcoords-data" not in srv.get("/")
+    finally:
+        srv.close()
+    s = casmon.open(tmp_path / "bare")
+    for i in range(3):
+        write_run(s, comment=f"b{i}", start=1.7e9 + i, end=1.7e9 + i + 1,
+                  metrics={"loss": (np.arange(3), np.ones(3), np.zeros(3))})
+    s.close()
+    srv = Served(tmp_path / "bare")
+    try:
+        assert "casmon-parcoords-data" not in srv.get("/")
+    finally:
+        srv.close()
