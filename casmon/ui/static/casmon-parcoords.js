@@ -7,7 +7,7 @@
 (function () {
   var NS = "http://www.w3.org/2000/svg";
   var MAX_SHOWN = 12;  // parameter axes drawn at first; the chooser adds or removes them
-  var HEIGHT = 360, TOP = 46, BOTTOM = 34, SIDE = 70;
+  var HEIGHT = 360, TOP = 46, BOTTOM = 34, SIDE = 60, RIGHT = 120;  // the metric's ticks and name need room on the right
   // Low to high metric values: viridis's stops (dark blue to yellow-green), darkened to read on white.
   var RAMP = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [190, 200, 30]];
 
@@ -147,7 +147,7 @@
         if (!axes.some(function (a) { return a.name === k; })) { delete state.brushes[k]; }
       });
       var width = Math.max(600, Math.floor(box.clientWidth || 900));
-      var h = HEIGHT - TOP - BOTTOM, step = axes.length > 1 ? (width - 2 * SIDE) / (axes.length - 1) : 0;
+      var h = HEIGHT - TOP - BOTTOM, step = axes.length > 1 ? (width - SIDE - RIGHT) / (axes.length - 1) : 0;
       var xs = axes.map(function (_a, i) { return axes.length > 1 ? SIDE + i * step : width / 2; });
       var root = svg("svg", {width: width, height: HEIGHT, viewBox: "0 0 " + width + " " + HEIGHT, role: "img",
         "aria-label": "parallel coordinates of " + runs.length + " runs"});
@@ -178,8 +178,9 @@
         var g = svg("g", {"class": "pc-axis", "data-axis": ax.name});
         var x = xs[i];
         g.appendChild(svg("line", {x1: x, y1: TOP, x2: x, y2: TOP + h}));
-        var anchor = i === 0 && axes.length > 1 ? "start" : i === axes.length - 1 && axes.length > 1 ? "end" : "middle";
-        var chars = Math.max(4, Math.floor((anchor === "middle" ? room : room / 2 + SIDE) / 7));
+        var last = i === axes.length - 1;
+        var anchor = i === 0 && axes.length > 1 ? "start" : "middle";
+        var chars = Math.max(4, Math.floor((last ? Math.min(room, RIGHT) * 2 : anchor === "middle" ? room : room / 2 + SIDE) / 7));
         var name = svg("text", {x: x, y: TOP - 22, "text-anchor": anchor, "class": "pc-name"}, cut(ax.label, chars));
         name.appendChild(svg("title", {}, ax.label));
         g.appendChild(name);
@@ -190,8 +191,7 @@
           if (k % every) { return; }
           var y = TOP + t[1] * h;
           g.appendChild(svg("line", {x1: x - 3, y1: y, x2: x + 3, y2: y}));
-          g.appendChild(svg("text", {x: i === axes.length - 1 && axes.length > 1 ? x - 6 : x + 6, y: y + 4,
-            "text-anchor": i === axes.length - 1 && axes.length > 1 ? "end" : "start"}, cut(t[0], 14)));
+          g.appendChild(svg("text", {x: x + 6, y: y + 4, "text-anchor": "start"}, cut(t[0], last ? 14 : Math.max(3, Math.floor(room / 7) - 1))));
         });
         var brush = svg("rect", {"class": "pc-brush", x: x - 8, width: 16, y: TOP, height: 0, visibility: "hidden"});
         var b = state.brushes[ax.name];
