@@ -105,8 +105,7 @@ def test_bad_dashboard_requests_are_a_json_error_naming_what_is_wrong(served, pa
 def test_a_run_named_metrics_is_still_a_run_and_a_name_with_a_slash_is_no_route(served):
     status, got = _api(served, "/api/run/1")
     assert status == 200 and got["tail"] == "1"
-    status, body = served.request("/api/run/1/x/metrics")[0], None
-    assert status == 404
+    assert served.request("/api/run/1/x/metrics")[0] == 404
 
 
 def test_the_pages_carry_the_groups_and_the_runs_page_the_parallel_coordinates_data(served):
@@ -128,7 +127,6 @@ def test_the_pages_carry_the_groups_and_the_runs_page_the_parallel_coordinates_d
 
 # -- in a browser ------------------------------------------------------------------------------------------
 
-pytestmark_browser = needs_chromium
 #: A dashboard panel's uPlot instance.
 PANEL = "(m => document.querySelector(`#charts .chart-box[data-metric='${m}'] .chart-area`).uplot)"
 
