@@ -6,9 +6,11 @@ beyond casmon's own; see docs/ARCHITECTURE.md). One job a module:
 * ``model.py`` -- the index of runs (fresh at every request, cheap by the refs) and call statistics;
 * ``table.py`` -- the runs table: column groups, the filter and its errors, sorting;
 * ``compare.py`` -- a comparison of runs: side by side, identical outputs, diffs, diverging calls;
-* ``series.py`` -- what charts draw: metrics downsampled, info sequences, a page's chart block;
+* ``series.py`` -- what charts draw: metrics downsampled and grouped for the dashboard, info sequences, a page's
+  chart block;
+* ``parcoords.py`` -- what the runs page's parallel coordinates draw: its runs' parameters and metric summaries;
 * ``values.py`` -- values in cells: summaries, sparklines, JSON data blocks;
-* ``api.py`` -- the JSON endpoints the pages poll while runs go on;
+* ``api.py`` -- the JSON endpoints the pages poll while runs go on, and the dashboards' series;
 * ``pages.py`` (layout, the report file's frame, runs, calls, store), ``runpage.py`` (a run, and the
   report of one run), ``comparepage.py`` (the report of two or more), ``cachepage.py`` (cached functions,
   their code versions and entries, one entry and what differs from its nearest) -- HTML, every store

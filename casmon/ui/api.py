@@ -5,6 +5,8 @@
 ``/api/run/NAME``       one run: status, elapsed, heartbeat, latest metric values, the tail of its output, the
                         traceback once it failed
 ``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
+``/api/run/NAME/metrics?name=A&name=B&n=2000``  one run's metrics grouped for the dashboard (``train``, ``val``,
+                        ..., ``sys``, the ungrouped), and the series of those named, downsampled
 
 Polling, not server-sent events: the server is the standard library's
 threading HTTP server, where an event stream holds a thread (and the index's
@@ -21,7 +23,7 @@ from typing import Any
 from casmon.errors import CasmonError
 from casmon.runs import RunInfo
 from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex
-from casmon.ui.series import metric_json
+from casmon.ui.series import metric_groups, metric_json
 from casmon.ui.table import cell_texts, row_of
 from casmon.ui.values import console_text, fmt, status_text
 from casmon.view.display import seconds
@@ -100,3 +102,29 @@ def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int) -> d
             continue
         out.append(s)
     return {"name": name, "series": out, "missing": missing}
+
+
+def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str, Any]:
+    """One run's metrics for its dashboard: ``groups`` (every metric it logged, grouped by prefix) and ``series``,
+    each named metric downsampled to at most ``n`` buckets. A name the run has not logged is a LookupError (404),
+    naming it: a dashboard only asks for what the run's summary lists."""
+    r = index.run(e)
+    summary = r.metric_summary()
+    series: dict[str, Any] = {}
+    for name in names:
+        if name in series:
+            continue
+        try:
+            if e.status in LIVE_STATUSES or e.digest is None:  # a live run's series grow: read each time
+                series[name] = metric_json(e.tail, name, r.metric(name), n)
+            else:  # an ended run's series never change: downsampled once
+                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, name, n))
+        except CasmonError as err:  # one damaged series: its panel says so, the others draw
+            series[name] = {"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
+    return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
+            "series": series}
+
+
+def _downsampled(tail: str, r: RunInfo, name: str, n: int) -> Any:
+    """What computes one metric's chart series when the index has not kept it."""
+    return lambda: metric_json(tail, name, r.metric(name), n)

@@ -35,12 +35,14 @@ from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, seconds, table, when
 from casmon.view.text import plural, size
 from casmon.ui import charts, model
+from casmon.ui.parcoords import parcoords_section
 from casmon.ui.table import FIXED_COLUMNS, RunsView, cell_texts
 from casmon.ui.values import cell_html, fmt, status_text
 
 #: Every file the server serves from ``static/`` (nothing else is ever read), with its type.
 STATIC = {"casmon-ui.css": "text/css; charset=utf-8", "casmon-ui.js": "text/javascript; charset=utf-8",
-          "casmon-charts.js": "text/javascript; charset=utf-8", "uPlot.iife.min.js": "text/javascript; charset=utf-8",
+          "casmon-charts.js": "text/javascript; charset=utf-8", "casmon-parcoords.js": "text/javascript; charset=utf-8",
+          "uPlot.iife.min.js": "text/javascript; charset=utf-8",
           "uPlot.min.css": "text/css; charset=utf-8", "uPlot.LICENSE": "text/plain; charset=utf-8"}
 #: The scripts of a page with charts, in order (uPlot first: casmon-charts.js draws with it).
 CHART_SCRIPTS = ["uPlot.iife.min.js", "casmon-charts.js"]
@@ -138,16 +140,18 @@ def badge(status: Any, signal: Any = None) -> Html:
 ACTIVE, NUM = ' class="active"', ' class="num"'
 
 
-def layout(ctx: Ctx, title: str, body: Any, active: str = "", charts_: bool = False) -> bytes:
-    """A page of the server: its style sheets and scripts from ``/static/`` (``charts_``: uPlot's too)."""
+def layout(ctx: Ctx, title: str, body: Any, active: str = "", charts_: bool = False,
+           scripts: list[str] | None = None) -> bytes:
+    """A page of the server: its style sheets and scripts from ``/static/`` (``charts_``: uPlot's too; ``scripts``:
+    more of the fixed list, after casmon-ui.js)."""
     nav = "".join(
         f'<a href="{href}"{ACTIVE if name == active else ""}>{name}</a>'
         for name, href in (("Runs", "/"), ("Calls", "/calls"), ("Cache", "/cache"), ("Store", "/store")))
     trust = '<span class="badge warn">--trust: pickles are loaded</span>' if ctx.trust else ""
     styles = ["uPlot.min.css", "casmon-ui.css"] if charts_ else ["casmon-ui.css"]
-    scripts = (CHART_SCRIPTS if charts_ else []) + ["casmon-ui.js"]
+    names = (CHART_SCRIPTS if charts_ else []) + ["casmon-ui.js"] + (scripts or [])
     head = "".join(f'<link rel="stylesheet" href="/static/{n}">' for n in styles) + "".join(
-        f'<script src="/static/{n}" defer></script>' for n in scripts)
+        f'<script src="/static/{n}" defer></script>' for n in names)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{esc(title)} · casmon</title><link rel="icon" href="data:,">{head}'
@@ -273,8 +277,8 @@ def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int)
         f'<span class="muted">select two or more (or one, to see it with its charts)</span></p>'
         f'<div class="scroll"><table class="runs" id="runs" data-serial="{view.serial}" data-insert="{insert}" data-cut="{view.cut}"><thead>'
         f'<tr class="col-groups">{groups}</tr><tr><th data-in="fixed"></th>{"".join(head(c) for c in cols)}</tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table></div></form>{cut}{pager}')
-    return layout(ctx, "Runs", body, "Runs")
+        f'<tbody>{"".join(rows)}</tbody></table></div></form>{cut}{pager}{parcoords_section(view.rows)}')
+    return layout(ctx, "Runs", body, "Runs", scripts=["casmon-parcoords.js"])
 
 
 def _pager(view: RunsView, sort: str, desc: bool, q: str, per: int) -> str:

@@ -9,8 +9,9 @@ least :data:`SEQUENCE_MIN` elements are curves too, over their index; shorter
 ones (eight weights) are values, shown as a summary and a sparkline.
 
 The chart block (:func:`chart_spec`) names the runs, their parameters, their
-metric summaries and the metrics to offer; the server's pages let the script
-fetch points from ``/api/metric``, a report file carries them inline.
+metric summaries and the metrics grouped for the dashboard (:func:`metric_groups`:
+``train/*``, ``val/*``, ... ``sys/*``, the ungrouped last); the server's pages let
+the script fetch points from ``/api/run/NAME/metrics``, a report file carries them inline.
 """
 
 from __future__ import annotations
@@ -35,6 +36,35 @@ POINTS = 2000
 MAX_POINTS = 20_000
 #: Buckets per series a report file carries inline (a file of 10 runs x 5 metrics stays a few MiB).
 REPORT_POINTS = 1000
+#: Metric groups a dashboard shows first, in this order; other prefixes follow by name, then ``sys``, then the
+#: metrics without a prefix, then info curves.
+GROUP_ORDER = ("train", "val", "valid", "validation", "test", "eval")
+#: The group of metrics without a prefix (``loss``), and of info sequences drawn as curves.
+UNGROUPED, INFO_GROUP = "", "info"
+
+
+def group_of(name: str) -> str:
+    """A metric's dashboard group: its prefix before the first ``/`` (``train/loss``: ``train``), ``info`` for an
+    info curve (``info:curve``), ``""`` for none."""
+    if name.startswith("info:"):
+        return INFO_GROUP
+    head, sep, rest = name.partition("/")
+    return head if sep and head and rest else UNGROUPED
+
+
+def metric_groups(names: list[str]) -> list[dict[str, Any]]:
+    """``[{"group": "train", "metrics": [...]}, ...]``: every name once, in its group, groups in dashboard order
+    (train, val, test ..., other prefixes by name, sys, the ungrouped, info curves); names sorted in a group."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(set(names)):
+        groups.setdefault(group_of(name), []).append(name)
+
+    def rank(g: str) -> tuple[int, int, str]:
+        if g in GROUP_ORDER:
+            return (0, GROUP_ORDER.index(g), g)
+        return (1 if g not in ("sys", UNGROUPED, INFO_GROUP) else 2 + ("sys", UNGROUPED, INFO_GROUP).index(g), 0, g)
+
+    return [{"group": g, "metrics": groups[g]} for g in sorted(groups, key=rank)]
 
 
 def _list(a: np.ndarray[Any, Any]) -> list[Any]:
@@ -190,6 +220,7 @@ def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, s
             groupable.append(k)
     scalars = sorted({f"info:{k[5:]}" for p in all_params for k, v in p.items() if k.startswith("info.") and is_number(v)})
     default = "loss" if "loss" in metrics else (logged[0] if logged else (seq_names[0] if seq_names else ""))
-    return {"mode": mode, "api": "/api/metric" if api else None, "runs": specs, "metrics": logged + seq_names,
+    return {"mode": mode, "api": "/api/run/" if api else None, "runs": specs, "metrics": logged + seq_names,
+            "groups": metric_groups(logged + seq_names),
             "default": default, "params": keys, "groupable": groupable, "scalars": scalars, "series": series,
             "times": True}

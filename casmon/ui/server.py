@@ -8,6 +8,8 @@ Routes (GET only; anything else is 405)::
     /api/runs             runs changed since a serial, and live ones   ?since=
     /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
     /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n=
+    /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n=
+                          downsampled (JSON; the dashboards')
     /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &run=
                                                                        &page= &reload=
     /call                 one call's inputs and result, described      ?fn= &session= &n=
@@ -69,6 +71,7 @@ _INT_RE = re.compile(r"^[0-9]{1,12}$")
 _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 MAX_URL = 8192
 MAX_RUNS = 50  # runs on one compare page
+MAX_METRICS = 100  # series one dashboard request asks for
 HTML = "text/html; charset=utf-8"
 JSON = "application/json; charset=utf-8"
 
@@ -172,6 +175,10 @@ class App:
         if path == "/api/runs":
             p = Params(query, {"since"})
             return 200, _json(api.runs_since(self.runs, p.integer("since", 0))), JSON
+        if parts.path.startswith("/api/run/") and parts.path.endswith("/metrics") and len(parts.path) > 17 \
+                and "/" not in parts.path[9:-8]:
+            return self.run_metrics(unquote(parts.path[9:-8], errors="strict"),
+                                    Params(query, {"name", "n"}, multi={"name"}))
         if parts.path.startswith("/api/run/") and len(parts.path) > 9 and "/" not in parts.path[9:]:
             Params(query, set())
             return 200, _json(api.run_state(self.runs, self._entry(path[9:]))), JSON
@@ -229,6 +236,20 @@ class App:
         if not 1 <= n <= MAX_POINTS:
             raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
         return 200, _json(api.metric_points(self.runs, [self._entry(t) for t in tails], name, n)), JSON
+
+    def run_metrics(self, which: str, p: Params) -> tuple[int, bytes, str]:
+        names = p.many("name")
+        if len(names) > MAX_METRICS:
+            raise BadRequest(f"name: at most {MAX_METRICS} metrics at once")
+        n = p.integer("n", POINTS)
+        if not 1 <= n <= MAX_POINTS:
+            raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
+        e = self._entry(which)
+        try:
+            got = api.run_metrics(self.runs, e, names, n)
+        except LookupError as err:
+            raise NotFound(str(err.args[0]) if err.args else str(err)) from None
+        return 200, _json(got), JSON
 
     def _entry(self, which: str) -> model.Entry:
         try:

@@ -244,7 +244,7 @@ def test_compare_page(served, built):
     assert "0.3333" not in curve
     # the chart block: logged metrics to draw (loss by default, never a parameter), parameters to group and plot by
     spec = chart_block(body)
-    assert spec["mode"] == "compare" and spec["api"] == "/api/metric" and spec["default"] == "loss"
+    assert spec["mode"] == "compare" and spec["api"] == "/api/run/" and spec["default"] == "loss"
     assert spec["metrics"] == ["acc", "loss", "info:curve"]  # the 50-point curve; the 8 weights are no curve
     assert [r["tail"] for r in spec["runs"]] == ["1", "2", "3"] and spec["runs"][1]["params"]["lr"] == 0.02
     assert "lr" in spec["groupable"] and "cfg.opt" not in spec["groupable"]  # the same in every run: no groups

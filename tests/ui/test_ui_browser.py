@@ -29,8 +29,16 @@ from tests.ui.test_ui import HOSTILE, HOSTILE_KEY, Served, built, wide  # noqa: 
 
 pytestmark = needs_chromium
 
-#: The chart's uPlot instance (casmon-charts.js keeps it on its element).
-UPLOT = "document.querySelector('#charts .chart-area').uplot"
+#: The dashboard's loss panel's uPlot instance (casmon-charts.js keeps it on its element), and the scatter's.
+UPLOT = "document.querySelector(\"#charts .chart-box[data-metric='loss'] .chart-area\").uplot"
+SCATTER = "document.querySelector('#charts .scatter-area').uplot"
+#: The loss panel drawn (a panel draws when it comes into view).
+LOSS_DRAWN = "() => { const a = document.querySelector(\"#charts .chart-box[data-metric='loss'] .chart-area\"); return a && a.uplot; }"
+
+
+def _loss_panel(page) -> None:
+    page.locator("#charts .chart-box[data-metric='loss']").scroll_into_view_if_needed()
+    page.wait_for_function(LOSS_DRAWN, timeout=30_000)
 #: How far each group header's left and right edges are from those of its first and last visible column.
 EDGES = """() => {
     const out = {}, seen = h => h.getClientRects().length > 0;
@@ -78,7 +86,9 @@ def test_every_page_in_a_real_browser(tmp_path, built, browser):  # noqa: F811
         assert names == ["4-odd", "3-again", f"2-{HOSTILE}", "1-base"]
         heads = {h.strip(" ▲▼") for h in page.locator("table#runs thead th[data-col]").all_inner_texts()}
         assert {"lr", "cfg.opt", "info loss", "info epochs", "acc", "loss"} <= heads
-        assert page.evaluate("document.scripts.length") == 1  # casmon-ui.js, nothing from the store
+        # casmon's own scripts, and the parallel coordinates' data block (read as data): nothing from the store
+        assert page.evaluate("[...document.scripts].map(s => s.src ? new URL(s.src).pathname : s.type)") == [
+            "/static/casmon-ui.js", "/static/casmon-parcoords.js", "application/json"]
         assert page.evaluate("document.querySelectorAll('img').length") == 0
         page.locator("table#runs thead th[data-col='info.loss'] a").click()
         page.wait_for_url(re.compile(r"sort=info\.loss"))
@@ -111,23 +121,25 @@ def test_every_page_in_a_real_browser(tmp_path, built, browser):  # noqa: F811
         page.wait_for_url(re.compile(r"/compare\?"))
         assert re.findall(r"run=(\d)", page.url) == ["3", "2", "1"]  # the table's order: 3-again is the reference
         page.wait_for_selector("#charts[data-ready]")
+        _loss_panel(page)
         page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
 
-        # the chart: uPlot's canvas, loss by default (a logged metric, not a parameter), one line per run
-        assert page.locator("#charts canvas").count() == 1
-        assert page.locator("#charts select[data-control=metric]").input_value() == "loss"
+        # the dashboard: a panel per metric and info curve, each with a line per run
+        assert page.locator("#charts figure.chart-box").evaluate_all("fs => fs.map(f => f.dataset.metric)") == [
+            "acc", "loss", "info:curve"]
         assert page.evaluate(f"{UPLOT}.series.map(s => s.label)") == ["step", "3-again", f"2-{HOSTILE}", "1-base"]
         # hover: the legend shows the values under the cursor
-        over = page.locator("#charts .u-over")
+        loss_box = "#charts .chart-box[data-metric='loss']"
+        over = page.locator(f"{loss_box} .u-over")
         box = over.bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-        values = page.locator("#charts .u-legend .u-series .u-value").all_inner_texts()
+        values = page.locator(f"{loss_box} .u-legend .u-series .u-value").all_inner_texts()
         step = int(values[0])
         assert float(values[2]) == pytest.approx(0.25 * 20 / (step + 1), rel=1e-3), values  # 2-…'s loss at that step
         # log scale, and back
-        page.locator("#charts input[data-control=log]").check()
+        page.locator(f"{loss_box} input[data-panel-log]").check()
         assert page.evaluate(f"{UPLOT}.scales.y.distr") == 3
-        page.locator("#charts input[data-control=log]").uncheck()
+        page.locator(f"{loss_box} input[data-panel-log]").uncheck()
         assert page.evaluate(f"{UPLOT}.scales.y.distr") == 1
         # zoom: a drag across the plot narrows x; a double click zooms out again
         full = page.evaluate(f"[{UPLOT}.scales.x.min, {UPLOT}.scales.x.max]")
@@ -149,16 +161,16 @@ def test_every_page_in_a_real_browser(tmp_path, built, browser):  # noqa: F811
         assert labels == ["step", "lr=0.02 (1 run)", "lr=0.1 (2 runs)"]  # in order of the value
         page.locator("#charts select[data-control=group]").select_option("")
         # an info curve (50 points) over its index; the scatter of a parameter against a metric
-        page.locator("#charts select[data-control=metric]").select_option("info:curve")
-        assert page.evaluate(f"{UPLOT}.series[0].label") == "index"
-        page.locator("#charts select[data-control=view]").select_option("scatter")
+        page.locator("#charts .chart-box[data-metric='info:curve']").scroll_into_view_if_needed()
+        page.wait_for_function("() => document.querySelector(\"#charts .chart-box[data-metric='info:curve'] .chart-area\").uplot")
+        assert page.evaluate("document.querySelector(\"#charts .chart-box[data-metric='info:curve'] .chart-area\")"
+                             ".uplot.series[0].label") == "index"
         page.locator("#charts select[data-control=sx]").select_option("lr")
         page.locator("#charts select[data-control=sy]").select_option("loss")
-        pts = page.evaluate(f"{UPLOT}.data")
+        pts = page.evaluate(f"{SCATTER}.data")
         assert pts[0] == [0.02, 0.1, 0.1] and sorted(v for col in pts[1:] for v in col if v is not None) == [0.25, 0.5, 0.5]
         # a legend click hides a run
-        page.locator("#charts select[data-control=view]").select_option("curves")
-        page.locator("#charts .u-legend .u-series").nth(1).click()
+        page.locator(f"{loss_box} .u-legend .u-series").nth(1).click()
         assert page.evaluate(f"{UPLOT}.series[1].show") is False
         # tables: only what differs
         assert page.locator("table.params tr[data-key='cfg.opt']").is_visible()
@@ -184,7 +196,8 @@ def test_every_page_in_a_real_browser(tmp_path, built, browser):  # noqa: F811
         page.goto(base + "/run/2", wait_until="load")
         page.wait_for_selector("#charts[data-ready]")
         assert page.locator("h1 code").inner_text() == f"2-{HOSTILE}"
-        assert page.locator("#charts figure.chart-box canvas").count() == 3  # acc, loss, info curve
+        _loss_panel(page)
+        page.wait_for_function("() => document.querySelectorAll('#charts figure.chart-box canvas').length === 3")
         assert "training with lr=0.02" in page.locator("pre.output").inner_text()
         page.locator("a.run-calls").click()
         page.wait_for_url(re.compile(r"/calls\?run=2"))
@@ -222,13 +235,14 @@ def test_wide_pages_fit_a_laptop_screen(tmp_path, wide, browser):  # noqa: F811
             page.goto(base + path, wait_until="load")
             if name != "runs":
                 page.wait_for_selector("#charts[data-ready]")
-                assert page.locator("#charts canvas").count() >= 1
+                _loss_panel(page)
             page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 1400, (name, width)
         # the compare chart grouped by lr: three groups of runs, each a mean line with a band
         page.goto(base + f"/compare?{tails}", wait_until="load")
         page.wait_for_selector("#charts[data-ready]")
+        _loss_panel(page)
         page.locator("#charts select[data-control=group]").select_option("lr")
         assert page.evaluate(f"{UPLOT}.series.filter(s => !s.band).map(s => s.label)") == [
             "step", "lr=0.01 (2 runs)", "lr=0.03 (2 runs)", "lr=0.1 (3 runs)"]  # numerically: not 0.1 before 0.01
@@ -281,9 +295,10 @@ def test_many_runs_and_parameters(sweep, browser):
         tails = "&".join(f"run={i}" for i in range(1, 13))
         page.goto(base + f"/compare?{tails}", wait_until="load")
         page.wait_for_selector("#charts[data-ready]")
+        _loss_panel(page)
         strokes = page.evaluate(f"{UPLOT}.series.slice(1).filter(s => !s.band).map(s => s.stroke())")
         assert len(strokes) == 12 and len(set(strokes)) == 12, strokes
-        page.locator("#charts input[data-control=log]").check()
+        page.locator("#charts .chart-box[data-metric='loss'] input[data-panel-log]").check()
         assert page.evaluate(f"{UPLOT}.axes[1]._splits") == [0.0001, 0.001, 0.01, 0.1, 1, 10]
         assert page.evaluate(f"{UPLOT}.axes[1]._values") == ["0.0001", "0.001", "0.01", "0.1", "1", "10"]
         options = page.locator("#charts select[data-control=group] option").evaluate_all("os => os.map(o => o.value)")
@@ -291,12 +306,11 @@ def test_many_runs_and_parameters(sweep, browser):
         page.locator("#charts select[data-control=group]").select_option("lr")
         assert page.evaluate(f"{UPLOT}.series.filter(s => !s.band).map(s => s.label)") == [
             "step", "lr=0.5 (4 runs)", "lr=2 (4 runs)", "lr=10 (4 runs)"]
-        page.locator("#charts select[data-control=view]").select_option("scatter")
         page.locator("#charts select[data-control=sx]").select_option("lr")
-        assert page.evaluate(f"{UPLOT}.scales.x.distr") == 1
+        assert page.evaluate(f"{SCATTER}.scales.x.distr") == 1
         page.locator("#charts input[data-control=logx]").check()
-        assert page.evaluate(f"{UPLOT}.scales.x.distr") == 3
-        assert page.evaluate(f"{UPLOT}.axes[0]._values") == ["0.1", "1", "10"]  # lr 0.5 to 10
+        assert page.evaluate(f"{SCATTER}.scales.x.distr") == 3
+        assert page.evaluate(f"{SCATTER}.axes[0]._values") == ["0.1", "1", "10"]  # lr 0.5 to 10
         assert page.evaluate("document.documentElement.scrollWidth") <= 1400
         _clean(w)
     finally:
@@ -404,9 +418,9 @@ def test_report_file_opens_offline(tmp_path, built, browser):  # noqa: F811
     w = watch(page, lambda url: url.startswith("file://"))
     page.goto(path.as_uri(), wait_until="load")
     page.wait_for_selector("#charts[data-ready]")
-    assert page.locator("#charts canvas").count() == 1  # the inline scripts ran, with the inline points
-    page.locator("#charts select[data-control=metric]").select_option("acc")
-    assert page.evaluate(f"{UPLOT}.data[0].length") == 20
+    acc = "document.querySelector(\"#charts .chart-box[data-metric='acc'] .chart-area\").uplot"
+    page.wait_for_function(f"() => {acc}")  # the inline scripts ran, with the inline points
+    assert page.evaluate(f"{acc}.data[0].length") == 20
     assert "+lr = 0.02" in page.locator(".casmon-add").all_inner_texts()
     assert page.locator("a").count() == 0  # nothing to follow in a file sent by mail
     bg = page.locator(".casmon-add").first.evaluate("e => getComputedStyle(e).backgroundColor")
@@ -426,7 +440,8 @@ def test_report_file_opens_offline(tmp_path, built, browser):  # noqa: F811
     page.goto(one.as_uri(), wait_until="load")
     page.wait_for_selector("#charts[data-ready]")
     assert page.locator("h1").inner_text() == f"Run 2-{HOSTILE}"
-    assert page.locator("#charts figure.chart-box canvas").count() == 3  # acc, loss, info curve
+    _loss_panel(page)
+    page.wait_for_function("() => document.querySelectorAll('#charts figure.chart-box canvas').length === 3")
     assert "training with lr=0.02" in page.locator("pre.output").inner_text()
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
     _clean(w)

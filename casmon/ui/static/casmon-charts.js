@@ -1,6 +1,6 @@
 // casmon ui: charts of logged metrics, drawn by uPlot (uPlot.iife.min.js beside this file, vendored).
 // What to draw comes from the page's JSON data block, #casmon-chart-data (read
-// as data, never run); the points come from /api/metric (the server, downsampled there to a min/max
+// as data, never run); the points come from /api/run/NAME/metrics (the server, downsampled there to a min/max
 // envelope) or from the block itself (a report file, which has no server). No inline script and no style
 // attribute anywhere: uPlot sizes its elements through the CSSOM, which the Content-Security-Policy allows.
 "use strict";
@@ -81,28 +81,9 @@
   }
 
   // -- series: from the data block, or from the server (kept per run and metric until the run changes) --
-  var cache = {};
+  var cache = Object.create(null);
 
   function seriesKey(tail, metric) { return tail + "\u0000" + metric; }
-
-  function loadSeries(spec, tails, metric, fresh) {
-    var out = {}, missing = [];
-    tails.forEach(function (t) {
-      var inline = spec.series && spec.series[metric] && spec.series[metric][t];
-      var kept = cache[seriesKey(t, metric)];
-      if (inline) { out[t] = inline; } else if (kept && !fresh) { out[t] = kept; } else { missing.push(t); }
-    });
-    if (!missing.length || !spec.api || metric.indexOf("info:") === 0) { return Promise.resolve(out); }
-    var q = "name=" + encodeURIComponent(metric) + "&n=" + POINTS +
-      missing.map(function (t) { return "&run=" + encodeURIComponent(t); }).join("");
-    return fetch(spec.api + "?" + q, {credentials: "same-origin"}).then(function (r) {
-      if (!r.ok) { throw new Error("the server answered " + r.status + " for " + metric); }
-      return r.json();
-    }).then(function (got) {
-      (got.series || []).forEach(function (s) { cache[seriesKey(s.run, metric)] = s; out[s.run] = s; });
-      return out;
-    });
-  }
 
   // -- transformations: x axis, smoothing, log scale, groups --
   function xsOf(s, mode, run) {
@@ -296,8 +277,16 @@
 
   var X_LABELS = {step: "step", elapsed: "seconds since the run started", time: "time", index: "index"};
 
-  function plotCurves(area, lines, state, title) {
+  // Clears a chart area; a plot it held is destroyed (it leaves its cursor-sync group too).
+  function clearArea(area) {
+    if (area.uplot) { area.uplot.destroy(); area.uplot = null; }
     area.textContent = "";
+  }
+
+  // ``extra``: a dashboard panel's options (its height, the synced cursor, more hooks), over the defaults.
+  function plotCurves(area, lines, state, title, extra) {
+    clearArea(area);
+    extra = extra || {};
     if (!lines.length) { area.appendChild(el("p", {"class": "muted"}, "no points to draw")); return null; }
     var tables = lines.map(function (l) {
       var ys = ema(l.y, state.smooth), lo = l.lo, hi = l.hi;
@@ -329,14 +318,14 @@
     });
     var width = Math.max(240, Math.floor(area.clientWidth || 600));
     var opts = {
-      title: title, width: width, height: 260,
+      title: extra.title === false ? undefined : title, width: width, height: extra.height || 260,
       scales: {x: {time: state.x === "time"}, y: state.log ? {distr: 3, log: 10} : {}},
       axes: [{label: X_LABELS[state.x] || "x", labelSize: 18, size: 40},
-        yAxis({label: title, labelSize: 18, size: 72}, state.log)],
+        yAxis({label: extra.title === false ? "" : title, labelSize: extra.title === false ? 0 : 18, size: 60}, state.log)],
       series: series,
       legend: {live: true},
-      cursor: {drag: {x: true, y: false, setScale: true}},
-      hooks: {draw: [bandsHook(bands), marksHook(marked)]}
+      cursor: Object.assign({drag: {x: true, y: false, setScale: true}}, extra.cursor || {}),
+      hooks: Object.assign({draw: [bandsHook(bands), marksHook(marked)]}, extra.hooks || {})
     };
     var u = new uPlot(opts, data, area);
     hideBandLegend(u);
@@ -362,7 +351,7 @@
   }
 
   function plotScatter(area, spec, state) {
-    area.textContent = "";
+    clearArea(area);
     var param = state.sx, metric = state.sy, stat = state.stat;
     var pts = [];
     spec.runs.forEach(function (run, i) {
@@ -484,128 +473,270 @@
     return opts;
   }
 
-  // -- a compare panel: curves of one metric across runs, grouped or not; or a parameter-vs-metric scatter --
-  function comparePanel(panel, spec) {
-    var state = {metric: spec.default || spec.metrics[0] || "", x: "step", log: false, smooth: 0, group: "",
-      view: spec.metrics.length ? "curves" : "scatter",
-      sx: (spec.params[0] || ""), stat: "last"};
-    var controls = el("div", {"class": "chart-controls"});
-    var area = el("div", {"class": "chart-area"});
-    var note = el("p", {"class": "muted chart-note"});
-    panel.appendChild(controls);
-    panel.appendChild(area);
-    panel.appendChild(note);
-    var views = [["curves", "curves over steps"]];
-    if (spec.params.length) { views.push(["scatter", "parameter vs metric"]); }
-    controls.appendChild(select("view", "view", views, state.view));
-    var metricControl = el("span", {"class": "metric-control"});
-    if (spec.metrics.length) { metricControl.appendChild(select("metric", "metric", metricOptions(spec), state.metric)); }
-    controls.appendChild(metricControl);
-    var curveControls = el("span", {"class": "curve-controls"});
-    curveControls.appendChild(select("x", "x", xOptions(spec), state.x));
-    if (spec.groupable.length) {
-      curveControls.appendChild(select("group by", "group", [["", "(each run)"]].concat(spec.groupable.map(function (p) { return [p, p]; })), ""));
-    }
-    curveControls.appendChild(slider("smoothing", "smooth", 0));
-    controls.appendChild(curveControls);
-    var scatterControls = el("span", {"class": "scatter-controls"});
-    var ys = spec.metrics.filter(function (m) { return m.indexOf("info:") !== 0; }).map(function (m) { return [m, m]; })
-      .concat((spec.scalars || []).map(function (m) { return [m, "info " + m.slice(5)]; }));
-    var main = ys.filter(function (y) { return y[0] === spec.default; });  // the main metric first (loss)
-    state.sy = main.length ? main[0][0] : ys.length ? ys[0][0] : "";
-    scatterControls.appendChild(select("x", "sx", spec.params.map(function (p) { return [p, p]; }), state.sx));
-    scatterControls.appendChild(select("y", "sy", ys, state.sy));
-    scatterControls.appendChild(select("value", "stat", [["last", "last"], ["min", "min"], ["max", "max"]], "last"));
-    scatterControls.appendChild(checkbox("log x", "logx", false));
-    controls.appendChild(scatterControls);
-    controls.appendChild(checkbox("log scale", "log", false));
-    var draw = function (fresh) {
-      readControls(controls, state);
-      var info = state.metric.indexOf("info:") === 0;
-      curveControls.hidden = metricControl.hidden = state.view !== "curves";
-      scatterControls.hidden = state.view !== "scatter";
-      if (state.view === "scatter") { plotScatter(area, spec, state); note.textContent = ""; return Promise.resolve(); }
-      var st = Object.assign({}, state, {x: info ? "index" : state.x});  // an info list has no steps: its index
-      return loadSeries(spec, spec.runs.map(function (r) { return r.tail; }), state.metric, fresh).then(function (byTail) {
-        plotCurves(area, linesOf(spec, byTail, st), st, info ? state.metric.slice(5) : state.metric);
-        note.textContent = notes(spec, byTail);
-      }).catch(function (e) { area.textContent = ""; area.appendChild(el("p", {"class": "casmon-error"}, String(e.message || e))); });
-    };
-    controls.addEventListener("change", function () { draw(false); });
-    controls.addEventListener("input", function (e) { if (e.target.type === "range") { draw(false); } });
-    // Live runs on the page: casmon-ui.js says which changed; their new summaries and points are drawn.
-    document.addEventListener("casmon:runs", function (ev) {
-      ev.detail.runs.forEach(function (r) {
-        spec.runs.forEach(function (run) { if (run.tail === r.tail) { run.summary = r.metrics; run.status = r.status; } });
-      });
-      draw(true);
-    });
-    return draw(false);
-  }
+  // -- the dashboard: every metric in a panel of its own, grouped by prefix (train/, val/, ..., sys/, the
+  // ungrouped), groups collapsible; cursors and x zoom follow each other across panels; smoothing (and, on the
+  // compare page, grouping by a parameter) for all, a log scale per panel. A panel draws when it comes near
+  // the window (IntersectionObserver): a run of 200 metrics fetches and draws only what is seen, the panels
+  // coming into view together in one request per run (/api/run/NAME/metrics?name=...).
+  var SYNC = "casmon-dashboard";
+  var GROUP_NAMES = {"": "other metrics", info: "info curves"};
 
-  function notes(spec, byTail) {
-    var parts = [];
-    spec.runs.forEach(function (run) {
-      var s = byTail[run.tail];
-      if (s && s.n > s.value.length) {
-        parts.push(run.name + ": " + s.n.toLocaleString() + " points, drawn as " + s.value.length.toLocaleString() +
-          " buckets (mean line, min–max band)");
-      }
-    });
-    return parts.join("; ") + (parts.length ? ". " : "") + "Drag to zoom, double-click to zoom out.";
-  }
-
-  // -- a run panel: one chart per metric, shared x, smoothing and log controls; follows a live run --
-  function runPanel(panel, spec) {
-    var state = {x: "step", log: false, smooth: 0};
-    var controls = el("div", {"class": "chart-controls"});
+  function dashboard(panel, spec) {
+    var state = {x: "step", smooth: 0, group: ""};
+    var zoom = null;  // the x range every panel shows, or null: each its own data's
+    var applying = false;  // a zoom being applied to the panels: their setScale hooks stay quiet
+    var panels = Object.create(null), order = [];  // no prototype: a metric may be named __proto__
+    var controls = el("div", {"class": "chart-controls dash-controls"});
     controls.appendChild(select("x", "x", xOptions(spec), "step"));
     controls.appendChild(slider("smoothing", "smooth", 0));
-    controls.appendChild(checkbox("log scale", "log", false));
-    var grid = el("div", {"class": "chart-grid"});
+    if (spec.mode === "compare" && spec.groupable.length) {
+      controls.appendChild(select("group by", "group", [["", "(each run)"]].concat(spec.groupable.map(function (p) { return [p, p]; })), ""));
+    }
+    var reset = el("button", {type: "button", "class": "dash-reset", "data-control-reset": "zoom", disabled: "disabled"}, "reset zoom");
+    controls.appendChild(reset);
+    var note = el("span", {"class": "muted chart-note"}, "Drag across a panel to zoom all of them, double-click to zoom out.");
+    controls.appendChild(note);
     panel.appendChild(controls);
-    panel.appendChild(grid);
-    var boxes = {};
-    spec.metrics.forEach(function (m) {
+    var groupsBox = el("div", {"class": "dash-groups"});
+    panel.appendChild(groupsBox);
+    var grids = Object.create(null);
+
+    function groupOf(m) {
+      if (m.indexOf("info:") === 0) { return "info"; }
+      var k = m.indexOf("/");
+      return k > 0 && k < m.length - 1 ? m.slice(0, k) : "";
+    }
+
+    function gridFor(g, count) {
+      if (grids[g]) { return grids[g]; }
+      var sec = el("details", {"class": "dash-group", "data-group": g, open: "open"});
+      var sum = el("summary", {}, GROUP_NAMES[g] !== undefined ? GROUP_NAMES[g] : g + "/");
+      sum.appendChild(el("span", {"class": "muted dash-count"}, " " + count));
+      sec.appendChild(sum);
+      var grid = el("div", {"class": "chart-grid"});
+      sec.appendChild(grid);
+      groupsBox.appendChild(sec);
+      grids[g] = grid;
+      return grid;
+    }
+
+    function countGroup(g) {
+      var sec = null;
+      groupsBox.querySelectorAll("details.dash-group").forEach(function (d) { if (d.getAttribute("data-group") === g) { sec = d; } });
+      if (sec) { sec.querySelector(".dash-count").textContent = " " + sec.querySelectorAll("figure.chart-box").length; }
+    }
+
+    function addPanel(m, count) {
+      var g = groupOf(m);
       var fig = el("figure", {"class": "chart-box", "data-metric": m});
+      var head = el("figcaption", {"class": "panel-head"});
+      head.appendChild(el("span", {"class": "panel-title", title: m}, m.indexOf("info:") === 0 ? m.slice(5) : m));
+      var log = el("label", {"class": "control panel-log"});
+      var box = el("input", {type: "checkbox", "data-panel-log": "1"});
+      log.appendChild(box);
+      log.appendChild(document.createTextNode(" log"));
+      head.appendChild(log);
       var area = el("div", {"class": "chart-area"});
+      area.appendChild(el("p", {"class": "muted panel-wait"}, "…"));
+      fig.appendChild(head);
       fig.appendChild(area);
-      grid.appendChild(fig);
-      boxes[m] = area;
-    });
-    var run = spec.runs[0];
-    var drawOne = function (m, fresh) {
-      var info = m.indexOf("info:") === 0;
-      var st = {x: info ? "index" : state.x, log: state.log, smooth: state.smooth, group: ""};
-      return loadSeries(spec, [run.tail], m, fresh).then(function (byTail) {
-        plotCurves(boxes[m], linesOf(spec, byTail, st), st, info ? m.slice(5) : m);
-      }).catch(function (e) { boxes[m].textContent = ""; boxes[m].appendChild(el("p", {"class": "casmon-error"}, String(e.message || e))); });
-    };
-    var drawAll = function (fresh) {
-      readControls(controls, state);
-      return Promise.all(spec.metrics.map(function (m) { return drawOne(m, fresh); }));
-    };
-    controls.addEventListener("change", function () { drawAll(false); });
-    controls.addEventListener("input", function (e) { if (e.target.type === "range") { drawAll(false); } });
-    // A live run: casmon-ui.js polls the run and says what it saw; a metric with new points is drawn again.
-    document.addEventListener("casmon:run", function (ev) {
-      var summary = ev.detail.metrics || {};
-      Object.keys(summary).forEach(function (m) {
+      gridFor(g, count).appendChild(fig);
+      var p = {metric: m, fig: fig, area: area, log: false, drawn: false, visible: false, stale: true, loading: false};
+      box.addEventListener("change", function () { p.log = box.checked; if (p.drawn) { draw(p); } });
+      panels[m] = p;
+      order.push(m);
+      if (observer) { observer.observe(fig); } else { p.visible = true; want(p); }
+      return p;
+    }
+
+    // -- loading: the panels wanted are fetched together, one request per run, at most 100 metrics each --
+    var queue = [], flushing = null;
+    function want(p) {
+      if (p.loading) { return; }
+      p.loading = true;
+      queue.push(p);
+      if (!flushing) { flushing = Promise.resolve().then(flush); }
+    }
+
+    function hasMetric(run, m) { return !!(run.summary && run.summary[m]); }
+
+    function flush() {
+      var batch = queue;
+      queue = [];
+      flushing = null;
+      var fetches = [];
+      if (spec.api) {
+        spec.runs.forEach(function (run) {
+          var names = batch.filter(function (p) { return p.metric.indexOf("info:") !== 0 && hasMetric(run, p.metric); })
+            .map(function (p) { return p.metric; });
+          for (var at = 0; at < names.length; at += 100) {
+            var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
+            fetches.push(fetch(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + "&n=" + POINTS,
+              {credentials: "same-origin", cache: "no-store"}).then(function (r) {
+              return r.json().then(function (got) {
+                if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
+                Object.keys(got.series || {}).forEach(function (m) { cache[seriesKey(got.run, m)] = got.series[m]; });
+              });
+            }));
+          }
+        });
+      }
+      var done = function (err) {
+        batch.forEach(function (p) {
+          p.loading = false;
+          if (err) { clearArea(p.area); p.area.appendChild(el("p", {"class": "casmon-error"}, String(err.message || err))); return; }
+          p.stale = false;
+          draw(p);
+        });
+      };
+      return Promise.all(fetches).then(function () { done(null); }, done);
+    }
+
+    function seriesOf(m) {
+      var out = {};
+      spec.runs.forEach(function (run) {
+        var inline = spec.series && spec.series[m] && spec.series[m][run.tail];
         var kept = cache[seriesKey(run.tail, m)];
-        if (!boxes[m]) {
-          spec.metrics.push(m);
-          var fig = el("figure", {"class": "chart-box", "data-metric": m});
-          var area = el("div", {"class": "chart-area"});
-          fig.appendChild(area);
-          grid.appendChild(fig);
-          boxes[m] = area;
-          drawOne(m, true);
-        } else if (!kept || kept.n !== summary[m].n) {
-          drawOne(m, true);
-        }
+        if (inline) { out[run.tail] = inline; } else if (kept) { out[run.tail] = kept; }
       });
+      return out;
+    }
+
+    function fullRange(u) {
+      var xs = u.data[0];
+      return xs && xs.length ? [xs[0], xs[xs.length - 1]] : null;
+    }
+
+    function applyZoom(u) {
+      var r = zoom || fullRange(u);
+      if (!r || r[0] === r[1]) { return; }
+      applying = true;
+      try { u.setScale("x", {min: r[0], max: r[1]}); } finally { applying = false; }
+    }
+
+    // One panel's zoom (a drag, a double click) becomes every panel's.
+    function zoomed(u, key) {
+      if (key !== "x" || applying || !u.casmonReady) { return; }
+      var full = fullRange(u), mn = u.scales.x.min, mx = u.scales.x.max;
+      var eps = full ? Math.abs(full[1] - full[0]) * 1e-9 : 0;
+      zoom = full && mn <= full[0] + eps && mx >= full[1] - eps ? null : [mn, mx];
+      reset.disabled = !zoom;
+      order.forEach(function (m) {
+        var o = panels[m].area.uplot;
+        if (o && o !== u) { applyZoom(o); }
+      });
+    }
+
+    function draw(p) {
+      var m = p.metric, info = m.indexOf("info:") === 0;
+      var st = {x: info ? "index" : state.x, log: p.log, smooth: state.smooth, group: state.group};
+      var got = seriesOf(m), lines = linesOf(spec, got, st);
+      var errors = Object.keys(got).filter(function (t) { return got[t].error; }).map(function (t) { return got[t].error; });
+      var u = plotCurves(p.area, lines, st, info ? m.slice(5) : m, {
+        title: false, height: 200,
+        cursor: {sync: {key: SYNC, setSeries: false}},
+        hooks: {setScale: [zoomed]}
+      });
+      p.drawn = true;
+      if (errors.length) { p.area.appendChild(el("p", {"class": "casmon-error"}, errors.join("; "))); }
+      if (!u) { return; }
+      u.casmonReady = true;
+      if (zoom) { applyZoom(u); }
+    }
+
+    function redrawAll() {
+      var x = state.x;
+      readControls(controls, state);
+      if (state.x !== x) { zoom = null; reset.disabled = true; }  // a range of steps means nothing in seconds
+      order.forEach(function (m) { var p = panels[m]; if (p.drawn && !p.loading) { draw(p); } });
+    }
+
+    controls.addEventListener("change", redrawAll);
+    controls.addEventListener("input", function (e) { if (e.target.type === "range") { redrawAll(); } });
+    reset.addEventListener("click", function () {
+      zoom = null;
+      reset.disabled = true;
+      order.forEach(function (m) { var u = panels[m].area.uplot; if (u) { applyZoom(u); } });
     });
-    return drawAll(false);
+
+    // -- what is seen: a panel draws when it comes near the window; a stale one (new points) fetches again --
+    var firstSeen = null, resolveFirst;
+    var ready = new Promise(function (res) { resolveFirst = res; });
+    var observer = typeof IntersectionObserver === "undefined" ? null : new IntersectionObserver(function (entries) {
+      entries.forEach(function (en) {
+        var p = panels[en.target.getAttribute("data-metric")];
+        if (!p) { return; }
+        p.visible = en.isIntersecting;
+        if (p.visible && (p.stale || !p.drawn)) { p.stale = true; want(p); }
+      });
+      if (!firstSeen) { firstSeen = (flushing || Promise.resolve()).then(function () { resolveFirst(); }); }
+    }, {rootMargin: "300px 0px"});
+
+    var names = [];
+    (spec.groups || [{group: "", metrics: spec.metrics}]).forEach(function (g) {
+      g.metrics.forEach(function (m) { names.push([m, g.metrics.length]); });
+    });
+    names.forEach(function (x) { addPanel(x[0], x[1]); });
+    if (!observer || !names.length) { resolveFirst(); }
+    if (!observer && flushing) { flushing.then(resolveFirst); }
+
+    // Live runs: casmon-ui.js polls and says what it saw; a panel with new points fetches them again (now if it
+    // is seen, else when it comes into view), a new metric gets a panel.
+    var live = function (runs) {
+      var changed = {};
+      runs.forEach(function (r) {
+        spec.runs.forEach(function (run) {
+          if (run.tail !== r.tail) { return; }
+          var summary = r.metrics || {};
+          Object.keys(summary).forEach(function (m) {
+            var kept = cache[seriesKey(run.tail, m)];
+            if (!kept || kept.n !== summary[m].n) { changed[m] = true; }
+          });
+          run.summary = summary;
+          run.status = r.status || run.status;
+        });
+      });
+      Object.keys(changed).forEach(function (m) {
+        var p = panels[m];
+        if (!p) { p = addPanel(m, 1); countGroup(groupOf(m)); return; }
+        p.stale = true;
+        if (p.visible) { want(p); }
+      });
+    };
+    document.addEventListener("casmon:run", function (ev) { live([ev.detail]); });
+    document.addEventListener("casmon:runs", function (ev) { live(ev.detail.runs); });
+    if (spec.mode === "compare" && spec.params.length) { scatterPanel(panel, spec); }
+    return ready;
+  }
+
+  // -- the compare page's scatter: a parameter against a metric's last, min or max, a point per run --
+  function scatterPanel(panel, spec) {
+    var ys = spec.metrics.filter(function (m) { return m.indexOf("info:") !== 0; }).map(function (m) { return [m, m]; })
+      .concat((spec.scalars || []).map(function (m) { return [m, "info " + m.slice(5)]; }));
+    if (!ys.length) { return; }
+    var main = ys.filter(function (y) { return y[0] === spec.default; });
+    var state = {sx: spec.params[0], sy: main.length ? main[0][0] : ys[0][0], stat: "last", logx: false, log: false};
+    var box = el("details", {"class": "dash-group scatter-box", "data-group": "scatter", open: "open"});
+    box.appendChild(el("summary", {}, "parameter against a metric"));
+    var controls = el("div", {"class": "chart-controls scatter-controls"});
+    controls.appendChild(select("x", "sx", spec.params.map(function (p) { return [p, p]; }), state.sx));
+    controls.appendChild(select("y", "sy", ys, state.sy));
+    controls.appendChild(select("value", "stat", [["last", "last"], ["min", "min"], ["max", "max"]], "last"));
+    controls.appendChild(checkbox("log x", "logx", false));
+    controls.appendChild(checkbox("log y", "log", false));
+    var area = el("div", {"class": "chart-area scatter-area"});
+    box.appendChild(controls);
+    box.appendChild(area);
+    panel.appendChild(box);
+    var drawIt = function () { readControls(controls, state); plotScatter(area, spec, state); };
+    controls.addEventListener("change", drawIt);
+    document.addEventListener("casmon:runs", function (ev) {
+      ev.detail.runs.forEach(function (r) {
+        spec.runs.forEach(function (run) { if (run.tail === r.tail) { run.summary = r.metrics; } });
+      });
+      drawIt();
+    });
+    drawIt();
   }
 
   function start() {
@@ -613,7 +744,7 @@
     var panel = document.getElementById("charts");
     if (!block || !panel || typeof uPlot === "undefined") { return; }
     var spec = JSON.parse(block.textContent);
-    var done = spec.mode === "run" ? runPanel(panel, spec) : comparePanel(panel, spec);
+    var done = dashboard(panel, spec);
     done.then(function () { panel.setAttribute("data-ready", "1"); });
     var width = window.innerWidth;
     window.addEventListener("resize", function () {
