@@ -153,6 +153,14 @@ if mode == "interrupt":
 if mode == "wait":
     open(os.path.join(os.path.dirname(store), "ready"), "w").close()
     time.sleep(600)
+if mode == "block":
+    with casmon.record(store=store, comment="block") as inner:
+        inner.log(y=1.0)
+        open(os.path.join(os.path.dirname(store), "ready"), "w").close()
+        try:
+            time.sleep(600)
+        finally:
+            print("finally ran", flush=True)
 """
 
 
@@ -196,3 +204,16 @@ def test_sigkill_leaves_an_open_run_lost_once_its_heartbeats_stop(tmp_path):
     p.kill()
     p.communicate(timeout=300)
     deadline.until(lambda: casmon.load_run("latest", store).status == "lost", "the run to read as lost", 120)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_inside_a_block_saves_the_block_run_and_the_open_run_as_killed(tmp_path):
+    p, store = _script(tmp_path, "block")
+    deadline.until(lambda: (tmp_path / "ready").exists() or p.poll() is not None, "the script to start", 120)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == -signal.SIGTERM and "finally ran" in out, err
+    runs = {r.manifest["comment"]: r for r in casmon.list_runs(store)}
+    assert {c: (r.status, r.manifest.get("signal")) for c, r in runs.items()} == {
+        "": ("killed", "SIGTERM"), "block": ("killed", "SIGTERM")}
+    assert len(runs[""].metric("x")) == 3 and len(runs["block"].metric("y")) == 1
