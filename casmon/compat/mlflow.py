@@ -28,7 +28,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from casmon.errors import CasmonError
 from casmon.runs.listing import list_runs
@@ -209,7 +209,7 @@ class ActiveRun:
     def __enter__(self) -> ActiveRun:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         _forget(self)
         self.casmon_run.__exit__(exc_type, exc, tb)  # FAILED on an exception, KILLED on Ctrl-C
         return False
@@ -376,7 +376,7 @@ def log_text(text: str, artifact_file: str, run_id: str | None = None) -> None:
 def log_dict(dictionary: Any, artifact_file: str, run_id: str | None = None) -> None:
     if artifact_file.endswith((".yaml", ".yml")):
         try:
-            import yaml
+            import yaml  # type: ignore[import-untyped]
 
             text = yaml.safe_dump(dictionary, default_flow_style=False)
         except ImportError:

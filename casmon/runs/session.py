@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from casmon.errors import CasmonError
 from casmon.runs import recorder
@@ -63,7 +63,7 @@ class SessionRun(Run):
     def __enter__(self) -> SessionRun:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:
             _end(self, None, (None, None, None))
         else:

@@ -120,7 +120,7 @@ def _valid(rec: Any, ref: str) -> bool:
     if not isinstance(rec, dict) or rec.get("run") != ref:
         return False
     t = rec.get("time")
-    if type(t) not in (int, float) or not 0 <= t < 1e11:
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < 1e11:
         return False
     if "note" in rec:
         return isinstance(rec["note"], str)
