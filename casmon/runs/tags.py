@@ -255,7 +255,7 @@ class RunTags(MutableSet):
                     run.manifest["tags"] = sorted((self._tags | set(add)) - set(remove))
             self._tags |= set(add)
             self._tags -= set(remove)
-        if edited:
+        if edited and run.store.autoflush is not None:  # autoflush=None: the user flushes
             try:
                 run.store.flush()  # readers see it now, not at the run's next write
             except (CasmonError, OSError):
