@@ -164,3 +164,13 @@ def test_tags_cannot_change_in_a_read_only_store(tmp_path):
     ro = casmon.open(tmp_path / "s", read_only=True)
     with pytest.raises(CasmonError, match="read-only"):
         tag_run("1", ["x"], store=ro)
+
+
+def test_a_live_tag_edit_waits_for_the_users_flush_when_autoflush_is_off(tmp_path):
+    s = casmon.open(tmp_path / "s", autoflush=None)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.tags.add("later")
+        assert casmon.load_run("1", str(tmp_path / "s")).tags == ()
+        s.flush()
+        assert casmon.load_run("1", str(tmp_path / "s")).tags == ("later",)
+    s.close()
