@@ -373,7 +373,7 @@ class record:
             "prefix": self.prefix,
             "comment": self.comment,
             "status": "running",
-            "tags": list(self.tags),
+            **({"tags": list(self.tags)} if self.tags else {}),  # an untagged run's manifest is as before
             "function": function,
             "start": started,
             "patch_time": self.code_time or started,
