@@ -171,7 +171,7 @@ def _carry_tags(run: Run, store: Store, info: Any) -> None:
     now = info.tags
     new = [t for t in run.tags if t not in now]
     if new:
-        tags.append_edit(store, info.ref, add=new)
+        tags.append_edit(store, info.ref, info.manifest.get("start"), add=new)
     run._tags = tags.RunTags(run, (*now, *new))
 
 

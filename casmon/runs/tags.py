@@ -103,10 +103,11 @@ def _who() -> str:
     return f"{user()}@{socket.gethostname()}"
 
 
-def append_edit(store: Store, ref: str, *, add: Iterable[str] = (), remove: Iterable[str] = (),
+def append_edit(store: Store, ref: str, start: Any, *, add: Iterable[str] = (), remove: Iterable[str] = (),
                 note: str | None = None) -> dict[str, Any]:
-    """Append one edit of run ``ref`` (visible to others at the store's next flush); the record."""
-    rec: dict[str, Any] = {"run": ref, "time": _now(), "who": _who(), "pid": os.getpid()}
+    """Append one edit of run ``ref``, which started at ``start`` (visible to others at the store's next flush);
+    the record."""
+    rec: dict[str, Any] = {"run": ref, "start": start, "time": _now(), "who": _who(), "pid": os.getpid()}
     if note is not None:
         rec["note"] = note
     else:
@@ -159,9 +160,17 @@ def edits_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def _of_this_run(manifest: dict[str, Any], edits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The edits of the run this manifest is: an edit a deletion raced past names the start of the run
+    before, whose freed number a new run may have claimed."""
+    start = manifest.get("start")
+    return [e for e in edits if e.get("start") is None or start is None or e.get("start") == start]
+
+
 def merged(manifest: dict[str, Any], edits: list[dict[str, Any]]) -> tuple[tuple[str, ...], str]:
     """``(tags, note)``: the manifest's tags with every edit applied in order, and the newest note ("" if none).
     A crafted manifest's or edit's odd tags are left out."""
+    edits = _of_this_run(manifest, edits)
     start = manifest.get("tags")
     tags = {t for t in start if _is_tag(t)} if isinstance(start, list) else set()
     note = ""
@@ -186,6 +195,7 @@ def history(manifest: dict[str, Any], edits: list[dict[str, Any]]) -> list[dict[
     """Each change of the run's tags and note, oldest first: ``time``, ``who``, and ``add``/``remove`` or
     ``note``; the tags it started with first (its start's time, ``who`` its user and host)."""
     out = []
+    edits = _of_this_run(manifest, edits)
     start = manifest.get("tags")
     if isinstance(start, list) and start:
         out.append({"time": manifest.get("start"), "who": f"{manifest.get('user')}@{manifest.get('host')}",
@@ -250,7 +260,7 @@ class RunTags(MutableSet):
             with run._saving:  # the run's start is written now or not: the manifest, or an edit record
                 edited = bool(run._started and run.ref)
                 if edited:
-                    append_edit(run.store, run.ref, add=add, remove=remove)
+                    append_edit(run.store, run.ref, run.manifest.get("start"), add=add, remove=remove)
                 else:
                     run.manifest["tags"] = sorted((self._tags | set(add)) - set(remove))
             self._tags |= set(add)
@@ -262,7 +272,7 @@ class RunTags(MutableSet):
                 pass  # the record waits in memory for the next flush
 
 
-def _resolve(run: Any, store: Any) -> tuple[Store, str, str]:
+def _resolve(run: Any, store: Any) -> tuple[Store, str, Any]:
     from casmon.runs.listing import load_run
     from casmon.store.store import default_store
 
@@ -275,7 +285,7 @@ def _resolve(run: Any, store: Any) -> tuple[Store, str, str]:
     info = load_run(which, s)
     if info.manifest.get("status") == "claimed" or not s.get_ref(info.ref):
         raise CasmonError(f"casmon: run {info.name} has not started writing yet; tag it once it has")
-    return s, info.ref, info.name
+    return s, info.ref, info.manifest.get("start")
 
 
 def tag_run(run: Any, add: Iterable[str] = (), remove: Iterable[str] = (), store: Any = None) -> tuple[str, ...]:
@@ -285,9 +295,9 @@ def tag_run(run: Any, add: Iterable[str] = (), remove: Iterable[str] = (), store
     both = set(add_t) & set(remove_t)
     if both:
         raise ValueError(f"casmon tag: {sorted(both)[0]!r} is both added and removed")
-    s, ref, _ = _resolve(run, store)
+    s, ref, start = _resolve(run, store)
     if add_t or remove_t:
-        append_edit(s, ref, add=add_t, remove=remove_t)
+        append_edit(s, ref, start, add=add_t, remove=remove_t)
         s.flush()
     from casmon.runs.listing import load_run
 
@@ -297,6 +307,6 @@ def tag_run(run: Any, add: Iterable[str] = (), remove: Iterable[str] = (), store
 def note_run(run: Any, text: str, store: Any = None) -> None:
     """Set ``run``'s note to ``text`` ("" clears it), ended or not; the notes before stay in its history."""
     check_note(text, "casmon note")
-    s, ref, _ = _resolve(run, store)
-    append_edit(s, ref, note=text)
+    s, ref, start = _resolve(run, store)
+    append_edit(s, ref, start, note=text)
     s.flush()

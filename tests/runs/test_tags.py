@@ -174,3 +174,20 @@ def test_a_live_tag_edit_waits_for_the_users_flush_when_autoflush_is_off(tmp_pat
         s.flush()
         assert casmon.load_run("1", str(tmp_path / "s")).tags == ("later",)
     s.close()
+
+
+def test_an_edit_that_raced_a_deletion_never_lands_on_the_run_that_takes_the_freed_number(store):
+    from casmon.runs.tags import append_edit
+
+    with casmon.record(store=store, capture_output=False):
+        pass
+    old_start = casmon.load_run("1", store).manifest["start"]
+    casmon.delete_run("1", store=store)
+    append_edit(store, "runs/1", old_start, add=["stale"])  # a `casmon tag` that read the run before
+    append_edit(store, "runs/1", old_start, note="stale note")
+    store.flush()
+    with casmon.record(store=store, capture_output=False):
+        pass
+    r = casmon.load_run("1", store)
+    assert (r.tags, r.note, r.edits()) == ((), "", [])
+    assert (casmon.list_runs(store)[0].tags, casmon.list_runs(store)[0].note) == ((), "")
