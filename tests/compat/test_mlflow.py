@@ -221,11 +221,12 @@ def test_search_runs_agrees_with_mlflow_on_columns_types_and_values(tmp_path):
     assert (a["filtered"], a["none"]) == (b["filtered"], b["none"]) == (1, 0)
 
 
-def test_mlflow_tags_that_are_casmon_tags_are_both(tmp_path):
+def test_mlflow_tags_that_are_casmon_tags_are_both(tmp_path, monkeypatch):
     import casmon.compat.mlflow as mlflow
 
     s = casmon.open(tmp_path / "s")
     s.close()
+    monkeypatch.setattr(mlflow, "_tracking_uri", None)  # put back after the test
     mlflow.set_tracking_uri(str(tmp_path / "s"))
     try:
         with mlflow.start_run(tags={"team": "vision", "Training Info": "two words"}) as run:
@@ -240,7 +241,6 @@ def test_mlflow_tags_that_are_casmon_tags_are_both(tmp_path):
         assert mlflow.last_active_run() is run and run.info.status == "FINISHED"
     finally:
         mlflow.end_run()
-        mlflow.set_tracking_uri(".casmon")
 
 
 @pytest.mark.parametrize("uri", ["http://localhost:5000", "sqlite:///mlflow.db", "databricks"])
