@@ -284,3 +284,20 @@ def test_a_failing_block_reads_failed_and_ctrl_c_killed(tmp_path):
     p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
     assert p.stdout.strip().splitlines()[-1] == "['KILLED', 'FAILED']"
     assert [r.status for r in casmon.list_runs(str(tmp_path / "s"))] == ["failed", "killed"]
+
+
+def test_start_run_with_a_run_id_continues_that_run(tmp_path):
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys
+        mlflow.set_tracking_uri(sys.argv[1])
+        run = mlflow.start_run(run_name="long")
+        mlflow.log_metric("loss", 1.0, step=0)
+        mlflow.end_run("KILLED")
+        with mlflow.start_run(run_id=run.info.run_id) as again:
+            mlflow.log_metric("loss", 0.5, step=1)
+        print(again.info.run_id == run.info.run_id, again.info.status)
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.split() == ["True", "FINISHED"]
+    (r,) = casmon.list_runs(str(tmp_path / "s"))
+    assert (r.status, list(r.metric("loss").steps), len(r.resumes)) == ("ok", [0, 1], 1)
