@@ -42,7 +42,8 @@ _HOMES = {
     "record": "casmon.runs", "record_context": "casmon.runs", "log": "casmon.runs", "Run": "casmon.runs",
     "RunInfo": "casmon.runs", "Series": "casmon.runs", "RunList": "casmon.view.display", "RunDiff": "casmon.view.display",
     "RunWarning": "casmon.runs", "list_runs": "casmon.runs", "load_run": "casmon.runs", "diff": "casmon.runs",
-    "restore": "casmon.runs", "export": "casmon.runs", "delete_run": "casmon.runs",
+    "restore": "casmon.runs", "export": "casmon.runs", "delete_run": "casmon.runs", "start_run": "casmon.runs",
+    "end_run": "casmon.runs", "active_run": "casmon.runs",
     # errors and warnings
     "CasmonError": "casmon.errors", "StoreError": "casmon.errors", "StoreFormatError": "casmon.errors",
     "MissingObjectError": "casmon.errors", "DamagedObjectError": "casmon.errors", "UntrustedStoreError": "casmon.errors",
@@ -80,6 +81,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported f
     from casmon.maintenance import GcReport, VerifyReport
     from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
     from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
-    from casmon.runs import (Run, RunInfo, RunWarning, Series, delete_run, diff, export, list_runs, load_run, log,
-                             record, record_context, restore)
+    from casmon.runs import (Run, RunInfo, RunWarning, Series, active_run, delete_run, diff, end_run, export,
+                             list_runs, load_run, log, record, record_context, restore, start_run)
     from casmon.view.display import CacheEntries, RunDiff, RunList, Sessions, StoreStats

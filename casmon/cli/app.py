@@ -1,7 +1,7 @@
 """The ``casmon`` command: its group, which turns errors into one line, and the verbs registered on it.
 
 The verbs live by what they look at: ``store_verbs`` (stats, verify, gc),
-``cache_verbs``, ``call_verbs`` (calls, show, replay), ``run_verbs`` (runs,
+``cache_verbs``, ``call_verbs`` (calls, show, replay), ``tag_verbs`` (tag, note), ``run_verbs`` (runs,
 diff, restore, export), ``artifact_verbs`` (artifacts, get, rm), ``import_verb``,
 ``demo`` and ``ui`` (ui, report);
 ``options`` holds what they share.
@@ -52,6 +52,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "import": ("casmon.cli.import_verb", "import_command",
                "Import TensorBoard and MLflow runs, callmonitor 0.3 folders and FineCache 0.1 cache and run folders "
                "from PATH."),
+    "note": ("casmon.cli.tag_verbs", "note_cmd",
+             "Set RUN's note to TEXT, ended or not (the notes before stay in its history); with no TEXT, its note."),
     "replay": ("casmon.cli.call_verbs", "replay",
                "Run call N of NAME again and check the result against the recorded one (exit 1 if it differs)."),
     "report": ("casmon.cli.ui", "report_command",
@@ -64,6 +66,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
              "Recorded runs: number, comment, time, status, commit, dirty, and the latest value of each metric."),
     "show": ("casmon.cli.call_verbs", "show", "`show RUN`: a recorded run."),
     "stats": ("casmon.cli.store_verbs", "stats", "Values, chunks, bytes, dedup ratio and files of a store."),
+    "tag": ("casmon.cli.tag_verbs", "tag_cmd", "Add (+x) and remove (-y) tags of RUN, ended or not; with no change, its tags."),
     "ui": ("casmon.cli.ui", "ui_command", "Look at runs, calls and cached results in a browser (read-only)."),
     "verify": ("casmon.cli.store_verbs", "verify", "Re-hash every object and follow every pointer."),
 }

@@ -67,6 +67,10 @@ def _json(v) -> str:
     return json.dumps(json_safe(v), indent=2, default=str)
 
 
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _columns_of(r) -> dict:
     """A run's values by column name, ``info.X``, ``param.X`` and ``metric.X`` (a metric's last value)."""
     from casmon.runs.params import flatten
@@ -105,24 +109,33 @@ def _column_name(name: str, known: set) -> str:
 @click.option("--columns", default=None, metavar="NAMES",
               help="Comma-separated metrics, params (cfg.lr) or info entries to show as columns "
                    f"(default: the first {DEFAULT_METRIC_COLUMNS} metrics).")
+@click.option("--tag", "tags", multiple=True, metavar="TAG",
+              help="Only the runs tagged TAG (given again: tagged with every one).")
 @trust_option
-def runs(store_location, as_json, columns, trust) -> None:
+def runs(store_location, as_json, columns, tags, trust) -> None:
     """Recorded runs: number, comment, time, status, commit, dirty, and the latest value of each metric."""
     from casmon.runs import list_runs
+    from casmon.runs.tags import check_tag
 
+    try:
+        wanted = {check_tag(t, "--tag") for t in tags}
+    except (TypeError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
     all_runs = list_runs(open_store(store_location, read_only=True))
+    if wanted:
+        all_runs = [r for r in all_runs if wanted <= set(r.tags)]
     if as_json:
         click.echo(_json([{"name": r.name, "ref": r.ref, "status": r.status, "start": r.manifest.get("start"),
                                 "elapsed": r.elapsed, "heartbeat": r.heartbeat, "signal": r.manifest.get("signal"),
                                 "resumes": len(r.resumes),
                                 "commit": r.manifest.get("git", {}).get("commit"), "dirty": r.manifest.get("git", {}).get("dirty"),
-                                "notebook": r.manifest.get("notebook"),
+                                "notebook": r.manifest.get("notebook"), "tags": list(r.tags), "note": r.note,
                                 "params": r.flat_params() if r.error is None else {},
                                 "metrics": r.metric_summary()}
                                for r in all_runs]))
         return
     if not all_runs:
-        console.print("no runs recorded")
+        console.print(f"no runs tagged {' and '.join(sorted(wanted))}" if wanted else "no runs recorded", markup=False)
         return
     values = {r.ref: _columns_of(r) for r in all_runs}
     if columns is not None:
@@ -133,7 +146,9 @@ def runs(store_location, as_json, columns, trust) -> None:
         extra = [f"metric.{n}" for n in names[:DEFAULT_METRIC_COLUMNS]]
     t = Table(title="runs")
     notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one
-    for col in ("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ()):
+    tagged = any(r.tags for r in all_runs)
+    for col in (("run", "comment", "started", "duration", "status", "commit", "dirty") + (("notebook",) if notebooks else ())
+                + (("tags",) if tagged else ())):
         t.add_column(col)
     bare = [c.split(".", 1)[1] for c in extra]
     for col, name in zip(extra, bare):
@@ -154,6 +169,7 @@ def runs(store_location, as_json, columns, trust) -> None:
                   (g.get("commit") or "")[:10] or ("no git" if not g.get("in_git") else "no commit"),
                   "yes" if g.get("dirty") else "",
                   *([escape(os.path.basename(m.get("notebook") or ""))] if notebooks else []),  # `show` has the path
+                  *([escape(_cut(" ".join(r.tags), 40))] if tagged else []),
                   *[escape(short_repr(values[r.ref][c], 24) if not isinstance(values[r.ref].get(c), (int, float, type(None)))
                            else _number(values[r.ref].get(c))) for c in extra])
     console.print(t)
@@ -247,6 +263,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
             raise click.ClickException(one_line(r.error))
         click.echo(_json({"name": r.name, "ref": r.ref, "status": r.status, "digest": r.digest, "elapsed": r.elapsed,
                           "heartbeat": r.heartbeat, "params": r.flat_params(), "metrics": r.metric_summary(),
+                          "tags": list(r.tags), "note": r.note, "edits": r.edits(),
                           "manifest": m}))
         return
     console.print(f"[bold]run {escape(str(r.name))}[/bold]  {escape(str(r.status))}  manifest {r.digest[:12]}")
@@ -265,7 +282,13 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
             console.print(f"    {timestamp(when['time'])} on {when['host']} by pid {when['pid']}, after it was "
                           f"{when['status']}",
                           markup=False)
-    console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}")
+    console.print(f"  {m.get('user')}@{m.get('host')}, Python {m.get('python')}, pid {m.get('pid')}", markup=False)
+    if r.tags:
+        console.print(f"  tags: {' '.join(r.tags)}", markup=False)
+    if r.note:
+        console.print(f"  run note: {r.note}", markup=False)
+    if isinstance(m.get("parent"), str):
+        console.print(f"  nested in run {m['parent'].split('/', 1)[-1]}", markup=False)
     if m.get("notebook"):  # a kernel's command line names only a temporary connection file
         console.print(f"  notebook: {m['notebook']}", markup=False)
     else:

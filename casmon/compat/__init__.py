@@ -2,7 +2,9 @@
 
 * :mod:`casmon.compat.callmonitor` -- callmonitor 0.3.x's documented API.
 * :mod:`casmon.compat.finecache` -- FineCache 0.1.x's documented API.
+* :mod:`casmon.compat.mlflow` -- MLflow's fluent tracking API (``import casmon.compat.mlflow as mlflow``),
+  its ``search_runs`` in :mod:`casmon.compat.mlflow_search`.
 
-Both keep their data in a casmon store, so they gain deduplication, packed
+All keep their data in a casmon store, so they gain deduplication, packed
 records, checked reads and the ``casmon`` command line.
 """

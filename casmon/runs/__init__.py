@@ -7,7 +7,8 @@ kind, refs and manifest checks), ``listing`` (``RunInfo``, list and load runs),
 (``run.log`` and the series it keeps), ``params`` (parameters, flattened),
 ``live`` (heartbeats, and what a live run writes as it goes), ``signals`` (SIGTERM
 and SIGHUP save the run as killed), ``artifacts`` (what a run saves, and
-checkpoints), ``deletion`` (``delete_run``), ``resume`` (``record(resume=...)``), ``imported`` (runs brought in from elsewhere).
+checkpoints), ``deletion`` (``delete_run``), ``resume`` (``record(resume=...)``), ``imported`` (runs brought in from elsewhere),
+``session`` (``start_run``/``end_run``: runs that span notebook cells), ``tags`` (tags and notes, and their edits).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __all__ = [
     "record", "record_context", "Run", "RunInfo", "RunWarning", "list_runs", "load_run", "diff", "restore", "export",
     "UnsafePathError", "safe_target", "vcs_component", "CodeState", "capture_code_state", "KIND_RUN", "RUN_REFS",
     "PREFIX_RE", "check_run_manifest", "notebook_path", "log", "active_run", "Series", "downsample", "flatten",
-    "delete_run", "ResumeError",
+    "delete_run", "ResumeError", "start_run", "end_run", "SessionRun", "tag_run", "note_run",
 ]
 
 #: Each name's module, loaded on first use: ``casmon runs`` needs the listing, not git, capture or comparison.
@@ -31,6 +32,8 @@ _HOMES = {
     **dict.fromkeys(["KIND_RUN", "PREFIX_RE", "RUN_REFS", "check_run_manifest"], "casmon.runs.manifest"),
     **dict.fromkeys(["Series", "downsample"], "casmon.runs.metrics"), "flatten": "casmon.runs.params",
     "ResumeError": "casmon.runs.resume",
+    **dict.fromkeys(["start_run", "end_run", "SessionRun"], "casmon.runs.session"),
+    **dict.fromkeys(["tag_run", "note_run"], "casmon.runs.tags"),
     **dict.fromkeys(["Run", "RunWarning", "active_run", "log", "notebook_path", "record", "record_context"],
                     "casmon.runs.recorder"),
 }
@@ -55,4 +58,6 @@ if TYPE_CHECKING:
     from casmon.runs.metrics import Series, downsample
     from casmon.runs.params import flatten
     from casmon.runs.resume import ResumeError
+    from casmon.runs.session import SessionRun, end_run, start_run
+    from casmon.runs.tags import note_run, tag_run
     from casmon.runs.recorder import Run, RunWarning, active_run, log, notebook_path, record, record_context

@@ -22,6 +22,7 @@ from casmon.runs import live
 from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key, read_artifacts
 from casmon.runs.manifest import KIND_RUN
 from casmon.runs.metrics import KIND_METRICS, metrics_key
+from casmon.runs.tags import KIND_RUNEDIT, edit_key
 from casmon.runs.resume import RESUME_REFS, holder_alive, resuming
 from casmon.store.store import Store, default_store
 
@@ -46,7 +47,7 @@ class Deleted:
 def run_keys(ref: str) -> dict[str, bytes]:
     """The record key of each kind of record run ``ref`` writes."""
     return {KIND_RUN: bytes(fingerprint(("casmon.run", ref))), KIND_METRICS: bytes(metrics_key(ref)),
-            live.KIND_RUNOUT: bytes(live.output_key(ref)), KIND_ARTIFACT: artifacts_key(ref)}
+            live.KIND_RUNOUT: bytes(live.output_key(ref)), KIND_ARTIFACT: artifacts_key(ref), KIND_RUNEDIT: edit_key(ref)}
 
 
 def _without(key: bytes) -> Callable[[bytes, bytes], bool]:

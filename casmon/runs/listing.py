@@ -40,6 +40,35 @@ class RunInfo:
     #: What the run's ref carries besides its manifest: the heartbeat and latest metrics of a live run.
     ref_data: dict = dataclasses.field(default_factory=dict)
     _summary: dict | None = dataclasses.field(default=None, repr=False, compare=False)
+    _edits: list | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    # -- tags and notes (casmon.runs.tags): the manifest's tags with every later edit applied ------------
+    def edits(self) -> list[dict[str, Any]]:
+        """Each change of the run's tags and note, oldest first (``time``, ``who``, ``add``/``remove`` or ``note``)."""
+        from casmon.runs import tags
+
+        return tags.history(self.manifest, self._read_edits())
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The run's tags, sorted: those it started with, and every change since (``casmon tag``, ``run.tags``)."""
+        from casmon.runs import tags
+
+        return tags.merged(self.manifest, self._read_edits())[0]
+
+    @property
+    def note(self) -> str:
+        """The run's note (``casmon note``), "" if it has none."""
+        from casmon.runs import tags
+
+        return tags.merged(self.manifest, self._read_edits())[1]
+
+    def _read_edits(self) -> list:
+        if self._edits is None:
+            from casmon.runs import tags
+
+            self._edits = tags.read_edits(self.store, self.ref)
+        return self._edits
 
     @property
     def name(self) -> str:
@@ -339,6 +368,11 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
                         "start": t if type(t) in (int, float) else None}
         out.append(RunInfo(s, name, manifest, error, ref.data if isinstance(ref.data, dict) else {}))
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
+    from casmon.runs.tags import edits_by_run
+
+    edits = edits_by_run(s)  # one read of every run's tag and note edits, not one per run
+    for r in out:
+        r._edits = edits.get(r.ref, [])
     return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
 
 

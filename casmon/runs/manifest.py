@@ -81,7 +81,7 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "comment": s
                    "n": int, "output": str, "packages": str, "traceback": str, "error": str, "function": str,
                    "host": str, "user": str, "python": str, "executable": str, "cwd": str, "pid": int, "notebook": str,
                    "params": dict, "metrics": dict, "heartbeat_s": (int, float), "signal": str,
-                   "signal_time": (int, float), "imported": dict, "resumes": list}
+                   "signal_time": (int, float), "imported": dict, "resumes": list, "tags": list, "parent": str}
 #: The fields that hold times or durations in seconds.
 _MANIFEST_SECONDS = ("start", "end", "duration", "patch_time", "signal_time", "heartbeat_s")
 

@@ -40,6 +40,7 @@ from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs import artifacts, live, signals
+from casmon.runs import tags as run_tags
 from casmon.runs import resume as resuming
 from casmon.runs.capture import OutputCapture
 from casmon.runs.cells import a_dict, cells
@@ -83,6 +84,10 @@ class Run:
     """A run while it goes on: ``run.log(loss=...)`` its metrics, ``run.params`` its configuration, ``run.info``
     whatever else you want kept."""
 
+    #: Ended by its ``with`` block or decorator; a run of ``start_run`` (casmon.runs.session) is not, so a
+    #: signal saves it from the handler rather than raising into code that may be no block of it.
+    _by_block = True
+
     def __init__(self, store: Store | None, name: str, n: int, ref: str) -> None:
         self.store: Any = store  # None while the store could not be opened (see record._start)
         self.name = name
@@ -123,6 +128,16 @@ class Run:
         self._refs_extra: list[Digest] = []  # the manifests the run had before its resumes
         self._prior_output: str | None = None
         self._resume_line = ""
+        self._tags = run_tags.RunTags(self, ())
+
+    @property
+    def tags(self) -> run_tags.RunTags:
+        """The run's tags, a live set: ``run.tags.add("baseline")``, ``run.tags.discard("x")`` (kept at once)."""
+        return self._tags
+
+    @tags.setter
+    def tags(self, value: Iterable[str]) -> None:
+        self._tags.replace(value)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -243,6 +258,8 @@ class record:
     then the process ends as it would have); one whose heartbeats stop is read
     as ``lost``.
 
+    ``tags``: labels to find the run by (``run.tags`` changes them, ``casmon tag`` too, after its end).
+
     FineCache's names are accepted too: ``increment_dir`` (its ``dir_prefix``
     becomes the prefix), ``tracking_files``, ``save_output``.
     """
@@ -253,7 +270,7 @@ class record:
                  tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
                  code_state: CodeState | None = None, params: Mapping[str, Any] | None = None,
                  keep_last: int | None = None, keep_every: int | None = None, resume: Any = None,
-                 resume_ok: bool = False) -> None:
+                 resume_ok: bool = False, tags: Iterable[str] | None = None) -> None:
         # One string is one pattern or name, not its letters ("." alone would track every file).
         track = [track] if isinstance(track, str) else list(track)
         env = [env] if isinstance(env, str) else list(env)
@@ -283,6 +300,7 @@ class record:
         if params is not None and not all(type(k) is str for k in params):
             raise TypeError("casmon.record: params' names must be strings")
         self.params = dict(params or {})
+        self.tags = run_tags.check_tags(tags, "casmon.record")
         self.resume, self.resume_ok = resuming.check_which(resume), bool(resume_ok)
         self.keep = (artifacts.retention(keep_last, "keep_last"), artifacts.retention(keep_every, "keep_every"))
         self.comment = comment
@@ -294,6 +312,7 @@ class record:
         self.code_state = code_state  # taken earlier (FineCache takes it when it is created)
         self.code_time: float | None = None
         self._stack: list[tuple[Run, OutputCapture | None]] = []
+        self.run_type: type[Run] = Run  # casmon.runs.session's runs are ended by a call, not a block
         #: Folders :meth:`track_files` never reads (FineCache's run folders).
         self.exclude_dirs: list[Path] = []
 
@@ -343,8 +362,9 @@ class record:
         for note in code.notes:
             if not note.startswith("detached HEAD"):
                 warnings.warn(f"casmon.record: {note}", RunWarning, stacklevel=3)
-        run = Run(store, f"{self.prefix}?" + (f"-{self.comment}" if self.comment else ""), 0, "")
+        run = self.run_type(store, f"{self.prefix}?" + (f"-{self.comment}" if self.comment else ""), 0, "")
         run.params = dict(self.params)
+        run._tags = run_tags.RunTags(run, self.tags)
         run._keep = self.keep
         run.manifest = {
             "casmon_run": 1,
@@ -353,6 +373,7 @@ class record:
             "prefix": self.prefix,
             "comment": self.comment,
             "status": "running",
+            **({"tags": list(self.tags)} if self.tags else {}),  # an untagged run's manifest is as before
             "function": function,
             "start": started,
             "patch_time": self.code_time or started,
@@ -530,7 +551,8 @@ class record:
             run._beat_at = time.monotonic()
             run._beat_lag = run._beat_at - t0
 
-    def _finish(self, exc_type, exc, tb) -> None:
+    def _finish(self, exc_type, exc, tb, status: str | None = None) -> None:
+        """End the innermost run: its status from the exception, or ``status`` where given (``run.end``)."""
         run, capture = self._stack.pop()
         if run._pid != os.getpid():
             return  # a forked child leaving its parent's block: the parent ends the run, not the child
@@ -550,6 +572,8 @@ class record:
         m["end"] = end
         m["duration"] = end - m["start"]
         _end_status(run, exc_type, exc, tb, end)
+        if status is not None:
+            _force_status(m, status)
         run._output = output
         run._ended = True
         try:
@@ -638,6 +662,17 @@ def _end_status(run: Run, exc_type: Any, exc: BaseException | None, tb: Any, end
     else:
         m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
         m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
+
+
+def _force_status(m: dict[str, Any], status: str) -> None:
+    """The status ``run.end(status=...)`` asked for, over the one its exception (if any) gave."""
+    m["status"] = status
+    if status == "ok":
+        m["traceback"] = None
+        for k in ("error", "signal", "signal_time"):
+            m.pop(k, None)
+    elif status == "failed" and not m.get("error"):
+        m["error"] = "ended as failed by run.end(status='failed')"
 
 
 def _append_batch(store: Store, run: Run, batch: Any) -> None:
@@ -768,9 +803,10 @@ def _on_signal(signum: int, name: str, t: float) -> None:
 
 
 def _main_thread_runs() -> bool:
+    """Whether a block of the main thread records a run: a signal raises there, and that block saves it."""
     main = threading.main_thread().ident
     with _active_lock:
-        return any(r._thread == main for r in _active)
+        return any(r._thread == main and r._by_block for r in _active)
 
 
 def _save_killed(signum: int, name: str) -> None:

@@ -161,6 +161,20 @@ def _claim(store: Store, info: RunInfo, every: float, status: str) -> int:
     return k
 
 
+def _carry_tags(run: Run, store: Store, info: Any) -> None:
+    """The resumed run keeps its tags (the manifest's first ones and every edit since); tags the resume adds
+    are one more edit, so no older edit that removed them removes them again."""
+    from casmon.runs import tags
+
+    old = info.manifest.get("tags")
+    run.manifest["tags"] = old if isinstance(old, list) else []
+    now = info.tags
+    new = [t for t in run.tags if t not in now]
+    if new:
+        tags.append_edit(store, info.ref, info.manifest.get("start"), add=new)
+    run._tags = tags.RunTags(run, (*now, *new))
+
+
 def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> None:
     """Make ``run`` (not yet written) the continuation of run ``which``: claim it, then carry over its name,
     start, params, info, metrics, output and checkpoints (see the module's text)."""
@@ -188,6 +202,7 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
         if f in old:
             m[f] = old[f]
     m["name"] = info.name
+    _carry_tags(run, store, info)
     m["resumes"] = [e for e in old.get("resumes") or [] if isinstance(e, dict)] + [entry]
     run.name, run.n, run.ref = info.name, m.get("n", 0), info.ref
     run._refs_extra = [prior.target] if prior and prior.target else []

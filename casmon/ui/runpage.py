@@ -36,6 +36,10 @@ def _facts(r: Any) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     if m.get("comment"):
         pairs.append(("comment", m["comment"]))
+    if r.tags:
+        pairs.append(("tags", Html(" ".join(f'<span class="casmon-tag">{esc(t)}</span>' for t in r.tags))))
+    if r.note:
+        pairs.append(("note", r.note))
     pairs += [("status", Html(f'<span id="run-status">{badge(r.status, m.get("signal"))}</span>')),
               ("started", when(m.get("start")))]
     if m.get("end") is not None:

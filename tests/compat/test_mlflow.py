@@ -1,0 +1,303 @@
+"""MLflow's own documented tracking examples, run through ``casmon.compat.mlflow`` with only the import changed.
+
+Each example's text is MLflow's (examples/quickstart/mlflow_tracking.py, and the snippets of the tracking
+API guide); helpers the snippets leave to the reader (``train_model``, ``evaluate_model``) are defined
+before them. What casmon then holds is checked run by run, and ``search_runs``' DataFrame is compared with
+the real ``mlflow.search_runs`` on a file store (mlflow-skinny is in the test extras) for the same script.
+"""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+import casmon
+from casmon.errors import CasmonError
+from tests.conftest import run_python
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+# examples/quickstart/mlflow_tracking.py, as MLflow ships it but for its import line.
+QUICKSTART = '''\
+import os
+from random import random, randint
+
+from casmon.compat.mlflow import log_metric, log_param, log_artifacts
+
+if __name__ == "__main__":
+    print("Running mlflow_tracking.py")
+
+    log_param("param1", randint(0, 100))
+
+    log_metric("foo", random())
+    log_metric("foo", random() + 1)
+    log_metric("foo", random() + 2)
+    log_metric("accuracy 2", random())
+
+    if not os.path.exists("outputs"):
+        os.makedirs("outputs")
+    with open("outputs/test.txt", "w") as f:
+        f.write("hello world!")
+
+    log_artifacts("outputs")
+'''
+
+# The tracking API guide: "Manual Logging" (2.x) and "Hierarchical Runs with Parent-Child Relationships".
+MANUAL = '''\
+import casmon.compat.mlflow as mlflow
+
+with mlflow.start_run():
+    for epoch in range(0, 3):
+        mlflow.log_metric(key="quality", value=2 * epoch, step=epoch)
+'''
+
+HELPERS = '''\
+def train_model(lr, batch_size):
+    return (lr, batch_size)
+
+
+def evaluate_model(model):
+    lr, batch_size = model
+    return round(1.0 - abs(lr - 0.01) - batch_size / 1000, 6)
+'''
+
+HIERARCHICAL = '''\
+import mlflow
+
+# Parent run for the entire experiment
+with mlflow.start_run(run_name="hyperparameter_sweep") as parent_run:
+    mlflow.log_param("search_strategy", "random")
+
+    best_score = 0
+    best_params = {}
+
+    # Child runs for each parameter combination
+    for lr in [0.001, 0.01, 0.1]:
+        for batch_size in [16, 32, 64]:
+            with mlflow.start_run(
+                nested=True, run_name=f"lr_{lr}_bs_{batch_size}"
+            ) as child_run:
+                mlflow.log_params({"learning_rate": lr, "batch_size": batch_size})
+
+                # Train and evaluate
+                model = train_model(lr, batch_size)
+                score = evaluate_model(model)
+                mlflow.log_metric("accuracy", score)
+
+                # Track best configuration in parent
+                if score > best_score:
+                    best_score = score
+                    best_params = {"learning_rate": lr, "batch_size": batch_size}
+
+    # Log best results to parent run
+    mlflow.log_params(best_params)
+    mlflow.log_metric("best_accuracy", best_score)
+
+# Query child runs
+child_runs = mlflow.search_runs(
+    filter_string=f"tags.mlflow.parentRunId = '{parent_run.info.run_id}'"
+)
+print("Child run results:")
+print(child_runs[["run_id", "params.learning_rate", "metrics.accuracy"]])
+'''
+
+SEQUENTIAL = '''\
+import mlflow
+
+configs = [
+    {"model": "RandomForest", "n_estimators": 100},
+    {"model": "XGBoost", "max_depth": 6},
+    {"model": "LogisticRegression", "C": 1.0},
+]
+
+for config in configs:
+    with mlflow.start_run(run_name=config["model"]):
+        mlflow.log_params(config)
+        model = train_model(config)
+        score = evaluate_model(model)
+        mlflow.log_metric("f1_score", score)
+'''
+
+
+def _casmon(example: str) -> str:
+    return example.replace("import mlflow\n", "import casmon.compat.mlflow as mlflow\n", 1)
+
+
+def test_the_quickstart_script_runs_unchanged_and_its_run_ends_ok_at_exit(tmp_path):
+    (tmp_path / "mlflow_tracking.py").write_text(QUICKSTART)
+    store = tmp_path / "store"
+    p = run_python(f"import runpy; runpy.run_path('mlflow_tracking.py', run_name='__main__')", cwd=tmp_path,
+                   env={"CASMON_STORE": str(store)})
+    assert "Running mlflow_tracking.py" in p.stdout
+    r = casmon.load_run("latest", str(store))
+    assert r.status == "ok", "the run MLflow's logging started ends with the script"
+    assert 0 <= r.flat_params()["param1"] <= 100
+    foo = r.metric("foo")
+    assert list(foo.steps) == [0, 0, 0] and 0 <= foo.values[0] < 1 <= foo.values[1] < 2 <= foo.values[2] < 3
+    assert len(r.metric("accuracy 2")) == 1
+    assert r.load("test.txt") == b"hello world!"
+
+
+def test_manual_logging_with_steps(tmp_path):
+    run_python(MANUAL, cwd=tmp_path, env={"CASMON_STORE": str(tmp_path / "store")})
+    r = casmon.load_run("latest", str(tmp_path / "store"))
+    q = r.metric("quality")
+    assert (r.status, list(q.steps), list(q.values)) == ("ok", [0, 1, 2], [0.0, 2.0, 4.0])
+
+
+def test_hierarchical_runs_and_search_by_parent(tmp_path):
+    p = run_python(HELPERS + _casmon(HIERARCHICAL), cwd=tmp_path, env={"CASMON_STORE": str(tmp_path / "store")})
+    assert "Child run results:" in p.stdout
+    runs = casmon.list_runs(str(tmp_path / "store"))
+    parent = [r for r in runs if r.manifest["comment"] == "hyperparameter_sweep"]
+    assert len(runs) == 10 and len(parent) == 1 and all(r.status == "ok" for r in runs)
+    children = [r for r in runs if r.manifest.get("parent") == parent[0].ref]
+    assert sorted(r.manifest["comment"] for r in children) == sorted(
+        f"lr_{lr}_bs_{bs}" for lr in [0.001, 0.01, 0.1] for bs in [16, 32, 64])
+    assert parent[0].flat_params() == {"search_strategy": "random", "learning_rate": 0.01, "batch_size": 16}
+    assert parent[0].metric_summary()["best_accuracy"]["last"] == pytest.approx(0.984)
+    lines = [ln for ln in p.stdout.splitlines()[2:] if ln.strip()]
+    assert len(lines) == 9, p.stdout  # the nine children, by the parent's run_id
+
+
+def test_sequential_runs_keep_their_names_and_params(tmp_path):
+    helpers = "def train_model(config):\n    return config\n\n\ndef evaluate_model(model):\n    return 0.5\n\n\n"
+    run_python(helpers + _casmon(SEQUENTIAL), cwd=tmp_path, env={"CASMON_STORE": str(tmp_path / "store")})
+    runs = casmon.list_runs(str(tmp_path / "store"))
+    assert [(r.name, r.flat_params()) for r in runs] == [
+        ("1-RandomForest", {"model": "RandomForest", "n_estimators": 100}),
+        ("2-XGBoost", {"model": "XGBoost", "max_depth": 6}),
+        ("3-LogisticRegression", {"model": "LogisticRegression", "C": 1.0})]
+
+
+# The same script through MLflow and through casmon: search_runs' columns, types and values agree.
+COMPARED = '''\
+import json, sys
+import mlflow
+mlflow.set_tracking_uri(sys.argv[1])
+mlflow.set_experiment("compare")
+with mlflow.start_run(run_name="first", tags={"team": "vision"}) as run:
+    mlflow.log_param("lr", 0.1)
+    mlflow.log_params({"depth": 3, "opt": "adam"})
+    for step in range(3):
+        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+    mlflow.log_metrics({"acc": 0.9})
+    mlflow.set_tag("stage", "dev")
+    mlflow.set_tags({"Training Info": "Basic LR model"})
+    assert mlflow.active_run().info.run_id == run.info.run_id
+second = mlflow.start_run(run_name="second")
+mlflow.log_metric("loss", 2.0)
+mlflow.end_run(status="FAILED")
+df = mlflow.search_runs(order_by=["metrics.loss ASC"])
+mine = [c for c in df.columns if c.split(".")[0] in ("metrics", "params") or c in (
+    "tags.team", "tags.stage", "tags.Training Info", "tags.mlflow.runName")]
+print(json.dumps({"columns": list(df.columns), "kinds": {c: df[c].dtype.kind for c in df.columns},
+                  "tz": str(df["start_time"].dt.tz),
+                  "rows": [{c: (None if v != v else v) for c, v in zip(mine, row)} for row in df[mine].itertuples(index=False)],
+                  "status": list(df["status"]),
+                  "filtered": len(mlflow.search_runs(filter_string="params.opt = 'adam' AND metrics.loss < 0.5")),
+                  "none": len(mlflow.search_runs(filter_string="tags.team = 'nlp'"))}))
+'''
+
+
+def test_search_runs_agrees_with_mlflow_on_columns_types_and_values(tmp_path):
+    pytest.importorskip("mlflow")
+    real = run_python(COMPARED, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(COMPARED), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert b["columns"][:6] == a["columns"][:6] == ["run_id", "experiment_id", "status", "artifact_uri", "start_time",
+                                                   "end_time"]
+    assert set(b["columns"]) <= set(a["columns"]), set(b["columns"]) - set(a["columns"])
+    assert {c for c in a["columns"] if c.split(".")[0] in ("metrics", "params")} == {
+        c for c in b["columns"] if c.split(".")[0] in ("metrics", "params")}
+    assert {c: b["kinds"][c] for c in b["columns"]} == {c: a["kinds"][c] for c in b["columns"]}
+    assert a["tz"] == b["tz"] == "UTC"
+    a_rows = [{k: v for k, v in r.items() if k != "tags.mlflow.runName"} for r in a["rows"]]
+    b_rows = [{k: v for k, v in r.items() if k != "tags.mlflow.runName"} for r in b["rows"]]
+    assert a_rows == b_rows
+    assert a["status"] == b["status"] == ["FINISHED", "FAILED"]
+    assert (a["filtered"], a["none"]) == (b["filtered"], b["none"]) == (1, 0)
+
+
+def test_mlflow_tags_that_are_casmon_tags_are_both(tmp_path, monkeypatch):
+    import casmon.compat.mlflow as mlflow
+
+    s = casmon.open(tmp_path / "s")
+    s.close()
+    monkeypatch.setattr(mlflow, "_tracking_uri", None)  # put back after the test
+    mlflow.set_tracking_uri(str(tmp_path / "s"))
+    try:
+        with mlflow.start_run(tags={"team": "vision", "Training Info": "two words"}) as run:
+            mlflow.log_artifact(__file__, artifact_path="code")
+            mlflow.log_dict({"a": 1}, "cfg.json")
+            mlflow.log_text("hi", "notes.txt")
+        r = casmon.load_run(run.info.run_id, str(tmp_path / "s"))
+        assert r.tags == ("team=vision",)
+        assert r.info()["mlflow_tags"] == {"team": "vision", "Training Info": "two words"}
+        assert {a["name"] for a in r.artifacts()} == {"code/test_mlflow.py", "cfg.json", "notes.txt"}
+        assert json.loads(r.load("cfg.json")) == {"a": 1} and r.load("notes.txt") == b"hi"
+        assert mlflow.last_active_run() is run and run.info.status == "FINISHED"
+    finally:
+        mlflow.end_run()
+
+
+@pytest.mark.parametrize("uri", ["http://localhost:5000", "sqlite:///mlflow.db", "databricks"])
+def test_a_tracking_server_uri_is_refused_in_one_line(uri):
+    import casmon.compat.mlflow as mlflow
+
+    with pytest.raises(CasmonError, match="tracking server or database"):
+        mlflow.set_tracking_uri(uri)
+
+
+def test_what_the_drop_in_lacks_says_so():
+    import casmon.compat.mlflow as mlflow
+
+    with pytest.raises(AttributeError, match="model flavors, autolog"):
+        mlflow.sklearn
+    with pytest.raises(CasmonError, match="cannot read the filter"):
+        from casmon.compat.mlflow_search import where
+
+        where([{"run_id": "1"}], "metrics.x >")
+    with pytest.raises(ValueError, match="FINISHED, FAILED or KILLED"):
+        mlflow.end_run("DONE")
+
+
+def test_a_failing_block_reads_failed_and_ctrl_c_killed(tmp_path):
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys
+        mlflow.set_tracking_uri(sys.argv[1])
+        try:
+            with mlflow.start_run(run_name="boom"):
+                mlflow.log_metric("x", 1.0)
+                raise ValueError("diverged")
+        except ValueError:
+            pass
+        try:
+            with mlflow.start_run(run_name="stopped"):
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+        print(list(mlflow.search_runs()["status"]))
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.strip().splitlines()[-1] == "['KILLED', 'FAILED']"
+    assert [r.status for r in casmon.list_runs(str(tmp_path / "s"))] == ["failed", "killed"]
+
+
+def test_start_run_with_a_run_id_continues_that_run(tmp_path):
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys
+        mlflow.set_tracking_uri(sys.argv[1])
+        run = mlflow.start_run(run_name="long")
+        mlflow.log_metric("loss", 1.0, step=0)
+        mlflow.end_run("KILLED")
+        with mlflow.start_run(run_id=run.info.run_id) as again:
+            mlflow.log_metric("loss", 0.5, step=1)
+        print(again.info.run_id == run.info.run_id, again.info.status)
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.split() == ["True", "FINISHED"]
+    (r,) = casmon.list_runs(str(tmp_path / "s"))
+    assert (r.status, list(r.metric("loss").steps), len(r.resumes)) == ("ok", [0, 1], 1)
