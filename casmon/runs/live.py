@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["HEARTBEAT_S", "LOST_AFTER", "KIND_RUNOUT", "heartbeat_seconds", "tick_seconds", "watch", "unwatch",
-           "output_key", "output_record", "read_output", "is_lost", "forget_in_child"]
+           "output_key", "output_record", "read_output", "is_lost", "forget_in_child", "sample"]
 
 #: A running run whose last heartbeat is older than this many heartbeats is ``lost``.
 LOST_AFTER = 3
@@ -124,6 +124,8 @@ class _Watcher:
 #: Flushes live runs' points and output; writes their heartbeats (apart, so a slow flush never delays one).
 _flusher = _Watcher("casmon-run-live")
 _beater = _Watcher("casmon-run-heartbeat")
+#: Samples live runs' system metrics (casmon.runs.sysmetrics): its own thread, so a slow flush never delays a sample.
+_sampler = _Watcher("casmon-run-sysmetrics")
 
 
 def watch(key: int, tick: Callable[[], None], every: float, beat: Callable[[], None], beat_every: float) -> None:
@@ -132,14 +134,21 @@ def watch(key: int, tick: Callable[[], None], every: float, beat: Callable[[], N
     _beater.watch(key, beat, beat_every)
 
 
+def sample(key: int, tick: Callable[[], None], every: float) -> None:
+    """Call ``tick()`` about every ``every`` seconds on the sampling thread, until :func:`unwatch`."""
+    _sampler.watch(key, tick, every)
+
+
 def unwatch(key: int) -> None:
     _flusher.unwatch(key)
     _beater.unwatch(key)
+    _sampler.unwatch(key)
 
 
 def forget_in_child() -> None:
     _flusher.forget_in_child()
     _beater.forget_in_child()
+    _sampler.forget_in_child()
 
 
 def output_record(store: Store, ref: str, seq: int, text: str) -> tuple[dict[str, Any], list[Any]]:

@@ -233,8 +233,10 @@ class MetricLog:
         # Set as the run's end is stored: a point logged later (another thread) would land after the summary.
         self.sealed = False
 
-    def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
-        """Append one point per metric, all at ``step`` (default: the run's counter, then counted up)."""
+    def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any], *,
+            counted: bool = True) -> None:
+        """Append one point per metric, all at ``step`` (default: the run's counter, then counted up).
+        ``counted=False``: the run's counter stays as it is (system metrics keep steps of their own)."""
         if step is None:
             s = self.step
         else:
@@ -278,7 +280,8 @@ class MetricLog:
                     del p.steps[n0:]
                     del p.times[n0:]
                 raise
-            self.step = s + 1 if step is None else s
+            if counted:
+                self.step = s + 1 if step is None else s
 
     def _skipped(self, name: str, step: int) -> None:
         if name not in self.warned:
