@@ -481,6 +481,13 @@ class CacheState:
         if self._hot is not None:
             self._hot.clear()
 
+    def forget(self, key: Digest) -> None:
+        """Stop answering ``key`` from this process's memory (its entry was dropped from the store): the next call
+        asks the store."""
+        with self._lock:
+            self._mem.pop(bytes(key), None)
+            self._mem_expires.pop(bytes(key), None)
+
     def _remember(self, key: Digest, result: Digest, expires: float | None = None, seen: Any = _ANY) -> None:
         """Remember ``key``'s result; with ``seen``, only if what was remembered then is what is remembered now
         (a ``refresh`` that landed meanwhile stays the entry)."""
