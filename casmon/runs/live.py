@@ -11,6 +11,8 @@ flushes, so a slow flush never delays a heartbeat. A reader that finds a
 heartbeats (plus twice that write time) calls it ``lost`` (SIGKILL, out of
 memory, a dead node): it says so from the heartbeat alone, so it holds across
 hosts, given clocks that agree to well within a heartbeat.
+A third, ``casmon-run-sysmetrics``, samples a run's system metrics
+(:mod:`casmon.runs.sysmetrics`) when it asks for them.
 
 Console output goes into records of kind ``runout`` keyed by the run's ref
 (one per flush: the lines completed since the last), so a live or lost run's
