@@ -42,6 +42,8 @@ __all__ = ["INTERVAL_S", "PREFIX", "interval", "start", "Sampler", "gpu_present"
 INTERVAL_S = 10.0
 #: The shortest interval accepted: faster sampling would cost the run more than it tells.
 MIN_INTERVAL_S = 0.01
+#: The longest: a day (the sampling thread's wait must stay within what a timeout can be).
+MAX_INTERVAL_S = 86400.0
 PREFIX = "sys/"
 #: A sample is taken when the sampling thread comes within this share of an interval of its time.
 _SLACK = 0.1
@@ -52,9 +54,9 @@ def interval(enabled: Any, every: Any, where: str) -> float | None:
     for anything else."""
     if type(enabled) is not bool:
         raise TypeError(f"{where}: system_metrics must be True or False, got {type(enabled).__name__} {enabled!r:.80}")
-    if type(every) not in (int, float) or not math.isfinite(every) or every < MIN_INTERVAL_S:
-        raise ValueError(f"{where}: system_metrics_s must be a number of seconds, at least {MIN_INTERVAL_S:g}, "
-                         f"got {every!r:.80}")
+    if type(every) not in (int, float) or not MIN_INTERVAL_S <= every <= MAX_INTERVAL_S:  # NaN fails too
+        raise ValueError(f"{where}: system_metrics_s must be a number of seconds from {MIN_INTERVAL_S:g} to "
+                         f"{MAX_INTERVAL_S:g}, got {every!r:.80}")
     return float(every) if enabled else None
 
 
@@ -210,8 +212,32 @@ class Sampler:
 
 def start(run: Any, every: float) -> Sampler | None:
     """Begin sampling ``run``'s system metrics every ``every`` seconds (the first reading only primes the rates);
-    what cannot be sampled is one RunWarning line now. None when there is nothing to sample."""
+    what cannot be sampled is one RunWarning line now. None when there is nothing to sample. Never raises: the
+    run has started, and an error here would leave it without an end."""
     notes: list[str] = []
+    try:
+        return _start(run, every, notes)
+    except Exception as e:  # noqa: BLE001 - a psutil or NVML broken in a way not foreseen: the run goes on
+        notes.append(f"cannot be sampled ({type(e).__name__}: {e})")
+        return None
+    finally:
+        if notes:
+            _say(f"casmon.record: system metrics: {'; '.join(notes)}")
+
+
+def _say(message: str) -> None:
+    from casmon.runs.recorder import RunWarning
+
+    try:
+        warnings.warn(message, RunWarning, stacklevel=5)
+    except Exception:  # noqa: BLE001 - warnings made errors (-W error): still one line, and the run goes on
+        try:
+            sys.stderr.write(f"RunWarning: {message}\n")
+        except Exception:  # noqa: BLE001 - no stderr (pythonw)
+            pass
+
+
+def _start(run: Any, every: float, notes: list[str]) -> Sampler | None:
     host = None
     try:
         import psutil
@@ -227,10 +253,6 @@ def start(run: Any, every: float) -> Sampler | None:
     gpus, why = _open_gpus()
     if why:
         notes.append(why)
-    if notes:
-        from casmon.runs.recorder import RunWarning
-
-        warnings.warn(f"casmon.record: system metrics: {'; '.join(notes)}", RunWarning, stacklevel=4)
     if host is None and gpus is None:
         return None
     sampler = Sampler(run, every, host, gpus)

@@ -96,6 +96,7 @@ def test_sampling_stops_with_the_run(tmp_path, no_gpu):
     ({"system_metrics_s": 0}, ValueError), ({"system_metrics_s": -1.0}, ValueError),
     ({"system_metrics_s": float("nan")}, ValueError), ({"system_metrics_s": float("inf")}, ValueError),
     ({"system_metrics_s": "10"}, ValueError), ({"system_metrics_s": True}, ValueError),
+    ({"system_metrics_s": 1e12}, ValueError),  # beyond what the sampling thread's wait can take
     ({"system_metrics": "yes"}, TypeError), ({"system_metrics": None}, TypeError),
 ])
 def test_a_bad_system_metrics_option_is_one_clear_error(kw, error):
@@ -107,6 +108,8 @@ MISSING = r"""
 import sys, warnings
 sys.modules["psutil"] = None  # as if it were not installed
 warnings.simplefilter("always")
+if sys.argv[2] == "error":  # the line itself made an error: the run still starts and ends
+    warnings.filterwarnings("error", message="casmon.record: system metrics")
 import casmon
 from casmon.runs import sysmetrics
 sysmetrics.gpu_present = lambda: False
@@ -117,9 +120,10 @@ print("status", casmon.runs.load_run(run.name, store=sys.argv[1]).status)
 """
 
 
-def test_a_missing_psutil_is_one_line_at_the_run_start_and_never_an_error(tmp_path):
+@pytest.mark.parametrize("warnings_are", ["always", "error"])
+def test_a_missing_psutil_is_one_line_at_the_run_start_and_never_an_error(tmp_path, warnings_are):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", MISSING, str(tmp_path / "s")], env=env, cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-c", MISSING, str(tmp_path / "s"), warnings_are], env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "status ok" in p.stdout
