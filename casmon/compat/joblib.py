@@ -197,7 +197,8 @@ class Memory:
         return f"Memory(location={self.location!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Memory, (self.location, self.backend, self.mmap_mode, self.compress, self.verbose,
+        loc = self.location.url if isinstance(self.location, Store) else self.location
+        return (Memory, (loc, self.backend, self.mmap_mode, self.compress, self.verbose,
                          self.backend_options))
 
 
@@ -253,6 +254,7 @@ class MemorizedFunc:
         key = state.key(args, kwargs)
         if key is None or state.find(key) is None:
             return NotMemorizedResult(value)  # could not be stored: the value itself stands in
+        state.store.flush()  # a reference is made to be sent: a worker reading it must find the entry now
         return MemorizedResult(self, key, args, kwargs)
 
     def check_call_in_cache(self, *args: Any, **kwargs: Any) -> bool:
@@ -262,6 +264,11 @@ class MemorizedFunc:
     def clear(self, warn: bool = True) -> None:
         """Forget every stored result of this function."""
         self.cached.cache_clear()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A Store holds locks and threads: another process opens it again from its location.
+        loc = self.location.url if isinstance(self.location, Store) else self.location
+        return (MemorizedFunc, (self.func, loc, self.ignore, self.mmap_mode, self.cache_validation_callback))
 
     def forget(self, plan: dict[bytes, Eviction]) -> None:
         state = self.cached.__casmon_cache__

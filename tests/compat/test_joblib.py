@@ -290,6 +290,24 @@ def test_a_shelved_result_pickles_and_its_clear_drops_that_call_only(tmp_path):
     assert sq(4) == 16 and sq(5) == 25 and SQUARED == [4]  # computed again: this process forgot it too
 
 
+def test_a_shelved_result_is_read_by_another_process_at_once(tmp_path):
+    import subprocess
+    import sys
+
+    from casmon.compat.joblib import Memory
+    from tests.conftest import ROOT
+
+    import casmon
+
+    store = casmon.open(str(tmp_path / "c"), autoflush=None)  # no background flush to make it pass by timing
+    shelved = Memory(store, verbose=0).cache(_shelved_square).call_and_shelve(6)
+    (tmp_path / "r.pkl").write_bytes(pickle.dumps(shelved))
+    read = "import pickle, sys; print(pickle.loads(open(sys.argv[1], 'rb').read()).get())"
+    p = subprocess.run([sys.executable, "-c", read, str(tmp_path / "r.pkl")], capture_output=True, text=True,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "36", p.stderr  # a worker gets it while this process runs on
+
+
 def test_location_none_caches_nothing_as_in_joblib(tmp_path, monkeypatch):
     from casmon.compat.joblib import Memory
 
