@@ -266,9 +266,12 @@ class MemorizedFunc:
         self.cached.cache_clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A Store holds locks and threads: another process opens it again from its location.
-        loc = self.location.url if isinstance(self.location, Store) else self.location
-        return (MemorizedFunc, (self.func, loc, self.ignore, self.mmap_mode, self.cache_validation_callback))
+        if isinstance(self.location, Store):  # it holds locks and threads: a worker opens it again from its location
+            return (MemorizedFunc, (self.func, self.location.url, self.ignore, self.mmap_mode,
+                                    self.cache_validation_callback))
+        # The cached function pickles as casmon's do (a main script's code keeps its version in a worker).
+        return (_rebuild, (self.func, self.cached, self.location, self.ignore, self.mmap_mode,
+                           self.cache_validation_callback))
 
     def forget(self, plan: dict[bytes, Eviction]) -> None:
         state = self.cached.__casmon_cache__
@@ -278,6 +281,18 @@ class MemorizedFunc:
 
     def __repr__(self) -> str:
         return f"MemorizedFunc(func={self.func!r}, location={self.location!r})"
+
+
+def _rebuild(func: Callable, cached: Any, location: str, ignore: list[str], mmap_mode: str | None,
+             callback: Callable[[dict[str, Any]], bool] | None) -> MemorizedFunc:
+    f = MemorizedFunc.__new__(MemorizedFunc)
+    f.__dict__.update(func=func, location=location, ignore=ignore, mmap_mode=mmap_mode,
+                      cache_validation_callback=callback, cached=cached)
+    try:
+        functools.update_wrapper(f, func)
+    except (AttributeError, TypeError):
+        pass
+    return f
 
 
 def _metadata(entry: dict[str, Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +314,7 @@ class MemorizedResult:
     def get(self) -> Any:
         state = self.func.cached.__casmon_cache__
         found, value = False, None
-        if state.find(self.key) is None:  # cleared by another holder (a copy of this result, another process)
+        if not state.found_now(self.key):  # read afresh: made by another process, or cleared by another holder
             state.forget(self.key)
         else:
             found, value = state.lookup_result(self.key)

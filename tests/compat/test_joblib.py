@@ -308,6 +308,45 @@ def test_a_shelved_result_is_read_by_another_process_at_once(tmp_path):
     assert p.returncode == 0 and p.stdout.strip() == "36", p.stderr  # a worker gets it while this process runs on
 
 
+PARALLEL = r"""
+import os, sys, warnings, joblib
+from casmon.compat.joblib import Memory
+memory = Memory(sys.argv[1], verbose=0)
+
+@memory.cache
+def sq(x):
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{x}\n")
+    return x * x
+
+def get(r):
+    return r.get()
+
+if __name__ == "__main__":
+    print(joblib.Parallel(n_jobs=2)(joblib.delayed(sq)(i) for i in range(4)))  # computed in the workers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "the code of sq changed": the workers keyed it by another version
+        print([sq(i) for i in range(4)])
+    r = sq.call_and_shelve(7)
+    print(joblib.Parallel(n_jobs=2)(joblib.delayed(get)(r) for _ in range(4)))  # workers that looked up before
+"""
+
+
+def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_results(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "job.py").write_text(PARALLEL)
+    p = subprocess.run([sys.executable, "job.py", str(tmp_path / "c"), str(tmp_path / "calls")], cwd=tmp_path,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:3] == ["[0, 1, 4, 9]", "[0, 1, 4, 9]", "[49, 49, 49, 49]"]
+    assert sorted((tmp_path / "calls").read_text().split()) == ["0", "1", "2", "3", "7"]
+
+
 def test_location_none_caches_nothing_as_in_joblib(tmp_path, monkeypatch):
     from casmon.compat.joblib import Memory
 
