@@ -415,7 +415,9 @@ class MetricLog:
         """The summary now, as a run's ref carries it (at most :data:`REF_SUMMARY_MAX` names): taken at the
         start of a flush, which writes every batch it counts; :meth:`written_up_to` once that flush ended."""
         with self.lock:
-            return self.counted, self._with_digests(sorted(self.summary)[:REF_SUMMARY_MAX])
+            # The user's metrics first: a GPU node's sys/ metrics must not push them out of a live run's listing.
+            names = sorted(self.summary, key=lambda n: (n.startswith("sys/"), n))[:REF_SUMMARY_MAX]
+            return self.counted, self._with_digests(sorted(names))
 
     def written_up_to(self, snapshot: tuple[int, dict[str, dict[str, Any]]]) -> None:
         """A flush wrote the batches ``snapshot`` counts: the ref may say so (never going back to an older one)."""

@@ -327,3 +327,20 @@ def test_a_resumed_run_continues_its_sample_steps_and_its_own_counter(tmp_path, 
     steps = list(info.metric("sys/rss_bytes").steps)
     assert steps == list(range(len(steps)))
     assert not [w for w in caught if "skipped" in str(w.message)]
+
+
+def test_system_metrics_never_push_the_users_metrics_out_of_a_live_runs_ref(tmp_path, monkeypatch, no_gpu):
+    from casmon.runs.metrics import REF_SUMMARY_MAX
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=8))  # a GPU node: 32 sys/gpu metrics
+    store = str(tmp_path / "s")
+    user = [f"train/m{i:02d}" for i in range(REF_SUMMARY_MAX)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run, "sys/gpu7/temp_c") >= 1, "GPU samples")
+            run.log({name: 1.0 for name in user})
+            casmon.store.store.default_store(store).flush()
+            live_names = _until(lambda: (s := set(run._metrics.ref_summary())) >= set(user) and s,
+                                "the user's metrics in the ref")
+    assert not [n for n in live_names if n.startswith("sys/")]  # every slot went to the user's metrics
