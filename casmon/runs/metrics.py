@@ -42,6 +42,7 @@ from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs import sysmetrics
 
 if TYPE_CHECKING:
     import pandas
@@ -416,7 +417,7 @@ class MetricLog:
         start of a flush, which writes every batch it counts; :meth:`written_up_to` once that flush ended."""
         with self.lock:
             # The user's metrics first: a GPU node's sys/ metrics must not push them out of a live run's listing.
-            names = sorted(self.summary, key=lambda n: (n.startswith("sys/"), n))[:REF_SUMMARY_MAX]
+            names = sysmetrics.users_first(self.summary)[:REF_SUMMARY_MAX]
             return self.counted, self._with_digests(sorted(names))
 
     def written_up_to(self, snapshot: tuple[int, dict[str, dict[str, Any]]]) -> None:

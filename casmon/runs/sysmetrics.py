@@ -36,7 +36,7 @@ import time
 import warnings
 from typing import Any
 
-__all__ = ["INTERVAL_S", "PREFIX", "interval", "start", "Sampler", "gpu_present"]
+__all__ = ["INTERVAL_S", "PREFIX", "interval", "start", "Sampler", "gpu_present", "users_first"]
 
 #: Seconds between two samples by default.
 INTERVAL_S = 10.0
@@ -58,6 +58,12 @@ def interval(enabled: Any, every: Any, where: str) -> float | None:
         raise ValueError(f"{where}: system_metrics_s must be a number of seconds from {MIN_INTERVAL_S:g} to "
                          f"{MAX_INTERVAL_S:g}, got {every!r:.80}")
     return float(every) if enabled else None
+
+
+def users_first(names: Any, group: str = "") -> list[str]:
+    """``names`` sorted with the user's metrics before the ``sys/`` ones (``group``: a prefix such as
+    ``"metric."`` the names carry): where only the first few are shown, the sampled ones never crowd them out."""
+    return sorted(names, key=lambda n: (n.startswith(group + PREFIX), n))
 
 
 def gpu_present() -> bool:
