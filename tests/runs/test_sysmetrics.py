@@ -344,3 +344,11 @@ def test_system_metrics_never_push_the_users_metrics_out_of_a_live_runs_ref(tmp_
             live_names = _until(lambda: (s := set(run._metrics.ref_summary())) >= set(user) and s,
                                 "the user's metrics in the ref")
     assert not [n for n in live_names if n.startswith("sys/")]  # every slot went to the user's metrics
+
+
+def test_a_diff_lists_the_users_metrics_before_system_metrics(tmp_path):
+    store = str(tmp_path / "s")
+    for i in range(2):
+        with casmon.record(store=store, capture_output=False, system_metrics=False) as run:
+            run.log({"val/zeta": float(i), "sys/cpu_percent": 10.0 * i})  # as sampled
+    assert list(casmon.diff("1", "2", store)["metrics"]) == ["val/zeta", "sys/cpu_percent"]
