@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import datetime
 import functools
+import inspect
 import math
 import os
 import re
 import sys
 import time
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -212,13 +214,15 @@ class MemorizedFunc:
         self.mmap_mode = mmap_mode
         self.cache_validation_callback = cache_validation_callback
         self.location = store
-        self.cached = cache(func, store=store, ignore=ignore, mmap=mmap_mode == "r")
+        target, self.bound = _unbound(func, ignore)
+        self.cached = cache(target, store=store, ignore=ignore, mmap=mmap_mode == "r")
         try:
             functools.update_wrapper(self, func)
         except (AttributeError, TypeError):  # a callable without a name (numpy ufuncs have one)
             pass
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = self.bound + args
         cf = self.cached
         check = self.cache_validation_callback
         if check is not None:
@@ -240,6 +244,7 @@ class MemorizedFunc:
 
     def call(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Compute the call again, whatever is stored, and store it: ``(result, metadata)``."""
+        args = self.bound + args
         value = self.cached.refresh(*args, **kwargs)
         try:
             entry = self.cached.ref(*args, **kwargs).entry
@@ -250,6 +255,7 @@ class MemorizedFunc:
     def call_and_shelve(self, *args: Any, **kwargs: Any) -> MemorizedResult | NotMemorizedResult:
         """Compute the call (or find it stored) and return a reference to its stored result, not the result."""
         value = self(*args, **kwargs)
+        args = self.bound + args
         state = self.cached.__casmon_cache__
         key = state.key(args, kwargs)
         if key is None or state.find(key) is None:
@@ -259,7 +265,7 @@ class MemorizedFunc:
 
     def check_call_in_cache(self, *args: Any, **kwargs: Any) -> bool:
         """Whether the call's result is stored (nothing is computed or loaded)."""
-        return self.cached.is_cached(*args, **kwargs)
+        return self.cached.is_cached(*self.bound, *args, **kwargs)
 
     def clear(self, warn: bool = True) -> None:
         """Forget every stored result of this function."""
@@ -283,11 +289,21 @@ class MemorizedFunc:
         return f"MemorizedFunc(func={self.func!r}, location={self.location!r})"
 
 
+def _unbound(func: Callable, ignore: list[str]) -> tuple[Callable, tuple[Any, ...]]:
+    """What to cache, and the arguments bound before the caller's: a method whose object ``ignore`` names
+    (joblib's ``memory.cache(self.method, ignore=["self"])``) is cached as its function, the object passed first."""
+    if isinstance(func, types.MethodType) and ignore:
+        first = next(iter(inspect.signature(func.__func__).parameters), None)
+        if first in ignore:
+            return func.__func__, (func.__self__,)
+    return func, ()
+
+
 def _rebuild(func: Callable, cached: Any, location: str, ignore: list[str], mmap_mode: str | None,
              callback: Callable[[dict[str, Any]], bool] | None) -> MemorizedFunc:
     f = MemorizedFunc.__new__(MemorizedFunc)
     f.__dict__.update(func=func, location=location, ignore=ignore, mmap_mode=mmap_mode,
-                      cache_validation_callback=callback, cached=cached)
+                      cache_validation_callback=callback, cached=cached, bound=_unbound(func, ignore)[1])
     try:
         functools.update_wrapper(f, func)
     except (AttributeError, TypeError):

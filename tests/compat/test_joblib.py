@@ -233,6 +233,25 @@ def test_the_decorator_forms_and_ignore(tmp_path):
     assert memory.eval(a, 1) == 1 and calls == [("a", 1), ("b", 1), ("c", 1)]
 
 
+def test_a_method_cached_at_instantiation_with_self_ignored_as_joblibs_page_shows(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0)
+    calls = []
+
+    class Foo(object):
+        def __init__(self):
+            self.method = memory.cache(self.method, ignore=['self'])
+
+        def method(self, x):
+            calls.append(x)
+            return x + 1
+
+    a, b = Foo(), Foo()
+    assert a.method(1) == 2 and b.method(1) == 2 and calls == [1]  # self does not count
+    assert b.method.check_call_in_cache(1) and b.method.call_and_shelve(1).get() == 2 and calls == [1]
+
+
 def test_check_call_in_cache_and_the_functions_clear(tmp_path):
     from casmon.compat.joblib import Memory
 
