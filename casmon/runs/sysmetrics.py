@@ -145,15 +145,23 @@ class _Gpus:
 
 
 #: NVML per process: initialised once (it counts its users), its device handles kept.
-_nvml_lock = threading.Lock()
 _nvml: dict[str, Any] = {}
+_nvml_lock = (os.getpid(), threading.Lock())
+
+
+def _lock() -> threading.Lock:
+    """The NVML lock of this process: a forked child makes its own (the parent's may have been held at the fork)."""
+    global _nvml_lock
+    if _nvml_lock[0] != os.getpid():
+        _nvml_lock = (os.getpid(), threading.Lock())
+    return _nvml_lock[1]
 
 
 def _open_gpus() -> tuple[_Gpus | None, str | None]:
     """The GPUs NVML sees, or why there are none to sample (None: no GPU here, nothing to say)."""
     if "pynvml" not in sys.modules and not gpu_present():
         return None, None
-    with _nvml_lock:
+    with _lock():
         if _nvml.get("pid") != os.getpid():
             _nvml.clear()
             _nvml["pid"] = os.getpid()
@@ -171,7 +179,7 @@ def _open_gpus() -> tuple[_Gpus | None, str | None]:
                     _nvml["nvml"], _nvml["handles"] = pynvml, handles
         if "why" in _nvml:
             return None, _nvml["why"]
-        if not _nvml["handles"]:
+        if not _nvml.get("handles"):  # none, or an init cut short (Ctrl-C): tried again in a new process only
             return None, None
         return _Gpus(_nvml["nvml"], _nvml["handles"]), None
 

@@ -352,3 +352,18 @@ def test_a_diff_lists_the_users_metrics_before_system_metrics(tmp_path):
         with casmon.record(store=store, capture_output=False, system_metrics=False) as run:
             run.log({"val/zeta": float(i), "sys/cpu_percent": 10.0 * i})  # as sampled
     assert list(casmon.diff("1", "2", store)["metrics"]) == ["val/zeta", "sys/cpu_percent"]
+
+
+def test_a_forked_child_opens_nvml_though_the_parent_held_its_lock_at_the_fork(monkeypatch, no_gpu):
+    from tests.support.deadline import within
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=1))
+    held = sysmetrics._lock()
+    held.acquire()  # another thread of the parent was opening NVML when the process forked
+    try:
+        real = os.getpid()
+        monkeypatch.setattr(sysmetrics.os, "getpid", lambda: real + 1)  # in the child
+        gpus, why = within(30, sysmetrics._open_gpus)
+        assert why is None and len(gpus.handles) == 1
+    finally:
+        held.release()
