@@ -37,6 +37,7 @@ import re
 import sys
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -121,7 +122,8 @@ class Memory:
         self.compress = compress
         self.verbose = verbose
         self.backend_options = dict(backend_options or {})
-        self._funcs: list[MemorizedFunc] = []
+        # Weakly: memory.eval and memory.cache(f)(x) in a loop make one per call.
+        self._funcs: weakref.WeakSet[MemorizedFunc] = weakref.WeakSet()
 
     @property
     def store_location(self) -> str | Store | None:
@@ -159,7 +161,7 @@ class Memory:
         if loc is None:
             return NotMemorizedFunc(func)
         f = MemorizedFunc(func, loc, list(ignore or ()), mode, cache_validation_callback)
-        self._funcs.append(f)
+        self._funcs.add(f)
         return f
 
     def eval(self, func: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -174,7 +176,7 @@ class Memory:
         names = {str(r.get("fn")) for _k, r in store.records(KIND) if isinstance(r.get("fn"), str)}
         for name in sorted(names):
             clear_function(store, name)
-        for f in self._funcs:
+        for f in list(self._funcs):
             f.clear(warn=False)  # also forgets what this process remembers of them
 
     def reduce_size(self, bytes_limit: int | str | None = None, items_limit: int | None = None,
@@ -192,7 +194,7 @@ class Memory:
         plan = eviction_plan(store, limit, age)
         if plan:
             evict(store, plan=plan)
-            for f in self._funcs:
+            for f in list(self._funcs):
                 f.forget(plan)
 
     def __repr__(self) -> str:

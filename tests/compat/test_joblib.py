@@ -269,6 +269,18 @@ def test_check_call_in_cache_and_the_functions_clear(tmp_path):
     assert out == 10 and calls == [1, 2, 1, 1] and meta["time"] > 0 and "duration" in meta
 
 
+def test_eval_in_a_loop_keeps_no_function_per_call(tmp_path):
+    import gc
+
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0)
+    for i in range(50):
+        assert memory.eval(_shelved_square, 3) == 9
+    gc.collect()
+    assert len(memory._funcs) <= 1
+
+
 def test_memory_clear_forgets_every_function_of_its_store(tmp_path):
     from casmon.compat.joblib import Memory
 
