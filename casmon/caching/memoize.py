@@ -449,7 +449,7 @@ class CacheState:
             before = self._cleared_at or 0.0
             self._cleared_at = max((r.get("time", 0.0) for r in recs), default=0.0)
             if self._cleared_at > before:  # a clear made elsewhere: nothing remembered before it is an entry now
-                self._forget_remembered()
+                self.forget()
         return self._cleared_at
 
     def find(self, key: Digest, refresh: bool = True) -> tuple[Digest, dict] | None:
@@ -474,11 +474,11 @@ class CacheState:
         except (CasmonError, OSError):
             return False
 
-    def _forget_remembered(self) -> None:
+    def forget(self, key: Digest | None = None) -> None:  # its entry (None: every one) left the store: ask it next
         with self._lock:
-            self._mem.clear()
-            self._mem_expires.clear()
-        if self._hot is not None:
+            for remembered in (self._mem, self._mem_expires):
+                remembered.clear() if key is None else remembered.pop(bytes(key), None)
+        if key is None and self._hot is not None:
             self._hot.clear()
 
     def _remember(self, key: Digest, result: Digest, expires: float | None = None, seen: Any = _ANY) -> None:
@@ -511,7 +511,7 @@ class CacheState:
         after = max((r.get("time", 0.0) for r in recs), default=0.0)
         if after > before:
             self._cleared_at = after
-            self._forget_remembered()
+            self.forget()
 
     def lookup_result(self, key: Digest):
         """(found, value): a hit loads a fresh copy; damage gives a warning and a miss."""
@@ -760,7 +760,7 @@ class CacheState:
         self.store.append(KIND_CLEAR, {"fn": self.name, "time": now}, key=name_digest(self.name))
         self.store.flush()
         self._cleared_at = now
-        self._forget_remembered()
+        self.forget()
 
 
 # -- the wrapper --------------------------------------------------------------------------------------------

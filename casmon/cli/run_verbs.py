@@ -142,7 +142,9 @@ def runs(store_location, as_json, columns, tags, trust) -> None:
         known = set().union(*values.values())
         extra = [_column_name(c.strip(), known) for c in columns.split(",") if c.strip()]
     else:
-        names = sorted(set().union(*(r.metric_summary() for r in all_runs)))
+        from casmon.runs.sysmetrics import users_first
+
+        names = users_first(set().union(*(r.metric_summary() for r in all_runs)))  # sys/ ones last
         extra = [f"metric.{n}" for n in names[:DEFAULT_METRIC_COLUMNS]]
     t = Table(title="runs")
     notebooks = any(r.manifest.get("notebook") for r in all_runs)  # a column only where some run came from one

@@ -17,6 +17,7 @@ import xxhash
 from casmon.calllog import CallLog
 from casmon.errors import CasmonError
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs import sysmetrics
 from casmon.runs.listing import RunInfo, info_cell, load_run, readable_run
 from casmon.runs.manifest import is_value_ref
 from casmon.runs.metrics import series_digest
@@ -72,7 +73,7 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     da, db = _digests(ra, sa, sb), _digests(rb, sb, sa)
     out["metrics"] = {k: {"a": (sa.get(k) or {}).get("last"), "b": (sb.get(k) or {}).get("last"),
                           "n": [(sa.get(k) or {}).get("n"), (sb.get(k) or {}).get("n")]}
-                      for k in sorted(set(sa) | set(sb))
+                      for k in sysmetrics.users_first(set(sa) | set(sb))  # the sampled sys/ ones last
                       if da.get(k) is None or da.get(k) != db.get(k)}
     out["results"] = _result_differences(ra, rb)
     return display.RunDiff(out, ra, rb)  # a dict that shows itself (patch in colour, info side by side)

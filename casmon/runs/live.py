@@ -11,6 +11,8 @@ flushes, so a slow flush never delays a heartbeat. A reader that finds a
 heartbeats (plus twice that write time) calls it ``lost`` (SIGKILL, out of
 memory, a dead node): it says so from the heartbeat alone, so it holds across
 hosts, given clocks that agree to well within a heartbeat.
+A third, ``casmon-run-sysmetrics``, samples a run's system metrics
+(:mod:`casmon.runs.sysmetrics`) when it asks for them.
 
 Console output goes into records of kind ``runout`` keyed by the run's ref
 (one per flush: the lines completed since the last), so a live or lost run's
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["HEARTBEAT_S", "LOST_AFTER", "KIND_RUNOUT", "heartbeat_seconds", "tick_seconds", "watch", "unwatch",
-           "output_key", "output_record", "read_output", "is_lost", "forget_in_child"]
+           "output_key", "output_record", "read_output", "is_lost", "forget_in_child", "sample"]
 
 #: A running run whose last heartbeat is older than this many heartbeats is ``lost``.
 LOST_AFTER = 3
@@ -124,6 +126,8 @@ class _Watcher:
 #: Flushes live runs' points and output; writes their heartbeats (apart, so a slow flush never delays one).
 _flusher = _Watcher("casmon-run-live")
 _beater = _Watcher("casmon-run-heartbeat")
+#: Samples live runs' system metrics (casmon.runs.sysmetrics): its own thread, so a slow flush never delays a sample.
+_sampler = _Watcher("casmon-run-sysmetrics")
 
 
 def watch(key: int, tick: Callable[[], None], every: float, beat: Callable[[], None], beat_every: float) -> None:
@@ -132,14 +136,21 @@ def watch(key: int, tick: Callable[[], None], every: float, beat: Callable[[], N
     _beater.watch(key, beat, beat_every)
 
 
+def sample(key: int, tick: Callable[[], None], every: float) -> None:
+    """Call ``tick()`` about every ``every`` seconds on the sampling thread, until :func:`unwatch`."""
+    _sampler.watch(key, tick, every)
+
+
 def unwatch(key: int) -> None:
     _flusher.unwatch(key)
     _beater.unwatch(key)
+    _sampler.unwatch(key)
 
 
 def forget_in_child() -> None:
     _flusher.forget_in_child()
     _beater.forget_in_child()
+    _sampler.forget_in_child()
 
 
 def output_record(store: Store, ref: str, seq: int, text: str) -> tuple[dict[str, Any], list[Any]]:

@@ -42,6 +42,7 @@ from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs import sysmetrics
 
 if TYPE_CHECKING:
     import pandas
@@ -233,8 +234,10 @@ class MetricLog:
         # Set as the run's end is stored: a point logged later (another thread) would land after the summary.
         self.sealed = False
 
-    def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any]) -> None:
-        """Append one point per metric, all at ``step`` (default: the run's counter, then counted up)."""
+    def log(self, metrics: Mapping[str, Any] | None, step: int | None, named: dict[str, Any], *,
+            counted: bool = True) -> None:
+        """Append one point per metric, all at ``step`` (default: the run's counter, then counted up).
+        ``counted=False``: the run's counter stays as it is (system metrics keep steps of their own)."""
         if step is None:
             s = self.step
         else:
@@ -278,7 +281,8 @@ class MetricLog:
                     del p.steps[n0:]
                     del p.times[n0:]
                 raise
-            self.step = s + 1 if step is None else s
+            if counted:
+                self.step = s + 1 if step is None else s
 
     def _skipped(self, name: str, step: int) -> None:
         if name not in self.warned:
@@ -412,7 +416,9 @@ class MetricLog:
         """The summary now, as a run's ref carries it (at most :data:`REF_SUMMARY_MAX` names): taken at the
         start of a flush, which writes every batch it counts; :meth:`written_up_to` once that flush ended."""
         with self.lock:
-            return self.counted, self._with_digests(sorted(self.summary)[:REF_SUMMARY_MAX])
+            # The user's metrics first: a GPU node's sys/ metrics must not push them out of a live run's listing.
+            names = sysmetrics.users_first(self.summary)[:REF_SUMMARY_MAX]
+            return self.counted, self._with_digests(sorted(names))
 
     def written_up_to(self, snapshot: tuple[int, dict[str, dict[str, Any]]]) -> None:
         """A flush wrote the batches ``snapshot`` counts: the ref may say so (never going back to an older one)."""

@@ -39,7 +39,7 @@ from casmon.errors import CasmonError, NoActiveRunError, RunSignal, StoreError
 from casmon.keys.codeversion import function_name
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
-from casmon.runs import artifacts, live, signals
+from casmon.runs import artifacts, live, signals, sysmetrics
 from casmon.runs import tags as run_tags
 from casmon.runs import resume as resuming
 from casmon.runs.capture import OutputCapture
@@ -249,7 +249,8 @@ class record:
     configured with (also ``run.params``; nested dicts are shown as ``cfg.lr``).
     ``keep_last``, ``keep_every``: which of ``run.checkpoint``'s checkpoints stay.
     ``resume``: a run's name or number, ``"latest"`` or a RunInfo to continue (killed, lost or failed; an ``ok``
-    one only with ``resume_ok=True``): see :mod:`casmon.runs.resume`.
+    one only with ``resume_ok=True``): see :mod:`casmon.runs.resume`. ``system_metrics``: sample CPU, memory,
+    disk, network and GPUs into ``sys/...`` metrics every ``system_metrics_s`` seconds (:mod:`~casmon.runs.sysmetrics`).
     The code state is captured when the run starts, before your code runs.
 
     While the run goes on, its metrics (``run.log``) and output reach the store
@@ -270,7 +271,8 @@ class record:
                  tracking_files: Iterable[str] | None = None, save_output: bool | None = None,
                  code_state: CodeState | None = None, params: Mapping[str, Any] | None = None,
                  keep_last: int | None = None, keep_every: int | None = None, resume: Any = None,
-                 resume_ok: bool = False, tags: Iterable[str] | None = None) -> None:
+                 resume_ok: bool = False, tags: Iterable[str] | None = None, system_metrics: bool = True,
+                 system_metrics_s: float = sysmetrics.INTERVAL_S) -> None:
         # One string is one pattern or name, not its letters ("." alone would track every file).
         track = [track] if isinstance(track, str) else list(track)
         env = [env] if isinstance(env, str) else list(env)
@@ -302,6 +304,7 @@ class record:
         self.params = dict(params or {})
         self.tags = run_tags.check_tags(tags, "casmon.record")
         self.resume, self.resume_ok = resuming.check_which(resume), bool(resume_ok)
+        self.system_metrics_s = sysmetrics.interval(system_metrics, system_metrics_s, "casmon.record")
         self.keep = (artifacts.retention(keep_last, "keep_last"), artifacts.retention(keep_every, "keep_every"))
         self.comment = comment
         self.capture_mode = capture_output or None
@@ -416,6 +419,8 @@ class record:
         _activate(run)
         live.watch(id(run), functools.partial(self._tick, run), live.tick_seconds(run._heartbeat_s),
                    functools.partial(self._beat, run), min(1.0, run._heartbeat_s / 2))
+        if self.system_metrics_s is not None:
+            sysmetrics.start(run, self.system_metrics_s)  # sampled until live.unwatch at the run's end
         return run
 
     def _store_start(self, run: Run) -> None:

@@ -254,7 +254,8 @@ def _seed_metrics(run: Run, store: Store, info: RunInfo) -> None:
                 log.summary[name] = points_summary(s.steps, s.values, s.times)
                 log.last_seq[name] = log.seq - 1
                 log.floor[name] = int(np.max(s.steps))
-                top = max(top, log.floor[name])
+                if not name.startswith("sys/"):  # system metrics count their own steps (runs.sysmetrics)
+                    top = max(top, log.floor[name])
         log.step = top + 1
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from casmon.runs import RunInfo, flatten
+from casmon.runs.sysmetrics import users_first
 from casmon.ui.model import Entry, RunIndex, is_number, is_scalar, run_number
 from casmon.ui.values import cell_text, short_when, summary_text
 from casmon.view.display import hexshort, seconds, show
@@ -343,7 +344,7 @@ def matches(row: dict[str, Any], terms: list[Term]) -> bool:
 class RunsView:
     rows: list[tuple[Entry, RunInfo, dict[str, Any]]]
     params: list[str]  # param.KEY then info.KEY columns, each sorted
-    metrics: list[str]  # metric.KEY columns, sorted
+    metrics: list[str]  # metric.KEY columns, sorted, the sampled sys/ ones last
     total: int  # runs that match
     all_runs: int
     page: int
@@ -403,7 +404,7 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         rows = cached[(page - 1) * per: page * per]
     seen = {k for _e, _r, row in rows for k in row}
     params = sorted(k for k in seen if k.startswith("param.")) + sorted(k for k in seen if k.startswith("info."))
-    metrics = sorted(k for k in seen if k.startswith("metric."))
+    metrics = users_first((k for k in seen if k.startswith("metric.")), "metric.")  # sys/ ones last
     cut = max(0, len(params) - MAX_PARAM_COLUMNS) + max(0, len(metrics) - MAX_METRIC_COLUMNS)
     return RunsView(rows, params[:MAX_PARAM_COLUMNS], metrics[:MAX_METRIC_COLUMNS], total, len(entries), page, pages,
                     serial, error, cut)

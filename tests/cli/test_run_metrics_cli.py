@@ -121,3 +121,13 @@ def test_diff_of_a_crafted_env_that_is_no_dict_says_what_it_can():
 
     assert _pairs("env", {"a": ["OMP_NUM_THREADS=1"], "b": {"OMP_NUM_THREADS": "2"}}) == {
         "OMP_NUM_THREADS": {"a": None, "b": "2"}}
+
+
+def test_the_default_columns_show_the_users_metrics_before_system_metrics(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False, system_metrics=False) as run:
+        run.log({f"train/m{i}": float(i) for i in range(6)})
+        run.log({"sys/cpu_percent": 50.0, "sys/rss_bytes": 1e9})  # as the sampler logs them
+    s.close()
+    header = next(line for line in cli("runs", "--store", str(tmp_path / "s")).stdout.splitlines() if "status" in line)
+    assert "train/m5" in header and "sys/" not in header
