@@ -8,7 +8,8 @@ no ``_refs``) removes it (a checkpoint retention drops). The records a newer one
 supersedes still hold their values until :func:`drop_superseded` drops them (``casmon gc`` does,
 under the store lock, as it drops duplicate cache entries); deleting a run drops all of its records
 (:mod:`casmon.runs.deletion`). Values go through ``store.put``, so equal values and equal chunks are
-stored once, across runs.
+stored once, across runs; a large file is kept in content-defined pieces (:mod:`casmon.runs.pieces`), so
+versions of it share all but the pieces around a change.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import stat
 import threading
 import time
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from casmon.errors import CasmonError, DamagedObjectError, StoreError
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs import pieces
 from casmon.store.peek import load_data
 
 if TYPE_CHECKING:
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "last_time", "artifacts_key", "save",
            "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
-           "drop_superseded", "stored_size"]
+           "drop_superseded"]
 
 KIND_ARTIFACT = "artifact"
 #: Checkpoints are artifacts named ``checkpoint/{step}``; ``run.save`` leaves the prefix to them.
@@ -187,33 +190,33 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
                 if vcs_component(fname) is not None:
                     continue  # a worktree's ".git" file, as its folder above
                 full = dp / fname
-                got = _read_regular(full, follow=False)
+                got = _put_regular(store, full, follow=False)
                 if got is None:
                     continue  # a symbolic link, pipe, socket or device: not a file's content
-                data, mode = got
-                d = store.put(data)
-                refs.append(d)
-                files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": len(data), "mode": mode}
+                d, needs, n, mode = got
+                refs.extend(needs)
+                files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": n, "mode": mode}
         listing = store.put({_FOLDER_TAG: 1, "files": files})
         total = sum(f["size"] for f in files.values())
         rec = {"name": name, "kind": "folder", "digest": listing.hex(), "size": total, "files": len(files)}
         _append(run, store, rec, [listing, *refs])
         return Artifact(name, "folder", total, listing.hex(), run._held.last_time, files=len(files),
                         refs=(listing.hex(), *(d.hex() for d in refs)))
-    got = _read_regular(p, follow=True)
+    got = _put_regular(store, p, follow=True)
     if got is None:
         raise ValueError(f"casmon: run.save_file: {str(p)!r} is not a regular file or a folder (a pipe, socket or "
                          "device); save what it holds with run.save(name, data)")
-    data, mode = got
-    d = store.put(data)
-    _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": len(data), "mode": mode}, [d])
-    return Artifact(name, "file", len(data), d.hex(), run._held.last_time, mode=mode, refs=(d.hex(),))
+    d, needs, n, mode = got
+    _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": n, "mode": mode}, needs)
+    return Artifact(name, "file", n, d.hex(), run._held.last_time, mode=mode, refs=tuple(h.hex() for h in needs))
 
 
-def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
-    """The bytes and mode of the regular file at ``path``, or None if it is something else (a symbolic link when
-    not ``follow``, a pipe, socket or device). Opened without blocking and checked on the open file, so one
-    swapped for a pipe or link after the folder was listed neither hangs the save nor is followed."""
+def _put_regular(store: Store, path: Path, follow: bool) -> tuple[Digest, list[Digest], int, int] | None:
+    """Store the regular file at ``path`` as it streams in (a large one in content-defined pieces,
+    :mod:`casmon.runs.pieces`): ``(digest, every digest it needs, size, mode)``; None if it is something else
+    (a symbolic link when not ``follow``, a pipe, socket or device). Opened without blocking and checked on the
+    open file, so one swapped for a pipe or link after the folder was listed neither hangs the save nor is
+    followed."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     if not follow:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -230,9 +233,10 @@ def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
         if not stat.S_ISREG(st.st_mode):
             return None
         try:
-            return f.read(), stat.S_IMODE(st.st_mode)
+            d, needs, n = pieces.put_stream(store, f)
         except OSError as e:
             raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
+    return d, needs, n, stat.S_IMODE(st.st_mode)
 
 
 def _whole(v: Any) -> int | None:
@@ -369,6 +373,8 @@ def load(store: Store, ref: str, run_name: str, name: str) -> Any:
     a = _find(store, ref, run_name, name)
     if a.kind == "folder":
         return _listing(store, a, run_name)
+    if a.kind == "file":
+        return pieces.read_all(store, a.digest, f"run {run_name}: file artifact {a.name}")
     return store.get(a.digest)
 
 
@@ -403,26 +409,22 @@ def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         for rel, f in sorted(files.items()):
             target = safe_target(out, rel)  # a crafted listing never writes outside dest
-            _write(target, _bytes(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
+            _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
         return out
     if out.is_dir():
         out = out / a.name.rsplit("/", 1)[-1]
     if a.kind == "file":
-        _write(out, _bytes(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
         return out
     v = store.get(a.digest)
     if not isinstance(v, (bytes, bytearray, memoryview)):
         raise CasmonError(f"casmon: artifact {a.name!r} of run {run_name} is a {type(v).__name__}, not a file; "
                           f"load it with load_run(...).load({a.name!r})")
-    _write(out, bytes(v), None)
+    _write(out, [bytes(v)], None)
     return out
 
 
-def _bytes(store: Store, digest: str, what: str) -> bytes:
-    return bytes(load_data(store, digest, what, (bytes, bytearray)))
-
-
-def _write(path: Path, data: bytes, mode: int | None) -> None:
+def _write(path: Path, data: Iterable[bytes], mode: int | None) -> None:
     """``data`` to ``path`` whole or not at all, through a partial file of a fresh name created exclusively: a
     link planted where it goes is never followed, and a failed write leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -431,7 +433,8 @@ def _write(path: Path, data: bytes, mode: int | None) -> None:
                  0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for b in data:  # a piece at a time: a large file is never whole in memory
+                f.write(b)
         if mode is not None:
             os.chmod(tmp, mode & 0o777)
         os.replace(tmp, path)
@@ -454,33 +457,6 @@ def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "l
         raise LookupError(f"run {run_name} has no checkpoint at step {step}; it keeps steps "
                           f"{', '.join(map(str, sorted(steps)[-50:]))}")
     return store.get(steps[step].digest)
-
-
-def stored_size(store: Store, a: Artifact) -> int:
-    """The bytes the store holds for artifact ``a`` (its objects, compressed; shared ones too), as far as the
-    pack index knows them."""
-    from casmon.maintenance.reach import closure, open_through_store
-
-    try:
-        seen = closure([Digest(h) for h in (a.refs or (a.digest,))], open_through_store(store)).everything
-    except (CasmonError, ValueError):
-        return 0
-    from casmon.store.objects import loose_key
-
-    total = 0
-    loose = []
-    for d in seen:
-        loc = store.objects.locate(d, refresh=False)
-        if loc is not None:
-            total += loc.length
-        else:
-            loose.append(loose_key(d))
-    if loose:
-        try:
-            total += sum(n for n in store.backend.getsize_many(loose) if isinstance(n, int) and n > 0)
-        except (OSError, CasmonError):
-            pass  # gone meanwhile: counted as nothing
-    return total
 
 
 # -- dropping superseded records --------------------------------------------------------------------
