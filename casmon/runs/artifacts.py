@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "last_time", "artifacts_key", "save",
-           "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
+           "save_file", "checkpoint", "retention", "read_artifacts", "load", "load_file", "write_artifact", "load_checkpoint", "superseded_plan",
            "drop_superseded"]
 
 KIND_ARTIFACT = "artifact"
@@ -391,8 +391,11 @@ def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, An
 def load_file(store: Store, ref: str, run_name: str, name: str, dest: str | os.PathLike[str]) -> Path:
     """Write artifact ``name`` to ``dest``: a file to that path (into it, under the artifact's last part, if it
     is a folder), a folder's files under that folder. Returns the path written."""
-    a = _find(store, ref, run_name, name)
-    out = Path(os.fspath(dest))
+    return write_artifact(store, _find(store, ref, run_name, name), run_name, Path(os.fspath(dest)))
+
+
+def write_artifact(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
+    """Write artifact ``a`` of run ``run_name`` to ``out`` as :func:`load_file` does; the path written."""
     try:
         return _write_out(store, a, run_name, out)
     except OSError as e:
