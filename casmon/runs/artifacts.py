@@ -148,13 +148,14 @@ def _append(run: Run, store: Store, rec: dict[str, Any], refs: list[Digest]) -> 
     store.flush()
 
 
-def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None) -> Artifact:
-    """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name)."""
+def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None, mmap: bool = False) -> Artifact:
+    """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name); ``mmap``: laid out so that
+    ``load(..., mmap=True)`` maps its large arrays (:mod:`casmon.store.mapped`)."""
     name = check_name(name)
     if kind == "value" and name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     store = _ready(run)
-    d, size = store.put_sized(value)
+    d, size = store.put_sized(value, mmap)
     rec: dict[str, Any] = {"name": name, "kind": kind, "digest": d.hex(), "size": int(size)}
     if step is not None:
         rec["step"] = step
@@ -368,14 +369,14 @@ def _find(store: Store, ref: str, run_name: str, name: str) -> Artifact:
     return arts[name]
 
 
-def load(store: Store, ref: str, run_name: str, name: str) -> Any:
+def load(store: Store, ref: str, run_name: str, name: str, mmap: bool = False) -> Any:
     """Artifact ``name``'s value (a file's bytes; a folder's listing ``{path: {digest, size, mode}}``)."""
     a = _find(store, ref, run_name, name)
     if a.kind == "folder":
         return _listing(store, a, run_name)
     if a.kind == "file":
         return pieces.read_all(store, a.digest, f"run {run_name}: file artifact {a.name}")
-    return store.get(a.digest)
+    return store.get(a.digest, mmap=mmap)
 
 
 def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, Any]]:

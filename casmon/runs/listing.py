@@ -182,11 +182,12 @@ class RunInfo:
                         **({"files": a.files} if a.files is not None else {})})
         return out
 
-    def load(self, name: str) -> Any:
-        """Artifact ``name``'s value (a saved file's bytes; a folder's listing of files)."""
+    def load(self, name: str, *, mmap: bool = False) -> Any:
+        """Artifact ``name``'s value (a saved file's bytes; a folder's listing of files). ``mmap``: arrays and
+        tensors saved with ``run.save(..., mmap=True)`` come back as read-only maps of the stored bytes."""
         from casmon.runs import artifacts
 
-        return artifacts.load(self.store, self.ref, self.name, name)
+        return artifacts.load(self.store, self.ref, self.name, name, mmap=mmap)
 
     def load_file(self, name: str, dest: Any) -> Any:
         """Write artifact ``name`` to ``dest`` (a file, with its mode; a folder's files under ``dest``); the path."""

@@ -170,3 +170,14 @@ def test_deleting_a_run_frees_exactly_what_no_other_run_shares(store, tmp_path, 
     assert casmon.load_run("2-b", store).load("w.bin") == f.read_bytes()
     rep = store.verify()
     assert rep.ok, (rep.damaged, rep.missing)
+
+
+def test_a_value_saved_with_mmap_loads_back_mapped_and_equal(store):
+    w = np.random.default_rng(13).standard_normal(300_000).astype(np.float32)
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("w", {"layer": w}, mmap=True)
+    r = casmon.load_run("latest", store)
+    got = r.load("w", mmap=True)["layer"]
+    np.testing.assert_array_equal(got, w)
+    assert not got.flags.writeable and not got.flags.owndata  # a map of the stored bytes, not a copy
+    np.testing.assert_array_equal(r.load("w")["layer"], w)
