@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import io
 import math
 import operator
 import os
@@ -69,6 +70,7 @@ class Artifact:
     mode: int | None = None
     files: int | None = None
     refs: tuple[str, ...] = ()
+    pieced: bool = False  # a large bytes value kept as a file is: in content-defined pieces
 
 
 class Held:
@@ -155,12 +157,19 @@ def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None 
     if kind == "value" and name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     store = _ready(run)
-    d, size = store.put_sized(value, mmap)
-    rec: dict[str, Any] = {"name": name, "kind": kind, "digest": d.hex(), "size": int(size)}
+    rec: dict[str, Any]
+    if type(value) is bytes and len(value) >= pieces.PIECED_MIN and not mmap:  # as a file: versions share pieces
+        d, needs, size = pieces.put_stream(store, io.BytesIO(value))
+        rec = {"name": name, "kind": kind, "digest": d.hex(), "size": size, "pieced": True}
+    else:
+        d, size = store.put_sized(value, mmap)
+        needs = [d]
+        rec = {"name": name, "kind": kind, "digest": d.hex(), "size": int(size)}
     if step is not None:
         rec["step"] = step
-    _append(run, store, rec, [d])
-    return Artifact(name, kind, int(size), d.hex(), run._held.last_time, step, refs=(d.hex(),))
+    _append(run, store, rec, needs)
+    return Artifact(name, kind, int(size), d.hex(), run._held.last_time, step, refs=tuple(h.hex() for h in needs),
+                    pieced=bool(rec.get("pieced")))
 
 
 def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -> Artifact:
@@ -309,7 +318,8 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
     refs = rec.get("_refs")
     return Artifact(name, kind, size, digest, t, step if type(step) is int else None,
                     mode if type(mode) is int else None, _count(files),
-                    tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else ())
+                    tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else (),
+                    rec.get("pieced") is True)
 
 
 def _count(n: Any) -> int | None:
@@ -374,8 +384,12 @@ def load(store: Store, ref: str, run_name: str, name: str, mmap: bool = False) -
     a = _find(store, ref, run_name, name)
     if a.kind == "folder":
         return _listing(store, a, run_name)
-    if a.kind == "file":
-        return pieces.read_all(store, a.digest, f"run {run_name}: file artifact {a.name}")
+    return _value(store, a, run_name, mmap)
+
+
+def _value(store: Store, a: Artifact, run_name: str, mmap: bool = False) -> Any:
+    if a.kind == "file" or a.pieced:
+        return pieces.read_all(store, a.digest, f"run {run_name}: artifact {a.name}")
     return store.get(a.digest, mmap=mmap)
 
 
@@ -420,6 +434,9 @@ def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
     if a.kind == "file":
         _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
         return out
+    if a.pieced:
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: artifact {a.name}"), None)
+        return out
     v = store.get(a.digest)
     if not isinstance(v, (bytes, bytearray, memoryview)):
         raise CasmonError(f"casmon: artifact {a.name!r} of run {run_name} is a {type(v).__name__}, not a file; "
@@ -453,14 +470,14 @@ def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "l
     if not steps:
         raise LookupError(f"run {run_name} has no checkpoints")
     if which == "latest":
-        return store.get(steps[max(steps)].digest)
+        return _value(store, steps[max(steps)], run_name)
     step = _whole(which) if not isinstance(which, str) else int(which) if which.isascii() and which.isdigit() else None
     if step is None:
         raise ValueError(f"casmon: checkpoint: give a step or 'latest', got {which!r}")
     if step not in steps:
         raise LookupError(f"run {run_name} has no checkpoint at step {step}; it keeps steps "
                           f"{', '.join(map(str, sorted(steps)[-50:]))}")
-    return store.get(steps[step].digest)
+    return _value(store, steps[step], run_name)
 
 
 # -- dropping superseded records --------------------------------------------------------------------

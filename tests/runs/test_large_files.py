@@ -181,3 +181,22 @@ def test_a_value_saved_with_mmap_loads_back_mapped_and_equal(store):
     np.testing.assert_array_equal(got, w)
     assert not got.flags.writeable and not got.flags.owndata  # a map of the stored bytes, not a copy
     np.testing.assert_array_equal(r.load("w")["layer"], w)
+
+
+def test_a_large_bytes_value_is_kept_in_pieces_that_its_next_version_shares(store, tmp_path):
+    data = _data(3 * PIECED_MIN, seed=14)
+    edited = data[:100] + b"inserted" + data[100:]
+    with casmon.record(store=store, capture_output=False, comment="a") as run:
+        a = run.save("blob", data)
+        run.checkpoint(edited, step=1)
+        run.save("small", data[:1000])
+        run.save("array", bytearray(data))  # not bytes: stored as it is, comes back a bytearray
+    assert a.pieced and len(a.refs) > 3
+    r = casmon.load_run("latest", store)
+    assert r.load("blob") == data and r.checkpoint() == edited and r.checkpoint(1) == edited
+    assert r.load("small") == data[:1000] and r.load("array") == bytearray(data)
+    assert type(r.load("array")) is bytearray
+    assert r.load_file("blob", tmp_path / "blob.bin").read_bytes() == data
+    blob, ckpt = (read_artifacts(store, r.ref)[n] for n in ("blob", "checkpoint/1"))
+    shared = set(blob.refs) & set(ckpt.refs)
+    assert len(shared) >= len(blob.refs) - 3  # all but the pieces around the insertion, and the piece lists
