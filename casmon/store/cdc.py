@@ -53,14 +53,16 @@ def candidates(data: Any, context: bytes = b"") -> np.ndarray[Any, np.dtype[np.i
 
 class Cutter:
     """Cuts fed bytes into pieces as they come: :meth:`feed` returns the pieces complete so far, :meth:`end` the
-    rest. Holds at most ``max_size`` plus one fed block."""
+    rest. Holds at most ``max_size`` plus one fed block, and the candidates in it as a numpy array: content
+    where nearly every byte is a candidate (a crafted repeating pattern) costs 8 bytes a byte of the
+    ``min_size`` it then cuts at, never a Python object per byte."""
 
     def __init__(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE) -> None:
         if not 0 < min_size <= max_size:
             raise ValueError(f"casmon: chunking needs 0 < min_size <= max_size, got {min_size} and {max_size}")
         self.min_size, self.max_size = min_size, max_size
         self._buf = bytearray()  # bytes since the last cut
-        self._cands: list[int] = []  # candidate offsets within _buf, ascending
+        self._cands: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, np.int64)  # offsets in _buf, ascending
         self._tail = b""  # the bytes before the block to come, for its hashes
 
     def feed(self, data: Any) -> list[bytes]:
@@ -68,8 +70,7 @@ class Cutter:
         out: list[bytes] = []
         for o in range(0, mv.nbytes, _BLOCK):
             block = mv[o:o + _BLOCK]
-            base = len(self._buf)
-            self._cands.extend(int(c) + base for c in candidates(block, self._tail))
+            self._cands = np.concatenate([self._cands, candidates(block, self._tail) + len(self._buf)])
             self._buf += block
             self._tail = bytes(self._buf[-(_WINDOW - 1):])
             out.extend(self._cut(final=False))
@@ -81,14 +82,15 @@ class Cutter:
     def _cut(self, final: bool) -> list[bytes]:
         out: list[bytes] = []
         while self._buf:
-            at = next((c + 1 for c in self._cands if c + 1 >= self.min_size), None)
+            i = int(np.searchsorted(self._cands, self.min_size - 1))  # a cut falls after its candidate byte
+            at = int(self._cands[i]) + 1 if i < len(self._cands) else None
             if at is None or at > self.max_size:
                 if len(self._buf) < self.max_size and not final:
                     break  # a candidate may come yet
                 at = min(self.max_size, len(self._buf))
             out.append(bytes(self._buf[:at]))
             del self._buf[:at]
-            self._cands = [c - at for c in self._cands if c >= at]
+            self._cands = self._cands[int(np.searchsorted(self._cands, at)):] - at
         return out
 
 

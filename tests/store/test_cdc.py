@@ -65,3 +65,18 @@ def test_empty_and_tiny_streams_are_one_piece_or_none():
 def test_sizes_out_of_order_are_a_clear_error(lo, hi):
     with pytest.raises(ValueError, match="min_size <= max_size"):
         cdc.Cutter(lo, hi)
+
+
+def test_content_where_nearly_every_byte_is_a_candidate_is_cut_at_the_least_size_quickly(monkeypatch):
+    import tracemalloc
+
+    monkeypatch.setattr(cdc, "_BELOW", np.uint32(2**32 - 1))  # as a crafted repeating pattern can make it
+    data = _data(24 << 20, seed=9)
+    tracemalloc.start()
+    try:
+        got = list(cdc.pieces(io.BytesIO(data)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert b"".join(got) == data and {len(p) for p in got[:-1]} == {cdc.MIN_SIZE}
+    assert peak < 64 << 20, peak  # no Python object per candidate
