@@ -1,14 +1,17 @@
 """Content-defined chunking: cut a byte stream where its content says, so an insertion moves only nearby cuts.
 
-A gear hash (FastCDC's, as restic cuts with a rolling hash) at byte ``i`` is
-``sum(GEAR[b[i-j]] << j for j < 32)`` mod 2**32: it depends on the 32 bytes ending at ``i`` only, so it is
-computed for a whole block at once with numpy (five shift-and-add passes, doubling the window each time,
-instead of a Python loop per byte; 32 bits, as 64 halve the speed for no better cuts). A byte whose hash
-has the top :data:`MASK_BITS` bits clear is a *candidate*; a cut is the first candidate at least ``min_size`` after the previous cut, or
-``max_size`` after it when there is none. Candidates do not depend on where reading started, so the cuts
-after an edit fall back onto the earlier ones within a piece or two. Measured against the ``fastcdc``
-package (docs/BENCHMARKS.md): its compiled build cuts ~20x faster, its pure-Python one ~7x slower, and it
-would bring four more dependencies; this one cuts at about a third of the speed ``store.put`` stores.
+Gear hashes (FastCDC's, as restic cuts with a rolling hash): ``h16(i) = sum(GEAR16[b[i-j]] << j for j < 16)``
+mod 2**16 and ``h32(i) = sum(GEAR32[b[i-j]] << j for j < 32)`` mod 2**32, with two fixed random tables. Byte
+``i`` is a *candidate* when ``h16(i)`` has its top 11 bits clear and ``h32(i)`` its top 8 (one byte in
+2**19): it depends on the 32 bytes ending at ``i`` only. ``h16`` is computed for a whole block at once with
+numpy (four shift-and-add passes on 16-bit numbers, doubling the window each time, instead of a Python
+loop per byte), ``h32`` only at the one byte in 2,048 that passes ``h16``'s test: a 32-bit hash at every
+byte, the plain way, cuts at half the speed (and is what content where many bytes pass ``h16``'s test
+gets: long runs of one byte, a crafted pattern). A cut is the first candidate at least ``min_size`` after the
+previous cut, or ``max_size`` after it when there is none. Candidates do not depend on where reading
+started, so the cuts after an edit fall back onto the earlier ones within a piece or two. Measured against
+the ``fastcdc`` package (docs/BENCHMARKS.md): its compiled build cuts an order of magnitude faster, its
+pure-Python one several times slower, and it would bring four more dependencies.
 """
 
 from __future__ import annotations
@@ -22,32 +25,51 @@ __all__ = ["MIN_SIZE", "AVG_SIZE", "MAX_SIZE", "MASK_BITS", "candidates", "Cutte
 
 MIN_SIZE = 512 << 10
 MAX_SIZE = 8 << 20
-#: A candidate is a byte whose hash has these many top bits clear: one in 2**19, so a piece averages
+#: A candidate is one byte in 2**19 (11 bits of ``h16``, 8 of ``h32``), so a piece averages
 #: ``MIN_SIZE + 2**19`` = 1 MiB.
 MASK_BITS = 19
 AVG_SIZE = MIN_SIZE + (1 << MASK_BITS)
 _WINDOW = 32
-_BLOCK = 1 << 20  # bytes hashed at once: the hash arrays are 4 bytes a byte
+_BLOCK = 1 << 20  # bytes hashed at once: the hash arrays are 2 bytes a byte
 
 # Fixed for all time: pieces of equal content must be cut equally by every casmon version.
-_GEAR = np.random.Generator(np.random.PCG64(0x6361736D6F6E)).integers(0, 2**32, size=256, dtype=np.uint32)
-_BELOW = np.uint32(1 << (32 - MASK_BITS))  # top MASK_BITS bits clear: the hash is below this
+_GEAR32 = np.random.Generator(np.random.PCG64(0x6361736D6F6E)).integers(0, 2**32, size=256, dtype=np.uint32)
+_GEAR16 = np.random.Generator(np.random.PCG64(0x636463)).integers(0, 2**16, size=256, dtype=np.uint16)
+_BELOW16 = np.uint16(1 << (16 - 11))  # top 11 bits clear
+_BELOW32 = np.uint32(1 << (32 - (MASK_BITS - 11)))  # top 8 bits clear
+_SHIFTS = np.arange(_WINDOW, dtype=np.uint32)
 
 
 def candidates(data: Any, context: bytes = b"") -> np.ndarray[Any, np.dtype[np.int64]]:
-    """The offsets in ``data`` (a bytes-like) of the bytes whose gear hash marks a candidate cut (a cut falls
-    after that byte). ``context``: the bytes just before ``data`` (up to 31 are used), so a block's hashes
-    equal those of the whole stream."""
+    """The offsets in ``data`` (a bytes-like) of the candidate bytes (a cut falls after one). ``context``: the
+    bytes just before ``data`` (up to 31 are used), so a block's candidates are those of the whole stream;
+    bytes before the stream's start count as absent (they add nothing to a hash)."""
     ctx = bytes(context[-(_WINDOW - 1):]) if context else b""
     buf = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     if ctx:
         buf = np.concatenate([np.frombuffer(ctx, dtype=np.uint8), buf])
-    h = _GEAR[buf]
+    h = np.take(_GEAR16, buf)
+    tmp = np.empty_like(h)
     shift = 1
-    while shift < _WINDOW:  # h[i] sums the window of ``2*shift`` bytes ending at i
-        h[shift:] += h[:-shift] << np.uint32(shift)
+    while shift < 16:  # h[i] sums the window of ``2*shift`` bytes ending at i
+        np.left_shift(h[:-shift], shift, out=tmp[:-shift])
+        np.add(h[shift:], tmp[:-shift], out=h[shift:])
         shift *= 2
-    hits = np.flatnonzero(h < _BELOW).astype(np.int64) - len(ctx)
+    pre = np.flatnonzero(h < _BELOW16)
+    del h, tmp
+    if len(pre) > len(buf) >> 8:  # content many bytes pass (long runs, a crafted pattern): h32 everywhere
+        h32 = np.take(_GEAR32, buf)
+        shift = 1
+        while shift < _WINDOW:
+            h32[shift:] += h32[:-shift] << np.uint32(shift)
+            shift *= 2
+        pre = pre[h32[pre] < _BELOW32]
+    elif len(pre):
+        at = pre[:, None] - np.arange(_WINDOW)[None, :]  # the 32 bytes ending at each, newest first
+        g = np.take(_GEAR32, buf[np.maximum(at, 0)])
+        g[at < 0] = 0  # before the stream's start: absent
+        pre = pre[(g << _SHIFTS).sum(axis=1, dtype=np.uint32) < _BELOW32]
+    hits = pre.astype(np.int64) - len(ctx)
     return hits[hits >= 0]
 
 

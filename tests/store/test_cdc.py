@@ -12,19 +12,19 @@ def _data(n, seed=1):
     return np.random.default_rng(seed).bytes(n)
 
 
-def test_the_vectorised_hash_is_the_gear_hash_byte_by_byte():
+def test_the_vectorised_candidates_are_the_gear_hashes_byte_by_byte():
     data = _data(1_500_000)
-    gear = [int(g) for g in cdc._GEAR]
-    h, want = 0, []
-    for b in data:
-        h = ((h << 1) + gear[b]) & 0xFFFFFFFF
-        want.append(h)
-    below = 1 << (32 - cdc.MASK_BITS)
-    expected = {i for i, v in enumerate(want) if v < below}
+    g16, g32 = [int(g) for g in cdc._GEAR16], [int(g) for g in cdc._GEAR32]
+    h16 = h32 = 0
+    expected = set()
+    for i, b in enumerate(data):
+        h16 = ((h16 << 1) + g16[b]) & 0xFFFF
+        h32 = ((h32 << 1) + g32[b]) & 0xFFFFFFFF
+        if h16 >> 5 == 0 and h32 >> 24 == 0:  # top 11 and top 8 bits clear
+            expected.add(i)
     assert len(expected) >= 2 and set(cdc.candidates(data).tolist()) == expected
-    for cut in (1, 31, 32, 33, 2500, max(expected) - 10):  # and with its context given, from any offset
-        assert set((cdc.candidates(data[cut:], data[:cut]) + cut).tolist()) == {
-            i for i, v in enumerate(want) if v < below and i >= cut}
+    for cut in (1, 15, 31, 32, 33, 2500, max(expected) - 10):  # and with its context given, from any offset
+        assert set((cdc.candidates(data[cut:], data[:cut]) + cut).tolist()) == {i for i in expected if i >= cut}
 
 
 def test_a_blocks_candidates_with_its_context_equal_the_whole_streams():
@@ -70,7 +70,8 @@ def test_sizes_out_of_order_are_a_clear_error(lo, hi):
 def test_content_where_nearly_every_byte_is_a_candidate_is_cut_at_the_least_size_quickly(monkeypatch):
     import tracemalloc
 
-    monkeypatch.setattr(cdc, "_BELOW", np.uint32(2**32 - 1))  # as a crafted repeating pattern can make it
+    monkeypatch.setattr(cdc, "_BELOW16", np.uint16(2**16 - 1))  # as a crafted repeating pattern can make it
+    monkeypatch.setattr(cdc, "_BELOW32", np.uint32(2**32 - 1))
     data = _data(24 << 20, seed=9)
     tracemalloc.start()
     try:
@@ -80,3 +81,19 @@ def test_content_where_nearly_every_byte_is_a_candidate_is_cut_at_the_least_size
         tracemalloc.stop()
     assert b"".join(got) == data and {len(p) for p in got[:-1]} == {cdc.MIN_SIZE}
     assert peak < 64 << 20, peak  # no Python object per candidate
+
+
+def test_content_many_bytes_of_which_pass_the_first_test_gets_the_same_rule(monkeypatch):
+    monkeypatch.setattr(cdc, "_BELOW16", np.uint16(1 << 12))  # one byte in 16 passes: h32 is computed everywhere
+    monkeypatch.setattr(cdc, "_BELOW32", np.uint32(1 << 25))
+    data = _data(300_000, seed=12)
+    g16, g32 = [int(g) for g in cdc._GEAR16], [int(g) for g in cdc._GEAR32]
+    a = b = 0
+    want = []
+    for i, c in enumerate(data):
+        a = ((a << 1) + g16[c]) & 0xFFFF
+        b = ((b << 1) + g32[c]) & 0xFFFFFFFF
+        if a < 1 << 12 and b < 1 << 25:
+            want.append(i)
+    assert len(want) > 100 and cdc.candidates(data).tolist() == want
+    assert (cdc.candidates(data[5000:], data[:5000]) + 5000).tolist() == [i for i in want if i >= 5000]
