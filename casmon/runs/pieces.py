@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from casmon.errors import DamagedObjectError
@@ -57,7 +57,7 @@ def put_stream(store: Store, f: IO[bytes]) -> tuple[Digest, list[Digest], int]:
 _END = object()
 
 
-def _cut_ahead(f: IO[bytes], first: bytes) -> Iterator[bytes]:
+def _cut_ahead(f: IO[bytes], first: bytes) -> Generator[bytes, None, None]:
     """The pieces of ``first`` and the rest of ``f``, read and cut on another thread, a few ahead. An error
     reading is raised here; leaving early stops the thread before ``f`` can be closed under it."""
     ahead: queue.Queue[Any] = queue.Queue(maxsize=3)
