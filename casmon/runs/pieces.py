@@ -11,10 +11,7 @@ the store against its digest; a piece list that does not add up is a :class:`Dam
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from casmon.errors import DamagedObjectError
@@ -35,72 +32,30 @@ _READ = 4 << 20
 
 def put_stream(store: Store, f: IO[bytes]) -> tuple[Digest, list[Digest], int]:
     """Store what the binary stream ``f`` (a buffered reader: ``read(n)`` returns ``n`` bytes until the end) holds:
-    ``(digest, every digest it needs, bytes read)``. A large stream is read and cut on a thread of its own
-    while this one stores the pieces cut so far (the two take about as long); at most a few pieces and a
-    block wait in memory."""
+    ``(digest, every digest it needs, bytes read)``. Holds about :data:`PIECED_MIN` plus a piece in memory."""
     first = f.read(PIECED_MIN)
     if len(first) < PIECED_MIN:
         d = store.put(first)
         return d, [d], len(first)
+    cutter = cdc.Cutter()
     pieces: list[list[Any]] = []
     refs: list[Digest] = []
-    with contextlib.closing(_cut_ahead(f, first)) as cut:  # a failed put stops the cutting thread at once
-        for piece in cut:
-            d = store.put(piece)
-            refs.append(d)
-            pieces.append([d.hex(), len(piece)])
+    block = first
+    while block:
+        for p in cutter.feed(block):
+            _put(store, p, pieces, refs)
+        block = f.read(_READ)
+    for p in cutter.end():
+        _put(store, p, pieces, refs)
     total = sum(n for _, n in pieces)
     listing = store.put({PIECES_TAG: 1, "size": total, "pieces": pieces})
     return listing, [listing, *refs], total
 
 
-_END = object()
-
-
-def _cut_ahead(f: IO[bytes], first: bytes) -> Generator[bytes, None, None]:
-    """The pieces of ``first`` and the rest of ``f``, read and cut on another thread, a few ahead. An error
-    reading is raised here; leaving early stops the thread before ``f`` can be closed under it."""
-    ahead: queue.Queue[Any] = queue.Queue(maxsize=3)
-    stop = threading.Event()
-
-    def hand(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                ahead.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def cut() -> None:
-        try:
-            cutter = cdc.Cutter()
-            block = first
-            while block:
-                for p in cutter.feed(block):
-                    if not hand(p):
-                        return
-                block = f.read(_READ)
-            for p in cutter.end():
-                if not hand(p):
-                    return
-            hand(_END)
-        except BaseException as e:  # noqa: BLE001 - raised in the storing thread
-            hand(e)
-
-    t = threading.Thread(target=cut, name="casmon-cut", daemon=True)
-    t.start()
-    try:
-        while True:
-            item = ahead.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        t.join()
+def _put(store: Store, piece: bytes, pieces: list[list[Any]], refs: list[Digest]) -> None:
+    d = store.put(piece)
+    refs.append(d)
+    pieces.append([d.hex(), len(piece)])
 
 
 def chunks(store: Store, digest: str, what: str) -> Iterator[bytes]:
