@@ -43,12 +43,15 @@ def artifacts_cmd(ctx, run, store_location, as_json, trust) -> None:
         say(f"run {r.name} saved no artifacts (run.save, run.save_file, run.checkpoint)", markup=False)
         return
     t = Table(title=f"run {escape(r.name)}: {plural(len(arts), 'artifact')}")
-    for col in ("name", "kind", "size", "stored"):
-        t.add_column(col, justify="right" if col in ("size", "stored") else "left")
+    for col in ("name", "kind", "size", "stored", "shared"):
+        t.add_column(col, justify="left" if col in ("name", "kind") else "right")
     for a in arts:
         kind = a["kind"] + (f" ({plural(a['files'], 'file')})" if a.get("files") is not None else "")
-        t.add_row(escape(a["name"]), kind, size(a["size"]), size(a["stored"]))
+        shared = "?" if a["shared"] is None else f"{size(a['shared'])} ({a['shared'] / a['stored']:.0%})" if a["stored"] else "0"
+        t.add_row(escape(a["name"]), kind, size(a["size"]), size(a["stored"]), shared)
     console.print(t)
+    say("stored: what the store holds for it, compressed; shared: the part another run, cache entry or ref also "
+        "holds (deleting this run would not free it)", markup=False)
 
 
 @click.command("get")

@@ -247,6 +247,39 @@ def _info(r) -> dict:
     return {k: load(k, v["$"]) if is_value_ref(v) else v for k, v in r.manifest.get("info", {}).items()}
 
 
+def _artifact_list(r: Any) -> list[dict[str, Any]]:
+    from casmon.runs.artifacts import read_artifacts
+
+    try:
+        arts = read_artifacts(r.store, r.ref).values()
+    except CasmonError:
+        return []
+    return [{"name": a.name, "kind": a.kind, "size": a.size, "digest": a.digest, "step": a.step} for a in arts]
+
+
+def _artifacts(r: Any, most: int = 10) -> None:
+    """`casmon show`'s short list of what the run saved: its artifacts, then its checkpoints' steps."""
+    from casmon.runs.artifacts import read_artifacts
+
+    try:
+        arts = list(read_artifacts(r.store, r.ref).values())
+    except CasmonError as e:
+        console.print(f"  artifacts: cannot be read ({one_line(e)})", markup=False)
+        return
+    named = [a for a in arts if a.kind != "checkpoint"]
+    steps = sorted(a.step for a in arts if a.kind == "checkpoint" and a.step is not None)
+    if named:
+        console.print(f"  artifacts ({len(named)}, {size(sum(a.size for a in named))}):", markup=False)
+        for a in named[:most]:
+            files = f", {plural(a.files, 'file')}" if a.files is not None else ""
+            console.print(f"    {a.name}: {a.kind}{files}, {size(a.size)}", markup=False)
+        if len(named) > most:
+            console.print(f"    ... and {len(named) - most} more: `casmon artifacts {r.name}`", markup=False)
+    if steps:
+        shown = ", ".join(map(str, steps[-most:]))
+        console.print(f"  checkpoints ({len(steps)}): steps {'..., ' if len(steps) > most else ''}{shown}", markup=False)
+
+
 def show_run(which: str, store_location: str | None, as_json: bool = False) -> None:
     """`casmon show RUN`: what a run recorded (called by `show`, which also shows logged calls)."""
     from casmon.runs import load_run
@@ -266,7 +299,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
         click.echo(_json({"name": r.name, "ref": r.ref, "status": r.status, "digest": r.digest, "elapsed": r.elapsed,
                           "heartbeat": r.heartbeat, "params": r.flat_params(), "metrics": r.metric_summary(),
                           "tags": list(r.tags), "note": r.note, "edits": r.edits(),
-                          "manifest": m}))
+                          "artifacts": _artifact_list(r), "manifest": m}))
         return
     console.print(f"[bold]run {escape(str(r.name))}[/bold]  {escape(str(r.status))}  manifest {r.digest[:12]}")
     if r.error is not None:
@@ -315,6 +348,7 @@ def show_run(which: str, store_location: str | None, as_json: bool = False) -> N
             console.print(f"    {k}: last {_number(v.get('last'))} at step {_number(v.get('step'))}, "
                           f"{plural(int(v.get('n') or 0), 'point')}, min {_number(v.get('min'))}, "
                           f"max {_number(v.get('max'))}", markup=False)
+    _artifacts(r)
     _links(m.get("links"))
     if r.status == "killed":
         console.print(f"  killed by {m.get('signal') or 'a signal'}" + (
@@ -398,14 +432,16 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
 @click.argument("target", type=click.Path(file_okay=False))
 @store_option
 @click.option("--repo", type=click.Path(exists=True, file_okay=False), help="The git repository holding the run's commit.")
+@click.option("--artifacts", "with_artifacts", is_flag=True,
+              help="Also write the run's artifacts (artifacts/, artifacts.json), as export does.")
 @trust_option
-def restore_cmd(run, target, store_location, repo, trust) -> None:
+def restore_cmd(run, target, store_location, repo, with_artifacts, trust) -> None:
     """Write RUN's code into TARGET: its commit, its uncommitted changes, its tracked files."""
     from casmon.runs import restore
 
     r = _load_run(run, store_location)
     try:
-        root = restore(r, target, repo=repo)
+        root = restore(r, target, repo=repo, artifacts=with_artifacts)
     except (CasmonError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     console.print(f"restored run {r.name} into {root}", markup=False)
@@ -417,7 +453,7 @@ def restore_cmd(run, target, store_location, repo, trust) -> None:
 @store_option
 @trust_option
 def export_cmd(run, target, store_location, trust) -> None:
-    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."""
+    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files, artifacts."""
     from casmon.runs import export
 
     r = _load_run(run, store_location)

@@ -8,13 +8,15 @@ no ``_refs``) removes it (a checkpoint retention drops). The records a newer one
 supersedes still hold their values until :func:`drop_superseded` drops them (``casmon gc`` does,
 under the store lock, as it drops duplicate cache entries); deleting a run drops all of its records
 (:mod:`casmon.runs.deletion`). Values go through ``store.put``, so equal values and equal chunks are
-stored once, across runs.
+stored once, across runs; a large file is kept in content-defined pieces (:mod:`casmon.runs.pieces`), so
+versions of it share all but the pieces around a change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import io
 import math
 import operator
 import os
@@ -23,12 +25,14 @@ import stat
 import threading
 import time
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from casmon.errors import CasmonError, DamagedObjectError, StoreError
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
+from casmon.runs import pieces
 from casmon.store.peek import load_data
 
 if TYPE_CHECKING:
@@ -36,8 +40,8 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["KIND_ARTIFACT", "CHECKPOINT", "NAME_MAX", "Artifact", "ArtifactWriteError", "Held", "check_name", "last_time", "artifacts_key", "save",
-           "save_file", "release", "checkpoint", "retention", "read_artifacts", "load", "load_file", "load_checkpoint", "superseded_plan",
-           "drop_superseded", "stored_size"]
+           "save_file", "release", "checkpoint", "retention", "read_artifacts", "load", "load_file", "write_artifact",
+           "load_checkpoint", "superseded_plan", "drop_superseded"]
 
 KIND_ARTIFACT = "artifact"
 #: Checkpoints are artifacts named ``checkpoint/{step}``; ``run.save`` leaves the prefix to them.
@@ -66,6 +70,7 @@ class Artifact:
     mode: int | None = None
     files: int | None = None
     refs: tuple[str, ...] = ()
+    pieced: bool = False  # a large bytes value kept as a file is: in content-defined pieces
 
 
 class Held:
@@ -145,18 +150,26 @@ def _append(run: Run, store: Store, rec: dict[str, Any], refs: list[Digest]) -> 
     store.flush()
 
 
-def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None) -> Artifact:
-    """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name)."""
+def save(run: Run, name: str, value: Any, kind: str = "value", step: int | None = None, mmap: bool = False) -> Artifact:
+    """Store ``value`` as artifact ``name`` of ``run`` (replacing one of that name); ``mmap``: laid out so that
+    ``load(..., mmap=True)`` maps its large arrays (:mod:`casmon.store.mapped`)."""
     name = check_name(name)
     if kind == "value" and name.startswith(CHECKPOINT):
         raise ValueError(f"casmon: artifact names under {CHECKPOINT!r} are run.checkpoint's; name it otherwise")
     store = _ready(run)
-    d, size = store.put_sized(value)
-    rec: dict[str, Any] = {"name": name, "kind": kind, "digest": d.hex(), "size": int(size)}
+    rec: dict[str, Any]
+    if type(value) is bytes and len(value) >= pieces.PIECED_MIN and not mmap:  # as a file: versions share pieces
+        d, needs, size = pieces.put_stream(store, io.BytesIO(value))
+        rec = {"name": name, "kind": kind, "digest": d.hex(), "size": size, "pieced": True}
+    else:
+        d, size = store.put_sized(value, mmap)
+        needs = [d]
+        rec = {"name": name, "kind": kind, "digest": d.hex(), "size": int(size)}
     if step is not None:
         rec["step"] = step
-    _append(run, store, rec, [d])
-    return Artifact(name, kind, int(size), d.hex(), run._held.last_time, step, refs=(d.hex(),))
+    _append(run, store, rec, needs)
+    return Artifact(name, kind, int(size), d.hex(), run._held.last_time, step, refs=tuple(h.hex() for h in needs),
+                    pieced=bool(rec.get("pieced")))
 
 
 def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -> Artifact:
@@ -187,27 +200,25 @@ def save_file(run: Run, path: str | os.PathLike[str], name: str | None = None) -
                 if vcs_component(fname) is not None:
                     continue  # a worktree's ".git" file, as its folder above
                 full = dp / fname
-                got = _read_regular(full, follow=False)
+                got = _put_regular(store, full, follow=False)
                 if got is None:
                     continue  # a symbolic link, pipe, socket or device: not a file's content
-                data, mode = got
-                d = store.put(data)
-                refs.append(d)
-                files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": len(data), "mode": mode}
+                d, needs, n, mode = got
+                refs.extend(needs)
+                files[full.relative_to(p).as_posix()] = {"digest": d.hex(), "size": n, "mode": mode}
         listing = store.put({_FOLDER_TAG: 1, "files": files})
         total = sum(f["size"] for f in files.values())
         rec = {"name": name, "kind": "folder", "digest": listing.hex(), "size": total, "files": len(files)}
         _append(run, store, rec, [listing, *refs])
         return Artifact(name, "folder", total, listing.hex(), run._held.last_time, files=len(files),
                         refs=(listing.hex(), *(d.hex() for d in refs)))
-    got = _read_regular(p, follow=True)
+    got = _put_regular(store, p, follow=True)
     if got is None:
         raise ValueError(f"casmon: run.save_file: {str(p)!r} is not a regular file or a folder (a pipe, socket or "
                          "device); save what it holds with run.save(name, data)")
-    data, mode = got
-    d = store.put(data)
-    _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": len(data), "mode": mode}, [d])
-    return Artifact(name, "file", len(data), d.hex(), run._held.last_time, mode=mode, refs=(d.hex(),))
+    d, needs, n, mode = got
+    _append(run, store, {"name": name, "kind": "file", "digest": d.hex(), "size": n, "mode": mode}, needs)
+    return Artifact(name, "file", n, d.hex(), run._held.last_time, mode=mode, refs=tuple(h.hex() for h in needs))
 
 
 def release(run: Run, name: str) -> None:
@@ -221,10 +232,12 @@ def release(run: Run, name: str) -> None:
     _append(run, store, {"name": name, "released": True}, [])
 
 
-def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
-    """The bytes and mode of the regular file at ``path``, or None if it is something else (a symbolic link when
-    not ``follow``, a pipe, socket or device). Opened without blocking and checked on the open file, so one
-    swapped for a pipe or link after the folder was listed neither hangs the save nor is followed."""
+def _put_regular(store: Store, path: Path, follow: bool) -> tuple[Digest, list[Digest], int, int] | None:
+    """Store the regular file at ``path`` as it streams in (a large one in content-defined pieces,
+    :mod:`casmon.runs.pieces`): ``(digest, every digest it needs, size, mode)``; None if it is something else
+    (a symbolic link when not ``follow``, a pipe, socket or device). Opened without blocking and checked on the
+    open file, so one swapped for a pipe or link after the folder was listed neither hangs the save nor is
+    followed."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     if not follow:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -241,9 +254,10 @@ def _read_regular(path: Path, follow: bool) -> tuple[bytes, int] | None:
         if not stat.S_ISREG(st.st_mode):
             return None
         try:
-            return f.read(), stat.S_IMODE(st.st_mode)
+            d, needs, n = pieces.put_stream(store, f)
         except OSError as e:
             raise OSError(f"casmon: run.save_file: cannot read {str(path)!r}: {e.strerror or e}") from None
+    return d, needs, n, stat.S_IMODE(st.st_mode)
 
 
 def _whole(v: Any) -> int | None:
@@ -315,7 +329,8 @@ def _parse(rec: dict[str, Any]) -> Artifact | None:
     refs = rec.get("_refs")
     return Artifact(name, kind, size, digest, t, step if type(step) is int else None,
                     mode if type(mode) is int else None, _count(files),
-                    tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else ())
+                    tuple(h for h in refs if isinstance(h, str)) if isinstance(refs, list) else (),
+                    rec.get("pieced") is True)
 
 
 def _count(n: Any) -> int | None:
@@ -375,12 +390,18 @@ def _find(store: Store, ref: str, run_name: str, name: str) -> Artifact:
     return arts[name]
 
 
-def load(store: Store, ref: str, run_name: str, name: str) -> Any:
+def load(store: Store, ref: str, run_name: str, name: str, mmap: bool = False) -> Any:
     """Artifact ``name``'s value (a file's bytes; a folder's listing ``{path: {digest, size, mode}}``)."""
     a = _find(store, ref, run_name, name)
     if a.kind == "folder":
         return _listing(store, a, run_name)
-    return store.get(a.digest)
+    return _value(store, a, run_name, mmap)
+
+
+def _value(store: Store, a: Artifact, run_name: str, mmap: bool = False) -> Any:
+    if a.kind == "file" or a.pieced:
+        return pieces.read_all(store, a.digest, f"run {run_name}: artifact {a.name}")
+    return store.get(a.digest, mmap=mmap)
 
 
 def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, Any]]:
@@ -396,8 +417,11 @@ def _listing(store: Store, a: Artifact, run_name: str) -> dict[str, dict[str, An
 def load_file(store: Store, ref: str, run_name: str, name: str, dest: str | os.PathLike[str]) -> Path:
     """Write artifact ``name`` to ``dest``: a file to that path (into it, under the artifact's last part, if it
     is a folder), a folder's files under that folder. Returns the path written."""
-    a = _find(store, ref, run_name, name)
-    out = Path(os.fspath(dest))
+    return write_artifact(store, _find(store, ref, run_name, name), run_name, Path(os.fspath(dest)))
+
+
+def write_artifact(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
+    """Write artifact ``a`` of run ``run_name`` to ``out`` as :func:`load_file` does; the path written."""
     try:
         return _write_out(store, a, run_name, out)
     except OSError as e:
@@ -414,26 +438,25 @@ def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         for rel, f in sorted(files.items()):
             target = safe_target(out, rel)  # a crafted listing never writes outside dest
-            _write(target, _bytes(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
+            _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
         return out
     if out.is_dir():
         out = out / a.name.rsplit("/", 1)[-1]
     if a.kind == "file":
-        _write(out, _bytes(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
+        return out
+    if a.pieced:
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: artifact {a.name}"), None)
         return out
     v = store.get(a.digest)
     if not isinstance(v, (bytes, bytearray, memoryview)):
         raise CasmonError(f"casmon: artifact {a.name!r} of run {run_name} is a {type(v).__name__}, not a file; "
                           f"load it with load_run(...).load({a.name!r})")
-    _write(out, bytes(v), None)
+    _write(out, [bytes(v)], None)
     return out
 
 
-def _bytes(store: Store, digest: str, what: str) -> bytes:
-    return bytes(load_data(store, digest, what, (bytes, bytearray)))
-
-
-def _write(path: Path, data: bytes, mode: int | None) -> None:
+def _write(path: Path, data: Iterable[bytes], mode: int | None) -> None:
     """``data`` to ``path`` whole or not at all, through a partial file of a fresh name created exclusively: a
     link planted where it goes is never followed, and a failed write leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -442,7 +465,8 @@ def _write(path: Path, data: bytes, mode: int | None) -> None:
                  0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for b in data:  # a piece at a time: a large file is never whole in memory
+                f.write(b)
         if mode is not None:
             os.chmod(tmp, mode & 0o777)
         os.replace(tmp, path)
@@ -457,41 +481,14 @@ def load_checkpoint(store: Store, ref: str, run_name: str, which: str | int = "l
     if not steps:
         raise LookupError(f"run {run_name} has no checkpoints")
     if which == "latest":
-        return store.get(steps[max(steps)].digest)
+        return _value(store, steps[max(steps)], run_name)
     step = _whole(which) if not isinstance(which, str) else int(which) if which.isascii() and which.isdigit() else None
     if step is None:
         raise ValueError(f"casmon: checkpoint: give a step or 'latest', got {which!r}")
     if step not in steps:
         raise LookupError(f"run {run_name} has no checkpoint at step {step}; it keeps steps "
                           f"{', '.join(map(str, sorted(steps)[-50:]))}")
-    return store.get(steps[step].digest)
-
-
-def stored_size(store: Store, a: Artifact) -> int:
-    """The bytes the store holds for artifact ``a`` (its objects, compressed; shared ones too), as far as the
-    pack index knows them."""
-    from casmon.maintenance.reach import closure, open_through_store
-
-    try:
-        seen = closure([Digest(h) for h in (a.refs or (a.digest,))], open_through_store(store)).everything
-    except (CasmonError, ValueError):
-        return 0
-    from casmon.store.objects import loose_key
-
-    total = 0
-    loose = []
-    for d in seen:
-        loc = store.objects.locate(d, refresh=False)
-        if loc is not None:
-            total += loc.length
-        else:
-            loose.append(loose_key(d))
-    if loose:
-        try:
-            total += sum(n for n in store.backend.getsize_many(loose) if isinstance(n, int) and n > 0)
-        except (OSError, CasmonError):
-            pass  # gone meanwhile: counted as nothing
-    return total
+    return _value(store, steps[step], run_name)
 
 
 # -- dropping superseded records --------------------------------------------------------------------

@@ -84,10 +84,12 @@ def _prepare_dir(target: str | os.PathLike) -> Path:
     return root.resolve()
 
 
-def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None, repo: str | None = None) -> Path:
+def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None, repo: str | None = None,
+            artifacts: bool = False) -> Path:
     """Write the run's code into ``target``: the commit's tree, the patch applied, the tracked files.
 
-    The commit is read from the repository the run was recorded in (or ``repo``).
+    The commit is read from the repository the run was recorded in (or ``repo``). ``artifacts``: also write the
+    run's artifacts as ``export`` does (``artifacts/``, ``artifacts.json``), unless the code has those names.
     """
     r = readable_run(run if isinstance(run, RunInfo) else load_run(run, store))
     for rel in r.manifest.get("files", {}):  # refuse before anything is written
@@ -127,6 +129,12 @@ def restore(run: RunInfo | str, target: str | os.PathLike, store: Store | str | 
         data = r.file(rel)
         dest.write_bytes(data)
         os.chmod(dest, meta.get("mode", 0o644) & 0o777)
+    if artifacts:
+        taken = [n for n in ("artifacts", "artifacts.json") if os.path.lexists(root / n)]
+        if taken:
+            raise FileExistsError(f"run {r.name}: its code was restored into {root}, but it has {taken[0]!r} of its "
+                                  f"own, so its artifacts were not written; `casmon export` writes them apart")
+        _export_artifacts(r, root)
     return root
 
 
@@ -207,7 +215,8 @@ def _apply_patch(root: Path, patch: bytes, name: str) -> None:
 def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | None = None,
            progress: Callable[[str, int, int], None] | None = None) -> Path:
     """Write the plain folder FineCache users know: information.json, current_changes.patch, console.log, tracked files,
-    and ``metrics.csv`` (metric, step, value, time) when the run logged metrics.
+    ``metrics.csv`` (metric, step, value, time) when the run logged metrics, and its artifacts: files and folders
+    under ``artifacts/``, each listed in ``artifacts.json`` (values that are no file, with how to load them).
 
     ``progress(phase, done, total)`` is told of each tracked file written (``casmon export`` draws a bar).
     """
@@ -237,5 +246,32 @@ def export(run: RunInfo | str, target: str | os.PathLike, store: Store | str | N
         dest.write_bytes(r.file(rel))
     if progress is not None:
         progress("export files", len(files), len(files))
+    _export_artifacts(r, root)
     return root
+
+
+def _export_artifacts(r: RunInfo, root: Path) -> None:
+    """The run's file and folder artifacts under ``artifacts/``, and ``artifacts.json`` listing every artifact:
+    where it was written, or why not, or how to load a value or checkpoint (no file format holds any value)."""
+    from casmon.runs import artifacts
+
+    arts = artifacts.read_artifacts(r.store, r.ref)
+    if not arts:
+        return
+    base = root / "artifacts"
+    index = []
+    for name, a in arts.items():
+        entry: dict = {"name": name, "kind": a.kind, "size": a.size, "digest": a.digest}
+        if a.step is not None:
+            entry["step"] = a.step
+        if a.kind in ("file", "folder"):
+            try:
+                artifacts.write_artifact(r.store, a, r.name, safe_target(base, name))
+                entry["path"] = f"artifacts/{name}"
+            except CasmonError as e:  # a damaged value, a name that cannot be written: the rest still is
+                entry["not_written"] = str(e).splitlines()[0]
+        else:
+            entry["load"] = f"casmon.load_run({r.name!r}).load({name!r})"
+        index.append(entry)
+    (root / "artifacts.json").write_text(json.dumps(index, indent=2, ensure_ascii=False), encoding="utf-8")
 

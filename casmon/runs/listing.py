@@ -196,22 +196,27 @@ class RunInfo:
 
     # -- artifacts and checkpoints (casmon.runs.artifacts) -----------------------------------------------
     def artifacts(self) -> list[dict[str, Any]]:
-        """What the run saved: ``{name, kind, size, stored, digest, step, time}`` each, by name; ``stored`` is what
-        the store holds for it, compressed (bytes other runs or entries share counted too)."""
-        from casmon.runs import artifacts
+        """What the run saved: ``{name, kind, size, stored, shared, digest, step, time}`` each, by name; ``stored``
+        is what the store holds for it, compressed; ``shared`` the part of that another run, cache entry or ref
+        also holds (what deleting this run would not free; None if the store cannot be read whole)."""
+        from casmon.runs import artifacts, sharing
 
         out = []
-        for a in artifacts.read_artifacts(self.store, self.ref).values():
-            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": artifacts.stored_size(self.store, a),
+        arts = artifacts.read_artifacts(self.store, self.ref)
+        sizes = sharing.sizes(self.store, self.ref, arts.values())
+        for a in arts.values():
+            stored, shared = sizes[a.name]
+            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": shared,
                         "digest": a.digest, "step": a.step, "time": a.time,
                         **({"files": a.files} if a.files is not None else {})})
         return out
 
-    def load(self, name: str) -> Any:
-        """Artifact ``name``'s value (a saved file's bytes; a folder's listing of files)."""
+    def load(self, name: str, *, mmap: bool = False) -> Any:
+        """Artifact ``name``'s value (a saved file's bytes; a folder's listing of files). ``mmap``: arrays and
+        tensors saved with ``run.save(..., mmap=True)`` come back as read-only maps of the stored bytes."""
         from casmon.runs import artifacts
 
-        return artifacts.load(self.store, self.ref, self.name, name)
+        return artifacts.load(self.store, self.ref, self.name, name, mmap=mmap)
 
     def load_file(self, name: str, dest: Any) -> Any:
         """Write artifact ``name`` to ``dest`` (a file, with its mode; a folder's files under ``dest``); the path."""

@@ -174,10 +174,11 @@ class Run:
                               "or record a run in the child)")
         self._metrics.log(metrics, step, named)
 
-    def save(self, name: str, value: Any) -> artifacts.Artifact:
+    def save(self, name: str, value: Any, *, mmap: bool = False) -> artifacts.Artifact:
         """Keep ``value`` (anything ``store.put`` takes) with the run as artifact ``name``, replacing one of that
-        name; gc keeps it as long as the run exists. ``load_run(...).load(name)`` reads it back."""
-        return artifacts.save(self, name, value)
+        name; gc keeps it as long as the run exists. ``load_run(...).load(name)`` reads it back; ``mmap=True``
+        lays its large incompressible arrays out so ``load(name, mmap=True)`` maps them instead of copying."""
+        return artifacts.save(self, name, value, mmap=mmap)
 
     def save_file(self, path: str | os.PathLike[str], name: str | None = None) -> artifacts.Artifact:
         """Keep the file or folder at ``path`` with the run, by content, as artifact ``name`` (its file name by

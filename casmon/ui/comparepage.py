@@ -15,6 +15,7 @@ from typing import Any
 
 from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, patch_html, short, table
+from casmon.ui import artifactview
 from casmon.ui.compare import Comparison, Divergence, Row
 from casmon.ui.pages import Ctx, badge, call_href, heading, layout, num_cell, run_url, scroll, standalone_file
 from casmon.ui.series import REPORT_POINTS, chart_spec
@@ -83,6 +84,7 @@ def compare_body(ctx: Ctx, cmp: Comparison, spec: dict[str, Any], serial: int = 
     out.append(str(heading("Info", 2, "info")))
     out.append(str(_table(cmp.info, names, "info", _value)) if cmp.info else
                '<p class="muted">None of these runs recorded info.</p>')
+    out += [str(x) for x in artifactview.compare_section(cmp)]  # a section of its own: which artifacts differ
     if not one:
         out.append(str(heading("Identical outputs", 2, "identical")))
         if cmp.groups:

@@ -1,4 +1,4 @@
-"""One run's page: what it is, its metrics (latest values and charts), parameters, info, output, code and links.
+"""One run's page: what it is, its metrics (latest values and charts), parameters, info, artifacts, output, code and links.
 
 A live run's page follows it without a reload: ``casmon-ui.js`` polls
 ``/api/run/NAME`` every two seconds while the run is running and sets its
@@ -19,6 +19,7 @@ from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, patch_html, seconds, table, when
 from casmon.view.text import size
 from casmon.runs import flatten
+from casmon.ui import artifactview
 from casmon.ui.api import OUTPUT_TAIL, TRACEBACK_CHARS, summary_json
 from casmon.ui.model import LIVE_STATUSES, Entry
 from casmon.ui.pages import Ctx, badge, heading, layout, scroll, standalone_file, url
@@ -54,6 +55,7 @@ def _facts(r: Any) -> list[tuple[str, Any]]:
                               "(SIGKILL, out of memory, a node that went away); elapsed is up to its last heartbeat"))
     if m.get("signal"):
         pairs.append(("signal", m["signal"]))
+    pairs += artifactview.resume_facts(r)
     g = m.get("git")
     if isinstance(g, dict) and g:
         pairs.append(("code", display.code_state(r)))
@@ -157,6 +159,7 @@ def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any]) -> Html:
         out += [heading("Info", 2, "info"), _values_table(r, info, flatten(cells) if isinstance(cells, dict) else {})]
         if why:
             out.append(display.error_line(f"info: {why}"))
+    out += artifactview.run_section(ctx, e.tail, r)  # artifacts, checkpoints, resumes: a section of its own
     out += _output(r, running)
     g = m.get("git") or {}
     if g.get("patch"):

@@ -51,7 +51,7 @@ from casmon.maintenance import stats
 from casmon.runs.metrics import json_safe
 from casmon.keys.digest import Digest
 from casmon.store.peek import describe
-from casmon.ui import api, cachepage, comparepage, model, pages, runpage
+from casmon.ui import api, artifactview, cachepage, comparepage, model, pages, runpage
 from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
@@ -190,6 +190,8 @@ class App:
             return self.call_page(Params(query, {"fn", "session", "n"}))
         if path == "/cache":
             return self.cache_page(Params(query, {"fn", "entry"}))
+        if path == "/artifact":
+            return self.artifact(Params(query, {"run", "name"}))
         if path == "/store":
             Params(query, set())
             return 200, pages.store_page(self.ctx, stats(self.store)), HTML
@@ -260,6 +262,13 @@ class App:
     def run_page(self, which: str) -> tuple[int, bytes, str]:
         e = self._entry(which)
         return 200, runpage.run_page(self.ctx, e, self.runs.run(e)), HTML
+
+    def artifact(self, p: Params) -> tuple[int, Any, str]:
+        tail, name = p.one("run"), p.one("name")
+        if not tail or not name:
+            raise BadRequest("an artifact is /artifact?run=RUN&name=NAME")
+        r = self.runs.run(self._entry(tail))
+        return 200, artifactview.download(self.store, r, name), "download"
 
     def calls_page(self, p: Params) -> tuple[int, bytes, str]:
         log, read_at = self.calllog(reload=p.one("reload") not in (None, "", "0"))
@@ -414,7 +423,32 @@ class Handler(BaseHTTPRequestHandler):
             status, body, ctype = self._error(app, 500, f"{type(e).__name__}: {e}", api_path)
         finally:
             app.leave()
+        if isinstance(body, artifactview.Download):
+            return self._stream(body)
         self._send(status, body, ctype)
+
+    def _stream(self, d: artifactview.Download) -> None:
+        """A download, a piece at a time. Its length, when known, is sent first: a piece found damaged midway
+        ends the connection short of it, so the client sees an incomplete file, never a wrong one."""
+        self.send_response(200)
+        self.send_header("Content-Type", d.ctype)
+        self.send_header("Content-Disposition", d.disposition())
+        if d.length is not None:
+            self.send_header("Content-Length", str(d.length))
+        else:
+            self.send_header("Connection", "close")  # a zip's length is known only at its end
+            self.close_connection = True
+        self.send_header("Content-Security-Policy", pages.CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        try:
+            for b in d.chunks:
+                if b:
+                    self.wfile.write(b)
+        except (CasmonError, OSError) as e:
+            self.log_error("download %s cut short: %s", self.path[:200], e)
+            self.close_connection = True
 
     @staticmethod
     def _error(app: App, status: int, message: str, as_json: bool) -> tuple[int, bytes, str]:

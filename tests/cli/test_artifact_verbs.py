@@ -70,3 +70,30 @@ def test_artifacts_of_crafted_records_with_absurd_sizes_list_without_a_traceback
     assert r.returncode == 0 and "Traceback" not in r.stderr and "weights" in r.stdout, r.stderr
     arts = json.loads(cli("artifacts", "1", "--store", store, "--json").stdout)
     assert all(a["size"] >= 0 and a["size"] < 2**63 for a in arts)
+
+
+def test_artifacts_says_the_share_another_run_holds(store):
+    s = casmon.open(store)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.save("same-weights", np.arange(100))
+    s.close()
+    arts = {a["name"]: a for a in json.loads(cli("artifacts", "1", "--store", store, "--json").stdout)}
+    assert arts["weights"]["shared"] == arts["weights"]["stored"] > 0 and arts["notes"]["shared"] == 0
+    out = cli("artifacts", "1", "--store", store).stdout
+    assert "shared" in out and "100%" in out
+
+
+def test_show_lists_a_runs_artifacts_and_checkpoint_steps(store):
+    s = casmon.open(store)
+    with casmon.record(store=s, capture_output=False) as run:
+        for i in range(12):
+            run.save(f"plot{i:02d}", b"x" * i)
+            run.checkpoint(i, step=i * 10)
+    s.close()
+    out = cli("show", "1", "--store", store).stdout
+    assert "artifacts (2, " in out and "weights: value, 800 B" in out and "checkpoints (1): steps 3" in out
+    out = cli("show", "2", "--store", store).stdout
+    assert "plot09" in out and "plot10" not in out and "and 2 more: `casmon artifacts 2`" in out
+    assert "checkpoints (12): steps ..., 20, 30" in out and "steps ..., 20, 30, 40, 50, 60, 70, 80, 90, 100, 110" in out
+    shown = json.loads(cli("show", "1", "--store", store, "--json").stdout)
+    assert {a["name"] for a in shown["artifacts"]} == {"weights", "notes", "checkpoint/3"}

@@ -163,6 +163,10 @@ WRITER = textwrap.dedent("""
             run.save(f"a{i}", np.full(2000, i, dtype=np.int64))
             if i % 5 == 0:
                 run.checkpoint(np.full(500, i), step=i, keep_last=2)
+            if i % 20 == 0:  # a large file, kept in content-defined pieces
+                with open(sys.argv[1] + ".bin", "wb") as f:
+                    f.write(np.random.default_rng(i).bytes(5 << 20))
+                run.save_file(sys.argv[1] + ".bin", name=f"f{i}")
     store.close()
 """)
 
@@ -196,6 +200,8 @@ def test_gc_racing_the_saves_at_the_shortest_grace_loses_no_artifact(tmp_path, m
     for i in range(n):
         assert r.load(f"a{i}")[0] == i
     assert r.checkpoint()[0] == 55 and r.checkpoint(50)[0] == 50
+    for i in range(0, n, 20):
+        assert r.load(f"f{i}") == np.random.default_rng(i).bytes(5 << 20)
     figures("artifact race: gc runs", gcs)
     rep = s.verify()
     assert rep.ok, (rep.damaged, rep.missing)

@@ -1,0 +1,143 @@
+"""The UI's artifacts: the run page's list and downloads, checkpoints, resumes, the compare page's differences."""
+
+from __future__ import annotations
+
+import html
+import http.client
+import io
+import re
+import zipfile
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+from casmon.runs.pieces import PIECED_MIN
+from casmon.store.objects import loose_key
+from tests.ui.test_ui import Served, text_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+BIG = np.random.default_rng(3).bytes(PIECED_MIN + 4321)
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # out of any git repository: the pages show no patch
+    path = tmp_path / "s"
+    s = casmon.open(path, create=True)
+    (tmp_path / "big.bin").write_bytes(BIG)
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a.txt").write_text("a")
+    (tmp_path / "d" / "sub" / "b.bin").write_bytes(b"\x00b")
+    (tmp_path / "n\u00e9 \"x\".txt").write_text("odd name")
+    with casmon.record(store=s, capture_output=False, comment="a") as run:
+        run.save_file(tmp_path / "big.bin", name="model/big.bin")
+        run.save_file(tmp_path / "d", name="plots")
+        run.save_file(tmp_path / "n\u00e9 \"x\".txt")
+        run.save("w", np.arange(1000))
+        run.save("same", b"same in both")
+        run.checkpoint({"s": 1}, step=10)
+        run.checkpoint({"s": 2}, step=20)
+    with pytest.raises(RuntimeError):
+        with casmon.record(store=s, capture_output=False, comment="b") as run:
+            run.save("w", np.arange(1000))
+            run.save("only-b", 1)
+            run.save("same", b"same in both")
+            raise RuntimeError("preempted")
+    with casmon.record(store=s, capture_output=False, resume="2-b", resume_ok=True) as run:
+        run.save("w", np.arange(1001))
+    s.close()
+    yield {"path": path, "tmp": tmp_path}
+
+
+@pytest.fixture
+def served(built):
+    s = Served(built["path"])
+    yield s
+    s.close()
+
+
+def _raw(served, path):
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_the_run_page_lists_artifacts_with_sizes_shares_and_downloads_and_checkpoints_with_steps(served):
+    body = served.get("/run/1-a")
+    text = " ".join(text_of(body).split())
+    assert "Artifacts (5," in text and "model/big.bin" in text and "plots" in text and "folder (2 files)" in text
+    assert "Checkpoints (2)" in text and "shared" in text
+    links = re.findall(r'href="(/artifact[^"]*)"', body)
+    assert links == ["/artifact?run=1&amp;name=model%2Fbig.bin", "/artifact?run=1&amp;name=n%C3%A9+%22x%22.txt",
+                     "/artifact?run=1&amp;name=plots"]  # a value is no file: no download
+    assert ">zip<" in body
+
+
+def test_a_file_downloads_whole_a_folder_as_a_zip(served):
+    status, h, got = _raw(served, "/artifact?run=1-a&name=model%2Fbig.bin")
+    assert status == 200 and got == BIG and h["content-length"] == str(len(BIG))
+    assert 'filename="big.bin"' in h["content-disposition"]
+    status, h, got = _raw(served, "/artifact?run=1-a&name=plots")
+    assert status == 200 and h["content-type"] == "application/zip"
+    z = zipfile.ZipFile(io.BytesIO(got))
+    assert {n: z.read(n) for n in z.namelist()} == {"a.txt": b"a", "sub/b.bin": b"\x00b"}
+    status, h, got = _raw(served, "/artifact?run=1-a&name=n%C3%A9%20%22x%22.txt")
+    assert status == 200 and got == b"odd name" and "filename*=UTF-8''n%C3%A9%20%22x%22.txt" in h["content-disposition"]
+
+
+def test_a_download_of_no_file_or_a_damaged_one_is_an_error_page(served, built):
+    assert _raw(served, "/artifact?run=1-a&name=w")[0] == 404
+    assert _raw(served, "/artifact?run=1-a&name=nope")[0] == 404
+    assert _raw(served, "/artifact?run=1-a")[0] == 400
+    s = served.store
+    a = casmon.load_run("1-a", s)
+    from casmon.runs.artifacts import read_artifacts
+
+    first_piece = read_artifacts(s, a.ref)["model/big.bin"].refs[1]
+    p = built["path"] / loose_key(next(s.manifest(first_piece).chunk_digests()))
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    p.write_bytes(bytes(raw))
+    s.objects.clear_caches()
+    status, _h, body = _raw(served, "/artifact?run=1-a&name=model%2Fbig.bin")
+    assert status == 500 and b"damaged" in body
+
+
+def test_the_run_page_says_a_run_was_resumed_when_and_how_often(served):
+    text = " ".join(text_of(served.get("/run/2-b")).split())
+    assert "resumed 1 time, last at" in text and "after it was failed" in text and "Resumed 1 time" in text
+    assert "resumed" not in text_of(served.get("/run/1-a")).lower()
+
+
+def test_the_compare_page_says_which_artifacts_differ(served):
+    body = served.get("/compare?run=1-a&run=2-b")
+    text = " ".join(text_of(body).split())
+    assert "Artifacts" in text
+    section = body[body.index('id="artifacts-summary"'):]
+    got = {html.unescape(k): v for v, k in re.findall(r'<tr class="(differs|same)" data-key="([^"]+)">', section)}
+    assert got == {"w": "differs", "only-b": "differs", "plots": "differs", "model/big.bin": "differs", "same": "same",
+                   "n\u00e9 \"x\".txt": "differs", "checkpoint/10": "differs", "checkpoint/20": "differs"}
+    assert "7 artifacts of 8 differ" in text
+
+
+def test_a_crafted_folder_listing_never_zips_a_path_outside(built, tmp_path):
+    s = casmon.open(built["path"])
+    r = casmon.load_run("1-a", s)
+    evil = s.put({"casmon_folder": 1, "files": {"../up.txt": {"digest": s.put(b"x").hex(), "size": 1, "mode": 0o644},
+                                                "ok.txt": {"digest": s.put(b"ok").hex(), "size": 2, "mode": 0o644}}})
+    s.append(KIND_ARTIFACT, {"run": r.ref, "name": "evil", "kind": "folder", "digest": evil.hex(), "size": 3,
+                             "time": 1e12, "seq": 1}, key=artifacts_key(r.ref), refs=[evil])
+    s.close()
+    served = Served(built["path"])
+    try:
+        status, _h, got = _raw(served, "/artifact?run=1-a&name=evil")
+    finally:
+        served.close()
+    assert status == 200 and zipfile.ZipFile(io.BytesIO(got)).namelist() == ["ok.txt"]
