@@ -43,6 +43,9 @@ _HOMES = {
     "RunInfo": "casmon.runs", "Series": "casmon.runs", "RunList": "casmon.view.display", "RunDiff": "casmon.view.display",
     "RunWarning": "casmon.runs", "list_runs": "casmon.runs", "load_run": "casmon.runs", "diff": "casmon.runs",
     "restore": "casmon.runs", "export": "casmon.runs", "delete_run": "casmon.runs",
+    # lineage: joins over the records above
+    "lineage": "casmon.lineage", "used_by": "casmon.lineage", "stale": "casmon.lineage",
+    "first_difference": "casmon.lineage",
     # errors and warnings
     "CasmonError": "casmon.errors", "StoreError": "casmon.errors", "StoreFormatError": "casmon.errors",
     "MissingObjectError": "casmon.errors", "DamagedObjectError": "casmon.errors", "UntrustedStoreError": "casmon.errors",
@@ -78,6 +81,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported f
     from casmon.store.zarrview import zarr_view
     from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
     from casmon.maintenance import GcReport, VerifyReport
+    from casmon.lineage import first_difference, lineage, stale, used_by
     from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
     from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
     from casmon.runs import (Run, RunInfo, RunWarning, Series, delete_run, diff, export, list_runs, load_run, log,

@@ -77,6 +77,18 @@ def _parts(v: Any) -> dict[str, Any]:
     return v
 
 
+def _digests(v: Any) -> dict[str, str]:
+    if type(v) is not dict or len(v) > 4096:
+        raise TypeError("not content digests")
+    return {k: _hex(x) for k, x in v.items() if type(k) is str}
+
+
+def _keys(v: Any) -> list[str]:
+    if type(v) is not list or len(v) > 4096:
+        raise TypeError("not entry keys")
+    return [_hex(x) for x in v]
+
+
 def _hits(v: Any) -> dict[str, list[Any]]:
     if type(v) is not dict:
         raise TypeError("not hits")
@@ -94,7 +106,7 @@ def _hits(v: Any) -> dict[str, list[Any]]:
 # record that is crafted or damaged stops no call, listing or gc with a TypeError, and hides no entry.
 register_fields(KIND, {"fn": _text, "result": _hex, "time": _time, "seconds": lambda v: _number(v, 1e12),
                        "size": _count, "expires": lambda v: _number(v, 1e11), "v": _hex,
-                       "a": _args, "inline": _text})
+                       "a": _args, "inline": _text, "rf": _hex, "pc": _digests, "up": _keys})
 register_fields(KIND_FN, {"fn": _text, "version": _hex, "time": _time, "parts": _parts})
 register_fields(KIND_CLEAR, {"fn": _text, "time": _time})
 register_fields(KIND_USE, {"hits": _hits, "time": _time})
@@ -125,6 +137,13 @@ class ResultRef(Plain):
     @property
     def nbytes(self) -> int:
         return int(self.entry.get("size", 0))
+
+    def lineage(self) -> Any:
+        """This entry's upstream graph (``casmon.lineage.lineage``). The lineage layer is above this one: named
+        here, not imported."""
+        import importlib
+
+        return importlib.import_module("casmon.lineage").lineage(self, self.store)
 
     def describe(self) -> str:
         """The stored result in one line, from its manifest alone (nothing is loaded or unpickled)."""

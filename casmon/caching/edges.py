@@ -1,0 +1,211 @@
+"""Lineage edges, recorded as calls happen: which stored results a call's arguments came from.
+
+Two ways, both without annotation (``casmon.lineage`` reads them):
+
+* **by content**: each entry records its result's fingerprint (``rf``, the key encoding's digest of the value,
+  as a parameter of a later call would be keyed) and each parameter's content digest (``pc``). A parameter
+  whose digest equals a stored result's fingerprint is an edge from that entry, in any process, on any machine.
+  Values whose encoding is shorter than :data:`CONTENT_MIN` bytes (``None``, flags, small numbers, short
+  strings) get no fingerprint: equal by chance far too often to mean "came from".
+* **by identity**, in this process: an argument that is, or holds (a tuple, list or dict, a numpy view's
+  ``.base`` chain), the very object an earlier cached call returned or was served is an edge from that
+  entry's key (``up``). Objects are held by weak reference only: one whose type takes none (a tuple, a dict)
+  is not remembered itself, its items that take one are; content covers the rest.
+
+Nothing here keeps a value alive or reads the store; a failure here never stops a call (the entry is stored
+without the edge).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import xxhash
+
+from casmon.keys.codeversion import VersionedFingerprinter
+
+if TYPE_CHECKING:
+    from casmon.caching.memoize import CacheState
+
+__all__ = ["produced", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all"]
+
+#: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
+#: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
+CONTENT_MIN = 24
+#: A parameter that fed more bytes than this straight to the key's hasher gets no content digest of its own
+#: (hashing it again would double the miss); identity still links it.
+CONTENT_MAX = 64 << 20
+#: How many objects one argument's walk looks at (containers' items, a view's bases).
+WALK_MAX = 256
+#: Items of a container result remembered by identity.
+ITEMS_MAX = 64
+
+_SKIP = frozenset({type(None), bool, int, float, complex, str, bytes})
+_CONTAINERS = (tuple, list)
+_h128 = xxhash.xxh3_128_hexdigest
+
+# id(object) -> (weak reference to it, key of the entry that produced it). The reference's callback drops the
+# row when the object dies, so an id the allocator hands out again is never taken for the old object.
+_by_id: dict[int, tuple[weakref.KeyedRef, bytes]] = {}
+_no_weakref: set[type] = set()
+
+
+def _drop(r: weakref.KeyedRef) -> None:
+    e = _by_id.get(r.key)
+    if e is not None and e[0] is r:
+        _by_id.pop(r.key, None)
+
+
+def forget_all() -> None:
+    """Forget every object remembered (tests; a forked child keeps its parent's, which stay true)."""
+    _by_id.clear()
+
+
+def _remember(v: Any, key: bytes) -> bool:
+    t = type(v)
+    if t in _SKIP or t in _no_weakref:
+        return False
+    i = id(v)
+    e = _by_id.get(i)
+    if e is not None and e[0]() is v and e[1] == key:
+        return True
+    try:
+        r = weakref.KeyedRef(v, _drop, i)
+    except TypeError:
+        _no_weakref.add(t)
+        return False
+    _by_id[i] = (r, key)
+    return True
+
+
+def produced(value: Any, key: bytes) -> None:
+    """``value`` is what the entry ``key`` holds: a call that passes it on links to that entry."""
+    try:
+        if _remember(value, key):
+            return
+        t = type(value)
+        if t in _CONTAINERS:
+            items: Any = value[:ITEMS_MAX]
+        elif t is dict:
+            items = list(value.values())[:ITEMS_MAX]
+        else:
+            return
+        for x in items:
+            _remember(x, key)
+    except Exception:  # noqa: BLE001 - an edge is never worth a failed call
+        return
+
+
+def upstream(values: Any) -> list[bytes]:
+    """Keys of the entries whose results ``values`` (a call's arguments) are or hold, by identity, in order."""
+    if not _by_id:
+        return []
+    found: list[bytes] = []
+    todo = [(v, 0) for v in values]
+    seen = 0
+    try:
+        while todo and seen < WALK_MAX:
+            v, depth = todo.pop(0)
+            seen += 1
+            t = type(v)
+            if t in _SKIP:
+                continue
+            e = _by_id.get(id(v))
+            if e is not None and e[0]() is v:
+                if e[1] not in found:
+                    found.append(e[1])
+                continue
+            if depth >= 3:
+                continue
+            if t in _CONTAINERS:
+                todo.extend((x, depth + 1) for x in v[:ITEMS_MAX])
+            elif t is dict:
+                todo.extend((x, depth + 1) for x in list(v.values())[:ITEMS_MAX])
+            elif t.__module__ == "numpy":  # a view's base chain: a[::2] of an upstream result came from it
+                b = getattr(v, "base", None)
+                if b is not None:
+                    todo.append((b, depth + 1))
+    except Exception:  # noqa: BLE001
+        return found
+    return found
+
+
+def _digest_of(v: Any) -> str | None:
+    fp = VersionedFingerprinter()
+    fp.feed_value(v)
+    if fp.fed + len(fp.out) < CONTENT_MIN:
+        return None
+    return fp.digest().hex()
+
+
+def result_fingerprint(result: Any) -> str | None:
+    """The key encoding's digest of ``result`` (what a parameter holding it is keyed by), or None: too short
+    to mean anything (:data:`CONTENT_MIN`), or not keyable."""
+    try:
+        return _digest_of(result)
+    except Exception:  # noqa: BLE001 - a result casmon stores but cannot key links by identity only
+        return None
+
+
+def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any) -> dict[str, str]:
+    """Parameter name -> content digest, read from the key's encoding where the key kept it (no second pass);
+    a parameter that fed a large buffer straight to the hasher is hashed again up to :data:`CONTENT_MAX`
+    bytes. The top-level items of a tuple or list parameter get digests too (``train((feats, labels))``)."""
+    out: dict[str, str] = {}
+    if spans is None:
+        return out
+    raw, parts = spans
+    mv = memoryview(raw)
+    nlen = {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)}
+    vals = None
+    for i, (name, a, b) in enumerate(parts):
+        if name in state.files or name in state.hashers:
+            continue  # files link by their own digests; a hasher's value is not the argument's content
+        if a is not None:
+            a += nlen.get(name, 0)
+            if b - a >= CONTENT_MIN:
+                out[name] = _h128(mv[a:b])
+        if vals is None:
+            try:
+                vals = dict(zip((p.name for p in state.params), state.bind(args, kwargs)))
+            except Exception:  # noqa: BLE001
+                vals = {}
+        v = vals.get(name)
+        try:
+            if a is None and _small_enough(v):
+                d = _digest_of(v)
+                if d is not None:
+                    out[name] = d
+            if type(v) in _CONTAINERS:
+                for j, x in enumerate(v[:ITEMS_MAX]):
+                    if type(x) not in _SKIP and _small_enough(x):
+                        d = _digest_of(x)
+                        if d is not None:
+                            out[f"{name}[{j}]"] = d
+        except Exception:  # noqa: BLE001
+            continue
+    return out
+
+
+def _small_enough(v: Any) -> bool:
+    n = getattr(v, "nbytes", 0)
+    return not isinstance(n, int) or n <= CONTENT_MAX
+
+
+def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict, result: Any, spans: Any) -> None:
+    """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something)."""
+    try:
+        rf = result_fingerprint(result)
+        if rf is not None:
+            entry["rf"] = rf
+        if not state._custom_key:
+            pc = content_digests(state, args, kwargs, spans)
+            if pc:
+                entry["pc"] = pc
+        vals = list(args) + list(kwargs.values())
+        up = upstream(vals)
+        if up:
+            entry["up"] = [bytes(k).hex() for k in up]
+    except Exception:  # noqa: BLE001 - the entry is stored without its edges
+        return

@@ -1,0 +1,160 @@
+"""One read of the records a lineage query joins: cache entries, code versions, clears and runs.
+
+Nothing here is a second store: every answer is rebuilt from the records casmon writes anyway (an entry's
+``rf``/``pc``/``up`` fields, :mod:`casmon.caching.edges`; a run's ``cache`` links). Records are read as data,
+through their field checks; no stored value is loaded or unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from casmon.caching import KIND, KIND_CLEAR, KIND_FN
+from casmon.errors import CasmonError
+
+if TYPE_CHECKING:
+    from casmon.runs import RunInfo
+    from casmon.store.store import Store
+
+__all__ = ["Index", "LIVE", "CLEARED", "EXPIRED", "MISSING"]
+
+LIVE, CLEARED, EXPIRED, MISSING = "live", "cleared", "expired", "missing"
+
+
+class Index:
+    """The store's entries by key, by result fingerprint and by function; versions; runs (read when asked)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.cleared: dict[str, float] = {}
+        for _k, r in store.records(KIND_CLEAR, strict=False):
+            fn = r.get("fn")
+            if isinstance(fn, str):
+                self.cleared[fn] = max(self.cleared.get(fn, 0.0), float(r.get("time", 0.0)))
+        self.entries: dict[str, dict[str, Any]] = {}
+        for k, r in store.records(KIND, strict=False):
+            h = k.hex()
+            old = self.entries.get(h)
+            if old is None or r.get("time", 0) >= old.get("time", 0):
+                self.entries[h] = r
+        self.by_rf: dict[str, list[str]] = {}
+        self.by_fn: dict[str, list[str]] = {}
+        self.by_result: dict[str, list[str]] = {}
+        for h, r in self.entries.items():
+            rf = r.get("rf")
+            if isinstance(rf, str):
+                self.by_rf.setdefault(rf, []).append(h)
+            self.by_fn.setdefault(str(r.get("fn", "?")), []).append(h)
+            d = r.get("result")
+            if isinstance(d, str):
+                self.by_result.setdefault(d, []).append(h)
+        # fn -> (time, version) of the newest version record: the code as it last ran
+        self.current: dict[str, tuple[float, str]] = {}
+        self.parts: dict[tuple[str, str], dict[str, Any]] = {}
+        for _k, r in store.records(KIND_FN, strict=False):
+            fn, v = r.get("fn"), r.get("version")
+            if not isinstance(fn, str) or not isinstance(v, str):
+                continue
+            t = float(r.get("time", 0.0))
+            if fn not in self.current or t >= self.current[fn][0]:
+                self.current[fn] = (t, v)
+            if isinstance(r.get("parts"), dict):
+                self.parts[(fn, v)] = r["parts"]
+        self._down: dict[str, list[tuple[str, str]]] | None = None
+        self._runs: list[RunInfo] | None = None
+        self._now = time.time()
+        self._files: dict[str, str | None] = {}
+
+    # -- one entry ---------------------------------------------------------------------------------------------
+    def status(self, key: str) -> str:
+        r = self.entries.get(key)
+        if r is None:
+            return MISSING
+        if float(r.get("time", 0.0)) <= self.cleared.get(str(r.get("fn", "?")), 0.0):
+            return CLEARED
+        exp = r.get("expires")
+        if isinstance(exp, (int, float)) and exp <= self._now:
+            return EXPIRED
+        return LIVE
+
+    def upstream(self, key: str) -> list[tuple[str, str]]:
+        """``(parameter, upstream entry key)`` of an entry: by identity (``up``, parameter ``"argument"``) and by
+        content (``pc`` equal to an entry's ``rf``); an entry never links to itself."""
+        r = self.entries.get(key)
+        if r is None:
+            return []
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for name, d in (r.get("pc") or {}).items():
+            for h in self.by_rf.get(d, ()):
+                if h != key and h not in seen:
+                    seen.add(h)
+                    out.append((name, h))
+        for h in r.get("up") or ():
+            if h != key and h not in seen:
+                seen.add(h)
+                out.append(("argument", h))
+        return out
+
+    def downstream(self, key: str) -> list[tuple[str, str]]:
+        """``(parameter, entry key)`` of the entries that took this entry's result."""
+        if self._down is None:
+            down: dict[str, list[tuple[str, str]]] = {}
+            for h in self.entries:
+                for name, u in self.upstream(h):
+                    down.setdefault(u, []).append((name, h))
+            self._down = down
+        return self._down.get(key, [])
+
+    def files(self, key: str) -> list[tuple[str, str, str]]:
+        """``(parameter, path, digest hex)`` of the files an entry read (``files=``)."""
+        out = []
+        for f in (self.entries.get(key) or {}).get("files") or ():
+            if isinstance(f, list) and len(f) >= 3 and all(isinstance(x, str) for x in f[:3]):
+                out.append((f[0], f[1], f[2]))
+        return out
+
+    def file_now(self, path: str) -> str | None:
+        """The digest hex of the file at ``path`` now (None: it is gone or unreadable). Relative paths are read
+        from this process's directory, as the call that recorded them saw them from its own."""
+        if path not in self._files:
+            from casmon.caching.files import path_digest
+
+            try:
+                kind, d, _n = path_digest(path)
+                self._files[path] = d.hex() if d is not None and kind != "missing" else None
+            except (OSError, CasmonError):
+                self._files[path] = None
+        return self._files[path]
+
+    def version_parts(self, fn: str, version: str | None) -> dict[str, Any] | None:
+        return self.parts.get((fn, version)) if version else None
+
+    # -- runs --------------------------------------------------------------------------------------------------
+    def runs(self) -> list[RunInfo]:
+        if self._runs is None:
+            from casmon.runs import list_runs
+
+            self._runs = [r for r in list_runs(self.store) if r.error is None]
+        return self._runs
+
+    @staticmethod
+    def run_links(run: RunInfo) -> list[dict[str, Any]]:
+        """The run's cache links that can be read: ``{"fn", "key", "result", "hit"}``."""
+        links = run.manifest.get("links")
+        cache = links.get("cache") if isinstance(links, dict) else None
+        out = []
+        for e in cache if isinstance(cache, list) else ():
+            if isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("fn"), str):
+                out.append(e)
+        return out
+
+
+def short(h: str) -> str:
+    return h[:12]
+
+
+def display_path(path: str) -> str:
+    return os.path.basename(path) or path
