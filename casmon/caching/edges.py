@@ -9,7 +9,8 @@ Two ways, both without annotation (``casmon.lineage`` reads them):
   strings) get no fingerprint: equal by chance far too often to mean "came from".
 * **by identity**, in this process: an argument that is, or holds (a tuple, list or dict, a numpy view's
   ``.base`` chain), the very object an earlier cached call returned or was served is an edge from that
-  entry's key (``up``). Objects are held by weak reference only: one whose type takes none (a tuple, a dict)
+  entry's key (``up``: parameter -> keys). Where a parameter has such an edge, its content digests are not
+  used to link it (``casmon.lineage``): the object's producer is known, an equal value elsewhere is chance. Objects are held by weak reference only: one whose type takes none (a tuple, a dict)
   is not remembered itself, its items that take one are; content covers the rest.
 
 Nothing here keeps a value alive or reads the store; a failure here never stops a call (the entry is stored
@@ -203,9 +204,20 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
             pc = content_digests(state, args, kwargs, spans)
             if pc:
                 entry["pc"] = pc
-        vals = list(args) + list(kwargs.values())
-        up = upstream(vals)
+        if not _by_id:
+            return
+        try:
+            named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
+        except TypeError:
+            named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+        up = {}
+        for name, v in named:
+            if name in state.ignore:
+                continue
+            keys = upstream([v])
+            if keys:
+                up[name] = [bytes(k).hex() for k in keys]
         if up:
-            entry["up"] = [bytes(k).hex() for k in up]
+            entry["up"] = up
     except Exception:  # noqa: BLE001 - the entry is stored without its edges
         return

@@ -83,10 +83,10 @@ def _digests(v: Any) -> dict[str, str]:
     return {k: _hex(x) for k, x in v.items() if type(k) is str}
 
 
-def _keys(v: Any) -> list[str]:
-    if type(v) is not list or len(v) > 4096:
+def _keys(v: Any) -> dict[str, list[str]]:
+    if type(v) is not dict or len(v) > 4096 or not all(type(x) is list and len(x) <= 4096 for x in v.values()):
         raise TypeError("not entry keys")
-    return [_hex(x) for x in v]
+    return {k: [_hex(x) for x in ks] for k, ks in v.items() if type(k) is str}
 
 
 def _hits(v: Any) -> dict[str, list[Any]]:

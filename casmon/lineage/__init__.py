@@ -16,6 +16,10 @@ Modules: ``index`` (one read of the records), ``graph`` (the answer's shape), ``
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any
+
 from casmon.lineage.difference import FirstDifference, Parting, first_difference
 from casmon.lineage.graph import Edge, Graph, Node
 from casmon.lineage.index import Index
@@ -23,3 +27,14 @@ from casmon.lineage.queries import Staleness, lineage, stale, used_by
 
 __all__ = ["lineage", "used_by", "stale", "first_difference", "Graph", "Node", "Edge", "Index", "Staleness",
            "FirstDifference", "Parting"]
+
+
+class _Callable(types.ModuleType):
+    """``casmon.lineage(target)`` is :func:`lineage`: importing this package makes ``casmon.lineage`` the package
+    (the import system sets it), so the package answers the call itself."""
+
+    def __call__(self, target: Any, store: Any = None) -> Graph:
+        return lineage(target, store)
+
+
+sys.modules[__name__].__class__ = _Callable

@@ -80,22 +80,38 @@ class Index:
         return LIVE
 
     def upstream(self, key: str) -> list[tuple[str, str]]:
-        """``(parameter, upstream entry key)`` of an entry: by identity (``up``, parameter ``"argument"``) and by
-        content (``pc`` equal to an entry's ``rf``); an entry never links to itself."""
+        """``(parameter, upstream entry key)`` of an entry: by identity (``up``) and, for a parameter without an
+        identity edge, by content (``pc`` -- of it or its items -- equal to an entry's ``rf``); an entry never
+        links to itself."""
         r = self.entries.get(key)
         if r is None:
             return []
         out: list[tuple[str, str]] = []
-        seen: set[str] = set()
-        for name, d in (r.get("pc") or {}).items():
-            for h in self.by_rf.get(d, ()):
-                if h != key and h not in seen:
-                    seen.add(h)
+        seen: set[tuple[str, str]] = set()
+        for name, group in self.upstream_groups(key):
+            for h in group:
+                if (name, h) not in seen:
+                    seen.add((name, h))
                     out.append((name, h))
-        for h in r.get("up") or ():
-            if h != key and h not in seen:
-                seen.add(h)
-                out.append(("argument", h))
+        return out
+
+    def upstream_groups(self, key: str) -> list[tuple[str, list[str]]]:
+        """The entry's inputs, each as ``(parameter, entries any of which made it)``: an object passed on (one
+        entry), or a value equal to the results of several (each of them made it)."""
+        r = self.entries.get(key)
+        if r is None:
+            return []
+        out: list[tuple[str, list[str]]] = []
+        up = r.get("up") or {}
+        for name, ks in up.items():
+            out.extend((name, [h]) for h in ks if h != key)
+        for name, d in (r.get("pc") or {}).items():
+            base = name.split("[", 1)[0]
+            if base in up:
+                continue  # its producer is known by identity: an equal value elsewhere is chance
+            group = [h for h in self.by_rf.get(d, ()) if h != key]
+            if group:
+                out.append((base, group))
         return out
 
     def downstream(self, key: str) -> list[tuple[str, str]]:

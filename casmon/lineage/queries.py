@@ -67,7 +67,7 @@ def run_node(run: RunInfo) -> Node:
 # -- resolving what a query names ---------------------------------------------------------------------------
 def resolve(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     """What ``target`` names: ``("run", RunInfo)``, ``("entries", [keys])`` (an entry, a function, a function
-    version ``FN@VERSION``, a result digest) or ``("file", path)``. LookupError, in one line, if nothing."""
+    version ``FN@VERSION``, a result digest) or ``("file", (path, digest or None))``. LookupError, in one line, if nothing."""
     from casmon.runs import RunInfo
 
     if isinstance(target, RunInfo):
@@ -87,7 +87,7 @@ def resolve(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         keys += [k for d, ks in ix.by_rf.items() if d.startswith(low) for k in ks]
         if keys:
             return "entries", list(dict.fromkeys(keys))
-        files = [p for p, d in _all_files(ix) if d.startswith(low)]
+        files = [(p, d) for p, d in _all_files(ix) if d.startswith(low)]
         if files:
             return "file", files[0]
     if runs:
@@ -110,7 +110,7 @@ def resolve(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         return "entries", keys
     paths = {p for p, _d in _all_files(ix)}
     if t in paths or os.path.abspath(t) in paths:
-        return "file", t if t in paths else os.path.abspath(t)
+        return "file", (t if t in paths else os.path.abspath(t), None)
     raise LookupError(f"{t!r} names no run, cached function, entry, file or digest ({why})")
 
 
@@ -158,10 +158,10 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
             g.link(pn.id, rn.id, "param", name)
         return g
     if what == "file":
-        g = Graph(found)
+        g = Graph(found[0])
         for k in ix.entries:
             for _param, p, d in ix.files(k):
-                if p == found:
+                if p == found[0] and found[1] in (None, d):
                     g.add(file_node(p, d, ix.file_now(p)))
         return g
     g = Graph(str(target) if isinstance(target, str) else ", ".join(short(k) for k in found[:3]))
@@ -178,10 +178,10 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
     g = Graph(str(target) if isinstance(target, str) else "", "used by")
     seeds: list[str] = []
     if what == "file":
-        path = found
+        path, digest = found
         for k in ix.entries:
             for param, p, d in ix.files(k):
-                if p == path:
+                if p == path and digest in (None, d):
                     fnode = g.add(file_node(p, d, ix.file_now(p)))
                     g.add(entry_node(ix, k))
                     g.link(fnode.id, entry_id(k), "file", param)
@@ -252,17 +252,14 @@ class Staleness:
             if now != d:
                 detail = "its content changed" if now is not None else "no longer exists"
                 return f"file {path!r} {detail} (parameter {param!r})"
-        groups: dict[str, list[str]] = {}
-        for param, u in ix.upstream(key):
-            groups.setdefault(param if param != "argument" else "argument " + u, []).append(u)
-        for param, us in groups.items():
+        for param, us in ix.upstream_groups(key):
             if any(self._holds(u) for u in us):
                 continue
             u = us[0]
             st = ix.status(u)
             ur = ix.entries.get(u) or {}
             src = f"{ur.get('fn', '?')} entry {short(u)}"
-            name = "an argument" if param.startswith("argument ") else f"its input {param!r}"
+            name = f"its input {param!r}"
             if st == MISSING:
                 continue  # gone from the store (collected): shown in lineage as missing, not a change
             if st != LIVE:
