@@ -46,21 +46,32 @@ _SKIP = frozenset({type(None), bool, int, float, complex, str, bytes})
 _CONTAINERS = (tuple, list)
 _h128 = xxhash.xxh3_128_hexdigest
 
-# id(object) -> (weak reference to it, key of the entry that produced it). The reference's callback drops the
-# row when the object dies, so an id the allocator hands out again is never taken for the old object.
-_by_id: dict[int, tuple[weakref.KeyedRef, bytes]] = {}
+# id(object) -> (weak reference, key of the entry that produced it, whether the reference is to the object
+# itself). The reference's callback drops its rows when its object dies, so an id the allocator hands out again
+# is never taken for the old object. A numpy result's bases (the array or buffer that owns its memory, whatever
+# its type) are held by id anchored on the result: they live at least as long as it does.
+_by_id: dict[int, tuple[weakref.KeyedRef, bytes, bool]] = {}
 _no_weakref: set[type] = set()
 
 
 def _drop(r: weakref.KeyedRef) -> None:
-    e = _by_id.get(r.key)
-    if e is not None and e[0] is r:
-        _by_id.pop(r.key, None)
+    for i in r.key:
+        e = _by_id.get(i)
+        if e is not None and e[0] is r:
+            _by_id.pop(i, None)
 
 
 def forget_all() -> None:
     """Forget every object remembered (tests; a forked child keeps its parent's, which stay true)."""
     _by_id.clear()
+
+
+def _known(v: Any) -> bytes | None:
+    e = _by_id.get(id(v))
+    if e is None:
+        return None
+    o = e[0]()
+    return e[1] if (o is v if e[2] else o is not None) else None
 
 
 def _remember(v: Any, key: bytes) -> bool:
@@ -69,14 +80,22 @@ def _remember(v: Any, key: bytes) -> bool:
         return False
     i = id(v)
     e = _by_id.get(i)
-    if e is not None and e[0]() is v and e[1] == key:
+    if e is not None and e[2] and e[0]() is v and e[1] == key:
         return True
+    bases = []
+    if t.__module__ == "numpy":
+        b = getattr(v, "base", None)
+        while b is not None and len(bases) < 8:
+            bases.append(id(b))
+            b = getattr(b, "base", None) if type(b).__module__ == "numpy" else None
     try:
-        r = weakref.KeyedRef(v, _drop, i)
+        r = weakref.KeyedRef(v, _drop, (i, *bases))
     except TypeError:
         _no_weakref.add(t)
         return False
-    _by_id[i] = (r, key)
+    _by_id[i] = (r, key, True)
+    for j in bases:
+        _by_id[j] = (r, key, False)
     return True
 
 
@@ -112,10 +131,10 @@ def upstream(values: Any) -> list[bytes]:
             t = type(v)
             if t in _SKIP:
                 continue
-            e = _by_id.get(id(v))
-            if e is not None and e[0]() is v:
-                if e[1] not in found:
-                    found.append(e[1])
+            k = _known(v)
+            if k is not None:
+                if k not in found:
+                    found.append(k)
                 continue
             if depth >= 3:
                 continue

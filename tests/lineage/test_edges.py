@@ -1,0 +1,183 @@
+"""Edges recorded as calls happen: by identity in a process (the object itself, inside a container, a numpy view
+of it), by content across processes and stores; tiny values and dead objects link to nothing; entries without
+the fields, or with crafted ones, load as entries without edges."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.caching import KIND, edges
+from casmon.lineage import lineage, stale, used_by
+from casmon.lineage.index import Index
+from tests.support.processes import ENV
+
+
+@pytest.fixture
+def store(tmp_path):
+    edges.forget_all()
+    yield str(tmp_path / "store")
+    edges.forget_all()
+
+
+def entry_of(fn, *args):
+    return bytes(fn.ref(*args).key).hex()
+
+
+def upstream_fns(store, fn, *args):
+    ix = Index(fn.__casmon_cache__.store)  # the writer's own store: what it appended is read before a flush
+    return sorted((p, ix.entries[u]["fn"].rsplit(".", 1)[-1]) for p, u in ix.upstream(entry_of(fn, *args)))
+
+
+def test_values_passed_in_a_container_link_to_each_producer(store):
+    @casmon.cache(store=store)
+    def feats(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.cache(store=store)
+    def labels(n):
+        return np.arange(n) % 2
+
+    @casmon.cache(store=store)
+    def train(pair):
+        return float(pair[0] @ pair[1])
+
+    f, y = feats(50), labels(50)
+    train((f, y))
+    assert upstream_fns(store, train, (f, y)) == [("pair", "feats"), ("pair", "labels")]
+
+
+def test_a_numpy_view_of_a_result_links_to_it(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n * n, dtype=float).reshape(n, n)
+
+    @casmon.cache(store=store)
+    def total(a):
+        return float(a.sum())
+
+    a = make(8)
+    for view in (a[::2], a.T, a[1:, 2]):
+        total(view)
+        assert upstream_fns(store, total, view) == [("a", "make")]
+
+
+def test_a_hit_links_like_a_miss(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.cache(store=store)
+    def double(a):
+        return a * 2
+
+    make(30)
+    edges.forget_all()  # as a fresh process: the value comes from a hit
+    double(make(30))
+    assert upstream_fns(store, double, make(30)) == [("a", "make")]
+
+
+def test_a_dead_result_is_forgotten_so_a_reused_id_links_to_nothing(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    a = make(40)
+    assert edges.upstream([a]) == [bytes(make.ref(40).key)]
+    del a
+    gc.collect()
+    assert not edges._by_id  # the caller dropped the result: nothing remembered, nothing held
+    assert edges.upstream([np.arange(40.0)]) == []
+
+
+def _python(code, env):
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+STAGES = '''
+import sys, numpy as np, casmon
+@casmon.cache(store=sys.argv[1])
+def make(n):
+    return np.linspace(0, 1, n)
+@casmon.cache(store=sys.argv[1])
+def scale(a):
+    return a * 3
+'''
+
+
+def test_a_value_recomputed_elsewhere_links_by_content(tmp_path, store):
+    """``make`` ran in one process on this store; the same content computed in another process, on another store
+    (another machine), reaches ``scale`` here through a file: linked to the entry by content."""
+    env = dict(ENV, PYTHONDONTWRITEBYTECODE="1")
+    (tmp_path / "stages.py").write_text(STAGES)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    code = "import sys; sys.argv[1:] = [{!r}]; import stages, numpy as np; {}"
+    _python(code.format(store, "stages.make(1000)"), env)
+    _python(code.format(str(tmp_path / "elsewhere"), f"np.save({str(tmp_path / 'v.npy')!r}, stages.make(1000))"), env)
+    _python(code.format(store, f"stages.scale(np.load({str(tmp_path / 'v.npy')!r}))"), env)
+    ix = Index(casmon.open(store))
+    (scale_key,) = [k for k, r in ix.entries.items() if r["fn"] == "stages.scale"]
+    (make_key,) = [k for k, r in ix.entries.items() if r["fn"] == "stages.make"]
+    assert ix.upstream(scale_key) == [("a", make_key)]
+    assert {n["id"] for n in used_by("stages.make", store).to_dict()["nodes"]} == {f"entry:{make_key}",
+                                                                                    f"entry:{scale_key}"}
+
+
+def test_content_equality_is_the_rule_across_processes_and_tiny_values_link_to_nothing(store):
+    """As the README says: an equal value links to a stored result whatever code made it (no identity edge
+    names its producer); values whose key encoding is under edges.CONTENT_MIN bytes never link."""
+    @casmon.cache(store=store)
+    def make(n):
+        return np.linspace(0, 1, n)
+
+    @casmon.cache(store=store)
+    def flag(n):
+        return None
+
+    @casmon.cache(store=store)
+    def use(a, b=None):
+        return float(a.sum())
+
+    make(100)
+    flag(1)
+    edges.forget_all()
+    unrelated = np.linspace(0, 1, 100)  # equal content, made by other code
+    use(unrelated, None)
+    assert upstream_fns(store, use, unrelated, None) == [("a", "make")]
+    other = np.linspace(0, 2, 100)
+    use(other, None)
+    assert upstream_fns(store, use, other, None) == []
+
+
+def test_entries_without_lineage_fields_or_with_crafted_ones_load_without_edges(store, monkeypatch):
+    @casmon.cache(store=store)
+    def make(n):
+        return list(range(n))
+
+    @casmon.cache(store=store)
+    def head(a):
+        return a[:3]
+
+    with monkeypatch.context() as m:  # as an older casmon wrote them
+        m.setattr(edges, "annotate", lambda *a, **k: None)
+        head(make(20))
+    s = casmon.open(store)
+    crafted = {"fn": "x.crafted", "result": "0" * 32, "time": 1.0, "rf": "not hex", "pc": {"a": 7},
+               "up": {"a": ["zz"], "b": "nope"}}
+    s.append(KIND, crafted, key=casmon.fingerprint("crafted"))
+    s.append(KIND, {"fn": "x.orphan", "result": "1" * 32, "time": 2.0, "up": {"a": ["ab" * 16]}},
+             key=casmon.fingerprint("orphan"))
+    s.flush()
+    ix = Index(casmon.open(store))
+    assert all(ix.upstream(k) == [] for k, r in ix.entries.items() if r["fn"] != "x.orphan")
+    assert "rf" not in ix.entries[casmon.fingerprint("crafted").hex()]
+    g = lineage(casmon.fingerprint("orphan").hex(), store).to_dict()
+    assert {n["id"]: n["status"] for n in g["nodes"]}["entry:" + "ab" * 16] == "missing"
+    assert stale(store).to_dict()["nodes"] == []
