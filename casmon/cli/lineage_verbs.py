@@ -16,8 +16,6 @@ _dot_option = click.option("--dot", "as_dot", is_flag=True, help="Print the grap
 
 
 def _print(graph: Any, as_json: bool, as_dot: bool) -> None:
-    if as_json and as_dot:
-        raise click.UsageError("--json and --dot: choose one")
     if as_json:
         click.echo(graph.to_json())
     elif as_dot:
@@ -26,7 +24,9 @@ def _print(graph: Any, as_json: bool, as_dot: bool) -> None:
         console.print(str(graph), markup=False, soft_wrap=True)
 
 
-def _answer(query: str, target: str | None, store_location: str | None) -> Any:
+def _answer(query: str, target: str | None, store_location: str | None, as_json: bool, as_dot: bool) -> Any:
+    if as_json and as_dot:
+        raise click.UsageError("--json and --dot: choose one")
     import casmon.lineage as lin
 
     store = open_store(store_location, read_only=True)
@@ -44,7 +44,7 @@ def _answer(query: str, target: str | None, store_location: str | None) -> Any:
 @trust_option
 def lineage_cmd(target, store_location, as_json, as_dot, trust) -> None:
     """Where TARGET's inputs came from: a run, a cached function or an entry (key or result digest), upstream."""
-    _print(_answer("lineage", target, store_location), as_json, as_dot)
+    _print(_answer("lineage", target, store_location, as_json, as_dot), as_json, as_dot)
 
 
 @click.command("used-by")
@@ -55,7 +55,7 @@ def lineage_cmd(target, store_location, as_json, as_dot, trust) -> None:
 @trust_option
 def used_by_cmd(target, store_location, as_json, as_dot, trust) -> None:
     """What consumed TARGET, transitively: entries and runs downstream of a function (FN or FN@VERSION), an entry, a file or a digest."""
-    _print(_answer("used_by", target, store_location), as_json, as_dot)
+    _print(_answer("used_by", target, store_location, as_json, as_dot), as_json, as_dot)
 
 
 @click.command("stale")
@@ -65,4 +65,4 @@ def used_by_cmd(target, store_location, as_json, as_dot, trust) -> None:
 @trust_option
 def stale_cmd(store_location, as_json, as_dot, trust) -> None:
     """Entries and runs whose upstream changed since they were made (code, a file, a cleared entry), with why."""
-    _print(_answer("stale", None, store_location), as_json, as_dot)
+    _print(_answer("stale", None, store_location, as_json, as_dot), as_json, as_dot)
