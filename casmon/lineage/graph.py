@@ -13,7 +13,8 @@ __all__ = ["Graph", "Node", "Edge", "entry_id", "run_id", "file_id"]
 
 @dataclass
 class Node:
-    """``kind``: ``entry`` (a cached call), ``file``, ``run``, ``param`` (a run's parameter) or ``value``;
+    """``kind``: ``entry`` (a cached call), ``file``, ``run``, ``param`` (a run's parameter) or ``call`` (a logged
+    call of an intercepted function);
     ``status`` of an entry: live, cleared, expired or missing (gone from the store: never an error)."""
 
     id: str
@@ -29,7 +30,8 @@ class Node:
 @dataclass
 class Edge:
     """``source`` fed ``target``; ``kind``: ``result`` (an entry's result was an argument), ``file`` (a
-    ``files=`` parameter), ``used`` (a run read or wrote the entry), ``param`` (a run's parameter)."""
+    ``files=`` parameter), ``used`` (a run read or wrote the entry), ``param`` (a run's parameter), ``argument``
+    (a logged call took the entry's result)."""
 
     source: str
     target: str
@@ -90,7 +92,7 @@ class Graph:
         return json.dumps(self.to_dict(), indent=1, default=str, allow_nan=False)
 
     def to_dot(self) -> str:
-        shapes = {"entry": "box", "file": "note", "run": "ellipse", "param": "plaintext", "value": "diamond"}
+        shapes = {"entry": "box", "file": "note", "run": "ellipse", "param": "plaintext", "call": "cds"}
         lines = ["digraph lineage {", "  rankdir=LR;"]
         for n in self.nodes.values():
             style = ', style=dashed' if n.kind == "entry" and n.data.get("status") != "live" else ""

@@ -148,6 +148,28 @@ class Index:
     def version_parts(self, fn: str, version: str | None) -> dict[str, Any] | None:
         return self.parts.get((fn, version)) if version else None
 
+    def calls_taking(self, digests: set[str]) -> list[tuple[Any, str, str]]:
+        """``(logged call, argument, result digest hex)`` of the intercepted calls that took one of ``digests``
+        as an argument: a value is stored once by content, so an argument's cell names the digest of an entry's
+        result when it is that value."""
+        if not digests:
+            return []
+        from casmon.calllog import CallLog
+
+        try:
+            log = CallLog(self.store)
+            calls = log.calls()
+        except (CasmonError, LookupError):
+            return []
+        out = []
+        for c in calls:
+            cells = [(f"[{i}]", v) for i, v in enumerate(c.args_cells)] + list(c.kwargs_cells.items())
+            for name, cell in cells:
+                d = cell.get("$") if isinstance(cell, dict) else None
+                if isinstance(d, str) and d in digests:
+                    out.append((c, name, d))
+        return out
+
     # -- runs --------------------------------------------------------------------------------------------------
     def runs(self) -> list[RunInfo]:
         if self._runs is None:

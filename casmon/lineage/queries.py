@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from casmon.caching import resolve_function
 from casmon.caching.explain import compare_parts
@@ -171,7 +172,7 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
 
 # -- used by: downstream ------------------------------------------------------------------------------------
 def used_by(target: Any, store: Store | str | None = None) -> Graph:
-    """Every entry and run that consumed ``target`` -- a cached function (``FN`` or ``FN@VERSION``), an entry
+    """Every entry, run and logged (intercepted) call that consumed ``target`` -- a cached function (``FN`` or ``FN@VERSION``), an entry
     (key prefix), a file (path) or a digest (a result's, a file's) -- transitively."""
     ix = open_index(store if store is not None else getattr(target, "store", None))
     what, found = resolve(ix, target, runs=False)
@@ -205,6 +206,18 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
             if link["key"] in done:
                 rn = g.add(run_node(run))
                 g.link(entry_id(link["key"]), rn.id, "used", "hit" if link.get("hit") else "computed")
+    results: dict[str, list[str]] = {}
+    for k in done:
+        d = (ix.entries.get(k) or {}).get("result")
+        if isinstance(d, str):
+            results.setdefault(d, []).append(k)
+    for call, arg, d in ix.calls_taking(set(results)):
+        cid = f"call:{call.name}:{call.session}:{call.n}"
+        g.add(Node(cid, "call", f"{_fn_short(call.name)} #{call.n} (session {call.session})",
+                   "/calls?" + urlencode({"fn": call.name, "session": call.session}),
+                   {"fn": call.name, "session": call.session, "n": call.n}))
+        for k in results[d]:
+            g.link(entry_id(k), cid, "argument", arg)
     return g
 
 

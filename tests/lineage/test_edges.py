@@ -181,3 +181,22 @@ def test_entries_without_lineage_fields_or_with_crafted_ones_load_without_edges(
     g = lineage(casmon.fingerprint("orphan").hex(), store).to_dict()
     assert {n["id"]: n["status"] for n in g["nodes"]}["entry:" + "ab" * 16] == "missing"
     assert stale(store).to_dict()["nodes"] == []
+
+
+def test_an_intercepted_call_taking_a_cached_result_is_used_by_it(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.intercept(store=store)
+    def report(a, note):
+        return float(a.max())
+
+    report(make(64), "first")
+    report(np.zeros(3), "unrelated")
+    casmon.flush()
+    make.__casmon_cache__.store.flush()
+    g = used_by("make", make.__casmon_cache__.store).to_dict()
+    calls = [n for n in g["nodes"] if n["kind"] == "call"]
+    assert [c["n"] for c in calls] == [1]
+    assert {(e["kind"], e["label"]) for e in g["edges"] if e["to"] == calls[0]["id"]} == {("argument", "[0]")}
