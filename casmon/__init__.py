@@ -43,7 +43,7 @@ _HOMES = {
     "RunInfo": "casmon.runs", "Series": "casmon.runs", "RunList": "casmon.view.display", "RunDiff": "casmon.view.display",
     "RunWarning": "casmon.runs", "list_runs": "casmon.runs", "load_run": "casmon.runs", "diff": "casmon.runs",
     "restore": "casmon.runs", "export": "casmon.runs", "delete_run": "casmon.runs",
-    # lineage: joins over the records above
+    # lineage: joins over the records above (``casmon.lineage`` is the package, callable as its query)
     "lineage": "casmon.lineage", "used_by": "casmon.lineage", "stale": "casmon.lineage",
     "first_difference": "casmon.lineage",
     # errors and warnings
@@ -60,7 +60,8 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'casmon' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    module = importlib.import_module(home)
+    value = module if home == f"casmon.{name}" else getattr(module, name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
 
@@ -81,7 +82,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported f
     from casmon.store.zarrview import zarr_view
     from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
     from casmon.maintenance import GcReport, VerifyReport
-    from casmon.lineage import first_difference, lineage, stale, used_by
+    from casmon import lineage
+    from casmon.lineage import first_difference, stale, used_by
     from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
     from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
     from casmon.runs import (Run, RunInfo, RunWarning, Series, delete_run, diff, export, list_runs, load_run, log,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from casmon.keys.codeversion import VersionedFingerprinter
+from casmon.keys.fingerprint import Fingerprinter
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
@@ -44,6 +45,7 @@ ITEMS_MAX = 64
 
 _SKIP = frozenset({type(None), bool, int, float, complex, str, bytes})
 _CONTAINERS = (tuple, list)
+_PLAIN = frozenset({bytes, bytearray, str})
 _h128 = xxhash.xxh3_128_hexdigest
 
 # id(object) -> (weak reference, key of the entry that produced it, whether the reference is to the object
@@ -152,7 +154,10 @@ def upstream(values: Any) -> list[bytes]:
 
 
 def _digest_of(v: Any) -> str | None:
-    fp = VersionedFingerprinter()
+    # an array's encoding is the same under both: the plain fingerprinter costs less to start
+    t = type(v)
+    plain = t in _PLAIN or (t.__name__ == "ndarray" and t.__module__ == "numpy" and not v.dtype.hasobject)
+    fp = Fingerprinter() if plain else VersionedFingerprinter()
     fp.feed_value(v)
     if fp.fed + len(fp.out) < CONTENT_MIN:
         return None
@@ -178,14 +183,17 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any) ->
     raw, parts = spans
     mv = memoryview(raw)
     nlen = {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)}
+    skip = state.files or state.hashers
     vals = None
-    for i, (name, a, b) in enumerate(parts):
-        if name in state.files or name in state.hashers:
+    for name, a, b in parts:
+        if skip and (name in state.files or name in state.hashers):
             continue  # files link by their own digests; a hasher's value is not the argument's content
         if a is not None:
             a += nlen.get(name, 0)
             if b - a >= CONTENT_MIN:
                 out[name] = _h128(mv[a:b])
+            if raw[a:a + 1] not in (b"(", b"["):
+                continue  # neither a container nor a large value: the span said everything
         if vals is None:
             try:
                 vals = dict(zip((p.name for p in state.params), state.bind(args, kwargs)))

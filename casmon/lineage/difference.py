@@ -74,7 +74,7 @@ def _closure(ix: Index, run: RunInfo) -> dict[str, str]:
         k = todo.pop()
         if k in out:
             continue
-        r = ix.entries.get(k)
+        r = ix.entry(k)
         out[k] = str(r.get("fn", "?")) if r is not None else fns.get(k, "?")
         todo.extend(u for _p, u in ix.upstream(k))
     return out
@@ -165,7 +165,7 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
         for k in only_b:
             best: tuple[int, str, list[Difference]] | None = None
             for j in only_a:
-                d = _compare(ix, fn, ix.entries.get(j) or {}, ix.entries.get(k) or {})
+                d = _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {})
                 if best is None or len(d) < best[0]:
                     best = (len(d), j, d)
             assert best is not None

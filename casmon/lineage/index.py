@@ -33,23 +33,12 @@ class Index:
             fn = r.get("fn")
             if isinstance(fn, str):
                 self.cleared[fn] = max(self.cleared.get(fn, 0.0), float(r.get("time", 0.0)))
-        self.entries: dict[str, dict[str, Any]] = {}
-        for k, r in store.records(KIND, strict=False):
-            h = k.hex()
-            old = self.entries.get(h)
-            if old is None or r.get("time", 0) >= old.get("time", 0):
-                self.entries[h] = r
-        self.by_rf: dict[str, list[str]] = {}
-        self.by_fn: dict[str, list[str]] = {}
-        self.by_result: dict[str, list[str]] = {}
-        for h, r in self.entries.items():
-            rf = r.get("rf")
-            if isinstance(rf, str):
-                self.by_rf.setdefault(rf, []).append(h)
-            self.by_fn.setdefault(str(r.get("fn", "?")), []).append(h)
-            d = r.get("result")
-            if isinstance(d, str):
-                self.by_result.setdefault(d, []).append(h)
+        # key -> newest record (None: no record), read one key at a time until a query needs them all
+        self._entries: dict[str, dict[str, Any] | None] = {}
+        self._all = False
+        self._by_rf: dict[str, list[str]] = {}
+        self._by_fn: dict[str, list[str]] = {}
+        self._by_result: dict[str, list[str]] = {}
         # fn -> (time, version) of the newest version record: the code as it last ran
         self.current: dict[str, tuple[float, str]] = {}
         self.parts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -67,9 +56,64 @@ class Index:
         self._now = time.time()
         self._files: dict[str, str | None] = {}
 
-    # -- one entry ---------------------------------------------------------------------------------------------
+    # -- entries -----------------------------------------------------------------------------------------------
+    def entry(self, key: str) -> dict[str, Any] | None:
+        """The newest record of entry ``key`` (hex), or None: a lookup of its key, not a read of every entry."""
+        if key in self._entries or self._all:
+            return self._entries.get(key)
+        r = None
+        try:
+            for rec in self.store.lookup(KIND, bytes.fromhex(key)):
+                if r is None or rec.get("time", 0) >= r.get("time", 0):
+                    r = rec
+        except (CasmonError, ValueError):
+            r = None
+        self._entries[key] = r
+        return r
+
+    def _load_all(self) -> None:
+        if self._all:
+            return
+        entries: dict[str, dict[str, Any]] = {}
+        for k, r in self.store.records(KIND, strict=False):
+            h = k.hex()
+            old = entries.get(h)
+            if old is None or r.get("time", 0) >= old.get("time", 0):
+                entries[h] = r
+        for h, r in entries.items():
+            rf = r.get("rf")
+            if isinstance(rf, str):
+                self._by_rf.setdefault(rf, []).append(h)
+            self._by_fn.setdefault(str(r.get("fn", "?")), []).append(h)
+            d = r.get("result")
+            if isinstance(d, str):
+                self._by_result.setdefault(d, []).append(h)
+        self._entries = dict(entries)
+        self._all = True
+
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """Every entry's newest record, by key (reads them all, once)."""
+        self._load_all()
+        return self._entries  # type: ignore[return-value]
+
+    @property
+    def by_rf(self) -> dict[str, list[str]]:
+        self._load_all()
+        return self._by_rf
+
+    @property
+    def by_fn(self) -> dict[str, list[str]]:
+        self._load_all()
+        return self._by_fn
+
+    @property
+    def by_result(self) -> dict[str, list[str]]:
+        self._load_all()
+        return self._by_result
+
     def status(self, key: str) -> str:
-        r = self.entries.get(key)
+        r = self.entry(key)
         if r is None:
             return MISSING
         if float(r.get("time", 0.0)) <= self.cleared.get(str(r.get("fn", "?")), 0.0):
@@ -83,8 +127,7 @@ class Index:
         """``(parameter, upstream entry key)`` of an entry: by identity (``up``) and, for a parameter without an
         identity edge, by content (``pc`` -- of it or its items -- equal to an entry's ``rf``); an entry never
         links to itself."""
-        r = self.entries.get(key)
-        if r is None:
+        if self.entry(key) is None:
             return []
         out: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()
@@ -98,7 +141,7 @@ class Index:
     def upstream_groups(self, key: str) -> list[tuple[str, list[str]]]:
         """The entry's inputs, each as ``(parameter, entries any of which made it)``: an object passed on (one
         entry), or a value equal to the results of several (each of them made it)."""
-        r = self.entries.get(key)
+        r = self.entry(key)
         if r is None:
             return []
         out: list[tuple[str, list[str]]] = []
@@ -127,7 +170,7 @@ class Index:
     def files(self, key: str) -> list[tuple[str, str, str]]:
         """``(parameter, path, digest hex)`` of the files an entry read (``files=``)."""
         out = []
-        for f in (self.entries.get(key) or {}).get("files") or ():
+        for f in (self.entry(key) or {}).get("files") or ():
             if isinstance(f, list) and len(f) >= 3 and all(isinstance(x, str) for x in f[:3]):
                 out.append((f[0], f[1], f[2]))
         return out

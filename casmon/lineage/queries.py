@@ -42,7 +42,7 @@ def _fn_short(fn: str) -> str:
 
 
 def entry_node(ix: Index, key: str) -> Node:
-    r = ix.entries.get(key)
+    r = ix.entry(key)
     st = ix.status(key)
     if r is None:
         return Node(entry_id(key), "entry", f"missing entry {short(key)}", "", {"key": key, "status": MISSING})
@@ -83,6 +83,8 @@ def resolve(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     t = target.strip()
     low = t.lower()
     if len(low) >= PREFIX_MIN and not low.strip("0123456789abcdef"):
+        if len(low) == 32 and ix.entry(low) is not None:
+            return "entries", [low]  # a whole key: one lookup, not a read of every entry
         keys = [k for k in ix.entries if k.startswith(low)]
         keys += [k for d, ks in ix.by_result.items() if d.startswith(low) for k in ks]
         keys += [k for d, ks in ix.by_rf.items() if d.startswith(low) for k in ks]
@@ -208,7 +210,7 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
                 g.link(entry_id(link["key"]), rn.id, "used", "hit" if link.get("hit") else "computed")
     results: dict[str, list[str]] = {}
     for k in done:
-        d = (ix.entries.get(k) or {}).get("result")
+        d = (ix.entry(k) or {}).get("result")
         if isinstance(d, str):
             results.setdefault(d, []).append(k)
     for call, arg, d in ix.calls_taking(set(results)):
@@ -250,7 +252,7 @@ class Staleness:
 
     def _entry(self, key: str) -> str | None:
         ix = self.ix
-        r = ix.entries.get(key)
+        r = ix.entry(key)
         if r is None:
             return None
         fn = str(r.get("fn", "?"))
@@ -270,7 +272,7 @@ class Staleness:
                 continue
             u = us[0]
             st = ix.status(u)
-            ur = ix.entries.get(u) or {}
+            ur = ix.entry(u) or {}
             src = f"{ur.get('fn', '?')} entry {short(u)}"
             name = f"its input {param!r}"
             if st == MISSING:
@@ -290,7 +292,7 @@ class Staleness:
             return True
         if ix.status(key) == LIVE and self.entry(key) is None:
             return True
-        rf = (ix.entries.get(key) or {}).get("rf")
+        rf = (ix.entry(key) or {}).get("rf")
         return any(h != key and ix.status(h) == LIVE and self.entry(h) is None for h in ix.by_rf.get(rf, ()))
 
     def run(self, run: RunInfo) -> str | None:
