@@ -49,23 +49,25 @@ _PLAIN = frozenset({bytes, bytearray, str})
 _h128 = xxhash.xxh3_128_hexdigest
 
 # id(object) -> (weak reference, key of the entry that produced it, whether the reference is to the object
-# itself). The reference's callback drops its rows when its object dies, so an id the allocator hands out again
-# is never taken for the old object. A numpy result's bases (the array or buffer that owns its memory, whatever
-# its type) are held by id anchored on the result: they live at least as long as it does.
-_by_id: dict[int, tuple[weakref.KeyedRef, bytes, bool]] = {}
+# itself). A row counts only while its reference is alive (and, for the object itself, is that object), so an id
+# the allocator hands out again is never taken for the old object; dead rows are swept every SWEEP inserts
+# (a reference without a callback costs a call less than one with). A numpy result's bases (the array or buffer
+# that owns its memory, whatever its type) are held by id anchored on the result: they live at least as long.
+_by_id: dict[int, tuple[weakref.ref, bytes, bool]] = {}
 _no_weakref: set[type] = set()
-
-
-def _drop(r: weakref.KeyedRef) -> None:
-    for i in r.key:
-        e = _by_id.get(i)
-        if e is not None and e[0] is r:
-            _by_id.pop(i, None)
+SWEEP = 4096
+_inserts = [0]
 
 
 def forget_all() -> None:
     """Forget every object remembered (tests; a forked child keeps its parent's, which stay true)."""
     _by_id.clear()
+
+
+def _sweep() -> None:
+    for i, e in list(_by_id.items()):
+        if e[0]() is None:
+            _by_id.pop(i, None)
 
 
 def _known(v: Any) -> bytes | None:
@@ -82,22 +84,24 @@ def _remember(v: Any, key: bytes) -> bool:
         return False
     i = id(v)
     e = _by_id.get(i)
-    if e is not None and e[2] and e[0]() is v and e[1] == key:
+    if e is not None and e[2] and e[1] == key and e[0]() is v:
         return True
-    bases = []
-    if t.__module__ == "numpy":
-        b = getattr(v, "base", None)
-        while b is not None and len(bases) < 8:
-            bases.append(id(b))
-            b = getattr(b, "base", None) if type(b).__module__ == "numpy" else None
     try:
-        r = weakref.KeyedRef(v, _drop, (i, *bases))
+        r = weakref.ref(v)
     except TypeError:
         _no_weakref.add(t)
         return False
     _by_id[i] = (r, key, True)
-    for j in bases:
-        _by_id[j] = (r, key, False)
+    if t.__module__ == "numpy":
+        b = getattr(v, "base", None)
+        n = 0
+        while b is not None and n < 8:
+            _by_id[id(b)] = (r, key, False)
+            n += 1
+            b = getattr(b, "base", None) if type(b).__module__ == "numpy" else None
+    _inserts[0] += 1
+    if _inserts[0] % SWEEP == 0:
+        _sweep()
     return True
 
 
@@ -233,10 +237,13 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                 entry["pc"] = pc
         if not _by_id:
             return
-        try:
-            named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
-        except TypeError:
-            named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+        if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
+            named = list(zip(state._names, args)) + list(kwargs.items())
+        else:
+            try:
+                named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
+            except TypeError:
+                named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
         up = {}
         for name, v in named:
             if name in state.ignore:
