@@ -241,14 +241,42 @@ class Staleness:
         self.roots: dict[str, str] = {}  # key -> the reason where its staleness starts (a code, file, clear)
 
     def entry(self, key: str) -> str | None:
+        """Why entry ``key`` is stale, or None. Its upstream is settled first, without recursion: a chain of
+        100,000 cached steps (``state = step(state)``) is no deeper than one."""
         if key in self.memo:
             return self.memo[key]
-        self.memo[key] = None  # a cycle (crafted records) ends here
-        why = self._entry(key)
-        self.memo[key] = why
-        if why is not None:
-            self.roots.setdefault(key, why)
-        return why
+        stack, opened = [key], set()
+        while stack:
+            k = stack[-1]
+            if k in self.memo:
+                stack.pop()
+                continue
+            if k not in opened:
+                opened.add(k)
+                todo = [d for d in self._deps(k) if d not in self.memo and d not in opened]
+                if todo:
+                    stack.extend(todo)
+                    continue
+            stack.pop()
+            self.memo[k] = None  # a cycle (crafted records) ends here
+            why = self._entry(k)
+            self.memo[k] = why
+            if why is not None:
+                self.roots.setdefault(k, why)
+        return self.memo[key]
+
+    def _deps(self, key: str) -> list[str]:
+        """The entries whose staleness this one's depends on: its inputs' makers, and the entries holding the
+        same values."""
+        ix = self.ix
+        out = []
+        for _p, us in ix.upstream_groups(key):
+            for u in us:
+                out.append(u)
+                rf = (ix.entry(u) or {}).get("rf")
+                if rf is not None:
+                    out.extend(ix.by_rf.get(rf, ()))
+        return out
 
     def _entry(self, key: str) -> str | None:
         ix = self.ix
@@ -280,7 +308,6 @@ class Staleness:
             if st != LIVE:
                 self.roots[key] = f"{src} was {st}"
                 return f"{name} came from {src}, which was {st}"
-            self.entry(u)
             self.roots[key] = root = self.roots.get(u, "")
             return f"{name} came from {src}, which is stale ({root})"
         return None
@@ -290,10 +317,10 @@ class Staleness:
         ix = self.ix
         if ix.status(key) == MISSING:
             return True
-        if ix.status(key) == LIVE and self.entry(key) is None:
+        if ix.status(key) == LIVE and self.memo.get(key) is None:  # settled before (entry() saw to it)
             return True
         rf = (ix.entry(key) or {}).get("rf")
-        return any(h != key and ix.status(h) == LIVE and self.entry(h) is None for h in ix.by_rf.get(rf, ()))
+        return any(h != key and ix.status(h) == LIVE and self.memo.get(h) is None for h in ix.by_rf.get(rf, ()))
 
     def run(self, run: RunInfo) -> str | None:
         ix = self.ix

@@ -202,3 +202,36 @@ def test_an_intercepted_call_taking_a_cached_result_is_used_by_it(store):
     calls = [n for n in g["nodes"] if n["kind"] == "call"]
     assert [c["n"] for c in calls] == [1]
     assert {(e["kind"], e["label"]) for e in g["edges"] if e["to"] == calls[0]["id"]} == {("argument", "[0]")}
+
+
+def test_a_long_chain_of_cached_steps_answers_without_recursion(store):
+    """``state = step(state)`` cached 3,000 times: stale, lineage and used_by walk it without a RecursionError."""
+    import sys
+
+    @casmon.cache(store=store)
+    def step(state):
+        return state + 1.0
+
+    @casmon.cache(store=store)
+    def start(n):
+        return np.zeros(n)
+
+    s = start(8)
+    for _ in range(3000):
+        s = step(s)
+    st = step.__casmon_cache__.store
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(400)  # deeper than any frame the queries need, far shallower than the chain
+    try:
+        assert stale(st).to_dict()["nodes"] == []
+        assert len(used_by("start", st).nodes) == 3001
+        assert len(lineage(bytes(step.ref(s - 1.0).key).hex(), st).nodes) == 3001
+    finally:
+        sys.setrecursionlimit(limit)
+    clear = casmon.caching.clear_function
+    clear(st, "start")
+    sys.setrecursionlimit(400)
+    try:
+        assert len(stale(st).nodes) == 3000  # every step: its chain starts at a cleared entry
+    finally:
+        sys.setrecursionlimit(limit)
