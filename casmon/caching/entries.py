@@ -77,16 +77,20 @@ def _parts(v: Any) -> dict[str, Any]:
     return v
 
 
+# Lineage's fields (casmon.caching.edges) are read for every entry by `stale` and `used-by`: checked by type and
+# length alone (a digest that is not hex matches nothing, and reading it as a key is a miss).
 def _digests(v: Any) -> dict[str, str]:
-    if type(v) is not dict or len(v) > 4096:
+    if type(v) is not dict or len(v) > 4096 or not all(type(x) is str and len(x) == 32 for x in v.values()):
         raise TypeError("not content digests")
-    return {k: _hex(x) for k, x in v.items() if type(k) is str}
+    return v
 
 
 def _keys(v: Any) -> dict[str, list[str]]:
-    if type(v) is not dict or len(v) > 4096 or not all(type(x) is list and len(x) <= 4096 for x in v.values()):
+    if type(v) is not dict or len(v) > 4096 or not all(
+            type(ks) is list and len(ks) <= 4096 and all(type(x) is str and len(x) == 32 for x in ks)
+            for ks in v.values()):
         raise TypeError("not entry keys")
-    return {k: [_hex(x) for x in ks] for k, ks in v.items() if type(k) is str}
+    return v
 
 
 def _hits(v: Any) -> dict[str, list[Any]]:

@@ -3,6 +3,7 @@ edges with ``kind``; as text, JSON (:meth:`Graph.to_json`) or Graphviz dot (:met
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +56,12 @@ def file_id(path: str, digest: str) -> str:
 
 
 def entry_link(fn: str, key: str) -> str:
-    return "/cache?" + urlencode({"fn": fn, "entry": key})
+    return f"/cache?fn={_fn_quoted(fn)}&entry={quote(key, safe='')}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _fn_quoted(fn: str) -> str:
+    return urlencode({"fn": fn})[3:]  # one function's link is built once, not once per entry
 
 
 def run_link(ref: str) -> str:
