@@ -14,8 +14,8 @@ __all__ = ["Graph", "Node", "Edge", "entry_id", "run_id", "file_id"]
 
 @dataclass
 class Node:
-    """``kind``: ``entry`` (a cached call), ``file``, ``run``, ``param`` (a run's parameter) or ``call`` (a logged
-    call of an intercepted function);
+    """``kind``: ``entry`` (a cached call), ``file``, ``run``, ``param`` (a run's parameter), ``patch`` (a run's
+    uncommitted changes), ``artifact`` (what a run saved) or ``call`` (a logged call of an intercepted function);
     ``status`` of an entry: live, cleared, expired or missing (gone from the store: never an error)."""
 
     id: str
@@ -31,8 +31,8 @@ class Node:
 @dataclass
 class Edge:
     """``source`` fed ``target``; ``kind``: ``result`` (an entry's result was an argument), ``file`` (a
-    ``files=`` parameter), ``used`` (a run read or wrote the entry), ``param`` (a run's parameter), ``argument``
-    (a logged call took the entry's result)."""
+    ``files=`` parameter), ``used`` (a run read or wrote the entry), ``param``, ``tracked`` (a run's tracked file),
+    ``patch``, ``saved`` (a run's artifact), ``argument`` (a logged call took the entry's result)."""
 
     source: str
     target: str
@@ -98,7 +98,8 @@ class Graph:
         return json.dumps(self.to_dict(), indent=1, default=str, allow_nan=False)
 
     def to_dot(self) -> str:
-        shapes = {"entry": "box", "file": "note", "run": "ellipse", "param": "plaintext", "call": "cds"}
+        shapes = {"entry": "box", "file": "note", "run": "ellipse", "param": "plaintext", "call": "cds", "patch": "note",
+                  "artifact": "folder"}
         lines = ["digraph lineage {", "  rankdir=LR;"]
         for n in self.nodes.values():
             style = ', style=dashed' if n.kind == "entry" and n.data.get("status") != "live" else ""

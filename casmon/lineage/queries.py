@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from casmon.caching import resolve_function
 from casmon.caching.explain import compare_parts
+from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
 from casmon.lineage.index import CLEARED, LIVE, MISSING, Index, short
 
@@ -156,9 +157,7 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
             g.link(entry_id(k), rn.id, "used", "hit" if link.get("hit") else "computed")
             keys.append(k)
         _upstream_into(ix, g, keys)
-        for name, v in found.flat_params().items():
-            pn = g.add(Node(f"param:{found.ref}:{name}", "param", f"{name}={v!r}"[:80], "", {"name": name}))
-            g.link(pn.id, rn.id, "param", name)
+        _run_own_into(g, found, rn)
         return g
     if what == "file":
         g = Graph(found[0])
@@ -170,6 +169,34 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
     g = Graph(str(target) if isinstance(target, str) else ", ".join(short(k) for k in found[:3]))
     _upstream_into(ix, g, found)
     return g
+
+
+def _run_own_into(g: Graph, run: RunInfo, rn: Node) -> None:
+    """A run's own inputs (params, tracked files, uncommitted changes) and outputs (artifacts)."""
+    try:
+        params = run.flat_params()
+    except CasmonError:
+        params = {}
+    for name, v in params.items():
+        pn = g.add(Node(f"param:{run.ref}:{name}", "param", f"{name}={v!r}"[:80], "", {"name": name}))
+        g.link(pn.id, rn.id, "param", name)
+    for path, f in (run.manifest.get("files") or {}).items():
+        if isinstance(f, dict) and isinstance(f.get("digest"), str):
+            fnode = g.add(file_node(str(path), f["digest"]))
+            g.link(fnode.id, rn.id, "tracked", str(path))
+    git = run.manifest.get("git")
+    patch = git.get("patch") if isinstance(git, dict) else None
+    if isinstance(patch, str):
+        pn = g.add(Node(f"patch:{patch}", "patch", f"uncommitted changes {patch[:8]}", "", {"digest": patch}))
+        g.link(pn.id, rn.id, "patch")
+    try:
+        artifacts = run.artifacts()
+    except CasmonError:
+        artifacts = []
+    for a in artifacts:
+        an = g.add(Node(f"artifact:{run.ref}:{a['name']}", "artifact", str(a["name"]), "",
+                        {"name": a["name"], "digest": a.get("digest"), "artifact_kind": a.get("kind")}))
+        g.link(rn.id, an.id, "saved")
 
 
 # -- used by: downstream ------------------------------------------------------------------------------------

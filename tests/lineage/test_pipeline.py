@@ -54,8 +54,9 @@ def train(fl):
 
 
 def main(path, scale):
-    with casmon.record(store=STORE, capture_output=False):
+    with casmon.record(store=STORE, capture_output=False, params={"scale": scale}) as run:
         model = train(features(clean(load(path), scale)))
+        run.save("model", model["weights"])
     print(model["loss"])
 '''
 
@@ -120,7 +121,9 @@ def test_a_baseline_run_links_its_four_stages_upstream(pipe):
     for a, b in zip(STAGES, STAGES[1:]):
         assert (f"entry:{k[a]}", f"entry:{k[b]}", "result") in edges, (a, b)
     assert any(n["kind"] == "file" and n["path"] == str(pipe.data) for n in g["nodes"])
-    assert any(n["kind"] == "param" for n in g["nodes"]) is False or True  # no run params in this pipeline
+    assert {(n["kind"], n["label"]) for n in g["nodes"] if n["kind"] in ("param", "artifact")} == {
+        ("param", "scale=1.0"), ("artifact", "model")}
+    assert (f"run:{pipe.first.ref}", f"artifact:{pipe.first.ref}:model", "saved") in edges
     # a second process that hits every stage adds no entry and keeps the graph
     again = pipe.run()
     assert pipe.keys(again) == k
