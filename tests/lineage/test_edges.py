@@ -235,3 +235,33 @@ def test_a_long_chain_of_cached_steps_answers_without_recursion(store):
         assert len(stale(st).nodes) == 3000  # every step: its chain starts at a cleared entry
     finally:
         sys.setrecursionlimit(limit)
+
+
+def test_an_edge_keeps_nothing_alive_through_gc_and_a_collected_upstream_shows_as_missing(store):
+    """``double``'s entry names ``make``'s entry as its upstream; clearing ``make`` and collecting drops its record
+    and its value all the same, and the lineage then shows it as missing (nothing stale, nothing raised)."""
+    from casmon.caching import clear_function, evict
+    from casmon.errors import MissingObjectError
+
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float) * 7
+
+    @casmon.cache(store=store)
+    def double(a):
+        return a * 2
+
+    a = make(500)
+    double(a)
+    make_ref, double_key = make.ref(500), bytes(double.ref(a).key).hex()
+    assert edges.upstream([a]) and double.ref(a).lineage().nodes[f"entry:{bytes(make_ref.key).hex()}"]
+    s = make.__casmon_cache__.store
+    clear_function(s, "make")
+    evict(s)
+    s.gc(grace=0)
+    with pytest.raises(MissingObjectError):
+        s.get(make_ref.digest)
+    g = lineage(double_key, s).to_dict()
+    status = {n["id"]: n["status"] for n in g["nodes"]}
+    assert status == {f"entry:{double_key}": "live", f"entry:{bytes(make_ref.key).hex()}": "missing"}
+    assert stale(s).to_dict()["nodes"] == []
