@@ -209,7 +209,7 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any) ->
                 d = _digest_of(v)
                 if d is not None:
                     out[name] = d
-            if type(v) in _CONTAINERS:
+            if isinstance(v, _CONTAINERS) and type(v) in _CONTAINERS:
                 for j, x in enumerate(v[:ITEMS_MAX]):
                     if type(x) not in _SKIP and _small_enough(x):
                         d = _digest_of(x)

@@ -237,9 +237,9 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
                 g.link(entry_id(link["key"]), rn.id, "used", "hit" if link.get("hit") else "computed")
     results: dict[str, list[str]] = {}
     for k in done:
-        d = (ix.entry(k) or {}).get("result")
-        if isinstance(d, str):
-            results.setdefault(d, []).append(k)
+        res = (ix.entry(k) or {}).get("result")
+        if isinstance(res, str):
+            results.setdefault(res, []).append(k)
     for call, arg, d in ix.calls_taking(set(results)):
         cid = f"call:{call.name}:{call.session}:{call.n}"
         g.add(Node(cid, "call", f"{_fn_short(call.name)} #{call.n} (session {call.session})",
@@ -347,6 +347,8 @@ class Staleness:
         if ix.status(key) == LIVE and self.memo.get(key) is None:  # settled before (entry() saw to it)
             return True
         rf = (ix.entry(key) or {}).get("rf")
+        if not isinstance(rf, str):
+            return False
         return any(h != key and ix.status(h) == LIVE and self.memo.get(h) is None for h in ix.by_rf.get(rf, ()))
 
     def run(self, run: RunInfo) -> str | None:
