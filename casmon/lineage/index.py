@@ -8,6 +8,7 @@ through their field checks; no stored value is loaded or unpickled.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["Index", "LIVE", "CLEARED", "EXPIRED", "MISSING"]
 
 LIVE, CLEARED, EXPIRED, MISSING = "live", "cleared", "expired", "missing"
+#: What :meth:`Index.file_now` answers for a path it cannot or will not read: no change is judged from it.
+UNKNOWN = "unknown"
 
 
 class Index:
@@ -176,16 +179,23 @@ class Index:
         return out
 
     def file_now(self, path: str) -> str | None:
-        """The digest hex of the file at ``path`` now (None: it is gone or unreadable). Relative paths are read
-        from this process's directory, as the call that recorded them saw them from its own."""
+        """The digest hex of the file (or folder) at ``path`` now; None: it is gone; :data:`UNKNOWN`: it cannot be
+        read, or is no regular file or folder. Relative paths are read from this process's directory, as the call
+        that recorded them saw them from its own."""
         if path not in self._files:
             from casmon.caching.files import path_digest
 
             try:
-                kind, d, _n = path_digest(path)
-                self._files[path] = d.hex() if d is not None and kind != "missing" else None
-            except (OSError, CasmonError):
+                mode = os.stat(path).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    self._files[path] = UNKNOWN  # a device or a pipe (a crafted record's /dev/zero): never read
+                else:
+                    kind, d, _n = path_digest(path)
+                    self._files[path] = d.hex() if d is not None and kind != "missing" else None
+            except FileNotFoundError:
                 self._files[path] = None
+            except (OSError, CasmonError):
+                self._files[path] = UNKNOWN
         return self._files[path]
 
     def version_parts(self, fn: str, version: str | None) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from casmon.caching import resolve_function
 from casmon.caching.explain import compare_parts
 from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
-from casmon.lineage.index import CLEARED, LIVE, MISSING, Index, short
+from casmon.lineage.index import CLEARED, LIVE, MISSING, UNKNOWN, Index, short
 
 if TYPE_CHECKING:
     from casmon.runs import RunInfo
@@ -57,7 +57,7 @@ def entry_node(ix: Index, key: str) -> Node:
 
 def file_node(path: str, digest: str, now: str | None = None) -> Node:
     data: dict[str, Any] = {"path": path, "digest": digest}
-    if now is not None:
+    if now is not None and now != UNKNOWN:
         data["changed"] = now != digest
     return Node(file_id(path, digest), "file", f"{os.path.basename(path) or path} {digest[:8]}", "", data)
 
@@ -319,7 +319,7 @@ class Staleness:
             return f"the code of {fn} changed since it was stored: {what}"
         for param, path, d in ix.files(key):
             now = ix.file_now(path)
-            if now != d:
+            if now != d and now != UNKNOWN:
                 detail = "its content changed" if now is not None else "no longer exists"
                 return f"file {path!r} {detail} (parameter {param!r})"
         for param, us in ix.upstream_groups(key):

@@ -265,3 +265,15 @@ def test_an_edge_keeps_nothing_alive_through_gc_and_a_collected_upstream_shows_a
     status = {n["id"]: n["status"] for n in g["nodes"]}
     assert status == {f"entry:{double_key}": "live", f"entry:{bytes(make_ref.key).hex()}": "missing"}
     assert stale(s).to_dict()["nodes"] == []
+
+
+def test_a_crafted_files_path_naming_a_device_is_never_read(store):
+    """An entry whose ``files`` names /dev/zero (a crafted store) would make stale read forever: a path that is
+    no regular file or folder is never read, and judges nothing."""
+    s = casmon.open(store)
+    s.append(KIND, {"fn": "x.load", "result": "2" * 32, "time": 3.0, "files": [["path", "/dev/zero", "3" * 32, 1]]},
+             key=casmon.fingerprint("device"))
+    s.flush()
+    assert stale(s).to_dict()["nodes"] == []
+    (f,) = lineage(casmon.fingerprint("device").hex(), s).of_kind("file")
+    assert "changed" not in f.data
