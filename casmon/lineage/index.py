@@ -55,6 +55,8 @@ class Index:
             if isinstance(r.get("parts"), dict):
                 self.parts[(fn, v)] = r["parts"]
         self._down: dict[str, list[tuple[str, str]]] | None = None
+        self._status: dict[str, str] = {}
+        self._groups: dict[str, list[tuple[str, list[str]]]] = {}
         self._runs: list[RunInfo] | None = None
         self._now = time.time()
         self._files: dict[str, str | None] = {}
@@ -116,6 +118,12 @@ class Index:
         return self._by_result
 
     def status(self, key: str) -> str:
+        st = self._status.get(key)
+        if st is None:
+            st = self._status[key] = self._status_of(key)
+        return st
+
+    def _status_of(self, key: str) -> str:
         r = self.entry(key)
         if r is None:
             return MISSING
@@ -144,6 +152,9 @@ class Index:
     def upstream_groups(self, key: str) -> list[tuple[str, list[str]]]:
         """The entry's inputs, each as ``(parameter, entries any of which made it)``: an object passed on (one
         entry), or a value equal to the results of several (each of them made it)."""
+        got = self._groups.get(key)
+        if got is not None:
+            return got
         r = self.entry(key)
         if r is None:
             return []
@@ -158,6 +169,7 @@ class Index:
             group = [h for h in self.by_rf.get(d, ()) if h != key]
             if group:
                 out.append((base, group))
+        self._groups[key] = out
         return out
 
     def downstream(self, key: str) -> list[tuple[str, str]]:
