@@ -12,7 +12,8 @@ from tests.support.cli import cli
 
 
 @pytest.fixture
-def two_runs(tmp_path):
+def two_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside this checkout: the runs record no commit or uncommitted changes
     store = str(tmp_path / "store")
     data = tmp_path / "data.txt"
     data.write_text("1 2 3 4 5 6 7 8 9\n")
