@@ -10,6 +10,8 @@ import casmon
 from casmon.caching import edges
 from tests.support.cli import cli
 
+pytestmark = pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+
 
 @pytest.fixture
 def two_runs(tmp_path, monkeypatch):
