@@ -177,10 +177,12 @@ def result_fingerprint(result: Any) -> str | None:
         return None
 
 
-def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any) -> dict[str, str]:
+def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
+                    known: Any = ()) -> dict[str, str]:
     """Parameter name -> content digest, read from the key's encoding where the key kept it (no second pass);
     a parameter that fed a large buffer straight to the hasher is hashed again up to :data:`CONTENT_MAX`
-    bytes. The top-level items of a tuple or list parameter get digests too (``train((feats, labels))``)."""
+    bytes. The top-level items of a tuple or list parameter get digests too (``train((feats, labels))``). A
+    parameter in ``known`` (linked by identity) gets only what its key's encoding gives for free."""
     out: dict[str, str] = {}
     if spans is None:
         return out
@@ -198,6 +200,8 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any) ->
                 out[name] = _h128(mv[a:b])
             if raw[a:a + 1] not in (b"(", b"["):
                 continue  # neither a container nor a large value: the span said everything
+        if name in known:
+            continue
         if vals is None:
             try:
                 vals = dict(zip((p.name for p in state.params), state.bind(args, kwargs)))
@@ -226,32 +230,32 @@ def _small_enough(v: Any) -> bool:
 
 
 def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict, result: Any, spans: Any) -> None:
-    """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something)."""
+    """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something). A
+    parameter linked by identity gets no second pass for its content: its producer is known."""
     try:
         rf = result_fingerprint(result)
         if rf is not None:
             entry["rf"] = rf
+        up: dict[str, list[str]] = {}
+        if _by_id:
+            if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
+                named = list(zip(state._names, args)) + list(kwargs.items())
+            else:
+                try:
+                    named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
+                except TypeError:
+                    named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+            for name, v in named:
+                if name in state.ignore:
+                    continue
+                keys = upstream([v])
+                if keys:
+                    up[name] = [bytes(k).hex() for k in keys]
+            if up:
+                entry["up"] = up
         if not state._custom_key:
-            pc = content_digests(state, args, kwargs, spans)
+            pc = content_digests(state, args, kwargs, spans, up)
             if pc:
                 entry["pc"] = pc
-        if not _by_id:
-            return
-        if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
-            named = list(zip(state._names, args)) + list(kwargs.items())
-        else:
-            try:
-                named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
-            except TypeError:
-                named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
-        up = {}
-        for name, v in named:
-            if name in state.ignore:
-                continue
-            keys = upstream([v])
-            if keys:
-                up[name] = [bytes(k).hex() for k in keys]
-        if up:
-            entry["up"] = up
     except Exception:  # noqa: BLE001 - the entry is stored without its edges
         return

@@ -270,3 +270,21 @@ def test_a_crafted_files_path_naming_a_device_is_never_read(store):
     assert stale(s).to_dict()["nodes"] == []
     (f,) = lineage(casmon.fingerprint("device").hex(), s).of_kind("file")
     assert "changed" not in f.data
+
+
+def test_an_argument_linked_by_identity_is_not_hashed_a_second_time(store, monkeypatch):
+    @casmon.cache(store=store)
+    def feats(n):
+        return np.ones((n, 64))
+
+    @casmon.cache(store=store)
+    def train(pair, big):
+        return float(pair[0].sum() + big.sum())
+
+    f, big = feats(2000), feats(3000)  # big: over the key's inline limit, hashed straight from its buffer
+    seen = []
+    real = edges._digest_of
+    monkeypatch.setattr(edges, "_digest_of", lambda v: seen.append(type(v).__name__) or real(v))
+    train((f, f[:10]), big)
+    assert seen == ["float"]  # the result's fingerprint only: both arguments' producers are known
+    assert upstream_fns(store, train, (f, f[:10]), big) == [("big", "feats"), ("pair", "feats")]
