@@ -257,7 +257,3 @@ class Index:
 
 def short(h: str) -> str:
     return h[:12]
-
-
-def display_path(path: str) -> str:
-    return os.path.basename(path) or path
