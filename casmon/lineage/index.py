@@ -193,7 +193,7 @@ class Index:
     def file_now(self, path: str) -> str | None:
         """The digest hex of the file (or folder) at ``path`` now; None: it is gone; :data:`UNKNOWN`: it cannot be
         read, or is no regular file or folder. Relative paths are read from this process's directory, as the call
-        that recorded them saw them from its own."""
+        that recorded them saw them from its own; one not found here is unknown, not gone."""
         if path not in self._files:
             from casmon.caching.files import path_digest
 
@@ -205,7 +205,8 @@ class Index:
                     kind, d, _n = path_digest(path)
                     self._files[path] = d.hex() if d is not None and kind != "missing" else None
             except FileNotFoundError:
-                self._files[path] = None
+                # gone; or, for a relative path, never here: it was recorded from another folder
+                self._files[path] = None if os.path.isabs(path) else UNKNOWN
             except (OSError, CasmonError):
                 self._files[path] = UNKNOWN
         return self._files[path]

@@ -288,3 +288,26 @@ def test_an_argument_linked_by_identity_is_not_hashed_a_second_time(store, monke
     train((f, f[:10]), big)
     assert seen == ["float"]  # the result's fingerprint only: both arguments' producers are known
     assert upstream_fns(store, train, (f, f[:10]), big) == [("big", "feats"), ("pair", "feats")]
+
+
+def test_a_relative_files_path_not_found_from_here_is_unknown_not_gone(tmp_path, store, monkeypatch):
+    """``load("data.txt")`` recorded from the project's folder: ``stale`` run from elsewhere cannot tell, and says
+    nothing; from the project's folder it sees the change."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "data.txt").write_text("1 2 3\n")
+    monkeypatch.chdir(proj)
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path) * 10
+
+    load("data.txt")
+    s = load.__casmon_cache__.store
+    monkeypatch.chdir(tmp_path)
+    assert stale(s).to_dict()["nodes"] == []
+    monkeypatch.chdir(proj)
+    assert stale(s).to_dict()["nodes"] == []
+    (proj / "data.txt").write_text("1 2 4\n")
+    (n,) = stale(s).to_dict()["nodes"]
+    assert n["reason"] == "file 'data.txt' its content changed (parameter 'path')"
