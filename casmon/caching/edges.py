@@ -53,7 +53,7 @@ _h128 = xxhash.xxh3_128_hexdigest
 # the allocator hands out again is never taken for the old object; dead rows are swept every SWEEP inserts
 # (a reference without a callback costs a call less than one with). A numpy result's bases (the array or buffer
 # that owns its memory, whatever its type) are held by id anchored on the result: they live at least as long.
-_by_id: dict[int, tuple[weakref.ref, bytes, bool]] = {}
+_by_id: dict[int, tuple[weakref.ref, bytes, bool, Any]] = {}
 _no_weakref: set[type] = set()
 SWEEP = 4096
 _inserts = [0]
@@ -70,33 +70,33 @@ def _sweep() -> None:
             _by_id.pop(i, None)
 
 
-def _known(v: Any) -> bytes | None:
+def _known(v: Any, where: Any) -> bytes | None:
     e = _by_id.get(id(v))
-    if e is None:
+    if e is None or e[3] != where:  # an entry of another store is no edge of this one's
         return None
     o = e[0]()
     return e[1] if (o is v if e[2] else o is not None) else None
 
 
-def _remember(v: Any, key: bytes) -> bool:
+def _remember(v: Any, key: bytes, where: Any) -> bool:
     t = type(v)
     if t in _SKIP or t in _no_weakref:
         return False
     i = id(v)
     e = _by_id.get(i)
-    if e is not None and e[2] and e[1] == key and e[0]() is v:
+    if e is not None and e[2] and e[1] == key and e[3] == where and e[0]() is v:
         return True
     try:
         r = weakref.ref(v)
     except TypeError:
         _no_weakref.add(t)
         return False
-    _by_id[i] = (r, key, True)
+    _by_id[i] = (r, key, True, where)
     if t.__module__ == "numpy":
         b = getattr(v, "base", None)
         n = 0
         while b is not None and n < 8:
-            _by_id[id(b)] = (r, key, False)
+            _by_id[id(b)] = (r, key, False, where)
             n += 1
             b = getattr(b, "base", None) if type(b).__module__ == "numpy" else None
     _inserts[0] += 1
@@ -105,10 +105,11 @@ def _remember(v: Any, key: bytes) -> bool:
     return True
 
 
-def produced(value: Any, key: bytes) -> None:
-    """``value`` is what the entry ``key`` holds: a call that passes it on links to that entry."""
+def produced(value: Any, key: bytes, where: Any = None) -> None:
+    """``value`` is what the entry ``key`` of the store at ``where`` (its url) holds: a call of that store that
+    passes it on links to that entry."""
     try:
-        if _remember(value, key):
+        if _remember(value, key, where):
             return
         t = type(value)
         if t in _CONTAINERS:
@@ -118,13 +119,14 @@ def produced(value: Any, key: bytes) -> None:
         else:
             return
         for x in items:
-            _remember(x, key)
+            _remember(x, key, where)
     except Exception:  # noqa: BLE001 - an edge is never worth a failed call
         return
 
 
-def upstream(values: Any) -> list[bytes]:
-    """Keys of the entries whose results ``values`` (a call's arguments) are or hold, by identity, in order."""
+def upstream(values: Any, where: Any = None) -> list[bytes]:
+    """Keys of the entries of the store at ``where`` whose results ``values`` (a call's arguments) are or hold,
+    by identity, in order."""
     if not _by_id:
         return []
     found: list[bytes] = []
@@ -137,7 +139,7 @@ def upstream(values: Any) -> list[bytes]:
             t = type(v)
             if t in _SKIP:
                 continue
-            k = _known(v)
+            k = _known(v, where)
             if k is not None:
                 if k not in found:
                     found.append(k)
@@ -238,6 +240,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
             entry["rf"] = rf
         up: dict[str, list[str]] = {}
         if _by_id:
+            where = getattr(state._store, "url", None)
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
                 named = list(zip(state._names, args)) + list(kwargs.items())
             else:
@@ -248,7 +251,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
             for name, v in named:
                 if name in state.ignore:
                     continue
-                keys = upstream([v])
+                keys = upstream([v], where)
                 if keys:
                     up[name] = [bytes(k).hex() for k in keys]
             if up:

@@ -620,7 +620,7 @@ class CacheState:
             self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         self._remember(key, d, None if self.expires is None else now + self.expires)
-        edges.produced(result, key)
+        edges.produced(result, key, store.url)
         if observers:
             for ob in list(observers):
                 ob(store, self.name, key, d, False)
@@ -665,7 +665,7 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
-                edges.produced(value, key)
+                edges.produced(value, key, getattr(self._store, "url", None))
                 if ck is not None and d is not None and prefix is not None:
                     hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value

@@ -88,13 +88,14 @@ def test_a_dead_result_is_forgotten_so_a_reused_id_links_to_nothing(store):
         return np.arange(n, dtype=float)
 
     a = make(40)
-    assert edges.upstream([a]) == [bytes(make.ref(40).key)]
+    url = make.__casmon_cache__.store.url
+    assert edges.upstream([a], url) == [bytes(make.ref(40).key)]
     del a
     gc.collect()
     edges._sweep()
     assert not edges._by_id  # the caller dropped the result: nothing remembered, nothing held
     for _ in range(50):  # new arrays, some at the dead one's address: none is taken for it
-        assert edges.upstream([np.arange(40.0)]) == []
+        assert edges.upstream([np.arange(40.0)], url) == []
 
 
 def _python(code, env):
@@ -247,7 +248,7 @@ def test_an_edge_keeps_nothing_alive_through_gc_and_a_collected_upstream_shows_a
     a = make(500)
     double(a)
     make_ref, double_key = make.ref(500), bytes(double.ref(a).key).hex()
-    assert edges.upstream([a]) and double.ref(a).lineage().nodes[f"entry:{bytes(make_ref.key).hex()}"]
+    assert edges.upstream([a], make.__casmon_cache__.store.url) and double.ref(a).lineage().nodes[f"entry:{bytes(make_ref.key).hex()}"]
     s = make.__casmon_cache__.store
     clear_function(s, "make")
     evict(s)
@@ -311,3 +312,19 @@ def test_a_relative_files_path_not_found_from_here_is_unknown_not_gone(tmp_path,
     (proj / "data.txt").write_text("1 2 4\n")
     (n,) = stale(s).to_dict()["nodes"]
     assert n["reason"] == "file 'data.txt' its content changed (parameter 'path')"
+
+
+def test_a_result_of_another_store_is_no_edge_of_this_one(tmp_path, store):
+    """The producer's entry lives in another store: this store's lineage would only show it as missing."""
+    @casmon.cache(store=str(tmp_path / "other"))
+    def make(n):
+        return np.arange(n, dtype=float) * 3
+
+    @casmon.cache(store=store)
+    def use(a):
+        return float(a.sum())
+
+    a = make(100)
+    use(a)
+    assert "up" not in use.ref(a).entry
+    assert [n.data["status"] for n in use.ref(a).lineage().nodes.values()] == ["live"]
