@@ -44,6 +44,9 @@ _HOMES = {
     "RunWarning": "casmon.runs", "list_runs": "casmon.runs", "load_run": "casmon.runs", "diff": "casmon.runs",
     "restore": "casmon.runs", "export": "casmon.runs", "delete_run": "casmon.runs", "start_run": "casmon.runs",
     "end_run": "casmon.runs", "active_run": "casmon.runs",
+    # lineage: joins over the records above (``casmon.lineage`` is the package, callable as its query)
+    "lineage": "casmon.lineage", "used_by": "casmon.lineage", "stale": "casmon.lineage",
+    "first_difference": "casmon.lineage",
     # errors and warnings
     "CasmonError": "casmon.errors", "StoreError": "casmon.errors", "StoreFormatError": "casmon.errors",
     "MissingObjectError": "casmon.errors", "DamagedObjectError": "casmon.errors", "UntrustedStoreError": "casmon.errors",
@@ -58,7 +61,8 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'casmon' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    module = importlib.import_module(home)
+    value = module if home == f"casmon.{name}" else getattr(module, name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
 
@@ -79,6 +83,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported f
     from casmon.store.zarrview import zarr_view
     from casmon.store.serialize import Handler, handlers, register_handler, unregister_handler
     from casmon.maintenance import GcReport, VerifyReport
+    from casmon import lineage
+    from casmon.lineage import first_difference, stale, used_by
     from casmon.caching import CachedFunction, CacheInfo, CacheWarning, ResultRef, cache
     from casmon.calllog import Args, Call, CallLog, CallLogWarning, NotStored, flush, intercept, load
     from casmon.runs import (Run, RunInfo, RunWarning, Series, active_run, delete_run, diff, end_run, export,

@@ -27,7 +27,7 @@ RANKS = {
     "maintenance": 3,
     "caching": 4, "calllog": 4,
     "runs": 5,
-    "compat": 6, "integrations": 6,
+    "compat": 6, "integrations": 6, "lineage": 6,
     "ui": 7,
     "cli": 8,
     "__init__": 9, "__main__": 9,  # the public API and `python -m casmon`

@@ -77,6 +77,22 @@ def _parts(v: Any) -> dict[str, Any]:
     return v
 
 
+# Lineage's fields (casmon.caching.edges) are read for every entry by `stale` and `used-by`: checked by type and
+# length alone (a digest that is not hex matches nothing, and reading it as a key is a miss).
+def _digests(v: Any) -> dict[str, str]:
+    if type(v) is not dict or len(v) > 4096 or not all(type(x) is str and len(x) == 32 for x in v.values()):
+        raise TypeError("not content digests")
+    return v
+
+
+def _keys(v: Any) -> dict[str, list[str]]:
+    if type(v) is not dict or len(v) > 4096 or not all(
+            type(ks) is list and len(ks) <= 4096 and all(type(x) is str and len(x) == 32 for x in ks)
+            for ks in v.values()):
+        raise TypeError("not entry keys")
+    return v
+
+
 def _hits(v: Any) -> dict[str, list[Any]]:
     if type(v) is not dict:
         raise TypeError("not hits")
@@ -94,7 +110,7 @@ def _hits(v: Any) -> dict[str, list[Any]]:
 # record that is crafted or damaged stops no call, listing or gc with a TypeError, and hides no entry.
 register_fields(KIND, {"fn": _text, "result": _hex, "time": _time, "seconds": lambda v: _number(v, 1e12),
                        "size": _count, "expires": lambda v: _number(v, 1e11), "v": _hex,
-                       "a": _args, "inline": _text})
+                       "a": _args, "inline": _text, "rf": _hex, "pc": _digests, "up": _keys})
 register_fields(KIND_FN, {"fn": _text, "version": _hex, "time": _time, "parts": _parts})
 register_fields(KIND_CLEAR, {"fn": _text, "time": _time})
 register_fields(KIND_USE, {"hits": _hits, "time": _time})
@@ -125,6 +141,13 @@ class ResultRef(Plain):
     @property
     def nbytes(self) -> int:
         return int(self.entry.get("size", 0))
+
+    def lineage(self) -> Any:
+        """This entry's upstream graph (``casmon.lineage.lineage``). The lineage layer is above this one: named
+        here, not imported."""
+        import importlib
+
+        return importlib.import_module("casmon.lineage").lineage(self, self.store)
 
     def describe(self) -> str:
         """The stored result in one line, from its manifest alone (nothing is loaded or unpickled)."""

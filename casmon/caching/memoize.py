@@ -38,7 +38,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from casmon.caching import hot, versions
+from casmon.caching import edges, hot, versions
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
                                      result_of)
@@ -78,8 +78,6 @@ class CacheWarning(UserWarning):
 #: logical size of their results, each stored value once (entries that return one value share it).
 CacheInfo = NamedTuple("CacheInfo", [("hits", int), ("misses", int), ("entries", int), ("stored_bytes", int)])
 _Param = NamedTuple("_Param", [("name", str), ("kind", Any), ("default", Any)])
-
-
 _EMPTY = inspect.Parameter.empty
 
 
@@ -610,6 +608,7 @@ class CacheState:
             entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
             if len(files) > FILES_RECORDED:
                 entry["files_truncated"] = len(files)
+        edges.annotate(entry, self, args, kwargs, result, spans)  # where its arguments came from: casmon.lineage
         if self.label is not None:
             try:
                 entry["label"] = self.label(*args, **kwargs) if callable(self.label) else str(self.label)
@@ -621,6 +620,7 @@ class CacheState:
             self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
             return
         self._remember(key, d, None if self.expires is None else now + self.expires)
+        edges.produced(result, key, store.url)
         if observers:
             for ob in list(observers):
                 ob(store, self.name, key, d, False)
@@ -665,6 +665,7 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
+                edges.produced(value, key, getattr(self._store, "url", None))
                 if ck is not None and d is not None and prefix is not None:
                     hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value

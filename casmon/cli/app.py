@@ -2,7 +2,8 @@
 
 The verbs live by what they look at: ``store_verbs`` (stats, verify, gc),
 ``cache_verbs``, ``call_verbs`` (calls, show, replay), ``tag_verbs`` (tag, note), ``run_verbs`` (runs,
-diff, restore, export), ``artifact_verbs`` (artifacts, get, rm), ``import_verb``,
+diff, restore, export), ``artifact_verbs`` (artifacts, get, rm), ``lineage_verbs`` (lineage, used-by, stale),
+``import_verb``,
 ``demo`` and ``ui`` (ui, report);
 ``options`` holds what they share.
 
@@ -47,6 +48,9 @@ VERBS: dict[str, tuple[str, str, str]] = {
              "What differs between runs A and B: code, tracked files, metadata, info, results."),
     "export": ("casmon.cli.run_verbs", "export_cmd",
                "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files, artifacts."),
+    "lineage": ("casmon.cli.lineage_verbs", "lineage_cmd",
+                "Where TARGET's inputs came from: a run, a cached function or an entry (key or result digest), "
+                "upstream."),
     "gc": ("casmon.cli.store_verbs", "gc", "Remove objects no record or ref reaches, and repack sparse packs."),
     "get": ("casmon.cli.artifact_verbs", "get_cmd", "Write artifact NAME of RUN to PATH (a file, or a folder's files)."),
     "import": ("casmon.cli.import_verb", "import_command",
@@ -65,8 +69,13 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "runs": ("casmon.cli.run_verbs", "runs",
              "Recorded runs: number, comment, time, status, commit, dirty, and the latest value of each metric."),
     "show": ("casmon.cli.call_verbs", "show", "`show RUN`: a recorded run."),
+    "stale": ("casmon.cli.lineage_verbs", "stale_cmd",
+              "Entries and runs whose upstream changed since they were made (code, a file, a cleared entry), with "
+              "why."),
     "stats": ("casmon.cli.store_verbs", "stats", "Values, chunks, bytes, dedup ratio and files of a store."),
-    "tag": ("casmon.cli.tag_verbs", "tag_cmd", "Add (+x) and remove (-y) tags of RUN, ended or not; with no change, its tags."),
+    "used-by": ("casmon.cli.lineage_verbs", "used_by_cmd",
+                "What consumed TARGET, transitively: entries and runs downstream of a function (FN or FN@VERSION), "
+                "an entry, a file or a digest."),
     "ui": ("casmon.cli.ui", "ui_command", "Look at runs, calls and cached results in a browser (read-only)."),
     "verify": ("casmon.cli.store_verbs", "verify", "Re-hash every object and follow every pointer."),
 }

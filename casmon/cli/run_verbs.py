@@ -390,6 +390,9 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
 
     ra, rb = _load_run(a, store_location), _load_run(b, store_location)
     d = diff(ra, rb)
+    first = _first_difference(ra, rb)
+    if first is not None:
+        d["lineage"] = first.to_dict()["first_difference"]
     if as_json:
         click.echo(_json(d))
         return
@@ -425,6 +428,19 @@ def diff_cmd(a, b, store_location, as_json, trust) -> None:
                       markup=False)
     for r in d["results"]:
         console.print(f"  [yellow]{escape(str(r['function']))}[/yellow] returned different results for the same inputs ({plural(r['calls'], 'call')}, via {r['via']})")
+    if first:
+        console.print("  " + str(first).replace("\n", "\n  "), markup=False, soft_wrap=True)
+
+
+def _first_difference(ra, rb):
+    """Where the runs' lineages part (casmon.lineage), or None where the records cannot say."""
+    from casmon.lineage import first_difference
+
+    try:
+        return first_difference(ra, rb, ra.store)
+    except (LookupError, CasmonError) as e:
+        err_console.print(f"first difference in lineage: not known ({one_line(e)})", markup=False)
+        return None
 
 
 @click.command("restore")

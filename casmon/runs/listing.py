@@ -7,7 +7,9 @@ one unreadable run is listed as such and does not hide the others.
 
 from __future__ import annotations
 
+
 import dataclasses
+import importlib
 import json
 import math
 import time
@@ -193,6 +195,11 @@ class RunInfo:
         """The run's manifest digest: two runs with equal digests recorded the same thing."""
         ref = self.store.get_ref(self.ref)
         return ref.target.hex() if ref and ref.target else ""
+
+    def lineage(self) -> Any:
+        """The run's upstream graph (``casmon.lineage.lineage``): the cached calls that made its inputs, the files
+        they read, its params. The lineage layer is above this one: named here, not imported."""
+        return importlib.import_module("casmon.lineage").lineage(self)
 
     # -- artifacts and checkpoints (casmon.runs.artifacts) -----------------------------------------------
     def artifacts(self) -> list[dict[str, Any]]:

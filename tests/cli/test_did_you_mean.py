@@ -39,10 +39,14 @@ def error(*args):
     return line
 
 
-@pytest.mark.parametrize("typed, meant", [("stat", "stats"), ("cahce", "cache"), ("shwo", "show"), ("verfiy", "verify"),
+@pytest.mark.parametrize("typed, meant", [("stts", "stats"), ("cahce", "cache"), ("shwo", "show"), ("verfiy", "verify"),
                                           ("rusn", "runs")])
 def test_a_mistyped_verb_gets_the_verb_it_is_close_to(typed, meant):
     assert error(typed) == f"Error: no such command {typed!r}; did you mean {meant!r}? (see casmon --help)"
+
+
+def test_a_mistyped_verb_close_to_two_names_both():
+    assert error("stat") == "Error: no such command 'stat'; did you mean 'stats' or 'stale'? (see casmon --help)"
 
 
 def test_a_verb_close_to_none_gets_no_guess():

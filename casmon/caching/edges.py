@@ -1,0 +1,264 @@
+"""Lineage edges, recorded as calls happen: which stored results a call's arguments came from.
+
+Two ways, both without annotation (``casmon.lineage`` reads them):
+
+* **by content**: each entry records its result's fingerprint (``rf``, the key encoding's digest of the value,
+  as a parameter of a later call would be keyed) and each parameter's content digest (``pc``). A parameter
+  whose digest equals a stored result's fingerprint is an edge from that entry, in any process, on any machine.
+  Values whose encoding is shorter than :data:`CONTENT_MIN` bytes (``None``, flags, small numbers, short
+  strings) get no fingerprint: equal by chance far too often to mean "came from".
+* **by identity**, in this process: an argument that is, or holds (a tuple, list or dict, a numpy view's
+  ``.base`` chain), the very object an earlier cached call returned or was served is an edge from that
+  entry's key (``up``: parameter -> keys). Where a parameter has such an edge, its content digests are not
+  used to link it (``casmon.lineage``): the object's producer is known, an equal value elsewhere is chance. Objects are held by weak reference only: one whose type takes none (a tuple, a dict)
+  is not remembered itself, its items that take one are; content covers the rest.
+
+Nothing here keeps a value alive or reads the store; a failure here never stops a call (the entry is stored
+without the edge).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import xxhash
+
+from casmon.keys.codeversion import VersionedFingerprinter
+from casmon.keys.fingerprint import Fingerprinter
+
+if TYPE_CHECKING:
+    from casmon.caching.memoize import CacheState
+
+__all__ = ["produced", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all"]
+
+#: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
+#: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
+CONTENT_MIN = 24
+#: A parameter that fed more bytes than this straight to the key's hasher gets no content digest of its own
+#: (hashing it again would double the miss); identity still links it.
+CONTENT_MAX = 64 << 20
+#: How many objects one argument's walk looks at (containers' items, a view's bases).
+WALK_MAX = 256
+#: Items of a container result remembered by identity.
+ITEMS_MAX = 64
+
+_SKIP = frozenset({type(None), bool, int, float, complex, str, bytes})
+_CONTAINERS = (tuple, list)
+_PLAIN = frozenset({bytes, bytearray, str})
+_h128 = xxhash.xxh3_128_hexdigest
+
+# id(object) -> (weak reference, key of the entry that produced it, whether the reference is to the object
+# itself). A row counts only while its reference is alive (and, for the object itself, is that object), so an id
+# the allocator hands out again is never taken for the old object; dead rows are swept every SWEEP inserts
+# (a reference without a callback costs a call less than one with). A numpy result's bases (the array or buffer
+# that owns its memory, whatever its type) are held by id anchored on the result: they live at least as long.
+_by_id: dict[int, tuple[weakref.ref, bytes, bool, Any]] = {}
+_no_weakref: set[type] = set()
+SWEEP = 4096
+_inserts = [0]
+
+
+def forget_all() -> None:
+    """Forget every object remembered (tests; a forked child keeps its parent's, which stay true)."""
+    _by_id.clear()
+
+
+def _sweep() -> None:
+    for i, e in list(_by_id.items()):
+        if e[0]() is None:
+            _by_id.pop(i, None)
+
+
+def _known(v: Any, where: Any) -> bytes | None:
+    e = _by_id.get(id(v))
+    if e is None or e[3] != where:  # an entry of another store is no edge of this one's
+        return None
+    o = e[0]()
+    return e[1] if (o is v if e[2] else o is not None) else None
+
+
+def _remember(v: Any, key: bytes, where: Any) -> bool:
+    t = type(v)
+    if t in _SKIP or t in _no_weakref:
+        return False
+    i = id(v)
+    e = _by_id.get(i)
+    if e is not None and e[2] and e[1] == key and e[3] == where and e[0]() is v:
+        return True
+    try:
+        r = weakref.ref(v)
+    except TypeError:
+        _no_weakref.add(t)
+        return False
+    _by_id[i] = (r, key, True, where)
+    if t.__module__ == "numpy":
+        b = getattr(v, "base", None)
+        n = 0
+        while b is not None and n < 8:
+            _by_id[id(b)] = (r, key, False, where)
+            n += 1
+            b = getattr(b, "base", None) if type(b).__module__ == "numpy" else None
+    _inserts[0] += 1
+    if _inserts[0] % SWEEP == 0:
+        _sweep()
+    return True
+
+
+def produced(value: Any, key: bytes, where: Any = None) -> None:
+    """``value`` is what the entry ``key`` of the store at ``where`` (its url) holds: a call of that store that
+    passes it on links to that entry."""
+    try:
+        if _remember(value, key, where):
+            return
+        t = type(value)
+        if t in _CONTAINERS:
+            items: Any = value[:ITEMS_MAX]
+        elif t is dict:
+            items = list(value.values())[:ITEMS_MAX]
+        else:
+            return
+        for x in items:
+            _remember(x, key, where)
+    except Exception:  # noqa: BLE001 - an edge is never worth a failed call
+        return
+
+
+def upstream(values: Any, where: Any = None) -> list[bytes]:
+    """Keys of the entries of the store at ``where`` whose results ``values`` (a call's arguments) are or hold,
+    by identity, in order."""
+    if not _by_id:
+        return []
+    found: list[bytes] = []
+    todo = [(v, 0) for v in values]
+    seen = 0
+    try:
+        while todo and seen < WALK_MAX:
+            v, depth = todo.pop(0)
+            seen += 1
+            t = type(v)
+            if t in _SKIP:
+                continue
+            k = _known(v, where)
+            if k is not None:
+                if k not in found:
+                    found.append(k)
+                continue
+            if depth >= 3:
+                continue
+            if t in _CONTAINERS:
+                todo.extend((x, depth + 1) for x in v[:ITEMS_MAX])
+            elif t is dict:
+                todo.extend((x, depth + 1) for x in list(v.values())[:ITEMS_MAX])
+            elif t.__module__ == "numpy":  # a view's base chain: a[::2] of an upstream result came from it
+                b = getattr(v, "base", None)
+                if b is not None:
+                    todo.append((b, depth + 1))
+    except Exception:  # noqa: BLE001
+        return found
+    return found
+
+
+def _digest_of(v: Any) -> str | None:
+    # an array's encoding is the same under both: the plain fingerprinter costs less to start
+    t = type(v)
+    plain = t in _PLAIN or (t.__name__ == "ndarray" and t.__module__ == "numpy" and not v.dtype.hasobject)
+    fp = Fingerprinter() if plain else VersionedFingerprinter()
+    fp.feed_value(v)
+    if fp.fed + len(fp.out) < CONTENT_MIN:
+        return None
+    return fp.digest().hex()
+
+
+def result_fingerprint(result: Any) -> str | None:
+    """The key encoding's digest of ``result`` (what a parameter holding it is keyed by), or None: too short
+    to mean anything (:data:`CONTENT_MIN`), or not keyable."""
+    try:
+        return _digest_of(result)
+    except Exception:  # noqa: BLE001 - a result casmon stores but cannot key links by identity only
+        return None
+
+
+def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
+                    known: Any = ()) -> dict[str, str]:
+    """Parameter name -> content digest, read from the key's encoding where the key kept it (no second pass);
+    a parameter that fed a large buffer straight to the hasher is hashed again up to :data:`CONTENT_MAX`
+    bytes. The top-level items of a tuple or list parameter get digests too (``train((feats, labels))``). A
+    parameter in ``known`` (linked by identity) gets only what its key's encoding gives for free."""
+    out: dict[str, str] = {}
+    if spans is None:
+        return out
+    raw, parts = spans
+    mv = memoryview(raw)
+    nlen = {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)}
+    skip = state.files or state.hashers
+    vals = None
+    for name, a, b in parts:
+        if skip and (name in state.files or name in state.hashers):
+            continue  # files link by their own digests; a hasher's value is not the argument's content
+        if a is not None:
+            a += nlen.get(name, 0)
+            if b - a >= CONTENT_MIN:
+                out[name] = _h128(mv[a:b])
+            if raw[a:a + 1] not in (b"(", b"["):
+                continue  # neither a container nor a large value: the span said everything
+        if name in known:
+            continue
+        if vals is None:
+            try:
+                vals = dict(zip((p.name for p in state.params), state.bind(args, kwargs)))
+            except Exception:  # noqa: BLE001
+                vals = {}
+        v = vals.get(name)
+        try:
+            if a is None and _small_enough(v):
+                d = _digest_of(v)
+                if d is not None:
+                    out[name] = d
+            if isinstance(v, _CONTAINERS) and type(v) in _CONTAINERS:
+                for j, x in enumerate(v[:ITEMS_MAX]):
+                    if type(x) not in _SKIP and _small_enough(x):
+                        d = _digest_of(x)
+                        if d is not None:
+                            out[f"{name}[{j}]"] = d
+        except Exception:  # noqa: BLE001
+            continue
+    return out
+
+
+def _small_enough(v: Any) -> bool:
+    n = getattr(v, "nbytes", 0)
+    return not isinstance(n, int) or n <= CONTENT_MAX
+
+
+def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict, result: Any, spans: Any) -> None:
+    """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something). A
+    parameter linked by identity gets no second pass for its content: its producer is known."""
+    try:
+        rf = result_fingerprint(result)
+        if rf is not None:
+            entry["rf"] = rf
+        up: dict[str, list[str]] = {}
+        if _by_id:
+            where = getattr(state._store, "url", None)
+            if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
+                named = list(zip(state._names, args)) + list(kwargs.items())
+            else:
+                try:
+                    named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
+                except TypeError:
+                    named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+            for name, v in named:
+                if name in state.ignore:
+                    continue
+                keys = upstream([v], where)
+                if keys:
+                    up[name] = [bytes(k).hex() for k in keys]
+            if up:
+                entry["up"] = up
+        if not state._custom_key:
+            pc = content_digests(state, args, kwargs, spans, up)
+            if pc:
+                entry["pc"] = pc
+    except Exception:  # noqa: BLE001 - the entry is stored without its edges
+        return

@@ -1,0 +1,176 @@
+"""Where two runs' lineages part: the earliest cached calls whose code, parameters or files differ.
+
+Both runs' upstream graphs are walked from their outputs (the entries each read or wrote) back to the calls
+that made their inputs. A function differs where its entries in the two graphs do (other keys, or the same key
+cleared and computed again in between); the first differences are those whose own upstream does not differ.
+Each is told as ``explain`` tells a miss: which parameter, which code (with the source diff), which file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from casmon.caching.explain import Difference, compare_parts
+from casmon.lineage.index import Index, short
+
+if TYPE_CHECKING:
+    from casmon.runs import RunInfo
+    from casmon.store.store import Store
+
+__all__ = ["first_difference", "FirstDifference", "Parting"]
+
+
+@dataclass
+class Parting:
+    """One function where the runs part: its entry in run A (``a``) and B (``b``) -- None where that run made no
+    such call -- and what differs between them."""
+
+    fn: str
+    a: str | None
+    b: str | None
+    differences: list[Difference] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"function": self.fn, "a": self.a, "b": self.b,
+                "differences": [{"what": d.what, "name": d.name, "detail": d.detail, "diff": d.diff}
+                                for d in self.differences]}
+
+
+@dataclass
+class FirstDifference:
+    """The answer of :func:`first_difference`: ``partings`` (empty: no cached call differs)."""
+
+    a: str
+    b: str
+    partings: list[Parting] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.partings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "first_difference": [p.to_dict() for p in self.partings]}
+
+    def __str__(self) -> str:
+        if not self.partings:
+            return f"first difference in lineage: none (the cached calls of {self.a} and {self.b} agree)"
+        lines = ["first difference in lineage:"]
+        for p in self.partings:
+            ends = f"{short(p.a) if p.a else '(no call)'} -> {short(p.b) if p.b else '(no call)'}"
+            lines.append(f"  {p.fn} ({ends}):")
+            for d in p.differences:
+                lines.extend("    " + line for line in str(d).splitlines())
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _closure(ix: Index, run: RunInfo) -> dict[str, str]:
+    """Key -> function of every entry upstream of the run's outputs (the outputs included)."""
+    out: dict[str, str] = {}
+    todo = [link["key"] for link in ix.run_links(run)]
+    fns = {link["key"]: link["fn"] for link in ix.run_links(run)}
+    while todo:
+        k = todo.pop()
+        if k in out:
+            continue
+        r = ix.entry(k)
+        out[k] = str(r.get("fn", "?")) if r is not None else fns.get(k, "?")
+        todo.extend(u for _p, u in ix.upstream(k))
+    return out
+
+
+def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+    out: list[Difference] = []
+    pa, pb = a.get("a"), b.get("a")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        for name in sorted(set(pa) | set(pb)):
+            x, y = pa.get(name), pb.get(name)
+            if x == y:
+                continue
+            if x == "~" or y == "~":
+                out.append(Difference("parameter", name, "may differ: a large value, of which no digest is kept"))
+                continue
+            out.append(Difference("parameter", name, "not passed then" if x is None else
+                                  "not passed now" if y is None else "differs"))
+    va, vb = a.get("v"), b.get("v")
+    if va != vb:
+        old, new = ix.version_parts(fn, va), ix.version_parts(fn, vb)
+        if old is None or new is None:
+            out.append(Difference("code", "", "the code differs (the parts of a version are not recorded)"))
+        else:
+            out.extend(compare_parts(old, new) or [Difference("code", "", "the version differs, in nothing its "
+                                                                          "record names")])
+    fa = {(p, path): d for p, path, d in _files(a)}
+    fb = {(p, path): d for p, path, d in _files(b)}
+    for k in sorted(set(fa) | set(fb)):
+        x, y = fa.get(k), fb.get(k)
+        if x != y:
+            detail = "not read then" if x is None else "not read now" if y is None else "its content changed"
+            out.append(Difference("file", k[1], f"{detail} (parameter {k[0]!r})"))
+    return out
+
+
+def _files(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(f[0], f[1], f[2]) for f in r.get("files") or ()
+            if isinstance(f, list) and len(f) >= 3 and all(isinstance(x, str) for x in f[:3])]
+
+
+def _run(which: Any, store: Any) -> RunInfo:
+    from casmon.runs import RunInfo, load_run
+
+    return which if isinstance(which, RunInfo) else load_run(which, store)
+
+
+def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -> FirstDifference:
+    """Walking both runs' upstream graphs from their outputs: the earliest cached calls whose code, parameters
+    or files differ (or whose entry run A used was cleared and computed again), each with what differs."""
+    from casmon.lineage.queries import open_index
+
+    if store is None:
+        store = getattr(run_a, "store", None)
+    ix = open_index(store)
+    ra, rb = _run(run_a, ix.store), _run(run_b, ix.store)
+    ca, cb = _closure(ix, ra), _closure(ix, rb)
+    by_fn: dict[str, tuple[set[str], set[str]]] = {}
+    for keys, side in ((ca, 0), (cb, 1)):
+        for k, fn in keys.items():
+            by_fn.setdefault(fn, (set(), set()))[side].add(k)
+    start_a = float(ra.manifest.get("start") or 0.0)
+    start_b = float(rb.manifest.get("start") or 0.0)
+    lo, hi = min(start_a, start_b), max(start_a, start_b)
+    differs = {fn for fn, (ka, kb) in by_fn.items()
+               if ka != kb or lo < ix.cleared.get(fn, 0.0) <= hi}
+    ups: dict[str, set[str]] = {}
+    for keys in (ca, cb):
+        for k, fn in keys.items():
+            ups.setdefault(fn, set()).update(keys.get(u, "?") for _p, u in ix.upstream(k))
+    first = sorted(fn for fn in differs if not (ups.get(fn, set()) - {fn}) & differs)
+    out = FirstDifference(ra.name, rb.name)
+    for fn in first:
+        ka, kb = by_fn[fn]
+        if ka == kb:
+            k = sorted(ka)[0]
+            out.partings.append(Parting(fn, k, k, [Difference(
+                "entry", "", f"cleared between the runs: {ra.name if start_a <= start_b else rb.name} used the "
+                             "entry before the clear, the other computed it again")]))
+            continue
+        only_a, only_b = sorted(ka - kb), sorted(kb - ka)
+        if not only_a or not only_b:
+            for k in only_a:
+                out.partings.append(Parting(fn, k, None, [Difference("call", "", f"made by {ra.name} only")]))
+            for k in only_b:
+                out.partings.append(Parting(fn, None, k, [Difference("call", "", f"made by {rb.name} only")]))
+            continue
+        for k in only_b:
+            best: tuple[int, str, list[Difference]] | None = None
+            for j in only_a:
+                d = _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {})
+                if best is None or len(d) < best[0]:
+                    best = (len(d), j, d)
+            assert best is not None
+            diffs = best[2] or [Difference("key", "", "the key differs in something the entry does not record (the "
+                                                      "object of a bound method, a value hashed by type only, or "
+                                                      "the key format)")]
+            out.partings.append(Parting(fn, best[1], k, diffs))
+    return out

@@ -1,0 +1,134 @@
+"""A lineage answer as a graph a person, a program or a UI can read: nodes with ``kind``/``id``/``label``/``link``,
+edges with ``kind``; as text, JSON (:meth:`Graph.to_json`) or Graphviz dot (:meth:`Graph.to_dot`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+__all__ = ["Graph", "Node", "Edge", "entry_id", "run_id", "file_id"]
+
+
+@dataclass
+class Node:
+    """``kind``: ``entry`` (a cached call), ``file``, ``run``, ``param`` (a run's parameter), ``patch`` (a run's
+    uncommitted changes), ``artifact`` (what a run saved) or ``call`` (a logged call of an intercepted function);
+    ``status`` of an entry: live, cleared, expired or missing (gone from the store: never an error)."""
+
+    id: str
+    kind: str
+    label: str
+    link: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "label": self.label, "link": self.link, **self.data}
+
+
+@dataclass
+class Edge:
+    """``source`` fed ``target``; ``kind``: ``result`` (an entry's result was an argument), ``file`` (a
+    ``files=`` parameter), ``used`` (a run read or wrote the entry), ``param``, ``tracked`` (a run's tracked file),
+    ``patch``, ``saved`` (a run's artifact), ``argument`` (a logged call took the entry's result)."""
+
+    source: str
+    target: str
+    kind: str
+    label: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.source, "to": self.target, "kind": self.kind, "label": self.label}
+
+
+def entry_id(key: str) -> str:
+    return "entry:" + key
+
+
+def run_id(ref: str) -> str:
+    return "run:" + ref
+
+
+def file_id(path: str, digest: str) -> str:
+    return f"file:{path}@{digest}"
+
+
+def entry_link(fn: str, key: str) -> str:
+    return f"/cache?fn={_fn_quoted(fn)}&entry={quote(key, safe='')}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _fn_quoted(fn: str) -> str:
+    return urlencode({"fn": fn})[3:]  # one function's link is built once, not once per entry
+
+
+def run_link(ref: str) -> str:
+    return "/run/" + quote(ref.split("/", 1)[-1], safe="")
+
+
+class Graph:
+    """Nodes by id, in the order found, and edges (each once)."""
+
+    def __init__(self, root: str = "", what: str = "lineage") -> None:
+        self.root = root
+        self.what = what
+        self.nodes: dict[str, Node] = {}
+        self.edges: list[Edge] = []
+        self._edge_set: set[tuple[str, str, str, str]] = set()
+
+    def add(self, node: Node) -> Node:
+        return self.nodes.setdefault(node.id, node)
+
+    def link(self, source: str, target: str, kind: str, label: str = "") -> None:
+        k = (source, target, kind, label)
+        if k not in self._edge_set:
+            self._edge_set.add(k)
+            self.edges.append(Edge(source, target, kind, label))
+
+    def of_kind(self, kind: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "root": self.root, "nodes": [n.to_dict() for n in self.nodes.values()],
+                "edges": [e.to_dict() for e in self.edges]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, default=str, allow_nan=False)
+
+    def to_dot(self) -> str:
+        shapes = {"entry": "box", "file": "note", "run": "ellipse", "param": "plaintext", "call": "cds", "patch": "note",
+                  "artifact": "folder"}
+        lines = ["digraph lineage {", "  rankdir=LR;"]
+        for n in self.nodes.values():
+            style = ', style=dashed' if n.kind == "entry" and n.data.get("status") != "live" else ""
+            lines.append(f"  {_q(n.id)} [label={_q(n.label)}, shape={shapes.get(n.kind, 'box')}{style}];")
+        for e in self.edges:
+            lab = f" [label={_q(e.label)}]" if e.label else ""
+            lines.append(f"  {_q(e.source)} -> {_q(e.target)}{lab};")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        """Each node on a line, upstream first, with what it fed."""
+        if not self.nodes:
+            return f"{self.what} of {self.root}: nothing recorded"
+        feeds: dict[str, list[Edge]] = {}
+        for e in self.edges:
+            feeds.setdefault(e.source, []).append(e)
+        lines = [f"{self.what} of {self.root}:"]
+        for n in self.nodes.values():
+            st = n.data.get("status")
+            tail = f"  [{st}]" if n.kind == "entry" and st != "live" else ""
+            to = ", ".join(f"{self.nodes[e.target].label if e.target in self.nodes else e.target}"
+                           f"{'.' + e.label if e.label else ''}" for e in feeds.get(n.id, []))
+            why = f": {n.data['reason']}" if n.data.get("reason") else ""
+            lines.append(f"  {n.kind} {n.label}{tail}{why}" + (f"  -> {to}" if to else ""))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

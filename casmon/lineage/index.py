@@ -1,0 +1,260 @@
+"""One read of the records a lineage query joins: cache entries, code versions, clears and runs.
+
+Nothing here is a second store: every answer is rebuilt from the records casmon writes anyway (an entry's
+``rf``/``pc``/``up`` fields, :mod:`casmon.caching.edges`; a run's ``cache`` links). Records are read as data,
+through their field checks; no stored value is loaded or unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from typing import TYPE_CHECKING, Any
+
+from casmon.caching import KIND, KIND_CLEAR, KIND_FN
+from casmon.errors import CasmonError
+
+if TYPE_CHECKING:
+    from casmon.runs import RunInfo
+    from casmon.store.store import Store
+
+__all__ = ["Index", "LIVE", "CLEARED", "EXPIRED", "MISSING"]
+
+LIVE, CLEARED, EXPIRED, MISSING = "live", "cleared", "expired", "missing"
+#: What :meth:`Index.file_now` answers for a path it cannot or will not read: no change is judged from it.
+UNKNOWN = "unknown"
+
+
+class Index:
+    """The store's entries by key, by result fingerprint and by function; versions; runs (read when asked)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.cleared: dict[str, float] = {}
+        for _k, r in store.records(KIND_CLEAR, strict=False):
+            fn = r.get("fn")
+            if isinstance(fn, str):
+                self.cleared[fn] = max(self.cleared.get(fn, 0.0), float(r.get("time", 0.0)))
+        # key -> newest record (None: no record), read one key at a time until a query needs them all
+        self._entries: dict[str, dict[str, Any] | None] = {}
+        self._all = False
+        self._by_rf: dict[str, list[str]] = {}
+        self._by_fn: dict[str, list[str]] = {}
+        self._by_result: dict[str, list[str]] = {}
+        # fn -> (time, version) of the newest version record: the code as it last ran
+        self.current: dict[str, tuple[float, str]] = {}
+        self.parts: dict[tuple[str, str], dict[str, Any]] = {}
+        for _k, r in store.records(KIND_FN, strict=False):
+            fn, v = r.get("fn"), r.get("version")
+            if not isinstance(fn, str) or not isinstance(v, str):
+                continue
+            t = float(r.get("time", 0.0))
+            if fn not in self.current or t >= self.current[fn][0]:
+                self.current[fn] = (t, v)
+            if isinstance(r.get("parts"), dict):
+                self.parts[(fn, v)] = r["parts"]
+        self._down: dict[str, list[tuple[str, str]]] | None = None
+        self._status: dict[str, str] = {}
+        self._groups: dict[str, list[tuple[str, list[str]]]] = {}
+        self._runs: list[RunInfo] | None = None
+        self._now = time.time()
+        self._files: dict[str, str | None] = {}
+
+    # -- entries -----------------------------------------------------------------------------------------------
+    def entry(self, key: str) -> dict[str, Any] | None:
+        """The newest record of entry ``key`` (hex), or None: a lookup of its key, not a read of every entry."""
+        if key in self._entries or self._all:
+            return self._entries.get(key)
+        r = None
+        try:
+            for rec in self.store.lookup(KIND, bytes.fromhex(key)):
+                if r is None or rec.get("time", 0) >= r.get("time", 0):
+                    r = rec
+        except (CasmonError, ValueError):
+            r = None
+        self._entries[key] = r
+        return r
+
+    def _load_all(self) -> None:
+        if self._all:
+            return
+        entries: dict[str, dict[str, Any]] = {}
+        for k, r in self.store.records(KIND, strict=False):
+            h = k.hex()
+            old = entries.get(h)
+            if old is None or r.get("time", 0) >= old.get("time", 0):
+                entries[h] = r
+        for h, r in entries.items():
+            rf = r.get("rf")
+            if isinstance(rf, str):
+                self._by_rf.setdefault(rf, []).append(h)
+            self._by_fn.setdefault(str(r.get("fn", "?")), []).append(h)
+            d = r.get("result")
+            if isinstance(d, str):
+                self._by_result.setdefault(d, []).append(h)
+        self._entries = dict(entries)
+        self._all = True
+
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """Every entry's newest record, by key (reads them all, once)."""
+        self._load_all()
+        return self._entries  # type: ignore[return-value]
+
+    @property
+    def by_rf(self) -> dict[str, list[str]]:
+        self._load_all()
+        return self._by_rf
+
+    @property
+    def by_fn(self) -> dict[str, list[str]]:
+        self._load_all()
+        return self._by_fn
+
+    @property
+    def by_result(self) -> dict[str, list[str]]:
+        self._load_all()
+        return self._by_result
+
+    def status(self, key: str) -> str:
+        st = self._status.get(key)
+        if st is None:
+            st = self._status[key] = self._status_of(key)
+        return st
+
+    def _status_of(self, key: str) -> str:
+        r = self.entry(key)
+        if r is None:
+            return MISSING
+        if float(r.get("time", 0.0)) <= self.cleared.get(str(r.get("fn", "?")), 0.0):
+            return CLEARED
+        exp = r.get("expires")
+        if isinstance(exp, (int, float)) and exp <= self._now:
+            return EXPIRED
+        return LIVE
+
+    def upstream(self, key: str) -> list[tuple[str, str]]:
+        """``(parameter, upstream entry key)`` of an entry: by identity (``up``) and, for a parameter without an
+        identity edge, by content (``pc`` -- of it or its items -- equal to an entry's ``rf``); an entry never
+        links to itself."""
+        if self.entry(key) is None:
+            return []
+        out: list[tuple[str, str]] = []
+        seen: set[tuple[str, str]] = set()
+        for name, group in self.upstream_groups(key):
+            for h in group:
+                if (name, h) not in seen:
+                    seen.add((name, h))
+                    out.append((name, h))
+        return out
+
+    def upstream_groups(self, key: str) -> list[tuple[str, list[str]]]:
+        """The entry's inputs, each as ``(parameter, entries any of which made it)``: an object passed on (one
+        entry), or a value equal to the results of several (each of them made it)."""
+        got = self._groups.get(key)
+        if got is not None:
+            return got
+        r = self.entry(key)
+        if r is None:
+            return []
+        out: list[tuple[str, list[str]]] = []
+        up = r.get("up") or {}
+        for name, ks in up.items():
+            out.extend((name, [h]) for h in ks if h != key)
+        for name, d in (r.get("pc") or {}).items():
+            base = name.split("[", 1)[0]
+            if base in up:
+                continue  # its producer is known by identity: an equal value elsewhere is chance
+            group = [h for h in self.by_rf.get(d, ()) if h != key]
+            if group:
+                out.append((base, group))
+        self._groups[key] = out
+        return out
+
+    def downstream(self, key: str) -> list[tuple[str, str]]:
+        """``(parameter, entry key)`` of the entries that took this entry's result."""
+        if self._down is None:
+            down: dict[str, list[tuple[str, str]]] = {}
+            for h in self.entries:
+                for name, u in self.upstream(h):
+                    down.setdefault(u, []).append((name, h))
+            self._down = down
+        return self._down.get(key, [])
+
+    def files(self, key: str) -> list[tuple[str, str, str]]:
+        """``(parameter, path, digest hex)`` of the files an entry read (``files=``)."""
+        out = []
+        for f in (self.entry(key) or {}).get("files") or ():
+            if isinstance(f, list) and len(f) >= 3 and all(isinstance(x, str) for x in f[:3]):
+                out.append((f[0], f[1], f[2]))
+        return out
+
+    def file_now(self, path: str) -> str | None:
+        """The digest hex of the file (or folder) at ``path`` now; None: it is gone; :data:`UNKNOWN`: it cannot be
+        read, or is no regular file or folder. Relative paths are read from this process's directory, as the call
+        that recorded them saw them from its own; one not found here is unknown, not gone."""
+        if path not in self._files:
+            from casmon.caching.files import path_digest
+
+            try:
+                mode = os.stat(path).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    self._files[path] = UNKNOWN  # a device or a pipe (a crafted record's /dev/zero): never read
+                else:
+                    kind, d, _n = path_digest(path)
+                    self._files[path] = d.hex() if d is not None and kind != "missing" else None
+            except FileNotFoundError:
+                # gone; or, for a relative path, never here: it was recorded from another folder
+                self._files[path] = None if os.path.isabs(path) else UNKNOWN
+            except (OSError, CasmonError):
+                self._files[path] = UNKNOWN
+        return self._files[path]
+
+    def version_parts(self, fn: str, version: str | None) -> dict[str, Any] | None:
+        return self.parts.get((fn, version)) if version else None
+
+    def calls_taking(self, digests: set[str]) -> list[tuple[Any, str, str]]:
+        """``(logged call, argument, result digest hex)`` of the intercepted calls that took one of ``digests``
+        as an argument: a value is stored once by content, so an argument's cell names the digest of an entry's
+        result when it is that value."""
+        if not digests:
+            return []
+        from casmon.calllog import CallLog
+
+        try:
+            log = CallLog(self.store)
+            calls = log.calls()
+        except (CasmonError, LookupError):
+            return []
+        out = []
+        for c in calls:
+            cells = [(f"[{i}]", v) for i, v in enumerate(c.args_cells)] + list(c.kwargs_cells.items())
+            for name, cell in cells:
+                d = cell.get("$") if isinstance(cell, dict) else None
+                if isinstance(d, str) and d in digests:
+                    out.append((c, name, d))
+        return out
+
+    # -- runs --------------------------------------------------------------------------------------------------
+    def runs(self) -> list[RunInfo]:
+        if self._runs is None:
+            from casmon.runs import list_runs
+
+            self._runs = [r for r in list_runs(self.store) if r.error is None]
+        return self._runs
+
+    @staticmethod
+    def run_links(run: RunInfo) -> list[dict[str, Any]]:
+        """The run's cache links that can be read: ``{"fn", "key", "result", "hit"}``."""
+        links = run.manifest.get("links")
+        cache = links.get("cache") if isinstance(links, dict) else None
+        out = []
+        for e in cache if isinstance(cache, list) else ():
+            if isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("fn"), str):
+                out.append(e)
+        return out
+
+
+def short(h: str) -> str:
+    return h[:12]

@@ -1,0 +1,82 @@
+"""``casmon lineage``, ``used-by`` and ``stale`` print text, ``--json`` (nodes with kind/id/label/link, edges with
+kind) and ``--dot``; ``casmon diff`` says where two runs' lineages part; a name that names nothing is one line."""
+
+import json
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.caching import edges
+from tests.support.cli import cli
+
+pytestmark = pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+
+
+@pytest.fixture
+def two_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside this checkout: the runs record no commit or uncommitted changes
+    store = str(tmp_path / "store")
+    data = tmp_path / "data.txt"
+    data.write_text("1 2 3 4 5 6 7 8 9\n")
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path)
+
+    @casmon.cache(store=store)
+    def fit(x, lr):
+        return x * lr
+
+    for lr in (0.1, 0.2):
+        with casmon.record(store=store, capture_output=False):
+            fit(load(str(data)), lr)
+    fit.__casmon_cache__.store.flush()
+    edges.forget_all()
+    return store, data
+
+
+def test_lineage_of_a_run_as_json_dot_and_text(two_runs):
+    store, data = two_runs
+    g = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)
+    kinds = {n["kind"] for n in g["nodes"]}
+    assert kinds == {"run", "entry", "file"}
+    assert all({"id", "kind", "label", "link"} <= set(n) for n in g["nodes"])
+    assert {e["kind"] for e in g["edges"]} == {"used", "result", "file"}
+    assert any(n["kind"] == "entry" and n["link"].startswith("/cache?fn=") for n in g["nodes"])
+    dot = cli("lineage", "1", "--store", store, "--dot").stdout
+    assert dot.startswith("digraph lineage {") and "->" in dot
+    text = cli("lineage", "1", "--store", store).stdout
+    assert "lineage of 1:" in text and "data.txt" in text
+
+
+def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
+    store, data = two_runs
+    g = json.loads(cli("used-by", str(data), "--store", store, "--json").stdout)
+    assert sorted(n["label"] for n in g["nodes"] if n["kind"] == "run") == ["1", "2"]
+    assert json.loads(cli("stale", "--store", store, "--json").stdout)["nodes"] == []
+    data.write_text("1 2 3\n")
+    g = json.loads(cli("stale", "--store", store, "--json").stdout)
+    assert sorted(n["label"] for n in g["nodes"] if n["kind"] == "run") == ["1", "2"]
+    assert all("its content changed" in n["reason"] for n in g["nodes"])
+    assert "its content changed" in cli("stale", "--store", store).stdout
+
+
+def test_diff_names_the_first_difference_in_lineage(two_runs):
+    store, _data = two_runs
+    out = cli("diff", "1", "2", "--store", store).stdout
+    assert "first difference in lineage:" in out and "parameter 'lr': differs" in out
+    d = json.loads(cli("diff", "1", "2", "--store", store, "--json").stdout)
+    (p,) = d["lineage"]
+    assert p["function"].endswith("fit") and p["differences"][0]["name"] == "lr"
+
+
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_target_that_names_nothing_is_one_line(two_runs, verb):
+    store, _data = two_runs
+    r = cli(verb, "nosuchthing", "--store", store, check=False)
+    assert r.returncode == 1
+    assert "names no run, cached function, entry, file or digest" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = cli(verb, "1", "--store", store, "--json", "--dot", check=False)
+    assert r.returncode == 1 and "choose one" in r.stderr

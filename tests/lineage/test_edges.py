@@ -1,0 +1,330 @@
+"""Edges recorded as calls happen: by identity in a process (the object itself, inside a container, a numpy view
+of it), by content across processes and stores; tiny values and dead objects link to nothing; entries without
+the fields, or with crafted ones, load as entries without edges."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import casmon
+from casmon.caching import KIND, edges
+from casmon.lineage import lineage, stale, used_by
+from casmon.lineage.index import Index
+from tests.support.processes import ENV
+
+
+@pytest.fixture
+def store(tmp_path):
+    edges.forget_all()
+    yield str(tmp_path / "store")
+    edges.forget_all()
+
+
+def entry_of(fn, *args):
+    return bytes(fn.ref(*args).key).hex()
+
+
+def upstream_fns(store, fn, *args):
+    ix = Index(fn.__casmon_cache__.store)  # the writer's own store: what it appended is read before a flush
+    return sorted((p, ix.entries[u]["fn"].rsplit(".", 1)[-1]) for p, u in ix.upstream(entry_of(fn, *args)))
+
+
+def test_values_passed_in_a_container_link_to_each_producer(store):
+    @casmon.cache(store=store)
+    def feats(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.cache(store=store)
+    def labels(n):
+        return np.arange(n) % 2
+
+    @casmon.cache(store=store)
+    def train(pair):
+        return float(pair[0] @ pair[1])
+
+    f, y = feats(50), labels(50)
+    train((f, y))
+    assert upstream_fns(store, train, (f, y)) == [("pair", "feats"), ("pair", "labels")]
+
+
+def test_a_numpy_view_of_a_result_links_to_it(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n * n, dtype=float).reshape(n, n)
+
+    @casmon.cache(store=store)
+    def total(a):
+        return float(a.sum())
+
+    a = make(8)
+    for view in (a[::2], a.T, a[1:, 2]):
+        total(view)
+        assert upstream_fns(store, total, view) == [("a", "make")]
+
+
+def test_a_hit_links_like_a_miss(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.cache(store=store)
+    def double(a):
+        return a * 2
+
+    make(30)
+    edges.forget_all()  # as a fresh process: the value comes from a hit
+    double(make(30))
+    assert upstream_fns(store, double, make(30)) == [("a", "make")]
+
+
+def test_a_dead_result_is_forgotten_so_a_reused_id_links_to_nothing(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    a = make(40)
+    url = make.__casmon_cache__.store.url
+    assert edges.upstream([a], url) == [bytes(make.ref(40).key)]
+    del a
+    gc.collect()
+    edges._sweep()
+    assert not edges._by_id  # the caller dropped the result: nothing remembered, nothing held
+    for _ in range(50):  # new arrays, some at the dead one's address: none is taken for it
+        assert edges.upstream([np.arange(40.0)], url) == []
+
+
+def _python(code, env):
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+STAGES = '''
+import sys, numpy as np, casmon
+@casmon.cache(store=sys.argv[1])
+def make(n):
+    return np.linspace(0, 1, n)
+@casmon.cache(store=sys.argv[1])
+def scale(a):
+    return a * 3
+'''
+
+
+def test_a_value_recomputed_elsewhere_links_by_content(tmp_path, store):
+    """``make`` ran in one process on this store; the same content computed in another process, on another store
+    (another machine), reaches ``scale`` here through a file: linked to the entry by content."""
+    env = dict(ENV, PYTHONDONTWRITEBYTECODE="1")
+    (tmp_path / "stages.py").write_text(STAGES)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    code = "import sys; sys.argv[1:] = [{!r}]; import stages, numpy as np; {}"
+    _python(code.format(store, "stages.make(1000)"), env)
+    _python(code.format(str(tmp_path / "elsewhere"), f"np.save({str(tmp_path / 'v.npy')!r}, stages.make(1000))"), env)
+    _python(code.format(store, f"stages.scale(np.load({str(tmp_path / 'v.npy')!r}))"), env)
+    ix = Index(casmon.open(store))
+    (scale_key,) = [k for k, r in ix.entries.items() if r["fn"] == "stages.scale"]
+    (make_key,) = [k for k, r in ix.entries.items() if r["fn"] == "stages.make"]
+    assert ix.upstream(scale_key) == [("a", make_key)]
+    assert {n["id"] for n in used_by("stages.make", store).to_dict()["nodes"]} == {f"entry:{make_key}",
+                                                                                    f"entry:{scale_key}"}
+
+
+def test_content_equality_is_the_rule_across_processes_and_tiny_values_link_to_nothing(store):
+    """As the README says: an equal value links to a stored result whatever code made it (no identity edge
+    names its producer); values whose key encoding is under edges.CONTENT_MIN bytes never link."""
+    @casmon.cache(store=store)
+    def make(n):
+        return np.linspace(0, 1, n)
+
+    @casmon.cache(store=store)
+    def flag(n):
+        return None
+
+    @casmon.cache(store=store)
+    def use(a, b=None):
+        return float(a.sum())
+
+    make(100)
+    flag(1)
+    edges.forget_all()
+    unrelated = np.linspace(0, 1, 100)  # equal content, made by other code
+    use(unrelated, None)
+    assert upstream_fns(store, use, unrelated, None) == [("a", "make")]
+    other = np.linspace(0, 2, 100)
+    use(other, None)
+    assert upstream_fns(store, use, other, None) == []
+
+
+def test_entries_without_lineage_fields_or_with_crafted_ones_load_without_edges(store, monkeypatch):
+    @casmon.cache(store=store)
+    def make(n):
+        return list(range(n))
+
+    @casmon.cache(store=store)
+    def head(a):
+        return a[:3]
+
+    with monkeypatch.context() as m:  # as an older casmon wrote them
+        m.setattr(edges, "annotate", lambda *a, **k: None)
+        head(make(20))
+    s = casmon.open(store)
+    crafted = {"fn": "x.crafted", "result": "0" * 32, "time": 1.0, "rf": "not hex", "pc": {"a": 7},
+               "up": {"a": ["zz"], "b": "nope"}}
+    s.append(KIND, crafted, key=casmon.fingerprint("crafted"))
+    s.append(KIND, {"fn": "x.orphan", "result": "1" * 32, "time": 2.0, "up": {"a": ["ab" * 16]}},
+             key=casmon.fingerprint("orphan"))
+    s.flush()
+    ix = Index(casmon.open(store))
+    assert all(ix.upstream(k) == [] for k, r in ix.entries.items() if r["fn"] != "x.orphan")
+    assert "rf" not in ix.entries[casmon.fingerprint("crafted").hex()]
+    g = lineage(casmon.fingerprint("orphan").hex(), store).to_dict()
+    assert {n["id"]: n["status"] for n in g["nodes"]}["entry:" + "ab" * 16] == "missing"
+    assert stale(store).to_dict()["nodes"] == []
+
+
+def test_an_intercepted_call_taking_a_cached_result_is_used_by_it(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.intercept(store=store)
+    def report(a, note):
+        return float(a.max())
+
+    report(make(64), "first")
+    report(np.zeros(3), "unrelated")
+    casmon.flush()
+    make.__casmon_cache__.store.flush()
+    g = used_by("make", make.__casmon_cache__.store).to_dict()
+    calls = [n for n in g["nodes"] if n["kind"] == "call"]
+    assert [c["n"] for c in calls] == [1]
+    assert {(e["kind"], e["label"]) for e in g["edges"] if e["to"] == calls[0]["id"]} == {("argument", "[0]")}
+
+
+def test_a_long_chain_of_cached_steps_answers_without_recursion(store):
+    """``state = step(state)`` cached 3,000 times, three times deeper than the interpreter's recursion limit:
+    stale, lineage and used_by walk it without a RecursionError."""
+    import sys
+
+    assert sys.getrecursionlimit() < 3000
+
+    @casmon.cache(store=store)
+    def step(state):
+        return state + 1.0
+
+    @casmon.cache(store=store)
+    def start(n):
+        return np.zeros(n)
+
+    s = start(8)
+    for _ in range(3000):
+        s = step(s)
+    st = step.__casmon_cache__.store
+    assert stale(st).to_dict()["nodes"] == []
+    assert len(used_by("start", st).nodes) == 3001
+    assert len(lineage(bytes(step.ref(s - 1.0).key).hex(), st).nodes) == 3001
+    casmon.caching.clear_function(st, "start")
+    assert len(stale(st).nodes) == 3000  # every step: its chain starts at a cleared entry
+
+
+def test_an_edge_keeps_nothing_alive_through_gc_and_a_collected_upstream_shows_as_missing(store):
+    """``double``'s entry names ``make``'s entry as its upstream; clearing ``make`` and collecting drops its record
+    and its value all the same, and the lineage then shows it as missing (nothing stale, nothing raised)."""
+    from casmon.caching import clear_function, evict
+    from casmon.errors import MissingObjectError
+
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float) * 7
+
+    @casmon.cache(store=store)
+    def double(a):
+        return a * 2
+
+    a = make(500)
+    double(a)
+    make_ref, double_key = make.ref(500), bytes(double.ref(a).key).hex()
+    assert edges.upstream([a], make.__casmon_cache__.store.url) and double.ref(a).lineage().nodes[f"entry:{bytes(make_ref.key).hex()}"]
+    s = make.__casmon_cache__.store
+    clear_function(s, "make")
+    evict(s)
+    s.gc(grace=0)
+    with pytest.raises(MissingObjectError):
+        s.get(make_ref.digest)
+    g = lineage(double_key, s).to_dict()
+    status = {n["id"]: n["status"] for n in g["nodes"]}
+    assert status == {f"entry:{double_key}": "live", f"entry:{bytes(make_ref.key).hex()}": "missing"}
+    assert stale(s).to_dict()["nodes"] == []
+
+
+def test_a_crafted_files_path_naming_a_device_is_never_read(store):
+    """An entry whose ``files`` names /dev/zero (a crafted store) would make stale read forever: a path that is
+    no regular file or folder is never read, and judges nothing."""
+    s = casmon.open(store)
+    s.append(KIND, {"fn": "x.load", "result": "2" * 32, "time": 3.0, "files": [["path", "/dev/zero", "3" * 32, 1]]},
+             key=casmon.fingerprint("device"))
+    s.flush()
+    assert stale(s).to_dict()["nodes"] == []
+    (f,) = lineage(casmon.fingerprint("device").hex(), s).of_kind("file")
+    assert "changed" not in f.data
+
+
+def test_an_argument_linked_by_identity_is_not_hashed_a_second_time(store, monkeypatch):
+    @casmon.cache(store=store)
+    def feats(n):
+        return np.ones((n, 64))
+
+    @casmon.cache(store=store)
+    def train(pair, big):
+        return float(pair[0].sum() + big.sum())
+
+    f, big = feats(2000), feats(3000)  # big: over the key's inline limit, hashed straight from its buffer
+    seen = []
+    real = edges._digest_of
+    monkeypatch.setattr(edges, "_digest_of", lambda v: seen.append(type(v).__name__) or real(v))
+    train((f, f[:10]), big)
+    assert seen == ["float"]  # the result's fingerprint only: both arguments' producers are known
+    assert upstream_fns(store, train, (f, f[:10]), big) == [("big", "feats"), ("pair", "feats")]
+
+
+def test_a_relative_files_path_not_found_from_here_is_unknown_not_gone(tmp_path, store, monkeypatch):
+    """``load("data.txt")`` recorded from the project's folder: ``stale`` run from elsewhere cannot tell, and says
+    nothing; from the project's folder it sees the change."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "data.txt").write_text("1 2 3\n")
+    monkeypatch.chdir(proj)
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path) * 10
+
+    load("data.txt")
+    s = load.__casmon_cache__.store
+    monkeypatch.chdir(tmp_path)
+    assert stale(s).to_dict()["nodes"] == []
+    monkeypatch.chdir(proj)
+    assert stale(s).to_dict()["nodes"] == []
+    (proj / "data.txt").write_text("1 2 4\n")
+    (n,) = stale(s).to_dict()["nodes"]
+    assert n["reason"] == "file 'data.txt' its content changed (parameter 'path')"
+
+
+def test_a_result_of_another_store_is_no_edge_of_this_one(tmp_path, store):
+    """The producer's entry lives in another store: this store's lineage would only show it as missing."""
+    @casmon.cache(store=str(tmp_path / "other"))
+    def make(n):
+        return np.arange(n, dtype=float) * 3
+
+    @casmon.cache(store=store)
+    def use(a):
+        return float(a.sum())
+
+    a = make(100)
+    use(a)
+    assert "up" not in use.ref(a).entry
+    assert [n.data["status"] for n in use.ref(a).lineage().nodes.values()] == ["live"]
