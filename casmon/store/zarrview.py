@@ -172,6 +172,11 @@ class ZarrView(ZarrStore):
         """The casmon store this view presents."""
         return self._store
 
+    @property
+    def tree(self) -> Tree:
+        """The nodes this view presents (its snapshot of the store)."""
+        return self._tree
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ZarrView) and other._store is self._store and other._tree is self._tree
 
