@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from casmon.caching.entries import KIND, KIND_CLEAR, newest_per_key
 from casmon.errors import CasmonError
+from casmon.store import libraries
 from casmon.store.arrayview import chunk_view
+from casmon.store.serialize import handler_named
 from casmon.store.peek import as_digest, describe
 from casmon.store.serialize import describe_pickle
 from casmon.store.zarrview import Tree, install_section, node_name
 
 if TYPE_CHECKING:
+    from casmon.store.manifest import Manifest
     from casmon.store.store import Store
 
 __all__ = ["build"]
@@ -35,6 +38,33 @@ def _type_of(tag: str, meta: dict[str, Any], inline: bytes) -> str:
     if tag == "handler":
         return str(meta.get("handler"))
     return tag
+
+
+def _frame(store: Store, tree: Tree, path: str, m: Manifest, about: dict[str, Any]) -> bool:
+    """A value of several arrays (an xarray Dataset, a DataFrame) as a group of them, as its handler lays it out;
+    False where its handler has no such layout (or the manifest does not fit it: described instead)."""
+    name = str(m.meta.get("handler"))
+    libraries.ensure_named(name)  # its library is imported (checked above): its handler is then known
+    try:
+        nodes = getattr(handler_named(name), "zarr_nodes", None)
+    except LookupError:
+        return False
+    if nodes is None:
+        return False
+    try:
+        attrs, arrays = nodes(m.meta["meta"])
+        if not all(isinstance(d, str) for a in arrays for d in a["dims"]):
+            return False
+        views = [(a, chunk_view(store, m, lazy=True, part=int(a["part"]), layout=a["array"])) for a in arrays]
+    except (TypeError, ValueError, LookupError, AttributeError, CasmonError):
+        return False
+    tree.group(path, {**attrs, "casmon": {**about, "type": name}})
+    for a, view in views:
+        meta = json.loads(view.metadata)
+        meta["attributes"] = a["attrs"]
+        meta["dimension_names"] = list(a["dims"])
+        tree.array(f"{path}/{node_name(str(a['name']))}", meta, view)
+    return True
 
 
 def build(store: Store, tree: Tree) -> None:
@@ -63,6 +93,8 @@ def build(store: Store, tree: Tree) -> None:
         if library and library not in sys.modules:
             # Its library's elements are described by the library: a view never imports one the program has not.
             about["note"] = f"import {library} before opening the view to see it as an array"
+        elif m.tag == "handler" and _frame(store, tree, path, m, about):
+            continue
         elif m.tag in ("array", "handler"):
             try:
                 view = chunk_view(store, m, lazy=True)

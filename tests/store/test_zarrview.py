@@ -369,3 +369,92 @@ def test_a_crafted_metric_batch_length_is_a_metric_with_an_error_not_an_array_re
     assert "batch" in g["bad"].attrs["error"] and list(g["bad"].array_keys()) == []
     assert g["good"]["value"][:].tolist() == [1.0]
     assert len(xr.open_zarr(view, group=f"runs/{run.name}/metrics/bad").data_vars) == 0
+
+
+def test_an_xarray_dataset_result_opens_lazily_with_xr_open_zarr_equal_to_the_cached_value(tmp_path, monkeypatch):
+    xr = pytest.importorskip("xarray")
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+    ds = xr.Dataset({"t": (("x", "y"), np.random.default_rng(0).random((2000, 4)), {"units": "K"}),
+                     "z": ("x", np.arange(2000, dtype="i2"))},
+                    coords={"x": np.arange(2000) * 10, "y": pd.date_range("2020", periods=4),
+                            "lab": ("y", np.array(["a", "b", "c", "d"]))}, attrs={"title": "t"})
+
+    @casmon.cache(store=s)
+    def make(which):
+        return ds if which == "ds" else ds["t"].rename(None)
+
+    make("ds"), make("da")
+    s.flush()
+    view = s.zarr()
+    reads = []
+    real = s.read_chunk
+    monkeypatch.setattr(s, "read_chunk", lambda d, out: (reads.append(d), real(d, out))[1])
+    got = xr.open_zarr(view, group=_entry(None, make, "ds")[0])
+    assert len(reads) <= 6  # lazily: xarray reads the index coordinates (x: 4 chunks, y: 1), not t's 16 chunks
+    assert got["t"].attrs["units"] == "K" and got["t"].dims == ("x", "y") and "lab" in got.coords
+    assert got.load().equals(ds) and got.attrs["title"] == "t"
+    da = xr.open_zarr(view, group=_entry(None, make, "da")[0])["data"]
+    assert da.load().equals(ds["t"].rename(None))
+
+
+def test_a_dataframe_result_is_a_group_of_column_arrays_and_its_index(tmp_path):
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+    df = pd.DataFrame({"a": np.arange(5), "b": np.linspace(0, 1, 5), 3: [True] * 5},
+                      index=pd.Index(np.arange(5) * 2.5, name="k"))
+
+    @casmon.cache(store=s)
+    def make():
+        return df
+
+    make()
+    s.flush()
+    g = _open(s.zarr())[_entry(None, make)[0]]
+    assert sorted(g.array_keys()) == ["3", "a", "b", "index"] and g.attrs["columns"] == ["a", "b", 3]
+    for c in df.columns:
+        assert np.array_equal(g[str(c)][:], df[c].to_numpy()) and g[str(c)].metadata.dimension_names == ("index",)
+    assert np.array_equal(g["index"][:], df.index.to_numpy()) and g.attrs["index_name"] == "k"
+
+
+def test_a_frames_crafted_part_layout_is_described_not_presented(tmp_path):
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def make():
+        return pd.DataFrame({"a": np.arange(5.0)})
+
+    make()
+    s.flush()
+    m = s.manifest(make.ref().digest)
+    crafted = dict(m.meta)
+    crafted["meta"] = {**m.meta["meta"], "columns": [{"name": "a", "array": {"dtype": "'<f8'", "shape": [10**9], "order": "C"}}]}
+    from casmon.store import arrayview
+
+    with pytest.raises(ValueError, match="holds 40 bytes"):
+        arrayview.chunk_view(s, m, part=0, layout=crafted["meta"]["columns"][0]["array"])
+
+
+def test_an_array_whose_stored_chunks_split_rows_is_described_never_presented_wrong(tmp_path):
+    import copy
+
+    from casmon.store import arrayview
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+
+    @casmon.cache(store=s)
+    def make():
+        return np.arange(60_000, dtype="i4").reshape(300, 200)  # rows of 800 bytes, 5 to a chunk
+
+    make()
+    s.flush()
+    m = s.manifest(make.ref().digest)
+    assert arrayview.chunk_view(s, m)  # as stored: whole rows
+    crafted = copy.copy(m)
+    crafted.parts = [dict(m.parts[0], rb=4)]  # chunk boundaries said to fall anywhere: a zarr chunk is not a stored one
+    with pytest.raises(ValueError, match="whole rows"):
+        arrayview.chunk_view(s, crafted)
