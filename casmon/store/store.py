@@ -363,7 +363,7 @@ class Store:
         return open_array(self, self.manifest(digest))
 
     def zarr(self) -> Any:
-        """This store as a read-only zarr v3 store presenting ``cache/`` and ``runs/`` (:mod:`casmon.store.zarrview`)."""
+        """This store as a read-only zarr v3 store presenting ``cache/``, ``calls/`` and ``runs/`` (:mod:`casmon.store.zarrview`)."""
         from casmon.store.zarrview import open_view
 
         return open_view(self)

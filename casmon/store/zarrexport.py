@@ -92,8 +92,8 @@ def layout(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> tu
 
 
 def select(tree: Tree, what: tuple[str, ...], url: str) -> set[str] | None:
-    """The node paths ``what`` names (runs by name, cached functions by name, cache entries by key or a unique key
-    prefix of at least 8 hex digits, or node paths), or None for everything."""
+    """The node paths ``what`` names (runs by name, cached or logged functions by name, cache entries by key or a
+    unique key prefix of at least 8 hex digits, or node paths), or None for everything."""
     if not what:
         return None
     chosen: set[str] = set()
@@ -109,13 +109,15 @@ def select(tree: Tree, what: tuple[str, ...], url: str) -> set[str] | None:
         found |= {f"runs/{r}" for r in runs if r == name or tree.meta[f"runs/{r}"]["attributes"].get("name") == item}
         if name in functions:
             found.add(f"cache/{name}")
+        if name in tree.children.get("calls", set()):
+            found.add(f"calls/{name}")
         key = item.lower()
         if not found and len(key) >= 8 and all(c in "0123456789abcdef" for c in key):
             found = {f"cache/{f}/{e}" for f in functions for e in tree.children.get(f"cache/{f}", ()) if e.startswith(key)}
             if len(found) > 1 and not any(p.endswith("/" + key) for p in found):
                 raise ExportError(f"{item!r} names {len(found)} cache entries of {url}: give more of the key")
         if not found:
-            raise ExportError(f"{item!r} is not a run, a cached function or a cache entry key of {url}")
+            raise ExportError(f"{item!r} is not a run, a cached or logged function or a cache entry key of {url}")
         chosen |= found
     return chosen
 

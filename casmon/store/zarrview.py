@@ -35,7 +35,7 @@ __all__ = ["ZarrView", "Tree", "ChunkSource", "install_section", "open_view", "z
            "array_metadata"]
 
 #: The modules whose import installs the sections a view shows (loaded by name: they are layers above this one).
-SECTION_MODULES = ("casmon.caching.zarrtree", "casmon.runs.zarrtree")
+SECTION_MODULES = ("casmon.caching.zarrtree", "casmon.calllog.zarrtree", "casmon.runs.zarrtree")
 
 _sections: dict[str, Callable[[Store, Tree], None]] = {}
 

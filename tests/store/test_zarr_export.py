@@ -286,7 +286,7 @@ def test_an_export_takes_what_is_named_and_refuses_what_is_not(tmp_path):
     assert path_f4 in by_key and entry(f, 3)[0] not in by_key and not any(k.startswith("runs/") for k in by_key)
     by_fn = members(s.export_zarr(tmp_path / "fn", g.__casmon_cache__.name).url)
     assert entry(g, 5)[0] in by_fn and path_f4 not in by_fn
-    for bad, says in [("nosuch", "is not a run, a cached function or a cache entry key"), ("", "cannot export")]:
+    for bad, says in [("nosuch", "is not a run, a cached or logged function or a cache entry key"), ("", "cannot export")]:
         with pytest.raises(ExportError, match=says):
             s.export_zarr(tmp_path / "bad", bad)
         assert not (tmp_path / "bad").exists()

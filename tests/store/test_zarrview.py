@@ -458,3 +458,30 @@ def test_an_array_whose_stored_chunks_split_rows_is_described_never_presented_wr
     crafted.parts = [dict(m.parts[0], rb=4)]  # chunk boundaries said to fall anywhere: a zarr chunk is not a stored one
     with pytest.raises(ValueError, match="whole rows"):
         arrayview.chunk_view(s, crafted)
+
+
+def test_logged_calls_arguments_and_results_are_nodes_of_the_view(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.intercept(store=s)
+    def step(x, lr=0.1, *rest, scale=2, **kw):
+        return x * lr
+
+    step(np.arange(5.0), 0.5, 7, Opaque(), scale=3, extra=np.ones(2))
+    step(np.arange(3.0))
+    s.flush()
+    s.close()
+    import pickle
+
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: (_ for _ in ()).throw(AssertionError("unpickled")))
+    root = _open(casmon.open(tmp_path / "s", trust=False).zarr())
+    fn = node_name(f"{step.__module__}.{step.__qualname__}")
+    first = root[f"calls/{fn}/1/1"]
+    assert first.attrs["n"] == 1 and first.attrs["exception"] is None
+    assert np.array_equal(first["args/x"][:], np.arange(5.0)) and first["args/lr"].attrs["value"] == 0.5
+    assert first["args/rest/0"].attrs["value"] == 7 and "Opaque" in first["args/rest/1"].attrs["casmon"]["type"]
+    assert first["args/scale"].attrs["value"] == 3 and np.array_equal(first["args/kw/extra"][:], np.ones(2))
+    assert np.array_equal(first["result"][:], np.arange(5.0) * 0.5)
+    second = root[f"calls/{fn}/1/2"]
+    assert second["args/lr"].attrs["value"] == 0.1  # a default the call left out
+    assert np.array_equal(second["result"][:], np.arange(3.0) * 0.1)
