@@ -17,22 +17,43 @@ if TYPE_CHECKING:
 __all__ = ["build"]
 
 
-def build(store: Store, tree: Tree) -> None:
-    """Add every live cache entry of ``store`` under ``cache/`` (as ``CachedFunction.entries`` sees them)."""
+def _live(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
+    """The live entries' records by function node name and key (as ``CachedFunction.entries`` sees them)."""
     cleared: dict[str, float] = {}
     for _k, r in store.records(KIND_CLEAR, strict=False):
         if isinstance(r.get("fn"), str):
             cleared[r["fn"]] = max(cleared.get(r["fn"], 0.0), r.get("time", 0.0))
     now = time.time()
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for kb, (_k, r) in sorted(newest_per_key(store.records(KIND, strict=False)).items()):
         fn = r.get("fn")
         exp = r.get("expires")
         if not isinstance(fn, str) or r.get("time", 0) <= cleared.get(fn, 0.0) or \
                 (isinstance(exp, (int, float)) and exp <= now):
             continue
-        about: dict[str, Any] = {"function": fn, "key": kb.hex(), "time": r.get("time"), "result": r.get("result")}
-        value_node(store, tree, f"cache/{node_name(fn)}/{kb.hex()}", r.get("result"), about,
-                   f"cache entry {kb.hex()} of {fn}")
+        out.setdefault(node_name(fn), {})[kb.hex()] = r
+    return out
+
+
+def build(store: Store, tree: Tree) -> None:
+    """Add the live cache entries of ``store`` under ``cache/``: the entry records read when ``cache/`` is first
+    listed, an entry's manifest when its node is first asked for."""
+    live: list[dict[str, dict[str, dict[str, Any]]]] = []
+
+    def entries() -> dict[str, dict[str, dict[str, Any]]]:
+        if not live:
+            live.append(_live(store))
+        return live[0]
+
+    def function(fn: str) -> None:
+        def one(key: str) -> None:
+            r = entries()[fn][key]
+            about: dict[str, Any] = {"function": r["fn"], "key": key, "time": r.get("time"), "result": r.get("result")}
+            value_node(store, tree, f"cache/{fn}/{key}", r.get("result"), about, f"cache entry {key} of {r['fn']}")
+
+        tree.lazy(f"cache/{fn}", lambda: entries()[fn], one)
+
+    tree.lazy("cache", entries, function)
 
 
 install_section("cache", build)

@@ -60,12 +60,25 @@ def _call(store: Store, log: CallLog, tree: Tree, c: Call) -> None:
 
 
 def build(store: Store, tree: Tree) -> None:
-    """Add every logged call of ``store`` under ``calls/``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", StoreDamageWarning)  # a damaged record is left out here; verify says so
-        log = CallLog(store)
-    for c in log:
-        _call(store, log, tree, c)
+    """Add the logged calls of ``store`` under ``calls/``: the call log read when ``calls/`` is first listed."""
+    logs: list[CallLog] = []
+
+    def log() -> CallLog:
+        if not logs:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", StoreDamageWarning)  # a damaged record is left out; verify says so
+                logs.append(CallLog(store))
+        return logs[0]
+
+    def names() -> dict[str, str]:
+        return {node_name(fn): fn for fn, fi in log().functions.items() if fi.sessions}
+
+    def function(name: str) -> None:
+        fn = names()[name]
+        for c in log().calls(fn):
+            _call(store, log(), tree, c)
+
+    tree.lazy("calls", names, function)
 
 
 install_section("calls", build)

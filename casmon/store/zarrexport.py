@@ -97,25 +97,32 @@ def select(tree: Tree, what: tuple[str, ...], url: str) -> set[str] | None:
     if not what:
         return None
     chosen: set[str] = set()
-    runs = tree.children.get("runs", set())
-    functions = tree.children.get("cache", set())
+    runs = tree.listing("runs")
+    functions = tree.listing("cache")
     for item in what:
         if not isinstance(item, str) or not item:
             raise ExportError(f"cannot export {item!r} from {url}: name a run, a cached function or a cache entry")
         found = set()
+        tree.ensure(item.strip("/"))
         if item.strip("/") in tree.meta:
             found.add(item.strip("/"))
         name = node_name(item)
-        found |= {f"runs/{r}" for r in runs if r == name or tree.meta[f"runs/{r}"]["attributes"].get("name") == item}
+        if name in runs:
+            found.add(f"runs/{name}")
         if name in functions:
             found.add(f"cache/{name}")
-        if name in tree.children.get("calls", set()):
+        if name in tree.listing("calls"):
             found.add(f"calls/{name}")
         key = item.lower()
         if not found and len(key) >= 8 and all(c in "0123456789abcdef" for c in key):
-            found = {f"cache/{f}/{e}" for f in functions for e in tree.children.get(f"cache/{f}", ()) if e.startswith(key)}
+            for f in functions:
+                tree.ensure(f"cache/{f}")
+            found = {f"cache/{f}/{e}" for f in functions for e in tree.listing(f"cache/{f}") if e.startswith(key)}
             if len(found) > 1 and not any(p.endswith("/" + key) for p in found):
                 raise ExportError(f"{item!r} names {len(found)} cache entries of {url}: give more of the key")
+        if not found:  # a run by the name in its manifest, where that differs from its ref's
+            tree.expand("runs")
+            found = {f"runs/{r}" for r in runs if tree.meta.get(f"runs/{r}", {}).get("attributes", {}).get("name") == item}
         if not found:
             raise ExportError(f"{item!r} is not a run, a cached or logged function or a cache entry key of {url}")
         chosen |= found
@@ -254,6 +261,8 @@ def export_zarr(store: Store, out: str | os.PathLike[str], *what: str, view: Zar
         view = view if view is not None else open_view(store)
         tree = view.tree
         chosen = select(tree, what, store.url)
+        for path in sorted(chosen) if chosen is not None else [""]:
+            tree.expand(path)
         src_root = zarr.open_group(view, mode="r")
         with _target(out) as (dst, done, linking):
             attrs = {"casmon": {"exported_from": store.url, **({"selected": list(what)} if what else {})}}

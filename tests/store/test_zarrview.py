@@ -70,11 +70,13 @@ def test_the_view_walks_with_consolidated_metadata_and_refuses_writes(tmp_path):
     with casmon.record(store=s, capture_output=False, params={"lr": float("inf"), "nan": float("nan")}) as run:
         run.log(loss=0.5, step=1)
     s.flush()
-    view = s.zarr()
+    view = s.zarr(consolidated=True)
     assert view.supports_writes is False
     root = zarr.open_consolidated(view, mode="r")
     assert root.metadata.consolidated_metadata is not None
     names = {k for k, _m in root.members(max_depth=None)}
+    # the view read as asked for lists the same tree
+    assert {k for k, _m in zarr.open_group(s.zarr(), mode="r").members(max_depth=None)} == names
     rname = casmon.list_runs(s)[0].ref.split("/", 1)[-1]
     assert {f"runs/{rname}/metrics/loss/step", f"runs/{rname}/metrics/loss/value",
             f"runs/{rname}/metrics/loss/time"} <= names
@@ -485,3 +487,32 @@ def test_logged_calls_arguments_and_results_are_nodes_of_the_view(tmp_path, monk
     second = root[f"calls/{fn}/1/2"]
     assert second["args/lr"].attrs["value"] == 0.1  # a default the call left out
     assert np.array_equal(second["result"][:], np.arange(3.0) * 0.1)
+
+
+def test_opening_the_view_reads_no_record_and_a_node_reads_only_what_it_shows(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(i):
+        return np.arange(i)
+
+    for i in range(20):
+        f(i)
+    runs = []
+    for i in range(5):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i))
+        runs.append(run)
+    s.flush()
+    manifests, records = [], []
+    real_manifest, real_records = s.manifest, s.records
+    monkeypatch.setattr(s, "manifest", lambda d, *a, **k: (manifests.append(d), real_manifest(d, *a, **k))[1])
+    monkeypatch.setattr(s, "records", lambda kind, *a, **k: (records.append(kind), real_records(kind, *a, **k))[1])
+    root = _open(s.zarr())
+    assert not manifests and not records  # open: nothing read
+    g = root[f"runs/{runs[2].name}/metrics/loss"]
+    assert g["value"][:].tolist() == [2.0]
+    assert "cache" not in records and len(manifests) <= 3  # one run's manifest (and its values), no entry
+    path, ref = _entry(None, f, 7)
+    manifests.clear()
+    assert np.array_equal(root[path][:], np.arange(7)) and manifests.count(ref.digest) == 1 and len(set(manifests)) == 1
