@@ -183,7 +183,7 @@ def _blank_local(path: Path, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _target(out: str | os.PathLike[str]) -> Iterator[tuple[ZarrStore, Exported, Any]]:
+def _target(out: str | os.PathLike[str], inside: Path | None) -> Iterator[tuple[ZarrStore, Exported, Any]]:
     """The zarr store to write, an :class:`Exported` to fill, and what reports the links made; on a clean exit
     the hierarchy is moved into place (a folder, a zip), on an error what was written is removed."""
     text = os.fspath(out)
@@ -192,6 +192,8 @@ def _target(out: str | os.PathLike[str]) -> Iterator[tuple[ZarrStore, Exported, 
         return
     zipped = text.startswith("zip://") or text.endswith(".zip")
     path = Path(text.removeprefix("file://").removeprefix("zip://")).expanduser().absolute()
+    if inside is not None and path.resolve().is_relative_to(inside.resolve()):
+        raise ExportError(f"cannot export to {path}: it is inside the store being exported ({inside})")
     _blank_local(path, "a zip file" if zipped else "a non-empty folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,7 +266,7 @@ def export_zarr(store: Store, out: str | os.PathLike[str], *what: str, view: Zar
         for path in sorted(chosen) if chosen is not None else [""]:
             tree.expand(path)
         src_root = zarr.open_group(view, mode="r")
-        with _target(out) as (dst, done, linking):
+        with _target(out, store.objects.backend.local_root) as (dst, done, linking):
             attrs = {"casmon": {"exported_from": store.url, **({"selected": list(what)} if what else {})}}
             zarr.create_group(store=dst, attributes=attrs, zarr_format=3)
             for path in sorted(tree.meta):

@@ -143,7 +143,7 @@ class Tree:
             if lazy is not None and path not in self._listed:
                 self.children.setdefault(path, set()).update(lazy[0]())
                 self._listed.add(path)
-            return self.children.get(path, set())
+            return set(self.children.get(path, ()))  # a copy: another thread's build may add to it
 
     def pending(self, path: str) -> bool:
         """Whether a lazy group above ``path`` has yet to list or build the node there."""

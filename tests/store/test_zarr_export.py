@@ -308,6 +308,9 @@ def test_an_export_never_writes_over_what_exists(tmp_path):
         with pytest.raises(ExportError, match="it exists"):
             s.export_zarr(tmp_path / target)
     assert (tmp_path / "full" / "mine.txt").read_text() == "keep" and (tmp_path / "x.zip").read_bytes() == b"not yours"
+    with pytest.raises(ExportError, match="inside the store"):
+        s.export_zarr(tmp_path / "s" / "export")  # casmon's own folder holds casmon's files only
+    assert not (tmp_path / "s" / "export").exists()
     (tmp_path / "empty").mkdir()
     s.export_zarr(tmp_path / "empty")  # an empty folder is a new one
     assert np.array_equal(zarr.open_array(tmp_path / "empty", path=entry(f)[0], mode="r")[:], np.arange(5))
