@@ -115,10 +115,12 @@ class ChunkView(ZarrStore):
             return None
         return main
 
-    def _read_chunk(self, i: int) -> bytes:
+    def _read_chunk(self, i: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         lo = i * self._cb
         hi = min(self._n, lo + self._cb)
-        out = np.zeros(self._chunk_nbytes, dtype=np.uint8)  # the last chunk is padded to full size
+        # Only the last chunk's padding needs zeros: the rest is read over.
+        out = np.empty(self._chunk_nbytes, dtype=np.uint8) if hi - lo == self._chunk_nbytes else \
+            np.zeros(self._chunk_nbytes, dtype=np.uint8)
         if self._whole_fn is not None:
             with self._whole_lock:
                 if self._whole is None:
@@ -128,7 +130,7 @@ class ChunkView(ZarrStore):
         else:
             self._store.read_chunk(self._chunks[i], out[: hi - lo])
         self.chunks_read += 1
-        return out.tobytes()
+        return out
 
     async def get(self, key: str, prototype: BufferPrototype | None = None,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
@@ -142,7 +144,9 @@ class ChunkView(ZarrStore):
         if i is None:
             return None
         data = await asyncio.to_thread(self._read_chunk, i)
-        return prototype.buffer.from_bytes(byte_slice(data, byte_range))
+        if byte_range is None:
+            return prototype.buffer.from_array_like(data)  # the chunk as read: no copy
+        return prototype.buffer.from_bytes(byte_slice(data.tobytes(), byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
