@@ -46,7 +46,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "diff": ("casmon.cli.run_verbs", "diff_cmd",
              "What differs between runs A and B: code, tracked files, metadata, info, results."),
     "export": ("casmon.cli.run_verbs", "export_cmd",
-               "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."),
+               "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files; "
+               "with --zarr OUT, the store (or the runs, functions and entries named) as a zarr v3 hierarchy."),
     "gc": ("casmon.cli.store_verbs", "gc", "Remove objects no record or ref reaches, and repack sparse packs."),
     "get": ("casmon.cli.artifact_verbs", "get_cmd", "Write artifact NAME of RUN to PATH (a file, or a folder's files)."),
     "import": ("casmon.cli.import_verb", "import_command",

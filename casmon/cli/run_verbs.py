@@ -394,7 +394,8 @@ def restore_cmd(run, target, store_location, repo, trust) -> None:
 @store_option
 @trust_option
 def export_cmd(items, zarr_out, store_location, trust) -> None:
-    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files."""
+    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files; with
+    --zarr OUT, the store (or the runs, functions and entries named) as a zarr v3 hierarchy."""
     if zarr_out is not None:
         _export_zarr(zarr_out, items, store_location)
         return
