@@ -210,8 +210,10 @@ def _target(out: str | os.PathLike[str], inside: Path | None) -> Iterator[tuple[
                 for f in sorted((work / "z").rglob("*")):
                     if f.is_file():
                         zf.write(f, f.relative_to(work / "z").as_posix())
-            _blank_local(path, "a zip file")
-            os.replace(part, path)
+            try:
+                os.link(part, path)  # never over a file that appeared meanwhile (another export's, say)
+            except FileExistsError:
+                raise ExportError(f"cannot export to {path}: it exists (a zip file); name a new zip file") from None
         else:
             _blank_local(path, "a non-empty folder")
             os.rename(work / "z", path)  # onto an empty folder too

@@ -171,7 +171,10 @@ class Tree:
                     if parts[i] not in self.listing(parent):
                         return
                     self._built.add(full)
-                    self._lazy[parent][1](parts[i])
+                    try:
+                        self._lazy[parent][1](parts[i])
+                    except Exception as e:  # noqa: BLE001 - a crafted record: this node says so, the others stay
+                        self.group(full, {"casmon": {"error": f"{type(e).__name__}: {e}"[:500]}})
                 elif full not in self.meta:
                     return
 

@@ -316,6 +316,32 @@ def test_an_export_never_writes_over_what_exists(tmp_path):
     assert np.array_equal(zarr.open_array(tmp_path / "empty", path=entry(f)[0], mode="r")[:], np.arange(5))
 
 
+def test_a_zip_that_appears_while_exporting_is_never_overwritten(tmp_path, monkeypatch):
+    import casmon.store.zarrexport as zx
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f():
+        return np.arange(5)
+
+    f()
+    s.flush()
+    real = zx._blank_local
+    checks = []
+
+    def late(path, what):  # another process writes the target after the first check
+        real(path, what)
+        checks.append(path)
+        path.write_bytes(b"someone else's")
+
+    monkeypatch.setattr(zx, "_blank_local", late)
+    with pytest.raises(ExportError, match="it exists"):
+        s.export_zarr(tmp_path / "out.zip")
+    assert (tmp_path / "out.zip").read_bytes() == b"someone else's" and checks
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zip", "s"]
+
+
 def test_a_damaged_chunk_fails_the_export_and_leaves_nothing_behind(tmp_path):
     s = casmon.open(tmp_path / "s")
 

@@ -516,3 +516,26 @@ def test_opening_the_view_reads_no_record_and_a_node_reads_only_what_it_shows(tm
     path, ref = _entry(None, f, 7)
     manifests.clear()
     assert np.array_equal(root[path][:], np.arange(7)) and manifests.count(ref.digest) == 1 and len(set(manifests)) == 1
+
+
+def test_a_node_whose_records_cannot_be_presented_is_a_group_saying_why_and_the_rest_stays(tmp_path, monkeypatch):
+    import casmon.runs.zarrtree as runs_tree
+
+    s = casmon.open(tmp_path / "s")
+    names = []
+    for i in range(2):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i))
+        names.append(run.name)
+    s.flush()
+    real = runs_tree._run
+
+    def crafted(store, tree, r):  # a record no builder foresaw: whatever it raises stays in its node
+        if r.name == names[0]:
+            raise KeyError("crafted")
+        real(store, tree, r)
+
+    monkeypatch.setattr(runs_tree, "_run", crafted)
+    root = _open(s.zarr())
+    assert root[f"runs/{names[0]}"].attrs["casmon"]["error"] == "KeyError: 'crafted'"
+    assert root[f"runs/{names[1]}/metrics/loss/value"][:].tolist() == [1.0]
