@@ -370,9 +370,8 @@ class Store:
         return open_view(self, consolidated)
 
     def export_zarr(self, out: str | os.PathLike[str], *what: str) -> Any:
-        """Write this store's zarr view, or the runs, cached functions and entries ``what`` names, as a zarr v3
-        hierarchy any zarr reader opens without casmon: a new folder, a ``.zip``, or an ``s3://`` prefix
-        (:mod:`casmon.store.zarrexport`). Returns what was written (an ``Exported``)."""
+        """Write this store's zarr view (or the runs, functions and entries ``what`` names) as a zarr v3 hierarchy
+        at ``out``: a new folder, ``.zip`` or ``s3://`` prefix (:mod:`casmon.store.zarrexport`); an ``Exported``."""
         from casmon.store.zarrexport import export_zarr
 
         return export_zarr(self, out, *what)
