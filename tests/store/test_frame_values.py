@@ -90,3 +90,22 @@ def test_xarray_values_the_layout_cannot_hold_are_pickled(tmp_path):
     for want, (m, got) in zip(declined, _round_trip(tmp_path, declined)):
         assert m.tag == "pickle"
         assert got.identical(want)
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: pd.DataFrame({"a": np.arange(5.0)}), "columns"),
+    (lambda: xr.Dataset({"t": ("x", np.arange(5.0))}), "variables"),
+])
+def test_a_crafted_frame_manifest_is_damage_not_a_raw_error(tmp_path, make, field):
+    """casmon's own library handlers failing on a crafted manifest say damage, as its numpy handler does."""
+    from casmon.errors import DamagedObjectError
+    from casmon.store import serialize
+
+    s = casmon.open(tmp_path / "s")
+    d = s.put(make())
+    m = s.manifest(d)
+    meta = dict(m.meta["meta"])
+    meta[field] = [dict(meta[field][0], array={"dtype": "'<f8'", "shape": [7], "order": "C"})]  # 40 bytes, not 56
+    enc = serialize.Encoded(m.tag, {**m.meta, "meta": meta}, m.inline)
+    with pytest.raises(DamagedObjectError, match="cannot decode"):
+        serialize.decode(enc, [np.zeros(40, np.uint8)], trusted=False)
