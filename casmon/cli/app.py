@@ -47,7 +47,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "diff": ("casmon.cli.run_verbs", "diff_cmd",
              "What differs between runs A and B: code, tracked files, metadata, info, results."),
     "export": ("casmon.cli.run_verbs", "export_cmd",
-               "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files, artifacts."),
+               "Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files, "
+               "artifacts; with --zarr OUT, the store (or the runs, functions and entries named) as a zarr v3 hierarchy."),
     "lineage": ("casmon.cli.lineage_verbs", "lineage_cmd",
                 "Where TARGET's inputs came from: a run, a cached function or an entry (key or result digest), "
                 "upstream."),

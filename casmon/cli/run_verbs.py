@@ -464,14 +464,23 @@ def restore_cmd(run, target, store_location, repo, with_artifacts, trust) -> Non
 
 
 @click.command("export")
-@click.argument("run")
-@click.argument("target", type=click.Path(file_okay=False))
+@click.argument("items", nargs=-1, metavar="RUN TARGET | --zarr OUT [RUN | FN | ENTRY ...]")
+@click.option("--zarr", "zarr_out", metavar="OUT",
+              help="Write the store (or the runs, cached functions and entry keys named) as a zarr v3 hierarchy "
+                   "at OUT: a new folder, a .zip file or an s3:// prefix, opened by any zarr reader without casmon.")
 @store_option
 @trust_option
-def export_cmd(run, target, store_location, trust) -> None:
-    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files, artifacts."""
+def export_cmd(items, zarr_out, store_location, trust) -> None:
+    """Write RUN as a plain folder: information.json, current_changes.patch, console.log, tracked files, artifacts;
+    with --zarr OUT, the store (or the runs, functions and entries named) as a zarr v3 hierarchy."""
+    if zarr_out is not None:
+        _export_zarr(zarr_out, items, store_location)
+        return
+    if len(items) != 2:
+        raise click.UsageError("export takes RUN TARGET (or --zarr OUT [RUN | FN | ENTRY ...])")
     from casmon.runs import export
 
+    run, target = items
     r = _load_run(run, store_location)
     try:
         with progress_phases(True, err_console) as progress:
@@ -479,3 +488,23 @@ def export_cmd(run, target, store_location, trust) -> None:
     except (CasmonError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     console.print(f"exported run {r.name} into {root}", markup=False)
+
+
+def _export_zarr(out: str, items: tuple[str, ...], store_location) -> None:
+    from casmon.store.zarrexport import ExportError
+
+    s = open_store(store_location, read_only=True)
+    try:
+        try:
+            done = s.export_zarr(out, *items)
+        except ExportError:
+            # A run may be named as the other verbs name it (a number, `latest`): resolved, then exported by name.
+            named = tuple(_load_run(i, store_location).name if i == "latest" or i.lstrip("-").isdigit() else i
+                          for i in items)
+            if named == items:
+                raise
+            done = s.export_zarr(out, *named)
+    except (CasmonError, OSError, ValueError) as e:
+        raise click.ClickException(one_line(e)) from None
+    console.print(f"exported {done.arrays} arrays and {done.groups} groups ({done.nbytes:,} bytes) as zarr into "
+                  f"{done.url}" + (f"; {done.linked} equal chunks hard-linked" if done.linked else ""), markup=False)

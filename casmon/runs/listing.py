@@ -27,7 +27,7 @@ from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import did_you_mean, short_error, short_repr
 
-__all__ = ["RunInfo", "list_runs", "load_run", "readable_run", "info_cell"]
+__all__ = ["RunInfo", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
 
 
 @dataclasses.dataclass
@@ -350,35 +350,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     checked (:class:`DamagedObjectError` names a malformed one).
     """
     s = default_store(store, create=False)  # reading creates nothing
-    out = []
-    for name in s.refs(RUN_REFS):
-        try:
-            ref = s.get_ref(name)
-        except DamagedObjectError as e:  # a damaged ref is one unreadable run, never every run hidden
-            tail = name.rsplit("/", 1)[-1]
-            out.append(RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(e, 500),
-                                         "start": None}, e))
-            continue
-        if ref is None:
-            continue
-        error = None
-        if ref.target is not None:
-            try:
-                manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
-                check_run_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
-            except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as e:
-                # one bad run does not hide the others: it is listed as unreadable, and says why when used
-                error = e
-                data = ref.data if isinstance(ref.data, dict) else {}
-                t = data.get("start")
-                manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(e, 500),
-                            "start": t if type(t) in (int, float) else None}
-        else:
-            data = ref.data if isinstance(ref.data, dict) else {}
-            t = data.get("time")
-            manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
-                        "start": t if type(t) in (int, float) else None}
-        out.append(RunInfo(s, name, manifest, error, ref.data if isinstance(ref.data, dict) else {}))
+    out = [r for name in s.refs(RUN_REFS) if (r := run_info(s, name)) is not None]
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     from casmon.runs.tags import edits_by_run
 
@@ -386,6 +358,36 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     for r in out:
         r._edits = edits.get(r.ref, [])
     return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
+
+
+def run_info(s: Store, name: str) -> RunInfo | None:
+    """The run whose ref is ``name`` (``runs/...``), or None if its ref is gone; a damaged one is listed as
+    unreadable, saying why."""
+    try:
+        ref = s.get_ref(name)
+    except DamagedObjectError as e:  # a damaged ref is one unreadable run, never every run hidden
+        tail = name.rsplit("/", 1)[-1]
+        return RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(e, 500), "start": None}, e)
+    if ref is None:
+        return None
+    error = None
+    if ref.target is not None:
+        try:
+            manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
+            check_run_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
+        except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as e:
+            # one bad run does not hide the others: it is listed as unreadable, and says why when used
+            error = e
+            data = ref.data if isinstance(ref.data, dict) else {}
+            t = data.get("start")
+            manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(e, 500),
+                        "start": t if type(t) in (int, float) else None}
+    else:
+        data = ref.data if isinstance(ref.data, dict) else {}
+        t = data.get("time")
+        manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
+                    "start": t if type(t) in (int, float) else None}
+    return RunInfo(s, name, manifest, error, ref.data if isinstance(ref.data, dict) else {})
 
 
 def readable_run(r: RunInfo) -> RunInfo:

@@ -1,4 +1,5 @@
-"""The runs' part of the store's zarr view: ``runs/{name}``, and ``runs/{name}/metrics/{metric}`` groups of
+"""The runs' part of the store's zarr view: ``runs/{name}`` (listed from the runs' refs; a run's manifest and
+metric batches read when its node is first asked for), and ``runs/{name}/metrics/{metric}`` groups of
 ``step``, ``value`` and ``time`` arrays.
 
 A run's group carries its status, params and info as attributes (stored values
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from casmon.errors import CasmonError
-from casmon.runs.listing import RunInfo, list_runs
-from casmon.runs.manifest import is_value_ref
+from casmon.runs.listing import RunInfo, run_info
+from casmon.runs.manifest import RUN_REFS, is_value_ref
 from casmon.runs.metrics import _cell_data, _cells
 from casmon.store.arrayview import byte_slice
 from casmon.store.peek import describe
@@ -166,9 +167,20 @@ def _run(store: Store, tree: Tree, r: RunInfo) -> None:
 
 
 def build(store: Store, tree: Tree) -> None:
-    """Add every run of ``store`` under ``runs/``."""
-    for r in list_runs(store):
-        _run(store, tree, r)
+    """Add the runs of ``store`` under ``runs/``, each read (manifest, metric batches) when first asked for."""
+    refs: dict[str, str] = {}
+
+    def names() -> list[str]:
+        for ref in store.refs(RUN_REFS):
+            refs.setdefault(node_name(ref.split("/", 1)[-1]), ref)
+        return list(refs)
+
+    def one(name: str) -> None:
+        r = run_info(store, refs[name])
+        if r is not None:
+            _run(store, tree, r)
+
+    tree.lazy("runs", names, one)
 
 
 install_section("runs", build)

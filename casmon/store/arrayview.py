@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -65,12 +66,13 @@ class ChunkView(ZarrStore):
 
     def __init__(self, store: Store, manifest: Manifest, metadata: bytes, chunk_nbytes: int, fortran: bool,
                  whole: np.ndarray[Any, np.dtype[np.uint8]] | Callable[[], np.ndarray[Any, np.dtype[np.uint8]]] | None = None,
-                 cb: int | None = None) -> None:
+                 cb: int | None = None, part_index: int = 0) -> None:
         super().__init__(read_only=True)
         self._store = store
         self._manifest = manifest
         self._metadata = metadata
-        part = manifest.parts[0] if manifest.parts else {"n": 0, "cb": 1, "c": []}
+        self._part_index = part_index
+        part = manifest.parts[part_index] if manifest.parts else {"n": 0, "cb": 1, "c": []}
         self._chunks = [Digest(h) for h in part["c"]]
         self._n = int(part["n"])
         self._cb = int(part["cb"]) if cb is None else cb
@@ -90,7 +92,8 @@ class ChunkView(ZarrStore):
         return self._metadata
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest
+        return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest and \
+            other._part_index == self._part_index
 
     def __str__(self) -> str:  # zarr shows it in its own reprs (a path, for stores that have one)
         return f"casmon value {self._manifest.digest.hex()}"
@@ -112,10 +115,12 @@ class ChunkView(ZarrStore):
             return None
         return main
 
-    def _read_chunk(self, i: int) -> bytes:
+    def _read_chunk(self, i: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         lo = i * self._cb
         hi = min(self._n, lo + self._cb)
-        out = np.zeros(self._chunk_nbytes, dtype=np.uint8)  # the last chunk is padded to full size
+        # Only the last chunk's padding needs zeros: the rest is read over.
+        out = np.empty(self._chunk_nbytes, dtype=np.uint8) if hi - lo == self._chunk_nbytes else \
+            np.zeros(self._chunk_nbytes, dtype=np.uint8)
         if self._whole_fn is not None:
             with self._whole_lock:
                 if self._whole is None:
@@ -125,7 +130,7 @@ class ChunkView(ZarrStore):
         else:
             self._store.read_chunk(self._chunks[i], out[: hi - lo])
         self.chunks_read += 1
-        return out.tobytes()
+        return out
 
     async def get(self, key: str, prototype: BufferPrototype | None = None,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
@@ -139,7 +144,9 @@ class ChunkView(ZarrStore):
         if i is None:
             return None
         data = await asyncio.to_thread(self._read_chunk, i)
-        return prototype.buffer.from_bytes(byte_slice(data, byte_range))
+        if byte_range is None:
+            return prototype.buffer.from_array_like(data)  # the chunk as read: no copy
+        return prototype.buffer.from_bytes(byte_slice(data.tobytes(), byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
@@ -233,14 +240,20 @@ def open_array(store: Store, manifest: Manifest) -> zarr.Array[Any]:
         return arr
 
 
-def chunk_view(store: Store, manifest: Manifest, lazy: bool = False) -> ChunkView:
+def chunk_view(store: Store, manifest: Manifest, lazy: bool = False, part: int = 0,
+               layout: dict[str, Any] | None = None) -> ChunkView:
     """The read-only zarr store presenting the stored array ``manifest`` describes; TypeError or ValueError for a
     value zarr cannot present (not an array, or a dtype or layout zarr has no description for).
 
     ``lazy``: a value laid out whole for mapping is mapped and checked at its first chunk read, not now (the view
-    of a whole store describes many values and reads none)."""
+    of a whole store describes many values and reads none). ``part`` and ``layout``: one array of a value of
+    several (a frame's column), its part and its ``dtype``/``shape``/``order`` as its handler says."""
     meta = manifest.meta
-    if manifest.tag == "handler" and len(manifest.parts) == 1:
+    if layout is not None:
+        meta = layout
+        if not 0 <= part < len(manifest.parts):
+            raise ValueError(f"value {manifest.digest.hex()} has no part {part}")
+    elif manifest.tag == "handler" and len(manifest.parts) == 1:
         # A handler whose value is one array of elements (a tensor) says how numpy sees them.
         name = str(meta.get("handler"))
         libraries.ensure_named(name)
@@ -260,26 +273,33 @@ def chunk_view(store: Store, manifest: Manifest, lazy: bool = False) -> ChunkVie
                         "which zarr cannot describe; load it with get()")
     shape = tuple(int(x) for x in meta["shape"])
     fortran = meta["order"] == "F" and len(shape) > 1
-    part = manifest.parts[0]
-    rb = max(1, int(part.get("rb", 1)))
-    cb = int(part["cb"])
+    index = part
+    stored = manifest.parts[index] if manifest.parts else {"n": 0, "cb": 1, "c": []}
+    if layout is not None and int(stored["n"]) != math.prod(shape) * dtype.itemsize:
+        raise ValueError(f"value {manifest.digest.hex()}'s part {part} holds {stored['n']} bytes, not an array of "
+                         f"{shape} {dtype}")
+    rb = max(1, int(stored.get("rb", 1)))
+    cb = int(stored["cb"])
     whole: np.ndarray[Any, np.dtype[np.uint8]] | Callable[[], np.ndarray[Any, np.dtype[np.uint8]]] | None = None
-    if len(part["c"]) == 1 and cb > WHOLE_VIEW_CHUNK:
+    if len(stored["c"]) == 1 and cb > WHOLE_VIEW_CHUNK:
         # Laid out whole for mmap=True: one object of up to a GiB. Mapped and checked once here, then read in
         # chunks of whole rows, so a slice copies what it touches and not the whole value.
         from casmon.store import mapped
 
         if lazy:
-            path = store.objects.backend.local_path(loose_key(Digest(part["c"][0])))
+            path = store.objects.backend.local_path(loose_key(Digest(stored["c"][0])))
             if path is not None and path.is_file():
-                whole = functools.partial(_whole, store, part)
+                whole = functools.partial(_whole, store, stored)
         else:
-            whole = mapped.map_part(store.objects, part)
+            whole = mapped.map_part(store.objects, stored)
         if whole is not None:
             cb = max(rb, WHOLE_VIEW_CHUNK // rb * rb)
-    rows = max(1, cb // rb)
-    if cb % rb:
-        raise ValueError(f"array {manifest.digest.hex()} has rows larger than a chunk; load it with get()")
+    # A chunk must hold whole rows (the stored row size a multiple of the shape's): else a zarr chunk of rows
+    # would not be one stored chunk, and the view would present wrong values.
+    row = max(1, math.prod(shape[:-1] if fortran else shape[1:]) * dtype.itemsize) if shape else max(1, dtype.itemsize)
+    if cb % rb or (int(stored["n"]) > cb and rb % row):
+        raise ValueError(f"array {manifest.digest.hex()} is not stored in chunks of whole rows; load it with get()")
+    rows = max(1, cb // row)
     if not shape:
         chunks: tuple[int, ...] = ()
     elif fortran:
@@ -292,7 +312,7 @@ def chunk_view(store: Store, manifest: Manifest, lazy: bool = False) -> ChunkVie
     except Exception as e:  # noqa: BLE001 - zarr has no type for this dtype
         raise TypeError(f"array {manifest.digest.hex()} of dtype {dtype} cannot be opened with zarr: {e}") from None
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * dtype.itemsize if chunks else dtype.itemsize
-    return ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None)
+    return ChunkView(store, manifest, md, chunk_nbytes, fortran, whole, cb if whole is not None else None, index)
 
 
 class StoredArray(zarr.Array[Any]):

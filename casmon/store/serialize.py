@@ -554,9 +554,10 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
     except (UntrustedStoreError, DamagedObjectError, StoreFormatError):
         raise
     except _DECODE_ERRORS as e:
-        # A user's handler's error is passed on; casmon's own numpy handler failing on a crafted
-        # manifest is damage like any other.
-        if (tag == "handler" and not isinstance(h, _OWN)) or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
+        # A user's handler's error is passed on; casmon's own handlers (numpy's, the libraries') failing on a
+        # crafted manifest is damage like any other.
+        own = isinstance(h, _OWN) or type(h).__module__.startswith("casmon.store.libraries.")
+        if (tag == "handler" and not own) or (tag == "pickle" and trusted and not isinstance(e, (pickle.UnpicklingError, EOFError))):
             raise  # the user's own code (a handler, a class's __setstate__) failed: its error, not ours
         raise DamagedObjectError(key, f"cannot decode its {tag} form: {type(e).__name__}: {str(e)[:200]}") from None
     raise DamagedObjectError(key, f"unknown value form {tag!r}")

@@ -362,11 +362,19 @@ class Store:
 
         return open_array(self, self.manifest(digest))
 
-    def zarr(self) -> Any:
-        """This store as a read-only zarr v3 store presenting ``cache/`` and ``runs/`` (:mod:`casmon.store.zarrview`)."""
+    def zarr(self, consolidated: bool = False) -> Any:
+        """This store as a read-only zarr v3 store presenting ``cache/``, ``calls/`` and ``runs/``, read as asked
+        for (``consolidated=True``: all read now, in the root's metadata) (:mod:`casmon.store.zarrview`)."""
         from casmon.store.zarrview import open_view
 
-        return open_view(self)
+        return open_view(self, consolidated)
+
+    def export_zarr(self, out: str | os.PathLike[str], *what: str) -> Any:
+        """Write this store's zarr view (or the runs, functions and entries ``what`` names) as a zarr v3 hierarchy
+        at ``out``: a new folder, ``.zip`` or ``s3://`` prefix (:mod:`casmon.store.zarrexport`); an ``Exported``."""
+        from casmon.store.zarrexport import export_zarr
+
+        return export_zarr(self, out, *what)
 
     # -- records ------------------------------------------------------------------
     def table(self, kind: str) -> Table:

@@ -16,9 +16,11 @@ are loaded by name when a view is opened, as the maintenance layer is.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import math
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,7 +37,7 @@ __all__ = ["ZarrView", "Tree", "ChunkSource", "install_section", "open_view", "z
            "array_metadata"]
 
 #: The modules whose import installs the sections a view shows (loaded by name: they are layers above this one).
-SECTION_MODULES = ("casmon.caching.zarrtree", "casmon.runs.zarrtree")
+SECTION_MODULES = ("casmon.caching.zarrtree", "casmon.calllog.zarrtree", "casmon.runs.zarrtree")
 
 _sections: dict[str, Callable[[Store, Tree], None]] = {}
 
@@ -94,12 +96,17 @@ def array_metadata(dtype: str, shape: tuple[int, ...], chunks: tuple[int, ...], 
 
 
 class Tree:
-    """The nodes of a view while it is built: groups with attributes, arrays with their chunk sources."""
+    """The nodes of a view: groups with attributes, arrays with their chunk sources, and *lazy* groups whose
+    children are listed and built when first asked for (a store of 10,000 runs opens without reading one)."""
 
     def __init__(self) -> None:
         self.meta: dict[str, dict[str, Any]] = {}  # path -> the node's zarr.json
         self.arrays: dict[str, ChunkSource] = {}
         self.children: dict[str, set[str]] = {"": set()}
+        self._lazy: dict[str, tuple[Callable[[], Iterable[str]], Callable[[str], None]]] = {}
+        self._listed: set[str] = set()
+        self._built: set[str] = set()
+        self._lock = threading.RLock()
 
     def _parent(self, path: str) -> None:
         head, _, tail = path.rpartition("/")
@@ -122,24 +129,111 @@ class Tree:
         self.meta[path] = meta
         self.arrays[path] = source
 
+    def lazy(self, path: str, names: Callable[[], Iterable[str]], build: Callable[[str], None],
+             attrs: dict[str, Any] | None = None) -> None:
+        """Add the group at ``path`` whose child node names ``names()`` lists and whose child ``name`` (with all
+        below it) ``build(name)`` adds, each when first asked for."""
+        self.group(path, attrs)
+        self._lazy[path] = (names, build)
 
-def open_view(store: Store) -> ZarrView:
-    """The read-only zarr v3 view of ``store`` as it is now (see the module's doc)."""
+    def listing(self, path: str) -> set[str]:
+        """The names of the children of the group at ``path`` (listed now if it is lazy)."""
+        with self._lock:
+            lazy = self._lazy.get(path)
+            if lazy is not None and path not in self._listed:
+                self.children.setdefault(path, set()).update(lazy[0]())
+                self._listed.add(path)
+            return set(self.children.get(path, ()))  # a copy: another thread's build may add to it
+
+    def pending(self, path: str) -> bool:
+        """Whether a lazy group above ``path`` has yet to list or build the node there."""
+        if not self._lazy:
+            return False
+        parts = path.split("/") if path else []
+        for i in range(len(parts)):
+            parent, full = "/".join(parts[:i]), "/".join(parts[: i + 1])
+            if parent in self._lazy and (parent not in self._listed or
+                                         (full not in self._built and parts[i] in self.children.get(parent, ()))):
+                return True
+            if full not in self.meta:
+                return False
+        return False
+
+    def ensure(self, path: str) -> None:
+        """Build whatever lazy group holds the node at ``path``, level by level (nothing if there is none)."""
+        if path in self.meta and not self._lazy:
+            return
+        parts = path.split("/") if path else []
+        with self._lock:
+            for i in range(len(parts)):
+                parent, full = "/".join(parts[:i]), "/".join(parts[: i + 1])
+                if parent in self._lazy and full not in self._built:
+                    if parts[i] not in self.listing(parent):
+                        return
+                    self._built.add(full)
+                    try:
+                        self._lazy[parent][1](parts[i])
+                    except Exception as e:  # noqa: BLE001 - a crafted record: this node says so, the others stay
+                        self.group(full, {"casmon": {"error": f"{type(e).__name__}: {e}"[:500]}})
+                elif full not in self.meta:
+                    return
+
+    def expand(self, path: str = "") -> None:
+        """Build every lazy group at or below ``path``."""
+        self.ensure(path)
+        todo = [path]
+        while todo:
+            p = todo.pop()
+            for name in sorted(self.listing(p)):
+                child = f"{p}/{name}" if p else name
+                self.ensure(child)
+                if self.meta.get(child, {}).get("node_type") == "group":
+                    todo.append(child)
+
+    def complete(self, path: str) -> bool:
+        """Whether nothing lazy is left at or below ``path`` (its listing is final)."""
+        for p in self._lazy:
+            if path and p != path and not p.startswith(path + "/"):
+                continue
+            if p not in self._listed:
+                return False
+            if any((f"{p}/{c}" if p else c) not in self._built for c in self.children.get(p, ())):
+                return False
+        return True
+
+    def below(self, path: str) -> dict[str, dict[str, Any]]:
+        """The metadata of every node below ``path``, by path relative to it."""
+        out, todo = {}, [path]
+        while todo:
+            p = todo.pop()
+            for name in self.children.get(p, ()):
+                child = f"{p}/{name}" if p else name
+                if child in self.meta:
+                    out[child[len(path) + 1 :] if path else child] = self.meta[child]
+                    todo.append(child)
+        return out
+
+
+def open_view(store: Store, consolidated: bool = False) -> ZarrView:
+    """The read-only zarr v3 view of ``store`` (see the module's doc). Its nodes are read when first asked for;
+    ``consolidated=True`` reads them all now and puts their metadata in the root's ``zarr.json``."""
     for name in SECTION_MODULES:
         importlib.import_module(name)
     tree = Tree()
     for section in sorted(_sections):
         tree.group(section)
         _sections[section](store, tree)
-    return ZarrView(store, tree)
+    if consolidated:
+        tree.expand()
+    return ZarrView(store, tree, consolidated)
 
 
-def zarr_view(store: Store | str | None = None) -> ZarrView:
+def zarr_view(store: Store | str | None = None, consolidated: bool = False) -> ZarrView:
     """The read-only zarr v3 view of a store, given as a :class:`~casmon.store.Store` or its URL (the default
-    store if None): ``zarr.open_group(casmon.zarr_view(url), mode="r")``."""
+    store if None): ``zarr.open_group(casmon.zarr_view(url), mode="r")`` (``consolidated``: see :func:`open_view`)."""
     from casmon.store.store import Store as _Store, default_store
 
-    return open_view(store if isinstance(store, _Store) else default_store(store, create=False))
+    return open_view(store if isinstance(store, _Store) else default_store(store, create=False), consolidated)
 
 
 def _dumps(meta: dict[str, Any]) -> bytes:
@@ -154,23 +248,55 @@ class ZarrView(ZarrStore):
     supports_partial_writes = False
     supports_listing = True
 
-    def __init__(self, store: Store, tree: Tree) -> None:
+    def __init__(self, store: Store, tree: Tree, consolidated: bool = False) -> None:
         super().__init__(read_only=True)
         self._store = store
         self._tree = tree
-        root = {"zarr_format": 3, "node_type": "group", "attributes": {"casmon": {"store": store.url}},
-                "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {
-                    p: (m if m["node_type"] == "array" else
-                        {**m, "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}}})
-                    for p, m in sorted(tree.meta.items())}}}
-        self._docs: dict[str, bytes] = {"zarr.json": _dumps(root)}
-        for p, m in tree.meta.items():
-            self._docs[f"{p}/zarr.json"] = _dumps(m)
+        self._root: dict[str, Any] = {"zarr_format": 3, "node_type": "group",
+                                      "attributes": {"casmon": {"store": store.url}}}
+        self._docs: dict[str, bytes] = {}
+        if consolidated:
+            self._docs["zarr.json"] = self._doc("", self._root)
+
+    def _doc(self, path: str, meta: dict[str, Any]) -> bytes:
+        """A node's ``zarr.json``: a group whose subtree is all built carries it as consolidated metadata, so
+        ``zarr.open_group`` and ``xr.open_zarr`` walk it without one read per node."""
+        if meta["node_type"] == "group" and self._tree.complete(path):
+            meta = {**meta, "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {
+                p: (m if m["node_type"] == "array" else
+                    {**m, "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}}})
+                for p, m in sorted(self._tree.below(path).items())}}}
+        return _dumps(meta)
+
+    async def _doc_at(self, key: str) -> bytes | None:
+        """The ``zarr.json`` at ``key``, made (and its lazy group built) when first asked for."""
+        doc = self._docs.get(key)
+        if doc is not None or key.rpartition("/")[2] != "zarr.json":
+            return doc
+        path = key[: -len("zarr.json")].rstrip("/")
+        await self._ensure(path)
+        meta = self._root if not path else self._tree.meta.get(path)
+        if meta is None:
+            return None
+        doc = self._doc(path, meta)
+        if self._tree.complete(path):
+            self._docs[key] = doc
+        return doc
+
+    async def _ensure(self, path: str) -> None:
+        # Off zarr's event loop: building a node reads the store and may ask zarr for metadata templates.
+        if self._tree.pending(path):
+            await asyncio.to_thread(self._tree.ensure, path)
 
     @property
     def store(self) -> Store:
         """The casmon store this view presents."""
         return self._store
+
+    @property
+    def tree(self) -> Tree:
+        """The nodes this view presents (its snapshot of the store)."""
+        return self._tree
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ZarrView) and other._store is self._store and other._tree is self._tree
@@ -183,11 +309,12 @@ class ZarrView(ZarrStore):
 
     __repr__ = __str__
 
-    def _chunk(self, key: str) -> tuple[ChunkSource, str] | None:
+    async def _chunk(self, key: str) -> tuple[ChunkSource, str] | None:
         """The array a chunk key belongs to, and the key within it."""
         parts = key.split("/")
         for i, p in enumerate(parts):
             if p == "c":
+                await self._ensure("/".join(parts[:i]))
                 src = self._tree.arrays.get("/".join(parts[:i]))
                 if src is not None:
                     return src, "/".join(parts[i:])
@@ -199,10 +326,10 @@ class ZarrView(ZarrStore):
             from zarr.buffer import default_buffer_prototype
 
             prototype = default_buffer_prototype()
-        doc = self._docs.get(key)
+        doc = await self._doc_at(key)
         if doc is not None:
             return prototype.buffer.from_bytes(byte_slice(doc, byte_range))
-        found = self._chunk(key)
+        found = await self._chunk(key)
         if found is None:
             return None
         return await found[0].get(found[1], prototype, byte_range)
@@ -212,9 +339,9 @@ class ZarrView(ZarrStore):
         return [await self.get(k, prototype, r) for k, r in key_ranges]
 
     async def exists(self, key: str) -> bool:
-        if key in self._docs:
+        if await self._doc_at(key) is not None:
             return True
-        found = self._chunk(key)
+        found = await self._chunk(key)
         if found is None:
             return False
         exists = getattr(found[0], "exists", None)
@@ -229,20 +356,28 @@ class ZarrView(ZarrStore):
     async def delete(self, key: str) -> None:
         raise PermissionError(f"casmon's zarr view is read-only: cannot delete {key!r}")
 
+    def _keys(self, prefix: str) -> list[str]:
+        """Every ``zarr.json`` key under ``prefix`` (the lazy groups there built: a whole listing reads all)."""
+        path = prefix.strip("/")
+        path = path[: -len("zarr.json")].rstrip("/") if path.endswith("zarr.json") else path
+        self._tree.expand(path if path in self._tree.meta else path.rpartition("/")[0])
+        return ["zarr.json"] + [f"{p}/zarr.json" for p in sorted(self._tree.meta)]
+
     async def list(self) -> AsyncIterator[str]:  # chunk keys are computed; zarr does not need them listed
-        for k in self._docs:
+        for k in await asyncio.to_thread(self._keys, ""):
             yield k
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for k in self._docs:
+        for k in await asyncio.to_thread(self._keys, prefix):
             if k.startswith(prefix):
                 yield k
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         path = prefix.strip("/")
+        await self._ensure(path)
         if path and path not in self._tree.meta:
             return
         yield "zarr.json"
-        for name in sorted(self._tree.children.get(path, ())):
+        for name in sorted(await asyncio.to_thread(self._tree.listing, path)):
             yield name
 

@@ -70,11 +70,13 @@ def test_the_view_walks_with_consolidated_metadata_and_refuses_writes(tmp_path):
     with casmon.record(store=s, capture_output=False, params={"lr": float("inf"), "nan": float("nan")}) as run:
         run.log(loss=0.5, step=1)
     s.flush()
-    view = s.zarr()
+    view = s.zarr(consolidated=True)
     assert view.supports_writes is False
     root = zarr.open_consolidated(view, mode="r")
     assert root.metadata.consolidated_metadata is not None
     names = {k for k, _m in root.members(max_depth=None)}
+    # the view read as asked for lists the same tree
+    assert {k for k, _m in zarr.open_group(s.zarr(), mode="r").members(max_depth=None)} == names
     rname = casmon.list_runs(s)[0].ref.split("/", 1)[-1]
     assert {f"runs/{rname}/metrics/loss/step", f"runs/{rname}/metrics/loss/value",
             f"runs/{rname}/metrics/loss/time"} <= names
@@ -369,3 +371,171 @@ def test_a_crafted_metric_batch_length_is_a_metric_with_an_error_not_an_array_re
     assert "batch" in g["bad"].attrs["error"] and list(g["bad"].array_keys()) == []
     assert g["good"]["value"][:].tolist() == [1.0]
     assert len(xr.open_zarr(view, group=f"runs/{run.name}/metrics/bad").data_vars) == 0
+
+
+def test_an_xarray_dataset_result_opens_lazily_with_xr_open_zarr_equal_to_the_cached_value(tmp_path, monkeypatch):
+    xr = pytest.importorskip("xarray")
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+    ds = xr.Dataset({"t": (("x", "y"), np.random.default_rng(0).random((2000, 4)), {"units": "K"}),
+                     "z": ("x", np.arange(2000, dtype="i2"))},
+                    coords={"x": np.arange(2000) * 10, "y": pd.date_range("2020", periods=4),
+                            "lab": ("y", np.array(["a", "b", "c", "d"]))}, attrs={"title": "t"})
+
+    @casmon.cache(store=s)
+    def make(which):
+        return ds if which == "ds" else ds["t"].rename(None)
+
+    make("ds"), make("da")
+    s.flush()
+    view = s.zarr()
+    reads = []
+    real = s.read_chunk
+    monkeypatch.setattr(s, "read_chunk", lambda d, out: (reads.append(d), real(d, out))[1])
+    got = xr.open_zarr(view, group=_entry(None, make, "ds")[0])
+    assert len(reads) <= 6  # lazily: xarray reads the index coordinates (x: 4 chunks, y: 1), not t's 16 chunks
+    assert got["t"].attrs["units"] == "K" and got["t"].dims == ("x", "y") and "lab" in got.coords
+    assert got.load().equals(ds) and got.attrs["title"] == "t"
+    da = xr.open_zarr(view, group=_entry(None, make, "da")[0])["data"]
+    assert da.load().equals(ds["t"].rename(None))
+
+
+def test_a_dataframe_result_is_a_group_of_column_arrays_and_its_index(tmp_path):
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+    df = pd.DataFrame({"a": np.arange(5), "b": np.linspace(0, 1, 5), 3: [True] * 5},
+                      index=pd.Index(np.arange(5) * 2.5, name="k"))
+
+    @casmon.cache(store=s)
+    def make():
+        return df
+
+    make()
+    s.flush()
+    g = _open(s.zarr())[_entry(None, make)[0]]
+    assert sorted(g.array_keys()) == ["3", "a", "b", "index"] and g.attrs["columns"] == ["a", "b", 3]
+    for c in df.columns:
+        assert np.array_equal(g[str(c)][:], df[c].to_numpy()) and g[str(c)].metadata.dimension_names == ("index",)
+    assert np.array_equal(g["index"][:], df.index.to_numpy()) and g.attrs["index_name"] == "k"
+
+
+def test_a_frames_crafted_part_layout_is_described_not_presented(tmp_path):
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def make():
+        return pd.DataFrame({"a": np.arange(5.0)})
+
+    make()
+    s.flush()
+    m = s.manifest(make.ref().digest)
+    crafted = dict(m.meta)
+    crafted["meta"] = {**m.meta["meta"], "columns": [{"name": "a", "array": {"dtype": "'<f8'", "shape": [10**9], "order": "C"}}]}
+    from casmon.store import arrayview
+
+    with pytest.raises(ValueError, match="holds 40 bytes"):
+        arrayview.chunk_view(s, m, part=0, layout=crafted["meta"]["columns"][0]["array"])
+
+
+def test_an_array_whose_stored_chunks_split_rows_is_described_never_presented_wrong(tmp_path):
+    import copy
+
+    from casmon.store import arrayview
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+
+    @casmon.cache(store=s)
+    def make():
+        return np.arange(60_000, dtype="i4").reshape(300, 200)  # rows of 800 bytes, 5 to a chunk
+
+    make()
+    s.flush()
+    m = s.manifest(make.ref().digest)
+    assert arrayview.chunk_view(s, m)  # as stored: whole rows
+    crafted = copy.copy(m)
+    crafted.parts = [dict(m.parts[0], rb=4)]  # chunk boundaries said to fall anywhere: a zarr chunk is not a stored one
+    with pytest.raises(ValueError, match="whole rows"):
+        arrayview.chunk_view(s, crafted)
+
+
+def test_logged_calls_arguments_and_results_are_nodes_of_the_view(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.intercept(store=s)
+    def step(x, lr=0.1, *rest, scale=2, **kw):
+        return x * lr
+
+    step(np.arange(5.0), 0.5, 7, Opaque(), scale=3, extra=np.ones(2))
+    step(np.arange(3.0))
+    s.flush()
+    s.close()
+    import pickle
+
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: (_ for _ in ()).throw(AssertionError("unpickled")))
+    root = _open(casmon.open(tmp_path / "s", trust=False).zarr())
+    fn = node_name(f"{step.__module__}.{step.__qualname__}")
+    first = root[f"calls/{fn}/1/1"]
+    assert first.attrs["n"] == 1 and first.attrs["exception"] is None
+    assert np.array_equal(first["args/x"][:], np.arange(5.0)) and first["args/lr"].attrs["value"] == 0.5
+    assert first["args/rest/0"].attrs["value"] == 7 and "Opaque" in first["args/rest/1"].attrs["casmon"]["type"]
+    assert first["args/scale"].attrs["value"] == 3 and np.array_equal(first["args/kw/extra"][:], np.ones(2))
+    assert np.array_equal(first["result"][:], np.arange(5.0) * 0.5)
+    second = root[f"calls/{fn}/1/2"]
+    assert second["args/lr"].attrs["value"] == 0.1  # a default the call left out
+    assert np.array_equal(second["result"][:], np.arange(3.0) * 0.1)
+
+
+def test_opening_the_view_reads_no_record_and_a_node_reads_only_what_it_shows(tmp_path, monkeypatch):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(i):
+        return np.arange(i)
+
+    for i in range(20):
+        f(i)
+    runs = []
+    for i in range(5):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i))
+        runs.append(run)
+    s.flush()
+    manifests, records = [], []
+    real_manifest, real_records = s.manifest, s.records
+    monkeypatch.setattr(s, "manifest", lambda d, *a, **k: (manifests.append(d), real_manifest(d, *a, **k))[1])
+    monkeypatch.setattr(s, "records", lambda kind, *a, **k: (records.append(kind), real_records(kind, *a, **k))[1])
+    root = _open(s.zarr())
+    assert not manifests and not records  # open: nothing read
+    g = root[f"runs/{runs[2].name}/metrics/loss"]
+    assert g["value"][:].tolist() == [2.0]
+    assert "cache" not in records and len(manifests) <= 3  # one run's manifest (and its values), no entry
+    path, ref = _entry(None, f, 7)
+    manifests.clear()
+    assert np.array_equal(root[path][:], np.arange(7)) and manifests.count(ref.digest) == 1 and len(set(manifests)) == 1
+
+
+def test_a_node_whose_records_cannot_be_presented_is_a_group_saying_why_and_the_rest_stays(tmp_path, monkeypatch):
+    import casmon.runs.zarrtree as runs_tree
+
+    s = casmon.open(tmp_path / "s")
+    names = []
+    for i in range(2):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i))
+        names.append(run.name)
+    s.flush()
+    real = runs_tree._run
+
+    def crafted(store, tree, r):  # a record no builder foresaw: whatever it raises stays in its node
+        if r.name == names[0]:
+            raise KeyError("crafted")
+        real(store, tree, r)
+
+    monkeypatch.setattr(runs_tree, "_run", crafted)
+    root = _open(s.zarr())
+    assert root[f"runs/{names[0]}"].attrs["casmon"]["error"] == "KeyError: 'crafted'"
+    assert root[f"runs/{names[1]}/metrics/loss/value"][:].tolist() == [1.0]

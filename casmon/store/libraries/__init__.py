@@ -2,7 +2,7 @@
 
 A module here holds one library's :class:`casmon.store.serialize.Handler` (``HANDLER``)
 and says which types it saves (``handles``). Tensors, jax arrays, Arrow tables, polars
-frames, PIL images and HF datasets go into the chunked, deduplicated path numpy arrays take, so an equal value is stored
+frames, pandas frames, xarray datasets, PIL images and HF datasets go into the chunked, deduplicated path numpy arrays take, so an equal value is stored
 once and a checkpoint shares its unchanged tensors. :func:`ensure` loads a module the
 first time a value of its library is saved; :func:`ensure_named` the first time a
 value it saved is loaded (which imports the library: the value is one of its objects).
@@ -20,9 +20,10 @@ __all__ = ["ensure", "ensure_named", "MODULES"]
 
 #: A type's top-level module -> the module here that stores that library's values.
 MODULES = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil",
-           "datasets": "hf"}
+           "datasets": "hf", "pandas": "pandas", "xarray": "xarray"}
 #: A handler name's first component -> its module (handler names are stored in manifests).
-_BY_HANDLER = {"torch": "torch", "jax": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil", "datasets": "hf"}
+_BY_HANDLER = {"torch": "torch", "jax": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil", "datasets": "hf",
+               "pandas": "pandas", "xarray": "xarray"}
 _loaded: dict[str, Any] = {}
 _lock = threading.Lock()
 

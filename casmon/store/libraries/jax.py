@@ -39,6 +39,13 @@ class JaxArrayHandler:
         host = buf.view(dtype).reshape(shape) if buf.size else np.zeros(shape, dtype)
         return jnp.asarray(host)
 
+    def array_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """The numpy form of the stored elements, for lazy reads (``Store.open_array``, the zarr view)."""
+        dtype = np.dtype(jnp.dtype(str(meta["dtype"])))
+        if dtype.kind == "V" or dtype.type.__module__.startswith("ml_dtypes"):
+            raise TypeError(f"a jax array of {dtype} has no dtype zarr describes; load it with get()")
+        return {"dtype": repr(np.lib.format.dtype_to_descr(dtype)), "shape": meta["shape"], "order": "C"}
+
 
 HANDLER = JaxArrayHandler()
 

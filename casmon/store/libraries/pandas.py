@@ -1,0 +1,100 @@
+"""pandas: a DataFrame or Series as one numeric part per column (and one for its index unless a range), with
+its column names, index and attributes, so the zarr view presents it as a group of column arrays plus the
+index. Columns of object, string, categorical or timezone dtypes, and names JSON does not keep, are pickled
+whole instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json
+
+__all__ = ["PandasHandler"]
+
+
+def _name_ok(n: Any) -> bool:
+    return n is None or type(n) in (str, int)
+
+
+class PandasHandler:
+    name = "pandas.DataFrame"
+    safe = True  # built from arrays, names and JSON attributes alone
+
+    def encode(self, v: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        if type(v) is pd.Series:
+            kind, df = "series", v.to_frame(name=0 if v.name is None else v.name)
+            if not _name_ok(v.name):
+                return None
+        elif type(v) is pd.DataFrame:
+            kind, df = "frame", v
+        else:
+            return None
+        cols = df.columns
+        if type(cols) not in (pd.Index, pd.RangeIndex) or cols.has_duplicates or len(cols) > MAX_PARTS or \
+                not all(type(c) in (str, int) for c in cols) or not _name_ok(cols.name) or not plain_json(df.attrs):
+            return None
+        columns, buffers = [], []
+        for i, c in enumerate(cols):
+            got = as_part(df.iloc[:, i].to_numpy()) if isinstance(df.dtypes.iloc[i], np.dtype) else None
+            if got is None:
+                return None
+            columns.append({"name": c, "array": got[0]})
+            buffers.append(got[1])
+        idx = df.index
+        if not _name_ok(idx.name):
+            return None
+        if type(idx) is pd.RangeIndex:
+            index: dict[str, Any] = {"range": [idx.start, idx.stop, idx.step], "name": idx.name}
+        elif type(idx) in (pd.Index, pd.DatetimeIndex, pd.TimedeltaIndex) and isinstance(idx.dtype, np.dtype) and \
+                (got := as_part(idx.to_numpy())) is not None:
+            index = {"array": got[0], "name": idx.name, "freq": getattr(idx, "freqstr", None)}
+            buffers.append(got[1])
+        else:
+            return None
+        meta = {"kind": kind, "name": v.name if kind == "series" else None, "columns": columns, "index": index,
+                "columns_range": type(cols) is pd.RangeIndex, "columns_name": cols.name, "attrs": df.attrs}
+        return meta, buffers
+
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+        ix = meta["index"]
+        if "range" in ix:
+            index = pd.RangeIndex(*ix["range"], name=ix["name"])
+        else:
+            index = pd.Index(from_part(ix["array"], buffers[-1]), name=ix["name"])
+            if ix.get("freq") is not None and isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
+                index = type(index)(index, freq=ix["freq"])
+        data = {c["name"]: from_part(c["array"], buf) for c, buf in zip(meta["columns"], buffers)}
+        df = pd.DataFrame(data, index=index, columns=[c["name"] for c in meta["columns"]])
+        if meta["columns_range"]:
+            df.columns = pd.RangeIndex(len(df.columns))
+        df.columns.name = meta["columns_name"]
+        df.attrs = meta["attrs"]
+        if meta["kind"] == "series":
+            s = df.iloc[:, 0]
+            s.name = meta["name"]
+            return s
+        return df
+
+    def zarr_nodes(self, meta: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The group the zarr view presents: one array per column along dimension ``index``, and the index."""
+        names = [str(c["name"]) for c in meta["columns"]]
+        arrays = [{"name": n, "part": i, "array": c["array"], "dims": ["index"], "attrs": {}}
+                  for i, (n, c) in enumerate(zip(names, meta["columns"]))]
+        ix = meta["index"]
+        attrs: dict[str, Any] = {"columns": [c["name"] for c in meta["columns"]], "index_name": ix["name"],
+                                 **({"index_range": ix["range"]} if "range" in ix else {})}
+        if "array" in ix and "index" not in names:
+            arrays.append({"name": "index", "part": len(meta["columns"]), "array": ix["array"], "dims": ["index"],
+                           "attrs": {}})
+        return attrs, arrays
+
+
+HANDLER = PandasHandler()
+
+
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return t in (pd.DataFrame, pd.Series)

@@ -1,0 +1,90 @@
+"""xarray: a Dataset or DataArray as one numeric part per variable (coordinates included) and its names, dims
+and attributes, so the zarr view presents it as a group ``xr.open_zarr`` opens. Variables backed by dask, of
+object dtype, or with attributes JSON does not keep are pickled whole instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json
+
+__all__ = ["XarrayHandler"]
+
+#: A DataArray without a name is stored as a Dataset's variable of this name.
+UNNAMED = "data"
+
+
+def _name_ok(n: Any) -> bool:
+    return type(n) is str and bool(n) and "/" not in n and not n.startswith(("__", "%")) and n not in (".", "..")
+
+
+class XarrayHandler:
+    name = "xarray.Dataset"
+    safe = True  # built from arrays, names and JSON attributes alone
+
+    def encode(self, v: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        if type(v) is xr.DataArray:
+            if v.name is not None and not _name_ok(v.name):
+                return None
+            var = UNNAMED if v.name is None else v.name
+            if var in v.coords:
+                return None
+            kind, ds = "dataarray", v.to_dataset(name=var)
+        elif type(v) is xr.Dataset:
+            kind, ds, var = "dataset", v, None
+        else:
+            return None
+        if len(ds.variables) > MAX_PARTS or not plain_json(ds.attrs):
+            return None
+        variables, buffers = [], []
+        for name, x in ds.variables.items():
+            if not _name_ok(name) or not plain_json(x.attrs) or not all(_name_ok(d) for d in x.dims):
+                return None
+            data = x.data if name not in ds.indexes else x.values
+            got = as_part(data)
+            if got is None:
+                return None
+            layout, a = got
+            variables.append({"name": name, "dims": list(x.dims), "attrs": x.attrs, "coord": name in ds.coords,
+                              "array": layout})
+            buffers.append(a)
+        return {"kind": kind, "var": var, "attrs": ds.attrs, "variables": variables}, buffers
+
+    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+        data: dict[str, xr.Variable] = {}
+        coords: dict[str, xr.Variable] = {}
+        for v, buf in zip(meta["variables"], buffers):
+            x = xr.Variable(tuple(v["dims"]), from_part(v["array"], buf), attrs=v["attrs"])
+            (coords if v["coord"] else data)[v["name"]] = x
+        ds = xr.Dataset(data, coords=coords, attrs=meta["attrs"])
+        if meta["kind"] == "dataarray":
+            da = ds[meta["var"]]
+            return da.rename(None) if meta["var"] == UNNAMED else da
+        return ds
+
+    def zarr_nodes(self, meta: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The group the zarr view presents: its attributes and one array per variable (part, layout, dims,
+        attributes), with the non-index coordinates named as xarray reads them."""
+        dims = {d for v in meta["variables"] for d in v["dims"]}
+        others = " ".join(v["name"] for v in meta["variables"] if v["coord"] and v["name"] not in dims)
+        arrays = []
+        for i, v in enumerate(meta["variables"]):
+            attrs = dict(v["attrs"])
+            if others and not v["coord"]:
+                attrs["coordinates"] = others
+            arrays.append({"name": v["name"], "part": i, "array": v["array"], "dims": v["dims"], "attrs": attrs})
+        attrs = dict(meta["attrs"])
+        if meta["kind"] == "dataarray":
+            attrs["casmon_dataarray"] = meta["var"]
+        return attrs, arrays
+
+
+HANDLER = XarrayHandler()
+
+
+def handles(t: type) -> bool:
+    """Whether :data:`HANDLER` saves values of exactly type ``t``."""
+    return t in (xr.Dataset, xr.DataArray)

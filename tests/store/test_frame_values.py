@@ -1,0 +1,111 @@
+"""pandas and xarray values stored one numeric part per column or variable (casmon/store/libraries/pandas.py,
+xarray.py): they come back equal, load from an untrusted store, and what the layout cannot hold is pickled."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import casmon
+
+
+def _round_trip(tmp_path, values, trust=True):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s, version="values")  # the values are the test's: no need to hash them as code
+    def f(i):
+        return values[i]
+
+    for i in range(len(values)):
+        f(i)
+    s.flush()
+    s.close()
+    t = casmon.open(tmp_path / "s", trust=trust)
+    refs = [f.ref(i) for i in range(len(values))]
+    return [(t.manifest(r.digest), t.get(r.digest)) for r in refs]
+
+
+FRAMES = [
+    pd.DataFrame({"a": [1, 2, 3], "b": [0.5, np.nan, 1.0], "c": [True, False, True]}),
+    pd.DataFrame({"t": pd.date_range("2020", periods=4), "d": pd.to_timedelta([1, 2, 3, 4], unit="s")},
+                 index=pd.Index([5, 3, 9, 1], name="k")),
+    pd.DataFrame(np.arange(12.0).reshape(4, 3)),
+    pd.DataFrame({"x": np.arange(3, dtype="u2")}, index=pd.date_range("2021", periods=3, name="when").as_unit("s")),
+    pd.DataFrame({"a": np.zeros(0)}),
+    pd.DataFrame(index=pd.RangeIndex(2, 12, 3)),
+    pd.Series([1.5, 2.5], name="s"),
+    pd.Series([1, 2], index=pd.Index([0.5, 1.5])),
+]
+
+
+def test_pandas_frames_come_back_equal_stored_as_columns(tmp_path):
+    for want, (m, got) in zip(FRAMES, _round_trip(tmp_path, FRAMES, trust=False)):
+        assert m.tag == "handler" and m.meta["handler"] == "pandas.DataFrame"
+        if isinstance(want, pd.Series):
+            pd.testing.assert_series_equal(got, want, check_index_type=True)
+        else:
+            pd.testing.assert_frame_equal(got, want, check_index_type=True, check_column_type=True)
+    df = FRAMES[0].copy()
+    df.attrs = {"source": "x"}
+    assert _round_trip(tmp_path / "attrs", [df])[0][1].attrs == {"source": "x"}
+
+
+DECLINED = [
+    pd.DataFrame({"o": ["x", "y"]}),
+    pd.DataFrame({"c": pd.Categorical(["a", "b"])}),
+    pd.DataFrame({"a": [1, 2]}, index=pd.MultiIndex.from_tuples([(1, 2), (3, 4)])),
+    pd.DataFrame([[1, 2]], columns=["a", "a"]),
+    pd.DataFrame({("a", 1): [1]}),
+    pd.DataFrame({"t": pd.date_range("2020", periods=2, tz="UTC")}),
+    pd.DataFrame({"a": [1]}).set_flags(allows_duplicate_labels=False).pipe(lambda d: d.__setattr__("attrs", {"n": np.int64(1)}) or d),
+]
+
+
+def test_frames_the_column_layout_cannot_hold_are_pickled_and_still_come_back(tmp_path):
+    for want, (m, got) in zip(DECLINED, _round_trip(tmp_path, DECLINED)):
+        assert m.tag == "pickle", want
+        pd.testing.assert_frame_equal(got, want)
+
+
+def _dataset():
+    return xr.Dataset(
+        {"t": (("x", "y"), np.arange(12.0).reshape(3, 4), {"units": "K"}), "z": ("x", np.array([0, 1, 2], "i2"))},
+        coords={"x": [10, 20, 30], "y": pd.date_range("2020", periods=4), "lab": ("x", np.array(["a", "b", "c"]))},
+        attrs={"title": "t", "n": [1, 2]})
+
+
+def test_xarray_values_come_back_identical_stored_as_variables(tmp_path):
+    ds = _dataset()
+    values = [ds, ds["t"], xr.DataArray(np.zeros(3)), xr.DataArray(np.float32(2.5), name="scalar"), xr.Dataset()]
+    for want, (m, got) in zip(values, _round_trip(tmp_path, values, trust=False)):
+        assert m.tag == "handler" and m.meta["handler"] == "xarray.Dataset", want
+        assert type(got) is type(want) and got.identical(want), (got, want)
+
+
+def test_xarray_values_the_layout_cannot_hold_are_pickled(tmp_path):
+    pytest.importorskip("dask")
+    ds = _dataset()
+    declined = [ds.assign_attrs(bad=np.int64(1)), ds.chunk({"x": 1}), xr.Dataset({"o": ("x", np.array([1, "a"], object))}),
+                xr.DataArray([1.0], dims="x", coords={"data": ("x", [2.0])})]
+    for want, (m, got) in zip(declined, _round_trip(tmp_path, declined)):
+        assert m.tag == "pickle"
+        assert got.identical(want)
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: pd.DataFrame({"a": np.arange(5.0)}), "columns"),
+    (lambda: xr.Dataset({"t": ("x", np.arange(5.0))}), "variables"),
+])
+def test_a_crafted_frame_manifest_is_damage_not_a_raw_error(tmp_path, make, field):
+    """casmon's own library handlers failing on a crafted manifest say damage, as its numpy handler does."""
+    from casmon.errors import DamagedObjectError
+    from casmon.store import serialize
+
+    s = casmon.open(tmp_path / "s")
+    d = s.put(make())
+    m = s.manifest(d)
+    meta = dict(m.meta["meta"])
+    meta[field] = [dict(meta[field][0], array={"dtype": "'<f8'", "shape": [7], "order": "C"})]  # 40 bytes, not 56
+    enc = serialize.Encoded(m.tag, {**m.meta, "meta": meta}, m.inline)
+    with pytest.raises(DamagedObjectError, match="cannot decode"):
+        serialize.decode(enc, [np.zeros(40, np.uint8)], trusted=False)

@@ -1,0 +1,373 @@
+"""``store.export_zarr`` / ``casmon export --zarr`` (casmon/store/zarrexport.py): a real zarr v3 hierarchy that
+zarr-python, xarray and tensorstore open in a process where casmon cannot be imported."""
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import zarr
+
+import casmon
+from casmon.errors import DamagedObjectError
+from casmon.store.zarrexport import ExportError, layout
+from casmon.store.zarrview import node_name
+from tests.support.cli import cli
+from tests.support.damage import damage_cached_result
+
+#: Opens an export with zarr (every array), tensorstore (numeric arrays) and xarray (metric groups), in a
+#: process where ``import casmon`` fails; writes what it read as a pickle of plain numpy values.
+_READER = textwrap.dedent(
+    """
+    import sys, pickle, warnings
+    sys.modules["casmon"] = None  # casmon is not installed, as far as this process can tell
+    warnings.simplefilter("ignore")
+    try:
+        import casmon
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("casmon imported")
+    import numpy as np, zarr
+    kind, where, out = sys.argv[1:4]
+    if kind == "folder":
+        store = where
+    elif kind == "zip":
+        store = zarr.storage.ZipStore(where, mode="r")
+    else:
+        import obstore.store, os
+        bucket, _, prefix = where[len("s3://"):].partition("/")
+        store = zarr.storage.ObjectStore(obstore.store.S3Store(
+            bucket, prefix=prefix, endpoint=os.environ["AWS_ENDPOINT_URL"], region="us-east-1",
+            virtual_hosted_style_request=False, client_options={"allow_http": True}), read_only=True)
+    root = zarr.open_group(store, mode="r")
+    got = {"zarr": {}, "groups": {}, "tensorstore": {}, "xarray": {}}
+    for path, node in root.members(max_depth=None):
+        if isinstance(node, zarr.Array):
+            got["zarr"][path] = node[...]
+        else:
+            got["groups"][path] = dict(node.attrs)
+    try:
+        import tensorstore as ts
+    except ImportError:
+        ts = None
+    if ts is not None and kind != "s3":
+        for path, a in got["zarr"].items():
+            if a.dtype.kind not in "biufc" or a.dtype.fields:
+                continue
+            if kind == "folder":
+                kv = {"driver": "file", "path": where + "/" + path}
+            else:
+                kv = {"driver": "zip", "base": {"driver": "file", "path": where}, "path": path + "/"}
+            got["tensorstore"][path] = ts.open({"driver": "zarr3", "kvstore": kv}, read=True).result().read().result()
+    import xarray as xr
+    for path, attrs in got["groups"].items():
+        if attrs.get("casmon", {}).get("type") in ("xarray.Dataset", "pandas.DataFrame"):
+            got["xarray"][path] = xr.open_zarr(store, group=path).load()
+        if path.count("/") == 3 and path.split("/")[2] == "metrics":
+            ds = xr.open_zarr(store, group=path)
+            got["xarray"][path] = {k: ds[k].values for k in ("step", "value", "time")}
+    with open(out, "wb") as f:
+        pickle.dump(got, f)
+    """
+)
+
+
+def read_without_casmon(tmp_path, kind, where, env=None):
+    out = tmp_path / f"read-{kind}.pickle"
+    e = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    e.update(env or {})
+    done = subprocess.run([sys.executable, "-c", _READER, kind, str(where), str(out)], capture_output=True, text=True,
+                          cwd=tmp_path, env=e, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out, "rb") as f:
+        return pickle.load(f)
+
+
+def entry(cached, *args):
+    ref = cached.ref(*args)
+    return f"cache/{node_name(cached.__casmon_cache__.name)}/{ref.key.hex()}", ref
+
+
+NUMPY = [
+    np.arange(10_000, dtype="f8"),
+    np.arange(60_000, dtype=">i4").reshape(300, 200),
+    np.asfortranarray(np.random.default_rng(1).random((120, 90)).astype("f4")),
+    np.arange(10, dtype=np.int8),
+    np.array([True, False] * 500),
+    np.array(7.5),
+    np.zeros((0, 5), dtype="u2"),
+    np.arange(4000, dtype=np.complex64),
+    np.arange(50, dtype="u8").reshape(5, 10),
+    np.array([(1, 2.5), (3, -1.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    np.array(["ab", "c", ""]),
+]
+
+
+class Opaque:
+    def __init__(self):
+        self.blob = b"x" * 100
+
+
+def _dataset():
+    import pandas as pd
+    import xarray as xr
+
+    return xr.Dataset({"t": (("x", "y"), np.random.default_rng(0).random((600, 4)), {"units": "K"}),
+                       "z": ("x", np.arange(600, dtype="i2"))},
+                      coords={"x": np.arange(600) * 10, "y": pd.date_range("2020", periods=4),
+                              "lab": ("y", np.array(["a", "b", "c", "d"]))}, attrs={"title": "t"})
+
+
+DATASET = _dataset()
+
+
+def _store_of_every_kind(tmp_path):
+    torch = pytest.importorskip("torch")
+    jnp = pytest.importorskip("jax.numpy")
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+    import pandas as pd
+
+    values = [*NUMPY, DATASET, DATASET["t"].rename(None), pd.DataFrame({"a": np.arange(5), "b": np.linspace(0, 1, 5)}),
+              torch.arange(3000, dtype=torch.float32).reshape(100, 30), torch.ones(7, dtype=torch.int64),
+              jnp.arange(500, dtype=jnp.float32), {"not": "an array"}, Opaque()]
+
+    @casmon.cache(store=s)
+    def make(i):
+        return values[i]
+
+    for i in range(len(values)):
+        make(i)
+    with casmon.record(store=s, capture_output=False, params={"lr": 0.1}) as run:
+        for i in range(300):
+            run.log(loss=1.0 / (i + 1), step=i * 3)
+    s.flush()
+    return s, make, len(values), run
+
+
+def _check(got, s, make, n, run):
+    for i in range(n):
+        path, ref = entry(make, i)
+        want = ref.load()
+        if hasattr(want, "to_dataset") or hasattr(want, "data_vars"):  # xarray: a group xarray opens, equal
+            want = want if hasattr(want, "data_vars") else want.to_dataset(name="data")
+            assert got["xarray"][path].equals(want), path
+            continue
+        if hasattr(want, "columns"):  # a DataFrame: its columns along "index"
+            ds = got["xarray"][path]
+            assert all(np.array_equal(ds[str(c)].values, want[c].to_numpy()) for c in want.columns), path
+            continue
+        if isinstance(want, (dict, Opaque)):  # described, never unpickled: a group with its size and type
+            about = got["groups"][path]["casmon"]
+            assert about["tag"] == ("json" if isinstance(want, dict) else "pickle") and about["size"] > 0, about
+            assert isinstance(want, dict) or "Opaque" in about["type"]
+            continue
+        want = np.asarray(want)
+        a = got["zarr"][path]
+        assert a.shape == want.shape and a.dtype == want.dtype.newbyteorder("="), (i, a.dtype, want.dtype)
+        assert np.array_equal(a, want), i
+        if want.dtype.kind in "biufc" and not want.dtype.fields and got["tensorstore"]:
+            t = got["tensorstore"][path]
+            assert t.shape == want.shape and t.dtype == a.dtype and np.array_equal(t, want), i
+    r = casmon.load_run(run.ref, store=s)
+    m = r.metric("loss")
+    path = f"runs/{node_name(run.ref.split('/', 1)[-1])}/metrics/loss"
+    for got_cols in (got["xarray"][path], {c: got["zarr"][f"{path}/{c}"] for c in ("step", "value", "time")}):
+        assert np.array_equal(got_cols["step"], m.steps) and got_cols["step"].dtype == np.int64
+        assert np.array_equal(got_cols["value"], m.values) and np.array_equal(got_cols["time"], m.times)
+    assert got["groups"][f"runs/{node_name(run.ref.split('/', 1)[-1])}"]["params"] == {"lr": 0.1}
+
+
+def test_every_kind_of_value_exported_to_a_folder_opens_without_casmon_equal_to_its_load(tmp_path):
+    s, make, n, run = _store_of_every_kind(tmp_path)
+    done = s.export_zarr(tmp_path / "out")
+    assert done.arrays == n - 5 + (5 + 4 + 2) + 3 and (tmp_path / "out" / "zarr.json").is_file()
+    _check(read_without_casmon(tmp_path, "folder", tmp_path / "out"), s, make, n, run)
+
+
+def test_an_export_to_a_zip_file_opens_without_casmon(tmp_path):
+    s, make, n, run = _store_of_every_kind(tmp_path)
+    s.export_zarr(tmp_path / "out.zip")
+    _check(read_without_casmon(tmp_path, "zip", tmp_path / "out.zip"), s, make, n, run)
+
+
+def test_an_export_to_s3_opens_without_casmon(tmp_path, s3_env):
+    env, bucket = s3_env
+    s, make, n, run = _store_of_every_kind(tmp_path)
+    s.export_zarr(f"s3://{bucket}/exported")
+    _check(read_without_casmon(tmp_path, "s3", f"s3://{bucket}/exported", env), s, make, n, run)
+    with pytest.raises(ExportError, match="stored there already"):
+        s.export_zarr(f"s3://{bucket}/exported")
+
+
+def test_equal_chunks_are_one_file_hard_linked_in_a_folder(tmp_path):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 16)
+    base = np.random.default_rng(0).random(8192 * 4)  # 4 chunks of 64 KiB
+
+    @casmon.cache(store=s)
+    def a():
+        return np.concatenate([base, base])  # its second half repeats its first
+
+    @casmon.cache(store=s)
+    def b():
+        return base.copy()  # the same chunks in another array
+
+    a(), b()
+    s.flush()
+    done = s.export_zarr(tmp_path / "out")
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    inodes = {p.stat().st_ino for p in files}
+    assert len(files) == 12 and len(inodes) == 4 and done.linked == 8
+    g = zarr.open_group(tmp_path / "out", mode="r")
+    assert np.array_equal(g[entry(a)[0]][:], np.concatenate([base, base]))
+    assert np.array_equal(g[entry(b)[0]][:], base)
+
+
+def test_many_small_chunks_are_sharded_by_zarr(tmp_path):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)  # 512 float64 a chunk
+
+    @casmon.cache(store=s)
+    def big():
+        return np.arange(1_000_000, dtype="f8")  # 1954 chunks
+
+    big()
+    s.flush()
+    s.export_zarr(tmp_path / "out")
+    z = zarr.open_array(tmp_path / "out", path=entry(big)[0], mode="r")
+    assert z.shards is not None and z.chunks == (512,)
+    chunk_files = [p for p in (tmp_path / "out" / entry(big)[0]).rglob("*") if p.is_file() and p.name != "zarr.json"]
+    assert 1 < len(chunk_files) <= 4
+    assert np.array_equal(z[123_456:234_567], np.arange(123_456, 234_567, dtype="f8"))
+
+
+@pytest.mark.parametrize("shape, chunks, itemsize, want", [
+    ((100_000,), (512,), 8, ((512,), (512 * 196,))),  # one shard: no bigger than the array
+    ((10_000_000,), (512,), 8, ((512,), (512 * 1024,))),  # capped by chunks
+    ((10,), (4,), 8, ((4,), None)),  # few chunks
+    ((10_000, 1000), (200, 1000), 8, ((200, 1000), None)),  # big chunks
+    ((0, 5), (1, 5), 2, ((1, 5), None)),
+    ((), (), 8, ((), None)),
+    ((1000, 1000, 100), (1, 1000, 100), 8, ((1, 1000, 100), (83, 1000, 100))),  # capped by bytes
+    ((3, 100_000), (1, 1000), 8, ((1, 1000), (3, 100_000))),  # across rows, then columns
+])
+def test_an_exported_arrays_shards_hold_many_small_chunks_within_bounds(shape, chunks, itemsize, want):
+    assert layout(shape, chunks, itemsize) == want
+
+
+def test_an_export_takes_what_is_named_and_refuses_what_is_not(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(n):
+        return np.arange(n)
+
+    @casmon.cache(store=s)
+    def g(n):
+        return np.ones(n)
+
+    f(3), f(4), g(5)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(loss=1.0)
+    with casmon.record(store=s, capture_output=False) as other:
+        other.log(loss=2.0)
+    s.flush()
+
+    def members(out):
+        return {k for k, _ in zarr.open_group(out, mode="r").members(max_depth=None)}
+
+    only_run = members(s.export_zarr(tmp_path / "r", run.name).url)
+    assert f"runs/{run.name}/metrics/loss/value" in only_run and not any(other.name in k for k in only_run)
+    assert not any(k.startswith("cache/") for k in only_run)
+    path_f4 = entry(f, 4)[0]
+    by_key = members(s.export_zarr(tmp_path / "k", f.ref(4).key.hex()[:10]).url)
+    assert path_f4 in by_key and entry(f, 3)[0] not in by_key and not any(k.startswith("runs/") for k in by_key)
+    by_fn = members(s.export_zarr(tmp_path / "fn", g.__casmon_cache__.name).url)
+    assert entry(g, 5)[0] in by_fn and path_f4 not in by_fn
+    for bad, says in [("nosuch", "is not a run, a cached or logged function or a cache entry key"), ("", "cannot export")]:
+        with pytest.raises(ExportError, match=says):
+            s.export_zarr(tmp_path / "bad", bad)
+        assert not (tmp_path / "bad").exists()
+
+
+def test_an_export_never_writes_over_what_exists(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f():
+        return np.arange(5)
+
+    f()
+    s.flush()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("keep")
+    (tmp_path / "x.zip").write_bytes(b"not yours")
+    for target in ("full", "x.zip"):
+        with pytest.raises(ExportError, match="it exists"):
+            s.export_zarr(tmp_path / target)
+    assert (tmp_path / "full" / "mine.txt").read_text() == "keep" and (tmp_path / "x.zip").read_bytes() == b"not yours"
+    with pytest.raises(ExportError, match="inside the store"):
+        s.export_zarr(tmp_path / "s" / "export")  # casmon's own folder holds casmon's files only
+    assert not (tmp_path / "s" / "export").exists()
+    (tmp_path / "empty").mkdir()
+    s.export_zarr(tmp_path / "empty")  # an empty folder is a new one
+    assert np.array_equal(zarr.open_array(tmp_path / "empty", path=entry(f)[0], mode="r")[:], np.arange(5))
+
+
+def test_a_zip_that_appears_while_exporting_is_never_overwritten(tmp_path, monkeypatch):
+    import casmon.store.zarrexport as zx
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f():
+        return np.arange(5)
+
+    f()
+    s.flush()
+    real = zx._blank_local
+    checks = []
+
+    def late(path, what):  # another process writes the target after the first check
+        real(path, what)
+        checks.append(path)
+        path.write_bytes(b"someone else's")
+
+    monkeypatch.setattr(zx, "_blank_local", late)
+    with pytest.raises(ExportError, match="it exists"):
+        s.export_zarr(tmp_path / "out.zip")
+    assert (tmp_path / "out.zip").read_bytes() == b"someone else's" and checks
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zip", "s"]
+
+
+def test_a_damaged_chunk_fails_the_export_and_leaves_nothing_behind(tmp_path):
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def big():
+        return np.random.default_rng(5).random(200_000)
+
+    big()
+    s.flush()
+    damage_cached_result(s, tmp_path / "s", big)
+    for target in ("out", "out.zip"):
+        with pytest.raises(DamagedObjectError):
+            s.export_zarr(tmp_path / target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no target, no partial folder
+
+
+def test_casmon_export_zarr_on_the_command_line(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False) as run:
+        run.log(loss=0.25)
+    s.close()
+    out = cli("export", "--zarr", str(tmp_path / "out"), "latest", "--store", str(tmp_path / "s")).stdout
+    assert "exported 3 arrays" in out
+    g = zarr.open_group(tmp_path / "out", mode="r")
+    assert g[f"runs/{run.name}/metrics/loss/value"][:].tolist() == [0.25]
+    bad = cli("export", "--zarr", str(tmp_path / "o2"), "nosuch", "--store", str(tmp_path / "s"), check=False)
+    assert bad.returncode == 1 and "'nosuch' is not a run" in bad.stderr and not (tmp_path / "o2").exists()
+    one = cli("export", "onlyone", "--store", str(tmp_path / "s"), check=False)
+    assert one.returncode != 0 and "export takes RUN TARGET" in one.stderr, one.stderr
