@@ -260,7 +260,7 @@ def start_run(run_id: str | None = None, experiment_id: str | None = None, run_n
         options.update(resume=run_id, resume_ok=True)
         options.pop("comment")
         options.pop("prefix")
-    run = _start_session_run(nested=nested or bool(st), **options)
+    run = _start_session_run(nested=nested or bool(st), per_thread=True, **options)  # MLflow's runs are per thread
     active = ActiveRun(run, run_name or (run.manifest.get("comment") or run.name))
     st.append(active)
     if description:

@@ -7,7 +7,10 @@ context manager (``with casmon.start_run() as run:``), ended by the block as ``r
 
 A second ``start_run`` while a run is active in this thread (or a ``start_run`` run anywhere in the
 process) raises, as MLflow does, unless ``nested=True``: then the new run is the innermost one,
-``casmon.log`` and ``end_run`` go to it, and its manifest names its parent's ref (``parent``).
+``casmon.log`` and ``end_run`` go to it, and its manifest names its parent's ref (``parent``). Two threads
+starting at once are checked one after the other: one starts, the other raises. ``per_thread=True`` (what
+``casmon.compat.mlflow`` starts, as MLflow's runs are per thread): only a run of this thread blocks it or is
+its parent, and no other thread's ``end_run`` ends it.
 
 A run left open ends with the process. At interpreter exit it is saved as ``ok`` when the script ended
 normally, ``failed`` (with the traceback) when an uncaught exception ended it, ``killed`` after Ctrl-C;
@@ -36,6 +39,7 @@ __all__ = ["start_run", "end_run", "SessionRun", "STATUSES"]
 STATUSES = ("ok", "failed", "killed")
 
 _lock = threading.Lock()
+_start_lock = threading.Lock()  # the check for an active run and the new run's start are one step
 _exit_hooked = False
 
 
@@ -43,6 +47,7 @@ class SessionRun(Run):
     """A run of :func:`start_run`: ended by :meth:`end` (or ``casmon.end_run``, or the process's end)."""
 
     _by_block = False
+    _per_thread = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,31 +97,34 @@ def _session_runs() -> list[SessionRun]:
         return [r for r in recorder._active if isinstance(r, SessionRun)]
 
 
-def start_run(*args: Any, nested: bool = False, **options: Any) -> SessionRun:
+def start_run(*args: Any, nested: bool = False, per_thread: bool = False, **options: Any) -> SessionRun:
     """Start a run that goes on until ``run.end()`` or ``casmon.end_run()`` (or the process ends): for notebooks,
     where a run starts in one cell and ends in another. Takes :class:`~casmon.record`'s options (``comment``,
     ``params``, ``tags``, ``store``, ``capture_output``, ...). While a run is active, a second one raises unless
-    ``nested=True``."""
+    ``nested=True``; ``per_thread=True``: only this thread's runs count (see the module's text)."""
     me = threading.get_ident()
-    with recorder._active_lock:
-        active = [r for r in recorder._active if isinstance(r, SessionRun) or r._thread == me]
-    parent = active[-1] if active else None
-    if parent is not None and not nested:
-        raise CasmonError(f"casmon.start_run: run {parent.name} is active; end it first (run.end() or "
-                          f"casmon.end_run()), or start this one inside it with nested=True")
-    rec = record(*args, **options)
-    rec.run_type = SessionRun
-    _hook_exit()
-    run = rec._start(function=None)
+    with _start_lock:
+        with recorder._active_lock:
+            active = [r for r in recorder._active if r._thread == me
+                      or (not per_thread and isinstance(r, SessionRun) and not r._per_thread)]
+        parent = active[-1] if active else None
+        if parent is not None and not nested:
+            raise CasmonError(f"casmon.start_run: run {parent.name} is active; end it first (run.end() or "
+                              f"casmon.end_run()), or start this one inside it with nested=True")
+        rec = record(*args, **options)
+        rec.run_type = SessionRun
+        _hook_exit()
+        run = rec._start(function=None)
+        assert isinstance(run, SessionRun)
+        run._per_thread = per_thread
     if parent is not None:
-        run.manifest["parent"] = parent.ref or parent.name
-    assert isinstance(run, SessionRun)
+        run.manifest.setdefault("parent", parent.ref or parent.name)  # a resumed run keeps the parent it had
     return run
 
 
 def end_run(status: str = "ok") -> None:
-    """End the innermost run :func:`start_run` started (this thread's first, else the process's) as ``status``;
-    nothing to do when none is active (as MLflow's ``end_run``)."""
+    """End the innermost run :func:`start_run` started (this thread's first, else the process's, but not another
+    thread's ``per_thread`` run) as ``status``; nothing to do when none is active (as MLflow's ``end_run``)."""
     if status not in STATUSES:
         raise ValueError(f"casmon.end_run: status must be 'ok', 'failed' or 'killed', got {status!r:.80}")
     runs = _session_runs()
@@ -124,7 +132,9 @@ def end_run(status: str = "ok") -> None:
         return
     me = threading.get_ident()
     mine = [r for r in runs if r._thread == me]
-    (mine or runs)[-1].end(status)
+    others = [r for r in runs if not r._per_thread]
+    if mine or others:
+        (mine or others)[-1].end(status)
 
 
 def _hook_exit() -> None:

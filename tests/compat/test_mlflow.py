@@ -301,3 +301,46 @@ def test_start_run_with_a_run_id_continues_that_run(tmp_path):
     assert p.stdout.split() == ["True", "FINISHED"]
     (r,) = casmon.list_runs(str(tmp_path / "s"))
     assert (r.status, list(r.metric("loss").steps), len(r.resumes)) == ("ok", [0, 1], 1)
+
+
+def test_each_thread_has_its_own_active_run_as_in_mlflow(tmp_path):
+    """MLflow's active run is per thread (``mlflow.active_run`` says so): a second thread runs its own
+    ``with mlflow.start_run()`` while the first's is active, and one thread's ``end_run`` leaves the other's
+    run going."""
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys, threading
+        mlflow.set_tracking_uri(sys.argv[1])
+        first_on, second_on, first_ended = threading.Event(), threading.Event(), threading.Event()
+        errors = []
+
+        def train(i):
+            try:
+                if i == 1:
+                    first_on.wait(60)
+                with mlflow.start_run(run_name=f"t{i}") as run:
+                    mlflow.log_metric("acc", i / 10)
+                    if i == 0:
+                        first_on.set()
+                        second_on.wait(60)
+                        mlflow.end_run()
+                        first_ended.set()
+                    else:
+                        second_on.set()
+                        first_ended.wait(60)
+                        assert mlflow.active_run() is run, "the other thread's end_run ended this run"
+            except Exception as e:
+                errors.append(repr(e))
+                first_on.set(), second_on.set(), first_ended.set()
+
+        ts = [threading.Thread(target=train, args=(i,)) for i in range(2)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print(errors, mlflow.active_run())
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.strip().splitlines()[-1] == "[] None", p.stdout
+    runs = {r.manifest["comment"]: r for r in casmon.list_runs(str(tmp_path / "s"))}
+    assert sorted(runs) == ["t0", "t1"]
+    for i in (0, 1):
+        r = runs[f"t{i}"]
+        assert (r.status, r.metric_summary()["acc"]["last"], r.manifest.get("parent")) == ("ok", i / 10, None)
