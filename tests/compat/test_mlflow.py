@@ -344,3 +344,19 @@ def test_each_thread_has_its_own_active_run_as_in_mlflow(tmp_path):
     for i in (0, 1):
         r = runs[f"t{i}"]
         assert (r.status, r.metric_summary()["acc"]["last"], r.manifest.get("parent")) == ("ok", i / 10, None)
+
+
+def test_a_nested_run_continued_by_its_run_id_keeps_its_parent_run_id(tmp_path):
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys
+        mlflow.set_tracking_uri(sys.argv[1])
+        with mlflow.start_run() as parent:
+            with mlflow.start_run(nested=True) as child:
+                mlflow.log_metric("acc", 0.5)
+        with mlflow.start_run(run_id=child.info.run_id):
+            mlflow.log_metric("acc", 0.9, step=1)
+        df = mlflow.search_runs(filter_string="metrics.acc > 0.8")
+        print(list(df["run_id"]), list(df["tags.mlflow.parentRunId"]), parent.info.run_id)
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.split() == ["['2']", "['1']", "1"], p.stdout

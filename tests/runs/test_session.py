@@ -263,3 +263,17 @@ def test_a_per_thread_run_is_neither_blocked_by_nor_ended_from_another_thread(st
     assert run.manifest["status"] == "running"
     run.end()
     assert list(casmon.load_run(run.name, store).metric("x").values) == [1.0]
+
+
+def test_a_resumed_nested_run_keeps_its_parent(store):
+    parent = casmon.start_run(store=store, capture_output=False)
+    child = casmon.start_run(store=store, capture_output=False, nested=True)
+    child.end("killed")
+    parent.end()
+    again = casmon.start_run(store=store, resume=child.name, capture_output=False)
+    again.log(x=1.0)
+    again.end()
+    assert casmon.load_run(child.name, store).manifest.get("parent") == parent.ref
+    with casmon.record(store=store, resume=child.name, resume_ok=True, capture_output=False):
+        pass
+    assert casmon.load_run(child.name, store).manifest.get("parent") == parent.ref
