@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Iterator, MutableSet
 from typing import TYPE_CHECKING, Any
 
-from casmon.errors import CasmonError
+from casmon.errors import CasmonError, warn_damage
 from casmon.keys.fingerprint import fingerprint
 
 if TYPE_CHECKING:
@@ -116,16 +116,31 @@ def append_edit(store: Store, ref: str, start: Any, *, add: Iterable[str] = (), 
     return rec
 
 
-def _valid(rec: Any, ref: str) -> bool:
-    """An edit record as casmon writes it; a crafted or damaged one is left out, never raised on."""
-    if not isinstance(rec, dict) or rec.get("run") != ref:
-        return False
+def _invalid(rec: Any, ref: str) -> str | None:
+    """Why ``rec`` is no edit of run ``ref`` as casmon writes one (a crafted or damaged record); None if it is."""
+    if not isinstance(rec, dict):
+        return "not an object"
+    if rec.get("run") != ref:
+        return f"it names run {str(rec.get('run'))[:80]!r}, stored under run {ref!r}'s key"
     t = rec.get("time")
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < 1e11:
-        return False
+        return f"its time {str(t)[:40]!r} is not a time"
     if "note" in rec:
-        return isinstance(rec["note"], str)
-    return all(isinstance(rec.get(k), list) for k in ("add", "remove"))
+        note = rec["note"]
+        if not isinstance(note, str) or len(note) > MAX_NOTE:
+            return f"its note is not text of at most {MAX_NOTE:,} characters"
+        return None
+    if not all(isinstance(rec.get(k), list) and len(rec[k]) <= MAX_TAGS for k in ("add", "remove")):
+        return f"its add and remove are not lists of at most {MAX_TAGS} tags"
+    return None
+
+
+def _passed_over(store: Store, ref: Any, rec: Any) -> bool:
+    """True (with a one-line warning) if ``rec`` is to be left out: readers never raise on a crafted edit."""
+    why = _invalid(rec, ref) if isinstance(ref, str) else "it names no run"
+    if why is not None:
+        warn_damage(store.url, f"an edit of run {str(ref)[:80]!r}'s tags or note", f"passed over: {why}")
+    return why is not None
 
 
 def _order(rec: dict[str, Any]) -> tuple[float, str]:
@@ -133,14 +148,15 @@ def _order(rec: dict[str, Any]) -> tuple[float, str]:
 
 
 def read_edits(store: Store, ref: str) -> list[dict[str, Any]]:
-    """Run ``ref``'s edits, oldest first (none if the store has none, or they cannot be read)."""
+    """Run ``ref``'s edits, oldest first (none if the store has none, or they cannot be read); a malformed or
+    crafted edit is passed over with a warning, and hides no other."""
     if KIND_RUNEDIT not in store.record_kinds():
         return []
     try:
-        recs = store.lookup(KIND_RUNEDIT, edit_key(ref))
-    except (CasmonError, OSError):  # damaged edits: the manifest's tags (verify names the damage)
+        recs = store.lookup(KIND_RUNEDIT, edit_key(ref), strict=False)
+    except (CasmonError, OSError):  # the table cannot be read: the manifest's tags (verify names the damage)
         return []
-    return sorted((r for r in recs if _valid(r, ref)), key=_order)
+    return sorted((r for r in recs if not _passed_over(store, ref, r)), key=_order)
 
 
 def edits_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
@@ -151,7 +167,10 @@ def edits_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
             return out
         for key, rec in store.records(KIND_RUNEDIT, strict=False):
             ref = rec.get("run") if isinstance(rec, dict) else None
-            if isinstance(ref, str) and bytes(key) == edit_key(ref) and _valid(rec, ref):
+            if isinstance(ref, str) and bytes(key) != edit_key(ref):
+                warn_damage(store.url, f"an edit stored under key {bytes(key).hex()}",
+                            f"passed over: it names run {ref[:80]!r}, whose edits are under another key")
+            elif not _passed_over(store, ref, rec):
                 out.setdefault(ref, []).append(rec)
     except (CasmonError, OSError):
         return {}

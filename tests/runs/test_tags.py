@@ -191,3 +191,43 @@ def test_an_edit_that_raced_a_deletion_never_lands_on_the_run_that_takes_the_fre
     r = casmon.load_run("1", store)
     assert (r.tags, r.note, r.edits()) == ((), "", [])
     assert (casmon.list_runs(store)[0].tags, casmon.list_runs(store)[0].note) == ((), "")
+
+
+def test_a_malformed_edit_hides_no_other_edit_of_its_run_and_is_warned(store):
+    from casmon.runs.tags import read_edits
+
+    with casmon.record(store=store, tags=["real"], capture_output=False):
+        pass
+    tag_run("1", ["a"], store=store)
+    note_run("1", "kept", store=store)
+    store.append(KIND_RUNEDIT, {}, key=edit_key("runs/1"), encoded="[1, 2]")  # JSON, not an object
+    store.flush()
+    with pytest.warns(casmon.StoreDamageWarning, match="not a JSON object"):
+        edits = read_edits(store, "runs/1")
+    assert [e.get("note", e.get("add")) for e in edits] == [["a"], "kept"]
+
+
+@pytest.mark.parametrize("rec", [
+    {"run": "runs/1", "time": 9e9, "note": "N" * (MAX_NOTE + 1)},
+    {"run": "runs/1", "time": 9e9, "add": ["t"] * 1001, "remove": []},
+    {"run": "runs/1", "time": float("nan"), "note": "nan"},
+    {"run": "runs/2", "time": 9e9, "note": "another run's"},
+    {"run": ["runs/1"], "time": 9e9, "note": "a list"},
+    {"time": 9e9, "note": "no run"},
+], ids=["huge-note", "too-many-tags", "nan-time", "other-run", "run-a-list", "no-run"])
+def test_a_crafted_edit_is_passed_over_with_a_warning_by_every_reader(store, rec, monkeypatch):
+    from casmon import errors
+    from casmon.runs.tags import read_edits
+
+    with casmon.record(store=store, capture_output=False):
+        pass
+    note_run("1", "real", store=store)
+    store.append(KIND_RUNEDIT, rec, key=edit_key("runs/1"))
+    store.flush()
+    for read in (lambda: casmon.list_runs(store)[0], lambda: casmon.load_run("1", store)):
+        with pytest.warns(casmon.StoreDamageWarning, match="passed over"):
+            r = read()
+            assert (r.tags, r.note) == ((), "real")
+        monkeypatch.setattr(errors, "_warned", set())  # warn_damage says each once a process
+    with pytest.warns(casmon.StoreDamageWarning, match="passed over"):
+        assert [e["note"] for e in read_edits(store, "runs/1")] == ["real"]
