@@ -55,7 +55,7 @@ def row(r: Any, statuses: dict[str, str], artifact_uri: str) -> dict[str, Any]:
 _CLAUSE = re.compile(
     r"""\s*(?P<key>(?:(?:metrics?|params?|parameters?|tags?|attributes?|attr|run)\.)?(?:`[^`]+`|"[^"]+"|[\w.]+))\s*
         (?P<op>!=|>=|<=|=|<|>|\bNOT\s+ILIKE\b|\bNOT\s+LIKE\b|\bILIKE\b|\bLIKE\b|\bNOT\s+IN\b|\bIN\b)\s*
-        (?P<value>'(?:[^']|'')*'|"(?:[^"]|"")*"|\((?:[^)]*)\)|[-+]?[\w.]+)\s*(?:\bAND\b|$)""",
+        (?P<value>'(?:[^']|'')*'|"(?:[^"]|"")*"|\((?:[^)]*)\)|[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+|[-+]?[\w.]+)\s*(?:\bAND\b|$)""",
     re.I | re.X)
 _GROUPS = {"metric": "metrics", "metrics": "metrics", "param": "params", "params": "params", "parameter": "params",
            "parameters": "params", "tag": "tags", "tags": "tags", "attribute": "", "attributes": "", "attr": "",

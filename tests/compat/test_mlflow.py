@@ -360,3 +360,31 @@ def test_a_nested_run_continued_by_its_run_id_keeps_its_parent_run_id(tmp_path):
     """)
     p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
     assert p.stdout.split() == ["['2']", "['1']", "1"], p.stdout
+
+
+FILTERS = '''\
+import json, sys
+import mlflow
+
+mlflow.set_tracking_uri(sys.argv[1])
+with mlflow.start_run(run_name="tiny"):
+    mlflow.log_metric("acc", 0.0001)
+    mlflow.log_param("lr", 0.01)
+with mlflow.start_run(run_name="good"):
+    mlflow.log_metric("acc", 0.95)
+    mlflow.log_param("lr", "0.01")
+    mlflow.set_tag("x y", "v")
+filters = ["metrics.acc < 1e-3", "metrics.acc < 1E-3", "metrics.acc > 5.0e-1", "metrics.acc > .5",
+           "metrics.acc > 0.9 and params.lr = '0.01'", "tags.`x y` = 'v'", "metrics.acc != 0.95",
+           "attributes.run_name LIKE 'g%'", "params.lr = '0.01' AND metrics.acc <= 1e2"]
+print(json.dumps([len(mlflow.search_runs(filter_string=f)) for f in filters]))
+'''
+
+
+def test_search_runs_reads_the_filters_mlflow_reads_numbers_with_exponents_too(tmp_path):
+    pytest.importorskip("mlflow")
+    real = run_python(FILTERS, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(FILTERS), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert a == b == [1, 1, 1, 1, 1, 1, 1, 1, 2]
