@@ -274,7 +274,7 @@ def start_run(run_id: str | None = None, experiment_id: str | None = None, run_n
 
 def end_run(status: str = "FINISHED") -> None:
     """End the active run as ``FINISHED``, ``FAILED`` or ``KILLED``; nothing to do when none is active."""
-    which = _FROM_MLFLOW.get(status if status in _FROM_MLFLOW else str(status).upper())
+    which = _FROM_MLFLOW.get(status) or _FROM_MLFLOW.get(status.upper()) if isinstance(status, str) else None
     if which is None:
         raise ValueError(f"casmon.compat.mlflow: end_run: status must be FINISHED, FAILED or KILLED, got {status!r:.80}")
     st = _stack()

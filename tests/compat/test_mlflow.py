@@ -388,3 +388,11 @@ def test_search_runs_reads_the_filters_mlflow_reads_numbers_with_exponents_too(t
     ours = run_python(_casmon(FILTERS), str(tmp_path / "store"), cwd=tmp_path)
     a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
     assert a == b == [1, 1, 1, 1, 1, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("status", [["FAILED"], {"FAILED": 1}, None, 3])
+def test_end_run_with_a_status_that_is_no_name_is_one_line(status):
+    import casmon.compat.mlflow as mlflow
+
+    with pytest.raises(ValueError, match="end_run: status must be FINISHED, FAILED or KILLED"):
+        mlflow.end_run(status)
