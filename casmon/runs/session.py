@@ -23,6 +23,7 @@ heartbeats stop and readers call it ``lost``.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -41,6 +42,16 @@ STATUSES = ("ok", "failed", "killed")
 _lock = threading.Lock()
 _start_lock = threading.Lock()  # the check for an active run and the new run's start are one step
 _exit_hooked = False
+
+
+def _fresh_locks_in_child() -> None:
+    """A forked child's locks are free: another thread of the parent may have held one at the fork."""
+    global _lock, _start_lock
+    _lock, _start_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
 class SessionRun(Run):

@@ -277,3 +277,23 @@ def test_a_resumed_nested_run_keeps_its_parent(store):
     with casmon.record(store=store, resume=child.name, resume_ok=True, capture_output=False):
         pass
     assert casmon.load_run(child.name, store).manifest.get("parent") == parent.ref
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_while_another_thread_starts_a_run_can_start_its_own(tmp_path):
+    import multiprocessing
+
+    from casmon.runs import session
+
+    def child(path):
+        run = casmon.start_run(store=path, capture_output=False)
+        run.end()
+
+    with session._start_lock:  # as if another thread were starting a run at the fork
+        p = multiprocessing.get_context("fork").Process(target=child, args=(str(tmp_path / "s"),))
+        p.start()
+        p.join(120)
+    if p.is_alive():
+        p.kill()
+    assert p.exitcode == 0
+    assert [r.status for r in casmon.list_runs(str(tmp_path / "s"))] == ["ok"]
