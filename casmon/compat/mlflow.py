@@ -54,7 +54,6 @@ class RunStatus:
 
 
 _state = threading.local()
-_lock = threading.Lock()
 _tracking_uri: str | None = None
 _experiment: str | None = None  # the prefix of the current experiment; None: none set
 _last: ActiveRun | None = None

@@ -40,6 +40,16 @@ _clock_lock = threading.Lock()
 _last_time = 0.0
 
 
+def _fresh_lock_in_child() -> None:
+    """A forked child's clock lock is free: another thread of the parent may have held it at the fork."""
+    global _clock_lock
+    _clock_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
 def check_tag(tag: Any, where: str) -> str:
     """``tag`` if it is one (a non-empty string of at most :data:`MAX_TAG` printable characters, no whitespace
     or comma, not starting with ``+`` or ``-``, which ``casmon tag`` reads as add and remove); else a one-line

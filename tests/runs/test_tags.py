@@ -231,3 +231,27 @@ def test_a_crafted_edit_is_passed_over_with_a_warning_by_every_reader(store, rec
         monkeypatch.setattr(errors, "_warned", set())  # warn_damage says each once a process
     with pytest.warns(casmon.StoreDamageWarning, match="passed over"):
         assert [e["note"] for e in read_edits(store, "runs/1")] == ["real"]
+
+
+def test_a_child_forked_while_another_thread_edits_tags_can_edit_them(tmp_path):
+    import multiprocessing
+    import os
+
+    from casmon.runs import tags
+
+    if not hasattr(os, "fork"):
+        pytest.skip("fork")
+    with casmon.record(store=str(tmp_path / "s"), capture_output=False):
+        pass
+
+    def child(path):
+        tag_run("1", ["from-child"], store=path)
+
+    with tags._clock_lock:  # as if another thread were stamping an edit at the fork
+        p = multiprocessing.get_context("fork").Process(target=child, args=(str(tmp_path / "s"),))
+        p.start()
+        p.join(120)
+    if p.is_alive():
+        p.kill()
+    assert p.exitcode == 0
+    assert casmon.load_run("1", str(tmp_path / "s")).tags == ("from-child",)
