@@ -180,7 +180,7 @@ def edits_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
             if isinstance(ref, str) and bytes(key) != edit_key(ref):
                 warn_damage(store.url, f"an edit stored under key {bytes(key).hex()}",
                             f"passed over: it names run {ref[:80]!r}, whose edits are under another key")
-            elif not _passed_over(store, ref, rec):
+            elif not _passed_over(store, ref, rec) and isinstance(ref, str):
                 out.setdefault(ref, []).append(rec)
     except (CasmonError, OSError):
         return {}
