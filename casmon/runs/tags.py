@@ -21,8 +21,9 @@ import time
 from collections.abc import Iterable, Iterator, MutableSet
 from typing import TYPE_CHECKING, Any
 
-from casmon.errors import CasmonError, warn_damage
+from casmon.errors import CasmonError, DamagedObjectError, warn_damage
 from casmon.keys.fingerprint import fingerprint
+from casmon.store.records import parse_record
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -162,8 +163,14 @@ def read_edits(store: Store, ref: str) -> list[dict[str, Any]]:
     crafted edit is passed over with a warning, and hides no other."""
     if KIND_RUNEDIT not in store.record_kinds():
         return []
+    key = edit_key(ref)
+    recs = []
     try:
-        recs = store.lookup(KIND_RUNEDIT, edit_key(ref), strict=False)
+        for v in store.table(KIND_RUNEDIT).lookup(key):
+            try:
+                recs.append(parse_record(KIND_RUNEDIT, key, v))
+            except DamagedObjectError as e:  # one malformed edit hides no other (verify names it)
+                warn_damage(store.url, e.key, e.reason)
     except (CasmonError, OSError):  # the table cannot be read: the manifest's tags (verify names the damage)
         return []
     return sorted((r for r in recs if not _passed_over(store, ref, r)), key=_order)

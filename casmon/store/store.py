@@ -470,19 +470,10 @@ class Store:
         for th in started:
             th.join()
 
-    def lookup(self, kind: str, key: bytes, refresh: bool = True, strict: bool = True) -> list[dict[str, Any]]:
-        """The records of ``kind`` stored under ``key`` (usually one). ``strict=False``: a malformed record is
-        left out with one :class:`StoreDamageWarning`, as :meth:`records` leaves it out."""
+    def lookup(self, kind: str, key: bytes, refresh: bool = True) -> list[dict[str, Any]]:
+        """The records of ``kind`` stored under ``key`` (usually one)."""
         k = Digest(key)
-        out = []
-        for v in self.table(kind).lookup(k, refresh_on_miss=refresh):
-            try:
-                out.append(parse_record(kind, k, v))
-            except DamagedObjectError as e:
-                if strict:
-                    raise
-                warn_damage(self.url, e.key, e.reason)  # one malformed record hides no other under its key
-        return out
+        return [parse_record(kind, k, v) for v in self.table(kind).lookup(k, refresh_on_miss=refresh)]
 
     # -- refs ---------------------------------------------------------------------
     def set_ref(self, name: str, target: Digest | None = None, data: dict[str, Any] | None = None,
