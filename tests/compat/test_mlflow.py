@@ -396,3 +396,31 @@ def test_end_run_with_a_status_that_is_no_name_is_one_line(status):
 
     with pytest.raises(ValueError, match="end_run: status must be FINISHED, FAILED or KILLED"):
         mlflow.end_run(status)
+
+
+ORDERED = '''\
+import json, sys
+import mlflow
+
+mlflow.set_tracking_uri(sys.argv[1])
+for name, acc, lr in [("a", 0.5, "0.1"), ("b", None, "0.01"), ("c", float("nan"), "0.001"), ("d", 0.9, None),
+                      ("e", float("inf"), "1"), ("f", -1.0, "0.1")]:
+    with mlflow.start_run(run_name=name):
+        if acc is not None:
+            mlflow.log_metric("acc", acc)
+        if lr is not None:
+            mlflow.log_param("lr", lr)
+orders = [["metrics.acc DESC"], ["metrics.acc"], ["params.lr DESC"], ["params.lr ASC", "metrics.acc DESC"],
+          ["attributes.run_name"], ["start_time ASC"]]
+print(json.dumps([list(mlflow.search_runs(order_by=o)["tags.mlflow.runName"]) for o in orders]))
+'''
+
+
+def test_search_runs_orders_nan_and_missing_values_as_mlflow_does(tmp_path):
+    pytest.importorskip("mlflow")
+    real = run_python(ORDERED, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(ORDERED), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert b == a
+    assert a[0] == ["e", "d", "a", "f", "c", "b"], "NaN after every number, then the run without the metric"
