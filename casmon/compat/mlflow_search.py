@@ -114,8 +114,8 @@ def _like(pattern: str, flags: int) -> re.Pattern[str]:
 
 
 def _holds(v: Any, op: str, want: Any, col: str) -> bool:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return False
+    if v is None:
+        return False  # a NaN compares as MLflow's: unequal to every number, neither above nor below one
     if col in ("start_time", "end_time"):
         v = v * 1000  # MLflow compares its times in milliseconds
     if op in ("IN", "NOT IN"):

@@ -424,3 +424,18 @@ def test_search_runs_orders_nan_and_missing_values_as_mlflow_does(tmp_path):
     a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
     assert b == a
     assert a[0] == ["e", "d", "a", "f", "c", "b"], "NaN after every number, then the run without the metric"
+
+
+def test_search_runs_filters_nan_and_inf_as_mlflow_does(tmp_path):
+    pytest.importorskip("mlflow")
+    filters = ["metrics.acc != 0.5", "metrics.acc > 0", "metrics.acc < 1", "metrics.acc = 0.5", "metrics.acc >= -1"]
+    code = ORDERED.rsplit("orders = ", 1)[0] + textwrap.dedent(f"""
+        print(json.dumps([sorted(mlflow.search_runs(filter_string=f).get("tags.mlflow.runName", []))
+                          for f in {filters!r}]))
+    """)
+    real = run_python(code, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(code), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert b == a
+    assert a[0] == ["c", "d", "e", "f"], "a NaN is unequal to 0.5"
