@@ -14,7 +14,9 @@ is its ref's name (``3``, ``mnist-3``); ``run_name`` is its comment. An experime
 prefix, id ``0``), and ``search_runs`` reads the current experiment's (every run's when none was set).
 The tracking URI is the store: a folder (``file:`` URIs too), ``.zip``, ``memory://``, ``s3://``...;
 a tracking server or database URI is refused. Params keep their values (MLflow's columns show them as
-strings); metrics logged without a step are at step 0, as MLflow's. Tags are MLflow's key/value pairs,
+strings); metrics logged without a step are at step 0, as MLflow's. A run's ``metrics.x`` is the value
+logged last (MLflow's is the one at the highest step, then the latest ``timestamp``: they differ where
+steps go back, and ``timestamp`` is not kept). Tags are MLflow's key/value pairs,
 kept in the run's info as ``mlflow_tags`` (written when the run ends, so a live run's tags reach
 ``search_runs`` at its end), and also as a casmon tag ``key=value`` where that is one (``casmon runs
 --tag team=a``). Statuses: ok -> ``FINISHED``, failed -> ``FAILED``, killed and lost -> ``KILLED``,
