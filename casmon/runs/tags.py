@@ -249,8 +249,9 @@ def history(manifest: dict[str, Any], edits: list[dict[str, Any]]) -> list[dict[
 
 class RunTags(MutableSet):
     """A run's tags while this process records it: ``add`` and ``discard`` are kept at once (in the manifest
-    before the run is in the store, as edits once it is). Edits made elsewhere meanwhile (``casmon tag``)
-    are not seen here; ``load_run(...).tags`` merges them all."""
+    before the run is in the store, as edits once it is). A change first reads the edits made elsewhere
+    (``casmon tag``), so it is never taken as done already on a stale view; reading ``run.tags`` shows this
+    process's view, ``load_run(...).tags`` merges them all."""
 
     def __init__(self, run: Any, tags: Iterable[str]) -> None:
         self._run = run
@@ -273,20 +274,34 @@ class RunTags(MutableSet):
         self._change([check_tag(tag, f"run {self._run.name}: tags.add")], [])
 
     def discard(self, tag: str) -> None:
-        if isinstance(tag, str) and tag in self._tags:
+        if isinstance(tag, str):
             self._change([], [tag])
 
     def replace(self, tags: Iterable[str]) -> None:
         """Make the tags exactly ``tags`` (``run.tags = [...]``)."""
-        new = set(check_tags(tags, f"run {self._run.name}: tags"))
-        self._change(sorted(new - self._tags), sorted(self._tags - new))
+        self._change(list(check_tags(tags, f"run {self._run.name}: tags")), [], exactly=True)
 
-    def _change(self, add: list[str], remove: list[str]) -> None:
+    def _stored(self) -> None:
+        """Once the run is in the store: the tags there, with every edit made elsewhere since."""
+        run = self._run
+        if not (run._started and run.ref and run.store is not None):
+            return
+        try:
+            if KIND_RUNEDIT in run.store.record_kinds():
+                run.store.table(KIND_RUNEDIT).refresh()  # another process's edit since this one's last look
+            self._tags = set(merged(run.manifest, read_edits(run.store, run.ref))[0])
+        except (CasmonError, OSError):
+            pass  # the store is away: this process's view
+
+    def _change(self, add: list[str], remove: list[str], exactly: bool = False) -> None:
         run = self._run
         if run._pid != os.getpid():
             raise CasmonError(f"casmon: run {run.name}: tags are changed by the process that records the run "
                               f"(process {run._pid}), not by its child {os.getpid()}")
         with self._lock:
+            self._stored()
+            if exactly:
+                add, remove = sorted(set(add) - self._tags), sorted(self._tags - set(add))
             add = [t for t in add if t not in self._tags]
             remove = [t for t in remove if t in self._tags]
             if not add and not remove:

@@ -255,3 +255,23 @@ def test_a_child_forked_while_another_thread_edits_tags_can_edit_them(tmp_path):
         p.kill()
     assert p.exitcode == 0
     assert casmon.load_run("1", str(tmp_path / "s")).tags == ("from-child",)
+
+
+def test_a_live_runs_tag_change_reads_the_edits_made_elsewhere_first(tmp_path):
+    """``casmon tag`` from another process added x and removed a: the run's own discard("x") and add("a")
+    are not taken as done already on its stale view."""
+    path = str(tmp_path / "s")
+    run = casmon.start_run(store=path, tags=["a", "b"], capture_output=False)
+    try:
+        other = casmon.open(path)  # another process's view of the store
+        tag_run(run.name, ["x"], ["a"], store=other)
+        other.close()
+        run.tags.discard("x")
+        run.tags.add("a")
+        assert casmon.load_run(run.name, path).tags == ("a", "b")
+        run.tags = ["b", "y"]
+        assert casmon.load_run(run.name, path).tags == ("b", "y")
+        assert sorted(run.tags) == ["b", "y"]
+    finally:
+        run.end()
+    assert casmon.load_run(run.name, path).tags == ("b", "y")
