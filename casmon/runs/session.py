@@ -13,7 +13,7 @@ starting at once are checked one after the other: one starts, the other raises. 
 its parent, and no other thread's ``end_run`` ends it.
 
 A run left open ends with the process. At interpreter exit it is saved as ``ok`` when the script ended
-normally, ``failed`` (with the traceback) when an uncaught exception ended it, ``killed`` after Ctrl-C;
+normally (``sys.exit(n)`` too: no exit code reaches exit hooks), ``failed`` (with the traceback) when an uncaught exception ended it, ``killed`` after Ctrl-C;
 in an interactive session (a notebook kernel being shut down or restarted, ``python -i``) it is saved
 as ``killed`` with signal ``exit``, since the session ended, not the run. SIGTERM and SIGHUP save it as
 ``killed`` (by the handler: no block is there to raise into), then end the process by the signal; a
