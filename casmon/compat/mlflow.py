@@ -14,7 +14,9 @@ is its ref's name (``3``, ``mnist-3``); ``run_name`` is its comment. An experime
 prefix, id ``0``), and ``search_runs`` reads the current experiment's (every run's when none was set).
 The tracking URI is the store: a folder (``file:`` URIs too), ``.zip``, ``memory://``, ``s3://``...;
 a tracking server or database URI is refused. Params keep their values (MLflow's columns show them as
-strings); metrics logged without a step are at step 0, as MLflow's. Tags are MLflow's key/value pairs,
+strings); metrics logged without a step are at step 0, as MLflow's. A run's ``metrics.x`` is the value
+logged last (MLflow's is the one at the highest step, then the latest ``timestamp``: they differ where
+steps go back, and ``timestamp`` is not kept). Tags are MLflow's key/value pairs,
 kept in the run's info as ``mlflow_tags`` (written when the run ends, so a live run's tags reach
 ``search_runs`` at its end), and also as a casmon tag ``key=value`` where that is one (``casmon runs
 --tag team=a``). Statuses: ok -> ``FINISHED``, failed -> ``FAILED``, killed and lost -> ``KILLED``,
@@ -54,7 +56,6 @@ class RunStatus:
 
 
 _state = threading.local()
-_lock = threading.Lock()
 _tracking_uri: str | None = None
 _experiment: str | None = None  # the prefix of the current experiment; None: none set
 _last: ActiveRun | None = None
@@ -260,7 +261,7 @@ def start_run(run_id: str | None = None, experiment_id: str | None = None, run_n
         options.update(resume=run_id, resume_ok=True)
         options.pop("comment")
         options.pop("prefix")
-    run = _start_session_run(nested=nested or bool(st), **options)
+    run = _start_session_run(nested=nested or bool(st), per_thread=True, **options)  # MLflow's runs are per thread
     active = ActiveRun(run, run_name or (run.manifest.get("comment") or run.name))
     st.append(active)
     if description:
@@ -274,7 +275,7 @@ def start_run(run_id: str | None = None, experiment_id: str | None = None, run_n
 
 def end_run(status: str = "FINISHED") -> None:
     """End the active run as ``FINISHED``, ``FAILED`` or ``KILLED``; nothing to do when none is active."""
-    which = _FROM_MLFLOW.get(status if status in _FROM_MLFLOW else str(status).upper())
+    which = _FROM_MLFLOW.get(status) or _FROM_MLFLOW.get(status.upper()) if isinstance(status, str) else None
     if which is None:
         raise ValueError(f"casmon.compat.mlflow: end_run: status must be FINISHED, FAILED or KILLED, got {status!r:.80}")
     st = _stack()

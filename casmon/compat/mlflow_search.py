@@ -55,7 +55,7 @@ def row(r: Any, statuses: dict[str, str], artifact_uri: str) -> dict[str, Any]:
 _CLAUSE = re.compile(
     r"""\s*(?P<key>(?:(?:metrics?|params?|parameters?|tags?|attributes?|attr|run)\.)?(?:`[^`]+`|"[^"]+"|[\w.]+))\s*
         (?P<op>!=|>=|<=|=|<|>|\bNOT\s+ILIKE\b|\bNOT\s+LIKE\b|\bILIKE\b|\bLIKE\b|\bNOT\s+IN\b|\bIN\b)\s*
-        (?P<value>'(?:[^']|'')*'|"(?:[^"]|"")*"|\((?:[^)]*)\)|[-+]?[\w.]+)\s*(?:\bAND\b|$)""",
+        (?P<value>'(?:[^']|'')*'|"(?:[^"]|"")*"|\((?:[^)]*)\)|[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+|[-+]?[\w.]+)\s*(?:\bAND\b|$)""",
     re.I | re.X)
 _GROUPS = {"metric": "metrics", "metrics": "metrics", "param": "params", "params": "params", "parameter": "params",
            "parameters": "params", "tag": "tags", "tags": "tags", "attribute": "", "attributes": "", "attr": "",
@@ -114,8 +114,8 @@ def _like(pattern: str, flags: int) -> re.Pattern[str]:
 
 
 def _holds(v: Any, op: str, want: Any, col: str) -> bool:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return False
+    if v is None:
+        return False  # a NaN compares as MLflow's: unequal to every number, neither above nor below one
     if col in ("start_time", "end_time"):
         v = v * 1000  # MLflow compares its times in milliseconds
     if op in ("IN", "NOT IN"):
@@ -144,22 +144,27 @@ def where(rows: list[dict[str, Any]], filter_string: str | None) -> list[dict[st
 
 
 def ordered(rows: list[dict[str, Any]], order_by: list[str] | None) -> list[dict[str, Any]]:
-    """Newest first (MLflow's default), then by each ``order_by`` key (``metrics.x DESC``); runs without the
-    key go last."""
+    """Newest first (MLflow's default), then by each ``order_by`` key (``metrics.x DESC``); NaN after every
+    number either way, and runs without the key last."""
     out = sorted(rows, key=lambda r: (-(r.get("start_time") or 0.0), r["run_id"]))
     for spec in reversed(order_by or []):
         parts = spec.strip().rsplit(None, 1)
         desc = len(parts) == 2 and parts[1].upper() == "DESC"
         key = parts[0] if len(parts) == 2 and parts[1].upper() in ("ASC", "DESC") else spec.strip()
         col = _column(key)
-        have = [r for r in out if r.get(col) is not None]
+        have = [r for r in out if r.get(col) is not None and not _is_nan(r[col])]
+        nan = [r for r in out if r.get(col) is not None and _is_nan(r[col])]  # after every number, as MLflow's
         lacking = [r for r in out if r.get(col) is None]
         try:
             have.sort(key=lambda r: r[col], reverse=desc)
         except TypeError:
             have.sort(key=lambda r: str(r[col]), reverse=desc)
-        out = have + lacking
+        out = have + nan + lacking
     return out
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
 
 
 def frame(rows: list[dict[str, Any]]) -> Any:

@@ -8,7 +8,7 @@ who holds the run. A claim the manifest does not list yet is a resume under
 way; it is passed over only once its holder is seen dead (same host, no such
 process) or is older than a lost run's heartbeats.
 
-What carries over: the run's start, name and comment; its params (those given
+What carries over: the run's start, name, comment and parent; its params (those given
 to ``record`` win over the stored ones of the same name); its info; its metrics
 (the step counter continues after the highest step flushed; a point of a
 metric at or below that metric's highest flushed step is skipped with a
@@ -198,7 +198,7 @@ def attach(run: Run, which: Any, resume_ok: bool, params: dict[str, Any]) -> Non
     for f in ("signal", "error"):
         if isinstance(old.get(f), str):
             entry[f] = old[f]
-    for f in ("n", "prefix", "comment", "start", "function"):
+    for f in ("n", "prefix", "comment", "start", "function", "parent"):  # a nested run stays its parent's child
         if f in old:
             m[f] = old[f]
     m["name"] = info.name

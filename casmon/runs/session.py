@@ -7,10 +7,13 @@ context manager (``with casmon.start_run() as run:``), ended by the block as ``r
 
 A second ``start_run`` while a run is active in this thread (or a ``start_run`` run anywhere in the
 process) raises, as MLflow does, unless ``nested=True``: then the new run is the innermost one,
-``casmon.log`` and ``end_run`` go to it, and its manifest names its parent's ref (``parent``).
+``casmon.log`` and ``end_run`` go to it, and its manifest names its parent's ref (``parent``). Two threads
+starting at once are checked one after the other: one starts, the other raises. ``per_thread=True`` (what
+``casmon.compat.mlflow`` starts, as MLflow's runs are per thread): only a run of this thread blocks it or is
+its parent, and no other thread's ``end_run`` ends it.
 
 A run left open ends with the process. At interpreter exit it is saved as ``ok`` when the script ended
-normally, ``failed`` (with the traceback) when an uncaught exception ended it, ``killed`` after Ctrl-C;
+normally (``sys.exit(n)`` too: no exit code reaches exit hooks), ``failed`` (with the traceback) when an uncaught exception ended it, ``killed`` after Ctrl-C;
 in an interactive session (a notebook kernel being shut down or restarted, ``python -i``) it is saved
 as ``killed`` with signal ``exit``, since the session ended, not the run. SIGTERM and SIGHUP save it as
 ``killed`` (by the handler: no block is there to raise into), then end the process by the signal; a
@@ -20,6 +23,7 @@ heartbeats stop and readers call it ``lost``.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -36,13 +40,25 @@ __all__ = ["start_run", "end_run", "SessionRun", "STATUSES"]
 STATUSES = ("ok", "failed", "killed")
 
 _lock = threading.Lock()
+_start_lock = threading.Lock()  # the check for an active run and the new run's start are one step
 _exit_hooked = False
+
+
+def _fresh_locks_in_child() -> None:
+    """A forked child's locks are free: another thread of the parent may have held one at the fork."""
+    global _lock, _start_lock
+    _lock, _start_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
 class SessionRun(Run):
     """A run of :func:`start_run`: ended by :meth:`end` (or ``casmon.end_run``, or the process's end)."""
 
     _by_block = False
+    _per_thread = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,31 +108,34 @@ def _session_runs() -> list[SessionRun]:
         return [r for r in recorder._active if isinstance(r, SessionRun)]
 
 
-def start_run(*args: Any, nested: bool = False, **options: Any) -> SessionRun:
+def start_run(*args: Any, nested: bool = False, per_thread: bool = False, **options: Any) -> SessionRun:
     """Start a run that goes on until ``run.end()`` or ``casmon.end_run()`` (or the process ends): for notebooks,
     where a run starts in one cell and ends in another. Takes :class:`~casmon.record`'s options (``comment``,
     ``params``, ``tags``, ``store``, ``capture_output``, ...). While a run is active, a second one raises unless
-    ``nested=True``."""
+    ``nested=True``; ``per_thread=True``: only this thread's runs count (see the module's text)."""
     me = threading.get_ident()
-    with recorder._active_lock:
-        active = [r for r in recorder._active if isinstance(r, SessionRun) or r._thread == me]
-    parent = active[-1] if active else None
-    if parent is not None and not nested:
-        raise CasmonError(f"casmon.start_run: run {parent.name} is active; end it first (run.end() or "
-                          f"casmon.end_run()), or start this one inside it with nested=True")
-    rec = record(*args, **options)
-    rec.run_type = SessionRun
-    _hook_exit()
-    run = rec._start(function=None)
+    with _start_lock:
+        with recorder._active_lock:
+            active = [r for r in recorder._active if r._thread == me
+                      or (not per_thread and isinstance(r, SessionRun) and not r._per_thread)]
+        parent = active[-1] if active else None
+        if parent is not None and not nested:
+            raise CasmonError(f"casmon.start_run: run {parent.name} is active; end it first (run.end() or "
+                              f"casmon.end_run()), or start this one inside it with nested=True")
+        rec = record(*args, **options)
+        rec.run_type = SessionRun
+        _hook_exit()
+        run = rec._start(function=None)
+        assert isinstance(run, SessionRun)
+        run._per_thread = per_thread
     if parent is not None:
-        run.manifest["parent"] = parent.ref or parent.name
-    assert isinstance(run, SessionRun)
+        run.manifest.setdefault("parent", parent.ref or parent.name)  # a resumed run keeps the parent it had
     return run
 
 
 def end_run(status: str = "ok") -> None:
-    """End the innermost run :func:`start_run` started (this thread's first, else the process's) as ``status``;
-    nothing to do when none is active (as MLflow's ``end_run``)."""
+    """End the innermost run :func:`start_run` started (this thread's first, else the process's, but not another
+    thread's ``per_thread`` run) as ``status``; nothing to do when none is active (as MLflow's ``end_run``)."""
     if status not in STATUSES:
         raise ValueError(f"casmon.end_run: status must be 'ok', 'failed' or 'killed', got {status!r:.80}")
     runs = _session_runs()
@@ -124,7 +143,9 @@ def end_run(status: str = "ok") -> None:
         return
     me = threading.get_ident()
     mine = [r for r in runs if r._thread == me]
-    (mine or runs)[-1].end(status)
+    others = [r for r in runs if not r._per_thread]
+    if mine or others:
+        (mine or others)[-1].end(status)
 
 
 def _hook_exit() -> None:

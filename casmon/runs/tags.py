@@ -21,8 +21,9 @@ import time
 from collections.abc import Iterable, Iterator, MutableSet
 from typing import TYPE_CHECKING, Any
 
-from casmon.errors import CasmonError
+from casmon.errors import CasmonError, DamagedObjectError, warn_damage
 from casmon.keys.fingerprint import fingerprint
+from casmon.store.records import parse_record
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -38,6 +39,16 @@ MAX_NOTE = 100_000
 
 _clock_lock = threading.Lock()
 _last_time = 0.0
+
+
+def _fresh_lock_in_child() -> None:
+    """A forked child's clock lock is free: another thread of the parent may have held it at the fork."""
+    global _clock_lock
+    _clock_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 def check_tag(tag: Any, where: str) -> str:
@@ -116,16 +127,31 @@ def append_edit(store: Store, ref: str, start: Any, *, add: Iterable[str] = (), 
     return rec
 
 
-def _valid(rec: Any, ref: str) -> bool:
-    """An edit record as casmon writes it; a crafted or damaged one is left out, never raised on."""
-    if not isinstance(rec, dict) or rec.get("run") != ref:
-        return False
+def _invalid(rec: Any, ref: str) -> str | None:
+    """Why ``rec`` is no edit of run ``ref`` as casmon writes one (a crafted or damaged record); None if it is."""
+    if not isinstance(rec, dict):
+        return "not an object"
+    if rec.get("run") != ref:
+        return f"it names run {str(rec.get('run'))[:80]!r}, stored under run {ref!r}'s key"
     t = rec.get("time")
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < 1e11:
-        return False
+        return f"its time {str(t)[:40]!r} is not a time"
     if "note" in rec:
-        return isinstance(rec["note"], str)
-    return all(isinstance(rec.get(k), list) for k in ("add", "remove"))
+        note = rec["note"]
+        if not isinstance(note, str) or len(note) > MAX_NOTE:
+            return f"its note is not text of at most {MAX_NOTE:,} characters"
+        return None
+    if not all(isinstance(rec.get(k), list) and len(rec[k]) <= MAX_TAGS for k in ("add", "remove")):
+        return f"its add and remove are not lists of at most {MAX_TAGS} tags"
+    return None
+
+
+def _passed_over(store: Store, ref: Any, rec: Any) -> bool:
+    """True (with a one-line warning) if ``rec`` is to be left out: readers never raise on a crafted edit."""
+    why = _invalid(rec, ref) if isinstance(ref, str) else "it names no run"
+    if why is not None:
+        warn_damage(store.url, f"an edit of run {str(ref)[:80]!r}'s tags or note", f"passed over: {why}")
+    return why is not None
 
 
 def _order(rec: dict[str, Any]) -> tuple[float, str]:
@@ -133,14 +159,21 @@ def _order(rec: dict[str, Any]) -> tuple[float, str]:
 
 
 def read_edits(store: Store, ref: str) -> list[dict[str, Any]]:
-    """Run ``ref``'s edits, oldest first (none if the store has none, or they cannot be read)."""
+    """Run ``ref``'s edits, oldest first (none if the store has none, or they cannot be read); a malformed or
+    crafted edit is passed over with a warning, and hides no other."""
     if KIND_RUNEDIT not in store.record_kinds():
         return []
+    key = edit_key(ref)
+    recs = []
     try:
-        recs = store.lookup(KIND_RUNEDIT, edit_key(ref))
-    except (CasmonError, OSError):  # damaged edits: the manifest's tags (verify names the damage)
+        for v in store.table(KIND_RUNEDIT).lookup(key):
+            try:
+                recs.append(parse_record(KIND_RUNEDIT, key, v))
+            except DamagedObjectError as e:  # one malformed edit hides no other (verify names it)
+                warn_damage(store.url, e.key, e.reason)
+    except (CasmonError, OSError):  # the table cannot be read: the manifest's tags (verify names the damage)
         return []
-    return sorted((r for r in recs if _valid(r, ref)), key=_order)
+    return sorted((r for r in recs if not _passed_over(store, ref, r)), key=_order)
 
 
 def edits_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
@@ -151,7 +184,10 @@ def edits_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
             return out
         for key, rec in store.records(KIND_RUNEDIT, strict=False):
             ref = rec.get("run") if isinstance(rec, dict) else None
-            if isinstance(ref, str) and bytes(key) == edit_key(ref) and _valid(rec, ref):
+            if isinstance(ref, str) and bytes(key) != edit_key(ref):
+                warn_damage(store.url, f"an edit stored under key {bytes(key).hex()}",
+                            f"passed over: it names run {ref[:80]!r}, whose edits are under another key")
+            elif not _passed_over(store, ref, rec) and isinstance(ref, str):
                 out.setdefault(ref, []).append(rec)
     except (CasmonError, OSError):
         return {}
@@ -213,8 +249,9 @@ def history(manifest: dict[str, Any], edits: list[dict[str, Any]]) -> list[dict[
 
 class RunTags(MutableSet):
     """A run's tags while this process records it: ``add`` and ``discard`` are kept at once (in the manifest
-    before the run is in the store, as edits once it is). Edits made elsewhere meanwhile (``casmon tag``)
-    are not seen here; ``load_run(...).tags`` merges them all."""
+    before the run is in the store, as edits once it is). A change first reads the edits made elsewhere
+    (``casmon tag``), so it is never taken as done already on a stale view; reading ``run.tags`` shows this
+    process's view, ``load_run(...).tags`` merges them all."""
 
     def __init__(self, run: Any, tags: Iterable[str]) -> None:
         self._run = run
@@ -237,20 +274,34 @@ class RunTags(MutableSet):
         self._change([check_tag(tag, f"run {self._run.name}: tags.add")], [])
 
     def discard(self, tag: str) -> None:
-        if isinstance(tag, str) and tag in self._tags:
+        if isinstance(tag, str):
             self._change([], [tag])
 
     def replace(self, tags: Iterable[str]) -> None:
         """Make the tags exactly ``tags`` (``run.tags = [...]``)."""
-        new = set(check_tags(tags, f"run {self._run.name}: tags"))
-        self._change(sorted(new - self._tags), sorted(self._tags - new))
+        self._change(list(check_tags(tags, f"run {self._run.name}: tags")), [], exactly=True)
 
-    def _change(self, add: list[str], remove: list[str]) -> None:
+    def _stored(self) -> None:
+        """Once the run is in the store: the tags there, with every edit made elsewhere since."""
+        run = self._run
+        if not (run._started and run.ref and run.store is not None):
+            return
+        try:
+            if KIND_RUNEDIT in run.store.record_kinds():
+                run.store.table(KIND_RUNEDIT).refresh()  # another process's edit since this one's last look
+            self._tags = set(merged(run.manifest, read_edits(run.store, run.ref))[0])
+        except (CasmonError, OSError):
+            pass  # the store is away: this process's view
+
+    def _change(self, add: list[str], remove: list[str], exactly: bool = False) -> None:
         run = self._run
         if run._pid != os.getpid():
             raise CasmonError(f"casmon: run {run.name}: tags are changed by the process that records the run "
                               f"(process {run._pid}), not by its child {os.getpid()}")
         with self._lock:
+            self._stored()
+            if exactly:
+                add, remove = sorted(set(add) - self._tags), sorted(self._tags - set(add))
             add = [t for t in add if t not in self._tags]
             remove = [t for t in remove if t in self._tags]
             if not add and not remove:

@@ -301,3 +301,141 @@ def test_start_run_with_a_run_id_continues_that_run(tmp_path):
     assert p.stdout.split() == ["True", "FINISHED"]
     (r,) = casmon.list_runs(str(tmp_path / "s"))
     assert (r.status, list(r.metric("loss").steps), len(r.resumes)) == ("ok", [0, 1], 1)
+
+
+def test_each_thread_has_its_own_active_run_as_in_mlflow(tmp_path):
+    """MLflow's active run is per thread (``mlflow.active_run`` says so): a second thread runs its own
+    ``with mlflow.start_run()`` while the first's is active, and one thread's ``end_run`` leaves the other's
+    run going."""
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys, threading
+        mlflow.set_tracking_uri(sys.argv[1])
+        first_on, second_on, first_ended = threading.Event(), threading.Event(), threading.Event()
+        errors = []
+
+        def train(i):
+            try:
+                if i == 1:
+                    first_on.wait(60)
+                with mlflow.start_run(run_name=f"t{i}") as run:
+                    mlflow.log_metric("acc", i / 10)
+                    if i == 0:
+                        first_on.set()
+                        second_on.wait(60)
+                        mlflow.end_run()
+                        first_ended.set()
+                    else:
+                        second_on.set()
+                        first_ended.wait(60)
+                        assert mlflow.active_run() is run, "the other thread's end_run ended this run"
+            except Exception as e:
+                errors.append(repr(e))
+                first_on.set(), second_on.set(), first_ended.set()
+
+        ts = [threading.Thread(target=train, args=(i,)) for i in range(2)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print(errors, mlflow.active_run())
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.strip().splitlines()[-1] == "[] None", p.stdout
+    runs = {r.manifest["comment"]: r for r in casmon.list_runs(str(tmp_path / "s"))}
+    assert sorted(runs) == ["t0", "t1"]
+    for i in (0, 1):
+        r = runs[f"t{i}"]
+        assert (r.status, r.metric_summary()["acc"]["last"], r.manifest.get("parent")) == ("ok", i / 10, None)
+
+
+def test_a_nested_run_continued_by_its_run_id_keeps_its_parent_run_id(tmp_path):
+    code = textwrap.dedent("""
+        import casmon.compat.mlflow as mlflow, sys
+        mlflow.set_tracking_uri(sys.argv[1])
+        with mlflow.start_run() as parent:
+            with mlflow.start_run(nested=True) as child:
+                mlflow.log_metric("acc", 0.5)
+        with mlflow.start_run(run_id=child.info.run_id):
+            mlflow.log_metric("acc", 0.9, step=1)
+        df = mlflow.search_runs(filter_string="metrics.acc > 0.8")
+        print(list(df["run_id"]), list(df["tags.mlflow.parentRunId"]), parent.info.run_id)
+    """)
+    p = run_python(code, str(tmp_path / "s"), cwd=tmp_path)
+    assert p.stdout.split() == ["['2']", "['1']", "1"], p.stdout
+
+
+FILTERS = '''\
+import json, sys
+import mlflow
+
+mlflow.set_tracking_uri(sys.argv[1])
+with mlflow.start_run(run_name="tiny"):
+    mlflow.log_metric("acc", 0.0001)
+    mlflow.log_param("lr", 0.01)
+with mlflow.start_run(run_name="good"):
+    mlflow.log_metric("acc", 0.95)
+    mlflow.log_param("lr", "0.01")
+    mlflow.set_tag("x y", "v")
+filters = ["metrics.acc < 1e-3", "metrics.acc < 1E-3", "metrics.acc > 5.0e-1", "metrics.acc > .5",
+           "metrics.acc > 0.9 and params.lr = '0.01'", "tags.`x y` = 'v'", "metrics.acc != 0.95",
+           "attributes.run_name LIKE 'g%'", "params.lr = '0.01' AND metrics.acc <= 1e2"]
+print(json.dumps([len(mlflow.search_runs(filter_string=f)) for f in filters]))
+'''
+
+
+def test_search_runs_reads_the_filters_mlflow_reads_numbers_with_exponents_too(tmp_path):
+    pytest.importorskip("mlflow")
+    real = run_python(FILTERS, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(FILTERS), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert a == b == [1, 1, 1, 1, 1, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("status", [["FAILED"], {"FAILED": 1}, None, 3])
+def test_end_run_with_a_status_that_is_no_name_is_one_line(status):
+    import casmon.compat.mlflow as mlflow
+
+    with pytest.raises(ValueError, match="end_run: status must be FINISHED, FAILED or KILLED"):
+        mlflow.end_run(status)
+
+
+ORDERED = '''\
+import json, sys
+import mlflow
+
+mlflow.set_tracking_uri(sys.argv[1])
+for name, acc, lr in [("a", 0.5, "0.1"), ("b", None, "0.01"), ("c", float("nan"), "0.001"), ("d", 0.9, None),
+                      ("e", float("inf"), "1"), ("f", -1.0, "0.1")]:
+    with mlflow.start_run(run_name=name):
+        if acc is not None:
+            mlflow.log_metric("acc", acc)
+        if lr is not None:
+            mlflow.log_param("lr", lr)
+orders = [["metrics.acc DESC"], ["metrics.acc"], ["params.lr DESC"], ["params.lr ASC", "metrics.acc DESC"],
+          ["attributes.run_name"], ["start_time ASC"]]
+print(json.dumps([list(mlflow.search_runs(order_by=o)["tags.mlflow.runName"]) for o in orders]))
+'''
+
+
+def test_search_runs_orders_nan_and_missing_values_as_mlflow_does(tmp_path):
+    pytest.importorskip("mlflow")
+    real = run_python(ORDERED, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(ORDERED), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert b == a
+    assert a[0] == ["e", "d", "a", "f", "c", "b"], "NaN after every number, then the run without the metric"
+
+
+def test_search_runs_filters_nan_and_inf_as_mlflow_does(tmp_path):
+    pytest.importorskip("mlflow")
+    filters = ["metrics.acc != 0.5", "metrics.acc > 0", "metrics.acc < 1", "metrics.acc = 0.5", "metrics.acc >= -1"]
+    code = ORDERED.rsplit("orders = ", 1)[0] + textwrap.dedent(f"""
+        print(json.dumps([sorted(mlflow.search_runs(filter_string=f).get("tags.mlflow.runName", []))
+                          for f in {filters!r}]))
+    """)
+    real = run_python(code, (tmp_path / "mlruns").as_uri(), cwd=tmp_path,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet"})
+    ours = run_python(_casmon(code), str(tmp_path / "store"), cwd=tmp_path)
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (real, ours))
+    assert b == a
+    assert a[0] == ["c", "d", "e", "f"], "a NaN is unequal to 0.5"

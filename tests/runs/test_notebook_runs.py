@@ -1,4 +1,5 @@
 """A run that spans notebook cells, on a real Jupyter kernel (ipykernel through nbclient and jupyter_client).
+A cell that raises or is interrupted stops that cell, not the run.
 
 ``start_run`` in one cell, ``casmon.log`` in others, ``end`` in a last one: one ``ok`` run with every point.
 A kernel shut down (as Jupyter's shutdown and restart do) with the run open leaves it ``killed``; a kernel
@@ -106,3 +107,87 @@ def test_a_kernel_killed_outright_mid_run_reads_as_lost(kernel):
     deadline.until(lambda: casmon.load_run("latest", str(store)).status == "lost", "the run to read as lost", 120)
     r = casmon.load_run("latest", str(store))
     assert len(r.metric("loss")) == 5
+
+
+def _execute_any(kc, code: str) -> tuple[str, str]:
+    """``(status, output)`` of a cell that may raise."""
+    out: list[str] = []
+
+    def keep(msg):
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            out.append(msg["content"]["ename"])
+
+    reply = kc.execute_interactive(code, timeout=600, output_hook=keep)
+    return reply["content"]["status"], "".join(out)
+
+
+def test_a_cell_that_raises_or_is_interrupted_leaves_the_run_going(kernel):
+    """A notebook user's failing cell or Interrupt (SIGINT to the kernel) stops that cell, not the run, as in
+    MLflow: the run goes on, takes the next cells' points, and ends as the user ends it."""
+    km, kc, store = kernel
+    assert "started" in _execute(kc, START)
+    _execute(kc, LOG)
+    assert _execute_any(kc, "1 / 0") == ("error", "ZeroDivisionError")
+    sleeping = cell("""
+        import time
+        print("sleeping", flush=True)
+        time.sleep(600)
+    """)
+    msg_id = kc.execute(sleeping)
+    deadline.until(lambda: _iopub_says(kc, "sleeping"), "the cell to start sleeping", 120)
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=120)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=120)
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert casmon.load_run("latest", str(store)).status == "running"
+    assert "step" in _execute(kc, LOG_MORE)
+    assert "ended ok" in _execute(kc, END)
+    r = casmon.load_run("latest", str(store))
+    assert (r.status, list(r.metric("loss").steps), list(r.metric("acc").steps)) == ("ok", list(range(5)), [5])
+
+
+def _iopub_says(kc, text: str) -> bool:
+    import queue
+
+    try:
+        while True:
+            msg = kc.get_iopub_msg(timeout=0.2)
+            if msg["msg_type"] == "stream" and text in msg["content"]["text"]:
+                return True
+    except queue.Empty:
+        return False
+
+
+def test_a_restarted_kernel_and_a_second_notebook_on_the_store_each_keep_their_own_run(kernel, tmp_path):
+    from jupyter_client import KernelManager
+
+    km, kc, store = kernel
+    _execute(kc, START)
+    _execute(kc, LOG)
+    km.restart_kernel(now=False)  # Jupyter's "Restart": a shutdown request, then a fresh kernel
+    kc.wait_for_ready(timeout=600)
+    first = casmon.load_run("1", str(store))
+    assert (first.status, first.manifest["signal"]) == ("killed", "exit")
+    other = KernelManager(kernel_name=KERNEL)
+    other.start_kernel(env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                                CASMON_STORE=str(store)), cwd=str(tmp_path))
+    oc = other.client()
+    oc.start_channels()
+    try:
+        oc.wait_for_ready(timeout=600)
+        outs = [_execute(c, START) for c in (kc, oc)]
+        names = {o.split("started ")[-1].split()[0] for o in outs}
+        _execute(kc, LOG)
+        _execute(oc, LOG_MORE)
+        for c in (kc, oc):  # "latest" is the other notebook's run at times: each reads its own
+            assert "ended ok" in _execute(c, 'run.end()\nprint("ended", casmon.load_run(run.name).status)')
+    finally:
+        oc.stop_channels()
+        other.shutdown_kernel(now=True)
+    runs = {r.name: r for r in casmon.list_runs(str(store))}
+    assert names == {"2-nb", "3-nb"} and runs.keys() == {"1-nb", "2-nb", "3-nb"}
+    assert [runs[n].status for n in ("1-nb", "2-nb", "3-nb")] == ["killed", "ok", "ok"]
+    assert sorted(tuple(r.metric_summary()) for r in (runs["2-nb"], runs["3-nb"])) == [("acc",), ("loss",)]

@@ -217,3 +217,83 @@ def test_sigterm_inside_a_block_saves_the_block_run_and_the_open_run_as_killed(t
     assert {c: (r.status, r.manifest.get("signal")) for c, r in runs.items()} == {
         "": ("killed", "SIGTERM"), "block": ("killed", "SIGTERM")}
     assert len(runs[""].metric("x")) == 3 and len(runs["block"].metric("y")) == 1
+
+
+def test_two_threads_starting_at_once_start_one_run_and_the_other_raises(store):
+    """The docs make a start_run run process-wide: the check and the start are one step, so a race never
+    starts two runs that each think they are the only one."""
+    go = threading.Barrier(2)
+    started, refused = [], []
+
+    def start():
+        go.wait()
+        try:
+            started.append(casmon.start_run(store=store, capture_output=False))
+        except CasmonError as e:
+            refused.append(e)
+
+    ts = [threading.Thread(target=start) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert (len(started), len(refused)) == (1, 1), (started, refused)
+    assert "is active" in str(refused[0])
+    started[0].end()
+    assert [r.status for r in casmon.list_runs(store)] == ["ok"]
+
+
+def test_a_per_thread_run_is_neither_blocked_by_nor_ended_from_another_thread(store):
+    main = casmon.start_run(store=store, capture_output=False)
+    got = {}
+
+    def other():
+        run = casmon.start_run(store=store, capture_output=False, per_thread=True)
+        casmon.log(x=1.0)
+        got["run"] = run
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    run = got["run"]
+    assert "parent" not in run.manifest, "another thread's run is no parent of a per-thread run"
+    casmon.end_run()  # this thread's run, never the other thread's
+    assert (main.manifest["status"], run.manifest["status"]) == ("ok", "running")
+    casmon.end_run()  # no run of this thread is left, and the other thread's is its own
+    assert run.manifest["status"] == "running"
+    run.end()
+    assert list(casmon.load_run(run.name, store).metric("x").values) == [1.0]
+
+
+def test_a_resumed_nested_run_keeps_its_parent(store):
+    parent = casmon.start_run(store=store, capture_output=False)
+    child = casmon.start_run(store=store, capture_output=False, nested=True)
+    child.end("killed")
+    parent.end()
+    again = casmon.start_run(store=store, resume=child.name, capture_output=False)
+    again.log(x=1.0)
+    again.end()
+    assert casmon.load_run(child.name, store).manifest.get("parent") == parent.ref
+    with casmon.record(store=store, resume=child.name, resume_ok=True, capture_output=False):
+        pass
+    assert casmon.load_run(child.name, store).manifest.get("parent") == parent.ref
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_while_another_thread_starts_a_run_can_start_its_own(tmp_path):
+    import multiprocessing
+
+    from casmon.runs import session
+
+    def child(path):
+        run = casmon.start_run(store=path, capture_output=False)
+        run.end()
+
+    with session._start_lock:  # as if another thread were starting a run at the fork
+        p = multiprocessing.get_context("fork").Process(target=child, args=(str(tmp_path / "s"),))
+        p.start()
+        p.join(120)
+    if p.is_alive():
+        p.kill()
+    assert p.exitcode == 0
+    assert [r.status for r in casmon.list_runs(str(tmp_path / "s"))] == ["ok"]

@@ -191,3 +191,87 @@ def test_an_edit_that_raced_a_deletion_never_lands_on_the_run_that_takes_the_fre
     r = casmon.load_run("1", store)
     assert (r.tags, r.note, r.edits()) == ((), "", [])
     assert (casmon.list_runs(store)[0].tags, casmon.list_runs(store)[0].note) == ((), "")
+
+
+def test_a_malformed_edit_hides_no_other_edit_of_its_run_and_is_warned(store):
+    from casmon.runs.tags import read_edits
+
+    with casmon.record(store=store, tags=["real"], capture_output=False):
+        pass
+    tag_run("1", ["a"], store=store)
+    note_run("1", "kept", store=store)
+    store.append(KIND_RUNEDIT, {}, key=edit_key("runs/1"), encoded="[1, 2]")  # JSON, not an object
+    store.flush()
+    with pytest.warns(casmon.StoreDamageWarning, match="not a JSON object"):
+        edits = read_edits(store, "runs/1")
+    assert [e.get("note", e.get("add")) for e in edits] == [["a"], "kept"]
+
+
+@pytest.mark.parametrize("rec", [
+    {"run": "runs/1", "time": 9e9, "note": "N" * (MAX_NOTE + 1)},
+    {"run": "runs/1", "time": 9e9, "add": ["t"] * 1001, "remove": []},
+    {"run": "runs/1", "time": float("nan"), "note": "nan"},
+    {"run": "runs/2", "time": 9e9, "note": "another run's"},
+    {"run": ["runs/1"], "time": 9e9, "note": "a list"},
+    {"time": 9e9, "note": "no run"},
+], ids=["huge-note", "too-many-tags", "nan-time", "other-run", "run-a-list", "no-run"])
+def test_a_crafted_edit_is_passed_over_with_a_warning_by_every_reader(store, rec, monkeypatch):
+    from casmon import errors
+    from casmon.runs.tags import read_edits
+
+    with casmon.record(store=store, capture_output=False):
+        pass
+    note_run("1", "real", store=store)
+    store.append(KIND_RUNEDIT, rec, key=edit_key("runs/1"))
+    store.flush()
+    for read in (lambda: casmon.list_runs(store)[0], lambda: casmon.load_run("1", store)):
+        with pytest.warns(casmon.StoreDamageWarning, match="passed over"):
+            r = read()
+            assert (r.tags, r.note) == ((), "real")
+        monkeypatch.setattr(errors, "_warned", set())  # warn_damage says each once a process
+    with pytest.warns(casmon.StoreDamageWarning, match="passed over"):
+        assert [e["note"] for e in read_edits(store, "runs/1")] == ["real"]
+
+
+def test_a_child_forked_while_another_thread_edits_tags_can_edit_them(tmp_path):
+    import multiprocessing
+    import os
+
+    from casmon.runs import tags
+
+    if not hasattr(os, "fork"):
+        pytest.skip("fork")
+    with casmon.record(store=str(tmp_path / "s"), capture_output=False):
+        pass
+
+    def child(path):
+        tag_run("1", ["from-child"], store=path)
+
+    with tags._clock_lock:  # as if another thread were stamping an edit at the fork
+        p = multiprocessing.get_context("fork").Process(target=child, args=(str(tmp_path / "s"),))
+        p.start()
+        p.join(120)
+    if p.is_alive():
+        p.kill()
+    assert p.exitcode == 0
+    assert casmon.load_run("1", str(tmp_path / "s")).tags == ("from-child",)
+
+
+def test_a_live_runs_tag_change_reads_the_edits_made_elsewhere_first(tmp_path):
+    """``casmon tag`` from another process added x and removed a: the run's own discard("x") and add("a")
+    are not taken as done already on its stale view."""
+    path = str(tmp_path / "s")
+    run = casmon.start_run(store=path, tags=["a", "b"], capture_output=False)
+    try:
+        other = casmon.open(path)  # another process's view of the store
+        tag_run(run.name, ["x"], ["a"], store=other)
+        other.close()
+        run.tags.discard("x")
+        run.tags.add("a")
+        assert casmon.load_run(run.name, path).tags == ("a", "b")
+        run.tags = ["b", "y"]
+        assert casmon.load_run(run.name, path).tags == ("b", "y")
+        assert sorted(run.tags) == ["b", "y"]
+    finally:
+        run.end()
+    assert casmon.load_run(run.name, path).tags == ("b", "y")
