@@ -689,7 +689,7 @@ def _c_order_bytes(a: np.ndarray, scratch: dict[int, np.ndarray], start: int, st
         buf = scratch[threading.get_ident()] = np.empty(-(-(SEGMENT + row) // row) * row, np.uint8)
     out = buf[: (r1 - r0) * row].view(a.dtype).reshape((r1 - r0,) + a.shape[1:])
     _tiled_copy(out, a[r0:r1])
-    return memoryview(out.reshape(-1).view(np.uint8))[start - r0 * row : stop - r0 * row]
+    return buf.data[start - r0 * row : stop - r0 * row]
 
 
 def _without_padding(a: np.ndarray) -> np.ndarray:
