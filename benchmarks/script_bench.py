@@ -1,6 +1,6 @@
 """Row 10: a user's script whose cached call hits, timed as the user runs it: the whole ``python script.py``.
 
-``python -m benchmarks.script_bench [--rounds N]``. Three scripts per value, each with its bytecode cached
+``python -m benchmarks.script_bench [--rounds N] [--casmon TREE] [--before TREE]``. Three scripts per value, each with its bytecode cached
 (each runs once first): one whose ``@casmon.cache`` call hits, one that loads the same value from a file
 (``np.load`` for a 32 MB float array, ``pd.read_parquet`` for a 34 MB DataFrame), and one whose
 ``joblib.Memory`` call hits. They run interleaved, round after round, so a loaded machine slows each alike;
@@ -70,22 +70,26 @@ def run(script: Path, env: dict) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def bench(rounds: int) -> list[tuple]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def bench(rounds: int, casmon: Path = ROOT, before: Path | None = None) -> list[tuple]:
+    env = dict(os.environ, PYTHONPATH=str(casmon))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as users run scripts: bytecode cached
+    envs = {"casmon": env, "file": env, "joblib": env}
+    if before is not None:  # the same casmon script on another source tree, interleaved with the rest
+        envs["before"] = dict(env, PYTHONPATH=str(before))
     d = Path(tempfile.mkdtemp(prefix="casmon-script-"))
     rows = []
     try:
         for what in VALUES:
             s = scripts(d, what)
+            s["before"] = s["casmon"]
             run(s["write"], env)
-            for name in ("casmon", "file", "joblib"):
-                run(s[name], env)  # the miss, and the bytecode
-                run(s[name], env)
-            got: dict[str, list[tuple[float, float]]] = {n: [] for n in ("casmon", "file", "joblib")}
+            for name in envs:
+                run(s[name], envs[name])  # the miss, and the bytecode
+                run(s[name], envs[name])
+            got: dict[str, list[tuple[float, float]]] = {n: [] for n in envs}
             for _ in range(rounds):
                 for name in got:
-                    got[name].append(run(s[name], env))
+                    got[name].append(run(s[name], envs[name]))
             wall = {n: statistics.median(x[0] for x in v) for n, v in got.items()}
             cpu = {n: statistics.median(x[1] for x in v) for n, v in got.items()}
             load = "np.load" if what == "array" else "pd.read_parquet"
@@ -95,6 +99,8 @@ def bench(rounds: int) -> list[tuple]:
                              f"script that calls {load}", m["file"], 1.15))
                 rows.append(("10", f"the same ({kind})", m["casmon"], "joblib.Memory's script", m["joblib"],
                              0.7 if what == "array" else None))
+                if before is not None:
+                    rows.append(("10", f"the same ({kind})", m["casmon"], f"casmon at {before}", m["before"], None))
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return rows
@@ -103,10 +109,12 @@ def bench(rounds: int) -> list[tuple]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--casmon", type=Path, default=ROOT, help="the source tree to measure (another commit's)")
+    ap.add_argument("--before", type=Path, help="also time the casmon script on this tree, interleaved")
     args = ap.parse_args(argv)
-    print(f"casmon {ROOT}; Python {sys.version.split()[0]}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}\n")
+    print(f"casmon {args.casmon}; Python {sys.version.split()[0]}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}\n")
     print("| row | what | casmon | peer | peer's | ratio | goal |\n|---|---|---|---|---|---|---|")
-    for num, what, c, peer, p, goal in bench(args.rounds):
+    for num, what, c, peer, p, goal in bench(args.rounds, args.casmon, args.before):
         print(f"| {num} | {what} | {c * 1e3:.0f} ms | {peer} | {p * 1e3:.0f} ms | {c / p:.2f}x | "
               f"{'≤ %.2fx' % goal if goal else ''} |")
 
