@@ -100,7 +100,7 @@ def bench(rounds: int, casmon: Path = ROOT, before: Path | None = None) -> list[
                 rows.append(("10", f"the same ({kind})", m["casmon"], "joblib.Memory's script", m["joblib"],
                              0.7 if what == "array" else None))
                 if before is not None:
-                    rows.append(("10", f"the same ({kind})", m["casmon"], f"casmon at {before}", m["before"], None))
+                    rows.append(("10", f"the same ({kind})", m["casmon"], f"casmon at {before.name}", m["before"], None))
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return rows

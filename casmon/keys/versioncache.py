@@ -28,7 +28,7 @@ from typing import Any
 
 import xxhash
 
-__all__ = ["lookup", "remember", "entry_key", "STATS", "MAX_ENTRIES", "MAX_BYTES"]
+__all__ = ["lookup", "remember", "write_all", "entry_key", "STATS", "MAX_ENTRIES", "MAX_BYTES"]
 
 #: Changes whenever what an entry holds or how a parse is made changes: older entries are then not found.
 FORMAT = 1
@@ -44,6 +44,8 @@ STATS = {"hits": 0, "misses": 0, "ignored": 0, "writes": 0}
 
 _lock = threading.Lock()
 _files: dict[str, dict[str, list[Any]]] = {}  # cache path -> its entries, read once per process
+_dirty: set[str] = set()  # cache paths with entries this process added, written at exit
+_exit_hooked = False
 
 
 def entry_key(block: str, code: CodeType, sig: Any, file: str | None = None) -> str:
@@ -137,8 +139,9 @@ def lookup(source: str, keys: tuple[str, ...]) -> tuple[str, frozenset[str]] | N
 
 
 def remember(source: str, key: str, text: str, names: frozenset[str]) -> None:
-    """Keep a parse made from ``source``'s block under ``key``; any failure to write is ignored (the parse
-    is made again next time)."""
+    """Keep a parse made from ``source``'s block under ``key``. Written when the process exits, once per
+    file however many functions it holds; any failure to write is ignored (the parse is made again)."""
+    global _exit_hooked
     if sys.dont_write_bytecode:
         return
     found = _entries(source)
@@ -151,15 +154,33 @@ def remember(source: str, key: str, text: str, names: frozenset[str]) -> None:
         entries[key] = [text, listed, _check(key, text, listed)]
         while len(entries) > MAX_ENTRIES:
             del entries[next(iter(entries))]
-        doc = json.dumps({"format": FORMAT, "entries": entries})
-    if len(doc) > MAX_BYTES:
-        return
+        _dirty.add(path)
+        if not _exit_hooked:
+            import atexit
+
+            atexit.register(write_all)
+            _exit_hooked = True
+
+
+def write_all() -> None:
+    """Write every cache file with parses this process added (at exit; callable sooner)."""
+    while True:
+        with _lock:
+            if not _dirty:
+                return
+            path = _dirty.pop()
+            doc = json.dumps({"format": FORMAT, "entries": _files.get(path, {})})
+        if len(doc) <= MAX_BYTES:
+            _write(path, doc)
+
+
+def _write(path: str, doc: str) -> None:
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(doc)
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # a reader sees the old file or the new, never half of one
         STATS["writes"] += 1
     except (OSError, UnicodeEncodeError):
         try:
