@@ -67,10 +67,11 @@ def _check(key: str, text: str, names: list[str]) -> str:
 def _cache_path(source: str) -> str | None:
     if not source.endswith(".py") or sys.implementation.cache_tag is None:
         return None
-    if not os.path.isabs(source):  # ``python script.py``: the script's code names it as given
-        source = os.path.abspath(source)
-        if not os.path.isfile(source):  # the script changed folders since: keep no cache in an unrelated one
-            return None
+    source = os.path.abspath(source)  # ``python script.py``: the script's code names it as given
+    if not os.path.isfile(source):
+        # A notebook cell's code names a file that was never written (``/tmp/ipykernel_.../1.py``), and a
+        # script that changed folders names one elsewhere: no cache is kept beside either.
+        return None
     try:
         from importlib.util import cache_from_source
 

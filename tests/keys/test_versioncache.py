@@ -156,3 +156,27 @@ def test_under_pythondontwritebytecode_nothing_is_written(tmp_path):
     d = _project(tmp_path)
     got = _version(d, write=False)
     assert got["stats"]["writes"] == 0 and not _cache_files(d)
+
+
+def test_code_whose_file_does_not_exist_keeps_no_cache(tmp_path):
+    """A notebook cell's code names a file that was never written (ipykernel's ``/tmp/ipykernel_N/M.py``):
+    its version is computed from linecache's lines, and no ``__pycache__`` is made for it."""
+    cell = tmp_path / "ipykernel_1" / "12345.py"
+    code = textwrap.dedent(f"""
+        import json, linecache
+        from casmon.keys import codeversion, versioncache
+        src = "def f(x):\\n    return x + 1\\n"
+        linecache.cache[{str(cell)!r}] = (len(src), None, src.splitlines(True), {str(cell)!r})
+        ns = {{}}
+        exec(compile(src, {str(cell)!r}, "exec"), ns)
+        v = codeversion.function_version(ns["f"]).hex()
+        versioncache.write_all()
+        print(json.dumps({{"version": v, "stats": versioncache.STATS}}))
+    """)
+    env = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["stats"]["writes"] == 0
+    assert not (tmp_path / "ipykernel_1").exists()
