@@ -22,7 +22,8 @@ def small_segments(monkeypatch):
     monkeypatch.setattr(fpmod, "_INLINE_LIMIT", 1024)  # below RUN_MIN, as the real one is
 
 
-DTYPES = ["<f8", "<f4", "|u1", "<i2", ">i4", "<c16", "|b1", "<M8[s]", "<f2"]
+DTYPES = ["<f8", "<f4", "|u1", "<i2", ">i4", "<c16", "|b1", "<M8[s]", "<f2", "S3",
+          np.dtype([("a", "<i4"), ("b", "<f4")]), np.dtype([("a", "u1"), ("b", "<f8")], align=True)]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
