@@ -24,6 +24,9 @@ Rows (numbers as in issue 28):
    (30k with --quick) vs diskcache's memoize hit (<= 2x) and vs casmon's own on 10k (<= 1.5x), and its build
    cost per entry vs its own at 10k (<= 1.3x). These stores are built afresh each run (the build is one of the
    figures), not kept like row 7's.
+10. A user's script whose cached call hits, the whole ``python script.py`` with bytecode cached, beside a script
+   that loads the same value from a file and joblib.Memory's script: a 32 MB array (``np.load``) and a 34 MB
+   DataFrame (``pd.read_parquet``); wall and CPU medians (``benchmarks/script_bench.py``).
 
 Every measurement runs in a fresh worker process (``--worker NAME``), so one tool's imports and memory never
 touch another's figures.
@@ -45,6 +48,8 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+
+from benchmarks import script_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -744,7 +749,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats, a 100k store (under 3 min)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="comma-separated row numbers")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10", help="comma-separated row numbers")
     ap.add_argument("--s3-log", metavar="FILE", help="write every S3 request, per operation, as JSON")
     ap.add_argument("--peers-at-n", action="store_true",
                     help="row 7: build diskcache's store at the same N (1M: about 5 minutes, kept for later runs)")
@@ -762,7 +767,8 @@ def main(argv=None) -> None:
                  ("5", lambda: bench_bigres(rows, tmp, args.quick)), ("6", lambda: bench_torch(rows, tmp, args.quick)),
                  ("7", lambda: bench_first(rows, args.quick, 5, args.peers_at_n)),
                  ("8", lambda: bench_s3(rows, s3rows, args.quick, Path(args.s3_log) if args.s3_log else None)),
-                 ("9", lambda: bench_earlier(rows, tmp, args.quick))]
+                 ("9", lambda: bench_earlier(rows, tmp, args.quick)),
+                 ("10", lambda: rows.extend(script_bench.bench(5 if args.quick else 11)))]
         for num, fn in steps:
             if num in only:
                 a = time.perf_counter()

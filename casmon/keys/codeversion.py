@@ -42,7 +42,6 @@ before.
 
 from __future__ import annotations
 
-import __future__
 import ast
 import dis
 import enum
@@ -60,7 +59,9 @@ from typing import Any, cast
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
-from casmon.keys import versionwalk
+from casmon.keys import versioncache, versionwalk
+from casmon.keys.sourceblock import (block_compiles_to as _block_compiles_to, code_matches_file as _code_matches_file,
+                                     code_sig as _code_sig, def_block as _def_block, lambda_segment as _lambda_segment)
 from casmon.keys.smallpickle import pickle_matches, small_pickle
 from casmon.keys.usercode import is_user_module
 
@@ -209,140 +210,6 @@ def _write_only_names(tree: ast.AST | None) -> frozenset[str]:
     return frozenset(writes - reads)
 
 
-def _code_sig(code: types.CodeType) -> tuple[Any, ...]:
-    """What a code object does, without line numbers: equal for the same source compiled alike."""
-    consts = []
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            consts.append(_code_sig(c))
-        else:
-            consts.append((type(c).__name__, repr(c)))
-    return (code.co_code, tuple(consts), code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
-            code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount, code.co_flags & _SIG_FLAGS)
-
-
-#: ``co_flags`` that change what code does (``*args``, ``**kwargs``, generator, coroutine), not where it sits.
-_SIG_FLAGS = (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE
-              | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
-
-_file_index: dict[str, tuple[list[str], dict[str, set[tuple[Any, ...]]] | None]] = {}
-_file_index_lock = threading.Lock()
-
-
-def _code_matches_file(code: types.CodeType) -> bool:
-    """True if compiling the source casmon would read for ``code`` gives ``code`` again.
-
-    False when the file was edited after the code was compiled and not reloaded:
-    the source on disk is then not what runs, and must not name its version.
-    """
-    fname = code.co_filename
-    lines = linecache.getlines(fname)
-    if not lines:
-        return False
-    with _file_index_lock:
-        entry = _file_index.get(fname)
-    if entry is None or entry[0] is not lines:
-        index: dict[str, set[tuple[Any, ...]]] | None
-        try:
-            top = compile("".join(lines), fname, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, OverflowError):
-            index = None
-        else:
-            index = {}
-            stack = [top]
-            while stack:
-                c = stack.pop()
-                index.setdefault(c.co_qualname, set()).add(_code_sig(c))
-                stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
-        entry = (lines, index)
-        with _file_index_lock:
-            _file_index[fname] = entry
-    index = entry[1]
-    return index is not None and _code_sig(code) in index.get(code.co_qualname, ())
-
-
-#: Compiler flags a ``from __future__`` import sets, which code objects carry in ``co_flags``.
-_FUTURE_FLAGS = functools.reduce(lambda a, n: a | getattr(__future__, n).compiler_flag, __future__.all_feature_names, 0)
-
-
-def _def_block(code: types.CodeType) -> tuple[list[str], int] | None:
-    """The lines of the ``def`` (decorators included) that compiled to ``code``, and its first
-    line number: what :func:`inspect.getsource` returns, found without tokenizing.
-
-    The block runs from ``co_firstlineno`` to the last line any of its instructions (or its
-    nested code's) spans. That is the whole ``def`` only if the next line of code is no deeper
-    than the ``def``: code the compiler dropped (``pass``, a trailing string, dead code) would
-    end the block early, and then None sends the caller to ``inspect.getsource``.
-    (``inspect`` tokenizes from the ``def``: its first use in a process costs 4-5 ms on
-    Python 3.11, compiling the tokenizer's expressions, most of a first cache hit.)
-    """
-    if code.co_name == "<lambda>":
-        return None
-    lines = linecache.getlines(code.co_filename)
-    first = code.co_firstlineno
-    if not lines or not 1 <= first <= len(lines):
-        return None
-    head = lines[first - 1]
-    stripped = head.lstrip()
-    if not stripped.startswith(("def ", "def\t", "async ", "@")) or "\f" in head[: len(head) - len(stripped)]:
-        return None  # a form feed resets Python's column count: indentation is not its length then
-    last = first
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
-        for pos in c.co_positions():
-            if pos[1] is not None and pos[1] > last:
-                last = pos[1]
-    if last > len(lines):
-        return None
-    indent = len(head) - len(stripped)
-    for line in lines[last:]:
-        body = line.strip()
-        if not body or body.startswith("#"):
-            continue
-        if len(line) - len(line.lstrip()) > indent or "\f" in line[: len(line) - len(line.lstrip())]:
-            return None  # the def goes on past its last instruction
-        break
-    return lines[first - 1 : last], first
-
-
-def _block_compiles_to(block: list[str], code: types.CodeType) -> bool:
-    """True if compiling the ``def`` in ``block`` alone gives ``code`` again: the text on disk is
-    what runs (cheap: one function, not the whole file as :func:`_code_matches_file` compiles).
-    False when unsure, e.g. a closure, or a method's mangled ``__names``: the file decides then."""
-    if code.co_freevars:
-        return False
-    try:
-        top = compile(textwrap.dedent("".join(block)), code.co_filename, "exec",
-                      flags=code.co_flags & _FUTURE_FLAGS, dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError):
-        return False
-    sig = _code_sig(code)
-    return any(isinstance(c, types.CodeType) and c.co_name == code.co_name and _code_sig(c) == sig
-               for c in top.co_consts)
-
-
-def _lambda_segment(code: types.CodeType) -> str:
-    """The lambda's own text (its body), so two lambdas on one line differ."""
-    pos: list[tuple[int, int, int, int]] = []
-    for line, end_line, col, end_col in code.co_positions():
-        if line is not None and col is not None and end_line is not None and end_col is not None \
-                and (col, end_col) != (0, 0):
-            pos.append((line, end_line, col, end_col))
-    if not pos:
-        return ""
-    start = min((p[0], p[2]) for p in pos)
-    end = max((p[1], p[3]) for p in pos)
-    lines = linecache.getlines(code.co_filename)
-    if not lines or end[0] > len(lines):
-        return ""
-    if start[0] == end[0]:
-        return lines[start[0] - 1][start[1] : end[1]]
-    seg = [lines[start[0] - 1][start[1] :]] + lines[start[0] : end[0] - 1] + [lines[end[0] - 1][: end[1]]]
-    return "".join(seg)
-
-
 _LOAD_NAME_OPS = frozenset({"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF",
                             "LOAD_FROM_DICT_OR_GLOBALS"})
 _SIMPLE_LOAD_OPS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_SMALL_INT",
@@ -411,20 +278,38 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
     found = _def_block(code)
     text: str | None
     tree: ast.AST | None
+    kept = None
     if found is not None:
-        text, tree = _tree_of("".join(found[0]))
-        body: Any = getattr(tree, "body", ())
-        if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
-            found = None  # not this one def after all: inspect decides
-        elif not _block_compiles_to(found[0], code) and not _code_matches_file(code):
-            text, tree = None, None
-    if found is None:
-        text, tree = _source_tree(fn)
-        if text is not None and not _code_matches_file(code):
-            text, tree = None, None
-    if text is not None and code.co_name == "<lambda>":
-        text += "\nlambda:" + _lambda_segment(code)
-    wo = _write_only_names(tree) if tree is not None else _write_only_names_code(code)
+        # Kept under the block alone where it compiles alone to this code, else (``mod.f()`` after ``import
+        # mod`` compiles otherwise alone) under the whole file, which then decides.
+        block = "".join(found[0])
+        sig = _code_sig(code)
+        keys = (versioncache.entry_key(block, code, sig),
+                versioncache.entry_key(block, code, sig, "".join(linecache.getlines(code.co_filename))))
+        kept = versioncache.lookup(code.co_filename, keys)
+    if kept is not None:
+        text, wo = kept  # this very block, parsed and checked against this very code by an earlier process
+    else:
+        if found is not None:
+            text, tree = _tree_of(block)
+            body: Any = getattr(tree, "body", ())
+            if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
+                found = None  # not this one def after all: inspect decides
+            elif _block_compiles_to(found[0], code):
+                kept = text, _write_only_names(tree)
+                versioncache.remember(code.co_filename, keys[0], *kept)
+            elif _code_matches_file(code):
+                kept = text, _write_only_names(tree)
+                versioncache.remember(code.co_filename, keys[1], *kept)
+            else:
+                text, tree = None, None
+        if found is None:
+            text, tree = _source_tree(fn)
+            if text is not None and not _code_matches_file(code):
+                text, tree = None, None
+        if text is not None and code.co_name == "<lambda>":
+            text += "\nlambda:" + _lambda_segment(code)
+        wo = kept[1] if kept is not None else _write_only_names(tree) if tree is not None else _write_only_names_code(code)
     main = canonical_module(getattr(fn, "__module__", None)) == "__main__"
     if text is not None and main:
         # Remember it for worker processes: cloudpickle ships __main__ functions without their file name.

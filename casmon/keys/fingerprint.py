@@ -42,6 +42,7 @@ Rules worth knowing:
 from __future__ import annotations
 
 import copyreg
+import functools
 import math
 import pickle
 import struct
@@ -62,7 +63,7 @@ else:
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
 from casmon.keys.dtypes import descr_of, dtype_extras, has_padding, layout_of
-from casmon.keys.segments import RUN_MIN, SegmentedRun
+from casmon.keys.segments import RUN_MIN, SEGMENT, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
@@ -456,7 +457,12 @@ class _Fingerprinter:
             self.out += (_without_padding(a) if padded else a).tobytes()
             return
         self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
-        if a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT and not padded:
+        run = self.run
+        if run is not None and not padded and a[0].nbytes <= SEGMENT:
+            # Each thread copies and hashes its own segments: the copy, not the hash, is most of the cost.
+            self.fed += a.nbytes
+            run.feed_produced(functools.partial(_c_order_bytes, a, {}))
+        elif a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT and not padded:
             self._transposed(a)
         else:
             row = a[0].nbytes or 1
@@ -471,14 +477,12 @@ class _Fingerprinter:
         """A Fortran-ordered matrix's C-order bytes, copied in tiles a few cache lines wide: a whole
         row at a time would touch a page per element (3-4x the time of C order instead of 13x)."""
         rows, cols = a.shape
-        width = max(1, _TILE_BYTES // a.dtype.itemsize)
         height = max(1, min(rows, max(_TILE_ROWS, (1 << 20) // max(1, cols * a.dtype.itemsize))))
         buf = np.empty((height, cols), a.dtype)
         for start in range(0, rows, height):
             block = a[start : start + height]
             out = buf[: block.shape[0]]
-            for c in range(0, cols, width):
-                np.copyto(out[:, c : c + width], block[:, c : c + width])
+            _tiled_copy(out, block)
             self.buffer(out.reshape(-1).view(np.uint8))
 
     def ndarray_subclass(self, a: np.ndarray) -> None:
@@ -661,6 +665,31 @@ class _Fingerprinter:
             else:
                 self.out += flat.data
         self.end_run()
+
+
+def _tiled_copy(out: np.ndarray, block: np.ndarray) -> None:
+    """``out[...] = block`` for a C-ordered ``out``; a 2-d ``block`` whose columns lie closer together than its
+    rows (Fortran order, or rows of it) is copied in tiles a few cache lines wide: a whole row at a time would
+    touch a page per element."""
+    if block.ndim == 2 and abs(block.strides[0]) < abs(block.strides[1]):
+        width = max(1, _TILE_BYTES // block.dtype.itemsize)
+        for c in range(0, block.shape[1], width):
+            np.copyto(out[:, c : c + width], block[:, c : c + width])
+    else:
+        np.copyto(out, block)
+
+
+def _c_order_bytes(a: np.ndarray, scratch: dict[int, np.ndarray], start: int, stop: int) -> memoryview:
+    """Bytes ``start:stop`` of ``a``'s C-order copy, made from the rows that hold them alone, in a buffer each
+    thread keeps in ``scratch`` for the run (new memory costs a page fault per 4 KiB, as much as the copy)."""
+    row = a[0].nbytes
+    r0, r1 = start // row, -(-stop // row)
+    buf = scratch.get(threading.get_ident())
+    if buf is None or buf.nbytes < (r1 - r0) * row:
+        buf = scratch[threading.get_ident()] = np.empty(-(-(SEGMENT + row) // row) * row, np.uint8)
+    out = buf[: (r1 - r0) * row].view(a.dtype).reshape((r1 - r0,) + a.shape[1:])
+    _tiled_copy(out, a[r0:r1])
+    return buf.data[start - r0 * row : stop - r0 * row]
 
 
 def _without_padding(a: np.ndarray) -> np.ndarray:

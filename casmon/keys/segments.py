@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -96,6 +97,18 @@ class SegmentedRun:
             self._h = xxhash.xxh3_128(mv[pos:])
             self._fill = n - pos
 
+    def feed_produced(self, produce: Callable[[int, int], Any]) -> None:
+        """Feed the whole run as ``produce(start, stop)`` gives it, one segment's bytes at a time, on every core.
+
+        For bytes that must be made before they are hashed (a Fortran array's C-order copy): each thread
+        makes and hashes its own segments, so the copying runs on every core too, and no copy of the whole
+        run exists at once. The digests are those :meth:`feed` gives for the same bytes."""
+        if self._fill or self.digests:
+            raise ValueError("feed_produced takes a whole run, not the rest of one")
+        total, self.left = self.left, 0
+        bounds = [(o, min(o + SEGMENT, total)) for o in range(0, total, SEGMENT)]
+        self.digests += b"".join(_parallel_map(lambda b: _digest(produce(b[0], b[1])), bounds))
+
     def end(self) -> bytes:
         """The segments' digests, in order (16 bytes each); the run must have been fed whole."""
         if self.left:
@@ -108,6 +121,27 @@ class SegmentedRun:
 
 def _digests(segs: list[Any]) -> list[bytes]:
     return [_digest(s) for s in segs]
+
+
+def _parallel_map(fn: Callable[[Any], bytes], items: list[Any]) -> list[bytes]:
+    """``[fn(x) for x in items]`` in shares of consecutive items: one per pool thread and one for the caller's."""
+    pool = _pool() if len(items) > 1 else None
+    if pool is None:
+        return [fn(x) for x in items]
+    k = min(len(items), _WORKERS + 1)
+    shares = [items[i * len(items) // k : (i + 1) * len(items) // k] for i in range(k)]
+
+    def run(share: list[Any]) -> list[bytes]:
+        return [fn(x) for x in share]
+
+    try:
+        futs = [pool.submit(run, sh) for sh in shares[1:]]
+    except RuntimeError:  # the interpreter began to exit: the same digests, in this thread
+        return [fn(x) for x in items]
+    out = run(shares[0])
+    for f in futs:
+        out += f.result()
+    return out
 
 
 def _parallel(segs: list[Any]) -> list[bytes]:

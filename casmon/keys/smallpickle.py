@@ -7,7 +7,6 @@ not a fingerprint of each instance.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 from typing import Any
 
@@ -46,6 +45,8 @@ class _HashSink:
     __slots__ = ("h",)
 
     def __init__(self) -> None:
+        import hashlib  # loads OpenSSL (6 ms): only a large mutable value needs it, not every first call
+
         self.h = hashlib.blake2b(digest_size=16)
 
     def write(self, b: bytes | bytearray | memoryview) -> int:

@@ -1,0 +1,34 @@
+"""The ML round's transposed-array row: ``fingerprint`` of a 4096² float64 array, its transpose and a
+Fortran-ordered copy, interleaved, medians of 5; prints one JSON line.
+
+``PYTHONPATH=TREE python -m benchmarks.transpose_bench`` measures the casmon at TREE; run two trees
+alternately, a few processes each, to compare them (docs/BENCHMARKS.md, "ML values").
+"""
+
+import json
+import statistics
+import time
+
+import numpy as np
+
+from casmon import fingerprint
+
+
+def main() -> None:
+    a = np.random.default_rng(0).random((4096, 4096))
+    values = {"c": a, "T": a.T, "F": np.asfortranarray(a)}
+    for v in values.values():
+        fingerprint(v)  # threads started, pages touched
+    took: dict[str, list[float]] = {k: [] for k in values}
+    for _ in range(5):
+        for k, v in values.items():
+            t = time.perf_counter()
+            fingerprint(v)
+            took[k].append(time.perf_counter() - t)
+    m = {k: statistics.median(v) for k, v in took.items()}
+    print(json.dumps({"c_ms": m["c"] * 1e3, "T_ms": m["T"] * 1e3, "F_ms": m["F"] * 1e3,
+                      "T/c": m["T"] / m["c"], "F/c": m["F"] / m["c"]}))
+
+
+if __name__ == "__main__":
+    main()

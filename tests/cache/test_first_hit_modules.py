@@ -1,0 +1,78 @@
+"""A script's first cached call that hits loads only what a hit needs: a fresh process reading a stored
+multi-chunk array back imports no thread-pool machinery, no logging and no OpenSSL, and gets the array whole.
+
+Behavioural, not timed: which modules a first hit pulls in, checked in fresh interpreters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+#: What a hit never needs: the chunk pool's executor (and the logging and traceback it imports), OpenSSL's
+#: hashes, and casmon's layers above the cache.
+NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "queue", "asyncio", "zarr",
+         "numcodecs", "casmon.maintenance", "casmon.runs", "casmon.calllog.reader", "casmon.view.display",
+         "casmon.ui", "casmon.cli"]
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import casmon
+
+    CALLS = []
+
+    def noise(seed, n):  # incompressible floats (as most results are) without numpy.random, which loads OpenSSL
+        x = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed)
+        x ^= x >> np.uint64(29)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        return (x >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+
+    @casmon.cache(store=casmon.open(sys.argv[1]))
+    def make(seed, n):
+        CALLS.append(seed)
+        return noise(seed, n)
+
+    a = make(1, 3_000_000)  # 24 MB: six 4 MiB chunks, read on several threads
+    ok = bool((a == noise(1, 3_000_000)).all())
+    print(json.dumps({"calls": len(CALLS), "ok": ok, "loaded": [m for m in %r if m in sys.modules]}))
+""" % (NEVER,))
+
+
+def _run(script: Path, store: Path) -> dict:
+    r = subprocess.run([sys.executable, str(script), str(store)], capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, cwd=script.parent)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_processs_first_hit_on_a_large_array_loads_no_pool_logging_or_openssl(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    miss = _run(script, tmp_path / "store")
+    assert miss["calls"] == 1 and miss["ok"]
+    hit = _run(script, tmp_path / "store")
+    assert hit["calls"] == 0, "the second process missed"
+    assert hit["ok"], "the hit returned a different array"
+    assert hit["loaded"] == [], f"a first hit loaded {hit['loaded']}"
+
+
+def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_never_returned(tmp_path):
+    """The first hit reads chunks on short-lived threads: a chunk damaged on disk is caught on its thread and
+    the call recomputes, never returning the damaged bytes."""
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    assert _run(script, tmp_path / "store")["calls"] == 1
+    loose = sorted((p for p in (tmp_path / "store" / "objects").rglob("*") if p.is_file()),
+                   key=lambda p: p.stat().st_size)
+    assert len(loose) >= 6
+    for victim in loose[-6:][1::2]:  # every other chunk: one early, one late, whichever thread reads them
+        data = bytearray(victim.read_bytes())
+        data[-100] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    again = _run(script, tmp_path / "store")
+    assert again["ok"], "a damaged chunk was returned"
+    assert again["calls"] == 1, "the damaged value was not recomputed"
