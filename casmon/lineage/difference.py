@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching.explain import Difference, compare_parts
-from casmon.lineage.index import Index, short
+from casmon.lineage.index import Index, short_hex
 
 if TYPE_CHECKING:
     from casmon.runs import RunInfo
@@ -56,7 +56,7 @@ class FirstDifference:
             return f"first difference in lineage: none (the cached calls of {self.a} and {self.b} agree)"
         lines = ["first difference in lineage:"]
         for p in self.partings:
-            ends = f"{short(p.a) if p.a else '(no call)'} -> {short(p.b) if p.b else '(no call)'}"
+            ends = f"{short_hex(p.a) if p.a else '(no call)'} -> {short_hex(p.b) if p.b else '(no call)'}"
             lines.append(f"  {p.fn} ({ends}):")
             for d in p.differences:
                 lines.extend("    " + line for line in str(d).splitlines())

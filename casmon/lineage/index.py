@@ -256,5 +256,5 @@ class Index:
         return out
 
 
-def short(h: str) -> str:
+def short_hex(h: str) -> str:
     return h[:12]

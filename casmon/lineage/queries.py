@@ -17,7 +17,7 @@ from casmon.caching import resolve_function
 from casmon.caching.explain import compare_parts
 from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
-from casmon.lineage.index import CLEARED, LIVE, MISSING, UNKNOWN, Index, short
+from casmon.lineage.index import CLEARED, LIVE, MISSING, UNKNOWN, Index, short_hex
 
 if TYPE_CHECKING:
     from casmon.runs import RunInfo
@@ -46,13 +46,13 @@ def entry_node(ix: Index, key: str) -> Node:
     r = ix.entry(key)
     st = ix.status(key)
     if r is None:
-        return Node(entry_id(key), "entry", f"missing entry {short(key)}", "", {"key": key, "status": MISSING})
+        return Node(entry_id(key), "entry", f"missing entry {short_hex(key)}", "", {"key": key, "status": MISSING})
     fn = str(r.get("fn", "?"))
     data = {"key": key, "fn": fn, "version": r.get("v"), "result": r.get("result"), "status": st,
             "time": r.get("time")}
     if isinstance(r.get("label"), str):
         data["entry_label"] = r["label"]
-    return Node(entry_id(key), "entry", f"{_fn_short(fn)} {short(key)}", entry_link(fn, key), data)
+    return Node(entry_id(key), "entry", f"{_fn_short(fn)} {short_hex(key)}", entry_link(fn, key), data)
 
 
 def file_node(path: str, digest: str, now: str | None = None) -> Node:
@@ -166,7 +166,7 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
                 if p == found[0] and found[1] in (None, d):
                     g.add(file_node(p, d, ix.file_now(p)))
         return g
-    g = Graph(str(target) if isinstance(target, str) else ", ".join(short(k) for k in found[:3]))
+    g = Graph(str(target) if isinstance(target, str) else ", ".join(short_hex(k) for k in found[:3]))
     _upstream_into(ix, g, found)
     return g
 
@@ -328,7 +328,7 @@ class Staleness:
             u = us[0]
             st = ix.status(u)
             ur = ix.entry(u) or {}
-            src = f"{ur.get('fn', '?')} entry {short(u)}"
+            src = f"{ur.get('fn', '?')} entry {short_hex(u)}"
             name = f"its input {param!r}"
             if st == MISSING:
                 continue  # gone from the store (collected): shown in lineage as missing, not a change
@@ -359,12 +359,12 @@ class Staleness:
             st = ix.status(k)
             if st == MISSING:
                 if ix.cleared.get(fn, 0.0) > start:
-                    return f"its {fn} entry {short(k)} was {CLEARED}"
+                    return f"its {fn} entry {short_hex(k)} was {CLEARED}"
                 continue
             if st != LIVE:
-                return f"its {fn} entry {short(k)} was {st}"
+                return f"its {fn} entry {short_hex(k)} was {st}"
             if self.entry(k) is not None:
-                return f"its {fn} entry {short(k)} is stale ({self.roots.get(k, '')})"
+                return f"its {fn} entry {short_hex(k)} is stale ({self.roots.get(k, '')})"
         return None
 
 

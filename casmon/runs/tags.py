@@ -100,7 +100,7 @@ def edit_key(ref: str) -> bytes:
     return bytes(fingerprint(("casmon.runedit", ref)))
 
 
-def _now() -> float:
+def _clock() -> float:
     """The time, rising strictly within this process: two edits in one clock tick keep their order."""
     global _last_time
     with _clock_lock:
@@ -118,7 +118,7 @@ def append_edit(store: Store, ref: str, start: Any, *, add: Iterable[str] = (), 
                 note: str | None = None) -> dict[str, Any]:
     """Append one edit of run ``ref``, which started at ``start`` (visible to others at the store's next flush);
     the record."""
-    rec: dict[str, Any] = {"run": ref, "start": start, "time": _now(), "who": _who(), "pid": os.getpid()}
+    rec: dict[str, Any] = {"run": ref, "start": start, "time": _clock(), "who": _who(), "pid": os.getpid()}
     if note is not None:
         rec["note"] = note
     else:
