@@ -56,6 +56,12 @@ POINTS: dict[str, str] = {
     "resume.after_claim": "a resume's claim ref is written, nothing of the run carried over yet",
     "resume.after_attach": "a resumed run has carried over its metrics, output and checkpoints, written nothing",
     "delete.after_records": "a run deletion rewrote the tables without its records; its claims and ref remain",
+    # runs: metric compaction (casmon.runs.compaction)
+    "compact.appended": "a run's compacted metric record is appended, not yet flushed",
+    "compact.written": "the compacted record is written; the small batches it covers are all still there",
+    "compact.retired": "the tables are rewritten without the covered batches, the lock not yet released",
+    # runs: the runs index (casmon.runs.index)
+    "index.partial": "a new runs index file is written beside the old one, not yet renamed over it",
 }
 
 _lock = threading.Lock()

@@ -46,6 +46,7 @@ from casmon.runs.cells import a_dict, cells
 from casmon.runs.environment import notebook_path, packages, user
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
+from casmon.runs.compaction import COMPACT_OVER, compact_run
 from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
@@ -582,6 +583,7 @@ class record:
             _pending(run)
         else:
             _done(run)
+            _compact(run)
 
     def _store_end(self, run: Run) -> None:
         """Store how the run ended (again, after a failed attempt: every value is put again, which costs nothing)."""
@@ -638,6 +640,20 @@ def _end_status(run: Run, exc_type: Any, exc: BaseException | None, tb: Any, end
     else:
         m["traceback"] = scrub_output("".join(traceback.format_exception(exc_type, exc, tb)))
         m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
+
+
+def _compact(run: Run) -> None:
+    """Fold an ended run's many metric batches into one record (:mod:`casmon.runs.compaction`). Best effort:
+    cut short or refused (gc holds the lock), nothing is lost and ``casmon gc`` compacts the run later."""
+    if run._metrics.seq <= COMPACT_OVER:
+        return
+    try:
+        compact_run(run.store, run.ref)
+    except CasmonError:
+        pass  # the store lock is held, or a batch is damaged: gc tries again
+    except Exception as e:  # noqa: BLE001 - the run is saved; a failed compaction never reaches the user's code
+        warnings.warn(f"casmon.record: run {run.name}'s metrics were not compacted now ({e}); `casmon gc` does it",
+                      RunWarning, stacklevel=4)
 
 
 def _append_batch(store: Store, run: Run, batch: Any) -> None:
