@@ -61,7 +61,8 @@ POINTS: dict[str, str] = {
     "compact.written": "the compacted record is written; the small batches it covers are all still there",
     "compact.retired": "the tables are rewritten without the covered batches, the lock not yet released",
     # runs: the runs index (casmon.runs.index)
-    "index.partial": "a new runs index file is written beside the old one, not yet renamed over it",
+    "index.delta_written": "an ended run's entry is written to the runs index as a delta file",
+    "index.base_written": "a new runs index is in place; the delta files it folded in are not deleted yet",
 }
 
 _lock = threading.Lock()

@@ -306,40 +306,71 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     """Every run in the store, oldest first.
 
     Run manifests are data: they load without ever running code, and each is
-    checked (:class:`DamagedObjectError` names a malformed one).
+    checked (:class:`DamagedObjectError` names a malformed one). Ended runs come from the runs index
+    (:mod:`casmon.runs.index`) while their refs are unchanged; the others are read from their refs.
     """
+    from casmon.runs import index
+
     s = default_store(store, create=False)  # reading creates nothing
+    names = s.refs(RUN_REFS)
+    try:
+        stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/") if names else None
+    except OSError:
+        stamps = None
+    entries, deltas, base_ok = index.load(s) if names else ({}, [], True)
+    fresh: dict[str, list] = {}
     out = []
-    for name in s.refs(RUN_REFS):
-        try:
-            ref = s.get_ref(name)
-        except DamagedObjectError as e:  # a damaged ref is one unreadable run, never every run hidden
-            tail = name.rsplit("/", 1)[-1]
-            out.append(RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(e, 500),
-                                         "start": None}, e))
+    for name in names:
+        e = entries.get(name)
+        stamp = stamps.get("refs/" + name) if stamps is not None else None
+        if e is not None and stamp is not None and e[0] == stamp:
+            out.append(RunInfo(s, name, e[2], None, e[3]))
             continue
-        if ref is None:
+        info, target = _read_run(s, name, e)
+        if info is None:
             continue
-        error = None
-        if ref.target is not None:
-            try:
-                manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
-                check_run_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
-            except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as e:
-                # one bad run does not hide the others: it is listed as unreadable, and says why when used
-                error = e
-                data = ref.data if isinstance(ref.data, dict) else {}
-                t = data.get("start")
-                manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(e, 500),
-                            "start": t if type(t) in (int, float) else None}
-        else:
-            data = ref.data if isinstance(ref.data, dict) else {}
-            t = data.get("time")
-            manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
-                        "start": t if type(t) in (int, float) else None}
-        out.append(RunInfo(s, name, manifest, error, ref.data if isinstance(ref.data, dict) else {}))
+        out.append(info)
+        if stamp is not None and target is not None and info.error is None and index.indexable(info.manifest):
+            got = index.entry(stamp, target, info.manifest, info.ref_data)
+            if got is not None:
+                fresh[name] = got
+    if names:
+        index.fold(s, entries, fresh, deltas, stamps, base_ok)
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
+
+
+def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str | None]:
+    """Run ``name`` read from its ref (and its manifest, unless index entry ``e`` is of that manifest), and
+    the manifest digest the ref names; ``(None, None)`` if the ref is gone."""
+    try:
+        ref = s.get_ref(name)
+    except DamagedObjectError as err:  # a damaged ref is one unreadable run, never every run hidden
+        tail = name.rsplit("/", 1)[-1]
+        return RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(err, 500),
+                                 "start": None}, err), None
+    if ref is None:
+        return None, None
+    error = None
+    target = ref.target.hex() if ref.target is not None else None
+    ref_data = ref.data if isinstance(ref.data, dict) else {}
+    if target is not None and e is not None and e[1] == target:
+        return RunInfo(s, name, e[2], None, {**e[3], **ref_data}), target
+    if target is not None:
+        try:
+            manifest = load_data(s, target, f"run {name}: its manifest", dict)
+            check_run_manifest(manifest, f"run {name} (manifest {target})")
+        except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as err:
+            # one bad run does not hide the others: it is listed as unreadable, and says why when used
+            error = err
+            t = ref_data.get("start")
+            manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(err, 500),
+                        "start": t if type(t) in (int, float) else None}
+    else:
+        t = ref_data.get("time")
+        manifest = {"name": name.rsplit("/", 1)[-1], "status": str(ref_data.get("status", "claimed")),
+                    "start": t if type(t) in (int, float) else None}
+    return RunInfo(s, name, manifest, error, ref_data), target
 
 
 def readable_run(r: RunInfo) -> RunInfo:

@@ -46,6 +46,7 @@ from casmon.runs.cells import a_dict, cells
 from casmon.runs.environment import notebook_path, packages, user
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
+from casmon.runs import index as runs_index
 from casmon.runs.compaction import COMPACT_OVER, compact_run
 from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
@@ -584,6 +585,7 @@ class record:
         else:
             _done(run)
             _compact(run)
+            runs_index.note_ended(run.store, run.ref)  # listings need not read this run's manifest
 
     def _store_end(self, run: Run) -> None:
         """Store how the run ended (again, after a failed attempt: every value is put again, which costs nothing)."""
