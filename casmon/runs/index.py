@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode"]
+           "indexable", "encode", "decode", "HEAVY", "SUMMARY_FIELDS", "summary_of"]
 
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
 _DELTA = "d-"
-_MAGIC = b"casmon-runs-index 1 "
+_MAGIC = b"casmon-runs-index 2 "
 #: New entries (runs read directly) plus delta files from which a listing writes a new base.
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
@@ -44,7 +44,15 @@ ENTRY_MAX = 16384
 #: The largest index file read (a crafted one is ignored, never read whole into memory).
 FILE_MAX = 1 << 31
 
-#: ``[stamp, target hex, manifest, ref data]``.
+#: Manifest fields a listing does not show: left out of entries, read from the manifest when asked for
+#: (:class:`~casmon.runs.listing.IndexedManifest`).
+HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executable", "cwd", "python", "packages",
+                   "output", "traceback", "patch_time", "casmon_run", "pid", "imported", "heartbeat_s", "resumes"))
+
+#: A metric's summary in an entry: these fields, in this order.
+SUMMARY_FIELDS = ("n", "last", "step", "time", "min", "max", "digest")
+
+#: ``[stamp, target hex, manifest without HEAVY and metrics, ref data, {metric: [SUMMARY_FIELDS]}]``.
 Entry = list
 
 
@@ -72,9 +80,10 @@ def decode(raw: bytes, key: str) -> dict[str, Entry]:
 
 def _entry_ok(name: Any, e: Any) -> bool:
     """An entry of the right shape whose manifest passes the checks a manifest read from the store passes."""
-    if not (type(name) is str and name.startswith(RUN_REFS + "/") and type(e) is list and len(e) == 4
+    if not (type(name) is str and name.startswith(RUN_REFS + "/") and type(e) is list and len(e) == 5
             and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32 and type(e[2]) is dict
-            and type(e[3]) is dict and e[2].get("status") not in ("running", "claimed", "unreadable", None)):
+            and type(e[3]) is dict and type(e[4]) is dict
+            and e[2].get("status") not in ("running", "claimed", "unreadable", None)):
         return False
     try:
         check_run_manifest(e[2], f"runs index entry {name}")
@@ -127,7 +136,11 @@ def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str,
     if size > ENTRY_MAX:
         return None
     # The ref's latest-metrics copy is the manifest's summary again once a run has ended: left out.
-    return [stamp, target, manifest, {k: v for k, v in ref_data.items() if k != "metrics"}]
+    slim = {k: v for k, v in manifest.items() if k not in HEAVY and k != "metrics"}
+    summary = manifest.get("metrics")
+    cells = {k: [v.get(f) for f in SUMMARY_FIELDS] for k, v in (summary if isinstance(summary, dict) else {}).items()
+             if isinstance(v, dict)}  # lists: a fraction of the JSON a dict per metric costs to read
+    return [stamp, target, slim, {k: v for k, v in ref_data.items() if k != "metrics"}, cells]
 
 
 def fold(store: Store, entries: dict[str, Entry], fresh: dict[str, Entry], deltas: list[str],
@@ -171,3 +184,9 @@ def note_ended(store: Store, ref: str) -> None:
         faultpoints.point("index.delta_written")
     except (OSError, CasmonError):
         pass  # the index is derived: the next listing reads the run directly
+
+
+def summary_of(cells: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """An entry's metric cells as a manifest's ``metrics`` holds them (odd cells left out)."""
+    return {k: dict(zip(SUMMARY_FIELDS, v)) for k, v in cells.items()
+            if type(k) is str and type(v) is list and len(v) == len(SUMMARY_FIELDS)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from typing import Any
 
@@ -25,7 +26,101 @@ from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import did_you_mean, short_error, short_repr
 
-__all__ = ["RunInfo", "list_runs", "load_run", "readable_run", "info_cell"]
+__all__ = ["RunInfo", "IndexedManifest", "list_runs", "load_run", "readable_run", "info_cell"]
+
+
+class IndexedManifest(dict):  # type: ignore[type-arg]
+    """A run manifest as the runs index holds it: the fields a listing shows. Reading any other field, or the
+    manifest whole (iterating, ``items()``, ``json.dumps``), loads the stored manifest first, once; if that
+    fails the casmon error says why."""
+
+    __slots__ = ("_load",)
+
+    def __init__(self, slim: dict[str, Any], load: Any) -> None:
+        super().__init__(slim)
+        self._load = load
+
+    def _fill(self) -> None:
+        load, self._load = self._load, None
+        if load is not None:
+            try:
+                full = load()
+            except BaseException:
+                self._load = load
+                raise
+            for k, v in full.items():
+                if not dict.__contains__(self, k):
+                    dict.__setitem__(self, k, v)
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.get(self, k, default)
+
+    def __getitem__(self, k: Any) -> Any:
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.__getitem__(self, k)
+
+    def __contains__(self, k: Any) -> bool:
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.__contains__(self, k)
+
+    def setdefault(self, k: Any, default: Any = None) -> Any:
+        self._fill()
+        return dict.setdefault(self, k, default)
+
+    def pop(self, k: Any, *default: Any) -> Any:
+        self._fill()
+        return dict.pop(self, k, *default)
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._fill()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        self._fill()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._fill()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._fill()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._fill()
+        return dict(dict.items(self))
+
+    def __eq__(self, other: object) -> bool:
+        self._fill()
+        return dict.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self._fill()
+        return dict.__repr__(self)
+
+    def __reduce__(self) -> Any:
+        self._fill()
+        return (dict, (dict(dict.items(self)),))
+
+
+def _manifest_loader(s: Store, name: str, target: str) -> Any:
+    def load() -> dict[str, Any]:
+        m = load_data(s, target, f"run {name}: its manifest", dict)
+        check_run_manifest(m, f"run {name} (manifest {target})")
+        return m
+
+    return load
 
 
 @dataclasses.dataclass
@@ -120,7 +215,7 @@ class RunInfo:
         out: dict[str, dict[str, Any]] = {}
         for k, v in sorted(summary.items()):  # a crafted store's odd cells are left out, never raised on
             if isinstance(k, str) and isinstance(v, dict):
-                out[k] = {f: _summary_cell(f, v.get(f)) for f in ("n", "last", "step", "time", "min", "max", "digest")}
+                out[k] = _summary_fast(v) or {f: _summary_cell(f, v.get(f)) for f in _SUMMARY_FIELDS}
         return out
 
     def metrics(self) -> dict[str, Series]:
@@ -281,6 +376,38 @@ class RunInfo:
         return display.run_html(self)
 
 
+_SUMMARY_FIELDS = ("n", "last", "step", "time", "min", "max", "digest")
+
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def _summary_fast(v: dict[str, Any]) -> dict[str, Any] | None:
+    return _cell_fast(v.get("n"), v.get("last"), v.get("step"), v.get("time"), v.get("min"), v.get("max"),
+                      v.get("digest"))
+
+
+def _cell_fast(n: Any, last: Any, step: Any, t: Any, lo: Any, hi: Any, dg: Any) -> dict[str, Any] | None:
+    """The common cell (finite floats, int count and step, a digest), as :func:`_summary_cell` would give it,
+    without checking field by field; None for any other."""
+    if (type(n) is int and n >= 0 and type(step) is int and type(last) is float and type(lo) is float
+            and type(hi) is float and type(t) is float and 0 <= t < 1e11 and math.isfinite(last + lo + hi)
+            and (dg is None or type(dg) is str and _HEX32.fullmatch(dg))):
+        return {"n": n, "last": last, "step": step, "time": t, "min": lo, "max": hi, "digest": dg}
+    return None
+
+
+def _entry_summary(cells: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A runs index entry's metric cells (lists, :data:`casmon.runs.index.SUMMARY_FIELDS`) as
+    :meth:`RunInfo.metric_summary` gives them."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in sorted(cells):
+        v = cells[k]
+        if type(k) is str and type(v) is list and len(v) == 7:
+            out[k] = _cell_fast(*v) or {f: _summary_cell(f, x) for f, x in zip(_SUMMARY_FIELDS, v)}
+    return out
+
+
 def _summary_cell(field: str, v: Any) -> Any:
     """A summary's cell as casmon writes it (counts and steps ints, times finite, values any float, the
     non-finite ones as :func:`~casmon.runs.metrics.json_number` stores them), else None."""
@@ -324,7 +451,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
         if e is not None and stamp is not None and e[0] == stamp:
-            out.append(RunInfo(s, name, e[2], None, e[3]))
+            out.append(_indexed(s, name, e, e[3]))
             continue
         info, target = _read_run(s, name, e)
         if info is None:
@@ -338,6 +465,13 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
         index.fold(s, entries, fresh, deltas, stamps, base_ok)
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
+
+
+def _indexed(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
+    """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary."""
+    r = RunInfo(s, name, IndexedManifest(e[2], _manifest_loader(s, name, e[1])), None, ref_data)
+    r._summary = _entry_summary(e[4])
+    return r
 
 
 def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str | None]:
@@ -355,7 +489,7 @@ def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str 
     target = ref.target.hex() if ref.target is not None else None
     ref_data = ref.data if isinstance(ref.data, dict) else {}
     if target is not None and e is not None and e[1] == target:
-        return RunInfo(s, name, e[2], None, {**e[3], **ref_data}), target
+        return _indexed(s, name, e, ref_data), target
     if target is not None:
         try:
             manifest = load_data(s, target, f"run {name}: its manifest", dict)

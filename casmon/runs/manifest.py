@@ -96,9 +96,9 @@ def check_run_manifest(m: dict, where: str) -> None:
             m[k] = {}  # readers use m.get(k, {})
     if m.get("argv", 0) is None:
         m["argv"] = []
-    for k, t in _MANIFEST_TYPES.items():
-        v = m.get(k)
-        if v is not None and (not isinstance(v, t) or type(v) is bool):
+    for k, v in m.items():  # the fields there are (a listing's slim manifests hold a few)
+        t = _MANIFEST_TYPES.get(k)
+        if t is not None and v is not None and (not isinstance(v, t) or type(v) is bool):
             bad(f"{k} is a {type(v).__name__}")
     for k in _MANIFEST_SECONDS:  # readers turn them into dates and floats: NaN or 1e308 would raise there
         v = m.get(k)
