@@ -26,7 +26,7 @@ from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import did_you_mean, short_error, short_repr
 
-__all__ = ["RunInfo", "IndexedManifest", "list_runs", "load_run", "readable_run", "info_cell"]
+__all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run", "readable_run", "info_cell"]
 
 
 class IndexedManifest(dict):  # type: ignore[type-arg]
@@ -199,6 +199,11 @@ class RunInfo:
         if ended:
             self._summary = out
         return {k: dict(v) for k, v in out.items()}
+
+    def keep_summary(self, summary: dict[str, dict[str, Any]]) -> None:
+        """An ended run's metric summary, known already (from the runs index, as :meth:`metric_summary` gave
+        it): kept, so reading it needs not the manifest's."""
+        self._summary = summary
 
     def _read_summary(self, summary: Any) -> dict[str, dict[str, Any]]:
         """The manifest's ``summary``, or (None: a run that did not end) one read from the metric records, read
@@ -451,7 +456,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
         if e is not None and stamp is not None and e[0] == stamp:
-            out.append(_indexed(s, name, e, e[3]))
+            out.append(indexed_run(s, name, e, e[3]))
             continue
         info, target = _read_run(s, name, e)
         if info is None:
@@ -467,7 +472,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
 
 
-def _indexed(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
+def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
     """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary."""
     r = RunInfo(s, name, IndexedManifest(e[2], _manifest_loader(s, name, e[1])), None, ref_data)
     r._summary = _entry_summary(e[4])
@@ -489,7 +494,7 @@ def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str 
     target = ref.target.hex() if ref.target is not None else None
     ref_data = ref.data if isinstance(ref.data, dict) else {}
     if target is not None and e is not None and e[1] == target:
-        return _indexed(s, name, e, ref_data), target
+        return indexed_run(s, name, e, ref_data), target
     if target is not None:
         try:
             manifest = load_data(s, target, f"run {name}: its manifest", dict)

@@ -38,6 +38,8 @@ from casmon.calllog import NOT_RECORDED, Call, CallLog
 from casmon.errors import CasmonError, MissingObjectError
 from casmon.store.peek import as_digest, describe, load_data, peek
 from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest
+from casmon.runs import index as runs_index
+from casmon.runs.listing import indexed_run
 
 #: A listing younger than this is served as it is (a page and the polls of its script share one).
 FRESH_SECONDS = 1.0
@@ -110,6 +112,10 @@ class RunIndex:
         #: The index's change counter: an entry changed at serial S is newer than a page made at S - 1.
         self.serial = 0
         self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
+        #: Entries of the store's runs index by manifest digest (casmon.runs.index): a manifest named by a
+        #: digest never changes, so an entry stands for it whatever became of its ref.
+        self._indexed: dict[str, list[Any]] = {}
+        self._summaries: dict[str, dict[str, Any]] = {}
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
         self.views: dict[tuple[Any, ...], list[Any]] = {}
@@ -162,6 +168,10 @@ class RunIndex:
         """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
         the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
         tails = self._tails()
+        try:
+            self._indexed = {e[1]: e for e in runs_index.load(self.store)[0].values()}
+        except Exception:  # noqa: BLE001 - derived data: without it every manifest is read
+            self._indexed = {}
         newest: dict[str, tuple[float, dict[str, Any]]] = {}
         first: dict[str, float] = {}
         for _key, r in self.store.records(KIND_RUN, strict=False):
@@ -249,6 +259,10 @@ class RunIndex:
             return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
                            None, e.ref_data)
         got = self._manifests.get(e.digest)
+        if got is None and e.digest in self._indexed:
+            r = indexed_run(self.store, e.ref, self._indexed.pop(e.digest), e.ref_data)
+            self._manifests[e.digest] = got = (r.manifest, None)
+            self._summaries[e.digest] = r.metric_summary()
         if got is None:
             try:
                 m = load_data(self.store, e.digest, f"run {e.ref}: its manifest", dict)
@@ -260,7 +274,10 @@ class RunIndex:
                 if isinstance(err, MissingObjectError):  # written a moment ago, perhaps: read again next time
                     return RunInfo(self.store, e.ref, got[0], got[1], e.ref_data)
             self._manifests[e.digest] = got  # immutable: a digest names one manifest forever
-        return RunInfo(self.store, e.ref, got[0], got[1], e.ref_data)
+        r = RunInfo(self.store, e.ref, got[0], got[1], e.ref_data)
+        if e.digest in self._summaries:
+            r.keep_summary(self._summaries[e.digest])
+        return r
 
     def row(self, e: Entry, make: Callable[[RunInfo, Entry], dict[str, Any]]) -> tuple[RunInfo, dict[str, Any]]:
         """The run and its table row (``make`` builds it); kept for a run that ended (a row then depends only

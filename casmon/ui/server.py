@@ -53,7 +53,7 @@ from casmon.ui import api, cachepage, comparepage, model, pages, runpage
 from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
-from casmon.ui.table import FIXED_COLUMNS, is_column, runs_view
+from casmon.ui.table import ALIASES, FIXED_COLUMNS, is_column, runs_view
 
 
 class BadRequest(ValueError):
@@ -190,6 +190,7 @@ class App:
 
     def runs_page(self, p: Params) -> tuple[int, bytes, str]:
         sort = p.one("sort") or "start"
+        sort = ALIASES.get(sort, sort)  # a column by its header too (started)
         if not is_column(sort):
             raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, info.KEY, "
                              "metric.KEY)")
