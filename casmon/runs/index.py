@@ -16,27 +16,31 @@ longer matches anything (never one that matches the new ref with the old content
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import xxhash
 
 from casmon import faultpoints
 from casmon.errors import CasmonError, DamagedObjectError
 from casmon.runs.manifest import RUN_REFS, check_run_manifest
+from casmon.runs.metrics import number_of
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode", "HEAVY", "SUMMARY_FIELDS", "summary_of"]
+           "indexable", "encode", "decode", "HEAVY"]
 
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
 _DELTA = "d-"
-_MAGIC = b"casmon-runs-index 2 "
+_MAGIC = b"casmon-runs-index 4 "
 #: New entries (runs read directly) plus delta files from which a listing writes a new base.
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
@@ -49,20 +53,38 @@ FILE_MAX = 1 << 31
 HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executable", "cwd", "python", "packages",
                    "output", "traceback", "patch_time", "casmon_run", "pid", "imported", "heartbeat_s", "resumes"))
 
-#: A metric's summary in an entry: these fields, in this order.
-SUMMARY_FIELDS = ("n", "last", "step", "time", "min", "max", "digest")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEXES = re.compile(r"[0-9a-f]*")
 
-#: ``[stamp, target hex, manifest without HEAVY and metrics, ref data, {metric: [SUMMARY_FIELDS]}]``.
+#: In memory: ``[stamp, target hex, manifest without HEAVY and metrics, {"heartbeat"}, metric summary]``.
+#: Stored, the summary is ``[names, digests, offset]`` into the file's two numeric columns: ``f``, each
+#: metric's last, time, min and max (float64), and ``i``, its count and step (int64), little-endian and
+#: base64: a listing reads millions of numbers at memory speed instead of parsing them as text.
 Entry = list
 
 
 def encode(entries: dict[str, Entry]) -> bytes:
-    body = json.dumps({"runs": entries}, separators=(",", ":")).encode()
+    floats: list[float] = []
+    ints: list[int] = []
+    runs = {}
+    for name, e in entries.items():
+        summary = e[4]
+        names = sorted(summary)
+        off = len(ints) // 2
+        for k in names:
+            c = summary[k]
+            floats += [c["last"], c["time"], c["min"], c["max"]]
+            ints += [c["n"], c["step"]]
+        runs[name] = [e[0], e[1], e[2], e[3], [names, [summary[k]["digest"] for k in names], off]]
+    body = json.dumps({"runs": runs, "f": base64.b64encode(np.array(floats, "<f8").tobytes()).decode("ascii"),
+                       "i": base64.b64encode(np.array(ints, "<i8").tobytes()).decode("ascii")},
+                      separators=(",", ":")).encode()
     return _MAGIC + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body
 
 
 def decode(raw: bytes, key: str) -> dict[str, Entry]:
-    """The entries of index file ``key``; :class:`DamagedObjectError` naming it if it is not one casmon wrote."""
+    """The entries of index file ``key`` (each checked; odd ones left out); :class:`DamagedObjectError`
+    naming it if it is not one casmon wrote."""
     head = len(_MAGIC) + 33
     if not raw.startswith(_MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
         raise DamagedObjectError(key, "not a runs index file")
@@ -70,26 +92,52 @@ def decode(raw: bytes, key: str) -> dict[str, Entry]:
     if xxhash.xxh3_128_hexdigest(body).encode() != raw[len(_MAGIC) : head - 1]:
         raise DamagedObjectError(key, "its content does not match its checksum")
     try:
-        runs = json.loads(body)["runs"]
+        doc = json.loads(body)
+        runs = doc["runs"]
+        fa = np.frombuffer(base64.b64decode(doc["f"], validate=True), "<f8")
+        ia = np.frombuffer(base64.b64decode(doc["i"], validate=True), "<i8")
     except (ValueError, KeyError, TypeError, RecursionError):
         raise DamagedObjectError(key, "not a runs index file") from None
-    if not isinstance(runs, dict):
+    if not isinstance(runs, dict) or len(fa) != 2 * len(ia):
         raise DamagedObjectError(key, "not a runs index file")
-    return {k: e for k, e in runs.items() if _entry_ok(k, e)}
+    times = fa[1::4]
+    if not (bool((ia[0::2] >= 0).all()) and bool(((times >= 0) & (times < 1e11)).all())):
+        raise DamagedObjectError(key, "a metric's count or time is out of range")
+    f, i = fa.tolist(), ia.tolist()
+    return {k: e for k, e in runs.items() if _entry_ok(k, e, f, i)}
 
 
-def _entry_ok(name: Any, e: Any) -> bool:
-    """An entry of the right shape whose manifest passes the checks a manifest read from the store passes."""
+def _entry_ok(name: Any, e: Any, f: list[float], i: list[int]) -> bool:
+    """An entry of the right shape whose manifest passes the checks a manifest read from the store passes;
+    its summary is read from the columns ``f`` and ``i`` into it."""
     if not (type(name) is str and name.startswith(RUN_REFS + "/") and type(e) is list and len(e) == 5
             and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32 and type(e[2]) is dict
-            and type(e[3]) is dict and type(e[4]) is dict
+            and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3
             and e[2].get("status") not in ("running", "claimed", "unreadable", None)):
         return False
+    summary = _summary(e[4], f, i)
+    if summary is None:
+        return False
+    e[4] = summary
     try:
         check_run_manifest(e[2], f"runs index entry {name}")
     except DamagedObjectError:
         return False
     return True
+
+
+def _summary(cols: list[Any], f: list[float], i: list[int]) -> dict[str, dict[str, Any]] | None:
+    names, digests, off = cols
+    if not (type(names) is list and type(digests) is list and len(digests) == len(names) and type(off) is int
+            and 0 <= off and 2 * (off + len(names)) <= len(i) and all(type(n) is str for n in names)):
+        return None
+    if not all(type(d) is str for d in digests) or not _HEXES.fullmatch("".join(digests)) \
+            or any(len(d) != 32 for d in digests):
+        if not all(d is None or type(d) is str and _HEX32.fullmatch(d) for d in digests):
+            return None
+    return {name: {"n": i[2 * j], "last": f[4 * j], "step": i[2 * j + 1], "time": f[4 * j + 1], "min": f[4 * j + 2],
+                   "max": f[4 * j + 3], "digest": digests[j - off]}
+            for j, name in enumerate(names, off)}
 
 
 def load(store: Store) -> tuple[dict[str, Entry], list[str], bool]:
@@ -128,19 +176,38 @@ def indexable(manifest: dict[str, Any]) -> bool:
 
 
 def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str, Any]) -> Entry | None:
-    """An index entry, or None for a manifest too large to copy (that run is read directly)."""
+    """An index entry, or None for a manifest too large to copy or with a metric cell of an odd form (that
+    run is read directly)."""
     try:
         size = len(json.dumps(manifest, separators=(",", ":")))
     except (TypeError, ValueError, RecursionError):
         return None
-    if size > ENTRY_MAX:
-        return None
-    # The ref's latest-metrics copy is the manifest's summary again once a run has ended: left out.
-    slim = {k: v for k, v in manifest.items() if k not in HEAVY and k != "metrics"}
     summary = manifest.get("metrics")
-    cells = {k: [v.get(f) for f in SUMMARY_FIELDS] for k, v in (summary if isinstance(summary, dict) else {}).items()
-             if isinstance(v, dict)}  # lists: a fraction of the JSON a dict per metric costs to read
-    return [stamp, target, slim, {k: v for k, v in ref_data.items() if k != "metrics"}, cells]
+    cells = _cells(summary if isinstance(summary, dict) else {})
+    if size > ENTRY_MAX or cells is None:
+        return None
+    slim = {k: v for k, v in manifest.items() if k not in HEAVY and k != "metrics"}
+    # Of the ref's data only the last heartbeat says more than the manifest once a run has ended.
+    hb = ref_data.get("heartbeat")
+    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells]
+
+
+def _cells(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """A manifest's metric summary as :meth:`~casmon.runs.listing.RunInfo.metric_summary` gives it; None if
+    a cell is not of the form a recorder writes."""
+    out = {}
+    for k in sorted(summary):
+        v = summary[k]
+        if type(k) is not str or not isinstance(v, dict):
+            return None
+        n, step, d = v.get("n"), v.get("step"), v.get("digest")
+        last, t, lo, hi = (number_of(v.get(f)) for f in ("last", "time", "min", "max"))
+        if (type(n) is not int or not 0 <= n < 1 << 63 or type(step) is not int or not -(1 << 63) <= step < 1 << 63
+                or not all(type(x) is float for x in (last, t, lo, hi)) or not 0 <= t < 1e11  # type: ignore[operator]
+                or not (d is None or type(d) is str and _HEX32.fullmatch(d))):
+            return None
+        out[k] = {"n": n, "last": last, "step": step, "time": t, "min": lo, "max": hi, "digest": d}
+    return out
 
 
 def fold(store: Store, entries: dict[str, Entry], fresh: dict[str, Entry], deltas: list[str],
@@ -184,9 +251,3 @@ def note_ended(store: Store, ref: str) -> None:
         faultpoints.point("index.delta_written")
     except (OSError, CasmonError):
         pass  # the index is derived: the next listing reads the run directly
-
-
-def summary_of(cells: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """An entry's metric cells as a manifest's ``metrics`` holds them (odd cells left out)."""
-    return {k: dict(zip(SUMMARY_FIELDS, v)) for k, v in cells.items()
-            if type(k) is str and type(v) is list and len(v) == len(SUMMARY_FIELDS)}

@@ -36,17 +36,19 @@ class IndexedManifest(dict):  # type: ignore[type-arg]
 
     __slots__ = ("_load",)
 
-    def __init__(self, slim: dict[str, Any], load: Any) -> None:
+    def __init__(self, slim: dict[str, Any], store: Store, name: str, target: str) -> None:
         super().__init__(slim)
-        self._load = load
+        self._load: tuple[Store, str, str] | None = (store, name, target)
 
     def _fill(self) -> None:
-        load, self._load = self._load, None
-        if load is not None:
+        src, self._load = self._load, None
+        if src is not None:
+            s, name, target = src
             try:
-                full = load()
+                full = load_data(s, target, f"run {name}: its manifest", dict)
+                check_run_manifest(full, f"run {name} (manifest {target})")
             except BaseException:
-                self._load = load
+                self._load = src
                 raise
             for k, v in full.items():
                 if not dict.__contains__(self, k):
@@ -112,15 +114,6 @@ class IndexedManifest(dict):  # type: ignore[type-arg]
     def __reduce__(self) -> Any:
         self._fill()
         return (dict, (dict(dict.items(self)),))
-
-
-def _manifest_loader(s: Store, name: str, target: str) -> Any:
-    def load() -> dict[str, Any]:
-        m = load_data(s, target, f"run {name}: its manifest", dict)
-        check_run_manifest(m, f"run {name} (manifest {target})")
-        return m
-
-    return load
 
 
 @dataclasses.dataclass
@@ -402,17 +395,6 @@ def _cell_fast(n: Any, last: Any, step: Any, t: Any, lo: Any, hi: Any, dg: Any) 
     return None
 
 
-def _entry_summary(cells: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A runs index entry's metric cells (lists, :data:`casmon.runs.index.SUMMARY_FIELDS`) as
-    :meth:`RunInfo.metric_summary` gives them."""
-    out: dict[str, dict[str, Any]] = {}
-    for k in sorted(cells):
-        v = cells[k]
-        if type(k) is str and type(v) is list and len(v) == 7:
-            out[k] = _cell_fast(*v) or {f: _summary_cell(f, x) for f, x in zip(_SUMMARY_FIELDS, v)}
-    return out
-
-
 def _summary_cell(field: str, v: Any) -> Any:
     """A summary's cell as casmon writes it (counts and steps ints, times finite, values any float, the
     non-finite ones as :func:`~casmon.runs.metrics.json_number` stores them), else None."""
@@ -474,8 +456,8 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
 
 def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
     """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary."""
-    r = RunInfo(s, name, IndexedManifest(e[2], _manifest_loader(s, name, e[1])), None, ref_data)
-    r._summary = _entry_summary(e[4])
+    r = RunInfo(s, name, IndexedManifest(e[2], s, name, e[1]), None, ref_data)
+    r.keep_summary(e[4])
     return r
 
 

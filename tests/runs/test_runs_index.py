@@ -18,6 +18,22 @@ from tests.support.processes import ENV, PY
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
 
 
+def _raw_doc(base):
+    """An index file's document as stored (its metric columns not yet read)."""
+    raw = base.read_bytes()
+    index.decode(raw, "base")  # sound
+    return json.loads(raw.split(b"\n", 1)[1])
+
+
+def _write_doc(base, doc):
+    """``doc`` as a sound index file (a crafted one: its checksum matches)."""
+    import xxhash
+
+    body = json.dumps(doc).encode()
+    head = base.read_bytes().split(b" ")[:2]
+    base.write_bytes(b" ".join(head) + b" " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+
+
 def _view(runs):
     return [(r.ref, r.name, r.status, r.manifest.get("start"), r.params(), r.metric_summary(),
              r.manifest.get("tags")) for r in runs]
@@ -75,17 +91,32 @@ def test_a_crafted_index_entry_is_left_out_and_the_run_read_from_its_ref(many):
     s = casmon.open(many)
     casmon.list_runs(s)
     base = many / "runs-index" / "base"
-    entries = index.decode(base.read_bytes(), "base")
+    doc = _raw_doc(base)
+    entries = doc["runs"]
     name = sorted(entries)[0]
     entries[name][2]["start"] = "yesterday"  # a type no manifest has
-    entries[sorted(entries)[1]][4] = {"loss": ["a", None, {}, 1e300, [], 3, 7]}
+    entries[sorted(entries)[1]][4] = [["loss"], ["not a digest"], 10 ** 9]
     entries["runs/999"] = entries[sorted(entries)[2]]  # a run that does not exist
-    base.write_bytes(index.encode(entries))
+    _write_doc(base, doc)
     runs = casmon.list_runs(s)
     assert len(runs) == 60 and "runs/999" not in [r.ref for r in runs]
     assert all(type(r.manifest.get("start")) is float for r in runs)
     odd = [r for r in runs if r.ref == sorted(entries)[1]][0]
-    assert odd.metric_summary()["loss"]["n"] is None  # an odd cell is shown as unknown, never raised
+    assert odd.metric_summary()["loss"]["n"] == 20  # read from its manifest: the crafted columns are left out
+    assert not isinstance(odd.manifest, IndexedManifest)
+
+
+def test_a_crafted_index_whose_columns_do_not_fit_is_ignored_whole(many):
+    direct = _direct(many)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    sound = json.dumps(_raw_doc(base))
+    for bad in ({"f": "AAAA"}, {"i": "!!"}, {"f": None}, {"runs": []}):
+        doc = json.loads(sound)
+        doc.update(bad)
+        _write_doc(base, doc)
+        assert _view(casmon.list_runs(casmon.open(many, read_only=True))) == direct
 
 
 def test_a_stale_entry_loses_to_the_runs_own_ref(many):
