@@ -2,8 +2,8 @@
 
     python -m benchmarks.runs_store PATH --runs 10000 [--metrics 5 --points 100]
 
-Each run gets what ``casmon.record`` leaves behind when it ends: its metric batches (one record per metric,
-the points inline), a manifest (params flattened to a nested config, tags, a metric summary with digests),
+Each run gets what ``casmon.record`` leaves behind when it ends: its metric batches (one record, each
+metric's points inline, or a stored value past 2,048 points, as a compacted run's), a manifest (params flattened to a nested config, tags, a metric summary with digests),
 its ``run`` record and its ref ``runs/{n}``. Records and values are flushed every thousand runs and then the
 refs are written, so 10k runs take well under a minute and 100k a few minutes (no process per run, no
 claim per run). The runs index is not written: the first ``list_runs`` builds it, as it would in a store
@@ -23,7 +23,7 @@ import xxhash
 import casmon
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs.manifest import KIND_RUN
-from casmon.runs.metrics import KIND_METRICS, batch_summary, json_safe, metrics_key, points_summary, series_digest
+from casmon.runs.metrics import INLINE_POINTS, KIND_METRICS, batch_summary, json_safe, metrics_key, points_summary, series_digest
 
 TAGS = ("baseline", "ablation", "sweep", "best", "debug")
 STATUSES = ("ok",) * 8 + ("failed", "killed")
@@ -36,17 +36,23 @@ def _run(store: casmon.Store, n: int, metrics: int, points: int, t0: float) -> t
     times = (t0 + n + steps * 0.01).astype("<f8")
     series: dict[str, Any] = {}
     summary: dict[str, Any] = {}
+    refs: list[Any] = []
     for m in range(metrics):
         name = ("loss", "acc", "val_loss", "val_acc", "lr", "grad_norm", "tokens_s", "epoch")[m % 8] + (
             f"_{m // 8}" if m >= 8 else "")
         vals = (rng.random(points) / (1 + steps * 0.01)).astype("<f8")
         data = steps.tobytes() + vals.tobytes() + times.tobytes()
-        series[name] = {"n": points, "sum": batch_summary(steps, vals, times),
-                        "b64": base64.b64encode(data).decode("ascii")}
+        series[name] = {"n": points, "sum": batch_summary(steps, vals, times)}
+        if points <= INLINE_POINTS:
+            series[name]["b64"] = base64.b64encode(data).decode("ascii")
+        else:  # as a run's compacted record holds a long series: a stored value
+            d = store.put(data)
+            refs.append(d)
+            series[name]["$"] = d.hex()
         summary[name] = {**json_safe(points_summary(steps, vals, times)),
                          "digest": series_digest(xxhash.xxh3_128(steps.tobytes()).digest(),
                                                  xxhash.xxh3_128(vals.tobytes()).digest())}
-    store.append(KIND_METRICS, {"run": ref, "seq": 0, "s": series}, key=metrics_key(ref))
+    store.append(KIND_METRICS, {"run": ref, "seq": 0, "s": series}, key=metrics_key(ref), refs=refs)
     start = t0 + n
     status = STATUSES[n % len(STATUSES)]
     manifest: dict[str, Any] = {

@@ -45,8 +45,9 @@ from casmon.runs.listing import indexed_run
 FRESH_SECONDS = 1.0
 #: Statuses a run leaves: its ref is read again at every revalidation. Any other status is final.
 LIVE_STATUSES = frozenset({"running", "claimed"})
-#: Downsampled metrics of ended runs kept in memory (each about 100 KB).
-SERIES_KEPT = 64
+#: Downsampled metrics of ended runs kept in memory (each at most about 100 KB): a compare page of 100
+#: runs with 5 metrics draws 500.
+SERIES_KEPT = 600
 
 
 def is_scalar(v: Any) -> bool:

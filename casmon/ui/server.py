@@ -68,7 +68,7 @@ _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
 _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 MAX_URL = 8192
-MAX_RUNS = 50  # runs on one compare page
+MAX_RUNS = 100  # runs on one compare page
 HTML = "text/html; charset=utf-8"
 JSON = "application/json; charset=utf-8"
 

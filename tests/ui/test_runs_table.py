@@ -130,3 +130,32 @@ def test_the_runs_page_pages_and_filters_in_chromium(server):
             assert not w.foreign and not w.dialogs and not w.page_errors
         finally:
             b.close()
+
+
+def test_a_hundred_runs_compare_and_chart_on_one_page(server):
+    import json
+
+    which = "&".join(f"run={i}" for i in range(1, 101))
+    assert "loss" in server.get(f"/compare?{which}")
+    got = json.loads(server.get(f"/api/metric?{which}&name=loss&n=2000"))
+    assert [s["run"] for s in got["series"]] == [str(i) for i in range(1, 101)] and not got["missing"]
+
+
+def test_a_chart_of_many_runs_carries_a_bounded_number_of_points_and_keeps_each_spike(tmp_path):
+    import numpy as np
+
+    from casmon.ui import api, model
+
+    s = casmon.open(tmp_path / "s", create=True)
+    for k in range(50):
+        with casmon.record(store=s, capture_output=False) as run:
+            v = np.zeros(5000)
+            v[1234 + k] = 1e6  # one spike a run
+            for i, x in enumerate(v):
+                run.log(loss=float(x), step=i)
+    index = model.RunIndex(s)
+    got = api.metric_points(index, list(index.entries()), "loss", 2000)
+    assert len(got["series"]) == 50
+    for one in got["series"]:
+        assert len(one["value"]) <= api.CHART_POINTS // 50
+        assert max(one.get("max") or one["value"]) == 1e6
