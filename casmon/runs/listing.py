@@ -29,7 +29,7 @@ from casmon.view.text import did_you_mean, short_error, short_repr
 __all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run", "readable_run", "info_cell"]
 
 
-class IndexedManifest(dict):  # type: ignore[type-arg]
+class IndexedManifest(dict):
     """A run manifest as the runs index holds it: the fields a listing shows. Reading any other field, or the
     manifest whole (iterating, ``items()``, ``json.dumps``), loads the stored manifest first, once; if that
     fails the casmon error says why."""
@@ -105,7 +105,10 @@ class IndexedManifest(dict):  # type: ignore[type-arg]
         self._fill()
         return dict.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    def __bool__(self) -> bool:
+        return dict.__len__(self) > 0 or len(self) > 0  # slim fields there: no need to read the rest
+
+    __hash__ = None
 
     def __repr__(self) -> str:
         self._fill()

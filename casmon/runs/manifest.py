@@ -103,7 +103,8 @@ def check_run_manifest(m: dict, where: str) -> None:
             continue
         if not isinstance(v, t) or type(v) is bool:
             bad(f"{k} is a {type(v).__name__}")
-        if k in _MANIFEST_SECONDS and not 0 <= v < 1e11:  # readers turn them into dates and floats
+        seconds: Any = v
+        if k in _MANIFEST_SECONDS and not 0 <= seconds < 1e11:  # readers turn them into dates and floats
             bad(f"{k} is {str(v)[:40]}, not a time")
     g = m.get("git")
     if g:
