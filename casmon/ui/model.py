@@ -16,7 +16,9 @@ that ended is final: its manifest is immutable (named by digest) and kept once
 read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
 request. Sorting or filtering by a column only manifests hold waits for the
-rest to load (a background thread starts on them after the first page).
+rest to load (a background thread starts on them after the first page); an
+ended run in the store's runs index (:mod:`casmon.runs.index`, keyed by its
+manifest's digest, which names one manifest forever) is read from there.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ and ``info.NAME`` for each scalar of the run's info, nested dicts flattened
 (``info.cfg.lr``). Each group's columns are in sorted order, so a table keeps
 its layout from one reload to the next.
 
-A filter is words (found in any cell) and comparisons (``loss<0.3 status=ok``).
+A filter is words (found in any cell) and comparisons (``loss<0.3 status=ok``), side by side or joined
+by ``and``, ``or`` and parentheses (``status:ok and (lr>0.01 or tag:baseline)``: :func:`parse_query`);
+``tag:NAME`` finds runs tagged NAME, and a fixed column with a colon (``status:ok``) is an equality.
 A comparison names a fixed column (by its name or its header: ``start`` or
 ``started``), a prefixed column (``metric.loss``, ``param.lr``, ``info.seed``),
 or a bare name that exactly one group has; a bare name two groups have (a
