@@ -115,7 +115,7 @@ def _entry_ok(name: Any, e: Any, f: list[float], i: list[int]) -> bool:
             and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3
             and e[2].get("status") not in ("running", "claimed", "unreadable", None)):
         return False
-    summary = _summary(e[4], f, i)
+    summary = _columns_summary(e[4], f, i)
     if summary is None:
         return False
     e[4] = summary
@@ -126,13 +126,13 @@ def _entry_ok(name: Any, e: Any, f: list[float], i: list[int]) -> bool:
     return True
 
 
-def _summary(cols: list[Any], f: list[float], i: list[int]) -> dict[str, dict[str, Any]] | None:
+def _columns_summary(cols: list[Any], f: list[float], i: list[int]) -> dict[str, dict[str, Any]] | None:
     names, digests, off = cols
     if not (type(names) is list and type(digests) is list and len(digests) == len(names) and type(off) is int
             and 0 <= off and 2 * (off + len(names)) <= len(i) and all(type(n) is str for n in names)):
         return None
-    if not all(type(d) is str for d in digests) or not _HEXES.fullmatch("".join(digests)) \
-            or any(len(d) != 32 for d in digests):
+    joined = "".join(digests) if all(type(d) is str for d in digests) else None
+    if joined is None or len(joined) != 32 * len(digests) or not _HEXES.fullmatch(joined):
         if not all(d is None or type(d) is str and _HEX32.fullmatch(d) for d in digests):
             return None
     return {name: {"n": i[2 * j], "last": f[4 * j], "step": i[2 * j + 1], "time": f[4 * j + 1], "min": f[4 * j + 2],
