@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -188,7 +189,17 @@ def main() -> None:
     a = ap.parse_args()
     only = set(a.only.split(","))
     root = tempfile.mkdtemp(prefix="casmon-runsbench-")
-    rows: list[tuple[str, str]] = []
+
+    class Rows(list):  # each row printed as it is measured (a long run cut short keeps what it had)
+        def append(self, row: tuple[str, str]) -> None:
+            super().append(row)
+            print(f"{row[0]:<66}  {row[1]}", flush=True)
+
+        def extend(self, rows: Any) -> None:
+            for r in rows:
+                self.append(r)
+
+    rows: list[tuple[str, str]] = Rows()
     try:
         for n in (int(x) for x in a.runs.split(",")):
             path = os.path.join(root, f"r{n}")
@@ -212,9 +223,6 @@ def main() -> None:
             rows.extend(day_run(root, a.batches))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
 
 
 if __name__ == "__main__":
