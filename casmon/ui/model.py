@@ -122,6 +122,9 @@ class RunIndex:
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
         self.views: dict[tuple[Any, ...], list[Any]] = {}
+        #: What the runs table makes of a run (``table.row_of``): the background loader makes each ended run's
+        #: row too, so the first sort or filter of a big store finds them made.
+        self.make_row: Callable[[RunInfo, Entry], dict[str, Any]] | None = None
         #: The background loader reads a manifest only while this says no request is being answered.
         self.idle: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
@@ -306,7 +309,10 @@ class RunIndex:
         for e in reversed(self.entries()):
             if polite and not self._wait_idle():
                 return
-            self.run(e)
+            if self.make_row is not None:
+                self.row(e, self.make_row)
+            else:
+                self.run(e)
 
     def _wait_idle(self) -> bool:
         """Wait until no page is being made; False if the index is being stopped."""

@@ -53,7 +53,7 @@ from casmon.ui import api, cachepage, comparepage, model, pages, runpage
 from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
-from casmon.ui.table import ALIASES, FIXED_COLUMNS, is_column, runs_view
+from casmon.ui.table import ALIASES, FIXED_COLUMNS, is_column, row_of, runs_view
 
 
 class BadRequest(ValueError):
@@ -80,6 +80,7 @@ class App:
         self.store = store
         self.trust = trust
         self.runs = model.RunIndex(store)
+        self.runs.make_row = row_of
         self.ctx = pages.Ctx(store.url, trust)
         self.snapshot = Snapshot(store)
         self._log: CallLog | None = None
