@@ -117,7 +117,7 @@ class RunIndex:
         self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
         #: Entries of the store's runs index by manifest digest (casmon.runs.index): a manifest named by a
         #: digest never changes, so an entry stands for it whatever became of its ref.
-        self._indexed: dict[str, list[Any]] = {}
+        self._indexed: dict[str, list[Any]] | None = None  # read when every run is wanted (use_index)
         self._summaries: dict[str, dict[str, Any]] = {}
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
@@ -174,10 +174,6 @@ class RunIndex:
         """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
         the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
         tails = self._tails()
-        try:
-            self._indexed = {e[1]: e for e in runs_index.load(self.store)[0].values()}
-        except Exception:  # noqa: BLE001 - derived data: without it every manifest is read
-            self._indexed = {}
         newest: dict[str, tuple[float, dict[str, Any]]] = {}
         first: dict[str, float] = {}
         for _key, r in self.store.records(KIND_RUN, strict=False):
@@ -265,7 +261,7 @@ class RunIndex:
             return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
                            None, e.ref_data)
         got = self._manifests.get(e.digest)
-        if got is None and e.digest in self._indexed:
+        if got is None and self._indexed and e.digest in self._indexed:
             r = indexed_run(self.store, e.ref, self._indexed.pop(e.digest), e.ref_data)
             self._manifests[e.digest] = got = (r.manifest, None)
             self._summaries[e.digest] = r.metric_summary()
@@ -284,6 +280,15 @@ class RunIndex:
         if e.digest in self._summaries:
             r.keep_summary(self._summaries[e.digest])
         return r
+
+    def use_index(self) -> None:
+        """Read the store's runs index once, before every run is wanted (a sort, a filter, the background
+        loader); a page of 50 runs reads their 50 manifests instead."""
+        if self._indexed is None:
+            try:
+                self._indexed = {e[1]: e for e in runs_index.load(self.store)[0].values()}
+            except Exception:  # noqa: BLE001 - derived data: without it every manifest is read
+                self._indexed = {}
 
     def row(self, e: Entry, make: Callable[[RunInfo, Entry], dict[str, Any]]) -> tuple[RunInfo, dict[str, Any]]:
         """The run and its table row (``make`` builds it); kept for a run that ended (a row then depends only
@@ -306,6 +311,7 @@ class RunIndex:
 
         ``polite``: the background loader, which waits while requests are being answered (Python runs
         one thread at a time: a page must not wait for the loader)."""
+        self.use_index()
         for e in reversed(self.entries()):
             if polite and not self._wait_idle():
                 return

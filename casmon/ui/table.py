@@ -514,6 +514,7 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         key = (entries.serial, sort, desc, q)
         cached = index.views.get(key)
         if cached is None:
+            index.use_index()
             every = [(e, *index.row(e, row_of)) for e in entries]
             if terms:
                 try:
