@@ -33,10 +33,14 @@ __all__ = ["COMPACT_OVER", "compact_run", "compact_runs"]
 COMPACT_OVER = 8
 
 
-def compact_run(store: Store, ref: str, over: int = COMPACT_OVER) -> bool:
+def compact_run(store: Store, ref: str, over: int = COMPACT_OVER, share: int | None = None) -> bool:
     """Compact the metric records of run ``ref`` if there are more than ``over`` (or a compaction cut short
     left records to retire); True if anything changed. :class:`~casmon.errors.StoreError` if the store lock
-    is held by another process (gc or a deletion): nothing is lost, a later gc compacts it."""
+    is held by another process (gc or a deletion): nothing is lost, a later gc compacts it.
+
+    Retiring rewrites the whole metrics table; with ``share`` (a run's end) it is done only when the
+    batches retired are at least 1/``share`` of the table's records, so the end of a short run in a store
+    of many runs costs no rewrite of all of them: its few covered batches wait for gc (readers skip them)."""
     from casmon.store.lock import held
 
     key = bytes(metrics_key(ref))
@@ -72,7 +76,7 @@ def compact_run(store: Store, ref: str, over: int = COMPACT_OVER) -> bool:
         table = store.table(KIND_METRICS)
         table.refresh()
         stale = _skipped(table.lookup(key), ref, where)
-        if stale:
+        if stale and (share is None or len(stale) * share >= table.count()):
             table.consolidate(force=True, keep=lambda k, v: bytes(k) != key or bytes(v) not in stale)
         faultpoints.point("compact.retired")
     return True

@@ -644,13 +644,18 @@ def _end_status(run: Run, exc_type: Any, exc: BaseException | None, tb: Any, end
         m["error"] = scrub_output(f"{exc_type.__name__}: {exc}")
 
 
+#: At its end a run's covered batches are retired (the metrics table rewritten) when they are at least
+#: this fraction of the table; else gc retires them.
+RETIRE_SHARE = 8
+
+
 def _compact(run: Run) -> None:
     """Fold an ended run's many metric batches into one record (:mod:`casmon.runs.compaction`). Best effort:
     cut short or refused (gc holds the lock), nothing is lost and ``casmon gc`` compacts the run later."""
     if run._metrics.seq <= COMPACT_OVER:
         return
     try:
-        compact_run(run.store, run.ref)
+        compact_run(run.store, run.ref, share=RETIRE_SHARE)
     except CasmonError:
         pass  # the store lock is held, or a batch is damaged: gc tries again
     except Exception as e:  # noqa: BLE001 - the run is saved; a failed compaction never reaches the user's code

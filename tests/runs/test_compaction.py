@@ -186,3 +186,24 @@ def test_readers_during_a_compaction_see_every_point_once(store):
         t.join()
     assert not [b for b in bad if isinstance(b, int)], bad
     assert len(_records(store, ref)) == 1
+
+
+def test_a_short_runs_end_in_a_store_of_many_runs_rewrites_no_table_and_gc_retires_its_batches(store, monkeypatch):
+    from casmon.runs import recorder
+
+    monkeypatch.setattr(recorder, "COMPACT_OVER", 1 << 60)  # runs that leave their batches: many records
+    for _ in range(3):
+        with casmon.record(store=store, capture_output=False) as run:
+            for i in range(300):
+                run.log(x=float(i), step=i)
+                if i % 3 == 0:
+                    store.flush()
+    monkeypatch.undo()
+    big = store.table(KIND_METRICS).count()
+    ref = _many_batches(store, n=12, every=1)  # 12 batches: compacted, but too few to rewrite the table for
+    recs = _records(store, ref)
+    assert sum("covers" in r for r in recs) == 1 and len(recs) > 1 and store.table(KIND_METRICS).count() > big
+    assert np.array_equal(casmon.load_run("latest", store).metric("loss").values, np.arange(12.0))
+    assert ref in compact_runs(store)  # gc's pass retires them (and compacts the others)
+    assert len(_records(store, ref)) == 1
+    assert np.array_equal(casmon.load_run("latest", store).metric("loss").values, np.arange(12.0))
