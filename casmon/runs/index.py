@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import re
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -140,16 +141,35 @@ def _columns_summary(cols: list[Any], f: list[float], i: list[int]) -> dict[str,
             for j, name in enumerate(names, off)}
 
 
+#: The base file last read, by store: ``(its stamp, its entries)``; a listing whose base has the same stamp
+#: reads nothing (entries are not changed once read: readers copy what they change).
+_read: dict[str, tuple[str, dict[str, Entry]]] = {}
+_read_lock = threading.Lock()
+_READ_KEPT = 4
+
+
 def load(store: Store) -> tuple[dict[str, Entry], list[str], bool]:
     """``(entries, delta keys read, whether the base was sound)``; damaged files are left out."""
     b = store.backend
     entries: dict[str, Entry] = {}
     base_ok = False
     try:
-        raw = b.get(BASE)
-        if raw is not None and len(raw) <= FILE_MAX:
-            entries = decode(bytes(raw), BASE)
-            base_ok = True
+        stamp = b.stamp(BASE)  # before the read: a base replaced meanwhile is kept under a stamp gone already
+        with _read_lock:
+            got = _read.get(store.url) if stamp is not None else None
+        if got is not None and got[0] == stamp:
+            entries, base_ok = dict(got[1]), True
+        else:
+            raw = b.get(BASE)
+            if raw is not None and len(raw) <= FILE_MAX:
+                entries = decode(bytes(raw), BASE)
+                base_ok = True
+                if stamp is not None:
+                    with _read_lock:
+                        _read.pop(store.url, None)
+                        _read[store.url] = (stamp, dict(entries))
+                        while len(_read) > _READ_KEPT:
+                            _read.pop(next(iter(_read)))
     except (CasmonError, OSError, MemoryError):
         pass  # rebuilt by the next fold
     deltas = sorted(k for k in _list(store) if k.rsplit("/", 1)[-1].startswith(_DELTA) and ".partial" not in k)

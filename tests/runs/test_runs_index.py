@@ -179,3 +179,18 @@ with casmon.record(store=s, capture_output=False) as run:
     listed = _view(casmon.list_runs(s))
     assert listed == _direct(path)
     assert len(listed) == 3
+
+
+def test_a_base_read_once_is_read_again_only_once_it_changes(many):
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))
+    base = many / "runs-index" / "base"
+    r = casmon.list_runs(s)[0]
+    r.manifest["name"] = "changed by the caller"  # a caller's change stays in its own copy
+    r.metric_summary()["loss"]["last"] = -1.0
+    assert _view(casmon.list_runs(s)) == first
+    raw = bytearray(base.read_bytes())
+    raw[len(raw) // 2] ^= 0x20  # a new base (damaged): read again, ignored, rebuilt
+    base.write_bytes(bytes(raw))
+    assert _view(casmon.list_runs(s)) == first
+    index.decode(base.read_bytes(), "base")
