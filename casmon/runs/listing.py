@@ -32,13 +32,15 @@ __all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run",
 class IndexedManifest(dict):
     """A run manifest as the runs index holds it: the fields a listing shows. Reading any other field, or the
     manifest whole (iterating, ``items()``, ``json.dumps``), loads the stored manifest first, once; if that
-    fails the casmon error says why."""
+    fails (damaged, missing) the listed fields are all it holds and ``error`` says why."""
 
-    __slots__ = ("_load",)
+    __slots__ = ("_load", "error")
 
     def __init__(self, slim: dict[str, Any], store: Store, name: str, target: str) -> None:
         super().__init__(slim)
         self._load: tuple[Store, str, str] | None = (store, name, target)
+        #: Why the stored manifest could not be read (the fields the index holds are all there is), if so.
+        self.error: CasmonError | None = None
 
     def _fill(self) -> None:
         src, self._load = self._load, None
@@ -47,6 +49,9 @@ class IndexedManifest(dict):
             try:
                 full = load_data(s, target, f"run {name}: its manifest", dict)
                 check_run_manifest(full, f"run {name} (manifest {target})")
+            except CasmonError as e:  # one unreadable manifest hides no run: its listed fields stay
+                self.error = e
+                return
             except BaseException:
                 self._load = src
                 raise

@@ -194,3 +194,19 @@ def test_a_base_read_once_is_read_again_only_once_it_changes(many):
     base.write_bytes(bytes(raw))
     assert _view(casmon.list_runs(s)) == first
     index.decode(base.read_bytes(), "base")
+
+
+def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many):
+    from tests.support.cli import cli
+
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    doc["runs"]["runs/5"][1] = "0" * 32  # a manifest the store does not hold
+    _write_doc(base, doc)
+    runs = {r.ref: r for r in casmon.list_runs(casmon.open(many, read_only=True))}
+    r = runs["runs/5"]
+    assert r.status == "ok" and r.manifest.get("argv") is None and "no value" in str(r.manifest.error)
+    out = cli("runs", "--store", str(many))
+    assert "60" in out.stdout and out.returncode == 0
