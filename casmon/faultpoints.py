@@ -56,6 +56,13 @@ POINTS: dict[str, str] = {
     "resume.after_claim": "a resume's claim ref is written, nothing of the run carried over yet",
     "resume.after_attach": "a resumed run has carried over its metrics, output and checkpoints, written nothing",
     "delete.after_records": "a run deletion rewrote the tables without its records; its claims and ref remain",
+    # runs: metric compaction (casmon.runs.compaction)
+    "compact.appended": "a run's compacted metric record is appended, not yet flushed",
+    "compact.written": "the compacted record is written; the small batches it covers are all still there",
+    "compact.retired": "the tables are rewritten without the covered batches, the lock not yet released",
+    # runs: the runs index (casmon.runs.index)
+    "index.delta_written": "an ended run's entry is written to the runs index as a delta file",
+    "index.base_written": "a new runs index is in place; the delta files it folded in are not deleted yet",
 }
 
 _lock = threading.Lock()

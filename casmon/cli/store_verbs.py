@@ -223,6 +223,10 @@ def gc(ctx, store_location, max_size, older_than, grace, now, dry_run, break_loc
     deduped = (len(dups), duplicates_freed(store, dups))
     if dups and not dry_run:
         deduped, dups = (drop_duplicates(store, dups)[0], deduped[1]), {}
+    if not dry_run:  # runs killed or lost before their end compacted their metric batches (runs.compaction)
+        from casmon.runs.compaction import compact_runs
+
+        compact_runs(store)
     from casmon.runs.artifacts import KIND_ARTIFACT, drop_superseded, superseded_plan
 
     # Artifact records a newer one of their run and name replaced or released (checkpoint retention).

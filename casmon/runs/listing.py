@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import math
+import re
 import time
 from typing import Any
 
@@ -27,7 +28,102 @@ from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import did_you_mean, short_error, short_repr
 
-__all__ = ["RunInfo", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
+__all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
+
+
+class IndexedManifest(dict):
+    """A run manifest as the runs index holds it: the fields a listing shows. Reading any other field, or the
+    manifest whole (iterating, ``items()``, ``json.dumps``), loads the stored manifest first, once; if that
+    fails (damaged, missing) the listed fields are all it holds and ``error`` says why."""
+
+    __slots__ = ("_load", "error")
+
+    def __init__(self, slim: dict[str, Any], store: Store, name: str, target: str) -> None:
+        super().__init__(slim)
+        self._load: tuple[Store, str, str] | None = (store, name, target)
+        #: Why the stored manifest could not be read (the fields the index holds are all there is), if so.
+        self.error: CasmonError | None = None
+
+    def _fill(self) -> None:
+        src, self._load = self._load, None
+        if src is not None:
+            s, name, target = src
+            try:
+                full = load_data(s, target, f"run {name}: its manifest", dict)
+                check_run_manifest(full, f"run {name} (manifest {target})")
+            except CasmonError as e:  # one unreadable manifest hides no run: its listed fields stay
+                self.error = e
+                return
+            except BaseException:
+                self._load = src
+                raise
+            for k, v in full.items():
+                if not dict.__contains__(self, k):
+                    dict.__setitem__(self, k, v)
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.get(self, k, default)
+
+    def __getitem__(self, k: Any) -> Any:
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.__getitem__(self, k)
+
+    def __contains__(self, k: Any) -> bool:
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.__contains__(self, k)
+
+    def setdefault(self, k: Any, default: Any = None) -> Any:
+        self._fill()
+        return dict.setdefault(self, k, default)
+
+    def pop(self, k: Any, *default: Any) -> Any:
+        self._fill()
+        return dict.pop(self, k, *default)
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._fill()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        self._fill()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._fill()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._fill()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._fill()
+        return dict(dict.items(self))
+
+    def __eq__(self, other: object) -> bool:
+        self._fill()
+        return dict.__eq__(self, other)
+
+    def __bool__(self) -> bool:
+        return dict.__len__(self) > 0 or len(self) > 0  # slim fields there: no need to read the rest
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        self._fill()
+        return dict.__repr__(self)
+
+    def __reduce__(self) -> Any:
+        self._fill()
+        return (dict, (dict(dict.items(self)),))
 
 
 @dataclasses.dataclass
@@ -136,6 +232,11 @@ class RunInfo:
             self._summary = out
         return {k: dict(v) for k, v in out.items()}
 
+    def keep_summary(self, summary: dict[str, dict[str, Any]]) -> None:
+        """An ended run's metric summary, known already (from the runs index, as :meth:`metric_summary` gave
+        it): kept, so reading it needs not the manifest's."""
+        self._summary = summary
+
     def _read_summary(self, summary: Any) -> dict[str, dict[str, Any]]:
         """The manifest's ``summary``, or (None: a run that did not end) one read from the metric records, read
         again at each call as the run's points grow."""
@@ -151,7 +252,7 @@ class RunInfo:
         out: dict[str, dict[str, Any]] = {}
         for k, v in sorted(summary.items()):  # a crafted store's odd cells are left out, never raised on
             if isinstance(k, str) and isinstance(v, dict):
-                out[k] = {f: _summary_cell(f, v.get(f)) for f in ("n", "last", "step", "time", "min", "max", "digest")}
+                out[k] = _summary_fast(v) or {f: _summary_cell(f, v.get(f)) for f in _SUMMARY_FIELDS}
         return out
 
     def metrics(self) -> dict[str, Series]:
@@ -322,6 +423,27 @@ class RunInfo:
         return display.run_html(self)
 
 
+_SUMMARY_FIELDS = ("n", "last", "step", "time", "min", "max", "digest")
+
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def _summary_fast(v: dict[str, Any]) -> dict[str, Any] | None:
+    return _cell_fast(v.get("n"), v.get("last"), v.get("step"), v.get("time"), v.get("min"), v.get("max"),
+                      v.get("digest"))
+
+
+def _cell_fast(n: Any, last: Any, step: Any, t: Any, lo: Any, hi: Any, dg: Any) -> dict[str, Any] | None:
+    """The common cell (finite floats, int count and step, a digest), as :func:`_summary_cell` would give it,
+    without checking field by field; None for any other."""
+    if (type(n) is int and n >= 0 and type(step) is int and type(last) is float and type(lo) is float
+            and type(hi) is float and type(t) is float and 0 <= t < 1e11 and math.isfinite(last + lo + hi)
+            and (dg is None or type(dg) is str and _HEX32.fullmatch(dg))):
+        return {"n": n, "last": last, "step": step, "time": t, "min": lo, "max": hi, "digest": dg}
+    return None
+
+
 def _summary_cell(field: str, v: Any) -> Any:
     """A summary's cell as casmon writes it (counts and steps ints, times finite, values any float, the
     non-finite ones as :func:`~casmon.runs.metrics.json_number` stores them), else None."""
@@ -347,10 +469,36 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     """Every run in the store, oldest first.
 
     Run manifests are data: they load without ever running code, and each is
-    checked (:class:`DamagedObjectError` names a malformed one).
+    checked (:class:`DamagedObjectError` names a malformed one). Ended runs come from the runs index
+    (:mod:`casmon.runs.index`) while their refs are unchanged; the others are read from their refs.
     """
+    from casmon.runs import index
+
     s = default_store(store, create=False)  # reading creates nothing
-    out = [r for name in s.refs(RUN_REFS) if (r := run_info(s, name)) is not None]
+    names = s.refs(RUN_REFS)
+    try:
+        stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/") if names else None
+    except OSError:
+        stamps = None
+    entries, deltas, base_ok = index.load(s) if names else ({}, [], True)
+    fresh: dict[str, list] = {}
+    out = []
+    for name in names:
+        e = entries.get(name)
+        stamp = stamps.get("refs/" + name) if stamps is not None else None
+        if e is not None and stamp is not None and e[0] == stamp:
+            out.append(indexed_run(s, name, e, e[3]))
+            continue
+        info, target = _read_run(s, name, e)
+        if info is None:
+            continue
+        out.append(info)
+        if stamp is not None and target is not None and info.error is None and index.indexable(info.manifest):
+            got = index.entry(stamp, target, info.manifest, info.ref_data)
+            if got is not None:
+                fresh[name] = got
+    if names:
+        index.fold(s, entries, fresh, deltas, stamps, base_ok)
     out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
     from casmon.runs.tags import edits_by_run
 
@@ -363,31 +511,47 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
 def run_info(s: Store, name: str) -> RunInfo | None:
     """The run whose ref is ``name`` (``runs/...``), or None if its ref is gone; a damaged one is listed as
     unreadable, saying why."""
+    return _read_run(s, name, None)[0]
+
+
+def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
+    """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary."""
+    r = RunInfo(s, name, IndexedManifest(e[2], s, name, e[1]), None, ref_data)
+    r.keep_summary(e[4])
+    return r
+
+
+def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str | None]:
+    """Run ``name`` read from its ref (and its manifest, unless index entry ``e`` is of that manifest), and
+    the manifest digest the ref names; ``(None, None)`` if the ref is gone."""
     try:
         ref = s.get_ref(name)
-    except DamagedObjectError as e:  # a damaged ref is one unreadable run, never every run hidden
+    except DamagedObjectError as err:  # a damaged ref is one unreadable run, never every run hidden
         tail = name.rsplit("/", 1)[-1]
-        return RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(e, 500), "start": None}, e)
+        return RunInfo(s, name, {"name": tail, "status": "unreadable", "error": short_error(err, 500),
+                                 "start": None}, err), None
     if ref is None:
-        return None
+        return None, None
     error = None
-    if ref.target is not None:
+    target = ref.target.hex() if ref.target is not None else None
+    ref_data = ref.data if isinstance(ref.data, dict) else {}
+    if target is not None and e is not None and e[1] == target:
+        return indexed_run(s, name, e, ref_data), target
+    if target is not None:
         try:
-            manifest = load_data(s, ref.target.hex(), f"run {name}: its manifest", dict)
-            check_run_manifest(manifest, f"run {name} (manifest {ref.target.hex()})")
-        except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as e:
+            manifest = load_data(s, target, f"run {name}: its manifest", dict)
+            check_run_manifest(manifest, f"run {name} (manifest {target})")
+        except (DamagedObjectError, UntrustedStoreError, MissingObjectError, StoreFormatError) as err:
             # one bad run does not hide the others: it is listed as unreadable, and says why when used
-            error = e
-            data = ref.data if isinstance(ref.data, dict) else {}
-            t = data.get("start")
-            manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(e, 500),
+            error = err
+            t = ref_data.get("start")
+            manifest = {"name": name.rsplit("/", 1)[-1], "status": "unreadable", "error": short_error(err, 500),
                         "start": t if type(t) in (int, float) else None}
     else:
-        data = ref.data if isinstance(ref.data, dict) else {}
-        t = data.get("time")
-        manifest = {"name": name.rsplit("/", 1)[-1], "status": str(data.get("status", "claimed")),
+        t = ref_data.get("time")
+        manifest = {"name": name.rsplit("/", 1)[-1], "status": str(ref_data.get("status", "claimed")),
                     "start": t if type(t) in (int, float) else None}
-    return RunInfo(s, name, manifest, error, ref.data if isinstance(ref.data, dict) else {})
+    return RunInfo(s, name, manifest, error, ref_data), target
 
 
 def readable_run(r: RunInfo) -> RunInfo:

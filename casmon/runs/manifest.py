@@ -83,45 +83,49 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "comment": s
                    "params": dict, "metrics": dict, "heartbeat_s": (int, float), "signal": str,
                    "signal_time": (int, float), "imported": dict, "resumes": list, "tags": list, "parent": str}
 #: The fields that hold times or durations in seconds.
-_MANIFEST_SECONDS = ("start", "end", "duration", "patch_time", "signal_time", "heartbeat_s")
+_MANIFEST_SECONDS = frozenset(("start", "end", "duration", "patch_time", "signal_time", "heartbeat_s"))
+#: Fields a crafted manifest may hold as null that readers take as empty.
+_NONE_AS: dict[str, Any] = {"git": dict, "files": dict, "tracking_records": dict, "info": dict, "links": dict,
+                            "env": dict, "params": dict, "argv": list}
 
 
 def check_run_manifest(m: dict, where: str) -> None:
-    """Types of the fields readers use; a crafted manifest gives DamagedObjectError, not a TypeError later."""
+    """Types of the fields readers use; a crafted manifest gives DamagedObjectError, not a TypeError later.
+    Only the fields there are cost anything (a listing checks many slim manifests, casmon.runs.index)."""
     def bad(why: str) -> NoReturn:
         raise DamagedObjectError(where, f"not a valid run manifest: {why}")
 
-    for k in ("git", "files", "tracking_records", "info", "links", "env", "params"):
-        if k in m and m[k] is None:
-            m[k] = {}  # readers use m.get(k, {})
-    if m.get("argv", 0) is None:
-        m["argv"] = []
-    for k, t in _MANIFEST_TYPES.items():
-        v = m.get(k)
-        if v is not None and (not isinstance(v, t) or type(v) is bool):
+    for k, v in m.items():
+        t = _MANIFEST_TYPES.get(k)
+        if t is None or v is None:
+            if v is None and k in _NONE_AS:
+                m[k] = _NONE_AS[k]()  # readers use m.get(k, {})
+            continue
+        if not isinstance(v, t) or type(v) is bool:
             bad(f"{k} is a {type(v).__name__}")
-    for k in _MANIFEST_SECONDS:  # readers turn them into dates and floats: NaN or 1e308 would raise there
-        v = m.get(k)
-        if v is not None and not 0 <= v < 1e11:
+        seconds: Any = v
+        if k in _MANIFEST_SECONDS and not 0 <= seconds < 1e11:  # readers turn them into dates and floats
             bad(f"{k} is {str(v)[:40]}, not a time")
-    g = m.get("git") or {}
-    for k in ("root", "commit", "branch", "patch"):
-        if g.get(k) is not None and not isinstance(g[k], str):
-            bad(f"git.{k} is not a string")
-    for k in ("untracked", "skipped", "notes"):
-        if not isinstance(g.get(k, []), list) or not all(isinstance(x, str) for x in g.get(k, [])):
-            bad(f"git.{k} is not a list of strings")
-    if not all(isinstance(x, str) for x in m.get("argv") or []):
+    g = m.get("git")
+    if g:
+        for k in ("root", "commit", "branch", "patch"):
+            if g.get(k) is not None and not isinstance(g[k], str):
+                bad(f"git.{k} is not a string")
+        for k in ("untracked", "skipped", "notes"):
+            if not isinstance(g.get(k, []), list) or not all(isinstance(x, str) for x in g.get(k, [])):
+                bad(f"git.{k} is not a list of strings")
+    if "argv" in m and not all(isinstance(x, str) for x in m.get("argv") or []):
         bad("argv is not a list of strings")
     for path, f in (m.get("files") or {}).items():
         if (not isinstance(f, dict) or not isinstance(f.get("digest"), str) or type(f.get("size", 0)) is not int
                 or type(f.get("mode", 0o644)) is not int):
             bad(f"tracked file {path[:80]!r} is not {{digest, size, mode}}")
     links = m.get("links") or {}
-    cache = links.get("cache", [])
-    if not isinstance(cache, list) or not all(isinstance(e, dict) and all(isinstance(e.get(x), str) for x in ("fn", "key", "result"))
-                                              for e in cache):
-        bad("links.cache is not a list of {fn, key, result}")
-    if not isinstance(links.get("call_sessions", []), list) or not all(type(x) is int for x in links.get("call_sessions", [])):
-        bad("links.call_sessions is not a list of session numbers")
-
+    if links:
+        cache = links.get("cache", [])
+        if not isinstance(cache, list) or not all(isinstance(e, dict) and all(isinstance(e.get(x), str)
+                                                                              for x in ("fn", "key", "result"))
+                                                  for e in cache):
+            bad("links.cache is not a list of {fn, key, result}")
+        if not isinstance(links.get("call_sessions", []), list) or not all(type(x) is int for x in links.get("call_sessions", [])):
+            bad("links.call_sessions is not a list of session numbers")

@@ -27,6 +27,7 @@ hold them as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
 from __future__ import annotations
 
 import base64
+import bisect
 import math
 import threading
 import time
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "Batch", "MetricLog", "metrics_key", "read_series",
            "read_summary", "downsample", "check_name", "json_number", "number_of", "json_safe", "number_text",
-           "points_summary", "batch_summary"]
+           "points_summary", "batch_summary", "live_batches", "covers_of", "covered", "MAX_COVERS"]
 
 KIND_METRICS = "metrics"
 #: A batch of at most this many points of one metric is kept in its record (base64); more is a stored value.
@@ -466,17 +467,77 @@ def _number(name: str, v: Any) -> float:
         raise TypeError(f"casmon: run.log: metric {name!r} must be a number, got {type(v).__name__} {v!r:.80} ({e})") from None
 
 
-def _cells(store: Store, ref: str, where: str, names: Iterable[str] | None
-           ) -> dict[str, list[tuple[int, int, dict[str, Any]]]]:
-    """The batch cells of the run behind ``ref`` by metric, each ``(seq, record index, cell)``, in the order logged."""
-    table = store.table(KIND_METRICS)
-    table.refresh()  # a live run's newest records
-    records = store.lookup(KIND_METRICS, metrics_key(ref), refresh=False)
+#: The most seq ranges a compacted record's ``covers`` may hold (a crafted one is damage, never a long loop).
+MAX_COVERS = 1 << 16
+
+
+def covers_of(r: dict[str, Any], where: str, i: int) -> list[tuple[int, int]] | None:
+    """A compacted record's ``covers`` (sorted, merged inclusive seq ranges), None for a record of one batch."""
+    c = r.get("covers")
+    if c is None:
+        return None
+    if (type(c) is not list or not c or len(c) > MAX_COVERS
+            or not all(type(x) is list and len(x) == 2 and type(x[0]) is int and type(x[1]) is int and x[0] <= x[1]
+                       for x in c)):
+        raise DamagedObjectError(f"{where}: metric record {i}", "a compacted batch whose covers are not seq ranges")
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted((x[0], x[1]) for x in c):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def covered(ranges: list[tuple[int, int]], seq: int) -> bool:
+    """True if ``seq`` is in one of ``ranges`` (sorted, disjoint)."""
+    at = bisect.bisect_right(ranges, (seq, 1 << 64)) - 1
+    return at >= 0 and ranges[at][0] <= seq <= ranges[at][1]
+
+
+def _overlaps(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    at = bisect.bisect_right(ranges, (hi, 1 << 64)) - 1
+    return at >= 0 and ranges[at][1] >= lo
+
+
+def live_batches(records: list[dict[str, Any]], ref: str, where: str
+                 ) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, int]]]:
+    """The records of run ``ref`` a reader uses, as ``(index, record)``, and the seqs compacted records cover.
+
+    A compacted record (:mod:`casmon.runs.compaction`) holds the points of the batches whose seqs it
+    ``covers``; until they are retired both are stored. Compacted records are taken largest first while they
+    cover no seq one taken already covers, and a batch whose seq a taken one covers is skipped: whatever step
+    a compaction was stopped at, each point is read exactly once."""
+    mine = [(i, r) for i, r in enumerate(records) if r.get("run") == ref]  # a crafted record is checked anyway
+    compacted = []
+    for i, r in mine:
+        c = covers_of(r, where, i)
+        if c is not None:
+            compacted.append((-sum(hi - lo + 1 for lo, hi in c), c[0][0], i, c))
+    taken: list[tuple[int, int]] = []
+    use: list[tuple[int, dict[str, Any]]] = []
+    for _size, _first, i, c in sorted(compacted):
+        if any(_overlaps(taken, lo, hi) for lo, hi in c):
+            continue  # a smaller (older) compaction of points a larger one holds
+        taken = sorted(taken + c)
+        use.append((i, records[i]))
+    for i, r in mine:
+        if "covers" not in r and not (type(r.get("seq")) is int and covered(taken, r["seq"])):
+            use.append((i, r))
+    return use, taken
+
+
+def _cells(store: Store, ref: str, where: str, names: Iterable[str] | None,
+           records: list[dict[str, Any]] | None = None) -> dict[str, list[tuple[int, int, dict[str, Any]]]]:
+    """The batch cells of the run behind ``ref`` by metric, each ``(seq, record index, cell)``, in the order logged
+    (of ``records``, or of those stored)."""
+    if records is None:
+        table = store.table(KIND_METRICS)
+        table.refresh()  # a live run's newest records
+        records = store.lookup(KIND_METRICS, metrics_key(ref), refresh=False)
     wanted = set(names) if names is not None else None
     parts: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
-    for i, r in enumerate(records):
-        if r.get("run") != ref:
-            continue  # another run's key collision is impossible, but a crafted record is checked anyway
+    for i, r in live_batches(records, ref, where)[0]:
         seq, series = r.get("seq"), r.get("s")
         if type(seq) is not int or not isinstance(series, dict):
             raise DamagedObjectError(f"{where}: metric record {i}", "not {seq, s}")
@@ -510,10 +571,12 @@ def _cell_data(store: Store, name: str, cell: dict[str, Any], where: str) -> byt
     return data
 
 
-def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None = None) -> dict[str, Series]:
-    """Every metric (or those in ``names``) of the run behind ``ref``, points in the order they were logged."""
+def read_series(store: Store, ref: str, where: str, names: Iterable[str] | None = None,
+                records: list[dict[str, Any]] | None = None) -> dict[str, Series]:
+    """Every metric (or those in ``names``) of the run behind ``ref``, points in the order they were logged
+    (from ``records``, as :meth:`Store.lookup` gave them, or read now)."""
     parts = {name: [_cell_data(store, name, c, where) for _s, _i, c in cells]
-             for name, cells in _cells(store, ref, where, names).items()}
+             for name, cells in _cells(store, ref, where, names, records).items()}
     out: dict[str, Series] = {}
     for name in sorted(parts):
         batches = parts[name]

@@ -47,6 +47,8 @@ from casmon.runs.cells import a_dict, cells
 from casmon.runs.environment import notebook_path, packages, user
 from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
+from casmon.runs import index as runs_index
+from casmon.runs.compaction import COMPACT_OVER, compact_run
 from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
@@ -612,6 +614,8 @@ class record:
             _pending(run)
         else:
             _done(run)
+            _compact(run)
+            runs_index.note_ended(run.store, run.ref)  # listings need not read this run's manifest
 
     def _store_end(self, run: Run) -> None:
         """Store how the run ended (again, after a failed attempt: every value is put again, which costs nothing)."""
@@ -679,6 +683,25 @@ def _force_status(m: dict[str, Any], status: str) -> None:
             m.pop(k, None)
     elif status == "failed" and not m.get("error"):
         m["error"] = "ended as failed by run.end(status='failed')"
+
+
+#: At its end a run's covered batches are retired (the metrics table rewritten) when they are at least
+#: this fraction of the table; else gc retires them.
+RETIRE_SHARE = 8
+
+
+def _compact(run: Run) -> None:
+    """Fold an ended run's many metric batches into one record (:mod:`casmon.runs.compaction`). Best effort:
+    cut short or refused (gc holds the lock), nothing is lost and ``casmon gc`` compacts the run later."""
+    if run._metrics.seq <= COMPACT_OVER:
+        return
+    try:
+        compact_run(run.store, run.ref, share=RETIRE_SHARE)
+    except CasmonError:
+        pass  # the store lock is held, or a batch is damaged: gc tries again
+    except Exception as e:  # noqa: BLE001 - the run is saved; a failed compaction never reaches the user's code
+        warnings.warn(f"casmon.record: run {run.name}'s metrics were not compacted now ({e}); `casmon gc` does it",
+                      RunWarning, stacklevel=4)
 
 
 def _append_batch(store: Store, run: Run, batch: Any) -> None:

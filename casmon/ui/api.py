@@ -83,9 +83,16 @@ def run_state(index: RunIndex, e: Entry) -> dict[str, Any]:
             "traceback": tb[-TRACEBACK_CHARS:] if isinstance(tb, str) and tb else None}
 
 
+#: The points one chart of many runs carries in all (each run's buckets keep their min and max: spikes stay).
+CHART_POINTS = 40_000
+#: ... but never fewer than this a run.
+MIN_POINTS = 200
+
+
 def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int) -> dict[str, Any]:
     """The metric ``name`` of each run that logged it, downsampled; runs without it are named in ``missing``."""
     out, missing = [], []
+    n = min(n, max(MIN_POINTS, CHART_POINTS // max(1, len(entries))))  # 100 runs on a chart: 400 buckets each
     for e in entries:
         r = index.run(e)
         try:

@@ -55,7 +55,7 @@ from casmon.ui import api, artifactview, cachepage, comparepage, model, pages, r
 from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
-from casmon.ui.table import FIXED_COLUMNS, is_column, runs_view
+from casmon.ui.table import ALIASES, FIXED_COLUMNS, is_column, row_of, runs_view
 
 
 class BadRequest(ValueError):
@@ -70,7 +70,7 @@ _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
 _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 MAX_URL = 8192
-MAX_RUNS = 50  # runs on one compare page
+MAX_RUNS = 100  # runs on one compare page
 MAX_METRICS = 100  # series one dashboard request asks for
 HTML = "text/html; charset=utf-8"
 JSON = "application/json; charset=utf-8"
@@ -83,6 +83,7 @@ class App:
         self.store = store
         self.trust = trust
         self.runs = model.RunIndex(store)
+        self.runs.make_row = row_of
         self.ctx = pages.Ctx(store.url, trust)
         self.snapshot = Snapshot(store)
         self._log: CallLog | None = None
@@ -199,6 +200,7 @@ class App:
 
     def runs_page(self, p: Params) -> tuple[int, bytes, str]:
         sort = p.one("sort") or "start"
+        sort = ALIASES.get(sort, sort)  # a column by its header too (started)
         if not is_column(sort):
             raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, info.KEY, "
                              "metric.KEY)")

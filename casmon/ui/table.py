@@ -9,7 +9,9 @@ and ``info.NAME`` for each scalar of the run's info, nested dicts flattened
 (``info.cfg.lr``). Each group's columns are in sorted order, so a table keeps
 its layout from one reload to the next.
 
-A filter is words (found in any cell) and comparisons (``loss<0.3 status=ok``).
+A filter is words (found in any cell) and comparisons (``loss<0.3 status=ok``), side by side or joined
+by ``and``, ``or`` and parentheses (``status:ok and (lr>0.01 or tag:baseline)``: :func:`parse_query`);
+``tag:NAME`` finds runs tagged NAME, and a fixed column with a colon (``status:ok``) is an equality.
 A comparison names a fixed column (by its name or its header: ``start`` or
 ``started``), a prefixed column (``metric.loss``, ``param.lr``, ``info.seed``),
 or a bare name that exactly one group has; a bare name two groups have (a
@@ -154,6 +156,133 @@ def parse_filter(q: str) -> list[Term]:
             raise FilterError(f"filter term {tok!r}: one comparison a term (<, <=, >, >=, = or !=)")
         out.append(Term(tok, column=name, op=op, value=value))
     return out
+
+
+@dataclass
+class Expr:
+    """Terms joined by ``and`` or ``or`` (each item a :class:`Term` or a nested ``Expr``)."""
+
+    op: str
+    items: list[Any]
+
+
+def _tokens(q: str, parens: bool) -> list[str]:
+    out: list[str] = []
+    for tok in q.split():
+        if not parens:
+            out.append(tok)
+            continue
+        lead = len(tok) - len(tok.lstrip("("))
+        body = tok[lead:]
+        trail = len(body) - len(body.rstrip(")"))
+        out.extend("(" * lead)
+        if body[: len(body) - trail]:
+            out.append(body[: len(body) - trail])
+        out.extend(")" * trail)
+    return out
+
+
+def parse_query(q: str) -> Expr:
+    """A filter with ``and``, ``or`` and parentheses: ``status:ok and (lr>0.01 or tag:baseline)``. Terms side
+    by side are joined by ``and`` (today's syntax); ``tag:NAME`` finds runs tagged NAME; ``status:ok`` (a
+    fixed column, a colon) is ``status=ok``. Parentheses are read where they open or close a term; a filter
+    whose parentheses do not pair is read without them (a value such as ``comment=f(x)`` stays whole)."""
+    toks = _tokens(q, True)
+    if toks.count("(") != toks.count(")"):
+        toks = _tokens(q, False)
+    at = 0
+
+    def peek() -> str | None:
+        return toks[at] if at < len(toks) else None
+
+    def atom() -> Any:
+        nonlocal at
+        tok = toks[at]
+        at += 1
+        if tok == "(":
+            inner = alternatives()
+            if peek() != ")":
+                raise FilterError(f"filter {q!r}: a '(' is not closed")
+            at += 1
+            return inner
+        if tok == ")":
+            raise FilterError(f"filter {q!r}: a ')' closes nothing")
+        return _term(tok)
+
+    def conjunction() -> Expr:
+        nonlocal at
+        items: list[Any] = []
+        while (tok := peek()) is not None and tok != ")" and tok.lower() != "or":
+            if tok.lower() == "and":
+                at += 1
+                nxt = peek()
+                if not items or nxt is None or nxt == ")" or nxt.lower() in ("and", "or"):
+                    raise FilterError(f"filter {q!r}: 'and' needs a term on each side")
+                continue
+            items.append(atom())
+        if not items:
+            raise FilterError(f"filter {q!r}: 'or' and parentheses need a term on each side (or inside)")
+        return Expr("and", items)
+
+    def alternatives() -> Expr:
+        nonlocal at
+        items = [conjunction()]
+        while (tok := peek()) is not None and tok.lower() == "or":
+            at += 1
+            items.append(conjunction())
+        return Expr("or", items)
+
+    if not toks:
+        return Expr("and", [])
+    out = alternatives()
+    if at != len(toks):
+        raise FilterError(f"filter {q!r}: a ')' closes nothing")
+    return out
+
+
+def _term(tok: str) -> Term:
+    name, colon, value = tok.partition(":")
+    if colon and name.lower() == "tag":
+        if not value:
+            raise FilterError(f"filter term {tok!r}: tag: needs a tag's name (tag:baseline)")
+        return Term(tok, column="tag", op=":", value=value)
+    if colon and value and ALIASES.get(name, name) in FIXED_COLUMNS and not _TERM_RE.match(tok):
+        tok = f"{name}={value}"
+    return parse_filter(tok)[0]
+
+
+def leaves(e: Any) -> list[Term]:
+    """Every term of an expression, in order."""
+    return [t for item in e.items for t in leaves(item)] if isinstance(e, Expr) else [e]
+
+
+def tags_of(r: RunInfo) -> tuple[str, ...]:
+    """A run's tags (``RunInfo.tags`` where there is one, else the manifest's ``tags``), only strings."""
+    got = getattr(r, "tags", None)
+    if got is None:
+        got = r.manifest.get("tags")
+    return tuple(t for t in got if type(t) is str) if isinstance(got, (list, tuple)) else ()
+
+
+def compile_query(e: Expr, rows: list[dict[str, Any]]) -> Callable[[RunInfo, dict[str, Any]], bool]:
+    """The filter as one test of a run and its row (terms resolved against the rows' columns)."""
+    plain = [t for t in leaves(e) if t.op != ":"]
+    known = {c for row in rows for c in row}
+    tests = dict(zip(map(id, plain), compile_terms(resolve(plain, known), rows)))
+
+    def build(x: Any) -> Callable[[RunInfo, dict[str, Any]], bool]:
+        if isinstance(x, Expr):
+            parts = [build(i) for i in x.items]
+            if x.op == "or":
+                return lambda r, row: any(p(r, row) for p in parts)
+            return lambda r, row: all(p(r, row) for p in parts)
+        if x.op == ":":
+            want = x.value
+            return lambda r, row: want in tags_of(r)
+        test = tests[id(x)]
+        return lambda r, row: test(row)
+
+    return build(e)
 
 
 def _bare(col: str) -> str:
@@ -372,9 +501,10 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     serial = entries.changes
     error = ""
     try:
-        terms = parse_filter(q)
+        query = parse_query(q)
     except FilterError as e:
-        terms, error = [], str(e)
+        query, error = Expr("and", []), str(e)
+    terms = leaves(query)
     if sort == "start" and not terms:
         chosen = list(reversed(entries)) if desc else list(entries)
         total = len(chosen)
@@ -385,14 +515,14 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         key = (entries.serial, sort, desc, q)
         cached = index.views.get(key)
         if cached is None:
+            index.use_index()
             every = [(e, *index.row(e, row_of)) for e in entries]
             if terms:
-                known = {c for _e, _r, row in every for c in row}
                 try:
-                    tests = compile_terms(resolve(terms, known), [row for _e, _r, row in every])
+                    test = compile_query(query, [row for _e, _r, row in every])
+                    every = [x for x in every if test(x[1], x[2])]
                 except FilterError as e:
-                    tests, error = [], str(e)
-                every = [x for x in every if all(test(x[2]) for test in tests)]
+                    error = str(e)
             cached = _sorted_rows(every, sort if is_column(sort) else "start", desc)
             if index.complete(entries) and not error:  # valid while this listing is
                 index.views[key] = cached

@@ -241,6 +241,24 @@ class Backend(abc.ABC):
         self.requests += 1
         return self._list_landed(prefix)
 
+    def list_stamped(self, prefix: str) -> dict[str, str] | None:
+        """The files right under folder ``prefix``, each with a *stamp* that changes whenever the file is written
+        again (derived data checks it is still current without reading the file); None where the medium cannot
+        give one in a listing."""
+        self.requests += 1
+        return self._list_stamped(prefix)
+
+    def _list_stamped(self, prefix: str) -> dict[str, str] | None:
+        return None
+
+    def stamp(self, key: str) -> str | None:
+        """The stamp :meth:`list_stamped` gives ``key`` (None: absent, or a medium that gives none)."""
+        self.requests += 1
+        return self._stamp(key)
+
+    def _stamp(self, key: str) -> str | None:
+        return None
+
     # -- writes ------------------------------------------------------------------
     def set(self, key: str, data: BytesLike) -> None:
         """Write ``key``, replacing what it held (atomically: a reader sees the old bytes or the new)."""

@@ -11,6 +11,7 @@ stays a valid zarr store. This module never imports zarr or asyncio.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -257,6 +258,31 @@ class LocalBackend(Backend):
                 out.append(None)
         return out
 
+    def _list_stamped(self, prefix: str) -> dict[str, str]:
+        # Every write renames a new file into place: a new inode while the old one is still linked, so
+        # (inode, change time, size) differs from the stamp of any earlier content of the same name.
+        base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+        out: dict[str, str] = {}
+        try:
+            with os.scandir(os.path.join(self._root, base)) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # removed meanwhile
+                    if stat.S_ISREG(st.st_mode):
+                        out[base + e.name] = _stamp_of(st)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return out
+
+    def _stamp(self, key: str) -> str | None:
+        try:
+            st = os.stat(os.path.join(self._root, key), follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return _stamp_of(st) if stat.S_ISREG(st.st_mode) else None
+
     def _list_landed(self, prefix: str) -> dict[str, float]:
         base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
         out: dict[str, float] = {}
@@ -392,3 +418,7 @@ class LocalBackend(Backend):
 
                 shutil.rmtree(path)
                 self._made_dirs = {d for d in self._made_dirs if not (d + os.sep).startswith(path + os.sep)}
+
+
+def _stamp_of(st: os.stat_result) -> str:
+    return f"{st.st_ino:x}.{st.st_ctime_ns:x}.{st.st_mtime_ns:x}.{st.st_size:x}"

@@ -1,0 +1,212 @@
+"""The runs index is derived data: listings through it agree with the runs, deleting or damaging it loses
+nothing, a stale or crafted entry loses to the run's own ref, and writers killed while it is updated leave
+listings true."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import casmon
+from casmon.runs import index
+from casmon.runs.listing import IndexedManifest
+from benchmarks.runs_store import build
+from tests.support.processes import ENV, PY
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+
+def _raw_doc(base):
+    """An index file's document as stored (its metric columns not yet read)."""
+    raw = base.read_bytes()
+    index.decode(raw, "base")  # sound
+    return json.loads(raw.split(b"\n", 1)[1])
+
+
+def _write_doc(base, doc):
+    """``doc`` as a sound index file (a crafted one: its checksum matches)."""
+    import xxhash
+
+    body = json.dumps(doc).encode()
+    head = base.read_bytes().split(b" ")[:2]
+    base.write_bytes(b" ".join(head) + b" " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+
+
+def _view(runs):
+    return [(r.ref, r.name, r.status, r.manifest.get("start"), r.params(), r.metric_summary(),
+             r.manifest.get("tags")) for r in runs]
+
+
+def _direct(path):
+    """The listing with no index at all (read from every ref and manifest)."""
+    shutil.rmtree(path / "runs-index", ignore_errors=True)
+    s = casmon.open(path, read_only=True)  # read-only: it writes no index either
+    return _view(casmon.list_runs(s))
+
+
+@pytest.fixture
+def many(tmp_path):
+    path = tmp_path / "s"
+    build(str(path), 60, metrics=3, points=20)
+    return path
+
+
+def test_a_listing_through_the_index_is_the_listing_without_it(many):
+    direct = _direct(many)
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))  # reads every run, writes the index
+    assert (many / "runs-index" / "base").exists()
+    second = casmon.list_runs(s)
+    assert all(isinstance(r.manifest, IndexedManifest) for r in second)
+    assert _view(second) == first == direct
+
+
+def test_fields_the_index_leaves_out_are_read_from_the_manifest(many):
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    r = casmon.list_runs(s)[3]
+    assert isinstance(r.manifest, IndexedManifest)
+    assert r.manifest.get("argv") == ["train.py"] and r.manifest["cwd"] == "/work/project"
+    full = json.loads(json.dumps(r.manifest))
+    assert full["links"] == {"call_sessions": [], "cache": []} and "metrics" in full and full["name"] == r.name
+
+
+def test_deleting_or_damaging_the_index_loses_nothing_and_it_is_rebuilt(many):
+    direct = _direct(many)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    raw = bytearray(base.read_bytes())
+    raw[len(raw) // 2] ^= 0x20
+    base.write_bytes(bytes(raw))
+    assert _view(casmon.list_runs(s)) == direct
+    index.decode(base.read_bytes(), "base")  # rebuilt: sound again
+    shutil.rmtree(many / "runs-index")
+    assert _view(casmon.list_runs(s)) == direct
+
+
+def test_a_crafted_index_entry_is_left_out_and_the_run_read_from_its_ref(many):
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    entries = doc["runs"]
+    name = sorted(entries)[0]
+    entries[name][2]["start"] = "yesterday"  # a type no manifest has
+    entries[sorted(entries)[1]][4] = [["loss"], ["not a digest"], 10 ** 9]
+    entries["runs/999"] = entries[sorted(entries)[2]]  # a run that does not exist
+    _write_doc(base, doc)
+    runs = casmon.list_runs(s)
+    assert len(runs) == 60 and "runs/999" not in [r.ref for r in runs]
+    assert all(type(r.manifest.get("start")) is float for r in runs)
+    odd = [r for r in runs if r.ref == sorted(entries)[1]][0]
+    assert odd.metric_summary()["loss"]["n"] == 20  # read from its manifest: the crafted columns are left out
+    assert not isinstance(odd.manifest, IndexedManifest)
+
+
+def test_a_crafted_index_whose_columns_do_not_fit_is_ignored_whole(many):
+    direct = _direct(many)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    sound = json.dumps(_raw_doc(base))
+    for bad in ({"f": "AAAA"}, {"i": "!!"}, {"f": None}, {"runs": []}):
+        doc = json.loads(sound)
+        doc.update(bad)
+        _write_doc(base, doc)
+        assert _view(casmon.list_runs(casmon.open(many, read_only=True))) == direct
+
+
+def test_a_stale_entry_loses_to_the_runs_own_ref(many):
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    target = casmon.list_runs(s)[0]
+    other = casmon.list_runs(s)[1]
+    ref = s.get_ref(other.ref)
+    s.set_ref(target.ref, ref.target, ref.data)  # a re-tag or resume writes a new manifest to the ref
+    casmon.delete_run(casmon.list_runs(s)[2].ref, s)
+    runs = {r.ref: r for r in casmon.list_runs(s)}
+    assert runs[target.ref].manifest.get("name") == other.name
+    assert len(runs) == 59
+
+
+def test_an_ended_run_leaves_a_delta_that_the_next_listing_uses(tmp_path):
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False) as run:
+        run.params = {"lr": 0.1}
+        run.log(loss=0.5)
+    deltas = [f for f in os.listdir(tmp_path / "s" / "runs-index") if f.startswith("d-")]
+    assert len(deltas) == 1
+    r = casmon.list_runs(s)[0]
+    assert isinstance(r.manifest, IndexedManifest) and r.params() == {"lr": 0.1}
+    assert r.metric_summary()["loss"]["last"] == 0.5
+
+
+LISTER = """
+import sys, casmon
+from casmon import faultpoints
+faultpoints.configure(sys.argv[2])
+casmon.list_runs(casmon.open(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("point", ["index.base_written", "local.partial_written"])
+def test_a_lister_killed_while_it_writes_the_index_leaves_listings_true(many, point):
+    direct = _direct(many)
+    p = subprocess.run([PY, "-c", LISTER, str(many), f"{point}=kill"], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == -9, p.stderr
+    s = casmon.open(many)
+    assert _view(casmon.list_runs(s)) == direct
+    assert _view(casmon.list_runs(s)) == direct
+
+
+def test_runs_killed_while_they_write_their_index_delta_leave_listings_true(tmp_path):
+    path = tmp_path / "s"
+    code = """
+import sys, casmon
+from casmon import faultpoints
+s = casmon.open(sys.argv[1], create=True)
+with casmon.record(store=s, capture_output=False) as run:
+    run.log(loss=1.0)
+    faultpoints.configure(sys.argv[2])
+"""
+    for point in ("index.delta_written=kill", "local.partial_written@2=kill", ""):
+        subprocess.run([PY, "-c", code, str(path), point], env=ENV, capture_output=True, timeout=300)
+    s = casmon.open(path)
+    listed = _view(casmon.list_runs(s))
+    assert listed == _direct(path)
+    assert len(listed) == 3
+
+
+def test_a_base_read_once_is_read_again_only_once_it_changes(many):
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))
+    base = many / "runs-index" / "base"
+    r = casmon.list_runs(s)[0]
+    r.manifest["name"] = "changed by the caller"  # a caller's change stays in its own copy
+    r.metric_summary()["loss"]["last"] = -1.0
+    assert _view(casmon.list_runs(s)) == first
+    raw = bytearray(base.read_bytes())
+    raw[len(raw) // 2] ^= 0x20  # a new base (damaged): read again, ignored, rebuilt
+    base.write_bytes(bytes(raw))
+    assert _view(casmon.list_runs(s)) == first
+    index.decode(base.read_bytes(), "base")
+
+
+def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many):
+    from tests.support.cli import cli
+
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    doc["runs"]["runs/5"][1] = "0" * 32  # a manifest the store does not hold
+    _write_doc(base, doc)
+    runs = {r.ref: r for r in casmon.list_runs(casmon.open(many, read_only=True))}
+    r = runs["runs/5"]
+    assert r.status == "ok" and r.manifest.get("argv") is None and "no value" in str(r.manifest.error)
+    out = cli("runs", "--store", str(many))
+    assert "60" in out.stdout and out.returncode == 0
