@@ -111,7 +111,8 @@ def _build(pl: ModuleType) -> type:
         def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
             values = numbers(metrics)
             if values:
-                self._run_now().log(values, step=step)
+                run = self._run_now()
+                run.log(values, step=None if step is None else self._owner.step(run, "lightning", step))
 
         @rank_zero_only
         def after_save_checkpoint(self, checkpoint_callback: Any) -> None:

@@ -6,6 +6,10 @@ when training ends: ``failed`` when training raised. A framework that calls noth
 (Hugging Face, Keras) is watched: a thread sees the training loop's frame leave its thread's stack before the
 framework said the training ended, and ends the run ``failed`` (with the exception, when the interpreter kept it).
 Storage errors while logging are warnings (:class:`casmon.RunWarning`): they never stop the training.
+
+A run's steps never go back: a training that starts at or below the highest step a run already holds from the
+same integration (a second ``fit`` in one ``record``, a trainer made anew) is shifted past it, as a whole, so no
+two of its points share a step (:meth:`RunOwner.step`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping
 from pathlib import PurePath
 from types import FrameType, TracebackType
@@ -30,6 +35,11 @@ __all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training
 
 #: How often (seconds) a watched training loop is looked for on its thread's stack.
 WATCH_S = 0.2
+
+# Each run's highest step per series of steps (an integration's), whichever integration object logged it: a
+# callback made anew for a second fit in one run continues after the first's.
+_HIGHS: weakref.WeakKeyDictionary[Run, dict[str, int]] = weakref.WeakKeyDictionary()
+_HIGHS_LOCK = threading.Lock()
 
 
 class TrainingRaised(RuntimeError):
@@ -55,6 +65,11 @@ class RunOwner:
         self._lock = threading.Lock()
         self._watch: _Watch | None = None
         self._warned: set[str] = set()
+        # The shift of each series of steps in the run logged into, decided by its first step since the run was
+        # resolved (a training's start): that run (weakly), {series: shift}, and whether a training started.
+        self._shift_run: weakref.ref[Run] | None = None
+        self._shifts: dict[str, int] = {}
+        self._starting = False
 
     @property
     def owns(self) -> bool:
@@ -73,7 +88,27 @@ class RunOwner:
                     rec = record(**self.options)
                     self.run = rec.__enter__()
                     self._record = rec
+                self._shift_run, self._starting = None, True  # a training starts: after what the run holds
             return self.run
+
+    def step(self, run: Run, series: str, step: int) -> int:
+        """The step to log the framework's ``step`` of ``series`` at in ``run``: shifted, with the rest of its
+        training, past the highest step ``run`` holds of ``series`` when the training's first step is not above it
+        (at or below it for a training's start; below it for an evaluation after one, which logs at its last
+        step)."""
+        step = int(step)
+        with _HIGHS_LOCK:
+            highs = _HIGHS.setdefault(run, {})
+            high = highs.get(series)
+            if self._shift_run is None or self._shift_run() is not run:
+                self._shift_run, self._shifts = weakref.ref(run), {}
+            shift = self._shifts.get(series)
+            if shift is None:
+                shift = 0 if high is None else max(0, high + (1 if self._starting else 0) - step)
+                self._shifts[series] = shift
+            at = step + shift
+            highs[series] = at if high is None else max(high, at)
+            return at
 
     def current(self) -> Run | None:
         """The run to log into outside a training (an evaluation after it): the one resolved at the training's
@@ -93,6 +128,7 @@ class RunOwner:
                 return
             rec, self._record, self.run = self._record, None, None
             watch, self._watch = self._watch, None
+            self._starting = False
         if watch is not None:
             watch.stop()
         if rec is not None:

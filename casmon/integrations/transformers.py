@@ -76,7 +76,7 @@ def _build(tf: Any) -> type:
             values = numbers(logs)
             run = self._owner.current()
             if values and run is not None:
-                run.log(values, step=int(state.global_step))
+                run.log(values, step=self._owner.step(run, "transformers", state.global_step))
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if not (state.is_world_process_zero and self._checkpoints):

@@ -109,6 +109,17 @@ def test_inside_a_record_it_logs_into_that_run_and_leaves_its_end_to_it(tmp_path
     assert list(r.metric("train/loss").steps) == [0, 1, 2, 3] and r.params()["lr"] == 0.05
 
 
+def test_fits_in_one_run_continue_its_steps_and_a_validation_after_them_logs_at_the_last(tmp_path, store):
+    with casmon.record(store=store, capture_output=False):
+        t = trainer(tmp_path, CasmonLogger(), epochs=1)
+        t.fit(Tiny(), loader())
+        trainer(tmp_path, CasmonLogger(), epochs=1).fit(Tiny(), loader())  # a trainer made anew starts at step 0
+        t.validate(Tiny(), loader())
+    r = casmon.load_run("latest", store)
+    assert list(r.metric("train/loss").steps) == list(range(8))  # never back to 0: no two points at one step
+    assert list(r.metric("val/loss").steps) == [8]
+
+
 def test_a_given_run_is_logged_into(tmp_path, store):
     with casmon.record(store=store, capture_output=False) as run:
         with casmon.record(store=store, capture_output=False):

@@ -95,14 +95,17 @@ def test_a_training_that_raises_ends_the_callbacks_own_run_failed(tmp_path, stor
     assert r.status == "failed" and r.params()["max_steps"] == 6
 
 
-def test_inside_a_record_it_logs_into_that_run_and_leaves_its_end_to_it(tmp_path, store):
+def test_inside_a_record_it_logs_into_that_run_continuing_its_steps_and_leaves_its_end_to_it(tmp_path, store):
     with casmon.record(store=store, capture_output=False) as run:
         t = trainer(tmp_path, CasmonCallback(), max_steps=2)
         t.train()
-        t.train()  # a second training logs into the same run
+        t.train()  # a second training logs into the same run, after the first
+        trainer(tmp_path, CasmonCallback(), max_steps=2).train()  # so does a trainer made anew
+        t.evaluate(Data(8))  # an evaluation logs at its trainer's last training step in the run
     r = casmon.load_run("latest", store)
     assert r.name == run.name and r.status == "ok" and len(casmon.list_runs(store)) == 1
-    assert list(r.metric("loss").steps) == [1, 2, 1, 2]
+    assert list(r.metric("loss").steps) == [1, 2, 3, 4, 5, 6]  # never back to 1: no two points at one step
+    assert list(r.metric("train_runtime").steps) == [2, 4, 6] and list(r.metric("eval_loss").steps) == [4]
 
 
 def test_processes_other_than_the_worlds_zero_log_nothing(tmp_path, store):
