@@ -15,6 +15,7 @@ two of its points share a step (:meth:`RunOwner.step`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import enum
 import math
 import os
@@ -281,7 +282,7 @@ def numbers(logs: Mapping[str, Any] | None, prefix: str = "") -> dict[str, float
 
 def plain(v: Any, depth: int = 0) -> Any:
     """``v`` as plain JSON for a run's params: dicts with string keys, lists, strings, numbers, booleans, None.
-    An Enum is its value, a path its text, a numpy or torch scalar its number, a class or function its name, and
+    A dataclass or pydantic model is a dict of its fields, an Enum its value, a path its text, a numpy or torch scalar its number, a class or function its name, and
     anything else its short ``repr``: a framework's configuration never pickles a model or a tensor into the run."""
     if v is None or isinstance(v, (bool, str)):
         return v
@@ -298,6 +299,10 @@ def plain(v: Any, depth: int = 0) -> Any:
     try:
         if isinstance(v, argparse.Namespace):
             v = vars(v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):  # a config: its fields, not its repr
+            v = {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
+        elif (pydantic := sys.modules.get("pydantic")) is not None and isinstance(v, pydantic.BaseModel):
+            v = v.model_dump()
         if isinstance(v, Mapping):
             return {_key(k): plain(x, depth + 1) for k, x in list(v.items())[:1000]}
         if isinstance(v, (list, tuple, set, frozenset)):

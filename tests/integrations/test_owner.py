@@ -106,3 +106,34 @@ def test_a_namespace_is_plain_as_its_fields():
     import argparse
 
     assert plain({"args": argparse.Namespace(lr=0.1, layers=[1, 2])}) == {"args": {"lr": 0.1, "layers": [1, 2]}}
+
+
+def test_a_dataclass_config_is_plain_as_its_fields_nested_and_its_class_by_name():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Optim:
+        lr: float = 0.1
+        betas: tuple = (0.9, 0.99)
+
+    @dataclasses.dataclass(slots=True, frozen=True)
+    class Config:
+        optim: Optim = dataclasses.field(default_factory=Optim)
+        color: Color = Color.RED
+        out: Path = Path("/runs/x")
+        hidden: int = dataclasses.field(default=0, repr=False)
+
+    got = plain({"cfg": Config(), "cls": Config})
+    assert got["cfg"] == {"optim": {"lr": 0.1, "betas": [0.9, 0.99]}, "color": "red", "out": "/runs/x", "hidden": 0}
+    assert got["cls"].endswith("Config")
+
+
+def test_a_pydantic_config_is_plain_as_its_fields():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Config(pydantic.BaseModel):
+        lr: float = 0.1
+        color: Color = Color.RED
+        layers: list[int] = [1, 2]
+
+    assert plain({"cfg": Config()}) == {"cfg": {"lr": 0.1, "color": "red", "layers": [1, 2]}}
