@@ -11,22 +11,17 @@ the optimizer's config (``optimizer.*``) and ``fit``'s own (``fit.epochs``, ``fi
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from casmon.integrations.owner import RunOwner, TrainingRaised, numbers, plain, training_frame
+from casmon.integrations.owner import RunOwner, TrainingRaised, framework, numbers, plain, training_frame
 
 __all__ = ["CasmonCallback"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "CasmonCallback":
-        try:
-            keras = importlib.import_module("keras")
-        except ImportError:
-            raise ImportError("casmon.integrations.keras: Keras is not installed (pip install keras)") from None
-        cls = _build(keras)
+        cls = _build(framework(("keras",), __name__, "Keras", "keras"))
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

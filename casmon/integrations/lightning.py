@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from casmon.integrations.owner import RunOwner, TrainingRaised, numbers, plain
+from casmon.integrations.owner import RunOwner, TrainingRaised, framework, numbers, plain
 from casmon.runs.artifacts import release
 
 __all__ = ["CasmonLogger", "ARTIFACT_PREFIX", "lightning_module"]
@@ -32,14 +32,7 @@ ARTIFACT_PREFIX = "checkpoints/"
 
 def lightning_module() -> ModuleType:
     """``lightning.pytorch``, or ``pytorch_lightning`` when that is the one imported or the only one installed."""
-    if "lightning.pytorch" not in sys.modules and "pytorch_lightning" in sys.modules:
-        return sys.modules["pytorch_lightning"]
-    for name in ("lightning.pytorch", "pytorch_lightning"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ImportError("casmon.integrations.lightning: PyTorch Lightning is not installed (pip install lightning)")
+    return framework(("lightning.pytorch", "pytorch_lightning"), __name__, "PyTorch Lightning", "lightning")
 
 
 def __getattr__(name: str) -> Any:

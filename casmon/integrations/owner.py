@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import importlib
 import math
 import os
 import sys
@@ -25,14 +26,14 @@ import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import PurePath
-from types import FrameType, TracebackType
+from types import FrameType, ModuleType, TracebackType
 from typing import Any
 
 from casmon.errors import CasmonError
 from casmon.runs.metrics import check_name
 from casmon.runs.recorder import Run, RunWarning, active_run, record
 
-__all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training_frame", "WATCH_S"]
+__all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training_frame", "framework", "WATCH_S"]
 
 #: How often (seconds) a watched training loop is looked for on its thread's stack.
 WATCH_S = 0.2
@@ -41,6 +42,24 @@ WATCH_S = 0.2
 # callback made anew for a second fit in one run continues after the first's.
 _HIGHS: weakref.WeakKeyDictionary[Run, dict[str, int]] = weakref.WeakKeyDictionary()
 _HIGHS_LOCK = threading.Lock()
+
+
+def framework(names: tuple[str, ...], who: str, what: str, pip: str) -> ModuleType:
+    """The first of ``names`` that imports (a module already imported first), for ``who`` (the integration's
+    module); else one ImportError line saying ``what`` is not installed, or naming the package it needs that cannot
+    be imported (torch under Lightning, say): never a framework's traceback or a wrong "not installed"."""
+    ordered = sorted(names, key=lambda n: sys.modules.get(n) is None)  # one the user imported wins
+    first: ImportError | None = None
+    for name in ordered:
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            first = first or e
+    missing = getattr(first, "name", None) or ""
+    if not missing or any(missing == n or n.startswith(missing + ".") for n in names):
+        raise ImportError(f"{who}: {what} is not installed (pip install {pip})") from None
+    raise ImportError(f"{who}: {what} is installed but needs {missing!r}, which cannot be imported ({first}); "
+                      f"pip install {missing.split('.')[0]}") from None
 
 
 class TrainingRaised(RuntimeError):

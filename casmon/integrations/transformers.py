@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from casmon.integrations.owner import RunOwner, TrainingRaised, numbers, plain, training_frame
+from casmon.integrations.owner import RunOwner, TrainingRaised, framework, numbers, plain, training_frame
 from casmon.runs.artifacts import release
 
 __all__ = ["CasmonCallback", "ARTIFACT_PREFIX"]
@@ -29,12 +29,7 @@ ARTIFACT_PREFIX = "checkpoints/"
 
 def __getattr__(name: str) -> Any:
     if name == "CasmonCallback":
-        try:
-            tf = importlib.import_module("transformers")
-        except ImportError:
-            raise ImportError("casmon.integrations.transformers: transformers is not installed (pip install "
-                              "transformers)") from None
-        cls = _build(tf)
+        cls = _build(framework(("transformers",), __name__, "transformers", "transformers"))
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
