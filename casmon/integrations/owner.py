@@ -173,8 +173,18 @@ class RunOwner:
 
     def __getstate__(self) -> dict[str, Any]:
         """A run is logged by the process that records it: a copy (a trainer pickled to spawned workers) keeps
-        the options, not the run, and opens its own where it logs."""
-        return {"who": self.who, "given": None, "options": self.options}
+        the options, not the run, and opens its own where it logs: in the store of the run this one logs into
+        (else of ``record_options``), a store object by its location, never the copy's default store."""
+        options = dict(self.options)
+        run = self.run or self.given or active_run()
+        store = options.get("store")
+        if store is None and run is not None:
+            store = run.store
+        if store is not None and not isinstance(store, (str, os.PathLike)):
+            store = getattr(store, "url", None)  # a Store holds locks and files: it is opened again by its location
+        if store is not None:
+            options["store"] = store
+        return {"who": self.who, "given": None, "options": options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["given"], state["options"], state["who"])  # type: ignore[misc]

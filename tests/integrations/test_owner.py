@@ -61,7 +61,8 @@ def test_a_copy_of_an_integration_holds_no_run_and_opens_its_own_where_it_logs(t
         owner = RunOwner(run, {"capture_output": False}, "test")
         assert owner.get() is run
         copy = pickle.loads(pickle.dumps(owner))
-        assert copy.given is None and copy.run is None and copy.options == {"capture_output": False}
+        assert copy.given is None and copy.run is None
+        assert copy.options == {"capture_output": False, "store": store.url}  # the run's store, by its location
     store.close()
 
 
@@ -137,3 +138,33 @@ def test_a_pydantic_config_is_plain_as_its_fields():
         layers: list[int] = [1, 2]
 
     assert plain({"cfg": Config()}) == {"cfg": {"lr": 0.1, "color": "red", "layers": [1, 2]}}
+
+
+def test_a_copy_of_an_integration_given_a_store_object_pickles_and_logs_into_that_store_not_the_default(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default store would be ./.casmon
+    store = casmon.open(tmp_path / "s", create=True)
+    owner = RunOwner(None, {"store": store, "capture_output": False}, "test")
+    copy = pickle.loads(pickle.dumps(owner))  # a trainer sent to spawned workers
+    run = copy.get()
+    run.log(loss=1.0)
+    copy.end()
+    assert [r.name for r in casmon.list_runs(store)] == [run.name] and not (tmp_path / ".casmon").exists()
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["given", "active"])
+def test_a_copy_of_an_integration_logging_into_a_run_opens_its_own_in_that_runs_store(tmp_path, monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    store = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=store, capture_output=False) as run:
+        owner = RunOwner(run if how == "given" else None, {"capture_output": False}, "test")
+        assert owner.get() is run
+        blob = pickle.dumps(owner)
+    copy = pickle.loads(blob)
+    mine = copy.get()
+    mine.log(loss=1.0)
+    copy.end()
+    assert mine is not run and sorted(r.name for r in casmon.list_runs(store)) == sorted([run.name, mine.name])
+    assert not (tmp_path / ".casmon").exists()
+    store.close()
