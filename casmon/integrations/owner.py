@@ -90,6 +90,7 @@ class RunOwner:
         self._shift_run: weakref.ref[Run] | None = None
         self._shifts: dict[str, int] = {}
         self._starting = False
+        self._pid = os.getpid()
 
     @property
     def owns(self) -> bool:
@@ -98,6 +99,7 @@ class RunOwner:
 
     def get(self) -> Run:
         """The run to log into now, opening the integration's own if there is none."""
+        self._forked()
         with self._lock:
             if self.run is None:
                 if self.given is not None:
@@ -134,6 +136,7 @@ class RunOwner:
         """The run to log into outside a training (an evaluation after it): the one resolved at the training's
         start if it goes on, else the given or the active run; None rather than a run of its own that nothing
         would end."""
+        self._forked()
         with self._lock:
             if self.run is not None:
                 return self.run
@@ -143,6 +146,7 @@ class RunOwner:
             tb: TracebackType | None = None, *, watched: _Watch | None = None) -> None:
         """Training ended (raising ``exc``, if given): end the run if it is the integration's own, and forget it.
         ``watched``: only if that watch is still the current one (a new training may have begun meanwhile)."""
+        self._forked()
         with self._lock:
             if watched is not None and self._watch is not watched:
                 return
@@ -170,6 +174,12 @@ class RunOwner:
         exc = w.reported() or TrainingRaised(
             f"casmon: {self.who}: training raised before it ended (its exception was caught outside casmon's sight)")
         self.end(type(exc), exc, exc.__traceback__, watched=w)
+
+    def _forked(self) -> None:
+        """In a forked child (a fork-started worker), become a copy as a spawned worker's is: the parent's run is
+        the parent's to log (and to end)."""
+        if self._pid != os.getpid():
+            self.__setstate__(self.__getstate__())
 
     def __getstate__(self) -> dict[str, Any]:
         """A run is logged by the process that records it: a copy (a trainer pickled to spawned workers) keeps

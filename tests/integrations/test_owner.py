@@ -2,6 +2,7 @@
 integration that holds no run, and a training that dies with its process ending its run failed."""
 
 import enum
+import os
 import pickle
 import subprocess
 import sys
@@ -167,4 +168,36 @@ def test_a_copy_of_an_integration_logging_into_a_run_opens_its_own_in_that_runs_
     copy.end()
     assert mine is not run and sorted(r.name for r in casmon.list_runs(store)) == sorted([run.name, mine.name])
     assert not (tmp_path / ".casmon").exists()
+    store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+@pytest.mark.parametrize("how", ["given", "own"])
+def test_in_a_forked_child_an_integration_logs_into_a_run_of_its_own_in_the_same_store(tmp_path, monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    store = casmon.open(tmp_path / "s", create=True)
+    if how == "given":
+        rec = casmon.record(store=store, capture_output=False)
+        owner = RunOwner(rec.__enter__(), {"capture_output": False}, "test")
+    else:
+        owner = RunOwner(None, {"store": store, "capture_output": False}, "test")
+    run = owner.get()  # the parent's run, open when the worker is forked
+    pid = os.fork()  # a fork-started worker (Lightning's ddp_fork) holds a copy of the parent's objects
+    if pid == 0:
+        code = 1
+        try:
+            mine = owner.get()
+            mine.log(loss=1.0)
+            owner.end()
+            code = 0 if mine is not run else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    rec.__exit__(None, None, None) if how == "given" else owner.end()
+    assert os.waitstatus_to_exitcode(status) == 0
+    runs = casmon.list_runs(store)
+    assert len(runs) == 2 and not (tmp_path / ".casmon").exists()
+    child = next(r for r in runs if r.name != run.name)
+    assert child.status == "ok" and list(casmon.load_run(child.name, store).metric("loss").values) == [1.0]
+    assert casmon.load_run(run.name, store).status == "ok"
     store.close()
