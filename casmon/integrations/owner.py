@@ -4,7 +4,8 @@ The run is the one passed as ``run=``, else the run active when training starts 
 ``start_run`` around it), else one of the integration's own (``casmon.record(**record_options)``), which it ends
 when training ends: ``failed`` when training raised. A framework that calls nothing when training raises
 (Hugging Face, Keras) is watched: a thread sees the training loop's frame leave its thread's stack before the
-framework said the training ended, and ends the run ``failed`` (with the exception, when the interpreter kept it).
+framework said the training ended, and ends the run ``failed`` (with the exception, when the interpreter kept it),
+or ``killed`` when Ctrl-C came meanwhile (a KeyboardInterrupt the user caught to stop training by hand).
 Storage errors while logging are warnings (:class:`casmon.RunWarning`): they never stop the training.
 
 A run's steps never go back: a training that starts at or below the highest step a run already holds from the
@@ -20,8 +21,10 @@ import enum
 import importlib
 import math
 import os
+import signal
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -155,6 +158,7 @@ class RunOwner:
             self._starting = False
         if watch is not None:
             watch.stop()
+            _note_ctrl_c(False)
         if rec is not None:
             rec.__exit__(exc_type, exc, tb)
 
@@ -168,10 +172,11 @@ class RunOwner:
             old, self._watch = self._watch, w
         if old is not None:
             old.stop()
+        _note_ctrl_c(True)
         w.start()
 
     def _raised(self, w: _Watch) -> None:
-        exc = w.reported() or TrainingRaised(
+        exc = w.reported() or (KeyboardInterrupt() if _ctrl_c_at >= w.started else None) or TrainingRaised(
             f"casmon: {self.who}: training raised before it ended (its exception was caught outside casmon's sight)")
         self.end(type(exc), exc, exc.__traceback__, watched=w)
 
@@ -223,6 +228,7 @@ class _Watch(threading.Thread):
         self.frame: FrameType | None = frame
         self.stopped = threading.Event()
         self.before = _reported()
+        self.started = time.monotonic()
 
     def reported(self) -> BaseException | None:
         """The exception reported since the training began (a frame filtered out of its traceback, as Keras
@@ -260,6 +266,32 @@ class _Watch(threading.Thread):
                 return False
             f = f.f_back
         return True
+
+
+_ctrl_c_at = -math.inf  # when Ctrl-C last came while a watched training ran (time.monotonic())
+
+
+def _on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """Python's own Ctrl-C (a KeyboardInterrupt), noted first, and put back: the note is needed once."""
+    global _ctrl_c_at
+    _ctrl_c_at = time.monotonic()
+    _note_ctrl_c(False)
+    signal.default_int_handler(signum, frame)
+
+
+def _note_ctrl_c(on: bool) -> None:
+    """While a watched training runs in the main thread, Ctrl-C is noted before it raises as ever (only where
+    Python's own handler is the one installed; a user's or a framework's is left alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set a handler; the training's next start or end there puts it back
+    try:
+        now = signal.getsignal(signal.SIGINT)
+        if on and now is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_ctrl_c)
+        elif not on and now is _on_ctrl_c:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except (ValueError, OSError):  # an embedded interpreter without signals
+        pass
 
 
 def _reported() -> BaseException | None:

@@ -201,3 +201,38 @@ def test_in_a_forked_child_an_integration_logs_into_a_run_of_its_own_in_the_same
     assert child.status == "ok" and list(casmon.load_run(child.name, store).metric("loss").values) == [1.0]
     assert casmon.load_run(run.name, store).status == "ok"
     store.close()
+
+
+def test_a_fit_stopped_by_ctrl_c_that_the_user_catches_ends_its_run_killed_not_failed(tmp_path):
+    pytest.importorskip("keras")
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        os.environ.setdefault("KERAS_BACKEND", "torch" if __import__("importlib").util.find_spec("torch") else "jax")
+        import numpy as np, keras, casmon
+        from casmon.integrations.keras import CasmonCallback
+
+        class CtrlC(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch == 1:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(60)  # the KeyboardInterrupt comes first
+
+        m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        m.compile(optimizer="sgd", loss="mse")
+        store = casmon.open({str(tmp_path / "s")!r})
+        cb = CasmonCallback(record_options={{"store": store, "capture_output": False}})
+        try:
+            m.fit(np.ones((32, 2)), np.ones((32, 1)), batch_size=8, verbose=0, callbacks=[cb, CtrlC()])
+        except KeyboardInterrupt:
+            print("stopped early")  # the usual way to stop a training by hand and keep the model
+        deadline = time.time() + 120
+        while casmon.load_run("latest", store).status == "running" and time.time() < deadline:
+            time.sleep(0.1)
+        r = casmon.load_run("latest", store)
+        print(r.status, r.manifest.get("error"), signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    """)
+    casmon.open(tmp_path / "s", create=True).close()
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines()[-2:] == ["stopped early", "killed KeyboardInterrupt:  True"]
