@@ -105,6 +105,12 @@ class RunOwner:
         self._forked()
         with self._lock:
             if self.run is None:
+                if self.given is not None and _ended(self.given):
+                    warnings.warn(f"casmon: {self.who}: run {self.given.name} has ended "
+                                  f"({self.given.manifest.get('status')}); this training logs into "
+                                  f"{'the active run' if active_run() else 'a run of its own'}", RunWarning,
+                                  stacklevel=3)
+                    self.given = None
                 if self.given is not None:
                     self.run = self.given
                 elif (active := active_run()) is not None:
@@ -141,9 +147,9 @@ class RunOwner:
         would end."""
         self._forked()
         with self._lock:
-            if self.run is not None:
+            if self.run is not None and not _ended(self.run):
                 return self.run
-            return self.given if self.given is not None else active_run()
+            return self.given if self.given is not None and not _ended(self.given) else active_run()
 
     def end(self, exc_type: type[BaseException] | None = None, exc: BaseException | None = None,
             tb: TracebackType | None = None, *, watched: _Watch | None = None) -> None:
@@ -292,6 +298,11 @@ def _note_ctrl_c(on: bool) -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     except (ValueError, OSError):  # an embedded interpreter without signals
         pass
+
+
+def _ended(run: Run) -> bool:
+    """Whether ``run`` has ended (a ``with`` block left, ``end()`` called): it logs nothing more."""
+    return run.manifest.get("status", "running") != "running"
 
 
 def _reported() -> BaseException | None:

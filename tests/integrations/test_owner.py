@@ -236,3 +236,17 @@ def test_a_fit_stopped_by_ctrl_c_that_the_user_catches_ends_its_run_killed_not_f
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.splitlines()[-2:] == ["stopped early", "killed KeyboardInterrupt:  True"]
+
+
+def test_given_a_run_that_has_ended_an_integration_warns_and_logs_into_a_run_of_its_own(tmp_path):
+    store = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=store, capture_output=False) as done:
+        pass
+    owner = RunOwner(done, {"store": store, "capture_output": False}, "CasmonLogger")
+    with pytest.warns(casmon.RunWarning, match=f"CasmonLogger: run {done.name} has ended .*a run of its own"):
+        run = owner.get()
+    run.log({"loss": 1.0}, step=0)
+    owner.end()
+    assert run is not done and list(casmon.load_run(run.name, store).metric("loss").values) == [1.0]
+    assert casmon.load_run(done.name, store).metric_summary() == {}
+    store.close()
