@@ -35,6 +35,7 @@ from typing import Any
 from casmon.errors import CasmonError
 from casmon.runs.metrics import check_name
 from casmon.runs.recorder import Run, RunWarning, active_run, record
+from casmon.runs.resume import ResumeError
 
 __all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training_frame", "framework", "WATCH_S"]
 
@@ -72,7 +73,8 @@ class TrainingRaised(RuntimeError):
 class RunOwner:
     """Which run an integration logs into, and, when it is its own, its start and end."""
 
-    def __init__(self, run: Run | None, record_options: Mapping[str, Any] | None, who: str) -> None:
+    def __init__(self, run: Run | None, record_options: Mapping[str, Any] | None, who: str,
+                 one_run: bool = False) -> None:
         if run is not None and not isinstance(run, Run):
             raise TypeError(f"casmon: {who}: run must be a casmon Run (from casmon.record or casmon.start_run), "
                             f"got {type(run).__name__}")
@@ -94,6 +96,10 @@ class RunOwner:
         self._shifts: dict[str, int] = {}
         self._starting = False
         self._pid = os.getpid()
+        #: Each training continues the integration's own run of the one before (Lightning's loggers: one logger,
+        #: one run across fit, validate and test): its name and highest steps, once it ended.
+        self.one_run = one_run
+        self._own_before: tuple[str, dict[str, int]] | None = None
 
     @property
     def owns(self) -> bool:
@@ -116,11 +122,26 @@ class RunOwner:
                 elif (active := active_run()) is not None:
                     self.run = active
                 else:
-                    rec = record(**self.options)
-                    self.run = rec.__enter__()
-                    self._record = rec
+                    self._record, self.run = self._open_own()
                 self._shift_run, self._starting = None, True  # a training starts: after what the run holds
             return self.run
+
+    def _open_own(self) -> tuple[record, Run]:
+        """The integration's own run: the one it ended before, continued (``resume``), if it keeps one run."""
+        if self._own_before is not None:
+            name, highs = self._own_before
+            rec = record(**{**self.options, "resume": name, "resume_ok": True})
+            try:
+                run = rec.__enter__()
+            except ResumeError as e:  # deleted meanwhile, resumed by another process: a run of its own again
+                warnings.warn(f"casmon: {self.who}: cannot continue run {name} ({e}); logging into a new run",
+                              RunWarning, stacklevel=4)
+            else:
+                with _HIGHS_LOCK:
+                    _HIGHS.setdefault(run, {}).update(highs)  # its next training goes on after the last one's steps
+                return rec, run
+        rec = record(**self.options)
+        return rec, rec.__enter__()
 
     def step(self, run: Run, series: str, step: int) -> int:
         """The step to log the framework's ``step`` of ``series`` at in ``run``: shifted, with the rest of its
@@ -159,6 +180,9 @@ class RunOwner:
         with self._lock:
             if watched is not None and self._watch is not watched:
                 return
+            if self.one_run and self._record is not None and self.run is not None:
+                with _HIGHS_LOCK:
+                    self._own_before = (self.run.name, dict(_HIGHS.get(self.run, {})))
             rec, self._record, self.run = self._record, None, None
             watch, self._watch = self._watch, None
             self._starting = False
@@ -205,10 +229,10 @@ class RunOwner:
             store = getattr(store, "url", None)  # a Store holds locks and files: it is opened again by its location
         if store is not None:
             options["store"] = store
-        return {"who": self.who, "given": None, "options": options}
+        return {"who": self.who, "given": None, "options": options, "one_run": self.one_run}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["given"], state["options"], state["who"])  # type: ignore[misc]
+        self.__init__(state["given"], state["options"], state["who"], state.get("one_run", False))  # type: ignore[misc]
 
     def guard(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``; a storage error is a warning (once per ``what``), never the training's end."""
