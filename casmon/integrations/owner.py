@@ -35,7 +35,6 @@ from typing import Any
 from casmon.errors import CasmonError
 from casmon.runs.metrics import check_name
 from casmon.runs.recorder import Run, RunWarning, active_run, record
-from casmon.runs.resume import ResumeError
 
 __all__ = ["RunOwner", "TrainingRaised", "plain", "number", "numbers", "training_frame", "framework", "WATCH_S"]
 
@@ -133,7 +132,7 @@ class RunOwner:
             rec = record(**{**self.options, "resume": name, "resume_ok": True})
             try:
                 run = rec.__enter__()
-            except ResumeError as e:  # deleted meanwhile, resumed by another process: a run of its own again
+            except (CasmonError, LookupError, OSError) as e:  # deleted, resumed elsewhere, the store away: a new run
                 warnings.warn(f"casmon: {self.who}: cannot continue run {name} ({e}); logging into a new run",
                               RunWarning, stacklevel=4)
             else:

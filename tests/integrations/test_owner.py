@@ -250,3 +250,21 @@ def test_given_a_run_that_has_ended_an_integration_warns_and_logs_into_a_run_of_
     assert run is not done and list(casmon.load_run(run.name, store).metric("loss").values) == [1.0]
     assert casmon.load_run(done.name, store).metric_summary() == {}
     store.close()
+
+
+def test_an_integration_that_keeps_one_run_opens_a_new_one_with_a_warning_when_its_run_was_deleted(tmp_path):
+    store = casmon.open(tmp_path / "s", create=True)
+    owner = RunOwner(None, {"store": store, "capture_output": False}, "CasmonLogger", one_run=True)
+    first = owner.get()
+    first.log({"loss": 1.0}, step=0)
+    owner.end()
+    assert owner.get() is not first and owner.run.name == first.name  # continued
+    owner.end()
+    casmon.delete_run(first.name, store)
+    with pytest.warns(casmon.RunWarning, match=f"cannot continue run {first.name}"):
+        run = owner.get()
+    run.log({"loss": 2.0}, step=0)
+    owner.end()
+    assert [r.status for r in casmon.list_runs(store)] == ["ok"]
+    assert list(casmon.load_run(run.name, store).metric("loss").values) == [2.0]
+    store.close()
