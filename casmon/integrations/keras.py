@@ -32,7 +32,8 @@ def _build(keras: Any) -> type:
         """Log ``model.fit`` into a casmon run: ``model.fit(..., callbacks=[CasmonCallback()])``.
 
         ``run``: the run to log into; else the one active when ``fit`` begins; else the callback's own,
-        ``casmon.record(**record_options)``, ended when ``fit`` ends (``failed`` when it raised).
+        ``casmon.record(**record_options)``, ended when ``fit`` ends (``failed`` when it raised) and continued
+        by its next ``fit``.
         ``batches``: log each batch's metrics too (default True); the epochs' are always logged.
         """
 

@@ -16,6 +16,7 @@ two of its points share a step (:meth:`RunOwner.step`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import importlib
@@ -27,7 +28,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import PurePath
 from types import FrameType, ModuleType, TracebackType
 from typing import Any
@@ -73,7 +74,7 @@ class RunOwner:
     """Which run an integration logs into, and, when it is its own, its start and end."""
 
     def __init__(self, run: Run | None, record_options: Mapping[str, Any] | None, who: str,
-                 one_run: bool = False) -> None:
+                 one_run: bool = True) -> None:
         if run is not None and not isinstance(run, Run):
             raise TypeError(f"casmon: {who}: run must be a casmon Run (from casmon.record or casmon.start_run), "
                             f"got {type(run).__name__}")
@@ -95,8 +96,8 @@ class RunOwner:
         self._shifts: dict[str, int] = {}
         self._starting = False
         self._pid = os.getpid()
-        #: Each training continues the integration's own run of the one before (Lightning's loggers: one logger,
-        #: one run across fit, validate and test): its name and highest steps, once it ended.
+        #: Each training continues the integration's own run of the one before (one logger or callback, one run,
+        #: as Lightning's loggers are one version across fit, validate and test): its name and highest steps.
         self.one_run = one_run
         self._own_before: tuple[str, dict[str, int]] | None = None
 
@@ -124,6 +125,22 @@ class RunOwner:
                     self._record, self.run = self._open_own()
                 self._shift_run, self._starting = None, True  # a training starts: after what the run holds
             return self.run
+
+    @contextlib.contextmanager
+    def outside(self) -> Iterator[Run | None]:
+        """The run to log into outside a training (an evaluation after it): :meth:`current`; else the
+        integration's own run of the training before, continued for this and ended again (nothing is left
+        running); else None."""
+        run = self.current()
+        if run is not None or not self.one_run or self._own_before is None:
+            yield run
+            return
+        run = self.get()
+        self._starting = False  # an evaluation logs at its training's last step, not after it
+        try:
+            yield run
+        finally:
+            self.end()
 
     def _open_own(self) -> tuple[record, Run]:
         """The integration's own run: the one it ended before, continued (``resume``), if it keeps one run."""
@@ -231,7 +248,7 @@ class RunOwner:
         return {"who": self.who, "given": None, "options": options, "one_run": self.one_run}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["given"], state["options"], state["who"], state.get("one_run", False))  # type: ignore[misc]
+        self.__init__(state["given"], state["options"], state["who"], state.get("one_run", True))  # type: ignore[misc]
 
     def guard(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``; a storage error is a warning (once per ``what``), never the training's end."""

@@ -99,3 +99,16 @@ def test_a_fit_from_an_initial_epoch_logs_its_batches_at_that_epochs_global_inde
     assert list(a.metric("epoch/loss").steps) == [0, 1, 2, 3] and list(a.metric("batch/loss").steps) == list(range(16))
     b = casmon.load_run(second.name, store)
     assert list(b.metric("epoch/loss").steps) == [1] and list(b.metric("batch/loss").steps) == [4, 5, 6, 7]
+
+
+def test_one_callback_fitting_twice_logs_into_its_one_run_the_second_fit_after_the_first(store):
+    x, y = data()
+    cb = own(store)
+    m = model()
+    m.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[cb])
+    assert casmon.load_run("latest", store).status == "ok"  # ended with the fit: nothing is left running between
+    m.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+    runs = casmon.list_runs(store)
+    assert [r.status for r in runs] == ["ok"]
+    r = casmon.load_run(runs[0].name, store)
+    assert list(r.metric("epoch/loss").steps) == [0, 1, 2] and list(r.metric("batch/loss").steps) == list(range(12))
