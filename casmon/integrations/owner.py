@@ -99,7 +99,7 @@ class RunOwner:
         #: Each training continues the integration's own run of the one before (one logger or callback, one run,
         #: as Lightning's loggers are one version across fit, validate and test): its name and highest steps.
         self.one_run = one_run
-        self._own_before: tuple[str, dict[str, int]] | None = None
+        self._own_before: tuple[str, dict[str, int], Any] | None = None
 
     @property
     def owns(self) -> bool:
@@ -145,7 +145,10 @@ class RunOwner:
     def _open_own(self) -> tuple[record, Run]:
         """The integration's own run: the one it ended before, continued (``resume``), if it keeps one run."""
         if self._own_before is not None:
-            name, highs = self._own_before
+            name, highs, store = self._own_before
+            if store is not None:  # its end, if the store was away then, is written before it is read back
+                with contextlib.suppress(CasmonError, OSError):
+                    store.flush()
             rec = record(**{**self.options, "resume": name, "resume_ok": True})
             try:
                 run = rec.__enter__()
@@ -198,7 +201,7 @@ class RunOwner:
                 return
             if self.one_run and self._record is not None and self.run is not None:
                 with _HIGHS_LOCK:
-                    self._own_before = (self.run.name, dict(_HIGHS.get(self.run, {})))
+                    self._own_before = (self.run.name, dict(_HIGHS.get(self.run, {})), self.run.store)
             rec, self._record, self.run = self._record, None, None
             watch, self._watch = self._watch, None
             self._starting = False
