@@ -438,15 +438,15 @@ def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         for rel, f in sorted(files.items()):
             target = safe_target(out, rel)  # a crafted listing never writes outside dest
-            _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
+            _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}", f["size"]), f.get("mode"))
         return out
     if out.is_dir():
         out = out / a.name.rsplit("/", 1)[-1]
     if a.kind == "file":
-        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}", a.size), a.mode)
         return out
     if a.pieced:
-        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: artifact {a.name}"), None)
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: artifact {a.name}", a.size), None)
         return out
     v = store.get(a.digest)
     if not isinstance(v, (bytes, bytearray, memoryview)):

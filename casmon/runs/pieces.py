@@ -58,23 +58,32 @@ def _put(store: Store, piece: bytes, pieces: list[list[Any]], refs: list[Digest]
     pieces.append([d.hex(), len(piece)])
 
 
-def chunks(store: Store, digest: str, what: str) -> Iterator[bytes]:
+def chunks(store: Store, digest: str, what: str, size: int | None = None) -> Iterator[bytes]:
     """The bytes of stored file value ``digest`` (one value, or its pieces in order), a piece at a time; a piece
-    damaged, missing or of another size than listed raises (DamagedObjectError, MissingObjectError)."""
+    damaged, missing or of another size than listed raises (DamagedObjectError, MissingObjectError), and so
+    does a file of another ``size`` than its record says, before any byte is given (a download announces
+    that size first)."""
     got = load_data(store, digest, what, (bytes, bytearray, dict))
     if not isinstance(got, dict):
+        _check_size(digest, what, len(got), size)
         yield bytes(got)
         return
-    pieces, size = got.get("pieces"), got.get("size")
-    if got.get(PIECES_TAG) != 1 or not isinstance(pieces, list) or type(size) is not int or not all(
+    pieces, total = got.get("pieces"), got.get("size")
+    if got.get(PIECES_TAG) != 1 or not isinstance(pieces, list) or type(total) is not int or not all(
             isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int and p[1] >= 0
-            for p in pieces) or sum(p[1] for p in pieces) != size:
+            for p in pieces) or sum(p[1] for p in pieces) != total:
         raise DamagedObjectError(f"value {digest}", f"{what}: not a list of a file's pieces")
+    _check_size(digest, what, total, size)
     for i, (h, n) in enumerate(pieces):
         b = load_data(store, h, f"{what}, piece {i}", (bytes, bytearray))
         if len(b) != n:
             raise DamagedObjectError(f"value {h}", f"{what}, piece {i}: {len(b)} bytes, its list says {n}")
         yield bytes(b)
+
+
+def _check_size(digest: str, what: str, has: int, said: int | None) -> None:
+    if said is not None and has != said:
+        raise DamagedObjectError(f"value {digest}", f"{what}: {has:,} bytes, its record says {said:,}")
 
 
 def read_all(store: Store, digest: str, what: str) -> bytes:

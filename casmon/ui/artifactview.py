@@ -137,7 +137,7 @@ def download(store: Any, r: Any, name: str) -> Download:
     leaf = name.rsplit("/", 1)[-1]
     what = f"run {r.name}: artifact {name}"
     if a.kind == "file":
-        chunks = pieces.chunks(store, a.digest, what)
+        chunks = pieces.chunks(store, a.digest, what, a.size)
         first = next(chunks, b"")  # a damage found before anything is sent is an error page, not a cut file
         return Download(_chain(first, chunks), leaf, "application/octet-stream", a.size)
     if a.kind == "folder":
@@ -190,7 +190,7 @@ def _zip(store: Any, files: dict[str, dict[str, Any]], what: str) -> Iterator[by
             info = zipfile.ZipInfo(rel)
             info.external_attr = ((f.get("mode") or 0o644) & 0o777 | 0o100000) << 16
             with z.open(info, "w", force_zip64=f["size"] > 2**31) as w:
-                for b in pieces.chunks(store, f["digest"], f"{what}/{rel}"):
+                for b in pieces.chunks(store, f["digest"], f"{what}/{rel}", f["size"]):
                     w.write(b)
                     yield sink.take()
     yield sink.take()

@@ -46,7 +46,7 @@ from casmon.view import display
 from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, KIND_FN, KIND_USE, newest_per_key, cache_entries, resolve_function
 from casmon.caching.explain import code_versions, explain_entry
 from casmon.calllog import CallLog
-from casmon.errors import CasmonError
+from casmon.errors import CasmonError, DamagedObjectError
 from casmon.maintenance import stats
 from casmon.runs.metrics import json_safe
 from casmon.keys.digest import Digest
@@ -442,13 +442,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
+        sent = 0
         try:
             for b in d.chunks:
+                if d.length is not None and sent + len(b) > d.length:  # never past the length announced
+                    raise DamagedObjectError(self.path[:200], f"more than the {d.length:,} bytes announced")
                 if b:
                     self.wfile.write(b)
+                    sent += len(b)
+            if d.length is not None and sent != d.length:
+                raise DamagedObjectError(self.path[:200], f"{sent:,} bytes of the {d.length:,} announced")
         except (CasmonError, OSError) as e:
             self.log_error("download %s cut short: %s", self.path[:200], e)
-            self.close_connection = True
+            self.close_connection = True  # the client sees a short file, and no later answer out of step
 
     @staticmethod
     def _error(app: App, status: int, message: str, as_json: bool) -> tuple[int, bytes, str]:

@@ -247,3 +247,21 @@ def test_a_store_error_midway_is_raised_and_the_next_save_works(store, tmp_path,
         monkeypatch.setattr(store, "put", real)
         run.save_file(f)  # and the next save works
     assert casmon.load_run("latest", store).load("f.bin") == f.read_bytes()
+
+
+@pytest.mark.parametrize("pieced", [False, True])
+def test_a_file_whose_record_says_another_size_is_a_damage_error_and_writes_nothing(store, tmp_path, pieced):
+    from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+
+    src = tmp_path / "f.bin"
+    src.write_bytes(_data(PIECED_MIN + 10) if pieced else b"abc" * 10)
+    with casmon.record(store=store, capture_output=False) as run:
+        a = run.save_file(src, name="f")
+        ref = run.ref
+    store.append(KIND_ARTIFACT, {"run": ref, "name": "f", "kind": "file", "digest": a.digest, "size": 7,
+                                 "time": time.time() + 100, "seq": 0}, key=artifacts_key(ref), refs=list(a.refs))
+    store.flush()
+    r = casmon.load_run("latest", store)
+    with pytest.raises(DamagedObjectError):
+        r.load_file("f", tmp_path / "out.bin")
+    assert not (tmp_path / "out.bin").exists() and not list(tmp_path.glob("*.casmon-partial"))

@@ -141,3 +141,47 @@ def test_a_crafted_folder_listing_never_zips_a_path_outside(built, tmp_path):
     finally:
         served.close()
     assert status == 200 and zipfile.ZipFile(io.BytesIO(got)).namelist() == ["ok.txt"]
+
+
+def _craft(path, name, kind, value, size, **extra):
+    s = casmon.open(path)
+    r = casmon.load_run("1-a", s)
+    d = s.put(value)
+    s.append(KIND_ARTIFACT, {"run": r.ref, "name": name, "kind": kind, "digest": d.hex(), "size": size,
+                             "time": 1e12, "seq": 1, **extra}, key=artifacts_key(r.ref), refs=[d])
+    s.close()
+    return d
+
+
+@pytest.mark.parametrize("said", [10, 1000])
+def test_a_file_whose_record_says_another_size_is_an_error_and_the_connection_stays_in_step(built, said):
+    """The body sent must be the length announced: more would be read as the next answer on the connection,
+    less would leave the client waiting for bytes that never come."""
+    _craft(built["path"], "lies.bin", "file", b"y" * 100, said)
+    served = Served(built["path"])
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    try:
+        conn.request("GET", "/artifact?run=1-a&name=lies.bin")
+        r = conn.getresponse()
+        body = r.read()
+        assert r.status == 500 and b"damaged" in body, (r.status, body[:300])
+        conn.request("GET", "/artifact?run=1-a&name=same")
+        r = conn.getresponse()
+        assert r.status == 404 and r.read()
+    finally:
+        conn.close()
+        served.close()
+
+
+def test_a_folder_file_whose_listing_says_another_size_is_not_zipped_as_if_whole(built):
+    s = casmon.open(built["path"])
+    listing = {"casmon_folder": 1, "files": {"a.txt": {"digest": s.put(b"z" * 50).hex(), "size": 5, "mode": 0o644}}}
+    s.close()
+    _craft(built["path"], "badfolder", "folder", listing, 5, files=1)
+    served = Served(built["path"])
+    try:
+        status, _h, got = _raw(served, "/artifact?run=1-a&name=badfolder")
+    finally:
+        served.close()
+    with pytest.raises(zipfile.BadZipFile):  # cut short: the client sees an incomplete zip, never a wrong one
+        zipfile.ZipFile(io.BytesIO(got)).read("a.txt")
