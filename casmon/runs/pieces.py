@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from casmon import faultpoints
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.store import cdc
@@ -49,6 +50,7 @@ def put_stream(store: Store, f: IO[bytes]) -> tuple[Digest, list[Digest], int]:
         _put(store, p, pieces, refs)
     total = sum(n for _, n in pieces)
     listing = store.put({PIECES_TAG: 1, "size": total, "pieces": pieces})
+    faultpoints.point("pieces.after_listing")
     return listing, [listing, *refs], total
 
 
@@ -56,6 +58,7 @@ def _put(store: Store, piece: bytes, pieces: list[list[Any]], refs: list[Digest]
     d = store.put(piece)
     refs.append(d)
     pieces.append([d.hex(), len(piece)])
+    faultpoints.point("pieces.after_piece")
 
 
 def chunks(store: Store, digest: str, what: str, size: int | None = None) -> Iterator[bytes]:

@@ -265,3 +265,44 @@ def test_a_file_whose_record_says_another_size_is_a_damage_error_and_writes_noth
     with pytest.raises(DamagedObjectError):
         r.load_file("f", tmp_path / "out.bin")
     assert not (tmp_path / "out.bin").exists() and not list(tmp_path.glob("*.casmon-partial"))
+
+
+SAVER = """
+import sys, casmon
+s = casmon.open(sys.argv[1])
+with casmon.record(store=s, capture_output=False, comment="killed") as run:
+    run.save("before", 1)
+    run.save_file(sys.argv[2], name="big")
+"""
+
+
+@pytest.mark.parametrize("point", ["pieces.after_piece@3", "pieces.after_listing"])
+def test_a_save_of_a_large_file_killed_midway_names_no_half_written_file(tmp_path, point, min_grace):
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT
+
+    min_grace(0.3)
+    path = tmp_path / "s"
+    casmon.open(path, create=True).close()
+    src = tmp_path / "big.bin"
+    src.write_bytes(_data(PIECED_MIN * 3, seed=5))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CASMON_FAULTPOINTS": f"{point}=kill", "CASMON_MIN_GRACE": "0.3"}
+    p = subprocess.run([sys.executable, "-c", SAVER, str(path), str(src)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == -9, p.stderr[-2000:]
+    s = casmon.open(path)
+    try:
+        r = casmon.load_run("1-killed", s)
+        assert set(read_artifacts(s, r.ref)) == {"before"} and r.load("before") == 1
+        for _ in range(2):  # what the killed save put is freed; nothing the run names goes with it
+            time.sleep(0.4)
+            s.gc(grace=0.3)
+        assert r.load("before") == 1 and s.verify().ok
+        with casmon.record(store=s, capture_output=False) as run:
+            run.save_file(src, name="big")
+        assert casmon.load_run("latest", s).load("big") == src.read_bytes() and s.verify().ok
+    finally:
+        s.close()
