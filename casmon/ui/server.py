@@ -170,8 +170,10 @@ class App:
         if path == "/compare":
             return self.compare_page(Params(query, {"run"}, multi={"run"}))
         if parts.path.startswith("/run/") and len(parts.path) > 5 and "/" not in parts.path[5:]:
-            Params(query, set())  # the name is one segment of the raw path, decoded alone: it may hold '/'
-            return self.run_page(path[5:])
+            p = Params(query, {"shared"})  # the name is one segment of the raw path, decoded alone: it may hold '/'
+            if p.one("shared") not in (None, "1"):
+                raise BadRequest("shared= is 1 (count the share other runs hold) or absent")
+            return self.run_page(path[5:], shared=p.one("shared") == "1")
         if path == "/api/runs":
             p = Params(query, {"since"})
             return 200, _json(api.runs_since(self.runs, p.integer("since", 0))), JSON
@@ -259,9 +261,9 @@ class App:
         except LookupError as e:
             raise NotFound(str(e)) from None
 
-    def run_page(self, which: str) -> tuple[int, bytes, str]:
+    def run_page(self, which: str, shared: bool = False) -> tuple[int, bytes, str]:
         e = self._entry(which)
-        return 200, runpage.run_page(self.ctx, e, self.runs.run(e)), HTML
+        return 200, runpage.run_page(self.ctx, e, self.runs.run(e), shared), HTML
 
     def artifact(self, p: Params) -> tuple[int, Any, str]:
         tail, name = p.one("run"), p.one("name")

@@ -306,3 +306,16 @@ def test_a_save_of_a_large_file_killed_midway_names_no_half_written_file(tmp_pat
         assert casmon.load_run("latest", s).load("big") == src.read_bytes() and s.verify().ok
     finally:
         s.close()
+
+
+def test_artifacts_walk_the_store_for_shares_only_when_asked(store, monkeypatch):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("w", np.arange(100))
+    walks = []
+    real = sharing.held_elsewhere
+    monkeypatch.setattr(sharing, "held_elsewhere", lambda *a, **k: walks.append(1) or real(*a, **k))
+    r = casmon.load_run("latest", store)
+    (a,) = r.artifacts(shared=False)
+    assert walks == [] and a["shared"] is None and a["stored"] > 0
+    (a,) = r.artifacts()
+    assert walks == [1] and a["shared"] == 0

@@ -185,3 +185,21 @@ def test_a_folder_file_whose_listing_says_another_size_is_not_zipped_as_if_whole
         served.close()
     with pytest.raises(zipfile.BadZipFile):  # cut short: the client sees an incomplete zip, never a wrong one
         zipfile.ZipFile(io.BytesIO(got)).read("a.txt")
+
+
+def test_the_run_page_walks_the_store_for_shares_only_when_asked(served, monkeypatch):
+    """Counting what other runs share walks every record and ref of the store (seconds on a large one): the run
+    page offers it as a link instead of paying it on every view."""
+    from casmon.runs import sharing
+
+    walks = []
+    real = sharing.held_elsewhere
+    monkeypatch.setattr(sharing, "held_elsewhere", lambda *a, **k: walks.append(1) or real(*a, **k))
+    body = served.get("/run/1-a")
+    assert walks == [] and 'href="/run/1?shared=1#artifacts"' in body
+    assert "Artifacts (5," in text_of(body) and "Checkpoints (2)" in text_of(body)
+    body = served.get("/run/1-a?shared=1")
+    assert walks and 'href="/run/1?shared=1#artifacts"' not in body
+    text = " ".join(text_of(body).split())
+    assert re.search(r"\(\d+%\)", text), text[:3000]
+    assert served.request("/run/1-a?shared=2")[0] == 400
