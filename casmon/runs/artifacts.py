@@ -460,7 +460,9 @@ def _write(path: Path, data: Iterable[bytes], mode: int | None) -> None:
     """``data`` to ``path`` whole or not at all, through a partial file of a fresh name created exclusively: a
     link planted where it goes is never followed, and a failed write leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name[:200]}.{os.urandom(6).hex()}.casmon-partial")
+    # the name's first 64 bytes at most: a name that fits the file system's 255 bytes leaves room for the rest
+    stem = os.fsencode(path.name)[:64].decode("utf-8", "ignore") if os.name != "nt" else path.name[:64]
+    tmp = path.with_name(f".{stem}.{os.urandom(6).hex()}.casmon-partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
                  0o666)
     try:
