@@ -319,3 +319,18 @@ def test_artifacts_walk_the_store_for_shares_only_when_asked(store, monkeypatch)
     assert walks == [] and a["shared"] is None and a["stored"] > 0
     (a,) = r.artifacts()
     assert walks == [1] and a["shared"] == 0
+
+
+def test_loading_a_large_file_back_streams_it(store, tmp_path):
+    (tmp_path / "f.bin").write_bytes(_data(64 << 20, seed=4))
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save_file(tmp_path / "f.bin")
+    r = casmon.load_run("latest", store)
+    tracemalloc.start()
+    try:
+        r.load_file("f.bin", tmp_path / "out.bin")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+    assert (tmp_path / "out.bin").read_bytes() == (tmp_path / "f.bin").read_bytes()

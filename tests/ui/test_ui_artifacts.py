@@ -203,3 +203,37 @@ def test_the_run_page_walks_the_store_for_shares_only_when_asked(served, monkeyp
     text = " ".join(text_of(body).split())
     assert re.search(r"\(\d+%\)", text), text[:3000]
     assert served.request("/run/1-a?shared=2")[0] == 400
+
+
+def test_downloads_of_a_large_file_and_a_folder_holding_it_stream(tmp_path, monkeypatch):
+    import tracemalloc
+
+    monkeypatch.chdir(tmp_path)
+    data = np.random.default_rng(9).bytes(48 << 20)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "big.bin").write_bytes(data)
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False, comment="m") as run:
+        run.save_file(tmp_path / "d" / "big.bin")
+        run.save_file(tmp_path / "d", name="d")
+    s.close()
+    del data
+    served = Served(tmp_path / "s")
+    try:
+        for name in ("big.bin", "d"):
+            conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=120)
+            tracemalloc.start()
+            try:
+                conn.request("GET", f"/artifact?run=1-m&name={name}")
+                r = conn.getresponse()
+                n = 0
+                while b := r.read(1 << 20):
+                    n += len(b)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+                conn.close()
+            assert r.status == 200 and n >= 48 << 20
+            assert peak < 32 << 20, (name, peak)  # a 48 MiB file is never whole in memory
+    finally:
+        served.close()
