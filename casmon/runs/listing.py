@@ -206,8 +206,8 @@ class RunInfo:
         arts = artifacts.read_artifacts(self.store, self.ref)
         sizes = sharing.sizes(self.store, self.ref, arts.values(), shared)
         for a in arts.values():
-            stored, shared = sizes[a.name]
-            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": shared,
+            stored, held = sizes[a.name]
+            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": held,
                         "digest": a.digest, "step": a.step, "time": a.time,
                         **({"files": a.files} if a.files is not None else {})})
         return out
