@@ -431,13 +431,18 @@ def write_artifact(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
 
 
 def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
-    from casmon.runs.folders import safe_target
+    from casmon.runs.folders import UnsafePathError, safe_target, unsafe_path
 
     if a.kind == "folder":
         files = _listing(store, a, run_name)
+        for rel in files:  # a crafted listing never writes outside dest, nor part of itself before it is refused
+            why = unsafe_path(rel)
+            if why is not None:
+                raise UnsafePathError(f"casmon: folder artifact {a.name!r} of run {run_name}: refusing to write "
+                                      f"{rel[:200]!r}: {why}")
         out.mkdir(parents=True, exist_ok=True)
         for rel, f in sorted(files.items()):
-            target = safe_target(out, rel)  # a crafted listing never writes outside dest
+            target = safe_target(out, rel)  # and through no symlink found there
             _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}", f["size"]), f.get("mode"))
         return out
     if out.is_dir():

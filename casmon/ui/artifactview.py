@@ -181,14 +181,12 @@ class _Sink:
 
 def _zip(store: Any, files: dict[str, dict[str, Any]], what: str) -> Iterator[bytes]:
     from casmon.runs import pieces
-    from casmon.runs.artifacts import check_name
+    from casmon.runs.folders import unsafe_path
 
     sink = _Sink()
     with zipfile.ZipFile(cast(Any, sink), "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # written, never read
         for rel, f in sorted(files.items()):
-            try:
-                check_name(rel, "file name")  # a crafted listing's '../x' or '/etc/x' would unzip outside
-            except ValueError:
+            if unsafe_path(rel) is not None:  # a crafted listing's '../x', '/etc/x' or '.git/hooks/x'
                 continue
             info = zipfile.ZipInfo(rel)
             info.external_attr = ((f.get("mode") or 0o644) & 0o777 | 0o100000) << 16

@@ -237,3 +237,24 @@ def test_downloads_of_a_large_file_and_a_folder_holding_it_stream(tmp_path, monk
             assert peak < 32 << 20, (name, peak)  # a 48 MiB file is never whole in memory
     finally:
         served.close()
+
+
+def test_a_folder_zips_every_file_it_saved_deep_paths_and_odd_names_too(tmp_path, monkeypatch):
+    """Only a path that would unzip outside (or into .git/) is left out of the zip, never a file saved from disk."""
+    monkeypatch.chdir(tmp_path)
+    deep = "/".join(["level" + "x" * 60] * 5) + "/deep.txt"  # over 255 characters as a path, each part short
+    odd = "zero\u200bwidth \x01.txt"
+    for rel in (deep, odd, "plain.txt"):
+        (tmp_path / "d" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "d" / rel).write_bytes(rel.encode())
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False, comment="m") as run:
+        run.save_file(tmp_path / "d", name="d")
+    s.close()
+    served = Served(tmp_path / "s")
+    try:
+        status, _h, got = _raw(served, "/artifact?run=1-m&name=d")
+    finally:
+        served.close()
+    z = zipfile.ZipFile(io.BytesIO(got))
+    assert status == 200 and {n: z.read(n) for n in z.namelist()} == {r: r.encode() for r in (deep, odd, "plain.txt")}
