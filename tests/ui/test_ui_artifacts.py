@@ -258,3 +258,18 @@ def test_a_folder_zips_every_file_it_saved_deep_paths_and_odd_names_too(tmp_path
         served.close()
     z = zipfile.ZipFile(io.BytesIO(got))
     assert status == 200 and {n: z.read(n) for n in z.namelist()} == {r: r.encode() for r in (deep, odd, "plain.txt")}
+
+
+def test_a_crafted_name_with_line_breaks_and_quotes_never_splits_the_download_headers(built):
+    name = 'x"\r\nSet-Cookie: a=b;\\ \u00e9.bin'
+    _craft(built["path"], name, "file", b"payload", 7)
+    served = Served(built["path"])
+    try:
+        status, h, got = _raw(served, "/artifact?" + __import__("urllib.parse").parse.urlencode({"run": "1-a", "name": name}))
+        page = served.get("/run/1-a")
+    finally:
+        served.close()
+    assert status == 200 and got == b"payload" and "set-cookie" not in h
+    assert h["content-disposition"] == ("attachment; filename=\"x___Set-Cookie: a=b__ _.bin\"; "
+                                        "filename*=UTF-8''x%22%0D%0ASet-Cookie%3A%20a%3Db%3B%5C%20%C3%A9.bin")
+    assert "Set-Cookie: a=b" in html.unescape(page) and '"\r\nSet' not in page
