@@ -190,7 +190,7 @@ def _zip(store: Any, files: dict[str, dict[str, Any]], what: str) -> Iterator[by
                 continue
             info = zipfile.ZipInfo(rel)
             info.external_attr = ((f.get("mode") or 0o644) & 0o777 | 0o100000) << 16
-            with z.open(info, "w", force_zip64=f["size"] > 2**31) as w:
+            with z.open(info, "w", force_zip64=f["size"] >= zipfile.ZIP64_LIMIT) as w:  # zipfile's own bound
                 for b in pieces.chunks(store, f["digest"], f"{what}/{rel}", f["size"]):
                     w.write(b)
                     yield sink.take()

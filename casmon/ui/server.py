@@ -454,8 +454,8 @@ class Handler(BaseHTTPRequestHandler):
                     sent += len(b)
             if d.length is not None and sent != d.length:
                 raise DamagedObjectError(self.path[:200], f"{sent:,} bytes of the {d.length:,} announced")
-        except (CasmonError, OSError) as e:
-            self.log_error("download %s cut short: %s", self.path[:200], e)
+        except Exception as e:  # noqa: BLE001 - headers are sent: the only answer left is a short body
+            self.log_error("download %s cut short: %s: %s", self.path[:200], type(e).__name__, e)
             self.close_connection = True  # the client sees a short file, and no later answer out of step
 
     @staticmethod

@@ -273,3 +273,24 @@ def test_a_crafted_name_with_line_breaks_and_quotes_never_splits_the_download_he
     assert h["content-disposition"] == ("attachment; filename=\"x___Set-Cookie: a=b__ _.bin\"; "
                                         "filename*=UTF-8''x%22%0D%0ASet-Cookie%3A%20a%3Db%3B%5C%20%C3%A9.bin")
     assert "Set-Cookie: a=b" in html.unescape(page) and '"\r\nSet' not in page
+
+
+def test_a_file_of_exactly_two_gib_zips_whole(monkeypatch):
+    """zipfile needs ZIP64 from 2**31 - 1 bytes on: a folder holding a file of exactly 2 GiB must not fail midway."""
+    from casmon.runs import pieces
+    from casmon.ui import artifactview
+
+    n = 2**31
+    block = bytes(8 << 20)
+
+    def zeros(store, digest, what, size=None):
+        for _ in range(n // len(block)):
+            yield block
+
+    monkeypatch.setattr(pieces, "chunks", zeros)
+    out = 0
+    tail = b""
+    for b in artifactview._zip(None, {"big.bin": {"digest": "0" * 32, "size": n, "mode": 0o644}}, "w"):
+        out += len(b)
+        tail = (tail + b)[-4096:]
+    assert out > n and b"PK\x06\x06" in tail  # the ZIP64 end of central directory
