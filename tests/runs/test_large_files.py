@@ -297,13 +297,15 @@ def test_a_save_of_a_large_file_killed_midway_names_no_half_written_file(tmp_pat
     try:
         r = casmon.load_run("1-killed", s)
         assert set(read_artifacts(s, r.ref)) == {"before"} and r.load("before") == 1
-        for _ in range(2):  # what the killed save put is freed; nothing the run names goes with it
+        time.sleep(0.4)
+        assert s.gc(grace=0.3).condemned >= 2  # what the killed save put: its pieces (and list)
+        with casmon.record(store=s, capture_output=False) as run:  # the same pieces again, while condemned
+            run.save_file(src, name="big")
+        for _ in range(2):  # the condemned lists are swept: the pieces the new save needs stay
             time.sleep(0.4)
             s.gc(grace=0.3)
-        assert r.load("before") == 1 and s.verify().ok
-        with casmon.record(store=s, capture_output=False) as run:
-            run.save_file(src, name="big")
-        assert casmon.load_run("latest", s).load("big") == src.read_bytes() and s.verify().ok
+        assert r.load("before") == 1 and casmon.load_run("latest", s).load("big") == src.read_bytes()
+        assert s.verify().ok
     finally:
         s.close()
 
