@@ -188,7 +188,8 @@ def _zip(store: Any, files: dict[str, dict[str, Any]], what: str) -> Iterator[by
         for rel, f in sorted(files.items()):
             if unsafe_path(rel) is not None:  # a crafted listing's '../x', '/etc/x' or '.git/hooks/x'
                 continue
-            info = zipfile.ZipInfo(rel)
+            # a name the file system held as bytes that are not UTF-8 (kept as surrogates): a zip holds UTF-8 only
+            info = zipfile.ZipInfo(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
             info.external_attr = ((f.get("mode") or 0o644) & 0o777 | 0o100000) << 16
             with z.open(info, "w", force_zip64=f["size"] >= zipfile.ZIP64_LIMIT) as w:  # zipfile's own bound
                 for b in pieces.chunks(store, f["digest"], f"{what}/{rel}", f["size"]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import http.client
 import io
+import os
 import re
 import zipfile
 
@@ -294,3 +295,25 @@ def test_a_file_of_exactly_two_gib_zips_whole(monkeypatch):
         out += len(b)
         tail = (tail + b)[-4096:]
     assert out > n and b"PK\x06\x06" in tail  # the ZIP64 end of central directory
+
+
+def test_a_folder_with_a_file_name_that_is_not_utf8_zips_whole(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = tmp_path / "d"
+    d.mkdir()
+    try:
+        (d / os.fsdecode(b"caf\xe9.bin")).write_bytes(b"latin-1 name")
+    except (OSError, UnicodeError):
+        pytest.skip("this file system takes UTF-8 names only")
+    (d / "ok.bin").write_bytes(b"ok")
+    s = casmon.open(tmp_path / "s", create=True)
+    with casmon.record(store=s, capture_output=False, comment="m") as run:
+        run.save_file(d, name="d")
+    s.close()
+    served = Served(tmp_path / "s")
+    try:
+        status, _h, got = _raw(served, "/artifact?run=1-m&name=d")
+    finally:
+        served.close()
+    z = zipfile.ZipFile(io.BytesIO(got))
+    assert status == 200 and {n: z.read(n) for n in z.namelist()} == {"caf\ufffd.bin": b"latin-1 name", "ok.bin": b"ok"}
