@@ -400,7 +400,7 @@ def load(store: Store, ref: str, run_name: str, name: str, mmap: bool = False) -
 
 def _value(store: Store, a: Artifact, run_name: str, mmap: bool = False) -> Any:
     if a.kind == "file" or a.pieced:
-        return pieces.read_all(store, a.digest, f"run {run_name}: artifact {a.name}")
+        return pieces.read_all(store, a.digest, f"run {run_name}: artifact {a.name}", a.size)
     return store.get(a.digest, mmap=mmap)
 
 

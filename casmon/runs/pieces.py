@@ -89,5 +89,5 @@ def _check_size(digest: str, what: str, has: int, said: int | None) -> None:
         raise DamagedObjectError(f"value {digest}", f"{what}: {has:,} bytes, its record says {said:,}")
 
 
-def read_all(store: Store, digest: str, what: str) -> bytes:
-    return b"".join(chunks(store, digest, what))
+def read_all(store: Store, digest: str, what: str, size: int | None = None) -> bytes:
+    return b"".join(chunks(store, digest, what, size))

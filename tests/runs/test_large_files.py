@@ -263,6 +263,8 @@ def test_a_file_whose_record_says_another_size_is_a_damage_error_and_writes_noth
     store.flush()
     r = casmon.load_run("latest", store)
     with pytest.raises(DamagedObjectError):
+        r.load("f")
+    with pytest.raises(DamagedObjectError):
         r.load_file("f", tmp_path / "out.bin")
     assert not (tmp_path / "out.bin").exists() and not list(tmp_path.glob("*.casmon-partial"))
 
