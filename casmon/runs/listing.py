@@ -303,18 +303,19 @@ class RunInfo:
         return importlib.import_module("casmon.lineage").lineage(self)
 
     # -- artifacts and checkpoints (casmon.runs.artifacts) -----------------------------------------------
-    def artifacts(self) -> list[dict[str, Any]]:
+    def artifacts(self, shared: bool = True) -> list[dict[str, Any]]:
         """What the run saved: ``{name, kind, size, stored, shared, digest, step, time}`` each, by name; ``stored``
         is what the store holds for it, compressed; ``shared`` the part of that another run, cache entry or ref
-        also holds (what deleting this run would not free; None if the store cannot be read whole)."""
+        also holds (what deleting this run would not free; None if the store cannot be read whole). Finding
+        ``shared`` walks every record and ref of the store; ``shared=False`` skips that (``shared`` is None)."""
         from casmon.runs import artifacts, sharing
 
         out = []
         arts = artifacts.read_artifacts(self.store, self.ref)
-        sizes = sharing.sizes(self.store, self.ref, arts.values())
+        sizes = sharing.sizes(self.store, self.ref, arts.values(), shared)
         for a in arts.values():
-            stored, shared = sizes[a.name]
-            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": shared,
+            stored, held = sizes[a.name]
+            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": held,
                         "digest": a.digest, "step": a.step, "time": a.time,
                         **({"files": a.files} if a.files is not None else {})})
         return out
