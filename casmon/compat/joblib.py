@@ -201,9 +201,10 @@ class Memory:
         return f"Memory(location={self.location!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        loc = self.location.url if isinstance(self.location, Store) else self.location
-        return (Memory, (loc, self.backend, self.mmap_mode, self.compress, self.verbose,
-                         self.backend_options))
+        args = (self.backend, self.mmap_mode, self.compress, self.verbose, self.backend_options)
+        if isinstance(self.location, Store):  # it holds locks and threads: reopened by its URL, as that store itself
+            return (_memory_on_store, (self.location.url, *args))
+        return (Memory, (self.location, *args))
 
 
 class MemorizedFunc:
@@ -274,12 +275,10 @@ class MemorizedFunc:
         self.cached.cache_clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if isinstance(self.location, Store):  # it holds locks and threads: a worker opens it again from its location
-            return (MemorizedFunc, (self.func, self.location.url, self.ignore, self.mmap_mode,
-                                    self.cache_validation_callback))
-        # The cached function pickles as casmon's do (a main script's code keeps its version in a worker).
-        return (_rebuild, (self.func, self.cached, self.location, self.ignore, self.mmap_mode,
-                           self.cache_validation_callback))
+        # The cached function pickles as casmon's do: a main script's code keeps its version in a worker, and a
+        # Store (it holds locks and threads) goes as its URL, which the worker opens again.
+        loc = self.location.url if isinstance(self.location, Store) else self.location
+        return (_rebuild, (self.func, self.cached, loc, self.ignore, self.mmap_mode, self.cache_validation_callback))
 
     def forget(self, plan: dict[bytes, Eviction]) -> None:
         state = self.cached.__casmon_cache__
@@ -299,6 +298,10 @@ def _unbound(func: Callable, ignore: list[str]) -> tuple[Callable, tuple[Any, ..
         if first in ignore:
             return func.__func__, (func.__self__,)
     return func, ()
+
+
+def _memory_on_store(url: str, *args: Any) -> Memory:
+    return Memory(default_store(url), *args)
 
 
 def _rebuild(func: Callable, cached: Any, location: str, ignore: list[str], mmap_mode: str | None,

@@ -341,8 +341,9 @@ def test_a_shelved_result_is_read_by_another_process_at_once(tmp_path):
 
 PARALLEL = r"""
 import os, sys, warnings, joblib
+import casmon
 from casmon.compat.joblib import Memory
-memory = Memory(sys.argv[1], verbose=0)
+memory = Memory(casmon.open(sys.argv[1]) if sys.argv[3] == "store" else sys.argv[1], verbose=0)
 
 @memory.cache
 def sq(x):
@@ -363,7 +364,8 @@ if __name__ == "__main__":
 """
 
 
-def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_results(tmp_path):
+@pytest.mark.parametrize("location", ["folder", "store"])
+def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_results(tmp_path, location):
     import os
     import subprocess
     import sys
@@ -371,11 +373,24 @@ def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_
     from tests.conftest import ROOT
 
     (tmp_path / "job.py").write_text(PARALLEL)
-    p = subprocess.run([sys.executable, "job.py", str(tmp_path / "c"), str(tmp_path / "calls")], cwd=tmp_path,
+    p = subprocess.run([sys.executable, "job.py", str(tmp_path / "c"), str(tmp_path / "calls"), location], cwd=tmp_path,
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[:3] == ["[0, 1, 4, 9]", "[0, 1, 4, 9]", "[49, 49, 49, 49]"]
     assert sorted((tmp_path / "calls").read_text().split()) == ["0", "1", "2", "3", "7"]
+
+
+def test_a_memory_on_a_store_pickles_to_that_store(tmp_path):
+    import casmon
+    from casmon.compat.joblib import Memory
+
+    store = casmon.open(str(tmp_path / "s"))
+    memory = Memory(store, verbose=0)
+    again = pickle.loads(pickle.dumps(memory))
+    assert again.store.url == store.url  # not a store inside it ({url}/casmon is where a folder's results go)
+    again.cache(_shelved_square)(3)
+    again.store.flush()
+    assert memory.cache(_shelved_square).check_call_in_cache(3)
 
 
 def test_location_none_caches_nothing_as_in_joblib(tmp_path, monkeypatch):
