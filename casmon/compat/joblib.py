@@ -19,7 +19,8 @@ more on a local store: :mod:`casmon.store.mapped`), a read-only copy elsewhere;
 its type is ``numpy.ndarray``, not ``numpy.memmap``. ``"c"``, ``"r+"`` and
 ``"w+"`` return writable copies: a write never reaches the store (joblib's
 ``"r+"``/``"w+"`` would change its cache). ``reduce_size`` is casmon's
-least-recently-used eviction (:func:`casmon.caching.evict`) over the store, and
+least-recently-used eviction (:func:`casmon.caching.evict`) over the store
+(``Memory(bytes_limit=)``, as joblib before 1.5 took it, is its default), and
 ``clear`` and a shelved result's ``clear`` forget entries at once; the stored
 bytes go at the store's next ``casmon gc``. ``verbose`` and ``compress`` are
 accepted and change nothing (casmon prints no trace and compresses by its own
@@ -109,7 +110,7 @@ class Memory:
 
     def __init__(self, location: str | os.PathLike[str] | Store | None = None, backend: str = "local",
                  mmap_mode: str | None = None, compress: Any = False, verbose: int = 1,
-                 backend_options: dict[str, Any] | None = None) -> None:
+                 backend_options: dict[str, Any] | None = None, bytes_limit: int | str | None = None) -> None:
         if backend != "local":
             raise ValueError(f"{_WHERE}: Memory: backend {backend!r:.80} is not supported: casmon keeps results in "
                              "its own store (pass a folder, a URL such as s3://bucket/prefix, or a casmon Store)")
@@ -122,6 +123,8 @@ class Memory:
         self.compress = compress
         self.verbose = verbose
         self.backend_options = dict(backend_options or {})
+        # joblib took it here before 1.5 (reduce_size() keeps within it), and code written then still passes it.
+        self.bytes_limit = None if bytes_limit is None else _bytes(bytes_limit, "Memory")
         # Weakly: memory.eval and memory.cache(f)(x) in a loop make one per call.
         self._funcs: weakref.WeakSet[MemorizedFunc] = weakref.WeakSet()
 
@@ -182,11 +185,12 @@ class Memory:
     def reduce_size(self, bytes_limit: int | str | None = None, items_limit: int | None = None,
                     age_limit: datetime.timedelta | float | None = None) -> None:
         """Drop entries unused for ``age_limit``, then the least recently used until the results left take at most
-        ``bytes_limit`` bytes (casmon's eviction, :func:`casmon.caching.evict`; the bytes go at the next gc)."""
+        ``bytes_limit`` bytes (default: the Memory's; casmon's eviction, :func:`casmon.caching.evict`; the bytes go
+        at the next gc)."""
         if items_limit is not None:
             raise ValueError(f"{_WHERE}: reduce_size: items_limit is not supported (casmon evicts by size and age): "
                              "use bytes_limit or age_limit")
-        limit = None if bytes_limit is None else _bytes(bytes_limit, "reduce_size")
+        limit = self.bytes_limit if bytes_limit is None else _bytes(bytes_limit, "reduce_size")
         age = None if age_limit is None else _seconds(age_limit, "reduce_size")
         store = self.store
         if store is None or (limit is None and age is None):
@@ -201,7 +205,7 @@ class Memory:
         return f"Memory(location={self.location!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args = (self.backend, self.mmap_mode, self.compress, self.verbose, self.backend_options)
+        args = (self.backend, self.mmap_mode, self.compress, self.verbose, self.backend_options, self.bytes_limit)
         if isinstance(self.location, Store):  # it holds locks and threads: reopened by its URL, as that store itself
             return (_memory_on_store, (self.location.url, *args))
         return (Memory, (self.location, *args))

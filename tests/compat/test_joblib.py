@@ -441,6 +441,19 @@ def test_reduce_size_keeps_the_most_recently_used_within_the_limit(tmp_path):
     assert not any(f.check_call_in_cache(i) for i in range(4))
 
 
+def test_memorys_bytes_limit_as_joblib_before_1_5_took_it_is_what_reduce_size_keeps(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0, bytes_limit=400_000 + 50_000)  # joblib 1.4 and before
+    f, calls = _fill(memory, 3)
+    memory.reduce_size()
+    assert [f.check_call_in_cache(i) for i in range(3)] == [False, False, True]
+    memory.reduce_size(bytes_limit="1K")  # the call's own limit wins
+    assert not f.check_call_in_cache(2)
+    with pytest.raises(ValueError, match="casmon.compat.joblib: Memory: 'lots' is not a size"):
+        Memory(str(tmp_path), bytes_limit="lots")
+
+
 def test_reduce_size_by_age(tmp_path):
     from casmon.compat.joblib import Memory
 
