@@ -6,7 +6,7 @@
                         traceback once it failed
 ``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
 ``/api/run/NAME/metrics?name=A&name=B&n=2000``  one run's metrics grouped for the dashboard (``train``, ``val``,
-                        ..., ``sys``, the ungrouped), and the series of those named, downsampled
+                        ..., the ungrouped, ``sys``), and the series of those named, downsampled
 
 Polling, not server-sent events: the server is the standard library's
 threading HTTP server, where an event stream holds a thread (and the index's

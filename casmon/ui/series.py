@@ -10,7 +10,7 @@ ones (eight weights) are values, shown as a summary and a sparkline.
 
 The chart block (:func:`chart_spec`) names the runs, their parameters, their
 metric summaries and the metrics grouped for the dashboard (:func:`metric_groups`:
-``train/*``, ``val/*``, ... ``sys/*``, the ungrouped last); the server's pages let
+``train/*``, ``val/*``, ..., the ungrouped, the sampled ``sys/*`` last); the server's pages let
 the script fetch points from ``/api/run/NAME/metrics``, a report file carries them inline.
 """
 
@@ -36,8 +36,8 @@ POINTS = 2000
 MAX_POINTS = 20_000
 #: Buckets per series a report file carries inline (a file of 10 runs x 5 metrics stays a few MiB).
 REPORT_POINTS = 1000
-#: Metric groups a dashboard shows first, in this order; other prefixes follow by name, then ``sys``, then the
-#: metrics without a prefix, then info curves.
+#: Metric groups a dashboard shows first, in this order; other prefixes follow by name, then the metrics without a
+#: prefix, then info curves, then ``sys`` (sampled, not logged: a GPU node's dozens never stand before ``loss``).
 GROUP_ORDER = ("train", "val", "valid", "validation", "test", "eval")
 #: The group of metrics without a prefix (``loss``), and of info sequences drawn as curves.
 UNGROUPED, INFO_GROUP = "", "info"
@@ -54,7 +54,7 @@ def group_of(name: str) -> str:
 
 def metric_groups(names: list[str]) -> list[dict[str, Any]]:
     """``[{"group": "train", "metrics": [...]}, ...]``: every name once, in its group, groups in dashboard order
-    (train, val, test ..., other prefixes by name, sys, the ungrouped, info curves); names sorted in a group."""
+    (train, val, test ..., other prefixes by name, the ungrouped, info curves, sys); names sorted in a group."""
     groups: dict[str, list[str]] = {}
     for name in sorted(set(names)):
         groups.setdefault(group_of(name), []).append(name)
@@ -62,7 +62,7 @@ def metric_groups(names: list[str]) -> list[dict[str, Any]]:
     def rank(g: str) -> tuple[int, int, str]:
         if g in GROUP_ORDER:
             return (0, GROUP_ORDER.index(g), g)
-        return (1 if g not in ("sys", UNGROUPED, INFO_GROUP) else 2 + ("sys", UNGROUPED, INFO_GROUP).index(g), 0, g)
+        return (1 if g not in (UNGROUPED, INFO_GROUP, "sys") else 2 + (UNGROUPED, INFO_GROUP, "sys").index(g), 0, g)
 
     return [{"group": g, "metrics": groups[g]} for g in sorted(groups, key=rank)]
 
