@@ -205,10 +205,8 @@ class Sampler:
                 source.read(out, failed)
         if failed and not self.warned:
             self.warned = True
-            from casmon.runs.recorder import RunWarning
-
-            warnings.warn(f"casmon.record: run {self.run.name}: a system metric could not be read ({failed[0]}); "
-                          "it is skipped while that lasts (said once per run)", RunWarning, stacklevel=2)
+            _say(f"casmon.record: run {self.run.name}: a system metric could not be read ({failed[0]}); it is "
+                 "skipped while that lasts (said once per run)")
         return {PREFIX + k: v for k, v in out.items() if math.isfinite(v)}
 
     def tick(self) -> None:

@@ -191,6 +191,22 @@ def test_a_psutil_that_fails_mid_run_does_not_stop_the_run_nor_the_other_metrics
     assert len(said) == 1 and "could not be read" in str(said[0].message), [str(w.message) for w in said]
 
 
+def test_a_reading_that_fails_under_warnings_as_errors_is_still_said_once(tmp_path, monkeypatch, capsys, no_gpu):
+    import psutil
+
+    monkeypatch.setitem(sys.modules, "psutil", _FlakyPsutil(psutil, good=3))
+    store = str(tmp_path / "s")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # -W error: the sampling thread's warning would raise there
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run) >= 8, "samples after psutil began to fail")
+    said = [line for line in capsys.readouterr().err.splitlines() if "could not be read" in line]
+    assert len(said) == 1 and "RunWarning" in said[0], said
+    info = load_run(run.name, store=store)
+    assert info.status == "ok"
+    assert len(info.metric("sys/rss_bytes")) >= 8
+
+
 class _NVMLError(Exception):
     pass
 
