@@ -367,7 +367,10 @@ class CacheState:
                     vals.append(p.default)
                 else:
                     return vals
-        ba = self.sig.bind(*args, **kwargs)  # raises the usual TypeError for a bad call
+        try:
+            ba = self.sig.bind(*args, **kwargs)
+        except TypeError as e:  # inspect's message names no function: say which, as Python's own does
+            raise TypeError(f"{self.name}: {e}") from None
         ba.apply_defaults()
         vals = []
         for p in self.params:

@@ -504,3 +504,17 @@ def test_cache_validation_callback_computes_a_stale_entry_again(tmp_path, helper
     for fn in (fresh, stale):
         assert fn(1) == 1 and fn(1) == 1
     assert calls == [("fresh", 1), ("stale", 1), ("stale", 1)]
+
+
+def test_a_joblib_method_cached_at_class_level_names_the_function_called_without_self(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0)
+
+    class Model:
+        @memory.cache  # joblib refuses this too: the cached function is not bound to the object
+        def predict(self, x):
+            return x
+
+    with pytest.raises(TypeError, match=r"Model\.predict: missing a required argument: 'x'"):
+        Model().predict(3)
