@@ -110,21 +110,49 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str
     naming it: a dashboard only asks for what the run's summary lists."""
     r = index.run(e)
     summary = r.metric_summary()
+    live = e.status in LIVE_STATUSES or e.digest is None  # a live run's series grow: read each time
+    wanted = list(dict.fromkeys(names))
+    # The run's points are a record per flush (a long sampled run: thousands): read them once for all the names
+    # not kept yet, not once per name.
+    read = _read_together(r, [m for m in wanted if live or not index.is_kept(("metric", e.ref, e.digest, m, n))],
+                          summary)
     series: dict[str, Any] = {}
-    for name in names:
-        if name in series:
-            continue
+    for name in wanted:
         try:
-            if e.status in LIVE_STATUSES or e.digest is None:  # a live run's series grow: read each time
-                series[name] = metric_json(e.tail, name, r.metric(name), n)
+            if live:
+                series[name] = metric_json(e.tail, name, _series(r, read, name), n)
             else:  # an ended run's series never change: downsampled once
-                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, name, n))
+                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, read, name, n))
         except CasmonError as err:  # one damaged series: its panel says so, the others draw
             series[name] = {"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
 
 
-def _downsampled(tail: str, r: RunInfo, name: str, n: int) -> Any:
+#: Points read together at most (24 bytes each): a request for many long metrics holds a bounded part at once.
+TOGETHER_POINTS = 4_000_000
+
+
+def _read_together(r: RunInfo, names: list[str], summary: dict[str, Any]) -> dict[str, Any]:
+    if len(names) < 2:
+        return {}
+    try:
+        sizes = [int(summary.get(m, {}).get("n") or 0) for m in names]
+    except (TypeError, ValueError, OverflowError):  # a crafted summary: read each alone
+        return {}
+    if sum(sizes) > TOGETHER_POINTS:
+        return {}  # long series: one at a time, each downsampled before the next is read
+    try:
+        return r.metrics(names)
+    except CasmonError:  # one damaged series: each is read alone, so only its panel says so
+        return {}
+
+
+def _series(r: RunInfo, read: dict[str, Any], name: str) -> Any:
+    got = read.get(name)
+    return got if got is not None else r.metric(name)  # not read together: r.metric reads it or says why not
+
+
+def _downsampled(tail: str, r: RunInfo, read: dict[str, Any], name: str, n: int) -> Any:
     """What computes one metric's chart series when the index has not kept it."""
-    return lambda: metric_json(tail, name, r.metric(name), n)
+    return lambda: metric_json(tail, name, _series(r, read, name), n)

@@ -77,6 +77,22 @@ def test_the_run_metrics_endpoint_groups_every_metric_and_returns_only_those_nam
     assert v["step"] == list(range(0, 50, 5)) and v["value"][1] == pytest.approx(1.2 / 6 * 2) and "min" not in v
 
 
+def test_the_run_metrics_endpoint_reads_a_runs_records_once_for_every_metric_it_is_asked(served, monkeypatch):
+    # A long run's points are one record per flush (a sampled GPU node: one every 10 s, dozens of sys/ metrics):
+    # reading them once per metric asked for would read them dozens of times.
+    from casmon.runs import listing
+
+    reads = []
+    real = listing.read_series
+    monkeypatch.setattr(listing, "read_series", lambda *a, **k: reads.append(a[3:]) or real(*a, **k))
+    status, got = _api(served, "/api/run/1/metrics?name=train/loss&name=train/acc&name=val/loss&name=sys/cpu")
+    assert status == 200 and set(got["series"]) == set(DASH) and len(reads) == 1
+    assert got["series"]["val/loss"]["step"] == list(range(0, 50, 5))
+    status, got = _api(served, "/api/run/1/metrics?name=train/loss&name=train/acc&name=loss")
+    assert status == 200 and set(got["series"]) == {"train/loss", "train/acc", "loss"}
+    assert len(reads) == 2 and set(reads[1][0]) == {"loss"}  # an ended run's series kept: only the new one read
+
+
 @pytest.mark.parametrize("n", [1, 7, 100, 2000])
 def test_the_run_metrics_endpoint_downsamples_to_at_most_n_buckets_with_the_envelope(served, n):
     status, got = _api(served, f"/api/run/1/metrics?name=loss&n={n}")
