@@ -14,7 +14,7 @@ Differences that are casmon's: a result is stored once by content however
 many calls return it; editing the function (or a helper it calls) gives new
 entries rather than joblib's whole-function reset; two different functions
 with one name never share entries. ``mmap_mode="r"`` returns an array result
-read-only, as a map of the stored bytes where casmon maps (arrays of 1 MiB and
+read-only (and every array in a dict, list or tuple result), as a map of the stored bytes where casmon maps (arrays of 1 MiB and
 more on a local store: :mod:`casmon.store.mapped`), a read-only copy elsewhere;
 its type is ``numpy.ndarray``, not ``numpy.memmap``. ``"c"``, ``"r+"`` and
 ``"w+"`` return writable copies: a write never reaches the store (joblib's
@@ -96,13 +96,42 @@ def _seconds(age: Any, where: str) -> float:
 
 
 def _read_only(value: Any, mmap_mode: str | None) -> Any:
-    """An array result as ``mmap_mode="r"`` gives it: read-only (a view: the caller's own array is left as it is)."""
+    """A result as ``mmap_mode="r"`` gives it: every array in it read-only, in dicts, lists and tuples too, as
+    joblib's memmaps are (views: the caller's own arrays are left as they are)."""
     np = sys.modules.get("numpy")
-    if mmap_mode != "r" or np is None or not isinstance(value, np.ndarray) or not value.flags.writeable:
+    if mmap_mode != "r" or np is None:
         return value
-    view = value.view()
-    view.flags.writeable = False
-    return view
+    return _arrays_read_only(value, np, 0)
+
+
+#: Containers nested deeper than this are handed back as they are (a result is rarely deeper; cycles stop here).
+_READ_ONLY_DEPTH = 32
+
+
+def _arrays_read_only(value: Any, np: Any, depth: int) -> Any:
+    if isinstance(value, np.ndarray):
+        if not value.flags.writeable:
+            return value
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    if depth >= _READ_ONLY_DEPTH:
+        return value
+    t = type(value)
+    if t is dict:
+        items = {k: _arrays_read_only(v, np, depth + 1) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if t not in (list, tuple) and not (issubclass(t, tuple) and isinstance(getattr(t, "_fields", None), tuple)):
+        return value
+    got = [_arrays_read_only(v, np, depth + 1) for v in value]
+    if all(a is b for a, b in zip(got, value)):
+        return value  # no array in it: the object itself
+    if t is list:
+        return got
+    try:
+        return tuple(got) if t is tuple else t(*got)  # a namedtuple keeps its type
+    except Exception:  # noqa: BLE001 - a tuple subclass that takes other arguments: as it is
+        return value
 
 
 class Memory:

@@ -6,6 +6,7 @@ same code runs on ``joblib.Memory`` and on casmon's, and the two transcripts mus
 ``verbose`` trace, which casmon does not print.
 """
 
+import collections
 import contextlib
 import datetime
 import io
@@ -181,6 +182,23 @@ def test_mmap_mode_r_maps_a_large_result_read_only_on_the_miss_and_the_hit(tmp_p
             r[0] = 1.0
     expected = joblib.Memory(str(tmp_path / "joblib"), mmap_mode="r", verbose=0).cache(lambda x: x * 2)(x)
     assert np.array_equal(again, expected)
+
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+def test_mmap_mode_r_makes_every_array_of_a_result_read_only_as_joblib_does(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    def make(n):
+        return {"a": np.arange(n, dtype=float), "b": [(np.ones(n), 3)], "p": Pair(np.zeros(2), "s")}
+
+    ours = Memory(str(tmp_path / "c"), mmap_mode="r", verbose=0).cache(make)
+    theirs = joblib.Memory(str(tmp_path / "j"), mmap_mode="r", verbose=0).cache(make)
+    for got in (ours(300_000), ours(300_000), theirs(300_000), theirs(300_000)):
+        arrays = [got["a"], got["b"][0][0], got["p"].x]
+        assert [a.flags.writeable for a in arrays] == [False, False, False]
+        assert got["b"][0][1] == 3 and type(got["p"]) is Pair and got["p"].y == "s"
 
 
 def test_mmap_mode_r_never_makes_the_callers_own_array_read_only(tmp_path):
