@@ -368,10 +368,9 @@ class CacheState:
                 else:
                     return vals
         try:
-            ba = self.sig.bind(*args, **kwargs)
+            (ba := self.sig.bind(*args, **kwargs)).apply_defaults()
         except TypeError as e:  # inspect's message names no function: say which, as Python's own does
             raise TypeError(f"{self.name}: {e}") from None
-        ba.apply_defaults()
         vals = []
         for p in self.params:
             v = ba.arguments[p.name]
@@ -698,8 +697,7 @@ class CacheState:
         key, trackers, files, spans = ctx[:4]
         seconds = time.perf_counter() - t0
         self._recent.append(seconds)
-        try:
-            # What the function changed itself while it ran is not an edit of the values it reads.
+        try:  # what the function changed itself while it ran is not an edit of the values it reads
             if self.tracker is not None:
                 self.tracker.observe()
             for t in trackers:
