@@ -11,7 +11,8 @@ returns has joblib's ``call_and_shelve``, ``check_call_in_cache``, ``call`` and
 ``clear``.
 
 Differences that are casmon's: a result is stored once by content however
-many calls return it; editing the function (or a helper it calls) gives new
+many calls return it; a dict argument's key order counts (joblib sorts the
+keys), an array's memory layout (a strided view, a copy) does not; editing the function (or a helper it calls) gives new
 entries rather than joblib's whole-function reset; two different functions
 with one name never share entries. ``mmap_mode="r"`` returns an array result
 read-only (and every array in a dict, list or tuple result), as a map of the stored bytes where casmon maps (arrays of 1 MiB and
