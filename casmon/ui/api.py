@@ -23,7 +23,7 @@ from typing import Any
 from casmon.errors import CasmonError
 from casmon.runs import RunInfo
 from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex
-from casmon.ui.series import metric_groups, metric_json
+from casmon.ui.series import metric_groups, metric_json, read_together
 from casmon.ui.table import cell_texts, row_of
 from casmon.ui.values import console_text, fmt, status_text
 from casmon.view.display import seconds
@@ -114,8 +114,8 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str
     wanted = list(dict.fromkeys(names))
     # The run's points are a record per flush (a long sampled run: thousands): read them once for all the names
     # not kept yet, not once per name.
-    read = _read_together(r, [m for m in wanted if live or not index.is_kept(("metric", e.ref, e.digest, m, n))],
-                          summary)
+    read = read_together(r, [m for m in wanted if live or not index.is_kept(("metric", e.ref, e.digest, m, n))],
+                         summary)
     series: dict[str, Any] = {}
     for name in wanted:
         try:
@@ -127,25 +127,6 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str
             series[name] = {"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
-
-
-#: Points read together at most (24 bytes each): a request for many long metrics holds a bounded part at once.
-TOGETHER_POINTS = 4_000_000
-
-
-def _read_together(r: RunInfo, names: list[str], summary: dict[str, Any]) -> dict[str, Any]:
-    if len(names) < 2:
-        return {}
-    try:
-        sizes = [int(summary.get(m, {}).get("n") or 0) for m in names]
-    except (TypeError, ValueError, OverflowError):  # a crafted summary: read each alone
-        return {}
-    if sum(sizes) > TOGETHER_POINTS:
-        return {}  # long series: one at a time, each downsampled before the next is read
-    try:
-        return r.metrics(names)
-    except CasmonError:  # one damaged series: each is read alone, so only its panel says so
-        return {}
 
 
 def _series(r: RunInfo, read: dict[str, Any], name: str) -> Any:

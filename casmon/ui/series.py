@@ -174,6 +174,27 @@ def chart_params(r: RunInfo) -> dict[str, Any]:
     return out
 
 
+#: Points read together at most (24 bytes each): a request for many long metrics holds a bounded part at once.
+TOGETHER_POINTS = 4_000_000
+
+
+def read_together(r: RunInfo, names: list[str], summary: dict[str, Any]) -> dict[str, Any]:
+    """The series of ``names`` the run logged, read in one pass over its records (a long sampled run has one per
+    flush: thousands), or ``{}`` where each is better read alone (one name, long series, a damaged one)."""
+    if len(names) < 2:
+        return {}
+    try:
+        sizes = [int(summary.get(m, {}).get("n") or 0) for m in names]
+    except (TypeError, ValueError, OverflowError):  # a crafted summary: read each alone
+        return {}
+    if sum(sizes) > TOGETHER_POINTS:
+        return {}  # long series: one at a time, each downsampled before the next is read
+    try:
+        return r.metrics(names)
+    except CasmonError:  # one damaged series: each is read alone, so only its panel says so
+        return {}
+
+
 def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, store: Any = None, trust: bool = False,
                inline_points: int = 0) -> dict[str, Any]:
     """The chart block of a run page (``mode="run"``) or a compare page (``"compare"``).
@@ -202,10 +223,11 @@ def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, s
                 series.setdefault(key, {})[tail] = sequence_json(tail, k, xs, inline_points or POINTS)
     logged = sorted(metrics)
     if inline_points:
-        for r, tail in zip(runs, tails):
+        for r, spec, tail in zip(runs, specs, tails):
+            read = read_together(r, [m for m in logged if m in spec["summary"]], spec["summary"])
             for name in logged:
                 try:
-                    s = r.metric(name)
+                    s = read[name] if name in read else r.metric(name)
                 except (LookupError, CasmonError):
                     continue
                 series.setdefault(name, {})[tail] = metric_json(tail, name, s, inline_points)

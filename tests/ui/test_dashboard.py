@@ -93,6 +93,20 @@ def test_the_run_metrics_endpoint_reads_a_runs_records_once_for_every_metric_it_
     assert len(reads) == 2 and set(reads[1][0]) == {"loss"}  # an ended run's series kept: only the new one read
 
 
+def test_a_report_reads_each_runs_records_once_for_all_its_metrics(tmp_path, monkeypatch):
+    from casmon.runs import listing
+    from casmon.ui.report import report_html
+
+    path = _store(tmp_path / "s")
+    reads = []
+    real = listing.read_series
+    monkeypatch.setattr(listing, "read_series", lambda *a, **k: reads.append(a[3:]) or real(*a, **k))
+    with casmon.open(path, read_only=True) as store:
+        html, _n = report_html(store, ["1", "2"])
+    assert len([r for r in reads if r and r[0] is not None]) == 2  # one read per run, not one per metric
+    assert b"val/loss" in html and b"sys/cpu" in html
+
+
 @pytest.mark.parametrize("n", [1, 7, 100, 2000])
 def test_the_run_metrics_endpoint_downsamples_to_at_most_n_buckets_with_the_envelope(served, n):
     status, got = _api(served, f"/api/run/1/metrics?name=loss&n={n}")
