@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import glob
 import math
+import numbers
 import os
 import sys
 import threading
@@ -54,10 +55,16 @@ def interval(enabled: Any, every: Any, where: str) -> float | None:
     for anything else."""
     if type(enabled) is not bool:
         raise TypeError(f"{where}: system_metrics must be True or False, got {type(enabled).__name__} {enabled!r:.80}")
-    if type(every) not in (int, float) or not MIN_INTERVAL_S <= every <= MAX_INTERVAL_S:  # NaN fails too
+    seconds = None
+    if isinstance(every, numbers.Real) and not isinstance(every, bool):  # numpy's numbers, a Fraction: their value
+        try:
+            seconds = float(every)
+        except (OverflowError, ValueError, TypeError):  # an int beyond any float
+            pass
+    if seconds is None or not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:  # NaN fails too
         raise ValueError(f"{where}: system_metrics_s must be a number of seconds from {MIN_INTERVAL_S:g} to "
                          f"{MAX_INTERVAL_S:g}, got {every!r:.80}")
-    return float(every) if enabled else None
+    return seconds if enabled else None
 
 
 def users_first(names: Any, group: str = "") -> list[str]:

@@ -97,11 +97,28 @@ def test_sampling_stops_with_the_run(tmp_path, no_gpu):
     ({"system_metrics_s": float("nan")}, ValueError), ({"system_metrics_s": float("inf")}, ValueError),
     ({"system_metrics_s": "10"}, ValueError), ({"system_metrics_s": True}, ValueError),
     ({"system_metrics_s": 1e12}, ValueError),  # beyond what the sampling thread's wait can take
+    ({"system_metrics_s": 10 ** 400}, ValueError),  # beyond any float
     ({"system_metrics": "yes"}, TypeError), ({"system_metrics": None}, TypeError),
 ])
 def test_a_bad_system_metrics_option_is_one_clear_error(kw, error):
     with pytest.raises(error, match=r"casmon.record: system_metrics"):
         casmon.record(**kw)
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+def test_an_interval_from_numpy_or_a_config_is_taken_as_its_number(tmp_path, no_gpu):
+    import fractions
+
+    import numpy as np
+
+    for every, want in ((np.float64(2.5), 2.5), (np.float32(0.25), 0.25), (np.int64(3), 3.0),
+                        (fractions.Fraction(1, 20), 0.05)):
+        got = sysmetrics.interval(True, every, "here")
+        assert type(got) is float and got == want
+    with casmon.record(store=str(tmp_path / "s"), system_metrics_s=np.float64(FAST), capture_output=False) as run:
+        _until(lambda: _samples(run) >= 2, "samples at a numpy interval")
+    with pytest.raises(ValueError, match="system_metrics_s must be a number"):
+        sysmetrics.interval(True, np.float64("nan"), "here")
 
 
 MISSING = r"""
