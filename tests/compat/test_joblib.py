@@ -536,3 +536,21 @@ def test_a_joblib_method_cached_at_class_level_names_the_function_called_without
 
     with pytest.raises(TypeError, match=r"Model\.predict: missing a required argument: 'x'"):
         Model().predict(3)
+
+
+def _jdouble(x):
+    return 2 * x
+
+
+def test_a_joblib_cache_in_the_same_location_is_left_whole_by_clear_and_reduce_size(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    theirs = joblib.Memory(str(tmp_path), verbose=0).cache(_jdouble)
+    theirs(1)
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "joblib").rglob("*"))
+    memory = Memory(tmp_path, verbose=0)  # a pathlib.Path, as joblib takes it
+    memory.cache(_jdouble)(1)
+    memory.clear(warn=False)
+    memory.reduce_size(bytes_limit=0)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "joblib").rglob("*")) == before
+    assert theirs.check_call_in_cache(1)
