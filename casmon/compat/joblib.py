@@ -190,6 +190,13 @@ class Memory:
         mode = self.mmap_mode if mmap_mode is False else _mode(mmap_mode, "cache")
         if isinstance(func, (MemorizedFunc, NotMemorizedFunc)):
             func = func.func
+        if isinstance(func, staticmethod):  # @memory.cache over @staticmethod in a class body: its function
+            func = func.__func__
+        if isinstance(func, classmethod):
+            raise TypeError(f"{_WHERE}: cache: a classmethod object cannot be cached (it is called through its "
+                            "class): put @classmethod over @memory.cache, or cache the function")
+        if not callable(func):
+            raise TypeError(f"{_WHERE}: cache: expects a function, got {type(func).__name__} {func!r:.80}")
         loc = self.store_location
         if loc is None:
             return NotMemorizedFunc(func)

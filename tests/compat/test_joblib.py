@@ -554,3 +554,20 @@ def test_a_joblib_cache_in_the_same_location_is_left_whole_by_clear_and_reduce_s
     memory.reduce_size(bytes_limit=0)
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "joblib").rglob("*")) == before
     assert theirs.check_call_in_cache(1)
+
+
+def test_a_staticmethod_is_cached_as_its_function_and_a_classmethod_is_one_clear_error(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0)
+
+    class Maths:
+        @memory.cache  # over @staticmethod, as joblib takes it
+        @staticmethod
+        def triple(x):
+            return 3 * x
+
+    assert Maths.triple(2) == 6 and Maths().triple(2) == 6 and Maths.triple.check_call_in_cache(2)
+    assert memory.cache(staticmethod(_jdouble))(4) == 8
+    with pytest.raises(TypeError, match=r"casmon.compat.joblib: cache: .*classmethod"):
+        memory.cache(classmethod(_jdouble))
