@@ -400,3 +400,50 @@ def test_a_forked_child_opens_nvml_though_the_parent_held_its_lock_at_the_fork(m
         assert why is None and len(gpus.handles) == 1
     finally:
         held.release()
+
+
+OFF = r"""
+import sys, threading
+import casmon
+with casmon.record(store=sys.argv[1], system_metrics=False, capture_output=False) as run:
+    run.log(loss=1.0)
+    print(sorted(t.name for t in threading.enumerate() if "sysmetrics" in t.name))
+"""
+
+
+def test_system_metrics_false_starts_no_sampling_thread(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", OFF, str(tmp_path / "s")], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+def test_many_runs_at_once_share_one_sampling_thread(tmp_path, no_gpu):
+    import threading
+
+    store = str(tmp_path / "s")
+    started, go = threading.Barrier(21), threading.Event()
+    names = []
+
+    def one():
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            names.append(run.name)
+            started.wait(60)
+            _until(lambda: _samples(run) >= 2, "this run's samples")
+            go.wait(60)
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    started.wait(60)
+    try:
+        assert [t.name for t in threading.enumerate()].count("casmon-run-sysmetrics") == 1
+    finally:
+        go.set()
+        for t in threads:
+            t.join(120)
+    assert len(names) == 20
+    for name in names:
+        assert "sys/rss_bytes" in load_run(name, store=store).metrics()
