@@ -176,6 +176,8 @@ def _open_gpus() -> tuple[_Gpus | None, str | None]:
                 import pynvml
             except ImportError:
                 _nvml["why"] = "nvidia-ml-py is not installed (pip install 'casmon[system]'): no GPU metrics"
+            except Exception as e:  # noqa: BLE001 - its import warned under -W error, or found no library: GPUs only
+                _nvml["why"] = f"nvidia-ml-py cannot be imported ({type(e).__name__}: {e}): no GPU metrics"
             else:
                 try:
                     pynvml.nvmlInit()
@@ -263,6 +265,8 @@ def _start(run: Any, every: float, notes: list[str]) -> Sampler | None:
     except ImportError:
         notes.append("psutil is not installed (pip install 'casmon[system]'): no CPU, memory, disk or network "
                      "metrics")
+    except Exception as e:  # noqa: BLE001 - its import warned under -W error: the GPUs are still sampled
+        notes.append(f"psutil cannot be imported ({type(e).__name__}: {e}): no CPU, memory, disk or network metrics")
     else:
         try:
             host = _Host(psutil)

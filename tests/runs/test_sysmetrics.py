@@ -332,6 +332,39 @@ def test_a_missing_pynvml_where_a_gpu_is_present_is_one_line(tmp_path, monkeypat
     assert len([w for w in caught if issubclass(w.category, casmon.RunWarning)]) == 1
 
 
+@pytest.mark.parametrize("fails", ["raise FutureWarning('the pynvml package is deprecated')",  # -W error, pynvml 12
+                                   "raise RuntimeError('libnvidia-ml.so.1: cannot open shared object file')"])
+def test_a_pynvml_that_fails_to_import_leaves_the_host_metrics_sampled_and_is_one_line(tmp_path, monkeypatch, fails,
+                                                                                      no_gpu):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "pynvml.py").write_text(fails + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.setattr(sysmetrics, "gpu_present", lambda: True)
+    store = str(tmp_path / "s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run) >= 2, "host samples")
+    said = [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
+    assert len(said) == 1 and "nvidia-ml-py cannot be imported" in said[0] and "no GPU metrics" in said[0], said
+    assert "sys/rss_bytes" in load_run(run.name, store=store).metrics()
+
+
+def test_a_psutil_that_fails_to_import_leaves_the_gpus_sampled_and_is_one_line(tmp_path, monkeypatch, no_gpu):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "psutil.py").write_text("raise DeprecationWarning('this psutil is deprecated')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.delitem(sys.modules, "psutil", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=1))
+    store = str(tmp_path / "s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run, "sys/gpu0/util_percent") >= 2, "GPU samples")
+    said = [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
+    assert len(said) == 1 and "psutil cannot be imported" in said[0], said
+
+
 def test_no_gpu_imports_no_nvml_and_says_nothing(tmp_path, no_gpu):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
