@@ -365,8 +365,10 @@ class CacheState:
                     vals.append(p.default)
                 else:
                     return vals
-        ba = self.sig.bind(*args, **kwargs)  # raises the usual TypeError for a bad call
-        ba.apply_defaults()
+        try:
+            (ba := self.sig.bind(*args, **kwargs)).apply_defaults()
+        except TypeError as e:  # inspect's message names no function: say which, as Python's own does
+            raise TypeError(f"{self.name}: {e}") from None
         vals = []
         for p in self.params:
             v = ba.arguments[p.name]
@@ -696,8 +698,7 @@ class CacheState:
         key, trackers, files, spans = ctx[:4]
         seconds = time.perf_counter() - t0
         self._recent.append(seconds)
-        try:
-            # What the function changed itself while it ran is not an edit of the values it reads.
+        try:  # what the function changed itself while it ran is not an edit of the values it reads
             if self.tracker is not None:
                 self.tracker.observe()
             for t in trackers:

@@ -14,6 +14,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from casmon.keys.names import keep_flat_names
@@ -255,11 +256,12 @@ class RunInfo:
                 out[k] = _summary_fast(v) or {f: _summary_cell(f, v.get(f)) for f in _SUMMARY_FIELDS}
         return out
 
-    def metrics(self) -> dict[str, Series]:
-        """Every metric the run logged, by name: each a :class:`~casmon.runs.metrics.Series` of numpy arrays."""
+    def metrics(self, names: Iterable[str] | None = None) -> dict[str, Series]:
+        """Every metric the run logged (or those of ``names`` it logged), by name: each a
+        :class:`~casmon.runs.metrics.Series` of numpy arrays. Several names at once read the run's records once."""
         if self.error is not None:
             raise self.error
-        return read_series(self.store, self.ref, f"run {self.name}")
+        return read_series(self.store, self.ref, f"run {self.name}", None if names is None else list(names))
 
     def metric(self, name: str) -> Series:
         """One metric: ``.steps``, ``.values``, ``.times`` as numpy arrays, ``.to_pandas()``."""
