@@ -1,8 +1,9 @@
 """One read of the records a lineage query joins: cache entries, code versions, clears and runs.
 
 Nothing here is a second store: every answer is rebuilt from the records casmon writes anyway (an entry's
-``rf``/``pc``/``up`` fields, :mod:`casmon.caching.edges`; a run's ``cache`` links). Records are read as data,
-through their field checks; no stored value is loaded or unpickled.
+``rf``/``pc``/``up`` fields, :mod:`casmon.caching.edges`; a run's ``cache`` links), read in bulk through
+:mod:`casmon.lineage.derived`'s index, derived from them. Records are read as data, through their field checks;
+no stored value is loaded or unpickled.
 """
 
 from __future__ import annotations
@@ -79,12 +80,9 @@ class Index:
     def _load_all(self) -> None:
         if self._all:
             return
-        entries: dict[str, dict[str, Any]] = {}
-        for k, r in self.store.records(KIND, strict=False):
-            h = k.hex()
-            old = entries.get(h)
-            if old is None or r.get("time", 0) >= old.get("time", 0):
-                entries[h] = r
+        from casmon.lineage.derived import read_entries
+
+        entries = read_entries(self.store)  # through the derived lineage index: the records, read fast
         for h, r in entries.items():
             rf = r.get("rf")
             if isinstance(rf, str):
