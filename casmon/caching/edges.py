@@ -225,7 +225,10 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
         return out
     raw, parts = spans
     mv = memoryview(raw)
-    nlen = {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)}
+    c = _nlens.get(id(state))
+    if c is None or c[0] is not state._name_bytes:  # the tuple held here keeps the id from being reused
+        c = _nlens[id(state)] = (state._name_bytes, {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)})
+    nlen = c[1]
     skip = state.files or state.hashers
     vals = None
     for name, a, b in parts:
@@ -259,6 +262,10 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
         except Exception:  # noqa: BLE001
             continue
     return out
+
+
+# id(state) -> (its parameters' encoded names, their lengths): computed once per function, not per miss
+_nlens: dict[int, tuple[Any, dict[str, int]]] = {}
 
 
 def _small_enough(v: Any) -> bool:
