@@ -173,9 +173,17 @@ class Index:
     def downstream(self, key: str) -> list[tuple[str, str]]:
         """``(parameter, entry key)`` of the entries that took this entry's result."""
         if self._down is None:
+            # upstream() of every entry, inlined: this loop runs once per entry of the store
             down: dict[str, list[tuple[str, str]]] = {}
-            for h in self.entries:
-                for name, u in self.upstream(h):
+            by_rf = self.by_rf
+            for h, r in self.entries.items():
+                up = r.get("up") or {}
+                pairs = [(name, u) for name, ks in up.items() for u in ks if u != h]
+                for name, d in (r.get("pc") or {}).items():
+                    base = name.split("[", 1)[0] if "[" in name else name
+                    if base not in up:
+                        pairs.extend((base, u) for u in by_rf.get(d, ()) if u != h)
+                for name, u in (dict.fromkeys(pairs) if len(pairs) > 1 else pairs):
                     down.setdefault(u, []).append((name, h))
             self._down = down
         return self._down.get(key, [])
