@@ -8,9 +8,12 @@ no stored value is loaded or unpickled.
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import stat
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching import KIND, KIND_CLEAR, KIND_FN
@@ -20,11 +23,28 @@ if TYPE_CHECKING:
     from casmon.runs import RunInfo
     from casmon.store.store import Store
 
-__all__ = ["Index", "LIVE", "CLEARED", "EXPIRED", "MISSING"]
+__all__ = ["Index", "LIVE", "CLEARED", "EXPIRED", "MISSING", "bulk"]
 
 LIVE, CLEARED, EXPIRED, MISSING = "live", "cleared", "expired", "missing"
 #: What :meth:`Index.file_now` answers for a path it cannot or will not read: no change is judged from it.
 UNKNOWN = "unknown"
+
+
+def bulk(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a query with the cyclic garbage collector paused: it builds a dict per entry and none is garbage
+    until it returns (at 300,000 entries, the collector's passes took a third of the time or more)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was:
+                gc.enable()
+
+    return run
 
 
 class Index:

@@ -183,3 +183,18 @@ def test_gc_keeps_nothing_alive_through_the_index_and_a_collected_entry_is_gone_
     assert bytes(make_ref.key).hex() not in derived.read_entries(s)
     status = {n["id"]: n["status"] for n in casmon.lineage.lineage(double_key, s).to_dict()["nodes"]}
     assert status == {f"entry:{double_key}": "live", f"entry:{bytes(make_ref.key).hex()}": "missing"}
+
+
+def test_a_query_leaves_the_garbage_collector_as_it_found_it_even_when_it_raises(built):
+    import gc
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            stale(built)
+            with pytest.raises(LookupError):
+                used_by("no.such.function", built)
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
