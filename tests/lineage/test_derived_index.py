@@ -198,3 +198,19 @@ def test_a_query_leaves_the_garbage_collector_as_it_found_it_even_when_it_raises
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_read_only_store_answers_from_the_records_and_writes_no_index(built):
+    import random
+
+    want = full_scan(built)
+    built.backend.set(derived.INDEX_KEY, b"")
+    add_pipeline(built, random.Random(9), time.time())
+    built.flush()
+    ro = casmon.open(built.url, read_only=True)
+    assert projected(derived.read_entries(ro)) == full_scan(built) != want
+    ro_stale = sorted(stale(ro).nodes)
+    ro.close()
+    assert bytes(built.backend.get(derived.INDEX_KEY)) == b""  # the read-only store wrote nothing
+    assert ro_stale == sorted(stale(built).nodes)
+    assert bytes(built.backend.get(derived.INDEX_KEY)) != b""  # the writable store's query made it again
