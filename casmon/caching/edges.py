@@ -73,18 +73,24 @@ def forget_all() -> None:
     _served.clear()
 
 
-def served(value: Any, key: bytes, where: Any = None) -> None:
-    """What a hit does in place of :func:`produced`: the same, deferred to the next read of the rows."""
-    if type(value) in _SKIP:
+def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> None:
+    """What a hit does in place of :func:`produced`: the same, deferred to the next read of the rows. A value
+    that takes no weak reference (a list, a dict) is walked now, or, with ``items=False`` (the hot path's small
+    copies), not remembered: content links it."""
+    t = type(value)
+    if t in _SKIP:
         return
-    try:
-        r = weakref.ref(value)
-    except TypeError:  # no weak reference to it (a tuple, a dict, an int): its items, now
+    if t not in _no_weakref:
+        try:
+            _served.append((weakref.ref(value), key, where))
+        except TypeError:
+            _no_weakref.add(t)
+        else:
+            if len(_served) > SERVED_MAX:
+                _drain()
+            return
+    if items:
         produced(value, key, where)
-        return
-    _served.append((r, key, where))
-    if len(_served) > SERVED_MAX:
-        _drain()
 
 
 def _drain() -> None:

@@ -152,7 +152,7 @@ class HotCalls:
         except Exception:  # noqa: BLE001 - a class that cannot be rebuilt now: the full path warns and computes
             self._drop(ck)
             return None
-        edges.served(value, bytes(key), s.url)  # a later call taking it links to this entry (an immutable one: none)
+        edges.served(value, bytes(key), s.url, items=False)  # a later call taking it links to this entry
         return key, d, value
 
     def learn(self, state: CacheState, ck: tuple, key: Digest, d: Digest, value: Any, prefix: bytes) -> None:

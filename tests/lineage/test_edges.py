@@ -122,6 +122,21 @@ def test_hits_queue_boundedly_and_a_dropped_hit_result_links_to_nothing(store):
         assert edges.upstream([np.arange(40.0)], url) == []
 
 
+def test_a_warm_hit_of_small_arguments_returning_a_list_walks_nothing(store, monkeypatch):
+    @casmon.cache(store=store)
+    def rows(n):
+        return [np.arange(4.0) + i for i in range(n)]
+
+    rows(3)
+    rows(3)  # the first hit: the hot path learns it
+    walked = []
+    real = edges.produced
+    monkeypatch.setattr(edges, "produced", lambda *a, **k: (walked.append(a), real(*a, **k))[1])
+    for _ in range(10):
+        assert len(rows(3)) == 3
+    assert walked == [] and not edges._served
+
+
 def test_a_dead_result_is_forgotten_so_a_reused_id_links_to_nothing(store):
     @casmon.cache(store=store)
     def make(n):
