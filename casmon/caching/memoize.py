@@ -668,7 +668,7 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
-                edges.produced(value, key, getattr(self._store, "url", None))
+                edges.served(value, key, getattr(self._store, "url", None))
                 if ck is not None and d is not None and prefix is not None:
                     hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value
