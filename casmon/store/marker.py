@@ -29,9 +29,10 @@ FORMAT_KEY = "casmon.json"
 #: 2: tables' generations are written as blocks with a bloom filter (casmon.store.table); format-1 stores
 #: are read as they are and marked format 2 before the first such generation is written.
 FORMAT_VERSION = 2
-#: Top-level names a casmon store may hold; anything else means "not a casmon store".
 _MARKER_MAX = 1 << 20
-LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc")
+#: Top-level names a casmon store may hold (``runs-index`` and ``derived`` hold derived data: indexes a reader
+#: rebuilds); anything else means "not a casmon store".
+LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc", "runs-index", "derived")
 
 
 def _marker_check(info: dict[str, Any]) -> str:

@@ -733,3 +733,32 @@ def test_verify_of_a_store_with_writes_not_yet_flushed_checks_them_and_finds_not
     report = s.verify()
     assert report.ok, report
     assert casmon.open(tmp_path / "s", read_only=True).verify().ok
+
+
+def test_a_store_holding_its_derived_indexes_opens_when_its_marker_is_damaged(tmp_path):
+    """The runs index and the lineage index are part of a store's layout: with them beside a damaged marker the
+    store still opens (with a warning), as it does without them."""
+    import warnings
+
+    from casmon.errors import StoreDamageWarning
+
+    root = tmp_path / "s"
+    s = casmon.open(root)
+
+    @casmon.cache(store=s)
+    def stage(x):
+        return list(range(x, x + 40))
+
+    with casmon.record(store=s, capture_output=False, system_metrics=False):
+        stage(stage(1)[0] + 1)
+    casmon.list_runs(s)  # writes runs-index/
+    casmon.used_by("stage", s)  # writes derived/
+    s.close()
+    assert {"runs-index", "derived"} <= {p.name for p in root.iterdir()}
+    (root / "casmon.json").write_bytes(b"{damaged")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = casmon.open(root, read_only=True)
+    assert any(issubclass(w.category, StoreDamageWarning) for w in caught)
+    assert casmon.list_runs(again)[0].status == "ok"
+    again.close()
