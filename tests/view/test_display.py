@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -218,6 +219,14 @@ def test_damaged_store_shows_what_it_can(built):
         if p.is_file():
             p.write_bytes(b"\0" * p.stat().st_size)
     s = casmon.open(path, trust=False)
+    # The runs index (derived, read without the manifests) lists both runs as it indexed them, and says what
+    # cannot be read once a run's manifest is asked for.
+    indexed = casmon.list_runs(s)
+    assert len(indexed) == 2
+    for r in indexed:
+        dict(r.manifest.items())  # the whole manifest: read from the store, which cannot give it
+        assert isinstance(r.manifest.error, casmon.DamagedObjectError)
+    shutil.rmtree(path / "runs-index")
     runs = casmon.list_runs(s)
     assert [r.status for r in runs] == ["unreadable", "unreadable"]
     rep = s.verify()
