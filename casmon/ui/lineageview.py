@@ -145,6 +145,14 @@ def graph_json(g: Graph, root: str, cap: int = MAX_NODES) -> dict[str, Any]:
     kept_ids = _nearest(list(all_nodes), pairs, root)[:cap]
     kept = set(kept_ids)
     edges = [e for e in d["edges"] if e["from"] in kept and e["to"] in kept and e["from"] != e["to"]]
+    # A run used every entry of its pipeline; an edge from an entry whose consumer the run used too is implied by
+    # that consumer's, and drawn it would cross every column between.
+    used = {(e["from"], e["to"]) for e in edges if e["kind"] == "used"}
+    feeds: dict[str, set[str]] = {}
+    for e in edges:
+        if e["kind"] != "used":
+            feeds.setdefault(e["from"], set()).add(e["to"])
+    edges = [e for e in edges if e["kind"] != "used" or not any((t, e["to"]) in used for t in feeds.get(e["from"], ()))]
     epairs = list(dict.fromkeys((e["from"], e["to"]) for e in edges))
     layer = _layers(kept_ids, epairs)
     cols = _order(layer, epairs, kept_ids)

@@ -232,3 +232,79 @@ def test_a_cleared_upstream_is_shown_as_such_and_crafted_strings_stay_data(tmp_p
         assert "<img" not in entry
     finally:
         srv.close()
+
+
+# -- browser -----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _clean(w) -> None:
+    assert w.dialogs == [] and w.foreign == [] and w.page_errors == []
+    assert [e for e in w.console_errors if "status of 40" not in e] == []
+
+
+@needs_chromium
+def test_a_pipeline_runs_page_draws_its_lineage_when_shown_and_its_boxes_navigate(tmp_path, served, pipe, browser):
+    base = f"http://127.0.0.1:{served.port}"
+    page = browser.new_page(viewport={"width": 1400, "height": 600})
+    w = watch(page, lambda u: u.startswith(base + "/"))
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/lineage/" in r.url else None)
+    try:
+        page.goto(base + "/run/2", wait_until="load")
+        panel = page.locator(".lineage-panel")
+        below = page.evaluate("document.querySelector('.lineage-panel').getBoundingClientRect().top - innerHeight")
+        assert below > 400, "the panel is not below the fold: the test cannot tell a lazy load"
+        assert page.locator(".lineage-panel svg").count() == 0 and asked == []  # not loaded before it is shown
+        panel.scroll_into_view_if_needed()
+        page.wait_for_selector(".lineage-panel svg .lineage-node", timeout=30_000)
+        assert asked == [base + "/api/lineage/run/2"]
+        k = pipe["keys"][1]
+        kinds = page.eval_on_selector_all(".lineage-panel .lineage-node", "ns => ns.map(n => n.dataset.kind)")
+        assert kinds.count("entry") == 4 and {"file", "param", "run"} <= set(kinds)
+        labels = page.eval_on_selector_all(".lineage-panel .lineage-label", "ts => ts.map(t => t.textContent)")
+        assert {f"{s} {k[s][:12]}" for s in STAGES} <= set(labels)
+        assert page.locator(".lineage-panel .lineage-edge").count() >= 5
+        page.screenshot(path=str(tmp_path / "run-lineage.png"), full_page=True)
+        page.locator(f".lineage-node[data-id='entry:{k['clean']}']").click()
+        page.wait_for_url(re.compile(f"entry={k['clean']}"))
+        assert "Entry" in page.locator("h1").inner_text()
+        page.locator(".used-by").scroll_into_view_if_needed()
+        page.wait_for_selector(".used-by-item", timeout=30_000)
+        assert page.locator(".used-by-item").count() == 3
+        page.locator(".lineage-panel").scroll_into_view_if_needed()
+        page.wait_for_selector(".lineage-panel .lineage-node[data-kind='file']", timeout=30_000)
+        page.locator(".lineage-node[data-kind='file']").click()
+        page.wait_for_url(re.compile(r"/file\?path="))
+        page.locator(".used-by").scroll_into_view_if_needed()
+        page.wait_for_selector(".used-by-item", timeout=30_000)
+        assert page.locator(".used-by-item").count() >= 4
+        _clean(w)
+    finally:
+        page.close()
+
+
+@needs_chromium
+def test_the_compare_page_of_runs_differing_in_one_stage_names_that_stage(served, pipe, browser):
+    base = f"http://127.0.0.1:{served.port}"
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    w = watch(page, lambda u: u.startswith(base + "/"))
+    try:
+        page.goto(base + "/compare?run=1&run=2", wait_until="load")
+        part = page.locator("#first-difference ~ section.first-difference .parting")
+        assert part.count() == 1
+        assert part.get_attribute("data-fn") == pipe["fns"]["clean"]
+        assert "scale" in part.inner_text() and "differs" in part.inner_text()
+        box = page.locator("section.first-difference").bounding_box()
+        assert box["y"] < page.locator("#metrics").bounding_box()["y"]
+        _clean(w)
+    finally:
+        page.close()

@@ -3,7 +3,7 @@
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
-  var W = 210, H = 46, GAP_X = 74, GAP_Y = 14, PAD = 12, CHARS = 30;
+  var W = 200, H = 46, GAP_X = 56, GAP_Y = 14, PAD = 12, CHARS = 26, MIN_SCALE = 0.7;
 
   function el(name, attrs, parent) {
     var e = document.createElementNS(SVG, name);
@@ -48,7 +48,9 @@
     var width = PAD * 2 + g.columns * W + (g.columns - 1) * GAP_X;
     var height = PAD * 2 + g.rows * H + (g.rows - 1) * GAP_Y;
     var wrap = html("div", "lineage-scroll", null, box);
-    var svg = el("svg", {"class": "lineage-graph", width: width, height: height,
+    // shrunk to the panel's width, down to MIN_SCALE; a wider graph scrolls sideways
+    var scale = Math.max(MIN_SCALE, Math.min(1, (wrap.clientWidth || width) / width));
+    var svg = el("svg", {"class": "lineage-graph", width: Math.floor(width * scale), height: Math.floor(height * scale),
                          viewBox: "0 0 " + width + " " + height, role: "img"}, wrap);
     el("title", {}, svg).textContent = "lineage graph";
     var defs = el("defs", {}, svg);
