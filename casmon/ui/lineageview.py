@@ -37,7 +37,8 @@ def _ui_link(n: dict[str, Any]) -> str:
         return file_url(n["path"], n.get("digest") if isinstance(n.get("digest"), str) else None)
     if n["kind"] == "entry" and n.get("status") == "missing":
         return ""
-    return str(n.get("link") or "")
+    link = str(n.get("link") or "")
+    return link if link.startswith("/") and not link.startswith("//") else ""  # this UI's pages only
 
 
 def file_url(path: str, digest: str | None, page: str = "/file") -> str:

@@ -170,6 +170,13 @@ def test_a_big_graph_is_capped_and_says_how_many_more():
     assert all(e["from"] in kept and e["to"] in kept for e in got["edges"])
 
 
+def test_a_node_links_only_to_this_uis_own_pages():
+    g = Graph("x")
+    for i, link in enumerate(("javascript:alert(1)", "//elsewhere.example/x", "https://elsewhere.example/", "/run/1")):
+        g.add(Node(f"run:{i}", "run", str(i), link, {"status": "ok"}))
+    assert [n["link"] for n in graph_json(g, "run:0")["nodes"]] == ["", "", "", "/run/1"]
+
+
 def test_a_cycle_in_crafted_records_still_lays_out():
     g = Graph("a")
     for n in "abc":
