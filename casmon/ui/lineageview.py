@@ -30,6 +30,12 @@ SWEEPS = 4
 SCRIPT = "casmon-lineage.js"
 
 
+def same_index(ix: Index) -> Any:
+    """The queries take an open :class:`Index` for their store (``open_index``): the request's one read of the
+    records serves each query it makes."""
+    return ix
+
+
 # -- the graph, laid out ----------------------------------------------------------------------------------------
 def _ui_link(n: dict[str, Any]) -> str:
     """The page a node opens: an entry's page, a run's, a file's (a missing entry has none)."""
@@ -171,14 +177,14 @@ def graph_json(g: Graph, root: str, cap: int = MAX_NODES) -> dict[str, Any]:
 
 
 def run_lineage(ix: Index, run: Any) -> dict[str, Any]:
-    return graph_json(lineage(run, ix), run_id(run.ref))
+    return graph_json(lineage(run, same_index(ix)), run_id(run.ref))
 
 
 def entry_lineage(ix: Index, key: str) -> dict[str, Any]:
     """An entry's upstream; LookupError (a 404) for a key that is no entry."""
     if ix.entry(key) is None:
         raise LookupError(f"no cache entry {key}")
-    return graph_json(lineage(key, ix), entry_id(key))
+    return graph_json(lineage(key, same_index(ix)), entry_id(key))
 
 
 # -- used by ------------------------------------------------------------------------------------------------
@@ -209,14 +215,14 @@ def used_by_json(items: list[dict[str, Any]], page: int, per: int = USED_BY_PER)
 def entry_used_by(ix: Index, key: str) -> list[dict[str, Any]]:
     if ix.entry(key) is None:
         raise LookupError(f"no cache entry {key}")
-    return _downstream_of(used_by(key, ix), {entry_id(key)})
+    return _downstream_of(used_by(key, same_index(ix)), {entry_id(key)})
 
 
 def file_used_by(ix: Index, path: str, digest: str | None) -> list[dict[str, Any]]:
     """What read the file (that content of it, when ``digest`` is given), and what used that, transitively."""
     if not file_versions(ix, path):
         raise LookupError(f"no cache entry read a file {path!r}")
-    g = used_by(path, ix)
+    g = used_by(path, same_index(ix))
     seeds = {n.id for n in g.nodes.values() if n.kind == "file" and digest in (None, n.data.get("digest"))}
     if not seeds:
         raise LookupError(f"no cache entry read {path!r} with content {digest}")

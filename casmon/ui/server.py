@@ -250,7 +250,7 @@ class App:
         for other in runs[1:1 + MAX_PAIRS]:
             pair = f"{runs[0].name} → {other.name}"
             try:
-                out.append((pair, first_difference(runs[0], other, ix), ""))
+                out.append((pair, first_difference(runs[0], other, lineageview.same_index(ix)), ""))
             except (CasmonError, LookupError, ValueError, TypeError) as e:  # crafted records: said, not a 500
                 out.append((pair, None, f"{type(e).__name__}: {e}"))
         return out

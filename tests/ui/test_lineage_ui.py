@@ -126,6 +126,8 @@ def test_unknown_lineage_targets_answer_404_json(served, pipe):
     assert "32 hex digits" in _json(served, "/api/lineage/entry/xyz", 400)["error"]
     assert "unknown parameter" in _json(served, f"/api/lineage/entry/{pipe['keys'][0]['load']}?x=1", 400)["error"]
     assert served.request("/file?path=/no/such/file")[0] == 404
+    assert "page" in _json(served, f"/api/used-by/entry/{pipe['keys'][0]['load']}?page=0", 400)["error"]
+    assert "digest" in _json(served, f"/api/used-by/file?path=x&digest=zz", 400)["error"]
 
 
 def test_the_pages_do_not_pay_for_lineage_until_it_is_shown(served, pipe):
