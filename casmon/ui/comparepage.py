@@ -217,8 +217,9 @@ def compare_page(ctx: Ctx, cmp: Comparison, serial: int = 0, first: list[tuple[s
                   "Runs", charts_=True)
 
 
-def report(ctx: Ctx, cmp: Comparison) -> bytes:
+def report(ctx: Ctx, cmp: Comparison, first: list[tuple[str, Any, str]] | None = None) -> bytes:
     """The compare page as one file (:func:`pages.standalone_file`); the charts' points inline (at most
     REPORT_POINTS buckets a series)."""
     spec = chart_spec("compare", cmp.runs, cmp.tails, api=False, inline_points=REPORT_POINTS)
-    return standalone_file(ctx, "casmon report: " + ", ".join(r.name for r in cmp.runs), compare_body(ctx, cmp, spec))
+    return standalone_file(ctx, "casmon report: " + ", ".join(r.name for r in cmp.runs),
+                           compare_body(ctx, cmp, spec, first=first))

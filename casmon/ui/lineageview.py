@@ -14,7 +14,8 @@ import os
 from typing import Any
 from urllib.parse import urlencode
 
-from casmon.lineage import FirstDifference, Graph, Index, lineage, used_by
+from casmon.errors import CasmonError
+from casmon.lineage import FirstDifference, Graph, Index, first_difference, lineage, used_by
 from casmon.lineage.graph import entry_id, run_id
 from casmon.ui.cachepage import differences_html, entry_url
 from casmon.ui.pages import Ctx, heading, layout, url
@@ -28,6 +29,8 @@ USED_BY_PER = 50
 #: Barycentre sweeps (each down and up): enough for a graph of dozens of nodes.
 SWEEPS = 4
 SCRIPT = "casmon-lineage.js"
+#: First differences in lineage on one compare page: the first run against each of this many others.
+MAX_PAIRS = 10
 
 
 def same_index(ix: Index) -> Any:
@@ -276,6 +279,22 @@ def file_page(ctx: Ctx, path: str, digest: str | None, versions: dict[str, int],
                          else "this content of the file")]
     return layout(ctx, f"file {os.path.basename(path)}", Html("".join(display.cell(x) for x in body)), "Cache",
                   scripts=[SCRIPT])
+
+
+def first_differences(store: Any, runs: list[Any]) -> list[tuple[str, FirstDifference | None, str]]:
+    """The first difference in lineage of the first run and each other (at most :data:`MAX_PAIRS`), over one read
+    of the records; records that cannot be joined are said, never a failed page."""
+    if len(runs) < 2:
+        return []
+    ix = Index(store)
+    out: list[tuple[str, FirstDifference | None, str]] = []
+    for other in runs[1:1 + MAX_PAIRS]:
+        pair = f"{runs[0].name} → {other.name}"
+        try:
+            out.append((pair, first_difference(runs[0], other, same_index(ix)), ""))
+        except (CasmonError, LookupError, ValueError, TypeError) as e:
+            out.append((pair, None, f"{type(e).__name__}: {e}"))
+    return out
 
 
 def first_difference_html(ctx: Ctx, got: list[tuple[str, FirstDifference | None, str]]) -> Html:

@@ -57,7 +57,7 @@ from casmon.maintenance import stats
 from casmon.runs.metrics import json_safe
 from casmon.keys.digest import Digest
 from casmon.store.peek import describe
-from casmon.lineage import Index, first_difference
+from casmon.lineage import Index
 from casmon.ui import api, artifactview, cachepage, comparepage, lineageview, model, pages, runpage
 from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
@@ -79,7 +79,6 @@ _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 _HEX_RE = re.compile(r"^[0-9a-fA-F]{8,128}$")
 MAX_URL = 8192
 MAX_RUNS = 100  # runs on one compare page
-MAX_PAIRS = 10  # first differences in lineage on one compare page (the first run against each other)
 MAX_METRICS = 100  # series one dashboard request asks for
 HTML = "text/html; charset=utf-8"
 JSON = "application/json; charset=utf-8"
@@ -239,21 +238,7 @@ class App:
         runs = [self.runs.run(e) for e in entries]
         log = self.calllog()[0] if sum(1 for r in runs if (r.manifest.get("links") or {}).get("call_sessions")) >= 2 else None
         cmp = compare(runs, [e.tail for e in entries], log, self.trust)
-        return 200, comparepage.compare_page(self.ctx, cmp, serial, self._first_differences(runs)), HTML
-
-    def _first_differences(self, runs: list[Any]) -> list[tuple[str, Any, str]]:
-        """The first difference in lineage of the first run and each other (at most MAX_PAIRS of them)."""
-        if len(runs) < 2:
-            return []
-        ix = Index(self.store)
-        out: list[tuple[str, Any, str]] = []
-        for other in runs[1:1 + MAX_PAIRS]:
-            pair = f"{runs[0].name} → {other.name}"
-            try:
-                out.append((pair, first_difference(runs[0], other, lineageview.same_index(ix)), ""))
-            except (CasmonError, LookupError, ValueError, TypeError) as e:  # crafted records: said, not a 500
-                out.append((pair, None, f"{type(e).__name__}: {e}"))
-        return out
+        return 200, comparepage.compare_page(self.ctx, cmp, serial, lineageview.first_differences(self.store, runs)), HTML
 
     def lineage(self, raw: str, query: list[tuple[str, str]]) -> tuple[int, bytes, str]:
         """The lineage endpoints and the file page (``raw``: the undecoded path, a run's name one segment)."""

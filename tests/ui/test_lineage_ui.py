@@ -148,6 +148,17 @@ def test_the_compare_page_names_the_stage_where_the_runs_part_above_the_metrics(
     assert html.escape(pipe["fns"]["features"]) not in section  # downstream of the cause: not a first difference
 
 
+def test_a_compare_report_file_names_the_first_difference_too(pipe):
+    from casmon.ui import report_html
+
+    with casmon.open(pipe["path"], read_only=True, create=False) as store:
+        body = report_html(store, ["1", "2"])[0].decode()
+        one = report_html(store, ["2"])[0].decode()
+    section = body[body.index('id="first-difference"'):body.index('id="metrics"')]
+    assert f'data-fn="{html.escape(pipe["fns"]["clean"])}"' in section and "scale" in section
+    assert 'class="lineage-panel"' not in one  # a file has no server to load a panel from
+
+
 def test_a_used_by_list_is_paged(tmp_path):
     from casmon.ui.lineageview import used_by_json
 
