@@ -52,6 +52,9 @@ POINTS: dict[str, str] = {
     "gc.after_condemn": "gc wrote its list of condemned objects",
     "gc.before_sweep": "gc is about to delete the objects of an old condemned list",
     "gc.after_sweep": "gc deleted loose objects and rewrote the index and packs",
+    # runs: a large file saved in pieces (casmon.runs.pieces)
+    "pieces.after_piece": "one more piece of a large file is put, the file is not read to its end",
+    "pieces.after_listing": "a large file's piece list is put, no artifact record names it yet",
     # runs: record(resume=...) and delete_run
     "resume.after_claim": "a resume's claim ref is written, nothing of the run carried over yet",
     "resume.after_attach": "a resumed run has carried over its metrics, output and checkpoints, written nothing",

@@ -19,6 +19,7 @@ without the edge).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ from casmon.keys.fingerprint import Fingerprinter
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
 
-__all__ = ["produced", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all"]
+__all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all"]
 
 #: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
 #: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
@@ -59,9 +60,47 @@ SWEEP = 4096
 _inserts = [0]
 
 
+# A hit's result, registered lazily: (weak reference, key, store url), turned into rows (with the numpy bases
+# walked) by the next call that reads the rows -- a miss. A warm hit pays for one weak reference and an append.
+_served: list[tuple[weakref.ref, bytes, Any]] = []
+SERVED_MAX = 1024
+_drain_lock = threading.Lock()
+
+
 def forget_all() -> None:
     """Forget every object remembered (tests; a forked child keeps its parent's, which stay true)."""
     _by_id.clear()
+    _served.clear()
+
+
+def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> None:
+    """What a hit does in place of :func:`produced`: the same, deferred to the next read of the rows. A value
+    that takes no weak reference (a list, a dict) is walked now, or, with ``items=False`` (the hot path's small
+    copies), not remembered: content links it."""
+    t = type(value)
+    if t in _SKIP:
+        return
+    if t not in _no_weakref:
+        try:
+            _served.append((weakref.ref(value), key, where))
+        except TypeError:
+            _no_weakref.add(t)
+        else:
+            if len(_served) > SERVED_MAX:
+                _drain()
+            return
+    if items:
+        produced(value, key, where)
+
+
+def _drain() -> None:
+    with _drain_lock:  # in order: of two rows for one id, the later stands
+        batch = _served[:]
+        del _served[:len(batch)]  # hits appended meanwhile stay for the next drain
+        for r, key, where in batch:
+            v = r()
+            if v is not None:
+                produced(v, key, where)
 
 
 def _sweep() -> None:
@@ -127,6 +166,8 @@ def produced(value: Any, key: bytes, where: Any = None) -> None:
 def upstream(values: Any, where: Any = None) -> list[bytes]:
     """Keys of the entries of the store at ``where`` whose results ``values`` (a call's arguments) are or hold,
     by identity, in order."""
+    if _served:
+        _drain()
     if not _by_id:
         return []
     found: list[bytes] = []
@@ -190,7 +231,10 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
         return out
     raw, parts = spans
     mv = memoryview(raw)
-    nlen = {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)}
+    c = _nlens.get(id(state))
+    if c is None or c[0] is not state._name_bytes:  # the tuple held here keeps the id from being reused
+        c = _nlens[id(state)] = (state._name_bytes, {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)})
+    nlen = c[1]
     skip = state.files or state.hashers
     vals = None
     for name, a, b in parts:
@@ -226,6 +270,10 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
     return out
 
 
+# id(state) -> (its parameters' encoded names, their lengths): computed once per function, not per miss
+_nlens: dict[int, tuple[Any, dict[str, int]]] = {}
+
+
 def _small_enough(v: Any) -> bool:
     n = getattr(v, "nbytes", 0)
     return not isinstance(n, int) or n <= CONTENT_MAX
@@ -239,6 +287,8 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         if rf is not None:
             entry["rf"] = rf
         up: dict[str, list[str]] = {}
+        if _served:
+            _drain()
         if _by_id:
             where = getattr(state._store, "url", None)
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results

@@ -28,6 +28,8 @@ import pickle
 import threading
 from typing import TYPE_CHECKING, Any
 
+from casmon.caching import edges
+
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
     from casmon.keys.digest import Digest
@@ -146,10 +148,12 @@ class HotCalls:
         if same:
             return key, d, value
         try:
-            return key, d, pickle.loads(value)
+            value = pickle.loads(value)
         except Exception:  # noqa: BLE001 - a class that cannot be rebuilt now: the full path warns and computes
             self._drop(ck)
             return None
+        edges.served(value, bytes(key), s.url, items=False)  # a later call taking it links to this entry
+        return key, d, value
 
     def learn(self, state: CacheState, ck: tuple, key: Digest, d: Digest, value: Any, prefix: bytes) -> None:
         """Remember the hit of call ``ck``: its ``key`` (computed under ``prefix``), the result ``d`` it read, and

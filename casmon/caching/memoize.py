@@ -39,6 +39,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from casmon.caching import edges, hot, versions
+from casmon.caching.asyncwrap import async_wrapper
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
                                      result_of)
@@ -365,8 +366,10 @@ class CacheState:
                     vals.append(p.default)
                 else:
                     return vals
-        ba = self.sig.bind(*args, **kwargs)  # raises the usual TypeError for a bad call
-        ba.apply_defaults()
+        try:
+            (ba := self.sig.bind(*args, **kwargs)).apply_defaults()
+        except TypeError as e:  # inspect's message names no function: say which, as Python's own does
+            raise TypeError(f"{self.name}: {e}") from None
         vals = []
         for p in self.params:
             v = ba.arguments[p.name]
@@ -665,7 +668,7 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
-                edges.produced(value, key, getattr(self._store, "url", None))
+                edges.served(value, key, getattr(self._store, "url", None))
                 if ck is not None and d is not None and prefix is not None:
                     hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value
@@ -696,8 +699,7 @@ class CacheState:
         key, trackers, files, spans = ctx[:4]
         seconds = time.perf_counter() - t0
         self._recent.append(seconds)
-        try:
-            # What the function changed itself while it ran is not an edit of the values it reads.
+        try:  # what the function changed itself while it ran is not an edit of the values it reads
             if self.tracker is not None:
                 self.tracker.observe()
             for t in trackers:
@@ -878,48 +880,6 @@ class CachedFunction:
         return explain.explain_call(self.__casmon_cache__, args, kwargs)
 
 
-def _async_wrapper(state: CacheState) -> Callable:
-    """``@casmon.cache`` of an ``async def`` function: an ``async def`` function itself, so
-    ``inspect.iscoroutinefunction`` (and the frameworks that ask it) see a coroutine function."""
-
-    @functools.wraps(state.fn)
-    async def async_cached(*args, **kwargs):
-        # Never waits: a wait would block the event loop, and with it the coroutine computing the key.
-        ctx, found, value = state.begin(args, kwargs, waits=False)
-        if found:
-            return value
-        t0 = time.perf_counter()
-        try:
-            result = await state.fn(*args, **kwargs)
-        except BaseException:
-            state.abort(ctx)
-            raise
-        state.end(ctx, result, t0, args, kwargs)
-        return result
-
-    # The helpers of a CachedFunction, as attributes of the coroutine function (read by duck typing).
-    wrapper: Any = async_cached
-    wrapper.__casmon_cache__ = state
-    wrapper.cache_info = functools.partial(CachedFunction.cache_info, wrapper)
-    wrapper.cache_clear = functools.partial(CachedFunction.cache_clear, wrapper)
-    wrapper.is_cached = functools.partial(CachedFunction.is_cached, wrapper)
-    wrapper.ref = functools.partial(CachedFunction.ref, wrapper)
-    wrapper.lookup = functools.partial(CachedFunction.lookup, wrapper)
-    wrapper.explain = functools.partial(CachedFunction.explain, wrapper)
-
-    async def refresh(*args, **kwargs):
-        t0 = time.perf_counter()
-        result = await state.fn(*args, **kwargs)
-        ctx = state.key_ctx(args, kwargs)
-        if ctx[0] is not None:
-            state._replacing.add(bytes(ctx[0]))
-        state.end(ctx, result, t0, args, kwargs)
-        return result
-
-    wrapper.refresh = refresh
-    return wrapper
-
-
 def cache(
     fn: Callable | None = None,
     *,
@@ -980,7 +940,7 @@ def cache(
     state = (_state_class or CacheState)(fn, store, ignore, hashers, version, label, memory_entries, files=files,
                                          wait=wait, expires_after=expires_after, mmap=mmap)
     if inspect.iscoroutinefunction(fn):
-        return _async_wrapper(state)
+        return async_wrapper(state, CachedFunction)
     return CachedFunction(state)
 
 

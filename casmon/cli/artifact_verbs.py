@@ -26,14 +26,16 @@ def _run(which, store):
 @click.argument("run")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the artifacts as JSON.")
+@click.option("--shared", "count_shared", is_flag=True,
+              help="Also count the share other runs, cache entries and refs hold (reads the whole store).")
 @trust_option
 @click.pass_context
-def artifacts_cmd(ctx, run, store_location, as_json, trust) -> None:
-    """What RUN saved: artifacts and checkpoints, with their sizes."""
+def artifacts_cmd(ctx, run, store_location, as_json, count_shared, trust) -> None:
+    """What RUN saved: artifacts and checkpoints, with their sizes; with --shared, the share other runs hold."""
     store = open_store(store_location or ctx.obj.get("store"), read_only=True)
     r = _run(run, store)
     try:
-        arts = r.artifacts()
+        arts = r.artifacts(shared=count_shared)
     except CasmonError as e:
         raise click.ClickException(one_line(e)) from None
     if as_json:
@@ -43,15 +45,19 @@ def artifacts_cmd(ctx, run, store_location, as_json, trust) -> None:
         say(f"run {r.name} saved no artifacts (run.save, run.save_file, run.checkpoint)", markup=False)
         return
     t = Table(title=f"run {escape(r.name)}: {plural(len(arts), 'artifact')}")
-    for col in ("name", "kind", "size", "stored", "shared"):
+    for col in ("name", "kind", "size", "stored", *(("shared",) if count_shared else ())):
         t.add_column(col, justify="left" if col in ("name", "kind") else "right")
     for a in arts:
         kind = a["kind"] + (f" ({plural(a['files'], 'file')})" if a.get("files") is not None else "")
         shared = "?" if a["shared"] is None else f"{size(a['shared'])} ({a['shared'] / a['stored']:.0%})" if a["stored"] else "0"
-        t.add_row(escape(a["name"]), kind, size(a["size"]), size(a["stored"]), shared)
+        t.add_row(escape(a["name"]), kind, size(a["size"]), size(a["stored"]), *((shared,) if count_shared else ()))
     console.print(t)
-    say("stored: what the store holds for it, compressed; shared: the part another run, cache entry or ref also "
-        "holds (deleting this run would not free it)", markup=False)
+    if count_shared:
+        say("stored: what the store holds for it, compressed; shared: the part another run, cache entry or ref also "
+            "holds (deleting this run would not free it)", markup=False)
+    else:
+        say(f"stored: what the store holds for it, compressed; `casmon artifacts {r.name} --shared` also counts the "
+            "part another run, cache entry or ref holds (it reads the whole store)", markup=False)
 
 
 @click.command("get")

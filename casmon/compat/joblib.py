@@ -11,15 +11,17 @@ returns has joblib's ``call_and_shelve``, ``check_call_in_cache``, ``call`` and
 ``clear``.
 
 Differences that are casmon's: a result is stored once by content however
-many calls return it; editing the function (or a helper it calls) gives new
+many calls return it; a dict argument's key order counts (joblib sorts the
+keys), an array's memory layout (a strided view, a copy) does not; editing the function (or a helper it calls) gives new
 entries rather than joblib's whole-function reset; two different functions
 with one name never share entries. ``mmap_mode="r"`` returns an array result
-read-only, as a map of the stored bytes where casmon maps (arrays of 1 MiB and
+read-only (and every array in a dict, list or tuple result), as a map of the stored bytes where casmon maps (arrays of 1 MiB and
 more on a local store: :mod:`casmon.store.mapped`), a read-only copy elsewhere;
 its type is ``numpy.ndarray``, not ``numpy.memmap``. ``"c"``, ``"r+"`` and
 ``"w+"`` return writable copies: a write never reaches the store (joblib's
 ``"r+"``/``"w+"`` would change its cache). ``reduce_size`` is casmon's
-least-recently-used eviction (:func:`casmon.caching.evict`) over the store, and
+least-recently-used eviction (:func:`casmon.caching.evict`) over the store
+(``Memory(bytes_limit=)``, as joblib before 1.5 took it, is its default), and
 ``clear`` and a shelved result's ``clear`` forget entries at once; the stored
 bytes go at the store's next ``casmon gc``. ``verbose`` and ``compress`` are
 accepted and change nothing (casmon prints no trace and compresses by its own
@@ -95,13 +97,42 @@ def _seconds(age: Any, where: str) -> float:
 
 
 def _read_only(value: Any, mmap_mode: str | None) -> Any:
-    """An array result as ``mmap_mode="r"`` gives it: read-only (a view: the caller's own array is left as it is)."""
+    """A result as ``mmap_mode="r"`` gives it: every array in it read-only, in dicts, lists and tuples too, as
+    joblib's memmaps are (views: the caller's own arrays are left as they are)."""
     np = sys.modules.get("numpy")
-    if mmap_mode != "r" or np is None or not isinstance(value, np.ndarray) or not value.flags.writeable:
+    if mmap_mode != "r" or np is None:
         return value
-    view = value.view()
-    view.flags.writeable = False
-    return view
+    return _arrays_read_only(value, np, 0)
+
+
+#: Containers nested deeper than this are handed back as they are (a result is rarely deeper; cycles stop here).
+_READ_ONLY_DEPTH = 32
+
+
+def _arrays_read_only(value: Any, np: Any, depth: int) -> Any:
+    if isinstance(value, np.ndarray):
+        if not value.flags.writeable:
+            return value
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    if depth >= _READ_ONLY_DEPTH:
+        return value
+    t = type(value)
+    if t is dict:
+        items = {k: _arrays_read_only(v, np, depth + 1) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if t not in (list, tuple) and not (issubclass(t, tuple) and isinstance(getattr(t, "_fields", None), tuple)):
+        return value
+    got = [_arrays_read_only(v, np, depth + 1) for v in value]
+    if all(a is b for a, b in zip(got, value)):
+        return value  # no array in it: the object itself
+    if t is list:
+        return got
+    try:
+        return tuple(got) if t is tuple else t(*got)  # a namedtuple keeps its type
+    except Exception:  # noqa: BLE001 - a tuple subclass that takes other arguments: as it is
+        return value
 
 
 class Memory:
@@ -109,7 +140,7 @@ class Memory:
 
     def __init__(self, location: str | os.PathLike[str] | Store | None = None, backend: str = "local",
                  mmap_mode: str | None = None, compress: Any = False, verbose: int = 1,
-                 backend_options: dict[str, Any] | None = None) -> None:
+                 backend_options: dict[str, Any] | None = None, bytes_limit: int | str | None = None) -> None:
         if backend != "local":
             raise ValueError(f"{_WHERE}: Memory: backend {backend!r:.80} is not supported: casmon keeps results in "
                              "its own store (pass a folder, a URL such as s3://bucket/prefix, or a casmon Store)")
@@ -122,6 +153,8 @@ class Memory:
         self.compress = compress
         self.verbose = verbose
         self.backend_options = dict(backend_options or {})
+        # joblib took it here before 1.5 (reduce_size() keeps within it), and code written then still passes it.
+        self.bytes_limit = None if bytes_limit is None else _bytes(bytes_limit, "Memory")
         # Weakly: memory.eval and memory.cache(f)(x) in a loop make one per call.
         self._funcs: weakref.WeakSet[MemorizedFunc] = weakref.WeakSet()
 
@@ -157,6 +190,13 @@ class Memory:
         mode = self.mmap_mode if mmap_mode is False else _mode(mmap_mode, "cache")
         if isinstance(func, (MemorizedFunc, NotMemorizedFunc)):
             func = func.func
+        if isinstance(func, staticmethod):  # @memory.cache over @staticmethod in a class body: its function
+            func = func.__func__
+        if isinstance(func, classmethod):
+            raise TypeError(f"{_WHERE}: cache: a classmethod object cannot be cached (it is called through its "
+                            "class): put @classmethod over @memory.cache, or cache the function")
+        if not callable(func):
+            raise TypeError(f"{_WHERE}: cache: expects a function, got {type(func).__name__} {func!r:.80}")
         loc = self.store_location
         if loc is None:
             return NotMemorizedFunc(func)
@@ -182,11 +222,12 @@ class Memory:
     def reduce_size(self, bytes_limit: int | str | None = None, items_limit: int | None = None,
                     age_limit: datetime.timedelta | float | None = None) -> None:
         """Drop entries unused for ``age_limit``, then the least recently used until the results left take at most
-        ``bytes_limit`` bytes (casmon's eviction, :func:`casmon.caching.evict`; the bytes go at the next gc)."""
+        ``bytes_limit`` bytes (default: the Memory's; casmon's eviction, :func:`casmon.caching.evict`; the bytes go
+        at the next gc)."""
         if items_limit is not None:
             raise ValueError(f"{_WHERE}: reduce_size: items_limit is not supported (casmon evicts by size and age): "
                              "use bytes_limit or age_limit")
-        limit = None if bytes_limit is None else _bytes(bytes_limit, "reduce_size")
+        limit = self.bytes_limit if bytes_limit is None else _bytes(bytes_limit, "reduce_size")
         age = None if age_limit is None else _seconds(age_limit, "reduce_size")
         store = self.store
         if store is None or (limit is None and age is None):
@@ -201,9 +242,10 @@ class Memory:
         return f"Memory(location={self.location!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        loc = self.location.url if isinstance(self.location, Store) else self.location
-        return (Memory, (loc, self.backend, self.mmap_mode, self.compress, self.verbose,
-                         self.backend_options))
+        args = (self.backend, self.mmap_mode, self.compress, self.verbose, self.backend_options, self.bytes_limit)
+        if isinstance(self.location, Store):  # it holds locks and threads: reopened by its URL, as that store itself
+            return (_memory_on_store, (self.location.url, *args))
+        return (Memory, (self.location, *args))
 
 
 class MemorizedFunc:
@@ -274,12 +316,10 @@ class MemorizedFunc:
         self.cached.cache_clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if isinstance(self.location, Store):  # it holds locks and threads: a worker opens it again from its location
-            return (MemorizedFunc, (self.func, self.location.url, self.ignore, self.mmap_mode,
-                                    self.cache_validation_callback))
-        # The cached function pickles as casmon's do (a main script's code keeps its version in a worker).
-        return (_rebuild, (self.func, self.cached, self.location, self.ignore, self.mmap_mode,
-                           self.cache_validation_callback))
+        # The cached function pickles as casmon's do: a main script's code keeps its version in a worker, and a
+        # Store (it holds locks and threads) goes as its URL, which the worker opens again.
+        loc = self.location.url if isinstance(self.location, Store) else self.location
+        return (_rebuild, (self.func, self.cached, loc, self.ignore, self.mmap_mode, self.cache_validation_callback))
 
     def forget(self, plan: dict[bytes, Eviction]) -> None:
         state = self.cached.__casmon_cache__
@@ -299,6 +339,10 @@ def _unbound(func: Callable, ignore: list[str]) -> tuple[Callable, tuple[Any, ..
         if first in ignore:
             return func.__func__, (func.__self__,)
     return func, ()
+
+
+def _memory_on_store(url: str, *args: Any) -> Memory:
+    return Memory(default_store(url), *args)
 
 
 def _rebuild(func: Callable, cached: Any, location: str, ignore: list[str], mmap_mode: str | None,

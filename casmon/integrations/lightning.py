@@ -6,9 +6,9 @@
 A real ``Logger`` of ``lightning.pytorch`` (of ``pytorch_lightning`` when only that is installed, or only that is
 imported), built when ``CasmonLogger`` is first asked for: importing this module imports no framework. Only
 rank 0 logs (Lightning's ``rank_zero_only``). The checkpoints ``ModelCheckpoint`` writes are kept as the run's
-artifacts ``checkpoints/{file name}``; one it deletes (``save_top_k``) is released. Each ``fit``, ``validate``
-or ``test`` ends the logger's own run (Lightning's ``finalize``), so the next opens another: pass ``run=`` or
-record around them to keep them in one.
+artifacts ``checkpoints/{file name}``; one it deletes (``save_top_k``) is released. A logger is one run, as
+Lightning's own loggers are one version: each ``fit``, ``validate`` or ``test`` ends the logger's own run
+(Lightning's ``finalize``), and the next continues it (``record(resume=...)``), its steps after the last ones.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from casmon.integrations.owner import RunOwner, TrainingRaised, numbers, plain
+from casmon.integrations.owner import RunOwner, TrainingRaised, framework, numbers, plain
 from casmon.runs.artifacts import release
 
 __all__ = ["CasmonLogger", "ARTIFACT_PREFIX", "lightning_module"]
@@ -32,14 +32,7 @@ ARTIFACT_PREFIX = "checkpoints/"
 
 def lightning_module() -> ModuleType:
     """``lightning.pytorch``, or ``pytorch_lightning`` when that is the one imported or the only one installed."""
-    if "lightning.pytorch" not in sys.modules and "pytorch_lightning" in sys.modules:
-        return sys.modules["pytorch_lightning"]
-    for name in ("lightning.pytorch", "pytorch_lightning"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ImportError("casmon.integrations.lightning: PyTorch Lightning is not installed (pip install lightning)")
+    return framework(("lightning.pytorch", "pytorch_lightning"), __name__, "PyTorch Lightning", "lightning")
 
 
 def __getattr__(name: str) -> Any:
@@ -61,14 +54,15 @@ def _build(pl: ModuleType) -> type:
         """Log a Lightning trainer into a casmon run: ``Trainer(logger=CasmonLogger())``.
 
         ``run``: the run to log into; else the one active when logging starts; else the logger's own,
-        ``casmon.record(**record_options)``, ended with the trainer's status (``failed`` when training raised).
+        ``casmon.record(**record_options)``, ended with the trainer's status (``failed`` when training raised) and
+        continued by the logger's next fit, validate or test.
         ``checkpoints``: keep what ``ModelCheckpoint`` writes as the run's artifacts (default True).
         """
 
         def __init__(self, run: Any = None, *, record_options: Mapping[str, Any] | None = None,
                      checkpoints: bool = True) -> None:
             super().__init__()
-            self._owner = RunOwner(run, record_options, "CasmonLogger")
+            self._owner = RunOwner(run, record_options, "CasmonLogger", one_run=True)
             self._checkpoints = bool(checkpoints)
             self._saved: dict[str, tuple[str, tuple[int, int]]] = {}  # checkpoint path -> artifact name, stat
             self._kept: dict[Any, set[str]] = {}  # each ModelCheckpoint's key -> the paths it keeps now
@@ -111,7 +105,8 @@ def _build(pl: ModuleType) -> type:
         def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
             values = numbers(metrics)
             if values:
-                self._run_now().log(values, step=step)
+                run = self._run_now()
+                run.log(values, step=None if step is None else self._owner.step(run, "lightning", step))
 
         @rank_zero_only
         def after_save_checkpoint(self, checkpoint_callback: Any) -> None:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from casmon.integrations.owner import RunOwner, TrainingRaised, numbers, plain, training_frame
+from casmon.integrations.owner import RunOwner, TrainingRaised, framework, numbers, plain, training_frame
 from casmon.runs.artifacts import release
 
 __all__ = ["CasmonCallback", "ARTIFACT_PREFIX"]
@@ -29,12 +29,7 @@ ARTIFACT_PREFIX = "checkpoints/"
 
 def __getattr__(name: str) -> Any:
     if name == "CasmonCallback":
-        try:
-            tf = importlib.import_module("transformers")
-        except ImportError:
-            raise ImportError("casmon.integrations.transformers: transformers is not installed (pip install "
-                              "transformers)") from None
-        cls = _build(tf)
+        cls = _build(framework(("transformers",), __name__, "transformers", "transformers"))
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -45,7 +40,8 @@ def _build(tf: Any) -> type:
         """Log a ``Trainer`` into a casmon run: ``Trainer(..., callbacks=[CasmonCallback()])``.
 
         ``run``: the run to log into; else the one active when training begins; else the callback's own,
-        ``casmon.record(**record_options)``, ended when training ends (``failed`` when it raised).
+        ``casmon.record(**record_options)``, ended when training ends (``failed`` when it raised) and continued by
+        its next training or evaluation.
         ``checkpoints``: keep each saved checkpoint folder as the run's artifact (default True).
         """
 
@@ -74,9 +70,11 @@ def _build(tf: Any) -> type:
             if not state.is_world_process_zero:
                 return
             values = numbers(logs)
-            run = self._owner.current()
-            if values and run is not None:
-                run.log(values, step=int(state.global_step))
+            if not values:
+                return
+            with self._owner.outside() as run:
+                if run is not None:
+                    run.log(values, step=self._owner.step(run, "transformers", state.global_step))
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if not (state.is_world_process_zero and self._checkpoints):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching.explain import Difference, compare_parts
-from casmon.lineage.index import Index, short_hex
+from casmon.lineage.index import Index, bulk, short_hex
 
 if TYPE_CHECKING:
     from casmon.runs import RunInfo
@@ -122,6 +122,7 @@ def _run(which: Any, store: Any) -> RunInfo:
     return which if isinstance(which, RunInfo) else load_run(which, store)
 
 
+@bulk
 def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -> FirstDifference:
     """Walking both runs' upstream graphs from their outputs: the earliest cached calls whose code, parameters
     or files differ (or whose entry run A used was cleared and computed again), each with what differs."""

@@ -17,7 +17,7 @@ from casmon.caching import resolve_function
 from casmon.caching.explain import compare_parts
 from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
-from casmon.lineage.index import CLEARED, LIVE, MISSING, UNKNOWN, Index, short_hex
+from casmon.lineage.index import CLEARED, LIVE, MISSING, UNKNOWN, Index, bulk, short_hex
 
 if TYPE_CHECKING:
     from casmon.runs import RunInfo
@@ -141,6 +141,7 @@ def _upstream_into(ix: Index, g: Graph, keys: list[str]) -> None:
             todo.append(u)
 
 
+@bulk
 def lineage(target: Any, store: Store | str | None = None) -> Graph:
     """The upstream graph of a run, a cached function (every entry of it), an entry (key or result digest, or a
     ``ResultRef``): the cached calls that made its inputs, with their code versions, the files they read with
@@ -200,6 +201,7 @@ def _run_own_into(g: Graph, run: RunInfo, rn: Node) -> None:
 
 
 # -- used by: downstream ------------------------------------------------------------------------------------
+@bulk
 def used_by(target: Any, store: Store | str | None = None) -> Graph:
     """Every entry, run and logged (intercepted) call that consumed ``target`` -- a cached function (``FN`` or ``FN@VERSION``), an entry
     (key prefix), a file (path) or a digest (a result's, a file's) -- transitively."""
@@ -368,6 +370,7 @@ class Staleness:
         return None
 
 
+@bulk
 def stale(store: Store | str | None = None) -> Graph:
     """Entries and runs whose upstream changed since they were made, each node with its ``reason`` (worded as
     ``explain`` words a difference); edges join a stale node to the stale nodes it fed."""

@@ -400,7 +400,7 @@ def load(store: Store, ref: str, run_name: str, name: str, mmap: bool = False) -
 
 def _value(store: Store, a: Artifact, run_name: str, mmap: bool = False) -> Any:
     if a.kind == "file" or a.pieced:
-        return pieces.read_all(store, a.digest, f"run {run_name}: artifact {a.name}")
+        return pieces.read_all(store, a.digest, f"run {run_name}: artifact {a.name}", a.size)
     return store.get(a.digest, mmap=mmap)
 
 
@@ -431,22 +431,27 @@ def write_artifact(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
 
 
 def _write_out(store: Store, a: Artifact, run_name: str, out: Path) -> Path:
-    from casmon.runs.folders import safe_target
+    from casmon.runs.folders import UnsafePathError, safe_target, unsafe_path
 
     if a.kind == "folder":
         files = _listing(store, a, run_name)
+        for rel in files:  # a crafted listing never writes outside dest, nor part of itself before it is refused
+            why = unsafe_path(rel)
+            if why is not None:
+                raise UnsafePathError(f"casmon: folder artifact {a.name!r} of run {run_name}: refusing to write "
+                                      f"{rel[:200]!r}: {why}")
         out.mkdir(parents=True, exist_ok=True)
         for rel, f in sorted(files.items()):
-            target = safe_target(out, rel)  # a crafted listing never writes outside dest
-            _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}"), f.get("mode"))
+            target = safe_target(out, rel)  # and through no symlink found there
+            _write(target, pieces.chunks(store, f["digest"], f"run {run_name}: {a.name}/{rel}", f["size"]), f.get("mode"))
         return out
     if out.is_dir():
         out = out / a.name.rsplit("/", 1)[-1]
     if a.kind == "file":
-        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}"), a.mode)
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: file artifact {a.name}", a.size), a.mode)
         return out
     if a.pieced:
-        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: artifact {a.name}"), None)
+        _write(out, pieces.chunks(store, a.digest, f"run {run_name}: artifact {a.name}", a.size), None)
         return out
     v = store.get(a.digest)
     if not isinstance(v, (bytes, bytearray, memoryview)):
@@ -460,7 +465,9 @@ def _write(path: Path, data: Iterable[bytes], mode: int | None) -> None:
     """``data`` to ``path`` whole or not at all, through a partial file of a fresh name created exclusively: a
     link planted where it goes is never followed, and a failed write leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name[:200]}.{os.urandom(6).hex()}.casmon-partial")
+    # the name's first 64 bytes at most: a name that fits the file system's 255 bytes leaves room for the rest
+    stem = os.fsencode(path.name)[:64].decode("utf-8", "ignore") if os.name != "nt" else path.name[:64]
+    tmp = path.with_name(f".{stem}.{os.urandom(6).hex()}.casmon-partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
                  0o666)
     try:

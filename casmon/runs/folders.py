@@ -23,7 +23,7 @@ from casmon.runs.listing import RunInfo, load_run, readable_run
 from casmon.runs.metrics import json_safe
 from casmon.store.store import Store
 
-__all__ = ["restore", "export", "safe_target", "vcs_component", "UnsafePathError", "VCS_DIRS"]
+__all__ = ["restore", "export", "safe_target", "unsafe_path", "vcs_component", "UnsafePathError", "VCS_DIRS"]
 
 #: Folders of version control systems: restore and export never write into one (any case, any depth).
 VCS_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", "cvs", ".jj", ".pijul", ".fslckout", "_fossil_", ".fossil"})
@@ -50,18 +50,30 @@ def vcs_component(rel: str) -> str | None:
     return None
 
 
-def safe_target(root: Path, rel: str) -> Path:
-    """``root / rel``, refusing absolute paths, ``..``, paths through symlinks, and VCS metadata (``.git/``)."""
+def unsafe_path(rel: object) -> str | None:
+    """Why relative path ``rel`` (from a run: a tracked file, a folder artifact's file) must not be written under
+    a folder, or None: no file name, absolute, ``..``, a part that names the folder itself, VCS metadata. Long
+    paths and odd characters are no reason: a saved folder holds what the file system held."""
     if not isinstance(rel, str) or not rel or "\0" in rel:
-        raise UnsafePathError(f"refusing to write {str(rel)[:200]!r}: not a file name")
+        return "not a file name"
     vcs = vcs_component(rel)
     if vcs is not None:
-        raise UnsafePathError(f"refusing to write {rel!r}: it is inside version-control metadata ({vcs}/), which can "
-                              "run commands (hooks, config); casmon never restores or exports it")
-    p = Path(rel)
-    if p.is_absolute() or rel.startswith(("/", "\\")) or any(part == ".." for part in re.split(r"[/\\]", rel)) \
+        return (f"it is inside version-control metadata ({vcs}/), which can run commands (hooks, config); casmon "
+                "never restores or exports it")
+    if Path(rel).is_absolute() or rel.startswith(("/", "\\")) or any(part == ".." for part in re.split(r"[/\\]", rel)) \
             or re.match(r"^[A-Za-z]:", rel):
-        raise UnsafePathError(f"refusing to write {rel!r}: it would escape the target folder")
+        return "it would escape the target folder"
+    if any(part in ("", ".") for part in re.split(r"[/\\]", rel)):  # "sub/." or "a//b": not the name of a file
+        return "it has an empty or '.' part"
+    return None
+
+
+def safe_target(root: Path, rel: str) -> Path:
+    """``root / rel``, refusing what :func:`unsafe_path` refuses and paths through symlinks."""
+    why = unsafe_path(rel)
+    if why is not None:
+        raise UnsafePathError(f"refusing to write {str(rel)[:200]!r}: {why}")
+    p = Path(rel)
     target = root / p
     cur = root
     for part in p.parts[:-1]:

@@ -14,6 +14,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from casmon.keys.names import keep_flat_names
@@ -255,11 +256,12 @@ class RunInfo:
                 out[k] = _summary_fast(v) or {f: _summary_cell(f, v.get(f)) for f in _SUMMARY_FIELDS}
         return out
 
-    def metrics(self) -> dict[str, Series]:
-        """Every metric the run logged, by name: each a :class:`~casmon.runs.metrics.Series` of numpy arrays."""
+    def metrics(self, names: Iterable[str] | None = None) -> dict[str, Series]:
+        """Every metric the run logged (or those of ``names`` it logged), by name: each a
+        :class:`~casmon.runs.metrics.Series` of numpy arrays. Several names at once read the run's records once."""
         if self.error is not None:
             raise self.error
-        return read_series(self.store, self.ref, f"run {self.name}")
+        return read_series(self.store, self.ref, f"run {self.name}", None if names is None else list(names))
 
     def metric(self, name: str) -> Series:
         """One metric: ``.steps``, ``.values``, ``.times`` as numpy arrays, ``.to_pandas()``."""
@@ -303,18 +305,19 @@ class RunInfo:
         return importlib.import_module("casmon.lineage").lineage(self)
 
     # -- artifacts and checkpoints (casmon.runs.artifacts) -----------------------------------------------
-    def artifacts(self) -> list[dict[str, Any]]:
+    def artifacts(self, shared: bool = True) -> list[dict[str, Any]]:
         """What the run saved: ``{name, kind, size, stored, shared, digest, step, time}`` each, by name; ``stored``
         is what the store holds for it, compressed; ``shared`` the part of that another run, cache entry or ref
-        also holds (what deleting this run would not free; None if the store cannot be read whole)."""
+        also holds (what deleting this run would not free; None if the store cannot be read whole). Finding
+        ``shared`` walks every record and ref of the store; ``shared=False`` skips that (``shared`` is None)."""
         from casmon.runs import artifacts, sharing
 
         out = []
         arts = artifacts.read_artifacts(self.store, self.ref)
-        sizes = sharing.sizes(self.store, self.ref, arts.values())
+        sizes = sharing.sizes(self.store, self.ref, arts.values(), shared)
         for a in arts.values():
-            stored, shared = sizes[a.name]
-            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": shared,
+            stored, held = sizes[a.name]
+            out.append({"name": a.name, "kind": a.kind, "size": a.size, "stored": stored, "shared": held,
                         "digest": a.digest, "step": a.step, "time": a.time,
                         **({"files": a.files} if a.files is not None else {})})
         return out

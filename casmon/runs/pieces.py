@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from casmon import faultpoints
 from casmon.errors import DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.store import cdc
@@ -49,6 +50,7 @@ def put_stream(store: Store, f: IO[bytes]) -> tuple[Digest, list[Digest], int]:
         _put(store, p, pieces, refs)
     total = sum(n for _, n in pieces)
     listing = store.put({PIECES_TAG: 1, "size": total, "pieces": pieces})
+    faultpoints.point("pieces.after_listing")
     return listing, [listing, *refs], total
 
 
@@ -56,20 +58,25 @@ def _put(store: Store, piece: bytes, pieces: list[list[Any]], refs: list[Digest]
     d = store.put(piece)
     refs.append(d)
     pieces.append([d.hex(), len(piece)])
+    faultpoints.point("pieces.after_piece")
 
 
-def chunks(store: Store, digest: str, what: str) -> Iterator[bytes]:
+def chunks(store: Store, digest: str, what: str, size: int | None = None) -> Iterator[bytes]:
     """The bytes of stored file value ``digest`` (one value, or its pieces in order), a piece at a time; a piece
-    damaged, missing or of another size than listed raises (DamagedObjectError, MissingObjectError)."""
+    damaged, missing or of another size than listed raises (DamagedObjectError, MissingObjectError), and so
+    does a file of another ``size`` than its record says, before any byte is given (a download announces
+    that size first)."""
     got = load_data(store, digest, what, (bytes, bytearray, dict))
     if not isinstance(got, dict):
+        _check_size(digest, what, len(got), size)
         yield bytes(got)
         return
-    pieces, size = got.get("pieces"), got.get("size")
-    if got.get(PIECES_TAG) != 1 or not isinstance(pieces, list) or type(size) is not int or not all(
+    pieces, total = got.get("pieces"), got.get("size")
+    if got.get(PIECES_TAG) != 1 or not isinstance(pieces, list) or type(total) is not int or not all(
             isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int and p[1] >= 0
-            for p in pieces) or sum(p[1] for p in pieces) != size:
+            for p in pieces) or sum(p[1] for p in pieces) != total:
         raise DamagedObjectError(f"value {digest}", f"{what}: not a list of a file's pieces")
+    _check_size(digest, what, total, size)
     for i, (h, n) in enumerate(pieces):
         b = load_data(store, h, f"{what}, piece {i}", (bytes, bytearray))
         if len(b) != n:
@@ -77,5 +84,10 @@ def chunks(store: Store, digest: str, what: str) -> Iterator[bytes]:
         yield bytes(b)
 
 
-def read_all(store: Store, digest: str, what: str) -> bytes:
-    return b"".join(chunks(store, digest, what))
+def _check_size(digest: str, what: str, has: int, said: int | None) -> None:
+    if said is not None and has != said:
+        raise DamagedObjectError(f"value {digest}", f"{what}: {has:,} bytes, its record says {said:,}")
+
+
+def read_all(store: Store, digest: str, what: str, size: int | None = None) -> bytes:
+    return b"".join(chunks(store, digest, what, size))

@@ -68,17 +68,17 @@ def held_elsewhere(store: Store, ref: str) -> set[Digest] | None:
         return None
 
 
-def sizes(store: Store, ref: str, arts: Iterable[Artifact]) -> dict[str, tuple[int, int | None]]:
+def sizes(store: Store, ref: str, arts: Iterable[Artifact], shared: bool = True) -> dict[str, tuple[int, int | None]]:
     """``name -> (stored bytes, bytes shared with other runs and entries)`` for artifacts ``arts`` of run
-    ``ref``; shared is None when the store cannot be walked whole."""
+    ``ref``; shared is None when not asked for (``shared=False``: the walk of every record and ref of the
+    store is seconds on a large one) or when the store cannot be walked whole."""
     arts = list(arts)
     if not arts:
         return {}
-    elsewhere = held_elsewhere(store, ref)
+    elsewhere = held_elsewhere(store, ref) if shared else None
     out: dict[str, tuple[int, int | None]] = {}
     for a in arts:
         objs = object_sizes(store, needed(store, a))
         stored = sum(objs.values())
-        shared = None if elsewhere is None else sum(n for d, n in objs.items() if d in elsewhere)
-        out[a.name] = (stored, shared)
+        out[a.name] = (stored, None if elsewhere is None else sum(n for d, n in objs.items() if d in elsewhere))
     return out

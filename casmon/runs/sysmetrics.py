@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import glob
 import math
+import numbers
 import os
 import sys
 import threading
@@ -54,10 +55,16 @@ def interval(enabled: Any, every: Any, where: str) -> float | None:
     for anything else."""
     if type(enabled) is not bool:
         raise TypeError(f"{where}: system_metrics must be True or False, got {type(enabled).__name__} {enabled!r:.80}")
-    if type(every) not in (int, float) or not MIN_INTERVAL_S <= every <= MAX_INTERVAL_S:  # NaN fails too
+    seconds = None
+    if isinstance(every, numbers.Real) and not isinstance(every, bool):  # numpy's numbers, a Fraction: their value
+        try:
+            seconds = float(every)
+        except (OverflowError, ValueError, TypeError):  # an int beyond any float
+            pass
+    if seconds is None or not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:  # NaN fails too
         raise ValueError(f"{where}: system_metrics_s must be a number of seconds from {MIN_INTERVAL_S:g} to "
                          f"{MAX_INTERVAL_S:g}, got {every!r:.80}")
-    return float(every) if enabled else None
+    return seconds if enabled else None
 
 
 def users_first(names: Any, group: str = "") -> list[str]:
@@ -169,6 +176,8 @@ def _open_gpus() -> tuple[_Gpus | None, str | None]:
                 import pynvml
             except ImportError:
                 _nvml["why"] = "nvidia-ml-py is not installed (pip install 'casmon[system]'): no GPU metrics"
+            except Exception as e:  # noqa: BLE001 - its import warned under -W error, or found no library: GPUs only
+                _nvml["why"] = f"nvidia-ml-py cannot be imported ({type(e).__name__}: {e}): no GPU metrics"
             else:
                 try:
                     pynvml.nvmlInit()
@@ -205,10 +214,8 @@ class Sampler:
                 source.read(out, failed)
         if failed and not self.warned:
             self.warned = True
-            from casmon.runs.recorder import RunWarning
-
-            warnings.warn(f"casmon.record: run {self.run.name}: a system metric could not be read ({failed[0]}); "
-                          "it is skipped while that lasts (said once per run)", RunWarning, stacklevel=2)
+            _say(f"casmon.record: run {self.run.name}: a system metric could not be read ({failed[0]}); it is "
+                 "skipped while that lasts (said once per run)")
         return {PREFIX + k: v for k, v in out.items() if math.isfinite(v)}
 
     def tick(self) -> None:
@@ -258,6 +265,8 @@ def _start(run: Any, every: float, notes: list[str]) -> Sampler | None:
     except ImportError:
         notes.append("psutil is not installed (pip install 'casmon[system]'): no CPU, memory, disk or network "
                      "metrics")
+    except Exception as e:  # noqa: BLE001 - its import warned under -W error: the GPUs are still sampled
+        notes.append(f"psutil cannot be imported ({type(e).__name__}: {e}): no CPU, memory, disk or network metrics")
     else:
         try:
             host = _Host(psutil)

@@ -6,7 +6,7 @@
                         traceback once it failed
 ``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
 ``/api/run/NAME/metrics?name=A&name=B&n=2000``  one run's metrics grouped for the dashboard (``train``, ``val``,
-                        ..., ``sys``, the ungrouped), and the series of those named, downsampled
+                        ..., the ungrouped, ``sys``), and the series of those named, downsampled
 
 Polling, not server-sent events: the server is the standard library's
 threading HTTP server, where an event stream holds a thread (and the index's
@@ -23,7 +23,7 @@ from typing import Any
 from casmon.errors import CasmonError
 from casmon.runs import RunInfo
 from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex
-from casmon.ui.series import metric_groups, metric_json
+from casmon.ui.series import metric_groups, metric_json, read_together
 from casmon.ui.table import cell_texts, row_of
 from casmon.ui.values import console_text, fmt, status_text
 from casmon.view.display import seconds
@@ -117,21 +117,30 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str
     naming it: a dashboard only asks for what the run's summary lists."""
     r = index.run(e)
     summary = r.metric_summary()
+    live = e.status in LIVE_STATUSES or e.digest is None  # a live run's series grow: read each time
+    wanted = list(dict.fromkeys(names))
+    # The run's points are a record per flush (a long sampled run: thousands): read them once for all the names
+    # not kept yet, not once per name.
+    read = read_together(r, [m for m in wanted if live or not index.is_kept(("metric", e.ref, e.digest, m, n))],
+                         summary)
     series: dict[str, Any] = {}
-    for name in names:
-        if name in series:
-            continue
+    for name in wanted:
         try:
-            if e.status in LIVE_STATUSES or e.digest is None:  # a live run's series grow: read each time
-                series[name] = metric_json(e.tail, name, r.metric(name), n)
+            if live:
+                series[name] = metric_json(e.tail, name, _series(r, read, name), n)
             else:  # an ended run's series never change: downsampled once
-                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, name, n))
+                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, read, name, n))
         except CasmonError as err:  # one damaged series: its panel says so, the others draw
             series[name] = {"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
 
 
-def _downsampled(tail: str, r: RunInfo, name: str, n: int) -> Any:
+def _series(r: RunInfo, read: dict[str, Any], name: str) -> Any:
+    got = read.get(name)
+    return got if got is not None else r.metric(name)  # not read together: r.metric reads it or says why not
+
+
+def _downsampled(tail: str, r: RunInfo, read: dict[str, Any], name: str, n: int) -> Any:
     """What computes one metric's chart series when the index has not kept it."""
-    return lambda: metric_json(tail, name, r.metric(name), n)
+    return lambda: metric_json(tail, name, _series(r, read, name), n)

@@ -17,7 +17,7 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from casmon.errors import CasmonError
-from casmon.ui.pages import Ctx, heading, scroll, url
+from casmon.ui.pages import Ctx, heading, run_url, scroll, url
 from casmon.view import display
 from casmon.view.display import Html, code, esc, table, when
 from casmon.view.text import plural, size
@@ -46,17 +46,18 @@ def resume_facts(r: Any) -> list[tuple[str, Any]]:
                         f"(after it was {last['status']})")]
 
 
-def _arts(r: Any) -> tuple[list[dict[str, Any]], str | None]:
+def _arts(r: Any, shared: bool) -> tuple[list[dict[str, Any]], str | None]:
     try:
-        return r.artifacts(), None
+        return r.artifacts(shared=shared), None
     except CasmonError as e:
         return [], str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def run_section(ctx: Ctx, tail: str, r: Any) -> list[Any]:
-    """The run page's artifacts, checkpoints and resumes; nothing when the run has none of them."""
+def run_section(ctx: Ctx, tail: str, r: Any, shared: bool = False) -> list[Any]:
+    """The run page's artifacts, checkpoints and resumes; nothing when the run has none of them. ``shared``:
+    count the share other runs hold (a walk of the whole store: seconds on a large one, so a link asks)."""
     out: list[Any] = []
-    arts, why = _arts(r)
+    arts, why = _arts(r, shared)
     if why:
         out += [heading("Artifacts", 2, "artifacts"), display.error_line(f"artifacts: {why}")]
     named = [a for a in arts if a["kind"] != "checkpoint"]
@@ -69,17 +70,19 @@ def run_section(ctx: Ctx, tail: str, r: Any) -> list[Any]:
                 dl = ctx.link(url("/artifact", run=tail, name=a["name"]), "zip" if a["kind"] == "folder" else "download",
                               "artifact-download")
             kind = a["kind"] + (f" ({plural(a['files'], 'file')})" if a.get("files") is not None else "")
-            rows.append((code(a["name"]), kind, size(a["size"]), size(a["stored"]), _share(a), dl))
+            rows.append((code(a["name"]), kind, size(a["size"]), size(a["stored"]), _share(a, shared), dl))
         total = sum(a["stored"] for a in named)
         out += [heading(f"Artifacts ({len(named)}, {size(total)} stored)", 2, "artifacts"),
-                scroll(table(["name", "kind", "size", "stored", "shared", ""], rows, num=[2, 3, 4])),
-                Html('<p class="muted">stored: what the store holds for it, compressed; shared: the part another '
-                     "run, cache entry or ref holds too (deleting this run would not free it)</p>")]
+                scroll(table(["name", "kind", "size", "stored", "shared", ""], rows, num=[2, 3, 4]))]
     if ckpts:
         ckpts.sort(key=lambda a: a["step"] if type(a["step"]) is int else -1)
-        rows = [(a["step"], size(a["size"]), size(a["stored"]), _share(a), when(a["time"])) for a in ckpts]
+        rows = [(a["step"], size(a["size"]), size(a["stored"]), _share(a, shared), when(a["time"])) for a in ckpts]
         out += [heading(f"Checkpoints ({len(ckpts)})", 2, "checkpoints"),
                 scroll(table(["step", "size", "stored", "shared", "saved"], rows, num=[0, 1, 2, 3]))]
+    if named or ckpts:
+        ask = "" if shared else f" -- {ctx.link(run_url(tail) + '?shared=1#artifacts', 'count it', 'count-shared')} (reads the whole store)"
+        out.append(Html('<p class="muted">stored: what the store holds for it, compressed; shared: the part another run, '
+                        f"cache entry or ref holds too (deleting this run would not free it){ask}</p>"))
     resumes = r.resumes
     if resumes:
         rows = [(when(x["time"]), x["host"], x["pid"], x["status"]) for x in resumes]
@@ -88,9 +91,9 @@ def run_section(ctx: Ctx, tail: str, r: Any) -> list[Any]:
     return out
 
 
-def _share(a: dict[str, Any]) -> str:
+def _share(a: dict[str, Any], counted: bool) -> str:
     if a.get("shared") is None:
-        return "?"
+        return "?" if counted else ""
     return f"{size(a['shared'])} ({a['shared'] / a['stored']:.0%})" if a["stored"] else "0"
 
 
@@ -137,7 +140,7 @@ def download(store: Any, r: Any, name: str) -> Download:
     leaf = name.rsplit("/", 1)[-1]
     what = f"run {r.name}: artifact {name}"
     if a.kind == "file":
-        chunks = pieces.chunks(store, a.digest, what)
+        chunks = pieces.chunks(store, a.digest, what, a.size)
         first = next(chunks, b"")  # a damage found before anything is sent is an error page, not a cut file
         return Download(_chain(first, chunks), leaf, "application/octet-stream", a.size)
     if a.kind == "folder":
@@ -178,19 +181,18 @@ class _Sink:
 
 def _zip(store: Any, files: dict[str, dict[str, Any]], what: str) -> Iterator[bytes]:
     from casmon.runs import pieces
-    from casmon.runs.artifacts import check_name
+    from casmon.runs.folders import unsafe_path
 
     sink = _Sink()
     with zipfile.ZipFile(cast(Any, sink), "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # written, never read
         for rel, f in sorted(files.items()):
-            try:
-                check_name(rel, "file name")  # a crafted listing's '../x' or '/etc/x' would unzip outside
-            except ValueError:
+            if unsafe_path(rel) is not None:  # a crafted listing's '../x', '/etc/x' or '.git/hooks/x'
                 continue
-            info = zipfile.ZipInfo(rel)
+            # a name the file system held as bytes that are not UTF-8 (kept as surrogates): a zip holds UTF-8 only
+            info = zipfile.ZipInfo(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
             info.external_attr = ((f.get("mode") or 0o644) & 0o777 | 0o100000) << 16
-            with z.open(info, "w", force_zip64=f["size"] > 2**31) as w:
-                for b in pieces.chunks(store, f["digest"], f"{what}/{rel}"):
+            with z.open(info, "w", force_zip64=f["size"] >= zipfile.ZIP64_LIMIT) as w:  # zipfile's own bound
+                for b in pieces.chunks(store, f["digest"], f"{what}/{rel}", f["size"]):
                     w.write(b)
                     yield sink.take()
     yield sink.take()

@@ -132,6 +132,10 @@ class RunIndex:
         self._series: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._series_lock = threading.Lock()
 
+    def is_kept(self, key: tuple[Any, ...]) -> bool:
+        with self._series_lock:
+            return key in self._series
+
     def kept(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
         """``make()``, kept for ``key`` (the last SERIES_KEPT): what an ended run's immutable data gives, such
         as a metric downsampled for a chart (a reload then reads no series again)."""

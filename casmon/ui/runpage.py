@@ -131,8 +131,9 @@ def _output(r: Any, live: bool) -> list[Any]:
     return out
 
 
-def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any]) -> Html:
-    """The run page's content; ``spec`` is its chart block (points fetched from the server, or inline)."""
+def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any], shared: bool = False) -> Html:
+    """The run page's content; ``spec`` is its chart block (points fetched from the server, or inline); ``shared``:
+    count the share of its artifacts other runs hold (a walk of the whole store)."""
     m = r.manifest
     running = r.status in LIVE_STATUSES  # a lost run is not polled: it says so, and a reload looks again
     live = running and not ctx.standalone  # a report file polls nothing
@@ -160,7 +161,7 @@ def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any]) -> Html:
         out += [heading("Info", 2, "info"), _values_table(r, info, flatten(cells) if isinstance(cells, dict) else {})]
         if why:
             out.append(display.error_line(f"info: {why}"))
-    out += artifactview.run_section(ctx, e.tail, r)  # artifacts, checkpoints, resumes: a section of its own
+    out += artifactview.run_section(ctx, e.tail, r, shared)  # artifacts, checkpoints, resumes: a section of its own
     out += _output(r, running)
     g = m.get("git") or {}
     if g.get("patch"):
@@ -189,15 +190,16 @@ def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any]) -> Html:
     return Html("".join(display.cell(x) for x in out))
 
 
-def run_page(ctx: Ctx, e: Entry, r: Any) -> bytes:
+def run_page(ctx: Ctx, e: Entry, r: Any, shared: bool = False) -> bytes:
     spec = chart_spec("run", [r], [e.tail], api=True)
-    return layout(ctx, f"Run {r.name}", run_body(ctx, e, r, spec), "Runs", charts_=True, scripts=[lineageview.SCRIPT])
+    return layout(ctx, f"Run {r.name}", run_body(ctx, e, r, spec, shared), "Runs", charts_=True,
+                  scripts=[lineageview.SCRIPT])
 
 
 def report(ctx: Ctx, e: Entry, r: Any) -> bytes:
     """One run's page as one file (``casmon report RUN``): its charts' points inline, nothing fetched."""
     spec = chart_spec("run", [r], [e.tail], api=False, inline_points=REPORT_POINTS)
-    return standalone_file(ctx, f"casmon report: run {r.name}", run_body(ctx, e, r, spec))
+    return standalone_file(ctx, f"casmon report: run {r.name}", run_body(ctx, e, r, spec, shared=True))  # no link to ask
 
 
 def _entry_link(ctx: Ctx, link: dict[str, Any]) -> Html:

@@ -10,7 +10,7 @@ ones (eight weights) are values, shown as a summary and a sparkline.
 
 The chart block (:func:`chart_spec`) names the runs, their parameters, their
 metric summaries and the metrics grouped for the dashboard (:func:`metric_groups`:
-``train/*``, ``val/*``, ... ``sys/*``, the ungrouped last); the server's pages let
+``train/*``, ``val/*``, ..., the ungrouped, the sampled ``sys/*`` last); the server's pages let
 the script fetch points from ``/api/run/NAME/metrics``, a report file carries them inline.
 """
 
@@ -36,8 +36,8 @@ POINTS = 2000
 MAX_POINTS = 20_000
 #: Buckets per series a report file carries inline (a file of 10 runs x 5 metrics stays a few MiB).
 REPORT_POINTS = 1000
-#: Metric groups a dashboard shows first, in this order; other prefixes follow by name, then ``sys``, then the
-#: metrics without a prefix, then info curves.
+#: Metric groups a dashboard shows first, in this order; other prefixes follow by name, then the metrics without a
+#: prefix, then info curves, then ``sys`` (sampled, not logged: a GPU node's dozens never stand before ``loss``).
 GROUP_ORDER = ("train", "val", "valid", "validation", "test", "eval")
 #: The group of metrics without a prefix (``loss``), and of info sequences drawn as curves.
 UNGROUPED, INFO_GROUP = "", "info"
@@ -54,7 +54,7 @@ def group_of(name: str) -> str:
 
 def metric_groups(names: list[str]) -> list[dict[str, Any]]:
     """``[{"group": "train", "metrics": [...]}, ...]``: every name once, in its group, groups in dashboard order
-    (train, val, test ..., other prefixes by name, sys, the ungrouped, info curves); names sorted in a group."""
+    (train, val, test ..., other prefixes by name, the ungrouped, info curves, sys); names sorted in a group."""
     groups: dict[str, list[str]] = {}
     for name in sorted(set(names)):
         groups.setdefault(group_of(name), []).append(name)
@@ -62,7 +62,7 @@ def metric_groups(names: list[str]) -> list[dict[str, Any]]:
     def rank(g: str) -> tuple[int, int, str]:
         if g in GROUP_ORDER:
             return (0, GROUP_ORDER.index(g), g)
-        return (1 if g not in ("sys", UNGROUPED, INFO_GROUP) else 2 + ("sys", UNGROUPED, INFO_GROUP).index(g), 0, g)
+        return (1 if g not in (UNGROUPED, INFO_GROUP, "sys") else 2 + (UNGROUPED, INFO_GROUP, "sys").index(g), 0, g)
 
     return [{"group": g, "metrics": groups[g]} for g in sorted(groups, key=rank)]
 
@@ -174,6 +174,27 @@ def chart_params(r: RunInfo) -> dict[str, Any]:
     return out
 
 
+#: Points read together at most (24 bytes each): a request for many long metrics holds a bounded part at once.
+TOGETHER_POINTS = 4_000_000
+
+
+def read_together(r: RunInfo, names: list[str], summary: dict[str, Any]) -> dict[str, Any]:
+    """The series of ``names`` the run logged, read in one pass over its records (a long sampled run has one per
+    flush: thousands), or ``{}`` where each is better read alone (one name, long series, a damaged one)."""
+    if len(names) < 2:
+        return {}
+    try:
+        sizes = [int(summary.get(m, {}).get("n") or 0) for m in names]
+    except (TypeError, ValueError, OverflowError):  # a crafted summary: read each alone
+        return {}
+    if sum(sizes) > TOGETHER_POINTS:
+        return {}  # long series: one at a time, each downsampled before the next is read
+    try:
+        return r.metrics(names)
+    except CasmonError:  # one damaged series: each is read alone, so only its panel says so
+        return {}
+
+
 def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, store: Any = None, trust: bool = False,
                inline_points: int = 0) -> dict[str, Any]:
     """The chart block of a run page (``mode="run"``) or a compare page (``"compare"``).
@@ -202,10 +223,11 @@ def chart_spec(mode: str, runs: list[RunInfo], tails: list[str], *, api: bool, s
                 series.setdefault(key, {})[tail] = sequence_json(tail, k, xs, inline_points or POINTS)
     logged = sorted(metrics)
     if inline_points:
-        for r, tail in zip(runs, tails):
+        for r, spec, tail in zip(runs, specs, tails):
+            read = read_together(r, [m for m in logged if m in spec["summary"]], spec["summary"])
             for name in logged:
                 try:
-                    s = r.metric(name)
+                    s = read[name] if name in read else r.metric(name)
                 except (LookupError, CasmonError):
                     continue
                 series.setdefault(name, {})[tail] = metric_json(tail, name, s, inline_points)

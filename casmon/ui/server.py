@@ -52,7 +52,7 @@ from casmon.view import display
 from casmon.caching import KIND as KIND_CACHE, KIND_CLEAR, KIND_FN, KIND_USE, newest_per_key, cache_entries, resolve_function
 from casmon.caching.explain import code_versions, explain_entry
 from casmon.calllog import CallLog
-from casmon.errors import CasmonError
+from casmon.errors import CasmonError, DamagedObjectError
 from casmon.maintenance import stats
 from casmon.runs.metrics import json_safe
 from casmon.keys.digest import Digest
@@ -179,8 +179,10 @@ class App:
         if path == "/compare":
             return self.compare_page(Params(query, {"run"}, multi={"run"}))
         if parts.path.startswith("/run/") and len(parts.path) > 5 and "/" not in parts.path[5:]:
-            Params(query, set())  # the name is one segment of the raw path, decoded alone: it may hold '/'
-            return self.run_page(path[5:])
+            p = Params(query, {"shared"})  # the name is one segment of the raw path, decoded alone: it may hold '/'
+            if p.one("shared") not in (None, "1"):
+                raise BadRequest("shared= is 1 (count the share other runs hold) or absent")
+            return self.run_page(path[5:], shared=p.one("shared") == "1")
         if path == "/api/runs":
             p = Params(query, {"since"})
             return 200, _json(api.runs_since(self.runs, p.integer("since", 0))), JSON
@@ -307,9 +309,9 @@ class App:
         except LookupError as e:
             raise NotFound(str(e)) from None
 
-    def run_page(self, which: str) -> tuple[int, bytes, str]:
+    def run_page(self, which: str, shared: bool = False) -> tuple[int, bytes, str]:
         e = self._entry(which)
-        return 200, runpage.run_page(self.ctx, e, self.runs.run(e)), HTML
+        return 200, runpage.run_page(self.ctx, e, self.runs.run(e), shared), HTML
 
     def artifact(self, p: Params) -> tuple[int, Any, str]:
         tail, name = p.one("run"), p.one("name")
@@ -506,13 +508,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
+        sent = 0
         try:
             for b in d.chunks:
+                if d.length is not None and sent + len(b) > d.length:  # never past the length announced
+                    raise DamagedObjectError(self.path[:200], f"more than the {d.length:,} bytes announced")
                 if b:
                     self.wfile.write(b)
-        except (CasmonError, OSError) as e:
-            self.log_error("download %s cut short: %s", self.path[:200], e)
-            self.close_connection = True
+                    sent += len(b)
+            if d.length is not None and sent != d.length:
+                raise DamagedObjectError(self.path[:200], f"{sent:,} bytes of the {d.length:,} announced")
+        except Exception as e:  # noqa: BLE001 - headers are sent: the only answer left is a short body
+            self.log_error("download %s cut short: %s: %s", self.path[:200], type(e).__name__, e)
+            self.close_connection = True  # the client sees a short file, and no later answer out of step
 
     @staticmethod
     def _error(app: App, status: int, message: str, as_json: bool) -> tuple[int, bytes, str]:

@@ -77,10 +77,18 @@ def test_artifacts_says_the_share_another_run_holds(store):
     with casmon.record(store=s, capture_output=False) as run:
         run.save("same-weights", np.arange(100))
     s.close()
-    arts = {a["name"]: a for a in json.loads(cli("artifacts", "1", "--store", store, "--json").stdout)}
+    arts = {a["name"]: a for a in json.loads(cli("artifacts", "1", "--shared", "--store", store, "--json").stdout)}
     assert arts["weights"]["shared"] == arts["weights"]["stored"] > 0 and arts["notes"]["shared"] == 0
-    out = cli("artifacts", "1", "--store", store).stdout
+    out = cli("artifacts", "1", "--shared", "--store", store).stdout
     assert "shared" in out and "100%" in out
+
+
+def test_artifacts_counts_the_share_only_when_asked(store):
+    """Counting the share walks every record and ref of the store: seconds on a large one, so only on --shared."""
+    arts = json.loads(cli("artifacts", "1", "--store", store, "--json").stdout)
+    assert arts and all(a["shared"] is None and a["stored"] > 0 for a in arts)
+    out = " ".join(cli("artifacts", "1", "--store", store).stdout.split())
+    assert "%)" not in out and "--shared" in out
 
 
 def test_show_lists_a_runs_artifacts_and_checkpoint_steps(store):

@@ -6,6 +6,7 @@ same code runs on ``joblib.Memory`` and on casmon's, and the two transcripts mus
 ``verbose`` trace, which casmon does not print.
 """
 
+import collections
 import contextlib
 import datetime
 import io
@@ -183,6 +184,23 @@ def test_mmap_mode_r_maps_a_large_result_read_only_on_the_miss_and_the_hit(tmp_p
     assert np.array_equal(again, expected)
 
 
+Pair = collections.namedtuple("Pair", "x y")
+
+
+def test_mmap_mode_r_makes_every_array_of_a_result_read_only_as_joblib_does(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    def make(n):
+        return {"a": np.arange(n, dtype=float), "b": [(np.ones(n), 3)], "p": Pair(np.zeros(2), "s")}
+
+    ours = Memory(str(tmp_path / "c"), mmap_mode="r", verbose=0).cache(make)
+    theirs = joblib.Memory(str(tmp_path / "j"), mmap_mode="r", verbose=0).cache(make)
+    for got in (ours(300_000), ours(300_000), theirs(300_000), theirs(300_000)):
+        arrays = [got["a"], got["b"][0][0], got["p"].x]
+        assert [a.flags.writeable for a in arrays] == [False, False, False]
+        assert got["b"][0][1] == 3 and type(got["p"]) is Pair and got["p"].y == "s"
+
+
 def test_mmap_mode_r_never_makes_the_callers_own_array_read_only(tmp_path):
     from casmon.compat.joblib import Memory
 
@@ -341,8 +359,9 @@ def test_a_shelved_result_is_read_by_another_process_at_once(tmp_path):
 
 PARALLEL = r"""
 import os, sys, warnings, joblib
+import casmon
 from casmon.compat.joblib import Memory
-memory = Memory(sys.argv[1], verbose=0)
+memory = Memory(casmon.open(sys.argv[1]) if sys.argv[3] == "store" else sys.argv[1], verbose=0)
 
 @memory.cache
 def sq(x):
@@ -363,7 +382,8 @@ if __name__ == "__main__":
 """
 
 
-def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_results(tmp_path):
+@pytest.mark.parametrize("location", ["folder", "store"])
+def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_results(tmp_path, location):
     import os
     import subprocess
     import sys
@@ -371,11 +391,26 @@ def test_joblib_parallel_workers_share_the_scripts_entries_and_read_its_shelved_
     from tests.conftest import ROOT
 
     (tmp_path / "job.py").write_text(PARALLEL)
-    p = subprocess.run([sys.executable, "job.py", str(tmp_path / "c"), str(tmp_path / "calls")], cwd=tmp_path,
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split("\n")[:3] == ["[0, 1, 4, 9]", "[0, 1, 4, 9]", "[49, 49, 49, 49]"]
-    assert sorted((tmp_path / "calls").read_text().split()) == ["0", "1", "2", "3", "7"]
+    for _run in range(2):  # the script run again: its workers and itself find every call stored
+        p = subprocess.run([sys.executable, "job.py", str(tmp_path / "c"), str(tmp_path / "calls"), location],
+                           cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split("\n")[:3] == ["[0, 1, 4, 9]", "[0, 1, 4, 9]", "[49, 49, 49, 49]"]
+        assert sorted((tmp_path / "calls").read_text().split()) == ["0", "1", "2", "3", "7"]
+
+
+def test_a_memory_on_a_store_pickles_to_that_store(tmp_path):
+    import casmon
+    from casmon.compat.joblib import Memory
+
+    store = casmon.open(str(tmp_path / "s"))
+    memory = Memory(store, verbose=0)
+    again = pickle.loads(pickle.dumps(memory))
+    assert again.store.url == store.url  # not a store inside it ({url}/casmon is where a folder's results go)
+    again.cache(_shelved_square)(3)
+    again.store.flush()
+    assert memory.cache(_shelved_square).check_call_in_cache(3)
 
 
 def test_location_none_caches_nothing_as_in_joblib(tmp_path, monkeypatch):
@@ -424,6 +459,19 @@ def test_reduce_size_keeps_the_most_recently_used_within_the_limit(tmp_path):
     assert calls == [0, 1, 2, 3, 1]
     memory.reduce_size(bytes_limit="1K")
     assert not any(f.check_call_in_cache(i) for i in range(4))
+
+
+def test_memorys_bytes_limit_as_joblib_before_1_5_took_it_is_what_reduce_size_keeps(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0, bytes_limit=400_000 + 50_000)  # joblib 1.4 and before
+    f, calls = _fill(memory, 3)
+    memory.reduce_size()
+    assert [f.check_call_in_cache(i) for i in range(3)] == [False, False, True]
+    memory.reduce_size(bytes_limit="1K")  # the call's own limit wins
+    assert not f.check_call_in_cache(2)
+    with pytest.raises(ValueError, match="casmon.compat.joblib: Memory: 'lots' is not a size"):
+        Memory(str(tmp_path), bytes_limit="lots")
 
 
 def test_reduce_size_by_age(tmp_path):
@@ -476,3 +524,52 @@ def test_cache_validation_callback_computes_a_stale_entry_again(tmp_path, helper
     for fn in (fresh, stale):
         assert fn(1) == 1 and fn(1) == 1
     assert calls == [("fresh", 1), ("stale", 1), ("stale", 1)]
+
+
+def test_a_joblib_method_cached_at_class_level_names_the_function_called_without_self(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0)
+
+    class Model:
+        @memory.cache  # joblib refuses this too: the cached function is not bound to the object
+        def predict(self, x):
+            return x
+
+    with pytest.raises(TypeError, match=r"Model\.predict: missing a required argument: 'x'"):
+        Model().predict(3)
+
+
+def _jdouble(x):
+    return 2 * x
+
+
+def test_a_joblib_cache_in_the_same_location_is_left_whole_by_clear_and_reduce_size(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    theirs = joblib.Memory(str(tmp_path), verbose=0).cache(_jdouble)
+    theirs(1)
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "joblib").rglob("*"))
+    memory = Memory(tmp_path, verbose=0)  # a pathlib.Path, as joblib takes it
+    memory.cache(_jdouble)(1)
+    memory.clear(warn=False)
+    memory.reduce_size(bytes_limit=0)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "joblib").rglob("*")) == before
+    assert theirs.check_call_in_cache(1)
+
+
+def test_a_staticmethod_is_cached_as_its_function_and_a_classmethod_is_one_clear_error(tmp_path):
+    from casmon.compat.joblib import Memory
+
+    memory = Memory(str(tmp_path), verbose=0)
+
+    class Maths:
+        @memory.cache  # over @staticmethod, as joblib takes it
+        @staticmethod
+        def triple(x):
+            return 3 * x
+
+    assert Maths.triple(2) == 6 and Maths().triple(2) == 6 and Maths.triple.check_call_in_cache(2)
+    assert memory.cache(staticmethod(_jdouble))(4) == 8
+    with pytest.raises(TypeError, match=r"casmon.compat.joblib: cache: .*classmethod"):
+        memory.cache(classmethod(_jdouble))

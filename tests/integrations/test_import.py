@@ -37,3 +37,30 @@ def test_an_unknown_name_is_an_attribute_error(module, name):
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         mod.Nope  # noqa: B018
     assert name in mod.__all__
+
+
+@pytest.mark.parametrize("module,name,blocked,says", [
+    ("lightning", "CasmonLogger", ["lightning", "pytorch_lightning"], "PyTorch Lightning is not installed"),
+    ("transformers", "CasmonCallback", ["transformers"], "transformers is not installed"),
+    ("keras", "CasmonCallback", ["keras"], "Keras is not installed"),
+    ("lightning", "CasmonLogger", ["torch"], "needs 'torch', which cannot be imported"),
+    ("keras", "CasmonCallback", ["ml_dtypes"], "needs 'ml_dtypes', which cannot be imported"),
+])
+def test_a_missing_framework_or_package_it_needs_is_a_one_line_import_error_naming_it(tmp_path, module, name,
+                                                                                     blocked, says):
+    pytest.importorskip(module)
+    probe = textwrap.dedent(f"""
+        import sys
+        for m in {blocked!r}:
+            sys.modules[m] = None  # as if not installed
+        import casmon.integrations.{module} as mod
+        try:
+            mod.{name}
+        except ImportError as e:
+            print(str(e))
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "KERAS_BACKEND": "torch"})
+    assert r.returncode == 0, r.stderr
+    (line,) = r.stdout.splitlines()
+    assert line.startswith(f"casmon.integrations.{module}: ") and says in line, line

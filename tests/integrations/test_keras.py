@@ -73,13 +73,42 @@ def test_a_fit_that_raises_ends_the_callbacks_own_run_failed(store):
     assert r.status == "failed" and list(r.metric("batch/loss").steps) == [0, 1]
 
 
-def test_inside_a_record_two_fits_log_into_that_run(store):
+def test_inside_a_record_two_fits_log_into_that_run_and_their_steps_continue(store):
     x, y = data()
     with casmon.record(store=store, capture_output=False) as run:
         cb = CasmonCallback()
         m = model()
         m.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
         m.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+        m.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[CasmonCallback()])  # a callback made anew too
     r = casmon.load_run("latest", store)
     assert r.name == run.name and r.status == "ok" and len(casmon.list_runs(store)) == 1
-    assert list(r.metric("epoch/loss").steps) == [0, 0]
+    assert list(r.metric("epoch/loss").steps) == [0, 1, 2]  # never back to 0: no two points at one step
+    assert list(r.metric("batch/loss").steps) == list(range(12))
+
+
+def test_a_fit_from_an_initial_epoch_logs_its_batches_at_that_epochs_global_index(store):
+    x, y = data()
+    with casmon.record(store=store, capture_output=False):
+        m = model()
+        m.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[CasmonCallback()])
+        m.fit(x, y, batch_size=8, epochs=4, initial_epoch=2, verbose=0, callbacks=[CasmonCallback()])
+    m.fit(x, y, batch_size=8, epochs=2, initial_epoch=1, verbose=0, callbacks=[own(store)])
+    first, second = casmon.list_runs(store)
+    a = casmon.load_run(first.name, store)
+    assert list(a.metric("epoch/loss").steps) == [0, 1, 2, 3] and list(a.metric("batch/loss").steps) == list(range(16))
+    b = casmon.load_run(second.name, store)
+    assert list(b.metric("epoch/loss").steps) == [1] and list(b.metric("batch/loss").steps) == [4, 5, 6, 7]
+
+
+def test_one_callback_fitting_twice_logs_into_its_one_run_the_second_fit_after_the_first(store):
+    x, y = data()
+    cb = own(store)
+    m = model()
+    m.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[cb])
+    assert casmon.load_run("latest", store).status == "ok"  # ended with the fit: nothing is left running between
+    m.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+    runs = casmon.list_runs(store)
+    assert [r.status for r in runs] == ["ok"]
+    r = casmon.load_run(runs[0].name, store)
+    assert list(r.metric("epoch/loss").steps) == [0, 1, 2] and list(r.metric("batch/loss").steps) == list(range(12))

@@ -109,6 +109,17 @@ def test_inside_a_record_it_logs_into_that_run_and_leaves_its_end_to_it(tmp_path
     assert list(r.metric("train/loss").steps) == [0, 1, 2, 3] and r.params()["lr"] == 0.05
 
 
+def test_fits_in_one_run_continue_its_steps_and_a_validation_after_them_logs_at_the_last(tmp_path, store):
+    with casmon.record(store=store, capture_output=False):
+        t = trainer(tmp_path, CasmonLogger(), epochs=1)
+        t.fit(Tiny(), loader())
+        trainer(tmp_path, CasmonLogger(), epochs=1).fit(Tiny(), loader())  # a trainer made anew starts at step 0
+        t.validate(Tiny(), loader())
+    r = casmon.load_run("latest", store)
+    assert list(r.metric("train/loss").steps) == list(range(8))  # never back to 0: no two points at one step
+    assert list(r.metric("val/loss").steps) == [8]
+
+
 def test_a_given_run_is_logged_into(tmp_path, store):
     with casmon.record(store=store, capture_output=False) as run:
         with casmon.record(store=store, capture_output=False):
@@ -168,15 +179,27 @@ def test_a_keyboard_interrupt_reads_killed(tmp_path, store):
     assert casmon.load_run("latest", store).status == "killed"
 
 
-def test_each_fit_or_validate_ends_the_loggers_own_run_and_the_next_opens_another(tmp_path, store):
+class Tested(Tiny):
+    def test_step(self, batch, i):
+        x, y = batch
+        self.log("test/loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+
+def test_a_loggers_fit_validate_and_test_log_into_its_one_run_as_lightnings_own_loggers_do(tmp_path, store):
     logger = own(store)
     t = trainer(tmp_path, logger, epochs=1)
     t.fit(Tiny(), loader(), loader())
     first = logger.version
+    assert casmon.load_run(first, store).status == "ok"  # ended with the fit: nothing is left running between
     t.validate(Tiny(), loader())
+    t.test(Tested(), loader())
+    trainer(tmp_path, logger, epochs=1).fit(Tiny(), loader())  # a second fit goes on after the first's steps
     runs = casmon.list_runs(store)
-    assert [r.status for r in runs] == ["ok", "ok"] and logger.version != first
-    assert list(casmon.load_run(logger.version, store).metric("val/loss").steps) == [4]  # the trainer's global step
+    assert [r.status for r in runs] == ["ok"] and logger.version == first
+    r = casmon.load_run(first, store)
+    assert list(r.metric("val/loss").steps) == [3, 4]  # the fit's, then the validation's at the trainer's step
+    assert list(r.metric("test/loss").steps) == [5]  # after the validation's step: no two "epoch" points at 4
+    assert list(r.metric("train/loss").steps) == [0, 1, 2, 3, 6, 7, 8, 9] and r.params()["lr"] == 0.05
 
 
 def test_where_pytorch_lightning_is_the_one_imported_the_logger_is_its_logger(tmp_path):

@@ -95,14 +95,17 @@ def test_a_training_that_raises_ends_the_callbacks_own_run_failed(tmp_path, stor
     assert r.status == "failed" and r.params()["max_steps"] == 6
 
 
-def test_inside_a_record_it_logs_into_that_run_and_leaves_its_end_to_it(tmp_path, store):
+def test_inside_a_record_it_logs_into_that_run_continuing_its_steps_and_leaves_its_end_to_it(tmp_path, store):
     with casmon.record(store=store, capture_output=False) as run:
         t = trainer(tmp_path, CasmonCallback(), max_steps=2)
         t.train()
-        t.train()  # a second training logs into the same run
+        t.train()  # a second training logs into the same run, after the first
+        trainer(tmp_path, CasmonCallback(), max_steps=2).train()  # so does a trainer made anew
+        t.evaluate(Data(8))  # an evaluation logs at its trainer's last training step in the run
     r = casmon.load_run("latest", store)
     assert r.name == run.name and r.status == "ok" and len(casmon.list_runs(store)) == 1
-    assert list(r.metric("loss").steps) == [1, 2, 1, 2]
+    assert list(r.metric("loss").steps) == [1, 2, 3, 4, 5, 6]  # never back to 1: no two points at one step
+    assert list(r.metric("train_runtime").steps) == [2, 4, 6] and list(r.metric("eval_loss").steps) == [4]
 
 
 def test_processes_other_than_the_worlds_zero_log_nothing(tmp_path, store):
@@ -117,12 +120,17 @@ def test_processes_other_than_the_worlds_zero_log_nothing(tmp_path, store):
     assert len(casmon.list_runs(store)) == 0
 
 
-def test_an_evaluation_after_training_logs_into_an_active_run_and_opens_none_of_its_own(tmp_path, store):
-    t = trainer(tmp_path, own(store), max_steps=2)
+def test_an_evaluation_after_training_logs_into_the_callbacks_run_at_its_last_step_and_ends_it_again(
+        tmp_path, store):
+    cb = own(store)
+    t = trainer(tmp_path, cb, max_steps=2)
     t.train()
-    t.evaluate(Data(8))  # after the callback's own run ended: nothing is left running
-    assert [r.status for r in casmon.list_runs(store)] == ["ok"]
-    with casmon.record(store=store, capture_output=False):
-        t.evaluate(Data(8))
-    r = casmon.load_run("latest", store)
-    assert list(r.metric("eval_loss").steps) == [2]
+    t.evaluate(Data(8))  # into the training's run, as W&B and MLflow do; nothing is left running after
+    t.train()  # a second training with the callback goes on in its run, after the first's steps
+    runs = casmon.list_runs(store)
+    assert [r.status for r in runs] == ["ok"]
+    r = casmon.load_run(runs[0].name, store)
+    assert list(r.metric("eval_loss").steps) == [2] and list(r.metric("loss").steps) == [1, 2, 3, 4]
+    with casmon.record(store=store, capture_output=False) as run:
+        t.evaluate(Data(8))  # inside a record: into that run
+    assert list(casmon.load_run(run.name, store).metric("eval_loss").steps) == [2]

@@ -82,6 +82,61 @@ def test_a_hit_links_like_a_miss(store):
     assert upstream_fns(store, double, make(30)) == [("a", "make")]
 
 
+def test_a_warm_hit_touches_no_identity_row_and_no_fingerprint_yet_its_result_and_views_link(store, monkeypatch):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n * n, dtype=float).reshape(n, n)
+
+    @casmon.cache(store=store)
+    def total(a):
+        return float(a.sum())
+
+    make(6)
+    edges.forget_all()  # as a fresh process: the values below come from hits
+    touched = []
+    real = {n: getattr(edges, n) for n in ("_remember", "produced", "upstream", "result_fingerprint", "annotate")}
+    for name, f in real.items():
+        monkeypatch.setattr(edges, name, lambda *a, _n=name, _f=f, **k: (touched.append(_n), _f(*a, **k))[1])
+    hits = [make(6) for _ in range(20)]
+    assert touched == [] and not edges._by_id  # the hits only queued their results
+    views = [hits[3][::2], hits[7].T]
+    for v in views:
+        total(v)  # a miss: the queued hits become rows first
+        assert upstream_fns(store, total, v) == [("a", "make")]
+    assert "annotate" in touched
+
+
+def test_hits_queue_boundedly_and_a_dropped_hit_result_links_to_nothing(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    make(40)
+    edges.forget_all()
+    for _ in range(3 * edges.SERVED_MAX):
+        make(40)  # each result dropped at once
+        assert len(edges._served) <= edges.SERVED_MAX
+    gc.collect()
+    url = make.__casmon_cache__.store.url
+    for _ in range(50):  # new arrays, some at a dropped result's address: none is taken for it
+        assert edges.upstream([np.arange(40.0)], url) == []
+
+
+def test_a_warm_hit_of_small_arguments_returning_a_list_walks_nothing(store, monkeypatch):
+    @casmon.cache(store=store)
+    def rows(n):
+        return [np.arange(4.0) + i for i in range(n)]
+
+    rows(3)
+    rows(3)  # the first hit: the hot path learns it
+    walked = []
+    real = edges.produced
+    monkeypatch.setattr(edges, "produced", lambda *a, **k: (walked.append(a), real(*a, **k))[1])
+    for _ in range(10):
+        assert len(rows(3)) == 3
+    assert walked == [] and not edges._served
+
+
 def test_a_dead_result_is_forgotten_so_a_reused_id_links_to_nothing(store):
     @casmon.cache(store=store)
     def make(n):

@@ -204,3 +204,21 @@ def test_a_crafted_record_whose_digest_is_not_hex_is_passed_over_by_load_and_che
         r.load("v")
     with pytest.raises(LookupError):
         r.checkpoint()
+
+
+def test_a_file_whose_long_name_fits_the_file_system_loads_back_under_that_name(store, tmp_path):
+    """Its partial file's name must fit too: 255 bytes, however many characters."""
+    name = "\u00e9" * 127  # 254 bytes in UTF-8
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / name).write_bytes(b"in a folder")
+    (tmp_path / name).write_bytes(b"alone")
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save_file(tmp_path / "d", name="d")
+        run.save_file(tmp_path / name)
+    r = casmon.load_run("latest", store)
+    (tmp_path / "out").mkdir()
+    assert r.load_file("d", tmp_path / "out" / "d") == tmp_path / "out" / "d"
+    assert (tmp_path / "out" / "d" / name).read_bytes() == b"in a folder"
+    assert r.load_file(name, tmp_path / "out") == tmp_path / "out" / name
+    assert (tmp_path / "out" / name).read_bytes() == b"alone"
+    assert not [p for p in (tmp_path / "out").rglob("*") if "casmon-partial" in p.name]

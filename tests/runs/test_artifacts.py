@@ -277,3 +277,23 @@ def test_saving_after_the_run_ended_or_from_a_forked_child_is_a_clear_error(stor
     with pytest.raises(CasmonError, match="has ended"):
         run.save("late", 1)
     assert not casmon.load_run("latest", store).artifacts()
+
+
+@pytest.mark.parametrize("bad", ["zz/../../escaped.txt", ".", "sub/.", "/abs.txt", "nul\0.txt"])
+def test_a_crafted_folder_listing_is_refused_before_any_file_is_written(store, tmp_path, bad):
+    from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+    from casmon.runs.folders import UnsafePathError
+
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("x", 1)
+    ok, evil = store.put(b"fine"), store.put(b"pwned")
+    files = {"a.txt": {"digest": ok.hex(), "size": 4, "mode": 0o644}, bad: {"digest": evil.hex(), "size": 5, "mode": 0o644}}
+    listing = store.put({"casmon_folder": 1, "files": files})
+    store.append(KIND_ARTIFACT, {"run": "runs/1", "name": "f", "kind": "folder", "digest": listing.hex(), "size": 9,
+                                 "files": 2, "time": time.time() + 100, "seq": 99}, key=artifacts_key("runs/1"),
+                 refs=[listing, ok, evil])
+    store.flush()
+    (tmp_path / "dest").mkdir()
+    with pytest.raises(UnsafePathError):
+        casmon.load_run("1", store).load_file("f", tmp_path / "dest")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "s"] and not list((tmp_path / "dest").iterdir())

@@ -247,3 +247,94 @@ def test_a_store_error_midway_is_raised_and_the_next_save_works(store, tmp_path,
         monkeypatch.setattr(store, "put", real)
         run.save_file(f)  # and the next save works
     assert casmon.load_run("latest", store).load("f.bin") == f.read_bytes()
+
+
+@pytest.mark.parametrize("pieced", [False, True])
+def test_a_file_whose_record_says_another_size_is_a_damage_error_and_writes_nothing(store, tmp_path, pieced):
+    from casmon.runs.artifacts import KIND_ARTIFACT, artifacts_key
+
+    src = tmp_path / "f.bin"
+    src.write_bytes(_data(PIECED_MIN + 10) if pieced else b"abc" * 10)
+    with casmon.record(store=store, capture_output=False) as run:
+        a = run.save_file(src, name="f")
+        ref = run.ref
+    store.append(KIND_ARTIFACT, {"run": ref, "name": "f", "kind": "file", "digest": a.digest, "size": 7,
+                                 "time": time.time() + 100, "seq": 0}, key=artifacts_key(ref), refs=list(a.refs))
+    store.flush()
+    r = casmon.load_run("latest", store)
+    with pytest.raises(DamagedObjectError):
+        r.load("f")
+    with pytest.raises(DamagedObjectError):
+        r.load_file("f", tmp_path / "out.bin")
+    assert not (tmp_path / "out.bin").exists() and not list(tmp_path.glob("*.casmon-partial"))
+
+
+SAVER = """
+import sys, casmon
+s = casmon.open(sys.argv[1])
+with casmon.record(store=s, capture_output=False, comment="killed") as run:
+    run.save("before", 1)
+    run.save_file(sys.argv[2], name="big")
+"""
+
+
+@pytest.mark.parametrize("point", ["pieces.after_piece@3", "pieces.after_listing"])
+def test_a_save_of_a_large_file_killed_midway_names_no_half_written_file(tmp_path, point, min_grace):
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT
+
+    min_grace(0.3)
+    path = tmp_path / "s"
+    casmon.open(path, create=True).close()
+    src = tmp_path / "big.bin"
+    src.write_bytes(_data(PIECED_MIN * 3, seed=5))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CASMON_FAULTPOINTS": f"{point}=kill", "CASMON_MIN_GRACE": "0.3"}
+    p = subprocess.run([sys.executable, "-c", SAVER, str(path), str(src)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == -9, p.stderr[-2000:]
+    s = casmon.open(path)
+    try:
+        r = casmon.load_run("1-killed", s)
+        assert set(read_artifacts(s, r.ref)) == {"before"} and r.load("before") == 1
+        time.sleep(0.4)
+        assert s.gc(grace=0.3).condemned >= 2  # what the killed save put: its pieces (and list)
+        with casmon.record(store=s, capture_output=False) as run:  # the same pieces again, while condemned
+            run.save_file(src, name="big")
+        for _ in range(2):  # the condemned lists are swept: the pieces the new save needs stay
+            time.sleep(0.4)
+            s.gc(grace=0.3)
+        assert r.load("before") == 1 and casmon.load_run("latest", s).load("big") == src.read_bytes()
+        assert s.verify().ok
+    finally:
+        s.close()
+
+
+def test_artifacts_walk_the_store_for_shares_only_when_asked(store, monkeypatch):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save("w", np.arange(100))
+    walks = []
+    real = sharing.held_elsewhere
+    monkeypatch.setattr(sharing, "held_elsewhere", lambda *a, **k: walks.append(1) or real(*a, **k))
+    r = casmon.load_run("latest", store)
+    (a,) = r.artifacts(shared=False)
+    assert walks == [] and a["shared"] is None and a["stored"] > 0
+    (a,) = r.artifacts()
+    assert walks == [1] and a["shared"] == 0
+
+
+def test_loading_a_large_file_back_streams_it(store, tmp_path):
+    (tmp_path / "f.bin").write_bytes(_data(64 << 20, seed=4))
+    with casmon.record(store=store, capture_output=False) as run:
+        run.save_file(tmp_path / "f.bin")
+    r = casmon.load_run("latest", store)
+    tracemalloc.start()
+    try:
+        r.load_file("f.bin", tmp_path / "out.bin")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+    assert (tmp_path / "out.bin").read_bytes() == (tmp_path / "f.bin").read_bytes()

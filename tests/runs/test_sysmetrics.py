@@ -97,11 +97,28 @@ def test_sampling_stops_with_the_run(tmp_path, no_gpu):
     ({"system_metrics_s": float("nan")}, ValueError), ({"system_metrics_s": float("inf")}, ValueError),
     ({"system_metrics_s": "10"}, ValueError), ({"system_metrics_s": True}, ValueError),
     ({"system_metrics_s": 1e12}, ValueError),  # beyond what the sampling thread's wait can take
+    ({"system_metrics_s": 10 ** 400}, ValueError),  # beyond any float
     ({"system_metrics": "yes"}, TypeError), ({"system_metrics": None}, TypeError),
 ])
 def test_a_bad_system_metrics_option_is_one_clear_error(kw, error):
     with pytest.raises(error, match=r"casmon.record: system_metrics"):
         casmon.record(**kw)
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+def test_an_interval_from_numpy_or_a_config_is_taken_as_its_number(tmp_path, no_gpu):
+    import fractions
+
+    import numpy as np
+
+    for every, want in ((np.float64(2.5), 2.5), (np.float32(0.25), 0.25), (np.int64(3), 3.0),
+                        (fractions.Fraction(1, 20), 0.05)):
+        got = sysmetrics.interval(True, every, "here")
+        assert type(got) is float and got == want
+    with casmon.record(store=str(tmp_path / "s"), system_metrics_s=np.float64(FAST), capture_output=False) as run:
+        _until(lambda: _samples(run) >= 2, "samples at a numpy interval")
+    with pytest.raises(ValueError, match="system_metrics_s must be a number"):
+        sysmetrics.interval(True, np.float64("nan"), "here")
 
 
 MISSING = r"""
@@ -189,6 +206,22 @@ def test_a_psutil_that_fails_mid_run_does_not_stop_the_run_nor_the_other_metrics
     assert "sys/disk_read_bytes_per_s" not in info.metrics()
     said = [w for w in caught if issubclass(w.category, casmon.RunWarning)]
     assert len(said) == 1 and "could not be read" in str(said[0].message), [str(w.message) for w in said]
+
+
+def test_a_reading_that_fails_under_warnings_as_errors_is_still_said_once(tmp_path, monkeypatch, capsys, no_gpu):
+    import psutil
+
+    monkeypatch.setitem(sys.modules, "psutil", _FlakyPsutil(psutil, good=3))
+    store = str(tmp_path / "s")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # -W error: the sampling thread's warning would raise there
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run) >= 8, "samples after psutil began to fail")
+    said = [line for line in capsys.readouterr().err.splitlines() if "could not be read" in line]
+    assert len(said) == 1 and "RunWarning" in said[0], said
+    info = load_run(run.name, store=store)
+    assert info.status == "ok"
+    assert len(info.metric("sys/rss_bytes")) >= 8
 
 
 class _NVMLError(Exception):
@@ -299,6 +332,39 @@ def test_a_missing_pynvml_where_a_gpu_is_present_is_one_line(tmp_path, monkeypat
     assert len([w for w in caught if issubclass(w.category, casmon.RunWarning)]) == 1
 
 
+@pytest.mark.parametrize("fails", ["raise FutureWarning('the pynvml package is deprecated')",  # -W error, pynvml 12
+                                   "raise RuntimeError('libnvidia-ml.so.1: cannot open shared object file')"])
+def test_a_pynvml_that_fails_to_import_leaves_the_host_metrics_sampled_and_is_one_line(tmp_path, monkeypatch, fails,
+                                                                                      no_gpu):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "pynvml.py").write_text(fails + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.setattr(sysmetrics, "gpu_present", lambda: True)
+    store = str(tmp_path / "s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run) >= 2, "host samples")
+    said = [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
+    assert len(said) == 1 and "nvidia-ml-py cannot be imported" in said[0] and "no GPU metrics" in said[0], said
+    assert "sys/rss_bytes" in load_run(run.name, store=store).metrics()
+
+
+def test_a_psutil_that_fails_to_import_leaves_the_gpus_sampled_and_is_one_line(tmp_path, monkeypatch, no_gpu):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "psutil.py").write_text("raise DeprecationWarning('this psutil is deprecated')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.delitem(sys.modules, "psutil", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=1))
+    store = str(tmp_path / "s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run, "sys/gpu0/util_percent") >= 2, "GPU samples")
+    said = [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
+    assert len(said) == 1 and "psutil cannot be imported" in said[0], said
+
+
 def test_no_gpu_imports_no_nvml_and_says_nothing(tmp_path, no_gpu):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -367,3 +433,50 @@ def test_a_forked_child_opens_nvml_though_the_parent_held_its_lock_at_the_fork(m
         assert why is None and len(gpus.handles) == 1
     finally:
         held.release()
+
+
+OFF = r"""
+import sys, threading
+import casmon
+with casmon.record(store=sys.argv[1], system_metrics=False, capture_output=False) as run:
+    run.log(loss=1.0)
+    print(sorted(t.name for t in threading.enumerate() if "sysmetrics" in t.name))
+"""
+
+
+def test_system_metrics_false_starts_no_sampling_thread(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", OFF, str(tmp_path / "s")], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+def test_many_runs_at_once_share_one_sampling_thread(tmp_path, no_gpu):
+    import threading
+
+    store = str(tmp_path / "s")
+    started, go = threading.Barrier(21), threading.Event()
+    names = []
+
+    def one():
+        with casmon.record(store=store, system_metrics_s=FAST, capture_output=False) as run:
+            names.append(run.name)
+            started.wait(60)
+            _until(lambda: _samples(run) >= 2, "this run's samples")
+            go.wait(60)
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    started.wait(60)
+    try:
+        assert [t.name for t in threading.enumerate()].count("casmon-run-sysmetrics") == 1
+    finally:
+        go.set()
+        for t in threads:
+            t.join(120)
+    assert len(names) == 20
+    for name in names:
+        assert "sys/rss_bytes" in load_run(name, store=store).metrics()

@@ -97,3 +97,52 @@ def test_content_many_bytes_of_which_pass_the_first_test_gets_the_same_rule(monk
             want.append(i)
     assert len(want) > 100 and cdc.candidates(data).tolist() == want
     assert (cdc.candidates(data[5000:], data[:5000]) + 5000).tolist() == [i for i in want if i >= 5000]
+
+
+def _seeded_stream(n):
+    """Bytes from a hash in counter mode: the same on every Python and numpy version."""
+    import hashlib
+
+    out = bytearray()
+    i = 0
+    while len(out) < n:
+        out += hashlib.blake2b(i.to_bytes(8, "little"), digest_size=64).digest()
+        i += 1
+    return bytes(out[:n])
+
+
+#: The cuts of ``_seeded_stream(24 MiB)``, computed once: pieces are shared across machines and casmon versions,
+#: so every Python, numpy and casmon must cut equal content equally.
+GOLDEN_CUTS = [814964, 1992576, 3366224, 4257865, 5229817, 9395007, 10331065, 10915580, 12412383, 13245558,
+               15356806, 16690657, 17307832, 19275419, 21095078, 21920807, 22869533, 23758281, 24743218, 25165824]
+
+
+def _cuts(data):
+    offs, pos = [], 0
+    for p in cdc.pieces(io.BytesIO(data), read_size=3 << 20):
+        pos += len(p)
+        offs.append(pos)
+    return offs
+
+
+def test_the_cuts_of_a_seeded_stream_are_the_pinned_ones():
+    assert _cuts(_seeded_stream(24 << 20)) == GOLDEN_CUTS
+
+
+def test_the_cuts_do_not_depend_on_numpys_random_streams(monkeypatch):
+    """numpy keeps no promise that a seeded Generator draws the same numbers in its next version: the gear
+    tables must not be drawn from one at import."""
+    import importlib
+
+    class Other(np.random.PCG64):
+        def __init__(self, seed=None):
+            super().__init__(12345)
+
+    data = _seeded_stream(12 << 20)
+    monkeypatch.setattr(np.random, "PCG64", Other)
+    try:
+        importlib.reload(cdc)
+        assert _cuts(data) == [c for c in GOLDEN_CUTS if c < len(data)] + [len(data)]
+    finally:
+        monkeypatch.undo()
+        importlib.reload(cdc)

@@ -54,14 +54,15 @@ def _api(srv, path):
     return status, json.loads(body)
 
 
-def test_metrics_are_grouped_by_prefix_train_val_then_other_prefixes_sys_and_the_ungrouped_last():
+def test_metrics_are_grouped_by_prefix_train_val_other_prefixes_the_ungrouped_and_the_sampled_sys_last():
+    # sys/ is sampled, not logged: an 8-GPU node's 39 panels never stand before the user's own "loss"
     got = metric_groups(["sys/gpu0/util", "loss", "val/loss", "train/loss", "alpha/x", "train/acc", "info:curve", "/odd"])
     assert got == [{"group": "train", "metrics": ["train/acc", "train/loss"]},
                    {"group": "val", "metrics": ["val/loss"]},
                    {"group": "alpha", "metrics": ["alpha/x"]},
-                   {"group": "sys", "metrics": ["sys/gpu0/util"]},
                    {"group": "", "metrics": ["/odd", "loss"]},
-                   {"group": "info", "metrics": ["info:curve"]}]
+                   {"group": "info", "metrics": ["info:curve"]},
+                   {"group": "sys", "metrics": ["sys/gpu0/util"]}]
     assert metric_groups([]) == []
 
 
@@ -69,11 +70,41 @@ def test_the_run_metrics_endpoint_groups_every_metric_and_returns_only_those_nam
     status, got = _api(served, "/api/run/1/metrics")
     assert status == 200 and got["series"] == {}
     assert [(g["group"], g["metrics"]) for g in got["groups"]] == [
-        ("train", ["train/acc", "train/loss"]), ("val", ["val/loss"]), ("sys", ["sys/cpu"]), ("", ["loss"])]
+        ("train", ["train/acc", "train/loss"]), ("val", ["val/loss"]), ("", ["loss"]), ("sys", ["sys/cpu"])]
     status, got = _api(served, "/api/run/2/metrics?name=val/loss&name=train/acc")
     assert status == 200 and set(got["series"]) == {"val/loss", "train/acc"}
     v = got["series"]["val/loss"]
     assert v["step"] == list(range(0, 50, 5)) and v["value"][1] == pytest.approx(1.2 / 6 * 2) and "min" not in v
+
+
+def test_the_run_metrics_endpoint_reads_a_runs_records_once_for_every_metric_it_is_asked(served, monkeypatch):
+    # A long run's points are one record per flush (a sampled GPU node: one every 10 s, dozens of sys/ metrics):
+    # reading them once per metric asked for would read them dozens of times.
+    from casmon.runs import listing
+
+    reads = []
+    real = listing.read_series
+    monkeypatch.setattr(listing, "read_series", lambda *a, **k: reads.append(a[3:]) or real(*a, **k))
+    status, got = _api(served, "/api/run/1/metrics?name=train/loss&name=train/acc&name=val/loss&name=sys/cpu")
+    assert status == 200 and set(got["series"]) == set(DASH) and len(reads) == 1
+    assert got["series"]["val/loss"]["step"] == list(range(0, 50, 5))
+    status, got = _api(served, "/api/run/1/metrics?name=train/loss&name=train/acc&name=loss")
+    assert status == 200 and set(got["series"]) == {"train/loss", "train/acc", "loss"}
+    assert len(reads) == 2 and set(reads[1][0]) == {"loss"}  # an ended run's series kept: only the new one read
+
+
+def test_a_report_reads_each_runs_records_once_for_all_its_metrics(tmp_path, monkeypatch):
+    from casmon.runs import listing
+    from casmon.ui.report import report_html
+
+    path = _store(tmp_path / "s")
+    reads = []
+    real = listing.read_series
+    monkeypatch.setattr(listing, "read_series", lambda *a, **k: reads.append(a[3:]) or real(*a, **k))
+    with casmon.open(path, read_only=True) as store:
+        html, _n = report_html(store, ["1", "2"])
+    assert len([r for r in reads if r and r[0] is not None]) == 2  # one read per run, not one per metric
+    assert b"val/loss" in html and b"sys/cpu" in html
 
 
 @pytest.mark.parametrize("n", [1, 7, 100, 2000])
@@ -115,9 +146,9 @@ def test_the_pages_carry_the_groups_and_the_runs_page_the_parallel_coordinates_d
         return json.loads(re.search(rf'<script type="application/json" id="{id_}">(.*?)</script>', body, re.S).group(1))
 
     spec = block(served.get("/run/1"), "casmon-chart-data")
-    assert [g["group"] for g in spec["groups"]] == ["train", "val", "sys", ""]
+    assert [g["group"] for g in spec["groups"]] == ["train", "val", "", "sys"]
     spec = block(served.get("/compare?run=1&run=2"), "casmon-chart-data")
-    assert spec["mode"] == "compare" and [g["group"] for g in spec["groups"]] == ["train", "val", "sys", ""]
+    assert spec["mode"] == "compare" and [g["group"] for g in spec["groups"]] == ["train", "val", "", "sys"]
     pc = block(served.get("/"), "casmon-parcoords-data")
     assert [r["tail"] for r in pc["runs"]] == ["2", "1"]  # the rows the table shows, in its order
     assert pc["runs"][0]["params"] == {"layers": 3, "lr": 0.01, "opt": "sgd"}

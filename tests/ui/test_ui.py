@@ -406,7 +406,7 @@ def test_requests_are_parsed_strictly(served):
         ("/run/%ff", 400, "not UTF-8"),
         ("/static/../pyproject.toml", 404, "no file"),
         ("/static/model.py", 404, "no file"),
-        ("/run/1?x=1", 400, "takes none"),
+        ("/run/1?x=1", 400, "this page takes shared"),
     ]:
         got, headers, body = served.request(path)
         assert got == status, (path, got, body[:500])

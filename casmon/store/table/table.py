@@ -673,6 +673,33 @@ class Table:
         out.extend(pending)
         return out
 
+    def items_beyond(self, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]],
+                                                          list[str]] | None:
+        """What a reader that already holds the entries of the files ``seen`` (names from an earlier answer) lacks:
+        the entries of the other files it reads now, this writer's waiting ones, and the names of every file read
+        now. None where a file of ``seen`` is no longer read (merged, rewritten, collected): what it held may be
+        gone. Damaged files are skipped, as ``items(strict=False)`` skips them."""
+        done = set(seen)
+        self.refresh()
+        for _attempt in range(4):
+            with self._lock:
+                gens, l0, pending = list(self._active_gens), dict(self._l0), self._snapshot()[2]
+            names = [g.id for g in gens] + sorted(l0)
+            if not done <= set(names):
+                return None
+            try:
+                out: list[tuple[bytes, bytes]] = []
+                for g in gens:
+                    if g.id not in done:
+                        out.extend(self._gen_entries(g, tolerant=True))
+                for name in sorted(l0):
+                    if name not in done:
+                        out.extend(l0[name].items())
+                return out, pending, names
+            except _Vanished:
+                self.refresh()
+        return None
+
     def count(self) -> int:
         """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
         if not self._listed:

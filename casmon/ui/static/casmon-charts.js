@@ -473,8 +473,8 @@
     return opts;
   }
 
-  // -- the dashboard: every metric in a panel of its own, grouped by prefix (train/, val/, ..., sys/, the
-  // ungrouped), groups collapsible; cursors and x zoom follow each other across panels; smoothing (and, on the
+  // -- the dashboard: every metric in a panel of its own, grouped by prefix (train/, val/, ..., the
+  // ungrouped, sys/), groups collapsible; cursors and x zoom follow each other across panels; smoothing (and, on the
   // compare page, grouping by a parameter) for all, a log scale per panel. A panel draws when it comes near
   // the window (IntersectionObserver): a run of 200 metrics fetches and draws only what is seen, the panels
   // coming into view together in one request per run (/api/run/NAME/metrics?name=...).
