@@ -10,7 +10,7 @@ from typing import Any
 __all__ = ["async_wrapper"]
 
 
-def async_wrapper(state: Any, cached: type) -> Callable:
+def async_wrapper(state: Any, cached: Any) -> Callable:
     """``@casmon.cache`` of an ``async def`` function: an ``async def`` function itself, so
     ``inspect.iscoroutinefunction`` (and the frameworks that ask it) see a coroutine function."""
 

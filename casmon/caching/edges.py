@@ -200,11 +200,24 @@ def upstream(values: Any, where: Any = None) -> list[bytes]:
     return found
 
 
+class _Linking(Fingerprinter):
+    """Keys a result only to link it: a type new to the process is not rebuilt from its pickle to check its key
+    (that runs the type's own unpickling code, for a value the user only returned)."""
+
+    __slots__ = ()
+    checks_types = False
+
+
+class _LinkingVersioned(VersionedFingerprinter):
+    __slots__ = ()
+    checks_types = False
+
+
 def _digest_of(v: Any) -> str | None:
     # an array's encoding is the same under both: the plain fingerprinter costs less to start
     t = type(v)
     plain = t in _PLAIN or (t.__name__ == "ndarray" and t.__module__ == "numpy" and not v.dtype.hasobject)
-    fp = Fingerprinter() if plain else VersionedFingerprinter()
+    fp = _Linking() if plain else _LinkingVersioned()
     fp.feed_value(v)
     if fp.fed + len(fp.out) < CONTENT_MIN:
         return None

@@ -51,7 +51,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import xxhash
 
@@ -150,6 +150,9 @@ class _Fingerprinter:
 
     # type -> hasher or None, resolved through the MRO once per type
     _user_cache: dict[type, Callable[[Any], Any] | None] = {}
+    #: Whether a type new to this process is checked for a stable key (a pickle round trip: see _self_check).
+    #: Off where a digest only links values (lineage), so keying a result never rebuilds one from its pickle.
+    checks_types: ClassVar[bool] = True
 
     __slots__ = ("h", "out", "stack", "fed", "run")
 
@@ -630,7 +633,7 @@ class _Fingerprinter:
             raise _PathError([], v, TypeError(f"__reduce_ex__ returned {type(rv).__name__}"))
         func, args, state, listitems, dictitems = (tuple(rv) + (None, None, None))[:5]
         self.out += b"O"
-        checking = type(v) not in _checked_types and _self_check_on
+        checking = self.checks_types and type(v) not in _checked_types and _self_check_on
         start = self.fed + len(self.out)
         try:
             self.feed(func)
