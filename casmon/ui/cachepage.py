@@ -188,9 +188,11 @@ def _files_table(record: dict[str, Any]) -> Html:
 
 
 def entry_page(ctx: Ctx, fn: str, key_hex: str, record: dict[str, Any], ex: Explanation, versions: list[Version],
-               others: dict[str, dict[str, Any]], describe: Callable[[Any], str], now: float) -> bytes:
-    """One entry: its record, its parameters' digests, its files, and what differs from its nearest entries
-    (``others``: the function's live entries by key hex, to mark an expired neighbour and name its version)."""
+               others: dict[str, dict[str, Any]], describe: Callable[[Any], str], now: float,
+               lineage: list[Any] | None = None, scripts: list[str] | None = None) -> bytes:
+    """One entry: its record, its parameters' digests, its files, its ``lineage`` (panels the server adds, with
+    their ``scripts``), and what differs from its nearest entries (``others``: the function's live entries by key
+    hex, to mark an expired neighbour and name its version)."""
     numbers = version_numbers(versions)
     state = state_badge(record, now)
     pairs: list[tuple[str, Any]] = [("function", ctx.link(url("/cache", fn=fn), code(fn))), ("key", code(key_hex)),
@@ -207,6 +209,7 @@ def entry_page(ctx: Ctx, fn: str, key_hex: str, record: dict[str, Any], ex: Expl
                       heading("Parameters", 2, "params"),
                       Html('<p class="muted">a short digest of each parameter\'s value as the key counts it</p>'),
                       _params_table(record.get("a")), _files_table(record)]
+    out += lineage or []
     out.append(heading("What differs from its nearest entries", 2, "nearest"))
     others_n = max(0, ex.entries - 1)
     if not ex.nearest:
@@ -224,4 +227,5 @@ def entry_page(ctx: Ctx, fn: str, key_hex: str, record: dict[str, Any], ex: Expl
     out += [Html(f'<p class="muted">{esc(note)}</p>') for note in ex.notes]
     out.append(Html('<p class="muted">Values are described from their manifests; nothing was unpickled. '
                     "<code>f.explain(...)</code> in Python says the same for a call.</p>"))
-    return layout(ctx, f"{fn} entry {key_hex[:12]}", Html("".join(display.cell(x) for x in out)), "Cache")
+    return layout(ctx, f"{fn} entry {key_hex[:12]}", Html("".join(display.cell(x) for x in out)), "Cache",
+                  scripts=scripts)

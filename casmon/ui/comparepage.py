@@ -17,6 +17,7 @@ from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, patch_html, short, table
 from casmon.ui import artifactview
 from casmon.ui.compare import Comparison, Divergence, Row
+from casmon.ui.lineageview import first_difference_html
 from casmon.ui.pages import Ctx, badge, call_href, heading, layout, num_cell, run_url, scroll, standalone_file
 from casmon.ui.series import REPORT_POINTS, chart_spec
 from casmon.ui.values import cell_html, fmt, json_block
@@ -59,7 +60,8 @@ def _metric(row: Row, i: int) -> Html:
     return Html(f'{esc(last)}<br><span class="muted">{esc(detail)}</span>' if detail else esc(last))
 
 
-def compare_body(ctx: Ctx, cmp: Comparison, spec: dict[str, Any], serial: int = 0) -> Html:
+def compare_body(ctx: Ctx, cmp: Comparison, spec: dict[str, Any], serial: int = 0,
+                 first: list[tuple[str, Any, str]] | None = None) -> Html:
     names = [r.name for r in cmp.runs]
     ref = names[0]
     one = len(names) == 1
@@ -68,6 +70,7 @@ def compare_body(ctx: Ctx, cmp: Comparison, spec: dict[str, Any], serial: int = 
                       f'<p id="compare" data-serial="{serial}"{standalone}>{_run_chips(ctx, cmp)}'
                       + ("" if one else f' <span class="muted">(differences are against {esc(ref)})</span>') + "</p>"]
     out.append(str(_summary(cmp)))
+    out.append(str(first_difference_html(ctx, first or [])))  # the cause, above the tables of its effects
     out.append('<p class="only-differs-switch" hidden><label><input type="checkbox" id="only-differs"> '
                "only what differs</label></p>")
     if spec["metrics"] or spec["params"]:
@@ -208,14 +211,15 @@ def _divergence(ctx: Ctx, d: Divergence) -> Html:
     return Html(f'<p class="{cls}"><b>{esc(head)}</b>: {esc(text)}{extra}{inputs}</p>')
 
 
-def compare_page(ctx: Ctx, cmp: Comparison, serial: int = 0) -> bytes:
+def compare_page(ctx: Ctx, cmp: Comparison, serial: int = 0, first: list[tuple[str, Any, str]] | None = None) -> bytes:
     spec = chart_spec("compare", cmp.runs, cmp.tails, api=True)
-    return layout(ctx, "Compare " + ", ".join(r.name for r in cmp.runs), compare_body(ctx, cmp, spec, serial), "Runs",
-                  charts_=True)
+    return layout(ctx, "Compare " + ", ".join(r.name for r in cmp.runs), compare_body(ctx, cmp, spec, serial, first),
+                  "Runs", charts_=True)
 
 
-def report(ctx: Ctx, cmp: Comparison) -> bytes:
+def report(ctx: Ctx, cmp: Comparison, first: list[tuple[str, Any, str]] | None = None) -> bytes:
     """The compare page as one file (:func:`pages.standalone_file`); the charts' points inline (at most
     REPORT_POINTS buckets a series)."""
     spec = chart_spec("compare", cmp.runs, cmp.tails, api=False, inline_points=REPORT_POINTS)
-    return standalone_file(ctx, "casmon report: " + ", ".join(r.name for r in cmp.runs), compare_body(ctx, cmp, spec))
+    return standalone_file(ctx, "casmon report: " + ", ".join(r.name for r in cmp.runs),
+                           compare_body(ctx, cmp, spec, first=first))

@@ -42,6 +42,7 @@ from casmon.ui.values import cell_html, fmt, status_text
 #: Every file the server serves from ``static/`` (nothing else is ever read), with its type.
 STATIC = {"casmon-ui.css": "text/css; charset=utf-8", "casmon-ui.js": "text/javascript; charset=utf-8",
           "casmon-charts.js": "text/javascript; charset=utf-8", "casmon-parcoords.js": "text/javascript; charset=utf-8",
+          "casmon-lineage.js": "text/javascript; charset=utf-8",
           "uPlot.iife.min.js": "text/javascript; charset=utf-8",
           "uPlot.min.css": "text/css; charset=utf-8", "uPlot.LICENSE": "text/plain; charset=utf-8"}
 #: The scripts of a page with charts, in order (uPlot first: casmon-charts.js draws with it).

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from casmon.calllog import CallLog
-from casmon.ui import comparepage, model, pages, runpage
+from casmon.ui import comparepage, lineageview, model, pages, runpage
 from casmon.ui.compare import compare
 
 
@@ -35,7 +35,7 @@ def report_html(store: Any, runs: str | list[str], trust: bool = False) -> tuple
         return runpage.report(ctx, entries[0], infos[0]), 1
     linked = sum(1 for r in infos if (r.manifest.get("links") or {}).get("call_sessions"))
     cmp = compare(infos, [e.tail for e in entries], CallLog(store) if linked >= 2 else None, trust)
-    return comparepage.report(ctx, cmp), len(infos)
+    return comparepage.report(ctx, cmp, lineageview.first_differences(store, infos)), len(infos)
 
 
 def write_report(store: Any, runs: str | list[str], output: str | os.PathLike[str], trust: bool = False) -> tuple[Path, int]:

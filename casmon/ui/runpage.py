@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, patch_html, seconds, table, when
 from casmon.view.text import size
 from casmon.runs import flatten
-from casmon.ui import artifactview
+from casmon.ui import artifactview, lineageview
 from casmon.ui.api import OUTPUT_TAIL, TRACEBACK_CHARS, summary_json
 from casmon.ui.model import LIVE_STATUSES, Entry
 from casmon.ui.pages import Ctx, badge, heading, layout, scroll, standalone_file, url
@@ -172,6 +173,7 @@ def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any], shared: bool = Fa
         rows = [(code(path), size((f if isinstance(f, dict) else {}).get("size")),
                  code(display.hexshort((f if isinstance(f, dict) else {}).get("digest")))) for path, f in sorted(files.items())]
         out += [heading(f"Tracked files ({len(files)})", 2, "files"), scroll(table(["path", "size", "digest"], rows, num=[1]))]
+    out.append(lineageview.panel(ctx, "/api/lineage/run/" + quote(e.tail, safe=""), "this run's inputs"))
     links = m.get("links") or {}
     sessions = [s for s in links.get("call_sessions", []) if type(s) is int]
     cache = [x for x in links.get("cache", []) if isinstance(x, dict)]
@@ -190,7 +192,8 @@ def run_body(ctx: Ctx, e: Entry, r: Any, spec: dict[str, Any], shared: bool = Fa
 
 def run_page(ctx: Ctx, e: Entry, r: Any, shared: bool = False) -> bytes:
     spec = chart_spec("run", [r], [e.tail], api=True)
-    return layout(ctx, f"Run {r.name}", run_body(ctx, e, r, spec, shared), "Runs", charts_=True)
+    return layout(ctx, f"Run {r.name}", run_body(ctx, e, r, spec, shared), "Runs", charts_=True,
+                  scripts=[lineageview.SCRIPT])
 
 
 def report(ctx: Ctx, e: Entry, r: Any) -> bytes:

@@ -17,6 +17,12 @@ Routes (GET only; anything else is 405)::
                           versions and entries; one entry and what
                           differs from its nearest entries
     /store                sizes by area, dedup and compression ratios
+    /file                 a file cached calls read: its contents recorded, ?path= [&digest=]
+                          what used it
+    /api/lineage/run/NAME a run's upstream graph, laid out (JSON; the run page's lineage panel)
+    /api/lineage/entry/KEY  an entry's (the entry page's panel)
+    /api/used-by/entry/KEY  entries, runs and logged calls downstream, a page ?page=
+    /api/used-by/file     of a file (that content of it)                ?path= [&digest=] &page=
     /static/NAME          the fixed list in ``pages.STATIC``: casmon's style sheet and scripts, uPlot's
 
 Requests are parsed strictly: an unknown path or parameter, a repeated
@@ -51,7 +57,8 @@ from casmon.maintenance import stats
 from casmon.runs.metrics import json_safe
 from casmon.keys.digest import Digest
 from casmon.store.peek import describe
-from casmon.ui import api, artifactview, cachepage, comparepage, model, pages, runpage
+from casmon.lineage import Index
+from casmon.ui import api, artifactview, cachepage, comparepage, lineageview, model, pages, runpage
 from casmon.ui.snapshot import Snapshot
 from casmon.ui.compare import compare, in_run
 from casmon.ui.series import MAX_POINTS, POINTS
@@ -69,6 +76,7 @@ class NotFound(LookupError):
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
 _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
+_HEX_RE = re.compile(r"^[0-9a-fA-F]{8,128}$")
 MAX_URL = 8192
 MAX_RUNS = 100  # runs on one compare page
 MAX_METRICS = 100  # series one dashboard request asks for
@@ -195,6 +203,8 @@ class App:
             return self.cache_page(Params(query, {"fn", "entry"}))
         if path == "/artifact":
             return self.artifact(Params(query, {"run", "name"}))
+        if path.startswith("/api/lineage/") or path.startswith("/api/used-by/") or path == "/file":
+            return self.lineage(parts.path, query)
         if path == "/store":
             Params(query, set())
             return 200, pages.store_page(self.ctx, stats(self.store)), HTML
@@ -230,7 +240,43 @@ class App:
         runs = [self.runs.run(e) for e in entries]
         log = self.calllog()[0] if sum(1 for r in runs if (r.manifest.get("links") or {}).get("call_sessions")) >= 2 else None
         cmp = compare(runs, [e.tail for e in entries], log, self.trust)
-        return 200, comparepage.compare_page(self.ctx, cmp, serial), HTML
+        return 200, comparepage.compare_page(self.ctx, cmp, serial, lineageview.first_differences(self.store, runs)), HTML
+
+    def lineage(self, raw: str, query: list[tuple[str, str]]) -> tuple[int, bytes, str]:
+        """The lineage endpoints and the file page (``raw``: the undecoded path, a run's name one segment)."""
+        ix = Index(self.store)
+        try:
+            if raw.startswith("/api/lineage/run/") and len(raw) > 17 and "/" not in raw[17:]:
+                Params(query, set())
+                r = self.runs.run(self._entry(unquote(raw[17:], errors="strict")))
+                return 200, _json(lineageview.run_lineage(ix, r)), JSON
+            if raw.startswith("/api/lineage/entry/"):
+                Params(query, set())
+                return 200, _json(lineageview.entry_lineage(ix, _key(raw[19:]))), JSON
+            if raw.startswith("/api/used-by/entry/"):
+                p = Params(query, {"page"})
+                items = lineageview.entry_used_by(ix, _key(raw[19:]))
+                return 200, _json(lineageview.used_by_json(items, _page(p))), JSON
+            if raw == "/api/used-by/file" or raw == "/file":
+                p = Params(query, {"path", "digest"} | ({"page"} if raw != "/file" else set()))
+                path, digest = p.one("path"), p.one("digest") or None
+                if not path:
+                    raise BadRequest("a file is named by ?path=PATH[&digest=HEX]")
+                if digest is not None and not _HEX_RE.match(digest):
+                    raise BadRequest(f"digest: hex digits, not {digest[:40]!r}")
+                if raw == "/file":
+                    versions = lineageview.file_versions(ix, path)
+                    if not versions:
+                        raise NotFound(f"no cache entry read a file {path!r}")
+                    if digest is not None and digest.lower() not in versions:
+                        raise NotFound(f"no cache entry read {path!r} with content {digest}")
+                    return 200, lineageview.file_page(self.ctx, path, digest and digest.lower(), versions,
+                                                      ix.file_now(path)), HTML
+                items = lineageview.file_used_by(ix, path, digest and digest.lower())
+                return 200, _json(lineageview.used_by_json(items, _page(p))), JSON
+        except LookupError as e:
+            raise NotFound(str(e.args[0]) if e.args else str(e)) from None
+        raise NotFound(f"no page {unquote(raw)}")
 
     def metric_points(self, p: Params) -> tuple[int, bytes, str]:
         tails, name = p.many("run"), p.one("name")
@@ -348,7 +394,10 @@ class App:
             raise NotFound(self._not_live(fn, key, cleared))
         ex = explain_entry(store, fn, key)
         others = {k.hex(): r for k, r in entries}
-        return 200, cachepage.entry_page(self.ctx, fn, key.hex(), got[1], ex, versions, others, described, now), HTML
+        panels = [lineageview.panel(self.ctx, f"/api/lineage/entry/{key.hex()}", "this entry's arguments"),
+                  lineageview.used_by_list(self.ctx, f"/api/used-by/entry/{key.hex()}", "this entry's result")]
+        return 200, cachepage.entry_page(self.ctx, fn, key.hex(), got[1], ex, versions, others, described, now,
+                                         panels, [lineageview.SCRIPT]), HTML
 
     def _not_live(self, fn: str, key: Digest, cleared: float) -> str:
         """Why ``key`` is no live entry of ``fn``: cleared, another function's, or none at all."""
@@ -360,6 +409,19 @@ class App:
         if others:
             return f"no live entry {key.hex()} of {fn}: that key is an entry of {', '.join(others)}"
         return f"no live entry {key.hex()} of {fn}: no entry has that key (never stored, or dropped by gc)"
+
+
+def _key(text: str) -> str:
+    if not _KEY_RE.match(text):
+        raise BadRequest(f"a cache entry is named by its key, 32 hex digits; {text[:40]!r} is not one")
+    return text.lower()
+
+
+def _page(p: Params) -> int:
+    page = p.integer("page", 1)
+    if page < 1:
+        raise BadRequest("page: 1 or more")
+    return int(page)
 
 
 def _json(data: Any) -> bytes:
