@@ -300,10 +300,11 @@ def test_a_missing_pynvml_where_a_gpu_is_present_is_one_line(tmp_path, monkeypat
 
 
 def test_no_gpu_imports_no_nvml_and_says_nothing(tmp_path, no_gpu):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:  # not "error": casmon writes a warning made an error
+        warnings.simplefilter("always")
         with casmon.record(store=str(tmp_path / "s"), system_metrics_s=FAST, capture_output=False) as run:
             _until(lambda: _samples(run) >= 1, "a sample")
+    assert not [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
     assert "pynvml" not in sys.modules
 
 
@@ -367,3 +368,14 @@ def test_a_forked_child_opens_nvml_though_the_parent_held_its_lock_at_the_fork(m
         assert why is None and len(gpus.handles) == 1
     finally:
         held.release()
+
+
+def test_nvml_imported_by_another_library_on_a_machine_without_a_gpu_says_nothing(tmp_path, monkeypatch, no_gpu):
+    # torch imports pynvml on CPU-only machines too: a failing NVML there is no news, not a line per run
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(fail_init=_NVMLError("NVML Shared Library Not Found")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=str(tmp_path / "s"), system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run) >= 1, "a sample")
+    assert not [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
+    assert not [n for n in load_run(run.name, store=str(tmp_path / "s")).metrics() if n.startswith("sys/gpu")]
