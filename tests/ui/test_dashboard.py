@@ -323,6 +323,26 @@ def test_parallel_coordinates_draw_a_line_per_run_and_brushing_an_axis_hides_the
 
 
 @needs_chromium
+def test_a_run_without_a_value_on_some_axes_still_draws_a_line_across_the_ones_it_has(tmp_path, browser):
+    # a sweep beside a run of another script: params the other lacks sit between the ones both have
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    loss = {"loss": (np.arange(5), np.arange(5.0), np.zeros(5))}
+    write_run(s, comment="a", start=1.7e9, end=1.7e9 + 5, params={"a": 1, "b": 2, "c": 3}, metrics=loss)
+    write_run(s, comment="b", start=1.7e9 + 1, end=1.7e9 + 6, params={"a": 2, "c": 1}, metrics=loss)
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page, w = _open(browser, srv, "/", ready="#parcoords[data-ready]")
+        d = page.locator("#parcoords a.pc-run[data-run='2'] path").get_attribute("d")
+        assert d.count("M") == 1 and d.count("L") == 2, d  # a, c and loss joined: no lone, invisible points
+        _clean(w)
+    finally:
+        srv.close()
+
+
+@needs_chromium
 def test_metric_and_parameter_names_that_are_markup_quotes_or_object_keys_are_drawn_as_names(tmp_path, browser):
     from casmon.runs.imported import write_run
 
