@@ -125,6 +125,30 @@ def test_the_pages_carry_the_groups_and_the_runs_page_the_parallel_coordinates_d
     assert pc["runs"][0]["href"] == "/run/2"
 
 
+def test_parallel_coordinates_offer_first_the_parameters_most_runs_have(tmp_path):
+    # one Hugging Face run brings 40 parameters the sweep's runs lack: the sweep's lr and depth must stay on screen
+    import re
+
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    loss = {"loss": (np.arange(3), np.arange(3.0), np.zeros(3))}
+    for i in range(3):
+        write_run(s, comment=f"sweep{i}", start=1.7e9 + i, end=1.7e9 + i + 3, params={"lr": 0.1 / (i + 1), "depth": 2 + i},
+                  metrics=loss)
+    write_run(s, comment="hf", start=1.7e9 + 9, end=1.7e9 + 12,
+              params={f"accelerator_config.k{j:02d}": j for j in range(40)}, metrics=loss)
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/")
+    finally:
+        srv.close()
+    pc = json.loads(re.search(r'<script type="application/json" id="casmon-parcoords-data">(.*?)</script>', body,
+                              re.S).group(1))
+    assert pc["varying"][:2] == ["depth", "lr"] and pc["params"][:2] == ["depth", "lr"]
+
+
 # -- in a browser ------------------------------------------------------------------------------------------
 
 #: A dashboard panel's uPlot instance.
