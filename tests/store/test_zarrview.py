@@ -539,3 +539,24 @@ def test_a_node_whose_records_cannot_be_presented_is_a_group_saying_why_and_the_
     root = _open(s.zarr())
     assert root[f"runs/{names[0]}"].attrs["casmon"]["error"] == "KeyError: 'crafted'"
     assert root[f"runs/{names[1]}/metrics/loss/value"][:].tolist() == [1.0]
+
+
+def test_frame_columns_equal_as_text_are_each_an_array_none_hidden(tmp_path):
+    """Columns ``1`` and ``"1"``, and a column named ``index`` beside an index, are each their own array (the
+    group's ``arrays`` and ``index_array`` say which): the view never shows one column's values for another."""
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+    df = pd.DataFrame({1: [1.0, 2.0], "1": [3.0, 4.0], "index": [5, 6], "1~1": [7, 8]}, index=[10, 20])
+
+    @casmon.cache(store=s)
+    def make():
+        return df
+
+    make()
+    s.flush()
+    g = _open(s.zarr())[_entry(None, make)[0]]
+    assert len(list(g.array_keys())) == 5 and g.attrs["columns"] == [1, "1", "index", "1~1"]
+    for i, name in enumerate(g.attrs["arrays"]):
+        assert np.array_equal(g[name][:], df.iloc[:, i].to_numpy()), name
+    assert np.array_equal(g[g.attrs["index_array"]][:], df.index.to_numpy())

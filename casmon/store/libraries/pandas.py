@@ -118,16 +118,32 @@ class PandasHandler:
         return out
 
     def zarr_nodes(self, meta: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The group the zarr view presents: one array per column along dimension ``index``, and the index."""
-        names = [str(c["name"]) for c in meta["columns"]]
+        """The group the zarr view presents: one array per column along dimension ``index``, and the index.
+        Each is named by its label as text; labels equal as text (``1`` and ``"1"``), and an index beside a
+        column named ``index``, take a ``~n`` suffix, so no column hides another (``arrays`` maps them)."""
+        from casmon.store.zarrview import node_name  # only the view asks, and it has imported zarr
+
+        used: set[str] = set()
+
+        def unique(text: str) -> str:
+            out, n = text, 0
+            while out in used:
+                n += 1
+                out = f"{text}~{n}"
+            used.add(out)
+            return out
+
+        names = [unique(str(c["name"])) for c in meta["columns"]]
         arrays = [{"name": n, "part": i, "array": c["array"], "dims": ["index"], "attrs": {}}
                   for i, (n, c) in enumerate(zip(names, meta["columns"]))]
         ix = meta["index"]
-        attrs: dict[str, Any] = {"columns": [c["name"] for c in meta["columns"]], "index_name": ix["name"],
-                                 **({"index_range": ix["range"]} if "range" in ix else {})}
-        if "array" in ix and "index" not in names:
-            arrays.append({"name": "index", "part": len(meta["columns"]), "array": ix["array"], "dims": ["index"],
-                           "attrs": {}})
+        attrs: dict[str, Any] = {"columns": [c["name"] for c in meta["columns"]], "arrays": [node_name(n) for n in names],
+                                 "index_name": ix["name"], **({"index_range": ix["range"]} if "range" in ix else {})}
+        if "array" in ix:
+            name = unique("index")
+            attrs["index_array"] = node_name(name)
+            arrays.append({"name": name, "part": len(meta["columns"]), "array": ix["array"],
+                           "dims": ["index"], "attrs": {}})
         return attrs, arrays
 
 
