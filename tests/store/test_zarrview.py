@@ -560,3 +560,31 @@ def test_frame_columns_equal_as_text_are_each_an_array_none_hidden(tmp_path):
     for i, name in enumerate(g.attrs["arrays"]):
         assert np.array_equal(g[name][:], df.iloc[:, i].to_numpy()), name
     assert np.array_equal(g[g.attrs["index_array"]][:], df.index.to_numpy())
+
+
+@pytest.mark.parametrize("meta, error", [
+    ({"shape": [1000, 10]}, "holds 8000 bytes"),  # rows past the stored ones would read as zarr's fill value
+    ({"shape": [2**40, 2**40]}, "holds 8000 bytes"),  # not a MemoryError on the first read
+    ({"shape": [-100, -10]}, "no array layout"),  # negative dimensions whose product is the stored size
+    ({"shape": [100.0, 10]}, "no array layout"),
+    ({"shape": [True, 8000]}, "no array layout"),
+    ({"order": "X"}, "no array layout"),
+    ({"dtype": "'V2147483647'", "shape": [0]}, "elements of 2147483647 bytes"),  # zarr would stall on its fill value
+])
+def test_a_layout_the_stored_part_does_not_hold_is_refused_before_zarr_sees_it(tmp_path, meta, error):
+    """Whatever describes an array's layout (a manifest, a tensor handler's array_meta, a frame's column), a shape
+    or dtype the stored bytes do not hold exactly is a clean error, never fill values, a hang or a MemoryError."""
+    import copy
+
+    from casmon.store import arrayview
+
+    s = casmon.open(tmp_path / "s")
+    m = s.manifest(s.put(np.arange(1000.0).reshape(100, 10)))
+    crafted = copy.copy(m)
+    crafted.meta = {**m.meta, **meta}
+    if meta.get("shape") == [0]:
+        crafted.parts = [dict(m.parts[0], n=0, c=[])]
+    with pytest.raises((ValueError, TypeError), match=error):
+        arrayview.chunk_view(s, crafted, lazy=True)
+    with pytest.raises((ValueError, TypeError), match=error):  # the same as one column of a frame
+        arrayview.chunk_view(s, crafted, lazy=True, part=0, layout=crafted.meta)
