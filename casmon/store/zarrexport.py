@@ -31,7 +31,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import zarr
 from zarr.codecs import BloscCodec
@@ -267,14 +267,15 @@ class _Staged(WrapperStore[Any]):
                 self._appeared(key)
         self._ours.add(key)
 
-    def _appeared(self, key: str) -> None:
+    def _appeared(self, key: str) -> NoReturn:
         raise ExportError(f"cannot export to {self._url}: {key} was stored there by someone else while exporting; "
                           "name a new prefix")
 
     async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Buffer | None:
         if key == self.ROOT and byte_range is None:
             return self._root
-        return await self._store.get(key, prototype, byte_range)
+        got: Buffer | None = await self._store.get(key, prototype, byte_range)
+        return got
 
     async def exists(self, key: str) -> bool:
         return self._root is not None if key == self.ROOT else await self._store.exists(key)
