@@ -50,6 +50,8 @@ MAX_METRIC_COLUMNS = 40
 _OPS = ("<=", ">=", "!=", "=", "<", ">")
 _TERM_RE = re.compile(r"^([^<>=!]*)(<=|>=|!=|=|<|>)(.*)$")
 _NAME_RE = re.compile(r"^[A-Za-z_][\w.\-]*$")
+#: Parentheses nested deeper than this are a :class:`FilterError` (the parser and the test it builds recurse).
+MAX_NESTING = 50
 
 
 class FilterError(ValueError):
@@ -191,22 +193,27 @@ def parse_query(q: str) -> Expr:
     if toks.count("(") != toks.count(")"):
         toks = _tokens(q, False)
     at = 0
+    depth = 0
 
     def peek() -> str | None:
         return toks[at] if at < len(toks) else None
 
     def atom() -> Any:
-        nonlocal at
+        nonlocal at, depth
         tok = toks[at]
         at += 1
         if tok == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise FilterError(f"filter {_quoted(q)}: parentheses nested more than {MAX_NESTING} deep")
             inner = alternatives()
+            depth -= 1
             if peek() != ")":
-                raise FilterError(f"filter {q!r}: a '(' is not closed")
+                raise FilterError(f"filter {_quoted(q)}: a '(' is not closed")
             at += 1
             return inner
         if tok == ")":
-            raise FilterError(f"filter {q!r}: a ')' closes nothing")
+            raise FilterError(f"filter {_quoted(q)}: a ')' closes nothing")
         return _term(tok)
 
     def conjunction() -> Expr:
@@ -217,11 +224,11 @@ def parse_query(q: str) -> Expr:
                 at += 1
                 nxt = peek()
                 if not items or nxt is None or nxt == ")" or nxt.lower() in ("and", "or"):
-                    raise FilterError(f"filter {q!r}: 'and' needs a term on each side")
+                    raise FilterError(f"filter {_quoted(q)}: 'and' needs a term on each side")
                 continue
             items.append(atom())
         if not items:
-            raise FilterError(f"filter {q!r}: 'or' and parentheses need a term on each side (or inside)")
+            raise FilterError(f"filter {_quoted(q)}: 'or' and parentheses need a term on each side (or inside)")
         return Expr("and", items)
 
     def alternatives() -> Expr:
@@ -236,8 +243,13 @@ def parse_query(q: str) -> Expr:
         return Expr("and", [])
     out = alternatives()
     if at != len(toks):
-        raise FilterError(f"filter {q!r}: a ')' closes nothing")
+        raise FilterError(f"filter {_quoted(q)}: a ')' closes nothing")
     return out
+
+
+def _quoted(q: str) -> str:
+    """A filter as an error quotes it: a long one cut short."""
+    return repr(q) if len(q) <= 120 else repr(q[:100]) + f"… ({len(q)} characters)"
 
 
 def _term(tok: str) -> Term:
