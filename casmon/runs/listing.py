@@ -476,6 +476,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
 
     s = default_store(store, create=False)  # reading creates nothing
     names = s.refs(RUN_REFS)
+    at = time.time()  # before the stamps are taken (index.settled)
     try:
         stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/") if names else None
     except OSError:
@@ -486,7 +487,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     for name in names:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
-        if e is not None and stamp is not None and e[0] == stamp:
+        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e):
             out.append(indexed_run(s, name, e, e[3]))
             continue
         info, target = _read_run(s, name, e)
@@ -494,7 +495,8 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
             continue
         out.append(info)
         if stamp is not None and target is not None and info.error is None and index.indexable(info.manifest):
-            got = index.entry(stamp, target, info.manifest, info.ref_data)
+            got = (index.renewed(e, stamp, info.ref_data, at) if e is not None and e[1] == target
+                   else index.entry(stamp, target, info.manifest, info.ref_data, at))
             if got is not None:
                 fresh[name] = got
     if names:

@@ -196,9 +196,12 @@ def test_a_base_read_once_is_read_again_only_once_it_changes(many):
     index.decode(base.read_bytes(), "base")
 
 
-def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many):
+def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many, monkeypatch):
+    import time
+
     from tests.support.cli import cli
 
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled refs: their entries used as they are
     s = casmon.open(many)
     casmon.list_runs(s)
     base = many / "runs-index" / "base"
@@ -210,3 +213,43 @@ def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many):
     assert r.status == "ok" and r.manifest.get("argv") is None and "no value" in str(r.manifest.error)
     out = cli("runs", "--store", str(many))
     assert "60" in out.stdout and out.returncode == 0
+
+
+def _coarse_clock(monkeypatch, tick):
+    """The local medium as a filesystem whose timestamps stay at ``tick`` (a clock tick longer than the test:
+    FAT, ext3 or an NFS server with whole seconds), so a file rewritten in place keeps its stamp."""
+    import casmon.store.backend.local as local
+
+    def stamp_of(st):
+        return f"{st.st_ino:x}.{tick:x}.{tick:x}.{st.st_size:x}"
+
+    monkeypatch.setattr(local, "_stamp_of", stamp_of)
+
+
+def test_a_ref_rewritten_within_its_filesystems_clock_tick_is_read_not_taken_from_the_index(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + 3600 * 10**9)  # the tick is not over yet
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    casmon.list_runs(s)
+    refs = sorted((many / "refs" / "runs").iterdir())
+    same = [p for p in refs[1:] if p.stat().st_size == refs[0].stat().st_size]
+    stamp = s.backend.stamp("refs/runs/" + refs[0].name)
+    with open(refs[0], "r+b") as f:  # the same inode, size and tick: inode reuse or an in-place rewrite
+        f.write(same[0].read_bytes())
+    assert s.backend.stamp("refs/runs/" + refs[0].name) == stamp
+    listed = _view(casmon.list_runs(s))
+    assert listed == _direct(many)
+    assert [v for v in listed if v[0] == "runs/" + refs[0].name][0][1] == same[0].name
+
+
+def test_entries_whose_refs_are_older_than_the_clocks_tick_are_used_without_reading_the_ref(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))
+    casmon.list_runs(s)
+    monkeypatch.setattr(type(s), "get_ref", lambda *a, **k: pytest.fail("a settled entry's ref was read"))
+    assert _view(casmon.list_runs(s)) == first

@@ -259,6 +259,12 @@ class Backend(abc.ABC):
     def _stamp(self, key: str) -> str | None:
         return None
 
+    def stamp_time(self, stamp: str) -> float | None:
+        """When the file of ``stamp`` was last written, by the medium's clock (Unix seconds); None if the stamp
+        does not say. Two writes within one tick of a coarse clock can share a stamp: derived data trusts a
+        stamp only once its time is well before the stamp was taken (as git does with racy index entries)."""
+        return None
+
     # -- writes ------------------------------------------------------------------
     def set(self, key: str, data: BytesLike) -> None:
         """Write ``key``, replacing what it held (atomically: a reader sees the old bytes or the new)."""

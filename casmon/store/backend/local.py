@@ -283,6 +283,13 @@ class LocalBackend(Backend):
             return None
         return _stamp_of(st) if stat.S_ISREG(st.st_mode) else None
 
+    def stamp_time(self, stamp: str) -> float | None:
+        parts = stamp.split(".")
+        try:
+            return max(int(parts[1], 16), int(parts[2], 16)) / 1e9 if len(parts) == 4 else None
+        except ValueError:
+            return None
+
     def _list_landed(self, prefix: str) -> dict[str, float]:
         base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
         out: dict[str, float] = {}
