@@ -11,8 +11,9 @@ An entry is used only while the run's ref still has that stamp (or, where the me
 names that target), so the index never disagrees with the runs: a run resumed, deleted, re-tagged, or still
 running is read from its own ref and manifest, and a stale entry is dropped at the next fold. Each file
 carries an xxh3 checksum; a damaged or missing one is ignored and rebuilt. Deleting ``runs-index/`` loses
-nothing. A stamp alone is trusted only once the ref's write time is :data:`RACY_S` before the stamp was
-taken: two writes within one tick of a coarse clock (FAT, ext3, some NFS servers), with the inode reused, can
+nothing. A stamp alone is trusted only once it is settled (the backend's
+:meth:`~casmon.store.backend.base.Backend.stamp_settled`: the ref written ticks of its file clock before the
+stamp was taken): two writes within one tick of a coarse clock (FAT, ext3, some NFS servers), with the inode reused, can
 share a stamp, so a younger entry is checked against the ref's target (one small read). A stamp is taken
 before the ref is read, so a ref rewritten in between gets an entry whose stamp no
 longer matches anything (never one that matches the new ref with the old content).
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode", "HEAVY", "RACY_S", "settled"]
+           "indexable", "encode", "decode", "HEAVY", "settled", "renewed"]
 
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
@@ -50,9 +51,6 @@ _MAGIC = b"casmon-runs-index 5 "
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
 ENTRY_MAX = 16384
-#: An entry's stamp is trusted alone only if the ref was written this long before the stamp was taken
-#: (longer than the coarsest file clock's tick: FAT's 2 s).
-RACY_S = 3.0
 #: The largest index file read (a crafted one is ignored, never read whole into memory).
 FILE_MAX = 1 << 31
 
@@ -207,8 +205,7 @@ def indexable(manifest: dict[str, Any]) -> bool:
 def settled(store: Store, e: Entry) -> bool:
     """True if entry ``e``'s stamp alone says its ref is unchanged: the ref was written well before the stamp
     was taken, so no later write can share the stamp (see the module's docstring)."""
-    t = store.backend.stamp_time(e[0])
-    return t is not None and t < e[5] - RACY_S
+    return store.backend.stamp_settled(e[0], e[5])
 
 
 def renewed(e: Entry, stamp: str, ref_data: dict[str, Any], at: float) -> Entry:
