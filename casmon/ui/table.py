@@ -276,8 +276,18 @@ def tags_of(r: RunInfo) -> tuple[str, ...]:
     return tuple(t for t in got if type(t) is str) if isinstance(got, (list, tuple)) else ()
 
 
-def compile_query(e: Expr, rows: list[dict[str, Any]]) -> Callable[[RunInfo, dict[str, Any]], bool]:
-    """The filter as one test of a run and its row (terms resolved against the rows' columns)."""
+def _current_tags(store: Any) -> Callable[[RunInfo], tuple[str, ...]]:
+    """Each run's tags as they are now: its manifest's, with every edit (one read of all of them) applied."""
+    from casmon.runs import tags
+
+    edits = tags.edits_by_run(store)
+    return lambda r: tags.merged(r.manifest, edits.get(r.ref, []))[0]
+
+
+def compile_query(e: Expr, rows: list[dict[str, Any]],
+                  tags: Callable[[RunInfo], tuple[str, ...]] = tags_of) -> Callable[[RunInfo, dict[str, Any]], bool]:
+    """The filter as one test of a run and its row (terms resolved against the rows' columns); ``tags`` gives
+    a run's tags for ``tag:`` terms."""
     plain = [t for t in leaves(e) if t.op != ":"]
     known = {c for row in rows for c in row}
     tests = dict(zip(map(id, plain), compile_terms(resolve(plain, known), rows)))
@@ -290,7 +300,7 @@ def compile_query(e: Expr, rows: list[dict[str, Any]]) -> Callable[[RunInfo, dic
             return lambda r, row: all(p(r, row) for p in parts)
         if x.op == ":":
             want = x.value
-            return lambda r, row: want in tags_of(r)
+            return lambda r, row: want in tags(r)
         test = tests[id(x)]
         return lambda r, row: test(row)
 
@@ -517,6 +527,7 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     except FilterError as e:
         query, error = Expr("and", []), str(e)
     terms = leaves(query)
+    tagged = any(t.op == ":" for t in terms)
     if sort == "start" and not terms:
         chosen = list(reversed(entries)) if desc else list(entries)
         total = len(chosen)
@@ -525,18 +536,21 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         rows = [(e, *index.row(e, row_of)) for e in chosen[(page - 1) * per: page * per]]
     else:
         key = (entries.serial, sort, desc, q)
-        cached = index.views.get(key)
+        # Tags change by edit records, not in the listing its serial follows: a tag filter's view is made anew
+        # (every run's edits read once), never kept.
+        cached = None if tagged else index.views.get(key)
         if cached is None:
             index.use_index()
             every = [(e, *index.row(e, row_of)) for e in entries]
             if terms:
                 try:
-                    test = compile_query(query, [row for _e, _r, row in every])
+                    test = compile_query(query, [row for _e, _r, row in every],
+                                         _current_tags(index.store) if tagged else tags_of)
                     every = [x for x in every if test(x[1], x[2])]
                 except FilterError as e:
                     error = str(e)
             cached = _sorted_rows(every, sort if is_column(sort) else "start", desc)
-            if index.complete(entries) and not error:  # valid while this listing is
+            if index.complete(entries) and not error and not tagged:  # valid while this listing is
                 index.views[key] = cached
                 while len(index.views) > 8:
                     index.views.pop(next(iter(index.views)))
