@@ -253,3 +253,32 @@ def test_a_batch_of_a_lost_run_landing_after_gc_compacted_around_it_is_read_in_o
     assert np.array_equal(r.metric("loss").steps, np.arange(90))
     compact_runs(s)  # once every seq is there, one record
     assert np.array_equal(casmon.load_run("latest", casmon.open(path)).metric("loss").steps, np.arange(90))
+
+
+@pytest.mark.parametrize("point", ["compact.appended", "compact.written", "merge.after_buckets",
+                                   "merge.after_manifest", "compact.retired", "index.base_written"])
+def test_gc_killed_at_each_step_of_compacting_then_gc_again_loses_no_point_and_lists_the_truth(tmp_path, point):
+    import shutil
+
+    path = tmp_path / "s"
+    for _ in range(2):
+        assert _write_run(path, 90, "no-compact").returncode == 0
+    shutil.rmtree(path / "runs-index", ignore_errors=True)  # gc's listing writes the index anew
+    env = dict(ENV, CASMON_FAULTPOINTS=f"{point}=kill")
+    p = subprocess.run([PY, "-m", "casmon", "gc", "--store", str(path)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == -9, p.stdout + p.stderr
+    p = subprocess.run([PY, "-m", "casmon", "gc", "--store", str(path)], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = casmon.open(path)
+    runs = casmon.list_runs(s)
+    assert len(runs) == 2
+    for r in runs:
+        assert np.array_equal(r.metric("loss").values, np.arange(90.0))
+        assert np.array_equal(r.metric("acc").steps, np.arange(90))
+        assert r.metric_summary()["loss"]["n"] == 90 and len(_records(s, r.ref)) == 1
+    direct = [(r.ref, r.status, r.metric_summary()) for r in casmon.list_runs(casmon.open(path, read_only=True))]
+    shutil.rmtree(path / "runs-index")
+    assert [(r.ref, r.status, r.metric_summary()) for r in casmon.list_runs(casmon.open(path, read_only=True))] \
+        == direct
