@@ -253,3 +253,61 @@ def test_entries_whose_refs_are_older_than_the_clocks_tick_are_used_without_read
     casmon.list_runs(s)
     monkeypatch.setattr(type(s), "get_ref", lambda *a, **k: pytest.fail("a settled entry's ref was read"))
     assert _view(casmon.list_runs(s)) == first
+
+
+def _touch(path):
+    with open(path, "w") as f:
+        f.write("unpickled")
+    return path
+
+
+class Boom:
+    """Unpickling it writes a file: a value that would run code if anything loaded it."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (_touch, (self.path,))
+
+
+def test_a_crafted_index_with_a_sound_checksum_makes_casmon_run_no_code(many, monkeypatch, tmp_path):
+    """An unkeyed checksum lets whoever writes the store write an index that lies, as they could write a
+    manifest that lies: what it names is described, never unpickled, in every view."""
+    import time
+
+    from casmon.ui.model import RunIndex
+    from casmon.ui.table import runs_view
+    from tests.support.cli import cli
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled refs: the entries are used as they are
+    marker = tmp_path / "ran.txt"
+    s = casmon.open(many, trust=True)  # even a trusting reader: a listing loads no value
+    casmon.list_runs(s)
+    bomb = s.put(Boom(str(marker))).hex()
+    s.flush()
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    for name in ("runs/3", "runs/4"):
+        m = doc["runs"][name][2]
+        m["params"] = {"lr": {"$": bomb}, "cfg": {"model": {"$": bomb}}}
+        m["info"] = {"model": {"$": bomb}}
+        m["git"] = {"commit": "0" * 40, "patch": bomb}
+        m["name"] = "lied"
+    _write_doc(base, doc)
+    runs = {r.ref: r for r in casmon.list_runs(casmon.open(many))}
+    r = runs["runs/3"]
+    assert r.name == "lied"  # a writer of the store can make it lie, as with a manifest
+    r.params(), r.flat_params(), r.info_cells(), r.information(), repr(r), r._repr_html_()
+    with pytest.raises(casmon.CasmonError):
+        r.patch()
+    casmon.list_runs(casmon.open(many)).to_pandas()
+    out = cli("runs", "--store", str(many))
+    assert out.returncode == 0 and "lied" in out.stdout
+    idx = RunIndex(casmon.open(many))
+    try:
+        for sort in ("param.lr", "info.model", "start"):
+            runs_view(idx, sort=sort, q="lr>0 or status=ok")
+    finally:
+        idx.stop()
+    assert not marker.exists()
