@@ -112,13 +112,14 @@ def cell_texts(row: dict[str, Any]) -> dict[str, str]:
 
 
 def sort_key(v: Any) -> tuple[int, float, str]:
-    """Numbers, then text, then empty cells (mixed types sort without errors)."""
+    """Numbers (infinities too), then text, then NaN, then empty cells (mixed types sort without errors; a
+    NaN, which compares with nothing, never takes part in a comparison)."""
     if type(v) is bool:
         return (0, float(v), "")
-    if is_number(v):
-        return (0, float(v), "")
+    if type(v) in (int, float):
+        return (2, 0.0, "") if v != v else (0, float(v), "")
     if v is None or v == "":
-        return (2, 0.0, "")
+        return (3, 0.0, "")
     return (1, 0.0, str(v).lower())
 
 
@@ -509,10 +510,11 @@ def _sorted_rows(rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
                  desc: bool) -> list[tuple[Entry, RunInfo, dict[str, Any]]]:
     if sort == "run":
         return sorted(rows, key=lambda x: run_number(x[0].tail), reverse=desc)
-    present = [x for x in rows if x[2].get(sort) not in (None, "")]
-    missing = [x for x in rows if x[2].get(sort) in (None, "")]
-    present.sort(key=lambda x: sort_key(x[2].get(sort)), reverse=desc)
-    return present + missing  # empty cells last, either way
+    keys = [sort_key(x[2].get(sort)) for x in rows]
+    present = [(k, x) for k, x in zip(keys, rows) if k[0] < 2]
+    present.sort(key=lambda kx: kx[0], reverse=desc)
+    last = sorted(((k, x) for k, x in zip(keys, rows) if k[0] >= 2), key=lambda kx: kx[0][0])
+    return [x for _k, x in present + last]  # NaN, then empty cells, last either way
 
 
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
