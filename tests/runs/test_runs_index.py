@@ -311,3 +311,35 @@ def test_a_crafted_index_with_a_sound_checksum_makes_casmon_run_no_code(many, mo
     finally:
         idx.stop()
     assert not marker.exists()
+
+
+FOLDER = """
+import sys, casmon
+from casmon.runs import index
+index.FOLD_AT = 1  # every listing that read a run writes a new base and folds the deltas
+s = casmon.open(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    runs = casmon.list_runs(s)
+    assert len({r.ref for r in runs}) == len(runs)
+"""
+
+ENDER = """
+import sys, casmon
+s = casmon.open(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    with casmon.record(store=s, capture_output=False) as run:
+        run.params = {"i": i, "who": sys.argv[3]}
+        run.log(loss=float(i))
+"""
+
+
+def test_processes_folding_deltas_at_once_while_runs_end_leave_listings_true(many):
+    procs = [subprocess.Popen([PY, "-c", FOLDER, str(many), "15"], env=ENV, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    procs += [subprocess.Popen([PY, "-c", ENDER, str(many), "6", w], env=ENV, stderr=subprocess.PIPE, text=True)
+              for w in "ab"]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    s = casmon.open(many)
+    listed = _view(casmon.list_runs(s))
+    assert listed == _direct(many) and len(listed) == 72
