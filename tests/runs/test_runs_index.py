@@ -343,3 +343,40 @@ def test_processes_folding_deltas_at_once_while_runs_end_leave_listings_true(man
     s = casmon.open(many)
     listed = _view(casmon.list_runs(s))
     assert listed == _direct(many) and len(listed) == 72
+
+
+def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled: the base is read once, then kept
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))
+    casmon.list_runs(s)
+    r = casmon.list_runs(s)[0]
+    assert isinstance(r.manifest, IndexedManifest)
+    r.manifest["params"]["lr"] = -1.0
+    r.manifest["params"]["model"]["depth"] = -1
+    r.manifest["tags"].append("changed")
+    r.ref_data["heartbeat"] = 0.0
+    assert _view(casmon.list_runs(s)) == first
+    assert casmon.load_run(r.ref, s).params() == first[0][4]
+    assert casmon.list_runs(s)[0].ref_data.get("heartbeat") != 0.0
+
+
+def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    m = casmon.list_runs(s)[0].manifest
+    assert isinstance(m, IndexedManifest)
+    mine = {"a": 1}
+    m["params"] = mine
+    m.update(info=mine)
+    m |= {"tags": [mine]}
+    mine["b"] = 2
+    assert m["params"] is mine and m.get("info") is mine and m["tags"][0] is mine
+    assert m.setdefault("extra", mine) is mine and m["extra"] is mine
+    assert m.get("params") is m.get("params") and m.get("links") is m.get("links")
+    assert json.loads(json.dumps(m))["params"] == {"a": 1, "b": 2}
