@@ -202,10 +202,11 @@ def indexable(manifest: dict[str, Any]) -> bool:
     return manifest.get("status") not in ("running", "claimed", "unreadable", None)
 
 
-def settled(store: Store, e: Entry) -> bool:
+def settled(store: Store, e: Entry, now: float) -> bool:
     """True if entry ``e``'s stamp alone says its ref is unchanged: the ref was written well before the stamp
-    was taken, so no later write can share the stamp (see the module's docstring)."""
-    return store.backend.stamp_settled(e[0], e[5])
+    was taken, so no later write can share the stamp (see the module's docstring). An entry made by a clock
+    ahead of this one (``now``) counts as made now."""
+    return store.backend.stamp_settled(e[0], min(e[5], now))
 
 
 def renewed(e: Entry, stamp: str, ref_data: dict[str, Any], at: float) -> Entry:

@@ -527,7 +527,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     for name in names:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
-        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e):
+        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e, at):
             out.append(indexed_run(s, name, e, e[3]))
             continue
         info, target = _read_run(s, name, e)

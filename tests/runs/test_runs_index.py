@@ -380,3 +380,20 @@ def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, m
     assert m.setdefault("extra", mine) is mine and m["extra"] is mine
     assert m.get("params") is m.get("params") and m.get("links") is m.get("links")
     assert json.loads(json.dumps(m))["params"] == {"a": 1, "b": 2}
+
+
+def test_an_entry_made_by_a_clock_ahead_of_the_readers_is_not_taken_as_settled_early(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + 3600 * 10**9)  # a ref written (by the file clock) just now
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    for e in doc["runs"].values():
+        e[5] = time.time() + 86400.0  # made by a machine whose clock is a day ahead
+    _write_doc(base, doc)
+    refs = sorted((many / "refs" / "runs").iterdir())
+    with open(refs[0], "r+b") as f:  # rewritten in place within the tick: the stamp stays
+        f.write(refs[1].read_bytes())
+    assert _view(casmon.list_runs(s)) == _direct(many)
