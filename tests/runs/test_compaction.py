@@ -282,3 +282,34 @@ def test_gc_killed_at_each_step_of_compacting_then_gc_again_loses_no_point_and_l
     shutil.rmtree(path / "runs-index")
     assert [(r.ref, r.status, r.metric_summary()) for r in casmon.list_runs(casmon.open(path, read_only=True))] \
         == direct
+
+
+def test_compaction_keeps_nan_infinities_extreme_steps_and_names_that_need_escaping(store):
+    from casmon.runs import recorder
+
+    names = ["a/b", "x y", "é\"\\", "$", "covers", "sys/..", "seq", "b64"]
+    values = [float("nan"), float("inf"), float("-inf"), 1e308, -0.0, 5e-324, 1.0, 2.0]
+    saved = recorder.COMPACT_OVER
+    recorder.COMPACT_OVER = 1 << 60
+    try:
+        with casmon.record(store=store, capture_output=False) as run:
+            for i in range(40):
+                step = (1 << 63) - 100 + i if i % 2 else -(1 << 63) + i
+                run.log(step=step, **{n: v * (i + 1) if v == v and abs(v) < 1e300 else v
+                                      for n, v in zip(names, values)})
+                if i % 3 == 0:
+                    store.flush()
+    finally:
+        recorder.COMPACT_OVER = saved
+    before = casmon.load_run(run.ref, store).metrics()
+    summary = casmon.load_run(run.ref, store).metric_summary()
+    assert compact_run(store, run.ref)
+    assert len(_records(store, run.ref)) == 1
+    after = casmon.load_run(run.ref, casmon.open(store.url)).metrics()
+    assert sorted(after) == sorted(names)
+    for n in names:
+        for a, b in ((before[n].steps, after[n].steps), (before[n].values, after[n].values),
+                     (before[n].times, after[n].times)):
+            assert a.tobytes() == b.tobytes(), n  # bit for bit: NaN, -0.0 and subnormals too
+    assert {k: (v["n"], v["step"]) for k, v in casmon.load_run(run.ref, store).metric_summary().items()} == \
+        {k: (v["n"], v["step"]) for k, v in summary.items()}

@@ -40,3 +40,11 @@ def _text(vs):
 def test_nan_and_infinities_sort_as_numbers_and_nan_goes_last(index, desc, want):
     assert _text(_order(runs_view(index, sort="metric.loss", desc=desc))) == _text(want)
     assert _text(_order(runs_view(index, sort="metric.loss", desc=desc, q="other>0"))) == _text(want)
+
+
+@pytest.mark.parametrize("page, want", [(10**30, 3), (-5, 1), (0, 1), (2, 2)])
+def test_a_page_beyond_either_end_is_the_nearest_page(index, page, want):
+    view = runs_view(index, page=page, per=4)
+    assert (view.page, view.pages, view.total) == (want, 3, 9)
+    view = runs_view(index, sort="metric.loss", q="other>0", page=page, per=4)
+    assert (view.page, view.pages) == (want, 3) and len(view.rows) == (1 if want == 3 else 4)
