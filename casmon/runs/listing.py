@@ -53,7 +53,7 @@ class IndexedManifest(dict):
             self._owned = set()
         elif k in self._owned:
             return v
-        c = _copied(v) if type(v) is dict else _copied_list(v)
+        c = _copied(v) if isinstance(v, dict) else _copied_list(v)
         dict.__setitem__(self, k, c)
         self._owned.add(k)
         return c
@@ -110,7 +110,7 @@ class IndexedManifest(dict):
         self._mine(changed)
         dict.update(self, changed)
 
-    def __ior__(self, other: Any) -> IndexedManifest:
+    def __ior__(self, other: Any) -> IndexedManifest:  # type: ignore[misc]  # dict's |=, through update
         self.update(other)
         return self
 
