@@ -35,15 +35,35 @@ __all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run",
 class IndexedManifest(dict):
     """A run manifest as the runs index holds it: the fields a listing shows. Reading any other field, or the
     manifest whole (iterating, ``items()``, ``json.dumps``), loads the stored manifest first, once; if that
-    fails (damaged, missing) the listed fields are all it holds and ``error`` says why."""
+    fails (damaged, missing) the listed fields are all it holds and ``error`` says why. A dict or list field
+    is copied when first read: the index's entry, kept for the next listing, is never changed through it."""
 
-    __slots__ = ("_load", "error")
+    __slots__ = ("_load", "error", "_owned")
 
     def __init__(self, slim: dict[str, Any], store: Store, name: str, target: str) -> None:
         super().__init__(slim)
         self._load: tuple[Store, str, str] | None = (store, name, target)
         #: Why the stored manifest could not be read (the fields the index holds are all there is), if so.
         self.error: CasmonError | None = None
+        self._owned: set[Any] | None = None  # fields copied already (the others may be the entry's own)
+
+    def _own(self, k: Any, v: Any) -> Any:
+        if type(v) is not dict and type(v) is not list:
+            return v
+        if self._owned is None:
+            self._owned = set()
+        elif k in self._owned:
+            return v
+        c = _copied(v) if isinstance(v, dict) else _copied_list(v)
+        dict.__setitem__(self, k, c)
+        self._owned.add(k)
+        return c
+
+    def _whole(self) -> None:
+        """The stored manifest read in, and every field this manifest's own."""
+        self._fill()
+        for k, v in list(dict.items(self)):
+            self._own(k, v)
 
     def _fill(self) -> None:
         src, self._load = self._load, None
@@ -65,12 +85,12 @@ class IndexedManifest(dict):
     def get(self, k: Any, default: Any = None) -> Any:
         if self._load is not None and not dict.__contains__(self, k):
             self._fill()
-        return dict.get(self, k, default)
+        return self._own(k, dict.__getitem__(self, k)) if dict.__contains__(self, k) else default
 
     def __getitem__(self, k: Any) -> Any:
         if self._load is not None and not dict.__contains__(self, k):
             self._fill()
-        return dict.__getitem__(self, k)
+        return self._own(k, dict.__getitem__(self, k))
 
     def __contains__(self, k: Any) -> bool:
         if self._load is not None and not dict.__contains__(self, k):
@@ -78,11 +98,31 @@ class IndexedManifest(dict):
         return dict.__contains__(self, k)
 
     def setdefault(self, k: Any, default: Any = None) -> Any:
-        self._fill()
+        self._whole()
+        self._mine((k,))
         return dict.setdefault(self, k, default)
 
+    def __setitem__(self, k: Any, v: Any) -> None:
+        self._mine((k,))
+        dict.__setitem__(self, k, v)
+
+    def update(self, *args: Any, **kw: Any) -> None:
+        changed = dict(*args, **kw)
+        self._mine(changed)
+        dict.update(self, changed)
+
+    def __ior__(self, other: Any) -> IndexedManifest:  # type: ignore[misc]  # dict's |=, through update
+        self.update(other)
+        return self
+
+    def _mine(self, keys: Any) -> None:
+        """Fields the caller sets are its own already (read back as they were set, never copied)."""
+        if self._owned is None:
+            self._owned = set()
+        self._owned.update(keys)
+
     def pop(self, k: Any, *default: Any) -> Any:
-        self._fill()
+        self._whole()
         return dict.pop(self, k, *default)
 
     def __iter__(self) -> Any:
@@ -98,19 +138,19 @@ class IndexedManifest(dict):
         return dict.keys(self)
 
     def values(self) -> Any:
-        self._fill()
+        self._whole()
         return dict.values(self)
 
     def items(self) -> Any:
-        self._fill()
+        self._whole()
         return dict.items(self)
 
     def copy(self) -> dict[str, Any]:
-        self._fill()
+        self._whole()
         return dict(dict.items(self))
 
     def __eq__(self, other: object) -> bool:
-        self._fill()
+        self._whole()
         return dict.__eq__(self, other)
 
     def __bool__(self) -> bool:
@@ -119,11 +159,11 @@ class IndexedManifest(dict):
     __hash__ = None
 
     def __repr__(self) -> str:
-        self._fill()
+        self._whole()
         return dict.__repr__(self)
 
     def __reduce__(self) -> Any:
-        self._fill()
+        self._whole()
         return (dict, (dict(dict.items(self)),))
 
 
@@ -479,6 +519,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
 
     s = default_store(store, create=False)  # reading creates nothing
     names = s.refs(RUN_REFS)
+    at = time.time()  # before the stamps are taken (index.settled)
     try:
         stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/") if names else None
     except OSError:
@@ -489,7 +530,7 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     for name in names:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
-        if e is not None and stamp is not None and e[0] == stamp:
+        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e, at):
             out.append(indexed_run(s, name, e, e[3]))
             continue
         info, target = _read_run(s, name, e)
@@ -497,7 +538,8 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
             continue
         out.append(info)
         if stamp is not None and target is not None and info.error is None and index.indexable(info.manifest):
-            got = index.entry(stamp, target, info.manifest, info.ref_data)
+            got = (index.renewed(e, stamp, info.ref_data, at) if e is not None and e[1] == target
+                   else index.entry(stamp, target, info.manifest, info.ref_data, at))
             if got is not None:
                 fresh[name] = got
     if names:
@@ -518,10 +560,21 @@ def run_info(s: Store, name: str) -> RunInfo | None:
 
 
 def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
-    """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary."""
-    r = RunInfo(s, name, IndexedManifest(e[2], s, name, e[1]), None, ref_data)
+    """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary.
+    Its fields are its own copies: entries are kept for the next listing, which a caller's change must not
+    reach."""
+    r = RunInfo(s, name, IndexedManifest(e[2], s, name, e[1]), None, dict(ref_data))
     r.keep_summary(e[4])
     return r
+
+
+def _copied(v: dict[str, Any]) -> dict[str, Any]:
+    """A copy of JSON data, its dicts and lists copied too (faster than copy.deepcopy)."""
+    return {k: _copied(x) if type(x) is dict else _copied_list(x) if type(x) is list else x for k, x in v.items()}
+
+
+def _copied_list(v: list[Any]) -> list[Any]:
+    return [_copied(x) if type(x) is dict else _copied_list(x) if type(x) is list else x for x in v]
 
 
 def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str | None]:
