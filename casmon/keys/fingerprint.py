@@ -739,10 +739,11 @@ def small_array_digest(a: Any) -> bytes | None:
         lead = b"A" + _len_prefixed(_dtype_key(dt))
         if len(_plain_leads) < 1024:
             _plain_leads[dt] = lead
-    h = xxhash.xxh3_128(lead)
-    h.update(_pack_Q(a.ndim) + b"".join([_pack_Q(n) for n in a.shape]))
-    if a.size:
-        h.update(a.reshape(-1).view(np.uint8).data)  # as bytes: a datetime64 array exports no buffer of its own
+    head = lead + _pack_Q(a.ndim) + b"".join([_pack_Q(n) for n in a.shape])
+    if a.nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
+        return xxhash.xxh3_128_digest(head + a.tobytes())
+    h = xxhash.xxh3_128(head)
+    h.update(a.reshape(-1).view(np.uint8).data)  # as bytes: a datetime64 array exports no buffer of its own
     return h.digest()
 
 
