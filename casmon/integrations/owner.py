@@ -405,6 +405,18 @@ def numbers(logs: Mapping[str, Any] | None, prefix: str = "") -> dict[str, float
     return out
 
 
+def public_name(v: Any) -> str:
+    """``module.qualname`` of a class or function as users import it: the shortest enclosing package that
+    exports it under that name (``pathlib.Path``, not Python 3.13's ``pathlib._local.Path``)."""
+    mod, q = str(getattr(v, "__module__", None) or "?"), str(v.__qualname__)
+    parts = mod.split(".")
+    for i in range(1, len(parts)):
+        head = ".".join(parts[:i])
+        if getattr(sys.modules.get(head), q, None) is v:
+            return f"{head}.{q}"
+    return f"{mod}.{q}"
+
+
 def plain(v: Any, depth: int = 0) -> Any:
     """``v`` as plain JSON for a run's params: dicts with string keys, lists, strings, numbers, booleans, None.
     A dataclass or pydantic model is a dict of its fields, an Enum its value, a path its text, a numpy or torch scalar its number, a class or function its name, and
@@ -435,7 +447,7 @@ def plain(v: Any, depth: int = 0) -> Any:
     except Exception:  # noqa: BLE001 - a container's own items() or iteration: described, never raised into training
         return _short(v)
     if isinstance(v, type) or callable(v) and hasattr(v, "__qualname__"):
-        return f"{getattr(v, '__module__', '?')}.{v.__qualname__}"
+        return public_name(v)
     x = number(v) if hasattr(v, "dtype") and getattr(v, "ndim", 0) == 0 else None
     if x is not None:
         return int(x) if x.is_integer() and "int" in str(getattr(v, "dtype", "")) else x
