@@ -87,23 +87,50 @@ def test_deleting_or_damaging_the_index_loses_nothing_and_it_is_rebuilt(many):
     assert _view(casmon.list_runs(s)) == direct
 
 
-def test_a_crafted_index_entry_is_left_out_and_the_run_read_from_its_ref(many):
+def test_a_crafted_index_entry_is_not_used_and_the_run_read_from_its_ref(many):
+    direct = _direct(many)
     s = casmon.open(many)
     casmon.list_runs(s)
     base = many / "runs-index" / "base"
     doc = _raw_doc(base)
     entries = doc["runs"]
-    name = sorted(entries)[0]
-    entries[name][2]["start"] = "yesterday"  # a type no manifest has
-    entries[sorted(entries)[1]][4] = [["loss"], ["not a digest"], 10 ** 9]
-    entries["runs/999"] = entries[sorted(entries)[2]]  # a run that does not exist
+    names = sorted(entries)
+
+    def slim(i, **change):
+        m = json.loads(entries[names[i]][2])
+        m.update(change)
+        entries[names[i]][2] = json.dumps(m)
+
+    slim(0, start="yesterday")  # a type no manifest has
+    slim(2, status="running")  # a run the index never holds
+    slim(3, params=[1, 2])
+    slim(4, git={"commit": 7})
+    entries[names[5]][2] = "{not json"
+    entries[names[6]][2] = "[1, 2]"
+    slim(7, start=1.0)  # not the start the entry is listed by
+    slim(8, metrics={"loss": {}})
+    entries[names[1]][4] = [["loss"], ["not a digest"], 10 ** 9]
+    entries["runs/999"] = entries[names[9]]  # a run that does not exist
     _write_doc(base, doc)
     runs = casmon.list_runs(s)
     assert len(runs) == 60 and "runs/999" not in [r.ref for r in runs]
-    assert all(type(r.manifest.get("start")) is float for r in runs)
-    odd = [r for r in runs if r.ref == sorted(entries)[1]][0]
+    assert _view(runs) == direct  # each crafted field read from the stored manifest instead
+    odd = [r for r in runs if r.ref == names[1]][0]
     assert odd.metric_summary()["loss"]["n"] == 20  # read from its manifest: the crafted columns are left out
-    assert not isinstance(odd.manifest, IndexedManifest)
+    json.dumps(casmon.list_runs(s)[0].manifest)  # whole, as a stored manifest
+
+
+def test_a_crafted_entry_whose_stored_manifest_is_gone_lists_the_run_as_unreadable(many):
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    doc["runs"]["runs/5"][1] = "0" * 32  # a manifest the store does not hold
+    doc["runs"]["runs/5"][2] = "{}"
+    _write_doc(base, doc)
+    r = {r.ref: r for r in casmon.list_runs(casmon.open(many, read_only=True))}["runs/5"]
+    assert r.status == "unreadable" and r.name == "5" and "no value" in str(r.manifest.error)
+    assert r.metric_summary()["loss"]["n"] == 20  # the columns were sound
 
 
 def test_a_crafted_index_whose_columns_do_not_fit_is_ignored_whole(many):
