@@ -57,10 +57,10 @@ HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executa
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEXES = re.compile(r"[0-9a-f]*")
 
-#: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start]``: the slim manifest (without HEAVY
-#: and metrics) as JSON text, parsed and checked only when a field of it is read
-#: (:class:`~casmon.runs.listing.IndexedManifest`), so a listing pays per run only for what it shows; ``start``
-#: a number for the listing's order. The summary is ``[names, digests, offset]`` into the file's two numeric
+#: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status]``: the slim manifest
+#: (without HEAVY and metrics) as JSON text, parsed and checked only when a field of it is read
+#: (:class:`~casmon.runs.listing.IndexedManifest`), so a listing pays per run only for what it shows; its
+#: start, name and status also apart, for a listing's order and the UI's first page. The summary is ``[names, digests, offset]`` into the file's two numeric
 #: columns: ``f``, each metric's last, time, min and max (float64), and ``i``, its count and step (int64),
 #: little-endian and base64; read into cells only when asked for (:func:`summary`). An entry made from a run
 #: just read holds its manifest (a dict) and summary (a dict) instead.
@@ -85,7 +85,7 @@ def encode(entries: dict[str, Entry]) -> bytes:
             c = cells[k]
             floats += [c["last"], c["time"], c["min"], c["max"]]
             ints += [c["n"], c["step"]]
-        runs[name] = [e[0], e[1], _slim_text(e), e[3], [names, [cells[k]["digest"] for k in names], off], e[5]]
+        runs[name] = [e[0], e[1], _slim_text(e), e[3], [names, [cells[k]["digest"] for k in names], off], e[5], e[6], e[7]]
     body = json.dumps({"runs": runs, "f": base64.b64encode(np.array(floats, "<f8").tobytes()).decode("ascii"),
                        "i": base64.b64encode(np.array(ints, "<i8").tobytes()).decode("ascii")},
                       separators=(",", ":")).encode()
@@ -118,9 +118,10 @@ def decode(raw: bytes, key: str) -> dict[str, Entry]:
     prefix = RUN_REFS + "/"
     out = {}
     for k, e in runs.items():
-        if (type(e) is list and len(e) == 6 and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32
+        if (type(e) is list and len(e) == 8 and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32
                 and type(e[2]) is str and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3
-                and type(e[5]) in (int, float) and 0 <= e[5] < 1e11 and k.startswith(prefix)):
+                and type(e[5]) in (int, float) and 0 <= e[5] < 1e11 and type(e[6]) is str and type(e[7]) is str
+                and e[7] not in ("running", "claimed", "unreadable") and k.startswith(prefix)):
             e[4] = (*e[4], cols)
             out[k] = e
     return out
@@ -133,7 +134,8 @@ def slim(e: Entry, where: str) -> dict[str, Any] | None:
         return dict(e[2])
     try:
         m = json.loads(e[2])
-        if type(m) is not dict or not indexable(m) or m.get("start") != e[5] or "metrics" in m:
+        if (type(m) is not dict or not indexable(m) or "metrics" in m
+                or (m.get("start"), m.get("name"), m.get("status")) != (e[5], e[6], e[7])):
             return None
         check_run_manifest(m, where)
     except (ValueError, RecursionError, DamagedObjectError):
@@ -227,10 +229,10 @@ def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str,
     slim = {k: v for k, v in manifest.items() if k not in HEAVY and k != "metrics"}
     # Of the ref's data only the last heartbeat says more than the manifest once a run has ended.
     hb = ref_data.get("heartbeat")
-    start = slim.get("start")
-    if type(start) not in (int, float) or not 0 <= start < 1e11:
+    start, name, status = slim.get("start"), slim.get("name"), slim.get("status")
+    if type(start) not in (int, float) or not 0 <= start < 1e11 or type(name) is not str or type(status) is not str:
         return None
-    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, start]
+    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, start, name, status]
 
 
 def _cells(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
