@@ -269,11 +269,10 @@ class RunInfo:
         if self._entry is not None:  # an ended run's, from the runs index
             from casmon.runs import index
 
-            e, self._entry = self._entry, None
-            got = index.summary(e)
-            if got is not None:  # a crafted entry's columns are not used: the manifest's summary is
-                self._summary = {k: dict(v) for k, v in got.items()}
+            got = index.summary(self._entry)  # made anew at each call: the caller's to change
+            if got is not None:
                 return got
+            self._entry = None  # a crafted entry's columns are not used: the manifest's summary is
         if self._summary is not None:  # an ended run's, from its immutable manifest
             return {k: dict(v) for k, v in self._summary.items()}
         summary = self.manifest.get("metrics")
