@@ -174,33 +174,13 @@ class RunIndex:
                      str(status) if type(status) is str else ("claimed" if got.target is None else "?"),
                      t if is_number(t) else 0.0, got.target.hex() if got.target else None, dict(data))
 
-    def _from_index(self, tails: set[str]) -> dict[str, Entry]:
-        """The runs the store's runs index lists with the stamp their refs still have (ended, unchanged since):
-        their entries by tail, their index entries kept for :meth:`run` (no manifest read for them)."""
-        try:
-            stamps = self.store.backend.list_stamped(f"refs/{RUN_REFS}/") if tails else None
-            entries = runs_index.load(self.store)[0] if stamps is not None else {}
-        except Exception:  # noqa: BLE001 - derived data: without it the run records say
-            return {}
-        out = {}
-        for tail in tails:
-            ref = f"{RUN_REFS}/{tail}"
-            e = entries.get(ref)
-            if e is not None and stamps is not None and stamps.get("refs/" + ref) == e[0]:
-                out[tail] = Entry(ref, tail, e[6], e[7], float(e[5]), e[1], dict(e[3]))
-        if self._indexed is None:  # by manifest digest, as use_index keeps them
-            self._indexed = {e[1]: e for e in entries.values()}
-        return out
-
     def _first_listing(self) -> Listing:
-        """Every run under ``refs/runs``: from the store's runs index when its ref is unchanged since that
-        listed it (nothing else read); else from its newest run record when that says the run ended (one read
-        of the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
+        """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
+        the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
         tails = self._tails()
-        listed = self._from_index(tails)
         newest: dict[str, tuple[float, dict[str, Any]]] = {}
         first: dict[str, float] = {}
-        for _key, r in self.store.records(KIND_RUN, strict=False) if len(listed) < len(tails) else ():
+        for _key, r in self.store.records(KIND_RUN, strict=False):
             ref, t = r.get("_ref"), r.get("time")
             if type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t):
                 continue
@@ -213,10 +193,10 @@ class RunIndex:
             ref = f"{RUN_REFS}/{tail}"
             rec = newest.get(ref, (0.0, {}))[1]
             h, status = rec.get("manifest"), rec.get("status")
-            e: Entry | None = listed.get(tail)
-            if e is None and type(h) is str and type(status) is str and status not in LIVE_STATUSES:
+            e: Entry | None
+            if type(h) is str and type(status) is str and status not in LIVE_STATUSES:
                 e = Entry(ref, tail, str(rec.get("name") or tail), status, first[ref], h)
-            elif e is None:
+            else:
                 e = self._from_ref(tail)
             if e is not None:
                 e.serial = e.born = serial

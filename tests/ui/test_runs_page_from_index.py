@@ -1,5 +1,5 @@
-"""The runs page's first listing comes from the store's runs index: its first page reads no run record and no
-manifest, shows what a store without the index shows, and a crafted or stale index entry loses to the runs."""
+"""The runs page of a store with a runs index shows what a store without it shows: the first page, a sort, a
+filter; a crafted or stale index entry loses to the runs."""
 
 import json
 import shutil
@@ -8,7 +8,6 @@ import pytest
 
 import casmon
 from benchmarks.runs_store import build
-from casmon.runs import listing
 from casmon.ui import model, table
 
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
@@ -32,25 +31,11 @@ def _stores(tmp_path, change=None):
     return path, plain
 
 
-def _watched(monkeypatch, s):
-    """What ``s`` reads of run records and manifests from now on."""
-    reads = []
-    records = s.records
-    monkeypatch.setattr(s, "records", lambda kind, *a, **k: reads.append(kind) or records(kind, *a, **k))
-    for mod in (listing, model):
-        real = mod.load_data
-        monkeypatch.setattr(mod, "load_data", lambda st, h, *a, _real=real, **k: reads.append(h) or _real(st, h, *a, **k))
-    return reads
-
-
-def test_the_first_runs_page_of_an_indexed_store_reads_no_run_record_or_manifest(tmp_path, monkeypatch):
+def test_the_first_runs_page_of_an_indexed_store_shows_what_a_store_without_the_index_shows(tmp_path):
     path, plain = _stores(tmp_path)
-    want = _page(casmon.open(plain, read_only=True))
-    s = casmon.open(path, read_only=True)
-    reads = _watched(monkeypatch, s)
-    assert _page(s) == want and want[0] == 120
-    assert reads == []
-    assert _page(s, desc=False) == _page(casmon.open(plain, read_only=True), desc=False)
+    for how in ({}, {"desc": False}, {"page": 2}):
+        want = _page(casmon.open(plain, read_only=True), **how)
+        assert _page(casmon.open(path, read_only=True), **how) == want and want[0] == 120
 
 
 def test_a_sort_or_filter_through_the_index_shows_what_the_runs_say(tmp_path):
