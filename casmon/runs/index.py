@@ -229,7 +229,8 @@ def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str,
     slim = {k: v for k, v in manifest.items() if k not in HEAVY and k != "metrics"}
     # Of the ref's data only the last heartbeat says more than the manifest once a run has ended.
     hb = ref_data.get("heartbeat")
-    start, name, status = slim.get("start"), slim.get("name"), slim.get("status")
+    start: Any = slim.get("start")
+    name, status = slim.get("name"), slim.get("status")
     if type(start) not in (int, float) or not 0 <= start < 1e11 or type(name) is not str or type(status) is not str:
         return None
     return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, start, name, status]
