@@ -237,3 +237,15 @@ def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many):
     assert r.status == "ok" and r.manifest.get("argv") is None and "no value" in str(r.manifest.error)
     out = cli("runs", "--store", str(many))
     assert "60" in out.stdout and out.returncode == 0
+
+
+def test_a_listing_through_the_index_reads_an_entrys_manifest_only_when_a_field_of_it_is_read(many, monkeypatch):
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    parsed = []
+    real = index.slim
+    monkeypatch.setattr(index, "slim", lambda e, where: parsed.append(where) or real(e, where))
+    runs = casmon.list_runs(s)
+    assert [r.metric_summary()["loss"]["n"] for r in runs] == [20] * 60
+    assert parsed == []  # the order and every run's metrics from the index's columns alone
+    assert runs[7].name == "8" and runs[7].status == "failed" and len(parsed) == 1
