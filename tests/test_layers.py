@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,41 @@ def test_each_package_says_its_job_and_its_submodules_stay_modules(package):
         parent, _, leaf = info.name.rpartition(".")
         # `import casmon.x.y as m` must give the module, not a function the package exports under its name.
         assert getattr(importlib.import_module(parent), leaf) is mod, f"{parent} exports a name {leaf!r} over its submodule"
+
+
+def _layer_rows() -> dict[str, str]:
+    """docs/ARCHITECTURE.md's layer table: each package (``store``, ``view``, ...) -> the text of its row."""
+    doc = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows: dict[str, str] = {}
+    for line in doc.split("## Layers", 1)[1].split("\n## ", 1)[0].splitlines():
+        cells = line.split(" | ")
+        if not line.startswith("| ") or len(cells) < 3 or not cells[0][2:].strip().isdigit():
+            continue
+        assert line.count(" | ") == 2 and line.endswith(" |"), f"a layer table row is not one row: {line[:80]!r}"
+        package = cells[1].strip("`/ ")
+        rows[package] = rows.get(package, "") + cells[2]
+    return rows
+
+
+def test_the_architecture_table_names_every_module_and_no_module_that_is_not_there():
+    rows = _layer_rows()
+    leaves = rows.get("shared leaves", "")
+    unnamed, ghosts = [], []
+    for _, path in MODULES:
+        rel = path.relative_to(ROOT)
+        if rel.name == "__init__.py" and len(rel.parts) > 1:
+            continue  # a package is named by its folder
+        row = leaves if (len(rel.parts) == 1 or rel.parts[0] == "view") else rows.get(rel.parts[0], "")
+        if rel.parts == ("__init__.py",):
+            continue  # the public API's row
+        if rel.parts[-1] == "__main__.py":
+            row = rows.get("cli", "")
+        if f"`{rel.name}`" not in row and f"{rel.name}`" not in row:
+            unnamed.append(str(rel))
+    for package, row in rows.items():
+        base = ROOT if package in ("shared leaves", "casmon/__init__.py") else ROOT / package
+        for name in {m for m in re.findall(r"`([A-Za-z_]\w*\.py)`", row)}:
+            if not list(base.rglob(name)) and not list(ROOT.rglob(name)):
+                ghosts.append(f"{package}: {name}")
+    assert not unnamed, f"modules docs/ARCHITECTURE.md's layer table does not name: {unnamed}"
+    assert not ghosts, f"modules docs/ARCHITECTURE.md's layer table names that do not exist: {ghosts}"

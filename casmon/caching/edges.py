@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from casmon.keys.codeversion import VersionedFingerprinter
-from casmon.keys.fingerprint import Fingerprinter
+from casmon.keys.fingerprint import Fingerprinter, small_array_digest
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
@@ -214,6 +214,9 @@ class _LinkingVersioned(VersionedFingerprinter):
 
 
 def _digest_of(v: Any) -> str | None:
+    small = small_array_digest(v)  # a small array's encoding, hashed in one call: no walk
+    if small is not None:
+        return small.hex()
     # an array's encoding is the same under both: the plain fingerprinter costs less to start
     t = type(v)
     plain = t in _PLAIN or (t.__name__ == "ndarray" and t.__module__ == "numpy" and not v.dtype.hasobject)

@@ -38,7 +38,8 @@ __all__ = ["main", "VERBS"]
 #: test keeps the two equal). ``casmon --help`` lists the verbs from here, importing none of them; a verb's
 #: module is imported when the verb runs, so ``casmon runs`` never loads the browser view or the importers.
 VERBS: dict[str, tuple[str, str, str]] = {
-    "artifacts": ("casmon.cli.artifact_verbs", "artifacts_cmd", "What RUN saved: artifacts and checkpoints, with their sizes."),
+    "artifacts": ("casmon.cli.artifact_verbs", "artifacts_cmd",
+                  "What RUN saved: artifacts and checkpoints, with their sizes; with --shared, the share other runs hold."),
     "cache": ("casmon.cli.cache_verbs", "cache", "Cached functions: entries, hits, sizes."),
     "calls": ("casmon.cli.call_verbs", "calls",
               "Logged functions with their call counts; with NAME, that function's calls (in its latest session "

@@ -32,7 +32,7 @@ def _run(which, store):
 @click.pass_context
 def artifacts_cmd(ctx, run, store_location, as_json, count_shared, trust) -> None:
     """What RUN saved: artifacts and checkpoints, with their sizes; with --shared, the share other runs hold."""
-    store = open_store(store_location or ctx.obj.get("store"), read_only=True)
+    store = open_store(store_location or (ctx.obj or {}).get("store"), read_only=True)
     r = _run(run, store)
     try:
         arts = r.artifacts(shared=count_shared)
@@ -69,7 +69,7 @@ def artifacts_cmd(ctx, run, store_location, as_json, count_shared, trust) -> Non
 @click.pass_context
 def get_cmd(ctx, run, name, dest, store_location, trust) -> None:
     """Write artifact NAME of RUN to PATH (a file, or a folder's files)."""
-    store = open_store(store_location or ctx.obj.get("store"), read_only=True, trust=trust)
+    store = open_store(store_location or (ctx.obj or {}).get("store"), read_only=True, trust=trust)
     r = _run(run, store)
     try:
         out = r.load_file(name, dest)
@@ -89,7 +89,7 @@ def rm_cmd(ctx, run, store_location, dry_run, force, trust) -> None:
     """Delete RUN: its ref and records; gc then frees what no other run or entry holds."""
     from casmon.runs import delete_run
 
-    store = open_store(store_location or ctx.obj.get("store"), read_only=dry_run, trust=False)
+    store = open_store(store_location or (ctx.obj or {}).get("store"), read_only=dry_run, trust=False)
     try:
         d = delete_run(run, store=store, force=force, dry_run=dry_run)
     except (LookupError, CasmonError) as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+from pathlib import Path
 import sys
 from collections.abc import Mapping
 from types import ModuleType
@@ -110,8 +111,27 @@ def _build(pl: ModuleType) -> type:
 
         @rank_zero_only
         def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+            self._ignore_own_folder(checkpoint_callback)
             if self._checkpoints:
                 self._scan(checkpoint_callback)
+
+        def _ignore_own_folder(self, cb: Any) -> None:
+            """Where Lightning puts checkpoints under this logger's own folder (``{root}/casmon/{run}/checkpoints``:
+            no ``dirpath`` given), that folder ignores itself for git (a ``.gitignore`` of ``*``, as pytest's
+            cache does): the files are the run's artifacts already, and would otherwise sit in every later run's
+            patch as untracked files."""
+            d = getattr(cb, "dirpath", None)
+            if not d:
+                return
+            path = Path(os.path.abspath(os.fspath(d)))
+            if path.name != "checkpoints" or len(path.parents) < 3 or path.parents[1].name != self.name:
+                return
+            try:
+                fd = os.open(path.parents[1] / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except OSError:  # there already (the user's own is kept), or not writable: nothing to do
+                return
+            with os.fdopen(fd, "w") as f:
+                f.write("# written by casmon's CasmonLogger: checkpoints here are kept as the runs' artifacts\n*\n")
 
         @rank_zero_only
         def finalize(self, status: str) -> None:

@@ -113,7 +113,7 @@ class Graph:
     def __str__(self) -> str:
         """Each node on a line, upstream first, with what it fed."""
         if not self.nodes:
-            return f"{self.what} of {self.root}: nothing recorded"
+            return f"{self.what} of {self.root}: {'nothing is stale' if self.what == 'stale' else 'nothing recorded'}"
         feeds: dict[str, list[Edge]] = {}
         for e in self.edges:
             feeds.setdefault(e.source, []).append(e)

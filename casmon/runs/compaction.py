@@ -10,6 +10,10 @@ Crash safety rests on the reading rule of :func:`~casmon.runs.metrics.live_batch
 compacted record covers is skipped, so between the two steps (or after a kill at either) every point is
 read exactly once; the compacted record is written before anything is retired, so none is lost. A second
 compaction folds the first one's record in and covers a superset; the smaller one is then retired too.
+
+A run that has not ended (``lost``: it may wake) is compacted only up to its first missing seq: its batches
+can land out of order (a live flush and the script's, a stalled writer), and a batch landing in a gap a
+compaction spanned would be read before the points it follows. Batches past the gap stay, read after.
 """
 
 from __future__ import annotations
@@ -33,14 +37,16 @@ __all__ = ["COMPACT_OVER", "compact_run", "compact_runs"]
 COMPACT_OVER = 8
 
 
-def compact_run(store: Store, ref: str, over: int = COMPACT_OVER, share: int | None = None) -> bool:
+def compact_run(store: Store, ref: str, over: int = COMPACT_OVER, share: int | None = None,
+                ended: bool = True) -> bool:
     """Compact the metric records of run ``ref`` if there are more than ``over`` (or a compaction cut short
     left records to retire); True if anything changed. :class:`~casmon.errors.StoreError` if the store lock
     is held by another process (gc or a deletion): nothing is lost, a later gc compacts it.
 
     Retiring rewrites the whole metrics table; with ``share`` (a run's end) it is done only when the
     batches retired are at least 1/``share`` of the table's records, so the end of a short run in a store
-    of many runs costs no rewrite of all of them: its few covered batches wait for gc (readers skip them)."""
+    of many runs costs no rewrite of all of them: its few covered batches wait for gc (readers skip them).
+    ``ended=False`` (a lost run): only the batches up to its first missing seq are folded (module docstring)."""
     from casmon.store.lock import held
 
     key = bytes(metrics_key(ref))
@@ -51,9 +57,10 @@ def compact_run(store: Store, ref: str, over: int = COMPACT_OVER, share: int | N
     mine = sum(1 for r in records if r.get("run") == ref)
     if len(use) <= over and mine == len(use):
         return False
-    if len(use) > over:
-        covers = _merge_covers(use, where)
-        series = read_series(store, ref, where, records=records)  # exactly the batches covered
+    fold = use if ended else _up_to_a_gap(use, where)
+    if len(use) > over and len(fold) > 1:
+        covers = _merge_covers(fold, where)
+        series = read_series(store, ref, where, records=[r for _i, r in fold])  # exactly the batches covered
         cells: dict[str, Any] = {}
         refs: list[Digest] = []
         for name, s in series.items():
@@ -96,6 +103,20 @@ def _merge_covers(use: list[tuple[int, dict[str, Any]]], where: str) -> list[lis
     return out
 
 
+def _up_to_a_gap(use: list[tuple[int, dict[str, Any]]], where: str) -> list[tuple[int, dict[str, Any]]]:
+    """The records of ``use`` whose seqs lie in the unbroken range that starts at the lowest seq."""
+    merged = _merge_covers(use, where)
+    if not merged:
+        return []
+    lo, hi = merged[0]
+
+    def inside(i: int, r: dict[str, Any]) -> bool:
+        c = covers_of(r, where, i)
+        return all(lo <= a and b <= hi for a, b in (c if c is not None else [(r["seq"], r["seq"])]))
+
+    return [(i, r) for i, r in use if inside(i, r)]
+
+
 def _skipped(raws: list[bytes], ref: str, where: str) -> set[bytes]:
     """The stored bytes of the records of ``ref`` a reader skips (batches a compaction covers, compactions a
     larger one holds), never those of one it reads."""
@@ -123,7 +144,7 @@ def compact_runs(store: Store, over: int = COMPACT_OVER) -> list[str]:
         if r.ref.startswith(RUN_REFS + "/") and bytes(metrics_key(r.ref)) in busy and r.status not in ("running",
                                                                                                           "claimed"):
             try:
-                if compact_run(store, r.ref, over):
+                if compact_run(store, r.ref, over, ended=r.status != "lost"):
                     done.append(r.ref)
             except CasmonError:
                 continue  # a damaged run's records, or the lock held: the next gc tries again

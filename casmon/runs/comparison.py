@@ -51,9 +51,9 @@ def diff(a: RunInfo | str, b: RunInfo | str, store: Store | str | None = None) -
     }
     meta = {}
     for k in ("notebook", "python", "host", "user", "executable", "argv", "env", "status", "function", "comment"):
-        if k == "argv" and ma.get("notebook") and mb.get("notebook"):
-            continue  # two kernels' command lines differ only in their temporary connection files
         va, vb = (ra.status, rb.status) if k == "status" else (ma.get(k), mb.get(k))  # lost is read, not written
+        if k == "argv":  # a kernel's command line names a temporary connection file: the notebook line says more
+            va, vb = (None if ma.get("notebook") else va), (None if mb.get("notebook") else vb)
         if va != vb:
             meta[k] = {"a": va, "b": vb}
     if ma.get("packages") != mb.get("packages"):

@@ -95,6 +95,19 @@ def capture_code_state(path: str | os.PathLike | None = None, exclude: list[str]
     return state
 
 
+def _is_marker(path: Path) -> bool:
+    """Whether ``path`` is a casmon store's ``casmon.json`` (and not a file of the user's that has its name)."""
+    from casmon.store.marker import parse_marker
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 16)
+    except OSError:
+        return False
+    info, wrong = parse_marker(data)
+    return wrong is None and "casmon" in info
+
+
 def _patch(repo, root: Path, state: CodeState, exclude: list[str], untracked_max: int) -> None:
     excluded = []
     for ex in exclude:
@@ -107,6 +120,8 @@ def _patch(repo, root: Path, state: CodeState, exclude: list[str], untracked_max
         if str(rel) not in ("", "."):
             excluded.append(rel.as_posix())
     untracked = [u for u in repo.git.ls_files("--others", "--exclude-standard", "-z").split("\0") if u]
+    # any casmon store in the work tree (joblib's Memory keeps one in its folder) is data, not code
+    excluded += [u[:-len("/casmon.json")] for u in untracked if u.endswith("/casmon.json") and _is_marker(root / u)]
     untracked = [u for u in untracked if not any(u == e or u.startswith(e + "/") for e in excluded)]
     keep = []
     for u in untracked:

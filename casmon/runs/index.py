@@ -3,14 +3,19 @@
 It lives under ``runs-index/``: a *base* file of entries and small *delta* files (one per ended run, written
 at its end) that the next listing folds into a new base. An entry is ``[stamp, target, manifest, ref data]``
 for one ended run: the stamp its ref file had when the entry was made (the backend's
-:meth:`~casmon.store.backend.base.Backend.list_stamped`), the manifest digest the ref named, and the manifest
-itself (which holds the run's name and number, status, times, params, info, tags and per-metric summary).
+:meth:`~casmon.store.backend.base.Backend.list_stamped`), the manifest digest the ref named, the manifest
+itself (which holds the run's name and number, status, times, params, info, tags and per-metric summary), and the
+time the stamp was taken.
 
 An entry is used only while the run's ref still has that stamp (or, where the medium gives no stamps, still
 names that target), so the index never disagrees with the runs: a run resumed, deleted, re-tagged, or still
 running is read from its own ref and manifest, and a stale entry is dropped at the next fold. Each file
 carries an xxh3 checksum; a damaged or missing one is ignored and rebuilt. Deleting ``runs-index/`` loses
-nothing. A stamp is taken before the ref is read, so a ref rewritten in between gets an entry whose stamp no
+nothing. A stamp alone is trusted only once it is settled (the backend's
+:meth:`~casmon.store.backend.base.Backend.stamp_settled`: the ref written ticks of its file clock before the
+stamp was taken): two writes within one tick of a coarse clock (FAT, ext3, some NFS servers), with the inode reused, can
+share a stamp, so a younger entry is checked against the ref's target (one small read). A stamp is taken
+before the ref is read, so a ref rewritten in between gets an entry whose stamp no
 longer matches anything (never one that matches the new ref with the old content).
 """
 
@@ -36,12 +41,12 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode", "slim", "summary", "HEAVY"]
+           "indexable", "encode", "decode", "slim", "summary", "HEAVY", "settled", "renewed"]
 
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
 _DELTA = "d-"
-_MAGIC = b"casmon-runs-index 5 "
+_MAGIC = b"casmon-runs-index 6 "
 #: New entries (runs read directly) plus delta files from which a listing writes a new base.
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
@@ -57,13 +62,14 @@ HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executa
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEXES = re.compile(r"[0-9a-f]*")
 
-#: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status]``: the slim manifest
-#: (without HEAVY and metrics) as JSON text, parsed and checked only when a field of it is read
-#: (:class:`~casmon.runs.listing.IndexedManifest`), so a listing pays per run only for what it shows; its
-#: start, name and status also apart, for a listing's order and the UI's first page. The summary is ``[names, digests, offset]`` into the file's two numeric
-#: columns: ``f``, each metric's last, time, min and max (float64), and ``i``, its count and step (int64),
-#: little-endian and base64; read into cells only when asked for (:func:`summary`). An entry made from a run
-#: just read holds its manifest (a dict) and summary (a dict) instead.
+#: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status, time the stamp was
+#: taken]``: the slim manifest (without HEAVY and metrics) as JSON text, parsed and checked only when a field of
+#: it is read (:class:`~casmon.runs.listing.IndexedManifest`), so a listing pays per run only for what it shows;
+#: its start, name and status also apart, for a listing's order and the UI's first page. The summary is
+#: ``[names, digests, offset]`` into the file's two numeric columns: ``f``, each metric's last, time, min and max
+#: (float64), and ``i``, its count and step (int64), little-endian and base64; read into cells only when asked
+#: for (:func:`summary`). An entry made from a run just read holds its manifest (a dict) and summary (a dict)
+#: instead.
 Entry = list
 
 
@@ -85,7 +91,8 @@ def encode(entries: dict[str, Entry]) -> bytes:
             c = cells[k]
             floats += [c["last"], c["time"], c["min"], c["max"]]
             ints += [c["n"], c["step"]]
-        runs[name] = [e[0], e[1], _slim_text(e), e[3], [names, [cells[k]["digest"] for k in names], off], e[5], e[6], e[7]]
+        runs[name] = [e[0], e[1], _slim_text(e), e[3], [names, [cells[k]["digest"] for k in names], off], e[5], e[6],
+                      e[7], e[8]]
     body = json.dumps({"runs": runs, "f": base64.b64encode(np.array(floats, "<f8").tobytes()).decode("ascii"),
                        "i": base64.b64encode(np.array(ints, "<i8").tobytes()).decode("ascii")},
                       separators=(",", ":")).encode()
@@ -118,10 +125,11 @@ def decode(raw: bytes, key: str) -> dict[str, Entry]:
     prefix = RUN_REFS + "/"
     out = {}
     for k, e in runs.items():
-        if (type(e) is list and len(e) == 8 and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32
+        if (type(e) is list and len(e) == 9 and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32
                 and type(e[2]) is str and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3
                 and type(e[5]) in (int, float) and 0 <= e[5] < 1e11 and type(e[6]) is str and type(e[7]) is str
-                and e[7] not in ("running", "claimed", "unreadable") and k.startswith(prefix)):
+                and e[7] not in ("running", "claimed", "unreadable") and type(e[8]) is float and 0 <= e[8] < 1e11
+                and k.startswith(prefix)):
             e[4] = (*e[4], cols)
             out[k] = e
     return out
@@ -215,8 +223,22 @@ def indexable(manifest: dict[str, Any]) -> bool:
     return manifest.get("status") not in ("running", "claimed", "unreadable", None)
 
 
-def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str, Any]) -> Entry | None:
-    """An index entry, or None for a manifest too large to copy or with a metric cell of an odd form (that
+def settled(store: Store, e: Entry, now: float) -> bool:
+    """True if entry ``e``'s stamp alone says its ref is unchanged: the ref was written well before the stamp
+    was taken, so no later write can share the stamp (see the module's docstring). An entry made by a clock
+    ahead of this one (``now``) counts as made now."""
+    return store.backend.stamp_settled(e[0], min(e[8], now))
+
+
+def renewed(e: Entry, stamp: str, ref_data: dict[str, Any], at: float) -> Entry:
+    """Entry ``e`` (of the manifest the ref names now) with the ref's ``stamp`` taken at time ``at``."""
+    hb = ref_data.get("heartbeat")
+    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], e[5], e[6], e[7], at]
+
+
+def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str, Any],
+          at: float) -> Entry | None:
+    """An index entry (``stamp`` taken at time ``at``, before the ref was read), or None for a manifest too large to copy or with a metric cell of an odd form (that
     run is read directly)."""
     try:
         size = len(json.dumps(manifest, separators=(",", ":")))
@@ -233,7 +255,7 @@ def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str,
     name, status = slim.get("name"), slim.get("status")
     if type(start) not in (int, float) or not 0 <= start < 1e11 or type(name) is not str or type(status) is not str:
         return None
-    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, start, name, status]
+    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, start, name, status, at]
 
 
 def _cells(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
@@ -279,6 +301,7 @@ def note_ended(store: Store, ref: str) -> None:
     from casmon.store.peek import load_data
 
     try:
+        at = time.time()
         stamp = store.backend.stamp("refs/" + ref)  # before the ref is read: see the module's docstring
         r = store.get_ref(ref)
         if stamp is None or r is None or r.target is None:
@@ -287,7 +310,7 @@ def note_ended(store: Store, ref: str) -> None:
         check(manifest, f"run {ref}")
         if not indexable(manifest):
             return
-        e = entry(stamp, r.target.hex(), manifest, r.data if isinstance(r.data, dict) else {})
+        e = entry(stamp, r.target.hex(), manifest, r.data if isinstance(r.data, dict) else {}, at)
         if e is None:
             return
         key = f"{INDEX_DIR}{_DELTA}{time.time_ns():016x}-{os.urandom(4).hex()}"

@@ -38,9 +38,11 @@ class IndexedManifest(dict):
     index's text when one is first read. Reading any other field, or the manifest whole (iterating,
     ``items()``, ``json.dumps``), loads the stored manifest first, once; if that fails (damaged, missing) the
     listed fields are all it holds and ``error`` says why. An entry whose fields fail the checks a stored
-    manifest passes (a crafted index) is not used: the stored manifest is read instead."""
+    manifest passes (a crafted index) is not used: the stored manifest is read instead. A dict or list field
+    not parsed anew is copied when first read: the index's entry, kept for the next listing, is never changed
+    through it."""
 
-    __slots__ = ("_load", "_entry", "error")
+    __slots__ = ("_load", "_entry", "error", "_owned")
 
     def __init__(self, slim: dict[str, Any] | list, store: Store, name: str, target: str) -> None:
         super().__init__()
@@ -49,6 +51,25 @@ class IndexedManifest(dict):
         self._load: tuple[Store, str, str] | None = (store, name, target)
         #: Why the stored manifest could not be read (the fields the index holds are all there is), if so.
         self.error: CasmonError | None = None
+        self._owned: set[Any] | None = None  # fields copied already (the others may be the entry's own)
+
+    def _own(self, k: Any, v: Any) -> Any:
+        if type(v) is not dict and type(v) is not list:
+            return v
+        if self._owned is None:
+            self._owned = set()
+        elif k in self._owned:
+            return v
+        c = _copied(v) if isinstance(v, dict) else _copied_list(v)
+        dict.__setitem__(self, k, c)
+        self._owned.add(k)
+        return c
+
+    def _whole(self) -> None:
+        """The stored manifest read in, and every field this manifest's own."""
+        self._fill()
+        for k, v in list(dict.items(self)):
+            self._own(k, v)
 
     def _slim(self) -> None:
         e, self._entry = self._entry, None
@@ -60,6 +81,8 @@ class IndexedManifest(dict):
                 self._fill(whole=True)
             else:
                 dict.update(self, got)
+                if type(e[2]) is str:  # parsed anew from the index's text: this manifest's own already
+                    self._mine(got)
 
     def _has(self, k: Any) -> bool:
         if self._entry is not None:
@@ -91,36 +114,49 @@ class IndexedManifest(dict):
                     dict.__setitem__(self, k, v)
 
     def get(self, k: Any, default: Any = None) -> Any:
-        self._has(k)
-        return dict.get(self, k, default)
+        return self._own(k, dict.__getitem__(self, k)) if self._has(k) else default
 
     def __getitem__(self, k: Any) -> Any:
         self._has(k)
-        return dict.__getitem__(self, k)
+        return self._own(k, dict.__getitem__(self, k))
 
     def __contains__(self, k: Any) -> bool:
         return self._has(k)
-
-    def __setitem__(self, k: Any, v: Any) -> None:
-        if self._entry is not None:
-            self._slim()
-        dict.__setitem__(self, k, v)
 
     def __delitem__(self, k: Any) -> None:
         self._fill()
         dict.__delitem__(self, k)
 
-    def update(self, *a: Any, **kw: Any) -> None:
-        if self._entry is not None:
-            self._slim()
-        dict.update(self, *a, **kw)
-
     def setdefault(self, k: Any, default: Any = None) -> Any:
-        self._fill()
+        self._whole()
+        self._mine((k,))
         return dict.setdefault(self, k, default)
 
+    def __setitem__(self, k: Any, v: Any) -> None:
+        if self._entry is not None:
+            self._slim()
+        self._mine((k,))
+        dict.__setitem__(self, k, v)
+
+    def update(self, *args: Any, **kw: Any) -> None:
+        if self._entry is not None:
+            self._slim()
+        changed = dict(*args, **kw)
+        self._mine(changed)
+        dict.update(self, changed)
+
+    def __ior__(self, other: Any) -> IndexedManifest:  # type: ignore[misc]  # dict's |=, through update
+        self.update(other)
+        return self
+
+    def _mine(self, keys: Any) -> None:
+        """Fields the caller sets are its own already (read back as they were set, never copied)."""
+        if self._owned is None:
+            self._owned = set()
+        self._owned.update(keys)
+
     def pop(self, k: Any, *default: Any) -> Any:
-        self._fill()
+        self._whole()
         return dict.pop(self, k, *default)
 
     def __iter__(self) -> Any:
@@ -136,19 +172,19 @@ class IndexedManifest(dict):
         return dict.keys(self)
 
     def values(self) -> Any:
-        self._fill()
+        self._whole()
         return dict.values(self)
 
     def items(self) -> Any:
-        self._fill()
+        self._whole()
         return dict.items(self)
 
     def copy(self) -> dict[str, Any]:
-        self._fill()
+        self._whole()
         return dict(dict.items(self))
 
     def __eq__(self, other: object) -> bool:
-        self._fill()
+        self._whole()
         return dict.__eq__(self, other)
 
     def __bool__(self) -> bool:
@@ -159,11 +195,11 @@ class IndexedManifest(dict):
     __hash__ = None
 
     def __repr__(self) -> str:
-        self._fill()
+        self._whole()
         return dict.__repr__(self)
 
     def __reduce__(self) -> Any:
-        self._fill()
+        self._whole()
         return (dict, (dict(dict.items(self)),))
 
 
@@ -540,6 +576,7 @@ def _list_runs(s: Store) -> list[RunInfo]:
     from casmon.runs import index
 
     names = s.refs(RUN_REFS)
+    at = time.time()  # before the stamps are taken (index.settled)
     try:
         stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/") if names else None
     except OSError:
@@ -550,16 +587,21 @@ def _list_runs(s: Store) -> list[RunInfo]:
     for name in names:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
-        if e is not None and stamp is not None and e[0] == stamp:
+        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e, at):
             out.append((e[5], name, indexed_run(s, name, e, e[3])))
             continue
         info, target = _read_run(s, name, e)
         if info is None:
             continue
+        if e is not None and target == e[1]:  # the entry's manifest still: its text stays unparsed
+            out.append((e[5], name, info))
+            if stamp is not None:
+                fresh[name] = index.renewed(e, stamp, info.ref_data, at)
+            continue
         start = info.manifest.get("start")
         out.append((start if type(start) in (int, float) else 0, name, info))
         if stamp is not None and target is not None and info.error is None and index.indexable(info.manifest):
-            got = index.entry(stamp, target, info.manifest, info.ref_data)
+            got = index.entry(stamp, target, info.manifest, info.ref_data, at)
             if got is not None:
                 fresh[name] = got
     if names:
@@ -582,8 +624,18 @@ def run_info(s: Store, name: str) -> RunInfo | None:
 
 def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
     """The run of index entry ``e``: its slim manifest and metric summary read from the entry when first asked
-    for (the rest of the manifest read from the store when asked for)."""
-    return RunInfo(s, name, IndexedManifest(e, s, name, e[1]), None, ref_data, _entry=e)
+    for (the rest of the manifest read from the store when asked for). Its fields are its own copies: entries
+    are kept for the next listing, which a caller's change must not reach."""
+    return RunInfo(s, name, IndexedManifest(e, s, name, e[1]), None, dict(ref_data), _entry=e)
+
+
+def _copied(v: dict[str, Any]) -> dict[str, Any]:
+    """A copy of JSON data, its dicts and lists copied too (faster than copy.deepcopy)."""
+    return {k: _copied(x) if type(x) is dict else _copied_list(x) if type(x) is list else x for k, x in v.items()}
+
+
+def _copied_list(v: list[Any]) -> list[Any]:
+    return [_copied(x) if type(x) is dict else _copied_list(x) if type(x) is list else x for x in v]
 
 
 def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str | None]:

@@ -183,7 +183,9 @@ def _open_gpus() -> tuple[_Gpus | None, str | None]:
                     pynvml.nvmlInit()
                     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
                 except Exception as e:  # noqa: BLE001 - no driver, a driver/library mismatch, ...
-                    _nvml["why"] = f"NVML cannot be used ({type(e).__name__}: {e}): no GPU metrics"
+                    # pynvml imported by another library (torch does) on a machine with no GPU: nothing to say
+                    if gpu_present():
+                        _nvml["why"] = f"NVML cannot be used ({type(e).__name__}: {e}): no GPU metrics"
                 else:
                     _nvml["nvml"], _nvml["handles"] = pynvml, handles
         if "why" in _nvml:

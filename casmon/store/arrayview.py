@@ -29,7 +29,7 @@ from casmon.view import display
 from casmon.keys.digest import Digest
 from casmon.store import libraries
 from casmon.store.objects import loose_key
-from casmon.store.serialize import dtype_from_meta, handler_named
+from casmon.store.serialize import MAX_NDIM, dtype_from_meta, handler_named
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
@@ -41,6 +41,9 @@ __all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "byte_slice",
 
 #: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
 WHOLE_VIEW_CHUNK = 4 << 20
+#: An element larger than this is no array zarr presents (zarr builds its fill value, and a crafted void dtype of
+#: gigabytes would stall it).
+MAX_VIEW_ITEMSIZE = 1 << 20
 
 
 def byte_slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
@@ -271,11 +274,21 @@ def chunk_view(store: Store, manifest: Manifest, lazy: bool = False, part: int =
         # zarr describes a structured type's byte order as a whole: such a field would read byte-swapped.
         raise TypeError(f"array {manifest.digest.hex()} has a structured dtype with a big-endian field ({dtype}), "
                         "which zarr cannot describe; load it with get()")
-    shape = tuple(int(x) for x in meta["shape"])
+    raw_shape = meta["shape"]
+    # Whoever described the layout (the manifest, a handler, a frame's column), it must be one the stored part
+    # holds exactly: a shape beyond the stored bytes would read zarr's fill value, not damage.
+    if not isinstance(raw_shape, list) or len(raw_shape) > MAX_NDIM or \
+            not all(type(x) is int and x >= 0 for x in raw_shape) or meta.get("order") not in ("C", "F"):
+        raise ValueError(f"value {manifest.digest.hex()}'s part {part} has no array layout (shape {str(raw_shape)[:80]}, "
+                         f"order {str(meta.get('order'))[:10]})")
+    if dtype.itemsize > MAX_VIEW_ITEMSIZE:
+        raise TypeError(f"array {manifest.digest.hex()} has elements of {dtype.itemsize} bytes, more than a zarr view "
+                        "presents; load it with get()")
+    shape = tuple(raw_shape)
     fortran = meta["order"] == "F" and len(shape) > 1
     index = part
     stored = manifest.parts[index] if manifest.parts else {"n": 0, "cb": 1, "c": []}
-    if layout is not None and int(stored["n"]) != math.prod(shape) * dtype.itemsize:
+    if int(stored["n"]) != math.prod(shape) * dtype.itemsize:
         raise ValueError(f"value {manifest.digest.hex()}'s part {part} holds {stored['n']} bytes, not an array of "
                          f"{shape} {dtype}")
     rb = max(1, int(stored.get("rb", 1)))

@@ -368,8 +368,34 @@ class ObjectStore:
     def put_chunks(self, data: memoryview, cb: int, kind: int, codec: Codec, typesize: int = 1) -> list[Digest]:
         """:meth:`put` each ``cb``-byte piece of ``data``; the pieces are hashed on the chunk pool first."""
         views = [data[o : o + cb] for o in range(0, data.nbytes, cb)]
-        digests = _map(_hash, views) if len(views) > 1 and cb >= LOOSE_MIN else [None] * len(views)
-        return [self.put(v, kind, codec, typesize, digest=d) for v, d in zip(views, digests)]
+        if len(views) <= 1 or cb < LOOSE_MIN:
+            return [self.put(v, kind, codec, typesize) for v in views]
+        vt = self.view()
+        # Each chunk is hashed and, when new, compressed and written by one job on the pool, while its bytes
+        # are still in the CPU's cache: no pass over the whole value for its digests before the writes begin.
+        # On the pool's threads, never the caller's: blosc compresses differently on the main thread (its
+        # global context), and a chunk's stored bytes do not depend on which thread wrote it.
+        chunk_pool()
+        done = _map(lambda v: self._hash_and_write(v, kind, codec, typesize), views)
+        out = []
+        for v, r in zip(views, done):
+            assert r is not None  # _map raised if a job failed
+            d, written = r
+            if written:
+                self._remember(d, vt)
+            else:  # stored, waiting, condemned or damaged: put decides, with the digest already known
+                self.put(v, kind, codec, typesize, digest=d)
+            out.append(d)
+        return out
+
+    def _hash_and_write(self, raw: memoryview, kind: int, codec: Codec, typesize: int) -> tuple[Digest, bool]:
+        """A large chunk's digest, and whether this job wrote it as a new loose object (any thread); one not
+        written is left to :meth:`put`: known stored, waiting for a pack, condemned or found damaged."""
+        d = _hash(raw)
+        if raw.nbytes < LOOSE_MIN or d in self._pending or d in self._suspect or d in self._condemned or d in self._known:
+            return d, False  # a short last chunk goes to a pack
+        self._write_loose(d, raw, kind, codec, typesize)
+        return d, True
 
     @staticmethod
     def _submit(fn: Callable[..., _R], *args: Any) -> Future[_R]:

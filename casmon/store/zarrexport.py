@@ -11,8 +11,11 @@ Media: a local folder (chunks with equal bytes are one file, hard-linked), a
 ``.zip`` file, or an object store URL (``s3://...``, through the same client
 casmon's stores use). A folder or zip is written beside its target and moved
 into place when complete, so a killed export leaves no half hierarchy under
-the target's name; on an object store the root's consolidated metadata is
-written last, and a prefix that holds anything is refused.
+the target's name; on an object store every object is written only where
+none is (a prefix that holds anything is refused, and one that gains an
+object while exporting fails the export, overwriting nothing), and the root's
+``zarr.json`` is written last, so a killed export leaves no hierarchy a
+reader opens.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import zarr
 from zarr.codecs import BloscCodec
-from zarr.storage import LocalStore
+from zarr.storage import LocalStore, WrapperStore
 
 from casmon.errors import CasmonError, StoreError
 from casmon.keys.digest import digest_bytes
@@ -225,13 +228,80 @@ def _target(out: str | os.PathLike[str], inside: Path | None) -> Iterator[tuple[
 
 def from_remote(url: str) -> Iterator[tuple[ZarrStore, Exported, Any]]:
     """An object store URL as an export target: refused unless nothing is stored under it yet."""
+    from zarr.core.sync import sync
+
     from casmon.store.backend import open_backend
 
     backend = open_backend(url)
-    zs = backend.zstore
     if backend.list_dir(""):
         raise ExportError(f"cannot export to {backend.url}: something is stored there already; name a new prefix")
+    zs = _Staged(backend.zstore, backend.url)
     yield zs, Exported(backend.url), None
+    sync(zs.publish())
+
+
+class _Staged(WrapperStore[Any]):
+    """An object store target that writes each key only where nothing is, and holds the root's ``zarr.json``
+    until :meth:`publish`: until then no reader sees a hierarchy, and nothing another writer put is replaced."""
+
+    ROOT = "zarr.json"
+
+    def __init__(self, store: Any, url: str) -> None:
+        super().__init__(store)
+        self._url = url
+        self._root: Buffer | None = None
+        self._ours: set[str] = set()
+
+    async def _create(self, key: str, value: Buffer) -> None:
+        client = getattr(self._store, "store", None)
+        if client is None:  # not obstore: no conditional put, so the best is to look first
+            if await self._store.exists(key):
+                self._appeared(key)
+            await self._store.set(key, value)
+        else:
+            import obstore
+
+            try:
+                await obstore.put_async(client, key, value.as_buffer_like(), mode="create")
+            except obstore.exceptions.AlreadyExistsError:
+                self._appeared(key)
+        self._ours.add(key)
+
+    def _appeared(self, key: str) -> NoReturn:
+        raise ExportError(f"cannot export to {self._url}: {key} was stored there by someone else while exporting; "
+                          "name a new prefix")
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Buffer | None:
+        if key == self.ROOT and byte_range is None:
+            return self._root
+        got: Buffer | None = await self._store.get(key, prototype, byte_range)
+        return got
+
+    async def exists(self, key: str) -> bool:
+        return self._root is not None if key == self.ROOT else await self._store.exists(key)
+
+    async def set(self, key: str, value: Buffer) -> None:
+        if key == self.ROOT:
+            self._root = value
+        elif key in self._ours:
+            await self._store.set(key, value)
+        else:
+            await self._create(key, value)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        if key == self.ROOT:
+            self._root = self._root or value
+        elif key not in self._ours:
+            await self._create(key, value)
+
+    async def _set_many(self, values: Any) -> None:
+        for key, value in values:
+            await self.set(key, value)
+
+    async def publish(self) -> None:
+        """Write the root's ``zarr.json`` (with the consolidated metadata): the hierarchy now opens."""
+        if self._root is not None:
+            await self._create(self.ROOT, self._root)
 
 
 def _copy(src: zarr.Array[Any], dst: zarr.Array[Any]) -> None:

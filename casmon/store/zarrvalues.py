@@ -52,8 +52,9 @@ def _frame(store: Store, tree: Tree, path: str, m: Manifest, about: dict[str, An
         return False
     try:
         attrs, arrays = nodes(m.meta["meta"])
-        if not all(isinstance(d, str) for a in arrays for d in a["dims"]):
-            return False
+        if not all(isinstance(d, str) for a in arrays for d in a["dims"]) or \
+                len({node_name(str(a["name"])) for a in arrays}) < len(arrays):
+            return False  # two arrays of one name: one would hide the other
         views = [(a, chunk_view(store, m, lazy=True, part=int(a["part"]), layout=a["array"])) for a in arrays]
     except (TypeError, ValueError, LookupError, AttributeError, CasmonError):
         return False

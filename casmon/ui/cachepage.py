@@ -170,7 +170,9 @@ def _params_table(a: Any) -> Html:
         return Html('<p class="muted">not recorded (stored by an older casmon, or keyed by a custom key)</p>')
     if not a:
         return Html('<p class="muted">none</p>')
-    rows = "".join(f"<tr><td>{code(k)}</td><td>{code(v)}</td></tr>" for k, v in sorted(a.items(), key=lambda kv: str(kv[0])))
+    # "~": a large buffer hashed once for the key, not again for a digest of its own
+    rows = "".join(f"<tr><td>{code(k)}</td><td>{code(v) if v != '~' else 'not kept (a large value, hashed once)'}</td></tr>"
+                   for k, v in sorted(a.items(), key=lambda kv: str(kv[0])))
     return Html(f'<table id="entry-params"><tr><th>parameter</th><th>digest of its value</th></tr>{rows}</table>')
 
 

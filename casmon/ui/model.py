@@ -12,7 +12,11 @@ claimed its number is listed too). After that every request revalidates it
 cheaply, at most once a second: one listing of ``refs/runs`` (runs added or
 removed) and a read of the ref of each run that is still going (``running`` or
 ``claimed``), which carries its status, heartbeat and latest metrics. A run
-that ended is final: its manifest is immutable (named by digest) and kept once
+that ended is read again only when its ref is written again (resumed, or
+deleted and its number taken by a new run): where the medium gives stamps
+(:meth:`~casmon.store.backend.base.Backend.list_stamped`), the listing of
+``refs/runs`` carries them, and a ref whose stamp changed, or is not yet
+settled, is read. Its manifest is immutable (named by digest) and kept once
 read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
 request. Sorting or filtering by a column only manifests hold waits for the
@@ -75,6 +79,8 @@ class Entry:
     ref_data: dict[str, Any] = field(default_factory=dict)  # a live run's heartbeat and latest metrics
     serial: int = 0  # the index's change counter when this entry last changed
     born: int = 0  # ... when the index first listed it
+    stamp: str | None = None  # the ref's stamp, taken (at time ``stamped``) before what the entry says was read
+    stamped: float = 0.0
 
     def same(self, other: Entry) -> bool:
         return (self.status, self.digest, self.name, self.ref_data) == (other.status, other.digest, other.name,
@@ -154,6 +160,21 @@ class RunIndex:
     def _tails(self) -> set[str]:
         return {n[len(RUN_REFS) + 1:] for n in self.store.refs(RUN_REFS)}  # runs/3 -> 3
 
+    def _stamps(self) -> tuple[dict[str, str] | None, float]:
+        """The run refs' stamps by ref name (None where the medium gives none), and when they were taken."""
+        at = time.time()
+        try:
+            got = self.store.backend.list_stamped(f"refs/{RUN_REFS}/")
+        except OSError:
+            got = None
+        return ({k[len("refs/"):]: v for k, v in got.items()} if got is not None else None), at
+
+    def _changed(self, e: Entry, stamps: dict[str, str] | None, now: float) -> bool:
+        """True if ended entry ``e``'s ref may have been written since the entry was made."""
+        if stamps is None or e.stamp is None:
+            return False  # no stamps: an ended run is taken as final
+        return stamps.get(e.ref) != e.stamp or not self.store.backend.stamp_settled(e.stamp, min(e.stamped, now))
+
     def _stamp(self) -> int:
         self.serial = next(self._changes)
         return self.serial
@@ -177,6 +198,7 @@ class RunIndex:
     def _first_listing(self) -> Listing:
         """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
         the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
+        stamps, at = self._stamps()  # before the records are read: a ref written meanwhile is read again
         tails = self._tails()
         newest: dict[str, tuple[float, dict[str, Any]]] = {}
         first: dict[str, float] = {}
@@ -200,6 +222,7 @@ class RunIndex:
                 e = self._from_ref(tail)
             if e is not None:
                 e.serial = e.born = serial
+                e.stamp, e.stamped = stamps.get(ref) if stamps is not None else None, at
                 out.append(e)
         out.sort(key=lambda e: (e.start, run_number(e.tail)))
         return Listing(out, serial)
@@ -207,6 +230,7 @@ class RunIndex:
     def _revalidate(self) -> Listing:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
         assert self._entries is not None
+        stamps, at = self._stamps()
         tails = self._tails()
         out: list[Entry] = []
         changed = False
@@ -214,19 +238,24 @@ class RunIndex:
             if e.tail not in tails:
                 changed = True
                 continue
-            if e.status in LIVE_STATUSES or e.digest is None:
+            live = e.status in LIVE_STATUSES or e.digest is None
+            if live or self._changed(e, stamps, at):
                 now = self._from_ref(e.tail)
                 if now is None:
                     changed = True
                     continue
-                if not now.same(e):
+                now.stamp, now.stamped = stamps.get(e.ref) if stamps is not None else None, at
+                if live and not now.same(e) or not live and (now.digest, now.status) != (e.digest, e.status):
                     now.serial, now.born = self._stamp(), e.born
                     e, changed = now, True
+                else:
+                    e.stamp, e.stamped = now.stamp, at
             out.append(e)
         for tail in sorted(tails - {e.tail for e in self._entries}, key=run_number):
             new = self._from_ref(tail)
             if new is not None:
                 new.serial = new.born = self._stamp()
+                new.stamp, new.stamped = stamps.get(new.ref) if stamps is not None else None, at
                 out.append(new)
                 changed = True
         if not changed:

@@ -17,7 +17,7 @@ from casmon.view.display import Html
 from casmon.ui.model import is_scalar
 from casmon.ui.values import json_block
 
-#: Parameters offered as axes at most (those whose values differ across the runs first).
+#: Parameters offered as axes at most (those whose values differ across the runs first, then those most runs have).
 MAX_AXES = 40
 
 
@@ -41,7 +41,9 @@ def parcoords_section(rows: list[tuple[Any, Any, Any]]) -> Html:
     runs = [_run(e, r) for e, r, _row in rows]
     if len(runs) < 2 or not any(x["params"] for x in runs) or not any(x["metrics"] for x in runs):
         return Html("")
-    keys = sorted({k for x in runs for k in x["params"]})
+    # the parameters most runs have first: one run's many (a framework's whole config) must not crowd them out
+    have = {k: sum(k in x["params"] for x in runs) for x in runs for k in x["params"]}
+    keys = sorted(have, key=lambda k: (-have[k], k))
     varying = [k for k in keys if len({repr(x["params"].get(k)) for x in runs}) > 1]
     axes = (varying + [k for k in keys if k not in varying])[:MAX_AXES]
     metrics = sorted({m for x in runs for m in x["metrics"]})

@@ -67,7 +67,9 @@ def _facts(r: Any) -> list[tuple[str, Any]]:
     for k in ("host", "user", "python"):
         if m.get(k):
             pairs.append((k, m[k]))
-    if m.get("argv"):
+    if m.get("notebook"):  # a kernel's command line names only its temporary connection file
+        pairs.append(("notebook", code(str(m["notebook"]))))
+    elif m.get("argv"):
         pairs.append(("command", code(" ".join(map(str, m["argv"])))))
     if isinstance(m.get("imported"), dict):
         pairs.append(("imported", code(", ".join(f"{k}={v}" for k, v in m["imported"].items()))))

@@ -50,6 +50,8 @@ MAX_METRIC_COLUMNS = 40
 _OPS = ("<=", ">=", "!=", "=", "<", ">")
 _TERM_RE = re.compile(r"^([^<>=!]*)(<=|>=|!=|=|<|>)(.*)$")
 _NAME_RE = re.compile(r"^[A-Za-z_][\w.\-]*$")
+#: Parentheses nested deeper than this are a :class:`FilterError` (the parser and the test it builds recurse).
+MAX_NESTING = 50
 
 
 class FilterError(ValueError):
@@ -110,13 +112,14 @@ def cell_texts(row: dict[str, Any]) -> dict[str, str]:
 
 
 def sort_key(v: Any) -> tuple[int, float, str]:
-    """Numbers, then text, then empty cells (mixed types sort without errors)."""
+    """Numbers (infinities too), then text, then NaN, then empty cells (mixed types sort without errors; a
+    NaN, which compares with nothing, never takes part in a comparison)."""
     if type(v) is bool:
         return (0, float(v), "")
-    if is_number(v):
-        return (0, float(v), "")
+    if type(v) in (int, float):
+        return (2, 0.0, "") if v != v else (0, float(v), "")
     if v is None or v == "":
-        return (2, 0.0, "")
+        return (3, 0.0, "")
     return (1, 0.0, str(v).lower())
 
 
@@ -191,22 +194,27 @@ def parse_query(q: str) -> Expr:
     if toks.count("(") != toks.count(")"):
         toks = _tokens(q, False)
     at = 0
+    depth = 0
 
     def peek() -> str | None:
         return toks[at] if at < len(toks) else None
 
     def atom() -> Any:
-        nonlocal at
+        nonlocal at, depth
         tok = toks[at]
         at += 1
         if tok == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise FilterError(f"filter {_quoted(q)}: parentheses nested more than {MAX_NESTING} deep")
             inner = alternatives()
+            depth -= 1
             if peek() != ")":
-                raise FilterError(f"filter {q!r}: a '(' is not closed")
+                raise FilterError(f"filter {_quoted(q)}: a '(' is not closed")
             at += 1
             return inner
         if tok == ")":
-            raise FilterError(f"filter {q!r}: a ')' closes nothing")
+            raise FilterError(f"filter {_quoted(q)}: a ')' closes nothing")
         return _term(tok)
 
     def conjunction() -> Expr:
@@ -217,11 +225,11 @@ def parse_query(q: str) -> Expr:
                 at += 1
                 nxt = peek()
                 if not items or nxt is None or nxt == ")" or nxt.lower() in ("and", "or"):
-                    raise FilterError(f"filter {q!r}: 'and' needs a term on each side")
+                    raise FilterError(f"filter {_quoted(q)}: 'and' needs a term on each side")
                 continue
             items.append(atom())
         if not items:
-            raise FilterError(f"filter {q!r}: 'or' and parentheses need a term on each side (or inside)")
+            raise FilterError(f"filter {_quoted(q)}: 'or' and parentheses need a term on each side (or inside)")
         return Expr("and", items)
 
     def alternatives() -> Expr:
@@ -236,8 +244,13 @@ def parse_query(q: str) -> Expr:
         return Expr("and", [])
     out = alternatives()
     if at != len(toks):
-        raise FilterError(f"filter {q!r}: a ')' closes nothing")
+        raise FilterError(f"filter {_quoted(q)}: a ')' closes nothing")
     return out
+
+
+def _quoted(q: str) -> str:
+    """A filter as an error quotes it: a long one cut short."""
+    return repr(q) if len(q) <= 120 else repr(q[:100]) + f"… ({len(q)} characters)"
 
 
 def _term(tok: str) -> Term:
@@ -264,8 +277,18 @@ def tags_of(r: RunInfo) -> tuple[str, ...]:
     return tuple(t for t in got if type(t) is str) if isinstance(got, (list, tuple)) else ()
 
 
-def compile_query(e: Expr, rows: list[dict[str, Any]]) -> Callable[[RunInfo, dict[str, Any]], bool]:
-    """The filter as one test of a run and its row (terms resolved against the rows' columns)."""
+def _current_tags(store: Any) -> Callable[[RunInfo], tuple[str, ...]]:
+    """Each run's tags as they are now: its manifest's, with every edit (one read of all of them) applied."""
+    from casmon.runs import tags
+
+    edits = tags.edits_by_run(store)
+    return lambda r: tags.merged(r.manifest, edits.get(r.ref, []))[0]
+
+
+def compile_query(e: Expr, rows: list[dict[str, Any]],
+                  tags: Callable[[RunInfo], tuple[str, ...]] = tags_of) -> Callable[[RunInfo, dict[str, Any]], bool]:
+    """The filter as one test of a run and its row (terms resolved against the rows' columns); ``tags`` gives
+    a run's tags for ``tag:`` terms."""
     plain = [t for t in leaves(e) if t.op != ":"]
     known = {c for row in rows for c in row}
     tests = dict(zip(map(id, plain), compile_terms(resolve(plain, known), rows)))
@@ -278,7 +301,7 @@ def compile_query(e: Expr, rows: list[dict[str, Any]]) -> Callable[[RunInfo, dic
             return lambda r, row: all(p(r, row) for p in parts)
         if x.op == ":":
             want = x.value
-            return lambda r, row: want in tags_of(r)
+            return lambda r, row: want in tags(r)
         test = tests[id(x)]
         return lambda r, row: test(row)
 
@@ -487,10 +510,11 @@ def _sorted_rows(rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
                  desc: bool) -> list[tuple[Entry, RunInfo, dict[str, Any]]]:
     if sort == "run":
         return sorted(rows, key=lambda x: run_number(x[0].tail), reverse=desc)
-    present = [x for x in rows if x[2].get(sort) not in (None, "")]
-    missing = [x for x in rows if x[2].get(sort) in (None, "")]
-    present.sort(key=lambda x: sort_key(x[2].get(sort)), reverse=desc)
-    return present + missing  # empty cells last, either way
+    keys = [sort_key(x[2].get(sort)) for x in rows]
+    present = [(k, x) for k, x in zip(keys, rows) if k[0] < 2]
+    present.sort(key=lambda kx: kx[0], reverse=desc)
+    last = sorted(((k, x) for k, x in zip(keys, rows) if k[0] >= 2), key=lambda kx: kx[0][0])
+    return [x for _k, x in present + last]  # NaN, then empty cells, last either way
 
 
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
@@ -505,6 +529,7 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     except FilterError as e:
         query, error = Expr("and", []), str(e)
     terms = leaves(query)
+    tagged = any(t.op == ":" for t in terms)
     if sort == "start" and not terms:
         chosen = list(reversed(entries)) if desc else list(entries)
         total = len(chosen)
@@ -513,18 +538,21 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         rows = [(e, *index.row(e, row_of)) for e in chosen[(page - 1) * per: page * per]]
     else:
         key = (entries.serial, sort, desc, q)
-        cached = index.views.get(key)
+        # Tags change by edit records, not in the listing its serial follows: a tag filter's view is made anew
+        # (every run's edits read once), never kept.
+        cached = None if tagged else index.views.get(key)
         if cached is None:
             index.use_index()
             every = [(e, *index.row(e, row_of)) for e in entries]
             if terms:
                 try:
-                    test = compile_query(query, [row for _e, _r, row in every])
+                    test = compile_query(query, [row for _e, _r, row in every],
+                                         _current_tags(index.store) if tagged else tags_of)
                     every = [x for x in every if test(x[1], x[2])]
                 except FilterError as e:
                     error = str(e)
             cached = _sorted_rows(every, sort if is_column(sort) else "start", desc)
-            if index.complete(entries) and not error:  # valid while this listing is
+            if index.complete(entries) and not error and not tagged:  # valid while this listing is
                 index.views[key] = cached
                 while len(index.views) > 8:
                     index.views.pop(next(iter(index.views)))

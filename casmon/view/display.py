@@ -322,7 +322,9 @@ def run_html(r: Any) -> Html:
     for k in ("host", "user", "python"):
         if m.get(k):
             pairs.append((k, m[k]))
-    if m.get("argv"):
+    if m.get("notebook"):  # a kernel's command line names only its temporary connection file
+        pairs.append(("notebook", code(str(m["notebook"]))))
+    elif m.get("argv"):
         pairs.append(("command", code(" ".join(map(str, m["argv"])))))
     if m.get("error"):
         pairs.append(("error", Html(f"<span class=\"casmon-error\">{esc(m['error'])}</span>")))

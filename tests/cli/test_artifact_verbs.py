@@ -105,3 +105,13 @@ def test_show_lists_a_runs_artifacts_and_checkpoint_steps(store):
     assert "checkpoints (12): steps ..., 20, 30" in out and "steps ..., 20, 30, 40, 50, 60, 70, 80, 90, 100, 110" in out
     shown = json.loads(cli("show", "1", "--store", store, "--json").stdout)
     assert {a["name"] for a in shown["artifacts"]} == {"weights", "notes", "checkpoint/3"}
+
+
+@pytest.mark.parametrize("args", [("artifacts", "1"), ("get", "1", "notes", "-o", "out.bin"), ("rm", "1", "--dry-run")])
+def test_the_artifact_verbs_use_the_default_store_when_no_store_is_given(tmp_path, args):
+    s = casmon.open(tmp_path / ".casmon", create=True)
+    with casmon.record(store=s, capture_output=False, system_metrics=False) as run:
+        run.save("notes", b"some bytes")
+    s.close()
+    r = cli(*args, cwd=tmp_path)  # ./.casmon, as the README's `casmon artifacts RUN` reads it
+    assert r.returncode == 0 and "1" in r.stdout

@@ -237,3 +237,23 @@ def test_where_pytorch_lightning_is_the_one_imported_the_logger_is_its_logger(tm
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines()[-1] == "[0, 1]"
+
+
+def test_checkpoints_in_the_loggers_own_folder_stay_out_of_later_runs_patches(tmp_path, store, monkeypatch):
+    import subprocess
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+                                                "--allow-empty", "-m", "first"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    monkeypatch.chdir(repo)
+    t = pl.Trainer(max_epochs=1, logger=CasmonLogger(record_options={"store": store}), enable_progress_bar=False,
+                   enable_model_summary=False, default_root_dir=repo, accelerator="cpu", devices=1)
+    t.fit(Tiny(), loader())
+    written = list((repo / "casmon").rglob("*.ckpt"))
+    assert written, "Lightning wrote its checkpoint under the logger's own folder"
+    assert casmon.load_run("latest", store).artifacts()  # and the run keeps it
+    with casmon.record(store=store, capture_output=False) as later:
+        pass
+    assert casmon.load_run(later.name, store).manifest["git"]["untracked"] == []

@@ -383,3 +383,33 @@ def test_a_result_of_another_store_is_no_edge_of_this_one(tmp_path, store):
     use(a)
     assert "up" not in use.ref(a).entry
     assert [n.data["status"] for n in use.ref(a).lineage().nodes.values()] == ["live"]
+
+
+def test_a_small_array_results_fingerprint_needs_no_walk_and_still_links_across_stores(tmp_path, monkeypatch):
+    walks = []
+
+    class Counting(edges._Linking):
+        __slots__ = ()
+
+        def feed_value(self, value, root="value"):
+            walks.append(type(value))
+            super().feed_value(value, root)
+
+    monkeypatch.setattr(edges, "_Linking", Counting)
+    monkeypatch.setattr(edges, "_LinkingVersioned", Counting)
+    edges.forget_all()
+
+    @casmon.cache(store=str(tmp_path / "a"))
+    def make(n):
+        return np.arange(n, dtype=float) * 3
+
+    @casmon.cache(store=str(tmp_path / "a"))
+    def use(x):
+        return float(x.sum())
+
+    r = make(16)
+    assert walks == []
+    edges.forget_all()  # as in another process: content links it
+    use(r.copy())
+    ix = Index(make.__casmon_cache__.store)
+    assert [u for _, u in ix.upstream(entry_of(use, r))] == [entry_of(make, 16)]

@@ -170,6 +170,7 @@ def test_a_changed_parameter_makes_nothing_stale_and_is_the_first_difference(pip
     k1, k2 = pipe.first_keys, pipe.keys(second)
     assert k2["load"] == k1["load"] and k2["clean"] != k1["clean"]
     assert stale_set(pipe.store) == set()  # the old entries still answer the calls they were made for
+    assert str(stale(pipe.store)).endswith(": nothing is stale")  # not "nothing recorded": edges were
     assert downstream(pipe.store, k1["clean"]) == ids(pipe.first, k1, ("clean", "features", "train"))
     fd = first_difference(pipe.first, second)
     assert [p.fn for p in fd.partings] == ["pipeline.clean"]

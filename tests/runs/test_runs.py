@@ -375,3 +375,36 @@ def test_a_run_in_a_zip_store_warns_nothing_and_reads_back_as_ended(repo):
     assert [str(w.message) for w in caught if "zipfile" in w.filename] == []
     out = run_python(f"import casmon; r = casmon.load_run({run.name!r}, store={str(p)!r}); print(r.status)")
     assert out.stdout.split() == ["ok"]
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+def test_diff_of_a_script_run_and_a_notebook_run_shows_no_kernel_command_line(tmp_path, monkeypatch):
+    from casmon.runs import recorder
+
+    monkeypatch.chdir(tmp_path)  # outside this repository: its patch would hold this test's text
+    store = str(tmp_path / "s")
+    with casmon.record(store=store, capture_output=False, system_metrics=False) as script:
+        pass
+    monkeypatch.setattr(recorder, "notebook_path", lambda: "/work/train.ipynb")
+    monkeypatch.setattr(sys, "argv", ["/venv/ipykernel_launcher.py", "-f", "/tmp/tmpab12.json"])
+    with casmon.record(store=store, capture_output=False, system_metrics=False) as nb:
+        pass
+    meta = casmon.diff(script.name, nb.name, store=store)["meta"]
+    assert meta["notebook"] == {"a": None, "b": "/work/train.ipynb"}
+    assert meta["argv"]["b"] is None  # the notebook line says where it ran; the kernel's argv names a temporary file
+    assert "ipykernel_launcher" not in str(casmon.diff(script.name, nb.name, store=store))
+
+
+@pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+def test_another_casmon_store_inside_the_repository_is_not_in_the_patch(repo):
+    # joblib's Memory("cachedir") keeps a store in cachedir/casmon; a second store beside the default one
+    other = casmon.open(repo / "cachedir" / "casmon")
+    other.put(b"x" * 1000)
+    other.close()
+    (repo / "mine").mkdir()
+    (repo / "mine" / "casmon.json").write_text("{}\n")  # the user's own file of that name, no store
+    with casmon.record(capture_output=False, system_metrics=False) as run:
+        pass
+    info = casmon.load_run(run.name)
+    assert info.manifest["git"]["untracked"] == ["mine/casmon.json"]
+    assert b"cachedir" not in info.patch()

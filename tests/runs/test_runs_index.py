@@ -120,7 +120,10 @@ def test_a_crafted_index_entry_is_not_used_and_the_run_read_from_its_ref(many):
     json.dumps(casmon.list_runs(s)[0].manifest)  # whole, as a stored manifest
 
 
-def test_a_crafted_entry_whose_stored_manifest_is_gone_lists_the_run_as_unreadable(many):
+def test_a_crafted_entry_whose_stored_manifest_is_gone_lists_the_run_as_unreadable(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled refs: the entries are used as they are
     s = casmon.open(many)
     casmon.list_runs(s)
     base = many / "runs-index" / "base"
@@ -223,9 +226,12 @@ def test_a_base_read_once_is_read_again_only_once_it_changes(many):
     index.decode(base.read_bytes(), "base")
 
 
-def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many):
+def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many, monkeypatch):
+    import time
+
     from tests.support.cli import cli
 
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled refs: their entries used as they are
     s = casmon.open(many)
     casmon.list_runs(s)
     base = many / "runs-index" / "base"
@@ -249,3 +255,192 @@ def test_a_listing_through_the_index_reads_an_entrys_manifest_only_when_a_field_
     assert [r.metric_summary()["loss"]["n"] for r in runs] == [20] * 60
     assert parsed == []  # the order and every run's metrics from the index's columns alone
     assert runs[7].name == "8" and runs[7].status == "failed" and len(parsed) == 1
+
+
+def _coarse_clock(monkeypatch, tick):
+    """The local medium as a filesystem whose timestamps stay at ``tick`` (a clock tick longer than the test:
+    FAT, ext3 or an NFS server with whole seconds), so a file rewritten in place keeps its stamp."""
+    import casmon.store.backend.local as local
+
+    def stamp_of(st):
+        return f"{st.st_ino:x}.{tick:x}.{tick:x}.{st.st_size:x}"
+
+    monkeypatch.setattr(local, "_stamp_of", stamp_of)
+
+
+def test_a_ref_rewritten_within_its_filesystems_clock_tick_is_read_not_taken_from_the_index(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + 3600 * 10**9)  # the tick is not over yet
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    casmon.list_runs(s)
+    refs = sorted((many / "refs" / "runs").iterdir())
+    same = [p for p in refs[1:] if p.stat().st_size == refs[0].stat().st_size]
+    stamp = s.backend.stamp("refs/runs/" + refs[0].name)
+    with open(refs[0], "r+b") as f:  # the same inode, size and tick: inode reuse or an in-place rewrite
+        f.write(same[0].read_bytes())
+    assert s.backend.stamp("refs/runs/" + refs[0].name) == stamp
+    listed = _view(casmon.list_runs(s))
+    assert listed == _direct(many)
+    assert [v for v in listed if v[0] == "runs/" + refs[0].name][0][1] == same[0].name
+
+
+def test_entries_whose_refs_are_older_than_the_clocks_tick_are_used_without_reading_the_ref(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))
+    casmon.list_runs(s)
+    monkeypatch.setattr(type(s), "get_ref", lambda *a, **k: pytest.fail("a settled entry's ref was read"))
+    assert _view(casmon.list_runs(s)) == first
+
+
+def _touch(path):
+    with open(path, "w") as f:
+        f.write("unpickled")
+    return path
+
+
+class Boom:
+    """Unpickling it writes a file: a value that would run code if anything loaded it."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (_touch, (self.path,))
+
+
+def test_a_crafted_index_with_a_sound_checksum_makes_casmon_run_no_code(many, monkeypatch, tmp_path):
+    """An unkeyed checksum lets whoever writes the store write an index that lies, as they could write a
+    manifest that lies: what it names is described, never unpickled, in every view."""
+    import time
+
+    from casmon.ui.model import RunIndex
+    from casmon.ui.table import runs_view
+    from tests.support.cli import cli
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled refs: the entries are used as they are
+    marker = tmp_path / "ran.txt"
+    s = casmon.open(many, trust=True)  # even a trusting reader: a listing loads no value
+    casmon.list_runs(s)
+    bomb = s.put(Boom(str(marker))).hex()
+    s.flush()
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    for name in ("runs/3", "runs/4"):
+        m = json.loads(doc["runs"][name][2])
+        m["params"] = {"lr": {"$": bomb}, "cfg": {"model": {"$": bomb}}}
+        m["info"] = {"model": {"$": bomb}}
+        m["git"] = {"commit": "0" * 40, "patch": bomb}
+        m["name"] = doc["runs"][name][6] = "lied"
+        doc["runs"][name][2] = json.dumps(m)
+    _write_doc(base, doc)
+    runs = {r.ref: r for r in casmon.list_runs(casmon.open(many))}
+    r = runs["runs/3"]
+    assert r.name == "lied"  # a writer of the store can make it lie, as with a manifest
+    r.params(), r.flat_params(), r.info_cells(), r.information(), repr(r), r._repr_html_()
+    with pytest.raises(casmon.CasmonError):
+        r.patch()
+    casmon.list_runs(casmon.open(many)).to_pandas()
+    out = cli("runs", "--store", str(many))
+    assert out.returncode == 0 and "lied" in out.stdout
+    idx = RunIndex(casmon.open(many))
+    try:
+        for sort in ("param.lr", "info.model", "start"):
+            runs_view(idx, sort=sort, q="lr>0 or status=ok")
+    finally:
+        idx.stop()
+    assert not marker.exists()
+
+
+FOLDER = """
+import sys, casmon
+from casmon.runs import index
+index.FOLD_AT = 1  # every listing that read a run writes a new base and folds the deltas
+s = casmon.open(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    runs = casmon.list_runs(s)
+    assert len({r.ref for r in runs}) == len(runs)
+"""
+
+ENDER = """
+import sys, casmon
+s = casmon.open(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    with casmon.record(store=s, capture_output=False) as run:
+        run.params = {"i": i, "who": sys.argv[3]}
+        run.log(loss=float(i))
+"""
+
+
+def test_processes_folding_deltas_at_once_while_runs_end_leave_listings_true(many):
+    procs = [subprocess.Popen([PY, "-c", FOLDER, str(many), "15"], env=ENV, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    procs += [subprocess.Popen([PY, "-c", ENDER, str(many), "6", w], env=ENV, stderr=subprocess.PIPE, text=True)
+              for w in "ab"]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    s = casmon.open(many)
+    listed = _view(casmon.list_runs(s))
+    assert listed == _direct(many) and len(listed) == 72
+
+
+def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled: the base is read once, then kept
+    s = casmon.open(many)
+    first = _view(casmon.list_runs(s))
+    casmon.list_runs(s)
+    r = casmon.list_runs(s)[0]
+    assert isinstance(r.manifest, IndexedManifest)
+    r.manifest["params"]["lr"] = -1.0
+    r.manifest["params"]["model"]["depth"] = -1
+    r.manifest["tags"].append("changed")
+    r.ref_data["heartbeat"] = 0.0
+    assert _view(casmon.list_runs(s)) == first
+    assert casmon.load_run(r.ref, s).params() == first[0][4]
+    assert casmon.list_runs(s)[0].ref_data.get("heartbeat") != 0.0
+
+
+def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    m = casmon.list_runs(s)[0].manifest
+    assert isinstance(m, IndexedManifest)
+    mine = {"a": 1}
+    m["params"] = mine
+    m.update(info=mine)
+    m |= {"tags": [mine]}
+    mine["b"] = 2
+    assert m["params"] is mine and m.get("info") is mine and m["tags"][0] is mine
+    assert m.setdefault("extra", mine) is mine and m["extra"] is mine
+    assert m.get("params") is m.get("params") and m.get("links") is m.get("links")
+    assert json.loads(json.dumps(m))["params"] == {"a": 1, "b": 2}
+
+
+def test_an_entry_made_by_a_clock_ahead_of_the_readers_is_not_taken_as_settled_early(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + 3600 * 10**9)  # a ref written (by the file clock) just now
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    for e in doc["runs"].values():
+        e[8] = time.time() + 86400.0  # made by a machine whose clock is a day ahead
+    _write_doc(base, doc)
+    index._read.clear()  # the frozen clock keeps the base's stamp: read it again
+    refs = sorted((many / "refs" / "runs").iterdir())
+    same = [p for p in refs[1:] if p.stat().st_size == refs[0].stat().st_size]
+    stamp = s.backend.stamp("refs/runs/" + refs[0].name)
+    with open(refs[0], "r+b") as f:  # rewritten in place within the tick: the stamp stays
+        f.write(same[0].read_bytes())
+    assert s.backend.stamp("refs/runs/" + refs[0].name) == stamp
+    assert _view(casmon.list_runs(s)) == _direct(many)

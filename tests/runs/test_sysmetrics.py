@@ -366,10 +366,11 @@ def test_a_psutil_that_fails_to_import_leaves_the_gpus_sampled_and_is_one_line(t
 
 
 def test_no_gpu_imports_no_nvml_and_says_nothing(tmp_path, no_gpu):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:  # not "error": casmon writes a warning made an error
+        warnings.simplefilter("always")
         with casmon.record(store=str(tmp_path / "s"), system_metrics_s=FAST, capture_output=False) as run:
             _until(lambda: _samples(run) >= 1, "a sample")
+    assert not [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
     assert "pynvml" not in sys.modules
 
 
@@ -480,3 +481,14 @@ def test_many_runs_at_once_share_one_sampling_thread(tmp_path, no_gpu):
     assert len(names) == 20
     for name in names:
         assert "sys/rss_bytes" in load_run(name, store=store).metrics()
+
+
+def test_nvml_imported_by_another_library_on_a_machine_without_a_gpu_says_nothing(tmp_path, monkeypatch, no_gpu):
+    # torch imports pynvml on CPU-only machines too: a failing NVML there is no news, not a line per run
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(fail_init=_NVMLError("NVML Shared Library Not Found")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with casmon.record(store=str(tmp_path / "s"), system_metrics_s=FAST, capture_output=False) as run:
+            _until(lambda: _samples(run) >= 1, "a sample")
+    assert not [str(w.message) for w in caught if issubclass(w.category, casmon.RunWarning)]
+    assert not [n for n in load_run(run.name, store=str(tmp_path / "s")).metrics() if n.startswith("sys/gpu")]

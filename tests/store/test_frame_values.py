@@ -109,3 +109,78 @@ def test_a_crafted_frame_manifest_is_damage_not_a_raw_error(tmp_path, make, fiel
     enc = serialize.Encoded(m.tag, {**m.meta, "meta": meta}, m.inline)
     with pytest.raises(DamagedObjectError, match="cannot decode"):
         serialize.decode(enc, [np.zeros(40, np.uint8)], trusted=False)
+
+
+def _exactly(got, want):
+    """Equal as a cache hit must be: values, dtypes, index and column index types, names, attrs and flags."""
+    assert type(got) is type(want)
+    if isinstance(want, pd.Series):
+        pd.testing.assert_series_equal(got, want, check_index_type=True, check_flags=True, check_exact=True)
+        assert got.name == want.name
+    else:
+        pd.testing.assert_frame_equal(got, want, check_index_type=True, check_column_type=True, check_flags=True,
+                                      check_exact=True)
+        assert repr(got.columns) == repr(want.columns) and [type(c) for c in got.columns] == [type(c) for c in want.columns]
+    assert repr(got.index) == repr(want.index) and got.attrs == want.attrs and got.flags == want.flags
+
+
+EXACT = [
+    pd.DataFrame({"a": [1, 2]}).set_flags(allows_duplicate_labels=False),
+    pd.Series([1.0, 2.0], name="s").set_flags(allows_duplicate_labels=False),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.Index([1, 2], dtype="int32")),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.Index([1, 2], dtype="uint64")),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.Index([1, 2], dtype=object)),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.Index(["a", "b"], dtype=object)),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.Index(["a", "b"], dtype="string[pyarrow]")),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.Index(["a", 1], dtype=object)),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.RangeIndex(5, 7)),
+    pd.DataFrame(np.zeros((2, 2)), columns=pd.RangeIndex(0, 4, 2, name="c")),
+    pd.DataFrame(),
+    pd.DataFrame(index=pd.Index([1, 2], dtype="int16")),
+]
+
+
+@pytest.mark.parametrize("i", range(len(EXACT)))
+def test_frame_column_index_type_and_flags_come_back_exactly(tmp_path, i):
+    """A frame's column index (range bounds, dtype, label types) and its flags come back as they were, stored
+    as columns or pickled: a cache hit is never a frame whose columns or flags differ."""
+    want = EXACT[i]
+    (_, got), = _round_trip(tmp_path, [want], trust=False)
+    _exactly(got, want)
+
+
+def _xr_exactly(got, want):
+    """identical(), and what identical() does not look at: variable order, indexes, encoding."""
+    assert type(got) is type(want) and got.identical(want), (got, want)
+    assert got.encoding == want.encoding and list(got.coords) == list(want.coords)
+    assert {k: type(i) for k, i in got.xindexes.items()} == {k: type(i) for k, i in want.xindexes.items()}
+    if isinstance(want, xr.Dataset):
+        assert list(got.variables) == list(want.variables) and list(got.sizes) == list(want.sizes)
+        assert all(got[k].encoding == want[k].encoding for k in want.variables)
+
+
+def _xr_exact_values():
+    ds = xr.Dataset({"t": ("x", np.arange(3.0))}, coords={"x": [1, 2, 3]})
+    enc = ds.copy()
+    enc["t"].encoding = {"dtype": "int16", "scale_factor": 0.1, "_FillValue": -1}
+    da = xr.DataArray(np.zeros(2), dims="x", name="v")
+    da.encoding = {"zlib": True}
+    sets = ds.copy()
+    sets.encoding = {"unlimited_dims": {"x"}}  # a set: JSON does not keep it
+    return [
+        xr.DataArray(np.zeros(3), name="data"),  # named as an unnamed one is stored
+        xr.DataArray(np.zeros(3), dims="data"),
+        enc, da, sets,
+        ds.drop_indexes("x"),  # a dimension coordinate without an index
+        xr.Dataset(coords={"c": ("x", [3])}).assign(a=("x", [1])),  # a coordinate before a data variable
+        xr.Dataset({"a": ("x", [1]), "b": ("x", [2])}, coords={"c": ("x", [3])})[["b", "a"]],
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_xr_exact_values())))
+def test_xarray_values_come_back_with_name_order_indexes_and_encoding(tmp_path, i):
+    """A DataArray named "data", a variable's encoding, the variables' order and which coordinates are indexed
+    come back as they were: stored as variables where the layout rebuilds them, pickled where not."""
+    want = _xr_exact_values()[i]
+    (_, got), = _round_trip(tmp_path, [want])
+    _xr_exactly(got, want)

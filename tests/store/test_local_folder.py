@@ -533,3 +533,26 @@ def test_a_writer_killed_inside_create_frame_leaves_only_a_partial_that_nothing_
     rep = s.gc(grace=3600)
     assert rep.partial_files == 1 and not list(root.rglob("*.partial"))
     assert casmon.open(root).verify().ok
+
+
+@pytest.mark.parametrize("written_ns, taken_after, settled", [
+    (1_796_000_000_123_456_789, 0.01, False),  # a fine clock: within 50 ms, a rewrite may share the stamp
+    (1_796_000_000_123_456_789, 0.2, True),
+    (1_796_000_000_000_000_000, 2.0, False),  # whole seconds (FAT, ext3, NFS): three seconds' margin
+    (1_796_000_000_000_000_000, 3.5, True),
+    (1_796_000_000_120_000_000, 0.02, False),  # exFAT's 10 ms
+    (1_796_000_000_120_000_000, 0.1, True),
+])
+def test_a_stamp_is_settled_only_ticks_of_its_file_clock_after_the_write(tmp_path, written_ns, taken_after, settled):
+    b = casmon.open(tmp_path / "s", create=True).backend
+    stamp = f"1f.{written_ns:x}.{written_ns:x}.40"
+    assert b.stamp_settled(stamp, written_ns / 1e9 + taken_after) is settled
+    assert b.stamp_settled("not a stamp", 2e9) is False and b.stamp_settled("1.zz.1.1", 2e9) is False
+
+
+def test_a_fresh_files_stamp_is_not_settled_and_an_old_ones_is(tmp_path):
+    b = casmon.open(tmp_path / "s", create=True).backend
+    b.set("k", b"x")
+    stamp = b.list_stamped("")["k"]
+    assert b.stamp("k") == stamp and not b.stamp_settled(stamp, time.time())
+    assert b.stamp_settled(stamp, time.time() + 10)

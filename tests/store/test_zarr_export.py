@@ -371,3 +371,65 @@ def test_casmon_export_zarr_on_the_command_line(tmp_path):
     assert bad.returncode == 1 and "'nosuch' is not a run" in bad.stderr and not (tmp_path / "o2").exists()
     one = cli("export", "onlyone", "--store", str(tmp_path / "s"), check=False)
     assert one.returncode != 0 and "export takes RUN TARGET" in one.stderr, one.stderr
+
+
+def _small_store(tmp_path):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+
+    @casmon.cache(store=s)
+    def make(i):
+        return np.arange(2000.0) * i
+
+    for i in range(3):
+        make(i)
+    s.flush()
+    return s
+
+
+def test_an_s3_export_that_dies_midway_leaves_no_hierarchy_a_reader_opens(tmp_path, s3_env, monkeypatch):
+    """The root's zarr.json is written last on an object store: an export killed after some arrays leaves
+    objects no reader takes for the hierarchy (zarr finds no group there)."""
+    from casmon.store import zarrexport
+
+    s = _small_store(tmp_path)
+    real, calls = zarrexport._array, []
+
+    def dies_at_the_second(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as a kill would stop it: nothing after runs
+        return real(*a, **kw)
+
+    monkeypatch.setattr(zarrexport, "_array", dies_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        s.export_zarr(f"s3://{s3_env[1]}/half")
+    from casmon.store.backend import open_backend
+
+    backend = open_backend(f"s3://{s3_env[1]}/half")
+    assert backend.list_dir("")  # something was written...
+    with pytest.raises(zarr.errors.GroupNotFoundError):  # ...but no hierarchy
+        zarr.open_group(backend.zstore, mode="r")
+
+
+def test_an_s3_prefix_that_gains_an_object_while_exporting_fails_the_export_and_keeps_it(tmp_path, s3_env, monkeypatch):
+    """Another writer's object landing under the prefix mid-export (its own root, or a node this export also
+    writes) is never overwritten: the export fails naming the prefix."""
+    from casmon.store import zarrexport
+    from casmon.store.backend import open_backend
+
+    s = _small_store(tmp_path)
+    url = f"s3://{s3_env[1]}/raced"
+    theirs = open_backend(url)
+    real, calls = zarrexport._array, []
+
+    def another_writer_meanwhile(dst, path, *a, **kw):
+        calls.append(path)
+        if len(calls) == 1:
+            theirs.set("zarr.json", b'{"theirs": 1}')
+            theirs.set(f"{path}/zarr.json", b'{"theirs": 2}')
+        return real(dst, path, *a, **kw)
+
+    monkeypatch.setattr(zarrexport, "_array", another_writer_meanwhile)
+    with pytest.raises(ExportError, match="while exporting"):
+        s.export_zarr(url)
+    assert bytes(theirs.get("zarr.json")) == b'{"theirs": 1}' and bytes(theirs.get(f"{calls[0]}/zarr.json")) == b'{"theirs": 2}'

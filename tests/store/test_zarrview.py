@@ -539,3 +539,52 @@ def test_a_node_whose_records_cannot_be_presented_is_a_group_saying_why_and_the_
     root = _open(s.zarr())
     assert root[f"runs/{names[0]}"].attrs["casmon"]["error"] == "KeyError: 'crafted'"
     assert root[f"runs/{names[1]}/metrics/loss/value"][:].tolist() == [1.0]
+
+
+def test_frame_columns_equal_as_text_are_each_an_array_none_hidden(tmp_path):
+    """Columns ``1`` and ``"1"``, and a column named ``index`` beside an index, are each their own array (the
+    group's ``arrays`` and ``index_array`` say which): the view never shows one column's values for another."""
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+    df = pd.DataFrame({1: [1.0, 2.0], "1": [3.0, 4.0], "index": [5, 6], "1~1": [7, 8]}, index=[10, 20])
+
+    @casmon.cache(store=s)
+    def make():
+        return df
+
+    make()
+    s.flush()
+    g = _open(s.zarr())[_entry(None, make)[0]]
+    assert len(list(g.array_keys())) == 5 and g.attrs["columns"] == [1, "1", "index", "1~1"]
+    for i, name in enumerate(g.attrs["arrays"]):
+        assert np.array_equal(g[name][:], df.iloc[:, i].to_numpy()), name
+    assert np.array_equal(g[g.attrs["index_array"]][:], df.index.to_numpy())
+
+
+@pytest.mark.parametrize("meta, error", [
+    ({"shape": [1000, 10]}, "holds 8000 bytes"),  # rows past the stored ones would read as zarr's fill value
+    ({"shape": [2**40, 2**40]}, "holds 8000 bytes"),  # not a MemoryError on the first read
+    ({"shape": [-100, -10]}, "no array layout"),  # negative dimensions whose product is the stored size
+    ({"shape": [100.0, 10]}, "no array layout"),
+    ({"shape": [True, 8000]}, "no array layout"),
+    ({"order": "X"}, "no array layout"),
+    ({"dtype": "'V2147483647'", "shape": [0]}, "elements of 2147483647 bytes"),  # zarr would stall on its fill value
+])
+def test_a_layout_the_stored_part_does_not_hold_is_refused_before_zarr_sees_it(tmp_path, meta, error):
+    """Whatever describes an array's layout (a manifest, a tensor handler's array_meta, a frame's column), a shape
+    or dtype the stored bytes do not hold exactly is a clean error, never fill values, a hang or a MemoryError."""
+    import copy
+
+    from casmon.store import arrayview
+
+    s = casmon.open(tmp_path / "s")
+    m = s.manifest(s.put(np.arange(1000.0).reshape(100, 10)))
+    crafted = copy.copy(m)
+    crafted.meta = {**m.meta, **meta}
+    if meta.get("shape") == [0]:
+        crafted.parts = [dict(m.parts[0], n=0, c=[])]
+    with pytest.raises((ValueError, TypeError), match=error):
+        arrayview.chunk_view(s, crafted, lazy=True)
+    with pytest.raises((ValueError, TypeError), match=error):  # the same as one column of a frame
+        arrayview.chunk_view(s, crafted, lazy=True, part=0, layout=crafted.meta)

@@ -1,5 +1,5 @@
 """``casmon ui``'s cache page: a function's code versions with what changed, and one entry with what differs
-from its nearest entries (issue 27), without a browser.
+from its nearest entries, without a browser.
 
 The store is real: two real processes cache ``prep.features`` with a module file edited in between (its helper
 ``scale`` changes, and the new source holds markup), a function whose entries expire at once, and one whose
@@ -269,3 +269,10 @@ def test_cache_page_counts_a_value_two_functions_share_once(tmp_path):
             for r in re.findall(r"<tr>(.*?)</tr>", body, re.S) if "shared_store" in r}
     assert rows == {"first": ["1", size(SHARED.nbytes), size(SHARED.nbytes), "0"], "own": ["1", size(OWN.nbytes), "", "0"],
                     "second": ["1", size(SHARED.nbytes), size(SHARED.nbytes), "0"]}, rows
+
+
+def test_a_parameter_whose_digest_was_not_kept_says_so_in_words():
+    from casmon.ui.cachepage import _params_table
+
+    shown = text_of(str(_params_table({"X": "~", "lr": "f43075fb83988858"})))
+    assert "~" not in shown and "not kept" in shown and "f43075fb83988858" in shown

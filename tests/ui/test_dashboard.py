@@ -156,6 +156,30 @@ def test_the_pages_carry_the_groups_and_the_runs_page_the_parallel_coordinates_d
     assert pc["runs"][0]["href"] == "/run/2"
 
 
+def test_parallel_coordinates_offer_first_the_parameters_most_runs_have(tmp_path):
+    # one Hugging Face run brings 40 parameters the sweep's runs lack: the sweep's lr and depth must stay on screen
+    import re
+
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    loss = {"loss": (np.arange(3), np.arange(3.0), np.zeros(3))}
+    for i in range(3):
+        write_run(s, comment=f"sweep{i}", start=1.7e9 + i, end=1.7e9 + i + 3, params={"lr": 0.1 / (i + 1), "depth": 2 + i},
+                  metrics=loss)
+    write_run(s, comment="hf", start=1.7e9 + 9, end=1.7e9 + 12,
+              params={f"accelerator_config.k{j:02d}": j for j in range(40)}, metrics=loss)
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        body = srv.get("/")
+    finally:
+        srv.close()
+    pc = json.loads(re.search(r'<script type="application/json" id="casmon-parcoords-data">(.*?)</script>', body,
+                              re.S).group(1))
+    assert pc["varying"][:2] == ["depth", "lr"] and pc["params"][:2] == ["depth", "lr"]
+
+
 # -- in a browser ------------------------------------------------------------------------------------------
 
 #: A dashboard panel's uPlot instance.
@@ -348,6 +372,26 @@ def test_parallel_coordinates_draw_a_line_per_run_and_brushing_an_axis_hides_the
         assert spot is not None
         page.mouse.click(*spot)
         page.wait_for_url(f"http://127.0.0.1:{srv.port}/run/3")
+        _clean(w)
+    finally:
+        srv.close()
+
+
+@needs_chromium
+def test_a_run_without_a_value_on_some_axes_still_draws_a_line_across_the_ones_it_has(tmp_path, browser):
+    # a sweep beside a run of another script: params the other lacks sit between the ones both have
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    loss = {"loss": (np.arange(5), np.arange(5.0), np.zeros(5))}
+    write_run(s, comment="a", start=1.7e9, end=1.7e9 + 5, params={"a": 1, "b": 2, "c": 3}, metrics=loss)
+    write_run(s, comment="b", start=1.7e9 + 1, end=1.7e9 + 6, params={"a": 2, "c": 1}, metrics=loss)
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page, w = _open(browser, srv, "/", ready="#parcoords[data-ready]")
+        d = page.locator("#parcoords a.pc-run[data-run='2'] path").get_attribute("d")
+        assert d.count("M") == 1 and d.count("L") == 2, d  # a, c and loss joined: no lone, invisible points
         _clean(w)
     finally:
         srv.close()

@@ -274,7 +274,8 @@ def _clean(w) -> None:
 @needs_chromium
 def test_a_pipeline_runs_page_draws_its_lineage_when_shown_and_its_boxes_navigate(tmp_path, served, pipe, browser):
     base = f"http://127.0.0.1:{served.port}"
-    page = browser.new_page(viewport={"width": 1400, "height": 600})
+    # a short window: the panel starts well below the fold whatever the page shows above it
+    page = browser.new_page(viewport={"width": 1400, "height": 320})
     w = watch(page, lambda u: u.startswith(base + "/"))
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url) if "/api/lineage/" in r.url else None)

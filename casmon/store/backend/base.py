@@ -259,6 +259,13 @@ class Backend(abc.ABC):
     def _stamp(self, key: str) -> str | None:
         return None
 
+    def stamp_settled(self, stamp: str, at: float) -> bool:
+        """True if no later write of the file can have ``stamp``, which was taken at time ``at`` (Unix seconds):
+        the file was written more than its clock's tick before. Two writes within one tick of a coarse file
+        clock, the inode reused, can share a stamp; derived data trusts a stamp alone only once it is settled
+        (as git does with racy index entries). False where the stamp does not say."""
+        return False
+
     # -- writes ------------------------------------------------------------------
     def set(self, key: str, data: BytesLike) -> None:
         """Write ``key``, replacing what it held (atomically: a reader sees the old bytes or the new)."""

@@ -283,6 +283,21 @@ class LocalBackend(Backend):
             return None
         return _stamp_of(st) if stat.S_ISREG(st.st_mode) else None
 
+    def stamp_settled(self, stamp: str, at: float) -> bool:
+        parts = stamp.split(".")
+        try:
+            times = [int(parts[1], 16), int(parts[2], 16)] if len(parts) == 4 else []
+        except ValueError:
+            return False
+        if not times:
+            return False
+        # The tick, read off the times: whole seconds (FAT's 2 s, ext3, some NFS servers) or 10 ms (exFAT)
+        # end in zeros; the margin is three ticks, at least 50 ms (a kernel's coarse clock, HZ=100).
+        tick = 1
+        while tick < 10**9 and all(t % (tick * 10) == 0 for t in times):
+            tick *= 10
+        return max(times) / 1e9 < at - max(0.05, 3 * tick / 1e9)
+
     def _list_landed(self, prefix: str) -> dict[str, float]:
         base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
         out: dict[str, float] = {}

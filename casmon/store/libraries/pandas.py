@@ -1,7 +1,7 @@
 """pandas: a DataFrame or Series as one numeric part per column (and one for its index unless a range), with
-its column names, index and attributes, so the zarr view presents it as a group of column arrays plus the
-index. Columns of object, string, categorical or timezone dtypes, and names JSON does not keep, are pickled
-whole instead."""
+its column labels (and their index's type), index, attributes and flags, so the zarr view presents it as a
+group of column arrays plus the index. Columns of object, string, categorical or timezone dtypes, and labels,
+indexes or attributes the layout does not rebuild exactly, are pickled whole instead."""
 
 from __future__ import annotations
 
@@ -17,6 +17,35 @@ __all__ = ["PandasHandler"]
 
 def _name_ok(n: Any) -> bool:
     return n is None or type(n) in (str, int)
+
+
+def _columns(layout: dict[str, Any], names: list[Any], name: Any) -> Any:
+    """The columns' index: a range, or the labels as an index of the stored dtype."""
+    if "range" in layout:
+        start, stop, step = (int(n) for n in layout["range"])
+        return pd.RangeIndex(start, stop, step, name=name)
+    return pd.Index(names, dtype=str(layout["dtype"]), name=name)
+
+
+def _index(ix: dict[str, Any], buf: np.ndarray[Any, np.dtype[np.uint8]]) -> Any:
+    """The rows' index as the layout :meth:`PandasHandler.encode` stored describes it."""
+    if "range" in ix:
+        return pd.RangeIndex(*ix["range"], name=ix["name"])
+    index = pd.Index(from_part(ix["array"], buf), name=ix["name"])
+    if ix.get("freq") is not None and isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
+        index = type(index)(index, freq=ix["freq"])
+    return index
+
+
+def _same_index(got: Any, want: Any) -> bool:
+    """Whether a rebuilt index is the original: type, dtype, name, labels and their Python types, range, freq."""
+    if type(got) is not type(want) or got.dtype != want.dtype or got.name != want.name or not got.equals(want):
+        return False
+    if isinstance(want, pd.RangeIndex):
+        return bool((got.start, got.stop, got.step) == (want.start, want.stop, want.step))
+    if getattr(want, "freq", None) != getattr(got, "freq", None):
+        return False
+    return want.dtype != object or [type(x) for x in got] == [type(x) for x in want]
 
 
 class PandasHandler:
@@ -36,6 +65,13 @@ class PandasHandler:
         if type(cols) not in (pd.Index, pd.RangeIndex) or cols.has_duplicates or len(cols) > MAX_PARTS or \
                 not all(type(c) in (str, int) for c in cols) or not _name_ok(cols.name) or not plain_json(df.attrs):
             return None
+        col_layout: dict[str, Any] = {"range": [cols.start, cols.stop, cols.step]} \
+            if type(cols) is pd.RangeIndex else {"dtype": str(cols.dtype)}
+        try:
+            if not _same_index(_columns(col_layout, list(cols), cols.name), cols):
+                return None  # labels the stored list and dtype do not rebuild exactly (e.g. string[pyarrow])
+        except (TypeError, ValueError):
+            return None
         columns, buffers = [], []
         for i, c in enumerate(cols):
             got = as_part(df.iloc[:, i].to_numpy()) if isinstance(df.dtypes.iloc[i], np.dtype) else None
@@ -52,43 +88,62 @@ class PandasHandler:
                 (got := as_part(idx.to_numpy())) is not None:
             index = {"array": got[0], "name": idx.name, "freq": getattr(idx, "freqstr", None)}
             buffers.append(got[1])
+            if not _same_index(_index(index, np.frombuffer(got[1].data, np.uint8)), idx):
+                return None
         else:
             return None
         meta = {"kind": kind, "name": v.name if kind == "series" else None, "columns": columns, "index": index,
-                "columns_range": type(cols) is pd.RangeIndex, "columns_name": cols.name, "attrs": df.attrs}
+                "columns_range": type(cols) is pd.RangeIndex, "columns_name": cols.name, "attrs": df.attrs,
+                "columns_index": col_layout, "allows_duplicate_labels": v.flags.allows_duplicate_labels}
         return meta, buffers
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
-        ix = meta["index"]
-        if "range" in ix:
-            index = pd.RangeIndex(*ix["range"], name=ix["name"])
-        else:
-            index = pd.Index(from_part(ix["array"], buffers[-1]), name=ix["name"])
-            if ix.get("freq") is not None and isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
-                index = type(index)(index, freq=ix["freq"])
+        index = _index(meta["index"], buffers[-1] if buffers else np.empty(0, np.uint8))
         data = {c["name"]: from_part(c["array"], buf) for c, buf in zip(meta["columns"], buffers)}
         df = pd.DataFrame(data, index=index, columns=[c["name"] for c in meta["columns"]])
-        if meta["columns_range"]:
-            df.columns = pd.RangeIndex(len(df.columns))
-        df.columns.name = meta["columns_name"]
+        names = [c["name"] for c in meta["columns"]]
+        if "columns_index" in meta:
+            df.columns = _columns(meta["columns_index"], names, meta["columns_name"])
+        else:  # stored before the columns' index type was kept
+            if meta["columns_range"]:
+                df.columns = pd.RangeIndex(len(df.columns))
+            df.columns.name = meta["columns_name"]
         df.attrs = meta["attrs"]
+        out = df
         if meta["kind"] == "series":
-            s = df.iloc[:, 0]
-            s.name = meta["name"]
-            return s
-        return df
+            out = df.iloc[:, 0]
+            out.name = meta["name"]
+        if not meta.get("allows_duplicate_labels", True):
+            out = out.set_flags(allows_duplicate_labels=False)
+        return out
 
     def zarr_nodes(self, meta: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The group the zarr view presents: one array per column along dimension ``index``, and the index."""
-        names = [str(c["name"]) for c in meta["columns"]]
+        """The group the zarr view presents: one array per column along dimension ``index``, and the index.
+        Each is named by its label as text; labels equal as text (``1`` and ``"1"``), and an index beside a
+        column named ``index``, take a ``~n`` suffix, so no column hides another (``arrays`` maps them)."""
+        from casmon.store.zarrview import node_name  # only the view asks, and it has imported zarr
+
+        used: set[str] = set()
+
+        def unique(text: str) -> str:
+            out, n = text, 0
+            while out in used:
+                n += 1
+                out = f"{text}~{n}"
+            used.add(out)
+            return out
+
+        names = [unique(str(c["name"])) for c in meta["columns"]]
         arrays = [{"name": n, "part": i, "array": c["array"], "dims": ["index"], "attrs": {}}
                   for i, (n, c) in enumerate(zip(names, meta["columns"]))]
         ix = meta["index"]
-        attrs: dict[str, Any] = {"columns": [c["name"] for c in meta["columns"]], "index_name": ix["name"],
-                                 **({"index_range": ix["range"]} if "range" in ix else {})}
-        if "array" in ix and "index" not in names:
-            arrays.append({"name": "index", "part": len(meta["columns"]), "array": ix["array"], "dims": ["index"],
-                           "attrs": {}})
+        attrs: dict[str, Any] = {"columns": [c["name"] for c in meta["columns"]], "arrays": [node_name(n) for n in names],
+                                 "index_name": ix["name"], **({"index_range": ix["range"]} if "range" in ix else {})}
+        if "array" in ix:
+            name = unique("index")
+            attrs["index_array"] = node_name(name)
+            arrays.append({"name": name, "part": len(meta["columns"]), "array": ix["array"],
+                           "dims": ["index"], "attrs": {}})
         return attrs, arrays
 
 

@@ -1,6 +1,7 @@
-"""xarray: a Dataset or DataArray as one numeric part per variable (coordinates included) and its names, dims
-and attributes, so the zarr view presents it as a group ``xr.open_zarr`` opens. Variables backed by dask, of
-object dtype, or with attributes JSON does not keep are pickled whole instead."""
+"""xarray: a Dataset or DataArray as one numeric part per variable (coordinates included) and its names, dims,
+attributes and encoding, so the zarr view presents it as a group ``xr.open_zarr`` opens. Variables backed by
+dask, of object dtype, with attributes or encoding JSON does not keep, or any value whose structure (variable
+order, indexes, name) the layout does not rebuild exactly are pickled whole instead."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ def _name_ok(n: Any) -> bool:
     return type(n) is str and bool(n) and "/" not in n and not n.startswith(("__", "%")) and n not in (".", "..")
 
 
+def _variable(x: Any) -> tuple[Any, ...]:
+    return tuple(x.dims), x.shape, x.dtype, x.attrs, x.encoding
+
+
+def _structure(v: Any) -> tuple[Any, ...]:
+    """Everything of a Dataset or DataArray but its values: what a rebuilt one must match to be the original."""
+    indexes = [(k, type(i), getattr(getattr(i, "index", None), "dtype", None)) for k, i in v.xindexes.items()]
+    if isinstance(v, xr.DataArray):
+        return (type(v), v.name, _variable(v.variable), [(k, _variable(c.variable)) for k, c in v.coords.items()],
+                indexes)
+    return (type(v), [(k, _variable(x)) for k, x in v.variables.items()], list(v.coords), list(v.data_vars),
+            list(v.sizes.items()), v.attrs, v.encoding, indexes)
+
+
 class XarrayHandler:
     name = "xarray.Dataset"
     safe = True  # built from arrays, names and JSON attributes alone
@@ -37,11 +52,12 @@ class XarrayHandler:
             kind, ds, var = "dataset", v, None
         else:
             return None
-        if len(ds.variables) > MAX_PARTS or not plain_json(ds.attrs):
+        if len(ds.variables) > MAX_PARTS or not plain_json(ds.attrs) or not plain_json(ds.encoding):
             return None
         variables, buffers = [], []
         for name, x in ds.variables.items():
-            if not _name_ok(name) or not plain_json(x.attrs) or not all(_name_ok(d) for d in x.dims):
+            if not _name_ok(name) or not plain_json(x.attrs) or not plain_json(x.encoding) or \
+                    not all(_name_ok(d) for d in x.dims):
                 return None
             data = x.data if name not in ds.indexes else x.values
             got = as_part(data)
@@ -49,20 +65,26 @@ class XarrayHandler:
                 return None
             layout, a = got
             variables.append({"name": name, "dims": list(x.dims), "attrs": x.attrs, "coord": name in ds.coords,
-                              "array": layout})
+                              "array": layout, "encoding": x.encoding})
             buffers.append(a)
-        return {"kind": kind, "var": var, "attrs": ds.attrs, "variables": variables}, buffers
+        meta = {"kind": kind, "var": var, "unnamed": kind == "dataarray" and v.name is None, "attrs": ds.attrs,
+                "encoding": ds.encoding, "variables": variables}
+        try:  # the rebuilt value views the same buffers: only its structure can differ, and that is cheap to see
+            same = _structure(self.decode(meta, [np.frombuffer(b.data, np.uint8) for b in buffers])) == _structure(v)
+        except (TypeError, ValueError, KeyError):
+            same = False
+        return (meta, buffers) if same else None
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
-        data: dict[str, xr.Variable] = {}
-        coords: dict[str, xr.Variable] = {}
-        for v, buf in zip(meta["variables"], buffers):
-            x = xr.Variable(tuple(v["dims"]), from_part(v["array"], buf), attrs=v["attrs"])
-            (coords if v["coord"] else data)[v["name"]] = x
-        ds = xr.Dataset(data, coords=coords, attrs=meta["attrs"])
+        variables = {v["name"]: xr.Variable(tuple(v["dims"]), from_part(v["array"], buf), attrs=v["attrs"],
+                                            encoding=v.get("encoding"))
+                     for v, buf in zip(meta["variables"], buffers)}
+        # one mapping in the stored order, then the coordinates named: the variables keep their order
+        ds = xr.Dataset(variables, attrs=meta["attrs"]).set_coords([v["name"] for v in meta["variables"] if v["coord"]])
+        ds.encoding = dict(meta.get("encoding") or {})
         if meta["kind"] == "dataarray":
             da = ds[meta["var"]]
-            return da.rename(None) if meta["var"] == UNNAMED else da
+            return da.rename(None) if meta.get("unnamed", meta["var"] == UNNAMED) else da
         return ds
 
     def zarr_nodes(self, meta: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -159,7 +159,7 @@
         });
         var d = "", pen = false;
         pos.forEach(function (p, i) {
-          if (p === null) { pen = false; return; }
+          if (p === null) { return; }  // no value on this axis: the line goes on to the next it has
           d += (pen ? "L" : "M") + xs[i].toFixed(1) + "," + (TOP + p * h).toFixed(1);
           pen = true;
         });

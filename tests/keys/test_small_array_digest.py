@@ -1,0 +1,35 @@
+"""small_array_digest: a small plain array's fingerprint in one call, equal to the full walk's, or None."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+from casmon import fingerprint
+from casmon.keys.fingerprint import small_array_digest
+
+DTYPES = st.one_of(hnp.scalar_dtypes(), hnp.byte_string_dtypes(), hnp.unicode_string_dtypes(),
+                   hnp.scalar_dtypes().map(lambda d: d.newbyteorder(">")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hnp.arrays(DTYPES, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=9)), st.booleans())
+def test_a_small_arrays_digest_is_its_fingerprint_or_none(a, strided):
+    if strided and a.ndim:
+        a = a[::2]
+    got = small_array_digest(a)
+    if got is None:
+        assert not a.flags.c_contiguous or a.dtype.hasobject
+    else:
+        assert got == bytes(fingerprint(a))
+
+
+def test_values_it_does_not_take_are_none():
+    big = np.zeros((1 << 16) + 8, np.uint8)
+    structured = np.zeros(3, [("a", "i1"), ("b", "f8")])
+    for v in (big, structured, np.array([object()]), np.arange(6.).reshape(2, 3).T, np.ma.arange(3), [1.0], 1.0, b"x" * 64):
+        assert small_array_digest(v) is None
+    assert small_array_digest(np.zeros((0, 3))) == bytes(fingerprint(np.zeros((0, 3))))
+    assert small_array_digest(np.array(2.5)) == bytes(fingerprint(np.array(2.5)))
+    assert small_array_digest(np.arange(4).astype("M8[s]")) == bytes(fingerprint(np.arange(4).astype("M8[s]")))
