@@ -46,6 +46,11 @@ def _direct(path):
     return _view(casmon.list_runs(s))
 
 
+#: File clocks whose tick is long over (every entry settled: its stamp alone is trusted) or not over yet (no entry
+#: settled: each run's ref is read and its entry used while the ref names the same manifest).
+TICKS = {"settled": -3600, "unsettled": 3600}
+
+
 @pytest.fixture
 def many(tmp_path):
     path = tmp_path / "s"
@@ -87,7 +92,11 @@ def test_deleting_or_damaging_the_index_loses_nothing_and_it_is_rebuilt(many):
     assert _view(casmon.list_runs(s)) == direct
 
 
-def test_a_crafted_index_entry_is_not_used_and_the_run_read_from_its_ref(many):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_crafted_index_entry_is_not_used_and_the_run_read_from_its_ref(many, monkeypatch, clock):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
     direct = _direct(many)
     s = casmon.open(many)
     casmon.list_runs(s)
@@ -245,7 +254,12 @@ def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many, monkeypatch):
     assert "60" in out.stdout and out.returncode == 0
 
 
-def test_a_listing_through_the_index_reads_an_entrys_manifest_only_when_a_field_of_it_is_read(many, monkeypatch):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_listing_through_the_index_reads_an_entrys_manifest_only_when_a_field_of_it_is_read(many, monkeypatch,
+                                                                                               clock):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
     s = casmon.open(many)
     casmon.list_runs(s)
     parsed = []
@@ -444,3 +458,23 @@ def test_an_entry_made_by_a_clock_ahead_of_the_readers_is_not_taken_as_settled_e
         f.write(same[0].read_bytes())
     assert s.backend.stamp("refs/runs/" + refs[0].name) == stamp
     assert _view(casmon.list_runs(s)) == _direct(many)
+
+
+@pytest.mark.parametrize("layout", ["slim text, start, name, status", "manifest dict, time the stamp was taken"])
+def test_an_index_file_of_an_older_format_is_not_read_and_is_rebuilt(many, layout):
+    """Both format-5 layouts (one per branch that made one) are ignored, never misread as today's entries."""
+    import xxhash
+
+    s = casmon.open(many)
+    direct = _view(casmon.list_runs(s))
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    for e in doc["runs"].values():
+        e[:] = e[:8] if layout.startswith("slim") else [*e[:2], json.loads(e[2]), *e[3:5], e[8]]
+    body = json.dumps(doc).encode()
+    base.write_bytes(b"casmon-runs-index 5 " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+    with pytest.raises(casmon.errors.DamagedObjectError):
+        index.decode(base.read_bytes(), "base")
+    index._read.clear()
+    assert _view(casmon.list_runs(s)) == direct
+    assert len(index.decode(base.read_bytes(), "base")) == 60  # rebuilt in today's format
