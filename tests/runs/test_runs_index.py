@@ -402,10 +402,11 @@ def test_processes_folding_deltas_at_once_while_runs_end_leave_listings_true(man
     assert listed == _direct(many) and len(listed) == 72
 
 
-def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(many, monkeypatch):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(many, monkeypatch, clock):
     import time
 
-    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled: the base is read once, then kept
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)  # settled: the base is read once, then kept
     s = casmon.open(many)
     first = _view(casmon.list_runs(s))
     casmon.list_runs(s)
@@ -420,10 +421,11 @@ def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(m
     assert casmon.list_runs(s)[0].ref_data.get("heartbeat") != 0.0
 
 
-def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, monkeypatch):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, monkeypatch, clock):
     import time
 
-    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
     s = casmon.open(many)
     casmon.list_runs(s)
     m = casmon.list_runs(s)[0].manifest
