@@ -41,12 +41,12 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode", "HEAVY", "settled", "renewed"]
+           "indexable", "encode", "decode", "slim", "summary", "HEAVY", "settled", "renewed"]
 
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
 _DELTA = "d-"
-_MAGIC = b"casmon-runs-index 5 "
+_MAGIC = b"casmon-runs-index 6 "
 #: New entries (runs read directly) plus delta files from which a listing writes a new base.
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
@@ -62,12 +62,19 @@ HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executa
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEXES = re.compile(r"[0-9a-f]*")
 
-#: In memory: ``[stamp, target hex, manifest without HEAVY and metrics, {"heartbeat"}, metric summary, time the
-#: stamp was taken]``.
-#: Stored, the summary is ``[names, digests, offset]`` into the file's two numeric columns: ``f``, each
-#: metric's last, time, min and max (float64), and ``i``, its count and step (int64), little-endian and
-#: base64: a listing reads millions of numbers at memory speed instead of parsing them as text.
+#: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status, time the stamp was
+#: taken]``: the slim manifest (without HEAVY and metrics) as JSON text, parsed and checked only when a field of
+#: it is read (:class:`~casmon.runs.listing.IndexedManifest`), so a listing pays per run only for what it shows;
+#: its start, name and status also apart, for a listing's order and the UI's first page. The summary is
+#: ``[names, digests, offset]`` into the file's two numeric columns: ``f``, each metric's last, time, min and max
+#: (float64), and ``i``, its count and step (int64), little-endian and base64; read into cells only when asked
+#: for (:func:`summary`). An entry made from a run just read holds its manifest (a dict) and summary (a dict)
+#: instead.
 Entry = list
+
+
+def _slim_text(e: Entry) -> str:
+    return e[2] if type(e[2]) is str else json.dumps(e[2], separators=(",", ":"))
 
 
 def encode(entries: dict[str, Entry]) -> bytes:
@@ -75,14 +82,17 @@ def encode(entries: dict[str, Entry]) -> bytes:
     ints: list[int] = []
     runs = {}
     for name, e in entries.items():
-        summary = e[4]
-        names = sorted(summary)
+        cells = summary(e)
+        if cells is None:  # a crafted entry's columns: left out, the run is read directly and indexed again
+            continue
+        names = sorted(cells)
         off = len(ints) // 2
         for k in names:
-            c = summary[k]
+            c = cells[k]
             floats += [c["last"], c["time"], c["min"], c["max"]]
             ints += [c["n"], c["step"]]
-        runs[name] = [e[0], e[1], e[2], e[3], [names, [summary[k]["digest"] for k in names], off], e[5]]
+        runs[name] = [e[0], e[1], _slim_text(e), e[3], [names, [cells[k]["digest"] for k in names], off], e[5], e[6],
+                      e[7], e[8]]
     body = json.dumps({"runs": runs, "f": base64.b64encode(np.array(floats, "<f8").tobytes()).decode("ascii"),
                        "i": base64.b64encode(np.array(ints, "<i8").tobytes()).decode("ascii")},
                       separators=(",", ":")).encode()
@@ -90,8 +100,9 @@ def encode(entries: dict[str, Entry]) -> bytes:
 
 
 def decode(raw: bytes, key: str) -> dict[str, Entry]:
-    """The entries of index file ``key`` (each checked; odd ones left out); :class:`DamagedObjectError`
-    naming it if it is not one casmon wrote."""
+    """The entries of index file ``key`` (each of the right shape; odd ones left out; their manifests and
+    summaries are checked when read: :func:`slim`, :func:`summary`); :class:`DamagedObjectError` naming it if
+    it is not one casmon wrote."""
     head = len(_MAGIC) + 33
     if not raw.startswith(_MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
         raise DamagedObjectError(key, "not a runs index file")
@@ -110,32 +121,42 @@ def decode(raw: bytes, key: str) -> dict[str, Entry]:
     times = fa[1::4]
     if not (bool((ia[0::2] >= 0).all()) and bool(((times >= 0) & (times < 1e11)).all())):
         raise DamagedObjectError(key, "a metric's count or time is out of range")
-    f, i = fa.tolist(), ia.tolist()
-    return {k: e for k, e in runs.items() if _entry_ok(k, e, f, i)}
+    cols = (fa.tolist(), ia.tolist())
+    prefix = RUN_REFS + "/"
+    out = {}
+    for k, e in runs.items():
+        if (type(e) is list and len(e) == 9 and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32
+                and type(e[2]) is str and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3
+                and type(e[5]) in (int, float) and 0 <= e[5] < 1e11 and type(e[6]) is str and type(e[7]) is str
+                and e[7] not in ("running", "claimed", "unreadable") and type(e[8]) is float and 0 <= e[8] < 1e11
+                and k.startswith(prefix)):
+            e[4] = (*e[4], cols)
+            out[k] = e
+    return out
 
 
-def _entry_ok(name: Any, e: Any, f: list[float], i: list[int]) -> bool:
-    """An entry of the right shape whose manifest passes the checks a manifest read from the store passes;
-    its summary is read from the columns ``f`` and ``i`` into it."""
-    if not (type(name) is str and name.startswith(RUN_REFS + "/") and type(e) is list and len(e) == 6
-            and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32 and type(e[2]) is dict
-            and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3 and type(e[5]) is float
-            and 0 <= e[5] < 1e11
-            and e[2].get("status") not in ("running", "claimed", "unreadable", None)):
-        return False
-    summary = _columns_summary(e[4], f, i)
-    if summary is None:
-        return False
-    e[4] = summary
+def slim(e: Entry, where: str) -> dict[str, Any] | None:
+    """Entry ``e``'s slim manifest, checked as a manifest read from the store is (and of an ended run, starting
+    when the entry says); None if it is not such (a crafted entry: the stored manifest is read instead)."""
+    if type(e[2]) is dict:
+        return dict(e[2])
     try:
-        check_run_manifest(e[2], f"runs index entry {name}")
-    except DamagedObjectError:
-        return False
-    return True
+        m = json.loads(e[2])
+        if (type(m) is not dict or not indexable(m) or "metrics" in m
+                or (m.get("start"), m.get("name"), m.get("status")) != (e[5], e[6], e[7])):
+            return None
+        check_run_manifest(m, where)
+    except (ValueError, RecursionError, DamagedObjectError):
+        return None
+    return m
 
 
-def _columns_summary(cols: list[Any], f: list[float], i: list[int]) -> dict[str, dict[str, Any]] | None:
-    names, digests, off = cols
+def summary(e: Entry) -> dict[str, dict[str, Any]] | None:
+    """Entry ``e``'s metric summary as :meth:`~casmon.runs.listing.RunInfo.metric_summary` gives it (a new
+    dict each call); None if its columns are not of the form casmon writes."""
+    if type(e[4]) is dict:
+        return {k: dict(v) for k, v in e[4].items()}
+    names, digests, off, (f, i) = e[4]
     if not (type(names) is list and type(digests) is list and len(digests) == len(names) and type(off) is int
             and 0 <= off and 2 * (off + len(names)) <= len(i) and all(type(n) is str for n in names)):
         return None
@@ -206,13 +227,13 @@ def settled(store: Store, e: Entry, now: float) -> bool:
     """True if entry ``e``'s stamp alone says its ref is unchanged: the ref was written well before the stamp
     was taken, so no later write can share the stamp (see the module's docstring). An entry made by a clock
     ahead of this one (``now``) counts as made now."""
-    return store.backend.stamp_settled(e[0], min(e[5], now))
+    return store.backend.stamp_settled(e[0], min(e[8], now))
 
 
 def renewed(e: Entry, stamp: str, ref_data: dict[str, Any], at: float) -> Entry:
     """Entry ``e`` (of the manifest the ref names now) with the ref's ``stamp`` taken at time ``at``."""
     hb = ref_data.get("heartbeat")
-    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], at]
+    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], e[5], e[6], e[7], at]
 
 
 def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str, Any],
@@ -230,7 +251,11 @@ def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str,
     slim = {k: v for k, v in manifest.items() if k not in HEAVY and k != "metrics"}
     # Of the ref's data only the last heartbeat says more than the manifest once a run has ended.
     hb = ref_data.get("heartbeat")
-    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, at]
+    start: Any = slim.get("start")
+    name, status = slim.get("name"), slim.get("status")
+    if type(start) not in (int, float) or not 0 <= start < 1e11 or type(name) is not str or type(status) is not str:
+        return None
+    return [stamp, target, slim, {"heartbeat": hb} if type(hb) is float else {}, cells, start, name, status, at]
 
 
 def _cells(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 import dataclasses
+import gc
 import importlib
 import json
 import math
@@ -33,15 +34,20 @@ __all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run",
 
 
 class IndexedManifest(dict):
-    """A run manifest as the runs index holds it: the fields a listing shows. Reading any other field, or the
-    manifest whole (iterating, ``items()``, ``json.dumps``), loads the stored manifest first, once; if that
-    fails (damaged, missing) the listed fields are all it holds and ``error`` says why. A dict or list field
-    is copied when first read: the index's entry, kept for the next listing, is never changed through it."""
+    """A run manifest as the runs index holds it: the fields a listing shows, parsed and checked from the
+    index's text when one is first read. Reading any other field, or the manifest whole (iterating,
+    ``items()``, ``json.dumps``), loads the stored manifest first, once; if that fails (damaged, missing) the
+    listed fields are all it holds and ``error`` says why. An entry whose fields fail the checks a stored
+    manifest passes (a crafted index) is not used: the stored manifest is read instead. A dict or list field
+    not parsed anew is copied when first read: the index's entry, kept for the next listing, is never changed
+    through it."""
 
-    __slots__ = ("_load", "error", "_owned")
+    __slots__ = ("_load", "_entry", "error", "_owned")
 
-    def __init__(self, slim: dict[str, Any], store: Store, name: str, target: str) -> None:
-        super().__init__(slim)
+    def __init__(self, slim: dict[str, Any] | list, store: Store, name: str, target: str) -> None:
+        super().__init__()
+        #: The index entry whose slim manifest is not parsed yet (or the slim manifest itself).
+        self._entry: list | None = slim if type(slim) is list else [None, None, dict(slim)]
         self._load: tuple[Store, str, str] | None = (store, name, target)
         #: Why the stored manifest could not be read (the fields the index holds are all there is), if so.
         self.error: CasmonError | None = None
@@ -65,7 +71,29 @@ class IndexedManifest(dict):
         for k, v in list(dict.items(self)):
             self._own(k, v)
 
-    def _fill(self) -> None:
+    def _slim(self) -> None:
+        e, self._entry = self._entry, None
+        if e is not None:
+            from casmon.runs import index
+
+            got = index.slim(e, f"runs index entry {self._load[1] if self._load else '?'}")
+            if got is None:  # not what casmon wrote: the stored manifest, whole, says what the run is
+                self._fill(whole=True)
+            else:
+                dict.update(self, got)
+                if type(e[2]) is str:  # parsed anew from the index's text: this manifest's own already
+                    self._mine(got)
+
+    def _has(self, k: Any) -> bool:
+        if self._entry is not None:
+            self._slim()
+        if self._load is not None and not dict.__contains__(self, k):
+            self._fill()
+        return dict.__contains__(self, k)
+
+    def _fill(self, whole: bool = False) -> None:
+        if self._entry is not None:
+            self._slim()
         src, self._load = self._load, None
         if src is not None:
             s, name, target = src
@@ -74,6 +102,9 @@ class IndexedManifest(dict):
                 check_run_manifest(full, f"run {name} (manifest {target})")
             except CasmonError as e:  # one unreadable manifest hides no run: its listed fields stay
                 self.error = e
+                if whole:
+                    dict.update(self, {"name": name.rsplit("/", 1)[-1], "status": "unreadable",
+                                       "error": short_error(e, 500), "start": None})
                 return
             except BaseException:
                 self._load = src
@@ -83,19 +114,18 @@ class IndexedManifest(dict):
                     dict.__setitem__(self, k, v)
 
     def get(self, k: Any, default: Any = None) -> Any:
-        if self._load is not None and not dict.__contains__(self, k):
-            self._fill()
-        return self._own(k, dict.__getitem__(self, k)) if dict.__contains__(self, k) else default
+        return self._own(k, dict.__getitem__(self, k)) if self._has(k) else default
 
     def __getitem__(self, k: Any) -> Any:
-        if self._load is not None and not dict.__contains__(self, k):
-            self._fill()
+        self._has(k)
         return self._own(k, dict.__getitem__(self, k))
 
     def __contains__(self, k: Any) -> bool:
-        if self._load is not None and not dict.__contains__(self, k):
-            self._fill()
-        return dict.__contains__(self, k)
+        return self._has(k)
+
+    def __delitem__(self, k: Any) -> None:
+        self._fill()
+        dict.__delitem__(self, k)
 
     def setdefault(self, k: Any, default: Any = None) -> Any:
         self._whole()
@@ -103,10 +133,14 @@ class IndexedManifest(dict):
         return dict.setdefault(self, k, default)
 
     def __setitem__(self, k: Any, v: Any) -> None:
+        if self._entry is not None:
+            self._slim()
         self._mine((k,))
         dict.__setitem__(self, k, v)
 
     def update(self, *args: Any, **kw: Any) -> None:
+        if self._entry is not None:
+            self._slim()
         changed = dict(*args, **kw)
         self._mine(changed)
         dict.update(self, changed)
@@ -154,6 +188,8 @@ class IndexedManifest(dict):
         return dict.__eq__(self, other)
 
     def __bool__(self) -> bool:
+        if self._entry is not None:
+            self._slim()
         return dict.__len__(self) > 0 or len(self) > 0  # slim fields there: no need to read the rest
 
     __hash__ = None
@@ -180,6 +216,8 @@ class RunInfo:
     ref_data: dict = dataclasses.field(default_factory=dict)
     _summary: dict | None = dataclasses.field(default=None, repr=False, compare=False)
     _edits: list | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: A runs index entry whose metric summary is read into cells when first asked for.
+    _entry: list | None = dataclasses.field(default=None, repr=False, compare=False)
 
     # -- tags and notes (casmon.runs.tags): the manifest's tags with every later edit applied ------------
     def edits(self) -> list[dict[str, Any]]:
@@ -264,6 +302,13 @@ class RunInfo:
         from its manifest (no series read); a run that has not ended (live, lost) is summarised from the metric
         records a reader finds, so the summary agrees with :meth:`metric` wherever a kill fell (no digest then).
         NaN and infinities are floats here; ``min`` and ``max`` leave NaN out (NaN if every value is NaN)."""
+        if self._entry is not None:  # an ended run's, from the runs index
+            from casmon.runs import index
+
+            got = index.summary(self._entry)  # made anew at each call: the caller's to change
+            if got is not None:
+                return got
+            self._entry = None  # a crafted entry's columns are not used: the manifest's summary is
         if self._summary is not None:  # an ended run's, from its immutable manifest
             return {k: dict(v) for k, v in self._summary.items()}
         summary = self.manifest.get("metrics")
@@ -515,9 +560,21 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
     checked (:class:`DamagedObjectError` names a malformed one). Ended runs come from the runs index
     (:mod:`casmon.runs.index`) while their refs are unchanged; the others are read from their refs.
     """
+    s = default_store(store, create=False)  # reading creates nothing
+    # A listing makes a few objects per run and keeps them all: the collector's full passes over them (several
+    # at 10k runs) would cost a third of it and free nothing.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _list_runs(s)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _list_runs(s: Store) -> list[RunInfo]:
     from casmon.runs import index
 
-    s = default_store(store, create=False)  # reading creates nothing
     names = s.refs(RUN_REFS)
     at = time.time()  # before the stamps are taken (index.settled)
     try:
@@ -531,26 +588,32 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
         e = entries.get(name)
         stamp = stamps.get("refs/" + name) if stamps is not None else None
         if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e, at):
-            out.append(indexed_run(s, name, e, e[3]))
+            out.append((e[5], name, indexed_run(s, name, e, e[3])))
             continue
         info, target = _read_run(s, name, e)
         if info is None:
             continue
-        out.append(info)
+        if e is not None and target == e[1]:  # the entry's manifest still: its text stays unparsed
+            out.append((e[5], name, info))
+            if stamp is not None:
+                fresh[name] = index.renewed(e, stamp, info.ref_data, at)
+            continue
+        start = info.manifest.get("start")
+        out.append((start if type(start) in (int, float) else 0, name, info))
         if stamp is not None and target is not None and info.error is None and index.indexable(info.manifest):
-            got = (index.renewed(e, stamp, info.ref_data, at) if e is not None and e[1] == target
-                   else index.entry(stamp, target, info.manifest, info.ref_data, at))
+            got = index.entry(stamp, target, info.manifest, info.ref_data, at)
             if got is not None:
                 fresh[name] = got
     if names:
         index.fold(s, entries, fresh, deltas, stamps, base_ok)
-    out.sort(key=lambda r: (r.manifest.get("start") or 0, r.ref))
+    out.sort(key=lambda t: (t[0] or 0, t[1]))  # started first; an indexed run's start from its entry
+    runs = [t[2] for t in out]
     from casmon.runs.tags import edits_by_run
 
     edits = edits_by_run(s)  # one read of every run's tag and note edits, not one per run
-    for r in out:
+    for r in runs:
         r._edits = edits.get(r.ref, [])
-    return display.RunList(out)  # a list that shows itself as a table and has to_pandas()
+    return display.RunList(runs)  # a list that shows itself as a table and has to_pandas()
 
 
 def run_info(s: Store, name: str) -> RunInfo | None:
@@ -560,12 +623,10 @@ def run_info(s: Store, name: str) -> RunInfo | None:
 
 
 def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
-    """The run of index entry ``e``: its slim manifest (the rest read when asked for) and its metric summary.
-    Its fields are its own copies: entries are kept for the next listing, which a caller's change must not
-    reach."""
-    r = RunInfo(s, name, IndexedManifest(e[2], s, name, e[1]), None, dict(ref_data))
-    r.keep_summary(e[4])
-    return r
+    """The run of index entry ``e``: its slim manifest and metric summary read from the entry when first asked
+    for (the rest of the manifest read from the store when asked for). Its fields are its own copies: entries
+    are kept for the next listing, which a caller's change must not reach."""
+    return RunInfo(s, name, IndexedManifest(e, s, name, e[1]), None, dict(ref_data), _entry=e)
 
 
 def _copied(v: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,11 @@ def _direct(path):
     return _view(casmon.list_runs(s))
 
 
+#: File clocks whose tick is long over (every entry settled: its stamp alone is trusted) or not over yet (no entry
+#: settled: each run's ref is read and its entry used while the ref names the same manifest).
+TICKS = {"settled": -3600, "unsettled": 3600}
+
+
 @pytest.fixture
 def many(tmp_path):
     path = tmp_path / "s"
@@ -87,23 +92,57 @@ def test_deleting_or_damaging_the_index_loses_nothing_and_it_is_rebuilt(many):
     assert _view(casmon.list_runs(s)) == direct
 
 
-def test_a_crafted_index_entry_is_left_out_and_the_run_read_from_its_ref(many):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_crafted_index_entry_is_not_used_and_the_run_read_from_its_ref(many, monkeypatch, clock):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
+    direct = _direct(many)
     s = casmon.open(many)
     casmon.list_runs(s)
     base = many / "runs-index" / "base"
     doc = _raw_doc(base)
     entries = doc["runs"]
-    name = sorted(entries)[0]
-    entries[name][2]["start"] = "yesterday"  # a type no manifest has
-    entries[sorted(entries)[1]][4] = [["loss"], ["not a digest"], 10 ** 9]
-    entries["runs/999"] = entries[sorted(entries)[2]]  # a run that does not exist
+    names = sorted(entries)
+
+    def slim(i, **change):
+        m = json.loads(entries[names[i]][2])
+        m.update(change)
+        entries[names[i]][2] = json.dumps(m)
+
+    slim(0, start="yesterday")  # a type no manifest has
+    slim(2, status="running")  # a run the index never holds
+    slim(3, params=[1, 2])
+    slim(4, git={"commit": 7})
+    entries[names[5]][2] = "{not json"
+    entries[names[6]][2] = "[1, 2]"
+    slim(7, start=1.0)  # not the start the entry is listed by
+    slim(8, metrics={"loss": {}})
+    entries[names[1]][4] = [["loss"], ["not a digest"], 10 ** 9]
+    entries["runs/999"] = entries[names[9]]  # a run that does not exist
     _write_doc(base, doc)
     runs = casmon.list_runs(s)
     assert len(runs) == 60 and "runs/999" not in [r.ref for r in runs]
-    assert all(type(r.manifest.get("start")) is float for r in runs)
-    odd = [r for r in runs if r.ref == sorted(entries)[1]][0]
+    assert _view(runs) == direct  # each crafted field read from the stored manifest instead
+    odd = [r for r in runs if r.ref == names[1]][0]
     assert odd.metric_summary()["loss"]["n"] == 20  # read from its manifest: the crafted columns are left out
-    assert not isinstance(odd.manifest, IndexedManifest)
+    json.dumps(casmon.list_runs(s)[0].manifest)  # whole, as a stored manifest
+
+
+def test_a_crafted_entry_whose_stored_manifest_is_gone_lists_the_run_as_unreadable(many, monkeypatch):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled refs: the entries are used as they are
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    doc["runs"]["runs/5"][1] = "0" * 32  # a manifest the store does not hold
+    doc["runs"]["runs/5"][2] = "{}"
+    _write_doc(base, doc)
+    r = {r.ref: r for r in casmon.list_runs(casmon.open(many, read_only=True))}["runs/5"]
+    assert r.status == "unreadable" and r.name == "5" and "no value" in str(r.manifest.error)
+    assert r.metric_summary()["loss"]["n"] == 20  # the columns were sound
 
 
 def test_a_crafted_index_whose_columns_do_not_fit_is_ignored_whole(many):
@@ -215,6 +254,23 @@ def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many, monkeypatch):
     assert "60" in out.stdout and out.returncode == 0
 
 
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_listing_through_the_index_reads_an_entrys_manifest_only_when_a_field_of_it_is_read(many, monkeypatch,
+                                                                                               clock):
+    import time
+
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    parsed = []
+    real = index.slim
+    monkeypatch.setattr(index, "slim", lambda e, where: parsed.append(where) or real(e, where))
+    runs = casmon.list_runs(s)
+    assert [r.metric_summary()["loss"]["n"] for r in runs] == [20] * 60
+    assert parsed == []  # the order and every run's metrics from the index's columns alone
+    assert runs[7].name == "8" and runs[7].status == "failed" and len(parsed) == 1
+
+
 def _coarse_clock(monkeypatch, tick):
     """The local medium as a filesystem whose timestamps stay at ``tick`` (a clock tick longer than the test:
     FAT, ext3 or an NFS server with whole seconds), so a file rewritten in place keeps its stamp."""
@@ -289,11 +345,12 @@ def test_a_crafted_index_with_a_sound_checksum_makes_casmon_run_no_code(many, mo
     base = many / "runs-index" / "base"
     doc = _raw_doc(base)
     for name in ("runs/3", "runs/4"):
-        m = doc["runs"][name][2]
+        m = json.loads(doc["runs"][name][2])
         m["params"] = {"lr": {"$": bomb}, "cfg": {"model": {"$": bomb}}}
         m["info"] = {"model": {"$": bomb}}
         m["git"] = {"commit": "0" * 40, "patch": bomb}
-        m["name"] = "lied"
+        m["name"] = doc["runs"][name][6] = "lied"
+        doc["runs"][name][2] = json.dumps(m)
     _write_doc(base, doc)
     runs = {r.ref: r for r in casmon.list_runs(casmon.open(many))}
     r = runs["runs/3"]
@@ -345,10 +402,11 @@ def test_processes_folding_deltas_at_once_while_runs_end_leave_listings_true(man
     assert listed == _direct(many) and len(listed) == 72
 
 
-def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(many, monkeypatch):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(many, monkeypatch, clock):
     import time
 
-    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)  # settled: the base is read once, then kept
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)  # settled: the base is read once, then kept
     s = casmon.open(many)
     first = _view(casmon.list_runs(s))
     casmon.list_runs(s)
@@ -363,10 +421,11 @@ def test_a_callers_change_to_a_listed_runs_nested_fields_stays_in_its_own_copy(m
     assert casmon.list_runs(s)[0].ref_data.get("heartbeat") != 0.0
 
 
-def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, monkeypatch):
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_listed_manifest_reads_back_what_the_caller_set_as_a_dict_does(many, monkeypatch, clock):
     import time
 
-    _coarse_clock(monkeypatch, time.time_ns() - 3600 * 10**9)
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
     s = casmon.open(many)
     casmon.list_runs(s)
     m = casmon.list_runs(s)[0].manifest
@@ -391,7 +450,7 @@ def test_an_entry_made_by_a_clock_ahead_of_the_readers_is_not_taken_as_settled_e
     base = many / "runs-index" / "base"
     doc = _raw_doc(base)
     for e in doc["runs"].values():
-        e[5] = time.time() + 86400.0  # made by a machine whose clock is a day ahead
+        e[8] = time.time() + 86400.0  # made by a machine whose clock is a day ahead
     _write_doc(base, doc)
     index._read.clear()  # the frozen clock keeps the base's stamp: read it again
     refs = sorted((many / "refs" / "runs").iterdir())
@@ -401,3 +460,23 @@ def test_an_entry_made_by_a_clock_ahead_of_the_readers_is_not_taken_as_settled_e
         f.write(same[0].read_bytes())
     assert s.backend.stamp("refs/runs/" + refs[0].name) == stamp
     assert _view(casmon.list_runs(s)) == _direct(many)
+
+
+@pytest.mark.parametrize("layout", ["slim text, start, name, status", "manifest dict, time the stamp was taken"])
+def test_an_index_file_of_an_older_format_is_not_read_and_is_rebuilt(many, layout):
+    """Both format-5 layouts (one per branch that made one) are ignored, never misread as today's entries."""
+    import xxhash
+
+    s = casmon.open(many)
+    direct = _view(casmon.list_runs(s))
+    base = many / "runs-index" / "base"
+    doc = _raw_doc(base)
+    for e in doc["runs"].values():
+        e[:] = e[:8] if layout.startswith("slim") else [*e[:2], json.loads(e[2]), *e[3:5], e[8]]
+    body = json.dumps(doc).encode()
+    base.write_bytes(b"casmon-runs-index 5 " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+    with pytest.raises(casmon.errors.DamagedObjectError):
+        index.decode(base.read_bytes(), "base")
+    index._read.clear()
+    assert _view(casmon.list_runs(s)) == direct
+    assert len(index.decode(base.read_bytes(), "base")) == 60  # rebuilt in today's format

@@ -46,7 +46,7 @@ def _paths(doc, at=()):
 
 def _sound(doc):
     body = json.dumps(doc).encode()
-    return b"casmon-runs-index 5 " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body
+    return b"casmon-runs-index 6 " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body
 
 
 def _use(path, raw, monkeypatch):

@@ -1,0 +1,79 @@
+"""The runs page of a store with a runs index shows what a store without it shows: the first page, a sort, a
+filter; a crafted or stale index entry loses to the runs."""
+
+import json
+import shutil
+
+import pytest
+
+import casmon
+from benchmarks.runs_store import build
+from casmon.ui import model, table
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+
+def _page(s, **how):
+    view = table.runs_view(model.RunIndex(s), **how)
+    return view.total, [(e.ref, e.name, e.status, e.start, e.digest, row) for e, _r, row in view.rows]
+
+
+def _stores(tmp_path, change=None):
+    """An indexed store (``change`` applied to it after the index was written) and its copy without an index."""
+    path = tmp_path / "s"
+    build(str(path), 120, metrics=2, points=5)
+    casmon.list_runs(casmon.open(path))  # the runs index, as the first `casmon runs` leaves it
+    if change is not None:
+        change(path)
+    plain = tmp_path / "plain"
+    shutil.copytree(path, plain)
+    shutil.rmtree(plain / "runs-index")
+    return path, plain
+
+
+def test_the_first_runs_page_of_an_indexed_store_shows_what_a_store_without_the_index_shows(tmp_path):
+    path, plain = _stores(tmp_path)
+    for how in ({}, {"desc": False}, {"page": 2}):
+        want = _page(casmon.open(plain, read_only=True), **how)
+        assert _page(casmon.open(path, read_only=True), **how) == want and want[0] == 120
+
+
+def test_a_sort_or_filter_through_the_index_shows_what_the_runs_say(tmp_path):
+    path, plain = _stores(tmp_path)
+    for how in ({"sort": "metric.loss"}, {"sort": "param.lr", "desc": False}, {"q": "tag:best or status:failed"}):
+        assert _page(casmon.open(path, read_only=True), **how) == _page(casmon.open(plain, read_only=True), **how)
+
+
+def _craft(path):
+    import xxhash
+
+    base = path / "runs-index" / "base"
+    head, body = base.read_bytes().split(b"\n", 1)
+    doc = json.loads(body)
+    m = json.loads(doc["runs"]["runs/120"][2])
+    m["params"] = "not a dict"
+    doc["runs"]["runs/120"][2] = json.dumps(m)
+    m = json.loads(doc["runs"]["runs/119"][2])
+    m["comment"] = 7
+    doc["runs"]["runs/119"][2] = json.dumps(m)
+    body = json.dumps(doc).encode()
+    base.write_bytes(b" ".join(head.split(b" ")[:2]) + b" " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+
+
+def test_a_crafted_index_entry_on_the_first_page_loses_to_the_stored_manifest(tmp_path):
+    path, plain = _stores(tmp_path, _craft)
+    assert _page(casmon.open(path, read_only=True)) == _page(casmon.open(plain, read_only=True))
+
+
+def _rewrite_and_delete(path):
+    s = casmon.open(path)
+    ref = s.get_ref("runs/5")
+    s.set_ref("runs/120", ref.target, ref.data)  # the ref now names another manifest: its entry is stale
+    casmon.delete_run("runs/119", s)
+
+
+def test_a_stale_index_entry_loses_to_the_runs_ref(tmp_path):
+    path, plain = _stores(tmp_path, _rewrite_and_delete)
+    got = _page(casmon.open(path, read_only=True))
+    assert got == _page(casmon.open(plain, read_only=True))
+    assert got[0] == 119 and "runs/119" not in [r[0] for r in got[1]]
