@@ -92,12 +92,17 @@ def test_a_run_deleted_while_a_resume_carries_it_over_is_not_brought_back(tmp_pa
     from casmon.runs import resume
     from casmon.runs.resume import ResumeError
 
+    import casmon.runs.deletion  # noqa: F401 - imported before the patch: it binds the real reader by name
+
     s = casmon.open(tmp_path / "s", create=True)
     run = _failed_run(s)
     real = resume.artifacts.read_artifacts
+    deleting = []
 
     def deleted_meanwhile(store, ref):  # the resume has claimed and read the run: another process deletes it now
-        casmon.delete_run(run.name, casmon.open(tmp_path / "s"))
+        if not deleting:  # once: the deletion reads the run's artifacts too
+            deleting.append(ref)
+            casmon.delete_run(run.name, casmon.open(tmp_path / "s"))
         return real(store, ref)
 
     monkeypatch.setattr(resume.artifacts, "read_artifacts", deleted_meanwhile)
