@@ -18,14 +18,13 @@ compaction spanned would be read before the points it follows. Batches past the 
 
 from __future__ import annotations
 
-import base64
 from typing import TYPE_CHECKING, Any
 
 from casmon import faultpoints
 from casmon.errors import CasmonError
 from casmon.keys.digest import Digest
 from casmon.runs.manifest import RUN_REFS
-from casmon.runs.metrics import INLINE_POINTS, KIND_METRICS, covers_of, live_batches, metrics_key, read_series
+from casmon.runs.metrics import KIND_METRICS, covers_of, live_batches, metrics_key, points_cell, read_series
 from casmon.store.records import parse_record
 
 if TYPE_CHECKING:
@@ -66,14 +65,7 @@ def compact_run(store: Store, ref: str, over: int = COMPACT_OVER, share: int | N
         for name, s in series.items():
             data = (s.steps.astype("<i8", copy=False).tobytes() + s.values.astype("<f8", copy=False).tobytes()
                     + s.times.astype("<f8", copy=False).tobytes())
-            cell: dict[str, Any] = {"n": len(s)}
-            if len(s) <= INLINE_POINTS:
-                cell["b64"] = base64.b64encode(data).decode("ascii")
-            else:
-                d = store.put(data)
-                refs.append(d)
-                cell["$"] = d.hex()
-            cells[name] = cell
+            cells[name] = points_cell(store, data, len(s), refs)
         top = max(hi for _lo, hi in covers)
         store.append(KIND_METRICS, {"run": ref, "seq": top, "s": cells, "covers": covers}, key=key, refs=refs)
         faultpoints.point("compact.appended")

@@ -8,7 +8,6 @@ importing the same source again can skip it. Its metrics are records of kind
 
 from __future__ import annotations
 
-import base64
 import math
 import time
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.runs.params import key_text
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
-from casmon.runs.metrics import (INLINE_POINTS, KIND_METRICS, batch_summary, check_name, json_safe, metrics_key, points_summary,
+from casmon.runs.metrics import (KIND_METRICS, batch_summary, check_name, json_safe, metrics_key, points_cell, points_summary,
                                  series_digest)
 from casmon.store.store import Store
 
@@ -73,13 +72,8 @@ def write_run(store: Store, *, prefix: str = "", comment: str = "", status: str 
             sl = slice(at, at + BATCH_POINTS)
             data = st[sl].tobytes() + va[sl].tobytes() + ti[sl].tobytes()
             k = len(st[sl])
-            cell: dict[str, Any] = {"n": k, "sum": batch_summary(st[sl], va[sl], ti[sl])}
             mrefs: list[Digest] = []
-            if k <= INLINE_POINTS:
-                cell["b64"] = base64.b64encode(data).decode("ascii")
-            else:
-                d = store.put(data)
-                cell["$"], mrefs = d.hex(), [d]
+            cell = points_cell(store, data, k, mrefs, batch_summary(st[sl], va[sl], ti[sl]))
             store.append(KIND_METRICS, {"run": ref, "seq": seq, "s": {mname: cell}}, key=metrics_key(ref), refs=mrefs)
         if len(st):
             summary[mname] = {**json_safe(points_summary(st, va, ti)),

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "Batch", "MetricLog", "metrics_key", "read_series",
            "read_summary", "downsample", "check_name", "json_number", "number_of", "json_safe", "number_text",
-           "points_summary", "batch_summary", "live_batches", "covers_of", "covered", "MAX_COVERS"]
+           "points_summary", "batch_summary", "points_cell", "live_batches", "covers_of", "covered", "MAX_COVERS"]
 
 KIND_METRICS = "metrics"
 #: A batch of at most this many points of one metric is kept in its record (base64); more is a stored value.
@@ -132,6 +132,21 @@ def points_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
     real = v[~np.isnan(v)]
     return {"n": len(v), "last": float(v[-1]), "step": int(steps[-1]), "time": float(times[-1]),
             "min": float(real.min()) if len(real) else math.nan, "max": float(real.max()) if len(real) else math.nan}
+
+
+def points_cell(store: Store, data: bytes, n: int, refs: list[Digest],
+                summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A metric's cell in a batch record for ``n`` points encoded as ``data`` (steps, values, times), with the
+    batch's ``summary`` if given: inline as base64 when small, else stored as a value whose digest is appended
+    to ``refs``."""
+    cell: dict[str, Any] = {"n": n} if summary is None else {"n": n, "sum": summary}
+    if n <= INLINE_POINTS:
+        cell["b64"] = base64.b64encode(data).decode("ascii")
+    else:
+        d = store.put(data)
+        refs.append(d)
+        cell["$"] = d.hex()
+    return cell
 
 
 def batch_summary(steps: Any, values: Any, times: Any) -> dict[str, Any]:
@@ -321,15 +336,8 @@ class MetricLog:
                 data = (np.frombuffer(p.steps, np.int64).astype(_STEP, copy=False).tobytes()
                         + np.frombuffer(p.values, np.float64).astype(_F64, copy=False).tobytes()
                         + np.frombuffer(p.times, np.float64).astype(_F64, copy=False).tobytes())
-                cell: dict[str, Any] = {"n": n, "sum": batch_summary(p.steps, np.frombuffer(p.values, np.float64),
-                                                                     p.times)}
-                if n <= INLINE_POINTS:
-                    cell["b64"] = base64.b64encode(data).decode("ascii")
-                else:
-                    d = store.put(data)
-                    refs.append(d)
-                    cell["$"] = d.hex()
-                series[name] = cell
+                series[name] = points_cell(store, data, n, refs, batch_summary(
+                    p.steps, np.frombuffer(p.values, np.float64), p.times))
         except BaseException:
             self._put_back(pending)
             self._hashed(seq, None)
