@@ -15,7 +15,7 @@ import pytest
 
 import casmon
 from casmon.ui.series import metric_groups
-from tests.support.browser import ARGS, CHROMIUM, needs_chromium, watch
+from tests.support.browser import needs_chromium, watch
 from tests.ui.test_ui import Served
 
 DASH = ["train/loss", "train/acc", "val/loss", "sys/cpu"]
@@ -184,17 +184,6 @@ def test_parallel_coordinates_offer_first_the_parameters_most_runs_have(tmp_path
 
 #: A dashboard panel's uPlot instance.
 PANEL = "(m => document.querySelector(`#charts .chart-box[data-metric='${m}'] .chart-area`).uplot)"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _open(browser, srv, path, ready="#charts[data-ready]"):

@@ -20,7 +20,7 @@ import pytest
 import casmon
 from casmon.lineage import Graph, Node
 from casmon.ui.lineageview import MAX_NODES, graph_json
-from tests.support.browser import ARGS, CHROMIUM, needs_chromium, watch
+from tests.support.browser import needs_chromium, watch
 from tests.ui.test_ui import Served
 
 STAGES = ("load", "clean", "features", "train")
@@ -255,15 +255,6 @@ def test_a_cleared_upstream_is_shown_as_such_and_crafted_strings_stay_data(tmp_p
 
 
 # -- browser -----------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser():
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _clean(w) -> None:

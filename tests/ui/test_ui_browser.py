@@ -24,7 +24,7 @@ import pytest
 
 import casmon
 from tests.conftest import ROOT
-from tests.support.browser import ARGS, CHROMIUM, needs_chromium, watch
+from tests.support.browser import needs_chromium, watch
 from tests.ui.test_ui import HOSTILE, HOSTILE_KEY, Served, built, wide  # noqa: F401 - fixtures: the module's stores
 
 pytestmark = needs_chromium
@@ -52,17 +52,6 @@ EDGES = """() => {
     }
     return out;
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _clean(w) -> None:
