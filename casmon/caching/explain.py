@@ -14,7 +14,6 @@ lists a function's versions with what changed between them (``casmon cache NAME`
 from __future__ import annotations
 
 import base64
-import inspect
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from casmon.caching.binder import VAR_KEYWORD, VAR_POSITIONAL
 from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, name_digest, newest_per_key
 from casmon.keys.codeversion import VersionedFingerprinter
 from casmon.keys.digest import Digest
@@ -74,15 +74,15 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
     for p, v in zip(state.params, vals):
         if p.name in state.ignore:
             continue
-        if (p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL) and p.name in by_span
+        if (p.kind not in (VAR_KEYWORD, VAR_POSITIONAL) and p.name in by_span
                 and p.name not in state.files):  # a files= parameter's key holds the content: its path counts here
             a, b = by_span[p.name]
             out[p.name] = "~" if a is None or raw is None else _hex64(memoryview(raw)[a:b])
             continue
         items: list[tuple[str, Any]]
-        if p.kind == inspect.Parameter.VAR_KEYWORD:
+        if p.kind == VAR_KEYWORD:
             items = [(str(k), x) for k, x in v.items()]
-        elif p.kind == inspect.Parameter.VAR_POSITIONAL:
+        elif p.kind == VAR_POSITIONAL:
             items = [(f"{p.name}[{i}]", x) for i, x in enumerate(v)]
         else:
             items = [(p.name, v)]

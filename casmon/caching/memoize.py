@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import binascii
 import functools
-import inspect
 import os
 import threading
 import time
@@ -39,6 +38,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from casmon.caching import edges, hot, versions
+from casmon.caching.binder import EMPTY, Binder, is_async, is_generator, unwrap
 from casmon.caching.asyncwrap import async_wrapper
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
@@ -78,8 +78,7 @@ class CacheWarning(UserWarning):
 #: ``hits`` and ``misses`` in this process; ``entries`` in the store, of all processes, and ``stored_bytes``, the
 #: logical size of their results, each stored value once (entries that return one value share it).
 CacheInfo = NamedTuple("CacheInfo", [("hits", int), ("misses", int), ("entries", int), ("stored_bytes", int)])
-_Param = NamedTuple("_Param", [("name", str), ("kind", Any), ("default", Any)])
-_EMPTY = inspect.Parameter.empty
+_EMPTY = EMPTY
 
 
 _states: weakref.WeakSet[CacheState] = weakref.WeakSet()
@@ -111,10 +110,7 @@ _NO_SELF = object()
 
 
 def _inner_function(fn: Any) -> Any:
-    try:
-        return inspect.unwrap(fn)
-    except ValueError:  # a __wrapped__ cycle
-        return fn
+    return unwrap(fn)
 
 
 def _defaults(fn: Any) -> tuple[Any, Any]:
@@ -143,8 +139,10 @@ class CacheState:
         self.name = function_name(fn)
         self._store_arg = store
         self._store: Store | None = None
-        self.sig = inspect.signature(fn)
-        self.params = [_Param(p.name, p.kind, p.default) for p in self.sig.parameters.values()]
+        # The parameters, read from the code of a plain function (inspect only for other callables): a fresh
+        # process's first hit does not load inspect (casmon.caching.binder).
+        self._binder = Binder(fn)
+        self.params = self._binder.params
         names = [p.name for p in self.params]
         if isinstance(ignore, (str, int)):  # one parameter, not the letters of a name
             ignore = [ignore]
@@ -176,10 +174,8 @@ class CacheState:
                          "expires_after": expires_after}
         if self.mmap:  # only when set: a cached function passed as an argument keys as it did before the option
             self._options["mmap"] = True
-        self._simple = all(p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY) for p in self.params)
-        self._npos = sum(1 for p in self.params if p.kind != inspect.Parameter.KEYWORD_ONLY)
+        self._simple = self._binder.simple
         self._names = names
-        self._index = {p.name: i for i, p in enumerate(self.params) if p.kind != inspect.Parameter.POSITIONAL_ONLY}
         self._name_bytes = []
         for p in self.params:
             nfp = Fingerprinter()
@@ -299,8 +295,8 @@ class CacheState:
         """The function's defaults were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
         with self._lock:
             self._defaults = _defaults(self._defaults_of)
-            self.sig = inspect.signature(self.fn)
-            self.params = [_Param(p.name, p.kind, p.default) for p in self.sig.parameters.values()]
+            self._binder = Binder(self.fn)
+            self.params = self._binder.params
             self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
 
     def _warn_unhashable(self, t) -> None:
@@ -335,48 +331,8 @@ class CacheState:
 
     # -- keys -------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> list:
-        """Argument values in parameter order, defaults applied."""
-        vals: list[Any] | None
-        if self._simple and len(args) <= self._npos:
-            vals = list(args)
-            params = self.params
-            n = len(args)
-            if kwargs:
-                idx = self._index
-                vals.extend([_EMPTY] * (len(params) - n))
-                for k, v in kwargs.items():
-                    i = idx.get(k)
-                    if i is None or i < n:
-                        vals = None  # unknown or duplicate argument: let inspect say so
-                        break
-                    vals[i] = v
-                if vals is not None:
-                    for i in range(n, len(params)):
-                        if vals[i] is _EMPTY:
-                            if params[i].default is _EMPTY:
-                                vals = None
-                                break
-                            vals[i] = params[i].default
-                    if vals is not None:
-                        return vals
-            else:
-                for p in params[n:]:
-                    if p.default is _EMPTY:
-                        break
-                    vals.append(p.default)
-                else:
-                    return vals
-        try:
-            (ba := self.sig.bind(*args, **kwargs)).apply_defaults()
-        except TypeError as e:  # inspect's message names no function: say which, as Python's own does
-            raise TypeError(f"{self.name}: {e}") from None
-        vals = []
-        for p in self.params:
-            v = ba.arguments[p.name]
-            if p.kind == inspect.Parameter.VAR_KEYWORD:
-                v = dict(sorted(v.items()))
-            vals.append(v)
-        return vals
+        """Argument values in parameter order, defaults applied (:class:`~casmon.caching.binder.Binder`)."""
+        return self._binder.bind(args, kwargs)
 
     def key(self, args: tuple, kwargs: dict) -> Digest | None:
         """The call's key, or None (with one warning) if an argument cannot be hashed."""
@@ -935,11 +891,11 @@ def cache(
                               mmap=mmap, _state_class=_state_class))
     if not callable(fn):
         raise TypeError(f"@cache expects a function, got {type(fn).__name__}")
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+    if is_generator(fn):
         raise TypeError(f"@cache cannot cache generator {function_name(fn)}: it returns an iterator, not a value")
     state = (_state_class or CacheState)(fn, store, ignore, hashers, version, label, memory_entries, files=files,
                                          wait=wait, expires_after=expires_after, mmap=mmap)
-    if inspect.iscoroutinefunction(fn):
+    if is_async(fn):
         return async_wrapper(state, CachedFunction)
     return CachedFunction(state)
 

@@ -42,14 +42,10 @@ before.
 
 from __future__ import annotations
 
-import ast
-import dis
 import enum
 import functools
-import inspect
 import linecache
 import sys
-import textwrap
 import threading
 import types
 import weakref
@@ -104,8 +100,15 @@ def function_name(fn: Any) -> str:
 
 def _unwrap(fn: Any) -> Any:
     try:
+        if getattr(fn, "__wrapped__", None) is None:
+            return fn  # the usual case: inspect is not loaded for it
+    except Exception:  # noqa: BLE001 - a lookup that raises (an attribute-dict object)
+        return fn
+    import inspect
+
+    try:
         return inspect.unwrap(fn)
-    except Exception:  # noqa: BLE001 - a __wrapped__ cycle, or a lookup that raises (an attribute-dict object)
+    except Exception:  # noqa: BLE001 - a __wrapped__ cycle, or a lookup that raises
         return fn
 
 
@@ -132,111 +135,12 @@ def _is_user_obj(obj: Any) -> bool:
         return False
 
 
-# -- source text ------------------------------------------------------------------------------------------
-class _StripDocsAndDecorators(ast.NodeTransformer):
-    def _strip(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> ast.AST:
-        node.decorator_list = []
-        body = node.body
-        first = body[0] if body else None
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-        self.generic_visit(node)
-        return node
+# -- source text (parsed in casmon.keys.sourcetree, loaded by the first parse) ------------------------------
+def _tree_of(src: str) -> tuple[str, Any]:
+    """The syntax tree of source text ``src`` as text (docstrings and decorators stripped), and the tree."""
+    from casmon.keys import sourcetree
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
-
-
-def _source_tree(obj: Any) -> tuple[str | None, ast.AST | None]:
-    """``(text, tree)``: the syntax tree of ``obj``'s source as text (docstrings and decorators
-    stripped), and the tree itself; ``(None, None)`` without source."""
-    try:
-        src = inspect.getsource(obj)
-    except (OSError, TypeError):
-        return None, None
-    return _tree_of(src)
-
-
-_PARSE_LOCK = threading.Lock()  # 3.11's ast.parse races in threads: "AST constructor recursion depth mismatch"
-
-
-def _tree_of(src: str) -> tuple[str, ast.AST | None]:
-    """:func:`_source_tree` of the source text ``src``."""
-    try:
-        with _PARSE_LOCK:
-            tree = ast.parse(textwrap.dedent(src))
-    except SyntaxError:  # e.g. a lambda inside a larger expression
-        return "src:" + "\n".join(line.split("#", 1)[0].rstrip() for line in src.splitlines() if line.strip()), None
-    tree = _StripDocsAndDecorators().visit(tree)
-    return ast.dump(tree, annotate_fields=False, include_attributes=False), tree
-
-
-def _source_text(obj: Any) -> str | None:
-    return _source_tree(obj)[0]
-
-
-#: Methods of builtin containers that change them and return None: calling one reads nothing back.
-_NONE_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "clear", "appendleft", "extendleft",
-                            "discard", "remove", "sort", "reverse"})
-#: Methods that change a container and return something: a write only where that is thrown away.
-_MUTATORS = _NONE_MUTATORS | {"pop", "popleft", "popitem", "setdefault"}
-
-
-def _write_only_names(tree: ast.AST | None) -> frozenset[str]:
-    """Names the code only writes to: ``log.append(x)`` as a statement, ``counts[k] += 1``,
-    ``state.attr = v``. What they hold cannot reach the result through this code."""
-    if tree is None:
-        return frozenset()
-    parents: dict[ast.AST, ast.AST] = {}
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-    reads: set[str] = set()
-    writes: set[str] = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
-            continue
-        p = parents.get(node)
-        write = False
-        if isinstance(p, ast.Attribute) and p.value is node:
-            if isinstance(p.ctx, (ast.Store, ast.Del)):
-                write = True
-            else:
-                gp = parents.get(p)
-                write = isinstance(gp, ast.Call) and gp.func is p and (
-                    p.attr in _NONE_MUTATORS or (p.attr in _MUTATORS and isinstance(parents.get(gp), ast.Expr)))
-        elif isinstance(p, ast.Subscript) and p.value is node:
-            write = isinstance(p.ctx, (ast.Store, ast.Del))
-        (writes if write else reads).add(node.id)
-    return frozenset(writes - reads)
-
-
-_LOAD_NAME_OPS = frozenset({"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF",
-                            "LOAD_FROM_DICT_OR_GLOBALS"})
-_SIMPLE_LOAD_OPS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_SMALL_INT",
-                              "LOAD_FAST_BORROW"})
-
-
-def _write_only_names_code(code: types.CodeType) -> frozenset[str]:
-    """:func:`_write_only_names` from bytecode, for code without source: ``log.append(x)``
-    (a method that returns None), ``state.attr = v`` and ``table[k] = v`` with a simple key."""
-    reads: set[str] = set()
-    writes: set[str] = set()
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
-        ins = [x for x in dis.get_instructions(c) if x.opname not in ("CACHE", "EXTENDED_ARG")]
-        for i, x in enumerate(ins):
-            if x.opname not in _LOAD_NAME_OPS or not isinstance(x.argval, str):
-                continue
-            nxt = ins[i + 1] if i + 1 < len(ins) else None
-            nn = ins[i + 2] if i + 2 < len(ins) else None
-            write = nxt is not None and (
-                (nxt.opname in ("LOAD_METHOD", "LOAD_ATTR") and nxt.argval in _NONE_MUTATORS)
-                or nxt.opname in ("STORE_ATTR", "DELETE_ATTR")
-                or (nxt.opname in _SIMPLE_LOAD_OPS and nn is not None and nn.opname in ("STORE_SUBSCR", "DELETE_SUBSCR")))
-            (writes if write else reads).add(x.argval)
-    return frozenset(writes - reads)
+    return sourcetree.tree_of(src)
 
 
 #: Source texts (and write-only names) of the main script's code objects, by :func:`_code_key`:
@@ -277,7 +181,7 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
     linecache.checkcache(code.co_filename)  # as inspect does: a file edited and reloaded is read again
     found = _def_block(code)
     text: str | None
-    tree: ast.AST | None
+    tree: Any
     kept = None
     if found is not None:
         # Kept under the block alone where it compiles alone to this code, else (``mod.f()`` after ``import
@@ -291,25 +195,34 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
         text, wo = kept  # this very block, parsed and checked against this very code by an earlier process
     else:
         if found is not None:
-            text, tree = _tree_of(block)
+            from casmon.keys import sourcetree
+
+            text, tree = sourcetree.tree_of(block)
             body: Any = getattr(tree, "body", ())
             if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
                 found = None  # not this one def after all: inspect decides
             elif _block_compiles_to(found[0], code):
-                kept = text, _write_only_names(tree)
+                kept = text, sourcetree.write_only_names(tree)
                 versioncache.remember(code.co_filename, keys[0], *kept)
             elif _code_matches_file(code):
-                kept = text, _write_only_names(tree)
+                kept = text, sourcetree.write_only_names(tree)
                 versioncache.remember(code.co_filename, keys[1], *kept)
             else:
                 text, tree = None, None
         if found is None:
-            text, tree = _source_tree(fn)
+            from casmon.keys import sourcetree
+
+            text, tree = sourcetree.source_tree(fn)
             if text is not None and not _code_matches_file(code):
                 text, tree = None, None
         if text is not None and code.co_name == "<lambda>":
             text += "\nlambda:" + _lambda_segment(code)
-        wo = kept[1] if kept is not None else _write_only_names(tree) if tree is not None else _write_only_names_code(code)
+        if kept is not None:
+            wo = kept[1]
+        else:
+            from casmon.keys import sourcetree
+
+            wo = sourcetree.write_only_names(tree) if tree is not None else sourcetree.write_only_names_code(code)
     main = canonical_module(getattr(fn, "__module__", None)) == "__main__"
     if text is not None and main:
         # Remember it for worker processes: cloudpickle ships __main__ functions without their file name.
@@ -333,6 +246,9 @@ def readable_source(fn: Any) -> str | None:
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType) or _function_source(fn)[0] is None:
         return None
+    import inspect
+    import textwrap
+
     found = _def_block(code)
     if found is not None:
         return textwrap.dedent("".join(found[0]))

@@ -80,7 +80,7 @@ _INLINE_LIMIT = 1 << 16
 #: Block size when an array must be copied into C order to be hashed.
 _BLOCK_BYTES = 8 << 20
 #: Tiles of a Fortran-ordered matrix copied into C order: this many bytes wide, rows high.
-_TILE_BYTES = 512
+_TILE_BYTES = 256
 _TILE_ROWS = 256
 
 _hashers: dict[type, Callable[[Any], Any]] = {}

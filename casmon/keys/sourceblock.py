@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import __future__
 import functools
-import inspect
 import linecache
-import textwrap
 import threading
 import types
 from typing import Any
@@ -33,8 +31,9 @@ def code_sig(code: types.CodeType) -> tuple[Any, ...]:
 
 
 #: ``co_flags`` that change what code does (``*args``, ``**kwargs``, generator, coroutine), not where it sits.
-SIG_FLAGS = (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE
-              | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+#: (inspect's CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR:
+#: written out, so a first hit does not load inspect for them.)
+SIG_FLAGS = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200
 
 _file_index: dict[str, tuple[list[str], dict[str, set[tuple[Any, ...]]] | None]] = {}
 _file_index_lock = threading.Lock()
@@ -124,6 +123,8 @@ def block_compiles_to(block: list[str], code: types.CodeType) -> bool:
     False when unsure, e.g. a closure, or a method's mangled ``__names``: the file decides then."""
     if code.co_freevars:
         return False
+    import textwrap  # a parse: not on a first hit, which reads the kept one
+
     try:
         top = compile(textwrap.dedent("".join(block)), code.co_filename, "exec",
                       flags=code.co_flags & FUTURE_FLAGS, dont_inherit=True)

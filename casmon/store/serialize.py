@@ -34,7 +34,6 @@ strided numpy arrays (pickle would copy them into the stream).
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import math
@@ -196,6 +195,8 @@ class MemoryviewHandler:
 
 def dtype_from_meta(descr: str) -> np.dtype[Any]:
     import numpy as np
+
+    import ast  # an array's dtype text: not loaded by a hit that returns no array
 
     return np.lib.format.descr_to_dtype(ast.literal_eval(descr))
 
