@@ -76,3 +76,37 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
     again = _run(script, tmp_path / "store")
     assert again["ok"], "a damaged chunk was returned"
     assert again["calls"] == 1, "the damaged value was not recomputed"
+
+
+#: What a bare script's first hit of a plain function never needs: inspect (the parameters are read from the
+#: code) and the parsers a code version uses only where its kept parse is missing, and the array codecs.
+BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "numcodecs", "zarr", "numpy", "concurrent.futures", "logging"]
+
+BARE = textwrap.dedent("""
+    import json, sys
+    import casmon
+
+    CALLS = []
+
+    def helper(x):
+        return x * 3
+
+    @casmon.cache(store=casmon.open(sys.argv[1]))
+    def work(i, scale=2, *, offset=1):
+        CALLS.append(i)
+        return helper(i) * scale + offset
+
+    r = work(5, offset=4)
+    print(json.dumps({"calls": len(CALLS), "r": r, "loaded": [m for m in %r if m in sys.modules]}))
+""" % (BARE_NEVER,))
+
+
+def test_a_bare_scripts_first_hit_loads_no_inspect_parser_or_array_codec(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(BARE)
+    miss = _run(script, tmp_path / "store")
+    assert miss["calls"] == 1 and miss["r"] == 34
+    hit = _run(script, tmp_path / "store")
+    assert hit["calls"] == 0, "the second process missed"
+    assert hit["r"] == 34
+    assert hit["loaded"] == [], f"a bare first hit loaded {hit['loaded']}"
