@@ -18,7 +18,6 @@ from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
 from casmon.store.metafile import register_fields
 from casmon.view.guards import guarded_html, guarded_text
-from casmon.view.text import did_you_mean
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -288,6 +287,8 @@ def resolve_function(names: Iterable[str], name: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        from casmon.view.text import did_you_mean
+
         hint = did_you_mean(name, names)
         hint = f" ({hint})" if hint else ""
         raise LookupError(f"no cached function {name!r}{hint}; there are: {', '.join(names) or 'none'}")
@@ -302,16 +303,12 @@ def clear_function(store: Store, name: str) -> str:
     return full
 
 
-class Eviction(NamedTuple):
-    """One entry :func:`eviction_plan` drops: its function, the value it holds (digest hex) and that value's size,
-    ``stays``: a kept entry (or a run, a call log, a ref) holds the same value, so dropping this one frees nothing,
-    and ``time``: its newest record's, when planned (a record of its key stored after the plan is not the plan's)."""
-
-    fn: str
-    value: str
-    size: int
-    stays: bool = False
-    time: float = float("inf")
+# The call form of NamedTuple: the class form compiles its annotations' text at import, on a first hit.
+Eviction = NamedTuple("Eviction", [("fn", str), ("value", str), ("size", int), ("stays", bool), ("time", float)])
+Eviction.__new__.__defaults__ = (False, float("inf"))
+Eviction.__doc__ = """One entry :func:`eviction_plan` drops: its function, the value it holds (digest hex) and that value's size,
+``stays``: a kept entry (or a run, a call log, a ref) holds the same value, so dropping this one frees nothing,
+and ``time``: its newest record's, when planned (a record of its key stored after the plan is not the plan's)."""
 
 
 def freed_bytes(plan: dict[bytes, Eviction]) -> int:

@@ -39,13 +39,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from casmon.caching import edges, hot, versions
 from casmon.caching.binder import EMPTY, Binder, is_async, is_generator, unwrap
-from casmon.caching.asyncwrap import async_wrapper
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
                                      result_of)
 from casmon.caching.usage import usage_of
-# Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names must resolve.
-from casmon.caching.workers import _by_name, _rebuild, _rebuild_state, reduce_cached, reduce_state  # noqa: F401
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
@@ -62,6 +59,19 @@ __all__ = ["cache", "cache_with", "CacheInfo", "CacheWarning", "CachedFunction",
 
 #: Part of every call key; raised when what a key means changes, so old entries are never misread.
 KEY_FORMAT = 2
+
+
+#: Old pickles name ``casmon.cache._rebuild`` (serialize.MOVED_MODULES sends them here): these names resolve,
+#: loaded from casmon.caching.workers when asked for (a hit never is).
+_FROM_WORKERS = frozenset({"_by_name", "_rebuild", "_rebuild_state", "reduce_cached", "reduce_state"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_WORKERS:
+        from casmon.caching import workers
+
+        return getattr(workers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Called as ``observer(store, fn_name, key, result_digest, hit)`` on every hit and stored miss
@@ -216,6 +226,8 @@ class CacheState:
         _states.add(self)
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        from casmon.caching.workers import reduce_state
+
         return reduce_state(self)
 
     def options(self) -> dict:
@@ -762,6 +774,8 @@ class CachedFunction:
         return f"<casmon.cache of {self.__casmon_cache__.name}>"
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        from casmon.caching.workers import reduce_cached
+
         return reduce_cached(self)
 
     # helpers
@@ -896,6 +910,8 @@ def cache(
     state = (_state_class or CacheState)(fn, store, ignore, hashers, version, label, memory_entries, files=files,
                                          wait=wait, expires_after=expires_after, mmap=mmap)
     if is_async(fn):
+        from casmon.caching.asyncwrap import async_wrapper
+
         return async_wrapper(state, CachedFunction)
     return CachedFunction(state)
 
