@@ -1,5 +1,6 @@
 """The ML round's transposed-array row: ``fingerprint`` of a 4096² float64 array, its transpose and a
-Fortran-ordered copy, interleaved, medians of 5; prints one JSON line.
+Fortran-ordered copy, interleaved, medians of 5, wall and CPU (both threads: on a loaded machine the
+CPU ratios are the steadier figure); prints one JSON line.
 
 ``PYTHONPATH=TREE python -m benchmarks.transpose_bench`` measures the casmon at TREE; run two trees
 alternately, a few processes each, to compare them (docs/BENCHMARKS.md, "ML values").
@@ -20,14 +21,18 @@ def main() -> None:
     for v in values.values():
         fingerprint(v)  # threads started, pages touched
     took: dict[str, list[float]] = {k: [] for k in values}
+    cpu: dict[str, list[float]] = {k: [] for k in values}
     for _ in range(5):
         for k, v in values.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fingerprint(v)
             took[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
     m = {k: statistics.median(v) for k, v in took.items()}
+    mc = {k: statistics.median(v) for k, v in cpu.items()}
     print(json.dumps({"c_ms": m["c"] * 1e3, "T_ms": m["T"] * 1e3, "F_ms": m["F"] * 1e3,
-                      "T/c": m["T"] / m["c"], "F/c": m["F"] / m["c"]}))
+                      "T/c": m["T"] / m["c"], "F/c": m["F"] / m["c"],
+                      "cpu_c_ms": mc["c"] * 1e3, "cpu_T/c": mc["T"] / mc["c"], "cpu_F/c": mc["F"] / mc["c"]}))
 
 
 if __name__ == "__main__":

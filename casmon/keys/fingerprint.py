@@ -79,7 +79,8 @@ _pack_dd = struct.Struct("<dd").pack
 _INLINE_LIMIT = 1 << 16
 #: Block size when an array must be copied into C order to be hashed.
 _BLOCK_BYTES = 8 << 20
-#: Tiles of a Fortran-ordered matrix copied into C order: this many bytes wide, rows high.
+#: Tiles of a Fortran-ordered matrix copied into C order: this many bytes wide, rows high. 256 bytes (32 float64
+#: source rows in flight per tile) copied a transposed 4096² float64 array fastest of 128-512 here.
 _TILE_BYTES = 256
 _TILE_ROWS = 256
 
