@@ -39,6 +39,7 @@ class _Empty:
 
 
 EMPTY: Any = _Empty()
+_NO_ATTR = object()
 
 # The call form of NamedTuple takes the types themselves: the class form's annotations are text that typing
 # compiles at import, on a fresh process's first hit.
@@ -200,7 +201,7 @@ def unwrap(fn: Any) -> Any:
     """``inspect.unwrap(fn)``: the function at the end of its ``__wrapped__`` chain (``fn`` itself on a cycle or a
     lookup that raises); :mod:`inspect` is loaded only where there is a chain."""
     try:
-        if getattr(fn, "__wrapped__", None) is None:
+        if getattr(fn, "__wrapped__", _NO_ATTR) is _NO_ATTR:
             return fn
     except Exception:  # noqa: BLE001 - a __getattr__ that raises
         return fn

@@ -100,7 +100,7 @@ def function_name(fn: Any) -> str:
 
 def _unwrap(fn: Any) -> Any:
     try:
-        if getattr(fn, "__wrapped__", None) is None:
+        if getattr(fn, "__wrapped__", _MISSING) is _MISSING:
             return fn  # the usual case: inspect is not loaded for it
     except Exception:  # noqa: BLE001 - a lookup that raises (an attribute-dict object)
         return fn

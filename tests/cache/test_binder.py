@@ -235,3 +235,32 @@ def test_a_function_whose_defaults_outnumber_its_parameters_is_read_by_inspect()
     h.__defaults__ = (1, 2)  # Python binds the last one; inspect reads these its own way
     b = Binder(h)
     assert b._sig is not None
+
+
+def test_unwrapping_without_inspect_ends_where_inspect_unwrap_ends():
+    """Names (part of every key) and defaults come from the end of the ``__wrapped__`` chain, read as
+    ``inspect.unwrap`` reads it, also for an attribute that is None or a chain that loops."""
+    from casmon.keys.codeversion import _unwrap, function_name
+
+    class NoneWrapped:
+        __wrapped__ = None
+
+        def __call__(self):
+            return 1
+
+    def inner():
+        return 1
+
+    @functools.wraps(inner)
+    def outer():
+        return inner()
+
+    looped = functools.partial(inner)
+    looped.__dict__["__wrapped__"] = looped  # a cycle: inspect raises, both keep the object
+    for obj in (NoneWrapped(), outer, inner, _plain, looped):
+        try:
+            want = inspect.unwrap(obj)
+        except ValueError:
+            want = obj
+        assert binder_mod.unwrap(obj) is want and _unwrap(obj) is want
+    assert function_name(NoneWrapped()) == "builtins.NoneType.__call__"  # as it always was
