@@ -85,7 +85,7 @@ def _code_params(fn: Any) -> list[Param] | None:
     """The parameters of a plain function, or of a method bound to one (its first parameter taken by the
     object, as :mod:`inspect` drops it); None where :mod:`inspect` must read ``fn``."""
     if type(fn) is types.MethodType:
-        f = fn.__func__
+        f: Any = fn.__func__
         if not _plain(f):
             return None
         ps = _from_code(f)
