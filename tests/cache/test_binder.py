@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -104,6 +105,20 @@ def test_the_code_read_binder_binds_every_call_as_inspect_does(data, sig):
         if got[0] == "ok":
             fast = b._fast(args, dict(kwargs))
             assert fast is None or fast == want[1], (src, args, kwargs)
+    # the same function bound as a method: its first parameter takes the object, as inspect has it
+    m = types.MethodType(f, object())
+    try:
+        want_params = [(p.name, int(p.kind)) for p in inspect.signature(m).parameters.values()]
+    except ValueError:  # no parameter to take the object: inspect refuses, and so does the binder
+        with pytest.raises(ValueError):
+            Binder(m)
+        return
+    bm = Binder(m)
+    assert [(p.name, p.kind) for p in bm.params] == want_params
+    for _ in range(3):
+        args, kwargs = data.draw(calls(names))
+        got = _outcome(lambda fn, a, k: bm.bind(a, dict(k)), m, args, kwargs)
+        assert got == _outcome(_inspect_bind, m, args, dict(kwargs)), (src, "method", args, kwargs)
 
 
 @pytest.fixture(scope="module")
