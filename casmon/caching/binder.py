@@ -190,7 +190,11 @@ class Binder:
             raise TypeError(f"{function_name(self.fn)}: {e}") from None
         vals = []
         for p in self.params:
-            v = ba.arguments[p.name]
+            v = ba.arguments.get(p.name, EMPTY)
+            if v is EMPTY:  # 3.13's inspect binds ``f(a=1)`` of ``def f(a, /, **kw)`` into kw, leaving a unbound
+                from casmon.keys.codeversion import function_name
+
+                raise TypeError(f"{function_name(self.fn)}: missing a required argument: {p.name!r}")
             if p.kind == VAR_KEYWORD:
                 v = dict(sorted(v.items()))
             vals.append(v)

@@ -68,6 +68,8 @@ def _inspect_bind(fn, args, kwargs):
     sig = inspect.signature(fn)
     ba = sig.bind(*args, **kwargs)
     ba.apply_defaults()
+    if any(p.name not in ba.arguments for p in sig.parameters.values()):
+        raise TypeError("unbound")  # 3.13 binds a positional-only name given by keyword into **kwargs, unbound
     return [dict(sorted(ba.arguments[p.name].items())) if p.kind == p.VAR_KEYWORD else ba.arguments[p.name]
             for p in sig.parameters.values()]
 
@@ -279,3 +281,17 @@ def test_unwrapping_without_inspect_ends_where_inspect_unwrap_ends():
             want = obj
         assert binder_mod.unwrap(obj) is want and _unwrap(obj) is want
     assert function_name(NoneWrapped()) == "builtins.NoneType.__call__"  # as it always was
+
+
+def test_a_positional_only_parameter_given_by_keyword_is_a_type_error_as_the_function_says(store):
+    """``f(a=1)`` of ``def f(a, /, **kw)``: Python raises TypeError (``a`` is missing). Python 3.13's inspect
+    binds the keyword into ``kw`` and leaves ``a`` unbound, which made the cached call raise KeyError."""
+    def f(a, /, **kw):
+        return a
+
+    with pytest.raises(TypeError):
+        f(a=1)
+    cf = casmon.cache(f, store=store, version="1")
+    with pytest.raises(TypeError, match="missing a required argument: 'a'|positional only"):
+        cf(a=1)
+    assert cf(1, a=2) == 1  # given by position, the keyword goes into kw
