@@ -75,6 +75,7 @@ class NotFound(LookupError):
 
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
+_STEP_RE = re.compile(r"^-?[0-9]{1,19}$")
 _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 _HEX_RE = re.compile(r"^[0-9a-fA-F]{8,128}$")
 MAX_URL = 8192
@@ -189,12 +190,12 @@ class App:
         if parts.path.startswith("/api/run/") and parts.path.endswith("/metrics") and len(parts.path) > 17 \
                 and "/" not in parts.path[9:-8]:
             return self.run_metrics(unquote(parts.path[9:-8], errors="strict"),
-                                    Params(query, {"name", "n"}, multi={"name"}))
+                                    Params(query, {"name", "n", "enc", "from", "to"}, multi={"name"}))
         if parts.path.startswith("/api/run/") and len(parts.path) > 9 and "/" not in parts.path[9:]:
             Params(query, set())
             return 200, _json(api.run_state(self.runs, self._entry(path[9:]))), JSON
         if path == "/api/metric":
-            return self.metric_points(Params(query, {"run", "name", "n"}, multi={"run"}))
+            return self.metric_points(Params(query, {"run", "name", "n", "enc", "from", "to"}, multi={"run"}))
         if path == "/calls":
             return self.calls_page(Params(query, {"fn", "session", "process", "thread", "rank", "run", "page", "reload"}))
         if path == "/call":
@@ -284,21 +285,17 @@ class App:
             raise BadRequest("a metric is /api/metric?run=A[&run=B...]&name=NAME[&n=2000]")
         if len(tails) > MAX_RUNS:
             raise BadRequest(f"a metric of at most {MAX_RUNS} runs at once")
-        n = p.integer("n", POINTS)
-        if not 1 <= n <= MAX_POINTS:
-            raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
-        return 200, _json(api.metric_points(self.runs, [self._entry(t) for t in tails], name, n)), JSON
+        n, packed, steps = _chart_query(p)
+        return 200, _json(api.metric_points(self.runs, [self._entry(t) for t in tails], name, n, packed, steps)), JSON
 
     def run_metrics(self, which: str, p: Params) -> tuple[int, bytes, str]:
         names = p.many("name")
         if len(names) > MAX_METRICS:
             raise BadRequest(f"name: at most {MAX_METRICS} metrics at once")
-        n = p.integer("n", POINTS)
-        if not 1 <= n <= MAX_POINTS:
-            raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
+        n, packed, steps = _chart_query(p)
         e = self._entry(which)
         try:
-            got = api.run_metrics(self.runs, e, names, n)
+            got = api.run_metrics(self.runs, e, names, n, packed, steps)
         except LookupError as err:
             raise NotFound(str(err.args[0]) if err.args else str(err)) from None
         return 200, _json(got), JSON
@@ -422,6 +419,24 @@ def _page(p: Params) -> int:
     if page < 1:
         raise BadRequest("page: 1 or more")
     return int(page)
+
+
+def _chart_query(p: Params) -> tuple[int, bool, tuple[int, int] | None]:
+    """What a chart asks for: ``n`` buckets, ``enc=f64`` (lists packed, :func:`casmon.ui.series.metric_json`),
+    ``from`` and ``to`` (the steps in view of a zoomed chart, both or neither)."""
+    n = p.integer("n", POINTS)
+    if not 1 <= n <= MAX_POINTS:
+        raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
+    enc = p.one("enc")
+    if enc not in (None, "", "f64"):
+        raise BadRequest(f"enc: f64 (packed floats) or absent, not {enc[:40]!r}")
+    lo, hi = p.one("from"), p.one("to")
+    if lo is None and hi is None:
+        return n, enc == "f64", None
+    if lo is None or hi is None or not _STEP_RE.match(lo) or not _STEP_RE.match(hi) \
+            or not -(1 << 63) <= int(lo) <= int(hi) < (1 << 63):
+        raise BadRequest("from and to: the first and last step of a zoomed chart, both, whole numbers, from <= to")
+    return n, enc == "f64", (int(lo), int(hi))
 
 
 def _json(data: Any) -> bytes:

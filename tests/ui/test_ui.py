@@ -321,7 +321,8 @@ def test_json_endpoints(served):
     pts = json.loads(served.get("/api/metric?run=1&run=2&name=loss&n=5"))
     one, two = pts["series"]
     assert one["run"] == "1" and one["n"] == 20 and len(one["value"]) == 5 and one["step"][-1] == 19
-    assert one["max"][0] == 10.0 and one["min"][0] == pytest.approx(10 / 4)  # the first bucket's envelope
+    assert one["value"][0] == one["max"][0] == one["min"][0] == 10.0  # the first point is a bucket of its own
+    assert one["max"][1] == 5.0 and one["min"][1] == pytest.approx(10 / 7)  # the next bucket's envelope
     full = json.loads(served.get("/api/metric?run=2&name=acc"))["series"][0]
     assert len(full["value"]) == 20 and "min" not in full  # all points: no envelope needed
     assert json.loads(served.get("/api/metric?run=1&name=nope"))["missing"] == ["1"]

@@ -7,7 +7,36 @@
 (function () {
   var PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781",
     "#bf3989", "#4c2889"];
-  var POINTS = 2000; // buckets asked of the server per series: about the pixels of a wide chart, twice over
+  // Buckets asked of the server per series: one a pixel of the panel (each keeps its min and max, so every
+  // spike the full series would draw is drawn), within these bounds.
+  var MIN_POINTS = 100, MAX_POINTS = 4000;
+
+  function bucketsFor(area) {
+    var w = Math.ceil((area && area.clientWidth) || 600);
+    return Math.max(MIN_POINTS, Math.min(MAX_POINTS, Math.ceil(w / 50) * 50));  // a few sizes: the server keeps them
+  }
+
+  // The server packs each list as base64 little-endian float64 ("enc": "f64"): a tenth of the time JSON numbers
+  // take at both ends. NaN and infinities come as NaN: gaps (null) in a line, as in the JSON form.
+  function unpackList(b64, gaps) {
+    var bin = atob(b64), n = bin.length >> 3, bytes = new Uint8Array(bin.length), out = new Array(n);
+    for (var i = 0; i < bin.length; i++) { bytes[i] = bin.charCodeAt(i); }
+    var view = new DataView(bytes.buffer);
+    for (var j = 0; j < n; j++) {
+      var v = view.getFloat64(8 * j, true);
+      out[j] = gaps && v !== v ? null : v;
+    }
+    return out;
+  }
+
+  function unpack(s) {
+    if (!s || s.enc !== "f64") { return s; }
+    ["step", "time", "value", "min", "max"].forEach(function (k) {
+      if (typeof s[k] === "string") { s[k] = unpackList(s[k], k !== "step"); }
+    });
+    delete s.enc;
+    return s;
+  }
 
   // The i-th of n colours: the palette for up to ten lines; more, and n hues evenly spaced round the colour
   // wheel (two lightnesses in turn), so no two lines of one chart share a colour.
@@ -275,6 +304,8 @@
     };
   }
 
+  function noPath() { return null; }
+
   var X_LABELS = {step: "step", elapsed: "seconds since the run started", time: "time", index: "index"};
 
   // Clears a chart area; a plot it held is destroyed (it leaves its cursor-sync group too).
@@ -309,10 +340,11 @@
       if (tables[i].length === 4) {
         data.push(joined[col], joined[col + 1]);
         bands.push({series: own, lo: data.length - 2, hi: data.length - 1, colour: l.colour});
+        // No path of their own (bandsHook draws the band): uPlot would build two unseen lines per run.
         series.push({label: l.label + " min", band: true, stroke: "transparent", width: 0, points: {show: false},
-          value: function (u, v) { return fmt(v); }},
+          paths: noPath, value: function (u, v) { return fmt(v); }},
           {label: l.label + " max", band: true, stroke: "transparent", width: 0, points: {show: false},
-            value: function (u, v) { return fmt(v); }});
+            paths: noPath, value: function (u, v) { return fmt(v); }});
         col += 2;
       }
     });
@@ -566,16 +598,17 @@
       flushing = null;
       var fetches = [];
       if (spec.api) {
+        var n = bucketsFor(batch.length && batch[0].area);
         spec.runs.forEach(function (run) {
           var names = batch.filter(function (p) { return p.metric.indexOf("info:") !== 0 && hasMetric(run, p.metric); })
             .map(function (p) { return p.metric; });
           for (var at = 0; at < names.length; at += 100) {
             var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
-            fetches.push(fetch(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + "&n=" + POINTS,
+            fetches.push(fetch(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + "&n=" + n + "&enc=f64",
               {credentials: "same-origin", cache: "no-store"}).then(function (r) {
               return r.json().then(function (got) {
                 if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
-                Object.keys(got.series || {}).forEach(function (m) { cache[seriesKey(got.run, m)] = got.series[m]; });
+                Object.keys(got.series || {}).forEach(function (m) { cache[seriesKey(got.run, m)] = unpack(got.series[m]); });
               });
             }));
           }
