@@ -6,7 +6,9 @@
                         traceback once it failed
 ``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
 ``/api/run/NAME/metrics?name=A&name=B&n=2000``  one run's metrics grouped for the dashboard (``train``, ``val``,
-                        ..., the ungrouped, ``sys``), and the series of those named, downsampled
+                        ..., the ungrouped, ``sys``), and the series of those named, downsampled (``enc=f64``:
+                        packed; ``from=S&to=S``: the steps in view of a zoomed chart)
+``/api/runs/metrics?run=A&run=B&name=A``  the same for several runs (a compare page's)
 
 Polling, not server-sent events: the server is the standard library's
 threading HTTP server, where an event stream holds a thread (and the index's
@@ -129,6 +131,17 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int, packed: boo
             series[name] = _damaged(e.tail, name, err)
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
+
+
+def runs_metrics(index: RunIndex, entries: list[Entry], names: list[str], n: int, packed: bool = False,
+                 steps: tuple[int, int] | None = None) -> dict[str, Any]:
+    """:func:`run_metrics` of several runs (a compare page's panels in one request, not one a run), each for the
+    names of ``names`` it logged."""
+    out = []
+    for e in entries:
+        logged = index.run(e).metric_summary()
+        out.append(run_metrics(index, e, [m for m in names if m in logged], n, packed, steps))
+    return {"runs": out}
 
 
 def _damaged(tail: str, name: str, err: CasmonError) -> dict[str, Any]:

@@ -89,15 +89,37 @@ def _packed(a: np.ndarray[Any, Any]) -> str:
     return base64.b64encode(a.astype("<f8", copy=False).tobytes()).decode("ascii")
 
 
-def chart_edges(k: int, n: int) -> np.ndarray[Any, Any] | None:
-    """The bucket edges a chart of ``k`` points shows in ``n`` buckets (bucket ``i`` is points
-    ``edges[i]:edges[i + 1]``), None when all ``k`` fit. The first and the last point are buckets of their own
-    (from 3 buckets up), so a chart starts and ends where the run did; the rest split evenly, none empty."""
+def chart_buckets(steps: np.ndarray[Any, Any], n: int) -> tuple[Any, Any, Any, int | None] | None:
+    """How a chart of a run's points (``steps``, in the order logged) shows them in at most ``n`` buckets: None
+    when they all fit; else ``(order, starts, xs, every)``: the points taken in ``order`` (None: as logged),
+    bucket ``i`` is those from ``starts[i]`` to the next start, drawn at step ``xs[i]``.
+
+    The first and the last point are buckets of their own, at their own steps (a chart starts and ends where
+    the run did). The others fall in buckets of ``every`` steps (a power of two: [0, every), [every, 2 every),
+    ...), drawn at the bucket's first step: runs of different lengths and step ranges share their x values,
+    so a chart of 100 of them joins a few hundred xs, not 100 times as many. From 4 buckets up; below, and for
+    steps spread wider than 2**62, ``n`` runs of consecutive points (``every`` None; from 3 up the first and the
+    last alone), drawn at their last step."""
+    k = len(steps)
     if k <= n:
         return None
-    if n < 3:
-        return np.linspace(0, k, n + 1).astype(np.int64)
-    return np.concatenate(([0], np.linspace(1, k - 1, n - 1).astype(np.int64), [k]))
+    mid = steps[1 : k - 1]
+    span = int(mid.max()) - int(mid.min()) if len(mid) else 0
+    every = 1 if span <= n - 3 else 1 << (-(-span // max(n - 3, 1)) - 1).bit_length()  # least power of 2 >= span/(n-3)
+    if n < 4 or every > 1 << 62:
+        edges = (np.linspace(0, k, n + 1) if n < 3 else np.concatenate(([0], np.linspace(1, k - 1, n - 1), [k])))
+        edges = edges.astype(np.int64)
+        return None, edges[:-1], steps[edges[1:] - 1], None
+    keys = mid // every
+    order = None
+    if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):  # steps not logged in order: sorted into buckets
+        sort = np.argsort(keys, kind="stable")
+        keys = keys[sort]
+        order = np.concatenate(([0], sort + 1, [k - 1]))
+    inner = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1)) if len(keys) else np.zeros(0, np.int64)
+    starts = np.concatenate(([0], inner + 1, [k - 1]))
+    xs = np.concatenate((steps[:1], keys[inner] * every, steps[k - 1 :]))
+    return order, starts, xs, every
 
 
 def _marks(values: np.ndarray[Any, Any], starts: np.ndarray[Any, Any] | None) -> dict[str, list[int]]:
@@ -126,8 +148,9 @@ def _finite_extremes(v: np.ndarray[Any, Any], starts: np.ndarray[Any, Any]) -> t
 def metric_json(tail: str, name: str, series: Any, n: int = POINTS, packed: bool = False,
                 steps: tuple[int, int] | None = None) -> dict[str, Any]:
     """One run's metric for a chart: ``step``, ``time``, ``value`` (bucket means over finite values) and, when
-    downsampled (:func:`chart_edges`), ``min`` and ``max`` (over each bucket's finite values: every extreme is
-    an edge of the band); the first and last points are their own buckets. ``n`` is the number of points
+    downsampled (:func:`chart_buckets`: ``step`` is where a bucket is drawn, ``every`` its width in steps),
+    ``min`` and ``max`` (over each bucket's finite values: every extreme is an edge of the band); the first and
+    last points are their own buckets; ``time`` is that of a bucket's last point. ``n`` is the number of points
     logged; ``marks`` the points or buckets holding NaN or an infinity (the chart marks them).
 
     ``steps``: only the points from ``steps[0]`` to ``steps[1]`` (a zoomed chart: the points in view, at up to
@@ -138,21 +161,26 @@ def metric_json(tail: str, name: str, series: Any, n: int = POINTS, packed: bool
         keep = (st >= steps[0]) & (st <= steps[1])
         st, vs, ts = st[keep], vs[keep], ts[keep]
     k = len(st)
-    edges = chart_edges(k, n)
+    buckets = chart_buckets(st, n)
     out: dict[str, Any] = {"run": tail, "name": name, "n": k}
     cols: dict[str, Any]
-    if edges is None:
+    if buckets is None:
         cols = {"step": st, "time": ts, "value": vs}
         starts = None
     else:
-        starts, last = edges[:-1], edges[1:] - 1
+        order, starts, xs, every = buckets
+        if order is not None:
+            vs, ts = vs[order], ts[order]
+        last = np.append(starts[1:], k) - 1
         finite = np.isfinite(vs)
         with np.errstate(invalid="ignore", divide="ignore"):
             sums = np.add.reduceat(np.where(finite, vs, 0.0), starts)
             counts = np.add.reduceat(finite.astype(np.int64), starts)
             mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
         lo, hi = _finite_extremes(vs, starts)
-        cols = {"step": st[last], "time": ts[last], "value": mean, "min": lo, "max": hi}
+        cols = {"step": xs, "time": ts[last], "value": mean, "min": lo, "max": hi}
+        if every is not None:
+            out["every"] = every
     if packed:
         out["enc"] = "f64"
         out.update({c: _packed(a) for c, a in cols.items()})

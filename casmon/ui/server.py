@@ -8,8 +8,10 @@ Routes (GET only; anything else is 405)::
     /api/runs             runs changed since a serial, and live ones   ?since=
     /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
     /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n=
-    /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n=
+    /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n= &enc= &from= &to=
                           downsampled (JSON; the dashboards')
+    /api/runs/metrics     the same for several runs at once (the       ?run=A[&run=B...] &name=A[&name=B...] &n=
+                          compare page's), the names each run logged     &enc= &from= &to=
     /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &run=
                                                                        &page= &reload=
     /call                 one call's inputs and result, described      ?fn= &session= &n=
@@ -194,6 +196,8 @@ class App:
         if parts.path.startswith("/api/run/") and len(parts.path) > 9 and "/" not in parts.path[9:]:
             Params(query, set())
             return 200, _json(api.run_state(self.runs, self._entry(path[9:]))), JSON
+        if path == "/api/runs/metrics":
+            return self.runs_metrics(Params(query, {"run", "name", "n", "enc", "from", "to"}, multi={"run", "name"}))
         if path == "/api/metric":
             return self.metric_points(Params(query, {"run", "name", "n", "enc", "from", "to"}, multi={"run"}))
         if path == "/calls":
@@ -298,6 +302,16 @@ class App:
             got = api.run_metrics(self.runs, e, names, n, packed, steps)
         except LookupError as err:
             raise NotFound(str(err.args[0]) if err.args else str(err)) from None
+        return 200, _json(got), JSON
+
+    def runs_metrics(self, p: Params) -> tuple[int, bytes, str]:
+        tails, names = p.many("run"), p.many("name")
+        if not tails or not names:
+            raise BadRequest("runs' metrics are /api/runs/metrics?run=A[&run=B...]&name=NAME[&name=...]")
+        if len(tails) > MAX_RUNS or len(names) > MAX_METRICS:
+            raise BadRequest(f"at most {MAX_RUNS} runs and {MAX_METRICS} metrics at once")
+        n, packed, steps = _chart_query(p)
+        got = api.runs_metrics(self.runs, [self._entry(t) for t in tails], names, n, packed, steps)
         return 200, _json(got), JSON
 
     def _entry(self, which: str) -> model.Entry:

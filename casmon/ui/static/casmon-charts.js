@@ -573,7 +573,8 @@
       fig.appendChild(head);
       fig.appendChild(area);
       gridFor(g, count).appendChild(fig);
-      var p = {metric: m, fig: fig, area: area, log: false, drawn: false, visible: false, stale: true, loading: false};
+      var p = {metric: m, fig: fig, area: area, log: false, drawn: false, visible: false, stale: true, loading: false,
+        detailed: false};
       box.addEventListener("change", function () { p.log = box.checked; if (p.drawn) { draw(p); } });
       panels[m] = p;
       order.push(m);
@@ -597,23 +598,7 @@
       queue = [];
       flushing = null;
       var fetches = [];
-      if (spec.api) {
-        var n = bucketsFor(batch.length && batch[0].area);
-        spec.runs.forEach(function (run) {
-          var names = batch.filter(function (p) { return p.metric.indexOf("info:") !== 0 && hasMetric(run, p.metric); })
-            .map(function (p) { return p.metric; });
-          for (var at = 0; at < names.length; at += 100) {
-            var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
-            fetches.push(fetch(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + "&n=" + n + "&enc=f64",
-              {credentials: "same-origin", cache: "no-store"}).then(function (r) {
-              return r.json().then(function (got) {
-                if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
-                Object.keys(got.series || {}).forEach(function (m) { cache[seriesKey(got.run, m)] = unpack(got.series[m]); });
-              });
-            }));
-          }
-        });
-      }
+      if (spec.api) { fetches = fetchAll(batch, "", cache); }
       var done = function (err) {
         batch.forEach(function (p) {
           p.loading = false;
@@ -625,11 +610,86 @@
       return Promise.all(fetches).then(function () { done(null); }, done);
     }
 
+    // The series of panels ``ps`` into ``into``; ``extra``: more of the query (a zoom's range). One request per
+    // run on a run's page; a compare page asks for RUNS_TOGETHER runs at once (100 runs: 10 requests, not 100).
+    var RUNS_TOGETHER = 10;
+
+    function fetchAll(ps, extra, into) {
+      var fetches = [], n = bucketsFor(ps.length && ps[0].area), batch = [];
+      var query = "&n=" + n + "&enc=f64" + extra;
+      var keep = function (got) {
+        Object.keys(got.series || {}).forEach(function (m) { into[seriesKey(got.run, m)] = unpack(got.series[m]); });
+      };
+      var ask = function (url, take) {
+        fetches.push(fetch(url, {credentials: "same-origin", cache: "no-store"}).then(function (r) {
+          return r.json().then(function (got) {
+            if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
+            take(got);
+          });
+        }));
+      };
+      var together = function () {
+        if (!batch.length) { return; }
+        var names = Object.create(null);  // no prototype: a metric may be named __proto__
+        batch.forEach(function (b) { b[1].forEach(function (m) { names[m] = true; }); });
+        ask("/api/runs/metrics?" + batch.map(function (b) { return "run=" + encodeURIComponent(b[0].tail); }).join("&") +
+            "&" + Object.keys(names).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&") + query,
+            function (got) { (got.runs || []).forEach(keep); });
+        batch = [];
+      };
+      spec.runs.forEach(function (run) {
+        var names = ps.filter(function (p) { return p.metric.indexOf("info:") !== 0 && hasMetric(run, p.metric); })
+          .map(function (p) { return p.metric; });
+        if (spec.runs.length > 1 && names.length && names.length <= 100) {
+          batch.push([run, names]);
+          if (batch.length >= RUNS_TOGETHER) { together(); }
+          return;
+        }
+        for (var at = 0; at < names.length; at += 100) {
+          var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
+          ask(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + query, keep);
+        }
+      });
+      together();
+      return fetches;
+    }
+
+    // -- zoomed in (x by step), the panels in view fetch the steps in view again: one bucket a pixel of the view,
+    // every point where they fit (an overview's bucket holds many). Zoomed out, they draw the overview again.
+    var detail = null, detailGen = 0, asked = "";
+
+    function refine() {
+      var want = zoom && state.x === "step" && spec.api ? Math.floor(zoom[0]) + ".." + Math.ceil(zoom[1]) : "";
+      if (want === asked) { return; }  // a panel drawn again says its zoom again: those points are here or coming
+      asked = want;
+      var gen = ++detailGen, was = detail;
+      detail = null;
+      var logged = order.map(function (m) { return panels[m]; }).filter(function (p) { return p.metric.indexOf("info:") !== 0; });
+      if (was) { logged.forEach(function (p) { if (p.detailed) { p.detailed = false; if (p.drawn && !p.loading) { draw(p); } } }); }
+      if (!want) { return; }
+      var shown = logged.filter(function (p) { return p.drawn && p.visible && bucketed(p.metric); });
+      var lo = Math.floor(zoom[0]), hi = Math.ceil(zoom[1]), into = Object.create(null);
+      if (!shown.length) { return; }
+      Promise.all(fetchAll(shown, "&from=" + lo + "&to=" + hi, into)).then(function () {
+        if (gen !== detailGen) { return; }  // zoomed again meanwhile: that zoom's points are on their way
+        detail = into;
+        shown.forEach(function (p) { p.detailed = true; draw(p); });
+      }, function () {});  // the overview stays drawn: its buckets hold the same points
+    }
+
+    // Some run's series of metric m came in buckets (its every point is not here yet).
+    function bucketed(m) {
+      return spec.runs.some(function (run) {
+        var s = cache[seriesKey(run.tail, m)];
+        return s && s.value && s.n > s.value.length;
+      });
+    }
+
     function seriesOf(m) {
       var out = {};
       spec.runs.forEach(function (run) {
         var inline = spec.series && spec.series[m] && spec.series[m][run.tail];
-        var kept = cache[seriesKey(run.tail, m)];
+        var k = seriesKey(run.tail, m), kept = detail && detail[k] && !detail[k].error ? detail[k] : cache[k];
         if (inline) { out[run.tail] = inline; } else if (kept) { out[run.tail] = kept; }
       });
       return out;
@@ -658,6 +718,7 @@
         var o = panels[m].area.uplot;
         if (o && o !== u) { applyZoom(o); }
       });
+      refine();
     }
 
     function draw(p) {
@@ -680,7 +741,7 @@
     function redrawAll() {
       var x = state.x;
       readControls(controls, state);
-      if (state.x !== x) { zoom = null; reset.disabled = true; }  // a range of steps means nothing in seconds
+      if (state.x !== x) { zoom = null; reset.disabled = true; refine(); }  // a range of steps means nothing in seconds
       order.forEach(function (m) { var p = panels[m]; if (p.drawn && !p.loading) { draw(p); } });
     }
 
@@ -690,6 +751,7 @@
       zoom = null;
       reset.disabled = true;
       order.forEach(function (m) { var u = panels[m].area.uplot; if (u) { applyZoom(u); } });
+      refine();
     });
 
     // -- what is seen: a panel draws when it comes near the window; a stale one (new points) fetches again --
