@@ -231,3 +231,32 @@ def test_a_damaged_metric_batch_is_said_for_its_run_and_the_others_chart(tmp_pat
         assert "not base64" in two["loss"]["error"] and two["acc"]["n"] == 3000  # its other metric charts
     finally:
         srv.close()
+
+
+def test_several_runs_metrics_in_one_request_each_run_with_the_names_it_logged(tmp_path):
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(5000)
+    write_run(s, comment="a", start=1.7e9, end=1.7e9 + 9, metrics={"loss": (steps, steps * 1.0, 1.7e9 + steps)})
+    write_run(s, comment="b", start=1.7e9, end=1.7e9 + 9, metrics={"acc": (steps, steps * 2.0, 1.7e9 + steps)})
+    s.close()
+    srv = _served(tmp_path / "s")
+    try:
+        for _ in range(2):  # again: from what the index keeps, the same
+            got = json.loads(srv.get("/api/runs/metrics?run=1&run=2&name=loss&name=acc&n=400&enc=f64"))["runs"]
+            assert [(r["run"], sorted(r["series"])) for r in got] == [("1", ["loss"]), ("2", ["acc"])]
+            assert _packed_values(got[1]["series"]["acc"])[-1] == 4999 * 2.0 and got[0]["series"]["loss"]["n"] == 5000
+        zoom = json.loads(srv.get("/api/runs/metrics?run=1&name=loss&from=10&to=19"))["runs"][0]["series"]["loss"]
+        assert zoom["step"] == list(range(10, 20)) and zoom["value"] == [float(x) for x in range(10, 20)]
+        many = "&".join(f"name=m{i}" for i in range(101))
+        for url, status, words in (("/api/runs/metrics?run=1", 400, "/api/runs/metrics?run="),
+                                   ("/api/runs/metrics?name=loss", 400, "/api/runs/metrics?run="),
+                                   (f"/api/runs/metrics?run=1&{many}", 400, "at most"),
+                                   ("/api/runs/metrics?run=1&name=loss&to=5", 400, "from and to"),
+                                   ("/api/runs/metrics?run=1&name=loss&from=-99999999999999999999&to=5", 400, "from and to"),
+                                   ("/api/runs/metrics?run=9&name=loss", 404, "9")):
+            st, _h, body = srv.request(url)
+            assert st == status and words in json.loads(body)["error"], (url, body)
+    finally:
+        srv.close()
