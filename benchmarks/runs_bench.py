@@ -10,7 +10,8 @@ before and after compaction.
   N-run store: first paint (the table's rows on screen), a sort by ``started`` and a filter with ``or``,
   parentheses and ``tag:`` (server-side: each a navigation), first time and again.
 * **compare** — ``/compare`` of 100 runs with 5 metrics of 10,000 points each in Chromium, over a fresh server
-  of this tree (and of ``--before TREE``, in turn): the page's load event, every chart drawn, the server's CPU.
+  of this tree (and of ``--before TREE``, in turn): the page's load event, every chart drawn, the server's CPU;
+  ``--ragged``: runs of different lengths (``--store``: keep the store, built there once).
 * **24-hour run** — 40,000 metric batches of one run (what a day of live flushes every ~2 s writes), as
   records; ``metric("loss")`` and the records count before and after :func:`compact_run`.
 """
@@ -188,8 +189,26 @@ def compare_page_times(path: str, tree: str, runs: int, metrics: int, browser: A
         p.wait()
 
 
+def build_ragged(path: str, runs: int, metrics: int, points: int) -> None:
+    """``runs`` ended runs, each of its own length (``points - 37 i``) and so its own bucket steps: what comparing
+    runs cut short, resumed or run longer looks like, through the real importer (``write_run``)."""
+    import casmon
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(path, create=True)
+    rng = np.random.default_rng(0)
+    names = ("loss", "acc", "val_loss", "val_acc", "lr", "grad_norm", "tokens_s", "epoch")
+    for i in range(1, runs + 1):
+        k = max(2, points - 37 * i)
+        steps = np.arange(k)
+        write_run(s, start=1.7e9 + i, end=1.7e9 + i + 100, params={"lr": 10.0 ** -(1 + i % 5), "seed": i},
+                  metrics={names[m % 8]: (steps, rng.random(k) / (1 + steps * 0.01), 1.7e9 + i + steps * 0.01)
+                           for m in range(metrics)})
+    s.close()
+
+
 def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_000, store: str | None = None,
-                 before: str | None = None, rounds: int = 3) -> list[tuple[str, str]]:
+                 before: str | None = None, rounds: int = 3, ragged: bool = False) -> list[tuple[str, str]]:
     """The compare page of ``runs`` runs with ``metrics`` metrics of ``points`` points in Chromium, fresh server,
     first and again; with ``before`` (a tree: ``git archive`` of another commit) that tree's too, the two served
     in turn, round after round. Medians of ``rounds``."""
@@ -199,7 +218,10 @@ def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_
 
     path = store or os.path.join(root, "cmp")
     if not os.path.exists(os.path.join(path, "refs")):
-        build(path, runs, metrics=metrics, points=points, chunk=20)
+        if ragged:
+            build_ragged(path, runs, metrics, points)
+        else:
+            build(path, runs, metrics=metrics, points=points, chunk=20)
         casmon.list_runs(casmon.open(path))  # the runs index
     trees = ([("before", before)] if before else []) + [("this tree", os.getcwd())]
     times: dict[str, list[list[tuple[float, ...]]]] = {label: [] for label, _t in trees}
@@ -213,7 +235,7 @@ def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_
         finally:
             b.close()
     rows = []
-    what = f"{runs} runs x {metrics} metrics x {points:,} points"
+    what = f"{runs} runs x {metrics} metrics x {points:,} points" + (" (each its own length)" if ragged else "")
     for label, got in times.items():
         med = [[statistics.median(g[k][j] for g in got) for j in range(4)] for k in range(2)]
         rows.append((f"compare page, {what}, {label}: charts drawn, first / again",
@@ -233,6 +255,7 @@ def main() -> None:
     ap.add_argument("--store", help="compare: the store of 100 runs to use (built there if missing)")
     ap.add_argument("--before", help="compare: a tree of other code (git archive) to measure in turn with this one")
     ap.add_argument("--rounds", type=int, default=3, help="compare: rounds of the trees in turn")
+    ap.add_argument("--ragged", action="store_true", help="compare: runs of different lengths (a store built so)")
     a = ap.parse_args()
     only = set(a.only.split(","))
     root = tempfile.mkdtemp(prefix="casmon-runsbench-")
@@ -265,7 +288,7 @@ def main() -> None:
                 rows.extend(ui_rows(path, n))
             shutil.rmtree(path, ignore_errors=True)
         if "compare" in only:
-            rows.extend(compare_rows(root, store=a.store, before=a.before, rounds=a.rounds))
+            rows.extend(compare_rows(root, store=a.store, before=a.before, rounds=a.rounds, ragged=a.ragged))
         if "day" in only:
             rows.extend(day_run(root, a.batches))
     finally:

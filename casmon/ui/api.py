@@ -167,4 +167,4 @@ def _chart(index: RunIndex, e: Entry, r: RunInfo, read: dict[str, Any], name: st
     key = _key(e, name, n, packed, steps)
     if key == ("live",) or steps is not None:  # a zoom's many ranges would push the whole views out
         return make()
-    return index.kept(key, make)  # type: ignore[no-any-return]
+    return index.kept(key, make)
