@@ -7,7 +7,7 @@ Routes (GET only; anything else is 405)::
     /run/NAME             one run: status, metrics and charts, params, info, output, patch, files, links
     /api/runs             runs changed since a serial, and live ones   ?since=
     /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
-    /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n=
+    /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n= &enc= &from= &to=
     /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n= &enc= &from= &to=
                           downsampled (JSON; the dashboards')
     /api/runs/metrics     the same for several runs at once (the       ?run=A[&run=B...] &name=A[&name=B...] &n=
