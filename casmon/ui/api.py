@@ -112,11 +112,12 @@ def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int, pack
 
 
 def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int, packed: bool = False,
-                steps: tuple[int, int] | None = None) -> dict[str, Any]:
+                steps: tuple[int, int] | None = None, strict: bool = True) -> dict[str, Any]:
     """One run's metrics for its dashboard: ``groups`` (every metric it logged, grouped by prefix) and ``series``,
     each named metric downsampled to at most ``n`` buckets (of the points from ``steps[0]`` to ``steps[1]``
     only, for a zoomed chart). A name the run has not logged is a LookupError (404), naming it: a dashboard
-    only asks for what the run's summary lists."""
+    only asks for what the run's summary lists; not ``strict``, its series says so instead (a summary listing
+    a metric whose points are gone)."""
     r = index.run(e)
     summary = r.metric_summary()
     wanted = list(dict.fromkeys(names))
@@ -129,6 +130,10 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int, packed: boo
             series[name] = _chart(index, e, r, read, name, n, packed, steps)
         except CasmonError as err:  # one damaged series: its panel says so, the others draw
             series[name] = _damaged(e.tail, name, err)
+        except LookupError as err:
+            if strict:
+                raise
+            series[name] = _damaged(e.tail, name, err)
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
 
@@ -140,11 +145,11 @@ def runs_metrics(index: RunIndex, entries: list[Entry], names: list[str], n: int
     out = []
     for e in entries:
         logged = index.run(e).metric_summary()
-        out.append(run_metrics(index, e, [m for m in names if m in logged], n, packed, steps))
+        out.append(run_metrics(index, e, [m for m in names if m in logged], n, packed, steps, strict=False))
     return {"runs": out}
 
 
-def _damaged(tail: str, name: str, err: CasmonError) -> dict[str, Any]:
+def _damaged(tail: str, name: str, err: Exception) -> dict[str, Any]:
     return {"run": tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
 
 

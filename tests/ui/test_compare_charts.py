@@ -260,3 +260,25 @@ def test_several_runs_metrics_in_one_request_each_run_with_the_names_it_logged(t
             assert st == status and words in json.loads(body)["error"], (url, body)
     finally:
         srv.close()
+
+
+def test_a_run_whose_summary_lists_a_metric_whose_points_are_gone_fails_only_its_own_series(tmp_path):
+    """Ten runs share a request: one run's missing points were a 404 for the ten, every panel an error."""
+    from casmon.runs.imported import write_run
+    from casmon.runs.metrics import KIND_METRICS, metrics_key
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(100)
+    for i in range(3):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9, metrics={"loss": (steps, steps * 1.0, 1.7e9 + steps)})
+    (gone,) = [r for r in casmon.list_runs(s) if r.name.startswith("2-")]
+    s.table(KIND_METRICS).consolidate(force=True, keep=lambda k, v: bytes(k) != bytes(metrics_key(gone.ref)))
+    s.close()
+    srv = _served(tmp_path / "s")
+    try:
+        got = json.loads(srv.get("/api/runs/metrics?run=1&run=2&run=3&name=loss&enc=f64"))["runs"]
+        assert [r["series"]["loss"]["n"] for r in got] == [100, 0, 100]
+        assert "has no metric 'loss'" in got[1]["series"]["loss"]["error"]
+        assert srv.request("/api/run/2/metrics?name=loss")[0] == 404  # one run's dashboard: still a 404
+    finally:
+        srv.close()
