@@ -138,12 +138,18 @@ def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int, packed: boo
             "series": series}
 
 
-def runs_metrics(index: RunIndex, entries: list[Entry], names: list[str], n: int, packed: bool = False,
+def runs_metrics(index: RunIndex, tails: list[str], names: list[str], n: int, packed: bool = False,
                  steps: tuple[int, int] | None = None) -> dict[str, Any]:
     """:func:`run_metrics` of several runs (a compare page's panels in one request, not one a run), each for the
-    names of ``names`` it logged."""
-    out = []
-    for e in entries:
+    names of ``names`` it logged; a run not found (deleted since the page was made) is ``{"run", "error"}``,
+    the others are answered."""
+    out: list[dict[str, Any]] = []
+    for tail in tails:
+        try:
+            e = index.find(tail)
+        except LookupError as err:
+            out.append({"run": tail, "error": str(err.args[0]) if err.args else str(err), "series": {}})
+            continue
         logged = index.run(e).metric_summary()
         out.append(run_metrics(index, e, [m for m in names if m in logged], n, packed, steps, strict=False))
     return {"runs": out}

@@ -311,7 +311,7 @@ class App:
         if len(tails) > MAX_RUNS or len(names) > MAX_METRICS:
             raise BadRequest(f"at most {MAX_RUNS} runs and {MAX_METRICS} metrics at once")
         n, packed, steps = _chart_query(p)
-        got = api.runs_metrics(self.runs, [self._entry(t) for t in tails], names, n, packed, steps)
+        got = api.runs_metrics(self.runs, tails, names, n, packed, steps)
         return 200, _json(got), JSON
 
     def _entry(self, which: str) -> model.Entry:

@@ -95,3 +95,31 @@ def test_the_compare_page_draws_its_runs_charts_says_a_damaged_series_and_zooms_
         assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
     finally:
         srv.close()
+
+
+def test_a_failed_request_of_some_runs_charts_says_so_and_the_other_runs_draw(tmp_path, browser):
+    """A compare page asks for 10 runs a request: one failing (the server gone a moment, a run deleted) left
+    every panel an error, the runs of the requests that came back undrawn."""
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(50)
+    for i in range(12):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9, metrics={"loss": (steps, steps * (i + 1.0), 1.7e9 + steps)})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.route("**/api/runs/metrics?*run=11*", lambda r: r.fulfill(status=503, content_type="application/json",
+                                                                       body='{"error": "the server is busy"}'))
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?" + "&".join(f"run={i}" for i in range(1, 13)), wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "loss")
+        assert sorted(_lines(page, "loss")) == sorted(f"{i}-r{i - 1}" for i in range(1, 11))  # runs 1-10 drawn
+        error = page.locator("#charts .chart-box[data-metric='loss'] .casmon-error").inner_text()
+        assert error == "the server is busy"  # said once for the two runs it failed
+        w.console_errors[:] = [e for e in w.console_errors if "status of 503" not in e]
+        assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()

@@ -255,9 +255,13 @@ def test_several_runs_metrics_in_one_request_each_run_with_the_names_it_logged(t
                                    (f"/api/runs/metrics?run=1&{many}", 400, "at most"),
                                    ("/api/runs/metrics?run=1&name=loss&to=5", 400, "from and to"),
                                    ("/api/runs/metrics?run=1&name=loss&from=-99999999999999999999&to=5", 400, "from and to"),
-                                   ("/api/runs/metrics?run=9&name=loss", 404, "9")):
+                                   ("/api/runs/metrics?run=1&name=loss&n=0", 400, "n: 1 to")):
             st, _h, body = srv.request(url)
             assert st == status and words in json.loads(body)["error"], (url, body)
+        # a run deleted since the page was made: said for that run, the others answered
+        got = json.loads(srv.get("/api/runs/metrics?run=1&run=9&run=2&name=loss&name=acc"))["runs"]
+        assert [r["run"] for r in got] == ["1", "9", "2"] and "no run '9'" in got[1]["error"]
+        assert got[0]["series"]["loss"]["n"] == got[2]["series"]["acc"]["n"] == 5000
     finally:
         srv.close()
 

@@ -620,12 +620,21 @@
       var keep = function (got) {
         Object.keys(got.series || {}).forEach(function (m) { into[seriesKey(got.run, m)] = unpack(got.series[m]); });
       };
-      var ask = function (url, take) {
+      // A request that fails (a run deleted meanwhile, the server gone) is said in the panels of the runs it
+      // asked for; the other requests' runs still draw.
+      var failed = function (b, why) {
+        b[1].forEach(function (m) {
+          into[seriesKey(b[0].tail, m)] = {run: b[0].tail, name: m, error: why, n: 0, step: [], time: [], value: []};
+        });
+      };
+      var ask = function (url, take, runs) {
         fetches.push(fetch(url, {credentials: "same-origin", cache: "no-store"}).then(function (r) {
           return r.json().then(function (got) {
             if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
-            take(got);
+            take(got, runs);
           });
+        }).catch(function (err) {
+          runs.forEach(function (b) { failed(b, String(err.message || err)); });
         }));
       };
       var together = function () {
@@ -634,7 +643,11 @@
         batch.forEach(function (b) { b[1].forEach(function (m) { names[m] = true; }); });
         ask("/api/runs/metrics?" + batch.map(function (b) { return "run=" + encodeURIComponent(b[0].tail); }).join("&") +
             "&" + Object.keys(names).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&") + query,
-            function (got) { (got.runs || []).forEach(keep); });
+            function (got, runs) {
+              (got.runs || []).forEach(function (one, i) {
+                if (one.error && runs[i] && runs[i][0].tail === one.run) { failed(runs[i], one.error); } else { keep(one); }
+              });
+            }, batch);
         batch = [];
       };
       spec.runs.forEach(function (run) {
@@ -647,7 +660,7 @@
         }
         for (var at = 0; at < names.length; at += 100) {
           var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
-          ask(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + query, keep);
+          ask(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + query, keep, [[run, names.slice(at, at + 100)]]);
         }
       });
       together();
@@ -725,7 +738,8 @@
       var m = p.metric, info = m.indexOf("info:") === 0;
       var st = {x: info ? "index" : state.x, log: p.log, smooth: state.smooth, group: state.group};
       var got = seriesOf(m), lines = linesOf(spec, got, st);
-      var errors = Object.keys(got).filter(function (t) { return got[t].error; }).map(function (t) { return got[t].error; });
+      var errors = Object.keys(got).filter(function (t) { return got[t].error; }).map(function (t) { return got[t].error; })
+        .filter(function (e, i, all) { return all.indexOf(e) === i; });  // a failed request: one line, not one a run
       var u = plotCurves(p.area, lines, st, info ? m.slice(5) : m, {
         title: false, height: 200,
         cursor: {sync: {key: SYNC, setSeries: false}},
