@@ -9,7 +9,9 @@ before and after compaction.
 * **runs page** — Chromium (Playwright, ``/usr/bin/chromium``) on a fresh ``casmon ui`` server over the
   N-run store: first paint (the table's rows on screen), a sort by ``started`` and a filter with ``or``,
   parentheses and ``tag:`` (server-side: each a navigation), first time and again.
-* **compare** — ``/compare`` of 100 runs with 5 metrics of 10,000 points each (charts downsampled).
+* **compare** — ``/compare`` of 100 runs with 5 metrics of 10,000 points each in Chromium, over a fresh server
+  of this tree (and of ``--before TREE``, in turn): the page's load event, every chart drawn, the server's CPU;
+  ``--ragged``: runs of different lengths (``--store``: keep the store, built there once).
 * **24-hour run** — 40,000 metric batches of one run (what a day of live flushes every ~2 s writes), as
   records; ``metric("loss")`` and the records count before and after :func:`compact_run`.
 """
@@ -140,42 +142,106 @@ def ui_rows(path: str, n: int) -> list[tuple[str, str]]:
     return rows
 
 
-def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_000) -> list[tuple[str, str]]:
-    """The compare page of ``runs`` runs with ``metrics`` metrics of ``points`` points, fresh server."""
-    import http.client
+SERVE = """
+import sys, casmon
+from casmon.ui.server import make_server
+s = casmon.open(sys.argv[1], read_only=True, create=False, autoflush=None)
+srv = make_server(s, "127.0.0.1", 0)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"""
+#: Every panel of the compare page drawn (a canvas each) and the dashboard ready.
+DRAWN = """(k) => document.querySelectorAll('#charts figure.chart-box .chart-area canvas').length >= k
+    && document.querySelector('#charts[data-ready]') !== null"""
 
+
+def _cpu(pid: int) -> float:
+    """A process's user + system CPU seconds (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def compare_page_times(path: str, tree: str, runs: int, metrics: int, browser: Any) -> list[tuple[float, ...]]:
+    """The compare page of ``runs`` runs in Chromium over a fresh ``casmon ui`` server of ``tree`` (its code, in a
+    process of its own), twice: ``(shell, charts, server CPU, KiB)`` each; shell: the page's load event, charts:
+    every panel drawn."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    p = subprocess.Popen([sys.executable, "-c", SERVE, path], env=env, cwd=tree, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(p.stdout.readline())  # type: ignore[union-attr]
+        page = browser.new_context(viewport={"width": 1400, "height": 2400}).new_page()  # every panel in view
+        got: list[int] = [0]
+        page.on("response", lambda r: got.__setitem__(0, got[0] + int(r.headers.get("content-length") or 0)))
+        out = []
+        which = "&".join(f"run={i}" for i in range(1, runs + 1))
+        for _ in range(2):
+            got[0] = 0
+            c, t = _cpu(p.pid), time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}/compare?{which}")
+            shell = time.perf_counter() - t
+            page.wait_for_function(DRAWN, arg=metrics, timeout=120_000, polling=20)
+            out.append((shell, time.perf_counter() - t, _cpu(p.pid) - c, got[0] / 1024))
+        page.context.close()
+        return out
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def build_ragged(path: str, runs: int, metrics: int, points: int) -> None:
+    """``runs`` ended runs, each of its own length (``points - 37 i``) and so its own bucket steps: what comparing
+    runs cut short, resumed or run longer looks like, through the real importer (``write_run``)."""
+    import casmon
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(path, create=True)
+    rng = np.random.default_rng(0)
+    names = ("loss", "acc", "val_loss", "val_acc", "lr", "grad_norm", "tokens_s", "epoch")
+    for i in range(1, runs + 1):
+        k = max(2, points - 37 * i)
+        steps = np.arange(k)
+        write_run(s, start=1.7e9 + i, end=1.7e9 + i + 100, params={"lr": 10.0 ** -(1 + i % 5), "seed": i},
+                  metrics={names[m % 8]: (steps, rng.random(k) / (1 + steps * 0.01), 1.7e9 + i + steps * 0.01)
+                           for m in range(metrics)})
+    s.close()
+
+
+def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_000, store: str | None = None,
+                 before: str | None = None, rounds: int = 3, ragged: bool = False) -> list[tuple[str, str]]:
+    """The compare page of ``runs`` runs with ``metrics`` metrics of ``points`` points in Chromium, fresh server,
+    first and again; with ``before`` (a tree: ``git archive`` of another commit) that tree's too, the two served
+    in turn, round after round. Medians of ``rounds``."""
     import casmon
     from benchmarks.runs_store import build
-    from casmon.ui.server import make_server
+    from playwright.sync_api import sync_playwright
 
-    path = os.path.join(root, "cmp")
-    build(path, runs, metrics=metrics, points=points, chunk=20)
-    casmon.list_runs(casmon.open(path))
-    store = casmon.open(path, read_only=True, create=False, autoflush=None)
-    server = make_server(store, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        which = "&".join(f"run={i}" for i in range(1, runs + 1))
-        names = ("acc", "loss", "lr", "val_acc", "val_loss")[:metrics]
-        urls = [f"/compare?{which}"] + [f"/api/metric?{which}&name={m}" for m in names]  # the page, its charts' data
-        ts = []
-        for _ in range(2):
-            t = time.perf_counter()
-            size = 0
-            for url in urls:
-                c = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=600)
-                c.request("GET", url)
-                r = c.getresponse()
-                body = r.read()
-                assert r.status == 200, (url, body[:500])
-                size += len(body)
-            ts.append(time.perf_counter() - t)
-    finally:
-        server.shutdown()
-        server.close()
-        store.close()
-    return [(f"compare page, {runs} runs x {metrics} metrics x {points:,} points: first / again",
-             f"{ts[0]:.2f} s / {ts[1]:.2f} s ({size / 1024:.0f} KiB: the page and {len(names)} charts' data)")]
+    path = store or os.path.join(root, "cmp")
+    if not os.path.exists(os.path.join(path, "refs")):
+        if ragged:
+            build_ragged(path, runs, metrics, points)
+        else:
+            build(path, runs, metrics=metrics, points=points, chunk=20)
+        casmon.list_runs(casmon.open(path))  # the runs index
+    trees = ([("before", before)] if before else []) + [("this tree", os.getcwd())]
+    times: dict[str, list[list[tuple[float, ...]]]] = {label: [] for label, _t in trees}
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                               args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            for _ in range(rounds):
+                for label, tree in trees:
+                    times[label].append(compare_page_times(path, tree, runs, metrics, b))
+        finally:
+            b.close()
+    rows = []
+    what = f"{runs} runs x {metrics} metrics x {points:,} points" + (" (each its own length)" if ragged else "")
+    for label, got in times.items():
+        med = [[statistics.median(g[k][j] for g in got) for j in range(4)] for k in range(2)]
+        rows.append((f"compare page, {what}, {label}: charts drawn, first / again",
+                     f"{med[0][1]:.2f} s / {med[1][1]:.2f} s (page shell {med[0][0]:.2f} / {med[1][0]:.2f} s; "
+                     f"server CPU {med[0][2]:.2f} / {med[1][2]:.2f} s; {med[0][3]:,.0f} KiB)"))
+    return rows
 
 
 def main() -> None:
@@ -186,6 +252,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batches", type=int, default=40_000)
     ap.add_argument("--only", default="list,ui,compare,day")
+    ap.add_argument("--store", help="compare: the store of 100 runs to use (built there if missing)")
+    ap.add_argument("--before", help="compare: a tree of other code (git archive) to measure in turn with this one")
+    ap.add_argument("--rounds", type=int, default=3, help="compare: rounds of the trees in turn")
+    ap.add_argument("--ragged", action="store_true", help="compare: runs of different lengths (a store built so)")
     a = ap.parse_args()
     only = set(a.only.split(","))
     root = tempfile.mkdtemp(prefix="casmon-runsbench-")
@@ -201,7 +271,7 @@ def main() -> None:
 
     rows: list[tuple[str, str]] = Rows()
     try:
-        for n in (int(x) for x in a.runs.split(",")):
+        for n in (int(x) for x in a.runs.split(",") if only & {"list", "ui"}):
             path = os.path.join(root, f"r{n}")
             rows.append((f"build {n:,} runs (benchmarks.runs_store)", f"{build(path, n):.0f} s"))
             if "list" in only:
@@ -218,7 +288,7 @@ def main() -> None:
                 rows.extend(ui_rows(path, n))
             shutil.rmtree(path, ignore_errors=True)
         if "compare" in only:
-            rows.extend(compare_rows(root))
+            rows.extend(compare_rows(root, store=a.store, before=a.before, rounds=a.rounds, ragged=a.ragged))
         if "day" in only:
             rows.extend(day_run(root, a.batches))
     finally:

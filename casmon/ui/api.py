@@ -6,7 +6,9 @@
                         traceback once it failed
 ``/api/metric?run=A&run=B&name=loss&n=2000``   a metric of runs, downsampled to a min/max envelope
 ``/api/run/NAME/metrics?name=A&name=B&n=2000``  one run's metrics grouped for the dashboard (``train``, ``val``,
-                        ..., the ungrouped, ``sys``), and the series of those named, downsampled
+                        ..., the ungrouped, ``sys``), and the series of those named, downsampled (``enc=f64``:
+                        packed; ``from=S&to=S``: the steps in view of a zoomed chart)
+``/api/runs/metrics?run=A&run=B&name=A``  the same for several runs (a compare page's)
 
 Polling, not server-sent events: the server is the standard library's
 threading HTTP server, where an event stream holds a thread (and the index's
@@ -89,58 +91,91 @@ CHART_POINTS = 40_000
 MIN_POINTS = 200
 
 
-def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int) -> dict[str, Any]:
+def metric_points(index: RunIndex, entries: list[Entry], name: str, n: int, packed: bool = False,
+                  steps: tuple[int, int] | None = None) -> dict[str, Any]:
     """The metric ``name`` of each run that logged it, downsampled; runs without it are named in ``missing``."""
     out, missing = [], []
     n = min(n, max(MIN_POINTS, CHART_POINTS // max(1, len(entries))))  # 100 runs on a chart: 400 buckets each
     for e in entries:
         r = index.run(e)
         try:
-            if e.status in LIVE_STATUSES or e.digest is None:
-                s = metric_json(e.tail, name, r.metric(name), n)
-            else:  # an ended run's series never change: downsampled once
-                s = index.kept(("metric", e.ref, e.digest, name, n), lambda: metric_json(e.tail, name, r.metric(name), n))
+            s = _chart(index, e, r, {}, name, n, packed, steps)
         except LookupError:
             missing.append(e.tail)
             continue
         except CasmonError as err:
             missing.append(e.tail)
-            out.append({"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []})
+            out.append(_damaged(e.tail, name, err))
             continue
         out.append(s)
     return {"name": name, "series": out, "missing": missing}
 
 
-def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int) -> dict[str, Any]:
+def run_metrics(index: RunIndex, e: Entry, names: list[str], n: int, packed: bool = False,
+                steps: tuple[int, int] | None = None, strict: bool = True) -> dict[str, Any]:
     """One run's metrics for its dashboard: ``groups`` (every metric it logged, grouped by prefix) and ``series``,
-    each named metric downsampled to at most ``n`` buckets. A name the run has not logged is a LookupError (404),
-    naming it: a dashboard only asks for what the run's summary lists."""
+    each named metric downsampled to at most ``n`` buckets (of the points from ``steps[0]`` to ``steps[1]``
+    only, for a zoomed chart). A name the run has not logged is a LookupError (404), naming it: a dashboard
+    only asks for what the run's summary lists; not ``strict``, its series says so instead (a summary listing
+    a metric whose points are gone)."""
     r = index.run(e)
     summary = r.metric_summary()
-    live = e.status in LIVE_STATUSES or e.digest is None  # a live run's series grow: read each time
     wanted = list(dict.fromkeys(names))
-    # The run's points are a record per flush (a long sampled run: thousands): read them once for all the names
-    # not kept yet, not once per name.
-    read = read_together(r, [m for m in wanted if live or not index.is_kept(("metric", e.ref, e.digest, m, n))],
-                         summary)
+    # The run's points are a record per flush (a long sampled run: thousands), or one once compacted: read once
+    # for all the names not kept yet, not once per name.
+    read = read_together(r, [m for m in wanted if not index.is_kept(_key(e, m, n, packed, steps))], summary)
     series: dict[str, Any] = {}
     for name in wanted:
         try:
-            if live:
-                series[name] = metric_json(e.tail, name, _series(r, read, name), n)
-            else:  # an ended run's series never change: downsampled once
-                series[name] = index.kept(("metric", e.ref, e.digest, name, n), _downsampled(e.tail, r, read, name, n))
+            series[name] = _chart(index, e, r, read, name, n, packed, steps)
         except CasmonError as err:  # one damaged series: its panel says so, the others draw
-            series[name] = {"run": e.tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
+            series[name] = _damaged(e.tail, name, err)
+        except LookupError as err:
+            if strict:
+                raise
+            series[name] = _damaged(e.tail, name, err)
     return {"run": e.tail, "name": r.name, "status": r.status, "groups": metric_groups(list(summary)),
             "series": series}
 
 
-def _series(r: RunInfo, read: dict[str, Any], name: str) -> Any:
-    got = read.get(name)
-    return got if got is not None else r.metric(name)  # not read together: r.metric reads it or says why not
+def runs_metrics(index: RunIndex, tails: list[str], names: list[str], n: int, packed: bool = False,
+                 steps: tuple[int, int] | None = None) -> dict[str, Any]:
+    """:func:`run_metrics` of several runs (a compare page's panels in one request, not one a run), each for the
+    names of ``names`` it logged; a run not found (deleted since the page was made) is ``{"run", "error"}``,
+    the others are answered."""
+    out: list[dict[str, Any]] = []
+    for tail in tails:
+        try:
+            e = index.find(tail)
+        except LookupError as err:
+            out.append({"run": tail, "error": str(err.args[0]) if err.args else str(err), "series": {}})
+            continue
+        logged = index.run(e).metric_summary()
+        out.append(run_metrics(index, e, [m for m in names if m in logged], n, packed, steps, strict=False))
+    return {"runs": out}
 
 
-def _downsampled(tail: str, r: RunInfo, read: dict[str, Any], name: str, n: int) -> Any:
-    """What computes one metric's chart series when the index has not kept it."""
-    return lambda: metric_json(tail, name, _series(r, read, name), n)
+def _damaged(tail: str, name: str, err: Exception) -> dict[str, Any]:
+    return {"run": tail, "name": name, "error": str(err), "n": 0, "step": [], "time": [], "value": []}
+
+
+def _key(e: Entry, name: str, n: int, packed: bool, steps: tuple[int, int] | None) -> tuple[Any, ...]:
+    """What an ended run's chart series is kept by: the run's manifest (its stamp: an ended run's points never
+    change), the metric and how it was asked for; a live run's (no stamp yet, or still written) by nothing."""
+    if e.status in LIVE_STATUSES or e.digest is None:
+        return ("live",)  # never kept
+    return ("metric", e.ref, e.digest, name, n, packed, steps)
+
+
+def _chart(index: RunIndex, e: Entry, r: RunInfo, read: dict[str, Any], name: str, n: int, packed: bool,
+           steps: tuple[int, int] | None) -> dict[str, Any]:
+    """One metric of one run for a chart (:func:`metric_json`): read each time for a live run (its series grow),
+    kept for an ended one; from ``read`` where it was read with others."""
+    def make() -> dict[str, Any]:
+        got = read.get(name)
+        return metric_json(e.tail, name, got if got is not None else r.metric(name), n, packed, steps)
+
+    key = _key(e, name, n, packed, steps)
+    if key == ("live",) or steps is not None:  # a zoom's many ranges would push the whole views out
+        return make()
+    return index.kept(key, make)

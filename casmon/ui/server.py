@@ -7,9 +7,11 @@ Routes (GET only; anything else is 405)::
     /run/NAME             one run: status, metrics and charts, params, info, output, patch, files, links
     /api/runs             runs changed since a serial, and live ones   ?since=
     /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
-    /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n=
-    /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n=
+    /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n= &enc= &from= &to=
+    /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n= &enc= &from= &to=
                           downsampled (JSON; the dashboards')
+    /api/runs/metrics     the same for several runs at once (the       ?run=A[&run=B...] &name=A[&name=B...] &n=
+                          compare page's), the names each run logged     &enc= &from= &to=
     /calls                functions, a histogram of durations, calls   ?fn= &session= &process= &thread= &rank= &run=
                                                                        &page= &reload=
     /call                 one call's inputs and result, described      ?fn= &session= &n=
@@ -75,6 +77,7 @@ class NotFound(LookupError):
 
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$")
 _INT_RE = re.compile(r"^[0-9]{1,12}$")
+_STEP_RE = re.compile(r"^-?[0-9]{1,19}$")
 _KEY_RE = re.compile(r"^[0-9a-fA-F]{32}$")
 _HEX_RE = re.compile(r"^[0-9a-fA-F]{8,128}$")
 MAX_URL = 8192
@@ -189,12 +192,14 @@ class App:
         if parts.path.startswith("/api/run/") and parts.path.endswith("/metrics") and len(parts.path) > 17 \
                 and "/" not in parts.path[9:-8]:
             return self.run_metrics(unquote(parts.path[9:-8], errors="strict"),
-                                    Params(query, {"name", "n"}, multi={"name"}))
+                                    Params(query, {"name", "n", "enc", "from", "to"}, multi={"name"}))
         if parts.path.startswith("/api/run/") and len(parts.path) > 9 and "/" not in parts.path[9:]:
             Params(query, set())
             return 200, _json(api.run_state(self.runs, self._entry(path[9:]))), JSON
+        if path == "/api/runs/metrics":
+            return self.runs_metrics(Params(query, {"run", "name", "n", "enc", "from", "to"}, multi={"run", "name"}))
         if path == "/api/metric":
-            return self.metric_points(Params(query, {"run", "name", "n"}, multi={"run"}))
+            return self.metric_points(Params(query, {"run", "name", "n", "enc", "from", "to"}, multi={"run"}))
         if path == "/calls":
             return self.calls_page(Params(query, {"fn", "session", "process", "thread", "rank", "run", "page", "reload"}))
         if path == "/call":
@@ -284,23 +289,29 @@ class App:
             raise BadRequest("a metric is /api/metric?run=A[&run=B...]&name=NAME[&n=2000]")
         if len(tails) > MAX_RUNS:
             raise BadRequest(f"a metric of at most {MAX_RUNS} runs at once")
-        n = p.integer("n", POINTS)
-        if not 1 <= n <= MAX_POINTS:
-            raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
-        return 200, _json(api.metric_points(self.runs, [self._entry(t) for t in tails], name, n)), JSON
+        n, packed, steps = _chart_query(p)
+        return 200, _json(api.metric_points(self.runs, [self._entry(t) for t in tails], name, n, packed, steps)), JSON
 
     def run_metrics(self, which: str, p: Params) -> tuple[int, bytes, str]:
         names = p.many("name")
         if len(names) > MAX_METRICS:
             raise BadRequest(f"name: at most {MAX_METRICS} metrics at once")
-        n = p.integer("n", POINTS)
-        if not 1 <= n <= MAX_POINTS:
-            raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
+        n, packed, steps = _chart_query(p)
         e = self._entry(which)
         try:
-            got = api.run_metrics(self.runs, e, names, n)
+            got = api.run_metrics(self.runs, e, names, n, packed, steps)
         except LookupError as err:
             raise NotFound(str(err.args[0]) if err.args else str(err)) from None
+        return 200, _json(got), JSON
+
+    def runs_metrics(self, p: Params) -> tuple[int, bytes, str]:
+        tails, names = p.many("run"), p.many("name")
+        if not tails or not names:
+            raise BadRequest("runs' metrics are /api/runs/metrics?run=A[&run=B...]&name=NAME[&name=...]")
+        if len(tails) > MAX_RUNS or len(names) > MAX_METRICS:
+            raise BadRequest(f"at most {MAX_RUNS} runs and {MAX_METRICS} metrics at once")
+        n, packed, steps = _chart_query(p)
+        got = api.runs_metrics(self.runs, tails, names, n, packed, steps)
         return 200, _json(got), JSON
 
     def _entry(self, which: str) -> model.Entry:
@@ -422,6 +433,24 @@ def _page(p: Params) -> int:
     if page < 1:
         raise BadRequest("page: 1 or more")
     return int(page)
+
+
+def _chart_query(p: Params) -> tuple[int, bool, tuple[int, int] | None]:
+    """What a chart asks for: ``n`` buckets, ``enc=f64`` (lists packed, :func:`casmon.ui.series.metric_json`),
+    ``from`` and ``to`` (the steps in view of a zoomed chart, both or neither)."""
+    n = p.integer("n", POINTS)
+    if not 1 <= n <= MAX_POINTS:
+        raise BadRequest(f"n: 1 to {MAX_POINTS:,} points")
+    enc = p.one("enc")
+    if enc not in (None, "", "f64"):
+        raise BadRequest(f"enc: f64 (packed floats) or absent, not {enc[:40]!r}")
+    lo, hi = p.one("from"), p.one("to")
+    if lo is None and hi is None:
+        return n, enc == "f64", None
+    if lo is None or hi is None or not _STEP_RE.match(lo) or not _STEP_RE.match(hi) \
+            or not -(1 << 63) <= int(lo) <= int(hi) < (1 << 63):
+        raise BadRequest("from and to: the first and last step of a zoomed chart, both, whole numbers, from <= to")
+    return n, enc == "f64", (int(lo), int(hi))
 
 
 def _json(data: Any) -> bytes:

@@ -7,7 +7,36 @@
 (function () {
   var PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781",
     "#bf3989", "#4c2889"];
-  var POINTS = 2000; // buckets asked of the server per series: about the pixels of a wide chart, twice over
+  // Buckets asked of the server per series: one a pixel of the panel (each keeps its min and max, so every
+  // spike the full series would draw is drawn), within these bounds.
+  var MIN_POINTS = 100, MAX_POINTS = 4000;
+
+  function bucketsFor(area) {
+    var w = Math.ceil((area && area.clientWidth) || 600);
+    return Math.max(MIN_POINTS, Math.min(MAX_POINTS, Math.ceil(w / 50) * 50));  // a few sizes: the server keeps them
+  }
+
+  // The server packs each list as base64 little-endian float64 ("enc": "f64"): a tenth of the time JSON numbers
+  // take at both ends. NaN and infinities come as NaN: gaps (null) in a line, as in the JSON form.
+  function unpackList(b64, gaps) {
+    var bin = atob(b64), n = bin.length >> 3, bytes = new Uint8Array(bin.length), out = new Array(n);
+    for (var i = 0; i < bin.length; i++) { bytes[i] = bin.charCodeAt(i); }
+    var view = new DataView(bytes.buffer);
+    for (var j = 0; j < n; j++) {
+      var v = view.getFloat64(8 * j, true);
+      out[j] = gaps && v !== v ? null : v;
+    }
+    return out;
+  }
+
+  function unpack(s) {
+    if (!s || s.enc !== "f64") { return s; }
+    ["step", "time", "value", "min", "max"].forEach(function (k) {
+      if (typeof s[k] === "string") { s[k] = unpackList(s[k], k !== "step"); }
+    });
+    delete s.enc;
+    return s;
+  }
 
   // The i-th of n colours: the palette for up to ten lines; more, and n hues evenly spaced round the colour
   // wheel (two lightnesses in turn), so no two lines of one chart share a colour.
@@ -275,6 +304,8 @@
     };
   }
 
+  function noPath() { return null; }
+
   var X_LABELS = {step: "step", elapsed: "seconds since the run started", time: "time", index: "index"};
 
   // Clears a chart area; a plot it held is destroyed (it leaves its cursor-sync group too).
@@ -309,10 +340,11 @@
       if (tables[i].length === 4) {
         data.push(joined[col], joined[col + 1]);
         bands.push({series: own, lo: data.length - 2, hi: data.length - 1, colour: l.colour});
+        // No path of their own (bandsHook draws the band): uPlot would build two unseen lines per run.
         series.push({label: l.label + " min", band: true, stroke: "transparent", width: 0, points: {show: false},
-          value: function (u, v) { return fmt(v); }},
+          paths: noPath, value: function (u, v) { return fmt(v); }},
           {label: l.label + " max", band: true, stroke: "transparent", width: 0, points: {show: false},
-            value: function (u, v) { return fmt(v); }});
+            paths: noPath, value: function (u, v) { return fmt(v); }});
         col += 2;
       }
     });
@@ -541,7 +573,8 @@
       fig.appendChild(head);
       fig.appendChild(area);
       gridFor(g, count).appendChild(fig);
-      var p = {metric: m, fig: fig, area: area, log: false, drawn: false, visible: false, stale: true, loading: false};
+      var p = {metric: m, fig: fig, area: area, log: false, drawn: false, visible: false, stale: true, loading: false,
+        detailed: false};
       box.addEventListener("change", function () { p.log = box.checked; if (p.drawn) { draw(p); } });
       panels[m] = p;
       order.push(m);
@@ -565,22 +598,7 @@
       queue = [];
       flushing = null;
       var fetches = [];
-      if (spec.api) {
-        spec.runs.forEach(function (run) {
-          var names = batch.filter(function (p) { return p.metric.indexOf("info:") !== 0 && hasMetric(run, p.metric); })
-            .map(function (p) { return p.metric; });
-          for (var at = 0; at < names.length; at += 100) {
-            var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
-            fetches.push(fetch(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + "&n=" + POINTS,
-              {credentials: "same-origin", cache: "no-store"}).then(function (r) {
-              return r.json().then(function (got) {
-                if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
-                Object.keys(got.series || {}).forEach(function (m) { cache[seriesKey(got.run, m)] = got.series[m]; });
-              });
-            }));
-          }
-        });
-      }
+      if (spec.api) { fetches = fetchAll(batch, "", cache); }
       var done = function (err) {
         batch.forEach(function (p) {
           p.loading = false;
@@ -592,11 +610,99 @@
       return Promise.all(fetches).then(function () { done(null); }, done);
     }
 
+    // The series of panels ``ps`` into ``into``; ``extra``: more of the query (a zoom's range). One request per
+    // run on a run's page; a compare page asks for RUNS_TOGETHER runs at once (100 runs: 10 requests, not 100).
+    var RUNS_TOGETHER = 10;
+
+    function fetchAll(ps, extra, into) {
+      var fetches = [], n = bucketsFor(ps.length && ps[0].area), batch = [];
+      var query = "&n=" + n + "&enc=f64" + extra;
+      var keep = function (got) {
+        Object.keys(got.series || {}).forEach(function (m) { into[seriesKey(got.run, m)] = unpack(got.series[m]); });
+      };
+      // A request that fails (a run deleted meanwhile, the server gone) is said in the panels of the runs it
+      // asked for; the other requests' runs still draw.
+      var failed = function (b, why) {
+        b[1].forEach(function (m) {
+          into[seriesKey(b[0].tail, m)] = {run: b[0].tail, name: m, error: why, n: 0, step: [], time: [], value: []};
+        });
+      };
+      var ask = function (url, take, runs) {
+        fetches.push(fetch(url, {credentials: "same-origin", cache: "no-store"}).then(function (r) {
+          return r.json().then(function (got) {
+            if (!r.ok) { throw new Error(got.error || ("the server answered " + r.status)); }
+            take(got, runs);
+          });
+        }).catch(function (err) {
+          runs.forEach(function (b) { failed(b, String(err.message || err)); });
+        }));
+      };
+      var together = function () {
+        if (!batch.length) { return; }
+        var names = Object.create(null);  // no prototype: a metric may be named __proto__
+        batch.forEach(function (b) { b[1].forEach(function (m) { names[m] = true; }); });
+        ask("/api/runs/metrics?" + batch.map(function (b) { return "run=" + encodeURIComponent(b[0].tail); }).join("&") +
+            "&" + Object.keys(names).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&") + query,
+            function (got, runs) {
+              (got.runs || []).forEach(function (one, i) {
+                if (one.error && runs[i] && runs[i][0].tail === one.run) { failed(runs[i], one.error); } else { keep(one); }
+              });
+            }, batch);
+        batch = [];
+      };
+      spec.runs.forEach(function (run) {
+        var names = ps.filter(function (p) { return p.metric.indexOf("info:") !== 0 && hasMetric(run, p.metric); })
+          .map(function (p) { return p.metric; });
+        if (spec.runs.length > 1 && names.length && names.length <= 100) {
+          batch.push([run, names]);
+          if (batch.length >= RUNS_TOGETHER) { together(); }
+          return;
+        }
+        for (var at = 0; at < names.length; at += 100) {
+          var q = names.slice(at, at + 100).map(function (m) { return "name=" + encodeURIComponent(m); }).join("&");
+          ask(spec.api + encodeURIComponent(run.tail) + "/metrics?" + q + query, keep, [[run, names.slice(at, at + 100)]]);
+        }
+      });
+      together();
+      return fetches;
+    }
+
+    // -- zoomed in (x by step), the panels in view fetch the steps in view again: one bucket a pixel of the view,
+    // every point where they fit (an overview's bucket holds many). Zoomed out, they draw the overview again.
+    var detail = null, detailGen = 0, asked = "";
+
+    function refine() {
+      var want = zoom && state.x === "step" && spec.api ? Math.floor(zoom[0]) + ".." + Math.ceil(zoom[1]) : "";
+      if (want === asked) { return; }  // a panel drawn again says its zoom again: those points are here or coming
+      asked = want;
+      var gen = ++detailGen, was = detail;
+      detail = null;
+      var logged = order.map(function (m) { return panels[m]; }).filter(function (p) { return p.metric.indexOf("info:") !== 0; });
+      if (was) { logged.forEach(function (p) { if (p.detailed) { p.detailed = false; if (p.drawn && !p.loading) { draw(p); } } }); }
+      if (!want) { return; }
+      var shown = logged.filter(function (p) { return p.drawn && p.visible && bucketed(p.metric); });
+      var lo = Math.floor(zoom[0]), hi = Math.ceil(zoom[1]), into = Object.create(null);
+      if (!shown.length) { return; }
+      Promise.all(fetchAll(shown, "&from=" + lo + "&to=" + hi, into)).then(function () {
+        if (gen !== detailGen) { return; }  // zoomed again meanwhile: that zoom's points are on their way
+        detail = into;
+        shown.forEach(function (p) { p.detailed = true; draw(p); });
+      }, function () {});  // the overview stays drawn: its buckets hold the same points
+    }
+
+    // Some run's series of metric m came in buckets (its every point is not here yet).
+    function bucketed(m) {
+      return spec.runs.some(function (run) {
+        var s = cache[seriesKey(run.tail, m)];
+        return s && s.value && s.n > s.value.length;
+      });
+    }
+
     function seriesOf(m) {
       var out = {};
       spec.runs.forEach(function (run) {
         var inline = spec.series && spec.series[m] && spec.series[m][run.tail];
-        var kept = cache[seriesKey(run.tail, m)];
+        var k = seriesKey(run.tail, m), kept = detail && detail[k] && !detail[k].error ? detail[k] : cache[k];
         if (inline) { out[run.tail] = inline; } else if (kept) { out[run.tail] = kept; }
       });
       return out;
@@ -625,13 +731,15 @@
         var o = panels[m].area.uplot;
         if (o && o !== u) { applyZoom(o); }
       });
+      refine();
     }
 
     function draw(p) {
       var m = p.metric, info = m.indexOf("info:") === 0;
       var st = {x: info ? "index" : state.x, log: p.log, smooth: state.smooth, group: state.group};
       var got = seriesOf(m), lines = linesOf(spec, got, st);
-      var errors = Object.keys(got).filter(function (t) { return got[t].error; }).map(function (t) { return got[t].error; });
+      var errors = Object.keys(got).filter(function (t) { return got[t].error; }).map(function (t) { return got[t].error; })
+        .filter(function (e, i, all) { return all.indexOf(e) === i; });  // a failed request: one line, not one a run
       var u = plotCurves(p.area, lines, st, info ? m.slice(5) : m, {
         title: false, height: 200,
         cursor: {sync: {key: SYNC, setSeries: false}},
@@ -647,7 +755,7 @@
     function redrawAll() {
       var x = state.x;
       readControls(controls, state);
-      if (state.x !== x) { zoom = null; reset.disabled = true; }  // a range of steps means nothing in seconds
+      if (state.x !== x) { zoom = null; reset.disabled = true; refine(); }  // a range of steps means nothing in seconds
       order.forEach(function (m) { var p = panels[m]; if (p.drawn && !p.loading) { draw(p); } });
     }
 
@@ -657,6 +765,7 @@
       zoom = null;
       reset.disabled = true;
       order.forEach(function (m) { var u = panels[m].area.uplot; if (u) { applyZoom(u); } });
+      refine();
     });
 
     // -- what is seen: a panel draws when it comes near the window; a stale one (new points) fetches again --

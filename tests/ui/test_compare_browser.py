@@ -1,0 +1,125 @@
+"""The compare page in a real browser (headless Chromium): its charts drawn from packed, downsampled series, a
+damaged series said in its panel while the other runs draw, and a zoom drawing every point in view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import casmon
+from tests.support.browser import needs_chromium, watch
+from tests.ui.test_compare_charts import _damage_one_batch
+from tests.ui.test_ui import Served
+
+pytestmark = [needs_chromium, pytest.mark.filterwarnings("ignore::casmon.RunWarning")]
+
+POINTS = 3000
+
+
+def _area(metric: str) -> str:
+    return f"document.querySelector(\"#charts .chart-box[data-metric='{metric}'] .chart-area\")"
+
+
+def _drawn(page, metric: str) -> None:
+    page.locator(f"#charts .chart-box[data-metric='{metric}']").scroll_into_view_if_needed()
+    page.wait_for_function(f"() => {_area(metric)} && {_area(metric)}.uplot", timeout=30_000)
+
+
+def _lines(page, metric: str) -> dict:
+    """Each run's line of a panel: its label, its x and y (uPlot's data, joined over every run's x)."""
+    return page.evaluate(f"""() => {{
+        const u = {_area(metric)}.uplot, out = {{}};
+        u.series.forEach((s, i) => {{
+            if (i === 0 || s.band) {{ return; }}
+            const xs = [], ys = [];
+            u.data[i].forEach((y, j) => {{ if (y !== null && y !== undefined) {{ xs.push(u.data[0][j]); ys.push(y); }} }});
+            out[s.label] = [xs, ys];
+        }});
+        return out;
+    }}""")
+
+
+def test_the_compare_page_draws_its_runs_charts_says_a_damaged_series_and_zooms_to_every_point(tmp_path, browser):
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(POINTS)
+    for i in range(3):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9, params={"lr": 0.1 * (i + 1)},
+                  metrics={"loss": (steps, 1000.0 - steps * (i + 1.0) / 10, 1.7e9 + steps),
+                           "acc": (steps, (steps % 7) * (i + 1.0), 1.7e9 + steps)})
+    s.close()
+    _damage_one_batch(tmp_path / "s", "2")
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?run=1&run=2&run=3", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        for m in ("acc", "loss"):
+            _drawn(page, m)
+        page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
+        acc = _lines(page, "acc")
+        assert sorted(acc) == ["1-r0", "2-r1", "3-r2"]
+        for label, (xs, ys) in acc.items():  # downsampled to about the panel's pixels, its extremes in the band
+            assert 100 <= len(xs) < POINTS and xs[0] == 0 and xs[-1] == POINTS - 1
+        loss = _lines(page, "loss")
+        assert sorted(loss) == ["1-r0", "3-r2"]  # the damaged run's loss is not drawn ...
+        error = page.locator("#charts .chart-box[data-metric='loss'] .casmon-error").inner_text()
+        assert "not base64" in error  # ... its panel says why
+        for label, k in (("1-r0", 1.0), ("3-r2", 3.0)):  # each line starts and ends at the run's own points
+            xs, ys = loss[label]
+            assert (xs[0], ys[0]) == (0, 1000.0) and (xs[-1], ys[-1]) == (POINTS - 1, 1000.0 - (POINTS - 1) * k / 10)
+
+        # zoom: a drag over a tenth of the loss panel; the panels then draw every point in view, not buckets
+        box = page.locator("#charts .chart-box[data-metric='acc'] .u-over").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.45, box["y"] + box["height"] * 0.5)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.55, box["y"] + box["height"] * 0.5, steps=5)
+        page.mouse.up()
+        every = f"""() => {{
+            const xs = {_area('acc')}.uplot.data[0];
+            return xs.length > 20 && xs.every((x, j) => j === 0 || x - xs[j - 1] === 1);
+        }}"""
+        page.wait_for_function(every, timeout=30_000)
+        xs, ys = _lines(page, "acc")["3-r2"]
+        view = page.evaluate(f"() => [{_area('acc')}.uplot.scales.x.min, {_area('acc')}.uplot.scales.x.max]")
+        assert 0 < view[0] < view[1] < POINTS - 1
+        inside = [(x, y) for x, y in zip(xs, ys) if view[0] <= x <= view[1]]
+        assert inside and all(y == (x % 7) * 3.0 for x, y in inside)  # the points themselves: no bucket means
+        # zoomed out (a double click): the overview again, the whole run
+        page.locator("#charts .chart-box[data-metric='acc'] .u-over").dblclick()
+        page.wait_for_function(f"() => {_area('acc')}.uplot.data[0].slice(-1)[0] === {POINTS - 1} && "
+                               f"{_area('acc')}.uplot.data[0].length < {POINTS}", timeout=30_000)
+        w.console_errors[:] = [e for e in w.console_errors if "status of 40" not in e]
+        assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()
+
+
+def test_a_failed_request_of_some_runs_charts_says_so_and_the_other_runs_draw(tmp_path, browser):
+    """A compare page asks for 10 runs a request: one failing (the server gone a moment, a run deleted) left
+    every panel an error, the runs of the requests that came back undrawn."""
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(50)
+    for i in range(12):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9, metrics={"loss": (steps, steps * (i + 1.0), 1.7e9 + steps)})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.route("**/api/runs/metrics?*run=11*", lambda r: r.fulfill(status=503, content_type="application/json",
+                                                                       body='{"error": "the server is busy"}'))
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?" + "&".join(f"run={i}" for i in range(1, 13)), wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "loss")
+        assert sorted(_lines(page, "loss")) == sorted(f"{i}-r{i - 1}" for i in range(1, 11))  # runs 1-10 drawn
+        error = page.locator("#charts .chart-box[data-metric='loss'] .casmon-error").inner_text()
+        assert error == "the server is busy"  # said once for the two runs it failed
+        w.console_errors[:] = [e for e in w.console_errors if "status of 503" not in e]
+        assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()
