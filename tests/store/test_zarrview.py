@@ -139,6 +139,38 @@ def test_a_damaged_chunk_read_through_the_view_raises_damage(tmp_path):
         z[:]
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extend"])
+def test_a_damaged_large_chunk_among_sound_ones_raises_damage_through_the_view(tmp_path, damage):
+    from casmon.store.objects import loose_key
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 20)  # raw chunks of 1 MiB: read through their checked maps
+
+    @casmon.cache(store=s)
+    def big():
+        return np.random.default_rng(6).random((1024, 512))  # 4 MiB: four chunks of 256 rows
+
+    a = big()
+    s.flush()
+    path, ref = _entry(None, big)
+    z = _open(s.zarr())[path]
+    assert z.chunks == (256, 512) and np.array_equal(z[:], a)
+    p = tmp_path / "s" / loose_key(list(s.manifest(ref.digest).chunk_digests())[2])
+    data = bytearray(p.read_bytes())
+    if damage == "flip":
+        data[len(data) // 3] ^= 4
+    elif damage == "truncate":
+        del data[-8:]
+    else:
+        data += b"\0" * 8
+    p.write_bytes(bytes(data))
+    s.objects.clear_caches()
+    z = _open(s.zarr())[path]
+    assert np.array_equal(z[:256], a[:256])  # a sound chunk still reads
+    for sl in (slice(None), slice(600, 700)):
+        with pytest.raises(DamagedObjectError):
+            z[sl]
+
+
 def test_a_slice_reads_only_the_chunks_it_touches(tmp_path, monkeypatch):
     s = casmon.open(tmp_path / "s", chunk_size=1 << 12)  # 512 float64 a chunk
 
