@@ -96,6 +96,27 @@ class ChunkView(ZarrStore):
         """The array's ``zarr.json``."""
         return self._metadata
 
+    @property
+    def layout(self) -> tuple[int, int, int, bool]:
+        """``(value bytes, stored bytes a chunk, zarr bytes a chunk, chunked along the last axis)``: chunk ``i`` is
+        bytes ``[i * stored, i * stored + stored)`` of the value, the last one padded with zeros to zarr's size."""
+        return self._n, self._cb, self._chunk_nbytes, self._fortran
+
+    def stored_chunks(self) -> list[Digest] | None:
+        """The stored chunks that are this array's chunks, in order; None where the chunks are ranges of one
+        object laid out whole (:meth:`whole_bytes`)."""
+        return None if self._whole is not None or self._whole_fn is not None else list(self._chunks)
+
+    def whole_bytes(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        """The checked bytes of a value laid out whole (mapped and checked once)."""
+        if self._whole_fn is not None:
+            with self._whole_lock:
+                if self._whole is None:
+                    self._whole = self._whole_fn()
+        if self._whole is None:
+            raise ValueError(f"value {self._manifest.digest.hex()} is not laid out whole")
+        return self._whole
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest and \
             other._part_index == self._part_index
@@ -128,7 +149,7 @@ class ChunkView(ZarrStore):
             # fresh buffer first would copy it twice).
             from casmon.store import mapped
 
-            got = mapped.map_part(self._store.objects, {"n": hi - lo, "c": [self._chunks[i].hex()]})
+            got = mapped.map_part(self._store.objects, {"n": hi - lo, "cb": hi - lo, "c": [self._chunks[i].hex()]})
             if got is not None:
                 self.chunks_read += 1
                 return got
