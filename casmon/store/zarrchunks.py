@@ -129,17 +129,29 @@ def copy_chunks(store: Store, dst: ZarrStore, path: str, meta: dict[str, Any], s
     buffer = default_buffer_prototype().buffer
 
     todo = iter(range(chunks.count))
+    failed: list[BaseException] = []
 
     async def worker() -> None:
         for i in todo:  # shared by the workers: each chunk taken once
+            if failed:
+                return
             data, name = await asyncio.to_thread(chunks.read, i)
             key = _key(path, i, len(shape), chunks.fortran)
             if hint is not None and name is not None:
                 hint(key, name)
             await dst.set(key, buffer.from_array_like(np.frombuffer(data, np.uint8)))
 
+    async def guarded() -> None:
+        try:
+            await worker()
+        except BaseException as e:
+            failed.append(e)
+
     async def run() -> None:
-        await asyncio.gather(*(worker() for _ in range(min(IN_FLIGHT, chunks.count))))
+        # Every worker ends before an error is raised: none writes into a target the caller then removes.
+        await asyncio.gather(*(guarded() for _ in range(min(IN_FLIGHT, chunks.count))))
+        if failed:
+            raise failed[0]
         out = {**meta, "codecs": [*meta["codecs"], *_codecs(chunks.family, chunks.itemsize)]}
         await dst.set(f"{path}/zarr.json", buffer.from_bytes(json.dumps(out, allow_nan=False).encode()))
 
