@@ -620,3 +620,85 @@ def test_a_layout_the_stored_part_does_not_hold_is_refused_before_zarr_sees_it(t
         arrayview.chunk_view(s, crafted, lazy=True)
     with pytest.raises((ValueError, TypeError), match=error):  # the same as one column of a frame
         arrayview.chunk_view(s, crafted, lazy=True, part=0, layout=crafted.meta)
+
+
+def _walk(group):
+    """Every node below ``group``: its kind, attributes, and an array's shape and values."""
+    out = {}
+    for path, node in group.members(max_depth=None):
+        if isinstance(node, zarr.Array):
+            out[path] = ("array", dict(node.attrs), node.shape, node[...].tolist())
+        else:
+            out[path] = ("group", dict(node.attrs))
+    return out
+
+
+def test_the_runs_groups_consolidated_listing_equals_each_runs_own_nodes_with_a_stale_runs_index(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    runs = []
+    for i in range(6):
+        with casmon.record(store=s, capture_output=False, params={"i": i, "lr": 0.1 * i, "x": float("nan")}) as run:
+            run.info["note"] = f"r{i}"
+            for step in range(i):
+                run.log(loss=1.0 / (step + 1), acc=step / 10, step=step)
+        runs.append(run)
+    s.flush()
+    casmon.list_runs(s)  # writes the runs index: every run so far is in it
+    assert (tmp_path / "s" / "runs-index" / "base").is_file()
+    casmon.delete_run(runs[1].ref, store=s, force=True)  # gone after the index was written
+    with casmon.record(store=s, capture_output=False, params={"late": True}) as late:  # new since
+        late.log(acc=0.5)
+    s.flush()
+    want = {node_name(r.ref.split("/", 1)[-1]) for r in casmon.list_runs(s)}
+    assert node_name(late.ref.split("/", 1)[-1]) in want and node_name(runs[1].ref.split("/", 1)[-1]) not in want
+
+    g = _open(s.zarr())["runs"]
+    assert g.metadata.consolidated_metadata is not None  # the runs group lists its subtree itself
+    assert set(g.group_keys()) == want
+    consolidated = _walk(g)
+    per_node = {}  # each run opened alone, from a fresh view: read from its ref and manifest, not the index
+    fresh = s.zarr()
+    for name in want:
+        node = zarr.open_group(fresh, path=f"runs/{name}", mode="r", use_consolidated=False)
+        per_node[name] = ("group", dict(node.attrs))
+        per_node.update({f"{name}/{k}": v for k, v in _walk(node).items()})
+    assert consolidated == per_node
+    assert consolidated[node_name(runs[3].ref.split("/", 1)[-1])][1]["params"]["x"] == "NaN"
+    assert consolidated[f"{node_name(runs[3].ref.split('/', 1)[-1])}/metrics/loss/value"][3] == [1.0, 0.5, 1 / 3]
+
+
+def test_a_functions_entries_are_listed_from_the_lineage_index_and_the_records_written_since(tmp_path, monkeypatch):
+    from casmon.caching import zarrtree
+    from casmon.lineage.derived import INDEX_KEY, read_entries
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(i):
+        return np.arange(i)
+
+    for i in range(1, 4):
+        f(i)
+    s.flush()
+    read_entries(s)  # the derived index written, of three entries
+    assert s.backend.get(INDEX_KEY) is not None
+    f(4)  # one more since
+    s.flush()
+    fn = node_name(f.__casmon_cache__.name)
+    want = {f.ref(i).key.hex() for i in range(1, 5)}
+
+    def names(view, prefix):
+        async def collect():
+            return {k async for k in view.list_dir(prefix) if k != "zarr.json"}
+
+        return asyncio.run(collect())
+
+    assert names(s.zarr(), f"cache/{fn}") == want
+    monkeypatch.setattr(zarrtree, "_bulk", [])  # the records read one by one: the same entries
+    assert names(s.zarr(), f"cache/{fn}") == want
+    f.cache_clear()
+    f(2)
+    s.flush()
+    monkeypatch.undo()
+    assert names(s.zarr(), f"cache/{fn}") == {f.ref(2).key.hex()}
+    assert _open(s.zarr())[f"cache/{fn}/{f.ref(2).key.hex()}"][:].tolist() == [0, 1]
