@@ -20,7 +20,7 @@ import numpy as np
 
 from casmon.errors import CasmonError, StoreDamageWarning
 from casmon.runs.listing import IndexedManifest, RunInfo, list_runs, run_info
-from casmon.runs.manifest import is_value_ref
+from casmon.runs.manifest import RUN_REFS, is_value_ref
 from casmon.runs.metrics import KIND_METRICS, _cell_data, _cells, metrics_key
 from casmon.store.records import parse_record
 from casmon.store.arrayview import byte_slice
@@ -196,13 +196,10 @@ def build(store: Store, tree: Tree) -> None:
     group's metadata is asked for (its ``zarr.json`` then holds the whole subtree: zarr lists it without a read
     per run); a run asked for alone is read from its ref and manifest."""
     refs: dict[str, str] = {}
-    listed: dict[str, RunInfo] = {}
 
     def names() -> list[str]:
-        for r in list_runs(store):
-            name = node_name(r.ref.split("/", 1)[-1])
-            refs.setdefault(name, r.ref)
-            listed.setdefault(name, r)
+        for ref in store.refs(RUN_REFS):
+            refs.setdefault(node_name(ref.split("/", 1)[-1]), ref)
         return list(refs)
 
     def one(name: str) -> None:
@@ -211,10 +208,10 @@ def build(store: Store, tree: Tree) -> None:
             _run(store, tree, r)
 
     def every(todo: list[str]) -> None:
+        wanted = {refs[name] for name in todo}
         records = _metric_records(store)
-        for name in todo:
-            r = listed.get(name)
-            if r is not None:
+        for r in list_runs(store):
+            if r.ref in wanted:  # one listed since is left to the next view; one gone since is left out
                 _run(store, tree, r, records.get(bytes(metrics_key(r.ref)), []))
 
     tree.lazy("runs", names, one, bulk=every)

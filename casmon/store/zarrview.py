@@ -165,6 +165,7 @@ class Tree:
                 for c in todo:
                     if f"{path}/{c}" not in self.meta:
                         self.group(f"{path}/{c}", {"casmon": {"error": f"{type(e).__name__}: {e}"[:500]}})
+            kids.difference_update([c for c in todo if f"{path}/{c}" not in self.meta])  # gone since listed
 
     def _list(self, path: str) -> set[str]:
         """The children of the group at ``path``, listed now if it is lazy (the set itself: hold the lock)."""
