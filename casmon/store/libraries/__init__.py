@@ -81,7 +81,8 @@ def element_layout(handler: str, meta: Any) -> dict[str, Any] | None:
     tensors through the zarr view as arrays all the same); None where it cannot be told so."""
     if handler.partition(".")[0] != "torch" or not isinstance(meta, dict):
         return None
-    code = _TORCH_ELEMENTS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
+    name = meta.get("dtype")
+    code = _TORCH_ELEMENTS.get(name) if isinstance(name, str) else None
     shape = meta.get("shape")
     if code is None or not isinstance(shape, list):
         return None
