@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching.entries import KIND, KIND_CLEAR, newest_per_key
+from casmon.errors import CasmonError
 from casmon.store.zarrvalues import value_node
 from casmon.store.zarrview import Tree, install_section, node_name
 
@@ -31,7 +32,10 @@ def use_entry_reader(read: Callable[[Store], dict[str, dict[str, Any]]]) -> None
 
 def _newest(store: Store) -> dict[str, dict[str, Any]]:
     if _bulk:
-        return _bulk[0](store)
+        try:
+            return _bulk[0](store)
+        except CasmonError:  # the index cannot be read or made: the records, each as it can be read
+            pass
     return {kb.hex(): r for kb, (_k, r) in newest_per_key(store.records(KIND, strict=False)).items()}
 
 

@@ -8,7 +8,7 @@ import pytest
 import zarr
 
 import casmon
-from casmon.errors import DamagedObjectError
+from casmon.errors import CasmonError, DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.store.zarrview import node_name
 from tests.support.damage import damage_cached_result
@@ -713,6 +713,12 @@ def test_a_functions_entries_are_listed_from_the_lineage_index_and_the_records_w
 
     assert names(s.zarr(), f"cache/{fn}") == want
     monkeypatch.setattr(zarrtree, "_bulk", [])  # the records read one by one: the same entries
+    assert names(s.zarr(), f"cache/{fn}") == want
+
+    def unreadable(store):
+        raise CasmonError("the index cannot be read")
+
+    monkeypatch.setattr(zarrtree, "_bulk", [unreadable])  # an index that fails: the records still list them
     assert names(s.zarr(), f"cache/{fn}") == want
     f.cache_clear()
     f(2)
