@@ -80,7 +80,7 @@ def read_without_casmon(tmp_path, kind, where, env=None):
     out = tmp_path / f"read-{kind}.pickle"
     e = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     e.update(env or {})
-    done = subprocess.run([sys.executable, "-c", _READER, kind, str(where), str(out)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-I", "-c", _READER, kind, str(where), str(out)], capture_output=True, text=True,
                           cwd=tmp_path, env=e, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(out, "rb") as f:
@@ -505,3 +505,47 @@ def test_a_damaged_chunk_of_any_encoding_fails_the_export_and_writes_nothing(tmp
         with pytest.raises(DamagedObjectError):
             s.export_zarr(tmp_path / f"out{i}")
         assert not (tmp_path / f"out{i}").exists() and not list(tmp_path.glob(f".out{i}.*"))
+
+
+def test_a_dataset_with_netcdf_encoding_and_a_tensor_export_as_a_group_and_an_array_opened_without_casmon(tmp_path):
+    import xarray as xr
+
+    torch = pytest.importorskip("torch")
+    ds = xr.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(4, 3) * 0.5, {"long_name": "temperature"})},
+                    coords={"x": np.arange(4), "y": [10, 20, 30]})
+    ds["t"].encoding = {"dtype": np.dtype("int16"), "scale_factor": np.float32(0.5), "_FillValue": np.int16(-999),
+                        "missing_value": np.float32(np.nan), "original_shape": (4, 3), "units": "K"}
+    ds.encoding = {"unlimited_dims": set(), "source": "/data/in.nc"}
+    values = [ds, torch.arange(24, dtype=torch.int32).reshape(4, 6)]
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def make(i):
+        return values[i]
+
+    make(0), make(1)
+    s.flush()
+    assert s.manifest(make.ref(0).digest).tag == "handler"  # stored as variables, not pickled
+    s.export_zarr(tmp_path / "out")
+    got = read_without_casmon(tmp_path, "folder", tmp_path / "out")
+    path, _ref = entry(make, 0)
+    assert got["xarray"][path].equals(ds) and got["xarray"][path]["t"].attrs["long_name"] == "temperature"
+    path, _ref = entry(make, 1)
+    assert np.array_equal(got["zarr"][path], values[1].numpy()) and got["zarr"][path].dtype == np.int32
+
+
+def test_casmon_export_zarr_writes_a_tensor_as_an_array_though_the_command_line_imports_no_torch(tmp_path):
+    from tests.support.cli import cli_process
+
+    torch = pytest.importorskip("torch")
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def t():
+        return torch.arange(30, dtype=torch.float32).reshape(5, 6)
+
+    t()
+    s.close()
+    cli_process("export", "--zarr", str(tmp_path / "out"), "--store", str(tmp_path / "s"))
+    got = zarr.open_group(tmp_path / "out", mode="r")[entry(t)[0]]
+    assert isinstance(got, zarr.Array) and np.array_equal(got[:], np.arange(30, dtype="f4").reshape(5, 6))
