@@ -726,3 +726,28 @@ def test_a_functions_entries_are_listed_from_the_lineage_index_and_the_records_w
     monkeypatch.undo()
     assert names(s.zarr(), f"cache/{fn}") == {f.ref(2).key.hex()}
     assert _open(s.zarr())[f"cache/{fn}/{f.ref(2).key.hex()}"][:].tolist() == [0, 1]
+
+
+def test_a_damaged_run_ref_and_a_damaged_metric_record_are_error_nodes_in_the_runs_listing_and_hide_no_run(tmp_path):
+    from casmon.runs.metrics import KIND_METRICS, metrics_key
+
+    s = casmon.open(tmp_path / "s", create=True)
+    runs = []
+    for i in range(3):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i))
+        runs.append(run)
+    s.append(KIND_METRICS, {"run": runs[2].ref, "seq": "x"}, key=metrics_key(runs[2].ref))  # not {seq, s}
+    s.flush()
+    casmon.list_runs(s)
+    (tmp_path / "s" / "refs" / "runs" / "zz-damaged").write_bytes(b"CSMN garbage")
+    names = [node_name(r.ref.split("/", 1)[-1]) for r in runs]
+    g = _open(s.zarr())["runs"]
+    assert set(g.group_keys()) == {*names, "zz-damaged"}
+    assert "error" in g["zz-damaged"].attrs
+    assert g[f"{names[0]}/metrics/loss/value"][:].tolist() == [0.0]
+    assert "error" in g[f"{names[2]}/metrics"].attrs and g[names[2]].attrs["status"] == "ok"
+    fresh = s.zarr()  # each alone, from its ref and manifest: the same nodes
+    for name in [*names, "zz-damaged"]:
+        alone = zarr.open_group(fresh, path=f"runs/{name}", mode="r", use_consolidated=False)
+        assert dict(alone.attrs) == dict(g[name].attrs) and _walk(alone) == _walk(g[name]), name
