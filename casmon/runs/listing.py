@@ -116,6 +116,17 @@ class IndexedManifest(dict):
     def get(self, k: Any, default: Any = None) -> Any:
         return self._own(k, dict.__getitem__(self, k)) if self._has(k) else default
 
+    def listed(self, k: str, default: Any = None) -> Any:
+        """Field ``k`` as :meth:`get` gives it, without reading the stored manifest for a field the index keeps
+        (all but the heavy ones and ``metrics``): one the entry lacks, the manifest lacks too."""
+        from casmon.runs import index
+
+        if k in index.HEAVY or k == "metrics":
+            return self.get(k, default)
+        if self._entry is not None:
+            self._slim()
+        return self._own(k, dict.__getitem__(self, k)) if dict.__contains__(self, k) else default
+
     def __getitem__(self, k: Any) -> Any:
         self._has(k)
         return self._own(k, dict.__getitem__(self, k))

@@ -13,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import bisect
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from casmon.errors import CasmonError
-from casmon.runs.listing import RunInfo, run_info
+from casmon.errors import CasmonError, StoreDamageWarning
+from casmon.runs.listing import IndexedManifest, RunInfo, list_runs, run_info
 from casmon.runs.manifest import RUN_REFS, is_value_ref
-from casmon.runs.metrics import _cell_data, _cells
+from casmon.runs.metrics import KIND_METRICS, _cell_data, _cells, metrics_key
+from casmon.store.records import parse_record
 from casmon.store.arrayview import byte_slice
 from casmon.store.peek import describe
 from casmon.store.zarrview import Tree, array_metadata, install_section, node_name
@@ -136,19 +138,23 @@ def _bad_lengths(cells: list[dict[str, Any]]) -> str | None:
     return f"its batches claim {total} points" if total > MAX_POINTS else None
 
 
-def _run(store: Store, tree: Tree, r: RunInfo) -> None:
+def _run(store: Store, tree: Tree, r: RunInfo, records: list[dict[str, Any]] | CasmonError | None = None) -> None:
+    """Add run ``r``'s nodes; ``records``: its metric records, read already (or the error reading them gave)."""
     name = node_name(r.ref.split("/", 1)[-1])
     m = r.manifest
-    attrs: dict[str, Any] = {"name": r.name, "status": r.status, "start": m.get("start"), "end": m.get("end")}
+    get = m.listed if isinstance(m, IndexedManifest) else m.get  # an indexed run's fields: its manifest unread
+    attrs: dict[str, Any] = {"name": r.name, "status": r.status, "start": get("start"), "end": get("end")}
     if r.error is not None:
         tree.group(f"runs/{name}", {**attrs, "error": str(r.error)[:500]})
         return
-    attrs["params"] = _described(store, m.get("params") or {})
-    attrs["info"] = _described(store, m.get("info") or {})
+    attrs["params"] = _described(store, get("params") or {})
+    attrs["info"] = _described(store, get("info") or {})
     tree.group(f"runs/{name}", attrs)
     where = f"run {r.name}"
     try:
-        cells = _cells(store, r.ref, where, None)
+        if isinstance(records, CasmonError):
+            raise records
+        cells = _cells(store, r.ref, where, None, records)
     except CasmonError as e:
         tree.group(f"runs/{name}/metrics", {"error": str(e)[:500]})
         return
@@ -166,8 +172,29 @@ def _run(store: Store, tree: Tree, r: RunInfo) -> None:
             tree.array(f"{path}/{column}", meta, _Column(points, col))
 
 
+def _metric_records(store: Store) -> dict[bytes, list[dict[str, Any]] | CasmonError]:
+    """Every run's metric records, by their key, read in one pass over the table (a run whose records do not
+    parse: the error, as its own lookup would raise it)."""
+    raw: dict[bytes, list[tuple[bytes, bytes]]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreDamageWarning)  # a damaged table file is left out; verify says so
+        for k, v in store.table(KIND_METRICS).items(strict=False):
+            raw.setdefault(bytes(k), []).append((k, v))
+    out: dict[bytes, list[dict[str, Any]] | CasmonError] = {}
+    for key, items in raw.items():
+        try:
+            out[key] = [parse_record(KIND_METRICS, k, v) for k, v in items]
+        except CasmonError as e:
+            out[key] = e
+    return out
+
+
 def build(store: Store, tree: Tree) -> None:
-    """Add the runs of ``store`` under ``runs/``, each read (manifest, metric batches) when first asked for."""
+    """Add the runs of ``store`` under ``runs/``: listed from the runs' refs through the runs index
+    (:func:`~casmon.runs.listing.list_runs`: a run's attributes from its index entry, its manifest read only where
+    the entry is stale), and built all at once, with every metric record read in one pass, when the ``runs``
+    group's metadata is asked for (its ``zarr.json`` then holds the whole subtree: zarr lists it without a read
+    per run); a run asked for alone is read from its ref and manifest."""
     refs: dict[str, str] = {}
 
     def names() -> list[str]:
@@ -180,7 +207,14 @@ def build(store: Store, tree: Tree) -> None:
         if r is not None:
             _run(store, tree, r)
 
-    tree.lazy("runs", names, one)
+    def every(todo: list[str]) -> None:
+        wanted = {refs[name] for name in todo}
+        records = _metric_records(store)
+        for r in list_runs(store):
+            if r.ref in wanted:  # one listed since is left to the next view; one gone since is left out
+                _run(store, tree, r, records.get(bytes(metrics_key(r.ref)), []))
+
+    tree.lazy("runs", names, one, bulk=every)
 
 
 install_section("runs", build)

@@ -41,6 +41,8 @@ __all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "byte_slice",
 
 #: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
 WHOLE_VIEW_CHUNK = 4 << 20
+#: A raw chunk at least this large is read through its checked map (below it, a read costs less than a map).
+MAP_CHUNK_MIN = 1 << 20
 #: An element larger than this is no array zarr presents (zarr builds its fill value, and a crafted void dtype of
 #: gigabytes would stall it).
 MAX_VIEW_ITEMSIZE = 1 << 20
@@ -94,6 +96,27 @@ class ChunkView(ZarrStore):
         """The array's ``zarr.json``."""
         return self._metadata
 
+    @property
+    def layout(self) -> tuple[int, int, int, bool]:
+        """``(value bytes, stored bytes a chunk, zarr bytes a chunk, chunked along the last axis)``: chunk ``i`` is
+        bytes ``[i * stored, i * stored + stored)`` of the value, the last one padded with zeros to zarr's size."""
+        return self._n, self._cb, self._chunk_nbytes, self._fortran
+
+    def stored_chunks(self) -> list[Digest] | None:
+        """The stored chunks that are this array's chunks, in order; None where the chunks are ranges of one
+        object laid out whole (:meth:`whole_bytes`)."""
+        return None if self._whole is not None or self._whole_fn is not None else list(self._chunks)
+
+    def whole_bytes(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        """The checked bytes of a value laid out whole (mapped and checked once)."""
+        if self._whole_fn is not None:
+            with self._whole_lock:
+                if self._whole is None:
+                    self._whole = self._whole_fn()
+        if self._whole is None:
+            raise ValueError(f"value {self._manifest.digest.hex()} is not laid out whole")
+        return self._whole
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChunkView) and other._manifest.digest == self._manifest.digest and \
             other._part_index == self._part_index
@@ -121,6 +144,15 @@ class ChunkView(ZarrStore):
     def _read_chunk(self, i: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         lo = i * self._cb
         hi = min(self._n, lo + self._cb)
+        if self._whole is None and self._whole_fn is None and hi - lo == self._chunk_nbytes >= MAP_CHUNK_MIN:
+            # A whole raw chunk in a local folder: its checked map, which zarr copies from once (a read into a
+            # fresh buffer first would copy it twice).
+            from casmon.store import mapped
+
+            got = mapped.map_part(self._store.objects, {"n": hi - lo, "cb": hi - lo, "c": [self._chunks[i].hex()]})
+            if got is not None:
+                self.chunks_read += 1
+                return got
         # Only the last chunk's padding needs zeros: the rest is read over.
         out = np.empty(self._chunk_nbytes, dtype=np.uint8) if hi - lo == self._chunk_nbytes else \
             np.zeros(self._chunk_nbytes, dtype=np.uint8)

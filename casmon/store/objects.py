@@ -762,6 +762,22 @@ class ObjectStore:
             return self._read_any(d, locs, out)
         raise MissingObjectError(f"object {d.hex()} is not in the store")
 
+    def stored_payload(self, d: Digest, scratch: Out | None = None) -> tuple[int, bytes | memoryview] | None:
+        """Loose blob ``d``'s payload as it is stored, with the id of the codec it is stored with, checked against
+        ``d`` (a compressed one decoded into ``scratch``, of its raw length, to check it): what an export copies
+        without compressing it again. None where ``d`` is no loose object (packed, or missing)."""
+        key = loose_key(d)
+        data = self.backend.get(key)
+        if data is None:
+            return None
+        try:
+            codec = read_header(data, key).codec
+        except DamagedObjectError:
+            self.found_damaged(d)
+            raise
+        self._decode(data, key, d, None if codec == 0 else scratch)
+        return codec, _bytes_of(data)[FRAME_HEADER:]
+
     def get_into_many(self, jobs: list[tuple[Digest, npt.NDArray[np.uint8]]], window: int = 8) -> None:
         """Read many large blobs into their buffers, on the chunk pool.
 

@@ -343,8 +343,8 @@ class Store:
             raise UntrustedStoreError(f"value {m.digest.hex()} in {self.url}: {e}") from None
 
     def read_chunk(self, digest: Digest, out: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
-        """Read one chunk into ``out`` (used by lazy array views)."""
-        self.objects.get(digest, out=out, loose_hint=len(out) >= LOOSE_MIN)
+        """Read one chunk into ``out``, checked (lazy array views): a large loose one straight into it, not via bytes."""
+        self.objects.get_into_many([(digest, out)]) if len(out) >= LOOSE_MIN else self.objects.get(digest, out=out)
 
     def __contains__(self, digest: object) -> bool:
         try:

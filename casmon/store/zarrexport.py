@@ -39,6 +39,8 @@ from zarr.storage import LocalStore, WrapperStore
 
 from casmon.errors import CasmonError, StoreError
 from casmon.keys.digest import digest_bytes
+from casmon.store.arrayview import ChunkView
+from casmon.store.zarrchunks import copy_chunks
 from casmon.store.zarrview import Tree, ZarrView, node_name, open_view
 
 if TYPE_CHECKING:
@@ -144,14 +146,22 @@ class _LinkingStore(LocalStore):
     def __init__(self, root: Path | str, *, read_only: bool = False) -> None:
         super().__init__(root, read_only=read_only)
         self._first: dict[bytes, tuple[Path, asyncio.Event]] = {}
+        self._named: dict[str, bytes] = {}
         self.linked = 0
+
+    def name(self, key: str, name: bytes) -> None:
+        """The bytes written next at ``key`` are those ``name`` names (a stored chunk copied as stored): equal
+        names, equal bytes, so they need not be hashed to be linked."""
+        self._named[key] = name
 
     async def set(self, key: str, value: Buffer) -> None:
         if key.rpartition("/")[2] == "zarr.json":
             await super().set(key, value)
             return
-        data = value.as_numpy_array()
-        seen = bytes(digest_bytes(data.view("u1").reshape(-1))) + len(data).to_bytes(8, "little")
+        seen = self._named.pop(key, None)
+        if seen is None:
+            data = value.as_numpy_array()
+            seen = b"h" + bytes(digest_bytes(data.view("u1").reshape(-1))) + len(data).to_bytes(8, "little")
         path = Path(str(self.root)) / key
         first = self._first.get(seen)
         if first is None:  # the first of its bytes: written, and the equal ones written meanwhile wait for it
@@ -317,8 +327,14 @@ def _copy(src: zarr.Array[Any], dst: zarr.Array[Any]) -> None:
         dst[lo : lo + step] = src[lo : lo + step]
 
 
-def _array(dst: ZarrStore, path: str, src: zarr.Array[Any], meta: dict[str, Any]) -> int:
+def _array(dst: ZarrStore, path: str, src: zarr.Array[Any], meta: dict[str, Any], store: Store | None = None,
+           stored: Any = None, linking: _LinkingStore | None = None) -> int:
+    """Write the view's array ``src`` at ``path``: from its stored chunks where they are its chunks (``stored``, a
+    :class:`ChunkView`) and need no sharding, else through zarr (read, compressed, written); its bytes."""
     chunks, shards = layout(src.shape, src.chunks, src.dtype.itemsize)
+    if store is not None and isinstance(stored, ChunkView) and shards is None and \
+            copy_chunks(store, dst, path, meta, stored, linking.name if linking is not None else None):
+        return int(src.nbytes)
     compressors = [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")] if src.dtype.itemsize else None
     out = zarr.create_array(store=dst, name=path, shape=src.shape, dtype=src.dtype, chunks=chunks, shards=shards,
                             compressors=compressors, fill_value=src.fill_value, zarr_format=3,
@@ -348,7 +364,7 @@ def export_zarr(store: Store, out: str | os.PathLike[str], *what: str, view: Zar
                 if meta["node_type"] == "array":
                     src = src_root[path]
                     assert isinstance(src, zarr.Array)
-                    done.nbytes += _array(dst, path, src, meta)
+                    done.nbytes += _array(dst, path, src, meta, store, tree.arrays.get(path), linking)
                     done.arrays += 1
                 else:
                     zarr.create_group(store=dst, path=path, attributes=meta.get("attributes") or {}, zarr_format=3)

@@ -79,7 +79,19 @@ def value_node(store: Store, tree: Tree, path: str, ref: Any, about: dict[str, A
     about = {**about, "size": m.nbytes, "tag": m.tag}
     library = str(m.meta.get("handler", "")).partition(".")[0] if m.tag == "handler" else ""
     if library and library not in sys.modules:
-        # Its library's elements are described by the library: a view never imports one the program has not.
+        # A view never imports a library the program has not: its elements are an array where the manifest alone
+        # says how numpy reads them (a tensor's), else described.
+        layout = libraries.element_layout(str(m.meta.get("handler")), m.meta.get("meta"))
+        if layout is not None and len(m.parts) == 1:
+            try:
+                view = chunk_view(store, m, lazy=True, part=0, layout=layout)
+            except (TypeError, ValueError, LookupError, CasmonError):
+                pass
+            else:
+                meta = json.loads(view.metadata)
+                meta["attributes"] = {"casmon": about}  # as when the library is imported: one view either way
+                tree.array(path, meta, view)
+                return
         about["note"] = f"import {library} before opening the view to see it as an array"
     elif m.tag == "handler" and _frame(store, tree, path, m, about):
         return

@@ -37,7 +37,7 @@ __all__ = ["ZarrView", "Tree", "ChunkSource", "install_section", "open_view", "z
            "array_metadata"]
 
 #: The modules whose import installs the sections a view shows (loaded by name: they are layers above this one).
-SECTION_MODULES = ("casmon.caching.zarrtree", "casmon.calllog.zarrtree", "casmon.runs.zarrtree")
+SECTION_MODULES = ("casmon.caching.zarrtree", "casmon.calllog.zarrtree", "casmon.runs.zarrtree", "casmon.lineage.zarrentries")
 
 _sections: dict[str, Callable[[Store, Tree], None]] = {}
 
@@ -106,6 +106,8 @@ class Tree:
         self._lazy: dict[str, tuple[Callable[[], Iterable[str]], Callable[[str], None]]] = {}
         self._listed: set[str] = set()
         self._built: set[str] = set()
+        self._unbuilt: dict[str, int] = {}  # a listed lazy group -> how many of its children are not built yet
+        self._bulk: dict[str, Callable[[list[str]], None]] = {}
         self._lock = threading.RLock()
 
     def _parent(self, path: str) -> None:
@@ -130,20 +132,55 @@ class Tree:
         self.arrays[path] = source
 
     def lazy(self, path: str, names: Callable[[], Iterable[str]], build: Callable[[str], None],
-             attrs: dict[str, Any] | None = None) -> None:
+             attrs: dict[str, Any] | None = None, bulk: Callable[[list[str]], None] | None = None) -> None:
         """Add the group at ``path`` whose child node names ``names()`` lists and whose child ``name`` (with all
-        below it) ``build(name)`` adds, each when first asked for."""
+        below it) ``build(name)`` adds, each when first asked for. ``bulk(names)``: adds all those children at
+        once, cheaper than one by one; used when the group's own metadata is asked for (:meth:`build_all`), so
+        its ``zarr.json`` holds its whole subtree."""
         self.group(path, attrs)
         self._lazy[path] = (names, build)
+        if bulk is not None:
+            self._bulk[path] = bulk
+
+    def has_bulk(self, path: str) -> bool:
+        """Whether the group at ``path`` builds its children all at once (:meth:`build_all`)."""
+        return path in self._bulk
+
+    def build_all(self, path: str) -> None:
+        """Build every child of the lazy group at ``path`` not built yet, with its bulk builder where it has one."""
+        with self._lock:
+            kids = self._list(path)
+            todo = [c for c in sorted(kids) if f"{path}/{c}" not in self._built]
+            bulk = self._bulk.get(path)
+            if not todo or bulk is None:
+                for c in todo:
+                    self.ensure(f"{path}/{c}")
+                return
+            for c in todo:
+                self._built.add(f"{path}/{c}")
+            self._unbuilt[path] -= len(todo)
+            try:
+                bulk(todo)
+            except Exception as e:  # noqa: BLE001 - a crafted record: every child says so, none is hidden
+                for c in todo:
+                    if f"{path}/{c}" not in self.meta:
+                        self.group(f"{path}/{c}", {"casmon": {"error": f"{type(e).__name__}: {e}"[:500]}})
+            kids.difference_update([c for c in todo if f"{path}/{c}" not in self.meta])  # gone since listed
+
+    def _list(self, path: str) -> set[str]:
+        """The children of the group at ``path``, listed now if it is lazy (the set itself: hold the lock)."""
+        lazy = self._lazy.get(path)
+        if lazy is not None and path not in self._listed:
+            kids = self.children.setdefault(path, set())
+            kids.update(lazy[0]())
+            self._listed.add(path)
+            self._unbuilt[path] = sum(1 for c in kids if f"{path}/{c}" not in self._built)
+        return self.children.get(path, set())
 
     def listing(self, path: str) -> set[str]:
         """The names of the children of the group at ``path`` (listed now if it is lazy)."""
         with self._lock:
-            lazy = self._lazy.get(path)
-            if lazy is not None and path not in self._listed:
-                self.children.setdefault(path, set()).update(lazy[0]())
-                self._listed.add(path)
-            return set(self.children.get(path, ()))  # a copy: another thread's build may add to it
+            return set(self._list(path))  # a copy: another thread's build may add to it
 
     def pending(self, path: str) -> bool:
         """Whether a lazy group above ``path`` has yet to list or build the node there."""
@@ -168,9 +205,10 @@ class Tree:
             for i in range(len(parts)):
                 parent, full = "/".join(parts[:i]), "/".join(parts[: i + 1])
                 if parent in self._lazy and full not in self._built:
-                    if parts[i] not in self.listing(parent):
+                    if parts[i] not in self._list(parent):
                         return
                     self._built.add(full)
+                    self._unbuilt[parent] -= 1
                     try:
                         self._lazy[parent][1](parts[i])
                     except Exception as e:  # noqa: BLE001 - a crafted record: this node says so, the others stay
@@ -184,6 +222,8 @@ class Tree:
         todo = [path]
         while todo:
             p = todo.pop()
+            if p in self._lazy:
+                self.build_all(p)
             for name in sorted(self.listing(p)):
                 child = f"{p}/{name}" if p else name
                 self.ensure(child)
@@ -195,9 +235,7 @@ class Tree:
         for p in self._lazy:
             if path and p != path and not p.startswith(path + "/"):
                 continue
-            if p not in self._listed:
-                return False
-            if any((f"{p}/{c}" if p else c) not in self._built for c in self.children.get(p, ())):
+            if p not in self._listed or self._unbuilt.get(p, 0) > 0:
                 return False
         return True
 
@@ -275,6 +313,8 @@ class ZarrView(ZarrStore):
             return doc
         path = key[: -len("zarr.json")].rstrip("/")
         await self._ensure(path)
+        if self._tree.has_bulk(path) and not self._tree.complete(path):
+            await asyncio.to_thread(self._tree.build_all, path)  # its zarr.json then holds its whole subtree
         meta = self._root if not path else self._tree.meta.get(path)
         if meta is None:
             return None

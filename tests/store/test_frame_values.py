@@ -152,11 +152,13 @@ def test_frame_column_index_type_and_flags_come_back_exactly(tmp_path, i):
 def _xr_exactly(got, want):
     """identical(), and what identical() does not look at: variable order, indexes, encoding."""
     assert type(got) is type(want) and got.identical(want), (got, want)
-    assert got.encoding == want.encoding and list(got.coords) == list(want.coords)
+    from casmon.store.libraries.tabular import tagged  # compares encodings NaN for NaN, type for type
+
+    assert tagged(got.encoding) == tagged(want.encoding) and list(got.coords) == list(want.coords)
     assert {k: type(i) for k, i in got.xindexes.items()} == {k: type(i) for k, i in want.xindexes.items()}
     if isinstance(want, xr.Dataset):
         assert list(got.variables) == list(want.variables) and list(got.sizes) == list(want.sizes)
-        assert all(got[k].encoding == want[k].encoding for k in want.variables)
+        assert all(tagged(got[k].encoding) == tagged(want[k].encoding) for k in want.variables)
 
 
 def _xr_exact_values():
@@ -166,11 +168,15 @@ def _xr_exact_values():
     da = xr.DataArray(np.zeros(2), dims="x", name="v")
     da.encoding = {"zlib": True}
     sets = ds.copy()
-    sets.encoding = {"unlimited_dims": {"x"}}  # a set: JSON does not keep it
+    sets.encoding = {"unlimited_dims": {"x"}, "source": "/data/x.nc"}  # a set of names, as netCDF files give
+    netcdf = ds.copy()
+    netcdf["t"].encoding = {"dtype": np.dtype("int16"), "scale_factor": np.float32(0.1), "add_offset": np.float64(3),
+                            "_FillValue": np.int16(-999), "missing_value": np.float32(np.nan), "units": "K",
+                            "original_shape": (3,), "chunksizes": None, "$odd": [1, (2, 3)]}
     return [
         xr.DataArray(np.zeros(3), name="data"),  # named as an unnamed one is stored
         xr.DataArray(np.zeros(3), dims="data"),
-        enc, da, sets,
+        enc, da, sets, netcdf,
         ds.drop_indexes("x"),  # a dimension coordinate without an index
         xr.Dataset(coords={"c": ("x", [3])}).assign(a=("x", [1])),  # a coordinate before a data variable
         xr.Dataset({"a": ("x", [1]), "b": ("x", [2])}, coords={"c": ("x", [3])})[["b", "a"]],
@@ -182,5 +188,39 @@ def test_xarray_values_come_back_with_name_order_indexes_and_encoding(tmp_path, 
     """A DataArray named "data", a variable's encoding, the variables' order and which coordinates are indexed
     come back as they were: stored as variables where the layout rebuilds them, pickled where not."""
     want = _xr_exact_values()[i]
-    (_, got), = _round_trip(tmp_path, [want])
+    (m, got), = _round_trip(tmp_path, [want])
     _xr_exactly(got, want)
+    if i in (4, 5):  # encodings as netCDF files give them: stored as variables, not pickled
+        assert m.tag == "handler"
+
+
+def test_a_dataset_read_from_a_netcdf_file_is_stored_as_variables_and_opens_through_the_view_and_an_export(tmp_path):
+    import zarr
+
+    from casmon.store.zarrview import node_name
+
+    pytest.importorskip("scipy")
+    ds = xr.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(4, 3) * 0.5, {"long_name": "temperature"})},
+                    coords={"x": np.arange(4), "y": [10, 20, 30]})
+    ds["t"].encoding = {"dtype": "int16", "scale_factor": 0.5, "_FillValue": -999, "units": "K"}
+    ds.to_netcdf(tmp_path / "in.nc", engine="scipy")
+    want = xr.open_dataset(tmp_path / "in.nc", engine="scipy").load()
+    assert isinstance(want["t"].encoding["scale_factor"], np.generic) and "unlimited_dims" in want.encoding
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f():
+        return want
+
+    f()
+    s.flush()
+    ref = f.ref()
+    assert s.manifest(ref.digest).tag == "handler"  # not a pickle
+    got = ref.load()
+    _xr_exactly(got, want)
+    path = f"cache/{node_name(f.__casmon_cache__.name)}/{ref.key.hex()}"
+    for opened in (xr.open_zarr(s.zarr(), group=path, consolidated=False), xr.open_zarr(tmp_path / "out", group=path)
+                   if s.export_zarr(tmp_path / "out") else None):
+        got = opened.load()  # the values as cached (decoded): the encoding says how netCDF packed them, not zarr
+        assert got.equals(want) and got["t"].dtype == want["t"].dtype and got["t"].attrs["long_name"] == "temperature"
+    assert isinstance(zarr.open_group(tmp_path / "out", mode="r")[path], zarr.Group)

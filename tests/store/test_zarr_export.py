@@ -80,7 +80,7 @@ def read_without_casmon(tmp_path, kind, where, env=None):
     out = tmp_path / f"read-{kind}.pickle"
     e = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     e.update(env or {})
-    done = subprocess.run([sys.executable, "-c", _READER, kind, str(where), str(out)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-I", "-c", _READER, kind, str(where), str(out)], capture_output=True, text=True,
                           cwd=tmp_path, env=e, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(out, "rb") as f:
@@ -433,3 +433,119 @@ def test_an_s3_prefix_that_gains_an_object_while_exporting_fails_the_export_and_
     with pytest.raises(ExportError, match="while exporting"):
         s.export_zarr(url)
     assert bytes(theirs.get("zarr.json")) == b'{"theirs": 1}' and bytes(theirs.get(f"{calls[0]}/zarr.json")) == b'{"theirs": 2}'
+
+
+def _layouts():
+    rng = np.random.default_rng(9)
+    noise = rng.random(3 * 32768 + 1000)  # 256 KiB chunks: loose objects, raw (noise does not compress)
+    ramp = np.arange(3 * 32768 + 1000, dtype="f8")  # compressed chunks
+    return {
+        "raw": noise,
+        "compressed": ramp,
+        "compressed-then-raw": np.concatenate([ramp[:32768], noise[:2 * 32768]]),
+        "raw-then-compressed": np.concatenate([noise[:32768], ramp[:2 * 32768 + 5]]),
+        "fortran": np.asfortranarray(rng.random((64, 2100))),
+        "big-endian": ramp.astype(">i8"),
+        "rows": rng.random((1000, 70)).astype("f4"),
+    }
+
+
+@pytest.mark.parametrize("codec", ["blosc-lz4", "zstd", "none"])
+def test_an_arrays_stored_chunks_are_copied_into_the_export_as_stored_and_open_without_casmon(tmp_path, codec):
+    from casmon.store.objects import loose_key
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 18, array_codec=codec)
+    values = _layouts()
+    names = sorted(values)
+
+    @casmon.cache(store=s)
+    def make(name):
+        return values[name]
+
+    @casmon.cache(store=s, mmap=True)
+    def mapped():
+        return np.random.default_rng(3).random((3000, 100))  # laid out whole: one raw object of 2.4 MB
+
+    for name in names:
+        make(name)
+    mapped()
+    s.flush()
+    s.export_zarr(tmp_path / "out")
+    got = read_without_casmon(tmp_path, "folder", tmp_path / "out")
+    for name in names + [None]:
+        path, ref = entry(make, name) if name else entry(mapped)
+        want = ref.load()
+        a = got["zarr"][path]
+        assert a.shape == want.shape and a.dtype == want.dtype.newbyteorder("=") and np.array_equal(a, want), name
+    # A full chunk stored in an encoding zarr reads is its stored payload, byte for byte: nothing re-encoded.
+    path, ref = entry(make, "raw")
+    first = next(s.manifest(ref.digest).chunk_digests())
+    stored = (tmp_path / "s" / loose_key(first)).read_bytes()[40:]
+    assert (tmp_path / "out" / path / "c" / "0").read_bytes() == stored
+
+
+def test_a_damaged_chunk_of_any_encoding_fails_the_export_and_writes_nothing(tmp_path):
+    from casmon.store.objects import loose_key
+
+    for i, value in enumerate([np.arange(100_000, dtype="f8"), np.random.default_rng(2).random(100_000)]):
+        s = casmon.open(tmp_path / f"s{i}", chunk_size=1 << 18)
+
+        @casmon.cache(store=s)
+        def make():
+            return value
+
+        make()
+        s.flush()
+        digests = list(s.manifest(make.ref().digest).chunk_digests())
+        p = tmp_path / f"s{i}" / loose_key(digests[-2])  # a full chunk, not the first
+        data = bytearray(p.read_bytes())
+        data[-100] ^= 2
+        p.write_bytes(bytes(data))
+        s.objects.clear_caches()
+        with pytest.raises(DamagedObjectError):
+            s.export_zarr(tmp_path / f"out{i}")
+        assert not (tmp_path / f"out{i}").exists() and not list(tmp_path.glob(f".out{i}.*"))
+
+
+def test_a_dataset_with_netcdf_encoding_and_a_tensor_export_as_a_group_and_an_array_opened_without_casmon(tmp_path):
+    import xarray as xr
+
+    torch = pytest.importorskip("torch")
+    ds = xr.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(4, 3) * 0.5, {"long_name": "temperature"})},
+                    coords={"x": np.arange(4), "y": [10, 20, 30]})
+    ds["t"].encoding = {"dtype": np.dtype("int16"), "scale_factor": np.float32(0.5), "_FillValue": np.int16(-999),
+                        "missing_value": np.float32(np.nan), "original_shape": (4, 3), "units": "K"}
+    ds.encoding = {"unlimited_dims": set(), "source": "/data/in.nc"}
+    values = [ds, torch.arange(24, dtype=torch.int32).reshape(4, 6)]
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def make(i):
+        return values[i]
+
+    make(0), make(1)
+    s.flush()
+    assert s.manifest(make.ref(0).digest).tag == "handler"  # stored as variables, not pickled
+    s.export_zarr(tmp_path / "out")
+    got = read_without_casmon(tmp_path, "folder", tmp_path / "out")
+    path, _ref = entry(make, 0)
+    assert got["xarray"][path].equals(ds) and got["xarray"][path]["t"].attrs["long_name"] == "temperature"
+    path, _ref = entry(make, 1)
+    assert np.array_equal(got["zarr"][path], values[1].numpy()) and got["zarr"][path].dtype == np.int32
+
+
+def test_casmon_export_zarr_writes_a_tensor_as_an_array_though_the_command_line_imports_no_torch(tmp_path):
+    from tests.support.cli import cli_process
+
+    torch = pytest.importorskip("torch")
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def t():
+        return torch.arange(30, dtype=torch.float32).reshape(5, 6)
+
+    t()
+    s.close()
+    cli_process("export", "--zarr", str(tmp_path / "out"), "--store", str(tmp_path / "s"))
+    got = zarr.open_group(tmp_path / "out", mode="r")[entry(t)[0]]
+    assert isinstance(got, zarr.Array) and np.array_equal(got[:], np.arange(30, dtype="f4").reshape(5, 6))

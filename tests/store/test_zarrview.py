@@ -8,7 +8,7 @@ import pytest
 import zarr
 
 import casmon
-from casmon.errors import DamagedObjectError
+from casmon.errors import CasmonError, DamagedObjectError
 from casmon.keys.digest import Digest
 from casmon.store.zarrview import node_name
 from tests.support.damage import damage_cached_result
@@ -137,6 +137,38 @@ def test_a_damaged_chunk_read_through_the_view_raises_damage(tmp_path):
     z = _open(s.zarr())[path]
     with pytest.raises(DamagedObjectError):
         z[:]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extend"])
+def test_a_damaged_large_chunk_among_sound_ones_raises_damage_through_the_view(tmp_path, damage):
+    from casmon.store.objects import loose_key
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 20)  # raw chunks of 1 MiB: read through their checked maps
+
+    @casmon.cache(store=s)
+    def big():
+        return np.random.default_rng(6).random((1024, 512))  # 4 MiB: four chunks of 256 rows
+
+    a = big()
+    s.flush()
+    path, ref = _entry(None, big)
+    z = _open(s.zarr())[path]
+    assert z.chunks == (256, 512) and np.array_equal(z[:], a)
+    p = tmp_path / "s" / loose_key(list(s.manifest(ref.digest).chunk_digests())[2])
+    data = bytearray(p.read_bytes())
+    if damage == "flip":
+        data[len(data) // 3] ^= 4
+    elif damage == "truncate":
+        del data[-8:]
+    else:
+        data += b"\0" * 8
+    p.write_bytes(bytes(data))
+    s.objects.clear_caches()
+    z = _open(s.zarr())[path]
+    assert np.array_equal(z[:256], a[:256])  # a sound chunk still reads
+    for sl in (slice(None), slice(600, 700)):
+        with pytest.raises(DamagedObjectError):
+            z[sl]
 
 
 def test_a_slice_reads_only_the_chunks_it_touches(tmp_path, monkeypatch):
@@ -286,39 +318,57 @@ def test_an_arrays_metadata_made_from_its_kinds_template_is_zarrs_own(dt, shape,
 
 
 _VIEW_WITHOUT_TORCH = """
-import sys, zarr, casmon
+import sys, json, zarr, casmon
 s = casmon.open(sys.argv[1])
 root = zarr.open_group(s.zarr(), mode="r")
-node = root[sys.argv[2]]
+got = {}
+for path in sys.argv[2:]:
+    node = root[path]
+    got[path] = ([node.dtype.str, list(node.shape), node[...].tobytes().hex(), dict(node.attrs)] if isinstance(node, zarr.Array)
+                 else dict(node.attrs))
 assert "torch" not in sys.modules, "the view imported torch"
-assert isinstance(node, zarr.Group), type(node)
-print(node.attrs["casmon"]["note"])
-import torch
-print(type(zarr.open_group(s.zarr(), mode="r")[sys.argv[2]]).__name__)
+print(json.dumps(got))
 """
 
 
-def test_a_tensor_is_an_array_only_once_the_program_imported_its_library(tmp_path):
+def test_a_tensor_is_the_same_array_whether_or_not_the_program_imported_torch(tmp_path):
+    import json
     import subprocess
     import sys
 
     torch = pytest.importorskip("torch")
     s = casmon.open(tmp_path / "s")
+    tensors = [torch.arange(1000, dtype=torch.float32), torch.arange(60, dtype=torch.int64).reshape(3, 4, 5),
+               torch.tensor([True, False]), torch.ones(3, dtype=torch.float16), torch.zeros(2, 2, dtype=torch.uint8),
+               torch.ones(4, dtype=torch.complex64) * (1 + 2j), torch.ones(3, dtype=torch.bfloat16)]
 
     @casmon.cache(store=s)
-    def t():
-        return torch.arange(1000, dtype=torch.float32)
+    def t(i):
+        return tensors[i]
 
-    t()
+    paths = []
+    for i in range(len(tensors)):
+        t(i)
+        paths.append(_entry(None, t, i)[0])
     s.flush()
-    path = _entry(None, t)[0]
-    z = _open(s.zarr())[path]
-    assert isinstance(z, zarr.Array) and np.array_equal(z[:], t.ref().load().numpy())
+    root = _open(s.zarr())
+    with_torch = {}
+    for i, path in enumerate(paths):
+        node = root[path]
+        if isinstance(node, zarr.Array):
+            assert np.array_equal(node[...], t.ref(i).load().numpy())
+            with_torch[path] = [node.dtype.str, list(node.shape), node[...].tobytes().hex(), dict(node.attrs)]
+        else:
+            with_torch[path] = dict(node.attrs)
+    assert isinstance(root[paths[-1]], zarr.Group)  # bfloat16: numpy has no such type
     s.close()
-    done = subprocess.run([sys.executable, "-c", _VIEW_WITHOUT_TORCH, str(tmp_path / "s"), path], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", _VIEW_WITHOUT_TORCH, str(tmp_path / "s"), *paths], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "import torch before opening the view" in done.stdout and done.stdout.split()[-1] == "Array"
+    without = json.loads(done.stdout)
+    for path in paths[:-1]:
+        assert without[path] == json.loads(json.dumps(with_torch[path])), path
+    assert "import torch before opening the view" in without[paths[-1]]["casmon"]["note"]
 
 
 def test_opening_the_view_reads_no_value_laid_out_for_mapping_and_its_damage_raises_on_read(tmp_path, monkeypatch):
@@ -588,3 +638,116 @@ def test_a_layout_the_stored_part_does_not_hold_is_refused_before_zarr_sees_it(t
         arrayview.chunk_view(s, crafted, lazy=True)
     with pytest.raises((ValueError, TypeError), match=error):  # the same as one column of a frame
         arrayview.chunk_view(s, crafted, lazy=True, part=0, layout=crafted.meta)
+
+
+def _walk(group):
+    """Every node below ``group``: its kind, attributes, and an array's shape and values."""
+    out = {}
+    for path, node in group.members(max_depth=None):
+        if isinstance(node, zarr.Array):
+            out[path] = ("array", dict(node.attrs), node.shape, node[...].tolist())
+        else:
+            out[path] = ("group", dict(node.attrs))
+    return out
+
+
+def test_the_runs_groups_consolidated_listing_equals_each_runs_own_nodes_with_a_stale_runs_index(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    runs = []
+    for i in range(6):
+        with casmon.record(store=s, capture_output=False, params={"i": i, "lr": 0.1 * i, "x": float("nan")}) as run:
+            run.info["note"] = f"r{i}"
+            for step in range(i):
+                run.log(loss=1.0 / (step + 1), acc=step / 10, step=step)
+        runs.append(run)
+    s.flush()
+    casmon.list_runs(s)  # writes the runs index: every run so far is in it
+    assert (tmp_path / "s" / "runs-index" / "base").is_file()
+    casmon.delete_run(runs[1].ref, store=s, force=True)  # gone after the index was written
+    with casmon.record(store=s, capture_output=False, params={"late": True}) as late:  # new since
+        late.log(acc=0.5)
+    s.flush()
+    want = {node_name(r.ref.split("/", 1)[-1]) for r in casmon.list_runs(s)}
+    assert node_name(late.ref.split("/", 1)[-1]) in want and node_name(runs[1].ref.split("/", 1)[-1]) not in want
+
+    g = _open(s.zarr())["runs"]
+    assert g.metadata.consolidated_metadata is not None  # the runs group lists its subtree itself
+    assert set(g.group_keys()) == want
+    consolidated = _walk(g)
+    per_node = {}  # each run opened alone, from a fresh view: read from its ref and manifest, not the index
+    fresh = s.zarr()
+    for name in want:
+        node = zarr.open_group(fresh, path=f"runs/{name}", mode="r", use_consolidated=False)
+        per_node[name] = ("group", dict(node.attrs))
+        per_node.update({f"{name}/{k}": v for k, v in _walk(node).items()})
+    assert consolidated == per_node
+    assert consolidated[node_name(runs[3].ref.split("/", 1)[-1])][1]["params"]["x"] == "NaN"
+    assert consolidated[f"{node_name(runs[3].ref.split('/', 1)[-1])}/metrics/loss/value"][3] == [1.0, 0.5, 1 / 3]
+
+
+def test_a_functions_entries_are_listed_from_the_lineage_index_and_the_records_written_since(tmp_path, monkeypatch):
+    from casmon.caching import zarrtree
+    from casmon.lineage.derived import INDEX_KEY, read_entries
+
+    s = casmon.open(tmp_path / "s")
+
+    @casmon.cache(store=s)
+    def f(i):
+        return np.arange(i)
+
+    for i in range(1, 4):
+        f(i)
+    s.flush()
+    read_entries(s)  # the derived index written, of three entries
+    assert s.backend.get(INDEX_KEY) is not None
+    f(4)  # one more since
+    s.flush()
+    fn = node_name(f.__casmon_cache__.name)
+    want = {f.ref(i).key.hex() for i in range(1, 5)}
+
+    def names(view, prefix):
+        async def collect():
+            return {k async for k in view.list_dir(prefix) if k != "zarr.json"}
+
+        return asyncio.run(collect())
+
+    assert names(s.zarr(), f"cache/{fn}") == want
+    monkeypatch.setattr(zarrtree, "_bulk", [])  # the records read one by one: the same entries
+    assert names(s.zarr(), f"cache/{fn}") == want
+
+    def unreadable(store):
+        raise CasmonError("the index cannot be read")
+
+    monkeypatch.setattr(zarrtree, "_bulk", [unreadable])  # an index that fails: the records still list them
+    assert names(s.zarr(), f"cache/{fn}") == want
+    f.cache_clear()
+    f(2)
+    s.flush()
+    monkeypatch.undo()
+    assert names(s.zarr(), f"cache/{fn}") == {f.ref(2).key.hex()}
+    assert _open(s.zarr())[f"cache/{fn}/{f.ref(2).key.hex()}"][:].tolist() == [0, 1]
+
+
+def test_a_damaged_run_ref_and_a_damaged_metric_record_are_error_nodes_in_the_runs_listing_and_hide_no_run(tmp_path):
+    from casmon.runs.metrics import KIND_METRICS, metrics_key
+
+    s = casmon.open(tmp_path / "s", create=True)
+    runs = []
+    for i in range(3):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i))
+        runs.append(run)
+    s.append(KIND_METRICS, {"run": runs[2].ref, "seq": "x"}, key=metrics_key(runs[2].ref))  # not {seq, s}
+    s.flush()
+    casmon.list_runs(s)
+    (tmp_path / "s" / "refs" / "runs" / "zz-damaged").write_bytes(b"CSMN garbage")
+    names = [node_name(r.ref.split("/", 1)[-1]) for r in runs]
+    g = _open(s.zarr())["runs"]
+    assert set(g.group_keys()) == {*names, "zz-damaged"}
+    assert "error" in g["zz-damaged"].attrs
+    assert g[f"{names[0]}/metrics/loss/value"][:].tolist() == [0.0]
+    assert "error" in g[f"{names[2]}/metrics"].attrs and g[names[2]].attrs["status"] == "ok"
+    fresh = s.zarr()  # each alone, from its ref and manifest: the same nodes
+    for name in [*names, "zz-damaged"]:
+        alone = zarr.open_group(fresh, path=f"runs/{name}", mode="r", use_consolidated=False)
+        assert dict(alone.attrs) == dict(g[name].attrs) and _walk(alone) == _walk(g[name]), name

@@ -66,3 +66,24 @@ def ensure_named(handler: str) -> None:
         except ImportError:
             return
         _module(name)
+
+
+#: A tensor's element types by their torch names, as numpy describes the same bytes (bfloat16 and the float8 types
+#: have no numpy type).
+_TORCH_ELEMENTS = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "int8": "|i1", "int16": "<i2",
+                   "int32": "<i4", "int64": "<i8", "uint8": "|u1", "uint16": "<u2", "uint32": "<u4",
+                   "uint64": "<u8", "bool": "|b1", "complex64": "<c8", "complex128": "<c16"}
+
+
+def element_layout(handler: str, meta: Any) -> dict[str, Any] | None:
+    """The numpy form (``dtype``, ``shape``, ``order``) of the elements a library's handler stored as one array, read
+    from its manifest's ``meta`` without importing the library (a program that has not imported torch sees its
+    tensors through the zarr view as arrays all the same); None where it cannot be told so."""
+    if handler.partition(".")[0] != "torch" or not isinstance(meta, dict):
+        return None
+    name = meta.get("dtype")
+    code = _TORCH_ELEMENTS.get(name) if isinstance(name, str) else None
+    shape = meta.get("shape")
+    if code is None or not isinstance(shape, list):
+        return None
+    return {"dtype": repr(code), "shape": shape, "order": "C"}

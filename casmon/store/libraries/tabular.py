@@ -12,7 +12,7 @@ import numpy as np
 from casmon.keys.dtypes import dtype_extras
 from casmon.store.serialize import Part, dtype_from_meta
 
-__all__ = ["as_part", "from_part", "plain_json", "MAX_PARTS"]
+__all__ = ["as_part", "from_part", "plain_json", "MAX_PARTS", "tagged", "untagged"]
 
 #: A frame of more columns (variables) than this is pickled whole: one part each would cost more than it saves.
 MAX_PARTS = 1024
@@ -64,3 +64,71 @@ def plain_json(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+#: How deep :func:`tagged` follows nested values (an encoding is a flat dict of a few numbers and names).
+_TAG_DEPTH = 20
+
+
+def tagged(v: Any, depth: int = 0) -> Any:
+    """``v`` as JSON that :func:`untagged` turns back into an equal value of the same types: what an xarray
+    variable's encoding from a netCDF file holds (numpy scalars such as ``scale_factor`` and ``_FillValue``, NaN
+    included, numpy dtypes, tuples such as ``original_shape``, sets of names such as ``unlimited_dims``). Raises
+    ValueError for anything else."""
+    if v is None or type(v) in (bool, int, str):
+        return v
+    if type(v) is float:
+        return v if math.isfinite(v) else {"$float": repr(v)}
+    if depth > _TAG_DEPTH:
+        raise ValueError("nested too deep")
+    if type(v) is list:
+        return [tagged(x, depth + 1) for x in v]
+    if type(v) is tuple:
+        return {"$tuple": [tagged(x, depth + 1) for x in v]}
+    if type(v) is set and all(type(x) in (str, int) for x in v):  # netCDF's unlimited_dims
+        return {"$set": sorted(v, key=lambda x: (type(x).__name__, x))}
+    if type(v) is dict:
+        if not all(type(k) is str for k in v):
+            raise ValueError("a key that is not text")
+        items = {k: tagged(x, depth + 1) for k, x in v.items()}
+        return {"$dict": items} if any(k.startswith("$") for k in v) else items
+    if isinstance(v, np.dtype) and not v.hasobject and v.fields is None:
+        return {"$dtype": repr(np.lib.format.dtype_to_descr(v))}
+    if isinstance(v, np.generic) and v.dtype.kind in "biufcSUmM" and dtype_extras(v.dtype) is None:
+        # The scalar's bytes: NaN payloads and the exact type come back as they were.
+        return {"$numpy": repr(np.lib.format.dtype_to_descr(v.dtype)), "bytes": v.tobytes().hex()}
+    raise ValueError(f"a {type(v).__name__} value")
+
+
+def untagged(v: Any) -> Any:
+    """The value :func:`tagged` wrote as ``v``; ValueError for what it did not write (a crafted manifest)."""
+    try:
+        return _untagged(v, 0)
+    except (TypeError, AttributeError, KeyError, IndexError, SyntaxError, OverflowError, RecursionError) as e:
+        raise ValueError(f"not a tagged value: {type(e).__name__}") from None
+
+
+def _untagged(v: Any, depth: int) -> Any:
+    if depth > _TAG_DEPTH + 1:
+        raise ValueError("nested too deep")
+    if type(v) is list:
+        return [_untagged(x, depth + 1) for x in v]
+    if type(v) is not dict:
+        return v
+    if "$float" in v:
+        return float(v["$float"])
+    if "$set" in v:
+        return set(v["$set"])
+    if "$tuple" in v:
+        return tuple(_untagged(x, depth + 1) for x in v["$tuple"])
+    if "$dict" in v:
+        return {k: _untagged(x, depth + 1) for k, x in v["$dict"].items()}
+    if "$dtype" in v:
+        return dtype_from_meta(v["$dtype"])
+    if "$numpy" in v:
+        dt = dtype_from_meta(v["$numpy"])
+        raw = bytes.fromhex(v["bytes"])
+        if len(raw) != dt.itemsize:
+            raise ValueError(f"{len(raw)} bytes for a {dt} scalar")
+        return np.frombuffer(raw, dt)[0]
+    return {k: _untagged(x, depth + 1) for k, x in v.items()}

@@ -1,5 +1,6 @@
 """xarray: a Dataset or DataArray as one numeric part per variable (coordinates included) and its names, dims,
-attributes and encoding, so the zarr view presents it as a group ``xr.open_zarr`` opens. Variables backed by
+attributes and encoding (numpy scalars, dtypes and tuples, as a netCDF file gives them, tagged in JSON), so the zarr
+view presents it as a group ``xr.open_zarr`` opens. Variables backed by
 dask, of object dtype, with attributes or encoding JSON does not keep, or any value whose structure (variable
 order, indexes, name) the layout does not rebuild exactly are pickled whole instead."""
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json
+from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json, tagged, untagged
 
 __all__ = ["XarrayHandler"]
 
@@ -22,8 +23,16 @@ def _name_ok(n: Any) -> bool:
     return type(n) is str and bool(n) and "/" not in n and not n.startswith(("__", "%")) and n not in (".", "..")
 
 
+def _encoding(enc: Any) -> Any:
+    """An encoding as compared: its tagged JSON (a NaN ``_FillValue`` equals itself; types count)."""
+    try:
+        return tagged(enc)
+    except ValueError:
+        return ("untagged", id(enc))  # equal to no other: such a value is pickled
+
+
 def _variable(x: Any) -> tuple[Any, ...]:
-    return tuple(x.dims), x.shape, x.dtype, x.attrs, x.encoding
+    return tuple(x.dims), x.shape, x.dtype, x.attrs, _encoding(x.encoding)
 
 
 def _structure(v: Any) -> tuple[Any, ...]:
@@ -33,7 +42,12 @@ def _structure(v: Any) -> tuple[Any, ...]:
         return (type(v), v.name, _variable(v.variable), [(k, _variable(c.variable)) for k, c in v.coords.items()],
                 indexes)
     return (type(v), [(k, _variable(x)) for k, x in v.variables.items()], list(v.coords), list(v.data_vars),
-            list(v.sizes.items()), v.attrs, v.encoding, indexes)
+            list(v.sizes.items()), v.attrs, _encoding(v.encoding), indexes)
+
+
+def _stored_encoding(meta: dict[str, Any]) -> Any:
+    """The encoding ``meta`` keeps: tagged (values stored now), or plain JSON (stored before numpy values were)."""
+    return untagged(meta["tagged_encoding"]) if "tagged_encoding" in meta else meta.get("encoding")
 
 
 class XarrayHandler:
@@ -52,12 +66,16 @@ class XarrayHandler:
             kind, ds, var = "dataset", v, None
         else:
             return None
-        if len(ds.variables) > MAX_PARTS or not plain_json(ds.attrs) or not plain_json(ds.encoding):
+        if len(ds.variables) > MAX_PARTS or not plain_json(ds.attrs):
             return None
-        variables, buffers = [], []
+        try:  # an encoding read from a netCDF file holds numpy scalars, dtypes and tuples: kept tagged
+            encodings = [tagged(ds.encoding)] + [tagged(x.encoding) for x in ds.variables.values()]
+        except ValueError:
+            return None
+        variables: list[dict[str, Any]] = []
+        buffers: list[Any] = []
         for name, x in ds.variables.items():
-            if not _name_ok(name) or not plain_json(x.attrs) or not plain_json(x.encoding) or \
-                    not all(_name_ok(d) for d in x.dims):
+            if not _name_ok(name) or not plain_json(x.attrs) or not all(_name_ok(d) for d in x.dims):
                 return None
             data = x.data if name not in ds.indexes else x.values
             got = as_part(data)
@@ -65,10 +83,10 @@ class XarrayHandler:
                 return None
             layout, a = got
             variables.append({"name": name, "dims": list(x.dims), "attrs": x.attrs, "coord": name in ds.coords,
-                              "array": layout, "encoding": x.encoding})
+                              "array": layout, "tagged_encoding": encodings[len(variables) + 1]})
             buffers.append(a)
         meta = {"kind": kind, "var": var, "unnamed": kind == "dataarray" and v.name is None, "attrs": ds.attrs,
-                "encoding": ds.encoding, "variables": variables}
+                "tagged_encoding": encodings[0], "variables": variables}
         try:  # the rebuilt value views the same buffers: only its structure can differ, and that is cheap to see
             same = _structure(self.decode(meta, [np.frombuffer(b.data, np.uint8) for b in buffers])) == _structure(v)
         except (TypeError, ValueError, KeyError):
@@ -77,11 +95,11 @@ class XarrayHandler:
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
         variables = {v["name"]: xr.Variable(tuple(v["dims"]), from_part(v["array"], buf), attrs=v["attrs"],
-                                            encoding=v.get("encoding"))
+                                            encoding=_stored_encoding(v))
                      for v, buf in zip(meta["variables"], buffers)}
         # one mapping in the stored order, then the coordinates named: the variables keep their order
         ds = xr.Dataset(variables, attrs=meta["attrs"]).set_coords([v["name"] for v in meta["variables"] if v["coord"]])
-        ds.encoding = dict(meta.get("encoding") or {})
+        ds.encoding = dict(_stored_encoding(meta) or {})
         if meta["kind"] == "dataarray":
             da = ds[meta["var"]]
             return da.rename(None) if meta.get("unnamed", meta["var"] == UNNAMED) else da
