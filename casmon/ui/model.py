@@ -51,6 +51,9 @@ from casmon.runs.listing import indexed_run
 FRESH_SECONDS = 1.0
 #: Statuses a run leaves: its ref is read again at every revalidation. Any other status is final.
 LIVE_STATUSES = frozenset({"running", "claimed"})
+#: More runs than this missing from the store's runs index: the first listing reads the run record table (one
+#: read) instead of each one's ref.
+RECORDS_FROM = 256
 #: Downsampled metrics of ended runs kept in memory (each at most about 100 KB): a compare page of 100
 #: runs with 5 metrics draws 500.
 SERIES_KEPT = 600
@@ -123,7 +126,8 @@ class RunIndex:
         self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
         #: Entries of the store's runs index by manifest digest (casmon.runs.index): a manifest named by a
         #: digest never changes, so an entry stands for it whatever became of its ref.
-        self._indexed: dict[str, list[Any]] | None = None  # read when every run is wanted (use_index)
+        self._indexed: dict[str, list[Any]] | None = None  # read with the first listing
+        self._by_ref: dict[str, list[Any]] | None = None
         self._summaries: dict[str, dict[str, Any]] = {}
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
@@ -196,22 +200,37 @@ class RunIndex:
                      t if is_number(t) else 0.0, got.target.hex() if got.target else None, dict(data))
 
     def _first_listing(self) -> Listing:
-        """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
-        the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
-        stamps, at = self._stamps()  # before the records are read: a ref written meanwhile is read again
-        tails = self._tails()
-        newest: dict[str, tuple[float, dict[str, Any]]] = {}
-        first: dict[str, float] = {}
-        for _key, r in self.store.records(KIND_RUN, strict=False):
-            ref, t = r.get("_ref"), r.get("time")
-            if type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t):
-                continue
-            first[ref] = min(first.get(ref, t), t)
-            if ref not in newest or t >= newest[ref][0]:
-                newest[ref] = (t, r)
+        """Every run under ``refs/runs``: an ended run whose ref is unchanged since the store's runs index
+        entry for it was made, from that entry (no read); the others from their refs, or, when many are not
+        in the index (deleted, never built), from their newest run record (one read of the table for all)."""
+        stamps, at = self._stamps()  # before anything is read: a ref written meanwhile is read again
+        tails = self._tails() if stamps is None else {k[len(RUN_REFS) + 1:] for k in stamps if ".partial" not in k}
+        by_ref = self._index_entries()
         serial = self._stamp()
         out = []
+        rest = []
         for tail in tails:
+            ref = f"{RUN_REFS}/{tail}"
+            ie = by_ref.get(ref)
+            stamp = stamps.get(ref) if stamps is not None else None
+            if ie is not None and stamp is not None and ie[0] == stamp and runs_index.settled(self.store, ie, at):
+                e = Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]))
+                e.serial = e.born = serial
+                e.stamp, e.stamped = stamp, at
+                out.append(e)
+            else:
+                rest.append(tail)
+        newest: dict[str, tuple[float, dict[str, Any]]] = {}
+        first: dict[str, float] = {}
+        if len(rest) > RECORDS_FROM:
+            for _key, r in self.store.records(KIND_RUN, strict=False):
+                ref, t = r.get("_ref"), r.get("time")
+                if type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t):
+                    continue
+                first[ref] = min(first.get(ref, t), t)
+                if ref not in newest or t >= newest[ref][0]:
+                    newest[ref] = (t, r)
+        for tail in rest:
             ref = f"{RUN_REFS}/{tail}"
             rec = newest.get(ref, (0.0, {}))[1]
             h, status = rec.get("manifest"), rec.get("status")
@@ -226,6 +245,23 @@ class RunIndex:
                 out.append(e)
         out.sort(key=lambda e: (e.start, run_number(e.tail)))
         return Listing(out, serial)
+
+    def _index_entries(self) -> dict[str, list[Any]]:
+        """The store's runs index by run (read once; derived data: without it every run is read)."""
+        if self._by_ref is None:
+            try:
+                self._by_ref = runs_index.load(self.store)[0]
+            except Exception:  # noqa: BLE001 - derived data: without it every run is read
+                self._by_ref = {}
+            self._indexed = {e[1]: e for e in self._by_ref.values()}
+        return self._by_ref
+
+    def indexed(self, e: Entry) -> list[Any] | None:
+        """The runs index entry of ended run ``e``'s manifest, if the index holds it."""
+        if e.digest is None or e.status in LIVE_STATUSES:
+            return None
+        self._index_entries()
+        return self._indexed.get(e.digest) if self._indexed is not None else None
 
     def _revalidate(self) -> Listing:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
@@ -294,8 +330,9 @@ class RunIndex:
             return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
                            None, e.ref_data)
         got = self._manifests.get(e.digest)
-        if got is None and self._indexed and e.digest in self._indexed:
-            r = indexed_run(self.store, e.ref, self._indexed.pop(e.digest), e.ref_data)
+        ie = self.indexed(e) if got is None else None
+        if ie is not None:
+            r = indexed_run(self.store, e.ref, ie, e.ref_data)
             self._manifests[e.digest] = got = (r.manifest, None)
             self._summaries[e.digest] = r.metric_summary()
         if got is None:
@@ -315,13 +352,8 @@ class RunIndex:
         return r
 
     def use_index(self) -> None:
-        """Read the store's runs index once, before every run is wanted (a sort, a filter, the background
-        loader); a page of 50 runs reads their 50 manifests instead."""
-        if self._indexed is None:
-            try:
-                self._indexed = {e[1]: e for e in runs_index.load(self.store)[0].values()}
-            except Exception:  # noqa: BLE001 - derived data: without it every manifest is read
-                self._indexed = {}
+        """Read the store's runs index once (the first listing does)."""
+        self._index_entries()
 
     def row(self, e: Entry, make: Callable[[RunInfo, Entry], dict[str, Any]]) -> tuple[RunInfo, dict[str, Any]]:
         """The run and its table row (``make`` builds it); kept for a run that ended (a row then depends only
