@@ -190,7 +190,7 @@ def _end_of(e: Entry) -> float:
     if type(e[4]) is tuple:
         cols, i = e[4]
         return float(cols.a["end"][i])
-    return _number(e[2].get("end")) if type(e[2]) is dict else np.nan
+    return _number(e[2].get("end"), 0, 1e11) if type(e[2]) is dict else np.nan
 
 
 def _number_of(e: Entry) -> int:
@@ -265,7 +265,7 @@ def columns(raw: bytes, key: str) -> Columns:
         raise DamagedObjectError(key, "its metric cell offsets do not fit its cells")
     start, at_, hb, end = a["start"], a["at"], a["heartbeat"], a["end"]
     ok = (bool(((start >= 0) & (start < 1e11)).all()) and bool(((at_ >= 0) & (at_ < 1e11)).all())
-          and bool((np.isnan(hb) | ((hb >= 0) & (hb < 1e11))).all()) and bool((np.isnan(end) | np.isfinite(end)).all()))
+          and bool((np.isnan(hb) | ((hb >= 0) & (hb < 1e11))).all()) and bool((np.isnan(end) | ((end >= 0) & (end < 1e11))).all()))
     if not ok:
         raise DamagedObjectError(key, "a run's start, end, heartbeat or time is not a time")
     if not bool((a["status"] < len(statuses)).all()):
