@@ -45,19 +45,16 @@ def test_a_sort_or_filter_through_the_index_shows_what_the_runs_say(tmp_path):
 
 
 def _craft(path):
-    import xxhash
+    from casmon.runs import index
 
     base = path / "runs-index" / "base"
-    head, body = base.read_bytes().split(b"\n", 1)
-    doc = json.loads(body)
-    m = json.loads(doc["runs"]["runs/120"][2])
-    m["params"] = "not a dict"
-    doc["runs"]["runs/120"][2] = json.dumps(m)
-    m = json.loads(doc["runs"]["runs/119"][2])
-    m["comment"] = 7
-    doc["runs"]["runs/119"][2] = json.dumps(m)
-    body = json.dumps(doc).encode()
-    base.write_bytes(b" ".join(head.split(b" ")[:2]) + b" " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+    entries = index.decode(base.read_bytes(), "base")
+    for ref, field, value in (("runs/120", "params", "not a dict"), ("runs/119", "comment", 7)):
+        m = json.loads(entries[ref][2])
+        m[field] = value
+        entries[ref][2] = json.dumps(m)
+    base.write_bytes(index.encode(entries))  # a sound checksum over crafted fields
+    index._read.clear()
 
 
 def test_a_crafted_index_entry_on_the_first_page_loses_to_the_stored_manifest(tmp_path):
@@ -77,3 +74,44 @@ def test_a_stale_index_entry_loses_to_the_runs_ref(tmp_path):
     got = _page(casmon.open(path, read_only=True))
     assert got == _page(casmon.open(plain, read_only=True))
     assert got[0] == 119 and "runs/119" not in [r[0] for r in got[1]]
+
+
+def _forbid_reads(monkeypatch, s):
+    """Reading the run record table or any run's manifest fails the test."""
+    from casmon.runs import listing
+
+    real = type(s).records
+
+    def records(self, kind, *a, **k):
+        assert kind != casmon.runs.KIND_RUN, "the run record table was read"
+        return real(self, kind, *a, **k)
+
+    def no_manifest(*a, **k):
+        raise AssertionError(f"a manifest was read: {a[1:3]}")
+
+    monkeypatch.setattr(type(s), "records", records)
+    monkeypatch.setattr(listing, "load_data", no_manifest)
+    monkeypatch.setattr(model, "load_data", no_manifest)
+
+
+@pytest.mark.parametrize("how", [{}, {"desc": False}, {"page": 2}, {"sort": "run"}, {"sort": "status"},
+                                 {"sort": "metric.loss", "desc": False}, {"sort": "param.lr"},
+                                 {"q": "status:ok and (lr>0.01 or tag:baseline)"}])
+def test_the_first_runs_page_is_built_from_the_index_without_reading_run_records_or_manifests(tmp_path, monkeypatch,
+                                                                                               how):
+    from casmon.ui.server import App
+
+    path, plain = _stores(tmp_path)
+    want = _page(casmon.open(plain, read_only=True), **how)
+    s = casmon.open(path, read_only=True)
+    _forbid_reads(monkeypatch, s)
+    assert _page(s, **how) == want
+    app = App(s)
+    try:
+        from urllib.parse import urlencode
+
+        query = {**{k: v for k, v in how.items() if k != "desc"}, "order": "desc" if how.get("desc", True) else "asc"}
+        status, body, _ctype = app.handle("/?" + urlencode(query))
+        assert status == 200 and body.count(b"<tr data-run=") == len(want[1])
+    finally:
+        app.runs.stop()
