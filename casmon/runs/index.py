@@ -58,7 +58,8 @@ _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEXES = re.compile(r"[0-9a-f]*")
 
 #: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status, time the stamp was
-#: taken]``. Read from a file, the slim manifest (without HEAVY and metrics) is JSON text, parsed and checked
+#: taken, settled]`` (settled: the stamp was found settled already, :func:`settled`; a made entry may leave it
+#: out). Read from a file, the slim manifest (without HEAVY and metrics) is JSON text, parsed and checked
 #: only when a field of it is read (:class:`~casmon.runs.listing.IndexedManifest`), and the summary is
 #: ``(columns, row)``: cells made when asked for (:func:`summary`). An entry made from a run just read holds
 #: its manifest (a dict) and summary (a dict) instead.
@@ -91,6 +92,12 @@ class Columns:
                            a["step"].tolist(), [dg[32 * j: 32 * j + 32] if h else None for j, h in enumerate(has)])
         return self._cells
 
+    def summary(self, row: int) -> dict[str, dict[str, Any]]:
+        """Row ``row``'s metric cells (a new dict each call)."""
+        off, names, last, t, lo, hi, n, step, dg = self._cells or self.cells()
+        return {names[j]: {"n": n[j], "last": last[j], "step": step[j], "time": t[j], "min": lo[j], "max": hi[j],
+                           "digest": dg[j]} for j in range(off[row], off[row + 1])}
+
     def metric(self, name: str, field: str = "last") -> tuple[Any, Any]:
         """``(values, present)``: metric ``name``'s ``field`` (last, min, max, time, count, step) of every row,
         and which rows have the metric."""
@@ -111,7 +118,7 @@ class Columns:
 _COLUMNS = (("key_off", "<i8", "n+1"), ("key", "u1", "b"), ("stamp_off", "<i8", "n+1"), ("stamp", "u1", "b"),
             ("target", "u1", "32n"), ("slim_off", "<i8", "n+1"), ("slim", "u1", "b"), ("name_off", "<i8", "n+1"),
             ("name", "u1", "b"), ("start", "<f8", "n"), ("end", "<f8", "n"), ("at", "<f8", "n"),
-            ("heartbeat", "<f8", "n"), ("status", "<u2", "n"), ("number", "<i8", "n"), ("cell_off", "<i8", "n+1"),
+            ("heartbeat", "<f8", "n"), ("settled", "u1", "n"), ("status", "<u2", "n"), ("number", "<i8", "n"), ("cell_off", "<i8", "n+1"),
             ("metric", "<u4", "c"), ("last", "<f8", "c"), ("time", "<f8", "c"), ("min", "<f8", "c"),
             ("max", "<f8", "c"), ("count", "<i8", "c"), ("step", "<i8", "c"), ("has_digest", "u1", "c"),
             ("digest", "u1", "32c"))
@@ -153,6 +160,7 @@ def encode(entries: dict[str, Entry]) -> bytes:
     cols["end"] = np.array([_end_of(e) for _n, e, _c in rows], "<f8")
     cols["at"] = np.array([e[8] for _n, e, _c in rows], "<f8")
     cols["heartbeat"] = np.array([_number(e[3].get("heartbeat"), 0, 1e11) for _n, e, _c in rows], "<f8")
+    cols["settled"] = np.array([len(e) > 9 and e[9] is True for _n, e, _c in rows], "u1")
     cols["status"] = np.array([codes[e[7]] for _n, e, _c in rows], "<u2")
     cols["number"] = np.array([_number_of(e) for _n, e, _c in rows], "<i8")
     cells = [(mids[k], c[k]) for _n, _e, c in rows for k in sorted(c)]
@@ -268,7 +276,7 @@ def columns(raw: bytes, key: str) -> Columns:
           and bool((np.isnan(hb) | ((hb >= 0) & (hb < 1e11))).all()) and bool((np.isnan(end) | ((end >= 0) & (end < 1e11))).all()))
     if not ok:
         raise DamagedObjectError(key, "a run's start, end, heartbeat or time is not a time")
-    if not bool((a["status"] < len(statuses)).all()):
+    if not bool((a["status"] < len(statuses)).all()) or not bool((a["settled"] <= 1).all()):
         raise DamagedObjectError(key, "a run's status code is out of range")
     t = a["time"]
     if not (bool((a["metric"] < len(metrics)).all()) and bool((a["count"] >= 0).all())
@@ -299,8 +307,9 @@ def decode(raw: bytes, key: str) -> dict[str, Entry]:
     tg = a["target"].tobytes().decode("ascii")
     st = [cols.statuses[x] for x in a["status"].tolist()]
     hbs = [{} if h != h else {"heartbeat": h} for h in a["heartbeat"].tolist()]
-    return {k: [stamps[i], tg[32 * i: 32 * i + 32], slims[i], hbs[i], (cols, i), s0, names[i], st[i], t]
-            for i, (k, s0, t) in enumerate(zip(cols.keys, a["start"].tolist(), a["at"].tolist()))}
+    return {k: [stamps[i], tg[32 * i: 32 * i + 32], slims[i], hbs[i], (cols, i), s0, names[i], st[i], t, d]
+            for i, (k, s0, t, d) in enumerate(zip(cols.keys, a["start"].tolist(), a["at"].tolist(),
+                                                   (a["settled"] == 1).tolist()))}
 
 
 def slim(e: Entry, where: str) -> dict[str, Any] | None:
@@ -327,9 +336,7 @@ def summary(e: Entry) -> dict[str, dict[str, Any]] | None:
     if type(e[4]) is not tuple:
         return None
     cols, row = e[4]
-    off, names, last, t, lo, hi, n, step, dg = cols.cells()
-    return {names[j]: {"n": n[j], "last": last[j], "step": step[j], "time": t[j], "min": lo[j], "max": hi[j],
-                       "digest": dg[j]} for j in range(off[row], off[row + 1])}
+    return cols.summary(row)
 
 
 #: The base file last read, by store: ``(its stamp, its entries)``; a listing whose base has the same stamp
@@ -390,13 +397,19 @@ def settled(store: Store, e: Entry, now: float) -> bool:
     """True if entry ``e``'s stamp alone says its ref is unchanged: the ref was written well before the stamp
     was taken, so no later write can share the stamp (see the module's docstring). An entry made by a clock
     ahead of this one (``now``) counts as made now."""
-    return store.backend.stamp_settled(e[0], min(e[8], now))
+    if len(e) > 9 and e[9] and e[8] <= now:
+        return True  # found settled already: a stamp taken at a time stays settled
+    if store.backend.stamp_settled(e[0], min(e[8], now)):
+        if e[8] <= now:
+            e[9:] = [True]
+        return True
+    return False
 
 
 def renewed(e: Entry, stamp: str, ref_data: dict[str, Any], at: float) -> Entry:
     """Entry ``e`` (of the manifest the ref names now) with the ref's ``stamp`` taken at time ``at``."""
     hb = ref_data.get("heartbeat")
-    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], e[5], e[6], e[7], at]
+    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], e[5], e[6], e[7], at, False]
 
 
 def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str, Any],
@@ -440,10 +453,11 @@ def _cells(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
 
 
 def fold(store: Store, entries: dict[str, Entry], fresh: dict[str, Entry], deltas: list[str],
-         stamps: dict[str, str] | None, base_ok: bool) -> bool:
+         stamps: dict[str, str] | None, base_ok: bool, settled_now: int = 0) -> bool:
     """Write a new base (entries still current, plus ``fresh``) and delete the ``deltas`` it holds, when
-    enough is new; best effort (a read-only store, a full disk: the next listing tries again)."""
-    if store.read_only or not (len(fresh) + len(deltas) >= FOLD_AT or (fresh and not base_ok)):
+    enough is new (``settled_now``: entries found settled that the file does not mark so); best effort (a
+    read-only store, a full disk: the next listing tries again)."""
+    if store.read_only or not (len(fresh) + len(deltas) + settled_now >= FOLD_AT or (fresh and not base_ok)):
         return False
     keep = {n: e for n, e in entries.items()
             if stamps is None or stamps.get("refs/" + n) == e[0]}  # deleted or rewritten runs' entries go

@@ -316,9 +316,13 @@ class RunInfo:
         records a reader finds, so the summary agrees with :meth:`metric` wherever a kill fell (no digest then).
         NaN and infinities are floats here; ``min`` and ``max`` leave NaN out (NaN if every value is NaN)."""
         if self._entry is not None:  # an ended run's, from the runs index
-            from casmon.runs import index
+            at = self._entry[4]
+            if type(at) is tuple:  # a row of an index file's columns
+                got = at[0].summary(at[1])
+            else:
+                from casmon.runs import index
 
-            got = index.summary(self._entry)  # made anew at each call: the caller's to change
+                got = index.summary(self._entry)  # made anew at each call: the caller's to change
             if got is not None:
                 return got
             self._entry = None  # a crafted entry's columns are not used: the manifest's summary is
@@ -598,14 +602,20 @@ def _list_runs(s: Store) -> list[RunInfo]:
     entries, deltas, base_ok = index.load(s) if names else ({}, [], True)
     fresh: dict[str, list] = {}
     out = []
+    settled = index.settled
+    newly = 0  # entries found settled that the file does not say are: written down at the next fold
+    unreadable = {d for u, d in _unreadable if u == s.url}
     for name in names:
         e = entries.get(name)
-        if e is not None and _unreadable and (s.url, e[1]) in _unreadable:
+        if e is not None and unreadable and e[1] in unreadable:
             e = None  # its manifest was found unreadable: read directly, as a listing without the index would
         stamp = stamps.get("refs/" + name) if stamps is not None else None
-        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e, at):
-            out.append((e[5], name, indexed_run(s, name, e, e[3])))
-            continue
+        if e is not None and stamp is not None and e[0] == stamp:
+            known = len(e) > 9 and e[9]
+            if settled(s, e, at):
+                newly += not known and len(e) > 9 and e[9] is True
+                out.append((e[5], name, indexed_run(s, name, e, e[3])))
+                continue
         info, target = _read_run(s, name, e)
         if info is None:
             continue
@@ -621,7 +631,7 @@ def _list_runs(s: Store) -> list[RunInfo]:
             if got is not None:
                 fresh[name] = got
     if names:
-        index.fold(s, entries, fresh, deltas, stamps, base_ok)
+        index.fold(s, entries, fresh, deltas, stamps, base_ok, newly)
     out.sort(key=lambda t: (t[0] or 0, t[1]))  # started first; an indexed run's start from its entry
     runs = [t[2] for t in out]
     from casmon.runs.tags import edits_by_run
@@ -632,11 +642,18 @@ def _list_runs(s: Store) -> list[RunInfo]:
     return display.RunList(runs)  # a list that shows itself as a table and has to_pandas()
 
 
+#: A run ref's file name that :func:`~casmon.store.records.is_ref_name` takes, checked in one match (the others
+#: are asked about one by one).
+_PLAIN_REF = re.compile(r"refs/runs/(?!\.\.?$)[A-Za-z0-9_.-]{1,200}")
+
+
 def _ref_names(stamps: dict[str, str]) -> list[str]:
     """The run refs' names in a stamped listing of ``refs/runs/``, as :meth:`Store.refs` lists them."""
     from casmon.store.records import is_ref_name
 
-    return sorted(n for n in (k[len("refs/"):] for k in stamps if ".partial" not in k) if is_ref_name(n))
+    plain = _PLAIN_REF.fullmatch
+    return sorted(k[5:] for k in stamps if plain(k) and ".partial" not in k or (
+        not plain(k) and ".partial" not in k and is_ref_name(k[5:])))
 
 
 def run_info(s: Store, name: str) -> RunInfo | None:
