@@ -128,6 +128,8 @@ class RunIndex:
         #: digest never changes, so an entry stands for it whatever became of its ref.
         self._indexed: dict[str, list[Any]] | None = None  # read with the first listing
         self._by_ref: dict[str, list[Any]] | None = None
+        #: A metric's last values in every row of an index file's columns, by (file, metric).
+        self._metric_columns: dict[tuple[int, str], tuple[Any, list[Any]]] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
@@ -354,6 +356,23 @@ class RunIndex:
     def use_index(self) -> None:
         """Read the store's runs index once (the first listing does)."""
         self._index_entries()
+
+    def indexed_cell(self, e: Entry, metric: str) -> tuple[Any] | None:
+        """``(last value,)`` of ``metric`` for ended run ``e`` from the runs index's columns (``(None,)`` if the
+        run did not log it); None if the index does not hold the run (or holds it as a run just read)."""
+        ie = self.indexed(e)
+        if ie is None or type(ie[4]) is not tuple:
+            return None
+        cols, i = ie[4]
+        key = (id(cols), metric)
+        got = self._metric_columns.get(key)
+        if got is None or got[0] is not cols:
+            vals, present = cols.metric(metric)
+            got = (cols, [v if p else None for v, p in zip(vals.tolist(), present.tolist())])
+            self._metric_columns[key] = got
+            while len(self._metric_columns) > 64:
+                self._metric_columns.pop(next(iter(self._metric_columns)))
+        return (got[1][i],)
 
     def row(self, e: Entry, make: Callable[[RunInfo, Entry], dict[str, Any]]) -> tuple[RunInfo, dict[str, Any]]:
         """The run and its table row (``make`` builds it); kept for a run that ended (a row then depends only

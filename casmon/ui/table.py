@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
+import json
 import math
 import operator
 import re
@@ -37,7 +38,7 @@ from typing import Any
 
 from casmon.runs import RunInfo, flatten
 from casmon.runs.sysmetrics import users_first
-from casmon.ui.model import Entry, RunIndex, is_number, is_scalar, run_number
+from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex, is_number, is_scalar, run_number
 from casmon.ui.values import cell_text, short_when, summary_text
 from casmon.view.display import hexshort, seconds, show
 
@@ -508,19 +509,79 @@ class RunsView:
 
 def _sorted_rows(rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
                  desc: bool) -> list[tuple[Entry, RunInfo, dict[str, Any]]]:
+    order = _order([x[0] for x in rows], None if sort == "run" else [x[2].get(sort) for x in rows], sort, desc)
+    return [rows[i] for i in order]
+
+
+def _order(entries: list[Entry], values: list[Any] | None, sort: str, desc: bool) -> list[int]:
+    """The positions of ``entries`` in the table's order by column ``sort`` (its cells ``values``; the run's
+    number for ``run``): NaN, then empty cells, last either way."""
+    if values is None:
+        return sorted(range(len(entries)), key=lambda i: run_number(entries[i].tail), reverse=desc)
+    keys = [sort_key(v) for v in values]
+    present = [i for i, k in enumerate(keys) if k[0] < 2]
+    present.sort(key=keys.__getitem__, reverse=desc)
+    last = sorted((i for i, k in enumerate(keys) if k[0] >= 2), key=lambda i: keys[i][0])
+    return present + last
+
+
+#: Columns a sort reads from the listing and the runs index alone (no run's row made but those shown).
+_LISTED = ("run", "start", "status")
+
+
+def _column(index: RunIndex, entries: list[Entry], sort: str) -> list[Any] | None:
+    """Every run's cell of column ``sort`` as its row would hold it, from the listing and the runs index's
+    columns (a run the index does not hold: from its row); None for a column they do not hold."""
     if sort == "run":
-        return sorted(rows, key=lambda x: run_number(x[0].tail), reverse=desc)
-    keys = [sort_key(x[2].get(sort)) for x in rows]
-    present = [(k, x) for k, x in zip(keys, rows) if k[0] < 2]
-    present.sort(key=lambda kx: kx[0], reverse=desc)
-    last = sorted(((k, x) for k, x in zip(keys, rows) if k[0] >= 2), key=lambda kx: kx[0][0])
-    return [x for _k, x in present + last]  # NaN, then empty cells, last either way
+        return None
+    if sort.startswith("metric."):
+        name = sort[len("metric."):]
+        out = []
+        for e in entries:
+            got = index.indexed_cell(e, name)
+            out.append(got[0] if got is not None else index.row(e, row_of)[1].get(sort))
+        return out
+    if sort.startswith(("param.", "info.")):
+        field, key = ("params", sort[len("param."):]) if sort.startswith("param.") else ("info", sort[len("info."):])
+        out = []
+        for e in entries:
+            ie = None if e.status in LIVE_STATUSES else index.indexed(e)
+            v = _flat_cell(ie[2], field, key) if ie is not None and type(ie[2]) is str else _NOT_HERE
+            out.append(index.row(e, row_of)[1].get(sort) if v is _NOT_HERE else v)
+        return out
+    if sort not in _LISTED:
+        return None
+    return [index.row(e, row_of)[1].get(sort) if e.status in LIVE_STATUSES or index.indexed(e) is None
+            else (e.start if sort == "start" else e.status) for e in entries]
+
+
+_NOT_HERE = object()
+
+
+def _flat_cell(slim: str, field: str, key: str) -> Any:
+    """The cell ``param.KEY`` or ``info.KEY`` that :func:`row_of` makes of an index entry's manifest text, read
+    from the text alone; ``_NOT_HERE`` where only the run's row can say (a stored value among the parameters, a
+    cell that is not a scalar, text that is not a manifest's)."""
+    if field == "params" and '"$"' in slim:
+        return _NOT_HERE
+    try:
+        got = json.loads(slim).get(field, {})
+    except (ValueError, AttributeError, RecursionError):
+        return _NOT_HERE
+    if type(got) is not dict:
+        return _NOT_HERE
+    v = flatten(got).get(key)
+    if is_scalar(v):
+        return v
+    return None if field == "info" else _NOT_HERE
 
 
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
               per: int = 50) -> RunsView:
-    """One page of the runs table. Only the default order (by start) without a filter avoids reading every
-    manifest. A bad filter gives every run, and ``error`` says what is wrong with it."""
+    """One page of the runs table. The default order (by start), and a sort by run, status, start or a metric
+    without a filter, read no manifest and make only the shown page's rows (from the listing and the runs
+    index's columns); another sort or a filter makes every run's row (from the index where it holds the run).
+    A bad filter gives every run, and ``error`` says what is wrong with it."""
     entries = index.entries()
     serial = entries.changes
     error = ""
@@ -532,34 +593,34 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     tagged = any(t.op == ":" for t in terms)
     if sort == "start" and not terms:
         chosen = list(reversed(entries)) if desc else list(entries)
-        total = len(chosen)
-        pages = max(1, math.ceil(total / per))
-        page = min(max(page, 1), pages)
-        rows = [(e, *index.row(e, row_of)) for e in chosen[(page - 1) * per: page * per]]
     else:
         key = (entries.serial, sort, desc, q)
         # Tags change by edit records, not in the listing its serial follows: a tag filter's view is made anew
         # (every run's edits read once), never kept.
         cached = None if tagged else index.views.get(key)
         if cached is None:
-            index.use_index()
-            every = [(e, *index.row(e, row_of)) for e in entries]
-            if terms:
-                try:
-                    test = compile_query(query, [row for _e, _r, row in every],
-                                         _current_tags(index.store) if tagged else tags_of)
-                    every = [x for x in every if test(x[1], x[2])]
-                except FilterError as e:
-                    error = str(e)
-            cached = _sorted_rows(every, sort if is_column(sort) else "start", desc)
+            sort = sort if is_column(sort) else "start"
+            if not terms and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
+                cached = [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)]
+            else:
+                every = [(e, *index.row(e, row_of)) for e in entries]
+                if terms:
+                    try:
+                        test = compile_query(query, [row for _e, _r, row in every],
+                                             _current_tags(index.store) if tagged else tags_of)
+                        every = [x for x in every if test(x[1], x[2])]
+                    except FilterError as e:
+                        error = str(e)
+                cached = [x[0] for x in _sorted_rows(every, sort, desc)]
             if index.complete(entries) and not error and not tagged:  # valid while this listing is
                 index.views[key] = cached
                 while len(index.views) > 8:
                     index.views.pop(next(iter(index.views)))
-        total = len(cached)
-        pages = max(1, math.ceil(total / per))
-        page = min(max(page, 1), pages)
-        rows = cached[(page - 1) * per: page * per]
+        chosen = cached
+    total = len(chosen)
+    pages = max(1, math.ceil(total / per))
+    page = min(max(page, 1), pages)
+    rows = [(e, *index.row(e, row_of)) for e in chosen[(page - 1) * per: page * per]]
     seen = {k for _e, _r, row in rows for k in row}
     params = sorted(k for k in seen if k.startswith("param.")) + sorted(k for k in seen if k.startswith("info."))
     metrics = users_first((k for k in seen if k.startswith("metric.")), "metric.")  # sys/ ones last

@@ -40,7 +40,10 @@ def test_the_first_runs_page_of_an_indexed_store_shows_what_a_store_without_the_
 
 def test_a_sort_or_filter_through_the_index_shows_what_the_runs_say(tmp_path):
     path, plain = _stores(tmp_path)
-    for how in ({"sort": "metric.loss"}, {"sort": "param.lr", "desc": False}, {"q": "tag:best or status:failed"}):
+    for how in ({"sort": "metric.loss"}, {"sort": "param.lr", "desc": False}, {"q": "tag:best or status:failed"},
+                {"sort": "metric.acc", "desc": False, "page": 3}, {"sort": "param.model.act"}, {"sort": "status"},
+                {"sort": "run", "desc": False}, {"sort": "param.nothing"}, {"sort": "metric.nothing"},
+                {"sort": "info.nothing"}, {"sort": "comment"}):
         assert _page(casmon.open(path, read_only=True), **how) == _page(casmon.open(plain, read_only=True), **how)
 
 
