@@ -59,6 +59,10 @@ class FilterError(ValueError):
     """A filter term that cannot be applied; the message names the term and says why."""
 
 
+class AmbiguousColumn(FilterError):
+    """A bare column name that two groups have (a parameter ``lr`` and a metric ``lr``)."""
+
+
 def is_column(col: str) -> bool:
     """A column a table can have (the server refuses to sort by anything else)."""
     return col in FIXED_COLUMNS or any(col.startswith(p) and len(col) > len(p) for p, _ in GROUPS)
@@ -336,7 +340,7 @@ def resolve(terms: list[Term], known: set[str]) -> list[Term]:
         found = [p + name for p, _ in GROUPS if p + name in known]
         if len(found) > 1:
             what = " and ".join(dict.fromkeys(_GROUP_WORDS[c.split(".", 1)[0]] for c in found))
-            raise FilterError(f"filter term {t.text!r}: {name!r} is both {what} (in these runs); name the one you mean: "
+            raise AmbiguousColumn(f"filter term {t.text!r}: {name!r} is both {what} (in these runs); name the one you mean: "
                               + " or ".join(f"{c}{t.op}{t.value}" for c in found))
         if found:
             out.append(Term(t.text, column=found[0], op=t.op, value=t.value))
@@ -576,6 +580,98 @@ def _flat_cell(slim: str, field: str, key: str) -> Any:
     return None if field == "info" else _NOT_HERE
 
 
+def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, terms: list[Term], tagged: bool,
+                           sort: str) -> list[tuple[Entry, Any, dict[str, Any]]] | None:
+    """The runs that pass ``query``, each with the cells its terms and the sort name, made from the listing and
+    the runs index's columns for the runs the index holds (each manifest's text parsed once, no row made);
+    None where the query needs every cell (a word) or a column only rows hold, or cannot be applied (the full
+    path then says why, naming what a full row would)."""
+    if any(t.word for t in terms):
+        return None
+    wanted: set[str] = set()
+    for name in [ALIASES.get(t.column, t.column) for t in terms if t.op != ":"] + [sort]:
+        if name in FIXED_COLUMNS:
+            if name not in _LISTED:
+                return None
+            wanted.add(name)
+        elif is_column(name):
+            wanted.add(name)
+        else:
+            wanted.update(p + name for p, _ in GROUPS)
+    edits = None
+    if tagged:
+        from casmon.runs import tags as run_tags
+
+        edits = run_tags.edits_by_run(index.store)
+    parse = tagged or any(c.startswith(("param.", "info.")) for c in wanted)
+    out: list[tuple[Entry, Any, dict[str, Any]]] = []
+    for e in entries:
+        ie = None if e.status in LIVE_STATUSES else index.indexed(e)
+        row: dict[Any, Any] | None = None
+        tags: tuple[str, ...] = ()
+        if ie is not None and type(ie[2]) is str:
+            row = _cells_of(index, e, ie, wanted, parse)
+            m = row.pop(_MANIFEST, None) if row is not None else None
+            if row is not None and edits is not None:
+                tags = run_tags.merged({"start": m.get("start"), "tags": m.get("tags")}, edits.get(e.ref, []))[0]
+        if row is None:
+            r, row = index.row(e, row_of)
+            if edits is not None:
+                tags = run_tags.merged(r.manifest, edits.get(e.ref, []))[0]
+        out.append((e, tags, row))
+    try:
+        test = compile_query(query, [row for _e, _t, row in out], lambda got: got)
+    except AmbiguousColumn:
+        raise  # each of the two columns is in these cells as it is in the rows
+    except FilterError:
+        return None  # said by the full path, with every column a row has
+    return [x for x in out if test(x[1], x[2])]
+
+
+_MANIFEST = object()  # where _cells_of leaves the parsed manifest text
+
+
+def _cells_of(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], parse: bool) -> dict[Any, Any] | None:
+    """The ``wanted`` cells of ended run ``e``'s row, made from its runs index entry ``ie`` (None where only
+    the row can say); the manifest text parsed once (left under ``_MANIFEST``) if ``parse``."""
+    row: dict[Any, Any] = {}
+    m: Any = None
+    flat: dict[str, Any] = {}
+    if parse:
+        try:
+            m = json.loads(ie[2])
+        except (ValueError, RecursionError):
+            return None
+        if type(m) is not dict:
+            return None
+        row[_MANIFEST] = m
+    for c in wanted:
+        if c in _LISTED:
+            row[c] = e.name if c == "run" else e.start if c == "start" else e.status
+        elif c.startswith("metric."):
+            got = index.indexed_cell(e, c[len("metric."):])
+            if got is None:
+                return None
+            if got[0] is not None:
+                row[c] = got[0]
+        else:
+            field = "params" if c.startswith("param.") else "info"
+            if field not in flat:
+                d = m.get(field, {})
+                if type(d) is not dict or field == "params" and '"$"' in ie[2]:
+                    return None  # a stored value among the parameters, a crafted field: the row says
+                flat[field] = flatten(d)
+            key = c.split(".", 1)[1]
+            if key in flat[field]:
+                v = flat[field][key]
+                if not is_scalar(v):
+                    if field == "params":
+                        return None
+                    continue
+                row[c] = v
+    return row
+
+
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
               per: int = 50) -> RunsView:
     """One page of the runs table. The default order (by start), and a sort by run, status, start or a metric
@@ -600,11 +696,19 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         cached = None if tagged else index.views.get(key)
         if cached is None:
             sort = sort if is_column(sort) else "start"
-            if not terms and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
+            fast = None
+            if terms:
+                try:
+                    fast = _filtered_from_columns(index, entries, query, terms, tagged, sort)
+                except AmbiguousColumn as e:  # what a full row would say too: every run is shown
+                    error = str(e)
+            if (not terms or error) and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
                 cached = [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)]
+            elif fast is not None:
+                cached = [x[0] for x in _sorted_rows(fast, sort, desc)]
             else:
                 every = [(e, *index.row(e, row_of)) for e in entries]
-                if terms:
+                if terms and not error:
                     try:
                         test = compile_query(query, [row for _e, _r, row in every],
                                              _current_tags(index.store) if tagged else tags_of)

@@ -15,13 +15,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
 
 def _page(s, **how):
     view = table.runs_view(model.RunIndex(s), **how)
-    return view.total, [(e.ref, e.name, e.status, e.start, e.digest, row) for e, _r, row in view.rows]
+    return view.total, [(e.ref, e.name, e.status, e.start, e.digest, row) for e, _r, row in view.rows], view.error
 
 
-def _stores(tmp_path, change=None):
+def _stores(tmp_path, change=None, metrics=2):
     """An indexed store (``change`` applied to it after the index was written) and its copy without an index."""
     path = tmp_path / "s"
-    build(str(path), 120, metrics=2, points=5)
+    build(str(path), 120, metrics=metrics, points=5)
     casmon.list_runs(casmon.open(path))  # the runs index, as the first `casmon runs` leaves it
     if change is not None:
         change(path)
@@ -40,11 +40,27 @@ def test_the_first_runs_page_of_an_indexed_store_shows_what_a_store_without_the_
 
 def test_a_sort_or_filter_through_the_index_shows_what_the_runs_say(tmp_path):
     path, plain = _stores(tmp_path)
+    from casmon.runs.tags import tag_run
+
+    for s in (casmon.open(path), casmon.open(plain)):
+        tag_run("runs/7", add=["baseline"], remove=["best"], store=s)  # an edit after the index was written
     for how in ({"sort": "metric.loss"}, {"sort": "param.lr", "desc": False}, {"q": "tag:best or status:failed"},
                 {"sort": "metric.acc", "desc": False, "page": 3}, {"sort": "param.model.act"}, {"sort": "status"},
                 {"sort": "run", "desc": False}, {"sort": "param.nothing"}, {"sort": "metric.nothing"},
-                {"sort": "info.nothing"}, {"sort": "comment"}):
+                {"sort": "info.nothing"}, {"sort": "comment"},
+                {"q": "status:ok and (param.lr>0.01 or tag:baseline)", "sort": "metric.loss"},
+                {"q": "lr>0.001 and model.act=gelu", "desc": False}, {"q": "model.depth>=5 or status=failed"},
+                {"q": "loss<0.5 and tag:best", "sort": "param.lr"}, {"q": "nothing>1"}, {"q": "lr>abc"},
+                {"q": "started>2020-01-01 and run>3", "sort": "run"}, {"q": "base"}, {"q": "comment=x or acc>0.2"}):
         assert _page(casmon.open(path, read_only=True), **how) == _page(casmon.open(plain, read_only=True), **how)
+
+
+def test_a_filter_naming_a_parameter_and_a_metric_says_so_through_the_index_as_without_it(tmp_path):
+    path, plain = _stores(tmp_path, metrics=5)  # a metric "lr" beside the parameter "lr"
+    for how in ({"q": "status:ok and (lr>0.01 or tag:baseline)"}, {"q": "lr>0.01", "sort": "param.lr"},
+                {"q": "lr>0.01", "sort": "comment", "page": 2}):
+        got = _page(casmon.open(path, read_only=True), **how)
+        assert got == _page(casmon.open(plain, read_only=True), **how) and "is both" in got[2]
 
 
 def _craft(path):
