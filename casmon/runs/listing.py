@@ -33,7 +33,7 @@ from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import did_you_mean, short_error, short_repr
 
-__all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
+__all__ = ["RunInfo", "IndexedManifest", "indexed_run", "ref_names", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
 
 
 class IndexedManifest(dict):
@@ -598,7 +598,7 @@ def _list_runs(s: Store) -> list[RunInfo]:
     except OSError:
         stamps = None
     # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
-    names = s.refs(RUN_REFS) if stamps is None else _ref_names(stamps)
+    names = s.refs(RUN_REFS) if stamps is None else ref_names(stamps)
     entries, deltas, base_ok = index.load(s) if names else ({}, [], True)
     fresh: dict[str, list] = {}
     out = []
@@ -647,7 +647,7 @@ def _list_runs(s: Store) -> list[RunInfo]:
 _PLAIN_REF = re.compile(r"refs/runs/(?!\.\.?$)[A-Za-z0-9_.-]{1,200}")
 
 
-def _ref_names(stamps: dict[str, str]) -> list[str]:
+def ref_names(stamps: dict[str, str]) -> list[str]:
     """The run refs' names in a stamped listing of ``refs/runs/``, as :meth:`Store.refs` lists them."""
     from casmon.store.records import is_ref_name
 

@@ -45,7 +45,7 @@ from casmon.errors import CasmonError, MissingObjectError
 from casmon.store.peek import as_digest, describe, load_data, peek
 from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest
 from casmon.runs import index as runs_index
-from casmon.runs.listing import indexed_run
+from casmon.runs.listing import indexed_run, ref_names
 
 #: A listing younger than this is served as it is (a page and the polls of its script share one).
 FRESH_SECONDS = 1.0
@@ -106,6 +106,14 @@ def run_number(tail: str) -> tuple[str, int]:
     """``exp12`` -> ``("exp", 12)``: runs sort by number, not as text."""
     m = re.match(r"^(.*?)(\d+)$", tail)
     return (m.group(1), int(m.group(2))) if m else (tail, -1)
+
+
+def _in_order(entries: list[Entry]) -> list[Entry]:
+    """``entries`` oldest first, runs that started at once by number (read off their names only then)."""
+    entries.sort(key=lambda e: e.start)
+    if len({e.start for e in entries}) != len(entries):
+        entries.sort(key=lambda e: (e.start, run_number(e.tail)))
+    return entries
 
 
 def _as_float(v: Any) -> float | None:
@@ -206,19 +214,20 @@ class RunIndex:
         entry for it was made, from that entry (no read); the others from their refs, or, when many are not
         in the index (deleted, never built), from their newest run record (one read of the table for all)."""
         stamps, at = self._stamps()  # before anything is read: a ref written meanwhile is read again
-        tails = self._tails() if stamps is None else {k[len(RUN_REFS) + 1:] for k in stamps if ".partial" not in k}
+        # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
+        tails = self._tails() if stamps is None else [n[len(RUN_REFS) + 1:] for n in ref_names(
+            {"refs/" + k: v for k, v in stamps.items()})]
         by_ref = self._index_entries()
         serial = self._stamp()
         out = []
         rest = []
+        settled, store, get = runs_index.settled, self.store, by_ref.get
         for tail in tails:
-            ref = f"{RUN_REFS}/{tail}"
-            ie = by_ref.get(ref)
+            ref = "runs/" + tail
+            ie = get(ref)
             stamp = stamps.get(ref) if stamps is not None else None
-            if ie is not None and stamp is not None and ie[0] == stamp and runs_index.settled(self.store, ie, at):
-                e = Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]))
-                e.serial = e.born = serial
-                e.stamp, e.stamped = stamp, at
+            if ie is not None and stamp is not None and ie[0] == stamp and settled(store, ie, at):
+                e = Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at)
                 out.append(e)
             else:
                 rest.append(tail)
@@ -245,8 +254,7 @@ class RunIndex:
                 e.serial = e.born = serial
                 e.stamp, e.stamped = stamps.get(ref) if stamps is not None else None, at
                 out.append(e)
-        out.sort(key=lambda e: (e.start, run_number(e.tail)))
-        return Listing(out, serial)
+        return Listing(_in_order(out), serial)
 
     def _index_entries(self) -> dict[str, list[Any]]:
         """The store's runs index by run (read once; derived data: without it every run is read)."""
@@ -298,8 +306,7 @@ class RunIndex:
                 changed = True
         if not changed:
             return self._entries
-        out.sort(key=lambda e: (e.start, run_number(e.tail)))
-        return Listing(out, self.serial)
+        return Listing(_in_order(out), self.serial)
 
     def entries(self, fresh: bool = False) -> Listing:
         """Every run, oldest first, revalidated when the listing is older than FRESH_SECONDS (or ``fresh``)."""
