@@ -467,6 +467,7 @@ def fold(store: Store, entries: dict[str, Entry], fresh: dict[str, Entry], delta
         faultpoints.point("index.base_written")
         for k in deltas:
             store.backend.delete(k)
+            faultpoints.point("index.delta_deleted")
     except (OSError, CasmonError):
         return False
     return True

@@ -502,3 +502,36 @@ def test_an_index_file_of_an_older_format_is_not_read_and_is_rebuilt(many):
     index._read.clear()
     assert _view(casmon.list_runs(s)) == direct
     assert len(index.decode(base.read_bytes(), "base")) == 60  # rebuilt in today's format
+
+
+ENDED = """
+import sys, casmon
+s = casmon.open(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    with casmon.record(store=s, capture_output=False) as run:
+        run.params = {"i": i}
+        run.log(loss=float(i))
+"""
+
+
+@pytest.mark.parametrize("point", ["index.base_written", "index.delta_deleted@3"])
+def test_a_lister_killed_after_it_wrote_a_base_and_before_it_deleted_the_deltas_leaves_listings_true(many, point):
+    """Runs ended since the base was written left deltas; a listing folds them into a new base and is killed
+    before (or while) it deletes them: the next listings read the base and the deltas left, and agree."""
+    p = subprocess.run([PY, "-c", ENDED, str(many), "5"], env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    deltas = [f for f in os.listdir(many / "runs-index") if f.startswith("d-")]
+    assert len(deltas) == 5
+    code = "import sys, casmon\nfrom casmon import faultpoints\nfrom casmon.runs import index\nindex.FOLD_AT = 1\n" \
+           "faultpoints.configure(sys.argv[2])\ncasmon.list_runs(casmon.open(sys.argv[1]))\n"
+    p = subprocess.run([PY, "-c", code, str(many), f"{point}=kill"], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == -9, p.stderr
+    left = [f for f in os.listdir(many / "runs-index") if f.startswith("d-")]
+    assert 0 < len(left) <= 5
+    index.decode((many / "runs-index" / "base").read_bytes(), "base")  # the new base, whole
+    direct = _direct_keeping_index(many)
+    s = casmon.open(many)
+    assert _view(casmon.list_runs(s)) == direct and len(direct) == 65
+    index._read.clear()
+    assert _view(casmon.list_runs(casmon.open(many))) == direct
