@@ -6,9 +6,11 @@ manifests, patches, tracked files and package lists load through
 manifests. A value is loaded by unpickling only on a store opened with ``--trust``.
 
 The runs index is built for big stores and live runs. The first listing reads
-the ``run`` record table (one read: each run's name, status and newest
-manifest digest) and one listing of ``refs/runs`` (so a run that has only
-claimed its number is listed too). After that every request revalidates it
+the store's runs index (:mod:`casmon.runs.index`: each ended run's name,
+status, start and manifest digest in binary columns) and one stamped listing
+of ``refs/runs``: a run whose ref is unchanged since its entry was made is
+listed from the entry, any other from its ref (or, when many are missing from
+the index, from the ``run`` record table, one read). After that every request revalidates it
 cheaply, at most once a second: one listing of ``refs/runs`` (runs added or
 removed) and a read of the ref of each run that is still going (``running`` or
 ``claimed``), which carries its status, heartbeat and latest metrics. A run
@@ -19,10 +21,10 @@ deleted and its number taken by a new run): where the medium gives stamps
 settled, is read. Its manifest is immutable (named by digest) and kept once
 read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
-request. Sorting or filtering by a column only manifests hold waits for the
-rest to load (a background thread starts on them after the first page); an
-ended run in the store's runs index (:mod:`casmon.runs.index`, keyed by its
-manifest's digest, which names one manifest forever) is read from there.
+request. An ended run in the store's runs index (keyed by its manifest's
+digest, which names one manifest forever) is read from there: its row needs no
+manifest read. Sorting or filtering by a column the index does not hold makes
+every run's row (a background thread starts on them after the first page).
 """
 
 from __future__ import annotations
