@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
-import json
 import math
 import operator
 import re
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from casmon.runs import RunInfo, flatten
+from casmon.runs import index as runs_index
 from casmon.runs.sysmetrics import users_first
 from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex, is_number, is_scalar, run_number
 from casmon.ui.values import cell_text, short_when, summary_text
@@ -550,7 +550,7 @@ def _column(index: RunIndex, entries: list[Entry], sort: str) -> list[Any] | Non
         out = []
         for e in entries:
             ie = None if e.status in LIVE_STATUSES else index.indexed(e)
-            v = _flat_cell(ie[2], field, key) if ie is not None and type(ie[2]) is str else _NOT_HERE
+            v = _flat_cell(ie, field, key) if ie is not None and type(ie[2]) is str else _NOT_HERE
             out.append(index.row(e, row_of)[1].get(sort) if v is _NOT_HERE else v)
         return out
     if sort not in _LISTED:
@@ -562,16 +562,14 @@ def _column(index: RunIndex, entries: list[Entry], sort: str) -> list[Any] | Non
 _NOT_HERE = object()
 
 
-def _flat_cell(slim: str, field: str, key: str) -> Any:
-    """The cell ``param.KEY`` or ``info.KEY`` that :func:`row_of` makes of an index entry's manifest text, read
-    from the text alone; ``_NOT_HERE`` where only the run's row can say (a stored value among the parameters, a
+def _flat_cell(slim: list[Any], field: str, key: str) -> Any:
+    """The cell ``param.KEY`` or ``info.KEY`` that :func:`row_of` makes of runs index entry ``slim``, read from
+    its manifest text alone (parsed and checked as the row's would be); ``_NOT_HERE`` where only the run's row can say (a stored value among the parameters, a
     cell that is not a scalar, text that is not a manifest's)."""
-    if field == "params" and '"$"' in slim:
+    if field == "params" and '"$"' in slim[2]:
         return _NOT_HERE
-    try:
-        got = json.loads(slim).get(field, {})
-    except (ValueError, AttributeError, RecursionError):
-        return _NOT_HERE
+    m = runs_index.slim(slim, f"runs index entry {slim[6]}")  # what the run's row would be made of, checked
+    got = m.get(field, {}) if m is not None else None
     if type(got) is not dict:
         return _NOT_HERE
     v = flatten(got).get(key)
@@ -638,12 +636,9 @@ def _cells_of(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], parse:
     m: Any = None
     flat: dict[str, Any] = {}
     if parse:
-        try:
-            m = json.loads(ie[2])
-        except (ValueError, RecursionError):
-            return None
-        if type(m) is not dict:
-            return None
+        m = runs_index.slim(ie, f"runs index entry {e.ref}")  # what the run's row would be made of, checked
+        if m is None:
+            return None  # an entry the row is not made from: the row says
         row[_MANIFEST] = m
     for c in wanted:
         if c in _LISTED:

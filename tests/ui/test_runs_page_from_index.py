@@ -81,6 +81,29 @@ def test_a_crafted_index_entry_on_the_first_page_loses_to_the_stored_manifest(tm
     assert _page(casmon.open(path, read_only=True)) == _page(casmon.open(plain, read_only=True))
 
 
+def _craft_failing(path):
+    """Entries whose manifest text fails the checks a stored manifest passes, with parameters that lie."""
+    from casmon.runs import index
+
+    base = path / "runs-index" / "base"
+    entries = index.decode(base.read_bytes(), "base")
+    for ref, field, value in (("runs/120", "comment", 7), ("runs/118", "start", 1.0), ("runs/117", "git", [1])):
+        m = json.loads(entries[ref][2])
+        m[field] = value
+        m["params"]["lr"] = 999.0
+        m["params"]["model"]["act"] = "lied"
+        entries[ref][2] = json.dumps(m)
+    base.write_bytes(index.encode(entries))
+    index._read.clear()
+
+
+@pytest.mark.parametrize("how", [{"q": "param.lr>100"}, {"q": "lr>100 or model.act=lied"}, {"sort": "param.lr"},
+                                 {"sort": "param.model.act", "desc": False}, {"q": "model.act=lied and tag:best"}])
+def test_a_crafted_entry_that_fails_the_checks_sorts_and_filters_as_its_stored_manifest(tmp_path, how):
+    path, plain = _stores(tmp_path, _craft_failing)
+    assert _page(casmon.open(path, read_only=True), **how) == _page(casmon.open(plain, read_only=True), **how)
+
+
 def _rewrite_and_delete(path):
     s = casmon.open(path)
     ref = s.get_ref("runs/5")
