@@ -118,7 +118,8 @@ class Columns:
 _COLUMNS = (("key_off", "<i8", "n+1"), ("key", "u1", "b"), ("stamp_off", "<i8", "n+1"), ("stamp", "u1", "b"),
             ("target", "u1", "32n"), ("slim_off", "<i8", "n+1"), ("slim", "u1", "b"), ("name_off", "<i8", "n+1"),
             ("name", "u1", "b"), ("start", "<f8", "n"), ("end", "<f8", "n"), ("at", "<f8", "n"),
-            ("heartbeat", "<f8", "n"), ("settled", "u1", "n"), ("status", "<u2", "n"), ("number", "<i8", "n"), ("cell_off", "<i8", "n+1"),
+            ("heartbeat", "<f8", "n"), ("settled", "u1", "n"), ("status", "<u2", "n"), ("number", "<i8", "n"),
+            ("cell_off", "<i8", "n+1"),
             ("metric", "<u4", "c"), ("last", "<f8", "c"), ("time", "<f8", "c"), ("min", "<f8", "c"),
             ("max", "<f8", "c"), ("count", "<i8", "c"), ("step", "<i8", "c"), ("has_digest", "u1", "c"),
             ("digest", "u1", "32c"))
@@ -163,16 +164,16 @@ def encode(entries: dict[str, Entry]) -> bytes:
     cols["settled"] = np.array([len(e) > 9 and e[9] is True for _n, e, _c in rows], "u1")
     cols["status"] = np.array([codes[e[7]] for _n, e, _c in rows], "<u2")
     cols["number"] = np.array([_number_of(e) for _n, e, _c in rows], "<i8")
-    cells = [(mids[k], c[k]) for _n, _e, c in rows for k in sorted(c)]
+    made = [(mids[k], c[k]) for _n, _e, c in rows for k in sorted(c)]
     cols["cell_off"] = np.zeros(len(rows) + 1, "<i8")
     np.cumsum([len(c) for _n, _e, c in rows], out=cols["cell_off"][1:])
-    cols["metric"] = np.array([m for m, _c in cells], "<u4")
+    cols["metric"] = np.array([m for m, _c in made], "<u4")
     for f in ("last", "time", "min", "max"):
-        cols[f] = np.array([c[f] for _m, c in cells], "<f8")
-    cols["count"] = np.array([c["n"] for _m, c in cells], "<i8")
-    cols["step"] = np.array([c["step"] for _m, c in cells], "<i8")
-    cols["has_digest"] = np.array([c["digest"] is not None for _m, c in cells], "u1")
-    cols["digest"] = np.frombuffer("".join(c["digest"] or "0" * 32 for _m, c in cells).encode("ascii"), "u1")
+        cols[f] = np.array([c[f] for _m, c in made], "<f8")
+    cols["count"] = np.array([c["n"] for _m, c in made], "<i8")
+    cols["step"] = np.array([c["step"] for _m, c in made], "<i8")
+    cols["has_digest"] = np.array([c["digest"] is not None for _m, c in made], "u1")
+    cols["digest"] = np.frombuffer("".join(c["digest"] or "0" * 32 for _m, c in made).encode("ascii"), "u1")
     return pack(len(rows), metrics, statuses, cols)
 
 
@@ -273,7 +274,8 @@ def columns(raw: bytes, key: str) -> Columns:
         raise DamagedObjectError(key, "its metric cell offsets do not fit its cells")
     start, at_, hb, end = a["start"], a["at"], a["heartbeat"], a["end"]
     ok = (bool(((start >= 0) & (start < 1e11)).all()) and bool(((at_ >= 0) & (at_ < 1e11)).all())
-          and bool((np.isnan(hb) | ((hb >= 0) & (hb < 1e11))).all()) and bool((np.isnan(end) | ((end >= 0) & (end < 1e11))).all()))
+          and bool((np.isnan(hb) | ((hb >= 0) & (hb < 1e11))).all())
+          and bool((np.isnan(end) | ((end >= 0) & (end < 1e11))).all()))
     if not ok:
         raise DamagedObjectError(key, "a run's start, end, heartbeat or time is not a time")
     if not bool((a["status"] < len(statuses)).all()) or not bool((a["settled"] <= 1).all()):

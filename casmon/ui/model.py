@@ -229,8 +229,7 @@ class RunIndex:
             ie = get(ref)
             stamp = stamps.get(ref) if stamps is not None else None
             if ie is not None and stamp is not None and ie[0] == stamp and settled(store, ie, at):
-                e = Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at)
-                out.append(e)
+                out.append(Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at))
             else:
                 rest.append(tail)
         newest: dict[str, tuple[float, dict[str, Any]]] = {}

@@ -564,7 +564,8 @@ _NOT_HERE = object()
 
 def _flat_cell(slim: list[Any], field: str, key: str) -> Any:
     """The cell ``param.KEY`` or ``info.KEY`` that :func:`row_of` makes of runs index entry ``slim``, read from
-    its manifest text alone (parsed and checked as the row's would be); ``_NOT_HERE`` where only the run's row can say (a stored value among the parameters, a
+    its manifest text alone (parsed and checked as the row's would be); ``_NOT_HERE`` where only the run's row
+    can say (a stored value among the parameters, a
     cell that is not a scalar, text that is not a manifest's)."""
     if field == "params" and '"$"' in slim[2]:
         return _NOT_HERE
@@ -610,7 +611,7 @@ def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, t
         if ie is not None and type(ie[2]) is str:
             row = _cells_of(index, e, ie, wanted, parse)
             m = row.pop(_MANIFEST, None) if row is not None else None
-            if row is not None and edits is not None:
+            if row is not None and edits is not None and m is not None:
                 tags = run_tags.merged({"start": m.get("start"), "tags": m.get("tags")}, edits.get(e.ref, []))[0]
         if row is None:
             r, row = index.row(e, row_of)
@@ -618,7 +619,8 @@ def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, t
                 tags = run_tags.merged(r.manifest, edits.get(e.ref, []))[0]
         out.append((e, tags, row))
     try:
-        test = compile_query(query, [row for _e, _t, row in out], lambda got: got)
+        # Each run stands as its tags here: a tag: term asks the "run" for them.
+        test = compile_query(query, [row for _e, _t, row in out], lambda got: got)  # type: ignore[arg-type,return-value]
     except AmbiguousColumn:
         raise  # each of the two columns is in these cells as it is in the rows
     except FilterError:
