@@ -144,6 +144,8 @@ class RunIndex:
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
         self.views: dict[tuple[Any, ...], list[Any]] = {}
+        #: The cells a filter through the runs index made, by (listing, columns, manifests parsed): the last 4.
+        self.cells: dict[tuple[Any, ...], list[Any]] = {}
         #: What the runs table makes of a run (``table.row_of``): the background loader makes each ended run's
         #: row too, so the first sort or filter of a big store finds them made.
         self.make_row: Callable[[RunInfo, Entry], dict[str, Any]] | None = None

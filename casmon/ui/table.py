@@ -597,27 +597,36 @@ def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, t
             wanted.add(name)
         else:
             wanted.update(p + name for p, _ in GROUPS)
-    edits = None
-    if tagged:
-        from casmon.runs import tags as run_tags
+    from casmon.runs import tags as run_tags
 
-        edits = run_tags.edits_by_run(index.store)
+    edits = run_tags.edits_by_run(index.store) if tagged else None
     parse = tagged or any(c.startswith(("param.", "info.")) for c in wanted)
-    out: list[tuple[Entry, Any, dict[str, Any]]] = []
-    for e in entries:
-        ie = None if e.status in LIVE_STATUSES else index.indexed(e)
-        row: dict[Any, Any] | None = None
-        tags: tuple[str, ...] = ()
-        if ie is not None and type(ie[2]) is str:
-            row = _cells_of(index, e, ie, wanted, parse)
-            m = row.pop(_MANIFEST, None) if row is not None else None
-            if row is not None and edits is not None and m is not None:
-                tags = run_tags.merged({"start": m.get("start"), "tags": m.get("tags")}, edits.get(e.ref, []))[0]
-        if row is None:
-            r, row = index.row(e, row_of)
-            if edits is not None:
-                tags = run_tags.merged(r.manifest, edits.get(e.ref, []))[0]
-        out.append((e, tags, row))
+    # Each run's cells, and what its tags start from (its manifest's, or its manifest), kept while the listing
+    # stands: a filter typed again, or another over the same columns, parses no manifest text again.
+    key = (getattr(entries, "serial", None), frozenset(wanted), parse)
+    made = index.cells.get(key)
+    if made is None:
+        made = []
+        for e in entries:
+            ie = None if e.status in LIVE_STATUSES else index.indexed(e)
+            row: dict[Any, Any] | None = None
+            start: Any = None
+            if ie is not None and type(ie[2]) is str:
+                row = _cells_of(index, e, ie, wanted, parse)
+                m = row.pop(_MANIFEST, None) if row is not None else None
+                if m is not None:
+                    start = {"start": m.get("start"), "tags": m.get("tags")}
+            if row is None:
+                r, row = index.row(e, row_of)
+                start = r.manifest
+            made.append((e, start, row))
+        if key[0] is not None:
+            index.cells[key] = made
+            while len(index.cells) > 4:
+                index.cells.pop(next(iter(index.cells)))
+    out: list[tuple[Entry, Any, dict[str, Any]]] = [
+        (e, run_tags.merged(start, edits.get(e.ref, []))[0] if edits is not None and start is not None else (), row)
+        for e, start, row in made]
     try:
         # Each run stands as its tags here: a tag: term asks the "run" for them.
         test = compile_query(query, [row for _e, _t, row in out], lambda got: got)  # type: ignore[arg-type,return-value]

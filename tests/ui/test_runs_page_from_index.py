@@ -157,3 +157,19 @@ def test_the_first_runs_page_is_built_from_the_index_without_reading_run_records
         assert status == 200 and body.count(b"<tr data-run=") == len(want[1])
     finally:
         app.runs.stop()
+
+
+def test_a_tag_filter_through_the_index_typed_again_sees_the_tags_edited_meanwhile(tmp_path):
+    from casmon.runs.tags import tag_run
+
+    path, _plain = _stores(tmp_path)
+    s = casmon.open(path)
+    idx = model.RunIndex(s)
+    try:
+        q = "tag:fresh or param.lr>0.05"
+        first = table.runs_view(idx, q=q)
+        tag_run("runs/3", add=["fresh"], store=s)
+        again = table.runs_view(idx, q=q)
+        assert again.total == first.total + 1 and "runs/3" in {e.ref for e, _r, _row in again.rows}
+    finally:
+        idx.stop()
