@@ -112,10 +112,9 @@ class IndexedManifest(dict):
             except CasmonError as e:  # one unreadable manifest hides no run: it is listed as a direct read lists it
                 self.error = e
                 _unreadable.add((s.url, target))
-                start = dict.get(self, "start")
+                t = self._run.ref_data.get("start") if self._run is not None else None
                 dict.update(self, {"name": name.rsplit("/", 1)[-1], "status": "unreadable",
-                                   "error": short_error(e, 500),
-                                   "start": None if whole else start})
+                                   "error": short_error(e, 500), "start": t if type(t) in (int, float) else None})
                 if self._run is not None:
                     self._run.error = e
                 return
