@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode", "slim", "summary", "HEAVY", "settled", "renewed", "Columns",
+           "indexable", "encode", "decode", "slim", "summary", "HEAVY", "settled", "renewed", "Columns", "COLUMNS",
            "columns", "pack"]
 
 INDEX_DIR = "runs-index/"
@@ -115,7 +115,7 @@ class Columns:
 
 #: The file's columns: name, dtype, rows (``n``: one a run, ``n+1``: offsets, ``c``: one a metric cell, ``b``: a
 #: blob's bytes). Blobs hold their rows' text back to back, each row's at ``off[i]:off[i + 1]``.
-_COLUMNS = (("key_off", "<i8", "n+1"), ("key", "u1", "b"), ("stamp_off", "<i8", "n+1"), ("stamp", "u1", "b"),
+COLUMNS = (("key_off", "<i8", "n+1"), ("key", "u1", "b"), ("stamp_off", "<i8", "n+1"), ("stamp", "u1", "b"),
             ("target", "u1", "32n"), ("slim_off", "<i8", "n+1"), ("slim", "u1", "b"), ("name_off", "<i8", "n+1"),
             ("name", "u1", "b"), ("start", "<f8", "n"), ("end", "<f8", "n"), ("at", "<f8", "n"),
             ("heartbeat", "<f8", "n"), ("settled", "u1", "n"), ("status", "<u2", "n"), ("number", "<i8", "n"),
@@ -181,7 +181,7 @@ def pack(n: int, metrics: list[str], statuses: list[str], cols: dict[str, Any]) 
     """An index file of ``n`` runs holding columns ``cols`` as they are (tests craft files with it)."""
     parts, at = [], 0
     layout = {}
-    for name, dtype, _rows in _COLUMNS:
+    for name, dtype, _rows in COLUMNS:
         arr = np.ascontiguousarray(cols[name], dtype)
         raw = arr.tobytes()
         raw += bytes(-len(raw) % 8)
@@ -251,7 +251,7 @@ def columns(raw: bytes, key: str) -> Columns:
         raise DamagedObjectError(key, "its header is not a runs index's") from None
     data = body[8 + hl:]
     a: dict[str, Any] = {}
-    for name, dtype, rows in _COLUMNS:
+    for name, dtype, rows in COLUMNS:
         got = layout.get(name)
         if not (type(got) is list and len(got) == 2 and all(type(x) is int and x >= 0 for x in got)):
             raise DamagedObjectError(key, f"its header does not place column {name}")
@@ -262,7 +262,7 @@ def columns(raw: bytes, key: str) -> Columns:
         a[name] = np.frombuffer(data[at: at + size], dtype)
     c = len(a["metric"])
     want = {"n": n, "n+1": n + 1, "32n": 32 * n, "c": c, "32c": 32 * c}
-    for name, _dtype, rows in _COLUMNS:
+    for name, _dtype, rows in COLUMNS:
         if rows != "b" and len(a[name]) != want[rows]:
             raise DamagedObjectError(key, f"its column {name} holds {len(a[name])} values, not {want[rows]}")
     keys = _texts(a["key_off"], a["key"], "run name", key)

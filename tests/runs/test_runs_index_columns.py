@@ -15,7 +15,7 @@ from benchmarks.runs_store import build
 
 pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
 
-COLUMNS = [c[0] for c in index._COLUMNS]
+COLUMNS = [c[0] for c in index.COLUMNS]
 
 
 def _view(runs):

@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
