@@ -604,10 +604,14 @@ def _list_runs(s: Store) -> list[RunInfo]:
     settled = index.settled
     newly = 0  # entries found settled that the file does not say are: written down at the next fold
     unreadable = {d for u, d in _unreadable if u == s.url}
+    dropped = []
     for name in names:
         e = entries.get(name)
         if e is not None and unreadable and e[1] in unreadable:
-            e = None  # its manifest was found unreadable: read directly, as a listing without the index would
+            # Its manifest was found unreadable: read directly, as a listing without the index would, and
+            # left out of the next base, so that other processes read it directly too.
+            dropped.append(name)
+            e = None
         stamp = stamps.get("refs/" + name) if stamps is not None else None
         if e is not None and stamp is not None and e[0] == stamp:
             known = len(e) > 9 and e[9]
@@ -630,7 +634,9 @@ def _list_runs(s: Store) -> list[RunInfo]:
             if got is not None:
                 fresh[name] = got
     if names:
-        index.fold(s, entries, fresh, deltas, stamps, base_ok, newly)
+        if dropped:
+            entries = {k: v for k, v in entries.items() if k not in set(dropped)}
+        index.fold(s, entries, fresh, deltas, stamps, base_ok, newly + index.FOLD_AT * bool(dropped))
     out.sort(key=lambda t: (t[0] or 0, t[1]))  # started first; an indexed run's start from its entry
     runs = [t[2] for t in out]
     from casmon.runs.tags import edits_by_run
@@ -666,7 +672,8 @@ def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunIn
     for (the rest of the manifest read from the store when asked for). Its fields are its own copies: entries
     are kept for the next listing, which a caller's change must not reach. Should the stored manifest turn out
     unreadable when read, the run becomes what a listing without the index shows (unreadable, with the
-    error), and listings in this process read it directly from then on."""
+    error); listings in this process read it directly from then on, and the next one writes a base without
+    its entry, so listings in other processes do too."""
     m = IndexedManifest(e, s, name, e[1])
     r = RunInfo(s, name, m, None, dict(ref_data), _entry=e)
     m._run = r
@@ -674,7 +681,7 @@ def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunIn
 
 
 #: ``(store url, manifest digest)`` of manifests found unreadable behind a runs index entry: such a run is read
-#: directly (and listed as unreadable) by later listings of this process.
+#: directly (and listed as unreadable) by later listings of this process, whose next base leaves it out.
 _unreadable: set[tuple[str, str]] = set()
 
 

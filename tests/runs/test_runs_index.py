@@ -267,6 +267,12 @@ def test_a_run_whose_stored_manifest_is_damaged_is_listed_through_the_index_as_w
     again = {v[0]: v for v in _view(casmon.list_runs(casmon.open(many)))}
     assert again["runs/5"][:4] == direct["runs/5"][:4]
     assert {k: v for k, v in again.items() if k != "runs/5"} == {k: v for k, v in direct.items() if k != "runs/5"}
+    # Another process (nothing of this one's kept): the index no longer holds the run, which is read directly.
+    listing._unreadable.clear()
+    index._read.clear()
+    assert "runs/5" not in index.decode((many / "runs-index" / "base").read_bytes(), "base")
+    other = {v[0]: v for v in _view(casmon.list_runs(casmon.open(many, read_only=True)))}
+    assert other["runs/5"][:4] == direct["runs/5"][:4]
 
 
 def _direct_keeping_index(path):
