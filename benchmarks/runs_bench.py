@@ -2,6 +2,12 @@
 before and after compaction.
 
     python -m benchmarks.runs_bench --runs 10000,100000
+    python -m benchmarks.runs_bench --only list,page --store 10000=PATH --store 100000=PATH --before DIR
+
+``--store N=PATH`` uses a store built once by :mod:`benchmarks.runs_store` (kept; its ``runs-index/`` is
+derived data the rows rebuild as they need). ``--before DIR`` (a ``git archive`` of other code) measures
+that code too, alternating with this tree, on a hard-linked copy of each store (``PATH.before``) with its own
+runs index, so the two index formats never meet.
 
 * **list_runs** — a store of N ended runs from :mod:`benchmarks.runs_store` (5 metrics each); ``list_runs``
   plus every run's latest ``loss`` in a fresh process, without the runs index (every ref and manifest read,
@@ -9,9 +15,12 @@ before and after compaction.
 * **runs page** — Chromium (Playwright, ``/usr/bin/chromium``) on a fresh ``casmon ui`` server over the
   N-run store: first paint (the table's rows on screen), a sort by ``started`` and a filter with ``or``,
   parentheses and ``tag:`` (server-side: each a navigation), first time and again.
+* **first page in process** — ``RunIndex`` + ``runs_view`` in a fresh process, CPU: the first page (default
+  order), then a sort by a metric, by a parameter, and the filter ``status:ok and (param.lr>0.01 or
+  tag:baseline)``, each on a fresh ``RunIndex`` (no row made before).
 * **compare** — ``/compare`` of 100 runs with 5 metrics of 10,000 points each in Chromium, over a fresh server
   of this tree (and of ``--before TREE``, in turn): the page's load event, every chart drawn, the server's CPU;
-  ``--ragged``: runs of different lengths (``--store``: keep the store, built there once).
+  ``--ragged``: runs of different lengths (``--compare-store``: keep the store, built there once).
 * **24-hour run** — 40,000 metric batches of one run (what a day of live flushes every ~2 s writes), as
   records; ``metric("loss")`` and the records count before and after :func:`compact_run`.
 """
@@ -43,19 +52,78 @@ assert all(v is not None for v in latest)
 """
 
 
-def _list_time(path: str, how: str, repeat: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of a listing in a fresh process (CPU time: the machine may be shared)."""
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+PAGE = """
+import sys, time, casmon
+from casmon.ui import model, table
+s = casmon.open(sys.argv[1], read_only=True)
+out = []
+for how in ({}, {"sort": "metric.loss"}, {"sort": "param.lr"},
+            {"q": "status:ok and (param.lr>0.01 or tag:baseline)"}):
+    idx = model.RunIndex(s)
+    c = time.process_time()
+    v = table.runs_view(idx, **how)
+    out.append(time.process_time() - c)
+    assert v.rows and not v.error, v.error
+    idx.stop()
+print(*out)
+"""
+
+
+def _list_time(path: str, how: str, repeat: int, code: str = "") -> tuple[float, float]:
+    """Median wall and CPU seconds of a listing in a fresh process (CPU time: the machine may be shared);
+    ``code``: the tree whose code runs (this one by default)."""
+    env = dict(os.environ, PYTHONPATH=code or os.getcwd())
     ts, cs = [], []
     for _ in range(repeat):
         if how == "direct":
             shutil.rmtree(os.path.join(path, "runs-index"), ignore_errors=True)
         out = subprocess.run([sys.executable, "-c", LIST, path, how], env=env, capture_output=True, text=True,
-                             check=True)
+                             check=True, cwd=code or None)  # python -c imports from its folder first
         wall, cpu = map(float, out.stdout.split())
         ts.append(wall)
         cs.append(cpu)
     return statistics.median(ts), statistics.median(cs)
+
+
+def page_times(path: str, code: str = "") -> list[float]:
+    """CPU seconds of the first page, a metric sort, a parameter sort and a filter, each on a fresh RunIndex."""
+    env = dict(os.environ, PYTHONPATH=code or os.getcwd())
+    out = subprocess.run([sys.executable, "-c", PAGE, path], env=env, capture_output=True, text=True, check=True,
+                         cwd=code or None)
+    return [float(x) for x in out.stdout.split()]
+
+
+def alternating(path: str, n: int, before: str, repeat: int, only: set[str]) -> list[tuple[str, str]]:
+    """The listing (and the first page) of this tree and of the code at ``before``, alternating, each on its
+    own hard-linked copy of the store with its own runs index; medians."""
+    other = path.rstrip("/") + ".before"
+    if not os.path.isdir(other):
+        subprocess.run(["cp", "-al", path, other], check=True)
+        shutil.rmtree(os.path.join(other, "runs-index"), ignore_errors=True)
+    for where, code in ((other, before), (path, "")):
+        _list_time(where, "index", 2, code)  # builds (then settles) each tree's index
+    got: dict[str, list[Any]] = {"before": [], "after": [], "page before": [], "page after": []}
+    for _ in range(repeat):
+        for label, where, code in (("before", other, before), ("after", path, "")):
+            if "list" in only:
+                got[label].append(_list_time(where, "index", 1, code))
+            if "page" in only:
+                got["page " + label].append(page_times(where, code))
+    rows = []
+    if "list" in only:
+        b = [statistics.median(x[i] for x in got["before"]) for i in (0, 1)]
+        a = [statistics.median(x[i] for x in got["after"]) for i in (0, 1)]
+        rows.append((f"list_runs + latest metric, {n:,} runs, CPU: before / after",
+                     f"{b[1]:.2f} s / {a[1]:.2f} s ({b[1] / a[1]:.1f}x)"))
+        rows.append((f"the same, wall: before / after", f"{b[0]:.2f} s / {a[0]:.2f} s"))
+    if "page" in only:
+        for i, what in enumerate(("first page", "sort by metric.loss", "sort by param.lr",
+                                  "filter status:ok and (param.lr>0.01 or tag:baseline)")):
+            b1 = statistics.median(x[i] for x in got["page before"])
+            a1 = statistics.median(x[i] for x in got["page after"])
+            rows.append((f"runs page in process, {n:,} runs, {what}, CPU: before / after",
+                         f"{b1 * 1e3:.0f} ms / {a1 * 1e3:.0f} ms ({b1 / a1:.1f}x)"))
+    return rows
 
 
 def day_run(root: str, batches: int = 40_000) -> list[tuple[str, str]]:
@@ -252,13 +320,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batches", type=int, default=40_000)
     ap.add_argument("--only", default="list,ui,compare,day")
-    ap.add_argument("--store", help="compare: the store of 100 runs to use (built there if missing)")
-    ap.add_argument("--before", help="compare: a tree of other code (git archive) to measure in turn with this one")
+    ap.add_argument("--store", action="append", default=[], help="N=PATH: a store of N runs built already")
+    ap.add_argument("--before", default="", help="a tree of other code (git archive) to measure too, alternating")
+    ap.add_argument("--compare-store", help="compare: the store of 100 runs to use (built there if missing)")
     ap.add_argument("--rounds", type=int, default=3, help="compare: rounds of the trees in turn")
     ap.add_argument("--ragged", action="store_true", help="compare: runs of different lengths (a store built so)")
     a = ap.parse_args()
     only = set(a.only.split(","))
     root = tempfile.mkdtemp(prefix="casmon-runsbench-")
+    stores = {int(n): p for n, p in (x.split("=", 1) for x in a.store)}
 
     class Rows(list):  # each row printed as it is measured (a long run cut short keeps what it had)
         def append(self, row: tuple[str, str]) -> None:
@@ -271,10 +341,14 @@ def main() -> None:
 
     rows: list[tuple[str, str]] = Rows()
     try:
-        for n in (int(x) for x in a.runs.split(",") if only & {"list", "ui"}):
-            path = os.path.join(root, f"r{n}")
-            rows.append((f"build {n:,} runs (benchmarks.runs_store)", f"{build(path, n):.0f} s"))
-            if "list" in only:
+        sizes = sorted(stores) if stores else [int(x) for x in a.runs.split(",")]
+        for n in (sizes if only & {"list", "ui", "page"} else []):
+            path = stores.get(n) or os.path.join(root, f"r{n}")
+            if n not in stores:
+                rows.append((f"build {n:,} runs (benchmarks.runs_store)", f"{build(path, n):.0f} s"))
+            if a.before:
+                rows.extend(alternating(path, n, a.before, a.repeat, only))
+            elif "list" in only:
                 direct = _list_time(path, "direct", a.repeat)
                 _list_time(path, "index", 1)  # builds the index
                 indexed = _list_time(path, "index", a.repeat)
@@ -284,11 +358,16 @@ def main() -> None:
                              f"{direct[1]:.2f} s / {indexed[1]:.2f} s ({direct[1] / indexed[1]:.1f}x)"))
             else:
                 _list_time(path, "index", 1)
+            if "page" in only and not a.before:
+                times = page_times(path)
+                rows.append((f"runs page in process, {n:,} runs: first page / metric sort / param sort / filter "
+                             "(CPU)", " / ".join(f"{t * 1e3:.0f} ms" for t in times)))
             if "ui" in only:
                 rows.extend(ui_rows(path, n))
-            shutil.rmtree(path, ignore_errors=True)
+            if n not in stores:
+                shutil.rmtree(path, ignore_errors=True)
         if "compare" in only:
-            rows.extend(compare_rows(root, store=a.store, before=a.before, rounds=a.rounds, ragged=a.ragged))
+            rows.extend(compare_rows(root, store=a.compare_store, before=a.before or None, rounds=a.rounds, ragged=a.ragged))
         if "day" in only:
             rows.extend(day_run(root, a.batches))
     finally:

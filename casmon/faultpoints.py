@@ -66,6 +66,7 @@ POINTS: dict[str, str] = {
     # runs: the runs index (casmon.runs.index)
     "index.delta_written": "an ended run's entry is written to the runs index as a delta file",
     "index.base_written": "a new runs index is in place; the delta files it folded in are not deleted yet",
+    "index.delta_deleted": "one more delta file folded into a new runs index is deleted, the others not yet",
 }
 
 _lock = threading.Lock()

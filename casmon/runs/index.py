@@ -21,7 +21,6 @@ longer matches anything (never one that matches the new ref with the old content
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -34,19 +33,20 @@ import xxhash
 
 from casmon import faultpoints
 from casmon.errors import CasmonError, DamagedObjectError
-from casmon.runs.manifest import RUN_REFS, check_run_manifest
+from casmon.runs.manifest import HEAVY, RUN_REFS, check_run_manifest
 from casmon.runs.metrics import number_of
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold", "entry", "note_ended",
-           "indexable", "encode", "decode", "slim", "summary", "HEAVY", "settled", "renewed"]
+           "indexable", "encode", "decode", "slim", "summary", "HEAVY", "settled", "renewed", "Columns", "COLUMNS",
+           "columns", "pack"]
 
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
 _DELTA = "d-"
-_MAGIC = b"casmon-runs-index 6 "
+_MAGIC = b"casmon-runs-index 7 "
 #: New entries (runs read directly) plus delta files from which a listing writes a new base.
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
@@ -54,85 +54,264 @@ ENTRY_MAX = 16384
 #: The largest index file read (a crafted one is ignored, never read whole into memory).
 FILE_MAX = 1 << 31
 
-#: Manifest fields a listing does not show: left out of entries, read from the manifest when asked for
-#: (:class:`~casmon.runs.listing.IndexedManifest`).
-HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executable", "cwd", "python", "packages",
-                   "output", "traceback", "patch_time", "casmon_run", "pid", "imported", "heartbeat_s", "resumes"))
-
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEXES = re.compile(r"[0-9a-f]*")
 
 #: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status, time the stamp was
-#: taken]``: the slim manifest (without HEAVY and metrics) as JSON text, parsed and checked only when a field of
-#: it is read (:class:`~casmon.runs.listing.IndexedManifest`), so a listing pays per run only for what it shows;
-#: its start, name and status also apart, for a listing's order and the UI's first page. The summary is
-#: ``[names, digests, offset]`` into the file's two numeric columns: ``f``, each metric's last, time, min and max
-#: (float64), and ``i``, its count and step (int64), little-endian and base64; read into cells only when asked
-#: for (:func:`summary`). An entry made from a run just read holds its manifest (a dict) and summary (a dict)
-#: instead.
+#: taken, settled]`` (settled: the stamp was found settled already, :func:`settled`; a made entry may leave it
+#: out). Read from a file, the slim manifest (without HEAVY and metrics) is JSON text, parsed and checked
+#: only when a field of it is read (:class:`~casmon.runs.listing.IndexedManifest`), and the summary is
+#: ``(columns, row)``: cells made when asked for (:func:`summary`). An entry made from a run just read holds
+#: its manifest (a dict) and summary (a dict) instead.
 Entry = list
+
+#: Statuses an ended run has, by their code in the file (another is written in the file's header).
+_STATUSES = ("ok", "failed", "killed", "interrupted", "lost")
+_U64 = np.dtype("<u8")
+
+
+class Columns:
+    """One index file's columns (numpy arrays, read in bulk): each row a run, the metric cells of row ``i``
+    at ``cell_off[i]:cell_off[i + 1]`` of the cell columns. Python lists of the cell columns are made the first
+    time a run's summary is asked for."""
+
+    __slots__ = ("n", "keys", "metrics", "statuses", "a", "_cells")
+
+    def __init__(self, n: int, keys: list[str], metrics: list[str], statuses: list[str],
+                 a: dict[str, Any]) -> None:
+        self.n, self.keys, self.metrics, self.statuses, self.a = n, keys, metrics, statuses, a
+        self._cells: tuple[list[Any], ...] | None = None
+
+    def cells(self) -> tuple[list[Any], ...]:
+        if self._cells is None:
+            a = self.a
+            dg = a["digest"].tobytes().decode("ascii")
+            has = a["has_digest"].tolist()
+            self._cells = (a["cell_off"].tolist(), [self.metrics[m] for m in a["metric"].tolist()], a["last"].tolist(),
+                           a["time"].tolist(), a["min"].tolist(), a["max"].tolist(), a["count"].tolist(),
+                           a["step"].tolist(), [dg[32 * j: 32 * j + 32] if h else None for j, h in enumerate(has)])
+        return self._cells
+
+    def summary(self, row: int) -> dict[str, dict[str, Any]]:
+        """Row ``row``'s metric cells (a new dict each call)."""
+        off, names, last, t, lo, hi, n, step, dg = self._cells or self.cells()
+        return {names[j]: {"n": n[j], "last": last[j], "step": step[j], "time": t[j], "min": lo[j], "max": hi[j],
+                           "digest": dg[j]} for j in range(off[row], off[row + 1])}
+
+    def metric(self, name: str, field: str = "last") -> tuple[Any, Any]:
+        """``(values, present)``: metric ``name``'s ``field`` (last, min, max, time, count, step) of every row,
+        and which rows have the metric."""
+        a = self.a
+        vals = np.full(self.n, np.nan if field not in ("count", "step") else 0, a[field].dtype)
+        present = np.zeros(self.n, bool)
+        if name in self.metrics:
+            mid = self.metrics.index(name)
+            rows = np.repeat(np.arange(self.n), np.diff(a["cell_off"]))
+            hit = a["metric"] == mid
+            vals[rows[hit]] = a[field][hit]
+            present[rows[hit]] = True
+        return vals, present
+
+
+#: The file's columns: name, dtype, rows (``n``: one a run, ``n+1``: offsets, ``c``: one a metric cell, ``b``: a
+#: blob's bytes). Blobs hold their rows' text back to back, each row's at ``off[i]:off[i + 1]``.
+COLUMNS = (("key_off", "<i8", "n+1"), ("key", "u1", "b"), ("stamp_off", "<i8", "n+1"), ("stamp", "u1", "b"),
+            ("target", "u1", "32n"), ("slim_off", "<i8", "n+1"), ("slim", "u1", "b"), ("name_off", "<i8", "n+1"),
+            ("name", "u1", "b"), ("start", "<f8", "n"), ("end", "<f8", "n"), ("at", "<f8", "n"),
+            ("heartbeat", "<f8", "n"), ("settled", "u1", "n"), ("status", "<u2", "n"), ("number", "<i8", "n"),
+            ("cell_off", "<i8", "n+1"),
+            ("metric", "<u4", "c"), ("last", "<f8", "c"), ("time", "<f8", "c"), ("min", "<f8", "c"),
+            ("max", "<f8", "c"), ("count", "<i8", "c"), ("step", "<i8", "c"), ("has_digest", "u1", "c"),
+            ("digest", "u1", "32c"))
 
 
 def _slim_text(e: Entry) -> str:
     return e[2] if type(e[2]) is str else json.dumps(e[2], separators=(",", ":"))
 
 
+def _blob(texts: list[str]) -> tuple[Any, Any]:
+    parts = [t.encode("utf-8", "surrogatepass") for t in texts]
+    off = np.zeros(len(parts) + 1, "<i8")
+    np.cumsum([len(p) for p in parts], out=off[1:])
+    return off, np.frombuffer(b"".join(parts), "u1")
+
+
+def _number(x: Any, lo: float = -np.inf, hi: float = np.inf) -> float:
+    return float(x) if type(x) in (int, float) and lo <= x < hi else np.nan
+
+
 def encode(entries: dict[str, Entry]) -> bytes:
-    floats: list[float] = []
-    ints: list[int] = []
-    runs = {}
+    rows: list[tuple[str, Entry, dict[str, dict[str, Any]]]] = []
     for name, e in entries.items():
         cells = summary(e)
         if cells is None:  # a crafted entry's columns: left out, the run is read directly and indexed again
             continue
-        names = sorted(cells)
-        off = len(ints) // 2
-        for k in names:
-            c = cells[k]
-            floats += [c["last"], c["time"], c["min"], c["max"]]
-            ints += [c["n"], c["step"]]
-        runs[name] = [e[0], e[1], _slim_text(e), e[3], [names, [cells[k]["digest"] for k in names], off], e[5], e[6],
-                      e[7], e[8]]
-    body = json.dumps({"runs": runs, "f": base64.b64encode(np.array(floats, "<f8").tobytes()).decode("ascii"),
-                       "i": base64.b64encode(np.array(ints, "<i8").tobytes()).decode("ascii")},
+        rows.append((name, e, cells))
+    metrics = sorted({k for _n, _e, c in rows for k in c})
+    mids = {k: i for i, k in enumerate(metrics)}
+    statuses = list(_STATUSES) + sorted({e[7] for _n, e, _c in rows} - set(_STATUSES))
+    codes = {s: i for i, s in enumerate(statuses)}
+    cols: dict[str, Any] = {}
+    cols["key_off"], cols["key"] = _blob([n for n, _e, _c in rows])
+    cols["stamp_off"], cols["stamp"] = _blob([e[0] for _n, e, _c in rows])
+    cols["target"] = np.frombuffer("".join(e[1] for _n, e, _c in rows).encode("ascii"), "u1")
+    cols["slim_off"], cols["slim"] = _blob([_slim_text(e) for _n, e, _c in rows])
+    cols["name_off"], cols["name"] = _blob([e[6] for _n, e, _c in rows])
+    cols["start"] = np.array([e[5] for _n, e, _c in rows], "<f8")
+    cols["end"] = np.array([_end_of(e) for _n, e, _c in rows], "<f8")
+    cols["at"] = np.array([e[8] for _n, e, _c in rows], "<f8")
+    cols["heartbeat"] = np.array([_number(e[3].get("heartbeat"), 0, 1e11) for _n, e, _c in rows], "<f8")
+    cols["settled"] = np.array([len(e) > 9 and e[9] is True for _n, e, _c in rows], "u1")
+    cols["status"] = np.array([codes[e[7]] for _n, e, _c in rows], "<u2")
+    cols["number"] = np.array([_number_of(e) for _n, e, _c in rows], "<i8")
+    made = [(mids[k], c[k]) for _n, _e, c in rows for k in sorted(c)]
+    cols["cell_off"] = np.zeros(len(rows) + 1, "<i8")
+    np.cumsum([len(c) for _n, _e, c in rows], out=cols["cell_off"][1:])
+    cols["metric"] = np.array([m for m, _c in made], "<u4")
+    for f in ("last", "time", "min", "max"):
+        cols[f] = np.array([c[f] for _m, c in made], "<f8")
+    cols["count"] = np.array([c["n"] for _m, c in made], "<i8")
+    cols["step"] = np.array([c["step"] for _m, c in made], "<i8")
+    cols["has_digest"] = np.array([c["digest"] is not None for _m, c in made], "u1")
+    cols["digest"] = np.frombuffer("".join(c["digest"] or "0" * 32 for _m, c in made).encode("ascii"), "u1")
+    return pack(len(rows), metrics, statuses, cols)
+
+
+def pack(n: int, metrics: list[str], statuses: list[str], cols: dict[str, Any]) -> bytes:
+    """An index file of ``n`` runs holding columns ``cols`` as they are (tests craft files with it)."""
+    parts, at = [], 0
+    layout = {}
+    for name, dtype, _rows in COLUMNS:
+        arr = np.ascontiguousarray(cols[name], dtype)
+        raw = arr.tobytes()
+        raw += bytes(-len(raw) % 8)
+        layout[name] = [at, len(arr)]
+        parts.append(raw)
+        at += len(raw)
+    head = json.dumps({"n": n, "metrics": metrics, "statuses": statuses, "cols": layout},
                       separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    body = np.array([len(head)], _U64).tobytes() + head + b"".join(parts)
     return _MAGIC + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body
 
 
-def decode(raw: bytes, key: str) -> dict[str, Entry]:
-    """The entries of index file ``key`` (each of the right shape; odd ones left out; their manifests and
-    summaries are checked when read: :func:`slim`, :func:`summary`); :class:`DamagedObjectError` naming it if
+def _end_of(e: Entry) -> float:
+    if type(e[4]) is tuple:
+        cols, i = e[4]
+        return float(cols.a["end"][i])
+    return _number(e[2].get("end"), 0, 1e11) if type(e[2]) is dict else np.nan
+
+
+def _number_of(e: Entry) -> int:
+    if type(e[4]) is tuple:
+        cols, i = e[4]
+        return int(cols.a["number"][i])
+    n = e[2].get("n") if type(e[2]) is dict else None
+    return n if type(n) is int and -(1 << 62) < n < 1 << 62 else -1
+
+
+def _texts(off: Any, blob: Any, what: str, key: str) -> list[str]:
+    """The rows of a blob column; DamagedObjectError if its offsets do not fit it or its text is not UTF-8."""
+    if len(off) == 0 or off[0] != 0 or off[-1] != len(blob) or bool((np.diff(off) < 0).any()):
+        raise DamagedObjectError(key, f"its {what} offsets do not fit its {what} column")
+    raw = blob.tobytes()
+    try:
+        if raw.isascii():
+            text = raw.decode("ascii")
+            o = off.tolist()
+            return [text[o[i]: o[i + 1]] for i in range(len(o) - 1)]
+        o = off.tolist()
+        return [raw[o[i]: o[i + 1]].decode("utf-8", "surrogatepass") for i in range(len(o) - 1)]
+    except UnicodeDecodeError:
+        raise DamagedObjectError(key, f"its {what} column is not text") from None
+
+
+def columns(raw: bytes, key: str) -> Columns:
+    """Index file ``key``'s columns, each checked as a whole (lengths, offsets, ranges: numbers that are not
+    finite where a time must be, codes out of range); :class:`DamagedObjectError` naming it and what is wrong if
     it is not one casmon wrote."""
     head = len(_MAGIC) + 33
-    if not raw.startswith(_MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
+    if not raw.startswith(_MAGIC) or len(raw) < head + 8 or raw[head - 1: head] != b"\n":
         raise DamagedObjectError(key, "not a runs index file")
-    body = raw[head:]
-    if xxhash.xxh3_128_hexdigest(body).encode() != raw[len(_MAGIC) : head - 1]:
+    body = memoryview(raw)[head:]
+    if xxhash.xxh3_128_hexdigest(body).encode() != raw[len(_MAGIC): head - 1]:
         raise DamagedObjectError(key, "its content does not match its checksum")
+    hl = int(np.frombuffer(body[:8], _U64)[0])
     try:
-        doc = json.loads(body)
-        runs = doc["runs"]
-        fa = np.frombuffer(base64.b64decode(doc["f"], validate=True), "<f8")
-        ia = np.frombuffer(base64.b64decode(doc["i"], validate=True), "<i8")
+        if hl > len(body) - 8:
+            raise ValueError
+        doc = json.loads(bytes(body[8: 8 + hl]))
+        n, metrics, statuses, layout = doc["n"], doc["metrics"], doc["statuses"], doc["cols"]
+        if not (type(n) is int and 0 <= n and type(metrics) is list and all(type(m) is str for m in metrics)
+                and len(set(metrics)) == len(metrics) and type(statuses) is list
+                and all(type(x) is str and x not in ("running", "claimed", "unreadable") for x in statuses)
+                and type(layout) is dict):
+            raise ValueError
     except (ValueError, KeyError, TypeError, RecursionError):
-        raise DamagedObjectError(key, "not a runs index file") from None
-    if not isinstance(runs, dict) or len(fa) != 2 * len(ia):
-        raise DamagedObjectError(key, "not a runs index file")
-    times = fa[1::4]
-    if not (bool((ia[0::2] >= 0).all()) and bool(((times >= 0) & (times < 1e11)).all())):
-        raise DamagedObjectError(key, "a metric's count or time is out of range")
-    cols = (fa.tolist(), ia.tolist())
+        raise DamagedObjectError(key, "its header is not a runs index's") from None
+    data = body[8 + hl:]
+    a: dict[str, Any] = {}
+    for name, dtype, rows in COLUMNS:
+        got = layout.get(name)
+        if not (type(got) is list and len(got) == 2 and all(type(x) is int and x >= 0 for x in got)):
+            raise DamagedObjectError(key, f"its header does not place column {name}")
+        at, count = got
+        size = count * np.dtype(dtype).itemsize
+        if at % 8 or at + size > len(data):
+            raise DamagedObjectError(key, f"its column {name} runs past the file's end")
+        a[name] = np.frombuffer(data[at: at + size], dtype)
+    c = len(a["metric"])
+    want = {"n": n, "n+1": n + 1, "32n": 32 * n, "c": c, "32c": 32 * c}
+    for name, _dtype, rows in COLUMNS:
+        if rows != "b" and len(a[name]) != want[rows]:
+            raise DamagedObjectError(key, f"its column {name} holds {len(a[name])} values, not {want[rows]}")
+    keys = _texts(a["key_off"], a["key"], "run name", key)
     prefix = RUN_REFS + "/"
-    out = {}
-    for k, e in runs.items():
-        if (type(e) is list and len(e) == 9 and type(e[0]) is str and type(e[1]) is str and len(e[1]) == 32
-                and type(e[2]) is str and type(e[3]) is dict and type(e[4]) is list and len(e[4]) == 3
-                and type(e[5]) in (int, float) and 0 <= e[5] < 1e11 and type(e[6]) is str and type(e[7]) is str
-                and e[7] not in ("running", "claimed", "unreadable") and type(e[8]) is float and 0 <= e[8] < 1e11
-                and k.startswith(prefix)):
-            e[4] = (*e[4], cols)
-            out[k] = e
-    return out
+    if len(set(keys)) != n or not all(k.startswith(prefix) for k in keys):
+        raise DamagedObjectError(key, "its runs are not named once each under runs/")
+    co = a["cell_off"]
+    if len(co) == 0 or co[0] != 0 or co[-1] != c or bool((np.diff(co) < 0).any()):
+        raise DamagedObjectError(key, "its metric cell offsets do not fit its cells")
+    start, at_, hb, end = a["start"], a["at"], a["heartbeat"], a["end"]
+    ok = (bool(((start >= 0) & (start < 1e11)).all()) and bool(((at_ >= 0) & (at_ < 1e11)).all())
+          and bool((np.isnan(hb) | ((hb >= 0) & (hb < 1e11))).all())
+          and bool((np.isnan(end) | ((end >= 0) & (end < 1e11))).all()))
+    if not ok:
+        raise DamagedObjectError(key, "a run's start, end, heartbeat or time is not a time")
+    if not bool((a["status"] < len(statuses)).all()) or not bool((a["settled"] <= 1).all()):
+        raise DamagedObjectError(key, "a run's status code is out of range")
+    t = a["time"]
+    if not (bool((a["metric"] < len(metrics)).all()) and bool((a["count"] >= 0).all())
+            and bool(((t >= 0) & (t < 1e11)).all()) and bool((a["has_digest"] <= 1).all())):
+        raise DamagedObjectError(key, "a metric's name, count or time is out of range")
+    if c > 1:  # each run's metrics by name, once each
+        m = a["metric"].astype("<i8")
+        step = np.diff(m)
+        inner = np.ones(c - 1, bool)
+        inner[co[1:-1][(co[1:-1] > 0) & (co[1:-1] < c)] - 1] = False
+        if bool((step[inner] <= 0).any()):
+            raise DamagedObjectError(key, "a run's metrics are not each named once")
+    if not _HEXES.fullmatch(a["target"].tobytes().decode("latin-1")) or not _HEXES.fullmatch(
+            a["digest"].tobytes().decode("latin-1")):
+        raise DamagedObjectError(key, "a run's manifest or a metric's digest is not hex")
+    return Columns(n, keys, metrics, statuses, a)
+
+
+def decode(raw: bytes, key: str) -> dict[str, Entry]:
+    """The entries of index file ``key`` (its columns checked as a whole: :func:`columns`; each manifest's
+    fields checked when read: :func:`slim`); :class:`DamagedObjectError` naming it if it is not one casmon
+    wrote."""
+    cols = columns(raw, key)
+    a = cols.a
+    stamps = _texts(a["stamp_off"], a["stamp"], "stamp", key)
+    slims = _texts(a["slim_off"], a["slim"], "manifest", key)
+    names = _texts(a["name_off"], a["name"], "name", key)
+    tg = a["target"].tobytes().decode("ascii")
+    st = [cols.statuses[x] for x in a["status"].tolist()]
+    hbs = [{} if h != h else {"heartbeat": h} for h in a["heartbeat"].tolist()]
+    return {k: [stamps[i], tg[32 * i: 32 * i + 32], slims[i], hbs[i], (cols, i), s0, names[i], st[i], t, d]
+            for i, (k, s0, t, d) in enumerate(zip(cols.keys, a["start"].tolist(), a["at"].tolist(),
+                                                   (a["settled"] == 1).tolist()))}
 
 
 def slim(e: Entry, where: str) -> dict[str, Any] | None:
@@ -156,17 +335,10 @@ def summary(e: Entry) -> dict[str, dict[str, Any]] | None:
     dict each call); None if its columns are not of the form casmon writes."""
     if type(e[4]) is dict:
         return {k: dict(v) for k, v in e[4].items()}
-    names, digests, off, (f, i) = e[4]
-    if not (type(names) is list and type(digests) is list and len(digests) == len(names) and type(off) is int
-            and 0 <= off and 2 * (off + len(names)) <= len(i) and all(type(n) is str for n in names)):
+    if type(e[4]) is not tuple:
         return None
-    joined = "".join(digests) if all(type(d) is str for d in digests) else None
-    if joined is None or len(joined) != 32 * len(digests) or not _HEXES.fullmatch(joined):
-        if not all(d is None or type(d) is str and _HEX32.fullmatch(d) for d in digests):
-            return None
-    return {name: {"n": i[2 * j], "last": f[4 * j], "step": i[2 * j + 1], "time": f[4 * j + 1], "min": f[4 * j + 2],
-                   "max": f[4 * j + 3], "digest": digests[j - off]}
-            for j, name in enumerate(names, off)}
+    cols, row = e[4]
+    return cols.summary(row)
 
 
 #: The base file last read, by store: ``(its stamp, its entries)``; a listing whose base has the same stamp
@@ -227,13 +399,19 @@ def settled(store: Store, e: Entry, now: float) -> bool:
     """True if entry ``e``'s stamp alone says its ref is unchanged: the ref was written well before the stamp
     was taken, so no later write can share the stamp (see the module's docstring). An entry made by a clock
     ahead of this one (``now``) counts as made now."""
-    return store.backend.stamp_settled(e[0], min(e[8], now))
+    if len(e) > 9 and e[9] and e[8] <= now:
+        return True  # found settled already: a stamp taken at a time stays settled
+    if store.backend.stamp_settled(e[0], min(e[8], now)):
+        if e[8] <= now:
+            e[9:] = [True]
+        return True
+    return False
 
 
 def renewed(e: Entry, stamp: str, ref_data: dict[str, Any], at: float) -> Entry:
     """Entry ``e`` (of the manifest the ref names now) with the ref's ``stamp`` taken at time ``at``."""
     hb = ref_data.get("heartbeat")
-    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], e[5], e[6], e[7], at]
+    return [stamp, e[1], e[2], {"heartbeat": hb} if type(hb) is float else {}, e[4], e[5], e[6], e[7], at, False]
 
 
 def entry(stamp: str, target: str, manifest: dict[str, Any], ref_data: dict[str, Any],
@@ -277,10 +455,11 @@ def _cells(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
 
 
 def fold(store: Store, entries: dict[str, Entry], fresh: dict[str, Entry], deltas: list[str],
-         stamps: dict[str, str] | None, base_ok: bool) -> bool:
+         stamps: dict[str, str] | None, base_ok: bool, settled_now: int = 0) -> bool:
     """Write a new base (entries still current, plus ``fresh``) and delete the ``deltas`` it holds, when
-    enough is new; best effort (a read-only store, a full disk: the next listing tries again)."""
-    if store.read_only or not (len(fresh) + len(deltas) >= FOLD_AT or (fresh and not base_ok)):
+    enough is new (``settled_now``: entries found settled that the file does not mark so); best effort (a
+    read-only store, a full disk: the next listing tries again)."""
+    if store.read_only or not (len(fresh) + len(deltas) + settled_now >= FOLD_AT or (fresh and not base_ok)):
         return False
     keep = {n: e for n, e in entries.items()
             if stamps is None or stamps.get("refs/" + n) == e[0]}  # deleted or rewritten runs' entries go
@@ -290,6 +469,7 @@ def fold(store: Store, entries: dict[str, Entry], fresh: dict[str, Entry], delta
         faultpoints.point("index.base_written")
         for k in deltas:
             store.backend.delete(k)
+            faultpoints.point("index.delta_deleted")
     except (OSError, CasmonError):
         return False
     return True

@@ -22,7 +22,10 @@ from casmon.keys.names import keep_flat_names
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, StoreFormatError, UntrustedStoreError
 from casmon.keys.digest import Digest
 from casmon.runs import live
-from casmon.runs.manifest import RUN_REFS, check_run_manifest, is_json, is_value_ref
+from casmon.runs.manifest import HEAVY, RUN_REFS, check_run_manifest, is_json, is_value_ref
+
+#: Fields the runs index leaves out of its manifests: the heavy ones and the metric summary, held apart.
+HEAVY_FIELDS = HEAVY | {"metrics"}
 from casmon.runs.metrics import Series, number_of, read_series, read_summary
 from casmon.runs.params import MAX_DEPTH, flatten
 from casmon.store.peek import Described, as_digest, describe, load_data, peek
@@ -30,7 +33,7 @@ from casmon.store.store import Store, default_store
 from casmon.view import display
 from casmon.view.text import did_you_mean, short_error, short_repr
 
-__all__ = ["RunInfo", "IndexedManifest", "indexed_run", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
+__all__ = ["RunInfo", "IndexedManifest", "indexed_run", "ref_names", "list_runs", "load_run", "readable_run", "run_info", "info_cell"]
 
 
 class IndexedManifest(dict):
@@ -42,7 +45,7 @@ class IndexedManifest(dict):
     not parsed anew is copied when first read: the index's entry, kept for the next listing, is never changed
     through it."""
 
-    __slots__ = ("_load", "_entry", "error", "_owned")
+    __slots__ = ("_load", "_entry", "error", "_owned", "_slimmed", "_run")
 
     def __init__(self, slim: dict[str, Any] | list, store: Store, name: str, target: str) -> None:
         super().__init__()
@@ -52,6 +55,10 @@ class IndexedManifest(dict):
         #: Why the stored manifest could not be read (the fields the index holds are all there is), if so.
         self.error: CasmonError | None = None
         self._owned: set[Any] | None = None  # fields copied already (the others may be the entry's own)
+        #: The index's fields are all there: a field of a listing that is not among them is not in the manifest.
+        self._slimmed = False
+        #: The run listed with this manifest: told when the stored manifest turns out unreadable.
+        self._run: RunInfo | None = None
 
     def _own(self, k: Any, v: Any) -> Any:
         if type(v) is not dict and type(v) is not list:
@@ -81,13 +88,15 @@ class IndexedManifest(dict):
                 self._fill(whole=True)
             else:
                 dict.update(self, got)
+                self._slimmed = True
                 if type(e[2]) is str:  # parsed anew from the index's text: this manifest's own already
                     self._mine(got)
 
     def _has(self, k: Any) -> bool:
         if self._entry is not None:
             self._slim()
-        if self._load is not None and not dict.__contains__(self, k):
+        if self._load is not None and not dict.__contains__(self, k) and (
+                not self._slimmed or k in HEAVY_FIELDS or type(k) is not str):
             self._fill()
         return dict.__contains__(self, k)
 
@@ -100,11 +109,14 @@ class IndexedManifest(dict):
             try:
                 full = load_data(s, target, f"run {name}: its manifest", dict)
                 check_run_manifest(full, f"run {name} (manifest {target})")
-            except CasmonError as e:  # one unreadable manifest hides no run: its listed fields stay
+            except CasmonError as e:  # one unreadable manifest hides no run: it is listed as a direct read lists it
                 self.error = e
-                if whole:
-                    dict.update(self, {"name": name.rsplit("/", 1)[-1], "status": "unreadable",
-                                       "error": short_error(e, 500), "start": None})
+                _unreadable.add((s.url, target))
+                t = self._run.ref_data.get("start") if self._run is not None else None
+                dict.update(self, {"name": name.rsplit("/", 1)[-1], "status": "unreadable",
+                                   "error": short_error(e, 500), "start": t if type(t) in (int, float) else None})
+                if self._run is not None:
+                    self._run.error = e
                 return
             except BaseException:
                 self._load = src
@@ -314,9 +326,13 @@ class RunInfo:
         records a reader finds, so the summary agrees with :meth:`metric` wherever a kill fell (no digest then).
         NaN and infinities are floats here; ``min`` and ``max`` leave NaN out (NaN if every value is NaN)."""
         if self._entry is not None:  # an ended run's, from the runs index
-            from casmon.runs import index
+            at = self._entry[4]
+            if type(at) is tuple:  # a row of an index file's columns
+                got = at[0].summary(at[1])
+            else:
+                from casmon.runs import index
 
-            got = index.summary(self._entry)  # made anew at each call: the caller's to change
+                got = index.summary(self._entry)  # made anew at each call: the caller's to change
             if got is not None:
                 return got
             self._entry = None  # a crafted entry's columns are not used: the manifest's summary is
@@ -586,21 +602,34 @@ def list_runs(store: Store | str | None = None) -> list[RunInfo]:
 def _list_runs(s: Store) -> list[RunInfo]:
     from casmon.runs import index
 
-    names = s.refs(RUN_REFS)
     at = time.time()  # before the stamps are taken (index.settled)
     try:
-        stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/") if names else None
+        stamps = s.backend.list_stamped(f"refs/{RUN_REFS}/")
     except OSError:
         stamps = None
+    # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
+    names = s.refs(RUN_REFS) if stamps is None else ref_names(stamps)
     entries, deltas, base_ok = index.load(s) if names else ({}, [], True)
     fresh: dict[str, list] = {}
     out = []
+    settled = index.settled
+    newly = 0  # entries found settled that the file does not say are: written down at the next fold
+    unreadable = {d for u, d in _unreadable if u == s.url}
+    dropped = []
     for name in names:
         e = entries.get(name)
+        if e is not None and unreadable and e[1] in unreadable:
+            # Its manifest was found unreadable: read directly, as a listing without the index would, and
+            # left out of the next base, so that other processes read it directly too.
+            dropped.append(name)
+            e = None
         stamp = stamps.get("refs/" + name) if stamps is not None else None
-        if e is not None and stamp is not None and e[0] == stamp and index.settled(s, e, at):
-            out.append((e[5], name, indexed_run(s, name, e, e[3])))
-            continue
+        if e is not None and stamp is not None and e[0] == stamp:
+            known = len(e) > 9 and e[9]
+            if settled(s, e, at):
+                newly += not known and len(e) > 9 and e[9] is True
+                out.append((e[5], name, indexed_run(s, name, e, e[3])))
+                continue
         info, target = _read_run(s, name, e)
         if info is None:
             continue
@@ -616,7 +645,9 @@ def _list_runs(s: Store) -> list[RunInfo]:
             if got is not None:
                 fresh[name] = got
     if names:
-        index.fold(s, entries, fresh, deltas, stamps, base_ok)
+        if dropped:
+            entries = {k: v for k, v in entries.items() if k not in set(dropped)}
+        index.fold(s, entries, fresh, deltas, stamps, base_ok, newly + index.FOLD_AT * bool(dropped))
     out.sort(key=lambda t: (t[0] or 0, t[1]))  # started first; an indexed run's start from its entry
     runs = [t[2] for t in out]
     from casmon.runs.tags import edits_by_run
@@ -625,6 +656,20 @@ def _list_runs(s: Store) -> list[RunInfo]:
     for r in runs:
         r._edits = edits.get(r.ref, [])
     return display.RunList(runs)  # a list that shows itself as a table and has to_pandas()
+
+
+#: A run ref's file name that :func:`~casmon.store.records.is_ref_name` takes, checked in one match (the others
+#: are asked about one by one).
+_PLAIN_REF = re.compile(r"refs/runs/(?!\.\.?$)[A-Za-z0-9_.-]{1,200}")
+
+
+def ref_names(stamps: dict[str, str]) -> list[str]:
+    """The run refs' names in a stamped listing of ``refs/runs/``, as :meth:`Store.refs` lists them."""
+    from casmon.store.records import is_ref_name
+
+    plain = _PLAIN_REF.fullmatch
+    return sorted(k[5:] for k in stamps if plain(k) and ".partial" not in k or (
+        not plain(k) and ".partial" not in k and is_ref_name(k[5:])))
 
 
 def run_info(s: Store, name: str) -> RunInfo | None:
@@ -636,8 +681,19 @@ def run_info(s: Store, name: str) -> RunInfo | None:
 def indexed_run(s: Store, name: str, e: list, ref_data: dict[str, Any]) -> RunInfo:
     """The run of index entry ``e``: its slim manifest and metric summary read from the entry when first asked
     for (the rest of the manifest read from the store when asked for). Its fields are its own copies: entries
-    are kept for the next listing, which a caller's change must not reach."""
-    return RunInfo(s, name, IndexedManifest(e, s, name, e[1]), None, dict(ref_data), _entry=e)
+    are kept for the next listing, which a caller's change must not reach. Should the stored manifest turn out
+    unreadable when read, the run becomes what a listing without the index shows (unreadable, with the
+    error); listings in this process read it directly from then on, and the next one writes a base without
+    its entry, so listings in other processes do too."""
+    m = IndexedManifest(e, s, name, e[1])
+    r = RunInfo(s, name, m, None, dict(ref_data), _entry=e)
+    m._run = r
+    return r
+
+
+#: ``(store url, manifest digest)`` of manifests found unreadable behind a runs index entry: such a run is read
+#: directly (and listed as unreadable) by later listings of this process, whose next base leaves it out.
+_unreadable: set[tuple[str, str]] = set()
 
 
 def _copied(v: dict[str, Any]) -> dict[str, Any]:

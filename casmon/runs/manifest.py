@@ -17,11 +17,16 @@ from casmon.errors import DamagedObjectError
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
-__all__ = ["KIND_RUN", "RUN_REFS", "PREFIX_RE", "claim_run_number", "check_run_manifest", "is_value_ref", "is_plain_json", "is_json"]
+__all__ = ["KIND_RUN", "RUN_REFS", "HEAVY", "PREFIX_RE", "claim_run_number", "check_run_manifest", "is_value_ref", "is_plain_json", "is_json"]
 
 KIND_RUN = "run"  # one record per run, keyed by its ref: lists every value the run needs, for gc
 RUN_REFS = "runs"  # refs runs/{prefix}{n} claim run numbers and point at the newest manifest
 #: What a run prefix may hold (run names are ``{prefix}{n}[-{comment}]``).
+#: Manifest fields a listing does not show: left out of the runs index's entries (casmon.runs.index), read from
+#: the manifest when asked for (:class:`~casmon.runs.listing.IndexedManifest`).
+HEAVY = frozenset(("files", "env", "links", "tracking_records", "argv", "executable", "cwd", "python", "packages",
+                   "output", "traceback", "patch_time", "casmon_run", "pid", "imported", "heartbeat_s", "resumes"))
+
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
 
 

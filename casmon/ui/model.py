@@ -6,9 +6,11 @@ manifests, patches, tracked files and package lists load through
 manifests. A value is loaded by unpickling only on a store opened with ``--trust``.
 
 The runs index is built for big stores and live runs. The first listing reads
-the ``run`` record table (one read: each run's name, status and newest
-manifest digest) and one listing of ``refs/runs`` (so a run that has only
-claimed its number is listed too). After that every request revalidates it
+the store's runs index (:mod:`casmon.runs.index`: each ended run's name,
+status, start and manifest digest in binary columns) and one stamped listing
+of ``refs/runs``: a run whose ref is unchanged since its entry was made is
+listed from the entry, any other from its ref (or, when many are missing from
+the index, from the ``run`` record table, one read). After that every request revalidates it
 cheaply, at most once a second: one listing of ``refs/runs`` (runs added or
 removed) and a read of the ref of each run that is still going (``running`` or
 ``claimed``), which carries its status, heartbeat and latest metrics. A run
@@ -19,10 +21,10 @@ deleted and its number taken by a new run): where the medium gives stamps
 settled, is read. Its manifest is immutable (named by digest) and kept once
 read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
-request. Sorting or filtering by a column only manifests hold waits for the
-rest to load (a background thread starts on them after the first page); an
-ended run in the store's runs index (:mod:`casmon.runs.index`, keyed by its
-manifest's digest, which names one manifest forever) is read from there.
+request. An ended run in the store's runs index (keyed by its manifest's
+digest, which names one manifest forever) is read from there: its row needs no
+manifest read. Sorting or filtering by a column the index does not hold makes
+every run's row (a background thread starts on them after the first page).
 """
 
 from __future__ import annotations
@@ -45,12 +47,15 @@ from casmon.errors import CasmonError, MissingObjectError
 from casmon.store.peek import as_digest, describe, load_data, peek
 from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest
 from casmon.runs import index as runs_index
-from casmon.runs.listing import indexed_run
+from casmon.runs.listing import indexed_run, ref_names
 
 #: A listing younger than this is served as it is (a page and the polls of its script share one).
 FRESH_SECONDS = 1.0
 #: Statuses a run leaves: its ref is read again at every revalidation. Any other status is final.
 LIVE_STATUSES = frozenset({"running", "claimed"})
+#: More runs than this missing from the store's runs index: the first listing reads the run record table (one
+#: read) instead of each one's ref.
+RECORDS_FROM = 256
 #: Downsampled metrics of ended runs kept in memory (each at most about 100 KB): a compare page of 100
 #: runs with 5 metrics draws 500.
 SERIES_KEPT = 600
@@ -105,6 +110,14 @@ def run_number(tail: str) -> tuple[str, int]:
     return (m.group(1), int(m.group(2))) if m else (tail, -1)
 
 
+def _in_order(entries: list[Entry]) -> list[Entry]:
+    """``entries`` oldest first, runs that started at once by number (read off their names only then)."""
+    entries.sort(key=lambda e: e.start)
+    if len({e.start for e in entries}) != len(entries):
+        entries.sort(key=lambda e: (e.start, run_number(e.tail)))
+    return entries
+
+
 def _as_float(v: Any) -> float | None:
     return float(v) if is_number(v) else None
 
@@ -123,11 +136,16 @@ class RunIndex:
         self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
         #: Entries of the store's runs index by manifest digest (casmon.runs.index): a manifest named by a
         #: digest never changes, so an entry stands for it whatever became of its ref.
-        self._indexed: dict[str, list[Any]] | None = None  # read when every run is wanted (use_index)
+        self._indexed: dict[str, list[Any]] | None = None  # read with the first listing
+        self._by_ref: dict[str, list[Any]] | None = None
+        #: A metric's last values in every row of an index file's columns, by (file, metric).
+        self._metric_columns: dict[tuple[int, str], tuple[Any, list[Any]]] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
         self._rows: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         #: Sorted and filtered rows by (listing, sort, order, filter): the last 8.
         self.views: dict[tuple[Any, ...], list[Any]] = {}
+        #: The cells a filter through the runs index made, by (listing, columns, manifests parsed): the last 4.
+        self.cells: dict[tuple[Any, ...], list[Any]] = {}
         #: What the runs table makes of a run (``table.row_of``): the background loader makes each ended run's
         #: row too, so the first sort or filter of a big store finds them made.
         self.make_row: Callable[[RunInfo, Entry], dict[str, Any]] | None = None
@@ -196,22 +214,37 @@ class RunIndex:
                      t if is_number(t) else 0.0, got.target.hex() if got.target else None, dict(data))
 
     def _first_listing(self) -> Listing:
-        """Every run under ``refs/runs``: from its newest run record when that says the run ended (one read of
-        the table for all of them), else from its ref (a live run, or one that only claimed its number)."""
-        stamps, at = self._stamps()  # before the records are read: a ref written meanwhile is read again
-        tails = self._tails()
-        newest: dict[str, tuple[float, dict[str, Any]]] = {}
-        first: dict[str, float] = {}
-        for _key, r in self.store.records(KIND_RUN, strict=False):
-            ref, t = r.get("_ref"), r.get("time")
-            if type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t):
-                continue
-            first[ref] = min(first.get(ref, t), t)
-            if ref not in newest or t >= newest[ref][0]:
-                newest[ref] = (t, r)
+        """Every run under ``refs/runs``: an ended run whose ref is unchanged since the store's runs index
+        entry for it was made, from that entry (no read); the others from their refs, or, when many are not
+        in the index (deleted, never built), from their newest run record (one read of the table for all)."""
+        stamps, at = self._stamps()  # before anything is read: a ref written meanwhile is read again
+        # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
+        tails = self._tails() if stamps is None else [n[len(RUN_REFS) + 1:] for n in ref_names(
+            {"refs/" + k: v for k, v in stamps.items()})]
+        by_ref = self._index_entries()
         serial = self._stamp()
         out = []
+        rest = []
+        settled, store, get = runs_index.settled, self.store, by_ref.get
         for tail in tails:
+            ref = "runs/" + tail
+            ie = get(ref)
+            stamp = stamps.get(ref) if stamps is not None else None
+            if ie is not None and stamp is not None and ie[0] == stamp and settled(store, ie, at):
+                out.append(Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at))
+            else:
+                rest.append(tail)
+        newest: dict[str, tuple[float, dict[str, Any]]] = {}
+        first: dict[str, float] = {}
+        if len(rest) > RECORDS_FROM:
+            for _key, r in self.store.records(KIND_RUN, strict=False):
+                ref, t = r.get("_ref"), r.get("time")
+                if type(ref) is not str or not ref.startswith(RUN_REFS + "/") or not is_number(t):
+                    continue
+                first[ref] = min(first.get(ref, t), t)
+                if ref not in newest or t >= newest[ref][0]:
+                    newest[ref] = (t, r)
+        for tail in rest:
             ref = f"{RUN_REFS}/{tail}"
             rec = newest.get(ref, (0.0, {}))[1]
             h, status = rec.get("manifest"), rec.get("status")
@@ -224,8 +257,24 @@ class RunIndex:
                 e.serial = e.born = serial
                 e.stamp, e.stamped = stamps.get(ref) if stamps is not None else None, at
                 out.append(e)
-        out.sort(key=lambda e: (e.start, run_number(e.tail)))
-        return Listing(out, serial)
+        return Listing(_in_order(out), serial)
+
+    def _index_entries(self) -> dict[str, list[Any]]:
+        """The store's runs index by run (read once; derived data: without it every run is read)."""
+        if self._by_ref is None:
+            try:
+                self._by_ref = runs_index.load(self.store)[0]
+            except Exception:  # noqa: BLE001 - derived data: without it every run is read
+                self._by_ref = {}
+            self._indexed = {e[1]: e for e in self._by_ref.values()}
+        return self._by_ref
+
+    def indexed(self, e: Entry) -> list[Any] | None:
+        """The runs index entry of ended run ``e``'s manifest, if the index holds it."""
+        if e.digest is None or e.status in LIVE_STATUSES:
+            return None
+        self._index_entries()
+        return self._indexed.get(e.digest) if self._indexed is not None else None
 
     def _revalidate(self) -> Listing:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
@@ -260,8 +309,7 @@ class RunIndex:
                 changed = True
         if not changed:
             return self._entries
-        out.sort(key=lambda e: (e.start, run_number(e.tail)))
-        return Listing(out, self.serial)
+        return Listing(_in_order(out), self.serial)
 
     def entries(self, fresh: bool = False) -> Listing:
         """Every run, oldest first, revalidated when the listing is older than FRESH_SECONDS (or ``fresh``)."""
@@ -294,8 +342,9 @@ class RunIndex:
             return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
                            None, e.ref_data)
         got = self._manifests.get(e.digest)
-        if got is None and self._indexed and e.digest in self._indexed:
-            r = indexed_run(self.store, e.ref, self._indexed.pop(e.digest), e.ref_data)
+        ie = self.indexed(e) if got is None else None
+        if ie is not None:
+            r = indexed_run(self.store, e.ref, ie, e.ref_data)
             self._manifests[e.digest] = got = (r.manifest, None)
             self._summaries[e.digest] = r.metric_summary()
         if got is None:
@@ -315,13 +364,25 @@ class RunIndex:
         return r
 
     def use_index(self) -> None:
-        """Read the store's runs index once, before every run is wanted (a sort, a filter, the background
-        loader); a page of 50 runs reads their 50 manifests instead."""
-        if self._indexed is None:
-            try:
-                self._indexed = {e[1]: e for e in runs_index.load(self.store)[0].values()}
-            except Exception:  # noqa: BLE001 - derived data: without it every manifest is read
-                self._indexed = {}
+        """Read the store's runs index once (the first listing does)."""
+        self._index_entries()
+
+    def indexed_cell(self, e: Entry, metric: str) -> tuple[Any] | None:
+        """``(last value,)`` of ``metric`` for ended run ``e`` from the runs index's columns (``(None,)`` if the
+        run did not log it); None if the index does not hold the run (or holds it as a run just read)."""
+        ie = self.indexed(e)
+        if ie is None or type(ie[4]) is not tuple:
+            return None
+        cols, i = ie[4]
+        key = (id(cols), metric)
+        got = self._metric_columns.get(key)
+        if got is None or got[0] is not cols:
+            vals, present = cols.metric(metric)
+            got = (cols, [v if p else None for v, p in zip(vals.tolist(), present.tolist())])
+            self._metric_columns[key] = got
+            while len(self._metric_columns) > 64:
+                self._metric_columns.pop(next(iter(self._metric_columns)))
+        return (got[1][i],)
 
     def row(self, e: Entry, make: Callable[[RunInfo, Entry], dict[str, Any]]) -> tuple[RunInfo, dict[str, Any]]:
         """The run and its table row (``make`` builds it); kept for a run that ended (a row then depends only

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from casmon.runs import RunInfo, flatten
+from casmon.runs import index as runs_index
 from casmon.runs.sysmetrics import users_first
-from casmon.ui.model import Entry, RunIndex, is_number, is_scalar, run_number
+from casmon.ui.model import LIVE_STATUSES, Entry, RunIndex, is_number, is_scalar, run_number
 from casmon.ui.values import cell_text, short_when, summary_text
 from casmon.view.display import hexshort, seconds, show
 
@@ -56,6 +57,10 @@ MAX_NESTING = 50
 
 class FilterError(ValueError):
     """A filter term that cannot be applied; the message names the term and says why."""
+
+
+class AmbiguousColumn(FilterError):
+    """A bare column name that two groups have (a parameter ``lr`` and a metric ``lr``)."""
 
 
 def is_column(col: str) -> bool:
@@ -335,7 +340,7 @@ def resolve(terms: list[Term], known: set[str]) -> list[Term]:
         found = [p + name for p, _ in GROUPS if p + name in known]
         if len(found) > 1:
             what = " and ".join(dict.fromkeys(_GROUP_WORDS[c.split(".", 1)[0]] for c in found))
-            raise FilterError(f"filter term {t.text!r}: {name!r} is both {what} (in these runs); name the one you mean: "
+            raise AmbiguousColumn(f"filter term {t.text!r}: {name!r} is both {what} (in these runs); name the one you mean: "
                               + " or ".join(f"{c}{t.op}{t.value}" for c in found))
         if found:
             out.append(Term(t.text, column=found[0], op=t.op, value=t.value))
@@ -508,19 +513,177 @@ class RunsView:
 
 def _sorted_rows(rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
                  desc: bool) -> list[tuple[Entry, RunInfo, dict[str, Any]]]:
+    order = _order([x[0] for x in rows], None if sort == "run" else [x[2].get(sort) for x in rows], sort, desc)
+    return [rows[i] for i in order]
+
+
+def _order(entries: list[Entry], values: list[Any] | None, sort: str, desc: bool) -> list[int]:
+    """The positions of ``entries`` in the table's order by column ``sort`` (its cells ``values``; the run's
+    number for ``run``): NaN, then empty cells, last either way."""
+    if values is None:
+        return sorted(range(len(entries)), key=lambda i: run_number(entries[i].tail), reverse=desc)
+    keys = [sort_key(v) for v in values]
+    present = [i for i, k in enumerate(keys) if k[0] < 2]
+    present.sort(key=keys.__getitem__, reverse=desc)
+    last = sorted((i for i, k in enumerate(keys) if k[0] >= 2), key=lambda i: keys[i][0])
+    return present + last
+
+
+#: Columns a sort reads from the listing and the runs index alone (no run's row made but those shown).
+_LISTED = ("run", "start", "status")
+
+
+def _column(index: RunIndex, entries: list[Entry], sort: str) -> list[Any] | None:
+    """Every run's cell of column ``sort`` as its row would hold it, from the listing and the runs index's
+    columns (a run the index does not hold: from its row); None for a column they do not hold."""
     if sort == "run":
-        return sorted(rows, key=lambda x: run_number(x[0].tail), reverse=desc)
-    keys = [sort_key(x[2].get(sort)) for x in rows]
-    present = [(k, x) for k, x in zip(keys, rows) if k[0] < 2]
-    present.sort(key=lambda kx: kx[0], reverse=desc)
-    last = sorted(((k, x) for k, x in zip(keys, rows) if k[0] >= 2), key=lambda kx: kx[0][0])
-    return [x for _k, x in present + last]  # NaN, then empty cells, last either way
+        return None
+    if sort.startswith("metric."):
+        name = sort[len("metric."):]
+        out = []
+        for e in entries:
+            got = index.indexed_cell(e, name)
+            out.append(got[0] if got is not None else index.row(e, row_of)[1].get(sort))
+        return out
+    if sort.startswith(("param.", "info.")):
+        field, key = ("params", sort[len("param."):]) if sort.startswith("param.") else ("info", sort[len("info."):])
+        out = []
+        for e in entries:
+            ie = None if e.status in LIVE_STATUSES else index.indexed(e)
+            v = _flat_cell(ie, field, key) if ie is not None and type(ie[2]) is str else _NOT_HERE
+            out.append(index.row(e, row_of)[1].get(sort) if v is _NOT_HERE else v)
+        return out
+    if sort not in _LISTED:
+        return None
+    return [index.row(e, row_of)[1].get(sort) if e.status in LIVE_STATUSES or index.indexed(e) is None
+            else (e.start if sort == "start" else e.status) for e in entries]
+
+
+_NOT_HERE = object()
+
+
+def _flat_cell(slim: list[Any], field: str, key: str) -> Any:
+    """The cell ``param.KEY`` or ``info.KEY`` that :func:`row_of` makes of runs index entry ``slim``, read from
+    its manifest text alone (parsed and checked as the row's would be); ``_NOT_HERE`` where only the run's row
+    can say (a stored value among the parameters, a
+    cell that is not a scalar, text that is not a manifest's)."""
+    if field == "params" and '"$"' in slim[2]:
+        return _NOT_HERE
+    m = runs_index.slim(slim, f"runs index entry {slim[6]}")  # what the run's row would be made of, checked
+    got = m.get(field, {}) if m is not None else None
+    if type(got) is not dict:
+        return _NOT_HERE
+    v = flatten(got).get(key)
+    if is_scalar(v):
+        return v
+    return None if field == "info" else _NOT_HERE
+
+
+def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, terms: list[Term], tagged: bool,
+                           sort: str) -> list[tuple[Entry, Any, dict[str, Any]]] | None:
+    """The runs that pass ``query``, each with the cells its terms and the sort name, made from the listing and
+    the runs index's columns for the runs the index holds (each manifest's text parsed once, no row made);
+    None where the query needs every cell (a word) or a column only rows hold, or cannot be applied (the full
+    path then says why, naming what a full row would)."""
+    if any(t.word for t in terms):
+        return None
+    wanted: set[str] = set()
+    for name in [ALIASES.get(t.column, t.column) for t in terms if t.op != ":"] + [sort]:
+        if name in FIXED_COLUMNS:
+            if name not in _LISTED:
+                return None
+            wanted.add(name)
+        elif is_column(name):
+            wanted.add(name)
+        else:
+            wanted.update(p + name for p, _ in GROUPS)
+    from casmon.runs import tags as run_tags
+
+    edits = run_tags.edits_by_run(index.store) if tagged else None
+    parse = tagged or any(c.startswith(("param.", "info.")) for c in wanted)
+    # Each run's cells, and what its tags start from (its manifest's, or its manifest), kept while the listing
+    # stands: a filter typed again, or another over the same columns, parses no manifest text again.
+    key = (getattr(entries, "serial", None), frozenset(wanted), parse)
+    made = index.cells.get(key)
+    if made is None:
+        made = []
+        for e in entries:
+            ie = None if e.status in LIVE_STATUSES else index.indexed(e)
+            row: dict[Any, Any] | None = None
+            start: Any = None
+            if ie is not None and type(ie[2]) is str:
+                row = _cells_of(index, e, ie, wanted, parse)
+                m = row.pop(_MANIFEST, None) if row is not None else None
+                if m is not None:
+                    start = {"start": m.get("start"), "tags": m.get("tags")}
+            if row is None:
+                r, row = index.row(e, row_of)
+                start = r.manifest
+            made.append((e, start, row))
+        if key[0] is not None:
+            index.cells[key] = made
+            while len(index.cells) > 4:
+                index.cells.pop(next(iter(index.cells)))
+    out: list[tuple[Entry, Any, dict[str, Any]]] = [
+        (e, run_tags.merged(start, edits.get(e.ref, []))[0] if edits is not None and start is not None else (), row)
+        for e, start, row in made]
+    try:
+        # Each run stands as its tags here: a tag: term asks the "run" for them.
+        test = compile_query(query, [row for _e, _t, row in out], lambda got: got)  # type: ignore[arg-type,return-value]
+    except AmbiguousColumn:
+        raise  # each of the two columns is in these cells as it is in the rows
+    except FilterError:
+        return None  # said by the full path, with every column a row has
+    return [x for x in out if test(x[1], x[2])]
+
+
+_MANIFEST = object()  # where _cells_of leaves the parsed manifest text
+
+
+def _cells_of(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], parse: bool) -> dict[Any, Any] | None:
+    """The ``wanted`` cells of ended run ``e``'s row, made from its runs index entry ``ie`` (None where only
+    the row can say); the manifest text parsed once (left under ``_MANIFEST``) if ``parse``."""
+    row: dict[Any, Any] = {}
+    m: Any = None
+    flat: dict[str, Any] = {}
+    if parse:
+        m = runs_index.slim(ie, f"runs index entry {e.ref}")  # what the run's row would be made of, checked
+        if m is None:
+            return None  # an entry the row is not made from: the row says
+        row[_MANIFEST] = m
+    for c in wanted:
+        if c in _LISTED:
+            row[c] = e.name if c == "run" else e.start if c == "start" else e.status
+        elif c.startswith("metric."):
+            got = index.indexed_cell(e, c[len("metric."):])
+            if got is None:
+                return None
+            if got[0] is not None:
+                row[c] = got[0]
+        else:
+            field = "params" if c.startswith("param.") else "info"
+            if field not in flat:
+                d = m.get(field, {})
+                if type(d) is not dict or field == "params" and '"$"' in ie[2]:
+                    return None  # a stored value among the parameters, a crafted field: the row says
+                flat[field] = flatten(d)
+            key = c.split(".", 1)[1]
+            if key in flat[field]:
+                v = flat[field][key]
+                if not is_scalar(v):
+                    if field == "params":
+                        return None
+                    continue
+                row[c] = v
+    return row
 
 
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
               per: int = 50) -> RunsView:
-    """One page of the runs table. Only the default order (by start) without a filter avoids reading every
-    manifest. A bad filter gives every run, and ``error`` says what is wrong with it."""
+    """One page of the runs table. The default order (by start), and a sort by run, status, start or a metric
+    without a filter, read no manifest and make only the shown page's rows (from the listing and the runs
+    index's columns); another sort or a filter makes every run's row (from the index where it holds the run).
+    A bad filter gives every run, and ``error`` says what is wrong with it."""
     entries = index.entries()
     serial = entries.changes
     error = ""
@@ -532,34 +695,42 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     tagged = any(t.op == ":" for t in terms)
     if sort == "start" and not terms:
         chosen = list(reversed(entries)) if desc else list(entries)
-        total = len(chosen)
-        pages = max(1, math.ceil(total / per))
-        page = min(max(page, 1), pages)
-        rows = [(e, *index.row(e, row_of)) for e in chosen[(page - 1) * per: page * per]]
     else:
         key = (entries.serial, sort, desc, q)
         # Tags change by edit records, not in the listing its serial follows: a tag filter's view is made anew
         # (every run's edits read once), never kept.
         cached = None if tagged else index.views.get(key)
         if cached is None:
-            index.use_index()
-            every = [(e, *index.row(e, row_of)) for e in entries]
+            sort = sort if is_column(sort) else "start"
+            fast = None
             if terms:
                 try:
-                    test = compile_query(query, [row for _e, _r, row in every],
-                                         _current_tags(index.store) if tagged else tags_of)
-                    every = [x for x in every if test(x[1], x[2])]
-                except FilterError as e:
+                    fast = _filtered_from_columns(index, entries, query, terms, tagged, sort)
+                except AmbiguousColumn as e:  # what a full row would say too: every run is shown
                     error = str(e)
-            cached = _sorted_rows(every, sort if is_column(sort) else "start", desc)
+            if (not terms or error) and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
+                cached = [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)]
+            elif fast is not None:
+                cached = [x[0] for x in _sorted_rows(fast, sort, desc)]
+            else:
+                every = [(e, *index.row(e, row_of)) for e in entries]
+                if terms and not error:
+                    try:
+                        test = compile_query(query, [row for _e, _r, row in every],
+                                             _current_tags(index.store) if tagged else tags_of)
+                        every = [x for x in every if test(x[1], x[2])]
+                    except FilterError as e:
+                        error = str(e)
+                cached = [x[0] for x in _sorted_rows(every, sort, desc)]
             if index.complete(entries) and not error and not tagged:  # valid while this listing is
                 index.views[key] = cached
                 while len(index.views) > 8:
                     index.views.pop(next(iter(index.views)))
-        total = len(cached)
-        pages = max(1, math.ceil(total / per))
-        page = min(max(page, 1), pages)
-        rows = cached[(page - 1) * per: page * per]
+        chosen = cached
+    total = len(chosen)
+    pages = max(1, math.ceil(total / per))
+    page = min(max(page, 1), pages)
+    rows = [(e, *index.row(e, row_of)) for e in chosen[(page - 1) * per: page * per]]
     seen = {k for _e, _r, row in rows for k in row}
     params = sorted(k for k in seen if k.startswith("param.")) + sorted(k for k in seen if k.startswith("info."))
     metrics = users_first((k for k in seen if k.startswith("metric.")), "metric.")  # sys/ ones last

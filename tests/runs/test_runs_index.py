@@ -19,19 +19,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
 
 
 def _raw_doc(base):
-    """An index file's document as stored (its metric columns not yet read)."""
-    raw = base.read_bytes()
-    index.decode(raw, "base")  # sound
-    return json.loads(raw.split(b"\n", 1)[1])
+    """An index file's entries as stored (each manifest as text, its metric cells not yet read)."""
+    return {"runs": index.decode(base.read_bytes(), "base")}
 
 
 def _write_doc(base, doc):
-    """``doc`` as a sound index file (a crafted one: its checksum matches)."""
-    import xxhash
-
-    body = json.dumps(doc).encode()
-    head = base.read_bytes().split(b" ")[:2]
-    base.write_bytes(b" ".join(head) + b" " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+    """``doc``'s entries as a sound index file (a crafted one: its checksum matches)."""
+    base.write_bytes(index.encode(doc["runs"]))
+    index._read.clear()
 
 
 def _view(runs):
@@ -145,19 +140,6 @@ def test_a_crafted_entry_whose_stored_manifest_is_gone_lists_the_run_as_unreadab
     assert r.metric_summary()["loss"]["n"] == 20  # the columns were sound
 
 
-def test_a_crafted_index_whose_columns_do_not_fit_is_ignored_whole(many):
-    direct = _direct(many)
-    s = casmon.open(many)
-    casmon.list_runs(s)
-    base = many / "runs-index" / "base"
-    sound = json.dumps(_raw_doc(base))
-    for bad in ({"f": "AAAA"}, {"i": "!!"}, {"f": None}, {"runs": []}):
-        doc = json.loads(sound)
-        doc.update(bad)
-        _write_doc(base, doc)
-        assert _view(casmon.list_runs(casmon.open(many, read_only=True))) == direct
-
-
 def test_a_stale_entry_loses_to_the_runs_own_ref(many):
     s = casmon.open(many)
     casmon.list_runs(s)
@@ -249,9 +231,59 @@ def test_an_entry_whose_manifest_cannot_be_read_hides_no_run(many, monkeypatch):
     _write_doc(base, doc)
     runs = {r.ref: r for r in casmon.list_runs(casmon.open(many, read_only=True))}
     r = runs["runs/5"]
-    assert r.status == "ok" and r.manifest.get("argv") is None and "no value" in str(r.manifest.error)
+    assert r.manifest.get("argv") is None and "no value" in str(r.manifest.error)
+    assert r.status == "unreadable" and r.error is r.manifest.error and r.name == "5"
     out = cli("runs", "--store", str(many))
     assert "60" in out.stdout and out.returncode == 0
+
+
+@pytest.mark.parametrize("clock", TICKS)
+def test_a_run_whose_stored_manifest_is_damaged_is_listed_through_the_index_as_without_it(many, monkeypatch, clock):
+    """The index holds a copy of the manifest's listed fields; once the stored manifest is found damaged (any
+    field the copy lacks read), the run is what a listing without the index makes of it, and so is every later
+    listing of the process."""
+    import time
+
+    from casmon.errors import DamagedObjectError
+    from casmon.runs import listing
+
+    _coarse_clock(monkeypatch, time.time_ns() + TICKS[clock] * 10**9)
+    s = casmon.open(many)
+    casmon.list_runs(s)
+    bad = s.get_ref("runs/5").target.hex()
+    real = listing.load_data
+
+    def load_data(store, digest, what, types):
+        if digest == bad:
+            raise DamagedObjectError(f"value {bad}", "its content does not match its digest")
+        return real(store, digest, what, types)
+
+    monkeypatch.setattr(listing, "load_data", load_data)
+    direct = {v[0]: v for v in _direct_keeping_index(many)}
+    assert direct["runs/5"][2] == "unreadable"
+    r = {r.ref: r for r in casmon.list_runs(casmon.open(many))}["runs/5"]
+    assert r.manifest.get("argv") is None  # a field only the stored manifest holds: it is damaged
+    assert (r.ref, r.name, r.status) == direct["runs/5"][:3] and isinstance(r.error, DamagedObjectError)
+    again = {v[0]: v for v in _view(casmon.list_runs(casmon.open(many)))}
+    assert again["runs/5"][:4] == direct["runs/5"][:4]
+    assert {k: v for k, v in again.items() if k != "runs/5"} == {k: v for k, v in direct.items() if k != "runs/5"}
+    # Another process (nothing of this one's kept): the index no longer holds the run, which is read directly.
+    listing._unreadable.clear()
+    index._read.clear()
+    assert "runs/5" not in index.decode((many / "runs-index" / "base").read_bytes(), "base")
+    other = {v[0]: v for v in _view(casmon.list_runs(casmon.open(many, read_only=True)))}
+    assert other["runs/5"][:4] == direct["runs/5"][:4]
+
+
+def _direct_keeping_index(path):
+    """The listing with every ref and manifest read (the index kept aside, then put back)."""
+    aside = path.parent / "index-aside"
+    shutil.move(path / "runs-index", aside)
+    try:
+        return _view(casmon.list_runs(casmon.open(path, read_only=True)))
+    finally:
+        shutil.move(aside, path / "runs-index")
+        index._read.clear()
 
 
 @pytest.mark.parametrize("clock", TICKS)
@@ -462,21 +494,50 @@ def test_an_entry_made_by_a_clock_ahead_of_the_readers_is_not_taken_as_settled_e
     assert _view(casmon.list_runs(s)) == _direct(many)
 
 
-@pytest.mark.parametrize("layout", ["slim text, start, name, status", "manifest dict, time the stamp was taken"])
-def test_an_index_file_of_an_older_format_is_not_read_and_is_rebuilt(many, layout):
-    """Both format-5 layouts (one per branch that made one) are ignored, never misread as today's entries."""
+def test_an_index_file_of_an_older_format_is_not_read_and_is_rebuilt(many):
+    """A format-6 file (JSON entries) is ignored, never misread as today's columns."""
     import xxhash
 
     s = casmon.open(many)
     direct = _view(casmon.list_runs(s))
     base = many / "runs-index" / "base"
-    doc = _raw_doc(base)
-    for e in doc["runs"].values():
-        e[:] = e[:8] if layout.startswith("slim") else [*e[:2], json.loads(e[2]), *e[3:5], e[8]]
-    body = json.dumps(doc).encode()
-    base.write_bytes(b"casmon-runs-index 5 " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
+    body = json.dumps({"runs": {}, "f": "", "i": ""}).encode()
+    base.write_bytes(b"casmon-runs-index 6 " + xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body)
     with pytest.raises(casmon.errors.DamagedObjectError):
         index.decode(base.read_bytes(), "base")
     index._read.clear()
     assert _view(casmon.list_runs(s)) == direct
     assert len(index.decode(base.read_bytes(), "base")) == 60  # rebuilt in today's format
+
+
+ENDED = """
+import sys, casmon
+s = casmon.open(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    with casmon.record(store=s, capture_output=False) as run:
+        run.params = {"i": i}
+        run.log(loss=float(i))
+"""
+
+
+@pytest.mark.parametrize("point", ["index.base_written", "index.delta_deleted@3"])
+def test_a_lister_killed_after_it_wrote_a_base_and_before_it_deleted_the_deltas_leaves_listings_true(many, point):
+    """Runs ended since the base was written left deltas; a listing folds them into a new base and is killed
+    before (or while) it deletes them: the next listings read the base and the deltas left, and agree."""
+    p = subprocess.run([PY, "-c", ENDED, str(many), "5"], env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    deltas = [f for f in os.listdir(many / "runs-index") if f.startswith("d-")]
+    assert len(deltas) == 5
+    code = "import sys, casmon\nfrom casmon import faultpoints\nfrom casmon.runs import index\nindex.FOLD_AT = 1\n" \
+           "faultpoints.configure(sys.argv[2])\ncasmon.list_runs(casmon.open(sys.argv[1]))\n"
+    p = subprocess.run([PY, "-c", code, str(many), f"{point}=kill"], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == -9, p.stderr
+    left = [f for f in os.listdir(many / "runs-index") if f.startswith("d-")]
+    assert 0 < len(left) <= 5
+    index.decode((many / "runs-index" / "base").read_bytes(), "base")  # the new base, whole
+    direct = _direct_keeping_index(many)
+    s = casmon.open(many)
+    assert _view(casmon.list_runs(s)) == direct and len(direct) == 65
+    index._read.clear()
+    assert _view(casmon.list_runs(casmon.open(many))) == direct
