@@ -1,0 +1,252 @@
+"""The columnar joins (casmon.lineage.columns, joins) answer as a plain walk over every record does."""
+
+import os
+import tempfile
+import time
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import casmon
+from casmon.caching import KIND, KIND_CLEAR, KIND_FN, name_digest
+from casmon.keys.digest import Digest
+from casmon.lineage import derived, stale, used_by
+from casmon.lineage.index import Index
+
+FNS = ["p.load", "p.clean", "p.feats", "p.train"]
+
+
+# -- the oracle: every record read and joined one by one, as the queries did before the columns -----------------
+class Oracle:
+    def __init__(self, store, files_now):
+        self.entries = {}
+        for k, r in store.records(KIND, strict=False):
+            derived.newest(self.entries, k.hex(), r)
+        self.cleared = {}
+        for _k, r in store.records(KIND_CLEAR, strict=False):
+            self.cleared[r["fn"]] = max(self.cleared.get(r["fn"], 0.0), r["time"])
+        self.current = {}
+        for _k, r in store.records(KIND_FN, strict=False):
+            if r["fn"] not in self.current or r["time"] >= self.current[r["fn"]][0]:
+                self.current[r["fn"]] = (r["time"], r["version"])
+        self.by_rf = {}
+        for h, r in self.entries.items():
+            if "rf" in r:
+                self.by_rf.setdefault(r["rf"], []).append(h)
+        self.files_now = files_now
+        self.now = time.time()
+
+    def status(self, k):
+        r = self.entries.get(k)
+        if r is None:
+            return "missing"
+        if r["time"] <= self.cleared.get(r["fn"], 0.0):
+            return "cleared"
+        if "expires" in r and r["expires"] <= self.now:
+            return "expired"
+        return "live"
+
+    def groups(self, k):
+        r = self.entries.get(k) or {}
+        up = r.get("up") or {}
+        out = [(n, [h]) for n, ks in up.items() for h in ks if h != k]
+        for n, d in (r.get("pc") or {}).items():
+            base = n.split("[", 1)[0]
+            if base not in up:
+                g = [h for h in self.by_rf.get(d, ()) if h != k]
+                if g:
+                    out.append((base, g))
+        return out
+
+    def edges(self):
+        return {(u, h, n) for h in self.entries for n, g in self.groups(h) for u in g}
+
+    def used_by(self, seeds):
+        e = self.edges()
+        done, todo = set(), list(seeds)
+        while todo:
+            k = todo.pop()
+            if k not in done:
+                done.add(k)
+                todo.extend(h for u, h, _n in e if u == k)
+        return done, {x for x in e if x[0] in done}
+
+    def stale(self):
+        memo = {}
+
+        def holds(u):
+            st = self.status(u)
+            if st == "missing" or st == "live" and not bad(u):
+                return True
+            rf = self.entries[u].get("rf")
+            return rf is not None and any(h != u and self.status(h) == "live" and not bad(h)
+                                          for h in self.by_rf.get(rf, ()))
+
+        def bad(k, depth=0):
+            if k not in memo:
+                memo[k] = False
+                r = self.entries[k]
+                cur = self.current.get(r["fn"])
+                if "v" in r and cur is not None and cur[1] != r["v"]:
+                    memo[k] = True
+                elif any(self.files_now.get(f[1], "unknown") not in (f[2], "unknown") for f in r.get("files", ())):
+                    memo[k] = True
+                else:
+                    for _n, g in self.groups(k):
+                        for u in g:
+                            bad(u) if u in self.entries else None
+                            rf = (self.entries.get(u) or {}).get("rf")
+                            for h in self.by_rf.get(rf, ()) if rf else ():
+                                bad(h)
+                        if not any(holds(u) for u in g):
+                            memo[k] = True
+                            break
+            return memo[k]
+
+        return {k for k in self.entries if self.status(k) == "live" and bad(k)}
+
+
+# -- random stores --------------------------------------------------------------------------------------------
+@st.composite
+def stores(draw):
+    n = draw(st.integers(1, 30))
+    plan = []
+    for i in range(n):
+        fn = draw(st.sampled_from(FNS))
+        ins = draw(st.lists(st.tuples(st.integers(0, max(i - 1, 0)), st.sampled_from(["id", "content", "item", "both"])),
+                            max_size=3)) if i else []
+        plan.append((fn, ins, draw(st.integers(0, 3)),  # rf class: equal values made by several entries
+                     draw(st.sampled_from(["none", "same", "changed", "gone"])),  # a file it read
+                     draw(st.sampled_from(["none", "expired", "future"])), draw(st.booleans())))  # v changed
+    clears = draw(st.lists(st.sampled_from(FNS), max_size=2))
+    return plan, clears
+
+
+def build(path, plan, clears, tmp):
+    s = casmon.open(path, create=True)
+    t0 = time.time() - 1000
+    version = {fn: os.urandom(16).hex() for fn in FNS}
+    keys, rfs = [], []
+    files_now = {}
+    for i, (fn, ins, rfc, file, exp, old_code) in enumerate(plan):
+        key = os.urandom(16).hex()
+        rf = f"{rfc:032x}" if rfc else os.urandom(16).hex()
+        rec = {"fn": fn, "result": os.urandom(16).hex(), "time": t0 + i, "rf": rf,
+               "v": os.urandom(16).hex() if old_code else version[fn], "a": {"x": os.urandom(8).hex()}}
+        up, pc = {}, {}
+        for j, (src, how) in enumerate(ins):
+            name = f"p{j}"
+            if how in ("id", "both"):
+                up.setdefault(name, []).append(keys[src])
+            if how in ("content", "both"):
+                pc[name] = rfs[src]
+            if how == "item":
+                pc[f"{name}[0]"] = rfs[src]
+        if up:
+            rec["up"] = up
+        if pc:
+            rec["pc"] = pc
+        if file != "none":
+            p = os.path.join(tmp, f"f{i}")
+            with open(p, "wb") as f:
+                f.write(b"x%d" % i)
+            from casmon.caching.files import path_digest
+
+            d = path_digest(p)[1].hex()
+            rec["files"] = [["path", p, d]]
+            if file == "changed":
+                with open(p, "wb") as f:
+                    f.write(b"changed")
+            elif file == "gone":
+                os.remove(p)
+            files_now[p] = None if file == "gone" else path_digest(p)[1].hex()
+        if exp != "none":
+            rec["expires"] = time.time() + (-50 if exp == "expired" else 5000)
+        s.append(KIND, rec, key=Digest.from_raw(bytes.fromhex(key)))
+        keys.append(key)
+        rfs.append(rf)
+    for fn in FNS:
+        s.append(KIND_FN, {"fn": fn, "version": version[fn], "time": t0}, key=name_digest(fn))
+    for j, fn in enumerate(clears):
+        s.append(KIND_CLEAR, {"fn": fn, "time": t0 + len(plan) // 2 + j}, key=name_digest(fn))
+    s.flush()
+    return s, keys, files_now
+
+
+def edge_set(g):
+    return {(e.source.split(":", 1)[1], e.target.split(":", 1)[1], e.label) for e in g.edges if e.kind == "result"}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(stores(), st.booleans())
+def test_the_columnar_joins_answer_as_a_walk_over_every_record(case, through_index):
+    plan, clears = case
+    with tempfile.TemporaryDirectory() as d:
+        s, keys, files_now = build(os.path.join(d, "s"), plan, clears, d)
+        if through_index:
+            derived.read_columns(s)  # the index is made; the answers come through it
+        o = Oracle(s, files_now)
+        want_stale = o.stale()
+        g = stale(Index(s))
+        got = {n.data["key"] for n in g.nodes.values() if n.kind == "entry"}
+        assert got == want_stale
+        assert all(n.data["reason"] for n in g.nodes.values())
+        assert edge_set(g) == {x for x in o.edges() if x[0] in want_stale and x[1] in want_stale}
+        for seed in keys[:3]:
+            done, edges = o.used_by([seed])
+            g = used_by(seed, Index(s))
+            assert len(g) == len(done)
+            assert {n.data["key"] for n in g.nodes.values()} == done
+            assert edge_set(g) == edges
+        s.close()
+
+
+def test_a_big_answer_is_made_only_as_far_as_it_is_shown(tmp_path):
+    s = casmon.open(str(tmp_path / "s"), create=True)
+    prev = None
+    for i in range(300):  # a chain: each entry took the last one's result
+        key = Digest.from_raw(os.urandom(16))
+        rec = {"fn": "p.step", "result": os.urandom(16).hex(), "time": 1000.0 + i, "rf": os.urandom(16).hex()}
+        if prev is not None:
+            rec["up"] = {"state": [prev]}
+        s.append(KIND, rec, key=key)
+        prev = bytes(key).hex()
+        first = first if i else prev
+    s.flush()
+    g = used_by(first, Index(s))
+    assert len(g) == 300 and g.pending is not None
+    text = g.text(limit=10)
+    assert "and 290 more nodes (300 in all" in text
+    assert g.pending is not None  # counting and the first rows made no node of the rest
+    assert len(g.nodes) == 300 and len(g.edges) == 299
+    assert str(g).count("\n") == 300
+
+
+def test_a_long_chain_is_settled_without_recursion_and_named_from_its_root(tmp_path):
+    s = casmon.open(str(tmp_path / "s"), create=True)
+    prev = None
+    n = 3000
+    for i in range(n):
+        key = Digest.from_raw(os.urandom(16))
+        rec = {"fn": "p.step", "result": os.urandom(16).hex(), "time": 1000.0 + i, "rf": os.urandom(16).hex(),
+               "v": "a" * 32 if i == 0 else "b" * 32}
+        if prev is not None:
+            rec["up"] = {"state": [prev]}
+        s.append(KIND, rec, key=key)
+        prev = bytes(key).hex()
+    s.append(KIND_FN, {"fn": "p.step", "version": "b" * 32, "time": 5000.0}, key=name_digest("p.step"))
+    s.flush()
+    g = stale(Index(s))
+    assert len(g) == n
+    last = g.nodes["entry:" + prev]
+    assert last.data["reason"].endswith("which is stale (the code of p.step changed since it was stored: its "
+                                        "version differs)")
+
+
+def test_rows_of_keys_not_in_the_columns_are_none():
+    from casmon.lineage.columns import Columns
+
+    c = Columns.from_records({"ab" * 16: {"fn": "f", "time": 1.0}, "cd" * 16: {"fn": "f", "time": 2.0}})
+    got = c.rows_of(np.array([bytes.fromhex("ab" * 16), bytes(16), b"\xff" * 16, bytes.fromhex("cd" * 16)], "S16"))
+    assert got.tolist() == [0, -1, -1, 1]
+    assert c.row("not hex") == -1 and c.row("AB" * 16) == -1
