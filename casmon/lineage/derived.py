@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["INDEX_KEY", "MAGIC", "FIELDS", "SECTIONS", "read_columns", "read_entries", "newest", "REWRITE_MIN"]
 
-INDEX_KEY = "derived/lineage/cache"
+#: Not the JSON index's name (``derived/lineage/cache``): processes of both versions on one store do not make
+#: each other's index again at every query.
+INDEX_KEY = "derived/lineage/columns"
 MAGIC = b"casmon lineage index 2\n"
 #: The record fields the index holds (``a``: the parameters' digests, which ``diff`` compares).
 FIELDS = ("key", "fn", "v", "time", "expires", "result", "rf", "pc", "up", "files", "label", "a")
