@@ -31,7 +31,8 @@ from casmon.store.records import parse_record
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
-__all__ = ["INDEX_KEY", "MAGIC", "FIELDS", "SECTIONS", "read_columns", "read_entries", "newest", "REWRITE_MIN"]
+__all__ = ["INDEX_KEY", "MAGIC", "FIELDS", "SECTIONS", "read_columns", "read_entries", "newest", "REWRITE_MIN",
+           "LINKS_KEY", "load_links", "save_links"]
 
 #: Not the JSON index's name (``derived/lineage/cache``): processes of both versions on one store do not make
 #: each other's index again at every query.
@@ -204,3 +205,54 @@ def _check(cols: dict[str, np.ndarray], n: int, ns: int) -> None:
                 raise ValueError(f"column {c}'s length")
             if ITEMS[c] == "<i4" and len(cols[c]) and not bool(np.all((cols[c] >= 0) & (cols[c] < ns))):
                 raise ValueError(c)
+
+
+# -- the runs' cache links, by manifest digest ------------------------------------------------------------------
+#: A manifest is stored by content: its links, kept by its digest, never go out of date. Derived data too.
+LINKS_KEY = "derived/lineage/run-links"
+LINKS_MAGIC = b"casmon lineage run links 1\n"
+
+
+def load_links(store: Store) -> dict[str, list[dict[str, Any]]]:
+    """Manifest digest -> its cache links (``{"fn", "key", "hit"}``); empty where the file is missing, damaged
+    or crafted (then every manifest is read)."""
+    try:
+        data = store.backend.get(LINKS_KEY)
+        if data is None:
+            return {}
+        data = bytes(data)
+        m = len(LINKS_MAGIC)
+        if data[:m] != LINKS_MAGIC:
+            return {}
+        body = metafile.load_object(data[m:], LINKS_KEY, limit=metafile.DATA_MAX)
+        if not metafile.checked(body, LINKS_KEY):
+            return {}
+        got = body.get("links")
+        if type(got) is not dict:
+            return {}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for d, links in got.items():
+            if type(links) is not list:
+                return {}
+            rows = []
+            for x in links:
+                if type(x) is not list or len(x) != 3 or type(x[0]) is not str or type(x[1]) is not str \
+                        or type(x[2]) is not bool:
+                    return {}
+                rows.append({"key": x[0], "fn": x[1], "hit": x[2]})
+            out[d] = rows
+        return out
+    except (CasmonError, OSError, ValueError, TypeError, RecursionError):
+        return {}
+
+
+def save_links(store: Store, links: dict[str, list[dict[str, Any]]]) -> None:
+    """Keep the runs' links; a store that cannot be written keeps none: nothing is lost."""
+    if store.read_only:
+        return
+    try:
+        body = metafile.seal({"links": {d: [[x["key"], x["fn"], bool(x.get("hit"))] for x in ls]
+                                        for d, ls in links.items()}})
+        store.backend.set(LINKS_KEY, LINKS_MAGIC + body)
+    except (CasmonError, OSError, ValueError, TypeError):
+        return

@@ -84,6 +84,8 @@ class Index:
         self._runs: list[RunInfo] | None = None
         self._now = time.time()
         self._files: dict[str, str | None] = {}
+        self._links: dict[str, list[dict[str, Any]]] | None = None
+        self._links_new = 0
 
     # -- entries -----------------------------------------------------------------------------------------------
     def entry(self, key: str) -> dict[str, Any] | None:
@@ -308,16 +310,43 @@ class Index:
             self._runs = [r for r in list_runs(self.store) if r.error is None]
         return self._runs
 
-    @staticmethod
-    def run_links(run: RunInfo) -> list[dict[str, Any]]:
-        """The run's cache links that can be read: ``{"fn", "key", "result", "hit"}``."""
-        links = run.manifest.get("links")
-        cache = links.get("cache") if isinstance(links, dict) else None
-        out = []
-        for e in cache if isinstance(cache, list) else ():
-            if isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("fn"), str):
-                out.append(e)
+    def run_links(self, run: RunInfo) -> list[dict[str, Any]]:
+        """The run's cache links that can be read: ``{"fn", "key", "result", "hit"}`` (``result`` where the
+        manifest is read). A run the runs index lists is known by its manifest's digest: its links are kept by
+        it (:func:`casmon.lineage.derived.load_links`), so a query over every run reads no manifest twice."""
+        d = run.manifest_digest if hasattr(run, "manifest_digest") else None
+        if d is not None:
+            if self._links is None:
+                from casmon.lineage.derived import load_links
+
+                self._links = load_links(self.store)
+            got = self._links.get(d)
+            if got is not None:
+                return got
+        out = links_of(run)
+        if d is not None and run.error is None and self._links is not None:
+            self._links[d] = [{"key": x["key"], "fn": x["fn"], "hit": bool(x.get("hit"))} for x in out]
+            self._links_new += 1
         return out
+
+    def keep_links(self) -> None:
+        """Write the runs' links read since they were loaded (where any were, and the store can be written)."""
+        if self._links_new and self._links is not None:
+            from casmon.lineage.derived import save_links
+
+            save_links(self.store, self._links)
+            self._links_new = 0
+
+
+def links_of(run: RunInfo) -> list[dict[str, Any]]:
+    """The cache links of a run's manifest that can be read."""
+    links = run.manifest.get("links")
+    cache = links.get("cache") if isinstance(links, dict) else None
+    out = []
+    for e in cache if isinstance(cache, list) else ():
+        if isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("fn"), str):
+            out.append(e)
+    return out
 
 
 def short_hex(h: str) -> str:

@@ -347,6 +347,7 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
     edges = (e.src[m], e.dst[m], e.name[m])
     runs = ix.runs()
     links = [(run, link) for run in runs for link in ix.run_links(run)]
+    ix.keep_links()
     if links:
         lrows = c.rows_of(np.array([_raw(link["key"]) for _r, link in links], "S16"))
         for (run, link), r in zip(links, lrows.tolist()):
@@ -549,6 +550,7 @@ def stale(store: Store | str | None = None) -> Graph:
     after = Graph()
     runs = ix.runs()
     links = [(run, ix.run_links(run)) for run in runs]
+    ix.keep_links()
     keys = [_raw(x["key"]) for _r, ls in links for x in ls]
     allrows = c.rows_of(np.array(keys, "S16")).tolist() if keys else []
     at = 0

@@ -5,6 +5,7 @@ import tempfile
 import time
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import casmon
@@ -250,3 +251,57 @@ def test_rows_of_keys_not_in_the_columns_are_none():
     got = c.rows_of(np.array([bytes.fromhex("ab" * 16), bytes(16), b"\xff" * 16, bytes.fromhex("cd" * 16)], "S16"))
     assert got.tolist() == [0, -1, -1, 1]
     assert c.row("not hex") == -1 and c.row("AB" * 16) == -1
+
+
+def _runs_store(path, n=3):
+    import numpy as np
+
+    @casmon.cache(store=path)
+    def make(i):
+        return np.arange(50.0) + i
+
+    @casmon.cache(store=path)
+    def use(a):
+        return a * 2
+
+    for i in range(n):
+        with casmon.record(store=path, capture_output=False):
+            use(make(i))
+    return casmon.open(path)
+
+
+def _answers(s):
+    g = stale(Index(s))
+    u = used_by("make", Index(s))
+    return sorted(u.nodes), sorted((e.source, e.target, e.kind, e.label) for e in u.edges), sorted(g.nodes)
+
+
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_the_runs_links_are_kept_by_manifest_and_read_no_manifest_again(tmp_path, monkeypatch):
+    from casmon.lineage import index
+
+    s = _runs_store(str(tmp_path / "s"))
+    want = _answers(s)
+    assert any(n.startswith("run:") for n in want[0])
+    assert s.backend.get(derived.LINKS_KEY)  # kept by the first query
+    read = []
+    monkeypatch.setattr(index, "links_of", lambda run: read.append(run) or [])
+    assert _answers(s) == want and not read  # every run's links from the kept file
+
+
+@pytest.mark.filterwarnings("ignore:casmon.record. not a git repository")
+def test_a_damaged_crafted_or_deleted_links_file_is_read_around(tmp_path):
+    s = _runs_store(str(tmp_path / "s"))
+    want = _answers(s)
+    data = bytes(s.backend.get(derived.LINKS_KEY))
+    for bad in (data[:-7], data[:40] + b"x" + data[41:], b"", derived.LINKS_MAGIC + b"[1, 2]",
+                derived.LINKS_MAGIC + b'{"links": {"ab": [[1, 2, 3]]}}'):
+        s.backend.set(derived.LINKS_KEY, bad)
+        assert _answers(s) == want
+    from casmon.store import metafile
+
+    # crafted with a valid checksum, of the wrong shape: not used
+    s.backend.set(derived.LINKS_KEY, derived.LINKS_MAGIC + metafile.seal({"links": {"x": "y"}}))
+    assert _answers(s) == want
+    s.backend.delete(derived.LINKS_KEY)
+    assert _answers(s) == want
