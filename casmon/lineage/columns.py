@@ -223,10 +223,37 @@ class Columns:
 
     def rows_of(self, keys: np.ndarray) -> np.ndarray:
         """The row of each 16-byte key; -1 where it is no row."""
-        i = np.searchsorted(self.key, keys)
-        i[i >= self.n] = 0
-        found = (self.key[i] == keys) if self.n else np.zeros(len(keys), bool)
-        return np.where(found, i, -1)
+        lo, hi = self.find("key", keys)
+        return np.where(lo < hi, lo, -1)
+
+    def _sorted(self, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, bool]:
+        """``(rows sorted by column name, None where they are every row in order; the sorted values; their
+        leading 8 bytes as integers; whether two different values share those)``."""
+        got = self._cache.get("sorted " + name)
+        if got is None:
+            if name == "key":
+                order, vals = None, self.key
+            else:
+                order, vals = self.sorted_rf()
+            lead = _lead(vals)
+            same = lead[1:] == lead[:-1]
+            clash = bool(np.any(vals[1:][same] != vals[:-1][same])) if len(vals) > 1 else False
+            got = self._cache["sorted " + name] = (order, vals, lead, clash)
+        return got  # type: ignore[no-any-return]
+
+    def find(self, name: str, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each 16-byte query, ``lo:hi``, the positions in the sorted column ``name`` (``key`` or ``rf``)
+        holding that value (``lo == hi``: none). Searched by the leading 8 bytes as integers (a string search
+        of 16-byte values costs ten times more), then checked whole."""
+        _order, vals, lead, clash = self._sorted(name)
+        if clash or not len(vals):  # two values share their leading bytes (crafted, or 2**-64): the slow way
+            return np.searchsorted(vals, queries, "left"), np.searchsorted(vals, queries, "right")
+        q = _lead(queries)
+        lo = np.searchsorted(lead, q, "left")
+        hi = np.searchsorted(lead, q, "right")
+        ok = lo < hi
+        ok[ok] = vals[lo[ok]] == queries[ok]
+        return lo, np.where(ok, hi, lo)
 
     def row(self, key_hex: str) -> int:
         d = _digest(key_hex)
@@ -280,7 +307,13 @@ class Columns:
 
     def with_rf(self, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each of ``digests``, the rows whose ``rf`` equals it: ``(index into digests, row)`` pairs."""
-        rows, rfs = self.sorted_rf()
-        lo = np.searchsorted(rfs, digests, "left")
-        hi = np.searchsorted(rfs, digests, "right")
+        rows, _rfs = self.sorted_rf()
+        lo, hi = self.find("rf", digests)
         return np.repeat(np.arange(len(digests)), hi - lo), rows[spans(lo, hi)]
+
+
+def _lead(col: np.ndarray) -> np.ndarray:
+    """The leading 8 bytes of each 16-byte value, as integers ordered as the values are."""
+    if not len(col):
+        return np.zeros(0, np.uint64)
+    return np.ascontiguousarray(col).view(">u8")[::2].astype(np.uint64)

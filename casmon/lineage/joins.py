@@ -46,19 +46,27 @@ def _base_names(c: Columns, names: np.ndarray) -> np.ndarray:
 
 def _identity(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(h, u, name)`` of every identity edge (``u``: -1 where the key is no entry's)."""
-    h = np.repeat(np.arange(c.n, dtype=np.int64), np.diff(c.up_ptr))
-    return h, c.rows_of(c.up_key), c.up_name.astype(np.int64)
+    got = c._cache.get("identity")
+    if got is None:
+        h = np.repeat(np.arange(c.n, dtype=np.int64), np.diff(c.up_ptr))
+        got = c._cache["identity"] = (h, c.rows_of(c.up_key), c.up_name.astype(np.int64))
+    return got  # type: ignore[no-any-return]
 
 
 def _content_items(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(h, item, base name)`` of the ``pc`` items whose parameter has no identity edge."""
-    h = np.repeat(np.arange(c.n, dtype=np.int64), np.diff(c.pc_ptr))
-    base = _base_names(c, c.pc_name)
-    m = len(c.strings) + 1
-    uh, _u, uname = _identity(c)
-    taken = np.isin(h * m + base, uh * m + uname)
-    keep = np.flatnonzero(~taken)
-    return h[keep], keep, base[keep]
+    got = c._cache.get("content")
+    if got is None:
+        h = np.repeat(np.arange(c.n, dtype=np.int64), np.diff(c.pc_ptr))
+        base = _base_names(c, c.pc_name)
+        m = len(c.strings) + 1
+        uh, _u, uname = _identity(c)
+        taken = np.sort(uh * m + uname)
+        mine = h * m + base
+        at = np.minimum(np.searchsorted(taken, mine), max(len(taken) - 1, 0))
+        keep = np.flatnonzero(taken[at] != mine) if len(taken) else np.arange(len(mine))
+        got = c._cache["content"] = (h[keep], keep, base[keep])
+    return got  # type: ignore[no-any-return]
 
 
 def downstream(c: Columns) -> Edges:
@@ -149,8 +157,7 @@ def groups(c: Columns) -> Groups:
     keep = iu != ih
     ih, iu, iname = ih[keep], iu[keep], iname[keep]
     h, items, base = _content_items(c)
-    lo = np.searchsorted(rfs, c.pc_d[items], "left")
-    hi = np.searchsorted(rfs, c.pc_d[items], "right")
+    lo, hi = c.find("rf", c.pc_d[items])
     # the group is the class less the entry itself: empty where the class is only it (or nothing)
     first = np.where(lo < hi, rows[np.minimum(lo, max(len(rows) - 1, 0))] if len(rows) else -1, -1)
     second = np.where(lo + 1 < hi, rows[np.minimum(lo + 1, max(len(rows) - 1, 0))] if len(rows) else -1, -1)

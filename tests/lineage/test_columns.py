@@ -305,3 +305,20 @@ def test_a_damaged_crafted_or_deleted_links_file_is_read_around(tmp_path):
     assert _answers(s) == want
     s.backend.delete(derived.LINKS_KEY)
     assert _answers(s) == want
+
+
+def test_keys_and_fingerprints_sharing_their_leading_bytes_are_told_apart():
+    from casmon.lineage.columns import Columns
+
+    same = "ab" * 8
+    recs = {same + f"{i:016x}": {"fn": "f", "time": 1.0, "rf": same + f"{i % 3:016x}"} for i in range(10)}
+    recs["cd" * 16] = {"fn": "f", "time": 1.0, "rf": "cd" * 16}
+    c = Columns.from_records(recs)
+    keys = sorted(recs)
+    q = np.array([bytes.fromhex(k) for k in keys] + [bytes.fromhex(same + "f" * 16)], "S16")
+    assert c.rows_of(q).tolist() == list(range(11)) + [-1]
+    which, rows = c.with_rf(np.array([bytes.fromhex(same + f"{1:016x}"), bytes.fromhex("cd" * 16)], "S16"))
+    got = sorted(zip(which.tolist(), (keys[r] for r in rows.tolist())))
+    assert got == sorted([(0, same + f"{i:016x}") for i in (1, 4, 7)] + [(1, "cd" * 16)])
+    one = Columns.from_records({k: r for k, r in recs.items() if k == "cd" * 16 or k.endswith("1")})
+    assert one.rows_of(q[[1, 10, 11]]).tolist() == [0, 1, -1]
