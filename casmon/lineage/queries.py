@@ -287,11 +287,16 @@ class _Rows:
 
 
 def _pending(g: Graph, rs: _Rows, before: Graph, rows: np.ndarray, e: tuple[np.ndarray, np.ndarray, np.ndarray],
-             after: Graph, reasons: Any = None) -> Graph:
+             later: Any, n_after: int, reasons: Any = None) -> Graph:
     """Make ``g`` answer ``before``'s nodes, then the entries of ``rows`` (in that order) with the edges ``e``
-    between them, then ``after``'s -- each node made when the graph is read."""
+    between them, then the ``n_after`` nodes of the graph ``later()`` makes -- each node made when the graph
+    is read."""
+    made: list[Graph] = []
 
     def fill(out: Graph, take: np.ndarray, edges: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        if not made:
+            made.append(later())
+        after = made[0]
         for n in before._nodes.values():
             out.add(n)
         for n in rs.nodes(take):
@@ -315,7 +320,7 @@ def _pending(g: Graph, rs: _Rows, before: Graph, rows: np.ndarray, e: tuple[np.n
             del h._nodes[x]
         return h
 
-    extra = sum(1 for n in before._nodes.values() if n.kind != "entry") + len(after._nodes)
+    extra = sum(1 for n in before._nodes.values() if n.kind != "entry") + n_after
     g.pending = lambda out: fill(out, rows, e)
     g.sizes = (len(rows) + extra, head)
     return g
@@ -331,7 +336,7 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
     g = Graph(str(target) if isinstance(target, str) else "", "used by")
     rs = _Rows(ix)
     c = rs.c
-    before, after = Graph(), Graph()
+    before = Graph()
     if what == "file":
         items, seeds = file_rows(ix, *found)
         for i, n in zip(items.tolist(), rs.nodes(seeds)):
@@ -348,19 +353,31 @@ def used_by(target: Any, store: Store | str | None = None) -> Graph:
     runs = ix.runs()
     links = [(run, link) for run in runs for link in ix.run_links(run)]
     ix.keep_links()
+    used = []
     if links:
         lrows = c.rows_of(np.array([_raw(link["key"]) for _r, link in links], "S16"))
-        for (run, link), r in zip(links, lrows.tolist()):
-            if r >= 0 and seen[r]:
-                rn = after.add(run_node(run))
-                after.link(entry_id(link["key"]), rn.id, "used", "hit" if link.get("hit") else "computed")
-    for call, arg, d, k in _calls_taking(ix, c, seen):
-        cid = f"call:{call.name}:{call.session}:{call.n}"
-        after.add(Node(cid, "call", f"{_fn_short(call.name)} #{call.n} (session {call.session})",
-                       "/calls?" + urlencode({"fn": call.name, "session": call.session}),
-                       {"fn": call.name, "session": call.session, "n": call.n}))
-        after.link(entry_id(k), cid, "argument", arg)
-    return _pending(g, rs, before, order, edges, after)
+        used = [(run, link) for (run, link), r in zip(links, lrows.tolist()) if r >= 0 and seen[r]]
+    calls = _calls_taking(ix, c, seen)
+
+    def later() -> Graph:
+        """The runs and logged calls that used what was reached (a run's node made once, when read)."""
+        after = Graph()
+        made: dict[int, Node] = {}
+        for run, link in used:
+            rn = made.get(id(run))
+            if rn is None:
+                rn = made[id(run)] = after.add(run_node(run))
+            after.link(entry_id(link["key"]), rn.id, "used", "hit" if link.get("hit") else "computed")
+        for call, arg, _d, k in calls:
+            cid = f"call:{call.name}:{call.session}:{call.n}"
+            after.add(Node(cid, "call", f"{_fn_short(call.name)} #{call.n} (session {call.session})",
+                           "/calls?" + urlencode({"fn": call.name, "session": call.session}),
+                           {"fn": call.name, "session": call.session, "n": call.n}))
+            after.link(entry_id(k), cid, "argument", arg)
+        return after
+
+    n_after = len({id(run) for run, _l in used}) + len({(x.name, x.session, x.n) for x, _a, _d, _k in calls})
+    return _pending(g, rs, before, order, edges, later, n_after)
 
 
 def _raw(key: str) -> bytes:
@@ -565,5 +582,5 @@ def stale(store: Store | str | None = None) -> Graph:
                 i = c.row(k)
                 if i >= 0 and shown[i]:
                     after.link(entry_id(k), n.id, "used")
-    return _pending(g, rs, Graph(), rows, (e.src[m], e.dst[m], e.name[m]), after,
+    return _pending(g, rs, Graph(), rows, (e.src[m], e.dst[m], e.name[m]), lambda: after, len(after._nodes),
                     reasons=lambda key: s.entry(key))
