@@ -118,9 +118,9 @@ class Columns:
             fn[i] = s(str(r.get("fn", "?")))
             v[i] = s(r.get("v"))
             t = r.get("time", 0.0)
-            tm[i] = t if type(t) in (int, float) and 0 <= t <= _FMAX else 0.0
+            tm[i] = t if (type(t) is int or type(t) is float) and 0 <= t <= _FMAX else 0.0
             e = r.get("expires")
-            if type(e) in (int, float) and 0 <= e <= _FMAX:
+            if (type(e) is int or type(e) is float) and 0 <= e <= _FMAX:
                 ex[i] = e
             d = _digest(r.get("result"))
             if d is not None:
@@ -226,7 +226,7 @@ class Columns:
         lo, hi = self.find("key", keys)
         return np.where(lo < hi, lo, -1)
 
-    def _sorted(self, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, bool]:
+    def _sorted(self, name: str) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, bool]:
         """``(rows sorted by column name, None where they are every row in order; the sorted values; their
         leading 8 bytes as integers; whether two different values share those)``."""
         got = self._cache.get("sorted " + name)
@@ -239,7 +239,7 @@ class Columns:
             same = lead[1:] == lead[:-1]
             clash = bool(np.any(vals[1:][same] != vals[:-1][same])) if len(vals) > 1 else False
             got = self._cache["sorted " + name] = (order, vals, lead, clash)
-        return got  # type: ignore[no-any-return]
+        return got
 
     def find(self, name: str, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each 16-byte query, ``lo:hi``, the positions in the sorted column ``name`` (``key`` or ``rf``)
@@ -315,7 +315,7 @@ class Columns:
                 o = np.argsort(vals, kind="stable")  # two fingerprints share those bytes: sorted whole
             rows = rows[o]
             got = self._cache["rf"] = (rows, self.rf[rows])
-        return got  # type: ignore[no-any-return]
+        return got
 
     def with_rf(self, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each of ``digests``, the rows whose ``rf`` equals it: ``(index into digests, row)`` pairs."""

@@ -220,11 +220,11 @@ def load_links(store: Store) -> dict[str, list[dict[str, Any]]]:
         data = store.backend.get(LINKS_KEY)
         if data is None:
             return {}
-        data = bytes(data)
+        raw = bytes(data)
         m = len(LINKS_MAGIC)
-        if data[:m] != LINKS_MAGIC:
+        if raw[:m] != LINKS_MAGIC:
             return {}
-        body = metafile.load_object(data[m:], LINKS_KEY, limit=metafile.DATA_MAX)
+        body = metafile.load_object(raw[m:], LINKS_KEY, limit=metafile.DATA_MAX)
         if not metafile.checked(body, LINKS_KEY):
             return {}
         got = body.get("links")

@@ -50,7 +50,7 @@ def _identity(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if got is None:
         h = np.repeat(np.arange(c.n, dtype=np.int64), np.diff(c.up_ptr))
         got = c._cache["identity"] = (h, c.rows_of(c.up_key), c.up_name.astype(np.int64))
-    return got  # type: ignore[no-any-return]
+    return got
 
 
 def _content_items(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,14 +66,14 @@ def _content_items(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         at = np.minimum(np.searchsorted(taken, mine), max(len(taken) - 1, 0))
         keep = np.flatnonzero(taken[at] != mine) if len(taken) else np.arange(len(mine))
         got = c._cache["content"] = (h[keep], keep, base[keep])
-    return got  # type: ignore[no-any-return]
+    return got
 
 
 def downstream(c: Columns) -> Edges:
     """Every edge between entries, by upstream row (made once per :class:`Columns`)."""
     got = c._cache.get("edges")
     if got is not None:
-        return got  # type: ignore[no-any-return]
+        return got
     h1, u1, n1 = _identity(c)
     ok = (u1 >= 0) & (u1 != h1)
     h2, items, base = _content_items(c)

@@ -398,7 +398,7 @@ def _calls_taking(ix: Index, c: Any, seen: np.ndarray) -> list[tuple[Any, str, s
     res = c.result[rows]
     o = np.argsort(res, kind="stable")
     res, rows = res[o], rows[o]
-    out = []
+    out: list[tuple[Any, str, str, str]] = []
     for call, arg, d in calls:
         b = np.array([_raw(d)], "S16")
         lo, hi = int(np.searchsorted(res, b, "left")[0]), int(np.searchsorted(res, b, "right")[0])
