@@ -5,7 +5,8 @@ One row per entry (the newest record of its key), rows sorted by key. Keys and d
 table; an entry's parameters (``pc``: content digests, ``up``: upstream keys by identity, ``files``) are CSR
 arrays (``*_ptr[i]:*_ptr[i+1]`` are row ``i``'s items). Only well-formed values enter a column: a digest that is
 not 32 lowercase hex digits matches nothing, as the record readers say (:mod:`casmon.caching.entries`), and is
-left out. ``a`` (the parameters' digests, which ``diff`` compares) is kept too, as pairs of strings.
+left out. ``a`` (the parameters' digests, which ``diff`` compares) is kept too: names in the string table,
+values in a list of their own (nearly every one differs: a table of them would cost every query a lookup dict).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 class Columns:
     """The columns (attributes named as in :data:`ROWS` and :data:`ITEMS`), the string table and ``a``."""
 
-    def __init__(self, cols: dict[str, np.ndarray], strings: list[str]) -> None:
+    def __init__(self, cols: dict[str, np.ndarray], strings: list[str], avals: list[str] | None = None) -> None:
         for name, arr in cols.items():
             setattr(self, name, arr)
         self.key: np.ndarray
@@ -83,6 +84,7 @@ class Columns:
         self.a_name: np.ndarray
         self.a_val: np.ndarray
         self.strings = strings
+        self.avals: list[str] = avals if avals is not None else []
         self.n = len(self.key)
         self._sid: dict[str, int] | None = None
         self._cache: dict[str, Any] = {}
@@ -112,6 +114,7 @@ class Columns:
         has = np.zeros(n, "u1")
         label = np.empty(n, "<i4")
         ptr = {p: np.zeros(n + 1, "<i8") for p in ("pc", "up", "f", "a")}
+        avals: list[str] = []
         items: dict[str, list[Any]] = {c: [] for c in ITEMS}
         for i, k in enumerate(keys):
             r = entries[k]
@@ -157,7 +160,8 @@ class Columns:
             for name, x in (aa.items() if type(aa) is dict else ()):
                 if type(x) is str:
                     items["a_name"].append(s(str(name)))
-                    items["a_val"].append(s(x))
+                    items["a_val"].append(len(avals))
+                    avals.append(x)
             ptr["a"][i + 1] = len(items["a_name"])
         cols: dict[str, np.ndarray] = {
             "key": key, "fn": fn, "v": v, "time": tm, "expires": ex, "has": has, "label": label,
@@ -167,7 +171,7 @@ class Columns:
         for c, dt in ITEMS.items():
             cols[c] = (np.frombuffer(b"".join(items[c]), "S16") if items[c] else np.zeros(0, "S16")) \
                 if dt == "S16" else np.asarray(items[c], dt)
-        return cls(cols, list(strings))
+        return cls(cols, list(strings), avals)
 
     def merged(self, newer: Columns) -> Columns:
         """These rows and ``newer``'s, one per key: the newest record (equal times: ``newer``'s)."""
@@ -209,10 +213,12 @@ class Columns:
             cols[p + "_ptr"] = np.concatenate(([0], np.cumsum(lens))).astype("<i8")
             for c in names:
                 b = getattr(newer, c)
-                if ITEMS[c] == "<i4":
+                if c == "a_val":
+                    b = b + len(self.avals)
+                elif ITEMS[c] == "<i4":
                     b = remap[b]
                 cols[c] = np.concatenate((getattr(self, c), b))[idx]
-        return Columns(cols, strings)
+        return Columns(cols, strings, self.avals + newer.avals)
 
     # -- reading -----------------------------------------------------------------------------------------------
     def sid(self, s: str) -> int:
@@ -296,7 +302,7 @@ class Columns:
                           zip(self.f_param[a:b].tolist(), self.f_path[a:b].tolist(), self.f_d[a:b].tolist())]
         a, b = int(self.a_ptr[i]), int(self.a_ptr[i + 1])
         if b > a:
-            r["a"] = {st[p]: st[q] for p, q in zip(self.a_name[a:b].tolist(), self.a_val[a:b].tolist())}
+            r["a"] = {st[p]: self.avals[q] for p, q in zip(self.a_name[a:b].tolist(), self.a_val[a:b].tolist())}
         return r
 
     def records(self) -> dict[str, dict[str, Any]]:

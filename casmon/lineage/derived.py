@@ -11,7 +11,7 @@ digests, never as references).
 The file: :data:`MAGIC`, the header's length (8 bytes, little-endian), the header (JSON sealed by
 :func:`casmon.store.metafile.seal`: the sources, the row count, each section's length, the payload's xxh3-128)
 and the payload: each column of :class:`casmon.lineage.columns.Columns` as raw little-endian bytes, in
-:data:`SECTIONS` order, then the string table (JSON).
+:data:`SECTIONS` order, then the string table and the parameters' digests (JSON lists).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ FIELDS = ("key", "fn", "v", "time", "expires", "result", "rf", "pc", "up", "file
 #: The index is written again once this many records were read beside it (fewer: reading them costs little).
 REWRITE_MIN = 4096
 _FMAX = 1e18
-#: The payload's sections, in order: the columns, then the strings.
-SECTIONS = (*ROWS, *ITEMS, "strings")
+#: The payload's sections, in order: the columns, the strings, the parameters' digests (``a``).
+SECTIONS = (*ROWS, *ITEMS, "strings", "avals")
 
 
 def newest(entries: dict[str, dict[str, Any]], key: str, rec: dict[str, Any]) -> None:
@@ -106,7 +106,8 @@ def _columns(store: Store, raw: list[tuple[bytes, bytes]]) -> Columns:
 def encode(cols: Columns, sources: list[str]) -> bytes:
     """The index file of ``cols``, made from the table files ``sources``."""
     parts = [np.ascontiguousarray(getattr(cols, c), dt).tobytes() for c, dt in {**ROWS, **ITEMS}.items()]
-    parts.append(json.dumps(cols.strings, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    for texts in (cols.strings, cols.avals):
+        parts.append(json.dumps(texts, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
     h = xxhash.xxh3_128()
     for x in parts:
         h.update(x)
@@ -166,20 +167,24 @@ def _decode(data: Any) -> tuple[list[str], Columns]:
     for name, ln in zip(SECTIONS, lens):
         chunk = payload[off:off + ln]
         off += ln
-        if name == "strings":
-            strings = json.loads(bytes(chunk))
-            if type(strings) is not list or not all(type(x) is str for x in strings):
-                raise TypeError("strings")
+        if name in ("strings", "avals"):
+            texts = json.loads(bytes(chunk))
+            if type(texts) is not list or not all(type(x) is str for x in texts):
+                raise TypeError(name)
+            if name == "strings":
+                strings = texts
+            else:
+                avals = texts
         else:
             dt = np.dtype(dtypes[name])
             if ln % dt.itemsize:
                 raise ValueError(name)
             cols[name] = np.frombuffer(chunk, dt)
-    _check(cols, n, len(strings))
-    return sources, Columns(cols, strings)
+    _check(cols, n, len(strings), len(avals))
+    return sources, Columns(cols, strings, avals)
 
 
-def _check(cols: dict[str, np.ndarray], n: int, ns: int) -> None:
+def _check(cols: dict[str, np.ndarray], n: int, ns: int, na: int) -> None:
     """Every column's length, every index's range, the keys' order: a crafted index is made again."""
     for c in ROWS:
         if len(cols[c]) != (n + 1 if c.endswith("_ptr") else n):
@@ -203,7 +208,8 @@ def _check(cols: dict[str, np.ndarray], n: int, ns: int) -> None:
         for c in names:
             if len(cols[c]) != ptr[-1]:
                 raise ValueError(f"column {c}'s length")
-            if ITEMS[c] == "<i4" and len(cols[c]) and not bool(np.all((cols[c] >= 0) & (cols[c] < ns))):
+            if ITEMS[c] == "<i4" and len(cols[c]) and not bool(np.all((cols[c] >= 0)
+                                                                      & (cols[c] < (na if c == "a_val" else ns)))):
                 raise ValueError(c)
 
 

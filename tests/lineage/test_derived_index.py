@@ -117,9 +117,9 @@ def _set(col, value, at=0):
     return craft
 
 
-def _strings(value):
+def _strings(value, which="_strings"):
     def craft(c):
-        c["_strings"] = value
+        c[which] = value
     return craft
 
 
@@ -137,7 +137,8 @@ CRAFTS = {"keys out of order": _swap_keys, "fn out of range": _set("fn", 10**6),
           "up name out of range": _set("up_name", 10**6), "file digest out of range": _set("f_d", -1),
           "a value out of range": _set("a_val", 10**6), "a column cut short": _drop_last("fn"),
           "an item column cut short": _drop_last("up_key"), "strings not text": _strings([1, 2]),
-          "strings not a list": _strings({"a": 1})}
+          "strings not a list": _strings({"a": 1}), "digests not text": _strings([None], "_avals"),
+          "digests fewer than named": _strings([], "_avals")}
 
 
 @pytest.mark.parametrize("what", sorted(CRAFTS))
@@ -147,9 +148,11 @@ def test_a_crafted_index_with_a_valid_checksum_is_made_again_from_the_records(bu
     want = full_scan(built)
     sources, cols = derived._load(built)  # the files it names: their records are not read again beside it
     arrays = {c: getattr(cols, c) for c in {**ROWS, **ITEMS}}
+    built.backend.set(derived.INDEX_KEY, derived.encode(Columns(dict(arrays), cols.strings, cols.avals), sources))
+    assert derived._load(built) is not None  # made again as it was, it is used
     CRAFTS[what](arrays)
     strings = arrays.pop("_strings", cols.strings)
-    crafted = Columns(arrays, strings)
+    crafted = Columns(arrays, strings, arrays.pop("_avals", cols.avals))
     crafted.n = cols.n
     built.backend.set(derived.INDEX_KEY, derived.encode(crafted, sources))
     assert derived._load(built) is None
