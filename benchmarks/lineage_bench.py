@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     vb = f"bench.stage1@{b['version'][:12]}"
     trees = [("now", None)] + ([("before", a.before)] if a.before else [])
     for _tree, where in trees:  # each tree's index made (or checked) once before the timed rounds
-        run("lineage", path, "-", tree=where)
+        run("used_by", path, vb, tree=where)
     goals = {"lineage": 1.0, "used_by": 2.0, "used_by_all": None, "stale": 10.0}
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(a.rounds):

@@ -333,3 +333,21 @@ def test_keys_and_fingerprints_sharing_their_leading_bytes_are_told_apart():
     assert got == sorted([(0, same + f"{i:016x}") for i in (1, 4, 7)] + [(1, "cd" * 16)])
     one = Columns.from_records({k: r for k, r in recs.items() if k == "cd" * 16 or k.endswith("1")})
     assert one.rows_of(q[[1, 10, 11]]).tolist() == [0, 1, -1]
+
+
+def test_crafted_cycles_and_self_links_answer_without_raising(tmp_path):
+    s = casmon.open(str(tmp_path / "s"), create=True)
+    A, B, C = "aa" * 16, "bb" * 16, "cc" * 16
+    recs = {A: {"fn": "p.a", "v": "1" * 32, "rf": "ee" * 16, "up": {"x": [B, A]}, "pc": {"y": "ff" * 16}},
+            B: {"fn": "p.b", "rf": "ff" * 16, "up": {"x": [A]}, "pc": {"z": "ee" * 16}},
+            C: {"fn": "p.c", "rf": "ff" * 16, "pc": {"w": "ff" * 16, "v[0]": "ee" * 16}}}
+    for i, (k, r) in enumerate(recs.items()):
+        s.append(KIND, {**r, "result": os.urandom(16).hex(), "time": 1000.0 + i}, key=Digest(bytes.fromhex(k)))
+    s.append(KIND_FN, {"fn": "p.a", "version": "2" * 32, "time": 2000.0}, key=name_digest("p.a"))
+    s.flush()
+    g = stale(s)
+    assert {n.data["key"] for n in g.nodes.values()} == {A, B, C}
+    assert all(n.data["reason"] for n in g.nodes.values())
+    u = used_by(A, s)
+    assert {n.data["key"] for n in u.nodes.values()} == {A, B, C}
+    assert ("entry:" + A, "entry:" + A) not in {(e.source, e.target) for e in u.edges}
