@@ -1,6 +1,8 @@
 """Lineage: what recording edges costs a call, and how fast the queries answer over a big store.
 
     python -m benchmarks.lineage_bench [--entries 100000] [--runs 100] [--calls 2000]
+    python -m benchmarks.lineage_bench --queries-only --store PATH [--build] [--entries N --runs N] \
+        [--before TREE] [--rounds 3]
 
 * **small miss** / **warm hit** -- a cached function of a small array (a miss: a fresh argument each call; a hit:
   one stored call, again and again), with the edge recording on and off (``casmon.caching.edges``' hooks replaced
@@ -10,7 +12,10 @@
   directly: a miss each would take an hour at 1M) and ``--runs`` runs recorded with ``casmon.record``, each using
   one pipeline; then ``lineage`` of the newest run, ``used_by`` of one function version and ``stale`` of the whole
   store, each in a fresh process, the medians of three; the first query of a fresh store reads every record and
-  writes the derived lineage index (``casmon.lineage.derived``), timed on its own.
+  writes the derived lineage index (``casmon.lineage.derived``), timed on its own. ``--store PATH``: the store
+  at PATH (built there first with ``--build``), kept for another run; ``--before TREE``: each query also with the
+  casmon of TREE (a ``git archive`` of another commit), alternating, in the same rounds. A query's answer is
+  counted with ``len(g)`` where the graph has it (its nodes made when read); ``used_by (all nodes)`` makes them.
 """
 
 from __future__ import annotations
@@ -111,6 +116,10 @@ def build(path: str, entries: int, runs: int) -> dict:
     return {"build_s": time.perf_counter() - t0, "version": version["bench.stage1"], "observers": len(observers)}
 
 
+def _count(g) -> int:
+    return len(g) if hasattr(type(g), "__len__") else len(g.nodes)
+
+
 def query(path: str, what: str, arg: str) -> float:
     import casmon
     from casmon import lineage as lin
@@ -119,10 +128,13 @@ def query(path: str, what: str, arg: str) -> float:
     t = time.perf_counter()
     if what == "lineage":
         g = lin.lineage(casmon.load_run("latest", s), s)
-        assert len(g.nodes) >= 5, g
+        assert _count(g) >= 5, g
     elif what == "used_by":
         g = lin.used_by(arg, s)
-        assert len(g.nodes) > 1
+        assert _count(g) > 1
+    elif what == "used_by_all":
+        g = lin.used_by(arg, s)
+        assert len(g.nodes) > 1 and g.edges
     else:
         lin.stale(s)
     return time.perf_counter() - t
@@ -138,9 +150,9 @@ def _worker(argv: list[str]) -> None:
         print(json.dumps(query(argv[1], what, argv[2])))
 
 
-def run(*args: str) -> object:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "benchmarks.lineage_bench", "--worker", *args], env=env,
+def run(*args: str, tree: str | None = None) -> object:
+    env = dict(os.environ, PYTHONPATH=tree or str(ROOT))
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", *args], env=env,
                        capture_output=True, text=True, timeout=4 * 3600)
     if p.returncode:
         raise SystemExit(p.stderr[-3000:])
@@ -156,6 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--queries-only", action="store_true")
+    ap.add_argument("--store", help="the store to query (built there with --build), kept after")
+    ap.add_argument("--build", action="store_true")
+    ap.add_argument("--before", help="a casmon tree to time alternately with this one")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
     c = run("calls", str(a.calls)) if not a.queries_only else {}
     us = {k: v * 1e6 for k, v in c.items()}
@@ -164,17 +180,36 @@ def main(argv: list[str] | None = None) -> None:
         mon, moff = us[f"{what} on median"], us[f"{what} off median"]
         print(f"small {what}: best round {on:.1f} µs with edges, {off:.1f} µs without ({(on / off - 1) * 100:+.1f}%); "
               f"medians {mon:.1f} / {moff:.1f} µs ({(mon / moff - 1) * 100:+.1f}%)")
-    d = tempfile.mkdtemp(prefix="casmon-lineage-store-")
-    path = os.path.join(d, "s")
-    b = run("build", path, str(a.entries), str(a.runs))
-    print(f"store: {a.entries:,} entries, {a.runs:,} runs, built in {b['build_s']:.1f} s")
+    if a.store is None:
+        path = os.path.join(tempfile.mkdtemp(prefix="casmon-lineage-store-"), "s")
+    else:
+        path = a.store
+    if a.store is None or a.build:
+        b = run("build", path, str(a.entries), str(a.runs))
+        with open(path + ".json", "w") as f:
+            json.dump(b, f)
+        print(f"store: {a.entries:,} entries, {a.runs:,} runs, built in {b['build_s']:.1f} s")
+        vb = f"bench.stage1@{b['version'][:12]}"
+        print(f"first query (used_by, reads every record, writes the index): {float(run('used_by', path, vb)):.2f} s")
+    with open(path + ".json") as f:
+        b = json.load(f)
     vb = f"bench.stage1@{b['version'][:12]}"
-    print(f"first query (used_by, reads every record, writes the index): {float(run('used_by', path, vb)):.2f} s")
-    for what, arg, goal in (("lineage", "-", 1.0), ("used_by", f"bench.stage1@{b['version'][:12]}", 2.0),
-                            ("stale", "-", 10.0)):
-        t = statistics.median(float(run(what, path, arg)) for _ in range(3))  # type: ignore[arg-type]
-        print(f"{what}: {t:.2f} s (goal <= {goal:g} s)")
-
+    trees = [("now", None)] + ([("before", a.before)] if a.before else [])
+    for _tree, where in trees:  # each tree's index made (or checked) once before the timed rounds
+        run("used_by", path, vb, tree=where)
+    goals = {"lineage": 1.0, "used_by": 2.0, "used_by_all": None, "stale": 10.0}
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(a.rounds):
+        for what in goals:
+            for tree, where in trees:
+                if what == "used_by_all" and tree == "before":
+                    continue  # before, used_by made every node: its used_by row is this one
+                arg = vb if what.startswith("used_by") else "-"
+                times.setdefault((what, tree), []).append(float(run(what, path, arg, tree=where)))  # type: ignore[arg-type]
+    for what, goal in goals.items():
+        cells = [f"{tree} {statistics.median(times[(what, tree)]):.2f} s (runs {', '.join(f'{x:.2f}' for x in times[(what, tree)])})"
+                 for tree, _w in trees if (what, tree) in times]
+        print(f"{what}: " + "; ".join(cells) + (f" (goal <= {goal:g} s)" if goal else ""))
 
 if __name__ == "__main__":
     main()

@@ -299,7 +299,11 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
     """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something). A
     parameter linked by identity gets no second pass for its content: its producer is known."""
     try:
-        rf = result_fingerprint(result)
+        try:
+            small = small_array_digest(result)  # a small array's, in one call; any other value's, by a walk
+        except Exception:  # noqa: BLE001 - keyed by the walk instead (which may fail alone)
+            small = None
+        rf = small.hex() if small is not None else result_fingerprint(result)
         if rf is not None:
             entry["rf"] = rf
         up: dict[str, list[str]] = {}
@@ -308,14 +312,21 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         if _by_id:
             where = getattr(state._store, "url", None)
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
-                named = list(zip(state._names, args)) + list(kwargs.items())
+                named: Any = zip(state._names, args) if not kwargs else \
+                    list(zip(state._names, args)) + list(kwargs.items())
             else:
                 try:
                     named = list(zip((p.name for p in state.params), state.bind(args, kwargs)))
                 except TypeError:
                     named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+            ignore = state.ignore
             for name, v in named:
-                if name in state.ignore:
+                t = type(v)
+                # a value that is no remembered object and holds none (a plain value, a fresh array that owns
+                # its memory) has no producer here: no walk
+                if t in _SKIP or name in ignore or (
+                        id(v) not in _by_id and t not in _CONTAINERS and t is not dict
+                        and (t.__module__ != "numpy" or getattr(v, "base", None) is None)):
                     continue
                 keys = upstream([v], where)
                 if keys:

@@ -11,7 +11,9 @@ records (cache entries, code versions, clears, runs) and answers:
 
 Each answers a :class:`Graph` (``to_json()``, ``to_dot()``; ``first_difference`` its own object). No second
 store: a missing upstream (cleared, collected) is a node marked so, and gc keeps nothing alive for an edge.
-Modules: ``index`` (one read of the records), ``graph`` (the answer's shape), ``queries``, ``difference``.
+Modules: ``index`` (one read of the records), ``columns`` and ``derived`` (every entry's lineage fields as
+columns, kept in a derived index), ``joins`` (the joins over them, in bulk), ``graph`` (the answer's shape; a big
+one's nodes made when read), ``queries``, ``difference``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -69,23 +70,53 @@ def run_link(ref: str) -> str:
 
 
 class Graph:
-    """Nodes by id, in the order found, and edges (each once)."""
+    """Nodes by id, in the order found, and edges (each once).
+
+    A query over a big store may answer with its nodes not made yet (``pending``: a function that adds them):
+    ``len(g)`` and :meth:`text` with a ``limit`` read only what they show; :attr:`nodes`, :attr:`edges` and
+    the JSON and dot forms make every node."""
 
     def __init__(self, root: str = "", what: str = "lineage") -> None:
         self.root = root
         self.what = what
-        self.nodes: dict[str, Node] = {}
-        self.edges: list[Edge] = []
+        self._nodes: dict[str, Node] = {}
+        self._edges: list[Edge] = []
         self._edge_set: set[tuple[str, str, str, str]] = set()
+        self.pending: Callable[[Graph], None] | None = None
+        #: ``len`` of a pending graph, and its first nodes with their edges: ``(count, head(k) -> Graph)``
+        self.sizes: tuple[int, Callable[[int], Graph]] | None = None
+
+    def _made(self) -> None:
+        if self.pending is not None:
+            make, self.pending = self.pending, None
+            self.sizes = None
+            make(self)
+
+    @property
+    def nodes(self) -> dict[str, Node]:
+        self._made()
+        return self._nodes
+
+    @property
+    def edges(self) -> list[Edge]:
+        self._made()
+        return self._edges
+
+    def __len__(self) -> int:
+        """How many nodes (without making them, where the answer is pending)."""
+        return self.sizes[0] if self.pending is not None and self.sizes is not None else len(self.nodes)
+
+    def __bool__(self) -> bool:
+        return True
 
     def add(self, node: Node) -> Node:
-        return self.nodes.setdefault(node.id, node)
+        return self._nodes.setdefault(node.id, node)
 
     def link(self, source: str, target: str, kind: str, label: str = "") -> None:
         k = (source, target, kind, label)
         if k not in self._edge_set:
             self._edge_set.add(k)
-            self.edges.append(Edge(source, target, kind, label))
+            self._edges.append(Edge(source, target, kind, label))
 
     def of_kind(self, kind: str) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == kind]
@@ -110,8 +141,13 @@ class Graph:
         lines.append("}")
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        """Each node on a line, upstream first, with what it fed."""
+    def text(self, limit: int | None = None) -> str:
+        """Each node on a line, upstream first, with what it fed; past ``limit`` nodes, how many more."""
+        total = len(self)
+        if limit is not None and total > limit:
+            head = self.sizes[1](limit) if self.pending is not None and self.sizes is not None else self._head(limit)
+            return (head.text() + f"\n  ... and {total - limit:,} more nodes ({total:,} in all; --all or --json "
+                    "lists every one)")
         if not self.nodes:
             return f"{self.what} of {self.root}: {'nothing is stale' if self.what == 'stale' else 'nothing recorded'}"
         feeds: dict[str, list[Edge]] = {}
@@ -126,6 +162,18 @@ class Graph:
             why = f": {n.data['reason']}" if n.data.get("reason") else ""
             lines.append(f"  {n.kind} {n.label}{tail}{why}" + (f"  -> {to}" if to else ""))
         return "\n".join(lines)
+
+    def _head(self, k: int) -> Graph:
+        g = Graph(self.root, self.what)
+        for n in list(self.nodes.values())[:k]:
+            g.add(n)
+        for e in self.edges:
+            if e.source in g._nodes:
+                g.link(e.source, e.target, e.kind, e.label)
+        return g
+
+    def __str__(self) -> str:
+        return self.text()
 
     __repr__ = __str__
 

@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from casmon.caching import KIND, KIND_CLEAR, KIND_FN
 from casmon.errors import CasmonError
 
 if TYPE_CHECKING:
+    from casmon.lineage.columns import Columns
     from casmon.runs import RunInfo
     from casmon.store.store import Store
 
@@ -60,9 +63,10 @@ class Index:
         # key -> newest record (None: no record), read one key at a time until a query needs them all
         self._entries: dict[str, dict[str, Any] | None] = {}
         self._all = False
-        self._by_rf: dict[str, list[str]] = {}
-        self._by_fn: dict[str, list[str]] = {}
-        self._by_result: dict[str, list[str]] = {}
+        self._cols: Columns | None = None
+        self._by_rf: dict[str, list[str]] | None = None
+        self._by_fn: dict[str, list[str]] | None = None
+        self._by_result: dict[str, list[str]] | None = None
         # fn -> (time, version) of the newest version record: the code as it last ran
         self.current: dict[str, tuple[float, str]] = {}
         self.parts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -75,18 +79,24 @@ class Index:
                 self.current[fn] = (t, v)
             if isinstance(r.get("parts"), dict):
                 self.parts[(fn, v)] = r["parts"]
-        self._down: dict[str, list[tuple[str, str]]] | None = None
         self._status: dict[str, str] = {}
         self._groups: dict[str, list[tuple[str, list[str]]]] = {}
         self._runs: list[RunInfo] | None = None
         self._now = time.time()
         self._files: dict[str, str | None] = {}
+        self._links: dict[str, list[dict[str, Any]]] | None = None
+        self._links_new = 0
 
     # -- entries -----------------------------------------------------------------------------------------------
     def entry(self, key: str) -> dict[str, Any] | None:
         """The newest record of entry ``key`` (hex), or None: a lookup of its key, not a read of every entry."""
         if key in self._entries or self._all:
             return self._entries.get(key)
+        if self._cols is not None:
+            i = self._cols.row(key)
+            r = self._cols.record(i) if i >= 0 else None
+            self._entries[key] = r
+            return r
         r = None
         try:
             for rec in self.store.lookup(KIND, bytes.fromhex(key)):
@@ -97,43 +107,78 @@ class Index:
         self._entries[key] = r
         return r
 
+    @property
+    def cols(self) -> Columns:
+        """Every entry's lineage fields as columns (:mod:`casmon.lineage.columns`), read once, through the derived
+        index."""
+        if self._cols is None:
+            from casmon.lineage.derived import read_columns
+
+            self._cols = read_columns(self.store)
+            # the keys looked up one at a time before are answered by the columns now: one view of the store
+            self._entries, self._status, self._groups = {}, {}, {}
+        return self._cols
+
     def _load_all(self) -> None:
         if self._all:
             return
-        from casmon.lineage.derived import read_entries
-
-        entries = read_entries(self.store)  # through the derived lineage index: the records, read fast
-        for h, r in entries.items():
-            rf = r.get("rf")
-            if isinstance(rf, str):
-                self._by_rf.setdefault(rf, []).append(h)
-            self._by_fn.setdefault(str(r.get("fn", "?")), []).append(h)
-            d = r.get("result")
-            if isinstance(d, str):
-                self._by_result.setdefault(d, []).append(h)
-        self._entries = dict(entries)
+        self._entries = dict(self.cols.records())
         self._all = True
 
     @property
     def entries(self) -> dict[str, dict[str, Any]]:
-        """Every entry's newest record, by key (reads them all, once)."""
+        """Every entry's newest record, by key (a dict per entry: the queries join :attr:`cols` instead)."""
         self._load_all()
         return self._entries  # type: ignore[return-value]
 
+    def _grouped(self, col: Any, rows: Any) -> dict[str, list[str]]:
+        from casmon.lineage.columns import hexes
+
+        out: dict[str, list[str]] = {}
+        for d, k in zip(hexes(col[rows]), hexes(self.cols.key[rows])):
+            out.setdefault(d, []).append(k)
+        return out
+
     @property
     def by_rf(self) -> dict[str, list[str]]:
-        self._load_all()
+        from casmon.lineage.columns import HAS_RF
+
+        if self._by_rf is None:
+            c = self.cols
+            self._by_rf = self._grouped(c.rf, np.flatnonzero(c.has & HAS_RF))
         return self._by_rf
 
     @property
     def by_fn(self) -> dict[str, list[str]]:
-        self._load_all()
+        if self._by_fn is None:
+            from casmon.lineage.columns import hexes
+
+            c = self.cols
+            self._by_fn = {}
+            for f, k in zip(c.fn.tolist(), hexes(c.key)):
+                self._by_fn.setdefault(c.strings[f], []).append(k)
         return self._by_fn
 
     @property
     def by_result(self) -> dict[str, list[str]]:
-        self._load_all()
+        from casmon.lineage.columns import HAS_RESULT
+
+        if self._by_result is None:
+            c = self.cols
+            self._by_result = self._grouped(c.result, np.flatnonzero(c.has & HAS_RESULT))
         return self._by_result
+
+    def rf_keys(self, rf: str) -> list[str]:
+        """The keys of the entries whose result fingerprint is ``rf`` (hex)."""
+        from casmon.lineage.columns import hexes
+
+        c = self.cols
+        try:
+            d = np.array([bytes.fromhex(rf)], "S16")
+        except ValueError:
+            return []
+        _which, rows = c.with_rf(d)
+        return hexes(c.key[rows])
 
     def status(self, key: str) -> str:
         st = self._status.get(key)
@@ -184,7 +229,7 @@ class Index:
             base = name.split("[", 1)[0]
             if base in up:
                 continue  # its producer is known by identity: an equal value elsewhere is chance
-            group = [h for h in self.by_rf.get(d, ()) if h != key]
+            group = [h for h in self.rf_keys(d) if h != key]
             if group:
                 out.append((base, group))
         self._groups[key] = out
@@ -192,21 +237,16 @@ class Index:
 
     def downstream(self, key: str) -> list[tuple[str, str]]:
         """``(parameter, entry key)`` of the entries that took this entry's result."""
-        if self._down is None:
-            # upstream() of every entry, inlined: this loop runs once per entry of the store
-            down: dict[str, list[tuple[str, str]]] = {}
-            by_rf = self.by_rf
-            for h, r in self.entries.items():
-                up = r.get("up") or {}
-                pairs = [(name, u) for name, ks in up.items() for u in ks if u != h]
-                for name, d in (r.get("pc") or {}).items():
-                    base = name.split("[", 1)[0] if "[" in name else name
-                    if base not in up:
-                        pairs.extend((base, u) for u in by_rf.get(d, ()) if u != h)
-                for name, u in (dict.fromkeys(pairs) if len(pairs) > 1 else pairs):
-                    down.setdefault(u, []).append((name, h))
-            self._down = down
-        return self._down.get(key, [])
+        from casmon.lineage.columns import hexes
+        from casmon.lineage.joins import downstream
+
+        c = self.cols
+        i = c.row(key)
+        if i < 0:
+            return []
+        dn = downstream(c)
+        a, b = int(dn.ptr[i]), int(dn.ptr[i + 1])
+        return list(zip((c.strings[j] for j in dn.name[a:b].tolist()), hexes(c.key[dn.dst[a:b]])))
 
     def files(self, key: str) -> list[tuple[str, str, str]]:
         """``(parameter, path, digest hex)`` of the files an entry read (``files=``)."""
@@ -240,11 +280,11 @@ class Index:
     def version_parts(self, fn: str, version: str | None) -> dict[str, Any] | None:
         return self.parts.get((fn, version)) if version else None
 
-    def calls_taking(self, digests: set[str]) -> list[tuple[Any, str, str]]:
+    def calls_taking(self, digests: set[str] | None) -> list[tuple[Any, str, str]]:
         """``(logged call, argument, result digest hex)`` of the intercepted calls that took one of ``digests``
-        as an argument: a value is stored once by content, so an argument's cell names the digest of an entry's
-        result when it is that value."""
-        if not digests:
+        (None: any stored value) as an argument: a value is stored once by content, so an argument's cell names
+        the digest of an entry's result when it is that value."""
+        if digests is not None and not digests:
             return []
         from casmon.calllog import CallLog
 
@@ -258,7 +298,7 @@ class Index:
             cells = [(f"[{i}]", v) for i, v in enumerate(c.args_cells)] + list(c.kwargs_cells.items())
             for name, cell in cells:
                 d = cell.get("$") if isinstance(cell, dict) else None
-                if isinstance(d, str) and d in digests:
+                if isinstance(d, str) and (digests is None or d in digests):
                     out.append((c, name, d))
         return out
 
@@ -270,16 +310,43 @@ class Index:
             self._runs = [r for r in list_runs(self.store) if r.error is None]
         return self._runs
 
-    @staticmethod
-    def run_links(run: RunInfo) -> list[dict[str, Any]]:
-        """The run's cache links that can be read: ``{"fn", "key", "result", "hit"}``."""
-        links = run.manifest.get("links")
-        cache = links.get("cache") if isinstance(links, dict) else None
-        out = []
-        for e in cache if isinstance(cache, list) else ():
-            if isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("fn"), str):
-                out.append(e)
+    def run_links(self, run: RunInfo) -> list[dict[str, Any]]:
+        """The run's cache links that can be read: ``{"fn", "key", "result", "hit"}`` (``result`` where the
+        manifest is read). A run the runs index lists is known by its manifest's digest: its links are kept by
+        it (:func:`casmon.lineage.derived.load_links`), so a query over every run reads no manifest twice."""
+        d = run.manifest_digest if hasattr(run, "manifest_digest") else None
+        if d is not None:
+            if self._links is None:
+                from casmon.lineage.derived import load_links
+
+                self._links = load_links(self.store)
+            got = self._links.get(d)
+            if got is not None:
+                return got
+        out = links_of(run)
+        if d is not None and run.error is None and self._links is not None:
+            self._links[d] = [{"key": x["key"], "fn": x["fn"], "hit": bool(x.get("hit"))} for x in out]
+            self._links_new += 1
         return out
+
+    def keep_links(self) -> None:
+        """Write the runs' links read since they were loaded (where any were, and the store can be written)."""
+        if self._links_new and self._links is not None:
+            from casmon.lineage.derived import save_links
+
+            save_links(self.store, self._links)
+            self._links_new = 0
+
+
+def links_of(run: RunInfo) -> list[dict[str, Any]]:
+    """The cache links of a run's manifest that can be read."""
+    links = run.manifest.get("links")
+    cache = links.get("cache") if isinstance(links, dict) else None
+    out = []
+    for e in cache if isinstance(cache, list) else ():
+        if isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("fn"), str):
+            out.append(e)
+    return out
 
 
 def short_hex(h: str) -> str:

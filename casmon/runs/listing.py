@@ -242,6 +242,13 @@ class RunInfo:
     #: A runs index entry whose metric summary is read into cells when first asked for.
     _entry: list | None = dataclasses.field(default=None, repr=False, compare=False)
 
+    @property
+    def manifest_digest(self) -> str | None:
+        """The digest (hex) of the stored manifest the runs index listed this run from; None where it did not
+        (then only the manifest says what the run holds)."""
+        e = self._entry
+        return e[1] if e is not None and len(e) > 1 and type(e[1]) is str else None
+
     # -- tags and notes (casmon.runs.tags): the manifest's tags with every later edit applied ------------
     def edits(self) -> list[dict[str, Any]]:
         """Each change of the run's tags and note, oldest first (``time``, ``who``, ``add``/``remove`` or ``note``)."""

@@ -234,12 +234,11 @@ def file_used_by(ix: Index, path: str, digest: str | None) -> list[dict[str, Any
 
 def file_versions(ix: Index, path: str) -> dict[str, int]:
     """Digest -> how many entries read ``path`` with that content."""
-    out: dict[str, int] = {}
-    for k in ix.entries:
-        for _p, p, d in ix.files(k):
-            if p == path:
-                out[d] = out.get(d, 0) + 1
-    return out
+    import numpy as np
+
+    c = ix.cols
+    ds, n = np.unique(c.f_d[c.f_path == c.sid(path)], return_counts=True)
+    return {c.strings[d]: k for d, k in zip(ds.tolist(), n.tolist())}
 
 
 # -- HTML -------------------------------------------------------------------------------------------------------

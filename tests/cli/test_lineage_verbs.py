@@ -80,3 +80,28 @@ def test_a_target_that_names_nothing_is_one_line(two_runs, verb):
     assert len(r.stderr.strip().splitlines()) == 1
     r = cli(verb, "1", "--store", store, "--json", "--dot", check=False)
     assert r.returncode == 1 and "choose one" in r.stderr
+
+
+def test_a_big_answer_prints_its_first_nodes_and_how_many_more_unless_all_or_json(tmp_path):
+    import os
+
+    from casmon.caching import KIND
+    from casmon.keys.digest import Digest
+
+    store = str(tmp_path / "s")
+    s = casmon.open(store, create=True)
+    first = prev = None
+    for i in range(250):
+        key = Digest.from_raw(os.urandom(16))
+        rec = {"fn": "p.step", "result": os.urandom(16).hex(), "time": 1000.0 + i, "rf": os.urandom(16).hex()}
+        if prev is not None:
+            rec["up"] = {"state": [prev]}
+        s.append(KIND, rec, key=key)
+        prev = bytes(key).hex()
+        first = first or prev
+    s.close()
+    out = cli("used-by", first, "--store", store).stdout
+    assert out.count("  entry step ") == 200
+    assert "and 50 more nodes (250 in all; --all or --json lists every one)" in out
+    assert cli("used-by", first, "--store", store, "--all").stdout.count("  entry step ") == 250
+    assert len(json.loads(cli("used-by", first, "--store", store, "--json").stdout)["nodes"]) == 250
