@@ -123,8 +123,8 @@ def _inner_function(fn: Any) -> Any:
     return unwrap(fn)
 
 
-def _defaults(fn: Any) -> tuple[Any, Any]:
-    return (fn.__defaults__, fn.__kwdefaults__) if fn is not None else (None, None)
+def _defaults(fn: Any) -> tuple[Any, Any, Any]:
+    return (fn.__defaults__, fn.__kwdefaults__, fn.__code__) if fn is not None else (None, None, None)
 
 
 def _claims() -> Any:
@@ -151,9 +151,8 @@ class CacheState:
         self._store: Store | None = None
         # The parameters, read from the code of a plain function (inspect only for other callables): a fresh
         # process's first hit does not load inspect (casmon.caching.binder).
-        self._binder = Binder(fn)
-        self.params = self._binder.params
-        names = [p.name for p in self.params]
+        self._set_binder(Binder(fn))
+        names = self._names
         if isinstance(ignore, (str, int)):  # one parameter, not the letters of a name
             ignore = [ignore]
         if hashers is not None and not isinstance(hashers, Mapping):
@@ -184,13 +183,6 @@ class CacheState:
                          "expires_after": expires_after}
         if self.mmap:  # only when set: a cached function passed as an argument keys as it did before the option
             self._options["mmap"] = True
-        self._simple = self._binder.simple
-        self._names = names
-        self._name_bytes = []
-        for p in self.params:
-            nfp = Fingerprinter()
-            nfp.str_(p.name)
-            self._name_bytes.append(bytes(nfp.out))
         # A bound method (``casmon.cache(obj.method)``): its object counts like an argument, in every key.
         self._bound = fn.__self__ if isinstance(fn, types.MethodType) else _NO_SELF
         target = fn.__func__ if isinstance(fn, types.MethodType) else fn
@@ -300,16 +292,28 @@ class CacheState:
             return p
 
     def _defaults_moved(self) -> bool:
-        f, (d, kd) = self._defaults_of, self._defaults
-        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd)
+        f, (d, kd, code) = self._defaults_of, self._defaults
+        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd or f.__code__ is not code)
 
     def _rebind_defaults(self) -> None:
-        """The function's defaults were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
+        """The function's defaults or code were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
         with self._lock:
             self._defaults = _defaults(self._defaults_of)
-            self._binder = Binder(self.fn)
-            self.params = self._binder.params
+            self._set_binder(Binder(self.fn))
             self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
+
+    def _set_binder(self, b: Binder) -> None:
+        """Bind calls by ``b``, and name each parameter's part of a key by its parameters."""
+        self._binder = b
+        self.params = b.params
+        self._simple = b.simple
+        self._names = [p.name for p in b.params]
+        name_bytes = []
+        for p in b.params:
+            nfp = Fingerprinter()
+            nfp.str_(p.name)
+            name_bytes.append(bytes(nfp.out))
+        self._name_bytes = name_bytes
 
     def _warn_unhashable(self, t) -> None:
         for name, tname in t.unhashable:
