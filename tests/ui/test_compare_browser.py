@@ -123,3 +123,34 @@ def test_a_failed_request_of_some_runs_charts_says_so_and_the_other_runs_draw(tm
         assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
     finally:
         srv.close()
+
+
+def test_runs_grouped_by_a_parameter_named_or_valued_like_an_object_property_draw_their_groups(tmp_path, browser):
+    """A parameter value ``constructor`` or ``__proto__`` (or a parameter so named, which some runs lack) is a
+    group like any other: looked up in a plain object, it was Object's own, and the chart threw."""
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(50)
+    params = [{"opt": "constructor", "constructor": 1}, {"opt": "constructor", "constructor": 1},
+              {"opt": "__proto__", "constructor": 2}, {"opt": "toString"}]
+    for i, p in enumerate(params):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9, params=p,
+                  metrics={"loss": (steps, steps * (i + 1.0), 1.7e9 + steps)})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?run=1&run=2&run=3&run=4", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "loss")
+        for by, want in (("opt", ["opt=__proto__ (1 run)", "opt=constructor (2 runs)", "opt=toString (1 run)"]),
+                         ("constructor", ["constructor=(none) (1 run)", "constructor=1 (2 runs)", "constructor=2 (1 run)"])):
+            page.select_option("#charts select[data-control='group']", by)
+            page.wait_for_function(f"() => {_area('loss')}.uplot && {_area('loss')}.uplot.series.some("
+                                   f"s => s.label && s.label.indexOf({by!r} + '=') === 0)", timeout=30_000)
+            assert sorted(_lines(page, "loss")) == want
+        assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()
