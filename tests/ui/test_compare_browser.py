@@ -3,6 +3,8 @@ damaged series said in its panel while the other runs draw, and a zoom drawing e
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -152,5 +154,40 @@ def test_runs_grouped_by_a_parameter_named_or_valued_like_an_object_property_dra
                                    f"s => s.label && s.label.indexOf({by!r} + '=') === 0)", timeout=30_000)
             assert sorted(_lines(page, "loss")) == want
         assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()
+
+
+def test_a_zoom_up_to_the_last_int64_step_asks_for_steps_the_server_takes(tmp_path, browser):
+    """A run whose steps reach int64's ends: a zoom to its right edge sent ``to=9223372036854776000`` (the
+    float the chart holds), which no int64 step is, and the server refused it: the zoom never drew its points."""
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    top = np.iinfo(np.int64).max
+    steps = np.concatenate([np.arange(0, 3000) * (top // 3000), [top]]).astype(np.int64)
+    for i in range(2):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9,
+                  metrics={"loss": (steps, np.arange(len(steps)) * (i + 1.0), 1.7e9 + np.arange(len(steps)))})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        zooms: list = []
+        page.on("response", lambda r: zooms.append((r.url, r.status)) if "from=" in r.url else None)
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?run=1&run=2", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "loss")
+        box = page.locator("#charts .chart-box[data-metric='loss'] .u-over").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] + 30, box["y"] + box["height"] * 0.5, steps=5)  # past the edge
+        page.mouse.up()
+        deadline = time.monotonic() + 30
+        while not zooms and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert zooms and all(status == 200 for _u, status in zooms), zooms
+        assert w.page_errors == []
     finally:
         srv.close()

@@ -685,11 +685,18 @@
       var shown = logged.filter(function (p) { return p.drawn && p.visible && bucketed(p.metric); });
       var lo = Math.floor(zoom[0]), hi = Math.ceil(zoom[1]), into = Object.create(null);
       if (!shown.length) { return; }
-      Promise.all(fetchAll(shown, "&from=" + lo + "&to=" + hi, into)).then(function () {
+      Promise.all(fetchAll(shown, "&from=" + stepText(lo) + "&to=" + stepText(hi), into)).then(function () {
         if (gen !== detailGen) { return; }  // zoomed again meanwhile: that zoom's points are on their way
         detail = into;
         shown.forEach(function (p) { p.detailed = true; draw(p); });
       }, function () {});  // the overview stays drawn: its buckets hold the same points
+    }
+
+    // A step as the server takes it: an int64 (a chart's float at int64's ends, 2^63, is past them).
+    function stepText(v) {
+      if (v >= 9223372036854775807) { return "9223372036854775807"; }
+      if (v <= -9223372036854775808) { return "-9223372036854775808"; }
+      return String(v);
     }
 
     // Some run's series of metric m came in buckets (its every point is not here yet).
