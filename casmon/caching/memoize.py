@@ -755,7 +755,7 @@ class CachedFunction:
         self.__casmon_cache__ = state
         functools.update_wrapper(self, state.fn)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):  # positional-only: a parameter named self is given by keyword
         state = self.__casmon_cache__
         ctx, found, value = state.begin(args, kwargs)
         if found:
@@ -810,7 +810,7 @@ class CachedFunction:
         """Forget every cached result of this function (in every process using the store)."""
         self.__casmon_cache__.clear()
 
-    def is_cached(self, *args, **kwargs) -> bool:
+    def is_cached(self, /, *args, **kwargs) -> bool:
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
         if key is None:
@@ -818,7 +818,7 @@ class CachedFunction:
         state.cleared_time(refresh=True)  # a clear elsewhere, and expiry, count: as a call would see them
         return state.find(key) is not None
 
-    def ref(self, *args, **kwargs) -> ResultRef:
+    def ref(self, /, *args, **kwargs) -> ResultRef:
         """A handle to the stored result of this call, without loading it; KeyError if not cached."""
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
@@ -827,7 +827,7 @@ class CachedFunction:
             raise KeyError(state.not_cached(key, args, kwargs))
         return ResultRef(state.store, found[0], key, found[1])
 
-    def lookup(self, *args, **kwargs) -> Any:
+    def lookup(self, /, *args, **kwargs) -> Any:
         """The stored result of this call, never computing it; ``KeyError`` saying why if it is not stored."""
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
@@ -836,7 +836,7 @@ class CachedFunction:
             raise KeyError(state.not_cached(key, args, kwargs))
         return value
 
-    def refresh(self, *args, **kwargs) -> Any:
+    def refresh(self, /, *args, **kwargs) -> Any:
         """Compute this call again, whatever is stored, and make its result the entry; returns it."""
         state = self.__casmon_cache__
         ctx = state.key_ctx(args, kwargs) if not state._custom_key else (state.key(args, kwargs), (), None, None)
@@ -847,7 +847,7 @@ class CachedFunction:
         state.end(ctx, result, t0, args, kwargs)
         return result
 
-    def explain(self, *args, **kwargs) -> explain.Explanation:
+    def explain(self, /, *args, **kwargs) -> explain.Explanation:
         """Whether this call is a hit, and if not, what differs between it and the nearest stored entries:
         which parameters (by name), which code (the function or a helper, with a source diff), globals, files."""
         from casmon.caching import explain

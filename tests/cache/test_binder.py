@@ -362,3 +362,21 @@ class _PM:
 
     pm = functools.partialmethod(m, 1)
     apm = functools.partialmethod(am, 1)
+
+
+def test_a_parameter_named_self_is_given_by_keyword_to_the_cached_function_and_its_helpers(store):
+    """``f(self=1, x=2)`` of ``def f(self, x)`` is a call Python takes: the wrapper's own ``self`` took it."""
+    def f(self, x):
+        return (self, x)
+
+    cf = casmon.cache(f, store=store, version="1")
+    assert cf(self=1, x=2) == (1, 2)
+    assert cf.is_cached(self=1, x=2) and cf.lookup(self=1, x=2) == (1, 2) and cf.ref(self=1, x=2).load() == (1, 2)
+    assert cf.refresh(self=1, x=2) == (1, 2) and cf.explain(self=1, x=2) is not None
+    from casmon.compat.joblib import Memory
+
+    def h(self, x):
+        return (self, x)
+
+    g = Memory(store, verbose=0).cache(h)
+    assert g(self=1, x=2) == (1, 2) and g.call(self=1, x=2)[0] == (1, 2) and g.check_call_in_cache(self=1, x=2)
