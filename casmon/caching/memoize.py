@@ -123,8 +123,13 @@ def _inner_function(fn: Any) -> Any:
     return unwrap(fn)
 
 
-def _defaults(fn: Any) -> tuple[Any, Any, Any]:
-    return (fn.__defaults__, fn.__kwdefaults__, fn.__code__) if fn is not None else (None, None, None)
+def _defaults(fn: Any) -> tuple[Any, Any, Any, Any]:
+    """What a function's parameters are read from: its defaults, keyword-only defaults (a dict, changed in place
+    too: its items), and code."""
+    if fn is None:
+        return None, None, None, None
+    kd = fn.__kwdefaults__
+    return fn.__defaults__, kd, fn.__code__, tuple(kd.items()) if type(kd) is dict else None
 
 
 def _claims() -> Any:
@@ -292,8 +297,9 @@ class CacheState:
             return p
 
     def _defaults_moved(self) -> bool:
-        f, (d, kd, code) = self._defaults_of, self._defaults
-        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd or f.__code__ is not code)
+        f, (d, kd, code, items) = self._defaults_of, self._defaults
+        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd or f.__code__ is not code or (
+            items is not None and (len(kd) != len(items) or any(kd.get(k, _ANY) is not v for k, v in items))))
 
     def _rebind_defaults(self) -> None:
         """The function's defaults or code were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""

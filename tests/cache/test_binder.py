@@ -380,3 +380,19 @@ def test_a_parameter_named_self_is_given_by_keyword_to_the_cached_function_and_i
 
     g = Memory(store, verbose=0).cache(h)
     assert g(self=1, x=2) == (1, 2) and g.call(self=1, x=2)[0] == (1, 2) and g.check_call_in_cache(self=1, x=2)
+
+
+def test_keyword_only_defaults_changed_in_place_key_calls_anew_with_a_pinned_version(store):
+    """``f.__kwdefaults__["b"] = 2``: the same dict, another default; the call computes with it, so it keys by
+    it (with ``version=`` pinned nothing else notices: it was a wrong hit)."""
+    def f(a, *, b=1):
+        return (a, b)
+
+    cf = casmon.cache(f, store=store, version="1")
+    assert cf(1) == (1, 1)
+    f.__kwdefaults__["b"] = 2
+    assert cf(1) == (1, 2)
+    del f.__kwdefaults__["b"]
+    with pytest.raises(TypeError, match="b"):
+        cf(1)
+    assert cf(1, b=1) == (1, 1)
