@@ -298,8 +298,12 @@ class CacheState:
 
     def _defaults_moved(self) -> bool:
         f, (d, kd, code, items) = self._defaults_of, self._defaults
-        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd or f.__code__ is not code or (
-            items is not None and (len(kd) != len(items) or any(kd.get(k, _ANY) is not v for k, v in items))))
+        if f is None:
+            return False
+        if f.__defaults__ is not d or f.__kwdefaults__ is not kd or f.__code__ is not code:
+            return True
+        return items is not None and kd is not None and (
+            len(kd) != len(items) or any(kd.get(k, _ANY) is not v for k, v in items))
 
     def _rebind_defaults(self) -> None:
         """The function's defaults or code were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
