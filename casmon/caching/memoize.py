@@ -120,7 +120,14 @@ _NO_SELF = object()
 
 
 def _inner_function(fn: Any) -> Any:
-    return unwrap(fn)
+    """The function whose code and defaults ``inspect`` reads ``fn``'s parameters from: the end of its
+    ``__wrapped__`` chain, through partials too."""
+    for _ in range(100):
+        fn = unwrap(fn)
+        if not isinstance(fn, functools.partial):
+            break
+        fn = fn.func
+    return fn
 
 
 def _defaults(fn: Any) -> tuple[Any, Any, Any, Any]:

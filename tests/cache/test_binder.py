@@ -396,3 +396,15 @@ def test_keyword_only_defaults_changed_in_place_key_calls_anew_with_a_pinned_ver
     with pytest.raises(TypeError, match="b"):
         cf(1)
     assert cf(1, b=1) == (1, 1)
+
+
+def test_a_partials_function_with_reassigned_defaults_keys_calls_by_them_with_a_pinned_version(store):
+    """``partial(f, 1)`` binds by ``f``'s parameters: ``f.__defaults__`` reassigned, the call computes with the new
+    default, so it keys by it (with ``version=`` pinned it was a wrong hit)."""
+    def f(a, b=1):
+        return (a, b)
+
+    cf = casmon.cache(functools.partial(functools.partial(f, 1)), store=store, version="1")
+    assert cf() == (1, 1)
+    f.__defaults__ = (2,)
+    assert cf() == (1, 2)
