@@ -45,8 +45,10 @@ _NO_ATTR = object()
 # compiles at import, on a fresh process's first hit.
 Param = NamedTuple("Param", [("name", str), ("kind", int), ("default", Any)])
 
-#: Attributes by which a function asks :mod:`inspect` to read it otherwise than from its code.
-_ASKS_INSPECT = ("__wrapped__", "__signature__", "_partialmethod", "_is_coroutine_marker")
+#: Attributes by which a function asks :mod:`inspect` to read it otherwise than from its code (3.13 names a
+#: partialmethod ``__partialmethod__``, 3.12 ``_partialmethod``; ``__text_signature__`` is read from functions too).
+_ASKS_INSPECT = ("__wrapped__", "__signature__", "_partialmethod", "__partialmethod__", "__text_signature__",
+                 "_is_coroutine_marker")
 
 
 def _plain(fn: Any) -> bool:
@@ -178,10 +180,13 @@ class Binder:
 
     def _inspect_bind(self, args: tuple, kwargs: dict) -> list:
         sig = self._sig
-        if sig is None:
+        if sig is None:  # the parameters read from the code, not the function now: its __code__ may be another
             import inspect
 
-            sig = self._sig = inspect.signature(self.fn)
+            P = inspect.Parameter
+            kinds = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.VAR_POSITIONAL, P.KEYWORD_ONLY, P.VAR_KEYWORD)
+            sig = self._sig = inspect.Signature([P(p.name, kinds[p.kind], default=P.empty if p.default is EMPTY
+                                                   else p.default) for p in self.params])
         try:
             (ba := sig.bind(*args, **kwargs)).apply_defaults()
         except TypeError as e:  # inspect's message names no function: say which, as Python's own does

@@ -120,11 +120,23 @@ _NO_SELF = object()
 
 
 def _inner_function(fn: Any) -> Any:
-    return unwrap(fn)
+    """The function whose code and defaults ``inspect`` reads ``fn``'s parameters from: the end of its
+    ``__wrapped__`` chain, through partials too."""
+    for _ in range(100):
+        fn = unwrap(fn)
+        if not isinstance(fn, functools.partial):
+            break
+        fn = fn.func
+    return fn
 
 
-def _defaults(fn: Any) -> tuple[Any, Any]:
-    return (fn.__defaults__, fn.__kwdefaults__) if fn is not None else (None, None)
+def _defaults(fn: Any) -> tuple[Any, Any, Any, Any]:
+    """What a function's parameters are read from: its defaults, keyword-only defaults (a dict, changed in place
+    too: its items), and code."""
+    if fn is None:
+        return None, None, None, None
+    kd = fn.__kwdefaults__
+    return fn.__defaults__, kd, fn.__code__, tuple(kd.items()) if type(kd) is dict else None
 
 
 def _claims() -> Any:
@@ -151,9 +163,8 @@ class CacheState:
         self._store: Store | None = None
         # The parameters, read from the code of a plain function (inspect only for other callables): a fresh
         # process's first hit does not load inspect (casmon.caching.binder).
-        self._binder = Binder(fn)
-        self.params = self._binder.params
-        names = [p.name for p in self.params]
+        self._set_binder(Binder(fn))
+        names = self._names
         if isinstance(ignore, (str, int)):  # one parameter, not the letters of a name
             ignore = [ignore]
         if hashers is not None and not isinstance(hashers, Mapping):
@@ -184,13 +195,6 @@ class CacheState:
                          "expires_after": expires_after}
         if self.mmap:  # only when set: a cached function passed as an argument keys as it did before the option
             self._options["mmap"] = True
-        self._simple = self._binder.simple
-        self._names = names
-        self._name_bytes = []
-        for p in self.params:
-            nfp = Fingerprinter()
-            nfp.str_(p.name)
-            self._name_bytes.append(bytes(nfp.out))
         # A bound method (``casmon.cache(obj.method)``): its object counts like an argument, in every key.
         self._bound = fn.__self__ if isinstance(fn, types.MethodType) else _NO_SELF
         target = fn.__func__ if isinstance(fn, types.MethodType) else fn
@@ -300,16 +304,33 @@ class CacheState:
             return p
 
     def _defaults_moved(self) -> bool:
-        f, (d, kd) = self._defaults_of, self._defaults
-        return f is not None and (f.__defaults__ is not d or f.__kwdefaults__ is not kd)
+        f, (d, kd, code, items) = self._defaults_of, self._defaults
+        if f is None:
+            return False
+        if f.__defaults__ is not d or f.__kwdefaults__ is not kd or f.__code__ is not code:
+            return True
+        return items is not None and kd is not None and (
+            len(kd) != len(items) or any(kd.get(k, _ANY) is not v for k, v in items))
 
     def _rebind_defaults(self) -> None:
-        """The function's defaults were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
+        """The function's defaults or code were reassigned (``f.__defaults__ = ...``): calls bind the new ones."""
         with self._lock:
             self._defaults = _defaults(self._defaults_of)
-            self._binder = Binder(self.fn)
-            self.params = self._binder.params
+            self._set_binder(Binder(self.fn))
             self._hot = hot.HotCalls() if hot.eligible(self, _NO_SELF, _EMPTY) else None
+
+    def _set_binder(self, b: Binder) -> None:
+        """Bind calls by ``b``, and name each parameter's part of a key by its parameters."""
+        self._binder = b
+        self.params = b.params
+        self._simple = b.simple
+        self._names = [p.name for p in b.params]
+        name_bytes = []
+        for p in b.params:
+            nfp = Fingerprinter()
+            nfp.str_(p.name)
+            name_bytes.append(bytes(nfp.out))
+        self._name_bytes = name_bytes
 
     def _warn_unhashable(self, t) -> None:
         for name, tname in t.unhashable:
@@ -751,7 +772,7 @@ class CachedFunction:
         self.__casmon_cache__ = state
         functools.update_wrapper(self, state.fn)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):  # positional-only: a parameter named self is given by keyword
         state = self.__casmon_cache__
         ctx, found, value = state.begin(args, kwargs)
         if found:
@@ -806,7 +827,7 @@ class CachedFunction:
         """Forget every cached result of this function (in every process using the store)."""
         self.__casmon_cache__.clear()
 
-    def is_cached(self, *args, **kwargs) -> bool:
+    def is_cached(self, /, *args, **kwargs) -> bool:
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
         if key is None:
@@ -814,7 +835,7 @@ class CachedFunction:
         state.cleared_time(refresh=True)  # a clear elsewhere, and expiry, count: as a call would see them
         return state.find(key) is not None
 
-    def ref(self, *args, **kwargs) -> ResultRef:
+    def ref(self, /, *args, **kwargs) -> ResultRef:
         """A handle to the stored result of this call, without loading it; KeyError if not cached."""
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
@@ -823,7 +844,7 @@ class CachedFunction:
             raise KeyError(state.not_cached(key, args, kwargs))
         return ResultRef(state.store, found[0], key, found[1])
 
-    def lookup(self, *args, **kwargs) -> Any:
+    def lookup(self, /, *args, **kwargs) -> Any:
         """The stored result of this call, never computing it; ``KeyError`` saying why if it is not stored."""
         state = self.__casmon_cache__
         key = state.key(args, kwargs)
@@ -832,7 +853,7 @@ class CachedFunction:
             raise KeyError(state.not_cached(key, args, kwargs))
         return value
 
-    def refresh(self, *args, **kwargs) -> Any:
+    def refresh(self, /, *args, **kwargs) -> Any:
         """Compute this call again, whatever is stored, and make its result the entry; returns it."""
         state = self.__casmon_cache__
         ctx = state.key_ctx(args, kwargs) if not state._custom_key else (state.key(args, kwargs), (), None, None)
@@ -843,7 +864,7 @@ class CachedFunction:
         state.end(ctx, result, t0, args, kwargs)
         return result
 
-    def explain(self, *args, **kwargs) -> explain.Explanation:
+    def explain(self, /, *args, **kwargs) -> explain.Explanation:
         """Whether this call is a hit, and if not, what differs between it and the nearest stored entries:
         which parameters (by name), which code (the function or a helper, with a source diff), globals, files."""
         from casmon.caching import explain

@@ -265,7 +265,7 @@ class MemorizedFunc:
         except (AttributeError, TypeError):  # a callable without a name (numpy ufuncs have one)
             pass
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         args = self.bound + args
         cf = self.cached
         check = self.cache_validation_callback
@@ -286,7 +286,7 @@ class MemorizedFunc:
                 pass
         return _read_only(value, self.mmap_mode)
 
-    def call(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    def call(self, /, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Compute the call again, whatever is stored, and store it: ``(result, metadata)``."""
         args = self.bound + args
         value = self.cached.refresh(*args, **kwargs)
@@ -296,7 +296,7 @@ class MemorizedFunc:
             entry = {}
         return value, _metadata(entry, args, kwargs)
 
-    def call_and_shelve(self, *args: Any, **kwargs: Any) -> MemorizedResult | NotMemorizedResult:
+    def call_and_shelve(self, /, *args: Any, **kwargs: Any) -> MemorizedResult | NotMemorizedResult:
         """Compute the call (or find it stored) and return a reference to its stored result, not the result."""
         value = self(*args, **kwargs)
         args = self.bound + args
@@ -307,7 +307,7 @@ class MemorizedFunc:
         state.store.flush()  # a reference is made to be sent: a worker reading it must find the entry now
         return MemorizedResult(self, key, args, kwargs)
 
-    def check_call_in_cache(self, *args: Any, **kwargs: Any) -> bool:
+    def check_call_in_cache(self, /, *args: Any, **kwargs: Any) -> bool:
         """Whether the call's result is stored (nothing is computed or loaded)."""
         return self.cached.is_cached(*self.bound, *args, **kwargs)
 
@@ -410,16 +410,16 @@ class NotMemorizedFunc:
         except (AttributeError, TypeError):
             pass
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
-    def call(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    def call(self, /, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         return self.func(*args, **kwargs), {}
 
-    def call_and_shelve(self, *args: Any, **kwargs: Any) -> NotMemorizedResult:
+    def call_and_shelve(self, /, *args: Any, **kwargs: Any) -> NotMemorizedResult:
         return NotMemorizedResult(self.func(*args, **kwargs))
 
-    def check_call_in_cache(self, *args: Any, **kwargs: Any) -> bool:
+    def check_call_in_cache(self, /, *args: Any, **kwargs: Any) -> bool:
         return False
 
     def clear(self, warn: bool = True) -> None:

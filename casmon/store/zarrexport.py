@@ -11,7 +11,7 @@ Media: a local folder (chunks with equal bytes are one file, hard-linked), a
 ``.zip`` file, or an object store URL (``s3://...``, through the same client
 casmon's stores use). A folder or zip is written beside its target and moved
 into place when complete, so a killed export leaves no half hierarchy under
-the target's name; on an object store every object is written only where
+the target's name (and the next export to it removes the dead one's copy); on an object store every object is written only where
 none is (a prefix that holds anything is refused, and one that gains an
 object while exporting fails the export, overwriting nothing), and the root's
 ``zarr.json`` is written last, so a killed export leaves no hierarchy a
@@ -210,7 +210,9 @@ def _target(out: str | os.PathLike[str], inside: Path | None) -> Iterator[tuple[
     _blank_local(path, "a zip file" if zipped else "a non-empty folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+        _clear_dead(path)
+        work = Path(tempfile.mkdtemp(prefix=_partial_prefix(path) + f"{os.getpid()}.", suffix=".partial",
+                                     dir=path.parent))
     except OSError as e:
         raise StoreError(f"cannot export to {path}: {e.strerror or e}") from None
     try:
@@ -234,6 +236,36 @@ def _target(out: str | os.PathLike[str], inside: Path | None) -> Iterator[tuple[
         raise StoreError(f"cannot export to {path}: {e.strerror or e}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _partial_prefix(path: Path) -> str:
+    """How the hidden copies of exports to ``path`` made on this host are named, before the exporter's pid."""
+    import socket
+    import zlib
+
+    return f".{path.name}.{zlib.crc32(socket.gethostname().encode('utf-8', 'replace')):08x}-"
+
+
+def _clear_dead(path: Path) -> None:
+    """Remove the hidden copies that exports to ``path`` killed on this host left (their process is gone): each
+    could hold the whole store's bytes. A copy of a running export, another host's or an unnamed one stays."""
+    if os.name != "posix":  # no signal-0 probe of a process
+        return
+    prefix = _partial_prefix(path)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].partition(".")[0]
+        if not name.startswith(prefix) or not name.endswith(".partial") or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path.parent / name, ignore_errors=True)
+        except (OSError, OverflowError):  # alive under another user, or no pid at all: left alone
+            continue
 
 
 def from_remote(url: str) -> Iterator[tuple[ZarrStore, Exported, Any]]:

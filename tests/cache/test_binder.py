@@ -295,3 +295,116 @@ def test_a_positional_only_parameter_given_by_keyword_is_a_type_error_as_the_fun
     with pytest.raises(TypeError, match="missing a required argument: 'a'|positional only"):
         cf(a=1)
     assert cf(1, a=2) == 1  # given by position, the keyword goes into kw
+
+
+def test_a_swapped_code_object_keys_each_argument_of_the_new_code(store):
+    """``f.__code__ = g.__code__`` after decoration: the call binds to the new code's parameters, never keying
+    ``f(1, 2)`` and ``f(1, 3)`` alike by the old code's one parameter (a wrong hit)."""
+    for pin in (None, "1"):
+        def f(a):
+            return (a,)
+
+        def g(a, b=0):
+            return (a, b, "g")
+
+        cf = casmon.cache(f, store=store, version=pin)
+        assert cf(1) == (1,)
+        f.__code__ = g.__code__
+        assert cf(1, 2) == (1, 2, "g")
+        assert cf(1, 3) == (1, 3, "g")
+        assert cf(1, b=4) == (1, 4, "g")
+
+
+def test_the_inspect_fallback_binds_the_parameters_the_binder_read(monkeypatch):
+    """A call the fast path refuses is bound by inspect against the same parameters the binder read, even where
+    the function was changed since: no value is left out of the key."""
+    def f(a):
+        return a
+
+    def g(a, b):
+        return a
+
+    b = Binder(f)
+    f.__code__ = g.__code__
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        b.bind((1, 2), {})
+
+
+def _function_reading(attr, value):
+    def f(a, b=1):
+        return a
+
+    setattr(f, attr, value)
+    return f
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _function_reading("__text_signature__", "(z, /)"),
+    lambda: _PM.pm,  # 3.13 marks it __partialmethod__, 3.12 _partialmethod
+    lambda: _PM.apm,
+], ids=["text_signature", "partialmethod", "async-partialmethod"])
+def test_every_attribute_inspect_reads_a_function_by_sends_it_to_inspect(make):
+    fn = make()
+    b = Binder(fn)
+    want = [(p.name, int(p.kind), binder_mod.EMPTY if p.default is p.empty else p.default)
+            for p in inspect.signature(fn).parameters.values()]
+    assert [tuple(p) for p in b.params] == want
+    assert binder_mod.is_async(fn) == inspect.iscoroutinefunction(fn)
+    assert binder_mod.is_generator(fn) == (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn))
+
+
+class _PM:
+    def m(self, a, b=2):
+        return a
+
+    async def am(self, a, b=2):
+        return a
+
+    pm = functools.partialmethod(m, 1)
+    apm = functools.partialmethod(am, 1)
+
+
+def test_a_parameter_named_self_is_given_by_keyword_to_the_cached_function_and_its_helpers(store):
+    """``f(self=1, x=2)`` of ``def f(self, x)`` is a call Python takes: the wrapper's own ``self`` took it."""
+    def f(self, x):
+        return (self, x)
+
+    cf = casmon.cache(f, store=store, version="1")
+    assert cf(self=1, x=2) == (1, 2)
+    assert cf.is_cached(self=1, x=2) and cf.lookup(self=1, x=2) == (1, 2) and cf.ref(self=1, x=2).load() == (1, 2)
+    assert cf.refresh(self=1, x=2) == (1, 2) and cf.explain(self=1, x=2) is not None
+    from casmon.compat.joblib import Memory
+
+    def h(self, x):
+        return (self, x)
+
+    g = Memory(store, verbose=0).cache(h)
+    assert g(self=1, x=2) == (1, 2) and g.call(self=1, x=2)[0] == (1, 2) and g.check_call_in_cache(self=1, x=2)
+
+
+def test_keyword_only_defaults_changed_in_place_key_calls_anew_with_a_pinned_version(store):
+    """``f.__kwdefaults__["b"] = 2``: the same dict, another default; the call computes with it, so it keys by
+    it (with ``version=`` pinned nothing else notices: it was a wrong hit)."""
+    def f(a, *, b=1):
+        return (a, b)
+
+    cf = casmon.cache(f, store=store, version="1")
+    assert cf(1) == (1, 1)
+    f.__kwdefaults__["b"] = 2
+    assert cf(1) == (1, 2)
+    del f.__kwdefaults__["b"]
+    with pytest.raises(TypeError, match="b"):
+        cf(1)
+    assert cf(1, b=1) == (1, 1)
+
+
+def test_a_partials_function_with_reassigned_defaults_keys_calls_by_them_with_a_pinned_version(store):
+    """``partial(f, 1)`` binds by ``f``'s parameters: ``f.__defaults__`` reassigned, the call computes with the new
+    default, so it keys by it (with ``version=`` pinned it was a wrong hit)."""
+    def f(a, b=1):
+        return (a, b)
+
+    cf = casmon.cache(functools.partial(functools.partial(f, 1)), store=store, version="1")
+    assert cf() == (1, 1)
+    f.__defaults__ = (2,)
+    assert cf() == (1, 2)

@@ -549,3 +549,62 @@ def test_casmon_export_zarr_writes_a_tensor_as_an_array_though_the_command_line_
     cli_process("export", "--zarr", str(tmp_path / "out"), "--store", str(tmp_path / "s"))
     got = zarr.open_group(tmp_path / "out", mode="r")[entry(t)[0]]
     assert isinstance(got, zarr.Array) and np.array_equal(got[:], np.arange(30, dtype="f4").reshape(5, 6))
+
+
+def test_an_export_killed_midway_is_cleared_by_the_next_export_to_its_target(tmp_path):
+    """SIGKILL while the hierarchy is written beside the target: the next export to that target writes it whole
+    and removes the dead export's hidden copy (it held up to the whole store's bytes); the copy of an export still
+    running, or of one this host cannot tell is dead, is left alone."""
+    import signal
+    import time
+
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 16, array_codec="none")
+
+    @casmon.cache(store=s)
+    def make(i):
+        return np.random.default_rng(i).integers(0, 1 << 60, 400_000)
+
+    for i in range(8):
+        make(i)
+    s.close()
+    out = tmp_path / "out"
+    # an export that pauses after its first chunk (a write that then sleeps): midway for sure
+    code = ("import sys, time, casmon, casmon.store.zarrexport as z\n"
+            "real = z._LinkingStore.set\n"
+            "async def slow(self, key, value):\n"
+            "    await real(self, key, value)\n"
+            "    open(sys.argv[2], 'a').close()\n"
+            "    time.sleep(3600)\n"
+            "z._LinkingStore.set = slow\n"
+            "casmon.open(sys.argv[1]).export_zarr(sys.argv[3])\n")
+
+    def paused(flag):
+        p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "s"), str(flag), str(out)])
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            if p.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                raise AssertionError("the export never wrote a chunk")
+            time.sleep(0.05)
+        return p
+
+    def hidden():
+        return {n.name for n in tmp_path.iterdir() if n.name.startswith(".out.")}
+
+    dead = paused(tmp_path / "flag1")
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    (killed,) = hidden()
+    assert not out.exists()  # what the killed export wrote: hidden, beside the target
+    running = paused(tmp_path / "flag2")
+    try:
+        (live,) = hidden() - {killed}
+        (tmp_path / ".out.elsewhere.partial").mkdir()  # another host's, or an older casmon's: not known dead
+        got = casmon.open(tmp_path / "s").export_zarr(out)
+        assert got.arrays == 8
+        assert hidden() == {live, ".out.elsewhere.partial"}  # the dead one's only
+        g = zarr.open_group(str(out), mode="r")
+        assert sum(len(list(grp.arrays())) for _n, grp in g["cache"].groups()) == 8
+    finally:
+        running.kill()
+        running.wait()

@@ -3,6 +3,8 @@ damaged series said in its panel while the other runs draw, and a zoom drawing e
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -121,5 +123,71 @@ def test_a_failed_request_of_some_runs_charts_says_so_and_the_other_runs_draw(tm
         assert error == "the server is busy"  # said once for the two runs it failed
         w.console_errors[:] = [e for e in w.console_errors if "status of 503" not in e]
         assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()
+
+
+def test_runs_grouped_by_a_parameter_named_or_valued_like_an_object_property_draw_their_groups(tmp_path, browser):
+    """A parameter value ``constructor`` or ``__proto__`` (or a parameter so named, which some runs lack) is a
+    group like any other: looked up in a plain object, it was Object's own, and the chart threw."""
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(50)
+    params = [{"opt": "constructor", "constructor": 1}, {"opt": "constructor", "constructor": 1},
+              {"opt": "__proto__", "constructor": 2}, {"opt": "toString"}]
+    for i, p in enumerate(params):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9, params=p,
+                  metrics={"loss": (steps, steps * (i + 1.0), 1.7e9 + steps)})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?run=1&run=2&run=3&run=4", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "loss")
+        for by, want in (("opt", ["opt=__proto__ (1 run)", "opt=constructor (2 runs)", "opt=toString (1 run)"]),
+                         ("constructor", ["constructor=(none) (1 run)", "constructor=1 (2 runs)", "constructor=2 (1 run)"])):
+            page.select_option("#charts select[data-control='group']", by)
+            page.wait_for_function(f"() => {_area('loss')}.uplot && {_area('loss')}.uplot.series.some("
+                                   f"s => s.label && s.label.indexOf({by!r} + '=') === 0)", timeout=30_000)
+            assert sorted(_lines(page, "loss")) == want
+        assert w.dialogs == [] and w.foreign == [] and w.console_errors == [] and w.page_errors == []
+    finally:
+        srv.close()
+
+
+def test_a_zoom_up_to_the_last_int64_step_asks_for_steps_the_server_takes(tmp_path, browser):
+    """A run whose steps reach int64's ends: a zoom to its right edge sent ``to=9223372036854776000`` (the
+    float the chart holds), which no int64 step is, and the server refused it: the zoom never drew its points."""
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    top = np.iinfo(np.int64).max
+    steps = np.concatenate([np.arange(0, 3000) * (top // 3000), [top]]).astype(np.int64)
+    for i in range(2):
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9,
+                  metrics={"loss": (steps, np.arange(len(steps)) * (i + 1.0), 1.7e9 + np.arange(len(steps)))})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        w = watch(page, lambda url: url.startswith(f"http://127.0.0.1:{srv.port}/"))
+        zooms: list = []
+        page.on("response", lambda r: zooms.append((r.url, r.status)) if "from=" in r.url else None)
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?run=1&run=2", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "loss")
+        box = page.locator("#charts .chart-box[data-metric='loss'] .u-over").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] + 30, box["y"] + box["height"] * 0.5, steps=5)  # past the edge
+        page.mouse.up()
+        deadline = time.monotonic() + 30
+        while not zooms and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert zooms and all(status == 200 for _u, status in zooms), zooms
+        assert w.page_errors == []
     finally:
         srv.close()

@@ -102,6 +102,9 @@
     return String(Number(v.toPrecision(4)));
   }
 
+  // o[k] where o holds k itself: a metric, parameter or value named "constructor" or "__proto__" is no Object's own.
+  function own(o, k) { return o && Object.prototype.hasOwnProperty.call(o, k) ? o[k] : undefined; }
+
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
     Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
@@ -164,9 +167,9 @@
         n: s.n, marks: marksOf(s, xs)});
     });
     if (!state.group) { return lines; }
-    var groups = {}, order = [];
+    var groups = Object.create(null), order = [];
     lines.forEach(function (l) {
-      var v = (l.run.params || {})[state.group];
+      var v = own(l.run.params, state.group);
       var key = v === undefined ? "(none)" : String(v);
       if (!groups[key]) { groups[key] = []; order.push(key); }
       groups[key].push(l);
@@ -212,7 +215,7 @@
   }
 
   function marksText(name, marks) {
-    var counts = {};
+    var counts = Object.create(null);
     marks.forEach(function (m) { counts[m.kind] = (counts[m.kind] || 0) + 1; });
     var parts = MARK_KINDS.filter(function (k) { return counts[k]; }).map(function (k) {
       return MARK_SIGNS[k] + " \u00d7" + counts[k].toLocaleString();
@@ -387,7 +390,7 @@
     var param = state.sx, metric = state.sy, stat = state.stat;
     var pts = [];
     spec.runs.forEach(function (run, i) {
-      var x = (run.params || {})[param];
+      var x = own(run.params, param);
       var y = yValue(spec, run, metric, stat);
       if (x !== undefined && x !== null && typeof y === "number" && isFinite(y)) { pts.push({run: run, i: i, x: x, y: y}); }
     });
@@ -449,9 +452,8 @@
   }
 
   function yValue(spec, run, metric, stat) {
-    if (metric.indexOf("info:") === 0) { return (run.info || {})[metric.slice(5)]; }
-    var s = (run.summary || {})[metric];
-    return s ? s[stat] : undefined;
+    if (metric.indexOf("info:") === 0) { return own(run.info, metric.slice(5)); }
+    return own(own(run.summary, metric), stat);
   }
 
   // -- controls --
@@ -591,7 +593,7 @@
       if (!flushing) { flushing = Promise.resolve().then(flush); }
     }
 
-    function hasMetric(run, m) { return !!(run.summary && run.summary[m]); }
+    function hasMetric(run, m) { return !!own(run.summary, m); }
 
     function flush() {
       var batch = queue;
@@ -683,11 +685,18 @@
       var shown = logged.filter(function (p) { return p.drawn && p.visible && bucketed(p.metric); });
       var lo = Math.floor(zoom[0]), hi = Math.ceil(zoom[1]), into = Object.create(null);
       if (!shown.length) { return; }
-      Promise.all(fetchAll(shown, "&from=" + lo + "&to=" + hi, into)).then(function () {
+      Promise.all(fetchAll(shown, "&from=" + stepText(lo) + "&to=" + stepText(hi), into)).then(function () {
         if (gen !== detailGen) { return; }  // zoomed again meanwhile: that zoom's points are on their way
         detail = into;
         shown.forEach(function (p) { p.detailed = true; draw(p); });
       }, function () {});  // the overview stays drawn: its buckets hold the same points
+    }
+
+    // A step as the server takes it: an int64 (a chart's float at int64's ends, 2^63, is past them).
+    function stepText(v) {
+      if (v >= 9223372036854775807) { return "9223372036854775807"; }
+      if (v <= -9223372036854775808) { return "-9223372036854775808"; }
+      return String(v);
     }
 
     // Some run's series of metric m came in buckets (its every point is not here yet).
@@ -699,9 +708,9 @@
     }
 
     function seriesOf(m) {
-      var out = {};
+      var out = Object.create(null);
       spec.runs.forEach(function (run) {
-        var inline = spec.series && spec.series[m] && spec.series[m][run.tail];
+        var inline = own(own(spec.series, m), run.tail);
         var k = seriesKey(run.tail, m), kept = detail && detail[k] && !detail[k].error ? detail[k] : cache[k];
         if (inline) { out[run.tail] = inline; } else if (kept) { out[run.tail] = kept; }
       });
@@ -792,7 +801,7 @@
     // Live runs: casmon-ui.js polls and says what it saw; a panel with new points fetches them again (now if it
     // is seen, else when it comes into view), a new metric gets a panel.
     var live = function (runs) {
-      var changed = {};
+      var changed = Object.create(null);
       runs.forEach(function (r) {
         spec.runs.forEach(function (run) {
           if (run.tail !== r.tail) { return; }

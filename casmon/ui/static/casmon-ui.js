@@ -72,7 +72,7 @@
     var columns = $$("thead tr:last-child th[data-col]", table).map(function (th) {
       return {col: th.getAttribute("data-col"), group: th.getAttribute("data-in")};
     });
-    var known = {};
+    var known = Object.create(null);  // no prototype: a column may be named constructor
     columns.forEach(function (c) { known[c.col] = true; });
     // The text cells of a row, as the server's table shows them (a sparkline stays: its text is the same).
     var fill = function (row, r) {
