@@ -37,13 +37,13 @@ from __future__ import annotations
 import io
 import json
 import math
-import pickle
 import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
+from casmon.keys.cpickle import pickle
 from casmon.keys.dtypes import dtype_extras
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable

@@ -80,7 +80,7 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 
 #: What a bare script's first hit of a plain function never needs: inspect (the parameters are read from the
 #: code) and the parsers a code version uses only where its kept parse is missing, and the array codecs.
-BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "numcodecs", "zarr", "numpy",
+BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
               "concurrent.futures", "logging"]
 
 BARE = textwrap.dedent("""
