@@ -37,7 +37,8 @@ KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 #: The longest ref name, and the longest part of one between slashes (a file name: 255 bytes).
 REF_NAME_MAX = 512
 REF_PART_MAX = 200
-_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+#: A ref name's form (compiled on first use, by ``re``'s cache: a hit reads no ref).
+_REF_PATTERN = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"
 
 #: ``fn(record, lost) -> record | None``: a record trimmed of what needs a value in ``lost`` (its ``_refs``
 #: updated), or None to drop it.
@@ -59,7 +60,7 @@ class Ref(Frozen):
 
 def ref_key(name: str) -> str:
     """The backend key of ref ``name``; ``ValueError`` for a name that is not a clean relative path."""
-    if not isinstance(name, str) or not _REF_RE.fullmatch(name):
+    if not isinstance(name, str) or not re.fullmatch(_REF_PATTERN, name):
         raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r:.80}")
     parts = name.split("/")
     if any(p in (".", "..") for p in parts):

@@ -573,7 +573,7 @@ TAGS = ("json", "pickle", "array", "bytes", "handler")
 MAX_CHUNK = 1 << 30
 #: The most dimensions an array may have (numpy's own limit is 64).
 MAX_NDIM = 64
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX32 = r"^[0-9a-f]{32}$"  # compiled on first use (``re``'s cache): most values have no children
 
 
 def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inline_len: int, nbytes: Any) -> None:
@@ -594,7 +594,7 @@ def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inl
         bad("meta is not an object")
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         bad("parts is not a list of objects")
-    if not isinstance(children, list) or not all(type(h) is str and _HEX32.match(h) for h in children):
+    if not isinstance(children, list) or not all(type(h) is str and re.match(_HEX32, h) for h in children):
         bad("children is not a list of digests")
     if tag != "pickle" and children:
         bad(f"a {str(tag)} value has no children")
@@ -609,7 +609,7 @@ def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inl
             bad(f"part {i}: length {n}, chunk size {cb}, row size {rb} out of range")
         if len(c) != -(-n // cb):
             bad(f"part {i}: {len(c)} chunks for {n} bytes in chunks of {cb}")
-        if not all(type(h) is str and _HEX32.match(h) for h in c):
+        if not all(type(h) is str and re.match(_HEX32, h) for h in c):
             bad(f"part {i}: a chunk name is not a digest")
         total += n
     if tag == "pickle":

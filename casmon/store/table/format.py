@@ -40,7 +40,8 @@ _MAGIC = b"CTB1"
 _COUNT = struct.Struct("<4sI")
 #: Level-0 file names (``{time_ns:016x}-{writer}-{seq:06x}``) and generation ids.
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-z]{1,40}-[0-9a-f]{1,12}$")
-BUCKET_RE = re.compile(r"^[0-9a-f]{4,5}$")
+#: Bucket file names (a pattern: compiled on first use by ``re``'s cache, by a survey; readers never need it).
+BUCKET_RE = r"^[0-9a-f]{4,5}$"
 #: Target entries per bucket of a format-1 generation (read whole; still read, no longer written).
 BUCKET_ENTRIES = 8192
 #: Format-2 generations: target entries per block (one small read) ...

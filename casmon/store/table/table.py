@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -853,7 +854,7 @@ class Table:
         bucket_keys: dict[str, dict[int, str]] = {}
         for k in self.backend.list(self.prefix + "buckets/"):
             parts = k[len(self.prefix) :].split("/")
-            if len(parts) == 3 and NAME_RE.match(parts[1]) and BUCKET_RE.match(parts[2]):
+            if len(parts) == 3 and NAME_RE.match(parts[1]) and re.match(BUCKET_RE, parts[2]):
                 bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
         from casmon.store.table.survey import Survey  # verify and repair: never on a reader's or writer's path
 
