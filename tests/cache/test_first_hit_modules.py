@@ -83,7 +83,7 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 #: source file is read without them), pickle.py (the C pickler serves), the array codecs, and the cache's listing
 #: and eviction.
 BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
-              "concurrent.futures", "logging", "casmon.caching.eviction"]
+              "concurrent.futures", "logging", "casmon.caching.eviction", "casmon.store.pickleinfo"]
 
 BARE = textwrap.dedent("""
     import json, sys
