@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import sys
 import threading
 import types
@@ -164,6 +163,8 @@ def describe_object(obj: Any) -> str:
 
 
 def _try_pickle(obj: Any) -> BaseException | None:
+    import pickle  # only where a value failed to store: a hit does not load it
+
     try:
         pickle.dumps(obj, protocol=5, buffer_callback=lambda b: False)
     except RecursionError:

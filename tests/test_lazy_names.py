@@ -57,3 +57,40 @@ def test_numpy_values_fingerprint_the_same_whether_numpy_was_imported_before_or_
                  + values, tmp_path)
     after_first = _run("import json\nfrom casmon import fingerprint\nimport numpy as np\n" + values, tmp_path)
     assert json.loads(first) == json.loads(after) == json.loads(after_first)
+
+
+def test_loading_a_name_on_first_use_leaves_the_garbage_collectors_state_as_the_program_set_it(tmp_path):
+    """A first use pauses the collector while it loads casmon's modules: enabled before, enabled after; a program
+    that disabled it keeps it disabled, through a load that fails too; and nothing collectable is lost."""
+    got = json.loads(_run("""
+        import gc, json, sys
+        import casmon
+
+        out = {}
+        out["on_before"] = gc.isenabled()
+        casmon.open  # loads the store
+        out["on_after"] = gc.isenabled()
+        gc.disable()
+        casmon.cache  # loads the cache
+        out["off_after"] = not gc.isenabled()
+        gc.enable()
+        sys.modules["casmon.runs"] = None  # the next load fails
+        try:
+            casmon.list_runs
+        except ImportError:
+            out["failed"] = True
+        out["on_after_failure"] = gc.isenabled()
+
+        class Cycle:
+            pass
+
+        a = Cycle(); a.me = a
+        import weakref
+        r = weakref.ref(a)
+        del a
+        gc.collect()
+        out["collected"] = r() is None
+        print(json.dumps(out))
+    """, tmp_path))
+    assert got == {"on_before": True, "on_after": True, "off_after": True, "failed": True, "on_after_failure": True,
+                   "collected": True}

@@ -2,31 +2,15 @@
 
 ``memoize`` holds the decorator, its keys and hits; ``files`` the digests of the
 files and folders a call reads; ``workers`` how a cached function pickles for
-worker processes; ``entries`` the entries in the store, their listing, eviction
-and admin. The package is ``caching`` so that ``casmon.cache`` stays the decorator.
+worker processes; ``entries`` what an entry's records are; ``eviction`` their
+listing, eviction and admin (loaded on first use: a call never needs it). The
+package is ``caching`` so that ``casmon.cache`` stays the decorator.
 """
 
-from casmon.caching.entries import (
-    KIND,
-    KIND_CLEAR,
-    KIND_FN,
-    KIND_USE,
-    ResultRef,
-    cache_entries,
-    clear_function,
-    drop_duplicates,
-    duplicates_plan,
-    superseded_entries,
-    Eviction,
-    evict,
-    eviction_plan,
-    freed_bytes,
-    name_digest,
-    newest_per_key,
-    resolve_function,
-    result_of,
-    results_total,
-)
+from typing import TYPE_CHECKING
+
+from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, KIND_USE, ResultRef, name_digest, newest_per_key, result_of
+from casmon.caching import entries as _entries
 from casmon.keys.names import keep_flat_names as _keep_flat_names
 from casmon.caching.memoize import CachedFunction, CacheInfo, CacheState, CacheWarning, cache, cache_with, observers
 
@@ -44,8 +28,17 @@ def __getattr__(name: str) -> object:
         from casmon.caching import files
 
         return getattr(files, name)
+    if name in _entries.MOVED:  # listing, eviction and admin: loaded on first use, never by a call
+        from casmon.caching import eviction
+
+        return getattr(eviction, name)
     raise AttributeError(f"module 'casmon.caching' has no attribute {name!r}")
 
 
 # Pickles and keys name these types where they were before the packages (casmon/keys/names.py).
 _keep_flat_names([CachedFunction, CacheInfo, ResultRef, CacheWarning])
+
+if TYPE_CHECKING:  # what type checkers see: the names loaded on first use, imported for real
+    from casmon.caching.eviction import (Eviction, cache_entries, clear_function, drop_duplicates, duplicates_plan, evict,
+                                         eviction_plan, freed_bytes, resolve_function, results_total, superseded_entries)
+    from casmon.caching.files import file_digest, path_digest

@@ -24,11 +24,11 @@ equal.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching import edges
+from casmon.keys.cpickle import pickle
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState

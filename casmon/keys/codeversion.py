@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import linecache
 import sys
 import threading
 import types
@@ -55,7 +54,7 @@ from typing import Any, cast
 
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
-from casmon.keys import versioncache, versionwalk
+from casmon.keys import sourcelines, versioncache, versionwalk
 from casmon.keys.sourceblock import (block_compiles_to as _block_compiles_to, code_matches_file as _code_matches_file,
                                      code_sig as _code_sig, def_block as _def_block, lambda_segment as _lambda_segment)
 from casmon.keys.smallpickle import pickle_matches, small_pickle
@@ -178,7 +177,7 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
     m = _code_memo.get(id(code))
     if m is not None and m[0]() is code:
         return m[1], m[2]
-    linecache.checkcache(code.co_filename)  # as inspect does: a file edited and reloaded is read again
+    sourcelines.checkcache(code.co_filename)  # as inspect does: a file edited and reloaded is read again
     found = _def_block(code)
     text: str | None
     tree: Any
@@ -189,7 +188,7 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
         block = "".join(found[0])
         sig = _code_sig(code)
         keys = (versioncache.entry_key(block, code, sig),
-                versioncache.entry_key(block, code, sig, "".join(linecache.getlines(code.co_filename))))
+                versioncache.entry_key(block, code, sig, "".join(sourcelines.getlines(code.co_filename))))
         kept = versioncache.lookup(code.co_filename, keys)
     if kept is not None:
         text, wo = kept  # this very block, parsed and checked against this very code by an earlier process

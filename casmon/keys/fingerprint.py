@@ -44,7 +44,6 @@ from __future__ import annotations
 import copyreg
 import functools
 import math
-import pickle
 import struct
 import sys
 import threading
@@ -60,6 +59,7 @@ if TYPE_CHECKING:
 else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
+from casmon.keys.cpickle import pickle
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
 from casmon.keys.dtypes import descr_of, dtype_extras, has_padding, layout_of

@@ -7,8 +7,9 @@ not a fingerprint of each instance.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
+
+from casmon.keys.cpickle import pickle
 
 __all__ = ["small_pickle", "pickle_matches", "PICKLE_CHECK_LIMIT"]
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import __future__
 import functools
-import linecache
 import threading
 import types
 from typing import Any
+
+from casmon.keys import sourcelines
 
 __all__ = ["code_sig", "code_matches_file", "def_block", "block_compiles_to", "lambda_segment", "SIG_FLAGS",
            "FUTURE_FLAGS"]
@@ -46,7 +47,7 @@ def code_matches_file(code: types.CodeType) -> bool:
     the source on disk is then not what runs, and must not name its version.
     """
     fname = code.co_filename
-    lines = linecache.getlines(fname)
+    lines = sourcelines.getlines(fname)
     if not lines:
         return False
     with _file_index_lock:
@@ -88,7 +89,7 @@ def def_block(code: types.CodeType) -> tuple[list[str], int] | None:
     """
     if code.co_name == "<lambda>":
         return None
-    lines = linecache.getlines(code.co_filename)
+    lines = sourcelines.getlines(code.co_filename)
     first = code.co_firstlineno
     if not lines or not 1 <= first <= len(lines):
         return None
@@ -146,7 +147,7 @@ def lambda_segment(code: types.CodeType) -> str:
         return ""
     start = min((p[0], p[2]) for p in pos)
     end = max((p[1], p[3]) for p in pos)
-    lines = linecache.getlines(code.co_filename)
+    lines = sourcelines.getlines(code.co_filename)
     if not lines or end[0] > len(lines):
         return ""
     if start[0] == end[0]:

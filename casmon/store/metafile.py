@@ -46,14 +46,15 @@ _INT_DIGITS = 20
 #: The field holding a body's checksum.
 CHECK = "check"
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+#: Strings, and what is not a bracket: compiled on first use (``re``'s cache), by the rare deep document.
+_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+_NOT_BRACKET = rb"[^\[\]{}]+"
 
 def _depth_ok(raw: bytes, limit: int) -> bool:
     """True if the JSON text ``raw`` nests at most ``limit`` deep (outside strings), without recursing."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return True
-    s = _NOT_BRACKET.sub(b"", _STRING.sub(b"", raw))
+    s = re.sub(_NOT_BRACKET, b"", re.sub(_STRING, b"", raw, flags=re.DOTALL))
     for _ in range(limit):
         t = s.replace(b"[]", b"").replace(b"{}", b"")  # the innermost level goes each round
         if not t:

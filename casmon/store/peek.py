@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from casmon.store import serialize
+from casmon.store import pickleinfo, serialize
 from casmon.keys.digest import Digest
 from casmon.errors import CasmonError, DamagedObjectError, UntrustedStoreError
 from casmon.view.text import cut, size
@@ -92,7 +92,7 @@ def describe(store: Store, digest: Any, limit: int = 60) -> str:
         return f"<{m.meta.get('type', 'bytes')}, {size(m.nbytes)}, {short}>"
     if m.tag == "handler":
         return f"<{m.meta.get('handler')} (handler), {size(m.nbytes)}, {short}>"
-    info = serialize.describe_pickle(m.inline)
+    info = pickleinfo.describe_pickle(m.inline)
     needs = ""
     if info.globals:
         shown = ", ".join(info.globals[:4]) + (", …" if len(info.globals) > 4 else "")
@@ -112,7 +112,7 @@ def peek(store: Store, digest: Any, trust: bool = False) -> Any:
     if m.tag == "handler" and m.meta.get("handler") != serialize.ArrayHandler.name:
         return Described(d, describe(store, d))
     if m.tag == "pickle":
-        info = serialize.describe_pickle(m.inline)
+        info = pickleinfo.describe_pickle(m.inline)
         if not info.safe or m.children:
             return Described(d, describe(store, d))
         return _load_without_globals(store, d, m)

@@ -29,15 +29,24 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["Ref", "KIND_RE", "ref_key", "is_ref_name", "ref_frame", "decode_ref", "encode_record", "parse_record", "refs_of",
+__all__ = ["Ref", "KIND_PATTERN", "is_kind_name", "ref_key", "is_ref_name", "ref_frame", "decode_ref", "encode_record", "parse_record", "refs_of",
            "trim_sealed", "Salvager", "SALVAGERS", "register_salvager", "salvage"]
 
-#: What a record kind may be called (it names a folder, ``records/{kind}/``).
-KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+#: What a record kind may be called (it names a folder, ``records/{kind}/``), checked by :func:`is_kind_name`.
+KIND_PATTERN = r"[a-z][a-z0-9_-]{0,31}"
+_KIND_REST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def is_kind_name(kind: object) -> bool:
+    """True if ``kind`` is a whole :data:`KIND_PATTERN` (checked without compiling it: a store's open names a
+    few kinds, and a first hit would pay a tenth of a millisecond to compile it)."""
+    return (isinstance(kind, str) and 1 <= len(kind) <= 32 and "a" <= kind[0] <= "z"
+            and all(c in _KIND_REST for c in kind))
 #: The longest ref name, and the longest part of one between slashes (a file name: 255 bytes).
 REF_NAME_MAX = 512
 REF_PART_MAX = 200
-_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+#: A ref name's form (compiled on first use, by ``re``'s cache: a hit reads no ref).
+_REF_PATTERN = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"
 
 #: ``fn(record, lost) -> record | None``: a record trimmed of what needs a value in ``lost`` (its ``_refs``
 #: updated), or None to drop it.
@@ -59,7 +68,7 @@ class Ref(Frozen):
 
 def ref_key(name: str) -> str:
     """The backend key of ref ``name``; ``ValueError`` for a name that is not a clean relative path."""
-    if not isinstance(name, str) or not _REF_RE.fullmatch(name):
+    if not isinstance(name, str) or not re.fullmatch(_REF_PATTERN, name):
         raise ValueError(f"ref names are letters, digits, '_', '.', '-' and '/': got {name!r:.80}")
     parts = name.split("/")
     if any(p in (".", "..") for p in parts):

@@ -51,7 +51,7 @@ from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, PartRef, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
-from casmon.store.records import KIND_RE, Ref, decode_ref, encode_record, is_ref_name, parse_record, ref_frame, ref_key, refs_of
+from casmon.store.records import KIND_PATTERN, Ref, decode_ref, encode_record, is_kind_name, is_ref_name, parse_record, ref_frame, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
@@ -381,8 +381,8 @@ class Store:
         """The table holding the records of ``kind`` (made on first use)."""
         t = self._tables.get(kind)
         if t is None:
-            if not KIND_RE.match(kind):
-                raise ValueError(f"record kind must match {KIND_RE.pattern}, got {kind!r}")
+            if not is_kind_name(kind):
+                raise ValueError(f"record kind must match {KIND_PATTERN}, got {kind!r}")
             with self._lock:
                 t = self._tables.get(kind)
                 if t is None:

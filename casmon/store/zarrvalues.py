@@ -19,7 +19,8 @@ from casmon.errors import CasmonError
 from casmon.store import libraries
 from casmon.store.arrayview import chunk_view
 from casmon.store.peek import as_digest, describe
-from casmon.store.serialize import describe_pickle, handler_named
+from casmon.store.pickleinfo import describe_pickle
+from casmon.store.serialize import handler_named
 from casmon.store.zarrview import Tree, node_name
 
 if TYPE_CHECKING:

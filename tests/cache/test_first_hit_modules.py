@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: What a hit never needs: the chunk pool's executor (and the logging and traceback it imports), OpenSSL's
 #: hashes, and casmon's layers above the cache.
@@ -79,8 +81,12 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 
 
 #: What a bare script's first hit of a plain function never needs: inspect (the parameters are read from the
-#: code) and the parsers a code version uses only where its kept parse is missing, and the array codecs.
-BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "numcodecs", "zarr", "numpy", "concurrent.futures", "logging"]
+#: code), the parsers a code version uses only where its kept parse is missing, linecache and tokenize (a plain
+#: source file is read without them), pickle.py (the C pickler serves), the array codecs, the cache's listing
+#: and eviction, and the tables' writing, merging and surveying halves.
+BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
+              "concurrent.futures", "logging", "casmon.caching.eviction", "casmon.store.pickleinfo",
+              "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge"]
 
 BARE = textwrap.dedent("""
     import json, sys
@@ -110,3 +116,29 @@ def test_a_bare_scripts_first_hit_loads_no_inspect_parser_or_array_codec(tmp_pat
     assert hit["calls"] == 0, "the second process missed"
     assert hit["r"] == 34
     assert hit["loaded"] == [], f"a bare first hit loaded {hit['loaded']}"
+
+
+@pytest.mark.parametrize("form", ["crlf_bom", "cr", "coding_latin1"])
+def test_a_script_hits_whether_or_not_linecache_read_its_source(tmp_path, form):
+    """casmon reads a plain UTF-8 source without linecache, and leaves other files to it: the code version, and so
+    the key, is the same either way, so a script that imports linecache itself (as most programs end up doing)
+    hits the entry a bare one stored, and the other way round."""
+    text = BARE.replace("import json, sys\n", "import json, sys\nLINECACHE\n", 1)
+    if form == "coding_latin1":
+        text = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + text
+    newline = {"crlf_bom": "\r\n", "cr": "\r", "coding_latin1": "\n"}[form]
+    data = text.replace("\n", newline).encode("latin-1" if form == "coding_latin1" else "utf-8")
+    if form == "crlf_bom":
+        data = b"\xef\xbb\xbf" + data
+    bare, with_lc = tmp_path / "bare.py", tmp_path / "with_lc.py"
+    bare.write_bytes(data.replace(b"LINECACHE", b"pass"))
+    with_lc.write_bytes(data.replace(b"LINECACHE", b"import linecache"))
+    store = tmp_path / "store"
+    assert _run(bare, store)["calls"] == 1
+    assert _run(with_lc, store)["calls"] == 0, "a script that loaded linecache missed the bare script's entry"
+    store2 = tmp_path / "store2"
+    assert _run(with_lc, store2)["calls"] == 1
+    hit = _run(bare, store2)
+    assert hit["calls"] == 0, "a bare script missed the entry of one that loaded linecache"
+    if form != "coding_latin1":
+        assert "linecache" not in hit["loaded"]

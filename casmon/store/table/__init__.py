@@ -43,15 +43,17 @@ never judge reachability from part of the records. ``casmon verify --repair``
 (:mod:`casmon.maintenance.salvage`) rebuilds a damaged table from every readable file
 (:meth:`Table.survey`, :meth:`Table.rewrite`).
 
-One module a job: ``format`` (table files and generations as bytes), ``ranges``
+One module a job: ``format`` (table files and generations as bytes, parsed), ``encode`` (a generation's
+files as bytes, written: loaded by writers and merges), ``ranges``
 (provenance arithmetic), ``plan`` (what a reader reads), ``table``
 (:class:`Table`), ``merge`` (merges, loaded by the first), ``survey``
 (:class:`Survey`, for verify and repair), ``fence`` (record files that land
 late are not records).
 """
 
-from casmon.store.table.format import (BLOCK_ENTRIES, Columns, Generation, TableFile, encode_table_file, parse_generation,
-                                       split_bucket)
+from typing import TYPE_CHECKING
+
+from casmon.store.table.format import BLOCK_ENTRIES, Generation, TableFile, encode_table_file, parse_generation
 from casmon.store.table.table import L0_MERGE, LateWrite, Table, writer_id
 
 __all__ = ["BLOCK_ENTRIES", "Columns", "Generation", "L0_MERGE", "LateWrite", "Survey", "Table", "TableFile", "encode_table_file",
@@ -59,8 +61,17 @@ __all__ = ["BLOCK_ENTRIES", "Columns", "Generation", "L0_MERGE", "LateWrite", "S
 
 
 def __getattr__(name: str) -> object:
-    if name == "Survey":  # verify and repair load it; readers and writers never do
-        from casmon.store.table.survey import Survey
+    if name in ("Survey", "split_bucket"):  # verify and repair load them; readers and writers never do
+        from casmon.store.table import survey
 
-        return Survey
+        return getattr(survey, name)
+    if name == "Columns":  # writers and merges load it; readers never do
+        from casmon.store.table.encode import Columns
+
+        return Columns
     raise AttributeError(f"module 'casmon.store.table' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # what type checkers see: the names loaded on first use, imported for real
+    from casmon.store.table.encode import Columns
+    from casmon.store.table.survey import Survey, split_bucket

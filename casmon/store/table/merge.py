@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from casmon.store.table.format import FILE_ENTRIES, Columns, TableFile
+from casmon.store.table.encode import Columns
+from casmon.store.table.format import FILE_ENTRIES, TableFile
 from casmon.store.table.ranges import ranges_of_names, ranges_union
 from casmon.store.table.table import MERGE_FACTOR, _Vanished
 

@@ -7,12 +7,44 @@ damaged, missing or lost is listed by key, and :meth:`Survey.entries` is what
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
+from casmon.errors import DamagedObjectError
 from casmon.plain import Plain
-from casmon.store.table.format import Generation, TableFile
+from casmon.store.codec import FRAME_HEADER, MAGIC, decode_frame, read_header
+from casmon.store.table.format import Generation, TableFile, byte_view
 from casmon.store.table.plan import View
 
-__all__ = ["Survey"]
+if TYPE_CHECKING:
+    from casmon.store.table.format import Payload
+
+__all__ = ["Survey", "split_bucket"]
+
+
+def split_bucket(data: Payload, key: str) -> tuple[list[TableFile], str | None]:
+    """The tables in a bucket file (one frame in format 1, its blocks' frames in format 2), found
+    without the manifest; ``(readable ones, what was wrong or None)``. Past a damaged header the
+    next frame is found again by its magic, so one damaged block costs only its own entries."""
+    out: list[TableFile] = []
+    problem = None
+    mv = byte_view(data)
+    n, off = len(mv), 0
+    while off < n:
+        where = f"{key}@{off}" if off else key
+        try:
+            h = read_header(mv, where, off)
+            ln = FRAME_HEADER + h.stored_len
+            if off + ln > n:
+                raise DamagedObjectError(where, f"frame runs past the end of the file ({off + ln} > {n})")
+            out.append(TableFile(where, decode_frame(mv[off : off + ln], where)[1]))
+            off += ln
+        except DamagedObjectError as e:
+            problem = problem or e.reason
+            nxt = bytes(mv[off + 1 :]).find(MAGIC)
+            if nxt < 0:
+                break
+            off += 1 + nxt
+    return out, problem
 
 
 class Survey(Plain):

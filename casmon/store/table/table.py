@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -24,13 +25,14 @@ from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import KIND_TABLE, decode_frame, decode_table_block, encode_frame
 from casmon.store.table.format import (BUCKET_ENTRIES, BUCKET_RE, FILE_ENTRIES, L0_LZ4_MAX, MAX_BUCKETS, NAME_RE, _LZ4,
-                                       _M64, _RAW, _ZSTD, Columns, Generation, TableFile, _Block, _bucket_of,
-                                       _encode_v2, _hashes, encode_table_file, gen_time, parse_generation, split_bucket)
+                                       _M64, _RAW, _ZSTD, Generation, TableFile, _Block, _bucket_of, _hashes,
+                                       encode_table_file, gen_time, parse_generation)
 from casmon.store.table import fence
 from casmon.store.table.plan import resolve
 from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_json, ranges_of_names, ranges_union
 
 if TYPE_CHECKING:
+    from casmon.store.table.encode import Columns
     from casmon.store.table.format import Payload
     from casmon.store.table.survey import Survey
 
@@ -784,6 +786,8 @@ class Table:
     def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
                           exact: bool, marks: dict[str, int]) -> str:
         """Write buckets, then the manifest (fault points between); returns the generation's id."""
+        from casmon.store.table.encode import Columns, encode_v2  # writers and merges: a reader never loads it
+
         n = len(entries)
         v2 = GEN_FORMAT >= 2 and (self.format_gate is None or self.format_gate())
         nb = 1
@@ -796,7 +800,7 @@ class Table:
         binary = b""
         extra: dict[str, int] = {}
         if v2:
-            files, binary, extra = _encode_v2(entries, nb)
+            files, binary, extra = encode_v2(entries, nb)
             items = [(self._bucket_key(gid, i), f) for i, f in enumerate(files)]
         else:
             by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
@@ -853,9 +857,9 @@ class Table:
         bucket_keys: dict[str, dict[int, str]] = {}
         for k in self.backend.list(self.prefix + "buckets/"):
             parts = k[len(self.prefix) :].split("/")
-            if len(parts) == 3 and NAME_RE.match(parts[1]) and BUCKET_RE.match(parts[2]):
+            if len(parts) == 3 and NAME_RE.match(parts[1]) and re.match(BUCKET_RE, parts[2]):
                 bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
-        from casmon.store.table.survey import Survey  # verify and repair: never on a reader's or writer's path
+        from casmon.store.table.survey import Survey, split_bucket  # verify and repair: never on a reader's or writer's path
 
         sv = Survey(self.prefix, l0_names, gen_ids, bucket_keys)
         for key, payload in self._read_all([self.prefix + "l0/" + n for n in l0_names], sv):
