@@ -43,7 +43,7 @@ from casmon.view import display
 from casmon.view.text import did_you_mean, short_repr
 from casmon.store import serialize
 from casmon.calllog import NOT_RECORDED, Call, CallLog
-from casmon.errors import CasmonError, MissingObjectError
+from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
 from casmon.store.peek import as_digest, describe, load_data, peek
 from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest
 from casmon.runs import index as runs_index
@@ -86,6 +86,11 @@ class Entry:
     born: int = 0  # ... when the index first listed it
     stamp: str | None = None  # the ref's stamp, taken (at time ``stamped``) before what the entry says was read
     stamped: float = 0.0
+    #: Why the ref could not be read (the run is listed as unreadable, as list_runs lists it); None if it was.
+    error: CasmonError | None = None
+    #: False for an entry made from the run record table: its ref is read (damaged? written since?) before
+    #: the run is shown from it.
+    checked: bool = True
 
     def same(self, other: Entry) -> bool:
         return (self.status, self.digest, self.name, self.ref_data) == (other.status, other.digest, other.name,
@@ -202,8 +207,8 @@ class RunIndex:
         ref = f"{RUN_REFS}/{tail}"
         try:
             got = self.store.get_ref(ref)
-        except CasmonError:
-            got = None
+        except DamagedObjectError as err:  # one unreadable run, as list_runs lists it: never hidden
+            return Entry(ref, tail, tail, "unreadable", 0.0, None, error=err)
         if got is None:
             return None
         data = got.data if isinstance(got.data, dict) else {}
@@ -250,7 +255,7 @@ class RunIndex:
             h, status = rec.get("manifest"), rec.get("status")
             e: Entry | None
             if type(h) is str and type(status) is str and status not in LIVE_STATUSES:
-                e = Entry(ref, tail, str(rec.get("name") or tail), status, first[ref], h)
+                e = Entry(ref, tail, str(rec.get("name") or tail), status, first[ref], h, checked=False)
             else:
                 e = self._from_ref(tail)
             if e is not None:
@@ -271,7 +276,7 @@ class RunIndex:
 
     def indexed(self, e: Entry) -> list[Any] | None:
         """The runs index entry of ended run ``e``'s manifest, if the index holds it."""
-        if e.digest is None or e.status in LIVE_STATUSES:
+        if e.digest is None or e.status in LIVE_STATUSES or not e.checked:
             return None
         self._index_entries()
         return self._indexed.get(e.digest) if self._indexed is not None else None
@@ -338,9 +343,14 @@ class RunIndex:
     # -- manifests -----------------------------------------------------------------------------------
     def run(self, e: Entry) -> RunInfo:
         """The run as :func:`casmon.list_runs` gives it (an unreadable manifest is a run that says why)."""
+        if not e.checked and not self._check(e):
+            return self.run(self._from_ref(e.tail) or Entry(e.ref, e.tail, e.name, "unreadable", 0.0, None,
+                                                            error=MissingObjectError(f"refs/{e.ref}")))
         if e.digest is None:
-            return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
-                           None, e.ref_data)
+            m = {"name": e.name, "status": e.status, "start": e.start or None}
+            if e.error is not None:
+                m["error"] = " ".join(str(e.error).split())[:500]
+            return RunInfo(self.store, e.ref, m, e.error, e.ref_data)
         got = self._manifests.get(e.digest)
         ie = self.indexed(e) if got is None else None
         if ie is not None:
@@ -362,6 +372,19 @@ class RunIndex:
         if e.digest in self._summaries:
             r.keep_summary(self._summaries[e.digest])
         return r
+
+    def _check(self, e: Entry) -> bool:
+        """True (and ``e`` checked from then on) if the ref of ``e``, an entry made from the run record table,
+        names the manifest ``e`` does; False if the ref is damaged, gone or names another."""
+        try:
+            got = self.store.get_ref(e.ref)
+        except CasmonError:
+            return False
+        if got is None or got.target is None or got.target.hex() != e.digest:
+            return False
+        e.ref_data = dict(got.data) if isinstance(got.data, dict) else {}
+        e.checked = True
+        return True
 
     def use_index(self) -> None:
         """Read the store's runs index once (the first listing does)."""
@@ -392,7 +415,7 @@ class RunIndex:
         row = self._rows.get(key)
         if row is None:
             row = make(r, e)
-            if e.digest in self._manifests and e.status not in LIVE_STATUSES:
+            if e.digest in self._manifests and e.status not in LIVE_STATUSES and e.checked:
                 self._rows[key] = row
         return r, row
 
