@@ -21,9 +21,8 @@ deleted and its number taken by a new run): where the medium gives stamps
 settled, is read. Its manifest is immutable (named by digest) and kept once
 read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
-request. An ended run in the store's runs index (keyed by its manifest's
-digest, which names one manifest forever) is read from there: its row needs no
-manifest read. Sorting or filtering by a column the index does not hold makes
+request. An ended run whose runs index entry names the manifest its ref names
+(as list_runs takes one) is read from there: its row needs no manifest read. Sorting or filtering by a column the index does not hold makes
 every run's row (a background thread starts on them after the first page).
 """
 
@@ -139,9 +138,7 @@ class RunIndex:
         #: The index's change counter: an entry changed at serial S is newer than a page made at S - 1.
         self.serial = 0
         self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
-        #: Entries of the store's runs index by manifest digest (casmon.runs.index): a manifest named by a
-        #: digest never changes, so an entry stands for it whatever became of its ref.
-        self._indexed: dict[str, list[Any]] | None = None  # read with the first listing
+        #: Entries of the store's runs index by run (casmon.runs.index), read with the first listing.
         self._by_ref: dict[str, list[Any]] | None = None
         #: A metric's last values in every row of an index file's columns, by (file, metric).
         self._metric_columns: dict[tuple[int, str], tuple[Any, list[Any]]] = {}
@@ -271,15 +268,16 @@ class RunIndex:
                 self._by_ref = runs_index.load(self.store)[0]
             except Exception:  # noqa: BLE001 - derived data: without it every run is read
                 self._by_ref = {}
-            self._indexed = {e[1]: e for e in self._by_ref.values()}
         return self._by_ref
 
     def indexed(self, e: Entry) -> list[Any] | None:
-        """The runs index entry of ended run ``e``'s manifest, if the index holds it."""
+        """The runs index entry of ended run ``e``'s manifest, if the index holds it: the entry of that run
+        naming the manifest its ref names, as list_runs takes it (an entry of another name that claims the
+        digest, as a crafted one can, stands for no run)."""
         if e.digest is None or e.status in LIVE_STATUSES or not e.checked:
             return None
-        self._index_entries()
-        return self._indexed.get(e.digest) if self._indexed is not None else None
+        ie = self._index_entries().get(e.ref)
+        return ie if ie is not None and ie[1] == e.digest else None
 
     def _revalidate(self) -> Listing:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
