@@ -277,7 +277,7 @@ class RunIndex:
         if e.digest is None or e.status in LIVE_STATUSES or not e.checked:
             return None
         ie = self._index_entries().get(e.ref)
-        return ie if ie is not None and ie[1] == e.digest else None
+        return ie if ie is not None and ie[1] == e.digest and ie[7] == e.status else None
 
     def _revalidate(self) -> Listing:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
