@@ -274,7 +274,7 @@ class RunIndex:
         """The runs index entry of ended run ``e``'s manifest, if the index holds it: the entry of that run
         naming the manifest its ref names, as list_runs takes it (an entry of another name that claims the
         digest, as a crafted one can, stands for no run)."""
-        if e.digest is None or e.status in LIVE_STATUSES or not e.checked:
+        if e.digest is None or e.status in LIVE_STATUSES or not (e.checked or self._check(e)):
             return None
         ie = self._index_entries().get(e.ref)
         return ie if ie is not None and ie[1] == e.digest and ie[7] == e.status else None
