@@ -640,7 +640,7 @@ def _list_runs(s: Store) -> list[RunInfo]:
         info, target = _read_run(s, name, e)
         if info is None:
             continue
-        if e is not None and target == e[1]:  # the entry's manifest still: its text stays unparsed
+        if e is not None and info._entry is e:  # the entry's manifest still: its text stays unparsed
             out.append((e[5], name, info))
             if stamp is not None:
                 fresh[name] = index.renewed(e, stamp, info.ref_data, at)
@@ -726,7 +726,10 @@ def _read_run(s: Store, name: str, e: list | None) -> tuple[RunInfo | None, str 
     error = None
     target = ref.target.hex() if ref.target is not None else None
     ref_data = ref.data if isinstance(ref.data, dict) else {}
-    if target is not None and e is not None and e[1] == target:
+    st = ref_data.get("status")
+    if target is not None and e is not None and e[1] == target and (type(st) is not str or st == e[7]):
+        # The ref says the run's status too: an entry saying another (a crafted one: a live run as ended) is
+        # not the run's.
         return indexed_run(s, name, e, ref_data), target
     if target is not None:
         try:

@@ -21,9 +21,8 @@ deleted and its number taken by a new run): where the medium gives stamps
 settled, is read. Its manifest is immutable (named by digest) and kept once
 read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
-request. An ended run in the store's runs index (keyed by its manifest's
-digest, which names one manifest forever) is read from there: its row needs no
-manifest read. Sorting or filtering by a column the index does not hold makes
+request. An ended run whose runs index entry names the manifest its ref names
+(as list_runs takes one) is read from there: its row needs no manifest read. Sorting or filtering by a column the index does not hold makes
 every run's row (a background thread starts on them after the first page).
 """
 
@@ -43,7 +42,7 @@ from casmon.view import display
 from casmon.view.text import did_you_mean, short_repr
 from casmon.store import serialize
 from casmon.calllog import NOT_RECORDED, Call, CallLog
-from casmon.errors import CasmonError, MissingObjectError
+from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError
 from casmon.store.peek import as_digest, describe, load_data, peek
 from casmon.runs import KIND_RUN, RUN_REFS, RunInfo, check_run_manifest
 from casmon.runs import index as runs_index
@@ -86,6 +85,11 @@ class Entry:
     born: int = 0  # ... when the index first listed it
     stamp: str | None = None  # the ref's stamp, taken (at time ``stamped``) before what the entry says was read
     stamped: float = 0.0
+    #: Why the ref could not be read (the run is listed as unreadable, as list_runs lists it); None if it was.
+    error: CasmonError | None = None
+    #: False for an entry made from the run record table: its ref is read (damaged? written since?) before
+    #: the run is shown from it.
+    checked: bool = True
 
     def same(self, other: Entry) -> bool:
         return (self.status, self.digest, self.name, self.ref_data) == (other.status, other.digest, other.name,
@@ -134,9 +138,7 @@ class RunIndex:
         #: The index's change counter: an entry changed at serial S is newer than a page made at S - 1.
         self.serial = 0
         self._manifests: dict[str, tuple[dict[str, Any], CasmonError | None]] = {}
-        #: Entries of the store's runs index by manifest digest (casmon.runs.index): a manifest named by a
-        #: digest never changes, so an entry stands for it whatever became of its ref.
-        self._indexed: dict[str, list[Any]] | None = None  # read with the first listing
+        #: Entries of the store's runs index by run (casmon.runs.index), read with the first listing.
         self._by_ref: dict[str, list[Any]] | None = None
         #: A metric's last values in every row of an index file's columns, by (file, metric).
         self._metric_columns: dict[tuple[int, str], tuple[Any, list[Any]]] = {}
@@ -202,8 +204,8 @@ class RunIndex:
         ref = f"{RUN_REFS}/{tail}"
         try:
             got = self.store.get_ref(ref)
-        except CasmonError:
-            got = None
+        except DamagedObjectError as err:  # one unreadable run, as list_runs lists it: never hidden
+            return Entry(ref, tail, tail, "unreadable", 0.0, None, error=err)
         if got is None:
             return None
         data = got.data if isinstance(got.data, dict) else {}
@@ -250,7 +252,7 @@ class RunIndex:
             h, status = rec.get("manifest"), rec.get("status")
             e: Entry | None
             if type(h) is str and type(status) is str and status not in LIVE_STATUSES:
-                e = Entry(ref, tail, str(rec.get("name") or tail), status, first[ref], h)
+                e = Entry(ref, tail, str(rec.get("name") or tail), status, first[ref], h, checked=False)
             else:
                 e = self._from_ref(tail)
             if e is not None:
@@ -266,15 +268,16 @@ class RunIndex:
                 self._by_ref = runs_index.load(self.store)[0]
             except Exception:  # noqa: BLE001 - derived data: without it every run is read
                 self._by_ref = {}
-            self._indexed = {e[1]: e for e in self._by_ref.values()}
         return self._by_ref
 
     def indexed(self, e: Entry) -> list[Any] | None:
-        """The runs index entry of ended run ``e``'s manifest, if the index holds it."""
-        if e.digest is None or e.status in LIVE_STATUSES:
+        """The runs index entry of ended run ``e``'s manifest, if the index holds it: the entry of that run
+        naming the manifest its ref names, as list_runs takes it (an entry of another name that claims the
+        digest, as a crafted one can, stands for no run)."""
+        if e.digest is None or e.status in LIVE_STATUSES or not (e.checked or self._check(e)):
             return None
-        self._index_entries()
-        return self._indexed.get(e.digest) if self._indexed is not None else None
+        ie = self._index_entries().get(e.ref)
+        return ie if ie is not None and ie[1] == e.digest and ie[7] == e.status else None
 
     def _revalidate(self) -> Listing:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
@@ -338,9 +341,14 @@ class RunIndex:
     # -- manifests -----------------------------------------------------------------------------------
     def run(self, e: Entry) -> RunInfo:
         """The run as :func:`casmon.list_runs` gives it (an unreadable manifest is a run that says why)."""
+        if not e.checked and not self._check(e):
+            return self.run(self._from_ref(e.tail) or Entry(e.ref, e.tail, e.name, "unreadable", 0.0, None,
+                                                            error=MissingObjectError(f"refs/{e.ref}")))
         if e.digest is None:
-            return RunInfo(self.store, e.ref, {"name": e.name, "status": e.status, "start": e.start or None},
-                           None, e.ref_data)
+            m = {"name": e.name, "status": e.status, "start": e.start or None}
+            if e.error is not None:
+                m["error"] = " ".join(str(e.error).split())[:500]
+            return RunInfo(self.store, e.ref, m, e.error, e.ref_data)
         got = self._manifests.get(e.digest)
         ie = self.indexed(e) if got is None else None
         if ie is not None:
@@ -362,6 +370,19 @@ class RunIndex:
         if e.digest in self._summaries:
             r.keep_summary(self._summaries[e.digest])
         return r
+
+    def _check(self, e: Entry) -> bool:
+        """True (and ``e`` checked from then on) if the ref of ``e``, an entry made from the run record table,
+        names the manifest ``e`` does; False if the ref is damaged, gone or names another."""
+        try:
+            got = self.store.get_ref(e.ref)
+        except CasmonError:
+            return False
+        if got is None or got.target is None or got.target.hex() != e.digest:
+            return False
+        e.ref_data = dict(got.data) if isinstance(got.data, dict) else {}
+        e.checked = True
+        return True
 
     def use_index(self) -> None:
         """Read the store's runs index once (the first listing does)."""
@@ -392,7 +413,7 @@ class RunIndex:
         row = self._rows.get(key)
         if row is None:
             row = make(r, e)
-            if e.digest in self._manifests and e.status not in LIVE_STATUSES:
+            if e.digest in self._manifests and e.status not in LIVE_STATUSES and e.checked:
                 self._rows[key] = row
         return r, row
 
