@@ -310,6 +310,19 @@ def _small_enough(v: Any) -> bool:
     return not isinstance(n, int) or n <= CONTENT_MAX
 
 
+def _unlinked(args: tuple) -> bool:
+    """None of ``args`` is a remembered object or holds one (plain values, fresh arrays): no walk."""
+    by_id = _by_id
+    for v in args:
+        t = type(v)
+        if t is _ndarray:
+            if v.base is not None or id(v) in by_id:
+                return False
+        elif t not in _SKIP:
+            return False
+    return True
+
+
 def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict, result: Any, spans: Any) -> None:
     """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something). A
     parameter linked by identity gets no second pass for its content: its producer is known."""
@@ -324,7 +337,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         up: dict[str, list[str]] = {}
         if _served:
             _drain()
-        if _by_id:
+        if _by_id and not (not kwargs and state._simple and _unlinked(args)):
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
                 named: Any = zip(state._names, args) if not kwargs else \
                     list(zip(state._names, args)) + list(kwargs.items())
@@ -351,7 +364,17 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                     up[name] = [bytes(k).hex() for k in keys]
             if up:
                 entry["up"] = up
-        if not state._custom_key:
+        if spans is not None and not state._custom_key:
+            raw, parts = spans
+            if len(parts) == 1 and not up:  # one parameter: its span is its content, unless it holds more
+                c = _nlens.get(id(state))
+                name, a, b = parts[0]
+                if c is not None and c[0] is state._name_bytes and a is not None and not (state.files or state.hashers):
+                    a += c[1][name]
+                    if a < b and raw[a] not in _OPENS:
+                        if b - a >= CONTENT_MIN:
+                            entry["pc"] = {name: _h128(raw[a:b])}
+                        return
             pc = content_digests(state, args, kwargs, spans, up)
             if pc:
                 entry["pc"] = pc

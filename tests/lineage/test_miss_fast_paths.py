@@ -3,6 +3,7 @@ encoding's digest whatever the value, what was stored is what it names, remember
 many are dropped, and the identity rows stay bounded."""
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -116,3 +117,64 @@ def test_a_fresh_array_result_and_a_view_result_both_link_by_identity(store):
     assert edges.upstream([v], url) == [bytes(view.ref(20).key)]
     assert edges.upstream([v.base], url) == [bytes(view.ref(20).key)]
     assert edges.upstream([a[3:]], url) == [bytes(fresh.ref(20).key)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(VALUES, st.dictionaries(st.text(max_size=5), SCALARS, max_size=3)))
+def test_a_one_parameter_calls_content_digests_are_what_the_general_reading_of_its_key_gives(store, v):
+    @casmon.cache(store=store)
+    def one(x):
+        return 1
+
+    @casmon.cache(store=store)
+    def two(x, y):
+        return 2
+
+    fresh = os.urandom(16).hex()  # a miss, whatever the examples before stored
+    one(fresh)  # each function's first miss reads its parameters' names: the next ones take the fast way
+    two(fresh, y="y" * 30)
+    one(v)
+    two(v, y="y" * 30)
+    for f, args, kwargs in ((one, (v,), {}), (two, (v,), {"y": "y" * 30})):
+        state = f.__casmon_cache__
+        spans = state.key_ctx(args, kwargs)[3]
+        assert f.ref(*args, **kwargs).entry.get("pc", {}) == edges.content_digests(state, args, kwargs, spans)
+
+
+def test_a_one_parameter_call_whose_value_is_hashed_or_a_file_gets_no_content_digest_of_it(store, tmp_path):
+    p = tmp_path / "data.bin"
+    p.write_bytes(b"x" * 100)
+
+    @casmon.cache(store=store, hashers={"x": lambda v: v.upper()})
+    def hashed(x):
+        return 1
+
+    @casmon.cache(store=store, files=["path"])
+    def read(path):
+        return 2
+
+    @casmon.cache(store=store)
+    def plain(x):
+        return 3
+
+    for f, arg in ((hashed, "v" * 40), (read, str(p)), (plain, "v" * 40)):
+        f("w" * 40 if f is not read else str(tmp_path))  # the first call of each reads its parameters' names
+        f(arg)
+    assert "pc" not in hashed.ref("v" * 40).entry
+    assert "pc" not in read.ref(str(p)).entry
+    assert set(plain.ref("v" * 40).entry["pc"]) == {"x"}
+
+
+def test_a_one_parameter_call_taking_a_view_or_a_container_of_a_result_links_to_it(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float) * 2
+
+    @casmon.cache(store=store)
+    def use(x):
+        return 0
+
+    a = make(40)
+    for arg in (a[::2], (a, 1), [a], {"k": a}):
+        use(arg)
+        assert use.ref(arg).entry["up"] == {"x": [bytes(make.ref(40).key).hex()]}
