@@ -3,11 +3,14 @@
     python -m benchmarks.lineage_bench [--entries 100000] [--runs 100] [--calls 2000]
     python -m benchmarks.lineage_bench --queries-only --store PATH [--build] [--entries N --runs N] \
         [--before TREE] [--rounds 3]
+    python benchmarks/lineage_bench.py --worker hooks 300 TREE
 
 * **small miss** / **warm hit** -- a cached function of a small array (a miss: a fresh argument each call; a hit:
   one stored call, again and again), with the edge recording on and off (``casmon.caching.edges``' hooks replaced
   by no-ops), in 21 alternating rounds in one process; per call, the calling thread's CPU time (the store's
   flush thread and the neighbours on a shared machine left out): the best round and the median.
+  ``--worker hooks CALLS TREE``: the small miss with no hooks, TREE's hooks and this tree's, in one process,
+  in a random order each of 40 rounds (what each tree's hooks add, without the between-process noise).
 * **queries** -- a synthetic store of ``--entries`` cache entries (pipelines of four stages, written as records
   directly: a miss each would take an hour at 1M) and ``--runs`` runs recorded with ``casmon.record``, each using
   one pipeline; then ``lineage`` of the newest run, ``used_by`` of one function version and ``stale`` of the whole
@@ -69,6 +72,48 @@ def call_costs(calls: int, rounds: int = 21) -> dict:
         setattr(memoize.edges, k, v)
     # the best round of each: on a shared, loaded machine the other rounds measure the neighbours
     return {**{k: min(v) for k, v in out.items()}, **{k + " median": statistics.median(v) for k, v in out.items()}}
+
+
+def hook_costs(calls: int, before: str, rounds: int = 40) -> dict:
+    """The small miss with the hooks off, with ``before``'s (a casmon tree: its ``edges`` and small-array digest
+    loaded beside this one's) and with this tree's, in one process, in a random order each round: the extra
+    CPU time per call of each, as medians and best rounds."""
+    import importlib.util
+    import random
+
+    import numpy as np
+
+    import casmon
+    from casmon.caching import edges, memoize
+
+    def load(name: str, path: str):
+        spec = importlib.util.spec_from_file_location(name, path)
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        return m
+
+    old_fp = load("casmon.keys.fingerprint_before", os.path.join(before, "casmon/keys/fingerprint.py"))
+    old = load("casmon.caching.edges_before", os.path.join(before, "casmon/caching/edges.py"))
+    old.small_array_digest = old_fp.small_array_digest
+    d = tempfile.mkdtemp(prefix="casmon-lineage-bench-")
+
+    @casmon.cache(store=os.path.join(d, "s"))
+    def small(a):
+        return a * 2
+
+    small(np.arange(16.0))
+    noop = lambda *a, **k: None  # noqa: E731
+    modes = {"off": (noop, noop), "before": (old.annotate, old.produced), "now": (edges.annotate, edges.produced)}
+    seq = iter(range(10**9))
+    out: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(rounds):
+        order = list(modes.items())
+        random.shuffle(order)
+        for m, (ann, prod) in order:
+            memoize.edges.annotate, memoize.edges.produced = ann, prod
+            out[m].append(_per_call(small, [np.arange(16.0) + next(seq) for _ in range(calls)]))
+    memoize.edges.annotate, memoize.edges.produced = edges.annotate, edges.produced
+    return {**{m: min(v) for m, v in out.items()}, **{m + " median": statistics.median(v) for m, v in out.items()}}
 
 
 def build(path: str, entries: int, runs: int) -> dict:
@@ -144,6 +189,8 @@ def _worker(argv: list[str]) -> None:
     what = argv[0]
     if what == "calls":
         print(json.dumps(call_costs(int(argv[1]))))
+    elif what == "hooks":
+        print(json.dumps(hook_costs(int(argv[1]), argv[2])))
     elif what == "build":
         print(json.dumps(build(argv[1], int(argv[2]), int(argv[3]))))
     else:

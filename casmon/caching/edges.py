@@ -48,16 +48,22 @@ _SKIP = frozenset({type(None), bool, int, float, complex, str, bytes})
 _CONTAINERS = (tuple, list)
 _PLAIN = frozenset({bytes, bytearray, str})
 _h128 = xxhash.xxh3_128_hexdigest
+_NOWHERE = object()
+_OPENS = frozenset(b"([")  # a container's encoding starts so: its items get digests of their own
 
 # id(object) -> (weak reference, key of the entry that produced it, whether the reference is to the object
 # itself). A row counts only while its reference is alive (and, for the object itself, is that object), so an id
-# the allocator hands out again is never taken for the old object; dead rows are swept every SWEEP inserts
-# (a reference without a callback costs a call less than one with). A numpy result's bases (the array or buffer
-# that owns its memory, whatever its type) are held by id anchored on the result: they live at least as long.
+# the allocator hands out again is never taken for the old object; dead rows are swept when the rows reach
+# ``_sweep_at`` (a reference without a callback costs a call less than one with). A numpy result's bases (the
+# array or buffer that owns its memory, whatever its type) are held by id anchored on the result: they live at
+# least as long.
 _by_id: dict[int, tuple[weakref.ref, bytes, bool, Any]] = {}
+#: numpy's ndarray once a result of that type was seen (numpy is never imported here)
+_ndarray: Any = None
 _no_weakref: set[type] = set()
 SWEEP = 4096
-_inserts = [0]
+# Rows reach this many: sweep. At least twice the live rows, so a sweep costs O(1) a row however many stay alive.
+_sweep_at = [SWEEP]
 
 
 # A hit's result, registered lazily: (weak reference, key, store url), turned into rows (with the numpy bases
@@ -71,6 +77,7 @@ def forget_all() -> None:
     """Forget every object remembered (tests; a forked child keeps its parent's, which stay true)."""
     _by_id.clear()
     _served.clear()
+    _sweep_at[0] = SWEEP
 
 
 def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> None:
@@ -107,6 +114,7 @@ def _sweep() -> None:
     for i, e in list(_by_id.items()):
         if e[0]() is None:
             _by_id.pop(i, None)
+    _sweep_at[0] = max(SWEEP, 2 * len(_by_id))
 
 
 def _known(v: Any, where: Any) -> bytes | None:
@@ -132,14 +140,16 @@ def _remember(v: Any, key: bytes, where: Any) -> bool:
         return False
     _by_id[i] = (r, key, True, where)
     if t.__module__ == "numpy":
+        if t.__name__ == "ndarray":
+            global _ndarray
+            _ndarray = t
         b = getattr(v, "base", None)
         n = 0
         while b is not None and n < 8:
             _by_id[id(b)] = (r, key, False, where)
             n += 1
             b = getattr(b, "base", None) if type(b).__module__ == "numpy" else None
-    _inserts[0] += 1
-    if _inserts[0] % SWEEP == 0:
+    if len(_by_id) >= _sweep_at[0]:
         _sweep()
     return True
 
@@ -148,9 +158,14 @@ def produced(value: Any, key: bytes, where: Any = None) -> None:
     """``value`` is what the entry ``key`` of the store at ``where`` (its url) holds: a call of that store that
     passes it on links to that entry."""
     try:
+        t = type(value)
+        if t is _ndarray and value.base is None:  # a fresh array that owns its memory (most results): one row
+            _by_id[id(value)] = (weakref.ref(value), key, True, where)
+            if len(_by_id) >= _sweep_at[0]:
+                _sweep()
+            return
         if _remember(value, key, where):
             return
-        t = type(value)
         if t in _CONTAINERS:
             items: Any = value[:ITEMS_MAX]
         elif t is dict:
@@ -260,7 +275,7 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
             a += nlen.get(name, 0)
             if b - a >= CONTENT_MIN:
                 out[name] = _h128(mv[a:b])
-            if raw[a:a + 1] not in (b"(", b"["):
+            if a >= b or raw[a] not in _OPENS:
                 continue  # neither a container nor a large value: the span said everything
         if name in known:
             continue
@@ -295,6 +310,19 @@ def _small_enough(v: Any) -> bool:
     return not isinstance(n, int) or n <= CONTENT_MAX
 
 
+def _unlinked(args: tuple) -> bool:
+    """None of ``args`` is a remembered object or holds one (plain values, fresh arrays): no walk."""
+    by_id = _by_id
+    for v in args:
+        t = type(v)
+        if t is _ndarray:
+            if v.base is not None or id(v) in by_id:
+                return False
+        elif t not in _SKIP:
+            return False
+    return True
+
+
 def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict, result: Any, spans: Any) -> None:
     """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something). A
     parameter linked by identity gets no second pass for its content: its producer is known."""
@@ -309,8 +337,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         up: dict[str, list[str]] = {}
         if _served:
             _drain()
-        if _by_id:
-            where = getattr(state._store, "url", None)
+        if _by_id and not (not kwargs and state._simple and _unlinked(args)):
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
                 named: Any = zip(state._names, args) if not kwargs else \
                     list(zip(state._names, args)) + list(kwargs.items())
@@ -320,20 +347,34 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                 except TypeError:
                     named = [(f"[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
             ignore = state.ignore
+            by_id = _by_id
+            where = _NOWHERE
             for name, v in named:
                 t = type(v)
                 # a value that is no remembered object and holds none (a plain value, a fresh array that owns
                 # its memory) has no producer here: no walk
-                if t in _SKIP or name in ignore or (
-                        id(v) not in _by_id and t not in _CONTAINERS and t is not dict
-                        and (t.__module__ != "numpy" or getattr(v, "base", None) is None)):
+                if t in _SKIP or (id(v) not in by_id and t not in _CONTAINERS and t is not dict and (
+                        v.base is None if t is _ndarray else
+                        t.__module__ != "numpy" or getattr(v, "base", None) is None)) or name in ignore:
                     continue
+                if where is _NOWHERE:
+                    where = getattr(state._store, "url", None)
                 keys = upstream([v], where)
                 if keys:
                     up[name] = [bytes(k).hex() for k in keys]
             if up:
                 entry["up"] = up
-        if not state._custom_key:
+        if spans is not None and not state._custom_key:
+            raw, parts = spans
+            if len(parts) == 1 and not up:  # one parameter: its span is its content, unless it holds more
+                c = _nlens.get(id(state))
+                name, a, b = parts[0]
+                if c is not None and c[0] is state._name_bytes and a is not None and not (state.files or state.hashers):
+                    a += c[1][name]
+                    if a < b and raw[a] not in _OPENS:
+                        if b - a >= CONTENT_MIN:
+                            entry["pc"] = {name: _h128(raw[a:b])}
+                        return
             pc = content_digests(state, args, kwargs, spans, up)
             if pc:
                 entry["pc"] = pc

@@ -740,7 +740,13 @@ def small_array_digest(a: Any) -> bytes | None:
         lead = b"A" + _len_prefixed(_dtype_key(dt))
         if len(_plain_leads) < 1024:
             _plain_leads[dt] = lead
-    head = lead + _pack_Q(a.ndim) + b"".join([_pack_Q(n) for n in a.shape])
+    shape = a.shape
+    dims = _shape_heads.get(shape)
+    if dims is None:
+        dims = _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
+        if len(_shape_heads) < 4096:
+            _shape_heads[shape] = dims
+    head = lead + dims
     if a.nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
         return xxhash.xxh3_128_digest(head + a.tobytes())
     h = xxhash.xxh3_128(head)
@@ -750,6 +756,8 @@ def small_array_digest(a: Any) -> bytes | None:
 
 #: Plain dtypes -> the start of their arrays' encoding (a dtype that needs more than its descriptor is never here).
 _plain_leads: dict[Any, bytes] = {}
+#: Shapes -> their part of an array's encoding (packing them costs more than the hash of a small array).
+_shape_heads: dict[tuple[int, ...], bytes] = {}
 
 
 _dtype_keys: dict[np.dtype, bytes] = {}
