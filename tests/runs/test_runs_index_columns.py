@@ -136,7 +136,8 @@ def test_a_non_finite_metric_value_in_the_columns_reads_back_as_that_float(store
     assert cell["last"] is not None and (cell["last"] != cell["last"] if value != value else cell["last"] == value)
 
 
-@pytest.mark.parametrize("offsets", ["key_off", "stamp_off", "slim_off", "name_off", "cell_off"])
+@pytest.mark.parametrize("offsets", ["key_off", "stamp_off", "slim_off", "name_off", "cell_off", "fcell_off", "tag_off",
+                                     "fname_off", "text_off"])
 @pytest.mark.parametrize("how", ["past the end", "backwards", "not from zero"])
 def test_an_offset_out_of_range_under_a_sound_checksum_is_not_used(store, offsets, how):
     path, direct = store
@@ -154,7 +155,8 @@ def test_an_offset_out_of_range_under_a_sound_checksum_is_not_used(store, offset
     assert _listed_after(path, crafted) == direct
 
 
-@pytest.mark.parametrize("column,value", [("status", 999), ("metric", 999), ("count", -1), ("has_digest", 2)])
+@pytest.mark.parametrize("column,value", [("status", 999), ("metric", 999), ("count", -1), ("has_digest", 2),
+                                          ("flag", 8), ("field", 999), ("fkind", 9), ("tag", 999)])
 def test_a_code_out_of_range_under_a_sound_checksum_is_not_used(store, column, value):
     path, direct = store
     raw = _sound(path)
@@ -184,6 +186,26 @@ def test_a_name_crafted_under_a_sound_checksum_that_is_not_text_is_not_used(stor
     v = index.columns(raw, "base").a["name"].copy()
     v[0] = 0xFF
     crafted = _crafted(raw, name=v)
+    with pytest.raises(DamagedObjectError):
+        index.decode(crafted, "base")
+    assert _listed_after(path, crafted) == direct
+
+
+@pytest.mark.parametrize("kind,value", [(1, 0.5), (1, 2.0**60), (2, 3.0), (3, None)])
+def test_a_parameter_cell_its_kind_cannot_hold_under_a_sound_checksum_is_not_used(store, kind, value):
+    """An integer that is not one (or past what a float holds exactly), a yes/no that is neither, text past the
+    texts: the file is rebuilt, never a cell the run's manifest does not hold."""
+    path, direct = store
+    raw = _sound(path)
+    a = index.columns(raw, "base").a
+    at = int(np.flatnonzero(a["fkind"] == 1)[0])
+    kinds, nums, codes = a["fkind"].copy(), a["fnum"].copy(), a["fstr"].copy()
+    kinds[at] = kind
+    if value is None:
+        codes[at] = len(index.columns(raw, "base").texts)
+    else:
+        nums[at] = value
+    crafted = _crafted(raw, fkind=kinds, fnum=nums, fstr=codes)
     with pytest.raises(DamagedObjectError):
         index.decode(crafted, "base")
     assert _listed_after(path, crafted) == direct

@@ -1,0 +1,103 @@
+"""A sort or filter over the runs index's parameter, info and tag columns shows what the runs' rows show:
+random runs (numbers, text, yes/no, empty, nested, lists, huge integers, a parameter and a metric of one name),
+tag edits after the index was written, and random filter expressions and sorts, through the index and without it."""
+
+import random
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import casmon
+from casmon.runs import index as runs_index
+from casmon.runs.tags import tag_run
+from casmon.ui import model, table
+
+pytestmark = pytest.mark.filterwarnings("ignore::casmon.RunWarning")
+
+KEYS = ["lr", "batch", "act", "loss", "flag", "note"]
+VALUES = [0, 1, -3, 2.5, 0.01, 1e-5, 10, "a", "B", "10", "", "relu", True, False, None, 2**60, [1, 2],
+          {"depth": 3}, {"depth": "deep"}, float("nan"), float("inf")]
+TAGS = ["baseline", "best", "x"]
+
+
+def _params(rng):
+    return {k: rng.choice(VALUES) for k in rng.sample(KEYS, rng.randint(0, 4))}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A store of random runs with a runs index (tags edited and runs ended after it was written) and its copy
+    without the index."""
+    rng = random.Random(46)
+    path = tmp_path_factory.mktemp("agree") / "s"
+    s = casmon.open(path)
+    for i in range(40):
+        if i == 34:
+            casmon.list_runs(s)  # the index's base, with its columns; the runs after it are read directly
+        with casmon.record(store=s, params=_params(rng), tags=rng.sample(TAGS, rng.randint(0, 2)),
+                           capture_output=False, system_metrics=False) as run:
+            run.info = {k: v for k, v in _params(rng).items() if k != "loss"}
+            if rng.random() < 0.8:
+                run.log(loss=rng.choice([0.1, 0.5, 2.0, float("nan")]), acc=rng.random())
+    casmon.list_runs(s)
+    for ref in ("runs/3", "runs/8", "runs/20"):
+        tag_run(ref, add=["edited", "baseline"], remove=["best"], store=s)  # edits after the base was written
+    plain = path.parent / "plain"
+    shutil.copytree(path, plain)
+    shutil.rmtree(plain / "runs-index")
+    assert runs_index.columns((path / "runs-index" / "base").read_bytes(), "base").fields
+    return path, plain
+
+
+def _page(path, **how):
+    view = table.runs_view(model.RunIndex(casmon.open(path, read_only=True)), per=100, **how)
+    return view.total, [e.ref for e, _r, _row in view.rows], view.error
+
+
+COLUMNS = ["lr", "batch", "act", "loss", "flag", "note", "param.lr", "info.lr", "param.act.depth", "metric.loss",
+           "acc", "status", "start"]
+_TERM = st.one_of(
+    st.builds(lambda c, o, v: f"{c}{o}{v}", st.sampled_from(COLUMNS), st.sampled_from(["<", "<=", ">", ">=", "=", "!="]),
+              st.sampled_from(["0", "1", "0.01", "2.5", "10", "a", "B", "relu", "yes", "no", "ok", "deep", "1e-5"])),
+    st.builds(lambda t: f"tag:{t}", st.sampled_from(TAGS + ["edited", "none"])))
+
+
+def _expr(depth):
+    if depth == 0:
+        return _TERM
+    return st.one_of(_TERM, st.builds(lambda a, j, b, p: f"({a} {j} {b})" if p else f"{a} {j} {b}",
+                                      _expr(depth - 1), st.sampled_from(["and", "or"]), _expr(depth - 1), st.booleans()))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_expr(2), st.sampled_from(["start", "param.lr", "info.lr", "param.act", "param.act.depth", "param.flag",
+                                  "info.note", "param.loss", "metric.loss", "run", "status"]), st.booleans())
+def test_a_filter_and_sort_through_the_columns_shows_what_the_rows_show(stores, q, sort, desc):
+    path, plain = stores
+    assert _page(path, q=q, sort=sort, desc=desc) == _page(plain, q=q, sort=sort, desc=desc)
+
+
+@pytest.mark.parametrize("sort", ["param.lr", "info.note", "param.act.depth", "param.nothing"])
+def test_a_sort_by_a_parameter_through_the_columns_shows_what_the_rows_show(stores, sort):
+    path, plain = stores
+    for desc in (True, False):
+        assert _page(path, sort=sort, desc=desc) == _page(plain, sort=sort, desc=desc)
+
+
+def test_a_filter_on_parameters_and_tags_parses_no_manifest_of_a_run_the_columns_hold(stores, monkeypatch):
+    path, _plain = stores
+    parsed = []
+    slim = runs_index.slim
+    monkeypatch.setattr(runs_index, "slim", lambda e, where: parsed.append(e[6]) or slim(e, where))
+    runs_index._read.clear()
+    idx = model.RunIndex(casmon.open(path, read_only=True))
+    idx.entries()
+    del parsed[:]
+    table.runs_view(idx, q="param.batch>0 or tag:baseline", sort="param.lr", per=1)
+    # only the runs whose cells the columns cannot hold (a list, a huge integer, a tag edit) and the page's run
+    cols = runs_index.columns((path / "runs-index" / "base").read_bytes(), "base")
+    odd = {cols.keys[i] for i in range(cols.n) if cols.a["flag"][i] & runs_index.FLAT_ROW}
+    assert 0 < len(odd) < cols.n - 10
+    assert len(parsed) <= len(odd | {"runs/3", "runs/8", "runs/20"}) + 1
