@@ -21,6 +21,7 @@ longer matches anything (never one that matches the new ref with the old content
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -84,7 +85,7 @@ class Columns:
         self.fields: dict[str, int] = {f: i for i, f in enumerate(fields or [])}
         self.texts: list[str] = texts or []
         self._cells: tuple[list[Any], ...] | None = None
-        self._fields: dict[str, dict[int, Any]] = {}
+        self._fields: dict[Any, Any] = {}
         self._tags: list[tuple[str, ...]] | None = None
 
     def cells(self) -> tuple[list[Any], ...]:
@@ -147,6 +148,37 @@ class Columns:
                     got[r] = x if k == 0 else int(x) if k == 1 else x == 1.0 if k == 2 else texts[j] if k == 3 else None
             self._fields[name] = got
         return got
+
+    def dense(self, name: str) -> tuple[Any, Any, Any]:
+        """Column ``name`` (``param.KEY``, ``info.KEY``) of every row: ``(kind, number, text code)`` arrays, kind
+        -1 where the row has no such cell, -2 where only the run's row can say, else 0 float, 1 int, 2 yes/no
+        (number 0 or 1), 3 text (its code in ``texts``), 4 empty (null)."""
+        got = self._fields.get((name,))
+        if got is None:
+            a = self.a
+            kind, num, code = np.full(self.n, -1, "i1"), np.zeros(self.n, "<f8"), np.zeros(self.n, "<i8")
+            fid = self.fields.get(name)
+            if fid is not None:
+                hit = np.flatnonzero(a["field"] == fid)
+                rows = np.searchsorted(a["fcell_off"], hit, "right") - 1
+                kind[rows], num[rows], code[rows] = a["fkind"][hit], a["fnum"][hit], a["fstr"][hit]
+            flag = a["flag"]
+            kind[(flag & FLAT_ROW).astype(bool) | ((flag & FLAT_MORE).astype(bool) & (fid is None))] = -2
+            got = (kind, num, code)
+            self._fields[(name,)] = got
+        return got
+
+    def tagged(self, tag: str) -> Any:
+        """Which rows' manifests tag them ``tag`` (rows only their row can say for are left False)."""
+        a = self.a
+        out = np.zeros(self.n, bool)
+        code = bisect.bisect_left(self.texts, tag)  # the texts are sorted
+        if code == len(self.texts) or self.texts[code] != tag:
+            return out
+        hit = np.flatnonzero(a["tag"] == code)
+        out[np.searchsorted(a["tag_off"], hit, "right") - 1] = True
+        out[(a["flag"] & FLAT_ROW).astype(bool)] = False
+        return out
 
     def tags(self, row: int) -> tuple[str, ...] | None:
         """Row ``row``'s tags as its manifest gives them (before any edit); None where only its row can say."""
@@ -311,7 +343,7 @@ def _check_flat(a: dict[str, Any], n: int, key: str) -> tuple[list[str], list[st
     fields = _texts(a["fname_off"], a["fname"], "field name", key)
     texts = _texts(a["text_off"], a["text"], "text", key)
     f, t = len(a["field"]), len(a["tag"])
-    if (len(set(fields)) != len(fields) or len(set(texts)) != len(texts)
+    if (len(set(fields)) != len(fields) or texts != sorted(set(texts))
             or not all(x.startswith(("param.", "info.")) and not x.endswith(".") for x in fields)):
         raise DamagedObjectError(key, "its parameter fields or texts are not named once each")
     _check_rows(a["fcell_off"], a["field"], f, key, "parameter")

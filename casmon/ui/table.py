@@ -720,6 +720,31 @@ def _cells_of(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], parse:
     return row
 
 
+def _from_rows(index: RunIndex, entries: list[Entry], query: Expr, terms: list[Term], tagged: bool, sort: str,
+               desc: bool, error: str) -> tuple[list[Entry], str]:
+    """The runs that pass ``query`` in order, made from every run's row (from the index where it holds the run),
+    and what is wrong with the filter."""
+    fast = None
+    if terms and not error:
+        try:
+            fast = _filtered_from_columns(index, entries, query, terms, tagged, sort)
+        except AmbiguousColumn as e:  # what a full row would say too: every run is shown
+            error = str(e)
+    if (not terms or error) and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
+        return [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)], error
+    if fast is not None:
+        return [x[0] for x in _sorted_rows(fast, sort, desc)], error
+    every = [(e, *index.row(e, row_of)) for e in entries]
+    if terms and not error:
+        try:
+            test = compile_query(query, [row for _e, _r, row in every],
+                                 _current_tags(index.store) if tagged else tags_of)
+            every = [x for x in every if test(x[1], x[2])]
+        except FilterError as e:
+            error = str(e)
+    return [x[0] for x in _sorted_rows(every, sort, desc)], error
+
+
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
               per: int = 50) -> RunsView:
     """One page of the runs table. The default order (by start), and a sort by run, status, start or a metric
@@ -744,26 +769,15 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         cached = None if tagged else index.views.get(key)
         if cached is None:
             sort = sort if is_column(sort) else "start"
-            fast = None
-            if terms:
-                try:
-                    fast = _filtered_from_columns(index, entries, query, terms, tagged, sort)
-                except AmbiguousColumn as e:  # what a full row would say too: every run is shown
-                    error = str(e)
-            if (not terms or error) and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
-                cached = [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)]
-            elif fast is not None:
-                cached = [x[0] for x in _sorted_rows(fast, sort, desc)]
-            else:
-                every = [(e, *index.row(e, row_of)) for e in entries]
-                if terms and not error:
-                    try:
-                        test = compile_query(query, [row for _e, _r, row in every],
-                                             _current_tags(index.store) if tagged else tags_of)
-                        every = [x for x in every if test(x[1], x[2])]
-                    except FilterError as e:
-                        error = str(e)
-                cached = [x[0] for x in _sorted_rows(every, sort, desc)]
+            from casmon.ui import vectors
+
+            try:
+                cached = vectors.view(index, entries, query, sort, desc, tagged)
+            except AmbiguousColumn as e:  # what a full row would say too: every run is shown
+                error = str(e)
+                cached = vectors.view(index, entries, None, sort, desc, False)
+            if cached is None:  # a word, a column only rows hold, a term the rows must explain
+                cached, error = _from_rows(index, entries, query, terms, tagged, sort, desc, error)
             if index.complete(entries) and not error and not tagged:  # valid while this listing is
                 index.views[key] = cached
                 while len(index.views) > 8:
