@@ -77,7 +77,7 @@ class Columns:
     time a run's summary is asked for; a parameter column's cells, or the runs' tags, the first time a sort or
     a filter asks for them."""
 
-    __slots__ = ("n", "keys", "metrics", "statuses", "a", "fields", "texts", "_cells", "_fields", "_tags")
+    __slots__ = ("n", "keys", "metrics", "statuses", "a", "fields", "texts", "_cells", "_fields", "_tags", "_asked")
 
     def __init__(self, n: int, keys: list[str], metrics: list[str], statuses: list[str],
                  a: dict[str, Any], fields: list[str] | None = None, texts: list[str] | None = None) -> None:
@@ -85,6 +85,7 @@ class Columns:
         self.fields: dict[str, int] = {f: i for i, f in enumerate(fields or [])}
         self.texts: list[str] = texts or []
         self._cells: tuple[list[Any], ...] | None = None
+        self._asked = 0
         self._fields: dict[Any, Any] = {}
         self._tags: list[tuple[str, ...]] | None = None
 
@@ -99,7 +100,18 @@ class Columns:
         return self._cells
 
     def summary(self, row: int) -> dict[str, dict[str, Any]]:
-        """Row ``row``'s metric cells (a new dict each call)."""
+        """Row ``row``'s metric cells (a new dict each call): the first few asked for (a page's) sliced from the
+        columns, then every row's made at once (a listing's)."""
+        if self._cells is None and self._asked < _SLICED:
+            self._asked += 1
+            a = self.a
+            i, j = int(a["cell_off"][row]), int(a["cell_off"][row + 1])
+            names = [self.metrics[m] for m in a["metric"][i:j].tolist()]
+            dg = a["digest"][32 * i: 32 * j].tobytes().decode("ascii")
+            cols = [a[f][i:j].tolist() for f in ("count", "last", "step", "time", "min", "max", "has_digest")]
+            return {names[k]: {"n": cols[0][k], "last": cols[1][k], "step": cols[2][k], "time": cols[3][k],
+                               "min": cols[4][k], "max": cols[5][k],
+                               "digest": dg[32 * k: 32 * k + 32] if cols[6][k] else None} for k in range(j - i)}
         off, names, last, t, lo, hi, n, step, dg = self._cells or self.cells()
         return {names[j]: {"n": n[j], "last": last[j], "step": step[j], "time": t[j], "min": lo[j], "max": hi[j],
                            "digest": dg[j]} for j in range(off[row], off[row + 1])}
@@ -188,6 +200,8 @@ class Columns:
         return None if self.a["flag"][row] & FLAT_ROW else self._tags[row]
 
 
+#: Rows' metric summaries made one at a time before every row's are made at once.
+_SLICED = 256
 #: A row's flags: its parameter and info cells and tags are read from its row (a stored value, a list among its
 #: parameters, a manifest not read as one); it has keys past the columns' fields.
 FLAT_ROW, FLAT_MORE = 1, 2

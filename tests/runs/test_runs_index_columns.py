@@ -209,3 +209,14 @@ def test_a_parameter_cell_its_kind_cannot_hold_under_a_sound_checksum_is_not_use
     with pytest.raises(DamagedObjectError):
         index.decode(crafted, "base")
     assert _listed_after(path, crafted) == direct
+
+
+def test_a_run_s_metric_cells_sliced_for_a_page_are_those_made_for_a_listing(made):
+    _path, _direct, raw = made
+    sliced = index.columns(raw, "base")
+    every = index.columns(raw, "base")
+    every.cells()
+    for i in range(sliced.n):
+        got, want = sliced.summary(i), every.summary(i)
+        assert got == want and [type(v) for c in got.values() for v in c.values()] == [
+            type(v) for c in want.values() for v in c.values()]
