@@ -56,7 +56,6 @@ ENTRY_MAX = 16384
 FILE_MAX = 1 << 31
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
-_HEXES = re.compile(r"[0-9a-f]*")
 
 #: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status, time the stamp was
 #: taken, settled]`` (settled: the stamp was found settled already, :func:`settled`; a made entry may leave it
@@ -500,11 +499,15 @@ def columns(raw: bytes, key: str) -> Columns:
         inner[co[1:-1][(co[1:-1] > 0) & (co[1:-1] < c)] - 1] = False
         if bool((step[inner] <= 0).any()):
             raise DamagedObjectError(key, "a run's metrics are not each named once")
-    if not _HEXES.fullmatch(a["target"].tobytes().decode("latin-1")) or not _HEXES.fullmatch(
-            a["digest"].tobytes().decode("latin-1")):
+    if not _hex(a["target"]) or not _hex(a["digest"]):
         raise DamagedObjectError(key, "a run's manifest or a metric's digest is not hex")
     fields, texts = _check_flat(a, n, key)
     return Columns(n, keys, metrics, statuses, a, fields, texts)
+
+
+def _hex(b: Any) -> bool:
+    """Every byte of ``b`` a lowercase hex digit."""
+    return bool((((b >= 48) & (b <= 57)) | ((b >= 97) & (b <= 102))).all())
 
 
 def decode(raw: bytes, key: str) -> dict[str, Entry]:

@@ -220,3 +220,16 @@ def test_a_run_s_metric_cells_sliced_for_a_page_are_those_made_for_a_listing(mad
         got, want = sliced.summary(i), every.summary(i)
         assert got == want and [type(v) for c in got.values() for v in c.values()] == [
             type(v) for c in want.values() for v in c.values()]
+
+
+@pytest.mark.parametrize("column", ["target", "digest"])
+@pytest.mark.parametrize("byte", [ord("g"), ord("A"), ord("/"), ord(":"), 0, 0xFF])
+def test_a_digest_that_is_not_lowercase_hex_under_a_sound_checksum_is_not_used(store, column, byte):
+    path, direct = store
+    raw = _sound(path)
+    v = index.columns(raw, "base").a[column].copy()
+    v[len(v) // 2] = byte
+    crafted = _crafted(raw, **{column: v})
+    with pytest.raises(DamagedObjectError):
+        index.decode(crafted, "base")
+    assert _listed_after(path, crafted) == direct
