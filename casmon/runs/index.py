@@ -505,9 +505,13 @@ def columns(raw: bytes, key: str) -> Columns:
     return Columns(n, keys, metrics, statuses, a, fields, texts)
 
 
+_HEX_BYTES = np.zeros(256, bool)
+_HEX_BYTES[list(b"0123456789abcdef")] = True
+
+
 def _hex(b: Any) -> bool:
     """Every byte of ``b`` a lowercase hex digit."""
-    return bool((((b >= 48) & (b <= 57)) | ((b >= 97) & (b <= 102))).all())
+    return bool(_HEX_BYTES[b].all())
 
 
 def decode(raw: bytes, key: str) -> dict[str, Entry]:

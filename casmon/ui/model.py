@@ -219,15 +219,15 @@ class RunIndex:
         in the index (deleted, never built), from their newest run record (one read of the table for all)."""
         stamps, at = self._stamps()  # before anything is read: a ref written meanwhile is read again
         # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
-        tails = self._tails() if stamps is None else [n[len(RUN_REFS) + 1:] for n in ref_names(
-            {"refs/" + k: v for k, v in stamps.items()})]
+        refs = [f"{RUN_REFS}/{t}" for t in self._tails()] if stamps is None else ref_names(
+            {"refs/" + k: v for k, v in stamps.items()})
         by_ref = self._index_entries()
         serial = self._stamp()
         out = []
         rest = []
-        settled, store, get = runs_index.settled, self.store, by_ref.get
-        for tail in tails:
-            ref = "runs/" + tail
+        settled, store, get, cut = runs_index.settled, self.store, by_ref.get, len(RUN_REFS) + 1
+        for ref in refs:
+            tail = ref[cut:]
             ie = get(ref)
             stamp = stamps.get(ref) if stamps is not None else None
             if ie is not None and stamp is not None and ie[0] == stamp and settled(store, ie, at):
