@@ -109,3 +109,24 @@ def test_a_filter_on_parameters_and_tags_parses_no_manifest_of_a_run_the_columns
     odd = {cols.keys[i] for i in range(cols.n) if cols.a["flag"][i] & runs_index.FLAT_ROW}
     assert 0 < len(odd) < cols.n - 10
     assert len(parsed) <= len(odd | {"runs/3", "runs/8", "runs/20"}) + 1
+
+
+def test_keys_past_the_columns_fields_are_sorted_and_filtered_from_the_runs_rows(tmp_path, monkeypatch):
+    """A store with more distinct keys than the index gives columns: a run with others is read from its row for
+    those, and every sort and filter shows what the rows show."""
+    monkeypatch.setattr(runs_index, "FIELDS_MAX", 2)
+    path = tmp_path / "s"
+    s = casmon.open(path)
+    for i in range(8):
+        with casmon.record(store=s, params={f"k{i % 4}": i, "k0": i % 3, f"t{i % 2}": "ab"[i % 2]},
+                           capture_output=False, system_metrics=False):
+            pass
+    casmon.list_runs(s)
+    cols = runs_index.columns((path / "runs-index" / "base").read_bytes(), "base")
+    assert len(cols.fields) == 2 and (cols.a["flag"] & runs_index.FLAT_MORE).any()
+    plain = tmp_path / "plain"
+    shutil.copytree(path, plain)
+    shutil.rmtree(plain / "runs-index")
+    for how in ({"sort": "param.k1"}, {"sort": "param.k3", "desc": False}, {"sort": "param.t1"},
+                {"q": "k1>0"}, {"q": "k3>=0 or k0=1"}, {"q": "t0=a or t1=b", "sort": "param.k0"}, {"q": "k2<5"}):
+        assert _page(path, **how) == _rows_page(plain, **how)
