@@ -86,6 +86,7 @@ class Entry:
     born: int = 0  # ... when the index first listed it
     stamp: str | None = None  # the ref's stamp, taken (at time ``stamped``) before what the entry says was read
     stamped: float = 0.0
+    settled: bool = False  # ``stamp`` was found settled (the ref written well before it was taken): it stays so
 
     def same(self, other: Entry) -> bool:
         return (self.status, self.digest, self.name, self.ref_data) == (other.status, other.digest, other.name,
@@ -191,7 +192,13 @@ class RunIndex:
         """True if ended entry ``e``'s ref may have been written since the entry was made."""
         if stamps is None or e.stamp is None:
             return False  # no stamps: an ended run is taken as final
-        return stamps.get(e.ref) != e.stamp or not self.store.backend.stamp_settled(e.stamp, min(e.stamped, now))
+        if stamps.get(e.ref) != e.stamp:
+            return True
+        if e.settled and e.stamped <= now:
+            return False
+        ok = self.store.backend.stamp_settled(e.stamp, min(e.stamped, now))
+        e.settled = ok and e.stamped <= now  # a stamp taken by a clock ahead of this one is checked again
+        return not ok
 
     def _stamp(self) -> int:
         self.serial = next(self._changes)
@@ -231,7 +238,8 @@ class RunIndex:
             ie = get(ref)
             stamp = stamps.get(ref) if stamps is not None else None
             if ie is not None and stamp is not None and ie[0] == stamp and settled(store, ie, at):
-                out.append(Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at))
+                out.append(Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at,
+                                 True))  # settled() found the stamp settled by now
             else:
                 rest.append(tail)
         newest: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -280,7 +288,9 @@ class RunIndex:
         """The listing brought up to date: runs added and removed, live runs read again from their refs."""
         assert self._entries is not None
         stamps, at = self._stamps()
-        tails = self._tails()
+        # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
+        tails = self._tails() if stamps is None else {n[len(RUN_REFS) + 1:] for n in ref_names(
+            {"refs/" + k: v for k, v in stamps.items()})}
         out: list[Entry] = []
         changed = False
         for e in self._entries:
@@ -298,7 +308,7 @@ class RunIndex:
                     now.serial, now.born = self._stamp(), e.born
                     e, changed = now, True
                 else:
-                    e.stamp, e.stamped = now.stamp, at
+                    e.stamp, e.stamped, e.settled = now.stamp, at, False
             out.append(e)
         for tail in sorted(tails - {e.tail for e in self._entries}, key=run_number):
             new = self._from_ref(tail)
