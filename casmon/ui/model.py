@@ -51,6 +51,8 @@ from casmon.runs.listing import indexed_run, ref_names
 
 #: A listing younger than this is served as it is (a page and the polls of its script share one).
 FRESH_SECONDS = 1.0
+#: The longest a listing stands on its refs' folder's unchanged stamp before every ref's stamp is looked at again.
+FULL_LOOK_SECONDS = 30.0
 #: Statuses a run leaves: its ref is read again at every revalidation. Any other status is final.
 LIVE_STATUSES = frozenset({"running", "claimed"})
 #: More runs than this missing from the store's runs index: the first listing reads the run record table (one
@@ -154,6 +156,7 @@ class RunIndex:
         self.idle: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         self._loader: threading.Thread | None = None
+        self._folder: tuple[str, bool, float] | None = None  # the refs' folder's stamp, settled, when looked at
         self._series: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._series_lock = threading.Lock()
 
@@ -285,8 +288,21 @@ class RunIndex:
         return self._indexed.get(e.digest) if self._indexed is not None else None
 
     def _revalidate(self) -> Listing:
-        """The listing brought up to date: runs added and removed, live runs read again from their refs."""
+        """The listing brought up to date: runs added and removed, live runs read again from their refs. Where
+        the refs' folder has a settled stamp that has not changed since the last full look (no ref written,
+        added or removed since), the listing stands as it is, for up to ``FULL_LOOK_SECONDS``."""
         assert self._entries is not None
+        at = time.time()
+        try:
+            folder = self.store.backend.folder_stamp(f"refs/{RUN_REFS}")
+        except OSError:
+            folder = None
+        seen = self._folder
+        if (folder is not None and seen is not None and seen[0] == folder and seen[1]
+                and time.monotonic() - seen[2] < FULL_LOOK_SECONDS):
+            return self._entries
+        settled = folder is not None and self.store.backend.stamp_settled(folder, at)
+        self._folder = (folder, settled, time.monotonic()) if folder is not None else None
         stamps, at = self._stamps()
         # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
         tails = self._tails() if stamps is None else {n[len(RUN_REFS) + 1:] for n in ref_names(
