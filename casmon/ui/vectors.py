@@ -77,11 +77,11 @@ def frame(index: RunIndex, entries: list[Entry]) -> Frame:
     """The listing's frame, kept while the listing stands."""
     key = ("frame", getattr(entries, "serial", None))
     got = index.cells.get(key)
-    if got is None or got[0].entries is not entries:  # type: ignore[attr-defined]
+    if got is None or got[0].entries is not entries:
         got = [Frame(index, entries)]
         if key[1] is not None:
             index.cells[key] = got
-    return got[0]  # type: ignore[no-any-return]
+    return got[0]
 
 
 def column(index: RunIndex, f: Frame, col: str) -> Cells:
