@@ -223,10 +223,23 @@ class RunIndex:
                      str(status) if type(status) is str else ("claimed" if got.target is None else "?"),
                      t if is_number(t) else 0.0, got.target.hex() if got.target else None, dict(data))
 
+    def _look_at_folder(self) -> tuple[str, bool, float] | None:
+        """The refs' folder's stamp, whether it is settled, and when (monotonic) it was taken; kept as the last
+        full look's (taken before the look's listing, so a ref written meanwhile changes it)."""
+        at = time.time()
+        try:
+            folder = self.store.backend.folder_stamp(f"refs/{RUN_REFS}")
+        except OSError:
+            folder = None
+        self._folder = None if folder is None else (folder, self.store.backend.stamp_settled(folder, at),
+                                                    time.monotonic())
+        return self._folder
+
     def _first_listing(self) -> Listing:
         """Every run under ``refs/runs``: an ended run whose ref is unchanged since the store's runs index
         entry for it was made, from that entry (no read); the others from their refs, or, when many are not
         in the index (deleted, never built), from their newest run record (one read of the table for all)."""
+        self._look_at_folder()
         stamps, at = self._stamps()  # before anything is read: a ref written meanwhile is read again
         # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
         refs = [f"{RUN_REFS}/{t}" for t in self._tails()] if stamps is None else ref_names(
@@ -292,17 +305,12 @@ class RunIndex:
         the refs' folder has a settled stamp that has not changed since the last full look (no ref written,
         added or removed since), the listing stands as it is, for up to ``FULL_LOOK_SECONDS``."""
         assert self._entries is not None
-        at = time.time()
-        try:
-            folder = self.store.backend.folder_stamp(f"refs/{RUN_REFS}")
-        except OSError:
-            folder = None
         seen = self._folder
-        if (folder is not None and seen is not None and seen[0] == folder and seen[1]
-                and time.monotonic() - seen[2] < FULL_LOOK_SECONDS):
+        now = self._look_at_folder()
+        if (now is not None and seen is not None and seen[0] == now[0] and seen[1]
+                and now[2] - seen[2] < FULL_LOOK_SECONDS):
+            self._folder = seen  # the time of the last full look stands
             return self._entries
-        settled = folder is not None and self.store.backend.stamp_settled(folder, at)
-        self._folder = (folder, settled, time.monotonic()) if folder is not None else None
         stamps, at = self._stamps()
         # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
         tails = self._tails() if stamps is None else {n[len(RUN_REFS) + 1:] for n in ref_names(
