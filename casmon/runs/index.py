@@ -160,6 +160,19 @@ class Columns:
             self._fields[name] = got
         return got
 
+    def flat_rows(self) -> list[dict[str, Any]]:
+        """Every row's parameter and info cells from the columns (a fold copies them into the next file)."""
+        got = self._fields.get(())
+        if got is None:
+            a, texts = self.a, self.texts
+            names = list(self.fields)
+            off = a["fcell_off"].tolist()
+            cells = [(names[f], x if k == 0 else int(x) if k == 1 else x == 1.0 if k == 2 else texts[j] if k == 3
+                      else None) for f, k, x, j in zip(a["field"].tolist(), a["fkind"].tolist(), a["fnum"].tolist(),
+                                                       a["fstr"].tolist())]
+            got = self._fields[()] = [dict(cells[off[r]: off[r + 1]]) for r in range(self.n)]
+        return got
+
     def dense(self, name: str) -> tuple[Any, Any, Any]:
         """Column ``name`` (``param.KEY``, ``info.KEY``) of every row: ``(kind, number, text code)`` arrays, kind
         -1 where the row has no such cell, -2 where only the run's row can say, else 0 float, 1 int, 2 yes/no
@@ -237,11 +250,9 @@ def _flat_of(e: Entry) -> tuple[int, dict[str, Any], tuple[str, ...]]:
         if flag & FLAT_ROW:
             return FLAT_ROW, {}, ()
         if not flag & FLAT_MORE:
-            names = [f for f in cols.fields if i in cols.field(f)]
-            got = cols.flat(i, names)
             tags = cols.tags(i)
-            if got is not None and tags is not None:
-                return 0, got, tags
+            if tags is not None:
+                return 0, dict(cols.flat_rows()[i]), tags
     m = slim(e, f"runs index entry {e[6]}")
     return flat(m, _slim_text(e)) if m is not None else (FLAT_ROW, {}, ())
 

@@ -306,9 +306,9 @@ class RunIndex:
         added or removed since), the listing stands as it is, for up to ``FULL_LOOK_SECONDS``."""
         assert self._entries is not None
         seen = self._folder
-        now = self._look_at_folder()
-        if (now is not None and seen is not None and seen[0] == now[0] and seen[1]
-                and now[2] - seen[2] < FULL_LOOK_SECONDS):
+        look = self._look_at_folder()
+        if (look is not None and seen is not None and seen[0] == look[0] and seen[1]
+                and look[2] - seen[2] < FULL_LOOK_SECONDS):
             self._folder = seen  # the time of the last full look stands
             return self._entries
         stamps, at = self._stamps()

@@ -233,3 +233,17 @@ def test_a_digest_that_is_not_lowercase_hex_under_a_sound_checksum_is_not_used(s
     with pytest.raises(DamagedObjectError):
         index.decode(crafted, "base")
     assert _listed_after(path, crafted) == direct
+
+
+def test_a_fold_copies_each_run_s_parameter_cells_and_tags_as_its_manifest_gives_them(made):
+    """A new base copies the parameter, info and tag columns of the file it folds; they are what each run's
+    manifest text makes of them."""
+    _path, _direct, raw = made
+    first = index.columns(raw, "base")
+    again = index.columns(index.encode(index.decode(raw, "base")), "base")
+    entries = index.decode(raw, "base")
+    for i, k in enumerate(first.keys):
+        e = entries[k]
+        flag, cells, tags = index.flat(index.slim(e, "test"), e[2])
+        assert flag == 0 and first.flat_rows()[i] == cells == again.flat_rows()[again.keys.index(k)]
+        assert first.tags(i) == tags == again.tags(again.keys.index(k)) and tags
