@@ -21,6 +21,7 @@ longer matches anything (never one that matches the new ref with the old content
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -46,7 +47,7 @@ __all__ = ["INDEX_DIR", "BASE", "FOLD_AT", "ENTRY_MAX", "Entry", "load", "fold",
 INDEX_DIR = "runs-index/"
 BASE = INDEX_DIR + "base"
 _DELTA = "d-"
-_MAGIC = b"casmon-runs-index 7 "
+_MAGIC = b"casmon-runs-index 8 "
 #: New entries (runs read directly) plus delta files from which a listing writes a new base.
 FOLD_AT = 32
 #: A manifest larger than this (JSON bytes) is not copied into the index: the run is read directly.
@@ -55,7 +56,6 @@ ENTRY_MAX = 16384
 FILE_MAX = 1 << 31
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
-_HEXES = re.compile(r"[0-9a-f]*")
 
 #: ``[stamp, target hex, slim manifest, {"heartbeat"}, metric summary, start, name, status, time the stamp was
 #: taken, settled]`` (settled: the stamp was found settled already, :func:`settled`; a made entry may leave it
@@ -73,14 +73,20 @@ _U64 = np.dtype("<u8")
 class Columns:
     """One index file's columns (numpy arrays, read in bulk): each row a run, the metric cells of row ``i``
     at ``cell_off[i]:cell_off[i + 1]`` of the cell columns. Python lists of the cell columns are made the first
-    time a run's summary is asked for."""
+    time a run's summary is asked for; a parameter column's cells, or the runs' tags, the first time a sort or
+    a filter asks for them."""
 
-    __slots__ = ("n", "keys", "metrics", "statuses", "a", "_cells")
+    __slots__ = ("n", "keys", "metrics", "statuses", "a", "fields", "texts", "_cells", "_fields", "_tags", "_asked")
 
     def __init__(self, n: int, keys: list[str], metrics: list[str], statuses: list[str],
-                 a: dict[str, Any]) -> None:
+                 a: dict[str, Any], fields: list[str] | None = None, texts: list[str] | None = None) -> None:
         self.n, self.keys, self.metrics, self.statuses, self.a = n, keys, metrics, statuses, a
+        self.fields: dict[str, int] = {f: i for i, f in enumerate(fields or [])}
+        self.texts: list[str] = texts or []
         self._cells: tuple[list[Any], ...] | None = None
+        self._asked = 0
+        self._fields: dict[Any, Any] = {}
+        self._tags: list[tuple[str, ...]] | None = None
 
     def cells(self) -> tuple[list[Any], ...]:
         if self._cells is None:
@@ -93,7 +99,18 @@ class Columns:
         return self._cells
 
     def summary(self, row: int) -> dict[str, dict[str, Any]]:
-        """Row ``row``'s metric cells (a new dict each call)."""
+        """Row ``row``'s metric cells (a new dict each call): the first few asked for (a page's) sliced from the
+        columns, then every row's made at once (a listing's)."""
+        if self._cells is None and self._asked < _SLICED:
+            self._asked += 1
+            a = self.a
+            i, j = int(a["cell_off"][row]), int(a["cell_off"][row + 1])
+            names = [self.metrics[m] for m in a["metric"][i:j].tolist()]
+            dg = a["digest"][32 * i: 32 * j].tobytes().decode("ascii")
+            cols = [a[f][i:j].tolist() for f in ("count", "last", "step", "time", "min", "max", "has_digest")]
+            return {names[k]: {"n": cols[0][k], "last": cols[1][k], "step": cols[2][k], "time": cols[3][k],
+                               "min": cols[4][k], "max": cols[5][k],
+                               "digest": dg[32 * k: 32 * k + 32] if cols[6][k] else None} for k in range(j - i)}
         off, names, last, t, lo, hi, n, step, dg = self._cells or self.cells()
         return {names[j]: {"n": n[j], "last": last[j], "step": step[j], "time": t[j], "min": lo[j], "max": hi[j],
                            "digest": dg[j]} for j in range(off[row], off[row + 1])}
@@ -112,6 +129,133 @@ class Columns:
             present[rows[hit]] = True
         return vals, present
 
+    def flat(self, row: int, names: Any) -> dict[str, Any] | None:
+        """Row ``row``'s cells of columns ``names`` (``param.KEY``, ``info.KEY``) as the run's table row holds
+        them; None where only the run's row can say (a stored value, a list among its parameters, a key past
+        the columns' fields)."""
+        flag = int(self.a["flag"][row])
+        if flag & FLAT_ROW or flag & FLAT_MORE and any(c not in self.fields for c in names):
+            return None
+        out = {}
+        for c in names:
+            got = self.field(c)
+            if row in got:
+                out[c] = got[row]
+        return out
+
+    def field(self, name: str) -> dict[int, Any]:
+        """Column ``name``'s cells by row, for the rows that have it (none for a name past the fields)."""
+        got = self._fields.get(name)
+        if got is None:
+            a = self.a
+            got = {}
+            fid = self.fields.get(name)
+            if fid is not None:
+                hit = np.flatnonzero(a["field"] == fid)
+                rows = (np.searchsorted(a["fcell_off"], hit, "right") - 1).tolist()
+                kinds, nums, strs, texts = a["fkind"][hit].tolist(), a["fnum"][hit].tolist(), a["fstr"][hit].tolist(), \
+                    self.texts
+                for r, k, x, j in zip(rows, kinds, nums, strs):
+                    got[r] = x if k == 0 else int(x) if k == 1 else x == 1.0 if k == 2 else texts[j] if k == 3 else None
+            self._fields[name] = got
+        return got
+
+    def flat_rows(self) -> list[dict[str, Any]]:
+        """Every row's parameter and info cells from the columns (a fold copies them into the next file)."""
+        got = self._fields.get(())
+        if got is None:
+            a, texts = self.a, self.texts
+            names = list(self.fields)
+            off = a["fcell_off"].tolist()
+            cells = [(names[f], x if k == 0 else int(x) if k == 1 else x == 1.0 if k == 2 else texts[j] if k == 3
+                      else None) for f, k, x, j in zip(a["field"].tolist(), a["fkind"].tolist(), a["fnum"].tolist(),
+                                                       a["fstr"].tolist())]
+            got = self._fields[()] = [dict(cells[off[r]: off[r + 1]]) for r in range(self.n)]
+        return got
+
+    def dense(self, name: str) -> tuple[Any, Any, Any]:
+        """Column ``name`` (``param.KEY``, ``info.KEY``) of every row: ``(kind, number, text code)`` arrays, kind
+        -1 where the row has no such cell, -2 where only the run's row can say, else 0 float, 1 int, 2 yes/no
+        (number 0 or 1), 3 text (its code in ``texts``), 4 empty (null)."""
+        got = self._fields.get((name,))
+        if got is None:
+            a = self.a
+            kind, num, code = np.full(self.n, -1, "i1"), np.zeros(self.n, "<f8"), np.zeros(self.n, "<i8")
+            fid = self.fields.get(name)
+            if fid is not None:
+                hit = np.flatnonzero(a["field"] == fid)
+                rows = np.searchsorted(a["fcell_off"], hit, "right") - 1
+                kind[rows], num[rows], code[rows] = a["fkind"][hit], a["fnum"][hit], a["fstr"][hit]
+            flag = a["flag"]
+            kind[(flag & FLAT_ROW).astype(bool) | ((flag & FLAT_MORE).astype(bool) & (fid is None))] = -2
+            got = (kind, num, code)
+            self._fields[(name,)] = got
+        return got
+
+    def tagged(self, tag: str) -> Any:
+        """Which rows' manifests tag them ``tag`` (rows only their row can say for are left False)."""
+        a = self.a
+        out = np.zeros(self.n, bool)
+        code = bisect.bisect_left(self.texts, tag)  # the texts are sorted
+        if code == len(self.texts) or self.texts[code] != tag:
+            return out
+        hit = np.flatnonzero(a["tag"] == code)
+        out[np.searchsorted(a["tag_off"], hit, "right") - 1] = True
+        out[(a["flag"] & FLAT_ROW).astype(bool)] = False
+        return out
+
+    def tags(self, row: int) -> tuple[str, ...] | None:
+        """Row ``row``'s tags as its manifest gives them (before any edit); None where only its row can say."""
+        if self._tags is None:
+            off, codes, texts = self.a["tag_off"].tolist(), self.a["tag"].tolist(), self.texts
+            self._tags = [tuple(texts[c] for c in codes[off[i]: off[i + 1]]) for i in range(self.n)]
+        return None if self.a["flag"][row] & FLAT_ROW else self._tags[row]
+
+
+#: Rows' metric summaries made one at a time before every row's are made at once.
+_SLICED = 256
+#: A row's flags: its parameter and info cells and tags are read from its row (a stored value, a list among its
+#: parameters, a manifest not read as one); it has keys past the columns' fields.
+FLAT_ROW, FLAT_MORE = 1, 2
+#: At most this many ``param.``/``info.`` keys (the most common) get columns; a run's others are read from its row.
+FIELDS_MAX = 256
+_EXACT = float(1 << 53)
+
+
+def flat(m: dict[str, Any], text: str) -> tuple[int, dict[str, Any], tuple[str, ...]]:
+    """Of slim manifest ``m`` (``text`` its JSON): ``(flag, the param./info. cells the run's table row holds,
+    its tags before any edit)``; a cell whose value the columns cannot hold exactly sets ``FLAT_ROW``."""
+    from casmon.runs.params import flatten
+    from casmon.runs.tags import merged
+
+    cells: dict[str, Any] = {}
+    params, info = m.get("params", {}), m.get("info", {})
+    if type(params) is not dict or type(info) is not dict or '"$"' in text:
+        return FLAT_ROW, {}, ()
+    for k, v in flatten(params).items():
+        cells["param." + k] = v
+    for k, v in flatten(info).items():
+        if v is None or type(v) in (str, int, float, bool):
+            cells["info." + k] = v
+    for v in cells.values():
+        if not (v is None or type(v) in (str, float, bool) or type(v) is int and -_EXACT <= v <= _EXACT):
+            return FLAT_ROW, {}, ()
+    return 0, cells, merged(m, [])[0]
+
+
+def _flat_of(e: Entry) -> tuple[int, dict[str, Any], tuple[str, ...]]:
+    if type(e[4]) is tuple:
+        cols, i = e[4]
+        flag = int(cols.a["flag"][i])
+        if flag & FLAT_ROW:
+            return FLAT_ROW, {}, ()
+        if not flag & FLAT_MORE:
+            tags = cols.tags(i)
+            if tags is not None:
+                return 0, dict(cols.flat_rows()[i]), tags
+    m = slim(e, f"runs index entry {e[6]}")
+    return flat(m, _slim_text(e)) if m is not None else (FLAT_ROW, {}, ())
+
 
 #: The file's columns: name, dtype, rows (``n``: one a run, ``n+1``: offsets, ``c``: one a metric cell, ``b``: a
 #: blob's bytes). Blobs hold their rows' text back to back, each row's at ``off[i]:off[i + 1]``.
@@ -122,7 +266,10 @@ COLUMNS = (("key_off", "<i8", "n+1"), ("key", "u1", "b"), ("stamp_off", "<i8", "
             ("cell_off", "<i8", "n+1"),
             ("metric", "<u4", "c"), ("last", "<f8", "c"), ("time", "<f8", "c"), ("min", "<f8", "c"),
             ("max", "<f8", "c"), ("count", "<i8", "c"), ("step", "<i8", "c"), ("has_digest", "u1", "c"),
-            ("digest", "u1", "32c"))
+            ("digest", "u1", "32c"),
+            ("flag", "u1", "n"), ("fcell_off", "<i8", "n+1"), ("field", "<u4", "f"), ("fkind", "u1", "f"),
+            ("fnum", "<f8", "f"), ("fstr", "<u4", "f"), ("fname_off", "<i8", "k+1"), ("fname", "u1", "b"),
+            ("tag_off", "<i8", "n+1"), ("tag", "<u4", "t"), ("text_off", "<i8", "s+1"), ("text", "u1", "b"))
 
 
 def _slim_text(e: Entry) -> str:
@@ -174,7 +321,79 @@ def encode(entries: dict[str, Entry]) -> bytes:
     cols["step"] = np.array([c["step"] for _m, c in made], "<i8")
     cols["has_digest"] = np.array([c["digest"] is not None for _m, c in made], "u1")
     cols["digest"] = np.frombuffer("".join(c["digest"] or "0" * 32 for _m, c in made).encode("ascii"), "u1")
+    _encode_flat(cols, [_flat_of(e) for _n, e, _c in rows])
     return pack(len(rows), metrics, statuses, cols)
+
+
+def _encode_flat(cols: dict[str, Any], flats: list[tuple[int, dict[str, Any], tuple[str, ...]]]) -> None:
+    """The parameter, info and tag columns of rows ``flats`` (:func:`flat`): the ``FIELDS_MAX`` most common keys."""
+    count: dict[str, int] = {}
+    for _f, cells, _t in flats:
+        for k in cells:
+            count[k] = count.get(k, 0) + 1
+    fields = sorted(sorted(count, key=lambda k: (-count[k], k))[:FIELDS_MAX])
+    fid = {f: i for i, f in enumerate(fields)}
+    texts = sorted({v for _f, c, _t in flats for k, v in c.items() if type(v) is str and k in fid}
+                   | {t for _f, _c, tags in flats for t in tags})
+    tid = {t: i for i, t in enumerate(texts)}
+    flag, cell_off, field, kind, num, code, tag_off, tag = [], [0], [], [], [], [], [0], []
+    for f, cells, tags in flats:
+        for k in sorted(cells):
+            if k not in fid:
+                f |= FLAT_MORE
+                continue
+            v = cells[k]
+            field.append(fid[k])
+            kind.append(0 if type(v) is float else 1 if type(v) is int else 2 if type(v) is bool else
+                        3 if type(v) is str else 4)
+            num.append(float(v) if type(v) in (int, float, bool) else 0.0)
+            code.append(tid[v] if type(v) is str else 0)
+        flag.append(f)
+        cell_off.append(len(field))
+        tag.extend(sorted(tid[t] for t in tags))
+        tag_off.append(len(tag))
+    cols["flag"] = np.array(flag, "u1")
+    cols["fcell_off"] = np.array(cell_off, "<i8")
+    cols["field"], cols["fkind"] = np.array(field, "<u4"), np.array(kind, "u1")
+    cols["fnum"], cols["fstr"] = np.array(num, "<f8"), np.array(code, "<u4")
+    cols["fname_off"], cols["fname"] = _blob(fields)
+    cols["tag_off"], cols["tag"] = np.array(tag_off, "<i8"), np.array(tag, "<u4")
+    cols["text_off"], cols["text"] = _blob(texts)
+
+
+def _check_flat(a: dict[str, Any], n: int, key: str) -> tuple[list[str], list[str]]:
+    """The parameter and tag columns checked as a whole: ``(field names, texts)``; DamagedObjectError if not
+    as casmon writes them."""
+    fields = _texts(a["fname_off"], a["fname"], "field name", key)
+    texts = _texts(a["text_off"], a["text"], "text", key)
+    f, t = len(a["field"]), len(a["tag"])
+    if (len(set(fields)) != len(fields) or texts != sorted(set(texts))
+            or not all(x.startswith(("param.", "info.")) and not x.endswith(".") for x in fields)):
+        raise DamagedObjectError(key, "its parameter fields or texts are not named once each")
+    _check_rows(a["fcell_off"], a["field"], f, key, "parameter")
+    _check_rows(a["tag_off"], a["tag"], t, key, "tag")
+    kind, num, code = a["fkind"], a["fnum"], a["fstr"]
+    ints = kind == 1
+    if not (bool((a["flag"] <= FLAT_ROW | FLAT_MORE).all()) and bool((kind <= 4).all())
+            and bool((a["field"] < len(fields)).all()) and bool((a["tag"] < len(texts)).all())
+            and bool((np.abs(num[ints]) <= _EXACT).all()) and bool((num[ints] == np.floor(num[ints])).all())
+            and bool(np.isin(num[kind == 2], (0.0, 1.0)).all()) and bool((code[kind == 3] < len(texts)).all())
+            and len(np.unique(a["field"])) == len(fields)
+            and len(np.union1d(code[kind == 3], a["tag"])) == len(texts)):
+        raise DamagedObjectError(key, "a parameter's field, kind, value or text, or a tag, is out of range")
+    return fields, texts
+
+
+def _check_rows(off: Any, codes: Any, c: int, key: str, what: str) -> None:
+    """Offsets ``off`` fit ``c`` cells, and each row's ``codes`` rise (each named once)."""
+    if len(off) == 0 or off[0] != 0 or off[-1] != c or bool((np.diff(off) < 0).any()):
+        raise DamagedObjectError(key, f"its {what} cell offsets do not fit its cells")
+    if c > 1:
+        step = np.diff(codes.astype("<i8"))
+        inner = np.ones(c - 1, bool)
+        inner[off[1:-1][(off[1:-1] > 0) & (off[1:-1] < c)] - 1] = False
+        if bool((step[inner] <= 0).any()):
+            raise DamagedObjectError(key, f"a run's {what}s are not each named once")
 
 
 def pack(n: int, metrics: list[str], statuses: list[str], cols: dict[str, Any]) -> bytes:
@@ -261,9 +480,9 @@ def columns(raw: bytes, key: str) -> Columns:
             raise DamagedObjectError(key, f"its column {name} runs past the file's end")
         a[name] = np.frombuffer(data[at: at + size], dtype)
     c = len(a["metric"])
-    want = {"n": n, "n+1": n + 1, "32n": 32 * n, "c": c, "32c": 32 * c}
+    want = {"n": n, "n+1": n + 1, "32n": 32 * n, "c": c, "32c": 32 * c, "f": len(a["field"]), "t": len(a["tag"])}
     for name, _dtype, rows in COLUMNS:
-        if rows != "b" and len(a[name]) != want[rows]:
+        if rows in want and len(a[name]) != want[rows]:
             raise DamagedObjectError(key, f"its column {name} holds {len(a[name])} values, not {want[rows]}")
     keys = _texts(a["key_off"], a["key"], "run name", key)
     prefix = RUN_REFS + "/"
@@ -291,10 +510,19 @@ def columns(raw: bytes, key: str) -> Columns:
         inner[co[1:-1][(co[1:-1] > 0) & (co[1:-1] < c)] - 1] = False
         if bool((step[inner] <= 0).any()):
             raise DamagedObjectError(key, "a run's metrics are not each named once")
-    if not _HEXES.fullmatch(a["target"].tobytes().decode("latin-1")) or not _HEXES.fullmatch(
-            a["digest"].tobytes().decode("latin-1")):
+    if not _hex(a["target"]) or not _hex(a["digest"]):
         raise DamagedObjectError(key, "a run's manifest or a metric's digest is not hex")
-    return Columns(n, keys, metrics, statuses, a)
+    fields, texts = _check_flat(a, n, key)
+    return Columns(n, keys, metrics, statuses, a, fields, texts)
+
+
+_HEX_BYTES = np.zeros(256, bool)
+_HEX_BYTES[list(b"0123456789abcdef")] = True
+
+
+def _hex(b: Any) -> bool:
+    """Every byte of ``b`` a lowercase hex digit."""
+    return bool(_HEX_BYTES[b].all())
 
 
 def decode(raw: bytes, key: str) -> dict[str, Entry]:

@@ -50,6 +50,8 @@ from casmon.runs.listing import indexed_run, ref_names
 
 #: A listing younger than this is served as it is (a page and the polls of its script share one).
 FRESH_SECONDS = 1.0
+#: The longest a listing stands on its refs' folder's unchanged stamp before every ref's stamp is looked at again.
+FULL_LOOK_SECONDS = 30.0
 #: Statuses a run leaves: its ref is read again at every revalidation. Any other status is final.
 LIVE_STATUSES = frozenset({"running", "claimed"})
 #: More runs than this missing from the store's runs index: the first listing reads the run record table (one
@@ -90,6 +92,7 @@ class Entry:
     #: False for an entry made from the run record table: its ref is read (damaged? written since?) before
     #: the run is shown from it.
     checked: bool = True
+    settled: bool = False  # ``stamp`` was found settled (the ref written well before it was taken): it stays so
 
     def same(self, other: Entry) -> bool:
         return (self.status, self.digest, self.name, self.ref_data) == (other.status, other.digest, other.name,
@@ -155,6 +158,7 @@ class RunIndex:
         self.idle: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         self._loader: threading.Thread | None = None
+        self._folder: tuple[str, bool, float] | None = None  # the refs' folder's stamp, settled, when looked at
         self._series: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._series_lock = threading.Lock()
 
@@ -193,7 +197,13 @@ class RunIndex:
         """True if ended entry ``e``'s ref may have been written since the entry was made."""
         if stamps is None or e.stamp is None:
             return False  # no stamps: an ended run is taken as final
-        return stamps.get(e.ref) != e.stamp or not self.store.backend.stamp_settled(e.stamp, min(e.stamped, now))
+        if stamps.get(e.ref) != e.stamp:
+            return True
+        if e.settled and e.stamped <= now:
+            return False
+        ok = self.store.backend.stamp_settled(e.stamp, min(e.stamped, now))
+        e.settled = ok and e.stamped <= now  # a stamp taken by a clock ahead of this one is checked again
+        return not ok
 
     def _stamp(self) -> int:
         self.serial = next(self._changes)
@@ -215,25 +225,39 @@ class RunIndex:
                      str(status) if type(status) is str else ("claimed" if got.target is None else "?"),
                      t if is_number(t) else 0.0, got.target.hex() if got.target else None, dict(data))
 
+    def _look_at_folder(self) -> tuple[str, bool, float] | None:
+        """The refs' folder's stamp, whether it is settled, and when (monotonic) it was taken; kept as the last
+        full look's (taken before the look's listing, so a ref written meanwhile changes it)."""
+        at = time.time()
+        try:
+            folder = self.store.backend.folder_stamp(f"refs/{RUN_REFS}")
+        except OSError:
+            folder = None
+        self._folder = None if folder is None else (folder, self.store.backend.stamp_settled(folder, at),
+                                                    time.monotonic())
+        return self._folder
+
     def _first_listing(self) -> Listing:
         """Every run under ``refs/runs``: an ended run whose ref is unchanged since the store's runs index
         entry for it was made, from that entry (no read); the others from their refs, or, when many are not
         in the index (deleted, never built), from their newest run record (one read of the table for all)."""
+        self._look_at_folder()
         stamps, at = self._stamps()  # before anything is read: a ref written meanwhile is read again
         # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
-        tails = self._tails() if stamps is None else [n[len(RUN_REFS) + 1:] for n in ref_names(
-            {"refs/" + k: v for k, v in stamps.items()})]
+        refs = [f"{RUN_REFS}/{t}" for t in self._tails()] if stamps is None else ref_names(
+            {"refs/" + k: v for k, v in stamps.items()})
         by_ref = self._index_entries()
         serial = self._stamp()
         out = []
         rest = []
-        settled, store, get = runs_index.settled, self.store, by_ref.get
-        for tail in tails:
-            ref = "runs/" + tail
+        settled, store, get, cut = runs_index.settled, self.store, by_ref.get, len(RUN_REFS) + 1
+        for ref in refs:
+            tail = ref[cut:]
             ie = get(ref)
             stamp = stamps.get(ref) if stamps is not None else None
             if ie is not None and stamp is not None and ie[0] == stamp and settled(store, ie, at):
-                out.append(Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at))
+                out.append(Entry(ref, tail, ie[6], ie[7], ie[5], ie[1], dict(ie[3]), serial, serial, stamp, at,
+                                 settled=True))  # settled() found the stamp settled by now
             else:
                 rest.append(tail)
         newest: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -280,10 +304,20 @@ class RunIndex:
         return ie if ie is not None and ie[1] == e.digest and ie[7] == e.status else None
 
     def _revalidate(self) -> Listing:
-        """The listing brought up to date: runs added and removed, live runs read again from their refs."""
+        """The listing brought up to date: runs added and removed, live runs read again from their refs. Where
+        the refs' folder has a settled stamp that has not changed since the last full look (no ref written,
+        added or removed since), the listing stands as it is, for up to ``FULL_LOOK_SECONDS``."""
         assert self._entries is not None
+        seen = self._folder
+        look = self._look_at_folder()
+        if (look is not None and seen is not None and seen[0] == look[0] and seen[1]
+                and look[2] - seen[2] < FULL_LOOK_SECONDS):
+            self._folder = seen  # the time of the last full look stands
+            return self._entries
         stamps, at = self._stamps()
-        tails = self._tails()
+        # One listing of the refs gives both their names and their stamps, where the medium gives stamps.
+        tails = self._tails() if stamps is None else {n[len(RUN_REFS) + 1:] for n in ref_names(
+            {"refs/" + k: v for k, v in stamps.items()})}
         out: list[Entry] = []
         changed = False
         for e in self._entries:
@@ -301,7 +335,7 @@ class RunIndex:
                     now.serial, now.born = self._stamp(), e.born
                     e, changed = now, True
                 else:
-                    e.stamp, e.stamped = now.stamp, at
+                    e.stamp, e.stamped, e.settled = now.stamp, at, False
             out.append(e)
         for tail in sorted(tails - {e.tail for e in self._entries}, key=run_number):
             new = self._from_ref(tail)

@@ -550,6 +550,10 @@ def _column(index: RunIndex, entries: list[Entry], sort: str) -> list[Any] | Non
         out = []
         for e in entries:
             ie = None if e.status in LIVE_STATUSES else index.indexed(e)
+            got = ie[4][0].flat(ie[4][1], (sort,)) if ie is not None and type(ie[4]) is tuple else None
+            if got is not None:
+                out.append(got.get(sort))
+                continue
             v = _flat_cell(ie, field, key) if ie is not None and type(ie[2]) is str else _NOT_HERE
             out.append(index.row(e, row_of)[1].get(sort) if v is _NOT_HERE else v)
         return out
@@ -607,10 +611,15 @@ def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, t
     made = index.cells.get(key)
     if made is None:
         made = []
+        flat = [c for c in wanted if c.startswith(("param.", "info."))]
         for e in entries:
             ie = None if e.status in LIVE_STATUSES else index.indexed(e)
             row: dict[Any, Any] | None = None
             start: Any = None
+            got = _from_columns(index, e, ie, wanted, flat, tagged) if ie is not None else None
+            if got is not None:  # the columns' tags, with the run's manifest to apply any edit to
+                made.append((e, ie, got[0], got[1]))
+                continue
             if ie is not None and type(ie[2]) is str:
                 row = _cells_of(index, e, ie, wanted, parse)
                 m = row.pop(_MANIFEST, None) if row is not None else None
@@ -619,14 +628,23 @@ def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, t
             if row is None:
                 r, row = index.row(e, row_of)
                 start = r.manifest
-            made.append((e, start, row))
+            made.append((e, start, row, None))
         if key[0] is not None:
             index.cells[key] = made
             while len(index.cells) > 4:
                 index.cells.pop(next(iter(index.cells)))
-    out: list[tuple[Entry, Any, dict[str, Any]]] = [
-        (e, run_tags.merged(start, edits.get(e.ref, []))[0] if edits is not None and start is not None else (), row)
-        for e, start, row in made]
+    out: list[tuple[Entry, Any, dict[str, Any]]] = []
+    for e, start, row, base in made:
+        if edits is None:
+            out.append((e, (), row))
+        elif base is not None and e.ref not in edits:
+            out.append((e, base, row))
+        else:
+            if base is not None:  # a run with tag edits: its manifest's tags with them applied, as its row has
+                m = runs_index.slim(start, f"runs index entry {e.ref}")
+                start = {"start": m.get("start"), "tags": m.get("tags")} if m is not None else \
+                    index.row(e, row_of)[0].manifest
+            out.append((e, run_tags.merged(start, edits.get(e.ref, []))[0] if start is not None else (), row))
     try:
         # Each run stands as its tags here: a tag: term asks the "run" for them.
         test = compile_query(query, [row for _e, _t, row in out], lambda got: got)  # type: ignore[arg-type,return-value]
@@ -635,6 +653,30 @@ def _filtered_from_columns(index: RunIndex, entries: list[Entry], query: Expr, t
     except FilterError:
         return None  # said by the full path, with every column a row has
     return [x for x in out if test(x[1], x[2])]
+
+
+def _from_columns(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], flat: list[str],
+                  tagged: bool) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """``(the wanted cells, the tags its manifest gives)`` of ended run ``e`` from the runs index's columns, no
+    manifest parsed; None where the columns do not hold them (a run just read, a stored value or a list among
+    its parameters, a key past the columns' fields: its manifest or row says)."""
+    if type(ie[4]) is not tuple:
+        return None
+    cols, i = ie[4]
+    row = cols.flat(i, flat)
+    tags = cols.tags(i) if tagged else ()
+    if row is None or tags is None:
+        return None
+    for c in wanted:
+        if c in _LISTED:
+            row[c] = e.name if c == "run" else e.start if c == "start" else e.status
+        elif c.startswith("metric."):
+            got = index.indexed_cell(e, c[len("metric."):])
+            if got is None:
+                return None
+            if got[0] is not None:
+                row[c] = got[0]
+    return row, tags
 
 
 _MANIFEST = object()  # where _cells_of leaves the parsed manifest text
@@ -678,6 +720,31 @@ def _cells_of(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], parse:
     return row
 
 
+def _from_rows(index: RunIndex, entries: list[Entry], query: Expr, terms: list[Term], tagged: bool, sort: str,
+               desc: bool, error: str) -> tuple[list[Entry], str]:
+    """The runs that pass ``query`` in order, made from every run's row (from the index where it holds the run),
+    and what is wrong with the filter."""
+    fast = None
+    if terms and not error:
+        try:
+            fast = _filtered_from_columns(index, entries, query, terms, tagged, sort)
+        except AmbiguousColumn as e:  # what a full row would say too: every run is shown
+            error = str(e)
+    if (not terms or error) and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
+        return [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)], error
+    if fast is not None:
+        return [x[0] for x in _sorted_rows(fast, sort, desc)], error
+    every = [(e, *index.row(e, row_of)) for e in entries]
+    if terms and not error:
+        try:
+            test = compile_query(query, [row for _e, _r, row in every],
+                                 _current_tags(index.store) if tagged else tags_of)
+            every = [x for x in every if test(x[1], x[2])]
+        except FilterError as e:
+            error = str(e)
+    return [x[0] for x in _sorted_rows(every, sort, desc)], error
+
+
 def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = "", page: int = 1,
               per: int = 50) -> RunsView:
     """One page of the runs table. The default order (by start), and a sort by run, status, start or a metric
@@ -702,26 +769,15 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
         cached = None if tagged else index.views.get(key)
         if cached is None:
             sort = sort if is_column(sort) else "start"
-            fast = None
-            if terms:
-                try:
-                    fast = _filtered_from_columns(index, entries, query, terms, tagged, sort)
-                except AmbiguousColumn as e:  # what a full row would say too: every run is shown
-                    error = str(e)
-            if (not terms or error) and (sort in _LISTED or sort.startswith(("metric.", "param.", "info."))):
-                cached = [entries[i] for i in _order(entries, _column(index, entries, sort), sort, desc)]
-            elif fast is not None:
-                cached = [x[0] for x in _sorted_rows(fast, sort, desc)]
-            else:
-                every = [(e, *index.row(e, row_of)) for e in entries]
-                if terms and not error:
-                    try:
-                        test = compile_query(query, [row for _e, _r, row in every],
-                                             _current_tags(index.store) if tagged else tags_of)
-                        every = [x for x in every if test(x[1], x[2])]
-                    except FilterError as e:
-                        error = str(e)
-                cached = [x[0] for x in _sorted_rows(every, sort, desc)]
+            from casmon.ui import vectors
+
+            try:
+                cached = vectors.view(index, entries, query, sort, desc, tagged)
+            except AmbiguousColumn as e:  # what a full row would say too: every run is shown
+                error = str(e)
+                cached = vectors.view(index, entries, None, sort, desc, False)
+            if cached is None:  # a word, a column only rows hold, a term the rows must explain
+                cached, error = _from_rows(index, entries, query, terms, tagged, sort, desc, error)
             if index.complete(entries) and not error and not tagged:  # valid while this listing is
                 index.views[key] = cached
                 while len(index.views) > 8:

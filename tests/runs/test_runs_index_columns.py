@@ -136,7 +136,8 @@ def test_a_non_finite_metric_value_in_the_columns_reads_back_as_that_float(store
     assert cell["last"] is not None and (cell["last"] != cell["last"] if value != value else cell["last"] == value)
 
 
-@pytest.mark.parametrize("offsets", ["key_off", "stamp_off", "slim_off", "name_off", "cell_off"])
+@pytest.mark.parametrize("offsets", ["key_off", "stamp_off", "slim_off", "name_off", "cell_off", "fcell_off", "tag_off",
+                                     "fname_off", "text_off"])
 @pytest.mark.parametrize("how", ["past the end", "backwards", "not from zero"])
 def test_an_offset_out_of_range_under_a_sound_checksum_is_not_used(store, offsets, how):
     path, direct = store
@@ -154,7 +155,8 @@ def test_an_offset_out_of_range_under_a_sound_checksum_is_not_used(store, offset
     assert _listed_after(path, crafted) == direct
 
 
-@pytest.mark.parametrize("column,value", [("status", 999), ("metric", 999), ("count", -1), ("has_digest", 2)])
+@pytest.mark.parametrize("column,value", [("status", 999), ("metric", 999), ("count", -1), ("has_digest", 2),
+                                          ("flag", 8), ("field", 999), ("fkind", 9), ("tag", 999)])
 def test_a_code_out_of_range_under_a_sound_checksum_is_not_used(store, column, value):
     path, direct = store
     raw = _sound(path)
@@ -187,3 +189,61 @@ def test_a_name_crafted_under_a_sound_checksum_that_is_not_text_is_not_used(stor
     with pytest.raises(DamagedObjectError):
         index.decode(crafted, "base")
     assert _listed_after(path, crafted) == direct
+
+
+@pytest.mark.parametrize("kind,value", [(1, 0.5), (1, 2.0**60), (2, 3.0), (3, None)])
+def test_a_parameter_cell_its_kind_cannot_hold_under_a_sound_checksum_is_not_used(store, kind, value):
+    """An integer that is not one (or past what a float holds exactly), a yes/no that is neither, text past the
+    texts: the file is rebuilt, never a cell the run's manifest does not hold."""
+    path, direct = store
+    raw = _sound(path)
+    a = index.columns(raw, "base").a
+    at = int(np.flatnonzero(a["fkind"] == 1)[0])
+    kinds, nums, codes = a["fkind"].copy(), a["fnum"].copy(), a["fstr"].copy()
+    kinds[at] = kind
+    if value is None:
+        codes[at] = len(index.columns(raw, "base").texts)
+    else:
+        nums[at] = value
+    crafted = _crafted(raw, fkind=kinds, fnum=nums, fstr=codes)
+    with pytest.raises(DamagedObjectError):
+        index.decode(crafted, "base")
+    assert _listed_after(path, crafted) == direct
+
+
+def test_a_run_s_metric_cells_sliced_for_a_page_are_those_made_for_a_listing(made):
+    _path, _direct, raw = made
+    sliced = index.columns(raw, "base")
+    every = index.columns(raw, "base")
+    every.cells()
+    for i in range(sliced.n):
+        got, want = sliced.summary(i), every.summary(i)
+        assert got == want and [type(v) for c in got.values() for v in c.values()] == [
+            type(v) for c in want.values() for v in c.values()]
+
+
+@pytest.mark.parametrize("column", ["target", "digest"])
+@pytest.mark.parametrize("byte", [ord("g"), ord("A"), ord("/"), ord(":"), 0, 0xFF])
+def test_a_digest_that_is_not_lowercase_hex_under_a_sound_checksum_is_not_used(store, column, byte):
+    path, direct = store
+    raw = _sound(path)
+    v = index.columns(raw, "base").a[column].copy()
+    v[len(v) // 2] = byte
+    crafted = _crafted(raw, **{column: v})
+    with pytest.raises(DamagedObjectError):
+        index.decode(crafted, "base")
+    assert _listed_after(path, crafted) == direct
+
+
+def test_a_fold_copies_each_run_s_parameter_cells_and_tags_as_its_manifest_gives_them(made):
+    """A new base copies the parameter, info and tag columns of the file it folds; they are what each run's
+    manifest text makes of them."""
+    _path, _direct, raw = made
+    first = index.columns(raw, "base")
+    again = index.columns(index.encode(index.decode(raw, "base")), "base")
+    entries = index.decode(raw, "base")
+    for i, k in enumerate(first.keys):
+        e = entries[k]
+        flag, cells, tags = index.flat(index.slim(e, "test"), e[2])
+        assert flag == 0 and first.flat_rows()[i] == cells == again.flat_rows()[again.keys.index(k)]
+        assert first.tags(i) == tags == again.tags(again.keys.index(k)) and tags

@@ -259,6 +259,16 @@ class Backend(abc.ABC):
     def _stamp(self, key: str) -> str | None:
         return None
 
+    def folder_stamp(self, prefix: str) -> str | None:
+        """A stamp of folder ``prefix`` itself that changes whenever a file is added to it, renamed into it or
+        removed from it (every write of a file here renames a new one in); None where the medium gives none.
+        Trusted alone, as a file's stamp is, only once :meth:`stamp_settled`."""
+        self.requests += 1
+        return self._folder_stamp(prefix)
+
+    def _folder_stamp(self, prefix: str) -> str | None:
+        return None
+
     def stamp_settled(self, stamp: str, at: float) -> bool:
         """True if no later write of the file can have ``stamp``, which was taken at time ``at`` (Unix seconds):
         the file was written more than its clock's tick before. Two writes within one tick of a coarse file

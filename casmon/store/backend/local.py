@@ -283,6 +283,14 @@ class LocalBackend(Backend):
             return None
         return _stamp_of(st) if stat.S_ISREG(st.st_mode) else None
 
+    def _folder_stamp(self, prefix: str) -> str | None:
+        # A rename into a folder, or an unlink from it, sets the folder's change and modification times.
+        try:
+            st = os.stat(os.path.join(self._root, prefix), follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return _stamp_of(st) if stat.S_ISDIR(st.st_mode) else None
+
     def stamp_settled(self, stamp: str, at: float) -> bool:
         parts = stamp.split(".")
         try:
