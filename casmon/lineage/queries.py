@@ -527,7 +527,7 @@ class Staleness:
                     path = c.strings[c.f_path[i]]
                     now = ix.file_now(path)
                     detail = "its content changed" if now is not None else "no longer exists"
-                    return f"file {path!r} {detail} (parameter {c.strings[c.f_param[i]]!r})"
+                    return f"file {path!r}: {detail} (parameter {c.strings[c.f_param[i]]!r})"
         return None
 
     def run(self, run: RunInfo, rows: list[int] | None = None) -> str | None:

@@ -366,7 +366,7 @@ def test_a_relative_files_path_not_found_from_here_is_unknown_not_gone(tmp_path,
     assert stale(s).to_dict()["nodes"] == []
     (proj / "data.txt").write_text("1 2 4\n")
     (n,) = stale(s).to_dict()["nodes"]
-    assert n["reason"] == "file 'data.txt' its content changed (parameter 'path')"
+    assert n["reason"] == "file 'data.txt': its content changed (parameter 'path')"
 
 
 def test_a_result_of_another_store_is_no_edge_of_this_one(tmp_path, store):
