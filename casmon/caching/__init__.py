@@ -17,6 +17,7 @@ from casmon.caching.entries import (
     drop_duplicates,
     duplicates_plan,
     superseded_entries,
+    AmbiguousName,
     Eviction,
     evict,
     eviction_plan,
@@ -34,6 +35,7 @@ __all__ = [
     "cache", "cache_with", "observers", "CachedFunction", "CacheState", "CacheInfo", "CacheWarning", "ResultRef",
     "file_digest", "path_digest",
     "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
+    "AmbiguousName",
     "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes", "duplicates_plan", "superseded_entries", "drop_duplicates",
     "result_of", "results_total",
 ]

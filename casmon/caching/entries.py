@@ -278,6 +278,10 @@ def _size_of(record: dict) -> int:
     return max(n, 0)
 
 
+class AmbiguousName(LookupError):
+    """A short name that several cached functions end with (``__main__.clean`` and ``pipeline.clean``)."""
+
+
 def resolve_function(names: Iterable[str], name: str) -> str:
     """Find a function by full name, or by a short name or suffix that only one has."""
     names = sorted(set(names))
@@ -292,7 +296,8 @@ def resolve_function(names: Iterable[str], name: str) -> str:
         hint = did_you_mean(name, names)
         hint = f" ({hint})" if hint else ""
         raise LookupError(f"no cached function {name!r}{hint}; there are: {', '.join(names) or 'none'}")
-    raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
+    raise AmbiguousName(f"{name!r} is ambiguous: {', '.join(matches)}")
+
 
 
 def clear_function(store: Store, name: str) -> str:

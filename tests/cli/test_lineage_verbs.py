@@ -82,6 +82,25 @@ def test_a_target_that_names_nothing_is_one_line(two_runs, verb):
     assert r.returncode == 1 and "choose one" in r.stderr
 
 
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_short_name_two_functions_share_is_one_line_naming_both(tmp_path, verb):
+    """A script's ``__main__.clean`` and its import's ``pipeline.clean``: 'clean' is ambiguous, not unknown."""
+    store = str(tmp_path / "store")
+    for fn in ("__main__", "pipeline"):
+        @casmon.cache(store=store)
+        def clean(x):
+            return x + 1
+
+        clean.__casmon_cache__.name = f"{fn}.clean"
+        clean(np.arange(10.0))
+        clean.__casmon_cache__.store.flush()
+    r = cli(verb, "clean", "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "'clean' is ambiguous: __main__.clean, pipeline.clean" in r.stderr
+    assert "names no" not in r.stderr
+    assert "pipeline.clean" in cli(verb, "pipeline.clean", "--store", store).stdout
+
+
 def test_a_big_answer_prints_its_first_nodes_and_how_many_more_unless_all_or_json(tmp_path):
     import os
 
