@@ -62,6 +62,15 @@ def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     assert "its content changed" in cli("stale", "--store", store).stdout
 
 
+def test_each_verb_heads_its_text_with_a_phrase_that_reads(two_runs):
+    store, data = two_runs
+    assert cli("lineage", "1", "--store", store).stdout.startswith("lineage of 1:")
+    assert cli("used-by", str(data), "--store", store).stdout.startswith(f"what used {data}:")
+    assert cli("stale", "--store", store).stdout.startswith("stale in ")
+    data.write_text("1 2 3\n")
+    assert cli("stale", "--store", store).stdout.startswith("stale in ")
+
+
 def test_diff_names_the_first_difference_in_lineage(two_runs):
     store, _data = two_runs
     out = cli("diff", "1", "2", "--store", store).stdout
