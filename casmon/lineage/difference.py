@@ -97,10 +97,12 @@ def _one_name(ca: dict[str, str], cb: dict[str, str], ra: RunInfo, rb: RunInfo) 
     out: dict[str, str] = {}
     for mine, theirs, run, a_side in ((fa - fb, fb - fa, ra, True), (fb - fa, fa - fb, rb, False)):
         stem = _script_stem(run)
+        if stem is None:  # a notebook's or `python -c`'s __main__.f: which module's f it is, nothing says
+            continue
         for name in sorted(n for n in mine if n.startswith("__main__.")):
             rest = name[len("__main__."):]
             found = [g for g in theirs if not g.startswith("__main__.") and g.endswith("." + rest)
-                     and (stem is None or g[:-len(rest) - 1].rsplit(".", 1)[-1] == stem)]
+                     and g[:-len(rest) - 1].rsplit(".", 1)[-1] == stem]
             if len(found) == 1:
                 out.update({found[0]: name} if a_side else {name: found[0]})
     for k, fn in ca.items():

@@ -232,3 +232,25 @@ def test_a_script_run_then_imported_parts_at_one_function_under_both_names(tmp_p
     assert fd.to_dict()["first_difference"][0]["function_a"] == "__main__.load"
     text = cli("diff", "1", "2", "--store", str(tmp_path / "store")).stdout
     assert "__main__.load -> train.load (" in text and "made by" not in text
+
+
+def test_a_notebooks_main_function_is_not_paired_with_a_modules_function_of_its_name(tmp_path):
+    """``python -c`` (or a notebook) names no script: its ``__main__.load`` may be any code, so it stays apart."""
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import numpy as np
+        import casmon
+
+        @casmon.cache
+        def load(n):
+            return np.arange(float(n))
+
+        def main():
+            with casmon.record(capture_output=False):
+                load(40)
+        """))
+    env = {"CASMON_STORE": str(tmp_path / "store")}
+    run_python("import numpy as np, casmon\n@casmon.cache\ndef load(n):\n    return np.ones(n)\n"
+               "with casmon.record(capture_output=False):\n    load(40)\n", cwd=tmp_path, env=env)
+    run_python("import train\ntrain.main()\n", cwd=tmp_path, env=env)
+    fd = first_difference("1", "2", str(tmp_path / "store"))
+    assert sorted((p.fn, p.fn_a) for p in fd.partings) == [("__main__.load", None), ("train.load", None)]
