@@ -169,53 +169,50 @@ def groups(c: Columns) -> Groups:
 
 def stale_rows(c: Columns, status: np.ndarray, roots: np.ndarray, g: Groups) -> tuple[np.ndarray, np.ndarray,
                                                                                       np.ndarray]:
-    """``(stale, good, class counts)``: which rows are stale -- ``roots`` (their code or a file changed), and every row with an input none of whose
-    makers holds it -- a maker holds a value where it is live and not stale, or another such entry has the same
-    fingerprint; a maker gone from the store holds (it is shown missing, not changed). Settled in rounds, each
-    over the inputs of what the last one made stale: a chain of cached steps costs its length in rounds."""
-    stale = roots.copy()
-    good = (status == LIVE_) & ~stale
-    hasc = g.cls >= 0
-    cnt = np.bincount(g.cls[good & hasc], minlength=g.ncls) if g.ncls else np.zeros(0, np.int64)
-    # the groups by maker and by class: which to look at again when a maker, or a class, stops holding
+    """``(stale, good, class counts)``: which rows are stale -- ``roots`` (their code or a file changed), and every
+    row with an input none of whose makers holds it -- a maker holds a value where it is good (live, not a root,
+    every input of its own held), or another good entry has the same fingerprint; a maker gone from the store
+    holds (it is shown missing, not changed). ``good`` grows from the entries without inputs in rounds, so no
+    entry vouches for a value it was made from (``x * 1`` of a stale ``x``): a chain of cached steps costs its
+    length in rounds."""
+    cand = (status == LIVE_) & ~roots
+    n = len(cand)
+    good = np.zeros(n, bool)
+    cnt = np.zeros(g.ncls, np.int64)
+    icls = np.where(g.iu >= 0, g.cls[np.maximum(g.iu, 0)], -1)  # an identity input's maker's class
+    held_i = g.iu < 0
+    held_c = np.zeros(len(g.cc), bool)
+    need = np.bincount(g.ih[~held_i], minlength=n) + np.bincount(g.ch, minlength=n)  # inputs not held yet
+    # the edges by maker, by maker's class and by class: which to look at when a maker, or a class, holds
     io = np.argsort(g.iu, kind="stable")
     iu_sorted = g.iu[io]
-    co = np.argsort(g.cc, kind="stable")
-    cc_sorted = g.cc[co]
-    # identity groups whose maker's class is the key, for a class that stops holding
-    icls = np.where(g.iu >= 0, g.cls[np.maximum(g.iu, 0)], -1)
     jo = np.argsort(icls, kind="stable")
     icls_sorted = icls[jo]
-
-    def fails_i(k: np.ndarray) -> np.ndarray:
-        u = g.iu[k]
-        um = np.maximum(u, 0)
-        cu = g.cls[um]
-        held = (u < 0) | good[um] | ((cu >= 0) & (cnt[np.maximum(cu, 0)] > 0) if g.ncls else False)
-        return k[~held]
-
-    def fails_c(k: np.ndarray) -> np.ndarray:
-        return k[cnt[g.cc[k]] == 0] if g.ncls else k[:0]
-
-    hit = np.concatenate((g.ih[fails_i(np.arange(len(g.ih)))], g.ch[fails_c(np.arange(len(g.ch)))]))
-    while True:
-        new = np.unique(hit[~stale[hit]])
-        if not len(new):
-            return stale, good, cnt
-        stale[new] = True
-        lost = new[good[new]]  # only a maker that held stops holding
-        good[lost] = False
-        dead = np.zeros(0, np.int64)
-        if g.ncls:
-            lc = g.cls[lost]
-            lc = lc[lc >= 0]
-            if len(lc):
-                np.subtract.at(cnt, lc, 1)
-                dead = np.unique(lc[cnt[lc] == 0])
-        ki = io[_among(iu_sorted, lost)]
-        kd = jo[_among(icls_sorted, dead)]
-        kc = co[_among(cc_sorted, dead)]
-        hit = np.concatenate((g.ih[fails_i(np.unique(np.concatenate((ki, kd))))], g.ch[fails_c(kc)]))
+    co = np.argsort(g.cc, kind="stable")
+    cc_sorted = g.cc[co]
+    new = np.flatnonzero(cand & (need == 0))
+    while len(new):
+        good[new] = True
+        freed_i = io[_among(iu_sorted, new)]
+        freed_c = np.zeros(0, np.int64)
+        nc = g.cls[new]
+        nc = nc[nc >= 0]
+        if len(nc):
+            u = np.unique(nc)
+            born = u[cnt[u] == 0]  # classes that now have a good entry
+            np.add.at(cnt, nc, 1)
+            freed_i = np.concatenate((freed_i, jo[_among(icls_sorted, born)]))
+            freed_c = co[_among(cc_sorted, born)]
+        freed_i = np.unique(freed_i)
+        freed_i = freed_i[~held_i[freed_i]]
+        held_i[freed_i] = True
+        freed_c = freed_c[~held_c[freed_c]]
+        held_c[freed_c] = True
+        touched = np.concatenate((g.ih[freed_i], g.ch[freed_c]))
+        np.subtract.at(need, touched, 1)
+        t = np.unique(touched)
+        new = t[cand[t] & ~good[t] & (need[t] == 0)]
+    return roots | (need > 0), good, cnt
 
 
 def _among(sorted_vals: np.ndarray, wanted: np.ndarray) -> np.ndarray:

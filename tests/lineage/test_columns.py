@@ -74,29 +74,31 @@ class Oracle:
 
     def stale(self):
         """Settled by rounds until nothing changes: an entry is stale if its code or a file changed, or an
-        input of it is held by no live entry that is not stale."""
+        input of it is held by no good entry -- good: live, not changed itself, every input held, grown from the
+        entries without inputs, so no entry holds a value it was made from."""
         bad = set()
         for k, r in self.entries.items():
             cur = self.current.get(r["fn"])
             if "v" in r and cur is not None and cur[1] != r["v"] or any(
                     self.files_now.get(f[1], "unknown") not in (f[2], "unknown") for f in r.get("files", ())):
                 bad.add(k)
+        good = set()
 
         def holds(u):
-            if self.status(u) == "missing" or self.status(u) == "live" and u not in bad:
+            if self.status(u) == "missing" or u in good:
                 return True
             rf = self.entries[u].get("rf")
-            return rf is not None and any(h != u and self.status(h) == "live" and h not in bad
-                                          for h in self.by_rf.get(rf, ()))
+            return rf is not None and any(h in good for h in self.by_rf.get(rf, ()))
 
         changed = True
         while changed:
             changed = False
             for k in self.entries:
-                if k not in bad and any(not any(holds(u) for u in g) for _n, g in self.groups(k)):
-                    bad.add(k)
+                if k not in good and k not in bad and self.status(k) == "live" and all(
+                        any(holds(u) for u in g) for _n, g in self.groups(k)):
+                    good.add(k)
                     changed = True
-        return {k for k in bad if self.status(k) == "live"}
+        return {k for k in self.entries if self.status(k) == "live" and k not in good}
 
 
 # -- random stores --------------------------------------------------------------------------------------------

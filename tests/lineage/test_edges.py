@@ -413,3 +413,32 @@ def test_a_small_array_results_fingerprint_needs_no_walk_and_still_links_across_
     use(r.copy())
     ix = Index(make.__casmon_cache__.store)
     assert [u for _, u in ix.upstream(entry_of(use, r))] == [entry_of(make, 16)]
+
+
+def test_a_stage_that_returns_its_input_unchanged_does_not_vouch_for_a_stale_input(tmp_path, monkeypatch, store):
+    """``clean`` finds nothing to drop and returns what ``load`` gave it: its result equals load's, but it was
+    made from it, so when the file changes clean and what it fed are stale too, not held by clean's own copy."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 8\n")
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path)
+
+    @casmon.cache(store=store)
+    def clean(x):
+        return x[~np.isnan(x)]
+
+    @casmon.cache(store=store)
+    def fit(x, k):
+        return x * k
+
+    x = clean(load("data.txt"))
+    fit(x, 2.0)
+    keys = {"load": entry_of(load, "data.txt"), "clean": entry_of(clean, load("data.txt")), "fit": entry_of(fit, x, 2.0)}
+    s = load.__casmon_cache__.store
+    s.flush()
+    edges.forget_all()
+    assert stale(s).to_dict()["nodes"] == []
+    (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 9\n")
+    assert {n["id"] for n in stale(s).to_dict()["nodes"]} == {f"entry:{k}" for k in keys.values()}
