@@ -185,34 +185,45 @@ def stale_rows(c: Columns, status: np.ndarray, roots: np.ndarray, g: Groups) -> 
     need = np.bincount(g.ih[~held_i], minlength=n) + np.bincount(g.ch, minlength=n)  # inputs not held yet
     # the edges by maker, by maker's class and by class: which to look at when a maker, or a class, holds
     io = np.argsort(g.iu, kind="stable")
-    iu_sorted = g.iu[io]
+    iptr = _offsets(g.iu[io], n)
     jo = np.argsort(icls, kind="stable")
-    icls_sorted = icls[jo]
+    jptr = _offsets(icls[jo], g.ncls)
     co = np.argsort(g.cc, kind="stable")
-    cc_sorted = g.cc[co]
+    cptr = _offsets(g.cc[co], g.ncls)
     new = np.flatnonzero(cand & (need == 0))
+    # Sets as masks, not np.unique: a hash of a million values each round cost five times the rest.
+    fi, fc, rows = np.zeros(len(held_i), bool), np.zeros(len(held_c), bool), np.zeros(n, bool)
     while len(new):
         good[new] = True
-        freed_i = io[_among(iu_sorted, new)]
-        freed_c = np.zeros(0, np.int64)
+        fi[io[spans(iptr[new], iptr[new + 1])]] = True
         nc = g.cls[new]
         nc = nc[nc >= 0]
         if len(nc):
-            u = np.unique(nc)
-            born = u[cnt[u] == 0]  # classes that now have a good entry
-            np.add.at(cnt, nc, 1)
-            freed_i = np.concatenate((freed_i, jo[_among(icls_sorted, born)]))
-            freed_c = co[_among(cc_sorted, born)]
-        freed_i = np.unique(freed_i)
-        freed_i = freed_i[~held_i[freed_i]]
-        held_i[freed_i] = True
-        freed_c = freed_c[~held_c[freed_c]]
-        held_c[freed_c] = True
-        touched = np.concatenate((g.ih[freed_i], g.ch[freed_c]))
-        np.subtract.at(need, touched, 1)
-        t = np.unique(touched)
-        new = t[cand[t] & ~good[t] & (need[t] == 0)]
+            born = nc[cnt[nc] == 0]  # classes that now have a good entry (repeats do no harm: masks)
+            cnt += np.bincount(nc, minlength=g.ncls)
+            fi[jo[spans(jptr[born], jptr[born + 1])]] = True
+            fc[co[spans(cptr[born], cptr[born + 1])]] = True
+        fi &= ~held_i
+        fc &= ~held_c
+        held_i |= fi
+        held_c |= fc
+        touched = np.concatenate((g.ih[fi], g.ch[fc]))
+        fi[:] = False
+        fc[:] = False
+        if not len(touched):
+            break
+        need -= np.bincount(touched, minlength=n)
+        rows[touched] = True
+        new = np.flatnonzero(rows & cand & ~good & (need == 0))
+        rows[touched] = False
     return roots | (need > 0), good, cnt
+
+
+def _offsets(sorted_vals: np.ndarray, size: int) -> np.ndarray:
+    """Where each value ``v`` in ``0..size-1`` is in ``sorted_vals``: ``[ptr[v], ptr[v + 1])`` (-1s sort first)."""
+    k0 = int(np.searchsorted(sorted_vals, 0))
+    counts = np.bincount(sorted_vals[k0:], minlength=size)[:size]
+    return k0 + np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
 
 def _among(sorted_vals: np.ndarray, wanted: np.ndarray) -> np.ndarray:
