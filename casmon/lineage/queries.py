@@ -564,6 +564,8 @@ def stale(store: Store | str | None = None) -> Graph:
     rs = _Rows(ix)
     shown = s.stale & (s.st == 0)
     rows = np.flatnonzero(shown)
+    own = (s.code | s.files)[rows]
+    rows = np.concatenate((rows[own], rows[~own]))  # the causes first, then what they made stale
     e = downstream(c)
     m = shown[e.src] & shown[e.dst]
     after = Graph()

@@ -442,3 +442,29 @@ def test_a_stage_that_returns_its_input_unchanged_does_not_vouch_for_a_stale_inp
     assert stale(s).to_dict()["nodes"] == []
     (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 9\n")
     assert {n["id"] for n in stale(s).to_dict()["nodes"]} == {f"entry:{k}" for k in keys.values()}
+
+
+def test_stale_lists_the_entries_stale_of_themselves_before_those_that_inherit_it(tmp_path, monkeypatch, store):
+    """The causes (a changed file, changed code) come first, not buried among what they made stale."""
+    monkeypatch.chdir(tmp_path)
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path) * 10
+
+    @casmon.cache(store=store)
+    def scale(x, k):
+        return x * k
+
+    for i, name in enumerate(("a.txt", "b.txt")):
+        (tmp_path / name).write_text(f"{i} 2 3 4 5 6 7 8\n")
+        x = load(name)
+        for k in range(30):
+            scale(x, k)
+    load.__casmon_cache__.store.flush()
+    edges.forget_all()
+    for i, name in enumerate(("a.txt", "b.txt")):
+        (tmp_path / name).write_text(f"{i} 2 3 4 5 6 7 9\n")
+    reasons = [n["reason"] for n in stale(load.__casmon_cache__.store).to_dict()["nodes"]]
+    assert len(reasons) == 62
+    assert all(r.startswith("file ") for r in reasons[:2]) and not any(r.startswith("file ") for r in reasons[2:])
