@@ -172,17 +172,23 @@ def stale_rows(c: Columns, status: np.ndarray, roots: np.ndarray, g: Groups) -> 
     """``(stale, good, class counts)``: which rows are stale -- ``roots`` (their code or a file changed), and every
     row with an input none of whose makers holds it -- a maker holds a value where it is good (live, not a root,
     every input of its own held), or another good entry has the same fingerprint; a maker gone from the store
-    holds (it is shown missing, not changed). ``good`` grows from the entries without inputs in rounds, so no
+    holds (it is shown missing, not changed), and so does a value no entry made before the one that took it. ``good`` grows from the entries without inputs in rounds, so no
     entry vouches for a value it was made from (``x * 1`` of a stale ``x``): a chain of cached steps costs its
     length in rounds."""
     cand = (status == LIVE_) & ~roots
     n = len(cand)
+    hasc = g.cls >= 0
     good = np.zeros(n, bool)
     cnt = np.zeros(g.ncls, np.int64)
     icls = np.where(g.iu >= 0, g.cls[np.maximum(g.iu, 0)], -1)  # an identity input's maker's class
     held_i = g.iu < 0
-    held_c = np.zeros(len(g.cc), bool)
-    need = np.bincount(g.ih[~held_i], minlength=n) + np.bincount(g.ch, minlength=n)  # inputs not held yet
+    # A value no entry made before the one that took it came from outside the store (a literal a later call
+    # returned again): it holds, as a maker gone from the store does, and so no cycle of such links stands alone.
+    first_made = np.full(g.ncls, np.inf)
+    if g.ncls:
+        np.minimum.at(first_made, g.cls[hasc], c.time[hasc])
+    held_c = first_made[g.cc] >= c.time[g.ch] if len(g.cc) else np.zeros(0, bool)
+    need = np.bincount(g.ih[~held_i], minlength=n) + np.bincount(g.ch[~held_c], minlength=n)  # inputs not held yet
     # the edges by maker, by maker's class and by class: which to look at when a maker, or a class, holds
     io = np.argsort(g.iu, kind="stable")
     iptr = _offsets(g.iu[io], n)

@@ -509,7 +509,7 @@ class Staleness:
                 self.roots[k] = f"{src} was {_STATUS[self.st[u]]}"
                 self.why[k] = f"{what} came from {src}, which was {_STATUS[self.st[u]]}"
             else:
-                self.roots[k] = root = self.roots.get(u, "")
+                self.roots[k] = root = self.roots.get(u) or "its records link back to it: a cycle"
                 self.why[k] = f"{what} came from {src}, which is stale ({root})"
         return self.why[h]
 
