@@ -18,6 +18,7 @@ __all__ = [
     "cache", "cache_with", "observers", "CachedFunction", "CacheState", "CacheInfo", "CacheWarning", "ResultRef",
     "file_digest", "path_digest",
     "KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "name_digest", "newest_per_key", "cache_entries", "resolve_function",
+    "AmbiguousName",
     "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes", "duplicates_plan", "superseded_entries", "drop_duplicates",
     "result_of", "results_total",
 ]
@@ -39,6 +40,6 @@ def __getattr__(name: str) -> object:
 _keep_flat_names([CachedFunction, CacheInfo, ResultRef, CacheWarning])
 
 if TYPE_CHECKING:  # what type checkers see: the names loaded on first use, imported for real
-    from casmon.caching.eviction import (Eviction, cache_entries, clear_function, drop_duplicates, duplicates_plan, evict,
+    from casmon.caching.eviction import (AmbiguousName, Eviction, cache_entries, clear_function, drop_duplicates, duplicates_plan, evict,
                                          eviction_plan, freed_bytes, resolve_function, results_total, superseded_entries)
     from casmon.caching.files import file_digest, path_digest

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "expires_option",
            "result_of"]
 #: Names that live in :mod:`casmon.caching.eviction`, loaded from there on first use.
-MOVED = frozenset({"cache_entries", "resolve_function", "clear_function", "evict", "eviction_plan", "Eviction",
+MOVED = frozenset({"cache_entries", "AmbiguousName", "resolve_function", "clear_function", "evict", "eviction_plan", "Eviction",
                    "freed_bytes", "duplicates_plan", "superseded_entries", "drop_duplicates", "results_total", "use_hits",
                    "held_elsewhere"})
 

@@ -18,7 +18,7 @@ from casmon.keys.digest import Digest
 if TYPE_CHECKING:
     from casmon.store.store import Store
 
-__all__ = ["cache_entries", "resolve_function", "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes",
+__all__ = ["cache_entries", "AmbiguousName", "resolve_function", "clear_function", "evict", "eviction_plan", "Eviction", "freed_bytes",
            "duplicates_plan", "superseded_entries", "drop_duplicates", "results_total", "use_hits", "held_elsewhere"]
 
 
@@ -101,6 +101,10 @@ def _size_of(record: dict) -> int:
     return max(n, 0)
 
 
+class AmbiguousName(LookupError):
+    """A short name that several cached functions end with (``__main__.clean`` and ``pipeline.clean``)."""
+
+
 def resolve_function(names: Iterable[str], name: str) -> str:
     """Find a function by full name, or by a short name or suffix that only one has."""
     names = sorted(set(names))
@@ -115,7 +119,7 @@ def resolve_function(names: Iterable[str], name: str) -> str:
         hint = did_you_mean(name, names)
         hint = f" ({hint})" if hint else ""
         raise LookupError(f"no cached function {name!r}{hint}; there are: {', '.join(names) or 'none'}")
-    raise LookupError(f"{name!r} is ambiguous: {', '.join(matches)}")
+    raise AmbiguousName(f"{name!r} is ambiguous: {', '.join(matches)}")
 
 
 def clear_function(store: Store, name: str) -> str:

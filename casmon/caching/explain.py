@@ -156,6 +156,8 @@ class Difference:
         """In words, for a sentence: ``parameter 'seed' differs``, ``the default values changed``."""
         if self.what == "defaults":
             return f"the default values {self.detail}"
+        if self.what == "file":  # its details are clauses of their own: "its content changed", "not read then"
+            return f"file {self.name!r}: {self.detail}"
         return f"{self.what} {self.name!r} {self.detail}" if self.name else f"{self.what} {self.detail}"
 
 

@@ -8,6 +8,7 @@ Each is told as ``explain`` tells a miss: which parameter, which code (with the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +31,11 @@ class Parting:
     a: str | None
     b: str | None
     differences: list[Difference] = field(default_factory=list)
+    #: Run A's name of the function where it is not ``fn`` (a script's ``__main__.f``, imported as ``train.f``).
+    fn_a: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"function": self.fn, "a": self.a, "b": self.b,
+        return {"function": self.fn, "a": self.a, "b": self.b, **({"function_a": self.fn_a} if self.fn_a else {}),
                 "differences": [{"what": d.what, "name": d.name, "detail": d.detail, "diff": d.diff}
                                 for d in self.differences]}
 
@@ -57,7 +60,7 @@ class FirstDifference:
         lines = ["first difference in lineage:"]
         for p in self.partings:
             ends = f"{short_hex(p.a) if p.a else '(no call)'} -> {short_hex(p.b) if p.b else '(no call)'}"
-            lines.append(f"  {p.fn} ({ends}):")
+            lines.append(f"  {p.fn_a + ' -> ' if p.fn_a else ''}{p.fn} ({ends}):")
             for d in p.differences:
                 lines.extend("    " + line for line in str(d).splitlines())
         return "\n".join(lines)
@@ -80,7 +83,55 @@ def _closure(ix: Index, run: RunInfo) -> dict[str, str]:
     return out
 
 
-def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+def _script_stem(run: RunInfo) -> str | None:
+    """The module name a run's script has when imported (``train`` for ``python train.py``), if it ran one."""
+    argv = run.manifest.get("argv")
+    first = argv[0] if isinstance(argv, list) and argv and isinstance(argv[0], str) else ""
+    return os.path.splitext(os.path.basename(first))[0] if first.endswith(".py") else None
+
+
+def _one_name(ca: dict[str, str], cb: dict[str, str], ra: RunInfo, rb: RunInfo) -> dict[str, str]:
+    """``{B's name: A's name}`` of each function one run called as its script's ``__main__.f`` and the other as
+    the imported ``train.f`` (keyed apart, so neither run has the other's calls); ``ca`` takes B's names."""
+    fa, fb = set(ca.values()), set(cb.values())
+    out: dict[str, str] = {}
+    for mine, theirs, run, a_side in ((fa - fb, fb - fa, ra, True), (fb - fa, fa - fb, rb, False)):
+        stem = _script_stem(run)
+        if stem is None:  # a notebook's or `python -c`'s __main__.f: which module's f it is, nothing says
+            continue
+        for name in sorted(n for n in mine if n.startswith("__main__.")):
+            rest = name[len("__main__."):]
+            found = [g for g in theirs if not g.startswith("__main__.") and g.endswith("." + rest)
+                     and g[:-len(rest) - 1].rsplit(".", 1)[-1] == stem]
+            if len(found) == 1:
+                out.update({found[0]: name} if a_side else {name: found[0]})
+    for k, fn in ca.items():
+        for b_name, a_name in out.items():
+            if fn == a_name:
+                ca[k] = b_name
+    return out
+
+
+def _module(fn_a: str, fn_b: str) -> str:
+    """The module a script is imported as, of its function's two names (``__main__.f``, ``train.f``)."""
+    main, other = (fn_a, fn_b) if fn_a.startswith("__main__.") else (fn_b, fn_a)
+    return other[:len(other) - len(main) + len("__main__.") - 1]
+
+
+def _as_imported(parts: dict[str, Any], module: str) -> dict[str, Any]:
+    """A version's parts with its script's names (``__main__.x``) as the imported module names them."""
+    return {g: {(module + k[len("__main__"):] if isinstance(k, str) and k.startswith("__main__.") else k): v
+                for k, v in part.items()} if isinstance(part, dict) else part for g, part in parts.items()}
+
+
+def _named(a: str, fn_a: str, b: str, fn_b: str) -> Difference:
+    module = _module(fn_a, fn_b)
+    return Difference("name", "", f"{a} called it as {fn_a}, {b} as {fn_b}: a script run as `python "
+                                  f"{module.rsplit('.', 1)[-1]}.py` names its functions __main__.NAME, imported "
+                                  f"they are {module}.NAME, and the two are keyed apart")
+
+
+def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str | None = None) -> list[Difference]:
     out: list[Difference] = []
     pa, pb = a.get("a"), b.get("a")
     if isinstance(pa, dict) and isinstance(pb, dict):
@@ -95,12 +146,17 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any]) -> list[D
                                   "not passed now" if y is None else "differs"))
     va, vb = a.get("v"), b.get("v")
     if va != vb:
-        old, new = ix.version_parts(fn, va), ix.version_parts(fn, vb)
+        old, new = ix.version_parts(fn_a or fn, va), ix.version_parts(fn, vb)
+        if fn_a and old is not None and new is not None:  # one function under two names: its parts named alike
+            module = _module(fn_a, fn)
+            old, new = (_as_imported(old, module), new) if fn_a.startswith("__main__.") else \
+                (old, _as_imported(new, module))
         if old is None or new is None:
             out.append(Difference("code", "", "the code differs (the parts of a version are not recorded)"))
         else:
-            out.extend(compare_parts(old, new) or [Difference("code", "", "the version differs, in nothing its "
-                                                                          "record names")])
+            # Under two names the version differs by the name alone, which the "name" difference says.
+            out.extend(compare_parts(old, new) or ([] if fn_a else [Difference("code", "", "the version differs, in "
+                                                                               "nothing its record names")]))
     fa = {(p, path): d for p, path, d in _files(a)}
     fb = {(p, path): d for p, path, d in _files(b)}
     for k in sorted(set(fa) | set(fb)):
@@ -133,6 +189,7 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
     ix = open_index(store)
     ra, rb = _run(run_a, ix.store), _run(run_b, ix.store)
     ca, cb = _closure(ix, ra), _closure(ix, rb)
+    a_names = _one_name(ca, cb, ra, rb)
     by_fn: dict[str, tuple[set[str], set[str]]] = {}
     for keys, side in ((ca, 0), (cb, 1)):
         for k, fn in keys.items():
@@ -163,15 +220,17 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
             for k in only_b:
                 out.partings.append(Parting(fn, None, k, [Difference("call", "", f"made by {rb.name} only")]))
             continue
+        fn_a = a_names.get(fn)
+        named = [_named(ra.name, fn_a, rb.name, fn)] if fn_a else []
         for k in only_b:
             best: tuple[int, str, list[Difference]] | None = None
             for j in only_a:
-                d = _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {})
+                d = named + _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {}, fn_a)
                 if best is None or len(d) < best[0]:
                     best = (len(d), j, d)
             assert best is not None
             diffs = best[2] or [Difference("key", "", "the key differs in something the entry does not record (the "
                                                       "object of a bound method, a value hashed by type only, or "
                                                       "the key format)")]
-            out.partings.append(Parting(fn, best[1], k, diffs))
+            out.partings.append(Parting(fn, best[1], k, diffs, fn_a))
     return out

@@ -149,11 +149,11 @@ class Graph:
             return (head.text() + f"\n  ... and {total - limit:,} more nodes ({total:,} in all; --all or --json "
                     "lists every one)")
         if not self.nodes:
-            return f"{self.what} of {self.root}: {'nothing is stale' if self.what == 'stale' else 'nothing recorded'}"
+            return f"{self._title()}: {'nothing is stale' if self.what == 'stale' else 'nothing recorded'}"
         feeds: dict[str, list[Edge]] = {}
         for e in self.edges:
             feeds.setdefault(e.source, []).append(e)
-        lines = [f"{self.what} of {self.root}:"]
+        lines = [f"{self._title()}:"]
         for n in self.nodes.values():
             st = n.data.get("status")
             tail = f"  [{st}]" if n.kind == "entry" and st != "live" else ""
@@ -162,6 +162,11 @@ class Graph:
             why = f": {n.data['reason']}" if n.data.get("reason") else ""
             lines.append(f"  {n.kind} {n.label}{tail}{why}" + (f"  -> {to}" if to else ""))
         return "\n".join(lines)
+
+    def _title(self) -> str:
+        """The text's first words: "lineage of 3", "what used clean", "stale in ./.casmon"."""
+        return {"used by": f"what used {self.root}", "stale": f"stale in {self.root}"}.get(
+            self.what, f"{self.what} of {self.root}")
 
     def _head(self, k: int) -> Graph:
         g = Graph(self.root, self.what)

@@ -169,53 +169,67 @@ def groups(c: Columns) -> Groups:
 
 def stale_rows(c: Columns, status: np.ndarray, roots: np.ndarray, g: Groups) -> tuple[np.ndarray, np.ndarray,
                                                                                       np.ndarray]:
-    """``(stale, good, class counts)``: which rows are stale -- ``roots`` (their code or a file changed), and every row with an input none of whose
-    makers holds it -- a maker holds a value where it is live and not stale, or another such entry has the same
-    fingerprint; a maker gone from the store holds (it is shown missing, not changed). Settled in rounds, each
-    over the inputs of what the last one made stale: a chain of cached steps costs its length in rounds."""
-    stale = roots.copy()
-    good = (status == LIVE_) & ~stale
+    """``(stale, good, class counts)``: which rows are stale -- ``roots`` (their code or a file changed), and every
+    row with an input none of whose makers holds it -- a maker holds a value where it is good (live, not a root,
+    every input of its own held), or another good entry has the same fingerprint; a maker gone from the store
+    holds (it is shown missing, not changed), and so does a value no entry made before the one that took it. ``good`` grows from the entries without inputs in rounds, so no
+    entry vouches for a value it was made from (``x * 1`` of a stale ``x``): a chain of cached steps costs its
+    length in rounds."""
+    cand = (status == LIVE_) & ~roots
+    n = len(cand)
     hasc = g.cls >= 0
-    cnt = np.bincount(g.cls[good & hasc], minlength=g.ncls) if g.ncls else np.zeros(0, np.int64)
-    # the groups by maker and by class: which to look at again when a maker, or a class, stops holding
+    good = np.zeros(n, bool)
+    cnt = np.zeros(g.ncls, np.int64)
+    icls = np.where(g.iu >= 0, g.cls[np.maximum(g.iu, 0)], -1)  # an identity input's maker's class
+    held_i = g.iu < 0
+    # A value no entry made before the one that took it came from outside the store (a literal a later call
+    # returned again): it holds, as a maker gone from the store does, and so no cycle of such links stands alone.
+    first_made = np.full(g.ncls, np.inf)
+    if g.ncls:
+        np.minimum.at(first_made, g.cls[hasc], c.time[hasc])
+    held_c = first_made[g.cc] >= c.time[g.ch] if len(g.cc) else np.zeros(0, bool)
+    need = np.bincount(g.ih[~held_i], minlength=n) + np.bincount(g.ch[~held_c], minlength=n)  # inputs not held yet
+    # the edges by maker, by maker's class and by class: which to look at when a maker, or a class, holds
     io = np.argsort(g.iu, kind="stable")
-    iu_sorted = g.iu[io]
-    co = np.argsort(g.cc, kind="stable")
-    cc_sorted = g.cc[co]
-    # identity groups whose maker's class is the key, for a class that stops holding
-    icls = np.where(g.iu >= 0, g.cls[np.maximum(g.iu, 0)], -1)
+    iptr = _offsets(g.iu[io], n)
     jo = np.argsort(icls, kind="stable")
-    icls_sorted = icls[jo]
+    jptr = _offsets(icls[jo], g.ncls)
+    co = np.argsort(g.cc, kind="stable")
+    cptr = _offsets(g.cc[co], g.ncls)
+    new = np.flatnonzero(cand & (need == 0))
+    # Sets as masks, not np.unique: a hash of a million values each round cost five times the rest.
+    fi, fc, rows = np.zeros(len(held_i), bool), np.zeros(len(held_c), bool), np.zeros(n, bool)
+    while len(new):
+        good[new] = True
+        fi[io[spans(iptr[new], iptr[new + 1])]] = True
+        nc = g.cls[new]
+        nc = nc[nc >= 0]
+        if len(nc):
+            born = nc[cnt[nc] == 0]  # classes that now have a good entry (repeats do no harm: masks)
+            cnt += np.bincount(nc, minlength=g.ncls)
+            fi[jo[spans(jptr[born], jptr[born + 1])]] = True
+            fc[co[spans(cptr[born], cptr[born + 1])]] = True
+        fi &= ~held_i
+        fc &= ~held_c
+        held_i |= fi
+        held_c |= fc
+        touched = np.concatenate((g.ih[fi], g.ch[fc]))
+        fi[:] = False
+        fc[:] = False
+        if not len(touched):
+            break
+        need -= np.bincount(touched, minlength=n)
+        rows[touched] = True
+        new = np.flatnonzero(rows & cand & ~good & (need == 0))
+        rows[touched] = False
+    return roots | (need > 0), good, cnt
 
-    def fails_i(k: np.ndarray) -> np.ndarray:
-        u = g.iu[k]
-        um = np.maximum(u, 0)
-        cu = g.cls[um]
-        held = (u < 0) | good[um] | ((cu >= 0) & (cnt[np.maximum(cu, 0)] > 0) if g.ncls else False)
-        return k[~held]
 
-    def fails_c(k: np.ndarray) -> np.ndarray:
-        return k[cnt[g.cc[k]] == 0] if g.ncls else k[:0]
-
-    hit = np.concatenate((g.ih[fails_i(np.arange(len(g.ih)))], g.ch[fails_c(np.arange(len(g.ch)))]))
-    while True:
-        new = np.unique(hit[~stale[hit]])
-        if not len(new):
-            return stale, good, cnt
-        stale[new] = True
-        lost = new[good[new]]  # only a maker that held stops holding
-        good[lost] = False
-        dead = np.zeros(0, np.int64)
-        if g.ncls:
-            lc = g.cls[lost]
-            lc = lc[lc >= 0]
-            if len(lc):
-                np.subtract.at(cnt, lc, 1)
-                dead = np.unique(lc[cnt[lc] == 0])
-        ki = io[_among(iu_sorted, lost)]
-        kd = jo[_among(icls_sorted, dead)]
-        kc = co[_among(cc_sorted, dead)]
-        hit = np.concatenate((g.ih[fails_i(np.unique(np.concatenate((ki, kd))))], g.ch[fails_c(kc)]))
+def _offsets(sorted_vals: np.ndarray, size: int) -> np.ndarray:
+    """Where each value ``v`` in ``0..size-1`` is in ``sorted_vals``: ``[ptr[v], ptr[v + 1])`` (-1s sort first)."""
+    k0 = int(np.searchsorted(sorted_vals, 0))
+    counts = np.bincount(sorted_vals[k0:], minlength=size)[:size]
+    return k0 + np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
 
 def _among(sorted_vals: np.ndarray, wanted: np.ndarray) -> np.ndarray:

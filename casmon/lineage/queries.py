@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 import numpy as np
 
-from casmon.caching import resolve_function
+from casmon.caching import AmbiguousName, resolve_function
 from casmon.caching.explain import compare_parts
 from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
@@ -133,7 +133,7 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         full = resolve_function([c.strings[i] for i in fns.tolist()], fn)
     except LookupError as e:
         full = None
-        why = str(e)
+        why = e
     if full is not None:
         mine = c.fn == c.sid(full)
         if version:
@@ -148,6 +148,8 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     paths = {p for p, _d in _all_files(ix)}
     if t in paths or os.path.abspath(t) in paths:
         return "file", (t if t in paths else os.path.abspath(t), None)
+    if isinstance(why, AmbiguousName):  # names several, not none: say which, as one line
+        raise LookupError(f"{why}; name one of them") from None
     raise LookupError(f"{t!r} names no run, cached function, entry, file or digest ({why})")
 
 
@@ -507,7 +509,7 @@ class Staleness:
                 self.roots[k] = f"{src} was {_STATUS[self.st[u]]}"
                 self.why[k] = f"{what} came from {src}, which was {_STATUS[self.st[u]]}"
             else:
-                self.roots[k] = root = self.roots.get(u, "")
+                self.roots[k] = root = self.roots.get(u) or "its records link back to it: a cycle"
                 self.why[k] = f"{what} came from {src}, which is stale ({root})"
         return self.why[h]
 
@@ -527,7 +529,7 @@ class Staleness:
                     path = c.strings[c.f_path[i]]
                     now = ix.file_now(path)
                     detail = "its content changed" if now is not None else "no longer exists"
-                    return f"file {path!r} {detail} (parameter {c.strings[c.f_param[i]]!r})"
+                    return f"file {path!r}: {detail} (parameter {c.strings[c.f_param[i]]!r})"
         return None
 
     def run(self, run: RunInfo, rows: list[int] | None = None) -> str | None:
@@ -562,6 +564,8 @@ def stale(store: Store | str | None = None) -> Graph:
     rs = _Rows(ix)
     shown = s.stale & (s.st == 0)
     rows = np.flatnonzero(shown)
+    own = (s.code | s.files)[rows]
+    rows = np.concatenate((rows[own], rows[~own]))  # the causes first, then what they made stale
     e = downstream(c)
     m = shown[e.src] & shown[e.dst]
     after = Graph()

@@ -804,8 +804,8 @@ def log(metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None,
     """``run.log`` on the innermost active run (see :meth:`Run.log`); :class:`NoActiveRunError` outside any."""
     run = active_run()
     if run is None:
-        raise NoActiveRunError("casmon.log: no run is being recorded; call it inside `with casmon.record(...) as run:` "
-                               "(or a function decorated with @casmon.record), or use run.log")
+        raise NoActiveRunError("casmon.log: no run is being recorded; start one with `casmon.start_run(...)` (a "
+                               "notebook) or `with casmon.record(...) as run:` (or @casmon.record), or use run.log")
     run.log(metrics, step=step, **named)
 
 

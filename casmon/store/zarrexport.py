@@ -220,6 +220,7 @@ def _target(out: str | os.PathLike[str], inside: Path | None) -> Iterator[tuple[
         done = Exported(str(path))
         yield zs, done, zs
         if zipped:
+            done.linked = 0  # the links were in the folder zipped: the zip holds each file's bytes again
             part = work / "z.zip"
             with zipfile.ZipFile(part, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
                 for f in sorted((work / "z").rglob("*")):

@@ -313,9 +313,10 @@ def first_difference_html(ctx: Ctx, got: list[tuple[str, FirstDifference | None,
         else:
             out.append(f"<h3>{esc(pair)}</h3>")
             for p in fd.partings:
-                links = " → ".join(str(ctx.link(entry_url(p.fn, k), code(display.hexshort(k)))) if k else
-                                   '<span class="muted">(no call)</span>' for k in (p.a, p.b))
-                out.append(f'<div class="parting" data-fn="{esc(p.fn)}"><h4>{ctx.link(url("/cache", fn=p.fn), code(p.fn))}'
+                links = " → ".join(str(ctx.link(entry_url(fn, k), code(display.hexshort(k)))) if k else
+                                   '<span class="muted">(no call)</span>' for fn, k in ((p.fn_a or p.fn, p.a), (p.fn, p.b)))
+                names = f'{ctx.link(url("/cache", fn=p.fn_a), code(p.fn_a))} → ' if p.fn_a else ""  # a script's, imported
+                out.append(f'<div class="parting" data-fn="{esc(p.fn)}"><h4>{names}{ctx.link(url("/cache", fn=p.fn), code(p.fn))}'
                            f' <span class="muted">{links}</span></h4>'
                            f'{differences_html(p.differences, f"in {fd.a}", f"in {fd.b}")}</div>')
         out.append("</section>")

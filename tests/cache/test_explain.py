@@ -266,7 +266,7 @@ def test_lookup_names_a_changed_file_first_and_forgets_the_other_names_entries_o
     ask = ("import train\ntry:\n    train.load.lookup('data.txt')\nexcept KeyError as e:\n    print(e)\n"
            "print('EXPLAIN')\nprint(train.load.explain('data.txt'))\n")
     why, explained = run_python(ask, cwd=tmp_path).stdout.split("EXPLAIN")
-    assert "file 'data.txt' its content changed" in why
+    assert "file 'data.txt': its content changed" in why
     assert why.index("content changed") < why.find("__main__.load has entries") or "__main__.load" not in why
     assert explained.index("its content changed") < explained.index("__main__.load has entries")
 
@@ -355,3 +355,12 @@ def test_explain_of_another_call_says_the_functions_entries_expired_not_that_non
     assert "2 entries of this function are past expires_after" in why, why
     with pytest.raises(KeyError, match="past expires_after"):
         f.lookup(3)
+
+
+def test_a_changed_file_reads_as_a_clause_with_its_name_then_what_happened():
+    """``stale`` and the code-change warning join clauses into sentences: a file's needs a colon after its name."""
+    from casmon.caching.explain import Difference
+
+    assert Difference("file", "data.txt", "its content changed (parameter 'path')").clause() == \
+        "file 'data.txt': its content changed (parameter 'path')"
+    assert Difference("parameter", "lr", "differs").clause() == "parameter 'lr' differs"

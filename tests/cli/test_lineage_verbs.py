@@ -62,6 +62,15 @@ def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     assert "its content changed" in cli("stale", "--store", store).stdout
 
 
+def test_each_verb_heads_its_text_with_a_phrase_that_reads(two_runs):
+    store, data = two_runs
+    assert cli("lineage", "1", "--store", store).stdout.startswith("lineage of 1:")
+    assert cli("used-by", str(data), "--store", store).stdout.startswith(f"what used {data}:")
+    assert cli("stale", "--store", store).stdout.startswith("stale in ")
+    data.write_text("1 2 3\n")
+    assert cli("stale", "--store", store).stdout.startswith("stale in ")
+
+
 def test_diff_names_the_first_difference_in_lineage(two_runs):
     store, _data = two_runs
     out = cli("diff", "1", "2", "--store", store).stdout
@@ -80,6 +89,25 @@ def test_a_target_that_names_nothing_is_one_line(two_runs, verb):
     assert len(r.stderr.strip().splitlines()) == 1
     r = cli(verb, "1", "--store", store, "--json", "--dot", check=False)
     assert r.returncode == 1 and "choose one" in r.stderr
+
+
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_short_name_two_functions_share_is_one_line_naming_both(tmp_path, verb):
+    """A script's ``__main__.clean`` and its import's ``pipeline.clean``: 'clean' is ambiguous, not unknown."""
+    store = str(tmp_path / "store")
+    for fn in ("__main__", "pipeline"):
+        @casmon.cache(store=store)
+        def clean(x):
+            return x + 1
+
+        clean.__casmon_cache__.name = f"{fn}.clean"
+        clean(np.arange(10.0))
+        clean.__casmon_cache__.store.flush()
+    r = cli(verb, "clean", "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "'clean' is ambiguous: __main__.clean, pipeline.clean" in r.stderr
+    assert "names no" not in r.stderr
+    assert "pipeline.clean" in cli(verb, "pipeline.clean", "--store", store).stdout
 
 
 def test_a_big_answer_prints_its_first_nodes_and_how_many_more_unless_all_or_json(tmp_path):

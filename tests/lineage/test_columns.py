@@ -47,7 +47,9 @@ class Oracle:
             return "expired"
         return "live"
 
-    def groups(self, k):
+    def groups(self, k, late_held=False):
+        """``(parameter, makers)`` of each input; ``late_held``: without the content groups no maker of which was
+        stored before ``k`` (the value came from outside the store: it holds)."""
         r = self.entries.get(k) or {}
         up = r.get("up") or {}
         out = [(n, [h]) for n, ks in up.items() for h in ks if h != k]
@@ -55,7 +57,7 @@ class Oracle:
             base = n.split("[", 1)[0]
             if base not in up:
                 g = [h for h in self.by_rf.get(d, ()) if h != k]
-                if g:
+                if g and not (late_held and all(self.entries[h]["time"] >= r["time"] for h in g)):
                     out.append((base, g))
         return out
 
@@ -74,29 +76,31 @@ class Oracle:
 
     def stale(self):
         """Settled by rounds until nothing changes: an entry is stale if its code or a file changed, or an
-        input of it is held by no live entry that is not stale."""
+        input of it is held by no good entry -- good: live, not changed itself, every input held, grown from the
+        entries without inputs, so no entry holds a value it was made from."""
         bad = set()
         for k, r in self.entries.items():
             cur = self.current.get(r["fn"])
             if "v" in r and cur is not None and cur[1] != r["v"] or any(
                     self.files_now.get(f[1], "unknown") not in (f[2], "unknown") for f in r.get("files", ())):
                 bad.add(k)
+        good = set()
 
         def holds(u):
-            if self.status(u) == "missing" or self.status(u) == "live" and u not in bad:
+            if self.status(u) == "missing" or u in good:
                 return True
             rf = self.entries[u].get("rf")
-            return rf is not None and any(h != u and self.status(h) == "live" and h not in bad
-                                          for h in self.by_rf.get(rf, ()))
+            return rf is not None and any(h in good for h in self.by_rf.get(rf, ()))
 
         changed = True
         while changed:
             changed = False
             for k in self.entries:
-                if k not in bad and any(not any(holds(u) for u in g) for _n, g in self.groups(k)):
-                    bad.add(k)
+                if k not in good and k not in bad and self.status(k) == "live" and all(
+                        any(holds(u) for u in g) for _n, g in self.groups(k, late_held=True)):
+                    good.add(k)
                     changed = True
-        return {k for k in bad if self.status(k) == "live"}
+        return {k for k in self.entries if self.status(k) == "live" and k not in good}
 
 
 # -- random stores --------------------------------------------------------------------------------------------
@@ -351,3 +355,16 @@ def test_crafted_cycles_and_self_links_answer_without_raising(tmp_path):
     u = used_by(A, s)
     assert {n.data["key"] for n in u.nodes.values()} == {A, B, C}
     assert ("entry:" + A, "entry:" + A) not in {(e.source, e.target) for e in u.edges}
+
+
+def test_crafted_records_that_link_two_entries_to_each_other_are_stale_and_say_so(tmp_path):
+    """No real call makes such a pair (an identity link is to an earlier result): nothing grounds them, and the
+    reason names the cycle instead of an empty cause."""
+    s = casmon.open(str(tmp_path / "s"), create=True)
+    A, B = "11" * 16, "22" * 16
+    recs = {A: {"fn": "p.a", "rf": "aa" * 16, "up": {"x": [B]}}, B: {"fn": "p.b", "rf": "bb" * 16, "up": {"y": [A]}}}
+    for i, (k, r) in enumerate(recs.items()):
+        s.append(KIND, {**r, "result": os.urandom(16).hex(), "time": 1000.0 + i}, key=Digest(bytes.fromhex(k)))
+    s.flush()
+    reasons = {n.data["key"]: n.data["reason"] for n in stale(s).nodes.values()}
+    assert set(reasons) == {A, B} and all("a cycle" in r and "()" not in r for r in reasons.values())

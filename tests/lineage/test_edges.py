@@ -366,7 +366,7 @@ def test_a_relative_files_path_not_found_from_here_is_unknown_not_gone(tmp_path,
     assert stale(s).to_dict()["nodes"] == []
     (proj / "data.txt").write_text("1 2 4\n")
     (n,) = stale(s).to_dict()["nodes"]
-    assert n["reason"] == "file 'data.txt' its content changed (parameter 'path')"
+    assert n["reason"] == "file 'data.txt': its content changed (parameter 'path')"
 
 
 def test_a_result_of_another_store_is_no_edge_of_this_one(tmp_path, store):
@@ -413,3 +413,72 @@ def test_a_small_array_results_fingerprint_needs_no_walk_and_still_links_across_
     use(r.copy())
     ix = Index(make.__casmon_cache__.store)
     assert [u for _, u in ix.upstream(entry_of(use, r))] == [entry_of(make, 16)]
+
+
+def test_a_stage_that_returns_its_input_unchanged_does_not_vouch_for_a_stale_input(tmp_path, monkeypatch, store):
+    """``clean`` finds nothing to drop and returns what ``load`` gave it: its result equals load's, but it was
+    made from it, so when the file changes clean and what it fed are stale too, not held by clean's own copy."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 8\n")
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path)
+
+    @casmon.cache(store=store)
+    def clean(x):
+        return x[~np.isnan(x)]
+
+    @casmon.cache(store=store)
+    def fit(x, k):
+        return x * k
+
+    x = clean(load("data.txt"))
+    fit(x, 2.0)
+    keys = {"load": entry_of(load, "data.txt"), "clean": entry_of(clean, load("data.txt")), "fit": entry_of(fit, x, 2.0)}
+    s = load.__casmon_cache__.store
+    s.flush()
+    edges.forget_all()
+    assert stale(s).to_dict()["nodes"] == []
+    (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 9\n")
+    assert {n["id"] for n in stale(s).to_dict()["nodes"]} == {f"entry:{k}" for k in keys.values()}
+
+
+def test_stale_lists_the_entries_stale_of_themselves_before_those_that_inherit_it(tmp_path, monkeypatch, store):
+    """The causes (a changed file, changed code) come first, not buried among what they made stale."""
+    monkeypatch.chdir(tmp_path)
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path) * 10
+
+    @casmon.cache(store=store)
+    def scale(x, k):
+        return x * k
+
+    for i, name in enumerate(("a.txt", "b.txt")):
+        (tmp_path / name).write_text(f"{i} 2 3 4 5 6 7 8\n")
+        x = load(name)
+        for k in range(30):
+            scale(x, k)
+    load.__casmon_cache__.store.flush()
+    edges.forget_all()
+    for i, name in enumerate(("a.txt", "b.txt")):
+        (tmp_path / name).write_text(f"{i} 2 3 4 5 6 7 9\n")
+    reasons = [n["reason"] for n in stale(load.__casmon_cache__.store).to_dict()["nodes"]]
+    assert len(reasons) == 62
+    assert all(r.startswith("file ") for r in reasons[:2]) and not any(r.startswith("file ") for r in reasons[2:])
+
+
+def test_an_involution_applied_twice_to_a_literal_is_not_stale(store):
+    """``neg(neg(x))`` of a plain array: the first call's input equals the second's result, a content link to an
+    entry stored after it. The value came from outside the store, so the pair holds, not a cycle found stale."""
+    @casmon.cache(store=store)
+    def neg(x):
+        return -x
+
+    neg(neg(np.arange(10.0)))
+    s = neg.__casmon_cache__.store
+    s.flush()
+    edges.forget_all()
+    assert stale(s).to_dict()["nodes"] == []

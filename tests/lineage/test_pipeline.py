@@ -9,6 +9,7 @@ run here, in yet another interpreter, from the records alone.
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 import casmon
 from casmon.caching import clear_function
 from casmon.lineage import first_difference, stale, used_by
+from tests.conftest import run_python
+from tests.support.cli import cli
 from tests.support.processes import ROOT
 
 PIPELINE = '''
@@ -192,3 +195,62 @@ def test_a_cleared_stage_makes_what_used_it_stale_until_it_is_computed_again(pip
     fd = first_difference(pipe.first, second)
     assert [p.fn for p in fd.partings] == ["pipeline.features"]
     assert "cleared between the runs" in str(fd)
+
+
+def test_a_script_run_then_imported_parts_at_one_function_under_both_names(tmp_path):
+    """``python train.py`` caches ``__main__.load``, ``import train`` caches ``train.load``: the first difference
+    pairs the two names as one function and says what else differs (the file), not "made by one run only"."""
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import numpy as np
+        import casmon
+
+        @casmon.cache(files=["path"])
+        def load(path):
+            return np.loadtxt(path)
+
+        @casmon.cache
+        def fit(x, lr=0.5):
+            return x * lr
+
+        def main():
+            with casmon.record(capture_output=False):
+                fit(load("data.txt"))
+
+        if __name__ == "__main__":
+            main()
+        """))
+    (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 8 9 10 11 12\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CASMON_STORE": str(tmp_path / "store")}
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, env=env, capture_output=True)
+    (tmp_path / "data.txt").write_text("1 2 3 4 5 6 7 8 9 10 11 13\n")
+    run_python("import train\ntrain.main()\n", cwd=tmp_path, env={"CASMON_STORE": str(tmp_path / "store")})
+    fd = first_difference("1", "2", str(tmp_path / "store"))
+    (p,) = fd.partings
+    assert (p.fn_a, p.fn) == ("__main__.load", "train.load") and p.a and p.b
+    assert [d.what for d in p.differences] == ["name", "file"]
+    assert "train.py" in p.differences[0].detail
+    assert fd.to_dict()["first_difference"][0]["function_a"] == "__main__.load"
+    text = cli("diff", "1", "2", "--store", str(tmp_path / "store")).stdout
+    assert "__main__.load -> train.load (" in text and "made by" not in text
+
+
+def test_a_notebooks_main_function_is_not_paired_with_a_modules_function_of_its_name(tmp_path):
+    """``python -c`` (or a notebook) names no script: its ``__main__.load`` may be any code, so it stays apart."""
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import numpy as np
+        import casmon
+
+        @casmon.cache
+        def load(n):
+            return np.arange(float(n))
+
+        def main():
+            with casmon.record(capture_output=False):
+                load(40)
+        """))
+    env = {"CASMON_STORE": str(tmp_path / "store")}
+    run_python("import numpy as np, casmon\n@casmon.cache\ndef load(n):\n    return np.ones(n)\n"
+               "with casmon.record(capture_output=False):\n    load(40)\n", cwd=tmp_path, env=env)
+    run_python("import train\ntrain.main()\n", cwd=tmp_path, env=env)
+    fd = first_difference("1", "2", str(tmp_path / "store"))
+    assert sorted((p.fn, p.fn_a) for p in fd.partings) == [("__main__.load", None), ("train.load", None)]

@@ -191,3 +191,14 @@ def test_a_restarted_kernel_and_a_second_notebook_on_the_store_each_keep_their_o
     assert names == {"2-nb", "3-nb"} and runs.keys() == {"1-nb", "2-nb", "3-nb"}
     assert [runs[n].status for n in ("1-nb", "2-nb", "3-nb")] == ["killed", "ok", "ok"]
     assert sorted(tuple(r.metric_summary()) for r in (runs["2-nb"], runs["3-nb"])) == [("acc",), ("loss",)]
+
+
+def test_casmon_log_after_the_run_ended_points_at_start_run(tmp_path):
+    """The notebook flow: a cell logs after ``end_run``; the error says how a notebook starts another run."""
+    run = casmon.start_run(store=str(tmp_path / "s"), capture_output=False)
+    casmon.log(a=1.0)
+    casmon.end_run()
+    with pytest.raises(casmon.NoActiveRunError) as e:
+        casmon.log(a=2.0)
+    assert "casmon.start_run(" in str(e.value) and "\n" not in str(e.value)
+    assert casmon.load_run("latest", str(tmp_path / "s")).manifest["status"] == "ok"

@@ -226,6 +226,22 @@ def test_equal_chunks_are_one_file_hard_linked_in_a_folder(tmp_path):
     assert np.array_equal(g[entry(b)[0]][:], base)
 
 
+def test_an_export_to_a_zip_reports_no_hard_links_as_a_zip_holds_none(tmp_path):
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 16)
+    base = np.random.default_rng(0).random(8192 * 4)
+
+    @casmon.cache(store=s)
+    def a():
+        return np.concatenate([base, base])
+
+    a()
+    s.close()
+    assert s.export_zarr(tmp_path / "out.zip").linked == 0
+    out = cli("export", "--zarr", str(tmp_path / "o2.zip"), "--store", str(tmp_path / "s")).stdout
+    assert "exported" in out and "hard-linked" not in out
+    assert "hard-linked" in cli("export", "--zarr", str(tmp_path / "o3"), "--store", str(tmp_path / "s")).stdout
+
+
 def test_many_small_chunks_are_sharded_by_zarr(tmp_path):
     s = casmon.open(tmp_path / "s", chunk_size=1 << 12)  # 512 float64 a chunk
 

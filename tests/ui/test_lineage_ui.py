@@ -320,3 +320,19 @@ def test_the_compare_page_of_runs_differing_in_one_stage_names_that_stage(served
         _clean(w)
     finally:
         page.close()
+
+
+def test_a_parting_under_a_scripts_two_names_links_each_side_to_its_own_function():
+    """``__main__.load`` in run A, ``train.load`` in run B: each key opens the entry under the name it has."""
+    from casmon.caching.explain import Difference
+    from casmon.lineage.difference import FirstDifference, Parting
+    from casmon.ui.cachepage import entry_url
+    from casmon.ui.lineageview import first_difference_html
+    from casmon.ui.pages import Ctx
+
+    a, b = "ab" * 16, "cd" * 16
+    fd = FirstDifference("1", "2", [Parting("train.load", a, b, [Difference("name", "", "keyed apart")],
+                                            "__main__.load")])
+    got = str(first_difference_html(Ctx("s"), [("1 → 2", fd, "")]))
+    assert html.escape(entry_url("__main__.load", a)) in got and html.escape(entry_url("train.load", b)) in got
+    assert "__main__.load" in got.split("<h4>")[1].split("</h4>")[0]
