@@ -71,6 +71,8 @@ def read_plain(filename: str) -> tuple[int, int, list[str]] | None:
     import io  # already loaded by the interpreter: no cost
 
     lines = io.StringIO(text, newline=None).readlines()
-    if lines and not lines[-1].endswith("\n"):
+    if not lines:
+        return None  # an empty file: linecache's lines for it differ by version ([] or ['\n'] on 3.13)
+    if not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     return st.st_size, st.st_mtime_ns, lines

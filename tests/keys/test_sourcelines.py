@@ -66,3 +66,10 @@ def test_kept_lines_are_the_same_list_until_the_file_changes(tmp_path, monkeypat
     path.unlink()
     sourcelines.checkcache(str(path))
     assert sourcelines.getlines(str(path)) == []
+
+
+def test_an_empty_file_is_left_to_linecache_whose_lines_for_it_differ_by_version(tmp_path):
+    empty = tmp_path / "empty.py"
+    empty.write_bytes(b"")
+    assert sourcelines.read_plain(str(empty)) is None
+    assert sourcelines.getlines(str(empty)) == _linecache_lines(str(empty))
