@@ -668,15 +668,23 @@ def _from_columns(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], fl
     if row is None or tags is None:
         return None
     for c in wanted:
-        if c in _LISTED:
-            row[c] = e.name if c == "run" else e.start if c == "start" else e.status
-        elif c.startswith("metric."):
-            got = index.indexed_cell(e, c[len("metric."):])
-            if got is None:
-                return None
-            if got[0] is not None:
-                row[c] = got[0]
+        if (c in _LISTED or c.startswith("metric.")) and not _put_indexed(index, e, c, row):
+            return None
     return row, tags
+
+
+def _put_indexed(index: RunIndex, e: Entry, c: str, row: dict[Any, Any]) -> bool:
+    """Put cell ``c`` (a listed field or a metric) of ended run ``e`` into ``row`` from its entry and the runs
+    index's columns (nothing where the run did not log the metric); False where the columns do not hold it."""
+    if c in _LISTED:
+        row[c] = e.name if c == "run" else e.start if c == "start" else e.status
+        return True
+    got = index.indexed_cell(e, c[len("metric."):])
+    if got is None:
+        return False
+    if got[0] is not None:
+        row[c] = got[0]
+    return True
 
 
 _MANIFEST = object()  # where _cells_of leaves the parsed manifest text
@@ -694,14 +702,9 @@ def _cells_of(index: RunIndex, e: Entry, ie: list[Any], wanted: set[str], parse:
             return None  # an entry the row is not made from: the row says
         row[_MANIFEST] = m
     for c in wanted:
-        if c in _LISTED:
-            row[c] = e.name if c == "run" else e.start if c == "start" else e.status
-        elif c.startswith("metric."):
-            got = index.indexed_cell(e, c[len("metric."):])
-            if got is None:
+        if c in _LISTED or c.startswith("metric."):
+            if not _put_indexed(index, e, c, row):
                 return None
-            if got[0] is not None:
-                row[c] = got[0]
         else:
             field = "params" if c.startswith("param.") else "info"
             if field not in flat:
