@@ -1,7 +1,9 @@
-"""pandas: a DataFrame or Series as one numeric part per column (and one for its index unless a range), with
-its column labels (and their index's type), index, attributes and flags, so the zarr view presents it as a
-group of column arrays plus the index. Columns of object, string, categorical or timezone dtypes, and labels,
-indexes or attributes the layout does not rebuild exactly, are pickled whole instead."""
+"""pandas: a DataFrame or Series as stored parts per column (and for its index unless a range), with its column
+labels (and their index's type), index, attributes and flags, so the zarr view presents it as a group of column
+arrays plus the index. A column (or the index) of numbers, text (object of ``str``, ``string``/``str``),
+categories, nullable integers or zoned datetimes is stored as :mod:`.columns` lays it out; a frame with anything
+else (mixed objects, a MultiIndex), or labels, indexes or attributes the layout does not rebuild exactly, is
+pickled whole instead."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json
+from casmon.store.libraries.columns import decode_column, encode_column, part_count
+from casmon.store.libraries.tabular import MAX_PARTS, plain_json
 
 __all__ = ["PandasHandler"]
 
@@ -27,11 +30,13 @@ def _columns(layout: dict[str, Any], names: list[Any], name: Any) -> Any:
     return pd.Index(names, dtype=str(layout["dtype"]), name=name)
 
 
-def _index(ix: dict[str, Any], buf: np.ndarray[Any, np.dtype[np.uint8]]) -> Any:
+def _index(ix: dict[str, Any], bufs: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
     """The rows' index as the layout :meth:`PandasHandler.encode` stored describes it."""
     if "range" in ix:
         return pd.RangeIndex(*ix["range"], name=ix["name"])
-    index = pd.Index(from_part(ix["array"], buf), name=ix["name"])
+    values = decode_column(ix, bufs)
+    index = pd.Index(values, name=ix["name"], dtype=object) if isinstance(values, np.ndarray) and \
+        values.dtype == object else pd.Index(values, name=ix["name"])
     if ix.get("freq") is not None and isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
         index = type(index)(index, freq=ix["freq"])
     return index
@@ -46,6 +51,32 @@ def _same_index(got: Any, want: Any) -> bool:
     if getattr(want, "freq", None) != getattr(got, "freq", None):
         return False
     return want.dtype != object or [type(x) for x in got] == [type(x) for x in want]
+
+
+def _values(column: Any) -> Any:
+    """A column's (or an index's) values: the numpy array where its dtype is numpy's, else its pandas array."""
+    return column.to_numpy() if isinstance(column.dtype, np.dtype) else column.array
+
+
+def _series(values: Any) -> Any:
+    """Decoded values as a Series of their own dtype (an object array stays object, not inferred as text)."""
+    return pd.Series(values, dtype=values.dtype, copy=False)
+
+
+def _rebuilt(got: tuple[dict[str, Any], list[Any]], dtype: Any) -> bool:
+    """Whether the column ``got`` describes comes back of ``dtype`` (categories' dtype and zone type included)."""
+    desc = got[0]
+    if "array" in desc:
+        return True
+    if "strings" in desc:
+        return True  # the dtype is rebuilt from what is stored: no need to decode every string
+    try:
+        back = decode_column(desc, [np.frombuffer(p.data, np.uint8) for p in got[1]]).dtype
+    except (TypeError, ValueError, LookupError):
+        return False
+    if isinstance(dtype, pd.CategoricalDtype):
+        return bool(back == dtype) and back.categories.dtype == dtype.categories.dtype
+    return bool(back == dtype)
 
 
 class PandasHandler:
@@ -74,21 +105,23 @@ class PandasHandler:
             return None
         columns, buffers = [], []
         for i, c in enumerate(cols):
-            got = as_part(df.iloc[:, i].to_numpy()) if isinstance(df.dtypes.iloc[i], np.dtype) else None
-            if got is None:
+            got = encode_column(_values(df.iloc[:, i]))
+            if got is None or not _rebuilt(got, df.dtypes.iloc[i]):
                 return None
-            columns.append({"name": c, "array": got[0]})
-            buffers.append(got[1])
+            columns.append({"name": c, **got[0]})
+            buffers.extend(got[1])
+        if len(buffers) > 3 * MAX_PARTS:
+            return None
         idx = df.index
         if not _name_ok(idx.name):
             return None
         if type(idx) is pd.RangeIndex:
             index: dict[str, Any] = {"range": [idx.start, idx.stop, idx.step], "name": idx.name}
-        elif type(idx) in (pd.Index, pd.DatetimeIndex, pd.TimedeltaIndex) and isinstance(idx.dtype, np.dtype) and \
-                (got := as_part(idx.to_numpy())) is not None:
-            index = {"array": got[0], "name": idx.name, "freq": getattr(idx, "freqstr", None)}
-            buffers.append(got[1])
-            if not _same_index(_index(index, np.frombuffer(got[1].data, np.uint8)), idx):
+        elif type(idx) in (pd.Index, pd.DatetimeIndex, pd.TimedeltaIndex, pd.CategoricalIndex) and \
+                (got := encode_column(_values(idx))) is not None:
+            index = {**got[0], "name": idx.name, "freq": getattr(idx, "freqstr", None)}
+            buffers.extend(got[1])
+            if not _same_index(_index(index, [np.frombuffer(p.data, np.uint8) for p in got[1]]), idx):
                 return None
         else:
             return None
@@ -98,9 +131,19 @@ class PandasHandler:
         return meta, buffers
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
-        index = _index(meta["index"], buffers[-1] if buffers else np.empty(0, np.uint8))
-        data = {c["name"]: from_part(c["array"], buf) for c, buf in zip(meta["columns"], buffers)}
-        df = pd.DataFrame(data, index=index, columns=[c["name"] for c in meta["columns"]])
+        at, data = 0, {}
+        for c in meta["columns"]:
+            n = part_count(c)
+            if at + n > len(buffers):
+                raise ValueError(f"{len(buffers)} parts for the columns")
+            data[c["name"]] = _series(decode_column(c, buffers[at : at + n]))
+            at += n
+        index = _index(meta["index"], buffers[at:])
+        for v in data.values():
+            if len(v) != len(index):
+                raise ValueError(f"a column of {len(v)} rows beside an index of {len(index)}")
+            v.index = index
+        df = pd.DataFrame(data, index=index, columns=[c["name"] for c in meta["columns"]], copy=False)
         names = [c["name"] for c in meta["columns"]]
         if "columns_index" in meta:
             df.columns = _columns(meta["columns_index"], names, meta["columns_name"])

@@ -1,0 +1,191 @@
+"""One pandas column (or index) of an everyday dtype as stored parts, described by a small JSON dict, and back.
+
+Forms, by the dict's key (the parts they take, in order):
+
+``array``
+    A numpy dtype (numbers, bools, datetimes, fixed-width text): one part (:func:`tabular.as_part`).
+``strings``
+    Text: object dtype whose values are all exactly ``str``, or pandas' ``string``/``str`` dtypes (any storage,
+    missing values as a mask): offsets, UTF-8 bytes (:mod:`.strings`), and the mask where a value is missing.
+``categorical``
+    Codes (the integer dtype pandas chose) then its categories, themselves a column of these forms; ``ordered``
+    kept, and the categories as JSON too where they are few and plain (for the zarr view's attributes).
+``masked``
+    pandas' nullable integers and booleans (``Int64``, ``boolean``): values, then the mask of missing ones.
+``tz``
+    Datetimes with a time zone: the UTC instants (``datetime64``), and the zone's name.
+
+Anything else (mixed objects, ``None`` in an object column, periods, intervals, sparse, a zone its name does not
+rebuild) is declined: the frame is pickled whole, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from casmon.store.libraries.strings import as_objects, decode_text, encode_text, text_parts
+from casmon.store.libraries.tabular import as_part, from_part, plain_json
+from casmon.store.serialize import Part
+
+__all__ = ["encode_column", "decode_column", "part_count", "JSON_CATEGORIES"]
+
+#: Categories kept as JSON beside their parts (for the view's attributes) up to this many.
+JSON_CATEGORIES = 4096
+_MASKED = {"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "boolean"}
+
+
+def part_count(desc: dict[str, Any]) -> int:
+    """How many parts the column ``desc`` describes takes."""
+    if "strings" in desc:
+        return 3 if desc["strings"].get("missing") else 2
+    if "categorical" in desc:
+        return 1 + part_count(desc["categorical"]["categories"])
+    if "masked" in desc:
+        return 2
+    return 1
+
+
+def _string_info(dtype: Any) -> dict[str, Any] | None:
+    if isinstance(dtype, np.dtype):
+        return {"dtype": "object"} if dtype == object else None
+    if isinstance(dtype, pd.StringDtype) and dtype.storage in ("python", "pyarrow"):
+        na = "NA" if dtype.na_value is pd.NA else "nan" if dtype.na_value is np.nan else None
+        return None if na is None else {"dtype": "string", "storage": dtype.storage, "na": na}
+    return None
+
+
+def _string_dtype(info: dict[str, Any]) -> Any:
+    if info["dtype"] == "object":
+        return np.dtype(object)
+    if info.get("storage") not in ("python", "pyarrow") or info.get("na") not in ("NA", "nan"):
+        raise ValueError(f"a string column of storage {str(info.get('storage'))[:20]!r}")
+    return pd.StringDtype(info["storage"], na_value=pd.NA if info["na"] == "NA" else np.nan)
+
+
+def _strings(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
+    info = _string_info(dtype)
+    if info is None:
+        return None
+    missing = None
+    if info["dtype"] == "object":
+        got = encode_text(np.asarray(values, dtype=object))
+    else:
+        mask = np.asarray(values.isna(), dtype=bool)
+        if mask.any():
+            missing = mask
+            values = values.copy()
+            values[mask] = ""
+        import sys
+
+        pa = sys.modules.get("pyarrow")
+        if pa is not None and info["storage"] == "pyarrow":
+            got = encode_text(pa.array(values))
+        else:
+            got = encode_text(values.to_numpy(dtype=object))
+    if got is None:
+        return None
+    parts = text_parts(*got)
+    if missing is not None:
+        parts.append(as_part(missing)[1])  # type: ignore[index]
+    return {"strings": {**info, "missing": missing is not None}}, parts
+
+
+def _categorical(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
+    if type(dtype.ordered) is not bool:
+        return None
+    codes = as_part(np.asarray(values.codes))
+    cats = dtype.categories
+    sub = encode_column(cats.array if not isinstance(cats.dtype, np.dtype) else cats.to_numpy(), inner=True)
+    if codes is None or sub is None or "categorical" in sub[0]:
+        return None
+    desc: dict[str, Any] = {"ordered": dtype.ordered, "codes": codes[0], "categories": sub[0]}
+    labels = cats.tolist()
+    if len(labels) <= JSON_CATEGORIES and all(type(x) in (str, int) for x in labels) and plain_json(labels):
+        desc["labels"] = labels
+    return {"categorical": desc}, [codes[1], *sub[1]]
+
+
+def _masked(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
+    if str(dtype) not in _MASKED or not isinstance(values, (pd.arrays.IntegerArray, pd.arrays.BooleanArray)):
+        return None
+    mask = np.asarray(values.isna(), dtype=bool)
+    data = values.to_numpy(dtype=dtype.numpy_dtype, na_value=dtype.numpy_dtype.type(0))
+    got, m = as_part(np.ascontiguousarray(data)), as_part(mask)
+    if got is None or m is None:
+        return None
+    return {"masked": {"dtype": str(dtype), "values": got[0]}}, [got[1], m[1]]
+
+
+def _tz(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
+    tz = dtype.tz
+    name = str(tz)
+    try:
+        back = pd.DatetimeTZDtype(dtype.unit, name)
+    except (TypeError, ValueError, LookupError):
+        return None
+    if back != dtype or type(back.tz) is not type(tz) or str(back.tz) != name:
+        return None  # a zone its name does not rebuild as it was
+    got = as_part(np.asarray(values.tz_convert("UTC").tz_localize(None)))
+    if got is None:
+        return None
+    return {"tz": {"tz": name, "values": got[0]}}, [got[1]]
+
+
+def encode_column(values: Any, inner: bool = False) -> tuple[dict[str, Any], list[Part]] | None:
+    """``(desc, parts)`` for a column's values (a numpy array or a pandas array), or None to pickle the frame."""
+    dtype = values.dtype
+    if isinstance(dtype, np.dtype) and not dtype.hasobject:
+        got = as_part(np.asarray(values))
+        return None if got is None else ({"array": got[0]}, [got[1]])
+    if isinstance(dtype, pd.CategoricalDtype):
+        return None if inner else _categorical(values, dtype)
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return _tz(values, dtype)
+    if str(dtype) in _MASKED:
+        return _masked(values, dtype)
+    return _strings(values, dtype)
+
+
+def decode_column(desc: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+    """The values ``desc`` describes, from its parts' buffers (:func:`part_count` of them, in order): a numpy
+    array or a pandas array. ValueError (or another decode error) for a layout that does not fit."""
+    if "array" in desc:
+        return from_part(desc["array"], buffers[0])
+    if "strings" in desc:
+        info = desc["strings"]
+        dtype = _string_dtype(info)
+        missing = from_part({"dtype": "'|b1'", "shape": [buffers[0].size // 8 - 1], "order": "C"}, buffers[2]) \
+            if info.get("missing") else None
+        if missing is not None and dtype == object:
+            raise ValueError("an object column of strings has no missing values")
+        text = decode_text(buffers[0].view(np.int64), buffers[1], missing)
+        if dtype == object:
+            return as_objects(text)
+        return pd.array(text if isinstance(text, np.ndarray) or dtype.storage == "pyarrow" else as_objects(text),
+                        dtype=dtype)
+    if "categorical" in desc:
+        info = desc["categorical"]
+        if type(info["ordered"]) is not bool or "categorical" in info["categories"]:
+            raise ValueError("not a categorical layout")
+        codes = from_part(info["codes"], buffers[0])
+        cats = decode_column(info["categories"], buffers[1:])
+        index = pd.Index(cats, dtype=object) if isinstance(cats, np.ndarray) and cats.dtype == object else pd.Index(cats)
+        return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(index, ordered=info["ordered"]))
+    if "masked" in desc:
+        info = desc["masked"]
+        if info["dtype"] not in _MASKED:
+            raise ValueError(f"a masked column of dtype {str(info['dtype'])[:20]!r}")
+        values = from_part(info["values"], buffers[0])
+        mask = from_part({"dtype": "'|b1'", "shape": list(values.shape), "order": "C"}, buffers[1])
+        out = pd.array(values, dtype=info["dtype"])
+        out[mask] = pd.NA
+        return out
+    if "tz" in desc:
+        utc = from_part(desc["tz"]["values"], buffers[0])
+        if utc.dtype.kind != "M":
+            raise ValueError("a time zone's instants are not datetimes")
+        return pd.array(utc).tz_localize("UTC").tz_convert(str(desc["tz"]["tz"]))
+    raise ValueError("an unknown column layout")
