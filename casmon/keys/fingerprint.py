@@ -41,6 +41,7 @@ Rules worth knowing:
 
 from __future__ import annotations
 
+import copy
 import copyreg
 import functools
 import math
@@ -588,7 +589,7 @@ class _Fingerprinter:
             return
         # An extension dtype counts as the object it is (categories, order, tz, unit, closed, ...).
         self.out += b"e"
-        self.feed(dtype)
+        self.feed(_without_memo(dtype))
         arr = obj.array
         arrow = getattr(arr, "_pa_array", None)  # pandas' Arrow-backed columns (pandas 3's default str)
         if arrow is not None and "pyarrow" in _sys_modules:
@@ -785,6 +786,17 @@ def _dtype_key(dt: np.dtype) -> bytes:
         key = repr(layout_of(dt)).encode()
     _dtype_keys[dt] = key
     return key
+
+
+def _without_memo(dtype: Any) -> Any:
+    """A pandas extension dtype without the memo of derived properties pandas fills in as they are first asked
+    for (``Int64Dtype().numpy_dtype`` adds ``_cache``): the dtype is what it was, so its key stays what it was."""
+    state = getattr(dtype, "__dict__", None)
+    if not state or "_cache" not in state:
+        return dtype
+    plain = copy.copy(dtype)
+    vars(plain).pop("_cache", None)
+    return plain
 
 
 def _pandas_kind(v: Any) -> str | None:

@@ -456,3 +456,20 @@ def test_polars_bookkeeping_flags_do_not_count():
     f.seek(0)
     b = pl.read_ipc(f)  # equal, without polars' FAST_EXPLODE flag
     assert a.equals(b) and fp(a) == fp(b)
+
+
+@pytest.mark.parametrize("dtype", ["Int64", "UInt8", "boolean", "Float32"])
+def test_a_nullable_columns_key_is_the_same_after_pandas_memoizes_its_dtypes_properties(dtype):
+    """pandas memoizes a nullable dtype's derived properties on the (shared) dtype as first asked for: a frame's
+    key is the same before and after, so loading or reading one frame never changes another's key."""
+    pd = pytest.importorskip("pandas")
+    import numpy as np
+
+    from casmon.keys.fingerprint import fingerprint
+
+    df = pd.DataFrame({"i": pd.array([1, None, 0], dtype=dtype)})
+    before = fingerprint(df)
+    df["i"].dtype.numpy_dtype  # what to_numpy(dtype=..., na_value=...) does inside pandas
+    df["i"].array.to_numpy(dtype=df["i"].dtype.numpy_dtype, na_value=np.zeros((), df["i"].dtype.numpy_dtype)[()])
+    assert "_cache" in vars(df["i"].dtype) or dtype == "boolean"  # boolean's is a plain property
+    assert fingerprint(df) == before
