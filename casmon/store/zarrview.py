@@ -55,10 +55,13 @@ class ChunkSource(Protocol):
 
 def node_name(text: str) -> str:
     """``text`` as one zarr node name: ``/`` and ``%`` escaped, and the names zarr reserves (empty, ``.``,
-    ``..``, starting ``__``) escaped too, so every name is one node and none collide."""
+    ``..``, starting ``__``, and ``zarr.json``, which is the parent's own metadata on a file system) escaped too,
+    so every name is one node and none collide."""
     out = text.replace("%", "%25").replace("/", "%2F")
     if out in ("", ".", ".."):
         return "%2E" * len(out) or "%"
+    if out == "zarr.json":
+        return "zarr%2Ejson"
     return "%5F" + out[1:] if out.startswith("__") else out
 
 

@@ -624,3 +624,22 @@ def test_an_export_killed_midway_is_cleared_by_the_next_export_to_its_target(tmp
     finally:
         running.kill()
         running.wait()
+
+
+def test_a_column_named_zarr_json_exports_as_a_node_of_its_own_not_over_its_groups_metadata(tmp_path):
+    """On a file system a node named ``zarr.json`` would be its group's metadata file: it is escaped."""
+    import pandas as pd
+
+    s = casmon.open(tmp_path / "s")
+    want = pd.DataFrame({"zarr.json": np.arange(3.0), "b": np.arange(3)})
+
+    @casmon.cache(store=s)
+    def f():
+        return want
+
+    f()
+    s.flush()
+    path, _ = entry(f)
+    s.export_zarr(tmp_path / "out")
+    g = zarr.open_group(tmp_path / "out", mode="r")[path]
+    assert g.attrs["arrays"] == ["zarr%2Ejson", "b"] and g["zarr%2Ejson"][:].tolist() == [0.0, 1.0, 2.0]
