@@ -167,6 +167,20 @@ class ChunkView(ZarrStore):
         self.chunks_read += 1
         return out
 
+    def read_bytes(self, lo: int, hi: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        """Bytes ``[lo, hi)`` of the value, read (and checked) from the chunks that hold them."""
+        lo, hi = max(0, lo), min(self._n, hi)
+        if hi <= lo:
+            return np.empty(0, np.uint8)
+        first, last = lo // self._cb, (hi - 1) // self._cb
+        if first == last:
+            return self._read_chunk(first)[lo - first * self._cb : hi - first * self._cb]
+        out = np.empty(hi - lo, np.uint8)
+        for i in range(first, last + 1):
+            a, b = max(lo, i * self._cb), min(hi, (i + 1) * self._cb)
+            out[a - lo : b - lo] = self._read_chunk(i)[a - i * self._cb : b - i * self._cb]
+        return out
+
     async def get(self, key: str, prototype: BufferPrototype | None = None,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
         if prototype is None:

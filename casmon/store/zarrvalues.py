@@ -21,6 +21,7 @@ from casmon.store.arrayview import chunk_view
 from casmon.store.peek import as_digest, describe
 from casmon.store.pickleinfo import describe_pickle
 from casmon.store.serialize import handler_named
+from casmon.store.zarrtext import text_view
 from casmon.store.zarrview import Tree, node_name
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def _frame(store: Store, tree: Tree, path: str, m: Manifest, about: dict[str, An
         if not all(isinstance(d, str) for a in arrays for d in a["dims"]) or \
                 len({node_name(str(a["name"])) for a in arrays}) < len(arrays):
             return False  # two arrays of one name: one would hide the other
-        views = [(a, chunk_view(store, m, lazy=True, part=int(a["part"]), layout=a["array"])) for a in arrays]
+        views = [(a, text_view(store, m, int(a["strings"]["offsets"]), int(a["strings"]["data"])) if "strings" in a
+                  else chunk_view(store, m, lazy=True, part=int(a["part"]), layout=a["array"])) for a in arrays]
     except (TypeError, ValueError, LookupError, AttributeError, CasmonError):
         return False
     tree.group(path, {**attrs, "casmon": {**about, "type": name}})

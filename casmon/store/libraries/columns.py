@@ -30,7 +30,7 @@ from casmon.store.libraries.strings import as_objects, decode_text, encode_text,
 from casmon.store.libraries.tabular import as_part, from_part, plain_json
 from casmon.store.serialize import Part
 
-__all__ = ["encode_column", "decode_column", "part_count", "JSON_CATEGORIES"]
+__all__ = ["encode_column", "decode_column", "part_count", "column_nodes", "JSON_CATEGORIES"]
 
 #: Categories kept as JSON beside their parts (for the view's attributes) up to this many.
 JSON_CATEGORIES = 4096
@@ -90,7 +90,7 @@ def _strings(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | Non
     parts = text_parts(*got)
     if missing is not None:
         parts.append(as_part(missing)[1])  # type: ignore[index]
-    return {"strings": {**info, "missing": missing is not None}}, parts
+    return {"strings": {**info, "missing": missing is not None, "rows": len(got[0]) - 1}}, parts
 
 
 def _categorical(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
@@ -188,4 +188,44 @@ def decode_column(desc: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[n
         if utc.dtype.kind != "M":
             raise ValueError("a time zone's instants are not datetimes")
         return pd.array(utc).tz_localize("UTC").tz_convert(str(desc["tz"]["tz"]))
+    raise ValueError("an unknown column layout")
+
+
+def column_nodes(desc: dict[str, Any], name: str, at: int, unique: Any) -> list[dict[str, Any]]:
+    """The zarr view's arrays for the column ``desc`` describes, whose parts start at ``at``, the column's own
+    first (named ``name``): a text column is a ``strings`` node (the view makes zarr's variable-length strings
+    from its offsets and bytes), a categorical its codes with ``categories`` and ``ordered`` in its attributes
+    (or its categories as an array beside it, where they are many or not plain), nullable values theirs with
+    an array beside them saying which are missing, zoned datetimes the UTC instants with ``timezone``.
+    ``unique(text)``: a node name no other array of the group has."""
+    if "array" in desc:
+        return [{"name": name, "part": at, "array": desc["array"], "attrs": {}}]
+    if "strings" in desc:
+        info = desc["strings"]
+        node: dict[str, Any] = {"name": name, "strings": {"offsets": at, "data": at + 1}, "attrs": {}}
+        if not info.get("missing"):
+            return [node]
+        mask = unique(f"{name}~missing")
+        node["attrs"] = {"missing": mask}
+        return [node, {"name": mask, "part": at + 2, "attrs": {},
+                       "array": {"dtype": "'|b1'", "shape": [int(info["rows"])], "order": "C"}}]
+    if "categorical" in desc:
+        info = desc["categorical"]
+        attrs: dict[str, Any] = {"ordered": info["ordered"]}
+        out = [{"name": name, "part": at, "array": info["codes"], "attrs": attrs}]
+        if "labels" in info:
+            attrs["categories"] = info["labels"]
+        else:
+            cats = unique(f"{name}~categories")
+            attrs["categories_array"] = cats
+            out += [dict(n, dims=[cats]) for n in column_nodes(info["categories"], cats, at + 1, unique)]
+        return out
+    if "masked" in desc:
+        values = desc["masked"]["values"]
+        mask = unique(f"{name}~missing")
+        return [{"name": name, "part": at, "array": values, "attrs": {"missing": mask, "pandas_dtype": desc["masked"]["dtype"]}},
+                {"name": mask, "part": at + 1, "attrs": {},
+                 "array": {"dtype": "'|b1'", "shape": list(values["shape"]), "order": "C"}}]
+    if "tz" in desc:
+        return [{"name": name, "part": at, "array": desc["tz"]["values"], "attrs": {"timezone": desc["tz"]["tz"]}}]
     raise ValueError("an unknown column layout")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from casmon.store.libraries.columns import decode_column, encode_column, part_count
+from casmon.store.libraries.columns import column_nodes, decode_column, encode_column, part_count
 from casmon.store.libraries.tabular import MAX_PARTS, plain_json
 
 __all__ = ["PandasHandler"]
@@ -161,32 +161,42 @@ class PandasHandler:
         return out
 
     def zarr_nodes(self, meta: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The group the zarr view presents: one array per column along dimension ``index``, and the index.
-        Each is named by its label as text; labels equal as text (``1`` and ``"1"``), and an index beside a
-        column named ``index``, take a ``~n`` suffix, so no column hides another (``arrays`` maps them)."""
+        """The group the zarr view presents: one array per column along dimension ``index``, and the index (a
+        column of text, categories, nullable values or zoned times as :func:`.columns.column_nodes` lays it out,
+        with any array beside it). Each is named by its label as text; labels equal as text (``1`` and ``"1"``),
+        and an index beside a column named ``index``, take a ``~n`` suffix, so no column hides another (``arrays``
+        maps them)."""
         from casmon.store.zarrview import node_name  # only the view asks, and it has imported zarr
 
         used: set[str] = set()
 
         def unique(text: str) -> str:
             out, n = text, 0
-            while out in used:
+            while out in used or node_name(out) in used:
                 n += 1
                 out = f"{text}~{n}"
             used.add(out)
+            used.add(node_name(out))
             return out
 
         names = [unique(str(c["name"])) for c in meta["columns"]]
-        arrays = [{"name": n, "part": i, "array": c["array"], "dims": ["index"], "attrs": {}}
-                  for i, (n, c) in enumerate(zip(names, meta["columns"]))]
         ix = meta["index"]
+        index_name = unique("index") if "range" not in ix else None
+        arrays: list[dict[str, Any]] = []
+        at = 0
+        for n, c in zip(names, meta["columns"]):
+            arrays += column_nodes(c, n, at, unique)
+            at += part_count(c)
         attrs: dict[str, Any] = {"columns": [c["name"] for c in meta["columns"]], "arrays": [node_name(n) for n in names],
                                  "index_name": ix["name"], **({"index_range": ix["range"]} if "range" in ix else {})}
-        if "array" in ix:
-            name = unique("index")
-            attrs["index_array"] = node_name(name)
-            arrays.append({"name": name, "part": len(meta["columns"]), "array": ix["array"],
-                           "dims": ["index"], "attrs": {}})
+        if index_name is not None:
+            attrs["index_array"] = node_name(index_name)
+            arrays += column_nodes(ix, index_name, at, unique)
+        for a in arrays:
+            a.setdefault("dims", ["index"])
+            for k in ("missing", "categories_array"):
+                if k in a["attrs"]:
+                    a["attrs"][k] = node_name(a["attrs"][k])
         return attrs, arrays
 
 
