@@ -123,3 +123,39 @@ def test_a_data_frame_arguments_cache_key_is_what_it_was(tmp_path):
 
     df = pd.DataFrame({"s": _obj(["a", "b"]), "c": pd.Categorical(["x", "y"])})
     assert fingerprint(df) == fingerprint(df.copy())
+
+
+def _text_datasets():
+    import xarray as xr
+
+    labels = np.array(["a", "bé", "", "😀"], object)
+    return [
+        xr.Dataset({"v": ("x", np.arange(4.0))}, coords={"x": labels}),  # an object index
+        xr.Dataset({"v": ("x", np.arange(4.0))}, coords={"x": pd.Index(labels.tolist())}),  # pandas 3's str index
+        xr.Dataset({"v": ("x", np.arange(4.0))}, coords={"x": pd.Index(labels.tolist(), dtype="string[python]")}),
+        xr.Dataset({"v": ("x", np.arange(4.0)), "name": ("x", labels)}, coords={"lab": ("x", labels[::-1].copy())}),
+        pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index(["r1", "r2"], name="row")).to_xarray(),
+        xr.DataArray(np.arange(2.0), dims="x", coords={"x": np.array(["p", "q"], object)}, name="d"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_text_datasets())))
+def test_an_xarray_value_with_text_coordinates_or_variables_is_stored_as_variables_and_comes_back_exactly(tmp_path, i):
+    from tests.store.test_frame_values import _xr_exactly
+
+    want = _text_datasets()[i]
+    (m, got), = _round_trip(tmp_path, [want], trust=False)
+    assert m.tag == "handler" and m.meta["handler"] == "xarray.Dataset"
+    _xr_exactly(got, want)
+    for k in want.coords:
+        assert got.indexes[k].dtype == want.indexes[k].dtype if k in want.indexes else got[k].dtype == want[k].dtype
+
+
+def test_xarray_text_the_layout_cannot_hold_stays_pickled(tmp_path):
+    import xarray as xr
+
+    declined = [xr.Dataset({"o": ("x", np.array(["a", None], object))}),
+                xr.Dataset({"o": (("x", "y"), np.array([["a", "b"]], object))})]
+    for want, (m, got) in zip(declined, _round_trip(tmp_path, declined)):
+        assert m.tag == "pickle"
+        assert got.identical(want)

@@ -201,3 +201,29 @@ def test_ten_million_short_strings_store_load_and_read_through_the_view(tmp_path
     value_node(s, tree, "v", d.hex(), {}, "test")
     a = zarr.open_group(ZarrView(s, tree), mode="r")["v/s"]
     assert a[n - 2 :].tolist() == [f"n{n - 2}", f"n{n - 1}"]
+
+
+def test_an_xarray_datasets_text_coordinates_open_through_the_view_and_an_export_with_xarray_equal_to_the_load(
+        tmp_path):
+    labels = [f"site {i} é" for i in range(300)]
+    values = [xr.Dataset({"v": ("x", np.arange(300.0)), "name": ("x", np.array(labels[::-1], object))},
+                         coords={"x": pd.Index(labels)}),
+              pd.DataFrame({"v": np.arange(3.0)}, index=pd.Index(["a", "b", "c"], name="row")).to_xarray()]
+    s = casmon.open(tmp_path / "s", chunk_size=1 << 12)
+
+    @casmon.cache(store=s)
+    def make(i):
+        return values[i]
+
+    for i in range(len(values)):
+        make(i)
+    s.flush()
+    s.export_zarr(tmp_path / "out")
+    got = read_without_casmon(tmp_path, "folder", tmp_path / "out")
+    for i, want in enumerate(values):
+        path, ref = entry(make, i)
+        assert s.manifest(ref.digest).tag == "handler"
+        for opened in (xr.open_zarr(s.zarr(), group=path, consolidated=False).load(), got["xarray"][path]):
+            for k in want.variables:
+                assert opened[k].values.tolist() == want[k].values.tolist() and opened[k].dims == want[k].dims, k
+            assert opened.indexes[list(want.indexes)[0]].tolist() == list(want.indexes.values())[0].tolist()

@@ -30,7 +30,8 @@ from casmon.store.libraries.strings import as_objects, decode_text, encode_text,
 from casmon.store.libraries.tabular import as_part, from_part, plain_json
 from casmon.store.serialize import Part
 
-__all__ = ["encode_column", "decode_column", "part_count", "column_nodes", "JSON_CATEGORIES"]
+__all__ = ["encode_column", "decode_column", "part_count", "column_nodes", "string_info", "string_dtype",
+           "JSON_CATEGORIES"]
 
 #: Categories kept as JSON beside their parts (for the view's attributes) up to this many.
 JSON_CATEGORIES = 4096
@@ -48,7 +49,8 @@ def part_count(desc: dict[str, Any]) -> int:
     return 1
 
 
-def _string_info(dtype: Any) -> dict[str, Any] | None:
+def string_info(dtype: Any) -> dict[str, Any] | None:
+    """How a text dtype is stored (object, or pandas' string dtype: storage and missing value); None if not text."""
     if isinstance(dtype, np.dtype):
         return {"dtype": "object"} if dtype == object else None
     if isinstance(dtype, pd.StringDtype) and dtype.storage in ("python", "pyarrow"):
@@ -57,7 +59,8 @@ def _string_info(dtype: Any) -> dict[str, Any] | None:
     return None
 
 
-def _string_dtype(info: dict[str, Any]) -> Any:
+def string_dtype(info: dict[str, Any]) -> Any:
+    """The dtype :func:`string_info` described; ValueError for one it did not write."""
     if info["dtype"] == "object":
         return np.dtype(object)
     if info.get("storage") not in ("python", "pyarrow") or info.get("na") not in ("NA", "nan"):
@@ -66,7 +69,7 @@ def _string_dtype(info: dict[str, Any]) -> Any:
 
 
 def _strings(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
-    info = _string_info(dtype)
+    info = string_info(dtype)
     if info is None:
         return None
     missing = None
@@ -156,7 +159,7 @@ def decode_column(desc: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[n
         return from_part(desc["array"], buffers[0])
     if "strings" in desc:
         info = desc["strings"]
-        dtype = _string_dtype(info)
+        dtype = string_dtype(info)
         missing = from_part({"dtype": "'|b1'", "shape": [buffers[0].size // 8 - 1], "order": "C"}, buffers[2]) \
             if info.get("missing") else None
         if missing is not None and dtype == object:

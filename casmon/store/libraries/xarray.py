@@ -1,7 +1,8 @@
 """xarray: a Dataset or DataArray as one numeric part per variable (coordinates included) and its names, dims,
 attributes and encoding (numpy scalars, dtypes and tuples, as a netCDF file gives them, tagged in JSON), so the zarr
-view presents it as a group ``xr.open_zarr`` opens. Variables backed by
-dask, of object dtype, with attributes or encoding JSON does not keep, or any value whose structure (variable
+view presents it as a group ``xr.open_zarr`` opens; a 1-D variable of text (object dtype, every value exactly
+``str``) as its UTF-8 bytes and offsets, which the view shows as zarr strings. Variables backed by
+dask, of other object dtypes, with attributes or encoding JSON does not keep, or any value whose structure (variable
 order, indexes, name) the layout does not rebuild exactly are pickled whole instead."""
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
+from casmon.store.libraries.columns import string_dtype, string_info
+from casmon.store.libraries.strings import as_objects, decode_text, encode_text, text_parts
 from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json, tagged, untagged
 
 __all__ = ["XarrayHandler"]
@@ -79,24 +83,41 @@ class XarrayHandler:
                 return None
             data = x.data if name not in ds.indexes else x.values
             got = as_part(data)
-            if got is None:
+            if got is not None:
+                form: dict[str, Any] = {"array": got[0]}
+                buffers.append(got[1])
+            elif isinstance(data, np.ndarray) and data.dtype == object and data.ndim == 1 and \
+                    (text := encode_text(data)) is not None:
+                form = {"strings": {"dtype": "object", "missing": False, "rows": len(data)}}
+                index = ds.indexes.get(name)
+                if index is not None and index.dtype != object:  # pandas 3 labels a text index str: kept
+                    info = string_info(index.dtype)
+                    if info is None:
+                        return None
+                    form["strings"]["index"] = info
+                buffers.extend(text_parts(*text))
+            else:
                 return None
-            layout, a = got
             variables.append({"name": name, "dims": list(x.dims), "attrs": x.attrs, "coord": name in ds.coords,
-                              "array": layout, "tagged_encoding": encodings[len(variables) + 1]})
-            buffers.append(a)
+                              **form, "tagged_encoding": encodings[len(variables) + 1]})
         meta = {"kind": kind, "var": var, "unnamed": kind == "dataarray" and v.name is None, "attrs": ds.attrs,
                 "tagged_encoding": encodings[0], "variables": variables}
         try:  # the rebuilt value views the same buffers: only its structure can differ, and that is cheap to see
             same = _structure(self.decode(meta, [np.frombuffer(b.data, np.uint8) for b in buffers])) == _structure(v)
+            # (text is decoded again to check it: a string variable is a coordinate's labels, seldom large)
         except (TypeError, ValueError, KeyError):
             same = False
         return (meta, buffers) if same else None
 
     def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
-        variables = {v["name"]: xr.Variable(tuple(v["dims"]), from_part(v["array"], buf), attrs=v["attrs"],
-                                            encoding=_stored_encoding(v))
-                     for v, buf in zip(meta["variables"], buffers)}
+        variables, at = {}, 0
+        for v in meta["variables"]:
+            n = 2 if "strings" in v else 1
+            if at + n > len(buffers):
+                raise ValueError(f"{len(buffers)} parts for the variables")
+            variables[v["name"]] = xr.Variable(tuple(v["dims"]), _values(v, buffers[at : at + n]), attrs=v["attrs"],
+                                               encoding=_stored_encoding(v))
+            at += n
         # one mapping in the stored order, then the coordinates named: the variables keep their order
         ds = xr.Dataset(variables, attrs=meta["attrs"]).set_coords([v["name"] for v in meta["variables"] if v["coord"]])
         ds.encoding = dict(_stored_encoding(meta) or {})
@@ -110,16 +131,35 @@ class XarrayHandler:
         attributes), with the non-index coordinates named as xarray reads them."""
         dims = {d for v in meta["variables"] for d in v["dims"]}
         others = " ".join(v["name"] for v in meta["variables"] if v["coord"] and v["name"] not in dims)
-        arrays = []
-        for i, v in enumerate(meta["variables"]):
+        arrays, at = [], 0
+        for v in meta["variables"]:
             attrs = dict(v["attrs"])
             if others and not v["coord"]:
                 attrs["coordinates"] = others
-            arrays.append({"name": v["name"], "part": i, "array": v["array"], "dims": v["dims"], "attrs": attrs})
+            if "strings" in v:  # zarr's variable-length strings, made from the stored offsets and bytes
+                arrays.append({"name": v["name"], "strings": {"offsets": at, "data": at + 1}, "dims": v["dims"],
+                               "attrs": attrs})
+                at += 2
+            else:
+                arrays.append({"name": v["name"], "part": at, "array": v["array"], "dims": v["dims"], "attrs": attrs})
+                at += 1
         attrs = dict(meta["attrs"])
         if meta["kind"] == "dataarray":
             attrs["casmon_dataarray"] = meta["var"]
         return attrs, arrays
+
+
+def _values(v: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
+    """A variable's values from its parts: one numeric array, or text (an object array of ``str``)."""
+    if "strings" not in v:
+        return from_part(v["array"], buffers[0])
+    info = dict(v["strings"])
+    index = info.pop("index", None)
+    if info != {"dtype": "object", "missing": False, "rows": buffers[0].size // 8 - 1}:
+        raise ValueError("not a text variable's layout")
+    values = as_objects(decode_text(buffers[0].view(np.int64), buffers[1]))
+    # an index of pandas' text dtype: the labels as such an index, which xarray keeps as the coordinate's index
+    return values if index is None else pd.Index(values, dtype=string_dtype(index))
 
 
 HANDLER = XarrayHandler()
