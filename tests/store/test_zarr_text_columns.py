@@ -44,6 +44,8 @@ def _frames():
         _as_objects(pd.DataFrame({"none": _obj([]), "c": pd.Categorical([])}), "none"),
         pd.DataFrame({"a/b": ["x", "y"], "..": ["p", "q"], "zarr.json": ["z", "w"], "index": ["i", "j"]},
                      index=pd.Index(["k1", "k2"])),
+        pd.DataFrame({"dates": pd.Categorical(pd.to_datetime(["2021-01-01", "2020-01-01", "2021-01-01"])),
+                      "many": pd.Categorical(["c1", "c4999", "c1"], categories=[f"c{i}" for i in range(5000)])}),
     ]
 
 
@@ -66,8 +68,9 @@ def _column(group, want, label):
     name = group.attrs["arrays"][list(want.columns).index(label)]
     a = group[name]
     values = a[...]
-    if "categories" in a.attrs:
-        return pd.Categorical.from_codes(values, categories=a.attrs["categories"], ordered=a.attrs["ordered"])
+    if "categories" in a.attrs or "categories_array" in a.attrs:  # few plain ones as attributes, else an array
+        cats = a.attrs["categories"] if "categories" in a.attrs else group[a.attrs["categories_array"]][...]
+        return pd.Categorical.from_codes(values, categories=cats, ordered=a.attrs["ordered"])
     if "missing" in a.attrs:
         missing = group[a.attrs["missing"]][...]
         values = values.astype(object)
@@ -227,3 +230,54 @@ def test_an_xarray_datasets_text_coordinates_open_through_the_view_and_an_export
             for k in want.variables:
                 assert opened[k].values.tolist() == want[k].values.tolist() and opened[k].dims == want[k].dims, k
             assert opened.indexes[list(want.indexes)[0]].tolist() == list(want.indexes.values())[0].tolist()
+
+
+class _Bytes:
+    """A stored part as :class:`~casmon.store.zarrtext.TextView` reads it (bytes that passed their digest check)."""
+
+    def __init__(self, raw):
+        self.raw = np.frombuffer(bytes(raw), np.uint8)
+        self.layout = (self.raw.size, 1 << 20, 1 << 20, False)
+
+    def read_bytes(self, lo, hi):
+        return self.raw[lo:hi]
+
+
+@pytest.mark.parametrize("offsets, text, why", [
+    ([0, 3, 2], b"abc", "offsets"),  # they fall
+    ([0, 2, 9], b"abc", "offsets"),  # past the bytes
+    ([-1, 2, 3], b"abc", "offsets"),
+    ([0, 2, 3], b"a\xffc", "UTF-8"),
+    ([0, 1, 3], b"a\xed\xa0", "UTF-8"),  # an encoded surrogate is no UTF-8 either
+])
+def test_a_crafted_text_column_read_through_the_view_is_damage_never_wrong_text(offsets, text, why):
+    from types import SimpleNamespace
+
+    from casmon.keys.digest import Digest
+    from casmon.store.zarrtext import TextView
+
+    view = TextView(SimpleNamespace(digest=Digest("ab" * 16)),
+                    _Bytes(np.array(offsets, "<i8").tobytes()), _Bytes(text), len(offsets) - 1)
+    with pytest.raises(DamagedObjectError, match=why):
+        view.chunk(0)
+
+
+def test_a_text_chunk_is_zarrs_own_vlen_utf8_encoding_of_the_same_strings():
+    """The bytes the view builds are what zarr's own codec makes of the strings, the short last chunk padded with
+    the fill value."""
+    from types import SimpleNamespace
+
+    from numcodecs import VLenUTF8
+
+    from casmon.keys.digest import Digest
+    from casmon.store.libraries.strings import encode_text
+    from casmon.store.zarrtext import TextView
+
+    strings = np.array(ODD * 3, object)
+    offsets, data = encode_text(strings)
+    view = TextView(SimpleNamespace(digest=Digest("ab" * 16)), _Bytes(offsets.tobytes()), _Bytes(data.tobytes()),
+                    len(strings))
+    view.chunk_rows = 8
+    for j in range(3):
+        want = np.array((list(strings[8 * j : 8 * j + 8]) + [""] * 8)[:8], object)
+        assert view.chunk(j) == bytes(VLenUTF8().encode(want))
