@@ -39,6 +39,13 @@ STORED = {
     "no-rows": lambda: pd.DataFrame({"s": _obj([]), "t": pd.Series([], dtype="str"), "c": pd.Categorical([])}),
     "zarr-like-names": lambda: pd.DataFrame({"a/b": ["x"], "..": ["y"], "zarr.json": ["z"], "index": ["i"], "c": ["w"]}),
     "series": lambda: pd.Series(["a", "b"], name="s"),
+    "multiindex": lambda: pd.DataFrame({"x": [1, 2]}, index=pd.MultiIndex.from_tuples([(1, 2), (3, 4)])),
+    "multiindex-text-tz": lambda: pd.DataFrame({"x": np.arange(4.0)}, index=pd.MultiIndex.from_arrays(
+        [np.arange(4), ["m0", "m1", "m0", None], pd.date_range("2020", periods=4, tz="UTC")], names=["a", None, "t"])),
+    "multiindex-unused-levels": lambda: pd.DataFrame(
+        {"x": np.arange(6)}, index=pd.MultiIndex.from_product([["a", "b", "c"], [1, 2]], names=["k", "n"])).iloc[2:],
+    "multiindex-sorted": lambda: pd.DataFrame({"x": [1, 2]}, index=pd.MultiIndex(
+        levels=[["a", "b"], [1]], codes=[[0, 1], [0, 0]], sortorder=0)),
 }
 
 
@@ -159,3 +166,20 @@ def test_xarray_text_the_layout_cannot_hold_stays_pickled(tmp_path):
     for want, (m, got) in zip(declined, _round_trip(tmp_path, declined)):
         assert m.tag == "pickle"
         assert got.identical(want)
+
+
+def test_a_crafted_multiindex_code_beyond_its_level_is_damage(tmp_path):
+    s = casmon.open(tmp_path / "s")
+    want = STORED["multiindex"]()
+    d = s.put(want)
+    m = s.manifest(d)
+    assert m.tag == "handler"
+    enc = serialize.Encoded(m.tag, m.meta, m.inline)
+    x = np.array([1, 2], np.int64).view(np.uint8)
+    levels = [np.array([1, 3], np.int64).view(np.uint8), np.array([0, 9], np.int8).view(np.uint8),
+              np.array([2, 4], np.int64).view(np.uint8), np.array([0, 1], np.int8).view(np.uint8)]
+    with pytest.raises(DamagedObjectError, match="cannot decode"):
+        serialize.decode(enc, [x.copy(), *[b.copy() for b in levels]], trusted=False)
+    levels[1] = np.array([0, 1], np.int8).view(np.uint8)
+    got = serialize.decode(enc, [x.copy(), *[b.copy() for b in levels]], trusted=False)
+    _exactly(got, want)

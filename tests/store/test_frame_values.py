@@ -54,7 +54,7 @@ DECLINED = [
     pd.DataFrame({"o": pd.Series(["x", 1], dtype=object)}),
     pd.DataFrame({"o": pd.Series(["x", None], dtype=object)}),  # object dtype cannot say None is missing: pickled
     pd.DataFrame({"o": pd.Series(["x", "\ud800"], dtype=object)}),  # a lone surrogate is no UTF-8
-    pd.DataFrame({"a": [1, 2]}, index=pd.MultiIndex.from_tuples([(1, 2), (3, 4)])),
+    pd.DataFrame({"a": [1, 2]}, index=pd.MultiIndex.from_tuples([(1, 2), ((3,), 4)])),  # a tuple label
     pd.DataFrame([[1, 2]], columns=["a", "a"]),
     pd.DataFrame({("a", 1): [1]}),
     pd.DataFrame({"a": [1]}).set_flags(allows_duplicate_labels=False).pipe(lambda d: d.__setattr__("attrs", {"n": np.int64(1)}) or d),

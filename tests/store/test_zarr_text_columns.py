@@ -46,6 +46,8 @@ def _frames():
                      index=pd.Index(["k1", "k2"])),
         pd.DataFrame({"dates": pd.Categorical(pd.to_datetime(["2021-01-01", "2020-01-01", "2021-01-01"])),
                       "many": pd.Categorical(["c1", "c4999", "c1"], categories=[f"c{i}" for i in range(5000)])}),
+        pd.DataFrame({"x": np.arange(6.0)}, index=pd.MultiIndex.from_product([["a", "b", "c"], [10, 20]],
+                                                                            names=["k", "n"])).iloc[1:],
     ]
 
 
@@ -108,6 +110,10 @@ def test_text_categorical_nullable_and_zoned_columns_open_through_the_view_as_za
             assert text.metadata.data_type.to_json(zarr_format=3) == "string" and text.shape == (len(want),)
         if "index_array" in g.attrs:
             assert g[g.attrs["index_array"]][...].tolist() == want.index.tolist()
+        if "index_levels" in g.attrs:  # a MultiIndex: each level's values and its codes
+            index = pd.MultiIndex(levels=[g[n][...].tolist() for n in g.attrs["index_levels"]],
+                                  codes=[g[n][...] for n in g.attrs["index_codes"]], names=g.attrs["index_names"])
+            assert index.equals(want.index) and index.names == want.index.names
     path, _ = entry(make, 0)
     ds = xr.open_zarr(s.zarr(), group=path, consolidated=False)
     assert ds["name"].values.tolist() == frames[0]["name"].tolist() and ds.sizes["index"] == 5000

@@ -1,9 +1,9 @@
 """pandas: a DataFrame or Series as stored parts per column (and for its index unless a range), with its column
 labels (and their index's type), index, attributes and flags, so the zarr view presents it as a group of column
 arrays plus the index. A column (or the index) of numbers, text (object of ``str``, ``string``/``str``),
-categories, nullable integers or zoned datetimes is stored as :mod:`.columns` lays it out; a frame with anything
-else (mixed objects, a MultiIndex), or labels, indexes or attributes the layout does not rebuild exactly, is
-pickled whole instead."""
+categories, nullable integers or zoned datetimes is stored as :mod:`.columns` lays it out, a MultiIndex as its
+levels so and its codes; a frame with anything else (mixed objects, tuple labels), or labels, indexes or attributes
+the layout does not rebuild exactly, is pickled whole instead."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from casmon.store.libraries.columns import column_nodes, decode_column, encode_column, part_count
-from casmon.store.libraries.tabular import MAX_PARTS, plain_json
+from casmon.store.libraries.tabular import MAX_PARTS, as_part, from_part, plain_json
 
 __all__ = ["PandasHandler"]
 
@@ -30,20 +30,62 @@ def _columns(layout: dict[str, Any], names: list[Any], name: Any) -> Any:
     return pd.Index(names, dtype=str(layout["dtype"]), name=name)
 
 
+#: A MultiIndex of more levels than this is pickled with its frame.
+MAX_LEVELS = 32
+
+
+def _as_index(values: Any, name: Any) -> Any:
+    """Decoded values as an index of their dtype (an object array stays object, not inferred as text)."""
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return pd.Index(values, name=name, dtype=object)
+    return pd.Index(values, name=name)
+
+
+def _multi(idx: Any) -> tuple[dict[str, Any], list[Any]] | None:
+    """A MultiIndex as each level's values (a column of the forms :mod:`.columns` stores) and its codes."""
+    if idx.nlevels > MAX_LEVELS or not all(_name_ok(n) for n in idx.names):
+        return None
+    levels, parts = [], []
+    for level, codes in zip(idx.levels, idx.codes):
+        got, c = encode_column(_values(level)), as_part(np.asarray(codes))
+        if got is None or c is None:
+            return None
+        levels.append({"level": got[0], "codes": c[0], "freq": getattr(level, "freqstr", None)})
+        parts += [*got[1], c[1]]
+    return {"multi": levels, "names": list(idx.names), "sortorder": idx.sortorder, "name": None}, parts
+
+
 def _index(ix: dict[str, Any], bufs: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any:
     """The rows' index as the layout :meth:`PandasHandler.encode` stored describes it."""
     if "range" in ix:
         return pd.RangeIndex(*ix["range"], name=ix["name"])
-    values = decode_column(ix, bufs)
-    index = pd.Index(values, name=ix["name"], dtype=object) if isinstance(values, np.ndarray) and \
-        values.dtype == object else pd.Index(values, name=ix["name"])
-    if ix.get("freq") is not None and isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
-        index = type(index)(index, freq=ix["freq"])
+    if "multi" in ix:
+        levels, codes, at = [], [], 0
+        for lv in ix["multi"]:
+            n = part_count(lv["level"])
+            if at + n >= len(bufs):
+                raise ValueError(f"{len(bufs)} parts for the index's levels")
+            levels.append(_with_freq(_as_index(decode_column(lv["level"], bufs[at : at + n]), None), lv.get("freq")))
+            codes.append(from_part(lv["codes"], bufs[at + n]))
+            at += n + 1
+        return pd.MultiIndex(levels=levels, codes=codes, names=ix["names"], sortorder=ix["sortorder"],
+                             verify_integrity=True)
+    return _with_freq(_as_index(decode_column(ix, bufs), ix["name"]), ix.get("freq"))
+
+
+def _with_freq(index: Any, freq: Any) -> Any:
+    if freq is not None and isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
+        return type(index)(index, freq=freq)
     return index
 
 
 def _same_index(got: Any, want: Any) -> bool:
-    """Whether a rebuilt index is the original: type, dtype, name, labels and their Python types, range, freq."""
+    """Whether a rebuilt index is the original: type, dtype, name, labels and their Python types, range, freq; a
+    MultiIndex's names, sort order, levels (each such an index) and codes."""
+    if isinstance(want, pd.MultiIndex):
+        return type(got) is pd.MultiIndex and list(got.names) == list(want.names) and got.sortorder == want.sortorder \
+            and got.nlevels == want.nlevels and all(_same_index(a, b) for a, b in zip(got.levels, want.levels)) and \
+            all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got.codes, want.codes))
     if type(got) is not type(want) or got.dtype != want.dtype or got.name != want.name or not got.equals(want):
         return False
     if isinstance(want, pd.RangeIndex):
@@ -117,8 +159,8 @@ class PandasHandler:
             return None
         if type(idx) is pd.RangeIndex:
             index: dict[str, Any] = {"range": [idx.start, idx.stop, idx.step], "name": idx.name}
-        elif type(idx) in (pd.Index, pd.DatetimeIndex, pd.TimedeltaIndex, pd.CategoricalIndex) and \
-                (got := encode_column(_values(idx))) is not None:
+        elif (type(idx) in (pd.Index, pd.DatetimeIndex, pd.TimedeltaIndex, pd.CategoricalIndex) and
+              (got := encode_column(_values(idx))) is not None) or (type(idx) is pd.MultiIndex and (got := _multi(idx))):
             index = {**got[0], "name": idx.name, "freq": getattr(idx, "freqstr", None)}
             buffers.extend(got[1])
             if not _same_index(_index(index, [np.frombuffer(p.data, np.uint8) for p in got[1]]), idx):
@@ -181,7 +223,7 @@ class PandasHandler:
 
         names = [unique(str(c["name"])) for c in meta["columns"]]
         ix = meta["index"]
-        index_name = unique("index") if "range" not in ix else None
+        index_name = unique("index") if "range" not in ix and "multi" not in ix else None
         arrays: list[dict[str, Any]] = []
         at = 0
         for n, c in zip(names, meta["columns"]):
@@ -192,9 +234,19 @@ class PandasHandler:
         if index_name is not None:
             attrs["index_array"] = node_name(index_name)
             arrays += column_nodes(ix, index_name, at, unique)
+        if "multi" in ix:  # each level's values along a dimension of their own, and its codes along index
+            attrs.update(index_levels=[], index_codes=[], index_names=ix["names"])
+            for i, lv in enumerate(ix["multi"]):
+                level, codes = unique(f"index~level{i}"), unique(f"index~codes{i}")
+                arrays += [{**n, "dims": n.get("dims", [level])} for n in column_nodes(lv["level"], level, at, unique)]
+                at += part_count(lv["level"])
+                arrays.append({"name": codes, "part": at, "array": lv["codes"], "attrs": {"level": level}})
+                at += 1
+                attrs["index_levels"].append(node_name(level))
+                attrs["index_codes"].append(node_name(codes))
         for a in arrays:
             a.setdefault("dims", ["index"])
-            for k in ("missing", "categories_array"):
+            for k in ("missing", "categories_array", "level"):
                 if k in a["attrs"]:
                     a["attrs"][k] = node_name(a["attrs"][k])
         return attrs, arrays
