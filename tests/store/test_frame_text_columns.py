@@ -29,6 +29,8 @@ STORED = {
     "category-dates": lambda: pd.DataFrame({"c": pd.Categorical(pd.to_datetime(["2020-01-01", "2021-01-01"]))}),
     "Int64": lambda: pd.DataFrame({"i": pd.array([1, None, 3], dtype="Int64"), "u": pd.array([None, 2, 3], dtype="UInt8")}),
     "boolean": lambda: pd.DataFrame({"b": pd.array([True, None, False], dtype="boolean")}),
+    "Float64": lambda: pd.DataFrame({"f": pd.array([1.5, None, -0.0], dtype="Float64"),
+                                     "g": pd.array([0.0, 1.0, 2.0], dtype="Float32") / pd.array([0.0, 1.0, 1.0], dtype="Float32")}),
     "tz": lambda: pd.DataFrame({"t": pd.date_range("2020-03-29", periods=5, freq="h", tz="Europe/Paris")}),
     "tz-nat": lambda: pd.DataFrame({"t": pd.to_datetime(["2020-01-01", None]).tz_localize("UTC")}),
     "str-index": lambda: pd.DataFrame({"x": [1, 2]}, index=pd.Index(["r1", "r2"], name="row")),

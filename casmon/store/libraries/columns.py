@@ -11,7 +11,8 @@ Forms, by the dict's key (the parts they take, in order):
     Codes (the integer dtype pandas chose) then its categories, themselves a column of these forms; ``ordered``
     kept, and the categories as JSON too where they are few and plain (for the zarr view's attributes).
 ``masked``
-    pandas' nullable integers and booleans (``Int64``, ``boolean``): values, then the mask of missing ones.
+    pandas' nullable integers, floats and booleans (``Int64``, ``Float64``, ``boolean``): values, then the mask of
+    missing ones.
 ``tz``
     Datetimes with a time zone: the UTC instants (``datetime64``), and the zone's name.
 
@@ -35,7 +36,13 @@ __all__ = ["encode_column", "decode_column", "part_count", "column_nodes", "stri
 
 #: Categories kept as JSON beside their parts (for the view's attributes) up to this many.
 JSON_CATEGORIES = 4096
-_MASKED = {"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "boolean"}
+_MASKED = {"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64", "boolean"}
+
+
+def _masked_type(name: str) -> Any:
+    """The pandas array class of nullable dtype ``name``: built from its values and mask as they are."""
+    return pd.arrays.BooleanArray if name == "boolean" else \
+        pd.arrays.FloatingArray if name.startswith("Float") else pd.arrays.IntegerArray
 
 
 def part_count(desc: dict[str, Any]) -> int:
@@ -112,9 +119,10 @@ def _categorical(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] |
 
 
 def _masked(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
-    if str(dtype) not in _MASKED or not isinstance(values, (pd.arrays.IntegerArray, pd.arrays.BooleanArray)):
+    if str(dtype) not in _MASKED or type(values) is not _masked_type(str(dtype)):
         return None
     mask = np.asarray(values.isna(), dtype=bool)
+    # the values under the mask as 0 (NaN for floats would do as well: they are missing either way)
     data = values.to_numpy(dtype=dtype.numpy_dtype, na_value=dtype.numpy_dtype.type(0))
     got, m = as_part(np.ascontiguousarray(data)), as_part(mask)
     if got is None or m is None:
@@ -183,9 +191,9 @@ def decode_column(desc: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[n
             raise ValueError(f"a masked column of dtype {str(info['dtype'])[:20]!r}")
         values = from_part(info["values"], buffers[0])
         mask = from_part({"dtype": "'|b1'", "shape": list(values.shape), "order": "C"}, buffers[1])
-        out = pd.array(values, dtype=info["dtype"])
-        out[mask] = pd.NA
-        return out
+        if values.ndim != 1 or values.dtype != pd.api.types.pandas_dtype(info["dtype"]).numpy_dtype:
+            raise ValueError(f"values of {values.dtype} for a {str(info['dtype'])[:20]} column")
+        return _masked_type(info["dtype"])(values, mask)
     if "tz" in desc:
         utc = from_part(desc["tz"]["values"], buffers[0])
         if utc.dtype.kind != "M":
