@@ -41,6 +41,11 @@ STORED = {
     "no-rows": lambda: pd.DataFrame({"s": _obj([]), "t": pd.Series([], dtype="str"), "c": pd.Categorical([])}),
     "zarr-like-names": lambda: pd.DataFrame({"a/b": ["x"], "..": ["y"], "zarr.json": ["z"], "index": ["i"], "c": ["w"]}),
     "series": lambda: pd.Series(["a", "b"], name="s"),
+    "str-in-pieces": lambda: pd.DataFrame({"s": pd.concat([pd.Series(["a", "b"]), pd.Series(["c", None])],
+                                                          ignore_index=True)}),
+    "string-pyarrow-sliced": lambda: pd.DataFrame({"s": pd.concat(
+        [pd.Series(["a", "bb"], dtype="string[pyarrow]"), pd.Series(["c", None], dtype="string[pyarrow]")],
+        ignore_index=True)[1:].reset_index(drop=True)}),
     "multiindex": lambda: pd.DataFrame({"x": [1, 2]}, index=pd.MultiIndex.from_tuples([(1, 2), (3, 4)])),
     "multiindex-text-tz": lambda: pd.DataFrame({"x": np.arange(4.0)}, index=pd.MultiIndex.from_arrays(
         [np.arange(4), ["m0", "m1", "m0", None], pd.date_range("2020", periods=4, tz="UTC")], names=["a", None, "t"])),
@@ -185,3 +190,21 @@ def test_a_crafted_multiindex_code_beyond_its_level_is_damage(tmp_path):
     levels[1] = np.array([0, 1], np.int8).view(np.uint8)
     got = serialize.decode(enc, [x.copy(), *[b.copy() for b in levels]], trusted=False)
     _exactly(got, want)
+
+
+@pytest.mark.parametrize("save_with, load_with", [("python", "python"), ("python", "arrow"), ("arrow", "python")])
+def test_text_columns_store_and_load_the_same_with_pyarrow_loaded_or_not(tmp_path, monkeypatch, save_with, load_with):
+    """Without pyarrow loaded (pandas 2 without it) the same layout is made and read in Python."""
+    from casmon.store.libraries import strings
+
+    arrow = strings._arrow
+    want = pd.DataFrame({"s": _obj(["", "\x00", "a\x00b", "😀𝄞", "é" * 3, "plain"]),
+                         "t": pd.array(["x", None, "", "é", "😀", "z"], dtype="string[python]")})
+    s = casmon.open(tmp_path / "s")
+    monkeypatch.setattr(strings, "_arrow", (lambda: None) if save_with == "python" else arrow)
+    d = s.put(want)
+    assert s.manifest(d).tag == "handler"
+    assert s.put(pd.DataFrame({"s": _obj(["a", "\ud800"])})) is not None  # a lone surrogate: pickled, not corrupt
+    monkeypatch.setattr(strings, "_arrow", (lambda: None) if load_with == "python" else arrow)
+    s.objects.clear_caches()
+    _exactly(s.get(d), want)

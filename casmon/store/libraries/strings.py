@@ -27,6 +27,8 @@ def encode_text(values: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]
     """``(offsets, data)`` for ``values`` (a sequence of exactly ``str``, or a pyarrow string array without
     nulls); None where a value is not exactly ``str`` or not UTF-8 (a lone surrogate)."""
     pa = _arrow()
+    if pa is not None and isinstance(values, pa.ChunkedArray):  # a column concatenated or read in pieces
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     if pa is not None and isinstance(values, pa.Array):
         arr = values
     else:
