@@ -72,7 +72,9 @@ def string_dtype(info: dict[str, Any]) -> Any:
         return np.dtype(object)
     if info.get("storage") not in ("python", "pyarrow") or info.get("na") not in ("NA", "nan"):
         raise ValueError(f"a string column of storage {str(info.get('storage'))[:20]!r}")
-    return pd.StringDtype(info["storage"], na_value=pd.NA if info["na"] == "NA" else np.nan)
+    if info["na"] == "NA":
+        return pd.StringDtype(info["storage"])  # as pandas before 2.3 (no na_value) makes it too
+    return pd.StringDtype(info["storage"], na_value=np.nan)
 
 
 def _strings(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
