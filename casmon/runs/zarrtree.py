@@ -2,7 +2,7 @@
 metric batches read when its node is first asked for), and ``runs/{name}/metrics/{metric}`` groups of
 ``step``, ``value`` and ``time`` arrays.
 
-A run's group carries its status, params and info as attributes (stored values
+A run's group carries its status, params, info, tags and note as attributes (stored values
 described from their manifests, never loaded). A metric's arrays are chunked
 by fixed ranges of :data:`METRIC_CHUNK` points over the run's metric batches
 in the order they were logged; a chunk reads only the batches it overlaps.
@@ -33,10 +33,16 @@ if TYPE_CHECKING:
 
     from casmon.store.store import Store
 
-__all__ = ["METRIC_CHUNK", "build"]
+__all__ = ["METRIC_CHUNK", "WHOLE_MAX", "build"]
 
 #: Points per chunk of a metric's arrays (128 KiB of each column).
 METRIC_CHUNK = 16384
+
+#: Up to this many nodes (by the runs index's metric summaries), the ``runs`` group's ``zarr.json`` holds every
+#: run's whole subtree as consolidated metadata (one read lists everything). More, and it holds none: zarr then
+#: lists the runs and reads each run's group (its attributes) as asked, and a run's metrics when asked. 10,000
+#: runs of 5 metrics are ~220,000 nodes, which zarr takes tens of seconds to parse at once.
+WHOLE_MAX = 40_000
 
 _COLUMNS = (("step", "int64", np.dtype("<i8")), ("value", "float64", np.dtype("<f8")), ("time", "float64", np.dtype("<f8")))
 
@@ -138,8 +144,10 @@ def _bad_lengths(cells: list[dict[str, Any]]) -> str | None:
     return f"its batches claim {total} points" if total > MAX_POINTS else None
 
 
-def _run(store: Store, tree: Tree, r: RunInfo, records: list[dict[str, Any]] | CasmonError | None = None) -> None:
-    """Add run ``r``'s nodes; ``records``: its metric records, read already (or the error reading them gave)."""
+def _run(store: Store, tree: Tree, r: RunInfo, records: list[dict[str, Any]] | CasmonError | None = None,
+         lazy: bool = False) -> None:
+    """Add run ``r``'s nodes; ``records``: its metric records, read already (or the error reading them gave).
+    ``lazy``: its ``metrics`` group is listed and built when first asked for (its records read then)."""
     name = node_name(r.ref.split("/", 1)[-1])
     m = r.manifest
     get = m.listed if isinstance(m, IndexedManifest) else m.get  # an indexed run's fields: its manifest unread
@@ -149,27 +157,80 @@ def _run(store: Store, tree: Tree, r: RunInfo, records: list[dict[str, Any]] | C
         return
     attrs["params"] = _described(store, get("params") or {})
     attrs["info"] = _described(store, get("info") or {})
+    attrs["tags"] = list(r.tags)  # with every edit since the start applied, as `casmon runs` shows them
+    note = r.note
+    if note:
+        attrs["note"] = note
     tree.group(f"runs/{name}", attrs)
-    where = f"run {r.name}"
+    if not lazy:
+        _metrics(store, tree, r, name, records)
+        return
+    path = f"runs/{name}/metrics"
+    read: list[dict[str, list[Any]]] = []
+
+    def cells() -> dict[str, list[Any]]:
+        if not read:
+            read.append(_cells(store, r.ref, f"run {r.name}", None, None))
+        return read[0]
+
+    def names() -> list[str]:
+        try:
+            return [node_name(metric) for metric in cells()]
+        except CasmonError as e:
+            tree.group(path, {"error": str(e)[:500]})
+            return []
+
+    def some(todo: list[str]) -> None:
+        got = cells()
+        for metric in sorted(got):
+            if node_name(metric) in todo:
+                _metric(store, tree, r, name, metric, got[metric])
+
+    tree.lazy(path, names, lambda node: some([node]), bulk=some)
+
+
+def _metrics(store: Store, tree: Tree, r: RunInfo, name: str,
+             records: list[dict[str, Any]] | CasmonError | None) -> None:
     try:
         if isinstance(records, CasmonError):
             raise records
-        cells = _cells(store, r.ref, where, None, records)
+        cells = _cells(store, r.ref, f"run {r.name}", None, records)
     except CasmonError as e:
         tree.group(f"runs/{name}/metrics", {"error": str(e)[:500]})
         return
     tree.group(f"runs/{name}/metrics")
     for metric in sorted(cells):
-        path = f"runs/{name}/metrics/{node_name(metric)}"
-        bad = _bad_lengths([c for _s, _i, c in cells[metric]])
-        if bad is not None:
-            tree.group(path, {"run": r.name, "metric": metric, "error": f"damaged: {bad}"})
-            continue
-        points = _Points(store, metric, where, [c for _s, _i, c in cells[metric]])
-        tree.group(path, {"run": r.name, "metric": metric, "points": points.total})
-        for col, (column, dtype, _dt) in enumerate(_COLUMNS):
-            meta = array_metadata(dtype, (points.total,), (METRIC_CHUNK,), 0 if col == 0 else 0.0, ["step"])
-            tree.array(f"{path}/{column}", meta, _Column(points, col))
+        _metric(store, tree, r, name, metric, cells[metric])
+
+
+def _metric(store: Store, tree: Tree, r: RunInfo, name: str, metric: str, cells: list[Any]) -> None:
+    path = f"runs/{name}/metrics/{node_name(metric)}"
+    bad = _bad_lengths([c for _s, _i, c in cells])
+    if bad is not None:
+        tree.group(path, {"run": r.name, "metric": metric, "error": f"damaged: {bad}"})
+        return
+    points = _Points(store, metric, f"run {r.name}", [c for _s, _i, c in cells])
+    tree.group(path, {"run": r.name, "metric": metric, "points": points.total})
+    for col, (column, dtype, _dt) in enumerate(_COLUMNS):
+        meta = array_metadata(dtype, (points.total,), (METRIC_CHUNK,), 0 if col == 0 else 0.0, ["step"])
+        tree.array(f"{path}/{column}", meta, _Column(points, col))
+
+
+def _nodes(runs: list[RunInfo]) -> int:
+    """About how many nodes ``runs`` make whole: a group and its metrics group each, four nodes a metric
+    (counted on up to :data:`_SAMPLE` runs spread over them: a summary not in the runs index is a read)."""
+    step = max(1, len(runs) // _SAMPLE)
+    sample = runs[::step]
+    n = 0
+    for r in sample:
+        try:
+            n += 2 + 4 * len(r.metric_summary() if r.error is None else ())
+        except Exception:  # noqa: BLE001 - a run whose summary cannot be read counts as one metric
+            n += 6
+    return n * len(runs) // max(1, len(sample))
+
+
+_SAMPLE = 256
 
 
 def _metric_records(store: Store) -> dict[bytes, list[dict[str, Any]] | CasmonError]:
@@ -192,9 +253,10 @@ def _metric_records(store: Store) -> dict[bytes, list[dict[str, Any]] | CasmonEr
 def build(store: Store, tree: Tree) -> None:
     """Add the runs of ``store`` under ``runs/``: listed from the runs' refs through the runs index
     (:func:`~casmon.runs.listing.list_runs`: a run's attributes from its index entry, its manifest read only where
-    the entry is stale), and built all at once, with every metric record read in one pass, when the ``runs``
-    group's metadata is asked for (its ``zarr.json`` then holds the whole subtree: zarr lists it without a read
-    per run); a run asked for alone is read from its ref and manifest."""
+    the entry is stale), and built all at once when the ``runs`` group's metadata is asked for: up to
+    :data:`WHOLE_MAX` runs whole, with every metric record read in one pass (its ``zarr.json`` then holds the
+    whole subtree: zarr lists it without a read per run); past that, the runs' groups, each run's metrics read
+    when asked for. A run asked for alone is read from its ref and manifest."""
     refs: dict[str, str] = {}
 
     def names() -> list[str]:
@@ -209,10 +271,14 @@ def build(store: Store, tree: Tree) -> None:
 
     def every(todo: list[str]) -> None:
         wanted = {refs[name] for name in todo}
+        runs = [r for r in list_runs(store) if r.ref in wanted]  # one listed since is left to the next view
+        if _nodes(runs) > WHOLE_MAX:  # their groups now; a run's metrics when asked for
+            for r in runs:
+                _run(store, tree, r, lazy=True)
+            return
         records = _metric_records(store)
-        for r in list_runs(store):
-            if r.ref in wanted:  # one listed since is left to the next view; one gone since is left out
-                _run(store, tree, r, records.get(bytes(metrics_key(r.ref)), []))
+        for r in runs:
+            _run(store, tree, r, records.get(bytes(metrics_key(r.ref)), []))
 
     tree.lazy("runs", names, one, bulk=every)
 

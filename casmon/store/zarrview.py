@@ -112,6 +112,22 @@ class Tree:
         self._unbuilt: dict[str, int] = {}  # a listed lazy group -> how many of its children are not built yet
         self._bulk: dict[str, Callable[[list[str]], None]] = {}
         self._lock = threading.RLock()
+        # Lazy groups not yet listed or built whole, and how many of them are at or below each path: whether a
+        # node is complete is asked once per zarr.json served, and a view of 10,000 runs has a lazy group each.
+        self._open: set[str] = set()
+        self._open_below: dict[str, int] = {}
+
+    def _settle(self, path: str) -> None:
+        """Count the lazy group at ``path`` as open or not, as it stands now."""
+        now = path not in self._listed or self._unbuilt.get(path, 0) > 0
+        if now == (path in self._open):
+            return
+        (self._open.add if now else self._open.discard)(path)
+        step = 1 if now else -1
+        parts = path.split("/") if path else []
+        for i in range(len(parts) + 1):
+            p = "/".join(parts[:i])
+            self._open_below[p] = self._open_below.get(p, 0) + step
 
     def _parent(self, path: str) -> None:
         head, _, tail = path.rpartition("/")
@@ -144,6 +160,7 @@ class Tree:
         self._lazy[path] = (names, build)
         if bulk is not None:
             self._bulk[path] = bulk
+        self._settle(path)
 
     def has_bulk(self, path: str) -> bool:
         """Whether the group at ``path`` builds its children all at once (:meth:`build_all`)."""
@@ -162,6 +179,7 @@ class Tree:
             for c in todo:
                 self._built.add(f"{path}/{c}")
             self._unbuilt[path] -= len(todo)
+            self._settle(path)
             try:
                 bulk(todo)
             except Exception as e:  # noqa: BLE001 - a crafted record: every child says so, none is hidden
@@ -178,6 +196,7 @@ class Tree:
             kids.update(lazy[0]())
             self._listed.add(path)
             self._unbuilt[path] = sum(1 for c in kids if f"{path}/{c}" not in self._built)
+            self._settle(path)
         return self.children.get(path, set())
 
     def listing(self, path: str) -> set[str]:
@@ -212,6 +231,7 @@ class Tree:
                         return
                     self._built.add(full)
                     self._unbuilt[parent] -= 1
+                    self._settle(parent)
                     try:
                         self._lazy[parent][1](parts[i])
                     except Exception as e:  # noqa: BLE001 - a crafted record: this node says so, the others stay
@@ -235,12 +255,8 @@ class Tree:
 
     def complete(self, path: str) -> bool:
         """Whether nothing lazy is left at or below ``path`` (its listing is final)."""
-        for p in self._lazy:
-            if path and p != path and not p.startswith(path + "/"):
-                continue
-            if p not in self._listed or self._unbuilt.get(p, 0) > 0:
-                return False
-        return True
+        with self._lock:
+            return self._open_below.get(path, 0) == 0
 
     def below(self, path: str) -> dict[str, dict[str, Any]]:
         """The metadata of every node below ``path``, by path relative to it."""

@@ -90,6 +90,28 @@ def test_the_view_walks_with_consolidated_metadata_and_refuses_writes(tmp_path):
         asyncio.run(view.delete("zarr.json"))
 
 
+def test_a_runs_group_carries_its_tags_and_note_with_later_edits_applied(tmp_path):
+    from casmon.runs.tags import note_run, tag_run
+
+    s = casmon.open(tmp_path / "s")
+    with casmon.record(store=s, capture_output=False, tags=["base", "drop"]) as run:
+        run.log(loss=0.5, step=1)
+    with casmon.record(store=s, capture_output=False) as run2:
+        run2.log(loss=0.4, step=1)
+    first, second = casmon.list_runs(s)
+    tag_run(first.name, add=["best"], remove=["drop"], store=s)  # after the run ended
+    note_run(first.name, "the one to keep", store=s)
+    s.flush()
+    name = first.ref.split("/", 1)[-1]
+    other = second.ref.split("/", 1)[-1]
+    for root in (zarr.open_consolidated(s.zarr(consolidated=True), mode="r"), zarr.open_group(s.zarr(), mode="r")):
+        attrs = root[f"runs/{name}"].attrs  # the bulk listing and a run read alone say the same
+        assert attrs["tags"] == ["base", "best"] and attrs["note"] == "the one to keep"
+        assert root[f"runs/{other}"].attrs["tags"] == [] and "note" not in root[f"runs/{other}"].attrs
+    alone = zarr.open_group(s.zarr(), mode="r", path=f"runs/{name}")
+    assert alone.attrs["tags"] == ["base", "best"] and alone.attrs["note"] == "the one to keep"
+
+
 def test_a_runs_metric_read_as_arrays_equals_load_run(tmp_path):
     from casmon.runs.zarrtree import METRIC_CHUNK
 
@@ -651,7 +673,13 @@ def _walk(group):
     return out
 
 
-def test_the_runs_groups_consolidated_listing_equals_each_runs_own_nodes_with_a_stale_runs_index(tmp_path):
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "past-whole-max"])
+def test_the_runs_groups_consolidated_listing_equals_each_runs_own_nodes_with_a_stale_runs_index(tmp_path, monkeypatch,
+                                                                                                whole):
+    from casmon.runs import zarrtree
+
+    if not whole:  # more runs than one consolidated listing holds: groups listed, each run's metrics when asked
+        monkeypatch.setattr(zarrtree, "WHOLE_MAX", 10)
     s = casmon.open(tmp_path / "s")
     runs = []
     for i in range(6):
@@ -671,8 +699,11 @@ def test_the_runs_groups_consolidated_listing_equals_each_runs_own_nodes_with_a_
     assert node_name(late.ref.split("/", 1)[-1]) in want and node_name(runs[1].ref.split("/", 1)[-1]) not in want
 
     g = _open(s.zarr())["runs"]
-    assert g.metadata.consolidated_metadata is not None  # the runs group lists its subtree itself
+    # the runs group lists its subtree itself, or, past WHOLE_MAX runs, each run's metrics group does
+    assert (g.metadata.consolidated_metadata is not None) is whole
     assert set(g.group_keys()) == want
+    if not whole:
+        assert all(g[f"{name}/metrics"].metadata.consolidated_metadata is not None for name in want)
     consolidated = _walk(g)
     per_node = {}  # each run opened alone, from a fresh view: read from its ref and manifest, not the index
     fresh = s.zarr()
@@ -728,9 +759,14 @@ def test_a_functions_entries_are_listed_from_the_lineage_index_and_the_records_w
     assert _open(s.zarr())[f"cache/{fn}/{f.ref(2).key.hex()}"][:].tolist() == [0, 1]
 
 
-def test_a_damaged_run_ref_and_a_damaged_metric_record_are_error_nodes_in_the_runs_listing_and_hide_no_run(tmp_path):
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "past-whole-max"])
+def test_a_damaged_run_ref_and_a_damaged_metric_record_are_error_nodes_in_the_runs_listing_and_hide_no_run(
+        tmp_path, monkeypatch, whole):
+    from casmon.runs import zarrtree
     from casmon.runs.metrics import KIND_METRICS, metrics_key
 
+    if not whole:
+        monkeypatch.setattr(zarrtree, "WHOLE_MAX", 10)
     s = casmon.open(tmp_path / "s", create=True)
     runs = []
     for i in range(3):
