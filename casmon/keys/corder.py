@@ -31,7 +31,8 @@ _STAGE_PAD = 64
 def tiled_copy(out: np.ndarray, block: np.ndarray, stage: np.ndarray | None = None) -> None:
     """``out[...] = block`` for a C-ordered ``out``; a matrix whose columns lie closer together than its rows is
     copied through ``stage`` (uint8 scratch of :data:`STAGE_BYTES`, or None for a new one)."""
-    if block.ndim != 2 or abs(block.strides[0]) >= abs(block.strides[1]) or block.size == 0:
+    if (block.ndim != 2 or abs(block.strides[0]) >= abs(block.strides[1]) or block.size == 0
+            or block.dtype.itemsize == 0 or block.dtype.hasobject):  # no bytes to stage, or references
         np.copyto(out, block)
         return
     rows, cols = block.shape

@@ -82,6 +82,17 @@ def test_a_non_contiguous_arrays_key_is_its_c_order_copys_across_tiles(tiny_tile
     assert fingerprint(x) == fingerprint(np.ascontiguousarray(x))
 
 
+def test_a_matrix_with_no_bytes_to_stage_is_copied_as_numpy_copies_it():
+    refs = np.array([object(), "x", 3, None] * 6, object).reshape(4, 6).T
+    out = np.empty(refs.shape, object)
+    corder.tiled_copy(out, refs)
+    assert all(x is y for x, y in zip(out.ravel(), np.ascontiguousarray(refs).ravel()))
+    empty = np.lib.stride_tricks.as_strided(np.zeros(1, dtype=[]), (30, 40), (0, 1))  # itemsize 0, strides odd
+    out = np.empty((30, 40), dtype=[])
+    corder.tiled_copy(out, empty)
+    assert out.shape == (30, 40)
+
+
 @pytest.mark.parametrize("layout", ["T", "F", "negT", "slicedT"])
 def test_segment_bytes_are_the_c_order_copys_bytes_wherever_they_are_cut(tiny_tiles, layout):
     x = _view(37, 29, "<f8", layout, 5)
