@@ -3,10 +3,11 @@ strided array is its C-order copy's, so those bytes are made before they are has
 
 Loaded by the first such array (numpy is imported by then).
 
-A matrix whose columns lie closer together than its rows (``a.T``, Fortran order) is copied in two steps a
-tile at a time: its columns' runs (2 KiB, a prefetcher's sequential read) into a staging tile whose rows are
-padded by a cache line, then the tile's transpose out of it. A direct strided copy reads a run 8 bytes at a time
-across 32-256 rows a power of two apart, which share one L1 set; staged, both halves of the copy stay in L2.
+A matrix whose columns lie closer together than its rows (``a.T``, Fortran order), wider than a few columns,
+is copied in two steps a tile at a time: its column runs (2 KiB) into a staging tile whose rows are padded by a
+cache line, then the tile's transpose out of it, both within L2, where a direct strided copy reads each element
+from a different source row, 32 KiB apart in a 4096-column float64 matrix (docs/BENCHMARKS.md, "Transposed
+and Fortran-ordered arrays").
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "tiled_copy", "c_order_bytes"]
+__all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "NARROW", "NARROW_COLUMNS", "tiled_copy", "c_order_bytes"]
 
 #: A tile's height in bytes of one source column: the run the first step reads in one go.
 TILE_RUN = 2048
@@ -26,6 +27,12 @@ TILE_BYTES = 256 << 10
 STAGE_BYTES = 2 * TILE_BYTES
 #: Bytes after each staged row, so rows a power of two apart do not share cache sets.
 _STAGE_PAD = 64
+#: Rows this many bytes or columns wide or narrower are copied straight, in strips of :data:`_STRIP` bytes: a tile
+#: of a few columns holds too few elements to repay two numpy calls (3 float64 columns took 3x as long, 40
+#: complex128 ones 1.35x; 200 float32 ones half as long staged).
+NARROW = 512
+NARROW_COLUMNS = 64
+_STRIP = 256
 
 
 def tiled_copy(out: np.ndarray, block: np.ndarray, stage: np.ndarray | None = None) -> None:
@@ -37,6 +44,11 @@ def tiled_copy(out: np.ndarray, block: np.ndarray, stage: np.ndarray | None = No
         return
     rows, cols = block.shape
     size = block.dtype.itemsize
+    if cols * size <= NARROW or cols <= NARROW_COLUMNS:
+        strip = max(1, _STRIP // size)
+        for c in range(0, cols, strip):
+            np.copyto(out[:, c : c + strip], block[:, c : c + strip])
+        return
     th = max(1, min(rows, TILE_RUN // size))
     span = th * size + max(1, _STAGE_PAD // size) * size  # bytes between staged rows: a whole number of elements
     tw = max(1, min(cols, TILE_BYTES // (th * size), STAGE_BYTES // span))

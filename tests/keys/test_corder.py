@@ -46,21 +46,27 @@ def _view(rows: int, cols: int, dtype: object, layout: str, seed: int) -> np.nda
     return base[:rows, :cols]
 
 
-@pytest.fixture
-def tiny_tiles(monkeypatch):
+@pytest.fixture(params=[0, 24])
+def tiny_tiles(monkeypatch, request):
+    """Tiles a few bytes a side; every matrix staged, or rows of 24 bytes or less copied straight."""
     monkeypatch.setattr(corder, "TILE_RUN", 16)
     monkeypatch.setattr(corder, "TILE_BYTES", 96)
     monkeypatch.setattr(corder, "STAGE_BYTES", 256)
+    monkeypatch.setattr(corder, "NARROW", request.param)
+    monkeypatch.setattr(corder, "NARROW_COLUMNS", request.param // 8)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.integers(1, 40), cols=st.integers(1, 40), dtype=st.sampled_from(DTYPES),
        layout=st.sampled_from(LAYOUTS), seed=st.integers(0, 2**32 - 1), run=st.sampled_from([1, 8, 16, 24, 2048]),
-       tile=st.sampled_from([1, 40, 96, 1000]), stage=st.sampled_from(["none", "small", "big"]))
-def test_a_tiled_copy_is_the_c_order_copy(monkeypatch, rows, cols, dtype, layout, seed, run, tile, stage):
+       tile=st.sampled_from([1, 40, 96, 1000]), stage=st.sampled_from(["none", "small", "big"]),
+       narrow=st.sampled_from([0, 16, 512]))
+def test_a_tiled_copy_is_the_c_order_copy(monkeypatch, rows, cols, dtype, layout, seed, run, tile, stage, narrow):
     monkeypatch.setattr(corder, "TILE_RUN", run)
     monkeypatch.setattr(corder, "TILE_BYTES", tile)
     monkeypatch.setattr(corder, "STAGE_BYTES", 2 * tile)
+    monkeypatch.setattr(corder, "NARROW", narrow)
+    monkeypatch.setattr(corder, "NARROW_COLUMNS", narrow // 8)
     x = _view(rows, cols, dtype, layout, seed)
     want = np.ascontiguousarray(x)
     out = np.empty(x.shape, x.dtype)
@@ -108,3 +114,18 @@ def test_a_fortran_matrix_between_the_inline_limit_and_a_run_keys_as_its_copy():
     assert fpmod._INLINE_LIMIT < a.nbytes < segments.RUN_MIN
     for v in (np.asfortranarray(a), a.T, np.asfortranarray(a)[::-1]):
         assert fingerprint(v) == fingerprint(np.ascontiguousarray(v))
+
+
+@pytest.mark.parametrize("shape, dtype", [((5000, 3), "<f8"), ((5000, 64), "<f8"), ((5000, 40), "<c16"),
+                                          ((5000, 500), "|u1")])
+def test_a_matrix_of_a_few_columns_is_copied_straight_not_staged(shape, dtype):
+    """A tile of a few columns holds too few elements to repay staging (3 float64 columns took 3x as long)."""
+    x = np.asfortranarray(np.random.default_rng(7).integers(0, 100, shape).astype(dtype))
+    stage = np.full(corder.STAGE_BYTES, 0xAB, np.uint8)
+    out = np.empty(x.shape, x.dtype)
+    corder.tiled_copy(out, x, stage)
+    assert out.tobytes() == np.ascontiguousarray(x).tobytes()
+    assert (stage == 0xAB).all()
+    wide = np.asfortranarray(np.random.default_rng(8).random((300, 200)))  # wider: staged
+    corder.tiled_copy(np.empty(wide.shape), wide, stage)
+    assert not (stage == 0xAB).all()
