@@ -3,8 +3,8 @@ strided array is its C-order copy's, so those bytes are made before they are has
 
 Loaded by the first such array (numpy is imported by then).
 
-A matrix whose columns lie closer together than its rows (``a.T``, Fortran order), wider than a few columns,
-is copied in two steps a tile at a time: its column runs (2 KiB) into a staging tile whose rows are padded by a
+A matrix whose columns lie closer together than its rows (``a.T``, Fortran order), wider than a few columns and
+higher than a few rows, is copied in two steps a tile at a time: its column runs (2 KiB) into a staging tile whose rows are padded by a
 cache line, then the tile's transpose out of it, both within L2, where a direct strided copy reads each element
 from a different source row, 32 KiB apart in a 4096-column float64 matrix (docs/BENCHMARKS.md, "Transposed
 and Fortran-ordered arrays").
@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "NARROW", "NARROW_COLUMNS", "tiled_copy", "c_order_bytes"]
+__all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "NARROW", "NARROW_COLUMNS", "SHORT_ROWS", "tiled_copy", "c_order_bytes"]
 
 #: A tile's height in bytes of one source column: the run the first step reads in one go.
 TILE_RUN = 2048
@@ -33,6 +33,10 @@ _STAGE_PAD = 64
 NARROW = 512
 NARROW_COLUMNS = 64
 _STRIP = 256
+#: Blocks this many rows high or lower are copied straight too, in strips of :data:`_WIDE_STRIP` bytes: their runs
+#: are a few elements long (3 rows of a 20 × 400,000 float64 Fortran array took 2.2x as long staged).
+SHORT_ROWS = 3
+_WIDE_STRIP = 32 << 10
 
 
 def tiled_copy(out: np.ndarray, block: np.ndarray, stage: np.ndarray | None = None) -> None:
@@ -44,8 +48,8 @@ def tiled_copy(out: np.ndarray, block: np.ndarray, stage: np.ndarray | None = No
         return
     rows, cols = block.shape
     size = block.dtype.itemsize
-    if cols * size <= NARROW or cols <= NARROW_COLUMNS:
-        strip = max(1, _STRIP // size)
+    if cols * size <= NARROW or cols <= NARROW_COLUMNS or rows <= SHORT_ROWS:
+        strip = max(1, (_WIDE_STRIP if rows <= SHORT_ROWS else _STRIP) // size)
         for c in range(0, cols, strip):
             np.copyto(out[:, c : c + strip], block[:, c : c + strip])
         return

@@ -54,6 +54,7 @@ def tiny_tiles(monkeypatch, request):
     monkeypatch.setattr(corder, "STAGE_BYTES", 256)
     monkeypatch.setattr(corder, "NARROW", request.param)
     monkeypatch.setattr(corder, "NARROW_COLUMNS", request.param // 8)
+    monkeypatch.setattr(corder, "SHORT_ROWS", request.param // 8)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -67,6 +68,7 @@ def test_a_tiled_copy_is_the_c_order_copy(monkeypatch, rows, cols, dtype, layout
     monkeypatch.setattr(corder, "STAGE_BYTES", 2 * tile)
     monkeypatch.setattr(corder, "NARROW", narrow)
     monkeypatch.setattr(corder, "NARROW_COLUMNS", narrow // 8)
+    monkeypatch.setattr(corder, "SHORT_ROWS", narrow // 64)
     x = _view(rows, cols, dtype, layout, seed)
     want = np.ascontiguousarray(x)
     out = np.empty(x.shape, x.dtype)
@@ -117,9 +119,10 @@ def test_a_fortran_matrix_between_the_inline_limit_and_a_run_keys_as_its_copy():
 
 
 @pytest.mark.parametrize("shape, dtype", [((5000, 3), "<f8"), ((5000, 64), "<f8"), ((5000, 40), "<c16"),
-                                          ((5000, 500), "|u1")])
-def test_a_matrix_of_a_few_columns_is_copied_straight_not_staged(shape, dtype):
-    """A tile of a few columns holds too few elements to repay staging (3 float64 columns took 3x as long)."""
+                                          ((5000, 500), "|u1"), ((3, 50000), "<f8"), ((1, 9000), "|u1")])
+def test_a_matrix_of_a_few_columns_or_rows_is_copied_straight_not_staged(shape, dtype):
+    """A tile of a few columns or rows holds too few elements, or runs too short, to repay staging (3 float64
+    columns took 3x as long, 3 rows 2.2x)."""
     x = np.asfortranarray(np.random.default_rng(7).integers(0, 100, shape).astype(dtype))
     stage = np.full(corder.STAGE_BYTES, 0xAB, np.uint8)
     out = np.empty(x.shape, x.dtype)
