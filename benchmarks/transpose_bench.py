@@ -35,7 +35,8 @@ def main() -> None:
             cpu[k].append(time.process_time() - c)
     m = {k: statistics.median(v) for k, v in took.items()}
     mc = {k: statistics.median(v) for k, v in cpu.items()}
-    print(json.dumps({"shape": f"{rows}x{cols}", "dtype": dtype.str, "c_ms": m["c"] * 1e3, "T_ms": m["T"] * 1e3, "F_ms": m["F"] * 1e3,
+    print(json.dumps({"shape": f"{rows}x{cols}", "dtype": dtype.str,
+                      "c_ms": m["c"] * 1e3, "T_ms": m["T"] * 1e3, "F_ms": m["F"] * 1e3,
                       "T/c": m["T"] / m["c"], "F/c": m["F"] / m["c"],
                       "cpu_c_ms": mc["c"] * 1e3, "cpu_T/c": mc["T"] / mc["c"], "cpu_F/c": mc["F"] / mc["c"]}))
 

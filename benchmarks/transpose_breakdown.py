@@ -13,8 +13,8 @@ every candidate interleaved in each repeat); prints one JSON line of millisecond
   least any copy of the bytes costs;
 * ``direct_tiles_256B`` (``_and_hash``): the previous copy (a strided copy of 256-byte-wide tiles, no staging),
   alone and with each segment hashed;
-* ``ascontiguousarray`` / ``copy_C`` / ``assign_reused``: the whole transpose in one numpy call (a new array, ``.copy(order='C')``,
-  ``dst[...] = a.T`` into a reused, faulted-in array).
+* ``ascontiguousarray`` / ``copy_C`` / ``assign_reused``: the whole transpose in one numpy call (a new array,
+  ``.copy(order='C')``, ``dst[...] = a.T`` into a reused, faulted-in array).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ strided array is its C-order copy's, so those bytes are made before they are has
 Loaded by the first such array (numpy is imported by then).
 
 A matrix whose columns lie closer together than its rows (``a.T``, Fortran order), wider than a few columns and
-higher than a few rows, is copied in two steps a tile at a time: its column runs (2 KiB) into a staging tile whose rows are padded by a
-cache line, then the tile's transpose out of it, both within L2, where a direct strided copy reads each element
-from a different source row, 32 KiB apart in a 4096-column float64 matrix (docs/BENCHMARKS.md, "Transposed
-and Fortran-ordered arrays").
+higher than a few rows, is copied in two steps a tile at a time: its column runs (2 KiB) into a staging tile
+whose rows are padded by a cache line, then the tile's transpose out of it, both within L2, where a direct
+strided copy reads each element from a different source row, 32 KiB apart in a 4096-column float64 matrix
+(docs/BENCHMARKS.md, "Transposed and Fortran-ordered arrays").
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import threading
 
 import numpy as np
 
-__all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "NARROW", "NARROW_COLUMNS", "SHORT_ROWS", "tiled_copy", "c_order_bytes"]
+__all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "NARROW", "NARROW_COLUMNS", "SHORT_ROWS", "tiled_copy",
+           "c_order_bytes"]
 
 #: A tile's height in bytes of one source column: the run the first step reads in one go.
 TILE_RUN = 2048
