@@ -11,8 +11,9 @@ every candidate interleaved in each repeat); prints one JSON line of millisecond
 * ``hash_buffer``: xxh3 of the 8 MiB segment buffer, 16 times;
 * ``memcpy_segments``: the contiguous array copied segment by segment into the same buffer (no transpose): the
   least any copy of the bytes costs;
-* ``direct_tiles_256B`` (``_and_hash``): the previous copy (a strided copy of 256-byte-wide tiles, no staging),
-  alone and with each segment hashed;
+* ``direct_tiles_256B`` (``_and_hash``, ``_and_hash_new_buffer``): the previous copy (a strided copy of
+  256-byte-wide tiles, no staging), alone, with each segment hashed, and so into a new buffer each call as the
+  previous key did;
 * ``ascontiguousarray`` / ``copy_C`` / ``assign_reused``: the whole transpose in one numpy call (a new array,
   ``.copy(order='C')``, ``dst[...] = a.T`` into a reused, faulted-in array).
 """
@@ -38,6 +39,7 @@ def main() -> None:
     bounds = [(o, o + SEGMENT) for o in range(0, a.nbytes, SEGMENT)]
     out = np.empty((rows, n))
     whole = np.empty((n, n))
+    whole[...] = 0
     stage = np.empty(corder.STAGE_BYTES, np.uint8)
     flat = a.reshape(-1).view(np.uint8)
     th = corder.TILE_RUN // 8
@@ -68,6 +70,14 @@ def main() -> None:
             if hashed:
                 xxhash.xxh3_128_digest(out)
 
+    def direct_tiles_new_buffer() -> None:  # as the previous key made it: a new segment buffer each call
+        seg = np.empty((rows, n))
+        for r in range(0, n, rows):
+            block = t[r : r + rows]
+            for c in range(0, n, 32):
+                np.copyto(seg[:, c : c + 32], block[:, c : c + 32])
+            xxhash.xxh3_128_digest(seg)
+
     def assign_reused() -> None:
         whole[...] = t
 
@@ -80,19 +90,25 @@ def main() -> None:
         "memcpy_segments": lambda: [np.copyto(out, a[r : r + rows]) for r in range(0, n, rows)],
         "direct_tiles_256B": direct_tiles,
         "direct_tiles_256B_and_hash": lambda: direct_tiles(True),
+        "direct_tiles_256B_and_hash_new_buffer": direct_tiles_new_buffer,
+    }
+    whole_copies = {  # timed after the rest: 128 MiB allocations would move the heap under them
         "ascontiguousarray": lambda: np.ascontiguousarray(t),
         "copy_C": lambda: t.copy(order="C"),
         "assign_reused": assign_reused,
     }
-    for fn in cands.values():
-        fn()
-    cpu: dict[str, list[float]] = {k: [] for k in cands}
-    for _ in range(7):
-        for k, fn in cands.items():
-            c = time.process_time()
+    got: dict[str, float] = {}
+    for group in (cands, whole_copies):
+        for fn in group.values():
             fn()
-            cpu[k].append(time.process_time() - c)
-    print(json.dumps({k: round(statistics.median(v) * 1e3, 2) for k, v in cpu.items()}))
+        cpu: dict[str, list[float]] = {k: [] for k in group}
+        for _ in range(7):
+            for k, fn in group.items():
+                c = time.process_time()
+                fn()
+                cpu[k].append(time.process_time() - c)
+        got.update({k: round(statistics.median(v) * 1e3, 2) for k, v in cpu.items()})
+    print(json.dumps(got))
 
 
 if __name__ == "__main__":
