@@ -80,10 +80,6 @@ _pack_dd = struct.Struct("<dd").pack
 _INLINE_LIMIT = 1 << 16
 #: Block size when an array must be copied into C order to be hashed.
 _BLOCK_BYTES = 8 << 20
-#: Tiles of a Fortran-ordered matrix copied into C order: this many bytes wide, rows high. 256 bytes (32 float64
-#: source rows in flight per tile) copied a transposed 4096² float64 array fastest of 128-512 here.
-_TILE_BYTES = 256
-_TILE_ROWS = 256
 
 _hashers: dict[type, Callable[[Any], Any]] = {}
 _hashers_lock = threading.Lock()
@@ -466,7 +462,9 @@ class _Fingerprinter:
         if run is not None and not padded and a[0].nbytes <= SEGMENT:
             # Each thread copies and hashes its own segments: the copy, not the hash, is most of the cost.
             self.fed += a.nbytes
-            run.feed_produced(functools.partial(_c_order_bytes, a, {}))
+            from casmon.keys.corder import c_order_bytes
+
+            run.feed_produced(functools.partial(c_order_bytes, a, {}))
         elif a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT and not padded:
             self._transposed(a)
         else:
@@ -479,15 +477,18 @@ class _Fingerprinter:
         self.end_run()
 
     def _transposed(self, a: np.ndarray) -> None:
-        """A Fortran-ordered matrix's C-order bytes, copied in tiles a few cache lines wide: a whole
-        row at a time would touch a page per element (3-4x the time of C order instead of 13x)."""
+        """A Fortran-ordered matrix's C-order bytes, a block of rows at a time, copied in tiles (corder.py): a
+        whole row at a time would touch a page per element (3-4x the time of C order instead of 13x)."""
+        from casmon.keys.corder import STAGE_BYTES, tiled_copy
+
         rows, cols = a.shape
-        height = max(1, min(rows, max(_TILE_ROWS, (1 << 20) // max(1, cols * a.dtype.itemsize))))
+        height = max(1, min(rows, max(256, (1 << 20) // max(1, cols * a.dtype.itemsize))))
         buf = np.empty((height, cols), a.dtype)
+        stage = np.empty(STAGE_BYTES, np.uint8)
         for start in range(0, rows, height):
             block = a[start : start + height]
             out = buf[: block.shape[0]]
-            _tiled_copy(out, block)
+            tiled_copy(out, block, stage)
             self.buffer(out.reshape(-1).view(np.uint8))
 
     def ndarray_subclass(self, a: np.ndarray) -> None:
@@ -670,31 +671,6 @@ class _Fingerprinter:
             else:
                 self.out += flat.data
         self.end_run()
-
-
-def _tiled_copy(out: np.ndarray, block: np.ndarray) -> None:
-    """``out[...] = block`` for a C-ordered ``out``; a 2-d ``block`` whose columns lie closer together than its
-    rows (Fortran order, or rows of it) is copied in tiles a few cache lines wide: a whole row at a time would
-    touch a page per element."""
-    if block.ndim == 2 and abs(block.strides[0]) < abs(block.strides[1]):
-        width = max(1, _TILE_BYTES // block.dtype.itemsize)
-        for c in range(0, block.shape[1], width):
-            np.copyto(out[:, c : c + width], block[:, c : c + width])
-    else:
-        np.copyto(out, block)
-
-
-def _c_order_bytes(a: np.ndarray, scratch: dict[int, np.ndarray], start: int, stop: int) -> memoryview:
-    """Bytes ``start:stop`` of ``a``'s C-order copy, made from the rows that hold them alone, in a buffer each
-    thread keeps in ``scratch`` for the run (new memory costs a page fault per 4 KiB, as much as the copy)."""
-    row = a[0].nbytes
-    r0, r1 = start // row, -(-stop // row)
-    buf = scratch.get(threading.get_ident())
-    if buf is None or buf.nbytes < (r1 - r0) * row:
-        buf = scratch[threading.get_ident()] = np.empty(-(-(SEGMENT + row) // row) * row, np.uint8)
-    out = buf[: (r1 - r0) * row].view(a.dtype).reshape((r1 - r0,) + a.shape[1:])
-    _tiled_copy(out, a[r0:r1])
-    return buf.data[start - r0 * row : stop - r0 * row]
 
 
 def _without_padding(a: np.ndarray) -> np.ndarray:
