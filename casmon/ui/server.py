@@ -6,6 +6,9 @@ Routes (GET only; anything else is 405)::
     /compare              runs side by side, their metrics charted     ?run=A[&run=B...]
     /run/NAME             one run: status, metrics and charts, params, info, output, patch, files, links
     /api/runs             runs changed since a serial, and live ones   ?since=
+    /api/runs/view        the runs page's table, count, pager and      ?sort= &order= &q= &page= &per=
+                          parallel coordinates as markup (JSON; the
+                          page's script swaps them in on a sort, filter or page)
     /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
     /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n= &enc= &from= &to=
     /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n= &enc= &from= &to=
@@ -186,6 +189,8 @@ class App:
             if p.one("shared") not in (None, "1"):
                 raise BadRequest("shared= is 1 (count the share other runs hold) or absent")
             return self.run_page(path[5:], shared=p.one("shared") == "1")
+        if path == "/api/runs/view":
+            return self.runs_parts(Params(query, {"sort", "order", "q", "page", "per"}))
         if path == "/api/runs":
             p = Params(query, {"since"})
             return 200, _json(api.runs_since(self.runs, p.integer("since", 0))), JSON
@@ -215,12 +220,14 @@ class App:
             return 200, pages.store_page(self.ctx, stats(self.store)), HTML
         raise NotFound(f"no page {path}")
 
-    def runs_page(self, p: Params) -> tuple[int, bytes, str]:
+    def _runs_view(self, p: Params) -> tuple[Any, str, bool, str, int]:
+        """The runs table a runs page's query asks for: ``(view, sort, desc, q, per)``; a bad parameter is a
+        :class:`BadRequest` (a filter that cannot be applied is not: the view says why)."""
         sort = p.one("sort") or "start"
         sort = ALIASES.get(sort, sort)  # a column by its header too (started)
         if not is_column(sort):
-            raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, info.KEY, "
-                             "metric.KEY)")
+            raise BadRequest(f"sort: no column {sort[:100]!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, "
+                             "info.KEY, metric.KEY)")
         order = p.one("order") or "desc"
         if order not in ("asc", "desc"):
             raise BadRequest("order: asc or desc")
@@ -229,8 +236,25 @@ class App:
         if not 1 <= per <= 1000:
             raise BadRequest("per: 1 to 1000 runs a page")
         view = runs_view(self.runs, sort, order == "desc", q, p.integer("page", 1), per)
+        return view, sort, order == "desc", q, per
+
+    def runs_page(self, p: Params) -> tuple[int, bytes, str]:
+        view, sort, desc, q, per = self._runs_view(p)
         # A filter that cannot be applied: 400, and the page says which term and why (and lists every run).
-        return 400 if view.error else 200, pages.runs_page(self.ctx, view, sort, order == "desc", q, per), HTML
+        return 400 if view.error else 200, pages.runs_page(self.ctx, view, sort, desc, q, per), HTML
+
+    def runs_parts(self, p: Params) -> tuple[int, bytes, str]:
+        """The parts of the runs page that a sort, a filter or a page changes (JSON, for the page's script to
+        swap in): the same markup the whole page holds, the page's own URL, and a filter's error (then 400)."""
+        view, sort, desc, q, per = self._runs_view(p)
+        own = pages.url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None,
+                        page=view.page if view.page > 1 else None, per=per if per != 50 else None)
+        got = {"url": own, "sort": sort, "order": "desc" if desc else "asc", "q": q, "per": per, "page": view.page,
+               "total": view.total, "all": view.all_runs, "serial": view.serial,
+               "parts": pages.runs_parts(self.ctx, view, sort, desc, q, per)}
+        if view.error:
+            got["error"] = view.error
+        return 400 if view.error else 200, _json(got), JSON
 
     def compare_page(self, p: Params) -> tuple[int, bytes, str]:
         tails = p.many("run")
