@@ -24,6 +24,7 @@ string, whichever way it is built.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
 import time
@@ -54,9 +55,13 @@ VENDORED = {"uPlot.iife.min.js": ("uPlot 1.6.32, https://github.com/leeoniya/uPl
 
 
 def static_file(name: str) -> tuple[bytes, str] | None:
-    """A file of ``static/`` (the fixed list); casmon's style sheet leads with display's."""
-    if name not in STATIC:
-        return None
+    """A file of ``static/`` (the fixed list); casmon's style sheet leads with display's. Each is read once: a
+    page's style sheet and scripts are answered from memory."""
+    return _static_file(name) if name in STATIC else None
+
+
+@functools.lru_cache(maxsize=None)  # only names of the fixed list come here
+def _static_file(name: str) -> tuple[bytes, str] | None:
     try:
         data = resources.files(__package__).joinpath("static", name).read_bytes()
     except FileNotFoundError:  # an install that left it out (package data): a 404, not a failure

@@ -41,6 +41,7 @@ inline script, no frames, nothing fetched elsewhere) and ``no-store``.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 import re
@@ -87,6 +88,12 @@ MAX_URL = 8192
 MAX_RUNS = 100  # runs on one compare page
 MAX_METRICS = 100  # series one dashboard request asks for
 HTML = "text/html; charset=utf-8"
+#: The background loader starts on its rows only once no request has come for this long: the first page's
+#: style sheet and scripts, and a reader's first sorts, do not share the processor with it.
+LOADER_QUIET = 1.0
+#: A first listing of at least this many runs is frozen out of Python's cycle collector (``gc.freeze``):
+#: long-lived, it would be walked again by every full collection.
+FREEZE_FROM = 5000
 JSON = "application/json; charset=utf-8"
 
 
@@ -107,9 +114,12 @@ class App:
         self._selections: OrderedDict[tuple[Any, ...], tuple[list[Any], list[Any]]] = OrderedDict()  # filters -> (calls, histogram)
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._last = 0.0  # time.monotonic() of the last answer
         self._loading = False
+        self._listed = False
+        self._listing_lock = threading.Lock()
         self.index_in_background = True
-        self.runs.idle = lambda: self._busy == 0
+        self.runs.idle = lambda: self._busy == 0 and time.monotonic() - self._last >= LOADER_QUIET
 
     def enter(self) -> None:
         with self._busy_lock:
@@ -118,10 +128,31 @@ class App:
     def leave(self) -> None:
         with self._busy_lock:
             self._busy -= 1
+            self._last = time.monotonic()
             start = self.index_in_background and not self._loading
             self._loading = True
         if start:  # after the first page: it does not wait for the loader, nor share the processor with it
             self.runs.start_loading()
+
+    def first_listing(self) -> None:
+        """List the runs the first time with Python's cycle collector paused: building 100,000 runs' entries,
+        none of them garbage, it would walk them all again and again (a fifth of the listing's time). Where
+        the collector was on, it is on again after, whatever happens; a big listing is then frozen out of it."""
+        if self._listed:
+            return
+        with self._listing_lock:
+            if self._listed:
+                return
+            was = gc.isenabled()
+            gc.disable()
+            try:
+                n = len(self.runs.entries())
+            finally:
+                if was:
+                    gc.enable()
+            self._listed = True
+        if was and n >= FREEZE_FROM:
+            gc.freeze()
 
     def calllog(self, reload: bool = False) -> tuple[CallLog, float]:
         """The call log, read once (a million calls take a while) and again when the page asks."""
@@ -180,6 +211,8 @@ class App:
             if got is None:
                 raise NotFound(f"no file {path}")
             return 200, got[0], got[1]
+        if path in ("/", "/runs", "/api/runs/view"):
+            self.first_listing()
         if path in ("/", "/runs"):
             return self.runs_page(Params(query, {"sort", "order", "q", "page", "per"}))
         if path == "/compare":
