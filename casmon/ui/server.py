@@ -131,7 +131,7 @@ class App:
             self._last = time.monotonic()
             start = self.index_in_background and not self._loading
             self._loading = True
-        if start:  # after the first page: it does not wait for the loader, nor share the processor with it
+        if start:  # after the first page, which does not wait for the loader; it waits for a quiet second
             self.runs.start_loading()
 
     def first_listing(self) -> None:
@@ -696,5 +696,5 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 0, trust: bool 
                 index: bool = True) -> UIServer:
     """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which)."""
     app = App(store, trust)
-    app.index_in_background = index  # manifests load in the background (after the first page), to sort by any column
+    app.index_in_background = index  # rows made in the background (after the first page, in a quiet second): any sort
     return UIServer(app, host, port, verbose)
