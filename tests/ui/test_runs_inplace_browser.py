@@ -88,6 +88,8 @@ def test_a_click_on_a_column_head_reorders_the_rows_in_place_and_the_url_carries
         assert re.search(r"[?&]sort=param\.lr(&|$)", o.page.url)
         assert o.same_document()
         assert o.page.locator("#runs thead th[data-col='param.lr'] a").inner_text().endswith("▼")
+        # the new head has the focus: Enter sorts the other way, from the keyboard
+        assert o.page.evaluate("document.activeElement.closest('th').dataset.col") == "param.lr"
         # the head's link now asks for the other order
         o.page.locator("#runs thead th[data-col='param.lr'] a").click()
         o.wait_rows(_server_rows(server, "sort=param.lr&order=asc"))
@@ -256,4 +258,37 @@ def test_a_failed_fetch_falls_back_to_the_link(server, browser):
         assert o.documents  # it loaded the page
         o.watched.console_errors.clear()  # the aborted fetch's own line
     finally:
+        o.close()
+
+
+def test_a_slow_answer_to_an_earlier_click_never_replaces_a_later_one(server, browser, monkeypatch):
+    import threading
+
+    app = server.server.app
+    parts = app.runs_parts
+    release, answered = threading.Event(), threading.Event()
+
+    def slow(p):
+        if p.one("sort") != "param.lr":
+            return parts(p)
+        release.wait(30)  # answered after the later click's view is on screen
+        try:
+            return parts(p)
+        finally:
+            answered.set()
+
+    monkeypatch.setattr(app, "runs_parts", slow)
+    o = Opened(browser, server)
+    try:
+        o.page.locator("#runs thead th[data-col='param.lr'] a").click()
+        o.page.locator("#runs thead th[data-col='metric.loss'] a").click()
+        want = _server_rows(server, "sort=metric.loss&order=desc")
+        o.wait_rows(want)
+        release.set()
+        assert answered.wait(30)
+        o.page.wait_for_timeout(300)  # a stale answer, were it taken, would be swapped in by now (never a false failure)
+        assert o.rows() == want and "sort=metric.loss" in o.page.url and o.same_document()
+        o.watched.console_errors.clear()  # the aborted fetch
+    finally:
+        release.set()
         o.close()

@@ -207,7 +207,8 @@
       }
       swapped(got);
     };
-    var go = function (href, how) {
+    // ``col``: the column whose head was clicked; its new head gets the focus (a keyboard sorts on).
+    var go = function (href, how, col) {
       var u = new URL(href, window.location.href);
       var mine = ++seq;
       if (ctrl) { ctrl.abort(); }
@@ -228,6 +229,8 @@
         } else if (how !== "pop") {
           window.history.replaceState({casmonRuns: 1}, "", got.url);
         }
+        var head = col ? $("#runs thead th[data-col=\"" + CSS.escape(col) + "\"] a") : null;
+        if (head) { head.focus(); }
         document.dispatchEvent(new CustomEvent("casmon:runs-view", {detail: {url: got.url}}));
       }).catch(function (err) {
         if (mine !== seq || (err && err.name === "AbortError")) { return; }
@@ -241,7 +244,8 @@
       var u = new URL(a.href, window.location.href);
       if (u.origin !== window.location.origin || u.pathname !== "/") { return; }
       ev.preventDefault();
-      go(u.href, "push");
+      var th = a.closest("#runs thead th[data-col]");
+      go(u.href, "push", th ? th.getAttribute("data-col") : null);
     });
     if (filter) {
       filter.addEventListener("submit", function (ev) {
