@@ -176,41 +176,66 @@ def day_run(root: str, batches: int = 40_000) -> list[tuple[str, str]]:
 #: The runs table on screen, made since the last one was marked old (swapped in, or a page loaded anew).
 NEW_ROWS = """() => { const t = document.getElementById('runs');
     return !!t && !t.hasAttribute('data-old') && !!t.querySelector('tbody tr[data-run] td.name'); }"""
+#: In every document: when the last click or Enter happened (kept across a navigation, in sessionStorage), and
+#: the frame at which the new table's rows were first there to paint (``casmonRowsAt``), both in Unix ms.
+MARKS = """(() => {
+  const fresh = """ + NEW_ROWS + """;
+  const act = ev => { if (ev.type === 'click' || ev.key === 'Enter')
+    sessionStorage.setItem('casmonActAt', String(performance.timeOrigin + ev.timeStamp)); };
+  addEventListener('click', act, true);
+  addEventListener('keydown', act, true);
+  window.casmonRowsAt = null;
+  const tick = ts => { if (window.casmonRowsAt === null && fresh()) window.casmonRowsAt = performance.timeOrigin + ts;
+    requestAnimationFrame(tick); };
+  requestAnimationFrame(tick);
+})();"""
 FILTER = "status:ok and (param.lr>0.01 or tag:baseline)"
 
 
-def _until_new_rows(page: Any, act: Any) -> float:
-    """Seconds from ``act()`` (a click, an Enter) to the new table's rows in the page, at an animation frame: the
-    table is swapped in place, or (code without that) the page navigates and the new one's rows are parsed."""
+def _until_new_rows(page: Any, act: Any) -> tuple[float, float]:
+    """``act()`` (a click, an Enter) until the new table's rows are on screen, swapped in place or (code without
+    that) the page navigated and the new one's rows painted: ``(in the page, wall)`` in seconds; in the page:
+    from the event to the animation frame that first has the rows (:data:`MARKS`), wall: as Playwright sees it,
+    its own round trips included."""
     from playwright.sync_api import Error
 
-    page.evaluate("document.getElementById('runs').setAttribute('data-old', '1')")
+    page.evaluate("document.getElementById('runs').setAttribute('data-old', '1'); window.casmonRowsAt = null")
     t = time.perf_counter()
     act()
     while True:
         try:
             page.wait_for_function(NEW_ROWS, polling="raf", timeout=120_000)
-            return time.perf_counter() - t
+            wall = time.perf_counter() - t
+            page.wait_for_function("() => window.casmonRowsAt !== null", polling="raf", timeout=120_000)
+            got = page.evaluate("window.casmonRowsAt - Number(sessionStorage.getItem('casmonActAt'))")
+            return got / 1e3, wall
         except Error:  # the old page went while it was watched (a navigation): watch the new one
             if time.perf_counter() - t > 120:
                 raise
 
 
-def ui_times(path: str, tree: str, browser: Any, again: int = 3) -> dict[str, tuple[float, float]]:
+def ui_times(path: str, tree: str, browser: Any, again: int = 3) -> dict[str, tuple[float, ...]]:
     """The runs page in Chromium over a fresh ``casmon ui`` server of ``tree`` (its code, a process of its own,
-    started as the page is asked for): first paint (the table's rows on screen, the load event), then from
-    the first page a click on started's head, on param.lr's head, and a filter typed and entered, each timed
-    from the click or the Enter to the new rows (:func:`_until_new_rows`); first time, and the median of
-    ``again`` more (each from the first page, loaded anew). ``{row: (first, again)}`` in seconds."""
+    started as the page is asked for): first paint (the table's rows on screen: in the page, from the
+    navigation's start; wall, to Playwright's load event and the rows), then from the first page a click on
+    started's head, on param.lr's head, and a filter typed and entered, each timed from the click or the Enter
+    to the new rows on screen (:func:`_until_new_rows`); first time, and the median of ``again`` more (each from
+    the first page, loaded anew). ``{row: (first in page, again in page, first wall, again wall)}``, seconds."""
     env = dict(os.environ, PYTHONPATH=tree)
     p = subprocess.Popen([sys.executable, "-c", SERVE, path], env=env, cwd=tree, stdout=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{int(p.stdout.readline())}"  # type: ignore[union-attr]
-        page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        context.add_init_script(MARKS)
+        page = context.new_page()
         t = time.perf_counter()
         page.goto(base + "/")
         page.wait_for_selector("#runs tbody tr[data-run]")
-        out = {"first paint": (time.perf_counter() - t, float("nan"))}
+        wall = time.perf_counter() - t
+        page.wait_for_function("() => window.casmonRowsAt !== null", polling="raf", timeout=120_000)
+        shown = page.evaluate("window.casmonRowsAt - performance.timeOrigin") / 1e3
+        nan = float("nan")
+        out = {"first paint": (shown, nan, wall, nan)}
 
         def head(col: str) -> Any:
             return lambda: page.locator(f"#runs thead th[data-col='{col}'] a").click()
@@ -229,8 +254,9 @@ def ui_times(path: str, tree: str, browser: Any, again: int = 3) -> dict[str, tu
                 if ready is not None:
                     ready()
                 times.append(_until_new_rows(page, act))
-            out[label] = (times[0], statistics.median(times[1:]))
-        page.context.close()
+            out[label] = (times[0][0], statistics.median(x[0] for x in times[1:]), times[0][1],
+                          statistics.median(x[1] for x in times[1:]))
+        context.close()
         return out
     finally:
         p.terminate()
@@ -239,11 +265,12 @@ def ui_times(path: str, tree: str, browser: Any, again: int = 3) -> dict[str, tu
 
 def ui_rows(path: str, n: int, before: str = "", rounds: int = 1) -> list[tuple[str, str]]:
     """The runs page in Chromium (Playwright, /usr/bin/chromium) over a fresh server of this tree, and of the
-    code at ``before`` (a tree), in turn, ``rounds`` times (medians): :func:`ui_times`."""
+    code at ``before`` (a tree), in turn, ``rounds`` times (medians): :func:`ui_times`. Each cell: in the page
+    (first / again), then Playwright's wall time in brackets."""
     from playwright.sync_api import sync_playwright
 
     trees = ([("before", before)] if before else []) + [("after" if before else "this tree", os.getcwd())]
-    got: dict[str, list[dict[str, tuple[float, float]]]] = {label: [] for label, _t in trees}
+    got: dict[str, list[dict[str, tuple[float, ...]]]] = {label: [] for label, _t in trees}
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                args=["--headless", "--no-sandbox", "--disable-gpu"])
@@ -253,13 +280,16 @@ def ui_rows(path: str, n: int, before: str = "", rounds: int = 1) -> list[tuple[
                     got[label].append(ui_times(path, tree, b))
         finally:
             b.close()
+
+    def ms(xs: list[float]) -> str:
+        return " / ".join(f"{x * 1e3:.0f}" for x in xs if x == x) + " ms"
+
     rows = []
     for what in got[trees[0][0]][0]:
         cells = []
         for label, _t in trees:
-            first = statistics.median(g[what][0] for g in got[label])
-            again = statistics.median(g[what][1] for g in got[label])
-            cells.append(f"{label} {first * 1e3:.0f} ms" + (f" / {again * 1e3:.0f} ms" if again == again else ""))
+            med = [statistics.median(g[what][k] for g in got[label]) for k in range(4)]
+            cells.append(f"{label} {ms(med[:2])} ({ms(med[2:])} wall)")
         rows.append((f"runs page, {n:,} runs, {what}" + (": first / again" if what != "first paint" else ""),
                      "; ".join(cells)))
     return rows
