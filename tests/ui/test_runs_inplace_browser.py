@@ -292,3 +292,22 @@ def test_a_slow_answer_to_an_earlier_click_never_replaces_a_later_one(server, br
     finally:
         release.set()
         o.close()
+
+
+def test_a_filter_and_a_sort_keep_the_rows_per_page(server, browser):
+    o = Opened(browser, server, "/?per=10")
+    try:
+        page = o.page
+        box = page.locator("#runs-filter input[name=q]")
+        box.fill("status:ok")
+        box.press("Enter")
+        o.wait_rows(_server_rows(server, "q=status%3Aok&per=10"))
+        assert len(o.rows()) == 10 and "per=10" in page.url
+        page.locator("#runs thead th[data-col='param.lr'] a").click()
+        o.wait_rows(_server_rows(server, "q=status%3Aok&per=10&sort=param.lr&order=desc"))
+        assert "per=10" in page.url and o.same_document()
+        # a view of 50 a page again: the filter box no longer carries per
+        page.goto(o.base + "/?q=status%3Aok", wait_until="load")
+        assert page.locator("#runs-filter input[name=per]").count() == 0
+    finally:
+        o.close()
