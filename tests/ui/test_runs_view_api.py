@@ -97,3 +97,18 @@ def test_hostile_sort_keys_and_filters_stay_text(served, query):
         assert not [(tag, a) for tag, attrs in _elements(part) for a, _v in attrs if a.startswith("on")]
         assert {tag for tag, _a in _elements(part)} <= SAFE_TAGS
     assert set(got["parts"]) == {"runs-count", "runs-error", "runs-notice", "runs", "runs-after"}
+
+
+def test_a_store_without_runs_has_a_view_too(tmp_path):
+    import casmon
+
+    casmon.open(tmp_path / "s", create=True).close()
+    srv = Served(tmp_path / "s")
+    try:
+        status, got = _view(srv, "sort=param.lr&q=lr%3E1")
+        assert status == 400 and "no run has a column 'lr'" in got["error"]  # no column in no run
+        status, got = _view(srv, "sort=param.lr")
+        assert status == 200 and rows_of(got["parts"]["runs"]) == [] and got["parts"]["runs-count"] == "0 runs"
+        assert got["parts"]["runs-after"] == ""  # no pager, no parallel coordinates
+    finally:
+        srv.close()
