@@ -311,3 +311,29 @@ def test_a_filter_and_a_sort_keep_the_rows_per_page(server, browser):
         assert page.locator("#runs-filter input[name=per]").count() == 0
     finally:
         o.close()
+
+
+def test_a_run_that_starts_after_a_swap_goes_where_the_swapped_in_view_puts_it(tmp_path, browser):
+    """Oldest first, one page: a new run would go at the bottom. Sorted newest first in place, it goes on top:
+    the live updates follow the table swapped in (its serial, where it puts new runs), not the first one."""
+    from casmon.runs.imported import write_run
+
+    path = tmp_path / "s"
+    s = casmon.open(path, create=True)
+    for i in range(3):
+        write_run(s, start=1.7e9 + i, end=1.7e9 + i + 1, params={"lr": 0.1})
+    s.close()
+    srv = Served(path)
+    o = Opened(browser, srv, "/?order=asc")
+    try:
+        assert o.rows() == ["1", "2", "3"]
+        o.page.locator("#runs thead th[data-col='start'] a").click()
+        o.wait_rows(["3", "2", "1"])
+        w = casmon.open(path)
+        write_run(w, start=1.7e9 + 10, end=1.7e9 + 11, params={"lr": 0.2})
+        w.close()
+        o.wait_rows(["4", "3", "2", "1"])  # within a poll (5 s)
+        assert o.page.locator("#runs-count").inner_text() == "4 runs" and o.same_document()
+    finally:
+        o.close()
+        srv.close()
