@@ -13,8 +13,10 @@ runs index, so the two index formats never meet.
   plus every run's latest ``loss`` in a fresh process, without the runs index (every ref and manifest read,
   as before the index) and with it (after the first listing built it). Median of ``--repeat``.
 * **runs page** — Chromium (Playwright, ``/usr/bin/chromium``) on a fresh ``casmon ui`` server over the
-  N-run store: first paint (the table's rows on screen), a sort by ``started`` and a filter with ``or``,
-  parentheses and ``tag:`` (server-side: each a navigation), first time and again.
+  N-run store (with ``--before``: that tree's too, in turn, ``--rounds`` times): first paint (the table's rows
+  on screen), then a click on a column's head (``started``, ``param.lr``) and a filter with ``or``,
+  parentheses and ``tag:`` typed and entered, each timed from the click or the Enter to the new rows on
+  screen (swapped in place, or, in code without that, a navigation's), first time and again.
 * **first page in process** — ``RunIndex`` + ``runs_view`` in a fresh process, CPU: the first page (default
   order), then a sort by a metric, by a parameter, and the filter ``status:ok and (param.lr>0.01 or
   tag:baseline)``, each on a fresh ``RunIndex`` (no row made before).
@@ -171,43 +173,125 @@ def day_run(root: str, batches: int = 40_000) -> list[tuple[str, str]]:
             ("24-hour run: compaction at its end", f"{took:.1f} s")]
 
 
-def ui_rows(path: str, n: int) -> list[tuple[str, str]]:
-    """The runs page in Chromium (Playwright, /usr/bin/chromium) over a fresh server: first paint (the table's
-    rows on screen), then a sort by started and a filter with or, parentheses and tag:, each a navigation."""
-    import casmon
-    from casmon.ui.server import make_server
+#: The runs table on screen, made since the last one was marked old (swapped in, or a page loaded anew).
+NEW_ROWS = """() => { const t = document.getElementById('runs');
+    return !!t && !t.hasAttribute('data-old') && !!t.querySelector('tbody tr[data-run] td.name'); }"""
+#: In every document: when the last click or Enter happened (kept across a navigation, in sessionStorage), and
+#: the frame at which the new table's rows were first there to paint (``casmonRowsAt``), both in Unix ms.
+MARKS = """(() => {
+  const fresh = """ + NEW_ROWS + """;
+  const act = ev => { if (ev.type === 'click' || ev.key === 'Enter')
+    sessionStorage.setItem('casmonActAt', String(performance.timeOrigin + ev.timeStamp)); };
+  addEventListener('click', act, true);
+  addEventListener('keydown', act, true);
+  window.casmonRowsAt = null;
+  const tick = ts => { if (window.casmonRowsAt === null && fresh()) window.casmonRowsAt = performance.timeOrigin + ts;
+    requestAnimationFrame(tick); };
+  requestAnimationFrame(tick);
+})();"""
+FILTER = "status:ok and (param.lr>0.01 or tag:baseline)"
+
+
+def _until_new_rows(page: Any, act: Any) -> tuple[float, float]:
+    """``act()`` (a click, an Enter) until the new table's rows are on screen, swapped in place or (code without
+    that) the page navigated and the new one's rows painted: ``(in the page, wall)`` in seconds; in the page:
+    from the event to the animation frame that first has the rows (:data:`MARKS`), wall: as Playwright sees it,
+    its own round trips included."""
+    from playwright.sync_api import Error
+
+    page.evaluate("document.getElementById('runs').setAttribute('data-old', '1'); window.casmonRowsAt = null")
+    t = time.perf_counter()
+    act()
+    while True:
+        try:
+            page.wait_for_function(NEW_ROWS, polling="raf", timeout=120_000)
+            wall = time.perf_counter() - t
+            page.wait_for_function("() => window.casmonRowsAt !== null", polling="raf", timeout=120_000)
+            got = page.evaluate("window.casmonRowsAt - Number(sessionStorage.getItem('casmonActAt'))")
+            return got / 1e3, wall
+        except Error:  # the old page went while it was watched (a navigation): watch the new one
+            if time.perf_counter() - t > 120:
+                raise
+
+
+def ui_times(path: str, tree: str, browser: Any, again: int = 3) -> dict[str, tuple[float, ...]]:
+    """The runs page in Chromium over a fresh ``casmon ui`` server of ``tree`` (its code, a process of its own,
+    started as the page is asked for): first paint (the table's rows on screen: in the page, from the
+    navigation's start; wall, to Playwright's load event and the rows), then from the first page a click on
+    started's head, on param.lr's head, and a filter typed and entered, each timed from the click or the Enter
+    to the new rows on screen (:func:`_until_new_rows`); first time, and the median of ``again`` more (each from
+    the first page, loaded anew). ``{row: (first in page, again in page, first wall, again wall)}``, seconds."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    p = subprocess.Popen([sys.executable, "-c", SERVE, path], env=env, cwd=tree, stdout=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{int(p.stdout.readline())}"  # type: ignore[union-attr]
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        context.add_init_script(MARKS)
+        page = context.new_page()
+        t = time.perf_counter()
+        page.goto(base + "/")
+        page.wait_for_selector("#runs tbody tr[data-run]")
+        wall = time.perf_counter() - t
+        page.wait_for_function("() => window.casmonRowsAt !== null", polling="raf", timeout=120_000)
+        shown = page.evaluate("window.casmonRowsAt - performance.timeOrigin") / 1e3
+        nan = float("nan")
+        out = {"first paint": (shown, nan, wall, nan)}
+
+        def head(col: str) -> Any:
+            return lambda: page.locator(f"#runs thead th[data-col='{col}'] a").click()
+
+        def typed() -> None:
+            page.locator("form.filter input[name=q]").press("Enter")
+
+        for label, act, ready in (("sort by started (asc)", head("start"), None),
+                                  ("sort by param.lr", head("param.lr"), None),
+                                  (f"filter {FILTER}", typed,
+                                   lambda: page.locator("form.filter input[name=q]").fill(FILTER))):
+            times = []
+            for _ in range(1 + again):
+                page.goto(base + "/")
+                page.wait_for_selector("#runs tbody tr[data-run]")
+                if ready is not None:
+                    ready()
+                times.append(_until_new_rows(page, act))
+            out[label] = (times[0][0], statistics.median(x[0] for x in times[1:]), times[0][1],
+                          statistics.median(x[1] for x in times[1:]))
+        context.close()
+        return out
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def ui_rows(path: str, n: int, before: str = "", rounds: int = 1) -> list[tuple[str, str]]:
+    """The runs page in Chromium (Playwright, /usr/bin/chromium) over a fresh server of this tree, and of the
+    code at ``before`` (a tree), in turn, ``rounds`` times (medians): :func:`ui_times`. Each cell: in the page
+    (first / again), then Playwright's wall time in brackets."""
     from playwright.sync_api import sync_playwright
 
-    store = casmon.open(path, read_only=True, create=False, autoflush=None)
-    server = make_server(store, "127.0.0.1", 0)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    rows = []
-    try:
-        with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                   args=["--headless", "--no-sandbox", "--disable-gpu"])
-            page = b.new_page()
-
-            def shown(url: str) -> float:
-                t = time.perf_counter()
-                page.goto(base + url)
-                page.wait_for_selector("#runs tbody tr[data-run]")
-                return time.perf_counter() - t
-
-            rows.append((f"runs page first paint, {n:,} runs (fresh server)", f"{shown('/') * 1e3:.0f} ms"))
-            for label, url in (("sort by started", "/?sort=started&order=asc"),
-                               ("sort by param.lr", "/?sort=param.lr"),
-                               ("filter status:ok and (param.lr>0.01 or tag:baseline)",
-                                "/?q=status%3Aok%20and%20(param.lr%3E0.01%20or%20tag%3Abaseline)")):
-                first = shown(url)
-                again = statistics.median(shown(url) for _ in range(3))
-                rows.append((f"{label}, {n:,} runs: first / again", f"{first * 1e3:.0f} ms / {again * 1e3:.0f} ms"))
+    trees = ([("before", before)] if before else []) + [("after" if before else "this tree", os.getcwd())]
+    got: dict[str, list[dict[str, tuple[float, ...]]]] = {label: [] for label, _t in trees}
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                               args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            for _ in range(rounds):
+                for label, tree in trees:
+                    got[label].append(ui_times(path, tree, b))
+        finally:
             b.close()
-    finally:
-        server.shutdown()
-        server.close()
-        store.close()
+
+    def ms(xs: list[float]) -> str:
+        return " / ".join(f"{x * 1e3:.0f}" for x in xs if x == x) + " ms"
+
+    rows = []
+    for what in got[trees[0][0]][0]:
+        cells = []
+        for label, _t in trees:
+            med = [statistics.median(g[what][k] for g in got[label]) for k in range(4)]
+            cells.append(f"{label} {ms(med[:2])} ({ms(med[2:])} wall)")
+        rows.append((f"runs page, {n:,} runs, {what}" + (": first / again" if what != "first paint" else ""),
+                     "; ".join(cells)))
     return rows
 
 
@@ -347,9 +431,9 @@ def main() -> None:
             path = stores.get(n) or os.path.join(root, f"r{n}")
             if n not in stores:
                 rows.append((f"build {n:,} runs (benchmarks.runs_store)", f"{build(path, n):.0f} s"))
-            if a.before:
+            if a.before and only & {"list", "page"}:
                 rows.extend(alternating(path, n, a.before, a.repeat, only))
-            elif "list" in only:
+            elif "list" in only and not a.before:
                 direct = _list_time(path, "direct", a.repeat)
                 _list_time(path, "index", 1)  # builds the index
                 indexed = _list_time(path, "index", a.repeat)
@@ -357,14 +441,14 @@ def main() -> None:
                              f"{direct[0]:.2f} s / {indexed[0]:.2f} s ({direct[0] / indexed[0]:.1f}x)"))
                 rows.append((f"list_runs + latest metric, {n:,} runs: no index / index (CPU)",
                              f"{direct[1]:.2f} s / {indexed[1]:.2f} s ({direct[1] / indexed[1]:.1f}x)"))
-            else:
+            elif not a.before:
                 _list_time(path, "index", 1)
             if "page" in only and not a.before:
                 times = page_times(path)
                 rows.append((f"runs page in process, {n:,} runs: first page / metric sort / param sort / filter "
                              "(CPU)", " / ".join(f"{t * 1e3:.0f} ms" for t in times)))
             if "ui" in only:
-                rows.extend(ui_rows(path, n))
+                rows.extend(ui_rows(path, n, a.before, a.rounds))
             if n not in stores:
                 shutil.rmtree(path, ignore_errors=True)
         if "compare" in only:

@@ -23,7 +23,8 @@ read. So a page never shows a run that ended as ``running``, nor misses one
 that just started, and a store of 10,000 ended runs costs one listing a
 request. An ended run whose runs index entry names the manifest its ref names
 (as list_runs takes one) is read from there: its row needs no manifest read. Sorting or filtering by a column the index does not hold makes
-every run's row (a background thread starts on them after the first page).
+every run's row (a background thread starts on them after the first page, once no request has
+come for a second).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ string, whichever way it is built.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
 import time
@@ -54,9 +55,13 @@ VENDORED = {"uPlot.iife.min.js": ("uPlot 1.6.32, https://github.com/leeoniya/uPl
 
 
 def static_file(name: str) -> tuple[bytes, str] | None:
-    """A file of ``static/`` (the fixed list); casmon's style sheet leads with display's."""
-    if name not in STATIC:
-        return None
+    """A file of ``static/`` (the fixed list); casmon's style sheet leads with display's. Each is read once: a
+    page's style sheet and scripts are answered from memory."""
+    return _static_file(name) if name in STATIC else None
+
+
+@functools.lru_cache(maxsize=None)  # only names of the fixed list come here
+def _static_file(name: str) -> tuple[bytes, str] | None:
     try:
         data = resources.files(__package__).joinpath("static", name).read_bytes()
     except FileNotFoundError:  # an install that left it out (package data): a 404, not a failure
@@ -214,7 +219,10 @@ _LABELS = {"run": "run", "comment": "comment", "status": "status", "start": "sta
            "commit": "commit", "dirty": "dirty"}
 
 
-def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int) -> bytes:
+def runs_parts(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int) -> dict[str, str]:
+    """The parts of the runs page a sort, a filter or another page changes, as markup, by the id of the element
+    that holds each (``runs``: the table itself): the whole page puts them in place, ``/api/runs/view`` sends
+    them for the page's script to swap in (so both show the same)."""
     # Metrics right after the fixed columns: the numbers a reader looks for stay on screen beside many parameters.
     cols = FIXED_COLUMNS + view.metrics + view.params
 
@@ -251,13 +259,8 @@ def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int)
         groups += f'<th data-group="metrics" colspan="{len(view.metrics)}" class="metric">metrics (last value)</th>'
     if view.params:
         groups += f'<th data-group="params" colspan="{len(view.params)}" class="param">parameters and info</th>'
-    pager = _pager(view, sort, desc, q, per)
     error = (f'<p class="casmon-error filter-error" id="filter-error" role="alert">{esc(view.error)}; '
              f'showing every run.</p>') if view.error else ""
-    filt = (f'<form class="filter" method="get" action="/"><input type="hidden" name="sort" value="{esc(sort)}">'
-            f'<input type="hidden" name="order" value="{"desc" if desc else "asc"}">'
-            f'<input type="search" name="q" value="{esc(q)}" placeholder="filter: words, or loss&lt;0.3 status=ok" '
-            f'size="40" aria-label="filter"><button type="submit">Filter</button></form>{error}')
     shown = f"{view.total:,} of {view.all_runs:,} runs" if q and not view.error else plural(view.all_runs, "run")
     cut = f'<p class="muted">{view.cut:,} more columns are left out of this page.</p>' if view.cut else ""
     # Where the script puts a run that starts while the page is open: on top of the newest-first table's first
@@ -266,19 +269,36 @@ def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int)
     insert = ""
     if sort == "start" and not q:
         insert = "top" if desc and view.page == 1 else "bottom" if not desc and view.page == view.pages else ""
+    notice = (f'<p class="notice" id="new-runs" hidden><span></span> since this page was made · '
+              f'<a href="{esc(url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None))}">'
+              f'show them</a></p>')
+    table_ = (f'<table class="runs" id="runs" data-serial="{view.serial}" data-insert="{insert}" data-cut="{view.cut}"'
+              f' data-total="{view.total}" data-all="{view.all_runs}"><thead>'
+              f'<tr class="col-groups">{groups}</tr><tr><th data-in="fixed"></th>{"".join(head(c) for c in cols)}</tr>'
+              f'</thead><tbody>{"".join(rows)}</tbody></table>')
+    return {"runs-count": esc(shown), "runs-error": error, "runs-notice": notice, "runs": table_,
+            "runs-after": f"{cut}{_pager(view, sort, desc, q, per)}{parcoords_section(view.rows)}"}
+
+
+def runs_page(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int) -> bytes:
+    """The runs page: :func:`runs_parts` in their places, the filter box and the compare form around them."""
+    part = runs_parts(ctx, view, sort, desc, q, per)
+    filt = (f'<form class="filter" id="runs-filter" method="get" action="/">'
+            f'<input type="hidden" name="sort" value="{esc(sort)}">'
+            f'<input type="hidden" name="order" value="{"desc" if desc else "asc"}">'
+            + (f'<input type="hidden" name="per" value="{per}">' if per != 50 else "") +
+            f'<input type="search" name="q" value="{esc(q)}" placeholder="filter: words, or loss&lt;0.3 status=ok" '
+            f'size="40" aria-label="filter"><button type="submit">Filter</button></form>')
     body = Html(
-        f'<h1>Runs <span class="muted" id="runs-count" data-n="{view.all_runs}">{esc(shown)}</span></h1>{filt}'
-        f'<p class="notice" id="new-runs" hidden><span></span> since this page was made · '
-        f'<a href="{esc(url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None))}">'
-        f'show them</a></p>'
+        f'<h1>Runs <span class="muted" id="runs-count" data-n="{view.all_runs}">{part["runs-count"]}</span></h1>{filt}'
+        f'<div id="runs-error">{part["runs-error"]}</div><div id="runs-notice">{part["runs-notice"]}</div>'
         f'<details class="columns-box" id="column-chooser" hidden><summary>columns</summary>'
         f'<div class="columns"></div></details>'
         f'<form id="compare-form" method="get" action="/compare">'
         f'<p><button type="submit" id="compare-button">Compare selected runs</button> '
         f'<span class="muted">select two or more (or one, to see it with its charts)</span></p>'
-        f'<div class="scroll"><table class="runs" id="runs" data-serial="{view.serial}" data-insert="{insert}" data-cut="{view.cut}"><thead>'
-        f'<tr class="col-groups">{groups}</tr><tr><th data-in="fixed"></th>{"".join(head(c) for c in cols)}</tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table></div></form>{cut}{pager}{parcoords_section(view.rows)}')
+        f'<div class="scroll">{part["runs"]}</div></form>'
+        f'<div id="runs-after">{part["runs-after"]}</div>')
     return layout(ctx, "Runs", body, "Runs", scripts=["casmon-parcoords.js"])
 
 

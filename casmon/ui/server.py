@@ -6,6 +6,9 @@ Routes (GET only; anything else is 405)::
     /compare              runs side by side, their metrics charted     ?run=A[&run=B...]
     /run/NAME             one run: status, metrics and charts, params, info, output, patch, files, links
     /api/runs             runs changed since a serial, and live ones   ?since=
+    /api/runs/view        the runs page's table, count, pager and      ?sort= &order= &q= &page= &per=
+                          parallel coordinates as markup (JSON; the
+                          page's script swaps them in on a sort, filter or page)
     /api/run/NAME         one run's status, elapsed, metrics, output tail (JSON)
     /api/metric           a metric of runs, downsampled (JSON)         ?run=A[&run=B...] &name= &n= &enc= &from= &to=
     /api/run/NAME/metrics one run's metrics grouped, those named       ?name=A[&name=B...] &n= &enc= &from= &to=
@@ -38,6 +41,7 @@ inline script, no frames, nothing fetched elsewhere) and ``no-store``.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 import re
@@ -84,6 +88,12 @@ MAX_URL = 8192
 MAX_RUNS = 100  # runs on one compare page
 MAX_METRICS = 100  # series one dashboard request asks for
 HTML = "text/html; charset=utf-8"
+#: The background loader starts on its rows only once no request has come for this long: the first page's
+#: style sheet and scripts, and a reader's first sorts, do not share the processor with it.
+LOADER_QUIET = 1.0
+#: A first listing of at least this many runs is frozen out of Python's cycle collector (``gc.freeze``):
+#: long-lived, it would be walked again by every full collection.
+FREEZE_FROM = 5000
 JSON = "application/json; charset=utf-8"
 
 
@@ -104,9 +114,12 @@ class App:
         self._selections: OrderedDict[tuple[Any, ...], tuple[list[Any], list[Any]]] = OrderedDict()  # filters -> (calls, histogram)
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._last = 0.0  # time.monotonic() of the last answer
         self._loading = False
+        self._listed = False
+        self._listing_lock = threading.Lock()
         self.index_in_background = True
-        self.runs.idle = lambda: self._busy == 0
+        self.runs.idle = lambda: self._busy == 0 and time.monotonic() - self._last >= LOADER_QUIET
 
     def enter(self) -> None:
         with self._busy_lock:
@@ -115,10 +128,31 @@ class App:
     def leave(self) -> None:
         with self._busy_lock:
             self._busy -= 1
+            self._last = time.monotonic()
             start = self.index_in_background and not self._loading
             self._loading = True
-        if start:  # after the first page: it does not wait for the loader, nor share the processor with it
+        if start:  # after the first page, which does not wait for the loader; it waits for a quiet second
             self.runs.start_loading()
+
+    def first_listing(self) -> None:
+        """List the runs the first time with Python's cycle collector paused: building 100,000 runs' entries,
+        none of them garbage, it would walk them all again and again (a fifth of the listing's time). Where
+        the collector was on, it is on again after, whatever happens; a big listing is then frozen out of it."""
+        if self._listed:
+            return
+        with self._listing_lock:
+            if self._listed:
+                return
+            was = gc.isenabled()
+            gc.disable()
+            try:
+                n = len(self.runs.entries())
+            finally:
+                if was:
+                    gc.enable()
+            self._listed = True
+        if was and n >= FREEZE_FROM:
+            gc.freeze()
 
     def calllog(self, reload: bool = False) -> tuple[CallLog, float]:
         """The call log, read once (a million calls take a while) and again when the page asks."""
@@ -177,6 +211,8 @@ class App:
             if got is None:
                 raise NotFound(f"no file {path}")
             return 200, got[0], got[1]
+        if path in ("/", "/runs", "/api/runs/view"):
+            self.first_listing()
         if path in ("/", "/runs"):
             return self.runs_page(Params(query, {"sort", "order", "q", "page", "per"}))
         if path == "/compare":
@@ -186,6 +222,8 @@ class App:
             if p.one("shared") not in (None, "1"):
                 raise BadRequest("shared= is 1 (count the share other runs hold) or absent")
             return self.run_page(path[5:], shared=p.one("shared") == "1")
+        if path == "/api/runs/view":
+            return self.runs_parts(Params(query, {"sort", "order", "q", "page", "per"}))
         if path == "/api/runs":
             p = Params(query, {"since"})
             return 200, _json(api.runs_since(self.runs, p.integer("since", 0))), JSON
@@ -215,12 +253,14 @@ class App:
             return 200, pages.store_page(self.ctx, stats(self.store)), HTML
         raise NotFound(f"no page {path}")
 
-    def runs_page(self, p: Params) -> tuple[int, bytes, str]:
+    def _runs_view(self, p: Params) -> tuple[Any, str, bool, str, int]:
+        """The runs table a runs page's query asks for: ``(view, sort, desc, q, per)``; a bad parameter is a
+        :class:`BadRequest` (a filter that cannot be applied is not: the view says why)."""
         sort = p.one("sort") or "start"
         sort = ALIASES.get(sort, sort)  # a column by its header too (started)
         if not is_column(sort):
-            raise BadRequest(f"sort: no column {sort!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, info.KEY, "
-                             "metric.KEY)")
+            raise BadRequest(f"sort: no column {sort[:100]!r} (one of {', '.join(FIXED_COLUMNS)}, or param.KEY, "
+                             "info.KEY, metric.KEY)")
         order = p.one("order") or "desc"
         if order not in ("asc", "desc"):
             raise BadRequest("order: asc or desc")
@@ -229,8 +269,25 @@ class App:
         if not 1 <= per <= 1000:
             raise BadRequest("per: 1 to 1000 runs a page")
         view = runs_view(self.runs, sort, order == "desc", q, p.integer("page", 1), per)
+        return view, sort, order == "desc", q, per
+
+    def runs_page(self, p: Params) -> tuple[int, bytes, str]:
+        view, sort, desc, q, per = self._runs_view(p)
         # A filter that cannot be applied: 400, and the page says which term and why (and lists every run).
-        return 400 if view.error else 200, pages.runs_page(self.ctx, view, sort, order == "desc", q, per), HTML
+        return 400 if view.error else 200, pages.runs_page(self.ctx, view, sort, desc, q, per), HTML
+
+    def runs_parts(self, p: Params) -> tuple[int, bytes, str]:
+        """The parts of the runs page that a sort, a filter or a page changes (JSON, for the page's script to
+        swap in): the same markup the whole page holds, the page's own URL, and a filter's error (then 400)."""
+        view, sort, desc, q, per = self._runs_view(p)
+        own = pages.url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None,
+                        page=view.page if view.page > 1 else None, per=per if per != 50 else None)
+        got = {"url": own, "sort": sort, "order": "desc" if desc else "asc", "q": q, "per": per, "page": view.page,
+               "total": view.total, "all": view.all_runs, "serial": view.serial,
+               "parts": pages.runs_parts(self.ctx, view, sort, desc, q, per)}
+        if view.error:
+            got["error"] = view.error
+        return 400 if view.error else 200, _json(got), JSON
 
     def compare_page(self, p: Params) -> tuple[int, bytes, str]:
         tails = p.many("run")
@@ -639,5 +696,5 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 0, trust: bool 
                 index: bool = True) -> UIServer:
     """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which)."""
     app = App(store, trust)
-    app.index_in_background = index  # manifests load in the background (after the first page), to sort by any column
+    app.index_in_background = index  # rows made in the background (after the first page, in a quiet second): any sort
     return UIServer(app, host, port, verbose)

@@ -251,7 +251,7 @@
     clear.addEventListener("click", function () { state.brushes = Object.create(null); draw(); });
     var width = window.innerWidth;
     window.addEventListener("resize", function () {
-      if (Math.abs(window.innerWidth - width) < 20) { return; }
+      if (!box.isConnected || Math.abs(window.innerWidth - width) < 20) { return; }  // swapped out: not drawn
       width = window.innerWidth;
       draw();
     });
@@ -266,5 +266,13 @@
     parcoords(box, JSON.parse(block.textContent));
   }
 
-  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", start); } else { start(); }
+  // Drawn after the table is on screen (the chart is below it): the first frame paints the rows, not the
+  // lines. A sort, a filter or a page swapped in (casmon-ui.js) brings a new block: drawn again.
+  function later() {
+    var go = function () { window.setTimeout(start, 0); };
+    if (window.requestAnimationFrame) { window.requestAnimationFrame(go); } else { go(); }
+  }
+
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", later); } else { later(); }
+  document.addEventListener("casmon:runs-view", later);
 }());

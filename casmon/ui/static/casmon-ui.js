@@ -1,8 +1,10 @@
 // casmon ui: the pages' conveniences. Every page works without them (plain links and GET forms); with
 // them, the runs table and a run's page follow running runs without a reload (polling the server's JSON
 // endpoints every 2 s while a run on the page is running, every 5 s otherwise on the runs table, which
-// puts new runs in), columns can be hidden, and the compare page can show only what differs. Text from
-// the server is set with textContent, never as markup; a new row is built element by element.
+// puts new runs in), columns can be hidden, a sort, a filter or another page of the runs table is swapped in
+// without a reload, and the compare page can show only what differs. Text from the server's JSON is set with
+// textContent, never as markup, and a new row is built element by element; the one exception is the runs
+// table's swap, whose markup the server made as it makes its pages (every store string escaped).
 "use strict";
 (function () {
   var POLL_MS = 2000; // while a run on the page is running
@@ -44,12 +46,13 @@
     window.setTimeout(tick, first);
   }
 
-  // -- runs: the compare button, the column chooser, live rows --
+  // -- runs: the compare button, the column chooser, live rows, sort/filter/pages in place --
   function runsTable() {
     var form = document.getElementById("compare-form");
+    var update = function () {};
     if (form) {
       var button = document.getElementById("compare-button");
-      var update = function () {
+      update = function () {
         var n = 0;
         $$("input[name=run]", form).forEach(function (b) {
           b.closest("tr").classList.toggle("selected", b.checked);
@@ -64,16 +67,23 @@
     var table = document.getElementById("runs");
     if (!table) { return; }
     var chooser = columnChooser(table);
-    var serial = table.getAttribute("data-serial") || "0";
-    var insert = table.getAttribute("data-insert") || "";
-    var notice = document.getElementById("new-runs");
+    var serial, insert, fresh, newColumns, columns, known;
+    // What follows the table that is on the page now (it is swapped whole by a sort, a filter or a page).
+    var bind = function () {
+      table = document.getElementById("runs");
+      serial = table.getAttribute("data-serial") || "0";
+      insert = table.getAttribute("data-insert") || "";
+      fresh = 0;
+      newColumns = false;
+      columns = $$("thead tr:last-child th[data-col]", table).map(function (th) {
+        return {col: th.getAttribute("data-col"), group: th.getAttribute("data-in")};
+      });
+      known = Object.create(null);  // no prototype: a column may be named constructor
+      columns.forEach(function (c) { known[c.col] = true; });
+    };
+    bind();
+    var notice = function () { return document.getElementById("new-runs"); };
     var count = document.getElementById("runs-count");
-    var fresh = 0, newColumns = false;
-    var columns = $$("thead tr:last-child th[data-col]", table).map(function (th) {
-      return {col: th.getAttribute("data-col"), group: th.getAttribute("data-in")};
-    });
-    var known = Object.create(null);  // no prototype: a column may be named constructor
-    columns.forEach(function (c) { known[c.col] = true; });
     // The text cells of a row, as the server's table shows them (a sparkline stays: its text is the same).
     var fill = function (row, r) {
       row.setAttribute("data-status", r.status);
@@ -124,7 +134,9 @@
       return row;
     };
     poll(function () {
-      return getJSON("/api/runs?since=" + encodeURIComponent(serial)).then(function (got) {
+      var since = serial, shown = table;
+      return getJSON("/api/runs?since=" + encodeURIComponent(since)).then(function (got) {
+        if (shown !== table) { return anyLive(table) ? POLL_MS : IDLE_POLL_MS; }  // swapped meanwhile: its own serial
         serial = String(got.serial);
         var body = $("tbody", table), added = 0;
         (got.runs || []).slice().reverse().forEach(function (r) {  // oldest change first: newest run on top
@@ -144,16 +156,104 @@
             count.textContent = n === 1 ? "1 run" : n.toLocaleString("en-US") + " runs";
           }
         }
-        if (notice && (fresh || newColumns)) {
+        var note = notice();
+        if (note && (fresh || newColumns)) {
           var parts = [];
           if (fresh) { parts.push(fresh === 1 ? "1 new run" : fresh + " new runs"); }
           if (newColumns) { parts.push("new columns"); }
-          notice.hidden = false;
-          $("span", notice).textContent = parts.join(" and ");
+          note.hidden = false;
+          $("span", note).textContent = parts.join(" and ");
         }
         return anyLive(table) ? POLL_MS : IDLE_POLL_MS;
       });
     }, anyLive(table) ? POLL_MS : IDLE_POLL_MS);
+    inPlace(function (got) {
+      if (count) { count.setAttribute("data-n", String(got.all)); }
+      bind();
+      chooser.rebuild(table);
+      update();
+    });
+  }
+
+  // A sort (a column's head), a page (the pager) or a filter (the filter box) fetches only the parts of the
+  // page it changes (/api/runs/view: the server's own markup for them, escaped as in its pages) and swaps
+  // them in; the address bar gets the view's URL (history.pushState), so back, forward, reload and a shared
+  // link show the same. Without this script, or when the fetch fails, the links and the form navigate.
+  function inPlace(swapped) {
+    var filter = document.getElementById("runs-filter");
+    if (!document.getElementById("runs-after") || !window.fetch || !window.history || !window.history.pushState
+        || !window.URLSearchParams) { return; }
+    var seq = 0, ctrl = null;
+    var put = function (got) {
+      Object.keys(got.parts || {}).forEach(function (id) {
+        var el = document.getElementById(id);
+        if (!el) { return; }
+        if (id === "runs") { el.outerHTML = got.parts[id]; } else { el.innerHTML = got.parts[id]; }  // the table whole
+      });
+      if (filter) {
+        ["sort", "order"].forEach(function (k) { if (filter.elements[k]) { filter.elements[k].value = got[k]; } });
+        var per = filter.elements.per;
+        if (got.per !== 50) {
+          if (!per) {
+            per = document.createElement("input");
+            per.type = "hidden";
+            per.name = "per";
+            filter.insertBefore(per, filter.elements.q);
+          }
+          per.value = String(got.per);
+        } else if (per) {
+          per.parentNode.removeChild(per);
+        }
+      }
+      swapped(got);
+    };
+    // ``col``: the column whose head was clicked; its new head gets the focus (a keyboard sorts on).
+    var go = function (href, how, col) {
+      var u = new URL(href, window.location.href);
+      var mine = ++seq;
+      if (ctrl) { ctrl.abort(); }
+      ctrl = window.AbortController ? new AbortController() : null;
+      var table = document.getElementById("runs");
+      if (table) { table.setAttribute("aria-busy", "true"); }
+      return fetch("/api/runs/view" + u.search, {credentials: "same-origin", cache: "no-store",
+                                                 signal: ctrl ? ctrl.signal : undefined}).then(function (r) {
+        return r.json();
+      }).then(function (got) {
+        if (mine !== seq) { return; }
+        if (!got || !got.parts || typeof got.url !== "string") { throw new Error("no view"); }  // the page says why
+        put(got);
+        var q = filter && filter.elements.q;
+        if (q && (how === "pop" || document.activeElement !== q)) { q.value = got.q; }
+        if (how === "push" && got.url !== window.location.pathname + window.location.search) {
+          window.history.pushState({casmonRuns: 1}, "", got.url);
+        } else if (how !== "pop") {
+          window.history.replaceState({casmonRuns: 1}, "", got.url);
+        }
+        var head = col ? $("#runs thead th[data-col=\"" + CSS.escape(col) + "\"] a") : null;
+        if (head) { head.focus(); }
+        document.dispatchEvent(new CustomEvent("casmon:runs-view", {detail: {url: got.url}}));
+      }).catch(function (err) {
+        if (mine !== seq || (err && err.name === "AbortError")) { return; }
+        if (how === "pop") { window.location.reload(); } else { window.location.assign(u.pathname + u.search); }
+      });
+    };
+    document.addEventListener("click", function (ev) {
+      if (ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) { return; }
+      var a = ev.target.closest ? ev.target.closest("a[href]") : null;
+      if (!a || !a.closest("#runs thead, #runs-after nav.pager, #runs-notice")) { return; }
+      var u = new URL(a.href, window.location.href);
+      if (u.origin !== window.location.origin || u.pathname !== "/") { return; }
+      ev.preventDefault();
+      var th = a.closest("#runs thead th[data-col]");
+      go(u.href, "push", th ? th.getAttribute("data-col") : null);
+    });
+    if (filter) {
+      filter.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        go("/?" + new URLSearchParams(new FormData(filter)).toString(), "push");
+      });
+    }
+    window.addEventListener("popstate", function () { go(window.location.href, "pop"); });
   }
 
   function anyLive(root) {
@@ -177,25 +277,30 @@
         g.classList.toggle("col-hidden", n === 0);
       });
     };
-    if (!box) { return {apply: apply}; }
-    var list = $(".columns", box), group = "fixed";
-    $$("thead th[data-col]", table).forEach(function (th) {
-      var col = th.getAttribute("data-col");
-      if (col === "run") { return; }
-      if (th.getAttribute("data-in") !== group) {  // each group's columns under its name (loss, and loss)
-        group = th.getAttribute("data-in");
-        var head = $("thead th[data-group=\"" + group + "\"]", table);
-        list.appendChild(document.createElement("b")).textContent = head ? head.textContent : group;
-      }
-      var label = document.createElement("label");
-      var c = document.createElement("input");
-      c.type = "checkbox";
-      c.value = col;
-      c.checked = hidden.indexOf(col) < 0;
-      label.appendChild(c);
-      label.appendChild(document.createTextNode(" " + (th.getAttribute("data-label") || col)));
-      list.appendChild(label);
-    });
+    if (!box) { return {apply: apply, rebuild: function (t) { table = t; apply(); }}; }
+    var list = $(".columns", box);
+    // A box per column of the table (after a swap, of the new one: its columns are the shown runs').
+    var build = function () {
+      var group = "fixed";
+      list.textContent = "";
+      $$("thead th[data-col]", table).forEach(function (th) {
+        var col = th.getAttribute("data-col");
+        if (col === "run") { return; }
+        if (th.getAttribute("data-in") !== group) {  // each group's columns under its name (loss, and loss)
+          group = th.getAttribute("data-in");
+          var head = $("thead th[data-group=\"" + group + "\"]", table);
+          list.appendChild(document.createElement("b")).textContent = head ? head.textContent : group;
+        }
+        var label = document.createElement("label");
+        var c = document.createElement("input");
+        c.type = "checkbox";
+        c.value = col;
+        c.checked = hidden.indexOf(col) < 0;
+        label.appendChild(c);
+        label.appendChild(document.createTextNode(" " + (th.getAttribute("data-label") || col)));
+        list.appendChild(label);
+      });
+    };
     list.addEventListener("change", function (e) {
       var col = e.target.value;
       hidden = hidden.filter(function (c) { return c !== col; });
@@ -203,9 +308,10 @@
       store(key, hidden);
       apply();
     });
+    build();
     box.hidden = false;
     apply();
-    return {apply: apply};
+    return {apply: apply, rebuild: function (t) { table = t; build(); apply(); }};
   }
 
   // -- one run: status, elapsed time, latest metric values and the output's tail, while it runs --
