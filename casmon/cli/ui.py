@@ -36,7 +36,7 @@ def ui_command(store_location, host, port, trust, open_browser, verbose) -> None
 
     store = open_store(store_location, read_only=True, trust=trust or trusted())
     try:
-        server = make_server(store, host, port, trust=trust or trusted(), verbose=verbose)
+        server = make_server(store, host, port, trust=trust or trusted(), verbose=verbose, own_process=True)
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     click.echo(f"casmon ui for {store.url} at {server.url} (read-only; Ctrl-C stops it)")

@@ -119,6 +119,9 @@ class App:
         self._listed = False
         self._listing_lock = threading.Lock()
         self.index_in_background = True
+        #: The server has the process to itself (``casmon ui``): the first listing may pause and freeze Python's
+        #: cycle collector, which in a user's own process (a notebook) would reach the user's objects too.
+        self.own_process = False
         self.runs.idle = lambda: self._busy == 0 and time.monotonic() - self._last >= LOADER_QUIET
 
     def enter(self) -> None:
@@ -142,6 +145,10 @@ class App:
             return
         with self._listing_lock:
             if self._listed:
+                return
+            if not self.own_process:
+                self.runs.entries()
+                self._listed = True
                 return
             was = gc.isenabled()
             gc.disable()
@@ -693,8 +700,10 @@ def _allowed_hosts(host: str, port: int) -> set[str] | None:
 
 
 def make_server(store: Any, host: str = "127.0.0.1", port: int = 0, trust: bool = False, verbose: bool = False,
-                index: bool = True) -> UIServer:
-    """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which)."""
+                index: bool = True, own_process: bool = False) -> UIServer:
+    """A server ready to ``serve_forever()`` (port 0: any free port; ``server.url`` says which). ``own_process``:
+    nothing else runs in this process (``casmon ui``), so the first listing may tune the cycle collector."""
     app = App(store, trust)
+    app.own_process = own_process
     app.index_in_background = index  # rows made in the background (after the first page, in a quiet second): any sort
     return UIServer(app, host, port, verbose)

@@ -38,6 +38,7 @@ def test_the_first_page_leaves_the_collector_on_and_freezes_a_big_listing(store,
     gc.enable()
     app = App(store)
     app.index_in_background = False
+    app.own_process = True  # as `casmon ui` runs it
     seen = []
     entries = app.runs.entries
     monkeypatch.setattr(app.runs, "entries", lambda *a, **k: (seen.append(gc.isenabled()), entries(*a, **k))[1])
@@ -56,6 +57,7 @@ def test_a_small_listing_is_not_frozen(store, collector):
     gc.enable()
     app = App(store)
     app.index_in_background = False
+    app.own_process = True  # as `casmon ui` runs it
     app.handle("/")
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
@@ -64,6 +66,7 @@ def test_a_listing_that_fails_leaves_the_collector_on_and_is_tried_again(store, 
     gc.enable()
     app = App(store)
     app.index_in_background = False
+    app.own_process = True  # as `casmon ui` runs it
     entries = app.runs.entries
     monkeypatch.setattr(app.runs, "entries", lambda *a, **k: (_ for _ in ()).throw(CasmonError("the refs are gone")))
     with pytest.raises(CasmonError):
@@ -79,6 +82,7 @@ def test_a_collector_turned_off_stays_off(store, collector, monkeypatch):
     monkeypatch.setattr(ui_server, "FREEZE_FROM", 0)
     app = App(store)
     app.index_in_background = False
+    app.own_process = True  # as `casmon ui` runs it
     app.handle("/")
     assert not gc.isenabled() and gc.get_freeze_count() == 0
 
