@@ -39,10 +39,6 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
-if TYPE_CHECKING:
-    from typing import Any, Protocol
-
-    from casmon.store.manifest import PartRef
 
 from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
@@ -60,9 +56,11 @@ from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
     import logging
+    from typing import Any, Protocol
 
     import numpy as np
     import zarr
+    from casmon.store.manifest import PartRef
 
 __all__ = ["Store", "open", "default_store", "default_store_if_open", "FORMAT_VERSION", "Ref", "Manifest",
            "Progress", "install_maintenance"]
@@ -92,9 +90,7 @@ if TYPE_CHECKING:  # a protocol for the type checker alone: typing is not loaded
         """
 
         def stats(self, store: Store, progress: Progress | None = None) -> dict[str, Any]: ...
-
         def verify(self, store: Store, progress: Progress | None = None) -> Any: ...
-
         def gc(self, store: Store, grace: float = 3600.0, dry_run: bool = False, progress: Progress | None = None,
                break_lock: bool = False) -> Any: ...
 
