@@ -16,8 +16,11 @@ keys the same.
 
 from __future__ import annotations
 
+import collections
 import types
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
 
 __all__ = ["Binder", "Param", "EMPTY", "POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY",
            "VAR_KEYWORD", "is_async", "is_generator", "unwrap"]
@@ -41,9 +44,10 @@ class _Empty:
 EMPTY: Any = _Empty()
 _NO_ATTR = object()
 
-# The call form of NamedTuple takes the types themselves: the class form's annotations are text that typing
-# compiles at import, on a fresh process's first hit.
-Param = NamedTuple("Param", [("name", str), ("kind", int), ("default", Any)])
+if TYPE_CHECKING:
+    Param = NamedTuple("Param", [("name", str), ("kind", int), ("default", Any)])
+else:  # the same tuple, without loading typing on a fresh process's first hit
+    Param = collections.namedtuple("Param", ["name", "kind", "default"])
 
 #: Attributes by which a function asks :mod:`inspect` to read it otherwise than from its code (3.13 names a
 #: partialmethod ``__partialmethod__``, 3.12 ``_partialmethod``; ``__text_signature__`` is read from functions too).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 
 from casmon.caching.entries import KIND_USE
 

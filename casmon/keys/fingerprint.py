@@ -51,7 +51,9 @@ import threading
 import types
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 import xxhash
 

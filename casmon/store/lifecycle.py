@@ -23,7 +23,9 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from casmon.store.store import Store

@@ -41,7 +41,9 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    from typing import IO, Any, NoReturn, Protocol, runtime_checkable
 
 from casmon.keys.cpickle import pickle
 from casmon.keys.dtypes import dtype_extras
@@ -109,26 +111,35 @@ class Encoded(Plain):
         self.children = [] if children is None else children
 
 
-@runtime_checkable
-class Handler(Protocol):
-    """Saves and loads one type of value.
+if TYPE_CHECKING:
+    @runtime_checkable
+    class Handler(Protocol):
+        """Saves and loads one type of value (the run-time class below says how)."""
 
-    ``name`` is stored in the manifest and must stay the same across versions.
-    ``encode`` returns ``(meta, buffers)`` -- ``meta`` JSON-able, ``buffers`` a
-    list of bytes-like objects -- or ``None`` to decline (the value is then
-    pickled). A buffer may be a :class:`Part` to choose how it is stored: with
-    ``numeric=True`` it takes the array codec, byte-shuffled by ``typesize``, with
-    chunk boundaries on multiples of ``row_bytes``. ``decode(meta, buffers)`` gets
-    writable ``numpy.uint8`` buffers that it may keep. A handler with a true
-    ``safe`` attribute builds values from data alone, without running code the
-    store names, and also loads from a store opened with ``trust=False``.
-    """
+        name: str
 
-    name: str
+        def encode(self, value: Any) -> tuple[dict[str, Any], list[Any]] | None: ...
 
-    def encode(self, value: Any) -> tuple[dict[str, Any], list[Any]] | None: ...
+        def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any: ...
+else:
+    class _HandlerCheck(type):
+        # What typing's runtime_checkable Protocol does, without loading typing on a fresh process's first hit.
+        def __instancecheck__(cls, obj):
+            return all(hasattr(obj, a) for a in ("name", "encode", "decode"))
 
-    def decode(self, meta: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> Any: ...
+    class Handler(metaclass=_HandlerCheck):
+        """Saves and loads one type of value.
+
+        ``name`` is stored in the manifest and must stay the same across versions.
+        ``encode`` returns ``(meta, buffers)`` -- ``meta`` JSON-able, ``buffers`` a
+        list of bytes-like objects -- or ``None`` to decline (the value is then
+        pickled). A buffer may be a :class:`Part` to choose how it is stored: with
+        ``numeric=True`` it takes the array codec, byte-shuffled by ``typesize``, with
+        chunk boundaries on multiples of ``row_bytes``. ``decode(meta, buffers)`` gets
+        writable ``numpy.uint8`` buffers that it may keep. A handler with a true
+        ``safe`` attribute builds values from data alone, without running code the
+        store names, and also loads from a store opened with ``trust=False``.
+        """
 
 
 class ArrayHandler:

@@ -83,8 +83,8 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 #: What a bare script's first hit of a plain function never needs: inspect (the parameters are read from the
 #: code), the parsers a code version uses only where its kept parse is missing, linecache and tokenize (a plain
 #: source file is read without them), pickle.py (the C pickler serves), the array codecs, the cache's listing
-#: and eviction, and the tables' writing, merging and surveying halves.
-BARE_NEVER = ["inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
+#: and eviction, the tables' writing, merging and surveying halves, and typing (its names are the type checker's).
+BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
               "concurrent.futures", "logging", "casmon.caching.eviction", "casmon.store.pickleinfo",
               "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge"]
 

@@ -214,6 +214,35 @@ def test_handler_registry(local_store):
     assert np.ndarray in casmon.store.serialize.handlers()
 
 
+def test_an_object_with_a_name_encode_and_decode_is_a_handler_and_one_lacking_any_is_not():
+    """``isinstance(h, casmon.Handler)`` checks the protocol's members, as a runtime-checkable protocol does."""
+
+    class Full:
+        name = "tests.full"
+
+        def encode(self, value):
+            return None
+
+        def decode(self, meta, buffers):
+            return None
+
+    class Sub(casmon.Handler):  # subclassing it, as users of a protocol may
+        name = "tests.sub"
+
+        def encode(self, value):
+            return None
+
+        def decode(self, meta, buffers):
+            return None
+
+    assert isinstance(Full(), casmon.Handler) and isinstance(Sub(), casmon.Handler)
+    assert isinstance(casmon.store.serialize.ArrayHandler(), casmon.Handler)
+    for lacking in ("name", "encode", "decode"):
+        attrs = {k: v for k, v in vars(Full).items() if k != lacking}
+        assert not isinstance(type("Partial", (), attrs)(), casmon.Handler), lacking
+    assert not isinstance(object(), casmon.Handler)
+
+
 def test_numpy_imported_after_casmon_still_stores_arrays_as_arrays_and_a_users_handler_wins(tmp_path):
     """casmon registers its array handler when it first sees numpy imported, not when it is imported."""
     from tests.support.processes import run_code

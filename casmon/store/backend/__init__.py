@@ -10,7 +10,11 @@ store: memory, zip, fsspec, a store object; the only module importing zarr),
 retries), ``urls`` (:func:`open_backend`: a location to a backend).
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    from typing import Any
 
 from casmon.store.backend.base import Backend
 from casmon.store.backend.local import KEEP_OPEN, LocalBackend, LocalFolder

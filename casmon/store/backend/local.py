@@ -15,7 +15,9 @@ import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    from typing import Protocol
 
 from casmon import faultpoints
 from casmon.store.backend.base import Backend
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
     from casmon.store.backend.base import BytesLike, Data
 
-__all__ = ["KEEP_OPEN", "Folder", "LocalBackend", "LocalFolder"]
+__all__ = ["KEEP_OPEN", "LocalBackend", "LocalFolder"]
 
 _PREAD = hasattr(os, "pread")  # not on Windows
 #: Files a local backend keeps open for :meth:`Backend.read_kept` (a table's bucket files): ``open`` and
@@ -74,16 +76,17 @@ class _OpenFile:
             pass
 
 
-class Folder(Protocol):
-    """What :class:`LocalBackend` needs of a folder store: :class:`LocalFolder`, or zarr's ``LocalStore``."""
+if TYPE_CHECKING:  # a protocol for the type checker alone: typing is not loaded at run time
+    class Folder(Protocol):
+        """What :class:`LocalBackend` needs of a folder store: :class:`LocalFolder`, or zarr's ``LocalStore``."""
 
-    @property
-    def root(self) -> Path: ...
+        @property
+        def root(self) -> Path: ...
 
-    @property
-    def read_only(self) -> bool: ...
+        @property
+        def read_only(self) -> bool: ...
 
-    def close(self) -> None: ...
+        def close(self) -> None: ...
 
 
 class LocalFolder:

@@ -38,7 +38,7 @@ import os
 import re
 import time
 import weakref
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.plain import Plain
