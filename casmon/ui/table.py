@@ -141,29 +141,63 @@ class Term:
 
 def parse_filter(q: str) -> list[Term]:
     """``loss<0.3 status=ok base``: comparisons and words; a malformed comparison is a :class:`FilterError`."""
-    out = []
-    for tok in q.split():
-        m = _TERM_RE.match(tok)
-        if not m:
-            out.append(Term(tok, word=tok.lower()))
+    return [_one_term(tok) for tok in _split(q)]
+
+
+_QUOTES = "\"'"
+
+
+def _split(q: str) -> list[str]:
+    """``q`` cut at whitespace outside quotes; a quote opens where a word, a value (after ``=``, ``:``, ...) or a
+    parenthesis begins, so an apostrophe inside a word (``it's``) is text. The tokens keep their quotes."""
+    toks: list[str] = []
+    i, n = 0, len(q)
+    while i < n:
+        if q[i].isspace():
+            i += 1
             continue
-        name, op, value = m.groups()
-        if not name:
-            raise FilterError(f"filter term {tok!r}: a comparison needs a column name before {op!r} "
-                              f"(for example loss{op}0.3)")
-        if not value:
-            raise FilterError(f"filter term {tok!r}: a comparison needs a value after {op!r} (for example {name}{op}0.3)")
-        if name.startswith("-"):
-            neg = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
-            raise FilterError(f"filter term {tok!r}: a comparison is not negated by a leading {name[0]!r}; "
-                              f"write the opposite comparison: {name.lstrip('-')}{neg}{value}")
-        if not _NAME_RE.match(name):
-            raise FilterError(f"filter term {tok!r}: {name!r} is not a column name (a column name starts with a "
-                              f"letter or '_'; then letters, digits, '_', '.' and '-')")
-        if any(value.startswith(o) for o in _OPS):
-            raise FilterError(f"filter term {tok!r}: one comparison a term (<, <=, >, >=, = or !=)")
-        out.append(Term(tok, column=name, op=op, value=value))
-    return out
+        start = i
+        while i < n and not q[i].isspace():
+            if q[i] in _QUOTES and (i == start or q[i - 1] in "(<>=!:"):
+                end = q.find(q[i], i + 1)
+                if end < 0:
+                    raise FilterError(f"filter {_quoted(q)}: the {q[i]} opened at character {i + 1} is not closed")
+                i = end + 1
+            else:
+                i += 1
+        toks.append(q[start:i])
+    return toks
+
+
+def _unquoted(s: str) -> tuple[str, bool]:
+    """``s`` without the quotes around it, and whether it had them."""
+    if len(s) >= 2 and s[0] in _QUOTES and s[-1] == s[0]:
+        return s[1:-1], True
+    return s, False
+
+
+def _one_term(tok: str) -> Term:
+    word, quoted = _unquoted(tok)
+    m = None if quoted else _TERM_RE.match(tok)
+    if not m:
+        return Term(tok, word=word.lower())
+    name, op, value = m.groups()
+    if not name:
+        raise FilterError(f"filter term {tok!r}: a comparison needs a column name before {op!r} "
+                          f"(for example loss{op}0.3)")
+    if not value:
+        raise FilterError(f"filter term {tok!r}: a comparison needs a value after {op!r} (for example {name}{op}0.3)")
+    if name.startswith("-"):
+        neg = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
+        raise FilterError(f"filter term {tok!r}: a comparison is not negated by a leading {name[0]!r}; "
+                          f"write the opposite comparison: {name.lstrip('-')}{neg}{value}")
+    if not _NAME_RE.match(name):
+        raise FilterError(f"filter term {tok!r}: {name!r} is not a column name (a column name starts with a "
+                          f"letter or '_'; then letters, digits, '_', '.' and '-')")
+    value, quoted = _unquoted(value)
+    if not quoted and any(value.startswith(o) for o in _OPS):
+        raise FilterError(f"filter term {tok!r}: one comparison a term (<, <=, >, >=, = or !=)")
+    return Term(tok, column=name, op=op, value=value)
 
 
 @dataclass
@@ -176,7 +210,7 @@ class Expr:
 
 def _tokens(q: str, parens: bool) -> list[str]:
     out: list[str] = []
-    for tok in q.split():
+    for tok in _split(q):
         if not parens:
             out.append(tok)
             continue
@@ -263,10 +297,10 @@ def _term(tok: str) -> Term:
     if colon and name.lower() == "tag":
         if not value:
             raise FilterError(f"filter term {tok!r}: tag: needs a tag's name (tag:baseline)")
-        return Term(tok, column="tag", op=":", value=value)
+        return Term(tok, column="tag", op=":", value=_unquoted(value)[0])
     if colon and value and ALIASES.get(name, name) in FIXED_COLUMNS and not _TERM_RE.match(tok):
         tok = f"{name}={value}"
-    return parse_filter(tok)[0]
+    return _one_term(tok)
 
 
 def leaves(e: Any) -> list[Term]:
