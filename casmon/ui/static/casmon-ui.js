@@ -67,12 +67,13 @@
     var table = document.getElementById("runs");
     if (!table) { return; }
     var chooser = columnChooser(table);
-    var serial, insert, fresh, newColumns, columns, known;
+    var serial, insert, per, fresh, newColumns, columns, known;
     // What follows the table that is on the page now (it is swapped whole by a sort, a filter or a page).
     var bind = function () {
       table = document.getElementById("runs");
       serial = table.getAttribute("data-serial") || "0";
       insert = table.getAttribute("data-insert") || "";
+      per = parseInt(table.getAttribute("data-per"), 10) || 0;
       fresh = 0;
       newColumns = false;
       columns = $$("thead tr:last-child th[data-col]", table).map(function (th) {
@@ -143,11 +144,16 @@
           var row = $("tr[data-run=\"" + CSS.escape(r.tail) + "\"]", table);
           if (row) { fill(row, r); return; }
           if (!r["new"]) { return; }
-          if (!insert) { fresh += 1; return; }
+          var full = per && $$("tr[data-run]", body).length >= per;
+          if (!insert || (insert === "bottom" && full)) { fresh += 1; return; }  // a full last page: the next one's
           row = newRow(r);
           if (insert === "top") { body.insertBefore(row, body.firstChild); } else { body.appendChild(row); }
           added += 1;
         });
+        // A page keeps its size: the rows a new one pushes past it are the next page's first, as the server pages.
+        var over = per ? $$("tr[data-run]", body).slice(per) : [];
+        over.forEach(function (row) { body.removeChild(row); });
+        if (over.length) { update(); }  // a selected row gone: the compare button counts what is left
         if (added) {
           chooser.apply();
           if (count) {
