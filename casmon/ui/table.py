@@ -137,6 +137,7 @@ class Term:
     column: str = ""
     op: str = ""
     value: str = ""
+    negated: bool = False  # ``-tag:NAME``: the runs without the tag
 
 
 def parse_filter(q: str) -> list[Term]:
@@ -293,11 +294,14 @@ def _quoted(q: str) -> str:
 
 
 def _term(tok: str) -> Term:
-    name, colon, value = tok.partition(":")
+    body = tok[1:] if tok.startswith("-") else tok
+    name, colon, value = body.partition(":")
     if colon and name.lower() == "tag":
         if not value:
-            raise FilterError(f"filter term {tok!r}: tag: needs a tag's name (tag:baseline)")
-        return Term(tok, column="tag", op=":", value=_unquoted(value)[0])
+            raise FilterError(f"filter term {tok!r}: {tok[: len(tok) - len(body)]}tag: needs a tag's name "
+                              f"(tag:baseline; -tag:baseline for the runs without it)")
+        return Term(tok, column="tag", op=":", value=_unquoted(value)[0], negated=body is not tok)
+    name, colon, value = tok.partition(":")
     if colon and value and ALIASES.get(name, name) in FIXED_COLUMNS and not _TERM_RE.match(tok):
         tok = f"{name}={value}"
     return _one_term(tok)
@@ -339,8 +343,8 @@ def compile_query(e: Expr, rows: list[dict[str, Any]],
                 return lambda r, row: any(p(r, row) for p in parts)
             return lambda r, row: all(p(r, row) for p in parts)
         if x.op == ":":
-            want = x.value
-            return lambda r, row: want in tags(r)
+            want, negated = x.value, x.negated
+            return lambda r, row: (want in tags(r)) != negated
         test = tests[id(x)]
         return lambda r, row: test(row)
 
@@ -379,6 +383,9 @@ def resolve(terms: list[Term], known: set[str]) -> list[Term]:
         if found:
             out.append(Term(t.text, column=found[0], op=t.op, value=t.value))
             continue
+        if name.lower() == "tag":
+            raise FilterError(f"filter term {t.text!r}: a tag is found with tag:NAME, and the runs without it with "
+                              f"-tag:NAME (no run has a column 'tag')")
         names = sorted({_bare(c) for c in known | set(FIXED_COLUMNS) if is_column(c)})
         close = difflib.get_close_matches(name, names, 3)
         raise FilterError(f"filter term {t.text!r}: no run has a column {t.column!r}"
