@@ -261,6 +261,8 @@ def runs_parts(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int
         groups += f'<th data-group="params" colspan="{len(view.params)}" class="param">parameters and info</th>'
     error = (f'<p class="casmon-error filter-error" id="filter-error" role="alert">{esc(view.error)}; '
              f'showing every run.</p>') if view.error else ""
+    if view.sort_note:
+        error += f'<p class="notice" id="sort-note">{esc(view.sort_note)}.</p>'
     shown = f"{view.total:,} of {view.all_runs:,} runs" if q and not view.error else plural(view.all_runs, "run")
     cut = f'<p class="muted">{view.cut:,} more columns are left out of this page.</p>' if view.cut else ""
     # Where the script puts a run that starts while the page is open: on top of the newest-first table's first

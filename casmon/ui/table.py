@@ -550,6 +550,7 @@ class RunsView:
     serial: int  # the index's change counter when the view was made (the page's live updates start there)
     error: str = ""  # what is wrong with the filter (the table then shows every run)
     cut: int = 0  # columns left out past the limits
+    sort_note: str = ""  # why the rows are not sorted (no run has the column)
 
 
 def _sorted_rows(rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
@@ -836,4 +837,16 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     metrics = users_first((k for k in seen if k.startswith("metric.")), "metric.")  # sys/ ones last
     cut = max(0, len(params) - MAX_PARAM_COLUMNS) + max(0, len(metrics) - MAX_METRIC_COLUMNS)
     return RunsView(rows, params[:MAX_PARAM_COLUMNS], metrics[:MAX_METRIC_COLUMNS], total, len(entries), page, pages,
-                    serial, error, cut)
+                    serial, error, cut, _sort_note(index, chosen, rows, sort, bool(terms) and not error))
+
+
+def _sort_note(index: RunIndex, chosen: list[Entry], rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
+               filtered: bool) -> str:
+    """What the table says where no run shown has the sorted column: empty cells sort last, so the first run
+    in the order lacks it only then."""
+    if not chosen or sort in FIXED_COLUMNS or not is_column(sort):
+        return ""
+    first = rows[0][2] if rows and rows[0][0] is chosen[0] else index.row(chosen[0], row_of)[1]
+    if first.get(sort) is not None:
+        return ""
+    return f"sort: no run{' that matches' if filtered else ''} has a column {sort!r}, so the rows are not sorted"
