@@ -2,6 +2,8 @@
 users write it; a quote left open is a one-line :class:`FilterError`, and an apostrophe inside a word is text."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from casmon.ui.table import FilterError, compile_query, parse_query
 
@@ -45,3 +47,15 @@ def test_a_quote_left_open_is_a_one_line_error_naming_it(q):
     with pytest.raises(FilterError) as e:
         _apply(q)
     assert "\n" not in str(e.value) and "not closed" in str(e.value) and repr(q) in str(e.value)
+
+
+_ALPHABET = st.sampled_from(list("\"'()<>=!:-. abé") + ["and", "or", "tag:", "-tag:", "model.name", "lr", "it's"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_ALPHABET, max_size=30).map("".join))
+def test_any_filter_with_quotes_is_a_filter_or_a_one_line_filter_error(q):
+    try:
+        _apply(q)
+    except FilterError as e:
+        assert "\n" not in str(e) and str(e)
