@@ -491,8 +491,10 @@ def export_cmd(items, zarr_out, store_location, trust) -> None:
 
 
 def _export_zarr(out: str, items: tuple[str, ...], store_location) -> None:
+    from casmon.store.libraries import import_view_libraries
     from casmon.store.zarrexport import ExportError
 
+    import_view_libraries()  # this process has imported no library: frames and datasets would export described
     s = open_store(store_location, read_only=True)
     try:
         try:

@@ -261,18 +261,22 @@ def runs_parts(ctx: Ctx, view: RunsView, sort: str, desc: bool, q: str, per: int
         groups += f'<th data-group="params" colspan="{len(view.params)}" class="param">parameters and info</th>'
     error = (f'<p class="casmon-error filter-error" id="filter-error" role="alert">{esc(view.error)}; '
              f'showing every run.</p>') if view.error else ""
+    if view.sort_note:
+        error += f'<p class="notice" id="sort-note">{esc(view.sort_note)}.</p>'
     shown = f"{view.total:,} of {view.all_runs:,} runs" if q and not view.error else plural(view.all_runs, "run")
     cut = f'<p class="muted">{view.cut:,} more columns are left out of this page.</p>' if view.cut else ""
     # Where the script puts a run that starts while the page is open: on top of the newest-first table's first
-    # page, at the end of the oldest-first table's last; elsewhere (sorted by another column, filtered) the
-    # notice says how many there are.
+    # page (its last row then leaves: a page keeps its size), at the end of the oldest-first table's last while it
+    # has room; elsewhere (sorted by another column, filtered, a full last page) the notice says how many there are.
     insert = ""
     if sort == "start" and not q:
         insert = "top" if desc and view.page == 1 else "bottom" if not desc and view.page == view.pages else ""
+    show = url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None,
+               per=per if per != 50 else None)
     notice = (f'<p class="notice" id="new-runs" hidden><span></span> since this page was made · '
-              f'<a href="{esc(url("/", sort=sort if sort != "start" else None, order=None if desc else "asc", q=q or None))}">'
-              f'show them</a></p>')
-    table_ = (f'<table class="runs" id="runs" data-serial="{view.serial}" data-insert="{insert}" data-cut="{view.cut}"'
+              f'<a href="{esc(show)}">show them</a></p>')
+    table_ = (f'<table class="runs" id="runs" data-serial="{view.serial}" data-insert="{insert}" data-per="{per}"'
+              f' data-cut="{view.cut}"'
               f' data-total="{view.total}" data-all="{view.all_runs}"><thead>'
               f'<tr class="col-groups">{groups}</tr><tr><th data-in="fixed"></th>{"".join(head(c) for c in cols)}</tr>'
               f'</thead><tbody>{"".join(rows)}</tbody></table>')

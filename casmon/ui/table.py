@@ -137,33 +137,68 @@ class Term:
     column: str = ""
     op: str = ""
     value: str = ""
+    negated: bool = False  # ``-tag:NAME``: the runs without the tag
 
 
 def parse_filter(q: str) -> list[Term]:
     """``loss<0.3 status=ok base``: comparisons and words; a malformed comparison is a :class:`FilterError`."""
-    out = []
-    for tok in q.split():
-        m = _TERM_RE.match(tok)
-        if not m:
-            out.append(Term(tok, word=tok.lower()))
+    return [_one_term(tok) for tok in _split(q)]
+
+
+_QUOTES = "\"'"
+
+
+def _split(q: str) -> list[str]:
+    """``q`` cut at whitespace outside quotes; a quote opens where a word, a value (after ``=``, ``:``, ...) or a
+    parenthesis begins, so an apostrophe inside a word (``it's``) is text. The tokens keep their quotes."""
+    toks: list[str] = []
+    i, n = 0, len(q)
+    while i < n:
+        if q[i].isspace():
+            i += 1
             continue
-        name, op, value = m.groups()
-        if not name:
-            raise FilterError(f"filter term {tok!r}: a comparison needs a column name before {op!r} "
-                              f"(for example loss{op}0.3)")
-        if not value:
-            raise FilterError(f"filter term {tok!r}: a comparison needs a value after {op!r} (for example {name}{op}0.3)")
-        if name.startswith("-"):
-            neg = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
-            raise FilterError(f"filter term {tok!r}: a comparison is not negated by a leading {name[0]!r}; "
-                              f"write the opposite comparison: {name.lstrip('-')}{neg}{value}")
-        if not _NAME_RE.match(name):
-            raise FilterError(f"filter term {tok!r}: {name!r} is not a column name (a column name starts with a "
-                              f"letter or '_'; then letters, digits, '_', '.' and '-')")
-        if any(value.startswith(o) for o in _OPS):
-            raise FilterError(f"filter term {tok!r}: one comparison a term (<, <=, >, >=, = or !=)")
-        out.append(Term(tok, column=name, op=op, value=value))
-    return out
+        start = i
+        while i < n and not q[i].isspace():
+            if q[i] in _QUOTES and (i == start or q[i - 1] in "(<>=!:"):
+                end = q.find(q[i], i + 1)
+                if end < 0:
+                    raise FilterError(f"filter {_quoted(q)}: the {q[i]} opened at character {i + 1} is not closed")
+                i = end + 1
+            else:
+                i += 1
+        toks.append(q[start:i])
+    return toks
+
+
+def _unquoted(s: str) -> tuple[str, bool]:
+    """``s`` without the quotes around it, and whether it had them."""
+    if len(s) >= 2 and s[0] in _QUOTES and s[-1] == s[0]:
+        return s[1:-1], True
+    return s, False
+
+
+def _one_term(tok: str) -> Term:
+    word, quoted = _unquoted(tok)
+    m = None if quoted else _TERM_RE.match(tok)
+    if not m:
+        return Term(tok, word=word.lower())
+    name, op, value = m.groups()
+    if not name:
+        raise FilterError(f"filter term {tok!r}: a comparison needs a column name before {op!r} "
+                          f"(for example loss{op}0.3)")
+    if not value:
+        raise FilterError(f"filter term {tok!r}: a comparison needs a value after {op!r} (for example {name}{op}0.3)")
+    if name.startswith("-"):
+        neg = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
+        raise FilterError(f"filter term {tok!r}: a comparison is not negated by a leading {name[0]!r}; "
+                          f"write the opposite comparison: {name.lstrip('-')}{neg}{value}")
+    if not _NAME_RE.match(name):
+        raise FilterError(f"filter term {tok!r}: {name!r} is not a column name (a column name starts with a "
+                          f"letter or '_'; then letters, digits, '_', '.' and '-')")
+    value, quoted = _unquoted(value)
+    if not quoted and any(value.startswith(o) for o in _OPS):
+        raise FilterError(f"filter term {tok!r}: one comparison a term (<, <=, >, >=, = or !=)")
+    return Term(tok, column=name, op=op, value=value)
 
 
 @dataclass
@@ -176,7 +211,7 @@ class Expr:
 
 def _tokens(q: str, parens: bool) -> list[str]:
     out: list[str] = []
-    for tok in q.split():
+    for tok in _split(q):
         if not parens:
             out.append(tok)
             continue
@@ -259,14 +294,17 @@ def _quoted(q: str) -> str:
 
 
 def _term(tok: str) -> Term:
-    name, colon, value = tok.partition(":")
+    body = tok[1:] if tok.startswith("-") else tok
+    name, colon, value = body.partition(":")
     if colon and name.lower() == "tag":
         if not value:
-            raise FilterError(f"filter term {tok!r}: tag: needs a tag's name (tag:baseline)")
-        return Term(tok, column="tag", op=":", value=value)
+            raise FilterError(f"filter term {tok!r}: {tok[: len(tok) - len(body)]}tag: needs a tag's name "
+                              f"(tag:baseline; -tag:baseline for the runs without it)")
+        return Term(tok, column="tag", op=":", value=_unquoted(value)[0], negated=body is not tok)
+    name, colon, value = tok.partition(":")
     if colon and value and ALIASES.get(name, name) in FIXED_COLUMNS and not _TERM_RE.match(tok):
         tok = f"{name}={value}"
-    return parse_filter(tok)[0]
+    return _one_term(tok)
 
 
 def leaves(e: Any) -> list[Term]:
@@ -305,8 +343,8 @@ def compile_query(e: Expr, rows: list[dict[str, Any]],
                 return lambda r, row: any(p(r, row) for p in parts)
             return lambda r, row: all(p(r, row) for p in parts)
         if x.op == ":":
-            want = x.value
-            return lambda r, row: want in tags(r)
+            want, negated = x.value, x.negated
+            return lambda r, row: (want in tags(r)) != negated
         test = tests[id(x)]
         return lambda r, row: test(row)
 
@@ -345,6 +383,9 @@ def resolve(terms: list[Term], known: set[str]) -> list[Term]:
         if found:
             out.append(Term(t.text, column=found[0], op=t.op, value=t.value))
             continue
+        if name.lower() == "tag":
+            raise FilterError(f"filter term {t.text!r}: a tag is found with tag:NAME, and the runs without it with "
+                              f"-tag:NAME (no run has a column 'tag')")
         names = sorted({_bare(c) for c in known | set(FIXED_COLUMNS) if is_column(c)})
         close = difflib.get_close_matches(name, names, 3)
         raise FilterError(f"filter term {t.text!r}: no run has a column {t.column!r}"
@@ -509,6 +550,7 @@ class RunsView:
     serial: int  # the index's change counter when the view was made (the page's live updates start there)
     error: str = ""  # what is wrong with the filter (the table then shows every run)
     cut: int = 0  # columns left out past the limits
+    sort_note: str = ""  # why the rows are not sorted (no run has the column)
 
 
 def _sorted_rows(rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
@@ -795,4 +837,16 @@ def runs_view(index: RunIndex, sort: str = "start", desc: bool = True, q: str = 
     metrics = users_first((k for k in seen if k.startswith("metric.")), "metric.")  # sys/ ones last
     cut = max(0, len(params) - MAX_PARAM_COLUMNS) + max(0, len(metrics) - MAX_METRIC_COLUMNS)
     return RunsView(rows, params[:MAX_PARAM_COLUMNS], metrics[:MAX_METRIC_COLUMNS], total, len(entries), page, pages,
-                    serial, error, cut)
+                    serial, error, cut, _sort_note(index, chosen, rows, sort, bool(terms) and not error))
+
+
+def _sort_note(index: RunIndex, chosen: list[Entry], rows: list[tuple[Entry, RunInfo, dict[str, Any]]], sort: str,
+               filtered: bool) -> str:
+    """What the table says where no run shown has the sorted column: empty cells sort last, so the first run
+    in the order lacks it only then."""
+    if not chosen or sort in FIXED_COLUMNS or not is_column(sort):
+        return ""
+    first = rows[0][2] if rows and rows[0][0] is chosen[0] else index.row(chosen[0], row_of)[1]
+    if first.get(sort) is not None:
+        return ""
+    return f"sort: no run{' that matches' if filtered else ''} has a column {sort!r}, so the rows are not sorted"

@@ -255,7 +255,8 @@ def view(index: RunIndex, entries: list[Entry], query: tb.Expr | None, sort: str
                     out = out | p if x.op == "or" else out & p
                 return out
             if x.op == ":":
-                return _tags(index, f, x.value, edits or {})
+                found = _tags(index, f, x.value, edits or {})
+                return ~found if x.negated else found
             r = resolved[id(x)]
             return _mask(r, column(index, f, r.column))
 

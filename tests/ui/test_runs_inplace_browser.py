@@ -169,8 +169,10 @@ def test_after_a_swap_the_selection_columns_and_parallel_coordinates_follow_the_
         page.locator("#runs thead th[data-col='param.lr'] a").click()
         want = _server_rows(server, "sort=param.lr&order=desc")
         o.wait_rows(want)
-        # the new rows, none selected; the button says so; selecting two compares them
-        assert page.locator("#runs input[name=run]:checked").count() == 0
+        # the new rows: the run ticked before is ticked where it shows (test_runs_selection_kept.py);
+        # untick it, and selecting two compares them
+        assert page.locator("#runs input[name=run]:checked").evaluate_all("bs => bs.map(b => b.value)") == ["130"]
+        page.locator("#runs tr[data-run='130'] input[type=checkbox]").uncheck()
         assert page.locator("#compare-button").is_disabled()
         page.locator(f"#runs tr[data-run='{want[0]}'] input[type=checkbox]").check()
         page.locator(f"#runs tr[data-run='{want[1]}'] input[type=checkbox]").check()

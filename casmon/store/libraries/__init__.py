@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ensure", "ensure_named", "MODULES"]
+__all__ = ["ensure", "ensure_named", "import_view_libraries", "MODULES", "VIEW_LIBRARIES"]
 
 #: A type's top-level module -> the module here that stores that library's values.
 MODULES = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil",
@@ -26,6 +26,9 @@ MODULES = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "pyarrow": "arrow", 
 #: A handler name's first component -> its module (handler names are stored in manifests).
 _BY_HANDLER = {"torch": "torch", "jax": "jax", "pyarrow": "arrow", "polars": "polars", "PIL": "pil", "datasets": "hf",
                "pandas": "pandas", "xarray": "xarray"}
+#: The libraries whose values the zarr view lays out as arrays only once the library is imported (their handlers'
+#: ``zarr_nodes``).
+VIEW_LIBRARIES = ("pandas", "xarray")
 _loaded: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -68,6 +71,16 @@ def ensure_named(handler: str) -> None:
         except ImportError:
             return
         _module(name)
+
+
+def import_view_libraries() -> None:
+    """Import the installed :data:`VIEW_LIBRARIES`, for casmon's own processes (``casmon export --zarr``): a user's
+    program imports what it wants, but an export from the CLI would otherwise describe every frame, not write it."""
+    for name in VIEW_LIBRARIES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - missing or broken: its values are described, as without it
+            continue
 
 
 #: A tensor's element types by their torch names, as numpy describes the same bytes (bfloat16 and the float8 types

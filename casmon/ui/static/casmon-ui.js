@@ -52,27 +52,64 @@
     var update = function () {};
     if (form) {
       var button = document.getElementById("compare-button");
+      // The runs ticked, in order, kept while a sort, a filter or a page is swapped in: ticked again where they
+      // show, sent as hidden fields where they do not.
+      var picked = [];
+      var kept = document.createElement("span");
+      kept.id = "selection-kept";
+      kept.hidden = true;
+      kept.appendChild(document.createElement("span"));
+      var clear = document.createElement("button");
+      clear.type = "button";
+      clear.textContent = "clear";
+      kept.appendChild(clear);
+      button.parentNode.appendChild(kept);
+      var boxes = function () { return $$("input[type=checkbox][name=run]", form); };
       update = function () {
-        var n = 0;
-        $$("input[name=run]", form).forEach(function (b) {
+        var shown = Object.create(null);
+        boxes().forEach(function (b) {
+          shown[b.value] = true;
+          b.checked = picked.indexOf(b.value) >= 0;
           b.closest("tr").classList.toggle("selected", b.checked);
-          if (b.checked) { n += 1; }
         });
+        $$("input[type=hidden][name=run]", form).forEach(function (h) { h.parentNode.removeChild(h); });
+        var away = picked.filter(function (v) { return !shown[v]; });
+        away.forEach(function (v) {
+          var h = document.createElement("input");
+          h.type = "hidden";
+          h.name = "run";
+          h.value = v;
+          form.appendChild(h);
+        });
+        var n = picked.length;
         button.disabled = n < 1;
         button.textContent = n < 2 ? (n === 1 ? "Show the selected run" : "Compare selected runs") : "Compare " + n + " runs";
+        kept.hidden = away.length === 0;
+        $("span", kept).textContent = " · " + away.length + " not on this page ";
       };
-      form.addEventListener("change", update);
+      boxes().forEach(function (b) { if (b.checked) { picked.push(b.value); } });  // a browser's restored form
+      form.addEventListener("change", function (ev) {
+        var b = ev.target;
+        if (b && b.type === "checkbox" && b.name === "run") {
+          var at = picked.indexOf(b.value);
+          if (b.checked && at < 0) { picked.push(b.value); }
+          if (!b.checked && at >= 0) { picked.splice(at, 1); }
+        }
+        update();
+      });
+      clear.addEventListener("click", function () { picked = []; update(); });
       update();
     }
     var table = document.getElementById("runs");
     if (!table) { return; }
     var chooser = columnChooser(table);
-    var serial, insert, fresh, newColumns, columns, known;
+    var serial, insert, per, fresh, newColumns, columns, known;
     // What follows the table that is on the page now (it is swapped whole by a sort, a filter or a page).
     var bind = function () {
       table = document.getElementById("runs");
       serial = table.getAttribute("data-serial") || "0";
       insert = table.getAttribute("data-insert") || "";
+      per = parseInt(table.getAttribute("data-per"), 10) || 0;
       fresh = 0;
       newColumns = false;
       columns = $$("thead tr:last-child th[data-col]", table).map(function (th) {
@@ -143,11 +180,16 @@
           var row = $("tr[data-run=\"" + CSS.escape(r.tail) + "\"]", table);
           if (row) { fill(row, r); return; }
           if (!r["new"]) { return; }
-          if (!insert) { fresh += 1; return; }
+          var full = per && $$("tr[data-run]", body).length >= per;
+          if (!insert || (insert === "bottom" && full)) { fresh += 1; return; }  // a full last page: the next one's
           row = newRow(r);
           if (insert === "top") { body.insertBefore(row, body.firstChild); } else { body.appendChild(row); }
           added += 1;
         });
+        // A page keeps its size: the rows a new one pushes past it are the next page's first, as the server pages.
+        var over = per ? $$("tr[data-run]", body).slice(per) : [];
+        over.forEach(function (row) { body.removeChild(row); });
+        if (over.length) { update(); }  // a selected row gone: the compare button counts what is left
         if (added) {
           chooser.apply();
           if (count) {
