@@ -42,7 +42,7 @@ METRIC_CHUNK = 16384
 #: run's whole subtree as consolidated metadata (one read lists everything). More, and it holds none: zarr then
 #: lists the runs and reads each run's group (its attributes) as asked, and a run's metrics when asked. 10,000
 #: runs of 5 metrics are ~220,000 nodes, which zarr takes tens of seconds to parse at once.
-WHOLE_MAX = 40_000
+WHOLE_MAX = 10_000
 
 _COLUMNS = (("step", "int64", np.dtype("<i8")), ("value", "float64", np.dtype("<f8")), ("time", "float64", np.dtype("<f8")))
 
