@@ -39,7 +39,20 @@ POOL_BYTES = 48 << 20
 _lock = threading.Lock()
 _free: dict[int, deque[np.ndarray[Any, np.dtype[np.uint8]]]] = {}
 _kept = 0  # bytes the pool owns, leased or free
-_readers = threading.BoundedSemaphore(max(1, (os.cpu_count() or 2) - 1))
+#: Chunks read at once from a local folder.
+READERS = max(1, (os.cpu_count() or 2) - 1)
+_readers = threading.BoundedSemaphore(READERS)
+
+
+def _fresh_in_child() -> None:
+    """A forked child starts with free slots and an empty pool: the parent's other threads, which may have held a
+    slot or the lock at the fork, are not in the child to give them back."""
+    global _lock, _readers, _free, _kept
+    _lock, _readers, _free, _kept = threading.Lock(), threading.BoundedSemaphore(READERS), {}, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_in_child)
 
 
 def lease(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:

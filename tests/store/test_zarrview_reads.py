@@ -166,3 +166,42 @@ def test_threads_reading_one_view_at_once_with_a_small_pool_each_get_the_true_by
     for t in threads:
         t.join(timeout=600)
     assert not any(t.is_alive() for t in threads) and not wrong
+
+
+_FORK_WHILE_READING = textwrap.dedent("""
+    import os, signal, sys, threading, numpy as np, zarr, casmon
+    from casmon.store import bufferpool
+    from casmon.store.zarrview import node_name
+    s = casmon.open(sys.argv[1], chunk_size=1 << 16)
+    @casmon.cache(store=s)
+    def big():
+        return np.random.default_rng(3).random((256, 512))
+    a = big()
+    s.flush()
+    z = zarr.open_group(s.zarr(), mode="r")[f"cache/{node_name(big.__casmon_cache__.name)}/{big.ref().key.hex()}"]
+    z[:1]
+    held, release = threading.Barrier(bufferpool.READERS + 1), threading.Event()
+    def hold():
+        with bufferpool.reading(True):
+            held.wait()
+            release.wait()
+    threads = [threading.Thread(target=hold) for _ in range(bufferpool.READERS)]
+    for t in threads:
+        t.start()
+    held.wait()  # every reader slot is held by another thread: the fork copies them held
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(120)  # a child that waits on a slot nobody gives back dies instead of hanging
+        os._exit(0 if np.array_equal(z[:], a) else 1)
+    release.set()
+    for t in threads:
+        t.join()
+    print(os.waitpid(pid, 0)[1])
+""")
+
+
+def test_a_child_forked_while_chunks_are_read_reads_through_the_view(tmp_path):
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORK_WHILE_READING, str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "0", done.stdout  # the child's exit status: it read the array, equal
