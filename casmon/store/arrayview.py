@@ -151,10 +151,11 @@ class ChunkView(ZarrStore):
             with self._whole_lock:
                 if self._whole is None:
                     self._whole = self._whole_fn()
-        if self._whole is not None:
-            out[: hi - lo] = self._whole[lo:hi]
-        else:
-            self._store.read_chunk(self._chunks[i], out[: hi - lo])
+        with bufferpool.reading(self._store.backend.local_root is not None):
+            if self._whole is not None:
+                out[: hi - lo] = self._whole[lo:hi]
+            else:
+                self._store.read_chunk(self._chunks[i], out[: hi - lo])
         self.chunks_read += 1
         return out
 

@@ -180,25 +180,32 @@ _FORK_WHILE_READING = textwrap.dedent("""
     s.flush()
     z = zarr.open_group(s.zarr(), mode="r")[f"cache/{node_name(big.__casmon_cache__.name)}/{big.ref().key.hex()}"]
     z[:1]
-    held, release = threading.Event(), threading.Event()
-    def hold():
-        with bufferpool._lock:  # as a thread leasing a buffer holds it
-            held.set()
+    held, release = threading.Barrier(bufferpool.READERS + 2), threading.Event()
+    def hold_slot():
+        with bufferpool.reading(True):
+            held.wait()
             release.wait()
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait()  # the fork copies the pool's lock held, by a thread the child does not have
+    def hold_lock():
+        with bufferpool._lock:  # as a thread leasing a buffer holds it
+            held.wait()
+            release.wait()
+    threads = [threading.Thread(target=hold_slot) for _ in range(bufferpool.READERS)]
+    threads.append(threading.Thread(target=hold_lock))
+    for t in threads:
+        t.start()
+    held.wait()  # the fork copies every reader slot and the pool's lock held, by threads the child does not have
     pid = os.fork()
     if pid == 0:
-        signal.alarm(120)  # a child that waits on a lock nobody gives back dies instead of hanging
+        signal.alarm(120)  # a child that waits on a slot or lock nobody gives back dies instead of hanging
         os._exit(0 if np.array_equal(z[:], a) else 1)
     release.set()
-    t.join()
+    for t in threads:
+        t.join()
     print(os.waitpid(pid, 0)[1])
 """)
 
 
-def test_a_child_forked_while_a_buffer_is_leased_reads_through_the_view(tmp_path):
+def test_a_child_forked_while_chunks_are_read_and_leased_reads_through_the_view(tmp_path):
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORK_WHILE_READING, str(tmp_path / "s")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
