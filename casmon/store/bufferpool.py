@@ -19,8 +19,8 @@ used: a borrowed reference is not counted on newer Pythons).
 :func:`reading` bounds the chunks read at once from a local folder to one
 fewer than the cores (at least one), so zarr's copying thread, the read's
 critical path, keeps a core to itself while the next chunks are read: more
-readers only take turns with it (measured, 2 cores: whole 1 GiB read 0.29-0.30 s
-with one reader, 0.33-0.34 s with zarr's ten).
+readers only take turns with it (measured, 2 cores, a whole 1 GiB read: 0.30-0.33 s
+with one reader, 0.34 s with zarr's ten at once).
 """
 
 from __future__ import annotations
