@@ -27,7 +27,7 @@ from zarr.storage import MemoryStore
 
 from casmon.view import display
 from casmon.keys.digest import Digest
-from casmon.store import libraries
+from casmon.store import bufferpool, libraries
 from casmon.store.objects import loose_key
 from casmon.store.serialize import MAX_NDIM, dtype_from_meta, handler_named
 
@@ -41,8 +41,6 @@ __all__ = ["ChunkView", "StoredArray", "open_array", "chunk_view", "byte_slice",
 
 #: The chunk size (bytes, rounded down to whole rows) a value laid out whole for mapping is read in.
 WHOLE_VIEW_CHUNK = 4 << 20
-#: A raw chunk at least this large is read through its checked map (below it, a read costs less than a map).
-MAP_CHUNK_MIN = 1 << 20
 #: An element larger than this is no array zarr presents (zarr builds its fill value, and a crafted void dtype of
 #: gigabytes would stall it).
 MAX_VIEW_ITEMSIZE = 1 << 20
@@ -144,26 +142,20 @@ class ChunkView(ZarrStore):
     def _read_chunk(self, i: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         lo = i * self._cb
         hi = min(self._n, lo + self._cb)
-        if self._whole is None and self._whole_fn is None and hi - lo == self._chunk_nbytes >= MAP_CHUNK_MIN:
-            # A whole raw chunk in a local folder: its checked map, which zarr copies from once (a read into a
-            # fresh buffer first would copy it twice).
-            from casmon.store import mapped
-
-            got = mapped.map_part(self._store.objects, {"n": hi - lo, "cb": hi - lo, "c": [self._chunks[i].hex()]})
-            if got is not None:
-                self.chunks_read += 1
-                return got
-        # Only the last chunk's padding needs zeros: the rest is read over.
-        out = np.empty(self._chunk_nbytes, dtype=np.uint8) if hi - lo == self._chunk_nbytes else \
-            np.zeros(self._chunk_nbytes, dtype=np.uint8)
+        # A buffer from the pool, read and checked here: zarr copies from private memory holding the checked
+        # bytes, not from a map of the file (see casmon.store.bufferpool).
+        out = bufferpool.lease(self._chunk_nbytes)
+        if hi - lo < self._chunk_nbytes:
+            out[hi - lo :] = 0  # only the last chunk's padding needs zeros: the rest is read over
         if self._whole_fn is not None:
             with self._whole_lock:
                 if self._whole is None:
                     self._whole = self._whole_fn()
-        if self._whole is not None:
-            out[: hi - lo] = self._whole[lo:hi]
-        else:
-            self._store.read_chunk(self._chunks[i], out[: hi - lo])
+        with bufferpool.reading(self._store.backend.local_root is not None):
+            if self._whole is not None:
+                out[: hi - lo] = self._whole[lo:hi]
+            else:
+                self._store.read_chunk(self._chunks[i], out[: hi - lo])
         self.chunks_read += 1
         return out
 
