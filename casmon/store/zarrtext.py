@@ -78,6 +78,11 @@ class TextView:
         except UnicodeDecodeError as e:
             raise self._bad(f"not UTF-8 ({e.reason})") from None
         total = text.size
+        # each row is decoded alone: a row may not start inside a character (a continuation byte, 10xxxxxx)
+        inner = off[1:-1] - off[0]
+        inner = inner[inner < total]
+        if inner.size and bool(((text[inner] & 0xC0) == 0x80).any()):
+            raise self._bad(f"not UTF-8 (a character split between rows {r0} to {r1})")
         out = np.zeros(4 + 4 * self.chunk_rows + total, np.uint8)
         out[:4] = np.array([self.chunk_rows], "<u4").view(np.uint8)
         # item i's length sits after the i earlier items' lengths and bytes; its bytes right after it

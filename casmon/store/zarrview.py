@@ -109,6 +109,7 @@ class Tree:
         self._lazy: dict[str, tuple[Callable[[], Iterable[str]], Callable[[str], None]]] = {}
         self._listed: set[str] = set()
         self._built: set[str] = set()
+        self._building: set[str] = set()  # marked built, their build still running (another thread waits for it)
         self._unbuilt: dict[str, int] = {}  # a listed lazy group -> how many of its children are not built yet
         self._bulk: dict[str, Callable[[list[str]], None]] = {}
         self._lock = threading.RLock()
@@ -176,16 +177,19 @@ class Tree:
                 for c in todo:
                     self.ensure(f"{path}/{c}")
                 return
-            for c in todo:
-                self._built.add(f"{path}/{c}")
-            self._unbuilt[path] -= len(todo)
-            self._settle(path)
+            full = [f"{path}/{c}" for c in todo]
+            self._built.update(full)
+            self._building.update(full)
             try:
                 bulk(todo)
             except Exception as e:  # noqa: BLE001 - a crafted record: every child says so, none is hidden
                 for c in todo:
                     if f"{path}/{c}" not in self.meta:
                         self.group(f"{path}/{c}", {"casmon": {"error": f"{type(e).__name__}: {e}"[:500]}})
+            finally:  # counted built once built: complete() never answers for a group mid-build
+                self._building.difference_update(full)
+                self._unbuilt[path] -= len(todo)
+                self._settle(path)
             kids.difference_update([c for c in todo if f"{path}/{c}" not in self.meta])  # gone since listed
 
     def _list(self, path: str) -> set[str]:
@@ -211,7 +215,7 @@ class Tree:
         parts = path.split("/") if path else []
         for i in range(len(parts)):
             parent, full = "/".join(parts[:i]), "/".join(parts[: i + 1])
-            if parent in self._lazy and (parent not in self._listed or
+            if parent in self._lazy and (parent not in self._listed or full in self._building or
                                          (full not in self._built and parts[i] in self.children.get(parent, ()))):
                 return True
             if full not in self.meta:
@@ -230,12 +234,15 @@ class Tree:
                     if parts[i] not in self._list(parent):
                         return
                     self._built.add(full)
-                    self._unbuilt[parent] -= 1
-                    self._settle(parent)
+                    self._building.add(full)
                     try:
                         self._lazy[parent][1](parts[i])
                     except Exception as e:  # noqa: BLE001 - a crafted record: this node says so, the others stay
                         self.group(full, {"casmon": {"error": f"{type(e).__name__}: {e}"[:500]}})
+                    finally:
+                        self._building.discard(full)
+                        self._unbuilt[parent] -= 1
+                        self._settle(parent)
                 elif full not in self.meta:
                     return
 
@@ -254,9 +261,10 @@ class Tree:
                     todo.append(child)
 
     def complete(self, path: str) -> bool:
-        """Whether nothing lazy is left at or below ``path`` (its listing is final)."""
-        with self._lock:
-            return self._open_below.get(path, 0) == 0
+        """Whether nothing lazy is left at or below ``path`` (its listing is final). Read without the lock: zarr's
+        event loop asks, and a build holding the lock may be waiting on that loop (an array kind's template); a
+        group counts as open until its builds have ended, so the count never answers for one mid-build."""
+        return self._open_below.get(path, 0) == 0
 
     def below(self, path: str) -> dict[str, dict[str, Any]]:
         """The metadata of every node below ``path``, by path relative to it."""

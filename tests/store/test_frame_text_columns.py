@@ -208,3 +208,25 @@ def test_text_columns_store_and_load_the_same_with_pyarrow_loaded_or_not(tmp_pat
     monkeypatch.setattr(strings, "_arrow", (lambda: None) if load_with == "python" else arrow)
     s.objects.clear_caches()
     _exactly(s.get(d), want)
+
+
+CATEGORIES = {
+    "dates-with-freq": lambda: pd.Categorical(pd.date_range("2020", periods=3, freq="D")),
+    "zoned-dates-with-freq": lambda: pd.Categorical(pd.date_range("2020", periods=2, freq="h", tz="Asia/Tokyo")),
+    "durations-with-freq": lambda: pd.Categorical(pd.timedelta_range("1s", periods=2, freq="s")),
+    "a-range": lambda: pd.Categorical.from_codes([0, 1, -1], categories=pd.RangeIndex(3)),
+    "named": lambda: pd.Categorical(["a", "b"], categories=pd.Index(["a", "b"], name="letters")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CATEGORIES))
+def test_a_categorical_columns_categories_come_back_as_the_index_they_were(tmp_path, kind):
+    """A cache hit's categories are the same index: its type (a range), its freq and its name, not only equal labels."""
+    want = pd.DataFrame({"c": CATEGORIES[kind]()}, index=pd.CategoricalIndex(CATEGORIES[kind]()[:3][::-1])
+                        if len(CATEGORIES[kind]()) == 3 else None)
+    (m, got), = _round_trip(tmp_path, [want], trust=False)
+    _exactly(got, want)
+    for g, w in ((got["c"].cat.categories, want["c"].cat.categories), (got.index, want.index)):
+        g, w = (g.categories, w.categories) if isinstance(w, pd.CategoricalIndex) else (g, w)
+        assert repr(g) == repr(w) and type(g) is type(w) and g.name == w.name
+        assert getattr(g, "freq", None) == getattr(w, "freq", None)

@@ -255,6 +255,8 @@ class _Bytes:
     ([-1, 2, 3], b"abc", "offsets"),
     ([0, 2, 3], b"a\xffc", "UTF-8"),
     ([0, 1, 3], b"a\xed\xa0", "UTF-8"),  # an encoded surrogate is no UTF-8 either
+    ([0, 1, 2], "é".encode(), "UTF-8"),  # the bytes are UTF-8, but one character is split between two rows
+    ([0, 1, 3, 5], "a😀".encode(), "UTF-8"),
 ])
 def test_a_crafted_text_column_read_through_the_view_is_damage_never_wrong_text(offsets, text, why):
     from types import SimpleNamespace

@@ -114,10 +114,37 @@ def _categorical(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] |
     if codes is None or sub is None or "categorical" in sub[0]:
         return None
     desc: dict[str, Any] = {"ordered": dtype.ordered, "codes": codes[0], "categories": sub[0]}
+    # the categories are an index: its name, freq and a range come back too (a hit's dtype is the same)
+    if cats.name is not None:
+        if type(cats.name) not in (str, int) or not plain_json([cats.name]):
+            return None
+        desc["name"] = cats.name
+    if getattr(cats, "freqstr", None) is not None:
+        desc["freq"] = cats.freqstr
+    if type(cats) is pd.RangeIndex:
+        desc["range"] = [cats.start, cats.stop, cats.step]
     labels = cats.tolist()
     if len(labels) <= JSON_CATEGORIES and all(type(x) in (str, int) for x in labels) and plain_json(labels):
         desc["labels"] = labels
     return {"categorical": desc}, [codes[1], *sub[1]]
+
+
+def _categories_index(index: Any, info: dict[str, Any]) -> Any:
+    """Decoded categories as the index they were: a range, with its freq and name. ValueError where they differ."""
+    if "range" in info:
+        start, stop, step = (int(x) for x in info["range"])
+        rng = pd.RangeIndex(start, stop, step)
+        if not index.equals(rng) or index.dtype != rng.dtype:
+            raise ValueError("categories stored as a range are not that range")
+        index = rng
+    if info.get("freq") is not None:
+        if not isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
+            raise ValueError("a freq for categories that are no dates or durations")
+        index = type(index)(index, freq=str(info["freq"]))
+    name = info.get("name")
+    if name is not None and type(name) not in (str, int):
+        raise ValueError("categories named by no text or integer")
+    return index.rename(name)
 
 
 def _masked(values: Any, dtype: Any) -> tuple[dict[str, Any], list[Part]] | None:
@@ -186,6 +213,7 @@ def decode_column(desc: dict[str, Any], buffers: list[np.ndarray[Any, np.dtype[n
         codes = from_part(info["codes"], buffers[0])
         cats = decode_column(info["categories"], buffers[1:])
         index = pd.Index(cats, dtype=object) if isinstance(cats, np.ndarray) and cats.dtype == object else pd.Index(cats)
+        index = _categories_index(index, info)
         return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(index, ordered=info["ordered"]))
     if "masked" in desc:
         info = desc["masked"]

@@ -116,8 +116,9 @@ def _rebuilt(got: tuple[dict[str, Any], list[Any]], dtype: Any) -> bool:
         back = decode_column(desc, [np.frombuffer(p.data, np.uint8) for p in got[1]]).dtype
     except (TypeError, ValueError, LookupError):
         return False
-    if isinstance(dtype, pd.CategoricalDtype):
-        return bool(back == dtype) and back.categories.dtype == dtype.categories.dtype
+    if isinstance(dtype, pd.CategoricalDtype):  # the categories are the index they were (type, name, freq)
+        return bool(back == dtype) and back.categories.dtype == dtype.categories.dtype and \
+            _same_index(back.categories, dtype.categories)
     return bool(back == dtype)
 
 
