@@ -41,7 +41,8 @@ METRIC_CHUNK = 16384
 #: Up to this many nodes (by the runs index's metric summaries), the ``runs`` group's ``zarr.json`` holds every
 #: run's whole subtree as consolidated metadata (one read lists everything). More, and it holds none: zarr then
 #: lists the runs and reads each run's group (its attributes) as asked, and a run's metrics when asked. 10,000
-#: runs of 5 metrics are ~220,000 nodes, which zarr takes tens of seconds to parse at once.
+#: runs of 5 metrics are ~220,000 nodes, which zarr takes tens of seconds to parse at once; runs with no metrics
+#: (two nodes each) list faster whole however many there are.
 WHOLE_MAX = 10_000
 
 _COLUMNS = (("step", "int64", np.dtype("<i8")), ("value", "float64", np.dtype("<f8")), ("time", "float64", np.dtype("<f8")))
@@ -272,7 +273,9 @@ def build(store: Store, tree: Tree) -> None:
     def every(todo: list[str]) -> None:
         wanted = {refs[name] for name in todo}
         runs = [r for r in list_runs(store) if r.ref in wanted]  # one listed since is left to the next view
-        if _nodes(runs) > WHOLE_MAX:  # their groups now; a run's metrics when asked for
+        nodes = _nodes(runs)
+        # their groups now, a run's metrics when asked for; runs with (almost) no metrics list faster whole
+        if nodes > WHOLE_MAX and 2 * nodes > 5 * len(runs):
             for r in runs:
                 _run(store, tree, r, lazy=True)
             return

@@ -787,3 +787,22 @@ def test_a_damaged_run_ref_and_a_damaged_metric_record_are_error_nodes_in_the_ru
     for name in [*names, "zz-damaged"]:
         alone = zarr.open_group(fresh, path=f"runs/{name}", mode="r", use_consolidated=False)
         assert dict(alone.attrs) == dict(g[name].attrs) and _walk(alone) == _walk(g[name]), name
+
+
+def test_runs_without_metrics_list_whole_past_whole_max_and_runs_with_metrics_do_not(tmp_path, monkeypatch):
+    from casmon.runs import zarrtree
+
+    monkeypatch.setattr(zarrtree, "WHOLE_MAX", 4)
+    s = casmon.open(tmp_path / "s")
+    for i in range(6):
+        with casmon.record(store=s, capture_output=False, params={"i": i}):
+            pass
+    s.flush()
+    g = _open(s.zarr())["runs"]
+    assert g.metadata.consolidated_metadata is not None and len(list(g.group_keys())) == 6  # two nodes a run
+    for i in range(6):
+        with casmon.record(store=s, capture_output=False) as run:
+            run.log(loss=float(i), acc=0.5)
+    s.flush()
+    g = _open(s.zarr())["runs"]
+    assert g.metadata.consolidated_metadata is None and len(list(g.group_keys())) == 12
