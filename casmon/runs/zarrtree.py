@@ -255,9 +255,10 @@ def build(store: Store, tree: Tree) -> None:
     """Add the runs of ``store`` under ``runs/``: listed from the runs' refs through the runs index
     (:func:`~casmon.runs.listing.list_runs`: a run's attributes from its index entry, its manifest read only where
     the entry is stale), and built all at once when the ``runs`` group's metadata is asked for: up to
-    :data:`WHOLE_MAX` runs whole, with every metric record read in one pass (its ``zarr.json`` then holds the
-    whole subtree: zarr lists it without a read per run); past that, the runs' groups, each run's metrics read
-    when asked for. A run asked for alone is read from its ref and manifest."""
+    :data:`WHOLE_MAX` nodes (or runs with almost no metrics) whole, with every metric record read in one pass
+    (its ``zarr.json`` then holds the whole subtree: zarr lists it without a read per run); past that, the
+    runs' groups, each run's metrics read when asked for. A run asked for alone is read from its ref and
+    manifest."""
     refs: dict[str, str] = {}
 
     def names() -> list[str]:
