@@ -263,23 +263,30 @@ def ui_times(path: str, tree: str, browser: Any, again: int = 3) -> dict[str, tu
         p.wait()
 
 
-def ui_rows(path: str, n: int, before: str = "", rounds: int = 1) -> list[tuple[str, str]]:
-    """The runs page in Chromium (Playwright, /usr/bin/chromium) over a fresh server of this tree, and of the
-    code at ``before`` (a tree), in turn, ``rounds`` times (medians): :func:`ui_times`. Each cell: in the page
-    (first / again), then Playwright's wall time in brackets."""
+def in_turn(trees: list[tuple[str, str]], rounds: int, measure: Any) -> dict[str, list[Any]]:
+    """``measure(tree, browser)`` for each ``(label, tree)`` in turn, ``rounds`` times, in one Chromium: label ->
+    what each round measured."""
     from playwright.sync_api import sync_playwright
 
-    trees = ([("before", before)] if before else []) + [("after" if before else "this tree", os.getcwd())]
-    got: dict[str, list[dict[str, tuple[float, ...]]]] = {label: [] for label, _t in trees}
+    got: dict[str, list[Any]] = {label: [] for label, _t in trees}
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                args=["--headless", "--no-sandbox", "--disable-gpu"])
         try:
             for _ in range(rounds):
                 for label, tree in trees:
-                    got[label].append(ui_times(path, tree, b))
+                    got[label].append(measure(tree, b))
         finally:
             b.close()
+    return got
+
+
+def ui_rows(path: str, n: int, before: str = "", rounds: int = 1) -> list[tuple[str, str]]:
+    """The runs page in Chromium (Playwright, /usr/bin/chromium) over a fresh server of this tree, and of the
+    code at ``before`` (a tree), in turn, ``rounds`` times (medians): :func:`ui_times`. Each cell: in the page
+    (first / again), then Playwright's wall time in brackets."""
+    trees = ([("before", before)] if before else []) + [("after" if before else "this tree", os.getcwd())]
+    got = in_turn(trees, rounds, lambda tree, b: ui_times(path, tree, b))
 
     def ms(xs: list[float]) -> str:
         return " / ".join(f"{x * 1e3:.0f}" for x in xs if x == x) + " ms"
@@ -367,7 +374,6 @@ def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_
     in turn, round after round. Medians of ``rounds``."""
     import casmon
     from benchmarks.runs_store import build
-    from playwright.sync_api import sync_playwright
 
     path = store or os.path.join(root, "cmp")
     if not os.path.exists(os.path.join(path, "refs")):
@@ -377,16 +383,7 @@ def compare_rows(root: str, runs: int = 100, metrics: int = 5, points: int = 10_
             build(path, runs, metrics=metrics, points=points, chunk=20)
         casmon.list_runs(casmon.open(path))  # the runs index
     trees = ([("before", before)] if before else []) + [("this tree", os.getcwd())]
-    times: dict[str, list[list[tuple[float, ...]]]] = {label: [] for label, _t in trees}
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                               args=["--headless", "--no-sandbox", "--disable-gpu"])
-        try:
-            for _ in range(rounds):
-                for label, tree in trees:
-                    times[label].append(compare_page_times(path, tree, runs, metrics, b))
-        finally:
-            b.close()
+    times = in_turn(trees, rounds, lambda tree, b: compare_page_times(path, tree, runs, metrics, b))
     rows = []
     what = f"{runs} runs x {metrics} metrics x {points:,} points" + (" (each its own length)" if ragged else "")
     for label, got in times.items():
