@@ -138,27 +138,25 @@ class App:
             self.runs.start_loading()
 
     def first_listing(self) -> None:
-        """List the runs the first time with Python's cycle collector paused: building 100,000 runs' entries,
-        none of them garbage, it would walk them all again and again (a fifth of the listing's time). Where
-        the collector was on, it is on again after, whatever happens; a big listing is then frozen out of it."""
+        """List the runs the first time, in ``casmon ui``'s own process with Python's cycle collector paused:
+        building 100,000 runs' entries, none of them garbage, it would walk them all again and again (a fifth of
+        the listing's time). Where the collector was on, it is on again after, whatever happens; a big listing is
+        then frozen out of it."""
         if self._listed:
             return
         with self._listing_lock:
             if self._listed:
                 return
-            if not self.own_process:
-                self.runs.entries()
-                self._listed = True
-                return
-            was = gc.isenabled()
-            gc.disable()
+            pause = self.own_process and gc.isenabled()
+            if pause:
+                gc.disable()
             try:
                 n = len(self.runs.entries())
             finally:
-                if was:
+                if pause:
                     gc.enable()
             self._listed = True
-        if was and n >= FREEZE_FROM:
+        if pause and n >= FREEZE_FROM:
             gc.freeze()
 
     def calllog(self, reload: bool = False) -> tuple[CallLog, float]:
