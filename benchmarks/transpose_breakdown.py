@@ -2,7 +2,7 @@
 every candidate interleaved in each repeat); prints one JSON line of milliseconds for all 16 segments.
 
 ``PYTHONPATH=TREE python -m benchmarks.transpose_breakdown`` (needs casmon.keys.corder). The rows
-(docs/BENCHMARKS.md, "Transposed and Fortran-ordered arrays"):
+(docs/BENCHMARKS.md, "ML values"):
 
 * ``hash_contiguous``: xxh3 of the contiguous array's segments in place, the figure the ratio is against;
 * ``copy_and_hash``: what a transposed array's key costs (``corder.c_order_bytes`` then xxh3, per segment);

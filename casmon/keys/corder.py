@@ -7,7 +7,7 @@ A matrix whose columns lie closer together than its rows (``a.T``, Fortran order
 higher than a few rows, is copied in two steps a tile at a time: its column runs (2 KiB) into a staging tile
 whose rows are padded by a cache line, then the tile's transpose out of it, both within L2, where a direct
 strided copy reads each element from a different source row, 32 KiB apart in a 4096-column float64 matrix
-(docs/BENCHMARKS.md, "Transposed and Fortran-ordered arrays").
+(docs/BENCHMARKS.md, "ML values").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["TILE_RUN", "TILE_BYTES", "STAGE_BYTES", "NARROW", "NARROW_COLUMNS", 
 #: A tile's height in bytes of one source column: the run the first step reads in one go.
 TILE_RUN = 2048
 #: A tile's size in bytes: it and its staged copy stay in a core's L2 (2 MiB here). 256 × 128 float64 copied a
-#: transposed 4096² array fastest of 128 KiB-1 MiB (docs/BENCHMARKS.md, "Transposed and Fortran-ordered arrays").
+#: transposed 4096² array fastest of 128 KiB-1 MiB (docs/BENCHMARKS.md, "ML values").
 TILE_BYTES = 256 << 10
 #: The most scratch a tile is staged in (short, wide tiles stage more than TILE_BYTES: each row is padded).
 STAGE_BYTES = 2 * TILE_BYTES
