@@ -565,7 +565,9 @@ def stale(store: Store | str | None = None) -> Graph:
     shown = s.stale & (s.st == 0)
     rows = np.flatnonzero(shown)
     own = (s.code | s.files)[rows]
-    rows = np.concatenate((rows[own], rows[~own]))  # the causes first, then what they made stale
+    # the causes first, then what they made stale; each group in the order it was stored, upstream before what
+    # it fed (a key's order would list an entry before the one its reason names)
+    rows = rows[np.lexsort((rows, c.time[rows], ~own))]
     e = downstream(c)
     m = shown[e.src] & shown[e.dst]
     after = Graph()
