@@ -155,8 +155,10 @@ class Graph:
             feeds.setdefault(e.source, []).append(e)
         lines = [f"{self._title()}:"]
         for n in self.nodes.values():
-            st = n.data.get("status")
+            st, v = n.data.get("status"), n.data.get("version")
             tail = f"  [{st}]" if n.kind == "entry" and st != "live" else ""
+            if n.kind == "entry" and isinstance(v, str) and v:  # as `casmon cache NAME` and FN@VERSION name it
+                tail = f" (code {v[:12]})" + tail
             to = ", ".join(f"{self.nodes[e.target].label if e.target in self.nodes else e.target}"
                            f"{'.' + e.label if e.label else ''}" for e in feeds.get(n.id, []))
             why = f": {n.data['reason']}" if n.data.get("reason") else ""

@@ -50,6 +50,17 @@ def test_lineage_of_a_run_as_json_dot_and_text(two_runs):
     assert "lineage of 1:" in text and "data.txt" in text
 
 
+def test_lineage_and_used_by_text_name_each_entrys_code_version(two_runs):
+    store, _data = two_runs
+    g = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)
+    versions = {n["label"]: n["version"][:12] for n in g["nodes"] if n["kind"] == "entry"}
+    assert len(versions) == 2
+    for verb in ("lineage", "used-by"):
+        text = cli(verb, "1" if verb == "lineage" else "load", "--store", store).stdout
+        for label, v in versions.items():
+            assert f"entry {label} (code {v})" in text, (verb, text)  # as `casmon cache NAME` and FN@VERSION name it
+
+
 def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     store, data = two_runs
     g = json.loads(cli("used-by", str(data), "--store", store, "--json").stdout)
