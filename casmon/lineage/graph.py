@@ -134,7 +134,9 @@ class Graph:
         lines = ["digraph lineage {", "  rankdir=LR;"]
         for n in self.nodes.values():
             style = ', style=dashed' if n.kind == "entry" and n.data.get("status") != "live" else ""
-            lines.append(f"  {_q(n.id)} [label={_q(n.label)}, shape={shapes.get(n.kind, 'box')}{style}];")
+            why = n.data.get("reason")  # stale's why, under the name: the drawing says what the text says
+            label = n.label + (f"\n{why}" if isinstance(why, str) and why else "")
+            lines.append(f"  {_q(n.id)} [label={_q(label)}, shape={shapes.get(n.kind, 'box')}{style}];")
         for e in self.edges:
             lab = f" [label={_q(e.label)}]" if e.label else ""
             lines.append(f"  {_q(e.source)} -> {_q(e.target)}{lab};")

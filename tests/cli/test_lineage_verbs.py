@@ -71,6 +71,9 @@ def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     assert sorted(n["label"] for n in g["nodes"] if n["kind"] == "run") == ["1", "2"]
     assert all("its content changed" in n["reason"] for n in g["nodes"])
     assert "its content changed" in cli("stale", "--store", store).stdout
+    dot = cli("stale", "--store", store, "--dot").stdout
+    labels = [line for line in dot.splitlines() if "shape=" in line]  # the nodes
+    assert labels and all("its content changed" in line for line in labels), dot  # the why, drawn too
 
 
 def test_each_verb_heads_its_text_with_a_phrase_that_reads(two_runs):
