@@ -150,6 +150,11 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         return "file", (t if t in paths else os.path.abspath(t), None)
     if isinstance(why, AmbiguousName):  # names several, not none: say which, as one line
         raise LookupError(f"{why}; name one of them") from None
+    if low and len(low) < PREFIX_MIN and not low.strip("0123456789abcdef"):
+        n = len(_prefixed(c.key, None, low))
+        if n:  # a key's first digits, as git's short hashes: too few to be sure which entry
+            raise LookupError(f"{t!r} is too short to name an entry: give at least {PREFIX_MIN} hex digits of its key "
+                              f"({n:,} {'entry starts' if n == 1 else 'entries start'} with these)")
     raise LookupError(f"{t!r} names no run, cached function, entry, file or digest ({why})")
 
 

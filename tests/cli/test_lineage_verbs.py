@@ -106,6 +106,17 @@ def test_a_target_that_names_nothing_is_one_line(two_runs, verb):
 
 
 @pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_key_prefix_too_short_to_name_an_entry_says_how_many_digits_it_takes(two_runs, verb):
+    store, _data = two_runs
+    key = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)["nodes"][1]["key"]
+    r = cli(verb, key[:4], "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert f"{key[:4]!r} is too short to name an entry: give at least 6 hex digits of its key" in r.stderr, r.stderr
+    assert "no cached function" not in r.stderr
+    assert cli(verb, key[:6], "--store", store).returncode == 0
+
+
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
 def test_a_short_name_two_functions_share_is_one_line_naming_both(tmp_path, verb):
     """A script's ``__main__.clean`` and its import's ``pipeline.clean``: 'clean' is ambiguous, not unknown."""
     store = str(tmp_path / "store")
