@@ -526,6 +526,10 @@ class Staleness:
             cur = ix.current[fn][1]
             old, new = ix.version_parts(fn, v), ix.version_parts(fn, cur)
             diffs = compare_parts(old, new) if old is not None and new is not None else []
+            # its own code is what the sentence says already: named again only among other parts
+            others = [d for d in diffs if not (d.what == "code" and d.name == fn)]
+            if diffs and not others:
+                return f"the code of {fn} changed since it was stored"
             what = "; ".join(d.clause() for d in diffs[:3]) or "its version differs"
             return f"the code of {fn} changed since it was stored: {what}"
         if self.files[h]:

@@ -151,6 +151,15 @@ def test_an_edited_helper_makes_its_stage_and_everything_downstream_stale(pipe):
     assert d.name == "pipeline.helper" and "+    return x[x > 1]" in d.diff
 
 
+def test_a_stages_own_edit_is_said_once_in_stale(pipe):
+    pipe.edit("return helper(x) * scale", "return helper(x) * scale * 1.5")
+    pipe.run()
+    k1 = pipe.first_keys
+    reasons = {n["id"]: n["reason"] for n in stale(pipe.store).to_dict()["nodes"]}
+    # not "...since it was stored: code 'pipeline.clean' changed": the function named twice
+    assert reasons[f"entry:{k1['clean']}"] == "the code of pipeline.clean changed since it was stored"
+
+
 def test_diff_names_the_two_runs_on_the_first_differences_source_diff(pipe):
     pipe.edit("return x[x > 0]", "return x[x > 1]")
     second = pipe.run()
