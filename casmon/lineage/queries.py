@@ -46,11 +46,16 @@ def _fn_short(fn: str) -> str:
     return fn.rsplit(".", 1)[-1]
 
 
-def entry_node(ix: Index, key: str) -> Node:
+def entry_node(ix: Index, key: str, fn_hint: Any = None) -> Node:
+    """``fn_hint``: the function a record naming the entry says it is (a run's link), for an entry gone from the
+    store: it reads as ``clean 1ee1795a475e [missing]``, not as a bare key."""
     r = ix.entry(key)
     st = ix.status(key)
     if r is None:
-        return Node(entry_id(key), "entry", f"missing entry {short_hex(key)}", "", {"key": key, "status": MISSING})
+        if isinstance(fn_hint, str) and fn_hint:
+            return Node(entry_id(key), "entry", f"{_fn_short(fn_hint)} {short_hex(key)}", "",
+                        {"key": key, "fn": fn_hint, "status": MISSING})
+        return Node(entry_id(key), "entry", short_hex(key), "", {"key": key, "status": MISSING})
     fn = str(r.get("fn", "?"))
     data = {"key": key, "fn": fn, "version": r.get("v"), "result": r.get("result"), "status": st,
             "time": r.get("time")}
@@ -213,7 +218,7 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
         keys = []
         for link in ix.run_links(found):
             k = link["key"]
-            g.add(entry_node(ix, k))
+            g.add(entry_node(ix, k, link.get("fn")))
             g.link(entry_id(k), rn.id, "used", "hit" if link.get("hit") else "computed")
             keys.append(k)
         _upstream_into(ix, g, keys)

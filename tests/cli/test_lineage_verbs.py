@@ -76,6 +76,21 @@ def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     assert labels and all("its content changed" in line for line in labels), dot  # the why, drawn too
 
 
+def test_a_runs_collected_entry_is_named_by_its_function_in_lineage(two_runs):
+    store, _data = two_runs
+    load_key = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)
+    (key,) = [n["key"] for n in load_key["nodes"] if n["kind"] == "entry" and n["fn"].endswith(".load")]
+    cli("cache", "clear", "load", "--store", store)
+    for _ in range(2):  # condemned, then removed
+        cli("gc", "--now", "--store", store)
+    text = cli("lineage", "1", "--store", store).stdout
+    assert f"  entry load {key[:12]}  [missing]" in text, text  # what the run's record says it called
+    assert "entry missing entry" not in text
+    node = [n for n in json.loads(cli("lineage", "1", "--store", store, "--json").stdout)["nodes"]
+            if n.get("key") == key][0]
+    assert node["status"] == "missing" and node["fn"].endswith(".load") and node["link"] == ""
+
+
 def test_each_verb_heads_its_text_with_a_phrase_that_reads(two_runs):
     store, data = two_runs
     assert cli("lineage", "1", "--store", store).stdout.startswith("lineage of 1:")
