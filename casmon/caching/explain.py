@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
     from casmon.store.store import Store
 
-__all__ = ["Difference", "Explanation", "Version", "arg_digests", "version_parts", "explain_call", "explain_entry",
+__all__ = ["Difference", "Explanation", "Version", "relabel", "arg_digests", "version_parts", "explain_call", "explain_entry",
            "code_versions", "compare_parts", "main_hint"]
 
 #: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
@@ -285,6 +285,15 @@ def _diff_text(name: str, old: str, new: str) -> str:
 
     lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{name} (stored)", f"{name} (now)", lineterm="", n=1)
     return "\n".join(list(lines)[:80])
+
+
+def relabel(diff: str, name: str, old: str, new: str) -> str:
+    """A source diff of explain's with its two header lines naming its sides ``old`` and ``new`` (explain says
+    ``(stored)`` and ``(now)``, the sides of a call; two runs' entries are the sides of a run's diff)."""
+    lines = diff.split("\n")
+    if len(lines) >= 2 and lines[0] == f"--- {name} (stored)" and lines[1] == f"+++ {name} (now)":
+        lines[:2] = [f"--- {name} ({old})", f"+++ {name} ({new})"]
+    return "\n".join(lines)
 
 
 def _part_group(parts: dict[str, Any], name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from casmon.caching.explain import Difference, compare_parts
+from casmon.caching.explain import Difference, compare_parts, relabel
 from casmon.lineage.index import Index, bulk, short_hex
 
 if TYPE_CHECKING:
@@ -131,8 +131,11 @@ def _named(a: str, fn_a: str, b: str, fn_b: str) -> Difference:
                                   f"they are {module}.NAME, and the two are keyed apart")
 
 
-def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str | None = None) -> list[Difference]:
+def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str | None = None,
+             sides: tuple[str, str] = ("A", "B")) -> list[Difference]:
+    """What differs between run A's entry ``a`` and run B's ``b``, each side named ``in {name}``."""
     out: list[Difference] = []
+    then, now = (f"in {x}" for x in sides)
     pa, pb = a.get("a"), b.get("a")
     if isinstance(pa, dict) and isinstance(pb, dict):
         for name in sorted(set(pa) | set(pb)):
@@ -142,8 +145,8 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str
             if x == "~" or y == "~":
                 out.append(Difference("parameter", name, "may differ: a large value, of which no digest is kept"))
                 continue
-            out.append(Difference("parameter", name, "not passed then" if x is None else
-                                  "not passed now" if y is None else "differs"))
+            out.append(Difference("parameter", name, f"not passed {then}" if x is None else
+                                  f"not passed {now}" if y is None else "differs"))
     va, vb = a.get("v"), b.get("v")
     if va != vb:
         old, new = ix.version_parts(fn_a or fn, va), ix.version_parts(fn, vb)
@@ -155,14 +158,16 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str
             out.append(Difference("code", "", "the code differs (the parts of a version are not recorded)"))
         else:
             # Under two names the version differs by the name alone, which the "name" difference says.
-            out.extend(compare_parts(old, new) or ([] if fn_a else [Difference("code", "", "the version differs, in "
-                                                                               "nothing its record names")]))
+            parts = compare_parts(old, new)
+            out.extend(Difference(d.what, d.name, d.detail, relabel(d.diff, d.name, then, now)) for d in parts)
+            if not parts and not fn_a:
+                out.append(Difference("code", "", "the version differs, in nothing its record names"))
     fa = {(p, path): d for p, path, d in _files(a)}
     fb = {(p, path): d for p, path, d in _files(b)}
     for k in sorted(set(fa) | set(fb)):
         x, y = fa.get(k), fb.get(k)
         if x != y:
-            detail = "not read then" if x is None else "not read now" if y is None else "its content changed"
+            detail = f"not read {then}" if x is None else f"not read {now}" if y is None else "its content changed"
             out.append(Difference("file", k[1], f"{detail} (parameter {k[0]!r})"))
     return out
 
@@ -205,13 +210,14 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
             ups.setdefault(fn, set()).update(keys.get(u, "?") for _p, u in ix.upstream(k))
     first = sorted(fn for fn in differs if not (ups.get(fn, set()) - {fn}) & differs)
     out = FirstDifference(ra.name, rb.name)
+    first_run, later = (ra.name, rb.name) if start_a <= start_b else (rb.name, ra.name)
     for fn in first:
         ka, kb = by_fn[fn]
         if ka == kb:
             k = sorted(ka)[0]
             out.partings.append(Parting(fn, k, k, [Difference(
-                "entry", "", f"cleared between the runs: {ra.name if start_a <= start_b else rb.name} used the "
-                             "entry before the clear, the other computed it again")]))
+                "entry", "", f"cleared between the runs: {first_run} used the entry before the clear, {later} "
+                             "computed it again")]))
             continue
         only_a, only_b = sorted(ka - kb), sorted(kb - ka)
         if not only_a or not only_b:
@@ -225,7 +231,7 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
         for k in only_b:
             best: tuple[int, str, list[Difference]] | None = None
             for j in only_a:
-                d = named + _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {}, fn_a)
+                d = named + _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {}, fn_a, (ra.name, rb.name))
                 if best is None or len(d) < best[0]:
                     best = (len(d), j, d)
             assert best is not None

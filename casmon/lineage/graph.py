@@ -134,7 +134,9 @@ class Graph:
         lines = ["digraph lineage {", "  rankdir=LR;"]
         for n in self.nodes.values():
             style = ', style=dashed' if n.kind == "entry" and n.data.get("status") != "live" else ""
-            lines.append(f"  {_q(n.id)} [label={_q(n.label)}, shape={shapes.get(n.kind, 'box')}{style}];")
+            why = n.data.get("reason")  # stale's why, under the name: the drawing says what the text says
+            label = n.label + (f"\n{why}" if isinstance(why, str) and why else "")
+            lines.append(f"  {_q(n.id)} [label={_q(label)}, shape={shapes.get(n.kind, 'box')}{style}];")
         for e in self.edges:
             lab = f" [label={_q(e.label)}]" if e.label else ""
             lines.append(f"  {_q(e.source)} -> {_q(e.target)}{lab};")
@@ -155,8 +157,10 @@ class Graph:
             feeds.setdefault(e.source, []).append(e)
         lines = [f"{self._title()}:"]
         for n in self.nodes.values():
-            st = n.data.get("status")
+            st, v = n.data.get("status"), n.data.get("version")
             tail = f"  [{st}]" if n.kind == "entry" and st != "live" else ""
+            if n.kind == "entry" and isinstance(v, str) and v:  # as `casmon cache NAME` and FN@VERSION name it
+                tail = f" (code {v[:12]})" + tail
             to = ", ".join(f"{self.nodes[e.target].label if e.target in self.nodes else e.target}"
                            f"{'.' + e.label if e.label else ''}" for e in feeds.get(n.id, []))
             why = f": {n.data['reason']}" if n.data.get("reason") else ""

@@ -63,6 +63,7 @@ class Index:
         # key -> newest record (None: no record), read one key at a time until a query needs them all
         self._entries: dict[str, dict[str, Any] | None] = {}
         self._all = False
+        self._relisted = False  # listed the entries again after a miss (once a query)
         self._cols: Columns | None = None
         self._by_rf: dict[str, list[str]] | None = None
         self._by_fn: dict[str, list[str]] | None = None
@@ -99,7 +100,14 @@ class Index:
             return r
         r = None
         try:
-            for rec in self.store.lookup(KIND, bytes.fromhex(key)):
+            recs = self.store.lookup(KIND, bytes.fromhex(key))
+            if not recs and not self._relisted:
+                # A store held open (casmon ui, a notebook) lists again on a miss at most once a second: a key
+                # another process wrote a moment ago would read as no entry. A query lists once.
+                self._relisted = True
+                self.store.table(KIND).refresh()
+                recs = self.store.lookup(KIND, bytes.fromhex(key), refresh=False)
+            for rec in recs:
                 if r is None or rec.get("time", 0) >= r.get("time", 0):
                     r = rec
         except (CasmonError, ValueError):

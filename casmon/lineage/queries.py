@@ -46,11 +46,16 @@ def _fn_short(fn: str) -> str:
     return fn.rsplit(".", 1)[-1]
 
 
-def entry_node(ix: Index, key: str) -> Node:
+def entry_node(ix: Index, key: str, fn_hint: Any = None) -> Node:
+    """``fn_hint``: the function a record naming the entry says it is (a run's link), for an entry gone from the
+    store: it reads as ``clean 1ee1795a475e [missing]``, not as a bare key."""
     r = ix.entry(key)
     st = ix.status(key)
     if r is None:
-        return Node(entry_id(key), "entry", f"missing entry {short_hex(key)}", "", {"key": key, "status": MISSING})
+        if isinstance(fn_hint, str) and fn_hint:
+            return Node(entry_id(key), "entry", f"{_fn_short(fn_hint)} {short_hex(key)}", "",
+                        {"key": key, "fn": fn_hint, "status": MISSING})
+        return Node(entry_id(key), "entry", short_hex(key), "", {"key": key, "status": MISSING})
     fn = str(r.get("fn", "?"))
     data = {"key": key, "fn": fn, "version": r.get("v"), "result": r.get("result"), "status": st,
             "time": r.get("time")}
@@ -150,6 +155,11 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         return "file", (t if t in paths else os.path.abspath(t), None)
     if isinstance(why, AmbiguousName):  # names several, not none: say which, as one line
         raise LookupError(f"{why}; name one of them") from None
+    if low and len(low) < PREFIX_MIN and not low.strip("0123456789abcdef"):
+        n = len(_prefixed(c.key, None, low))
+        if n:  # a key's first digits, as git's short hashes: too few to be sure which entry
+            raise LookupError(f"{t!r} is too short to name an entry: give at least {PREFIX_MIN} hex digits of its key "
+                              f"({n:,} {'entry starts' if n == 1 else 'entries start'} with these)")
     raise LookupError(f"{t!r} names no run, cached function, entry, file or digest ({why})")
 
 
@@ -208,7 +218,7 @@ def lineage(target: Any, store: Store | str | None = None) -> Graph:
         keys = []
         for link in ix.run_links(found):
             k = link["key"]
-            g.add(entry_node(ix, k))
+            g.add(entry_node(ix, k, link.get("fn")))
             g.link(entry_id(k), rn.id, "used", "hit" if link.get("hit") else "computed")
             keys.append(k)
         _upstream_into(ix, g, keys)
@@ -521,6 +531,10 @@ class Staleness:
             cur = ix.current[fn][1]
             old, new = ix.version_parts(fn, v), ix.version_parts(fn, cur)
             diffs = compare_parts(old, new) if old is not None and new is not None else []
+            # its own code is what the sentence says already: named again only among other parts
+            others = [d for d in diffs if not (d.what == "code" and d.name == fn)]
+            if diffs and not others:
+                return f"the code of {fn} changed since it was stored"
             what = "; ".join(d.clause() for d in diffs[:3]) or "its version differs"
             return f"the code of {fn} changed since it was stored: {what}"
         if self.files[h]:
@@ -565,7 +579,9 @@ def stale(store: Store | str | None = None) -> Graph:
     shown = s.stale & (s.st == 0)
     rows = np.flatnonzero(shown)
     own = (s.code | s.files)[rows]
-    rows = np.concatenate((rows[own], rows[~own]))  # the causes first, then what they made stale
+    # the causes first, then what they made stale; each group in the order it was stored, upstream before what
+    # it fed (a key's order would list an entry before the one its reason names)
+    rows = rows[np.lexsort((rows, c.time[rows], ~own))]
     e = downstream(c)
     m = shown[e.src] & shown[e.dst]
     after = Graph()

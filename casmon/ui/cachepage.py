@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from casmon.caching.entries import results_total
-from casmon.caching.explain import Difference, Explanation, Version
+from casmon.caching.explain import Difference, Explanation, Version, relabel
 from casmon.ui.pages import Ctx, heading, layout, scroll, url
 from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, seconds, table, when
@@ -65,15 +65,6 @@ def version_cell(ctx: Ctx, fn: str, v: Any, numbers: dict[str, int]) -> Html:
     if n is None:
         return code(display.hexshort(v))
     return ctx.link(url("/cache", fn=fn) + f"#version-{n}", code(f"#{n} {display.hexshort(v)}"))
-
-
-def relabel(diff: str, name: str, old: str, new: str) -> str:
-    """A diff of explain's with its two header lines naming the sides as this page does (explain says
-    ``(stored)`` and ``(now)``, the sides of a call)."""
-    lines = diff.split("\n")
-    if len(lines) >= 2 and lines[0] == f"--- {name} (stored)" and lines[1] == f"+++ {name} (now)":
-        lines[:2] = [f"--- {name} ({old})", f"+++ {name} ({new})"]
-    return "\n".join(lines)
 
 
 def differences_html(diffs: Iterable[Difference], old: str = "", new: str = "") -> Html:

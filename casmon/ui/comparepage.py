@@ -15,6 +15,7 @@ from typing import Any
 
 from casmon.view import display
 from casmon.view.display import Html, code, esc, kv_table, patch_html, short, table
+from casmon.view.text import plural
 from casmon.ui import artifactview
 from casmon.ui.compare import Comparison, Divergence, Row
 from casmon.ui.lineageview import first_difference_html
@@ -54,7 +55,7 @@ def _metric(row: Row, i: int) -> Html:
         return Html("")
     n = s.get("n")
     extra = f"{fmt(s['min'])} .. {fmt(s['max'])}" if s.get("min") is not None and s.get("max") is not None else ""
-    pts = f"{n:,} points" if type(n) is int else ""
+    pts = plural(n, "point") if type(n) is int else ""
     detail = ", ".join(x for x in (extra, pts) if x)
     last = fmt(s["last"]) if type(s.get("last")) in (int, float) else "-"
     return Html(f'{esc(last)}<br><span class="muted">{esc(detail)}</span>' if detail else esc(last))

@@ -50,6 +50,17 @@ def test_lineage_of_a_run_as_json_dot_and_text(two_runs):
     assert "lineage of 1:" in text and "data.txt" in text
 
 
+def test_lineage_and_used_by_text_name_each_entrys_code_version(two_runs):
+    store, _data = two_runs
+    g = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)
+    versions = {n["label"]: n["version"][:12] for n in g["nodes"] if n["kind"] == "entry"}
+    assert len(versions) == 2
+    for verb in ("lineage", "used-by"):
+        text = cli(verb, "1" if verb == "lineage" else "load", "--store", store).stdout
+        for label, v in versions.items():
+            assert f"entry {label} (code {v})" in text, (verb, text)  # as `casmon cache NAME` and FN@VERSION name it
+
+
 def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     store, data = two_runs
     g = json.loads(cli("used-by", str(data), "--store", store, "--json").stdout)
@@ -60,6 +71,24 @@ def test_used_by_a_file_reaches_both_runs_and_stale_follows_its_bytes(two_runs):
     assert sorted(n["label"] for n in g["nodes"] if n["kind"] == "run") == ["1", "2"]
     assert all("its content changed" in n["reason"] for n in g["nodes"])
     assert "its content changed" in cli("stale", "--store", store).stdout
+    dot = cli("stale", "--store", store, "--dot").stdout
+    labels = [line for line in dot.splitlines() if "shape=" in line]  # the nodes
+    assert labels and all("its content changed" in line for line in labels), dot  # the why, drawn too
+
+
+def test_a_runs_collected_entry_is_named_by_its_function_in_lineage(two_runs):
+    store, _data = two_runs
+    load_key = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)
+    (key,) = [n["key"] for n in load_key["nodes"] if n["kind"] == "entry" and n["fn"].endswith(".load")]
+    cli("cache", "clear", "load", "--store", store)
+    for _ in range(2):  # condemned, then removed
+        cli("gc", "--now", "--store", store)
+    text = cli("lineage", "1", "--store", store).stdout
+    assert f"  entry load {key[:12]}  [missing]" in text, text  # what the run's record says it called
+    assert "entry missing entry" not in text
+    node = [n for n in json.loads(cli("lineage", "1", "--store", store, "--json").stdout)["nodes"]
+            if n.get("key") == key][0]
+    assert node["status"] == "missing" and node["fn"].endswith(".load") and node["link"] == ""
 
 
 def test_each_verb_heads_its_text_with_a_phrase_that_reads(two_runs):
@@ -89,6 +118,17 @@ def test_a_target_that_names_nothing_is_one_line(two_runs, verb):
     assert len(r.stderr.strip().splitlines()) == 1
     r = cli(verb, "1", "--store", store, "--json", "--dot", check=False)
     assert r.returncode == 1 and "choose one" in r.stderr
+
+
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_key_prefix_too_short_to_name_an_entry_says_how_many_digits_it_takes(two_runs, verb):
+    store, _data = two_runs
+    key = json.loads(cli("lineage", "1", "--store", store, "--json").stdout)["nodes"][1]["key"]
+    r = cli(verb, key[:4], "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert f"{key[:4]!r} is too short to name an entry: give at least 6 hex digits of its key" in r.stderr, r.stderr
+    assert "no cached function" not in r.stderr
+    assert cli(verb, key[:6], "--store", store).returncode == 0
 
 
 @pytest.mark.parametrize("verb", ["lineage", "used-by"])

@@ -82,6 +82,40 @@ def test_a_hit_links_like_a_miss(store):
     assert upstream_fns(store, double, make(30)) == [("a", "make")]
 
 
+def test_an_item_of_a_tuple_result_links_by_identity_only_a_whole_result_by_content(store):
+    """As the README says: a result is one value. ``feats`` of ``feats, labels = features(n)`` links where it is the
+    object itself; an equal copy of it in another process (saved to a file, loaded) links to nothing, while an
+    equal copy of a whole result links by content."""
+
+    @casmon.cache(store=store)
+    def features(n):
+        return np.arange(n, dtype=float) * 3, np.arange(n) % 2
+
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float) * 5
+
+    @casmon.cache(store=store)
+    def total(a):
+        return float(a.sum())
+
+    @casmon.cache(store=store)
+    def peak(a):
+        return float(a.max())
+
+    feats, _labels = features(40)
+    total(feats)
+    assert upstream_fns(store, total, feats) == [("a", "features")]
+    whole = make(40)
+    features.__casmon_cache__.store.flush()
+    edges.forget_all()  # as another process, which loaded equal copies
+    item_copy, whole_copy = np.array(feats), np.array(whole)
+    peak(item_copy)
+    peak(whole_copy)
+    assert upstream_fns(store, peak, item_copy) == []
+    assert upstream_fns(store, peak, whole_copy) == [("a", "make")]
+
+
 def test_a_warm_hit_touches_no_identity_row_and_no_fingerprint_yet_its_result_and_views_link(store, monkeypatch):
     @casmon.cache(store=store)
     def make(n):

@@ -191,3 +191,33 @@ def test_a_zoom_up_to_the_last_int64_step_asks_for_steps_the_server_takes(tmp_pa
         assert w.page_errors == []
     finally:
         srv.close()
+
+
+def test_a_charts_y_ticks_over_a_narrow_range_read_as_different_numbers(tmp_path, browser):
+    from casmon.runs.imported import write_run
+
+    s = casmon.open(tmp_path / "s")
+    steps = np.arange(20)
+    for i in range(2):  # scores that differ in the sixth digit, as two runs of a seeded model do
+        write_run(s, comment=f"r{i}", start=1.7e9, end=1.7e9 + 9,
+                  metrics={"score": (steps, 0.98250 + (steps + i) * 1e-7, 1.7e9 + steps)})
+    s.close()
+    srv = Served(tmp_path / "s")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.goto(f"http://127.0.0.1:{srv.port}/compare?run=1&run=2", wait_until="load")
+        page.wait_for_selector("#charts[data-ready]")
+        _drawn(page, "score")
+        ticks = page.evaluate(f"() => {_area('score')}.uplot.axes[1]._values")
+        assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks  # not "0.9825" at every tick
+        # and the axis is wide enough to show them whole, not "982498" under a clipped "0."
+        widest, size = page.evaluate(f"""() => {{
+            const u = {_area('score')}.uplot, c = document.createElement("canvas").getContext("2d");
+            c.font = u.axes[1].font[0];
+            return [Math.max(...u.axes[1]._values.map(t => c.measureText(t).width)) / devicePixelRatio,
+                    u.axes[1]._size];
+        }}""")
+        assert widest + 8 <= size, (widest, size, ticks)
+        page.close()
+    finally:
+        srv.close()

@@ -336,3 +336,39 @@ def test_a_parting_under_a_scripts_two_names_links_each_side_to_its_own_function
     got = str(first_difference_html(Ctx("s"), [("1 → 2", fd, "")]))
     assert html.escape(entry_url("__main__.load", a)) in got and html.escape(entry_url("train.load", b)) in got
     assert "__main__.load" in got.split("<h4>")[1].split("</h4>")[0]
+
+
+@needs_chromium
+def test_a_tall_lineage_panel_opens_with_its_root_and_sources_in_view(tmp_path, browser):
+    store = str(tmp_path / "store")
+
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.cache(store=store)
+    def part(x, i):
+        return x[i::40] * 2
+
+    @casmon.cache(store=store)
+    def total(parts):
+        return float(sum(p.sum() for p in parts))
+
+    with casmon.record(store=store, capture_output=False) as run:
+        x = make(400)
+        total([part(x, i) for i in range(40)])  # a column of 40 boxes between the source and the run
+    casmon.flush()
+    srv = Served(tmp_path / "store")
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(f"http://127.0.0.1:{srv.port}/run/{run.name}", wait_until="load")
+        page.locator(".lineage-panel").scroll_into_view_if_needed()
+        page.wait_for_selector(".lineage-panel svg .lineage-node", timeout=30_000)
+        box = page.locator(".lineage-scroll").bounding_box()
+        assert box["height"] < 900, "the panel is not taller than its box: the test cannot tell"
+        for sel in (f".lineage-node[data-id='run:{run.ref}']", ".lineage-node[data-kind='entry']:has-text('make')"):
+            b = page.locator(sel).bounding_box()
+            assert box["y"] <= b["y"] and b["y"] + b["height"] <= box["y"] + box["height"], sel  # not scrolled to
+    finally:
+        page.close()
+        srv.close()

@@ -94,12 +94,23 @@
     return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
   }
 
-  function fmt(v) {
+  function fmt(v, digits) {
+    var p = digits || 4;
     if (v === null || v === undefined || !isFinite(v)) { return "–"; }
     if (v === 0) { return "0"; }
     var a = Math.abs(v);
-    if (a >= 1e5 || a < 1e-3) { return v.toPrecision(3).replace(/\.?0+e/, "e"); }
-    return String(Number(v.toPrecision(4)));
+    if (a >= 1e5 || a < 1e-3) { return v.toPrecision(p - 1).replace(/\.?0+e/, "e"); }
+    return String(Number(v.toPrecision(p)));
+  }
+
+  // An axis's tick labels with the digits it takes to tell them apart: over a narrow range (scores that differ
+  // in the sixth digit) four would label every tick alike.
+  function tickLabels(vals) {
+    var out = vals.map(function (v) { return fmt(v); });
+    for (var p = 5; p <= 15 && new Set(out).size < out.length; p++) {
+      out = vals.map(function (v) { return fmt(v, p); });
+    }
+    return out;
   }
 
   // o[k] where o holds k itself: a metric, parameter or value named "constructor" or "__proto__" is no Object's own.
@@ -372,7 +383,13 @@
 
   function yAxis(axis, log) {
     if (log) { return logAxis(axis); }
-    axis.values = function (u, vals) { return vals.map(fmt); };
+    axis.values = function (u, vals) { return tickLabels(vals); };
+    // as wide as its longest label (the digits a narrow range takes), never narrower than asked
+    var base = axis.size || 50;
+    axis.size = function (u, values) {
+      var longest = Math.max.apply(null, (values || []).map(function (l) { return String(l).length; }).concat([0]));
+      return Math.max(base, Math.ceil(longest * 7.5 + 24));
+    };
     return axis;
   }
 

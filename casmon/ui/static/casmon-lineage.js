@@ -90,6 +90,12 @@
       var s = el("text", {x: 14, y: 36, "class": "lineage-sub"}, grp);
       s.textContent = clip(n.sub);
     });
+    // Columns are centred, so in a graph taller than its box the root and the short columns (the sources) sit
+    // mid-height: open the box scrolled to the root, not to the top of the tallest column.
+    var root = g.nodes.filter(function (n) { return n.root; })[0];
+    if (root && wrap.scrollHeight > wrap.clientHeight) {
+      wrap.scrollTop = Math.max(0, (at[root.id].y + H / 2) * scale - wrap.clientHeight / 2);
+    }
     var legend = html("p", "muted lineage-legend", null, box);
     [["entry", "cached call"], ["file", "file"], ["param", "parameter"], ["run", "run"]].forEach(function (k) {
       var item = html("span", "lineage-key lineage-key-" + k[0], null, legend);
