@@ -28,15 +28,16 @@ from __future__ import annotations
 import binascii
 import functools
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 import types
 import warnings
-import weakref
+from _weakrefset import WeakSet  # weakref's own, without loading weakref.py on a hit
 from collections import OrderedDict, deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Mapping
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
+    import threading
     from typing import Any, NamedTuple
 
 from casmon.caching import edges, hot, versions
@@ -94,7 +95,7 @@ else:  # the same tuple, without loading typing on a fresh process's first hit
 _EMPTY = EMPTY
 
 
-_states: weakref.WeakSet[CacheState] = weakref.WeakSet()
+_states: WeakSet[CacheState] = WeakSet()
 _recent_by_name: dict[str, deque[float]] = {}
 
 
@@ -210,7 +211,7 @@ class CacheState:
         self._prefix: bytes | None = None
         self._mem: OrderedDict[bytes, bytes] = OrderedDict()  # key -> result digest
         self._mem_max = memory_entries
-        self._lock = threading.RLock()  # the version check, holding it, may read a clear that forgets what is remembered
+        self._lock = _thread.RLock()  # the version check, holding it, may read a clear that forgets what is remembered
         self._custom_key = type(self).key is not CacheState.key  # compat.finecache keys its own way
         self.hits = 0
         self.misses = 0

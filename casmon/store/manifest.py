@@ -11,7 +11,6 @@ from a store is checked before anything is allocated from it.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -74,6 +73,7 @@ def encode_manifest(tag: str, meta: dict[str, Any], parts: list[PartRef], childr
     head: dict[str, Any] = {"t": tag, "meta": meta, "parts": parts, "n": nbytes}
     if children:
         head["children"] = [c.hex() for c in children]
+    import json  # a write's: a hit loads no json
     h = json.dumps(head, separators=(",", ":")).encode()
     return b"m" + _U32.pack(len(h)) + h + inline
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Sequence
 from pathlib import Path
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -123,7 +123,7 @@ class LocalBackend(Backend):
         self._root = str(folder.root)
         self._made_dirs: set[str] = set()  # folders known to exist (a write need not make them again)
         self._kept: dict[str, _OpenFile] = {}  # key -> open file, least recently used first
-        self._kept_lock = threading.Lock()
+        self._kept_lock = _thread.allocate_lock()
 
     @property
     def zstore(self) -> Folder:
