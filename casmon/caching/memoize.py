@@ -25,7 +25,6 @@ why a call missed in :mod:`~casmon.caching.explain`.
 
 from __future__ import annotations
 
-import binascii
 import functools
 import os
 import _thread  # threading's locks, without loading threading on a hit
@@ -117,6 +116,32 @@ FILES_RECORDED = 1000
 INLINE_MAX = 256
 #: A process sees a `cache clear` made by another within this many seconds (its hits re-read the clears).
 CLEAR_CHECK_S = 1.0
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B64_VALUES = bytes.maketrans(_B64.encode(), bytes(range(64)))
+_B64_CHECK = {ord(c): None for c in _B64}
+
+
+def _unbase64(text: str) -> bytes:
+    """``binascii.a2b_base64(text, strict_mode=True)``: an entry's inline value, decoded without loading binascii
+    (a C extension) where it is as ``b2a_base64`` writes it; anything else is binascii's to decode or refuse."""
+    body = text.rstrip("=")
+    pad = len(text) - len(body)
+    if len(text) % 4 or pad > 2 or body.translate(_B64_CHECK) or not text.isascii():
+        import binascii
+
+        return binascii.a2b_base64(text, strict_mode=True)
+    v = body.encode().translate(_B64_VALUES)
+    out = bytearray()
+    for i in range(0, len(v) - 3, 4):
+        out += (v[i] << 18 | v[i + 1] << 12 | v[i + 2] << 6 | v[i + 3]).to_bytes(3, "big")
+    tail = v[len(v) - len(v) % 4 :]
+    if len(tail) == 3:
+        out += ((tail[0] << 18 | tail[1] << 12 | tail[2] << 6) >> 8).to_bytes(2, "big")
+    elif len(tail) == 2:  # (one left over cannot be: the text is whole quads with at most two "=")
+        out += ((tail[0] << 18 | tail[1] << 12) >> 16).to_bytes(1, "big")
+    return bytes(out)
 
 
 # -- the state behind one cached function ---------------------------------------------------------------
@@ -531,7 +556,7 @@ class CacheState:
             inline = found[1].get("inline")
             if isinstance(inline, str):
                 try:  # used only if it hashes to the result's digest
-                    self.store.objects.prime(d, binascii.a2b_base64(inline, strict_mode=True))
+                    self.store.objects.prime(d, _unbase64(inline))
                 except ValueError:
                     pass
         try:
@@ -589,6 +614,8 @@ class CacheState:
         entry: dict[str, Any] = {"fn": self.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
         raw = store.objects.peek_raw(d, INLINE_MAX)
         if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
+            import binascii  # a miss's: a hit decodes without it
+
             entry["inline"] = binascii.b2a_base64(raw, newline=False).decode()
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copyreg
 import functools
-import struct
 import sys
 import _thread  # threading's locks, without loading threading on a hit
 import types
@@ -51,19 +50,24 @@ import warnings
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
+    import struct
+else:  # struct.py re-exports _struct: the same names, one module less on a hit
+    import _struct as struct
+if TYPE_CHECKING:
     from typing import Any, ClassVar
 
 import xxhash
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from casmon.keys.segments import SegmentedRun
 else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
 from casmon.keys.cpickle import pickle
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
-from casmon.keys.segments import RUN_MIN, SEGMENT, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
@@ -177,6 +181,8 @@ class _Fingerprinter:
     def begin_run(self, total: int) -> None:
         """The next ``total`` bytes given to :meth:`buffer` are one run: from :data:`RUN_MIN` bytes on, it is
         hashed in segments on every core, and its segments' digests stand for it (see ``casmon.keys.segments``)."""
+        from casmon.keys.segments import RUN_MIN, SegmentedRun  # large values' only: a hit of small ones loads none
+
         if total >= RUN_MIN:
             self.run = SegmentedRun(total)
 
@@ -463,6 +469,8 @@ class _Fingerprinter:
             return
         self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
         run = self.run
+        from casmon.keys.segments import SEGMENT
+
         if run is not None and not padded and a[0].nbytes <= SEGMENT:
             # Each thread copies and hashes its own segments: the copy, not the hash, is most of the cost.
             self.fed += a.nbytes
