@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 import xxhash
 
-from casmon import faultpoints
 from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import (FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame,
@@ -644,6 +643,8 @@ class ObjectStore:
 
     def flush(self) -> str | None:
         """Write waiting small blobs as one pack, then their index entries."""
+        from casmon import faultpoints  # a write's: a hit loads none
+
         with self._lock:
             if not self._pending:
                 self.index.flush()  # index entries of an earlier pack whose index write failed

@@ -42,7 +42,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     import threading
 
-from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
 from casmon.errors import (MAX_SECONDS, CasmonError, DamagedObjectError, MissingObjectError, StoreError,
                            UntrustedStoreError, warn_damage)
@@ -274,6 +273,8 @@ class Store:
 
     def put_encoded(self, enc: serialize.Encoded, mmap: bool = False) -> Digest:
         """Store a value already encoded (:func:`casmon.store.serialize.encode`, or built by an importer)."""
+        from casmon import faultpoints  # a write's: a hit loads none
+
         children = [self.put(c, mmap) for c in enc.children]
         t0 = self.objects.view()
         try:
@@ -688,6 +689,8 @@ class Store:
         If a step fails, what was not written stays waiting for the next flush
         and the error is raised.
         """
+        from casmon import faultpoints
+
         from casmon.store import reliance
 
         if self.read_only:

@@ -19,7 +19,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Protocol
 
-from casmon import faultpoints
 from casmon.store.backend.base import Backend
 
 if TYPE_CHECKING:
@@ -379,6 +378,8 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _write_file(path: str, folder: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
+        from casmon import faultpoints  # a write's: a hit loads none
+
         tmp = f"{path}.{os.urandom(16).hex()}.partial"
         left: str | None = tmp  # the *.partial file to remove at the end, if any
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)

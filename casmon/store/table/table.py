@@ -20,7 +20,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias, TypeVar
 
-from casmon import faultpoints
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store import condemned
 from casmon.store.backend import Backend
@@ -788,6 +787,8 @@ class Table:
     def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
                           exact: bool, marks: dict[str, int]) -> str:
         """Write buckets, then the manifest (fault points between); returns the generation's id."""
+        from casmon import faultpoints  # a write's: a hit loads none
+
         from casmon.store.table.encode import Columns, encode_v2  # writers and merges: a reader never loads it
 
         n = len(entries)
