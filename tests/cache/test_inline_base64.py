@@ -7,7 +7,13 @@ import random
 
 import pytest
 
+from casmon.caching import memoize
 from casmon.caching.memoize import _unbase64
+
+
+@pytest.fixture(autouse=True)
+def _in_python(monkeypatch):
+    monkeypatch.setattr(memoize, "_B64_IN_PYTHON", [10 ** 9])  # every text here by the Python decoder
 
 
 def _outcome(fn, text):
@@ -32,3 +38,10 @@ def test_what_b2a_base64_writes_decodes_to_the_same_bytes(n):
                                   "QUJD" * 90 + "QQ=", "QUJD" * 90 + "Q", "\x00\x00\x00\x00"])
 def test_any_other_text_decodes_or_fails_as_binascii_strict_mode_does(text):
     assert _outcome(_unbase64, text) == _outcome(_strict, text)
+
+
+def test_a_process_decodes_its_first_inline_values_in_python_and_the_rest_with_binascii(monkeypatch):
+    monkeypatch.setattr(memoize, "_B64_IN_PYTHON", [2])
+    texts = [binascii.b2a_base64(bytes([i]) * 40, newline=False).decode() for i in range(4)]
+    assert [_unbase64(t) for t in texts] == [bytes([i]) * 40 for i in range(4)]
+    assert memoize._B64_IN_PYTHON == [0]
