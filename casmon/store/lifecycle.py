@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
     from casmon.store.store import Store
 
-__all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads", "exit_flush_before_threads",
-           "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush"]
+__all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
+           "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush"]
 
 #: Every store open in this process (flushed at exit, reset in a forked child).
 open_stores: WeakSet[Store] = WeakSet()

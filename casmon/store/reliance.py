@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
     from casmon.store.table import Table
 
-__all__ = ["start_keeper", "keep_while_waiting", "protect_held", "check_pending_values", "needs_check", "check_values", "check_value",
-           "drop_records_needing"]
+__all__ = ["start_keeper", "keep_while_waiting", "protect_held", "check_pending_values", "needs_check", "check_values",
+           "check_value", "drop_records_needing"]
 
 
 def start_keeper(store: Store) -> None:
