@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import types
 import warnings
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -137,7 +137,7 @@ class RunSignal(BaseException):
 
 
 _warned: set[str] = set()
-_warned_lock = threading.Lock()
+_warned_lock = _thread.allocate_lock()
 
 
 def warn_damage(url: str, key: str, reason: str) -> None:

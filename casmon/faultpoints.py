@@ -26,7 +26,7 @@ only on the N-th time the point is reached (1-based). Tests also use
 from __future__ import annotations
 
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 
 __all__ = ["point", "configure", "POINTS"]
@@ -69,7 +69,7 @@ POINTS: dict[str, str] = {
     "index.delta_deleted": "one more delta file folded into a new runs index is deleted, the others not yet",
 }
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _actions: dict[str, tuple[str, str, int]] = {}  # name -> (action, arg, only the n-th time; 0 = every time)
 _counts: dict[str, int] = {}
 enabled = False

@@ -19,8 +19,8 @@ without the edge).
 
 from __future__ import annotations
 
-import threading
-import weakref
+import _thread  # threading's locks, without loading threading on a hit
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
@@ -59,7 +59,7 @@ _OPENS = frozenset(b"([")  # a container's encoding starts so: its items get dig
 # ``_sweep_at`` (a reference without a callback costs a call less than one with). A numpy result's bases (the
 # array or buffer that owns its memory, whatever its type) are held by id anchored on the result: they live at
 # least as long.
-_by_id: dict[int, tuple[weakref.ref, bytes, bool, Any]] = {}
+_by_id: dict[int, tuple[weak_ref, bytes, bool, Any]] = {}
 #: numpy's ndarray once a result of that type was seen (numpy is never imported here)
 _ndarray: Any = None
 _no_weakref: set[type] = set()
@@ -70,9 +70,9 @@ _sweep_at = [SWEEP]
 
 # A hit's result, registered lazily: (weak reference, key, store url), turned into rows (with the numpy bases
 # walked) by the next call that reads the rows -- a miss. A warm hit pays for one weak reference and an append.
-_served: list[tuple[weakref.ref, bytes, Any]] = []
+_served: list[tuple[weak_ref, bytes, Any]] = []
 SERVED_MAX = 1024
-_drain_lock = threading.Lock()
+_drain_lock = _thread.allocate_lock()
 
 
 def forget_all() -> None:
@@ -91,7 +91,7 @@ def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> Non
         return
     if t not in _no_weakref:
         try:
-            _served.append((weakref.ref(value), key, where))
+            _served.append((weak_ref(value), key, where))
         except TypeError:
             _no_weakref.add(t)
         else:
@@ -136,7 +136,7 @@ def _remember(v: Any, key: bytes, where: Any) -> bool:
     if e is not None and e[2] and e[1] == key and e[3] == where and e[0]() is v:
         return True
     try:
-        r = weakref.ref(v)
+        r = weak_ref(v)
     except TypeError:
         _no_weakref.add(t)
         return False
@@ -162,7 +162,7 @@ def produced(value: Any, key: bytes, where: Any = None) -> None:
     try:
         t = type(value)
         if t is _ndarray and value.base is None:  # a fresh array that owns its memory (most results): one row
-            _by_id[id(value)] = (weakref.ref(value), key, True, where)
+            _by_id[id(value)] = (weak_ref(value), key, True, where)
             if len(_by_id) >= _sweep_at[0]:
                 _sweep()
             return

@@ -19,7 +19,6 @@ from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
 from casmon.plain import Plain
 from casmon.store.metafile import register_fields
-from casmon.view.guards import guarded_html, guarded_text
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
@@ -167,17 +166,27 @@ class ResultRef(Plain):
 
         return describe(self.store, self.digest, 80)
 
-    @guarded_text("cached result")
     def __repr__(self) -> str:
-        from casmon.view import display
+        from casmon.view.guards import guarded_text  # loaded when a handle is shown: a hit never is
 
-        return display.result_ref_text(self, display.described(self.describe))
+        return str(guarded_text("cached result")(_ref_text)(self))
 
-    @guarded_html("cached result")
     def _repr_html_(self) -> str:
-        from casmon.view import display
+        from casmon.view.guards import guarded_html
 
-        return display.result_ref_html(self, display.described(self.describe))
+        return str(guarded_html("cached result")(_ref_html)(self))
+
+
+def _ref_text(ref: ResultRef) -> str:
+    from casmon.view import display
+
+    return display.result_ref_text(ref, display.described(ref.describe))
+
+
+def _ref_html(ref: ResultRef) -> str:
+    from casmon.view import display
+
+    return display.result_ref_html(ref, display.described(ref.describe))
 
 
 def expires_option(expires: Any, name: str) -> float | None:

@@ -24,7 +24,7 @@ equal.
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
@@ -124,7 +124,7 @@ class HotCalls:
     def __init__(self) -> None:
         self.calls: dict[tuple, tuple[Digest, bytes, bytes, Any, bool, Any]] = {}
         self.nbytes = 0  # of the pickled results kept
-        self.lock = threading.Lock()  # for learning and forgetting; answers read without it
+        self.lock = _thread.allocate_lock()  # for learning and forgetting; answers read without it
 
     def clear(self) -> None:
         with self.lock:

@@ -25,18 +25,18 @@ why a call missed in :mod:`~casmon.caching.explain`.
 
 from __future__ import annotations
 
-import binascii
 import functools
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 import types
 import warnings
-import weakref
+from _weakrefset import WeakSet  # weakref's own, without loading weakref.py on a hit
 from collections import OrderedDict, deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Mapping
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
+    import threading
     from typing import Any, NamedTuple
 
 from casmon.caching import edges, hot, versions
@@ -94,7 +94,7 @@ else:  # the same tuple, without loading typing on a fresh process's first hit
 _EMPTY = EMPTY
 
 
-_states: weakref.WeakSet[CacheState] = weakref.WeakSet()
+_states: WeakSet[CacheState] = WeakSet()
 _recent_by_name: dict[str, deque[float]] = {}
 
 
@@ -116,6 +116,42 @@ FILES_RECORDED = 1000
 INLINE_MAX = 256
 #: A process sees a `cache clear` made by another within this many seconds (its hits re-read the clears).
 CLEAR_CHECK_S = 1.0
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B64_VALUES = bytes.maketrans(_B64.encode(), bytes(range(64)))
+_B64_CHECK = {ord(c): None for c in _B64}
+
+
+_B64_IN_PYTHON = [8]  # a fresh process's first hits decode in Python; later ones load binascii, ~30x faster
+
+
+def _unbase64(text: str) -> bytes:
+    """``binascii.a2b_base64(text, strict_mode=True)``: an entry's inline value. A process's first few are decoded
+    without loading binascii (a C extension: ~0.2 ms of a script's first hit) where they are as ``b2a_base64``
+    writes them; anything else, and every later one, is binascii's to decode or refuse."""
+    if _B64_IN_PYTHON[0] > 0:
+        body = text.rstrip("=")
+        if not (len(text) % 4 or len(text) - len(body) > 2 or body.translate(_B64_CHECK) or not text.isascii()):
+            _B64_IN_PYTHON[0] -= 1
+            return _unbase64_plain(body)
+    import binascii
+
+    return binascii.a2b_base64(text, strict_mode=True)
+
+
+def _unbase64_plain(body: str) -> bytes:
+    """Base64 text of whole quads less its "=" padding (at most two), checked by the caller, decoded."""
+    v = body.encode().translate(_B64_VALUES)
+    out = bytearray()
+    for i in range(0, len(v) - 3, 4):
+        out += (v[i] << 18 | v[i + 1] << 12 | v[i + 2] << 6 | v[i + 3]).to_bytes(3, "big")
+    tail = v[len(v) - len(v) % 4 :]
+    if len(tail) == 3:
+        out += ((tail[0] << 18 | tail[1] << 12 | tail[2] << 6) >> 8).to_bytes(2, "big")
+    elif len(tail) == 2:  # (one left over cannot be: the text is whole quads with at most two "=")
+        out += ((tail[0] << 18 | tail[1] << 12) >> 16).to_bytes(1, "big")
+    return bytes(out)
 
 
 # -- the state behind one cached function ---------------------------------------------------------------
@@ -210,7 +246,7 @@ class CacheState:
         self._prefix: bytes | None = None
         self._mem: OrderedDict[bytes, bytes] = OrderedDict()  # key -> result digest
         self._mem_max = memory_entries
-        self._lock = threading.RLock()  # the version check, holding it, may read a clear that forgets what is remembered
+        self._lock = _thread.RLock()  # the version check, holding it, may read a clear that forgets what is remembered
         self._custom_key = type(self).key is not CacheState.key  # compat.finecache keys its own way
         self.hits = 0
         self.misses = 0
@@ -530,7 +566,7 @@ class CacheState:
             inline = found[1].get("inline")
             if isinstance(inline, str):
                 try:  # used only if it hashes to the result's digest
-                    self.store.objects.prime(d, binascii.a2b_base64(inline, strict_mode=True))
+                    self.store.objects.prime(d, _unbase64(inline))
                 except ValueError:
                     pass
         try:
@@ -588,6 +624,8 @@ class CacheState:
         entry: dict[str, Any] = {"fn": self.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
         raw = store.objects.peek_raw(d, INLINE_MAX)
         if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
+            import binascii  # a miss's: a hit decodes without it
+
             entry["inline"] = binascii.b2a_base64(raw, newline=False).decode()
         if self.version is not None:
             entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them

@@ -7,7 +7,7 @@ this process and writes them as one ``cacheuse`` record per flush.
 from __future__ import annotations
 
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 
@@ -25,7 +25,7 @@ class Usage:
 
     def __init__(self, store: Store) -> None:
         self.store = store  # ids are reused once a store is gone: a new store at the same id gets its own
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.hits: dict[bytes, list] = {}  # key -> [function, hits, last]; hex only when written
 
     def hit(self, key: Digest, fn: str) -> None:
@@ -46,7 +46,7 @@ class Usage:
 
 
 _usage_by_store: dict[int, Usage] = {}
-_usage_lock = threading.Lock()
+_usage_lock = _thread.allocate_lock()
 
 if hasattr(os, "register_at_fork"):
     # A forked child's store forgets the parent's flush hooks; its hit counts start over with it.

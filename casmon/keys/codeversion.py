@@ -45,9 +45,9 @@ from __future__ import annotations
 import enum
 import functools
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import types
-import weakref
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint
 from casmon.keys import sourcelines, versioncache, versionwalk
 from casmon.keys.sourceblock import (block_compiles_to as _block_compiles_to, code_matches_file as _code_matches_file,
                                      code_sig as _code_sig, def_block as _def_block, lambda_segment as _lambda_segment)
-from casmon.keys.smallpickle import pickle_matches, small_pickle
 from casmon.keys.usercode import is_user_module
 
 __all__ = [
@@ -234,7 +233,7 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
             text, wo = known
     key = id(code)
     try:
-        ref = weakref.ref(code, functools.partial(_forget_code, key))
+        ref = weak_ref(code, functools.partial(_forget_code, key))
     except TypeError:  # pragma: no cover - code objects are weak-referenceable in CPython
         return text, wo
     _code_memo[key] = (ref, text, wo)
@@ -484,6 +483,8 @@ class _Collector:
             self.value(f"{cls.__qualname__}.{attr}", raw, (own, attr), quiet=True)
 
     def value(self, name: str, v: Any, where: Any, quiet: bool = False) -> None:
+        from casmon.keys.smallpickle import small_pickle  # a constant's: a kept version loads none
+
         if where is not None:
             self._bind(where, v)
         fp = VersionedFingerprinter()
@@ -512,6 +513,8 @@ class _Collector:
 def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
     """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
     versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
+    from casmon.keys.smallpickle import small_pickle
+
     pk = small_pickle(v)
     return (v, _NO_DIGEST if pk is not None else fingerprint(v), pk)
 
@@ -548,7 +551,7 @@ def _type_name(v: Any) -> str:
 
 def _weakref(obj: Any) -> Callable[[], Any]:
     try:
-        return weakref.ref(obj)
+        return weak_ref(obj)
     except TypeError:
         return lambda: obj
 
@@ -569,7 +572,7 @@ class VersionTracker:
         self._nested: tuple[VersionTracker, ...] = ()
         self._deps: tuple[tuple[VersionTracker, Digest | None], ...] = ()
         self.unhashable: list[tuple[str, str]] = []
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self.computations = 0  # how many times the version was computed (for tests and diagnostics)
         #: What the version was computed from: ``("fn", name, source or bytecode)``, ``("global", name, digest)``,
         #: ... (``f.explain`` and ``casmon cache NAME`` say which of them changed).
@@ -602,6 +605,8 @@ class VersionTracker:
         for v, fp, pk in self._contents:
             try:
                 if pk is not None:
+                    from casmon.keys.smallpickle import pickle_matches  # a constant's: a kept version loads none
+
                     if not pickle_matches(v, pk):
                         return False
                 elif fingerprint(v) != fp:
@@ -713,25 +718,30 @@ class VersionTracker:
             self.computations += 1
 
 
-_trackers: weakref.WeakKeyDictionary[Any, VersionTracker] = weakref.WeakKeyDictionary()
-_trackers_lock = threading.Lock()
+#: A weak reference to an object -> its tracker: a ``weakref.WeakKeyDictionary``'s own layout (a reference hashes
+#: and compares as its object while that lives), without loading ``weakref.py`` on a script's first hit.
+_trackers: dict[weak_ref[Any], VersionTracker] = {}
+_trackers_lock = _thread.allocate_lock()
+
+
+def _forget_tracker(r: weak_ref[Any]) -> None:
+    # The object is gone: its entry goes (found by identity, as a dead reference keeps its hash). No lock: the
+    # collector may call this on a thread holding _trackers_lock, and one dict operation is atomic.
+    _trackers.pop(r, None)
 
 
 def version_tracker(obj: Any) -> VersionTracker:
     """The (shared) tracker of ``obj``'s version: a function, a class or a callable object."""
     try:
-        t = _trackers.get(obj)
+        t = _trackers.get(weak_ref(obj))
     except TypeError:  # unhashable or not weak-referenceable
         return VersionTracker(obj)
     if t is None:
         with _trackers_lock:
-            t = _trackers.get(obj)
+            t = _trackers.get(weak_ref(obj))
             if t is None:
                 t = VersionTracker(obj)
-                try:
-                    _trackers[obj] = t
-                except TypeError:
-                    pass
+                _trackers[weak_ref(obj, _forget_tracker)] = t
     return t
 
 

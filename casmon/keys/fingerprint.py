@@ -41,17 +41,18 @@ Rules worth knowing:
 
 from __future__ import annotations
 
-import copy
 import copyreg
 import functools
-import math
-import struct
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import types
 import warnings
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    import struct
+else:  # struct.py re-exports _struct: the same names, one module less on a hit
+    import _struct as struct
 if TYPE_CHECKING:
     from typing import Any, ClassVar
 
@@ -59,20 +60,21 @@ import xxhash
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from casmon.keys.segments import SegmentedRun
 else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
 from casmon.keys.cpickle import pickle
 from casmon.keys import libraries
 from casmon.keys.digest import Digest
-from casmon.keys.dtypes import descr_of, dtype_extras, has_padding, layout_of
-from casmon.keys.segments import RUN_MIN, SEGMENT, SegmentedRun
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
 __all__ = ["fingerprint", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
            "canonical_module", "qualified_name", "small_array_digest"]
 
+_NAN = float("nan")  # math.nan, without loading math
 _pack_q = struct.Struct("<q").pack
 _pack_Q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
@@ -84,7 +86,7 @@ _INLINE_LIMIT = 1 << 16
 _BLOCK_BYTES = 8 << 20
 
 _hashers: dict[type, Callable[[Any], Any]] = {}
-_hashers_lock = threading.Lock()
+_hashers_lock = _thread.allocate_lock()
 _sys_modules = sys.modules
 
 
@@ -179,6 +181,8 @@ class _Fingerprinter:
     def begin_run(self, total: int) -> None:
         """The next ``total`` bytes given to :meth:`buffer` are one run: from :data:`RUN_MIN` bytes on, it is
         hashed in segments on every core, and its segments' digests stand for it (see ``casmon.keys.segments``)."""
+        from casmon.keys.segments import RUN_MIN, SegmentedRun  # large values' only: a hit of small ones loads none
+
         if total >= RUN_MIN:
             self.run = SegmentedRun(total)
 
@@ -307,7 +311,7 @@ class _Fingerprinter:
 
     def complex_(self, v: Any) -> None:
         re, im = v.real, v.imag
-        self.out += b"c" + _pack_dd(math.nan if re != re else re, math.nan if im != im else im)
+        self.out += b"c" + _pack_dd(_NAN if re != re else re, _NAN if im != im else im)
 
     def str_(self, v: Any) -> None:
         b = v.encode("utf-8", "surrogatepass")
@@ -408,6 +412,8 @@ class _Fingerprinter:
 
     # -- numpy -----------------------------------------------------------------
     def npscalar(self, v: np.generic) -> None:
+        from casmon.keys.dtypes import has_padding  # arrays' only
+
         self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
         if v.dtype.hasobject:
             self.feed(v.item())
@@ -417,13 +423,15 @@ class _Fingerprinter:
             # Every NaN is one value, as for floats: 0/0 and np.nan differ in a sign bit no comparison sees. The NaN
             # written is np.nan's, whose key stays. (Not longdouble's: its bytes hold padding besides the value.)
             re, im = v.real, v.imag
-            one = complex(math.nan if re != re else re, math.nan if im != im else im) if v.dtype.kind == "c" \
-                else math.nan
+            one = complex(_NAN if re != re else re, _NAN if im != im else im) if v.dtype.kind == "c" \
+                else _NAN
             self.out += np.array(one, v.dtype).tobytes()
         else:
             self.out += np.asarray(v).tobytes()
 
     def ndarray(self, a: np.ndarray) -> None:
+        from casmon.keys.dtypes import has_padding  # arrays' only
+
         if type(a) is not np.ndarray:
             self.ndarray_subclass(a)
             return
@@ -461,6 +469,8 @@ class _Fingerprinter:
             return
         self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
         run = self.run
+        from casmon.keys.segments import SEGMENT
+
         if run is not None and not padded and a[0].nbytes <= SEGMENT:
             # Each thread copies and hashes its own segments: the copy, not the hash, is most of the cost.
             self.fed += a.nbytes
@@ -707,6 +717,8 @@ def _len_prefixed(b: bytes) -> bytes:
 def small_array_digest(a: Any) -> bytes | None:
     """The raw 16-byte digest :class:`Fingerprinter` gives ``a`` alone, for a small, contiguous, plain numpy array
     with a plain dtype, in one xxh3 call without a walk (a miss's result fingerprint); None for any other value."""
+    from casmon.keys.dtypes import dtype_extras  # arrays' only
+
     if np is None and not _numpy_arrived():
         return None
     if type(a) is not np.ndarray or not a.flags.c_contiguous or a.nbytes > _INLINE_LIMIT:
@@ -743,6 +755,8 @@ _dtype_keys: dict[np.dtype, bytes] = {}
 
 
 def _dtype_key(dt: np.dtype) -> bytes:
+    from casmon.keys.dtypes import descr_of, dtype_extras, layout_of  # arrays' only
+
     extras = dtype_extras(dt)
     if extras is not None:
         # Metadata, alignment, np.record, a non-legacy dtype: equal dtypes can differ here, so never cached by
@@ -772,6 +786,8 @@ def _without_memo(dtype: Any) -> Any:
     state = getattr(dtype, "__dict__", None)
     if not state or "_cache" not in state:
         return dtype
+    import copy  # a structured dtype's only: a hit loads no copy (nor the weakref it imports)
+
     plain = copy.copy(dtype)
     vars(plain).pop("_cache", None)
     return plain

@@ -14,7 +14,7 @@ two cores or sixty-four.
 from __future__ import annotations
 
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ SEGMENT = 8 << 20
 
 #: Threads beside the caller's: every other core, up to 7.
 _WORKERS = max(1, min(7, (os.cpu_count() or 2) - 1))
-_pool_lock = threading.Lock()
+_pool_lock = _thread.allocate_lock()
 _pool_state: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
 
 

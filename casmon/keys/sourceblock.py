@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import __future__
 import functools
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import types
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def code_sig(code: types.CodeType) -> tuple[Any, ...]:
 SIG_FLAGS = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200
 
 _file_index: dict[str, tuple[list[str], dict[str, set[tuple[Any, ...]]] | None]] = {}
-_file_index_lock = threading.Lock()
+_file_index_lock = _thread.allocate_lock()
 
 
 def code_matches_file(code: types.CodeType) -> bool:

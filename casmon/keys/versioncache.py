@@ -19,16 +19,17 @@ interpreter runs, so the file is trusted as far as that bytecode is.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from types import CodeType
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
 
 import xxhash
+
+from casmon.keys import jsonlite
 
 __all__ = ["lookup", "remember", "write_all", "entry_key", "STATS", "MAX_ENTRIES", "MAX_BYTES"]
 
@@ -44,7 +45,7 @@ _SUFFIX = ".casmon-parses"
 #: checks) and ``writes``.
 STATS = {"hits": 0, "misses": 0, "ignored": 0, "writes": 0}
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _files: dict[str, dict[str, list[Any]]] = {}  # cache path -> its entries, read once per process
 _dirty: set[str] = set()  # cache paths with entries this process added, written at exit
 _exit_hooked = False
@@ -63,7 +64,7 @@ def entry_key(block: str, code: CodeType, sig: Any, file: str | None = None) -> 
 
 
 def _check(key: str, text: str, names: list[str]) -> str:
-    return xxhash.xxh3_64_hexdigest(json.dumps([key, text, names]).encode("utf-8", "surrogatepass"))
+    return xxhash.xxh3_64_hexdigest(jsonlite.dumps([key, text, names]).encode("utf-8", "surrogatepass"))
 
 
 def _cache_path(source: str) -> str | None:
@@ -93,7 +94,7 @@ def _load(path: str) -> dict[str, list[Any]]:
     try:
         if len(raw) > MAX_BYTES:
             raise ValueError("too large")
-        doc = json.loads(raw)
+        doc = jsonlite.loads(raw)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
             raise ValueError("not a parse cache")
     except (ValueError, RecursionError, UnicodeDecodeError):
@@ -172,13 +173,15 @@ def write_all() -> None:
             if not _dirty:
                 return
             path = _dirty.pop()
+            import json  # a write's: a hit reads only
+
             doc = json.dumps({"format": FORMAT, "entries": _files.get(path, {})})
         if len(doc) <= MAX_BYTES:
             _write(path, doc)
 
 
 def _write(path: str, doc: str) -> None:
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{_thread.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "w", encoding="utf-8", errors="surrogatepass") as f:

@@ -14,7 +14,7 @@ recursion limit.
 from __future__ import annotations
 
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: (each level is about 15 frames).
 NEST_PER_STACK = 16
 
-_local = threading.local()
+_local = _thread._local()
 
 
 class Walk:
@@ -146,6 +146,8 @@ def _on_fresh_stack(fn: Callable[[], T]) -> T:
             box["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - raised again on the waiting thread
             box["error"] = e
+
+    import threading  # a thread's: a hit starts none
 
     t = threading.Thread(target=run, name="casmon-version-walk", daemon=True)
     try:

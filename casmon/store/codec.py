@@ -18,12 +18,15 @@ of the on-disk format and never change meaning; decoding needs only the id.
 
 from __future__ import annotations
 
-import struct
 import sys
 from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    import struct
+else:  # struct.py re-exports _struct: the same names, one module less on a hit
+    import _struct as struct
 if TYPE_CHECKING:
     from typing import Any, TypeAlias, cast
 

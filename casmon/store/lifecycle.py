@@ -19,31 +19,53 @@ import atexit
 import contextlib
 import os
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import warnings
-import weakref
+from _weakrefset import WeakSet  # weakref's own, without loading weakref.py on a hit
 from collections.abc import Callable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
 
 if TYPE_CHECKING:
+    import threading
+
     from casmon.store.store import Store
 
 __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
-           "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush"]
+           "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush"]
 
 #: Every store open in this process (flushed at exit, reset in a forked child).
-open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
+open_stores: WeakSet[Store] = WeakSet()
 _hooks_installed = False
-_hooks_lock = threading.Lock()
+_threading_hooked = False  # the exit flush is among threading's exit hooks
+_hooks_lock = _thread.allocate_lock()
 _exiting = False
 _flushed_at_exit = False
-#: Set when the process exits: background flush and encoder threads end (the exit flush writes what they would).
-stop_flushers = threading.Event()
-#: True when the exit flush runs before Python joins threads (threading's exit hooks), so
-#: background flush threads can be ordinary threads that the hook stops.
-exit_hook_stops_threads = hasattr(threading, "_register_atexit")
+#: True when the exit flush runs before Python joins threads (threading's exit hooks, Python 3.9 on), so
+#: background flush threads can be ordinary threads that the hook stops (:func:`exit_flush_before_threads`).
+exit_hook_stops_threads = sys.version_info >= (3, 9)
+_stop: threading.Event | None = None
+
+
+def _stop_flushers() -> threading.Event:
+    """``stop_flushers``, made on first use: a process that starts no thread never loads ``threading``."""
+    global _stop
+    if _stop is None:
+        import threading
+
+        with _hooks_lock:
+            if _stop is None:
+                _stop = threading.Event()
+    return _stop
+
+
+def __getattr__(name: str) -> Any:
+    # ``stop_flushers``: set when the process exits: background flush and encoder threads end (the exit flush
+    # writes what they would).
+    if name == "stop_flushers":
+        return _stop_flushers()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Called at interpreter exit before the stores' exit flush, while their I/O still works (features that
@@ -89,6 +111,8 @@ def signals_deferred() -> Iterator[None]:
     as it would have been.
     """
     global _defer_depth
+    import threading  # a write's: a hit defers no signal
+
     if threading.current_thread() is not threading.main_thread():
         yield  # other threads never receive KeyboardInterrupt
         return
@@ -153,10 +177,18 @@ def _register_exit_flush() -> None:
     # run in reverse order of registration, so ours must come after concurrent.futures.thread's: it does
     # where that module was imported first, and exit_flush_before_pools registers ours again where it is
     # imported later. Fall back to atexit where the hook is missing.
+    threading = sys.modules.get("threading")
+    if threading is None:
+        # No thread yet, casmon's or a pool's: atexit flushes. Before casmon starts a thread that the exit
+        # flush stops, or its I/O loop, it registers the flush with threading too (exit_flush_before_threads).
+        atexit.register(_flush_all_at_exit)
+        return
+    global _threading_hooked
     register_hook = getattr(threading, "_register_atexit", None)
     if register_hook is not None:
         try:
             register_hook(_flush_all_at_exit)
+            _threading_hooked = True
         except RuntimeError:  # the interpreter is shutting down: the hook that counts ran or runs now
             pass
     else:  # pragma: no cover
@@ -175,6 +207,18 @@ def exit_flush_before_pools() -> None:
     _register_exit_flush()
 
 
+def exit_flush_before_threads() -> None:
+    """Call before starting a thread that the exit flush stops (a store's background flusher): the flush is
+    registered with threading's exit hooks, which run before Python waits for such threads (atexit, where a
+    store opened before ``threading`` was loaded registered it, runs after)."""
+    import threading  # noqa: F401 - loaded, so the flush registers with it
+
+    with _hooks_lock:
+        if not _hooks_installed or _threading_hooked:
+            return
+    _register_exit_flush()
+
+
 def _flush_all_at_exit() -> None:
     global _exiting, _flushed_at_exit
     with _hooks_lock:
@@ -182,10 +226,12 @@ def _flush_all_at_exit() -> None:
             return  # registered twice (exit_flush_before_pools): the later registration ran first
         _flushed_at_exit = True
     _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
-    stop_flushers.set()  # background flushers end; the flush below writes what they would have
+    threading = sys.modules.get("threading")
+    if threading is not None:  # without it no thread of casmon's runs, nor waits for this
+        _stop_flushers().set()  # background flushers end; the flush below writes what they would have
     for s in list(open_stores):
         t = s._flusher
-        if t is not None and t is not threading.current_thread():
+        if t is not None and threading is not None and t is not threading.current_thread():
             t.join(timeout=30)
     for fn in list(_before_exit):
         try:
@@ -232,7 +278,7 @@ def watch_for_pool_child(store: Store) -> None:
     util.register_after_fork(store, _started_as_pool_child)
 
 
-_watched_before_multiprocessing: weakref.WeakSet[Store] = weakref.WeakSet()
+_watched_before_multiprocessing: WeakSet[Store] = WeakSet()
 _fork_hook_installed = False
 
 

@@ -8,7 +8,6 @@ be taken for a casmon store (:data:`LAYOUT`).
 
 from __future__ import annotations
 
-import json
 import time
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
 import xxhash
 
 from casmon.errors import DamagedObjectError, StoreError, StoreFormatError
+from casmon.keys import jsonlite
 from casmon.store import metafile
 from casmon.store.backend import Backend
 from casmon.errors import warn_damage
@@ -39,13 +39,15 @@ LAYOUT = ("casmon.json", "objects", "packs", "index", "records", "refs", "gc", "
 
 def _marker_check(info: dict[str, Any]) -> str:
     body = {k: v for k, v in info.items() if k != "check"}
-    return xxhash.xxh3_64_hexdigest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    return xxhash.xxh3_64_hexdigest(jsonlite.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def marker_bytes(extra: dict[str, Any] | None = None) -> bytes:
     """A new ``casmon.json``: format, creation time, and a check of both (so damage is told from a newer format)."""
     info = {"casmon": "content-addressed call store", "format": FORMAT_VERSION, "created": time.time(), **(extra or {})}
     info["check"] = _marker_check(info)
+    import json  # a new store's: opening one reads only
+
     return json.dumps(info, indent=1).encode()
 
 

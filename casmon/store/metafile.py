@@ -18,8 +18,6 @@ of the canonical JSON of everything else, stored as ``"check"``.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
 import xxhash
 
 from casmon.errors import DamagedObjectError
+from casmon.keys import jsonlite
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,7 +72,7 @@ def _no_constant(name: str) -> Any:
 
 def _finite(s: str) -> float:
     v = float(s)
-    if not math.isfinite(v) or abs(v) > 1e300:
+    if not v - v == 0.0 or abs(v) > 1e300:  # NaN or infinite: math.isfinite without loading math
         raise ValueError(f"number {s[:40]} is out of range")
     return v
 
@@ -96,8 +95,8 @@ def load(data: bytes | bytearray | memoryview | npt.NDArray[np.uint8], key: str,
         raise DamagedObjectError(key, f"nested deeper than {depth} levels")
     try:
         if numbers:
-            return json.loads(raw, parse_constant=_no_constant, parse_float=_finite, parse_int=_small_int)
-        return json.loads(raw)
+            return jsonlite.loads(raw, parse_constant=_no_constant, parse_float=_finite, parse_int=_small_int)
+        return jsonlite.loads(raw)
     except RecursionError:
         raise DamagedObjectError(key, "nested too deep to read") from None
     except (ValueError, TypeError, OverflowError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -123,11 +122,13 @@ def number(body: dict[str, Any], field: str, key: str, lo: float = -1e18, hi: fl
 
 def _digest(body: dict[str, Any]) -> str:
     rest = {k: v for k, v in body.items() if k != CHECK}
-    return xxhash.xxh3_64_hexdigest(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+    return xxhash.xxh3_64_hexdigest(jsonlite.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
 
 
 def seal(body: dict[str, Any]) -> bytes:
     """``body`` (JSON-able, finite numbers) as stored bytes, with its checksum."""
+    import json  # a write's: a hit reads only
+
     return json.dumps({**body, CHECK: _digest(body)}, separators=(",", ":"), allow_nan=False).encode()
 
 

@@ -22,20 +22,21 @@ points at a pack that is not there. Every read checks the frame's digest.
 from __future__ import annotations
 
 import io
-import math
 import os
-import struct
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
+    import struct
+else:  # struct.py re-exports _struct: the same names, one module less on a hit
+    import _struct as struct
+if TYPE_CHECKING:
     from typing import Any, TypeVar
 
 import xxhash
 
-from casmon import faultpoints
 from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import (FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame,
@@ -69,12 +70,13 @@ __all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
 LOOSE_MIN = 256 << 10
 #: A flush is forced once this many bytes of small blobs are waiting.
 PACK_MAX = 8 << 20
+_INF = float("inf")  # math.inf, without loading math
 _LOC = struct.Struct("<16sQIBQ")
 #: Large chunks in flight (hashed, compressed or written by the chunk pool) per ``put``.
 INFLIGHT_MAX = 16
 
 
-_pool_lock = threading.Lock()
+_pool_lock = _thread.allocate_lock()
 _pool_state: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
 
 
@@ -144,7 +146,7 @@ def _spread(fn: Callable[[_T], _R], items: list[_T]) -> list[_R | None]:
     out: list[_R | None] = [None] * len(items)
     errors: list[BaseException | None] = [None] * len(items)
     todo = iter(range(len(items)))  # next() on a range iterator is atomic under the GIL
-    lock = threading.Lock()
+    lock = _thread.allocate_lock()
 
     def drain() -> None:
         while True:
@@ -156,6 +158,8 @@ def _spread(fn: Callable[[_T], _R], items: list[_T]) -> list[_R | None]:
                 out[i] = fn(items[i])
             except BaseException as e:  # noqa: BLE001 - every item runs; the first error is raised below
                 errors[i] = e
+
+    import threading  # a thread's: a hit starts none
 
     threads: list[threading.Thread] = []
     for _ in range(min(len(items), max(2, min(8, os.cpu_count() or 2))) - 1):
@@ -260,7 +264,7 @@ class _LRU:
         self.max_bytes = max_bytes
         self.size = 0
         self.d: OrderedDict[object, bytes] = OrderedDict()
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
 
     def get(self, k: object) -> bytes | None:
         v = self.d.get(k)
@@ -298,7 +302,7 @@ class ObjectStore:
     def __init__(self, backend: Backend, writer: str, cache_bytes: int = 64 << 20) -> None:
         self.backend = backend
         self.index = Table(backend, "index/", writer)
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         # Keyed by a Digest's plain bytes (equal to it, same hash): see _queue.
         self._pending: dict[bytes, Waiting] = {}  # digest -> (frame, kind, size, view)
         self._flushing: dict[bytes, Waiting] = {}  # taken by a flush, not indexed yet
@@ -308,8 +312,8 @@ class ObjectStore:
         self._known: dict[bytes, float] = {}
         self._condemned: set[Digest] = set()  # union of the visible condemned lists
         self._lists: dict[str, list[Digest]] = {}  # visible condemned lists -> their digests
-        self._view_at = -math.inf  # when the condemned lists were last listed (monotonic)
-        self._view_lock = threading.RLock()
+        self._view_at = -_INF  # when the condemned lists were last listed (monotonic)
+        self._view_lock = _thread.RLock()
         self.revived = 0  # condemned objects this writer stored again instead of relying on them
         self._packs = _LRU(cache_bytes)  # whole packs, by name
         self._pack_reads: dict[str, int] = {}  # packs read from by range, and how often
@@ -320,7 +324,7 @@ class ObjectStore:
         self._suspect: set[Digest] = set()  # found damaged on read: the next put rewrites them
         self._cut_packs: set[str] = set()  # packs found shorter than the index says: a put does not rely on them
         self._inflight: list[tuple[Digest, Future[None], float]] = []  # loose writes under way
-        self._inflight_lock = threading.Lock()
+        self._inflight_lock = _thread.allocate_lock()
 
     # -- writing ---------------------------------------------------------------
     def put(self, raw: Raw, kind: int, codec: Codec, typesize: int = 1, size: int | None = None,
@@ -466,7 +470,7 @@ class ObjectStore:
             names = {k.rsplit("/", 1)[-1] for k in self.backend.list(condemned.PREFIX) if ".partial" not in k}
             gone = [n for n in self._lists if n not in names]
             new = [n for n in names if n not in self._lists]
-            forget = bool(gone) or (t - self._view_at > condemned.GAP_MAX and self._view_at > -math.inf)
+            forget = bool(gone) or (t - self._view_at > condemned.GAP_MAX and self._view_at > -_INF)
             for n in gone:
                 del self._lists[n]
             if new:
@@ -505,7 +509,7 @@ class ObjectStore:
         p = self._pending.get(d)
         if p is not None:
             return p[3]
-        return self._known.get(d, -math.inf)
+        return self._known.get(d, -_INF)
 
     def copy(self, d: Digest, vt: float | None = None) -> None:
         """Queue a new copy of stored blob ``d`` for the next pack (checked before it is copied)."""
@@ -639,6 +643,8 @@ class ObjectStore:
 
     def flush(self) -> str | None:
         """Write waiting small blobs as one pack, then their index entries."""
+        from casmon import faultpoints  # a write's: a hit loads none
+
         with self._lock:
             if not self._pending:
                 self.index.flush()  # index entries of an earlier pack whose index write failed
@@ -905,4 +911,4 @@ class ObjectStore:
         self._raw.clear()
         self._put_raw.clear()
         self._known.clear()
-        self._view_at = -math.inf
+        self._view_at = -_INF

@@ -12,7 +12,6 @@ whose values are partly lost keeps what it can (used by a flush and by
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -96,6 +95,7 @@ def ref_frame(target: Digest | bytes | str | None, data: dict[str, Any] | None, 
     body: dict[str, Any] = {"target": None if target is None else Digest(target).hex(), "data": data or {}}
     if nonce:
         body["nonce"] = nonce
+    import json  # a write's: a hit loads no json
     return encode_frame(json.dumps(body).encode(), KIND_REF, get_codec("none"))[1]
 
 
@@ -125,12 +125,14 @@ def encode_record(kind: str, record: dict[str, Any], refs: list[Digest],
             last = pieces[-1]
             if last[-1:] != b"}":
                 raise ValueError("encoded record does not end with '}'")
+            import json
             pieces[-1] = last[:-1] + b',"_refs":' + json.dumps([r.hex() for r in refs]).encode() + b"}"
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
     if refs:
         record = dict(record)
         record["_refs"] = [r.hex() for r in refs]
     try:
+        import json
         return json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
     except (TypeError, ValueError) as e:
         raise TypeError(f"record of kind {kind!r} is not JSON-serializable: {e}") from None
@@ -181,6 +183,7 @@ def trim_sealed(tables: Iterable[tuple[str, Table]], bad: set[Digest]) -> tuple[
                     dropped += 1
                 else:
                     trimmed += 1
+                    import json
                     kept.append((k, json.dumps(fixed, separators=(",", ":"), allow_nan=True).encode()))
             if changed:
                 t.replace_sealed(name, kept)

@@ -17,15 +17,54 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.keys.digest import Digest
-from casmon.store import condemned
+from casmon.store import condemned, lifecycle
 from casmon.store.records import trim_sealed
 
 if TYPE_CHECKING:
     from casmon.store.store import Store
     from casmon.store.table import Table
 
-__all__ = ["keep_while_waiting", "protect_held", "check_pending_values", "needs_check", "check_values", "check_value",
-           "drop_records_needing"]
+__all__ = ["start_keeper", "keep_while_waiting", "protect_held", "check_pending_values", "needs_check", "check_values",
+           "check_value", "drop_records_needing"]
+
+
+def start_keeper(store: Store) -> None:
+    """Keep ``store``'s held values from gc while no flush runs for longer than ``VIEW_MAX``: a thread that, every
+    ``VIEW_MAX`` seconds, copies what a new condemned list names and writes the copies."""
+    with store._lock:
+        if store._keeper is not None or lifecycle.exiting():
+            return
+        import threading
+        import weakref
+
+        ref = weakref.ref(store)
+        stop = lifecycle.stop_flushers
+
+        def keep() -> None:
+            while not stop.wait(condemned.VIEW_MAX):
+                s = ref()
+                if s is None or s._closed:
+                    return
+                try:
+                    if s._held and s._flush_lock.acquire(timeout=condemned.VIEW_MAX):
+                        try:
+                            copied = s.objects.revived
+                            protect_held(s)
+                            if s.objects.revived != copied:
+                                s._write_objects()  # the copies: objects before any record, as always
+                        finally:
+                            s._flush_lock.release()
+                except Exception as e:  # noqa: BLE001 - the next round (or flush) tries again
+                    import logging
+
+                    logging.getLogger("casmon").info("keeping held values of %s failed: %s", s.url, e)
+                del s
+
+        store._keeper = threading.Thread(target=keep, name="casmon-keep", daemon=True)
+        try:
+            store._keeper.start()
+        except RuntimeError:  # the interpreter is exiting
+            store._keeper = None
 
 
 def keep_while_waiting(store: Store) -> None:

@@ -35,22 +35,18 @@ strided numpy arrays (pickle would copy them into the stream).
 from __future__ import annotations
 
 import io
-import json
-import math
 import re
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Callable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import IO, Any, NoReturn, Protocol, runtime_checkable
 
 from casmon.keys.cpickle import pickle
-from casmon.keys.dtypes import dtype_extras
 from casmon.keys.names import keep_flat_names
 from casmon.errors import DamagedObjectError, StoreFormatError, UnpicklableError, UntrustedStoreError, locate_unpicklable
 from casmon.plain import Plain
-from casmon.store import libraries
 from casmon.store.codec import is_ndarray, loaded_numpy
 
 if TYPE_CHECKING:
@@ -148,6 +144,8 @@ class ArrayHandler:
     name = "numpy.ndarray"
 
     def encode(self, a: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        from casmon.keys.dtypes import dtype_extras  # arrays' only
+
         import numpy as np  # casmon never imports numpy itself: only the user's arrays reach here
 
         if type(a) is not np.ndarray or a.dtype.hasobject or dtype_extras(a.dtype) is not None:
@@ -214,7 +212,7 @@ _handlers: dict[type, Handler] = {}
 #: Types the pickler meets most: never a handler's (saves a lookup per object).
 _PLAIN = frozenset({str, bytes, int, float, bool, tuple, list, dict, set, frozenset, type(None), complex, bytearray})
 _handlers_by_name: dict[str, Handler] = {}
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 #: ``numpy.ndarray`` once numpy is imported (by the user: casmon never imports it to save a value that is not an array).
 _NDARRAY: type | None = None
 
@@ -269,6 +267,8 @@ def register_library_handler_name(handler: Handler) -> None:
 
 def handler_for(t: type) -> Handler | None:
     """The handler that saves values of exactly type ``t``, loading casmon's own for ML libraries on first use."""
+    from casmon.store import libraries  # ML values' only: a plain hit loads none
+
     h = _handlers.get(t)
     if h is None and _NDARRAY is None:
         _see_numpy()
@@ -436,6 +436,7 @@ def encode(value: Any, root: str = "value") -> Encoded:
     if t in (dict, list):  # containers: readable as JSON; scalars are faster to load as pickles
         if _jsonable(value, [10_000]):
             try:
+                import json  # a write's: a hit loads no json
                 text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
             except (ValueError, TypeError):
                 text = None
@@ -537,6 +538,8 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
         name = enc.meta.get("handler") if isinstance(enc.meta, dict) else None
         h = _handlers_by_name.get(name) if isinstance(name, str) else None
         if h is None and isinstance(name, str):
+            from casmon.store import libraries
+
             libraries.ensure_named(name)
             h = _handlers_by_name.get(name)
         if h is None:
@@ -650,6 +653,8 @@ def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inl
             bad(f"dtype {dt[:80]!r} is not a numpy dtype ({type(e).__name__})")
         if dtype.hasobject:
             bad(f"dtype {dt[:80]!r} holds Python objects")
+        import math  # an array's check: a plain value's hit loads no math
+
         count = math.prod(shape)
         if dtype.itemsize and count * dtype.itemsize != total:
             bad(f"shape {shape} of {dtype} is {count * dtype.itemsize} bytes, the buffer is {total}")

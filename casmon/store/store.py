@@ -33,19 +33,20 @@ calls it through the :class:`Maintenance` protocol.
 from __future__ import annotations
 
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 import warnings
-import weakref
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 from collections.abc import Callable, Iterable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    import threading
 
-from casmon import faultpoints
 from casmon.keys.names import keep_flat_names
 from casmon.errors import (MAX_SECONDS, CasmonError, DamagedObjectError, MissingObjectError, StoreError,
                            UntrustedStoreError, warn_damage)
 from casmon.keys.digest import Digest
-from casmon.store import condemned, lifecycle, reliance, serialize
+from casmon.store import condemned, lifecycle, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, decode_manifest, encode_manifest
@@ -113,7 +114,7 @@ def _installed_maintenance() -> Maintenance:
 
 
 #: The flush in progress in this thread runs the features' hooks: records they append are written by it.
-_in_hooks = threading.local()
+_in_hooks = _thread._local()
 
 
 def _mapped() -> Any:
@@ -129,6 +130,12 @@ def _logger() -> logging.Logger:
 
     return logging.getLogger("casmon")
 
+
+
+def _keep_while_waiting(store: Store) -> None:
+    from casmon.store import reliance  # a write's and a check's: a hit loads none
+
+    reliance.keep_while_waiting(store)
 
 class Store:
     """A casmon store. Open one with :func:`casmon.open`.
@@ -163,8 +170,8 @@ class Store:
         self.durable = durable
         backend.fsync = durable
         self.writer = writer_id()
-        self._lock = threading.RLock()
-        self._flush_lock = threading.Lock()
+        self._lock = _thread.RLock()
+        self._flush_lock = _thread.allocate_lock()
         self._tables: dict[str, Table] = {}
         self._table_list: tuple[Table, ...] = ()
         self._closed = False
@@ -190,7 +197,7 @@ class Store:
         self.objects = ObjectStore(backend, self.writer)
         self._in_flight: set[bytes] = set()  # values the records a flush is writing name (see reliance.keep_while_waiting)
         self._keeping = False
-        backend.while_waiting = lambda: reliance.keep_while_waiting(self)
+        backend.while_waiting = lambda: _keep_while_waiting(self)
         backend.wait_tick = condemned.VIEW_MAX
         self.objects.index.format_gate = self._format2
         lifecycle.register(self)
@@ -266,6 +273,8 @@ class Store:
 
     def put_encoded(self, enc: serialize.Encoded, mmap: bool = False) -> Digest:
         """Store a value already encoded (:func:`casmon.store.serialize.encode`, or built by an importer)."""
+        from casmon import faultpoints  # a write's: a hit loads none
+
         children = [self.put(c, mmap) for c in enc.children]
         t0 = self.objects.view()
         try:
@@ -467,6 +476,8 @@ class Store:
             except (CasmonError, OSError):
                 pass  # the table is not listed: its first read lists it, and says what is wrong
 
+        import threading  # a thread's: a hit starts none
+
         started: list[threading.Thread] = []
         for t in tables[1:]:
             th = threading.Thread(target=refresh, args=(t,), name="casmon-prefetch", daemon=True)
@@ -520,6 +531,8 @@ class Store:
     def _ensure_stored(self, target: Digest | bytes | str | None, force: bool = False) -> None:
         """Before a ref names ``target``: it and its chunks are written, and safe from a gc sweep. It stays
         held (copied if gc condemns it) until the ref is written."""
+        from casmon.store import reliance
+
         if target is None:
             return
         d = Digest(target)
@@ -635,7 +648,7 @@ class Store:
         with self._lock:
             if self._flusher is not None or lifecycle.exiting():
                 return
-            ref = weakref.ref(self)
+            ref = weak_ref(self)
             interval = self.autoflush
             stop = lifecycle.stop_flushers
 
@@ -653,41 +666,18 @@ class Store:
 
             # Not a daemon where the exit hook can stop it: a daemon thread still flushing (or
             # writing a warning) while the interpreter tears down can abort the process.
+            import threading
+
+            lifecycle.exit_flush_before_threads()  # before a thread that only the exit flush stops
             self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not lifecycle.exit_hook_stops_threads)
             self._flusher.start()
 
     def _start_keeper(self) -> None:
         """Keep held values from gc while no flush runs for longer than ``VIEW_MAX`` (``autoflush=None``, or
-        a long one): every ``VIEW_MAX`` seconds, copy what a new condemned list names and write the copies."""
-        with self._lock:
-            if self._keeper is not None or lifecycle.exiting():
-                return
-            ref = weakref.ref(self)
-            stop = lifecycle.stop_flushers
+        a long one): :func:`casmon.store.reliance.start_keeper`."""
+        from casmon.store import reliance
 
-            def keep() -> None:
-                while not stop.wait(condemned.VIEW_MAX):
-                    s = ref()
-                    if s is None or s._closed:
-                        return
-                    try:
-                        if s._held and s._flush_lock.acquire(timeout=condemned.VIEW_MAX):
-                            try:
-                                copied = s.objects.revived
-                                reliance.protect_held(s)
-                                if s.objects.revived != copied:
-                                    s._write_objects()  # the copies: objects before any record, as always
-                            finally:
-                                s._flush_lock.release()
-                    except Exception as e:  # noqa: BLE001 - the next round (or flush) tries again
-                        _logger().info("keeping held values of %s failed: %s", s.url, e)
-                    del s
-
-            self._keeper = threading.Thread(target=keep, name="casmon-keep", daemon=True)
-            try:
-                self._keeper.start()
-            except RuntimeError:  # the interpreter is exiting
-                self._keeper = None
+        reliance.start_keeper(self)
 
     def flush(self) -> None:
         """Make everything written so far visible to other processes.
@@ -699,6 +689,10 @@ class Store:
         If a step fails, what was not written stays waiting for the next flush
         and the error is raised.
         """
+        from casmon import faultpoints
+
+        from casmon.store import reliance
+
         if self.read_only:
             return
         # A hook moves a feature's waiting rows into a record: Ctrl-C in the middle would lose them.
@@ -857,8 +851,8 @@ class Store:
         self._io_ready = False  # the parent's threads do not exist here
         self._flusher = None  # the parent's thread does not exist here
         self._keeper = None
-        self._flush_lock = threading.Lock()
-        self._lock = threading.RLock()
+        self._flush_lock = _thread.allocate_lock()
+        self._lock = _thread.RLock()
         self.objects = ObjectStore(self.backend, self.writer)
         self._tables = {}
         self._table_list = ()
@@ -957,7 +951,7 @@ def check_options(**options: Any) -> None:
 
 
 _default: dict[tuple[int, str], Store] = {}
-_default_lock = threading.Lock()
+_default_lock = _thread.allocate_lock()
 
 
 def _default_key(location: Any) -> tuple[int, Any]:

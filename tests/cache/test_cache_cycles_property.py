@@ -13,6 +13,7 @@ import sys
 import tempfile
 import textwrap
 import uuid
+import weakref
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,7 @@ def versions_in_order(mod, g, reverse):
     objs += [getattr(mod, f"Meta{i}") for i, c in enumerate(g["classes"]) if c["meta"]]
     fresh = [cv.VersionTracker(o) for o in objs]
     for o, t in zip(objs, fresh):
-        cv._trackers[o] = t
+        cv._trackers[weakref.ref(o, cv._forget_tracker)] = t  # as version_tracker keeps it
     for t in (fresh[::-1] if reverse else fresh):
         t.current()
     return [t.digest for t in fresh]

@@ -250,3 +250,24 @@ def test_a_stale_file_that_swaps_star_args_for_star_star_kwargs_names_no_version
     _write(path, "def f(**a):\n    return len(a)\n")  # on disk; not reloaded
     cv._code_memo.clear()
     assert cv._function_source(mod.f)[0] is None
+
+
+def test_a_functions_tracker_is_shared_while_it_lives_and_dropped_when_it_is_collected():
+    """The trackers are held as a WeakKeyDictionary holds its values: one per live function, none kept for a
+    function that is gone (a fresh process's first hit keeps them without loading weakref.py)."""
+    import gc
+
+    def make(n):
+        def f(x):
+            return x + n
+        return f
+
+    fs = [make(i) for i in range(50)]
+    before = len(cv._trackers)
+    ts = [cv.version_tracker(f) for f in fs]
+    assert [cv.version_tracker(f) for f in fs] == ts and len({id(t) for t in ts}) == 50
+    assert len(cv._trackers) == before + 50
+    del fs, ts
+    gc.collect()
+    assert len(cv._trackers) == before, "trackers of collected functions were kept"
+    assert cv.version_tracker(len) is not None  # not weak-referenceable: a tracker of its own, not kept

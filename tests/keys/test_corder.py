@@ -82,9 +82,8 @@ def test_a_tiled_copy_is_the_c_order_copy(monkeypatch, rows, cols, dtype, layout
        layout=st.sampled_from(LAYOUTS), seed=st.integers(0, 2**32 - 1))
 def test_a_non_contiguous_arrays_key_is_its_c_order_copys_across_tiles(tiny_tiles, monkeypatch, rows, cols, dtype,
                                                                        layout, seed):
-    for mod in (fpmod, segments):
-        monkeypatch.setattr(mod, "RUN_MIN", 256)
-        monkeypatch.setattr(mod, "SEGMENT", 200)  # boundaries fall mid-row and mid-tile
+    monkeypatch.setattr(segments, "RUN_MIN", 256)  # fingerprint reads them there
+    monkeypatch.setattr(segments, "SEGMENT", 200)  # boundaries fall mid-row and mid-tile
     monkeypatch.setattr(fpmod, "_INLINE_LIMIT", 64)
     x = _view(rows, cols, dtype, layout, seed)
     assert fingerprint(x) == fingerprint(np.ascontiguousarray(x))

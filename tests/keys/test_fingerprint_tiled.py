@@ -16,9 +16,8 @@ from casmon.keys import fingerprint as fpmod, segments
 
 @pytest.fixture
 def small_segments(monkeypatch):
-    for mod in (fpmod, segments):
-        monkeypatch.setattr(mod, "RUN_MIN", 4096)
-        monkeypatch.setattr(mod, "SEGMENT", 1000)  # no row length divides it: boundaries fall mid-row
+    monkeypatch.setattr(segments, "RUN_MIN", 4096)  # fingerprint reads them there
+    monkeypatch.setattr(segments, "SEGMENT", 1000)  # no row length divides it: boundaries fall mid-row
     monkeypatch.setattr(fpmod, "_INLINE_LIMIT", 1024)  # below RUN_MIN, as the real one is
 
 

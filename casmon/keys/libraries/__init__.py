@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
@@ -26,7 +26,7 @@ ADAPTERS = {
     "xarray": "xarray", "PIL": "pil", "datasets": "hf", "dask": "dask",
 }
 _loaded: dict[str, Any] = {}
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 
 
 def _module(name: str) -> tuple[Any, bool]:

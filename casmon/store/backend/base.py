@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Callable, Sequence
 from pathlib import Path
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -69,7 +69,7 @@ class Backend(abc.ABC):
         self._range_reads: dict[str, int] = {}
         self._whole: dict[str, bytes] = {}
         self._whole_bytes = 0
-        self._whole_lock = threading.Lock()
+        self._whole_lock = _thread.allocate_lock()
         self._reached: tuple[str, Data | None] | None = None  # what reach() read, for the next get() of it
 
     # -- what the medium is -------------------------------------------------------

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Sequence
 from pathlib import Path
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Protocol
 
-from casmon import faultpoints
 from casmon.store.backend.base import Backend
 
 if TYPE_CHECKING:
@@ -123,7 +122,7 @@ class LocalBackend(Backend):
         self._root = str(folder.root)
         self._made_dirs: set[str] = set()  # folders known to exist (a write need not make them again)
         self._kept: dict[str, _OpenFile] = {}  # key -> open file, least recently used first
-        self._kept_lock = threading.Lock()
+        self._kept_lock = _thread.allocate_lock()
 
     @property
     def zstore(self) -> Folder:
@@ -379,6 +378,8 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _write_file(path: str, folder: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
+        from casmon import faultpoints  # a write's: a hit loads none
+
         tmp = f"{path}.{os.urandom(16).hex()}.partial"
         left: str | None = tmp  # the *.partial file to remove at the end, if any
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)

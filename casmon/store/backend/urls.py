@@ -19,7 +19,7 @@ means where that differs.
 from __future__ import annotations
 
 import os
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 from pathlib import Path
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_PATH", "open_backend"]
 DEFAULT_PATH = ".casmon"
 
 _memory_stores: dict[str, dict[str, Any]] = {}
-_memory_lock = threading.Lock()
+_memory_lock = _thread.allocate_lock()
 
 #: URL schemes opened through obstore when it is installed (else through fsspec).
 _OBSTORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl")

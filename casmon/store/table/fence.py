@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import re
 import time
-import weakref
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 
 from casmon.errors import DamagedObjectError, warn_damage
@@ -129,7 +129,7 @@ def parse(key: str, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]
 
 
 #: The newest fence read of a backend (fences are written once: a name is its content).
-_cache: dict[int, tuple[weakref.ref[Backend], str, Fence]] = {}
+_cache: dict[int, tuple[weak_ref[Backend], str, Fence]] = {}
 
 
 def _names(backend: Backend) -> list[str]:
@@ -156,7 +156,7 @@ def read(backend: Backend) -> Fence:
         fence = Fence(damaged=f"{newest}: {e.reason}")
     if len(_cache) > 64:
         _cache.clear()
-    _cache[id(backend)] = (weakref.ref(backend), newest, fence)
+    _cache[id(backend)] = (weak_ref(backend), newest, fence)
     return fence
 
 

@@ -10,14 +10,16 @@ huge allocation. Encoders live beside their parsers, so the two never drift.
 
 from __future__ import annotations
 
-import bisect
+import _bisect as bisect  # bisect.py re-exports it: the same functions, one module less on a hit
 import re
-import struct
 import sys
 from collections.abc import Iterator, Sequence
-from array import array
 from itertools import accumulate
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
+if TYPE_CHECKING:
+    import struct
+else:  # struct.py re-exports _struct: the same names, one module less on a hit
+    import _struct as struct
 if TYPE_CHECKING:
     from typing import Any, TypeAlias, Union
 
@@ -28,6 +30,8 @@ from casmon.store.codec import get_codec, is_ndarray, loaded_numpy
 from casmon.store.table.ranges import Ranges, parse_contains, ranges_of_names, ranges_union
 
 if TYPE_CHECKING:
+    from array import array
+
     import numpy as np
     import numpy.typing as npt
 
@@ -277,9 +281,9 @@ class BlockStarts:
 
     __slots__ = ("_lens", "_per", "_files")
 
-    def __init__(self, lens: array[int], per: int) -> None:
+    def __init__(self, lens: memoryview | array[int], per: int) -> None:
         self._lens, self._per = lens, per  # blocks per bucket file (a power of two)
-        self._files: dict[int, array[int]] = {}
+        self._files: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self._lens)
@@ -291,7 +295,7 @@ class BlockStarts:
         if s is None:
             if not 0 <= b < len(self._lens):
                 raise IndexError(b)
-            s = self._files[f] = array("q", accumulate(self._lens[f * per : (f + 1) * per - 1], initial=0))
+            s = self._files[f] = list(accumulate(self._lens[f * per : (f + 1) * per - 1], initial=0))
         return s[i]
 
 
@@ -400,9 +404,14 @@ def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
     if len(binary) != 4 * blocks + nbits // 8:
         raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
     g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
-    # An array, not a list: a fresh process would make millions of Python ints it never reads.
-    lens = array("I", bytes(binary[: 4 * blocks]))
-    if sys.byteorder == "big":
+    # Unsigned ints read in place, not a list: a fresh process would make millions of Python ints it never reads.
+    lens: memoryview | array[int]
+    if sys.byteorder == "little":
+        lens = memoryview(bytes(binary[: 4 * blocks])).cast("I")
+    else:
+        from array import array
+
+        lens = array("I", bytes(binary[: 4 * blocks]))
         lens.byteswap()
     g.lens, g.starts = lens, BlockStarts(lens, blocks // g.nbuckets)
     g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k

@@ -10,10 +10,9 @@ protocol; :mod:`casmon.store.table.format` the bytes.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
-import threading
+import _thread  # threading's locks, without loading threading on a hit
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -21,7 +20,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias, TypeVar
 
-from casmon import faultpoints
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store import condemned
 from casmon.store.backend import Backend
@@ -96,8 +94,8 @@ class Table:
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.writer = writer
         self._seq = 0
-        self._lock = threading.RLock()
-        self._refresh_lock = threading.RLock()  # taken before _lock, never while holding it
+        self._lock = _thread.RLock()
+        self._refresh_lock = _thread.RLock()  # taken before _lock, never while holding it
         self._pending: list[tuple[bytes, bytes]] = []
         self._batches: list[tuple[str, list[tuple[bytes, bytes]]]] = []  # named, not yet written
         self._pending_index: dict[bytes, bytes | tuple[bytes, ...]] = {}  # see _index_add
@@ -789,6 +787,8 @@ class Table:
     def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
                           exact: bool, marks: dict[str, int]) -> str:
         """Write buckets, then the manifest (fault points between); returns the generation's id."""
+        from casmon import faultpoints  # a write's: a hit loads none
+
         from casmon.store.table.encode import Columns, encode_v2  # writers and merges: a reader never loads it
 
         n = len(entries)
@@ -821,6 +821,7 @@ class Table:
         m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains), **extra}
         if not exact:
             m["exact"] = False
+        import json  # a write's: a hit loads no json
         payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
         _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
         if len(frame) > 0.9 * len(payload):  # mostly a bloom filter (random bits): every fresh reader would decompress it for nothing
