@@ -33,7 +33,8 @@ from casmon.keys.fingerprint import Fingerprinter, small_array_digest
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
 
-__all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all"]
+__all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all",
+           "name_lengths"]
 
 #: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
 #: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
@@ -254,20 +255,19 @@ def result_fingerprint(result: Any) -> str | None:
 
 
 def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
-                    known: Any = ()) -> dict[str, str]:
+                    known: Any = (), given: Any = None) -> dict[str, str]:
     """Parameter name -> content digest, read from the key's encoding where the key kept it (no second pass);
     a parameter that fed a large buffer straight to the hasher is hashed again up to :data:`CONTENT_MAX`
     bytes. The top-level items of a tuple or list parameter get digests too (``train((feats, labels))``). A
-    parameter in ``known`` (linked by identity) gets only what its key's encoding gives for free."""
+    parameter in ``known`` (linked by identity) gets only what its key's encoding gives for free. ``given``: the
+    entry's ``a`` (:func:`casmon.caching.explain.arg_digests`), whose digest of a content-sized span is this one:
+    the span is not hashed again."""
     out: dict[str, str] = {}
     if spans is None:
         return out
     raw, parts = spans
     mv = memoryview(raw)
-    c = _nlens.get(id(state))
-    if c is None or c[0] is not state._name_bytes:  # the tuple held here keeps the id from being reused
-        c = _nlens[id(state)] = (state._name_bytes, {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)})
-    nlen = c[1]
+    nlen = name_lengths(state)
     skip = state.files or state.hashers
     vals = None
     for name, a, b in parts:
@@ -276,7 +276,8 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
         if a is not None:
             a += nlen.get(name, 0)
             if b - a >= CONTENT_MIN:
-                out[name] = _h128(mv[a:b])
+                d = given.get(name) if given else None
+                out[name] = d if type(d) is str and len(d) == 32 else _h128(mv[a:b])
             if a >= b or raw[a] not in _OPENS:
                 continue  # neither a container nor a large value: the span said everything
         if name in known:
@@ -303,6 +304,14 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
     return out
 
 
+def name_lengths(state: CacheState) -> dict[str, int]:
+    """Parameter name -> the length of its name's part of the key's encoding (a span starts with it)."""
+    c = _nlens.get(id(state))
+    if c is None or c[0] is not state._name_bytes:  # the tuple held here keeps the id from being reused
+        c = _nlens[id(state)] = (state._name_bytes, {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)})
+    return c[1]
+
+
 # id(state) -> (its parameters' encoded names, their lengths): computed once per function, not per miss
 _nlens: dict[int, tuple[Any, dict[str, int]]] = {}
 
@@ -318,7 +327,11 @@ def _unlinked(args: tuple) -> bool:
     for v in args:
         t = type(v)
         if t is _ndarray:
-            if v.base is not None or id(v) in by_id:
+            if v.base is not None:
+                return False
+            e = by_id.get(id(v))
+            # a row of a dead result whose memory this array took (a fresh array often does) links nothing
+            if e is not None and (e[0]() is v if e[2] else e[0]() is not None):
                 return False
         elif t not in _SKIP:
             return False
@@ -368,6 +381,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                 entry["up"] = up
         if spans is not None and not state._custom_key:
             raw, parts = spans
+            given = entry.get("a")  # explain's digest of a content-sized span is its content digest: one hash
             if len(parts) == 1 and not up:  # one parameter: its span is its content, unless it holds more
                 c = _nlens.get(id(state))
                 name, a, b = parts[0]
@@ -375,9 +389,10 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                     a += c[1][name]
                     if a < b and raw[a] not in _OPENS:
                         if b - a >= CONTENT_MIN:
-                            entry["pc"] = {name: _h128(raw[a:b])}
+                            d = given.get(name) if given else None
+                            entry["pc"] = {name: d if type(d) is str and len(d) == 32 else _h128(raw[a:b])}
                         return
-            pc = content_digests(state, args, kwargs, spans, up)
+            pc = content_digests(state, args, kwargs, spans, up, given)
             if pc:
                 entry["pc"] = pc
     except Exception:  # noqa: BLE001 - the entry is stored without its edges
