@@ -343,15 +343,36 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
     parameter linked by identity gets no second pass for its content: its producer is known."""
     try:
         try:
-            small = small_array_digest(result)  # a small array's, in one call; any other value's, by a walk
+            rf = small_array_digest(result, True)  # a small array's, in one call; any other value's, by a walk
         except Exception:  # noqa: BLE001 - keyed by the walk instead (which may fail alone)
-            small = None
-        rf = small.hex() if small is not None else result_fingerprint(result)
+            rf = None
+        if rf is None:
+            rf = result_fingerprint(result)
         if rf is not None:
             entry["rf"] = rf
-        up: dict[str, list[str]] = {}
         if _served:
             _drain()
+        given = entry.get("a")  # explain's digest of a content-sized span is its content digest: one hash
+        if given and len(args) == 1 and not kwargs and len(given) == 1 and state._simple:
+            # The common miss: one argument, a plain value or a fresh array (no producer here, no items)
+            v = args[0]
+            t = type(v)
+            if t is _ndarray:
+                plain = v.base is None
+                if plain and _by_id:
+                    e = _by_id.get(id(v))  # a dead result's row at this address links nothing
+                    plain = e is None or not (e[0]() is v if e[2] else e[0]() is not None)
+            else:
+                plain = t in _SKIP
+            if plain:
+                ((name, d),) = given.items()
+                if name == state._names[0]:  # that argument's (not a default's, the argument being ignored)
+                    if len(d) == 32:  # content-sized: arg_digests' rule is pc's
+                        entry["pc"] = {name: d}
+                        return
+                    if d != "~":
+                        return  # short, or a hasher's value: no content digest
+        up: dict[str, list[str]] = {}
         if _by_id and not (not kwargs and state._simple and _unlinked(args)):
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
                 named: Any = zip(state._names, args) if not kwargs else \
@@ -381,7 +402,6 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                 entry["up"] = up
         if spans is not None and not state._custom_key:
             raw, parts = spans
-            given = entry.get("a")  # explain's digest of a content-sized span is its content digest: one hash
             if len(parts) == 1 and not up:  # one parameter: its span is its content, unless it holds more
                 c = _nlens.get(id(state))
                 name, a, b = parts[0]
