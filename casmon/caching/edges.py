@@ -52,6 +52,7 @@ _CONTAINERS = (tuple, list)
 _PLAIN = frozenset({bytes, bytearray, str})
 _h128 = xxhash.xxh3_128_hexdigest
 _NOWHERE = object()
+_ref = weakref.ref  # a miss's and a hit's one lookup the less
 _OPENS = frozenset(b"([")  # a container's encoding starts so: its items get digests of their own
 
 # id(object) -> (weak reference, key of the entry that produced it, whether the reference is to the object
@@ -92,7 +93,7 @@ def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> Non
         return
     if t not in _no_weakref:
         try:
-            _served.append((weakref.ref(value), key, where))
+            _served.append((_ref(value), key, where))
         except TypeError:
             _no_weakref.add(t)
         else:
@@ -163,7 +164,7 @@ def produced(value: Any, key: bytes, where: Any = None) -> None:
     try:
         t = type(value)
         if t is _ndarray and value.base is None:  # a fresh array that owns its memory (most results): one row
-            _by_id[id(value)] = (weakref.ref(value), key, True, where)
+            _by_id[id(value)] = (_ref(value), key, True, where)
             if len(_by_id) >= _sweep_at[0]:
                 _sweep()
             return

@@ -705,13 +705,13 @@ def _len_prefixed(b: bytes) -> bytes:
 
 
 def small_array_digest(a: Any, hexed: bool = False) -> Any:
-    """The raw 16-byte digest :class:`Fingerprinter` gives ``a`` alone (``hexed``: its hex), for a small,
-    contiguous, plain numpy array with a plain dtype, in one xxh3 call without a walk (a miss's result
+    """The raw 16-byte digest :class:`Fingerprinter` gives ``a`` alone (``hexed``: its hex), for a small
+    plain numpy array with a plain dtype, in one xxh3 call without a walk (a miss's result
     fingerprint); None for any other value."""
     if type(a) is not _ndarray_t:
         if np is not None or not _numpy_arrived() or type(a) is not _ndarray_t:
             return None
-    if a.nbytes > _INLINE_LIMIT or not a.flags.c_contiguous:
+    if a.nbytes > _INLINE_LIMIT:  # any layout: its encoding is its C-order bytes, which tobytes gives
         return None
     dt, shape = a.dtype, a.shape
     head = _small_heads.get((dt, shape))
