@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
 
 __all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all",
-           "name_lengths"]
+           "encoded_name"]
 
 #: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
 #: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
@@ -268,7 +268,7 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
         return out
     raw, parts = spans
     mv = memoryview(raw)
-    nlen = name_lengths(state)
+    nlen = state._name_lens
     skip = state.files or state.hashers
     vals = None
     for name, a, b in parts:
@@ -305,16 +305,11 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
     return out
 
 
-def name_lengths(state: CacheState) -> dict[str, int]:
-    """Parameter name -> the length of its name's part of the key's encoding (a span starts with it)."""
-    c = _nlens.get(id(state))
-    if c is None or c[0] is not state._name_bytes:  # the tuple held here keeps the id from being reused
-        c = _nlens[id(state)] = (state._name_bytes, {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)})
-    return c[1]
-
-
-# id(state) -> (its parameters' encoded names, their lengths): computed once per function, not per miss
-_nlens: dict[int, tuple[Any, dict[str, int]]] = {}
+def encoded_name(name: str) -> bytes:
+    """A parameter's name as a key's encoding holds it, before its value (a span starts with it)."""
+    fp = Fingerprinter()
+    fp.str_(name)
+    return bytes(fp.out)
 
 
 def _small_enough(v: Any) -> bool:
@@ -404,10 +399,10 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         if spans is not None and not state._custom_key:
             raw, parts = spans
             if len(parts) == 1 and not up:  # one parameter: its span is its content, unless it holds more
-                c = _nlens.get(id(state))
                 name, a, b = parts[0]
-                if c is not None and c[0] is state._name_bytes and a is not None and not (state.files or state.hashers):
-                    a += c[1][name]
+                nl = state._name_lens.get(name)
+                if nl is not None and a is not None and not (state.files or state.hashers):
+                    a += nl
                     if a < b and raw[a] not in _OPENS:
                         if b - a >= CONTENT_MIN:
                             d = given.get(name) if given else None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from casmon.caching.binder import VAR_KEYWORD, VAR_POSITIONAL
-from casmon.caching.edges import CONTENT_MIN, name_lengths
+from casmon.caching.edges import CONTENT_MIN
 from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, name_digest, newest_per_key
 from casmon.keys.codeversion import VersionedFingerprinter
 from casmon.keys.digest import Digest
@@ -67,7 +67,7 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
     raw = None
     if spans is not None:
         raw, parts = spans
-        nlen = name_lengths(state)
+        nlen = state._name_lens
         if state._simple and not state.files:  # every parameter is one span: no second look at the arguments
             mv = memoryview(raw)
             hashers = state.hashers
@@ -75,7 +75,7 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
                 if a is None:
                     out[n] = "~"
                     continue
-                v = a + nlen[n]
+                v = a + nlen.get(n, b)  # a name it does not know (code reassigned meanwhile): the 64-bit one
                 out[n] = _h128(mv[v:b]) if b - v >= CONTENT_MIN and not (hashers and n in hashers) else _hex64(mv[a:b])
             return out
         by_span = {n: (a, b) for n, a, b in parts}
