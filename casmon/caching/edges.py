@@ -3,7 +3,8 @@
 Two ways, both without annotation (``casmon.lineage`` reads them):
 
 * **by content**: each entry records its result's fingerprint (``rf``, the key encoding's digest of the value,
-  as a parameter of a later call would be keyed) and each parameter's content digest (``pc``). A parameter
+  as a parameter of a later call would be keyed) and each parameter's content digest (``pc``: the 128-bit digest
+  of its part of the key's encoding, which explain's ``a`` records too, so a miss hashes it once). A parameter
   whose digest equals a stored result's fingerprint is an edge from that entry, in any process, on any machine.
   Values whose encoding is shorter than :data:`CONTENT_MIN` bytes (``None``, flags, small numbers, short
   strings) get no fingerprint: equal by chance far too often to mean "came from".
