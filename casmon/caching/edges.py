@@ -350,20 +350,21 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         if _served:
             _drain()
         given = entry.get("a")  # explain's digest of a content-sized span is its content digest: one hash
-        if given and len(args) == 1 and not kwargs and len(given) == 1 and state._simple:
+        if len(args) == 1 and given and len(given) == 1 and not kwargs and state._simple:
             # The common miss: one argument, a plain value or a fresh array (no producer here, no items)
             v = args[0]
             t = type(v)
             if t is _ndarray:
                 plain = v.base is None
-                if plain and _by_id:
+                if plain and id(v) in _by_id:
                     e = _by_id.get(id(v))  # a dead result's row at this address links nothing
                     plain = e is None or not (e[0]() is v if e[2] else e[0]() is not None)
             else:
                 plain = t in _SKIP
             if plain:
-                ((name, d),) = given.items()
-                if name == state._names[0]:  # that argument's (not a default's, the argument being ignored)
+                name = state._names[0]
+                d = given.get(name)  # None: that argument is ignored, the one digest a default's
+                if d is not None:
                     if len(d) == 32:  # content-sized: arg_digests' rule is pc's
                         entry["pc"] = {name: d}
                         return
