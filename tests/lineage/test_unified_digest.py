@@ -74,13 +74,16 @@ def _old_digest(name, value):
     return xxhash.xxh3_64_hexdigest(bytes(nfp.out) + bytes(fp.out))
 
 
-def _store_as_before(fn, args, lineage=True, age=0.0):
+def _store_as_before(fn, args, lineage=True, age=0.0, kwargs=None):
     """Store ``fn(*args)``'s entry again as casmon stored it before: every span parameter's ``a`` the old 64-bit
     digest (and, with ``lineage``, the ``pc`` it recorded then; without, neither ``pc`` nor ``rf``)."""
     state = fn.__casmon_cache__
-    ref = fn.ref(*args)
+    kwargs = kwargs or {}
+    ref = fn.ref(*args, **kwargs)
     rec = dict(ref.entry)
-    rec["a"] = {p.name: _old_digest(p.name, v) for p, v in zip(state.params, state.bind(args, {}))}
+    vals = {p.name: v for p, v in zip(state.params, state.bind(args, kwargs))}
+    # only a content digest's form changed: a short span's digest, a *args item's, are as they were
+    rec["a"] = {n: _old_digest(n, vals[n]) if len(d) == 32 else d for n, d in rec["a"].items()}
     if not lineage:
         rec.pop("pc", None)
         rec.pop("rf", None)
@@ -106,6 +109,19 @@ def test_explain_names_the_changed_parameter_against_new_and_older_entries(store
         assert len(f.ref(X, 1).entry["a"]["x"]) == 16
         assert [(d.name, d.detail) for d in f.explain(X, 2).differences] == [("seed", "differs")]
         assert [(d.name, d.detail) for d in f.explain(X + "!", 1).differences] == [("x", "differs")]
+
+
+def test_explain_of_a_function_with_star_args_names_the_changed_parameter_against_an_older_entry(store):
+    @casmon.cache(store=store)
+    def g(x, *rest, **kw):
+        return 1
+
+    g(X, 1, k=2)
+    _store_as_before(g, (X, 1), kwargs={"k": 2})
+    assert g.ref(X, 1, k=2).entry["a"].keys() == {"x", "rest[0]", "k"}
+    assert len(g.ref(X, 1, k=2).entry["a"]["x"]) == 16
+    assert [(d.name, d.detail) for d in g.explain(X, 1, k=3).differences] == [("k", "differs")]
+    assert [(d.name, d.detail) for d in g.explain(X + "!", 1, k=2).differences] == [("x", "differs")]
 
 
 def test_an_older_entry_and_a_new_one_compare_by_parameter_in_explain_entry_and_diff(store):
@@ -184,3 +200,24 @@ def test_lineage_links_across_processes_through_the_one_digest_and_not_for_a_sho
     assert e["pc"]["x"] == e["a"]["x"] == ix.entry(make_key)["rf"]
     (short,) = set(by_arg.values()) - set(linked)
     assert "pc" not in ix.entry(short) and len(ix.entry(short)["a"]["x"]) == 16
+
+
+def test_an_older_entry_links_by_its_pc_beside_new_ones(store):
+    @casmon.cache(store=store)
+    def make(n):
+        return np.arange(16.0) * n
+
+    @casmon.cache(store=store)
+    def use(x, seed):
+        return 0
+
+    make(3)
+    edges.forget_all()  # no identity edge: content links it
+    use(np.arange(16.0) * 3, 1)
+    use(np.arange(16.0) * 3, 2)
+    _store_as_before(use, (np.arange(16.0) * 3, 1))
+    ix = Index(use.__casmon_cache__.store)
+    make_key = bytes(make.ref(3).key).hex()
+    for seed in (1, 2):
+        assert ix.upstream(bytes(use.ref(np.arange(16.0) * 3, seed).key).hex()) == [("x", make_key)]
+    assert len(ix.entry(bytes(use.ref(np.arange(16.0) * 3, 1).key).hex())["a"]["x"]) == 16
