@@ -711,7 +711,8 @@ def small_array_digest(a: Any, hexed: bool = False) -> Any:
     if type(a) is not _ndarray_t:
         if np is not None or not _numpy_arrived() or type(a) is not _ndarray_t:
             return None
-    if a.nbytes > _INLINE_LIMIT:  # any layout: its encoding is its C-order bytes, which tobytes gives
+    nbytes = a.nbytes
+    if nbytes > _INLINE_LIMIT:  # any layout: its encoding is its C-order bytes, which tobytes gives
         return None
     dt, shape = a.dtype, a.shape
     head = _small_heads.get((dt, shape))
@@ -721,8 +722,8 @@ def small_array_digest(a: Any, hexed: bool = False) -> Any:
         head = b"A" + _len_prefixed(_dtype_key(dt)) + _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
         if len(_small_heads) < 4096:
             _small_heads[(dt, shape)] = head
-    if a.nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
-        return (xxhash.xxh3_128_hexdigest if hexed else xxhash.xxh3_128_digest)(head + a.tobytes())
+    if nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
+        return (_h128_hex if hexed else _h128_raw)(head + a.tobytes())
     h = xxhash.xxh3_128(head)
     h.update(a.reshape(-1).view(np.uint8).data)  # as bytes: a datetime64 array exports no buffer of its own
     return h.hexdigest() if hexed else h.digest()
@@ -731,6 +732,7 @@ def small_array_digest(a: Any, hexed: bool = False) -> Any:
 #: (plain dtype, shape) -> the start of such an array's encoding (a dtype that needs more than its descriptor is
 #: never here): one lookup, where packing the shape costs more than the hash of a small array.
 _small_heads: dict[tuple[Any, tuple[int, ...]], bytes] = {}
+_h128_hex, _h128_raw = xxhash.xxh3_128_hexdigest, xxhash.xxh3_128_digest
 #: numpy's ndarray once numpy is imported (a class no value has until then)
 _ndarray_t: Any = type("_NoArray", (), {})
 
