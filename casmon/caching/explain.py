@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["Difference", "Explanation", "Version", "arg_digests", "span_digest", "legacy_digests", "same_value",
-           "entry_alt", "MIXED", "version_parts", "explain_call", "explain_entry", "code_versions", "compare_parts", "main_hint"]
+           "entry_alt", "MIXED", "version_parts", "explain_call", "explain_entry", "code_versions", "compare_parts",
+           "main_hint"]
 
 #: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
 ARG_DIGEST_MAX = 64 << 20
@@ -119,8 +120,8 @@ def span_digest(mv: Any, a: int | None, b: int, nlen: int, content: bool) -> str
     """A parameter's digest from its span ``mv[a:b]`` of the key's encoding (its name's ``nlen`` bytes first):
     where the value's part is content-sized (:data:`~casmon.caching.edges.CONTENT_MIN` bytes or more, and
     ``content``: not a ``hashers=``/``files=`` parameter's), the 128-bit digest of that part, which lineage
-    records as the parameter's content digest (``pc``); else the 64-bit digest of the whole span, as every
-    parameter's was before (so an older entry's small parameters compare as they are)."""
+    records as the parameter's content digest (``pc``); else the 64-bit digest of the whole span, the form an
+    older casmon gave every parameter (so its entries' short parameters compare as they are)."""
     if a is None:
         return "~"
     v = a + nlen
@@ -129,8 +130,8 @@ def span_digest(mv: Any, a: int | None, b: int, nlen: int, content: bool) -> str
     return _hex64(mv[a:b])
 
 
-#: Lengths of a parameter's recorded digest: before lineage's content digest served explain too, a span's was
-#: 64-bit (with the name); a content-sized span's is now 128-bit (its ``pc``). A ``*args`` item's is neither.
+#: Lengths of a parameter's recorded digest: a span's 64-bit one, with the name (every span's, in an older
+#: casmon's entries); a content digest, 128-bit (its ``pc``). A ``*args`` item's is neither.
 OLD_SPAN, CONTENT_SPAN = 16, 32
 MIXED = "may differ: the two record it in two kinds of digest (an older casmon's and this one's)"
 
