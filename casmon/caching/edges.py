@@ -3,7 +3,8 @@
 Two ways, both without annotation (``casmon.lineage`` reads them):
 
 * **by content**: each entry records its result's fingerprint (``rf``, the key encoding's digest of the value,
-  as a parameter of a later call would be keyed) and each parameter's content digest (``pc``). A parameter
+  as a parameter of a later call would be keyed) and each parameter's content digest (``pc``: the 128-bit digest
+  of its part of the key's encoding, which explain's ``a`` records too, so a miss hashes it once). A parameter
   whose digest equals a stored result's fingerprint is an edge from that entry, in any process, on any machine.
   Values whose encoding is shorter than :data:`CONTENT_MIN` bytes (``None``, flags, small numbers, short
   strings) get no fingerprint: equal by chance far too often to mean "came from".
@@ -33,7 +34,8 @@ from casmon.keys.fingerprint import Fingerprinter, small_array_digest
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
 
-__all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all"]
+__all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all",
+           "encoded_name"]
 
 #: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
 #: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
@@ -254,20 +256,19 @@ def result_fingerprint(result: Any) -> str | None:
 
 
 def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
-                    known: Any = ()) -> dict[str, str]:
+                    known: Any = (), given: Any = None) -> dict[str, str]:
     """Parameter name -> content digest, read from the key's encoding where the key kept it (no second pass);
     a parameter that fed a large buffer straight to the hasher is hashed again up to :data:`CONTENT_MAX`
     bytes. The top-level items of a tuple or list parameter get digests too (``train((feats, labels))``). A
-    parameter in ``known`` (linked by identity) gets only what its key's encoding gives for free."""
+    parameter in ``known`` (linked by identity) gets only what its key's encoding gives for free. ``given``: the
+    entry's ``a`` (:func:`casmon.caching.explain.arg_digests`), whose digest of a content-sized span is this one:
+    the span is not hashed again."""
     out: dict[str, str] = {}
     if spans is None:
         return out
     raw, parts = spans
     mv = memoryview(raw)
-    c = _nlens.get(id(state))
-    if c is None or c[0] is not state._name_bytes:  # the tuple held here keeps the id from being reused
-        c = _nlens[id(state)] = (state._name_bytes, {p.name: len(nb) for p, nb in zip(state.params, state._name_bytes)})
-    nlen = c[1]
+    nlen = state._name_lens
     skip = state.files or state.hashers
     vals = None
     for name, a, b in parts:
@@ -276,7 +277,8 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
         if a is not None:
             a += nlen.get(name, 0)
             if b - a >= CONTENT_MIN:
-                out[name] = _h128(mv[a:b])
+                d = given.get(name) if given else None
+                out[name] = d if type(d) is str and len(d) == 32 else _h128(mv[a:b])
             if a >= b or raw[a] not in _OPENS:
                 continue  # neither a container nor a large value: the span said everything
         if name in known:
@@ -303,8 +305,11 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
     return out
 
 
-# id(state) -> (its parameters' encoded names, their lengths): computed once per function, not per miss
-_nlens: dict[int, tuple[Any, dict[str, int]]] = {}
+def encoded_name(name: str) -> bytes:
+    """A parameter's name as a key's encoding holds it, before its value (a span starts with it)."""
+    fp = Fingerprinter()
+    fp.str_(name)
+    return bytes(fp.out)
 
 
 def _small_enough(v: Any) -> bool:
@@ -318,7 +323,11 @@ def _unlinked(args: tuple) -> bool:
     for v in args:
         t = type(v)
         if t is _ndarray:
-            if v.base is not None or id(v) in by_id:
+            if v.base is not None:
+                return False
+            e = by_id.get(id(v))
+            # a row of a dead result whose memory this array took (a fresh array often does) links nothing
+            if e is not None and (e[0]() is v if e[2] else e[0]() is not None):
                 return False
         elif t not in _SKIP:
             return False
@@ -330,15 +339,37 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
     parameter linked by identity gets no second pass for its content: its producer is known."""
     try:
         try:
-            small = small_array_digest(result)  # a small array's, in one call; any other value's, by a walk
+            rf = small_array_digest(result, True)  # a small array's, in one call; any other value's, by a walk
         except Exception:  # noqa: BLE001 - keyed by the walk instead (which may fail alone)
-            small = None
-        rf = small.hex() if small is not None else result_fingerprint(result)
+            rf = None
+        if rf is None:
+            rf = result_fingerprint(result)
         if rf is not None:
             entry["rf"] = rf
-        up: dict[str, list[str]] = {}
         if _served:
             _drain()
+        given = entry.get("a")  # explain's digest of a content-sized span is its content digest: one hash
+        if len(args) == 1 and given and len(given) == 1 and not kwargs and state._simple:
+            # The common miss: one argument, a plain value or a fresh array (no producer here, no items)
+            v = args[0]
+            t = type(v)
+            if t is _ndarray:
+                plain = v.base is None
+                if plain and id(v) in _by_id:
+                    e = _by_id.get(id(v))  # a dead result's row at this address links nothing
+                    plain = e is None or not (e[0]() is v if e[2] else e[0]() is not None)
+            else:
+                plain = t in _SKIP
+            if plain:
+                name = state._names[0]
+                d = given.get(name)  # None: that argument is ignored, the one digest a default's
+                if d is not None:
+                    if len(d) == 32:  # content-sized: arg_digests' rule is pc's
+                        entry["pc"] = {name: d}
+                        return
+                    if d != "~":
+                        return  # short, or a hasher's value: no content digest
+        up: dict[str, list[str]] = {}
         if _by_id and not (not kwargs and state._simple and _unlinked(args)):
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
                 named: Any = zip(state._names, args) if not kwargs else \
@@ -369,15 +400,16 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         if spans is not None and not state._custom_key:
             raw, parts = spans
             if len(parts) == 1 and not up:  # one parameter: its span is its content, unless it holds more
-                c = _nlens.get(id(state))
                 name, a, b = parts[0]
-                if c is not None and c[0] is state._name_bytes and a is not None and not (state.files or state.hashers):
-                    a += c[1][name]
+                nl = state._name_lens.get(name)
+                if nl is not None and a is not None and not (state.files or state.hashers):
+                    a += nl
                     if a < b and raw[a] not in _OPENS:
                         if b - a >= CONTENT_MIN:
-                            entry["pc"] = {name: _h128(raw[a:b])}
+                            d = given.get(name) if given else None
+                            entry["pc"] = {name: d if type(d) is str and len(d) == 32 else _h128(raw[a:b])}
                         return
-            pc = content_digests(state, args, kwargs, spans, up)
+            pc = content_digests(state, args, kwargs, spans, up, given)
             if pc:
                 entry["pc"] = pc
     except Exception:  # noqa: BLE001 - the entry is stored without its edges

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from casmon.caching.binder import VAR_KEYWORD, VAR_POSITIONAL
+from casmon.caching.edges import CONTENT_MIN
 from casmon.caching.entries import KIND, KIND_CLEAR, KIND_FN, name_digest, newest_per_key
 from casmon.keys.codeversion import VersionedFingerprinter
 from casmon.keys.digest import Digest
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
     from casmon.store.store import Store
 
-__all__ = ["Difference", "Explanation", "Version", "relabel", "arg_digests", "version_parts", "explain_call", "explain_entry",
-           "code_versions", "compare_parts", "main_hint"]
+__all__ = ["Difference", "Explanation", "Version", "relabel", "arg_digests", "span_digest", "legacy_digests",
+           "same_value", "entry_alt", "MIXED", "version_parts", "explain_call", "explain_entry", "code_versions",
+           "compare_parts", "main_hint"]
 
 #: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
 ARG_DIGEST_MAX = 64 << 20
@@ -47,6 +49,7 @@ ENTRIES_READ_MAX = 200_000
 
 
 _hex64 = xxhash.xxh3_64_hexdigest
+_h128 = xxhash.xxh3_128_hexdigest
 
 
 def _short(d: Digest | bytes) -> str:
@@ -54,18 +57,28 @@ def _short(d: Digest | bytes) -> str:
 
 
 def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None) -> dict[str, str]:
-    """A short digest of each parameter of a call as its key counts it (``ignore=`` left out, ``hashers=``
-    applied; ``*args`` as ``name[i]``, ``**kwargs`` by their own names). ``spans``: the key's encoding and each
-    parameter's part of it (:meth:`CacheState.key_ctx`), so a plain parameter is not hashed again; one that fed a
-    large buffer to the hasher is ``"~"`` (no digest kept: hashing it twice would double the miss)."""
+    """A digest of each parameter of a call as its key counts it (``ignore=`` left out, ``hashers=`` applied;
+    ``*args`` as ``name[i]``, ``**kwargs`` by their own names). ``spans``: the key's encoding and each parameter's
+    part of it (:meth:`CacheState.key_ctx`), so a plain parameter is not hashed again; one that fed a large buffer
+    to the hasher is ``"~"`` (no digest kept: hashing it twice would double the miss). A parameter whose span is
+    content-sized (:func:`span_digest`) gets lineage's 128-bit content digest, which its ``pc`` reuses: each span
+    is hashed once."""
     out: dict[str, str] = {}
     by_span: dict[str, tuple[int | None, int]] = {}
     raw = None
     if spans is not None:
         raw, parts = spans
+        nlen = state._name_lens
         if state._simple and not state.files:  # every parameter is one span: no second look at the arguments
             mv = memoryview(raw)
-            return {n: "~" if a is None else _hex64(mv[a:b]) for n, a, b in parts}
+            hashers = state.hashers
+            for n, a, b in parts:  # span_digest, inline: this is every miss
+                if a is None:
+                    out[n] = "~"
+                    continue
+                v = a + nlen.get(n, b)  # a name it does not know (code reassigned meanwhile): the 64-bit one
+                out[n] = _h128(mv[v:b]) if b - v >= CONTENT_MIN and not (hashers and n in hashers) else _hex64(mv[a:b])
+            return out
         by_span = {n: (a, b) for n, a, b in parts}
     try:
         vals = state.bind(args, kwargs)
@@ -77,7 +90,8 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
         if (p.kind not in (VAR_KEYWORD, VAR_POSITIONAL) and p.name in by_span
                 and p.name not in state.files):  # a files= parameter's key holds the content: its path counts here
             a, b = by_span[p.name]
-            out[p.name] = "~" if a is None or raw is None else _hex64(memoryview(raw)[a:b])
+            out[p.name] = "~" if raw is None else span_digest(memoryview(raw), a, b, nlen.get(p.name, 0),
+                                                              p.name not in state.hashers)
             continue
         items: list[tuple[str, Any]]
         if p.kind == VAR_KEYWORD:
@@ -100,6 +114,57 @@ def arg_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any = None)
             except Exception:  # noqa: BLE001 - the key itself said what it could not hash
                 continue
     return out
+
+
+def span_digest(mv: Any, a: int | None, b: int, nlen: int, content: bool) -> str:
+    """A parameter's digest from its span ``mv[a:b]`` of the key's encoding (its name's ``nlen`` bytes first):
+    where the value's part is content-sized (:data:`~casmon.caching.edges.CONTENT_MIN` bytes or more, and
+    ``content``: not a ``hashers=``/``files=`` parameter's), the 128-bit digest of that part, which lineage
+    records as the parameter's content digest (``pc``); else the 64-bit digest of the whole span, the form an
+    older casmon gave every parameter (so its entries' short parameters compare as they are)."""
+    if a is None:
+        return "~"
+    v = a + nlen
+    if content and b - v >= CONTENT_MIN:
+        return _h128(mv[v:b])
+    return _hex64(mv[a:b])
+
+
+#: Lengths of a parameter's recorded digest: a span's 64-bit one, with the name (every span's, in an older
+#: casmon's entries); a content digest, 128-bit (its ``pc``). A ``*args`` item's is neither.
+OLD_SPAN, CONTENT_SPAN = 16, 32
+MIXED = "may differ: the two record it in two kinds of digest (an older casmon's and this one's)"
+
+
+def legacy_digests(state: CacheState, spans: Any, now: dict[str, str]) -> dict[str, str]:
+    """For each parameter of ``now`` (a call's :func:`arg_digests`) whose digest is a content digest, the digest
+    an older casmon recorded: compared with an entry it stored (explain's slow path only)."""
+    if spans is None:
+        return {}
+    raw, parts = spans
+    mv = memoryview(raw)
+    return {n: _hex64(mv[a:b]) for n, a, b in parts
+            if a is not None and len(now.get(n) or "") == CONTENT_SPAN}
+
+
+def same_value(x: str, y: str, x_alt: dict[str, str] | None, y_alt: dict[str, str] | None, name: str) -> bool | None:
+    """Whether two recorded digests ``x`` and ``y`` of parameter ``name`` are of one value, where one may be an
+    older casmon's 64-bit digest and the other a content digest. ``*_alt``: that side's digests in the other form
+    (a call's :func:`legacy_digests`; an entry's ``pc``; None for an entry stored before lineage, which has
+    none). None where nothing tells."""
+    if x == y:
+        return True
+    if {len(x), len(y)} != {OLD_SPAN, CONTENT_SPAN}:
+        return False
+    old, new, old_alt, new_alt = (x, y, x_alt, y_alt) if len(x) == OLD_SPAN else (y, x, y_alt, x_alt)
+    mine = new_alt.get(name) if new_alt else None
+    if type(mine) is str and len(mine) == OLD_SPAN:  # a call's digest as an older casmon took it
+        return mine == old
+    if old_alt is None:
+        return None
+    d = old_alt.get(name)
+    # an older entry records the content digest of every content-sized parameter: without one, its value was short
+    return d == new
 
 
 def version_parts(parts: list[Any] | None, pinned: str | None = None,
@@ -257,6 +322,8 @@ class _Side:
     files: dict[tuple[str, str], str]
     version: str | None
     parts: dict[str, Any] | None
+    #: parameter digests in the other form (:func:`same_value`): an entry's ``pc``, a call's legacy ones
+    alt: dict[str, str] | None = None
 
 
 def _files_of(listing: Any) -> dict[tuple[str, str], str]:
@@ -346,16 +413,22 @@ def _compare(now: _Side, then: _Side, versions: dict[str, dict[str, Any]]) -> li
         for name in sorted(set(now.args) | set(then.args)):
             a, b = then.args.get(name), now.args.get(name)
             if a == "~" or b == "~":
-                maybe.append(name)
+                maybe.append((name, "may differ: a large value, of which no digest is kept"))
                 continue
             if a == b:
                 continue
+            if a is not None and b is not None:
+                same = same_value(a, b, then.alt, now.alt, name)
+                if same:
+                    continue
+                if same is None:
+                    maybe.append((name, MIXED))
+                    continue
             detail = ("not passed then" if a is None and name not in then.args else
                       "not passed now" if b is None and name not in now.args else "differs")
             out.append(Difference("parameter", name, detail))
         if maybe and not out:
-            out.extend(Difference("parameter", name, "may differ: a large value, of which no digest is kept")
-                       for name in maybe)
+            out.extend(Difference("parameter", name, detail) for name, detail in maybe)
     if now.version != then.version:
         old = versions.get(then.version or "") if then.parts is None else then.parts
         new = now.parts
@@ -386,10 +459,17 @@ def _entries(store: Store, fn: str) -> tuple[list[tuple[Digest, dict[str, Any]]]
     return live, cleared
 
 
+def entry_alt(entry: dict[str, Any]) -> dict[str, str] | None:
+    """A stored entry's parameter digests in the other form (:func:`same_value`): its content digests (``pc``);
+    None where it records no lineage field (stored before lineage: nothing to compare with)."""
+    pc = entry.get("pc")
+    return pc if isinstance(pc, dict) else None if "rf" not in entry and "up" not in entry else {}
+
+
 def _side_of(entry: dict[str, Any]) -> _Side:
     a = entry.get("a")
     return _Side(a if isinstance(a, dict) else None, _files_of(entry.get("files")),
-                 entry.get("v") if isinstance(entry.get("v"), str) else None, None)
+                 entry.get("v") if isinstance(entry.get("v"), str) else None, None, entry_alt(entry))
 
 
 def _nearest(now: _Side, live: list[tuple[Digest, dict[str, Any]]], versions: dict[str, dict[str, Any]],
@@ -462,7 +542,8 @@ def explain_call(state: CacheState, args: tuple, kwargs: dict) -> Explanation:
                         "and gc drops them")
     ex.entries = len(live)
     version = state.version.hex() if state.version is not None else None
-    now = _Side(arg_digests(state, args, kwargs, spans), _files_of(listing), version, state.current_parts())
+    digests = arg_digests(state, args, kwargs, spans)
+    now = _Side(digests, _files_of(listing), version, state.current_parts(), legacy_digests(state, spans, digests))
     ex.nearest = _nearest(now, live, _versions(store, state.name))
     ex.elsewhere = main_hint(store, state.name)
     return ex

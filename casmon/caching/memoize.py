@@ -48,7 +48,7 @@ from casmon.caching.usage import usage_of
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
-from casmon.keys.fingerprint import Fingerprinter, fingerprint
+from casmon.keys.fingerprint import fingerprint
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
     from datetime import timedelta
@@ -364,11 +364,8 @@ class CacheState:
         self.params = b.params
         self._simple = b.simple
         self._names = [p.name for p in b.params]
-        name_bytes = []
-        for p in b.params:
-            nfp = Fingerprinter()
-            nfp.str_(p.name)
-            name_bytes.append(bytes(nfp.out))
+        name_bytes = [edges.encoded_name(p.name) for p in b.params]
+        self._name_lens = {p.name: len(nb) for p, nb in zip(b.params, name_bytes)}  # a span's value starts after
         self._name_bytes = name_bytes
 
     def _warn_unhashable(self, t) -> None:

@@ -714,41 +714,39 @@ def _len_prefixed(b: bytes) -> bytes:
     return _pack_Q(len(b)) + b
 
 
-def small_array_digest(a: Any) -> bytes | None:
-    """The raw 16-byte digest :class:`Fingerprinter` gives ``a`` alone, for a small, contiguous, plain numpy array
-    with a plain dtype, in one xxh3 call without a walk (a miss's result fingerprint); None for any other value."""
-    from casmon.keys.dtypes import dtype_extras  # arrays' only
+def small_array_digest(a: Any, hexed: bool = False) -> Any:
+    """The raw 16-byte digest :class:`Fingerprinter` gives ``a`` alone (``hexed``: its hex), for a small
+    plain numpy array with a plain dtype, in one xxh3 call without a walk (a miss's result
+    fingerprint); None for any other value."""
+    if type(a) is not _ndarray_t:
+        if np is not None or not _numpy_arrived() or type(a) is not _ndarray_t:
+            return None
+    nbytes = a.nbytes
+    if nbytes > _INLINE_LIMIT:  # any layout: its encoding is its C-order bytes, which tobytes gives
+        return None
+    dt, shape = a.dtype, a.shape
+    head = _small_heads.get((dt, shape))
+    if head is None:
+        from casmon.keys.dtypes import dtype_extras  # arrays' only
 
-    if np is None and not _numpy_arrived():
-        return None
-    if type(a) is not np.ndarray or not a.flags.c_contiguous or a.nbytes > _INLINE_LIMIT:
-        return None
-    dt = a.dtype
-    lead = _plain_leads.get(dt)
-    if lead is None:
         if dt.hasobject or dt.names is not None or dtype_extras(dt) is not None:
             return None
-        lead = b"A" + _len_prefixed(_dtype_key(dt))
-        if len(_plain_leads) < 1024:
-            _plain_leads[dt] = lead
-    shape = a.shape
-    dims = _shape_heads.get(shape)
-    if dims is None:
-        dims = _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
-        if len(_shape_heads) < 4096:
-            _shape_heads[shape] = dims
-    head = lead + dims
-    if a.nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
-        return xxhash.xxh3_128_digest(head + a.tobytes())
+        head = b"A" + _len_prefixed(_dtype_key(dt)) + _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
+        if len(_small_heads) < 4096:
+            _small_heads[(dt, shape)] = head
+    if nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
+        return (_h128_hex if hexed else _h128_raw)(head + a.tobytes())
     h = xxhash.xxh3_128(head)
     h.update(a.reshape(-1).view(np.uint8).data)  # as bytes: a datetime64 array exports no buffer of its own
-    return h.digest()
+    return h.hexdigest() if hexed else h.digest()
 
 
-#: Plain dtypes -> the start of their arrays' encoding (a dtype that needs more than its descriptor is never here).
-_plain_leads: dict[Any, bytes] = {}
-#: Shapes -> their part of an array's encoding (packing them costs more than the hash of a small array).
-_shape_heads: dict[tuple[int, ...], bytes] = {}
+#: (plain dtype, shape) -> the start of such an array's encoding (a dtype that needs more than its descriptor is
+#: never here): one lookup, where packing the shape costs more than the hash of a small array.
+_small_heads: dict[tuple[Any, tuple[int, ...]], bytes] = {}
+_h128_hex, _h128_raw = xxhash.xxh3_128_hexdigest, xxhash.xxh3_128_digest
+#: numpy's ndarray once numpy is imported (a class no value has until then)
+_ndarray_t: Any = type("_NoArray", (), {})
 
 
 _dtype_keys: dict[np.dtype, bytes] = {}
@@ -830,7 +828,7 @@ _DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
 def _numpy_arrived() -> bool:
     """True the first time numpy is found imported: arrays join the dispatch table. Until then no value can be
     a numpy value, so fingerprints need not import it."""
-    global np
+    global np, _ndarray_t
     if np is not None or _sys_modules.get("numpy") is None:  # None: an import of numpy is blocked
         return False
     import numpy
@@ -839,6 +837,7 @@ def _numpy_arrived() -> bool:
     if nd is None:
         return False
     _DISPATCH[nd] = _Fingerprinter.ndarray
+    _ndarray_t = nd
     np = numpy
     return True
 

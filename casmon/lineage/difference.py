@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from casmon.caching.explain import Difference, compare_parts, relabel
+from casmon.caching.explain import MIXED, Difference, compare_parts, entry_alt, relabel, same_value
 from casmon.lineage.index import Index, bulk, short_hex
 
 if TYPE_CHECKING:
@@ -145,6 +145,13 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str
             if x == "~" or y == "~":
                 out.append(Difference("parameter", name, "may differ: a large value, of which no digest is kept"))
                 continue
+            if type(x) is str and type(y) is str:
+                same = same_value(x, y, entry_alt(a), entry_alt(b), name)
+                if same:
+                    continue
+                if same is None:
+                    out.append(Difference("parameter", name, MIXED))
+                    continue
             out.append(Difference("parameter", name, f"not passed {then}" if x is None else
                                   f"not passed {now}" if y is None else "differs"))
     va, vb = a.get("v"), b.get("v")

@@ -178,3 +178,36 @@ def test_a_one_parameter_call_taking_a_view_or_a_container_of_a_result_links_to_
     for arg in (a[::2], (a, 1), [a], {"k": a}):
         use(arg)
         assert use.ref(arg).entry["up"] == {"x": [bytes(make.ref(40).key).hex()]}
+
+
+def test_a_fresh_array_at_a_dead_results_address_is_not_walked_for_producers(store, monkeypatch):
+    """A result dropped leaves its row until the next sweep; a fresh argument the allocator puts at its address
+    (numpy reuses memory of that size at once) is no remembered result: the miss takes the fast way."""
+    import weakref
+
+    @casmon.cache(store=store)
+    def make(i):
+        return np.arange(16.0) + i
+
+    @casmon.cache(store=store)
+    def use(x):
+        return 0
+
+    make(-1)
+    use(np.arange(16.0) - 7)  # each function's first miss reads its parameters' names
+    url = make.__casmon_cache__.store.url
+
+    class Gone:
+        pass
+
+    dead = weakref.ref(Gone())
+    assert dead() is None
+    walked = []
+    real = edges.upstream
+    monkeypatch.setattr(edges, "upstream", lambda *a, **k: walked.append(a) or real(*a, **k))
+    for i in range(20):
+        x = np.arange(16.0) * 3 + i
+        edges._by_id[id(x)] = (dead, bytes(make.ref(-1).key), True, url)  # as a dead result's row at x's address
+        use(x)
+        assert "up" not in use.ref(x).entry and use.ref(x).entry["pc"]["x"] == use.ref(x).entry["a"]["x"]
+    assert walked == []
