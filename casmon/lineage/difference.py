@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching.explain import Difference, compare_parts
+from casmon.lineage.graph import plain
 from casmon.lineage.index import Index, bulk, short_hex
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class FirstDifference:
         lines = ["first difference in lineage:"]
         for p in self.partings:
             ends = f"{short_hex(p.a) if p.a else '(no call)'} -> {short_hex(p.b) if p.b else '(no call)'}"
-            lines.append(f"  {p.fn_a + ' -> ' if p.fn_a else ''}{p.fn} ({ends}):")
+            lines.append(plain(f"  {p.fn_a + ' -> ' if p.fn_a else ''}{p.fn} ({ends}):"))
             for d in p.differences:
                 lines.extend("    " + line for line in str(d).splitlines())
         return "\n".join(lines)
