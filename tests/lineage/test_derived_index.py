@@ -281,3 +281,32 @@ def test_a_named_pipe_in_place_of_the_derived_files_is_read_as_nothing_not_waite
     p = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(want)
+
+
+def test_a_query_killed_while_writing_the_index_leaves_the_next_query_right(built):
+    """SIGKILL with the index's new copy written beside it, not yet in place: the next query answers as the
+    records do (and makes the index)."""
+    import random
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.support.processes import ENV
+
+    built.backend.delete(derived.INDEX_KEY)
+    add_pipeline(built, random.Random(3), time.time())
+    built.flush()
+    want = full_scan(built)
+    code = textwrap.dedent(f"""
+        import casmon
+        from casmon.lineage import stale
+        stale(casmon.open({built.url!r}))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], env={**ENV, "CASMON_FAULTPOINTS": "local.partial_written=kill"},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    assert built.backend.get(derived.INDEX_KEY) is None
+    s = casmon.open(built.url)
+    assert projected(derived.read_entries(s)) == want
+    assert s.backend.get(derived.INDEX_KEY) is not None
+    s.close()
