@@ -1,8 +1,10 @@
 """Where two runs' lineages part: the earliest cached calls whose code, parameters or files differ.
 
 Both runs' upstream graphs are walked from their outputs (the entries each read or wrote) back to the calls
-that made their inputs. A function differs where its entries in the two graphs do (other keys, or the same key
-cleared and computed again in between); the first differences are those whose own upstream does not differ.
+that made their inputs. An entry differs where one run's graph holds it and the other's does not, or both hold it
+and its function was cleared between the runs; the first differences are the differing entries no other
+differing entry fed, grouped by function (by entry, not by function: stages called in turn, f then g then f,
+feed each other, yet their entries do not).
 Each is told as ``explain`` tells a miss: which parameter, which code (with the source diff), which file.
 """
 
