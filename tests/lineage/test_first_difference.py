@@ -61,3 +61,36 @@ def test_entries_collected_from_the_store_are_said_to_be_gone(tmp_path, monkeypa
     (d,) = p.differences
     assert d.what == "entry" and "no longer in the store" in d.detail
     assert "the key differs" not in str(fd)
+
+
+
+def test_crafted_records_where_every_differing_entry_is_fed_by_another_still_name_partings(tmp_path, monkeypatch):
+    """Each run's entry and a crafted one of its own feed each other (no real call makes such records): no
+    differing entry is first, so each is named, never "none (the cached calls agree)"."""
+    import time
+
+    from casmon.caching import KIND
+    from casmon.keys.digest import Digest
+
+    monkeypatch.chdir(tmp_path)
+    store = str(tmp_path / "s")
+
+    @casmon.cache(store=store)
+    def f(x):
+        return np.arange(40.0) * x
+
+    for i in range(2):
+        with casmon.record(store=store, capture_output=False):
+            f(i)
+    s = f.__casmon_cache__.store
+    s.flush()
+    ka, kb = (bytes(f.ref(i).key).hex() for i in range(2))
+    loops = {ka: "a1" * 16, kb: "b1" * 16}
+    for k, other in loops.items():
+        rec = dict(f.ref(0 if k == ka else 1).entry)
+        s.append(KIND, {**rec, "time": time.time(), "up": {"x": [other]}}, key=Digest(bytes.fromhex(k)))
+        s.append(KIND, {**rec, "time": time.time(), "up": {"x": [k]}}, key=Digest(bytes.fromhex(other)))
+    s.flush()
+    fd = first_difference("1", "2", casmon.open(store))
+    assert fd
+    assert {p.a for p in fd.partings} | {p.b for p in fd.partings} <= {ka, kb, *loops.values(), None}
