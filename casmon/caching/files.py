@@ -22,7 +22,8 @@ def path_digest(path: str | os.PathLike, listing: list | None = None) -> tuple[s
     """``(kind, digest, size)`` of what ``path`` names: a file's bytes, a folder's tree, or nothing.
 
     A folder is every file and subfolder under it, by relative path and
-    content (symbolic links are followed; a link loop is an error). ``listing``,
+    content (symbolic links are followed; a link loop is an error; a pipe,
+    socket or device in it by name only). ``listing``,
     if given, receives ``(path, digest hex, size)`` of each file.
     """
     p = os.fspath(path)
@@ -51,6 +52,12 @@ def path_digest(path: str | os.PathLike, listing: list | None = None) -> tuple[s
         for name in sorted(files):
             full = os.path.join(root, name)
             fst = os.stat(full)
+            if not stat.S_ISREG(fst.st_mode):
+                # a pipe, socket or device: named, never opened (a pipe's open waits for a writer, /dev/zero's
+                # read never ends; a crafted entry's folder, as `stale` reads it, may hold either)
+                fp.str_("s")
+                fp.str_(name)
+                continue
             d = file_digest(full, fst)
             size = fst.st_size
             total += size

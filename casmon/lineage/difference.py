@@ -1,8 +1,10 @@
 """Where two runs' lineages part: the earliest cached calls whose code, parameters or files differ.
 
 Both runs' upstream graphs are walked from their outputs (the entries each read or wrote) back to the calls
-that made their inputs. A function differs where its entries in the two graphs do (other keys, or the same key
-cleared and computed again in between); the first differences are those whose own upstream does not differ.
+that made their inputs. An entry differs where one run's graph holds it and the other's does not, or both hold it
+and its function was cleared between the runs; the first differences are the differing entries no other
+differing entry fed, grouped by function (by entry, not by function: stages called in turn, f then g then f,
+feed each other, yet their entries do not).
 Each is told as ``explain`` tells a miss: which parameter, which code (with the source diff), which file.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from casmon.caching.explain import MIXED, Difference, compare_parts, entry_alt, relabel, same_value
+from casmon.lineage.graph import plain
 from casmon.lineage.index import Index, bulk, short_hex
 
 if TYPE_CHECKING:
@@ -60,7 +63,7 @@ class FirstDifference:
         lines = ["first difference in lineage:"]
         for p in self.partings:
             ends = f"{short_hex(p.a) if p.a else '(no call)'} -> {short_hex(p.b) if p.b else '(no call)'}"
-            lines.append(f"  {p.fn_a + ' -> ' if p.fn_a else ''}{p.fn} ({ends}):")
+            lines.append(plain(f"  {p.fn_a + ' -> ' if p.fn_a else ''}{p.fn} ({ends}):"))
             for d in p.differences:
                 lines.extend("    " + line for line in str(d).splitlines())
         return "\n".join(lines)
@@ -202,30 +205,28 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
     ra, rb = _run(run_a, ix.store), _run(run_b, ix.store)
     ca, cb = _closure(ix, ra), _closure(ix, rb)
     a_names = _one_name(ca, cb, ra, rb)
-    by_fn: dict[str, tuple[set[str], set[str]]] = {}
-    for keys, side in ((ca, 0), (cb, 1)):
-        for k, fn in keys.items():
-            by_fn.setdefault(fn, (set(), set()))[side].add(k)
     start_a = float(ra.manifest.get("start") or 0.0)
     start_b = float(rb.manifest.get("start") or 0.0)
     lo, hi = min(start_a, start_b), max(start_a, start_b)
-    differs = {fn for fn, (ka, kb) in by_fn.items()
-               if ka != kb or lo < ix.cleared.get(fn, 0.0) <= hi}
-    ups: dict[str, set[str]] = {}
-    for keys in (ca, cb):
+    # Which entries differ: those of one run only, and those both used whose function was cleared between them.
+    differs = (ca.keys() ^ cb.keys()) | {k for k in ca.keys() & cb.keys() if lo < ix.cleared.get(cb[k], 0.0) <= hi}
+    # The first are those no other differing entry fed. Judged by entry, not by function: stages that feed each
+    # other in turn (f, g, f again) are each upstream of the other, yet the entries form no loop. Crafted records
+    # can (every differing entry fed by another): then each is named.
+    first = {k for k in differs if not any(u in differs and u != k for _p, u in ix.upstream(k))} or differs
+    by_fn: dict[str, tuple[set[str], set[str]]] = {}
+    for keys, side in ((ca, 0), (cb, 1)):
         for k, fn in keys.items():
-            ups.setdefault(fn, set()).update(keys.get(u, "?") for _p, u in ix.upstream(k))
-    first = sorted(fn for fn in differs if not (ups.get(fn, set()) - {fn}) & differs)
+            if k in first:
+                by_fn.setdefault(fn, (set(), set()))[side].add(k)
     out = FirstDifference(ra.name, rb.name)
     first_run, later = (ra.name, rb.name) if start_a <= start_b else (rb.name, ra.name)
-    for fn in first:
+    for fn in sorted(by_fn):
         ka, kb = by_fn[fn]
-        if ka == kb:
-            k = sorted(ka)[0]
+        for k in sorted(ka & kb):
             out.partings.append(Parting(fn, k, k, [Difference(
                 "entry", "", f"cleared between the runs: {first_run} used the entry before the clear, {later} "
                              "computed it again")]))
-            continue
         only_a, only_b = sorted(ka - kb), sorted(kb - ka)
         if not only_a or not only_b:
             for k in only_a:
@@ -236,11 +237,21 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
         fn_a = a_names.get(fn)
         named = [_named(ra.name, fn_a, rb.name, fn)] if fn_a else []
         for k in only_b:
+            rk = ix.entry(k)
             best: tuple[int, str, list[Difference]] | None = None
             for j in only_a:
-                d = named + _compare(ix, fn, ix.entry(j) or {}, ix.entry(k) or {}, fn_a, (ra.name, rb.name))
-                if best is None or len(d) < best[0]:
-                    best = (len(d), j, d)
+                rj = ix.entry(j)
+                if rj is None or rk is None:  # collected: what differed went with it
+                    gone = "both entries are" if rj is None and rk is None else \
+                        f"the entry {ra.name if rj is None else rb.name} used is"
+                    d = named + [Difference("entry", "", f"{gone} no longer in the store (cleared and collected): "
+                                                         "what differs cannot be told")]
+                    score = 1 << 30  # a pair that can be compared is the better match
+                else:
+                    d = named + _compare(ix, fn, rj, rk, fn_a, (ra.name, rb.name))
+                    score = len(d)
+                if best is None or score < best[0]:
+                    best = (score, j, d)
             assert best is not None
             diffs = best[2] or [Difference("key", "", "the key differs in something the entry does not record (the "
                                                       "object of a bound method, a value hashed by type only, or "

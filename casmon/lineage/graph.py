@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
-__all__ = ["Graph", "Node", "Edge", "entry_id", "run_id", "file_id"]
+__all__ = ["Graph", "Node", "Edge", "entry_id", "run_id", "file_id", "plain"]
 
 
 @dataclass
@@ -151,11 +152,11 @@ class Graph:
             return (head.text() + f"\n  ... and {total - limit:,} more nodes ({total:,} in all; --all or --json "
                     "lists every one)")
         if not self.nodes:
-            return f"{self._title()}: {'nothing is stale' if self.what == 'stale' else 'nothing recorded'}"
+            return plain(f"{self._title()}: {'nothing is stale' if self.what == 'stale' else 'nothing recorded'}")
         feeds: dict[str, list[Edge]] = {}
         for e in self.edges:
             feeds.setdefault(e.source, []).append(e)
-        lines = [f"{self._title()}:"]
+        lines = [plain(f"{self._title()}:")]
         for n in self.nodes.values():
             st, v = n.data.get("status"), n.data.get("version")
             tail = f"  [{st}]" if n.kind == "entry" and st != "live" else ""
@@ -164,7 +165,7 @@ class Graph:
             to = ", ".join(f"{self.nodes[e.target].label if e.target in self.nodes else e.target}"
                            f"{'.' + e.label if e.label else ''}" for e in feeds.get(n.id, []))
             why = f": {n.data['reason']}" if n.data.get("reason") else ""
-            lines.append(f"  {n.kind} {n.label}{tail}{why}" + (f"  -> {to}" if to else ""))
+            lines.append(plain(f"  {n.kind} {n.label}{tail}{why}" + (f"  -> {to}" if to else "")))
         return "\n".join(lines)
 
     def _title(self) -> str:
@@ -187,5 +188,21 @@ class Graph:
     __repr__ = __str__
 
 
+#: Characters a crafted function, parameter or path name may hold that would break a line of text or of dot
+#: (a NUL ends Graphviz's parse): written as escapes.
+_CONTROL = re.compile("[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def _escape(c: re.Match[str], backslash: str = "\\") -> str:
+    o = ord(c.group())
+    return f"{backslash}x{o:02x}" if o < 256 else f"{backslash}u{o:04x}"
+
+
+def plain(s: str) -> str:
+    """``s`` with its control characters as escapes: one line of text, whatever a record holds."""
+    return _CONTROL.sub(_escape, s)
+
+
 def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + _CONTROL.sub(lambda c: _escape(c, "\\\\"), s) + '"'

@@ -279,8 +279,9 @@ class Index:
                     kind, d, _n = path_digest(path)
                     self._files[path] = d.hex() if d is not None and kind != "missing" else None
             except FileNotFoundError:
-                # gone; or, for a relative path, never here: it was recorded from another folder
-                self._files[path] = None if os.path.isabs(path) else UNKNOWN
+                # gone; or, for a relative path, never here: it was recorded from another folder; or the path is
+                # there and a link inside its folder points nowhere (no digest can be made: nothing is judged)
+                self._files[path] = None if os.path.isabs(path) and not os.path.exists(path) else UNKNOWN
             except (OSError, CasmonError):
                 self._files[path] = UNKNOWN
         return self._files[path]

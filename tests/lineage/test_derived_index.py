@@ -253,3 +253,60 @@ def test_a_read_only_store_answers_from_the_records_and_writes_no_index(built):
     assert bytes(built.backend.get(derived.INDEX_KEY)) == b""  # the read-only store wrote nothing
     assert ro_stale == sorted(stale(built).nodes)
     assert bytes(built.backend.get(derived.INDEX_KEY)) != b""  # the writable store's query made it again
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_in_place_of_the_derived_files_is_read_as_nothing_not_waited_on(built):
+    """A crafted store puts a named pipe where the index and the runs' links are kept: opening one for reading
+    would wait for a writer forever. The query reads them as empty (damaged: made again from the records)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.support.processes import ENV
+
+    want = sorted(stale(casmon.open(built.url, read_only=True)).nodes)
+    root = built.backend.local_root
+    for key in (derived.INDEX_KEY, derived.LINKS_KEY):
+        p = root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.exists():
+            p.unlink()
+        os.mkfifo(p)
+    code = textwrap.dedent(f"""
+        import casmon
+        from casmon.lineage import stale
+        print(sorted(stale(casmon.open({built.url!r}, read_only=True)).nodes))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(want)
+
+
+def test_a_query_killed_while_writing_the_index_leaves_the_next_query_right(built):
+    """SIGKILL with the index's new copy written beside it, not yet in place: the next query answers as the
+    records do (and makes the index)."""
+    import random
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.support.processes import ENV
+
+    built.backend.delete(derived.INDEX_KEY)
+    add_pipeline(built, random.Random(3), time.time())
+    built.flush()
+    want = full_scan(built)
+    code = textwrap.dedent(f"""
+        import casmon
+        from casmon.lineage import stale
+        stale(casmon.open({built.url!r}))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], env={**ENV, "CASMON_FAULTPOINTS": "local.partial_written=kill"},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    assert built.backend.get(derived.INDEX_KEY) is None
+    s = casmon.open(built.url)
+    assert projected(derived.read_entries(s)) == want
+    assert s.backend.get(derived.INDEX_KEY) is not None
+    s.close()

@@ -516,3 +516,43 @@ def test_an_involution_applied_twice_to_a_literal_is_not_stale(store):
     s.flush()
     edges.forget_all()
     assert stale(s).to_dict()["nodes"] == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_crafted_files_folder_holding_a_pipe_or_a_device_is_digested_without_reading_them(tmp_path, store):
+    """A crafted entry's ``files`` names a folder in which a named pipe (its open never returns) and a link to
+    /dev/zero (its read never ends) sit: ``stale`` digests the folder naming them, never opening them."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "data.txt").write_text("1 2 3")
+    os.mkfifo(folder / "pipe")
+    os.symlink("/dev/zero", folder / "zero")
+    s = casmon.open(store, create=True)
+    s.append(KIND, {"fn": "x.load", "result": "2" * 32, "time": 3.0, "files": [["path", str(folder), "3" * 32, 1]]},
+             key=casmon.fingerprint("folder"))
+    s.flush()
+    code = textwrap.dedent(f"""
+        import casmon
+        from casmon.lineage import stale
+        (n,) = stale({store!r}).nodes.values()
+        print(n.data["reason"])
+    """)
+    p = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "its content changed" in p.stdout
+
+
+def test_a_files_folder_holding_a_broken_link_is_not_said_to_be_gone(tmp_path, store):
+    """The folder is there; a link inside it points nowhere, so its digest cannot be made: nothing is judged
+    from it (it is not "no longer exists")."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.txt").write_text("1 2 3")
+    os.symlink(tmp_path / "nowhere", folder / "dangling")
+    s = casmon.open(store, create=True)
+    s.append(KIND, {"fn": "x.load", "result": "2" * 32, "time": 3.0, "files": [["path", str(folder), "3" * 32, 1]]},
+             key=casmon.fingerprint("broken"))
+    s.flush()
+    assert stale(s).to_dict()["nodes"] == []
+    (f,) = lineage(casmon.fingerprint("broken").hex(), s).of_kind("file")
+    assert "changed" not in f.data

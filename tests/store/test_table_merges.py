@@ -476,3 +476,32 @@ def test_lookups_beside_a_thread_that_writes_and_merges_never_miss(tmp_path):
         sys.setswitchinterval(interval)
     assert not errors, errors[:3]
     assert len(known) > 1000
+
+
+def test_items_beyond_lists_again_where_a_generation_it_reads_is_merged_away_meanwhile(tmp_path):
+    """A reader lists the table, then a writer merges a listed generation into a new one and deletes it before the
+    reader reads it: the reader lists again and answers every entry, never the table without that generation's
+    (the lineage index, made from this answer, would name the generation and lack its entries)."""
+    b = open_backend(tmp_path / "s")
+    ks = random_keys(3000)
+    w = Table(b, "records/x/", "w0")
+    fill(w, ks[:2000], 20)
+    w.consolidate()
+    r = Table(b, "records/x/", "r")
+    r.refresh()
+    assert r._active_gens
+    read = r._gen_entries
+    merged = []
+
+    def merge_first(g, tolerant):
+        if not merged:
+            merged.append(g.id)
+            fill(w, ks[2000:], 20)
+            w.consolidate()
+            assert not b.exists("records/x/gens/" + g.id)  # merged away and deleted
+        return read(g, tolerant)
+
+    r._gen_entries = merge_first
+    files, _pending, names = r.items_beyond(())
+    assert merged and merged[0] not in names
+    assert {k for k, _v in files} >= set(ks[:2000])

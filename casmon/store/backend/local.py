@@ -46,6 +46,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
+#: Reads open without blocking: a named pipe put where a file should be (a crafted store) opens at once and reads
+#: as empty (its size is 0), where a plain open would wait for a writer forever. No effect on a regular file.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+
+
 class _OpenFile:
     """A descriptor kept open for reads, and the file's size then (a file kept is never rewritten).
 
@@ -145,7 +150,7 @@ class LocalBackend(Backend):
         path = os.path.join(self._root, key)
         try:
             if _PREAD:  # open, pread, close: the fewest system calls
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, _READ_FLAGS)
                 try:
                     size = os.fstat(fd).st_size  # never read (allocate) past the end, whatever was asked
                     end = size if end is None else min(end, size)
@@ -195,7 +200,7 @@ class LocalBackend(Backend):
             f = None
         if f is None:
             try:
-                f = _OpenFile(os.open(os.path.join(self._root, key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+                f = _OpenFile(os.open(os.path.join(self._root, key), _READ_FLAGS | getattr(os, "O_CLOEXEC", 0)))
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 return None
             except OSError:  # e.g. out of descriptors: read it the ordinary way
