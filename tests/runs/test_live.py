@@ -115,8 +115,9 @@ def test_the_users_own_sigterm_handler_decides_and_the_run_is_killed(tmp_path):
 
 def test_a_run_killed_without_warning_is_lost_once_its_heartbeats_stop(tmp_path):
     p, store = _start(tmp_path)
-    _until(lambda: (r := _run(store)) is not None and r.metric_summary().get("loss", {}).get("n", 0) >= 6,
-           "six points flushed")
+    # Points and output are two records of one flush: a reader can see the first before the second lands.
+    _until(lambda: (r := _run(store)) is not None and r.metric_summary().get("loss", {}).get("n", 0) >= 6
+           and "epoch 5\n" in r.output(), "six points and their output flushed")
     p.kill()
     p.communicate()
     r = _until(lambda: (r := _run(store)).status == "lost" and r, "the run to be lost")
