@@ -78,7 +78,7 @@ def run_node(run: RunInfo) -> Node:
 # -- resolving what a query names ---------------------------------------------------------------------------
 def resolve(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     """What ``target`` names: ``("run", RunInfo)``, ``("entries", [keys])`` (an entry, a function, a function
-    version ``FN@VERSION``, a result digest) or ``("file", (path, digest or None))``. LookupError, in one line, if nothing."""
+    version ``FN@VERSION``, a result digest) or ``("file", (path, digest or None))`` (a path, ``FILE@DIGEST``). LookupError, in one line, if nothing."""
     what, found = resolve_rows(ix, target, runs)
     if what == "rows":
         return "entries", hexes(ix.cols.key[found])
@@ -150,6 +150,10 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         if not len(rows):
             raise LookupError(f"{full} has no entry of code version {version!r}")
         return "rows", rows
+    if full is None and "@" in t:
+        at = _file_at(ix, t)
+        if at is not None:
+            return "file", at
     paths = {p for p, _d in _all_files(ix)}
     if t in paths or os.path.abspath(t) in paths:
         return "file", (t if t in paths else os.path.abspath(t), None)
@@ -166,6 +170,36 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
 def _rows_of_keys(ix: Index, keys: list[str]) -> tuple[str, Any]:
     c = ix.cols
     return "rows", np.array([i for i in (c.row(k) for k in keys) if i >= 0], np.int64)
+
+
+def _file_at(ix: Index, t: str) -> tuple[str, str] | None:
+    """``FILE@DIGEST`` -- a ``files=`` file (its path, or its name where that is one file's) and a prefix of its
+    content digest, as lineage prints them: ``(path, digest)``, or None if FILE names no such file. LookupError
+    (one line) if it does but no content it was read with has that digest, or the prefix fits several."""
+    path, _at, d = t.rpartition("@")
+    d = d.lower()
+    if not path or not d or d.strip("0123456789abcdef"):
+        return None
+    files = _all_files(ix)
+    full = os.path.abspath(path)
+    named = [(p, fd) for p, fd in files if p == path or os.path.abspath(p) == full]
+    if not named and "/" not in path and os.sep not in path:
+        named = [(p, fd) for p, fd in files if os.path.basename(p) == path]
+    if not named:
+        return None
+    hits = sorted({(p, fd) for p, fd in named if fd.startswith(d)})
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        had = sorted({fd[:8] for _p, fd in named})
+        more = f" and {len(had) - 10:,} more" if len(had) > 10 else ""
+        raise LookupError(f"no content of {path!r:.200} read by a cached call has digest {d!r:.80} (it had: "
+                          f"{', '.join(had[:10])}{more})")
+    if len({fd for _p, fd in hits}) > 1:
+        raise LookupError(f"{d!r:.80} is too short to name one content of {path!r:.200}: "
+                          f"{', '.join(sorted({fd[:12] for _p, fd in hits})[:10])} start with it")
+    raise LookupError(f"{path!r:.200} names {len(hits):,} files read with content {d!r:.80} "
+                      f"({', '.join(p for p, _fd in hits[:5])}); give its path")
 
 
 def _all_files(ix: Index) -> list[tuple[str, str]]:
@@ -341,7 +375,8 @@ def _pending(g: Graph, rs: _Rows, before: Graph, rows: np.ndarray, e: tuple[np.n
 @bulk
 def used_by(target: Any, store: Store | str | None = None) -> Graph:
     """Every entry, run and logged (intercepted) call that consumed ``target`` -- a cached function (``FN`` or ``FN@VERSION``), an entry
-    (key prefix), a file (path) or a digest (a result's, a file's) -- transitively. A big answer's nodes are made
+    (key prefix), a file (path; ``path@digest`` for one content of it) or a digest (a result's, a file's) --
+    transitively. A big answer's nodes are made
     when the graph is read (``len(g)`` and ``g.text(limit)`` make only what they show)."""
     ix = open_index(store if store is not None else getattr(target, "store", None))
     what, found = resolve_rows(ix, target, runs=False)

@@ -173,3 +173,42 @@ def test_a_big_answer_prints_its_first_nodes_and_how_many_more_unless_all_or_jso
     assert "and 50 more nodes (250 in all; --all or --json lists every one)" in out
     assert cli("used-by", first, "--store", store, "--all").stdout.count("  entry step ") == 250
     assert len(json.loads(cli("used-by", first, "--store", store, "--json").stdout)["nodes"]) == 250
+
+
+def _used_nodes(store, target):
+    g = json.loads(cli("used-by", target, "--store", store, "--json").stdout)
+    return sorted((n["kind"], n["label"]) for n in g["nodes"]), g
+
+
+def test_used_by_file_at_digest_answers_as_the_bare_digest_and_unknown_content_is_one_line(two_runs):
+    store, data = two_runs
+    _nodes, g = _used_nodes(store, str(data))
+    (f,) = [n for n in g["nodes"] if n["kind"] == "file"]
+    old = f["digest"]
+    assert f["label"].endswith(old[:8])  # lineage prints the first 8 hex digits
+    bare = _used_nodes(store, old[:8])[0]
+    assert any(k == "run" for k, _l in bare)
+    for target in (f"{data}@{old[:8]}", f"{data}@{old}", f"{data.name}@{old[:8]}", f"{data}@{old[:8].upper()}"):
+        assert _used_nodes(store, target)[0] == bare, target
+    assert cli("used-by", f"{data}@{old[:8]}", "--store", store).stdout.startswith(f"what used {data}@{old[:8]}:")
+    # The file's bytes change and a new run reads them: each digest names its own content's consumers.
+    data.write_text("1 2 3\n")
+
+    @casmon.cache(store=store, files=["path"])
+    def reload(path):
+        return np.loadtxt(path)
+
+    reload(str(data))
+    reload.__casmon_cache__.store.flush()
+    new = [n for n in _used_nodes(store, str(data))[1]["nodes"] if n["kind"] == "file" and n["digest"] != old]
+    new = new[0]["digest"]
+    assert _used_nodes(store, f"{data.name}@{new[:8]}")[0] == _used_nodes(store, new[:8])[0]
+    assert [k for k, _l in _used_nodes(store, f"{data.name}@{new[:8]}")[0]] == ["entry", "file"]
+    # one line naming the file and the contents it was read with, for a digest it never had
+    r = cli("used-by", f"{data}@abcdef12", "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    had = ", ".join(sorted((old[:8], new[:8])))
+    assert f"no content of {str(data)!r} read by a cached call has digest 'abcdef12' (it had: {had})" in r.stderr
+    r = cli("used-by", "nosuch.csv@abcdef12", "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "names no run, cached function, entry, file or digest" in r.stderr
