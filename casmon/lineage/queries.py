@@ -104,6 +104,8 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     if hasattr(target, "key") and hasattr(target, "entry"):  # a ResultRef
         return _rows_of_keys(ix, [bytes(target.key).hex()])
     state = getattr(target, "__casmon_cache__", None)
+    if state is None:
+        state = getattr(target, "__casmon_intercept__", None)  # answered below as a logged function
     if state is not None:
         target = state.name
     if not isinstance(target, str) or not target:
@@ -164,7 +166,24 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         if n:  # a key's first digits, as git's short hashes: too few to be sure which entry
             raise LookupError(f"{t!r} is too short to name an entry: give at least {PREFIX_MIN} hex digits of its key "
                               f"({n:,} {'entry starts' if n == 1 else 'entries start'} with these)")
+    logged = _logged(ix, fn)
+    if logged is not None:
+        raise LookupError(
+            f"{fn!r} is a logged (intercepted) function, not a cached one: call logs are not part of lineage's graph "
+            f"of cached calls (a logged call shows in it only as taking a cached result, under used-by of that "
+            f"cached function); `casmon calls {fn}` lists its calls, `casmon show {fn} N` one call's arguments and "
+            f"result (Python: casmon.load(store).calls({logged!r}))")
     raise LookupError(f"{t!r} names no run, cached function, entry, file or digest ({why})")
+
+
+def _logged(ix: Index, fn: str) -> str | None:
+    """The full name of the intercepted function ``fn`` names in the store's call log, or None."""
+    from casmon.calllog import CallLog
+
+    try:
+        return CallLog(ix.store).resolve(fn)
+    except Exception:  # a log that cannot be read: the question was lineage's, answered by its own error
+        return None
 
 
 def _rows_of_keys(ix: Index, keys: list[str]) -> tuple[str, Any]:

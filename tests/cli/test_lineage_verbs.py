@@ -212,3 +212,25 @@ def test_used_by_file_at_digest_answers_as_the_bare_digest_and_unknown_content_i
     r = cli("used-by", "nosuch.csv@abcdef12", "--store", store, check=False)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "names no run, cached function, entry, file or digest" in r.stderr
+
+
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_logged_function_is_one_line_saying_call_logs_are_not_in_lineage_and_what_lists_its_calls(two_runs, verb):
+    store, data = two_runs
+
+    @casmon.intercept(store=store)
+    def score(x):
+        return float(x.sum())
+
+    score(np.arange(40.0))
+    casmon.flush()
+    for target in ("score", f"{score.__module__}.{score.__qualname__}"):
+        r = cli(verb, target, "--store", store, check=False)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "no cached function" not in r.stderr
+        assert f"'{target}' is a logged (intercepted) function, not a cached one: call logs are not part of " \
+               "lineage's graph of cached calls" in r.stderr, r.stderr
+        assert f"`casmon calls {target}` lists its calls" in r.stderr
+    # a name neither logs nor caches keeps the plain answer
+    r = cli(verb, "nosuchthing", "--store", store, check=False)
+    assert "names no run, cached function, entry, file or digest" in r.stderr and "logged" not in r.stderr
