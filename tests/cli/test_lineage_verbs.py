@@ -234,3 +234,37 @@ def test_a_logged_function_is_one_line_saying_call_logs_are_not_in_lineage_and_w
     # a name neither logs nor caches keeps the plain answer
     r = cli(verb, "nosuchthing", "--store", store, check=False)
     assert "names no run, cached function, entry, file or digest" in r.stderr and "logged" not in r.stderr
+
+
+@pytest.fixture
+def changed_file(tmp_path, monkeypatch):
+    """Two runs of one cached load, the file's bytes changed between them: (store, data, digest in 1, in 2)."""
+    monkeypatch.chdir(tmp_path)
+    store = str(tmp_path / "store")
+    data = tmp_path / "data.txt"
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path)
+
+    for text in ("1 2 3 4 5 6 7 8 9\n", "9 8 7 6 5 4 3 2 1\n"):
+        data.write_text(text)
+        with casmon.record(store=store, capture_output=False):
+            load(str(data))
+    load.__casmon_cache__.store.flush()
+    edges.forget_all()
+    (a,), (b,) = ([n["digest"] for n in json.loads(cli("lineage", run, "--store", store, "--json").stdout)["nodes"]
+                   if n["kind"] == "file"] for run in ("1", "2"))
+    assert a != b
+    return store, data, a, b
+
+
+def test_diff_says_a_changed_files_old_and_new_content_digests_as_lineage_prints_them(changed_file):
+    store, data, a, b = changed_file
+    out = cli("diff", "1", "2", "--store", store).stdout
+    assert f"file {str(data)!r}: its content changed: {a[:8]} in 1, {b[:8]} in 2 (parameter 'path')" in out, out
+    assert f"its content changed: {b[:8]} in 2, {a[:8]} in 1" in cli("diff", "2", "1", "--store", store).stdout
+    (p,) = json.loads(cli("diff", "1", "2", "--store", store, "--json").stdout)["lineage"]
+    assert p["differences"] == [{"what": "file", "name": str(data), "diff": "",
+                                 "detail": f"its content changed: {a[:8]} in 1, {b[:8]} in 2 (parameter 'path')"}]
+    assert f"data.txt {a[:8]}" in cli("lineage", "1", "--store", store).stdout  # the digest as lineage prints it
