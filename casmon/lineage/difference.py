@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from casmon.caching.explain import MIXED, Difference, compare_parts, entry_alt, relabel, same_value
+from casmon.caching.explain import (MIXED, Difference, compare_parts, entry_alt, relabel, same_value,
+                                    short_digest)
 from casmon.lineage.graph import plain
 from casmon.lineage.index import Index, bulk, short_hex
 
@@ -179,14 +180,9 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str
         if x != y:
             # Each side's content digest, as lineage prints a file (its first 8 hex digits).
             detail = f"not read {then}" if x is None else f"not read {now}" if y is None else \
-                f"its content changed: {_digest8(x)} {then}, {_digest8(y)} {now}"
+                f"its content changed: {short_digest(x)} {then}, {short_digest(y)} {now}"
             out.append(Difference("file", k[1], f"{detail} (parameter {k[0]!r})"))
     return out
-
-
-def _digest8(d: str) -> str:
-    """A file's content digest as lineage prints it; a crafted one that is not hex, quoted (no control bytes)."""
-    return d[:8] if d and not d[:8].strip("0123456789abcdef") else ascii(d[:8])
 
 
 def _files(r: dict[str, Any]) -> list[tuple[str, str, str]]:

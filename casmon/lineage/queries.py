@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import numpy as np
 
 from casmon.caching import AmbiguousName, resolve_function
-from casmon.caching.explain import compare_parts
+from casmon.caching.explain import compare_parts, file_changed
 from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
 from casmon.lineage.columns import HAS_RESULT, hexes
@@ -596,7 +596,7 @@ class Staleness:
                 if self.file_bad[i]:
                     path = c.strings[c.f_path[i]]
                     now = ix.file_now(path)
-                    detail = "its content changed" if now is not None else "no longer exists"
+                    detail = file_changed(c.strings[c.f_d[i]], now) if now is not None else "no longer exists"
                     return f"file {path!r}: {detail} (parameter {c.strings[c.f_param[i]]!r})"
         return None
 
