@@ -170,7 +170,9 @@ class Run:
         ``load_run(...).metric(name)``. Wrong input raises at once, naming the metric; nothing of the call is
         logged then. Once the run's end is being stored (another thread still logging), a call logs nothing.
         """
-        if value is not NO_VALUE or more or (metrics is not None and (named or type(metrics) is not dict)):
+        if type(metrics) is str and value is not NO_VALUE and not more and not named:
+            metrics = {metrics: value}  # log_metric's shape, as cheap as the dict
+        elif value is not NO_VALUE or more or (metrics is not None and (named or type(metrics) is not dict)):
             metrics = call_metrics("run.log", metrics, value, more, named)
         if self._pid != os.getpid():
             raise CasmonError(f"casmon: run.log in process {os.getpid()}, a child of process {self._pid} that records run "
@@ -805,7 +807,9 @@ def active_run() -> Run | None:
 def log(metrics: Mapping[str, Any] | str | None = None, value: Any = NO_VALUE, /, *more: Any, step: int | None = None,
         **named: Any) -> None:
     """``run.log`` on the innermost active run (see :meth:`Run.log`); :class:`NoActiveRunError` outside any."""
-    if value is not NO_VALUE or more or (metrics is not None and (named or type(metrics) is not dict)):
+    if type(metrics) is str and value is not NO_VALUE and not more and not named:
+        metrics = {metrics: value}
+    elif value is not NO_VALUE or more or (metrics is not None and (named or type(metrics) is not dict)):
         metrics = call_metrics("casmon.log", metrics, value, more, named)
     run = active_run()
     if run is None:
