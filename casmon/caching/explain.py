@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Difference", "Explanation", "Version", "relabel", "arg_digests", "span_digest", "legacy_digests",
            "same_value", "entry_alt", "MIXED", "version_parts", "explain_call", "explain_entry", "code_versions",
-           "compare_parts", "main_hint"]
+           "compare_parts", "main_hint", "short_digest", "file_changed"]
 
 #: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
 ARG_DIGEST_MAX = 64 << 20
@@ -326,6 +326,17 @@ class _Side:
     alt: dict[str, str] | None = None
 
 
+def short_digest(d: str) -> str:
+    """A file's content digest as lineage prints it (its first 8 hex digits); a crafted one that is not hex,
+    quoted (no control bytes)."""
+    return d[:8] if d and not d[:8].strip("0123456789abcdef") else ascii(d[:8])
+
+
+def file_changed(was: str, now: str) -> str:
+    """How explain and ``stale`` say a file read with content ``was`` holds ``now``."""
+    return f"its content changed: was {short_digest(was)}, now {short_digest(now)}"
+
+
 def _files_of(listing: Any) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
     for f in listing or ():
@@ -441,7 +452,7 @@ def _compare(now: _Side, then: _Side, versions: dict[str, dict[str, Any]]) -> li
     for k in sorted(set(now.files) | set(then.files)):
         a, b = then.files.get(k), now.files.get(k)
         if a != b:
-            detail = "not read then" if a is None else "not read now" if b is None else "its content changed"
+            detail = "not read then" if a is None else "not read now" if b is None else file_changed(a, b)
             out.append(Difference("file", k[1], f"{detail} (parameter {k[0]!r})"))
     return out
 

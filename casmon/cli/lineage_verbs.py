@@ -1,4 +1,4 @@
-"""The lineage verbs: ``lineage RUN|FN|ENTRY``, ``used-by FN|ENTRY|FILE|DIGEST`` and ``stale`` (casmon.lineage);
+"""The lineage verbs: ``lineage RUN|FN|ENTRY``, ``used-by FN|ENTRY|FILE[@DIGEST]|DIGEST`` and ``stale`` (casmon.lineage);
 each prints text (the first :data:`SHOWN` nodes and how many more, or ``--all``), ``--json`` (nodes with
 kind/id/label/link, edges with kind) or ``--dot`` (Graphviz)."""
 
@@ -61,7 +61,8 @@ def lineage_cmd(target, store_location, as_json, as_dot, show_all, trust) -> Non
 @_all_option
 @trust_option
 def used_by_cmd(target, store_location, as_json, as_dot, show_all, trust) -> None:
-    """What consumed TARGET, transitively: entries and runs downstream of a function (FN or FN@VERSION), an entry, a file or a digest."""
+    """What consumed TARGET, transitively: entries and runs downstream of a function (FN or FN@VERSION), an entry,
+    a file (FILE, or FILE@DIGEST for one content of it, as lineage prints it) or a digest."""
     _print(_answer("used_by", target, store_location, as_json, as_dot), as_json, as_dot, show_all)
 
 

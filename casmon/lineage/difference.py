@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from casmon.caching.explain import MIXED, Difference, compare_parts, entry_alt, relabel, same_value
+from casmon.caching.explain import (MIXED, Difference, compare_parts, entry_alt, relabel, same_value,
+                                    short_digest)
 from casmon.lineage.graph import plain
 from casmon.lineage.index import Index, bulk, short_hex
 
@@ -177,7 +178,9 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str
     for k in sorted(set(fa) | set(fb)):
         x, y = fa.get(k), fb.get(k)
         if x != y:
-            detail = f"not read {then}" if x is None else f"not read {now}" if y is None else "its content changed"
+            # Each side's content digest, as lineage prints a file (its first 8 hex digits).
+            detail = f"not read {then}" if x is None else f"not read {now}" if y is None else \
+                f"its content changed: {short_digest(x)} {then}, {short_digest(y)} {now}"
             out.append(Difference("file", k[1], f"{detail} (parameter {k[0]!r})"))
     return out
 

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import numpy as np
 
 from casmon.caching import AmbiguousName, resolve_function
-from casmon.caching.explain import compare_parts
+from casmon.caching.explain import compare_parts, file_changed
 from casmon.errors import CasmonError
 from casmon.lineage.graph import Graph, Node, entry_id, entry_link, file_id, run_id, run_link
 from casmon.lineage.columns import HAS_RESULT, hexes
@@ -78,7 +78,7 @@ def run_node(run: RunInfo) -> Node:
 # -- resolving what a query names ---------------------------------------------------------------------------
 def resolve(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     """What ``target`` names: ``("run", RunInfo)``, ``("entries", [keys])`` (an entry, a function, a function
-    version ``FN@VERSION``, a result digest) or ``("file", (path, digest or None))``. LookupError, in one line, if nothing."""
+    version ``FN@VERSION``, a result digest) or ``("file", (path, digest or None))`` (a path, ``FILE@DIGEST``). LookupError, in one line, if nothing."""
     what, found = resolve_rows(ix, target, runs)
     if what == "rows":
         return "entries", hexes(ix.cols.key[found])
@@ -104,6 +104,8 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
     if hasattr(target, "key") and hasattr(target, "entry"):  # a ResultRef
         return _rows_of_keys(ix, [bytes(target.key).hex()])
     state = getattr(target, "__casmon_cache__", None)
+    if state is None:
+        state = getattr(target, "__casmon_intercept__", None)  # answered below as a logged function
     if state is not None:
         target = state.name
     if not isinstance(target, str) or not target:
@@ -150,6 +152,10 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         if not len(rows):
             raise LookupError(f"{full} has no entry of code version {version!r}")
         return "rows", rows
+    if full is None and "@" in t:
+        at = _file_at(ix, t)
+        if at is not None:
+            return "file", at
     paths = {p for p, _d in _all_files(ix)}
     if t in paths or os.path.abspath(t) in paths:
         return "file", (t if t in paths else os.path.abspath(t), None)
@@ -160,12 +166,59 @@ def resolve_rows(ix: Index, target: Any, runs: bool = True) -> tuple[str, Any]:
         if n:  # a key's first digits, as git's short hashes: too few to be sure which entry
             raise LookupError(f"{t!r} is too short to name an entry: give at least {PREFIX_MIN} hex digits of its key "
                               f"({n:,} {'entry starts' if n == 1 else 'entries start'} with these)")
+    logged = _logged(ix, fn)
+    if logged is not None:
+        raise LookupError(
+            f"{fn!r} is a logged (intercepted) function, not a cached one: call logs are not part of lineage's graph "
+            f"of cached calls (a logged call shows in it only as taking a cached result, under used-by of that "
+            f"cached function); `casmon calls {fn}` lists its calls, `casmon show {fn} N` one call's arguments and "
+            f"result (Python: casmon.load(store).calls({logged!r}))")
     raise LookupError(f"{t!r} names no run, cached function, entry, file or digest ({why})")
+
+
+def _logged(ix: Index, fn: str) -> str | None:
+    """The full name of the intercepted function ``fn`` names in the store's call log, or None."""
+    from casmon.calllog import CallLog
+
+    try:
+        return CallLog(ix.store).resolve(fn)
+    except Exception:  # a log that cannot be read: the question was lineage's, answered by its own error
+        return None
 
 
 def _rows_of_keys(ix: Index, keys: list[str]) -> tuple[str, Any]:
     c = ix.cols
     return "rows", np.array([i for i in (c.row(k) for k in keys) if i >= 0], np.int64)
+
+
+def _file_at(ix: Index, t: str) -> tuple[str, str] | None:
+    """``FILE@DIGEST`` -- a ``files=`` file (its path, or its name where that is one file's) and a prefix of its
+    content digest, as lineage prints them: ``(path, digest)``, or None if FILE names no such file. LookupError
+    (one line) if it does but no content it was read with has that digest, or the prefix fits several."""
+    path, _at, d = t.rpartition("@")
+    d = d.lower()
+    if not path or not d or d.strip("0123456789abcdef"):
+        return None
+    files = _all_files(ix)
+    full = os.path.abspath(path)
+    named = [(p, fd) for p, fd in files if p == path or os.path.abspath(p) == full]
+    if not named and "/" not in path and os.sep not in path:
+        named = [(p, fd) for p, fd in files if os.path.basename(p) == path]
+    if not named:
+        return None
+    hits = sorted({(p, fd) for p, fd in named if fd.startswith(d)})
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        had = sorted({fd[:8] for _p, fd in named})
+        more = f" and {len(had) - 10:,} more" if len(had) > 10 else ""
+        raise LookupError(f"no content of {path!r:.200} read by a cached call has digest {d!r:.80} (it had: "
+                          f"{', '.join(had[:10])}{more})")
+    if len({fd for _p, fd in hits}) > 1:
+        raise LookupError(f"{d!r:.80} is too short to name one content of {path!r:.200}: "
+                          f"{', '.join(sorted({fd[:12] for _p, fd in hits})[:10])} start with it")
+    raise LookupError(f"{path!r:.200} names {len(hits):,} files read with content {d!r:.80} "
+                      f"({', '.join(p for p, _fd in hits[:5])}); give its path")
 
 
 def _all_files(ix: Index) -> list[tuple[str, str]]:
@@ -341,7 +394,8 @@ def _pending(g: Graph, rs: _Rows, before: Graph, rows: np.ndarray, e: tuple[np.n
 @bulk
 def used_by(target: Any, store: Store | str | None = None) -> Graph:
     """Every entry, run and logged (intercepted) call that consumed ``target`` -- a cached function (``FN`` or ``FN@VERSION``), an entry
-    (key prefix), a file (path) or a digest (a result's, a file's) -- transitively. A big answer's nodes are made
+    (key prefix), a file (path; ``path@digest`` for one content of it) or a digest (a result's, a file's) --
+    transitively. A big answer's nodes are made
     when the graph is read (``len(g)`` and ``g.text(limit)`` make only what they show)."""
     ix = open_index(store if store is not None else getattr(target, "store", None))
     what, found = resolve_rows(ix, target, runs=False)
@@ -542,7 +596,7 @@ class Staleness:
                 if self.file_bad[i]:
                     path = c.strings[c.f_path[i]]
                     now = ix.file_now(path)
-                    detail = "its content changed" if now is not None else "no longer exists"
+                    detail = file_changed(c.strings[c.f_d[i]], now) if now is not None else "no longer exists"
                     return f"file {path!r}: {detail} (parameter {c.strings[c.f_param[i]]!r})"
         return None
 

@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND_METRICS", "INLINE_POINTS", "MAX_NAME", "Series", "Batch", "MetricLog", "metrics_key", "read_series",
            "read_summary", "downsample", "check_name", "json_number", "number_of", "json_safe", "number_text",
-           "points_summary", "batch_summary", "points_cell", "live_batches", "covers_of", "covered", "MAX_COVERS"]
+           "points_summary", "batch_summary", "points_cell", "live_batches", "covers_of", "covered", "MAX_COVERS",
+           "NO_VALUE", "call_metrics"]
 
 KIND_METRICS = "metrics"
 #: A batch of at most this many points of one metric is kept in its record (base64); more is a stored value.
@@ -169,6 +170,45 @@ def check_name(name: object, where: str) -> str:
     if not name or len(name) > MAX_NAME or not name.isprintable():
         raise ValueError(f"{where}: metric name {name!r:.300} must be 1 to {MAX_NAME} printable characters")
     return name
+
+
+#: ``run.log``'s second positional when none is given (``None`` is a value the call refuses, by name).
+NO_VALUE: Any = type("NoValue", (), {"__repr__": lambda self: "<no value>"})()
+
+
+def call_metrics(where: str, metrics: Any, value: Any, more: tuple[Any, ...],
+                 named: dict[str, Any]) -> Mapping[str, Any] | None:
+    """The metrics of a ``run.log`` call: a dict, or a name and its value (MLflow's ``log_metric`` shape) as
+    ``{name: value}``; a wrong mix raises one line naming it. ``named`` (the keywords) is logged beside."""
+    if more:
+        raise TypeError(f"casmon: {where}: {2 + len(more)} positional arguments; it takes a metric name and its "
+                        "value, or a dict, and the step as step=N")
+    if isinstance(metrics, str):
+        metrics = str(metrics)  # numpy's str_ too
+        if value is NO_VALUE:
+            keyword = f" or {where}({metrics}=0.5)" if metrics.isidentifier() and len(metrics) <= 80 else ""
+            raise TypeError(f"casmon: {where}: metric {metrics!r:.80} has no value: {where}({metrics!r:.80}, 0.5)"
+                            + keyword)
+        metrics = {metrics: value}
+    elif value is not NO_VALUE:
+        if metrics is None:
+            raise TypeError(f"casmon: {where}: a value ({_shown(value)}) with no metric name: {where}('name', value)")
+        if isinstance(metrics, Mapping):
+            raise TypeError(f"casmon: {where}: a dict of metrics takes no second value (got {_shown(value)}); the "
+                            "step goes as step=N")
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise TypeError(f"casmon: {where}: metrics must be a dict of name -> number or a name and its value, "
+                        f"got {type(metrics).__name__}")
+    if named and metrics:
+        for k in named:
+            if k in metrics:
+                raise TypeError(f"casmon: {where}: metric {k!r:.80} is given twice, positionally and as {k}=")
+    return metrics
+
+
+def _shown(v: Any) -> str:
+    """A value as an error shows it: a number's digits, else its type (a repr may be huge, or raise)."""
+    return f"{type(v).__name__} {_digits(v)}" if type(v) in (int, float, bool) else type(v).__name__
 
 
 class Series:

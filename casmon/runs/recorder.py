@@ -49,7 +49,7 @@ from casmon.runs.gitstate import UNTRACKED_MAX, CodeState, capture_code_state
 from casmon.runs.manifest import KIND_RUN, PREFIX_RE, claim_run_number
 from casmon.runs import index as runs_index
 from casmon.runs.compaction import COMPACT_OVER, compact_run
-from casmon.runs.metrics import KIND_METRICS, MetricLog, metrics_key
+from casmon.runs.metrics import KIND_METRICS, NO_VALUE, MetricLog, call_metrics, metrics_key
 from casmon.scrub import looks_secret, scrub as _scrub, scrub_argv, scrub_env, scrub_output
 from casmon.store.store import Store, default_store
 from casmon.view import display
@@ -159,8 +159,10 @@ class Run:
     def params(self, value: dict[str, Any]) -> None:
         self._params = a_dict(value, "run.params")
 
-    def log(self, metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
-        """Log metrics at one step: ``run.log({"loss": 0.3}, step=5)`` or ``run.log(loss=0.3, acc=0.9)``.
+    def log(self, metrics: Mapping[str, Any] | str | None = None, value: Any = NO_VALUE, /, *more: Any,
+            step: int | None = None, **named: Any) -> None:
+        """Log metrics at one step: ``run.log({"loss": 0.3}, step=5)``, ``run.log("loss", 0.3, step=5)`` or
+        ``run.log(loss=0.3, acc=0.9)``.
 
         ``step`` defaults to the run's own counter (0, 1, 2, ... counted up by each call without a step); a call
         with a step sets the counter to it, so a helper's ``casmon.log`` right after lands on the same step. Values are numbers (numpy and torch scalars too); each point keeps
@@ -168,8 +170,10 @@ class Run:
         ``load_run(...).metric(name)``. Wrong input raises at once, naming the metric; nothing of the call is
         logged then. Once the run's end is being stored (another thread still logging), a call logs nothing.
         """
-        if metrics is not None and not isinstance(metrics, Mapping):
-            raise TypeError(f"casmon: run.log: metrics must be a dict of name -> number, got {type(metrics).__name__}")
+        if type(metrics) is str and value is not NO_VALUE and not more and not named:
+            metrics = {metrics: value}  # log_metric's shape, as cheap as the dict
+        elif value is not NO_VALUE or more or (metrics is not None and (named or type(metrics) is not dict)):
+            metrics = call_metrics("run.log", metrics, value, more, named)
         if self._pid != os.getpid():
             raise CasmonError(f"casmon: run.log in process {os.getpid()}, a child of process {self._pid} that records run "
                               f"{self.name}: a run's metrics are logged by the process that records it (return them to it, "
@@ -800,8 +804,13 @@ def active_run() -> Run | None:
     return runs[-1] if runs else None
 
 
-def log(metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
+def log(metrics: Mapping[str, Any] | str | None = None, value: Any = NO_VALUE, /, *more: Any, step: int | None = None,
+        **named: Any) -> None:
     """``run.log`` on the innermost active run (see :meth:`Run.log`); :class:`NoActiveRunError` outside any."""
+    if type(metrics) is str and value is not NO_VALUE and not more and not named:
+        metrics = {metrics: value}
+    elif value is not NO_VALUE or more or (metrics is not None and (named or type(metrics) is not dict)):
+        metrics = call_metrics("casmon.log", metrics, value, more, named)
     run = active_run()
     if run is None:
         raise NoActiveRunError("casmon.log: no run is being recorded; start one with `casmon.start_run(...)` (a "

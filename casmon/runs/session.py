@@ -33,6 +33,7 @@ from typing import Any, Literal
 from casmon.errors import CasmonError
 from casmon.runs import recorder
 from casmon.runs.recorder import Run, record
+from casmon.runs.metrics import NO_VALUE
 
 __all__ = ["start_run", "end_run", "SessionRun", "STATUSES"]
 
@@ -70,11 +71,12 @@ class SessionRun(Run):
         while an exception is being handled, ``failed`` keeps its traceback."""
         _end(self, status, sys.exc_info() if status != "ok" else (None, None, None))
 
-    def log(self, metrics: Mapping[str, Any] | None = None, /, *, step: int | None = None, **named: Any) -> None:
+    def log(self, metrics: Mapping[str, Any] | str | None = None, value: Any = NO_VALUE, /, *more: Any,
+            step: int | None = None, **named: Any) -> None:
         if self._end_called:
             raise CasmonError(f"casmon: run {self.name} has ended ({self.manifest.get('status')}); log into a run "
                               f"while it goes on (casmon.start_run() starts another)")
-        super().log(metrics, step=step, **named)
+        super().log(metrics, value, *more, step=step, **named)
 
     def __enter__(self) -> SessionRun:
         return self

@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 import casmon
+from casmon.caching.files import path_digest
 from casmon.caching.explain import code_versions, explain_entry
 from tests.conftest import run_python
 from tests.support.sources import write_module
@@ -77,11 +78,14 @@ def test_explain_names_the_changed_file(tmp_path):
         return open(path).read().split(sep)
 
     load(str(data))
+    old = path_digest(data)[1].hex()
     data.write_text("a,b\n1,3\n")
+    new = path_digest(data)[1].hex()
     ex = load.explain(str(data))
     assert not ex.hit
     assert [(d.what, d.name) for d in ex.differences] == [("file", str(data))]
-    assert "its content changed" in str(ex)
+    # both contents' digests, as lineage prints a file (its first 8 hex digits)
+    assert f"its content changed: was {old[:8]}, now {new[:8]} (parameter 'path')" in str(ex)
 
 
 def test_explain_of_a_stored_entry_names_what_differs_from_its_neighbours(tmp_path):

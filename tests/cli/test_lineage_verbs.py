@@ -173,3 +173,98 @@ def test_a_big_answer_prints_its_first_nodes_and_how_many_more_unless_all_or_jso
     assert "and 50 more nodes (250 in all; --all or --json lists every one)" in out
     assert cli("used-by", first, "--store", store, "--all").stdout.count("  entry step ") == 250
     assert len(json.loads(cli("used-by", first, "--store", store, "--json").stdout)["nodes"]) == 250
+
+
+def _used_nodes(store, target):
+    g = json.loads(cli("used-by", target, "--store", store, "--json").stdout)
+    return sorted((n["kind"], n["label"]) for n in g["nodes"]), g
+
+
+def test_used_by_file_at_digest_answers_as_the_bare_digest_and_unknown_content_is_one_line(two_runs):
+    store, data = two_runs
+    _nodes, g = _used_nodes(store, str(data))
+    (f,) = [n for n in g["nodes"] if n["kind"] == "file"]
+    old = f["digest"]
+    assert f["label"].endswith(old[:8])  # lineage prints the first 8 hex digits
+    bare = _used_nodes(store, old[:8])[0]
+    assert any(k == "run" for k, _l in bare)
+    for target in (f"{data}@{old[:8]}", f"{data}@{old}", f"{data.name}@{old[:8]}", f"{data}@{old[:8].upper()}"):
+        assert _used_nodes(store, target)[0] == bare, target
+    assert cli("used-by", f"{data}@{old[:8]}", "--store", store).stdout.startswith(f"what used {data}@{old[:8]}:")
+    # The file's bytes change and a new run reads them: each digest names its own content's consumers.
+    data.write_text("1 2 3\n")
+
+    @casmon.cache(store=store, files=["path"])
+    def reload(path):
+        return np.loadtxt(path)
+
+    reload(str(data))
+    reload.__casmon_cache__.store.flush()
+    new = [n for n in _used_nodes(store, str(data))[1]["nodes"] if n["kind"] == "file" and n["digest"] != old]
+    new = new[0]["digest"]
+    assert _used_nodes(store, f"{data.name}@{new[:8]}")[0] == _used_nodes(store, new[:8])[0]
+    assert [k for k, _l in _used_nodes(store, f"{data.name}@{new[:8]}")[0]] == ["entry", "file"]
+    # one line naming the file and the contents it was read with, for a digest it never had
+    r = cli("used-by", f"{data}@abcdef12", "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    had = ", ".join(sorted((old[:8], new[:8])))
+    assert f"no content of {str(data)!r} read by a cached call has digest 'abcdef12' (it had: {had})" in r.stderr
+    r = cli("used-by", "nosuch.csv@abcdef12", "--store", store, check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "names no run, cached function, entry, file or digest" in r.stderr
+
+
+@pytest.mark.parametrize("verb", ["lineage", "used-by"])
+def test_a_logged_function_is_one_line_saying_call_logs_are_not_in_lineage_and_what_lists_its_calls(two_runs, verb):
+    store, data = two_runs
+
+    @casmon.intercept(store=store)
+    def score(x):
+        return float(x.sum())
+
+    score(np.arange(40.0))
+    casmon.flush()
+    for target in ("score", f"{score.__module__}.{score.__qualname__}"):
+        r = cli(verb, target, "--store", store, check=False)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "no cached function" not in r.stderr
+        assert f"'{target}' is a logged (intercepted) function, not a cached one: call logs are not part of " \
+               "lineage's graph of cached calls" in r.stderr, r.stderr
+        assert f"`casmon calls {target}` lists its calls" in r.stderr
+    # a name neither logs nor caches keeps the plain answer
+    r = cli(verb, "nosuchthing", "--store", store, check=False)
+    assert "names no run, cached function, entry, file or digest" in r.stderr and "logged" not in r.stderr
+
+
+@pytest.fixture
+def changed_file(tmp_path, monkeypatch):
+    """Two runs of one cached load, the file's bytes changed between them: (store, data, digest in 1, in 2)."""
+    monkeypatch.chdir(tmp_path)
+    store = str(tmp_path / "store")
+    data = tmp_path / "data.txt"
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path)
+
+    for text in ("1 2 3 4 5 6 7 8 9\n", "9 8 7 6 5 4 3 2 1\n"):
+        data.write_text(text)
+        with casmon.record(store=store, capture_output=False):
+            load(str(data))
+    load.__casmon_cache__.store.flush()
+    edges.forget_all()
+    (a,), (b,) = ([n["digest"] for n in json.loads(cli("lineage", run, "--store", store, "--json").stdout)["nodes"]
+                   if n["kind"] == "file"] for run in ("1", "2"))
+    assert a != b
+    return store, data, a, b
+
+
+def test_diff_says_a_changed_files_old_and_new_content_digests_as_lineage_prints_them(changed_file):
+    store, data, a, b = changed_file
+    out = cli("diff", "1", "2", "--store", store).stdout
+    assert f"file {str(data)!r}: its content changed: {a[:8]} in 1, {b[:8]} in 2 (parameter 'path')" in out, out
+    assert f"its content changed: {b[:8]} in 2, {a[:8]} in 1" in cli("diff", "2", "1", "--store", store).stdout
+    (p,) = json.loads(cli("diff", "1", "2", "--store", store, "--json").stdout)["lineage"]
+    assert p["differences"] == [{"what": "file", "name": str(data), "diff": "",
+                                 "detail": f"its content changed: {a[:8]} in 1, {b[:8]} in 2 (parameter 'path')"}]
+    assert f"data.txt {a[:8]}" in cli("lineage", "1", "--store", store).stdout  # the digest as lineage prints it

@@ -13,6 +13,7 @@ import pytest
 
 import casmon
 from casmon.caching import KIND, edges
+from casmon.caching.files import path_digest
 from casmon.lineage import lineage, stale, used_by
 from casmon.lineage.index import Index
 from tests.support.processes import ENV
@@ -398,9 +399,11 @@ def test_a_relative_files_path_not_found_from_here_is_unknown_not_gone(tmp_path,
     assert stale(s).to_dict()["nodes"] == []
     monkeypatch.chdir(proj)
     assert stale(s).to_dict()["nodes"] == []
+    old = path_digest(proj / "data.txt")[1].hex()
     (proj / "data.txt").write_text("1 2 4\n")
+    new = path_digest(proj / "data.txt")[1].hex()
     (n,) = stale(s).to_dict()["nodes"]
-    assert n["reason"] == "file 'data.txt': its content changed (parameter 'path')"
+    assert n["reason"] == f"file 'data.txt': its content changed: was {old[:8]}, now {new[:8]} (parameter 'path')"
 
 
 def test_a_result_of_another_store_is_no_edge_of_this_one(tmp_path, store):

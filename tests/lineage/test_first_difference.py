@@ -94,3 +94,13 @@ def test_crafted_records_where_every_differing_entry_is_fed_by_another_still_nam
     fd = first_difference("1", "2", casmon.open(store))
     assert fd
     assert {p.a for p in fd.partings} | {p.b for p in fd.partings} <= {ka, kb, *loops.values(), None}
+
+
+def test_a_crafted_file_digest_is_said_quoted_never_as_control_bytes():
+    from casmon.lineage.difference import _compare
+
+    a = {"v": "1", "files": [["path", "d.txt", "7df76ab0fc545c09"]]}
+    b = {"v": "1", "files": [["path", "d.txt", "\x1b[2J\nab"]]}
+    (d,) = _compare(None, "f", a, b, sides=("1", "2"))  # type: ignore[arg-type]
+    assert d.detail == "its content changed: 7df76ab0 in 1, '\\x1b[2J\\nab' in 2 (parameter 'path')"
+    assert "\x1b" not in str(d) and "\n" not in str(d)

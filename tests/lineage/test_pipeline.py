@@ -187,7 +187,8 @@ def test_changed_input_bytes_make_load_and_everything_downstream_stale(pipe):
     fd = first_difference(pipe.first, second)
     assert [p.fn for p in fd.partings] == ["pipeline.load"]
     assert [(d.what, d.name) for d in fd.partings[0].differences] == [("file", str(pipe.data))]
-    assert "its content changed (parameter 'path')" in str(fd)
+    assert f"its content changed: {old_digest[:8]} in {pipe.first.name}, " in str(fd)
+    assert "(parameter 'path')" in str(fd)
 
 
 def test_a_changed_parameter_makes_nothing_stale_and_is_the_first_difference(pipe):

@@ -309,3 +309,39 @@ def test_a_signal_a_flush_defers_arrives_after_it_whichever_thread_the_kernel_ha
         assert steps == list(range(20))  # the step was not cut
     finally:
         signal.signal(signal.SIGHUP, old)
+
+
+def test_a_name_and_its_value_log_as_the_dict_would_in_run_log_and_casmon_log(store):
+    with casmon.record(store=store, capture_output=False) as run:
+        run.log("score", 0.5)  # MLflow's log_metric(name, value) shape: step 0
+        run.log("score", np.float32(0.25), step=5)
+        casmon.log("lr", 1e-3)  # lands on step 5, as casmon.log(lr=...) would
+        run.log("score", 0.125, acc=0.75)  # the name form and keywords mix
+        run.log({"score": 1.0})  # the dict and keyword forms are as they were
+        run.log(score=2.0)
+        run.log(np.str_("score"), 4.0)  # a numpy string names it too
+    r = casmon.load_run("latest", store)
+    assert r.metric("score").steps.tolist() == [0, 5, 6, 7, 8, 9]
+    assert r.metric("score").values.tolist() == [0.5, 0.25, 0.125, 1.0, 2.0, 4.0]
+    assert r.metric("lr").steps.tolist() == [5] and r.metric("acc").steps.tolist() == [6]
+
+
+@pytest.mark.parametrize("args, kwargs, match", [
+    (("score",), {}, r"^casmon: run\.log: metric 'score' has no value: run\.log\('score', 0\.5\) or run\.log\(score=0\.5\)$"),
+    (({"a": 1.0}, 0.5), {}, r"^casmon: run\.log: a dict of metrics takes no second value \(got float 0\.5\); .*step=N"),
+    ((None, 0.5), {}, r"^casmon: run\.log: a value \(float 0\.5\) with no metric name"),
+    (("score", 0.5, 3), {}, r"^casmon: run\.log: 3 positional arguments; it takes a metric name and its value, "
+                            r"or a dict, and the step as step=N$"),
+    (("score", 0.5), {"score": 0.25}, r"^casmon: run\.log: metric 'score' is given twice"),
+    (({"score": 0.5},), {"score": 0.25}, r"^casmon: run\.log: metric 'score' is given twice"),
+    ((3, 0.5), {}, r"^casmon: run\.log: metrics must be a dict of name -> number or a name and its value, got int$"),
+])
+def test_a_wrong_mix_of_name_value_and_dict_raises_one_casmon_line_and_logs_nothing(store, args, kwargs, match):
+    with casmon.record(store=store, capture_output=False) as run:
+        for log in (run.log, casmon.log):
+            with pytest.raises(TypeError, match=match.replace("run\\.log", "(run|casmon)\\.log")) as e:
+                log(*args, **kwargs)
+            assert "\n" not in str(e.value)
+        run.log(ok=1.0)
+    r = casmon.load_run("latest", store)
+    assert sorted(r.metrics()) == ["ok"] and r.metric("ok").steps.tolist() == [0]

@@ -372,3 +372,34 @@ def test_a_tall_lineage_panel_opens_with_its_root_and_sources_in_view(tmp_path, 
     finally:
         page.close()
         srv.close()
+
+
+def test_the_compare_page_says_a_changed_files_old_and_new_content_digests(tmp_path):
+    store = str(tmp_path / "store")
+    data = tmp_path / "data.txt"
+
+    @casmon.cache(store=store, files=["path"])
+    def load(path):
+        return np.loadtxt(path)
+
+    for text in ("1 2 3 4 5 6 7 8 9\n", "9 8 7 6 5 4 3 2 1\n"):
+        data.write_text(text)
+        with casmon.record(store=store, capture_output=False):
+            load(str(data))
+    casmon.flush()
+    a, b = ([n.data["digest"] for n in casmon.lineage(casmon.load_run(r, store), store).of_kind("file")][0]
+            for r in ("1", "2"))
+    assert a != b
+    said = f"its content changed: {a[:8]} in 1, {b[:8]} in 2 (parameter &#x27;path&#x27;)"
+    srv = Served(tmp_path / "store")
+    try:
+        page = srv.get("/compare?run=1&run=2")
+    finally:
+        srv.close()
+    from casmon.ui import report_html
+
+    with casmon.open(store, read_only=True, create=False) as s:
+        report = report_html(s, ["1", "2"])[0].decode()
+    for body in (page, report):
+        section = body[body.index('id="first-difference"'):body.index('id="metrics"')]
+        assert said in section, section
