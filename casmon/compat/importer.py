@@ -410,10 +410,10 @@ class _HandlerFiles:
 
 
 def _put_handler_files(store: Store, v: _HandlerFiles) -> Digest:
-    from casmon.store import serialize
+    from casmon.store import encode, serialize
 
     target = v.target if isinstance(v.target, (int, str)) else 0
-    parts = [serialize.as_part(data, False) for _, data in v.files]
+    parts = [encode.as_part(data, False) for _, data in v.files]
     enc = serialize.Encoded("handler", {"handler": v.name, "meta": {"files": [f for f, _ in v.files], "target": target}},
                             parts=parts, nbytes=sum(len(d) for _, d in v.files))
     return store.put_encoded(enc)

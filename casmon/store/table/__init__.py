@@ -46,8 +46,8 @@ never judge reachability from part of the records. ``casmon verify --repair``
 One module a job: ``format`` (table files and generations as bytes, parsed), ``encode`` (a generation's
 files as bytes, written: loaded by writers and merges), ``ranges``
 (provenance arithmetic), ``plan`` (what a reader reads), ``table``
-(:class:`Table`), ``merge`` (merges, loaded by the first), ``survey``
-(:class:`Survey`, for verify and repair), ``fence`` (record files that land
+(:class:`Table`: adding and reading), ``merge`` (merges and generation writes, loaded by the first), ``survey``
+(:class:`Survey` and the rewrite, for verify and repair), ``fence`` (record files that land
 late are not records).
 """
 

@@ -1,4 +1,5 @@
-"""Merges: a table's level-0 files and small generations into one generation (:meth:`Table.consolidate`).
+"""Merges: a table's level-0 files and small generations into one generation (:meth:`Table.consolidate`),
+and the generation writes and deletes that merges and repair make.
 
 Size-tiered: a merge takes the smallest generations while each holds at most
 :data:`~casmon.store.table.table.MERGE_FACTOR` times what is taken so far, so
@@ -11,18 +12,22 @@ the store lock; readers never load this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from casmon.store.table.encode import Columns
-from casmon.store.table.format import FILE_ENTRIES, TableFile
-from casmon.store.table.ranges import ranges_of_names, ranges_union
+from casmon.store.codec import KIND_TABLE, encode_frame
+from casmon.store.table import table
+from casmon.store.table.encode import Columns, encode_v2
+from casmon.store.table.format import (BUCKET_ENTRIES, FILE_ENTRIES, MAX_BUCKETS, _RAW, _ZSTD, Generation, TableFile,
+                                       _bucket_of, encode_table_file)
+from casmon.store.table.ranges import Ranges, ranges_json, ranges_of_names, ranges_union
 from casmon.store.table.table import MERGE_FACTOR, _Vanished
 
 if TYPE_CHECKING:
     from casmon.store.table.table import Table
 
-__all__ = ["consolidate"]
+__all__ = ["consolidate", "delete_files", "write_generation"]
 
 
 def consolidate(t: Table, min_l0: int, force: bool, keep: Callable[[bytes, bytes], bool] | None) -> str | None:
@@ -109,3 +114,59 @@ def consolidate(t: Table, min_l0: int, force: bool, keep: Callable[[bytes, bytes
     t._delete(l0 + extra_l0 + sorted(t.late), gens + extra_gens)
     t.refresh()
     return gid
+
+
+def write_generation(t: Table, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
+                     exact: bool, marks: dict[str, int]) -> str:
+    """:meth:`Table._write_generation` of ``t``: buckets, then the manifest (fault points between); the generation's id."""
+    from casmon import faultpoints  # a write's: a hit loads none
+
+    n = len(entries)
+    v2 = table.GEN_FORMAT >= 2 and (t.format_gate is None or t.format_gate())
+    nb = 1
+    while nb < MAX_BUCKETS and n / nb > (FILE_ENTRIES if v2 else BUCKET_ENTRIES):
+        nb *= 2
+    with t._lock:
+        t._gen_seq += 1
+        gid = f"{time.time_ns():016x}-{t.writer}g-{t._gen_seq:06x}"  # "g": not in the level-0 numbering
+    items = []
+    binary = b""
+    extra: dict[str, int] = {}
+    if v2:
+        files, binary, extra = encode_v2(entries, nb)
+        items = [(t._bucket_key(gid, i), f) for i, f in enumerate(files)]
+    else:
+        by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
+        for kv in entries.entries() if isinstance(entries, Columns) else entries:
+            by_bucket[_bucket_of(kv[0], nb)].append(kv)
+        for i, b in enumerate(by_bucket):
+            _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
+            items.append((t._bucket_key(gid, i), frame))
+    t.backend.create_many(items)
+    faultpoints.point("merge.after_buckets")
+    marks = dict(marks)
+    for w, spans in contains.items():
+        if spans:
+            marks[w] = max(marks.get(w, 0), spans[-1][1])
+    m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains), **extra}
+    if not exact:
+        m["exact"] = False
+    import json  # a write's: a hit loads no json
+    payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
+    _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
+    if len(frame) > 0.9 * len(payload):  # mostly a bloom filter (random bits): every fresh reader would decompress it for nothing
+        _, frame = encode_frame(payload, KIND_TABLE, _RAW)
+    t.backend.create(t.prefix + "gens/" + gid, frame)
+    faultpoints.point("merge.after_manifest")
+    return gid
+
+
+def delete_files(t: Table, l0_names: list[str], gens: list[Generation], more_gen_ids: Iterable[str] = (),
+                 more_keys: Iterable[str] = ()) -> None:
+    """:meth:`Table._delete` of ``t``: level-0 files and generations, manifests first, then their buckets."""
+    gen_ids = [g.id for g in gens] + list(more_gen_ids)
+    t.backend.delete_many([t.prefix + "l0/" + x for x in l0_names] + [t.prefix + "gens/" + g for g in gen_ids])
+    buckets = list(more_keys)
+    for g in gen_ids:
+        buckets.extend(t.backend.list(f"{t.prefix}buckets/{g}/"))
+    t.backend.delete_many(list(dict.fromkeys(buckets)))

@@ -1,43 +1,38 @@
 """A table: one writer's view of an append-only multimap from 16-byte keys to small values.
 
 :class:`Table` adds this writer's entries (written as level-0 files at a
-flush), reads everyone's (by the plan of :mod:`casmon.store.table.plan`),
-merges level-0 files and small generations into bigger ones, and surveys and
-rewrites itself for ``verify --repair``. The package docstring describes the
+flush) and reads everyone's (by the plan of :mod:`casmon.store.table.plan`);
+merging (:mod:`~casmon.store.table.merge`), surveying and rewriting for ``verify --repair``
+(:mod:`~casmon.store.table.survey`) live in modules of their own that a hit never loads. The package docstring describes the
 protocol; :mod:`casmon.store.table.format` the bytes.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import _thread  # threading's locks, without loading threading on a hit
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    from typing import Literal, TypeAlias, TypeVar
+    from typing import Literal, TypeAlias
 
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import KIND_TABLE, decode_frame, decode_table_block, encode_frame
-from casmon.store.table.format import (BUCKET_ENTRIES, BUCKET_RE, FILE_ENTRIES, L0_LZ4_MAX, MAX_BUCKETS, NAME_RE, _LZ4,
-                                       _M64, _RAW, _ZSTD, Generation, TableFile, _Block, _bucket_of, _hashes,
-                                       encode_table_file, gen_time, parse_generation)
+from casmon.store.table.format import (BUCKET_ENTRIES, L0_LZ4_MAX, NAME_RE, _LZ4, _M64, _ZSTD, Generation, TableFile,
+                                       _Block, _bucket_of, _hashes, encode_table_file, parse_generation)
 from casmon.store.table import fence
 from casmon.store.table.plan import resolve
-from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_json, ranges_of_names, ranges_union
+from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_of_names, ranges_union
 
 if TYPE_CHECKING:
     from casmon.store.table.encode import Columns
     from casmon.store.table.format import Payload
     from casmon.store.table.survey import Survey
 
-if TYPE_CHECKING:
-    T = TypeVar("T")
 #: Waiting entries by key: one value as itself, more as a tuple (see _index_add).
 PendingIndex: TypeAlias = dict[bytes, "bytes | tuple[bytes, ...]"]
 
@@ -789,58 +784,16 @@ class Table:
     def _write_generation(self, entries: list[tuple[bytes, bytes]] | Columns, covers: list[str], contains: Ranges,
                           exact: bool, marks: dict[str, int]) -> str:
         """Write buckets, then the manifest (fault points between); returns the generation's id."""
-        from casmon import faultpoints  # a write's: a hit loads none
+        from casmon.store.table import merge  # writers, merges and repair write generations; readers never load it
 
-        from casmon.store.table.encode import Columns, encode_v2  # writers and merges: a reader never loads it
-
-        n = len(entries)
-        v2 = GEN_FORMAT >= 2 and (self.format_gate is None or self.format_gate())
-        nb = 1
-        while nb < MAX_BUCKETS and n / nb > (FILE_ENTRIES if v2 else BUCKET_ENTRIES):
-            nb *= 2
-        with self._lock:
-            self._gen_seq += 1
-            gid = f"{time.time_ns():016x}-{self.writer}g-{self._gen_seq:06x}"  # "g": not in the level-0 numbering
-        items = []
-        binary = b""
-        extra: dict[str, int] = {}
-        if v2:
-            files, binary, extra = encode_v2(entries, nb)
-            items = [(self._bucket_key(gid, i), f) for i, f in enumerate(files)]
-        else:
-            by_bucket: list[list[tuple[bytes, bytes]]] = [[] for _ in range(nb)]
-            for kv in entries.entries() if isinstance(entries, Columns) else entries:
-                by_bucket[_bucket_of(kv[0], nb)].append(kv)
-            for i, b in enumerate(by_bucket):
-                _, frame = encode_frame(encode_table_file(b), KIND_TABLE, _ZSTD)
-                items.append((self._bucket_key(gid, i), frame))
-        self.backend.create_many(items)
-        faultpoints.point("merge.after_buckets")
-        marks = dict(marks)
-        for w, spans in contains.items():
-            if spans:
-                marks[w] = max(marks.get(w, 0), spans[-1][1])
-        m = {"count": n, "nbuckets": nb, "covers": covers, "marks": marks, "contains": ranges_json(contains), **extra}
-        if not exact:
-            m["exact"] = False
-        import json  # a write's: a hit loads no json
-        payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
-        _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
-        if len(frame) > 0.9 * len(payload):  # mostly a bloom filter (random bits): every fresh reader would decompress it for nothing
-            _, frame = encode_frame(payload, KIND_TABLE, _RAW)
-        self.backend.create(self.prefix + "gens/" + gid, frame)
-        faultpoints.point("merge.after_manifest")
-        return gid
+        return merge.write_generation(self, entries, covers, contains, exact, marks)
 
     def _delete(self, l0_names: list[str], gens: list[Generation], more_gen_ids: Iterable[str] = (),
                 more_keys: Iterable[str] = ()) -> None:
         """Delete level-0 files and generations: manifests first, then their buckets."""
-        gen_ids = [g.id for g in gens] + list(more_gen_ids)
-        self.backend.delete_many([self.prefix + "l0/" + x for x in l0_names] + [self.prefix + "gens/" + g for g in gen_ids])
-        buckets = list(more_keys)
-        for g in gen_ids:
-            buckets.extend(self.backend.list(f"{self.prefix}buckets/{g}/"))
-        self.backend.delete_many(list(dict.fromkeys(buckets)))
+        from casmon.store.table import merge
+
+        merge.delete_files(self, l0_names, gens, more_gen_ids, more_keys)
 
     # -- verify and repair ------------------------------------------------------
     def survey(self, keep: bool = True, orphans: bool = True) -> Survey:
@@ -851,112 +804,16 @@ class Table:
         and the survey reports it missing (repair then salvages the buckets).
         The pack index passes False: it is rebuilt from the packs anyway.
         """
-        for attempt in range(3):
-            sv = self._survey_once(keep, orphans)
-            if not sv.vanished or attempt == 2:
-                return sv
-        raise AssertionError("unreachable")
+        from casmon.store.table import survey  # verify and repair: never on a reader's or writer's path
 
-    def _survey_once(self, keep: bool, orphans: bool = True) -> Survey:
-        l0_names = self._list("l0/")
-        gen_ids = self._list("gens/")
-        bucket_keys: dict[str, dict[int, str]] = {}
-        for k in self.backend.list(self.prefix + "buckets/"):
-            parts = k[len(self.prefix) :].split("/")
-            if len(parts) == 3 and NAME_RE.match(parts[1]) and re.match(BUCKET_RE, parts[2]):
-                bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
-        from casmon.store.table.survey import Survey, split_bucket  # verify and repair: never on a reader's or writer's path
-
-        sv = Survey(self.prefix, l0_names, gen_ids, bucket_keys)
-        for key, payload in self._read_all([self.prefix + "l0/" + n for n in l0_names], sv):
-            tf = self._check(key, payload, sv, lambda k, raw: TableFile(k, raw))
-            if tf is not None and keep:
-                sv.l0[key.rsplit("/", 1)[-1]] = tf
-        for key, payload in self._read_all([self.prefix + "gens/" + g for g in gen_ids], sv):
-            gid = key.rsplit("/", 1)[-1]
-            g = self._check(key, payload, sv, functools.partial(parse_generation, gid))
-            if g is not None:
-                sv.gens[gid] = g
-            else:
-                sv.bad_gens.add(gid)
-        flat = [(gid, i, k) for gid, bs in sorted(bucket_keys.items()) for i, k in sorted(bs.items())]
-        keys = [k for _, _, k in flat]
-        where = {k: (gid, i) for gid, i, k in flat}
-        for key, payload in self._read_all(keys, sv):
-            tfs, problem = split_bucket(payload, key)
-            if problem is not None:
-                sv.damaged[key] = problem
-            if keep and (tfs or problem is None):
-                sv.buckets[where[key]] = tfs[0] if len(tfs) == 1 else TableFile(
-                    key, encode_table_file([kv for tf in tfs for kv in tf.items()]))
-        sv.view = resolve(sv.gens, l0_names)
-        for g in sv.view.active:
-            have = bucket_keys.get(g.id, {})
-            for i in range(g.nbuckets):
-                if i not in have:
-                    sv.missing[self._bucket_key(g.id, i)] = f"generation {self.prefix}gens/{g.id}"
-        if sv.missing and any(not self.backend.exists(self.prefix + "gens/" + g.id) for g in sv.view.active):
-            sv.vanished = True  # merged meanwhile: look again
-        accounted = ranges_union(ranges_of_names(l0_names), *(g.accounted() for g in sv.gens.values()))
-        sv.gaps = [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
-        lone = sorted(set(bucket_keys) - set(gen_ids))
-        if orphans and lone:
-            if not keep:
-                return self._survey_once(True, orphans)  # the check needs the entries (rare: orphans are)
-            visible = set(sv.visible_entries())
-            for gid in lone:
-                unseen = {kv for (g, _i), tf in sv.buckets.items() if g == gid for kv in tf.items()} - visible
-                if unseen:
-                    sv.missing[f"{self.prefix}gens/{gid}"] = (
-                        f"its buckets hold {len(unseen)} entries no listed file shows (the manifest is lost)")
-        return sv
-
-    def _read_all(self, keys: list[str], sv: Survey, batch: int = 256) -> Iterator[tuple[str, Payload]]:
-        for i in range(0, len(keys), batch):
-            part = keys[i : i + batch]
-            for key, data in zip(part, self.backend.get_many(part)):
-                if data is None:
-                    sv.vanished = True  # deleted since it was listed (a merge): the survey is read again
-                    continue
-                sv.checked += 1
-                yield key, data
-
-    @staticmethod
-    def _check(key: str, data: Payload, sv: Survey, parse: Callable[[str, bytes | memoryview], T]) -> T | None:
-        try:
-            return parse(key, decode_frame(data, key)[1])
-        except DamagedObjectError as e:
-            sv.damaged[key] = e.reason
-            return None
+        return survey.survey_table(self, keep, orphans)
 
     def rewrite(self, sv: Survey, entries: Iterable[tuple[bytes, bytes]]) -> str:
-        """Replace every file ``sv`` saw by one generation that holds exactly ``entries`` (repair).
+        """Replace every file ``sv`` saw by one generation that holds exactly ``entries`` (repair;
+        :func:`casmon.store.table.survey.rewrite_table`)."""
+        from casmon.store.table import survey
 
-        Its provenance is every level-0 number the survey saw or a generation
-        held, from 1 up for each writer, lost numbers included: what they held
-        is in ``entries`` or is lost, so the table has no gap afterwards. Files
-        written after the survey stay. Leftover buckets of no generation are
-        deleted once older than :data:`ORPHAN_AGE` (they may belong to a merge in
-        progress), damaged ones at once.
-        """
-        seen = ranges_union(ranges_of_names(sv.l0_names), *(g.accounted() for g in sv.gens.values()))
-        contains = {w: [(1, spans[-1][1])] for w, spans in seen.items() if spans}
-        covers = ["l0:" + n for n in sv.l0_names] + ["gen:" + g for g in sv.gen_ids]
-        gid = self._write_generation(list(dict.fromkeys(entries)), covers, contains, True, {})
-        listed = set(sv.gen_ids)
-        now = time.time()
-        orphans = [g for g in sv.bucket_keys if g not in listed and now - gen_time(g) > ORPHAN_AGE]
-        self._delete(sv.l0_names, [], more_gen_ids=sv.gen_ids + orphans,
-                     more_keys=[k for k in sv.damaged if "/buckets/" in k])
-        with self._lock:
-            self._buckets.clear()
-            self._bad_buckets.clear()
-            self._bad_gens.clear()
-            self._bad_l0.clear()
-            self.damaged.clear()
-        self.refresh()
-        return gid
-
+        return survey.rewrite_table(self, sv, entries)
 
 _EMPTY = TableFile("(damaged)", encode_table_file([]))
 
