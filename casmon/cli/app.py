@@ -77,7 +77,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "stats": ("casmon.cli.store_verbs", "stats", "Values, chunks, bytes, dedup ratio and files of a store."),
     "used-by": ("casmon.cli.lineage_verbs", "used_by_cmd",
                 "What consumed TARGET, transitively: entries and runs downstream of a function (FN or FN@VERSION), "
-                "an entry, a file or a digest."),
+                "an entry, a file (FILE, or FILE@DIGEST for one content of it, as lineage prints it) or a digest."),
     "tag": ("casmon.cli.tag_verbs", "tag_cmd", "Add (+x) and remove (-y) tags of RUN, ended or not; with no change, its tags."),
     "ui": ("casmon.cli.ui", "ui_command", "Look at runs, calls and cached results in a browser (read-only)."),
     "verify": ("casmon.cli.store_verbs", "verify", "Re-hash every object and follow every pointer."),
