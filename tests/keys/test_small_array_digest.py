@@ -57,3 +57,25 @@ def test_arrays_that_alternate_shapes_and_dtypes_each_get_their_own_digest():
           np.zeros((2, 3), "U2"), np.zeros((2, 3), "U3"), np.array(1.0), np.zeros((1, 6))]
     for v in vs + vs[::-1] + [x for x in vs for _ in range(2)]:
         assert small_array_digest(v) == bytes(fingerprint(v)), (v.dtype, v.shape)
+
+
+def test_threads_digesting_arrays_of_other_shapes_and_dtypes_at_once_each_get_their_own():
+    import threading
+
+    kinds = [np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(3, 2), np.arange(6, dtype="i4").reshape(2, 3),
+             np.arange(6.0).astype(">f8")]
+    want = [bytes(fingerprint(v)) for v in kinds]
+    bad = []
+
+    def work(i):
+        for n in range(3000):
+            j = (i + n) % len(kinds)
+            if small_array_digest(kinds[j]) != want[j]:
+                bad.append((i, j))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert bad == []
