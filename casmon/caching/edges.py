@@ -355,7 +355,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
             t = type(v)
             if t is _ndarray:
                 plain = v.base is None
-                if plain and id(v) in _by_id:
+                if plain:
                     e = _by_id.get(id(v))  # a dead result's row at this address links nothing
                     plain = e is None or not (e[0]() is v if e[2] else e[0]() is not None)
             else:
@@ -364,8 +364,8 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                 name = state._names[0]
                 d = given.get(name)  # None: that argument is ignored, the one digest a default's
                 if d is not None:
-                    if len(d) == 32:  # content-sized: arg_digests' rule is pc's
-                        entry["pc"] = {name: d}
+                    if len(d) == 32:  # content-sized: arg_digests' rule is pc's, and ``a`` is {name: d}
+                        entry["pc"] = given
                         return
                     if d != "~":
                         return  # short, or a hasher's value: no content digest

@@ -725,15 +725,21 @@ def small_array_digest(a: Any, hexed: bool = False) -> Any:
     if nbytes > _INLINE_LIMIT:  # any layout: its encoding is its C-order bytes, which tobytes gives
         return None
     dt, shape = a.dtype, a.shape
-    head = _small_heads.get((dt, shape))
-    if head is None:
-        from casmon.keys.dtypes import dtype_extras  # arrays' only
-
-        if dt.hasobject or dt.names is not None or dtype_extras(dt) is not None:
-            return None
-        head = b"A" + _len_prefixed(_dtype_key(dt)) + _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
-        if len(_small_heads) < 4096:
-            _small_heads[(dt, shape)] = head
+    last = _last_head  # one read: another thread may replace it
+    if last[0] is dt and last[1] == shape:  # no tuple to build and hash
+        head = last[2]
+    else:
+        cached = _small_heads.get((dt, shape))
+        # an equal dtype that holds more (metadata: equal, and hashed alike) is another encoding: not the cached one's
+        if cached is not None and (cached[0] is dt or _plain_dtype(dt)):
+            head = cached[1]
+        else:
+            if dt.hasobject or dt.names is not None or not _plain_dtype(dt):
+                return None
+            head = b"A" + _len_prefixed(_dtype_key(dt)) + _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
+            if len(_small_heads) < 4096:
+                _small_heads[(dt, shape)] = (dt, head)
+        _remember_head(dt, shape, head)
     if nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
         return (_h128_hex if hexed else _h128_raw)(head + a.tobytes())
     h = xxhash.xxh3_128(head)
@@ -741,12 +747,25 @@ def small_array_digest(a: Any, hexed: bool = False) -> Any:
     return h.hexdigest() if hexed else h.digest()
 
 
-#: (plain dtype, shape) -> the start of such an array's encoding (a dtype that needs more than its descriptor is
-#: never here): one lookup, where packing the shape costs more than the hash of a small array.
-_small_heads: dict[tuple[Any, tuple[int, ...]], bytes] = {}
+#: (plain dtype, shape) -> (that dtype, the start of such an array's encoding) (a dtype that needs more than its
+#: descriptor is never here): one lookup, where packing the shape costs more than the hash of a small array.
+_small_heads: dict[tuple[Any, tuple[int, ...]], tuple[Any, bytes]] = {}
+#: (plain dtype, shape, head) of the last small array digested: a loop's arrays are alike
+_last_head: tuple[Any, Any, bytes] = (None, None, b"")
 _h128_hex, _h128_raw = xxhash.xxh3_128_hexdigest, xxhash.xxh3_128_digest
 #: numpy's ndarray once numpy is imported (a class no value has until then)
 _ndarray_t: Any = type("_NoArray", (), {})
+
+
+def _plain_dtype(dt: Any) -> bool:
+    from casmon.keys.dtypes import dtype_extras  # arrays' only
+
+    return dtype_extras(dt) is None
+
+
+def _remember_head(dt: Any, shape: tuple[int, ...], head: bytes) -> None:
+    global _last_head
+    _last_head = (dt, shape, head)
 
 
 _dtype_keys: dict[np.dtype, bytes] = {}

@@ -37,3 +37,45 @@ def test_values_it_does_not_take_are_none():
     assert small_array_digest(np.zeros((0, 3))) == bytes(fingerprint(np.zeros((0, 3))))
     assert small_array_digest(np.array(2.5)) == bytes(fingerprint(np.array(2.5)))
     assert small_array_digest(np.arange(4).astype("M8[s]")) == bytes(fingerprint(np.arange(4).astype("M8[s]")))
+
+
+def test_a_dtype_equal_to_a_plain_one_but_holding_more_is_not_taken_for_it():
+    # np.dtype("f8", metadata=...) == np.dtype("f8") and hashes alike, yet its key encoding holds the metadata
+    plain = np.arange(4.0)
+    for extra in (np.dtype("f8", metadata={"unit": "m"}), np.dtype((np.record, "f8"))):
+        if extra != plain.dtype:
+            continue
+        odd = plain.astype(extra)
+        for v in (plain, odd, plain, odd):  # after an equal plain dtype of the same shape was digested, and before
+            got = small_array_digest(v)
+            assert got is None or got == bytes(fingerprint(v)), v.dtype
+
+
+def test_arrays_that_alternate_shapes_and_dtypes_each_get_their_own_digest():
+    vs = [np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(3, 2), np.arange(6.0), np.arange(6).reshape(2, 3),
+          np.arange(6.0).reshape(2, 3).astype(">f8"), np.arange(6.0).reshape(2, 3).astype(np.dtype(">f8")),
+          np.zeros((2, 3), "U2"), np.zeros((2, 3), "U3"), np.array(1.0), np.zeros((1, 6))]
+    for v in vs + vs[::-1] + [x for x in vs for _ in range(2)]:
+        assert small_array_digest(v) == bytes(fingerprint(v)), (v.dtype, v.shape)
+
+
+def test_threads_digesting_arrays_of_other_shapes_and_dtypes_at_once_each_get_their_own():
+    import threading
+
+    kinds = [np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(3, 2), np.arange(6, dtype="i4").reshape(2, 3),
+             np.arange(6.0).astype(">f8")]
+    want = [bytes(fingerprint(v)) for v in kinds]
+    bad = []
+
+    def work(i):
+        for n in range(3000):
+            j = (i + n) % len(kinds)
+            if small_array_digest(kinds[j]) != want[j]:
+                bad.append((i, j))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert bad == []

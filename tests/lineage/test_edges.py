@@ -452,6 +452,29 @@ def test_a_small_array_results_fingerprint_needs_no_walk_and_still_links_across_
     assert [u for _, u in ix.upstream(entry_of(use, r))] == [entry_of(make, 16)]
 
 
+def test_a_result_whose_dtype_holds_metadata_links_by_content_after_a_plain_one_of_its_shape(store):
+    md = np.dtype("f8", metadata={"unit": "m"})
+
+    @casmon.cache(store=store)
+    def plain(n):
+        return np.arange(n, dtype=float)
+
+    @casmon.cache(store=store)
+    def tagged(n):
+        return np.arange(n, dtype=float).astype(md) + 1
+
+    @casmon.cache(store=store)
+    def use(x):
+        return float(x.sum())
+
+    plain(16)  # an equal dtype of the same shape first: its fingerprint's start must not serve the tagged one
+    r = tagged(16)
+    edges.forget_all()  # as in another process: content links it
+    use(r.copy())
+    ix = Index(use.__casmon_cache__.store)
+    assert [u for _, u in ix.upstream(entry_of(use, r))] == [entry_of(tagged, 16)]
+
+
 def test_a_stage_that_returns_its_input_unchanged_does_not_vouch_for_a_stale_input(tmp_path, monkeypatch, store):
     """``clean`` finds nothing to drop and returns what ``load`` gave it: its result equals load's, but it was
     made from it, so when the file changes clean and what it fed are stale too, not held by clean's own copy."""
