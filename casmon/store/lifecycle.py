@@ -82,8 +82,10 @@ def before_exit_flush(fn: Callable[[], None]) -> None:
 
 def register(store: Store) -> None:
     """Count ``store`` among the open stores: flushed at exit, reset in a forked child."""
-    _install_process_hooks()
     open_stores.add(store)
+    _install_process_hooks()
+    if _exiting:  # opened while the interpreter exits: no flush comes after its writes
+        store._flush_each_call = True
 
 
 def forget(store: Store) -> None:
@@ -190,10 +192,21 @@ def _register_exit_flush() -> None:
         try:
             register_hook(_flush_all_at_exit)
             _threading_hooked = True
-        except RuntimeError:  # the interpreter is shutting down: the hook that counts ran or runs now
-            pass
+        except RuntimeError:  # threading's exit hooks ran: a store opened now (a thread Python joins, an atexit handler)
+            _exit_hooks_passed()
     else:  # pragma: no cover
         atexit.register(_flush_all_at_exit)
+
+
+def _exit_hooks_passed() -> None:
+    """The interpreter exits and no exit flush of ours is still to come for what is written now: start no thread
+    (Python would wait for it at exit, or kill it mid-write) and flush each write as it is made; atexit still
+    flushes where it has not run yet."""
+    global _exiting
+    _exiting = True
+    for s in list(open_stores):
+        s._flush_each_call = True
+    atexit.register(_flush_all_at_exit)
 
 
 def exit_flush_before_pools() -> None:
@@ -303,8 +316,8 @@ def _started_as_pool_child(store: Store) -> None:
 
 def flushes_each_call(durable: bool) -> bool:
     """Whether a store's writes are flushed before the call that made them returns: a durable store's, a worker
-    process's (:func:`in_worker_process`), and any made once the exit flush has run (no flush comes after it)."""
-    return durable or _flushed_at_exit or in_worker_process()
+    process's (:func:`in_worker_process`), and any made once the interpreter exits (no flush comes after it)."""
+    return durable or _exiting or in_worker_process()
 
 
 def _in_ray_worker() -> bool:

@@ -669,6 +669,8 @@ class Store:
             import threading
 
             lifecycle.exit_flush_before_threads()  # before a thread that only the exit flush stops
+            if lifecycle.exiting():  # too late to hook it: each write flushes itself (see lifecycle)
+                return
             self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not lifecycle.exit_hook_stops_threads)
             self._flusher.start()
 

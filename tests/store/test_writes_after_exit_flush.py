@@ -7,6 +7,8 @@ Real processes; each result is checked from a fresh one, once."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -45,5 +47,33 @@ def test_a_cached_call_made_after_the_exit_flush_reaches_the_store(tmp_path, scr
     (tmp_path / "mod.py").write_text(MOD)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
     run_python(script.format(o=opened), cwd=tmp_path, env=env)
+    p = run_python(CHECK, cwd=tmp_path, env=env)
+    assert p.stdout.split("\n")[-2] == "[]", "a result computed during exit was lost"
+
+
+OPENED_IN_LATE_THREAD = ("import threading, time, casmon, mod\n"
+                         "def late():\n    time.sleep(0.2)\n    f = mod.make(casmon.open('st'{o}))\n    f(1); f(7)\n"
+                         "threading.Thread(target=late).start()\n")
+OPENED_IN_ATEXIT = ("import threading, atexit, casmon, mod\n"
+                    "def late():\n    f = mod.make(casmon.open('st'{o}))\n    f(1); f(7)\natexit.register(late)\n")
+EARLIER_STORE_THEN_LATE_THREAD = ("import casmon, mod\nother = casmon.open('other', autoflush=None)\n"
+                                  "other.append('call', {{'a': 1}})\n" + OPENED_IN_LATE_THREAD)
+
+
+@pytest.mark.parametrize("opened", ["", ", autoflush=None"])
+@pytest.mark.parametrize("script", [OPENED_IN_LATE_THREAD, OPENED_IN_ATEXIT, EARLIER_STORE_THEN_LATE_THREAD],
+                         ids=["first-store-in-a-thread-joined-at-exit", "first-store-in-an-atexit-handler",
+                              "a-store-opened-before-then-one-in-a-thread-joined-at-exit"])
+def test_a_store_first_opened_while_the_interpreter_exits_keeps_its_writes_and_exits(tmp_path, script, opened):
+    """Once threading's exit hooks have run, the exit flush can no longer be one of them: a store opened then
+    starts no background thread (Python would wait for it forever) and flushes each write as it is made."""
+    (tmp_path / "mod.py").write_text(MOD)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    try:  # generous: a process that exits takes a second or two; one that hangs never does
+        p = subprocess.run([sys.executable, "-c", script.format(o=opened)], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, **env}, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process did not exit")
+    assert p.returncode == 0, p.stderr
     p = run_python(CHECK, cwd=tmp_path, env=env)
     assert p.stdout.split("\n")[-2] == "[]", "a result computed during exit was lost"
