@@ -52,9 +52,9 @@ _scanners: dict[tuple[Any, Any, Any], Any] = {}
 def loads(data: str | bytes | bytearray, *, parse_constant: Callable[[str], Any] | None = None,
           parse_float: Callable[[str], Any] | None = None, parse_int: Callable[[str], Any] | None = None) -> Any:
     """``json.loads(data, parse_constant=..., parse_float=..., parse_int=...)``: the same value, the same errors."""
-    if _make_scanner is not None:
+    if _make_scanner is not None and isinstance(data, (str, bytes, bytearray)):  # json's TypeError for the rest
         try:
-            text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+            text = data if isinstance(data, str) else data.decode("utf-8")
             if text[:1] != "\ufeff" and not text[:1].isspace() and not text.endswith(tuple(_WS)):
                 hooks = (parse_constant, parse_float, parse_int)
                 scan = _scanners.get(hooks)

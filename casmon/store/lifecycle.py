@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from casmon.store.store import Store
 
 __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
-           "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush"]
+           "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush",
+           "flushes_each_call"]
 
 #: Every store open in this process (flushed at exit, reset in a forked child).
 open_stores: WeakSet[Store] = WeakSet()
@@ -81,8 +82,10 @@ def before_exit_flush(fn: Callable[[], None]) -> None:
 
 def register(store: Store) -> None:
     """Count ``store`` among the open stores: flushed at exit, reset in a forked child."""
-    _install_process_hooks()
     open_stores.add(store)
+    _install_process_hooks()
+    if _exiting:  # opened while the interpreter exits: no flush comes after its writes
+        store._flush_each_call = True
 
 
 def forget(store: Store) -> None:
@@ -189,10 +192,21 @@ def _register_exit_flush() -> None:
         try:
             register_hook(_flush_all_at_exit)
             _threading_hooked = True
-        except RuntimeError:  # the interpreter is shutting down: the hook that counts ran or runs now
-            pass
+        except RuntimeError:  # threading's exit hooks ran: a store opened now (a thread Python joins, an atexit handler)
+            _exit_hooks_passed()
     else:  # pragma: no cover
         atexit.register(_flush_all_at_exit)
+
+
+def _exit_hooks_passed() -> None:
+    """The interpreter exits and no exit flush of ours is still to come for what is written now: start no thread
+    (Python would wait for it at exit, or kill it mid-write) and flush each write as it is made; atexit still
+    flushes where it has not run yet."""
+    global _exiting
+    _exiting = True
+    for s in list(open_stores):
+        s._flush_each_call = True
+    atexit.register(_flush_all_at_exit)
 
 
 def exit_flush_before_pools() -> None:
@@ -226,6 +240,10 @@ def _flush_all_at_exit() -> None:
             return  # registered twice (exit_flush_before_pools): the later registration ran first
         _flushed_at_exit = True
     _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
+    for s in list(open_stores):
+        # What is written from here on (a user's atexit handler, a thread Python joins after this hook) has no
+        # later flush to wait for: each call flushes its own.
+        s._flush_each_call = True
     threading = sys.modules.get("threading")
     if threading is not None:  # without it no thread of casmon's runs, nor waits for this
         _stop_flushers().set()  # background flushers end; the flush below writes what they would have
@@ -293,7 +311,13 @@ def _watch_in_forked_child() -> None:
 
 
 def _started_as_pool_child(store: Store) -> None:
-    store._flush_each_call = store.durable or in_worker_process()
+    store._flush_each_call = flushes_each_call(store.durable)
+
+
+def flushes_each_call(durable: bool) -> bool:
+    """Whether a store's writes are flushed before the call that made them returns: a durable store's, a worker
+    process's (:func:`in_worker_process`), and any made once the interpreter exits (no flush comes after it)."""
+    return durable or _exiting or in_worker_process()
 
 
 def _in_ray_worker() -> bool:

@@ -188,7 +188,7 @@ class Store:
         self.dropped_records = 0  # records a flush could not write because a value they name was gone
         self.late_writes = 0  # record files (and refs) slow enough to be written again (casmon.store.table.fence)
         # Records are flushed before the call that wrote them returns: durable stores, and pool workers.
-        self._flush_each_call = durable or lifecycle.in_worker_process()
+        self._flush_each_call = lifecycle.flushes_each_call(durable)
         self._flush_warned = False
         self._io_ready = False  # casmon's I/O threads run (see _start_io)
         self._merged_at = 0.0  # when a flush last merged tables (a worker's flush per call merges less often)
@@ -669,6 +669,8 @@ class Store:
             import threading
 
             lifecycle.exit_flush_before_threads()  # before a thread that only the exit flush stops
+            if lifecycle.exiting():  # too late to hook it: each write flushes itself (see lifecycle)
+                return
             self._flusher = threading.Thread(target=loop, name="casmon-flush", daemon=not lifecycle.exit_hook_stops_threads)
             self._flusher.start()
 
@@ -847,7 +849,7 @@ class Store:
 
     def _reset_after_fork(self) -> None:  # the parent flushes what it had pending; the child is a new writer
         self.writer = writer_id()
-        self._flush_each_call = self.durable or lifecycle.in_worker_process()  # multiprocessing's child: set again at its start
+        self._flush_each_call = lifecycle.flushes_each_call(self.durable)  # multiprocessing's child: set again at its start
         self._io_ready = False  # the parent's threads do not exist here
         self._flusher = None  # the parent's thread does not exist here
         self._keeper = None

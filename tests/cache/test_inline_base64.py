@@ -6,6 +6,8 @@ import binascii
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from casmon.caching import memoize
 from casmon.caching.memoize import _unbase64
@@ -45,3 +47,20 @@ def test_a_process_decodes_its_first_inline_values_in_python_and_the_rest_with_b
     texts = [binascii.b2a_base64(bytes([i]) * 40, newline=False).decode() for i in range(4)]
     assert [_unbase64(t) for t in texts] == [bytes([i]) * 40 for i in range(4)]
     assert memoize._B64_IN_PYTHON == [0]
+
+
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@settings(max_examples=500, **_SETTINGS)
+@given(st.binary(max_size=300))
+def test_any_bytes_b2a_base64_writes_decode_to_themselves(data):
+    assert _unbase64(binascii.b2a_base64(data, newline=False).decode()) == data
+
+
+@settings(max_examples=1000, **_SETTINGS)
+@given(st.text(st.sampled_from("AQgwBZz09+/=\n \x00\u00e9-_"), max_size=16))
+def test_any_text_decodes_or_fails_as_binascii_strict_mode_does(text):
+    """A crafted inline value (bad padding, stray characters, non-zero padding bits) is refused as binascii
+    refuses it, never decoded to other bytes."""
+    assert _outcome(_unbase64, text) == _outcome(_strict, text)

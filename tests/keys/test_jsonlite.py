@@ -115,3 +115,10 @@ def test_reading_and_writing_plain_json_loads_no_json_package():
                    "t = jsonlite.dumps(v, sort_keys=True, separators=(',', ':'))\n"
                    "print(t, 'json' in sys.modules)\n")
     assert p.stdout.split() == ['{"a":[1,2.5,"x"],"b":null}', "False"]
+
+
+@pytest.mark.parametrize("data", [memoryview(b"[1]"), [49], 3, None, (b"1",)], ids=["memoryview", "list", "int", "none", "tuple"])
+def test_loads_refuses_what_json_loads_refuses_to_read(data):
+    """json.loads reads str, bytes and bytearray only: anything else (a memoryview, a list of byte values) is its
+    TypeError, never a value that jsonlite made of it."""
+    assert _outcome(jsonlite.loads, data) == _outcome(json.loads, data)
