@@ -66,3 +66,29 @@ def test_an_older_entrys_pc_of_the_wrong_form_never_hides_a_change(store, bad):
     _restore(f, (X, 1), a={"x": _old_digest("x", X), "seed": _old_digest("seed", 1)}, pc={"x": bad})
     for got in (_near(f, (Y, 2), (X, 1)), _near(f, (X, 1), (Y, 2))):
         assert got.get("seed") == "differs" and got.get("x") in ("differs", MIXED)
+
+
+def test_two_of_this_casmons_entries_a_long_and_a_short_value_never_blame_an_older_casmon(store):
+    """An entry with a short result, no upstream and no content-sized parameter records no lineage field, as an
+    entry stored before lineage: its short value's 64-bit digest cannot be told from an older casmon's long
+    one's. Against a content digest the parameter may differ (never "same"), and the words say why, not that an
+    older casmon stored it."""
+    @casmon.cache(store=store)
+    def g(x, y=1):
+        return 1
+
+    g(X)
+    g("ab")
+    assert not {"rf", "up", "pc"} & set(g.ref("ab").entry)
+    for a, b in ((X, "ab"), ("ab", X)):
+        got = _near(g, (b,), (a,))
+        assert list(got) == ["x"] and got["x"] in ("differs", MIXED)
+        assert "older casmon's and this one's" not in got["x"]
+    with casmon.record(store=store, capture_output=False) as run_a:
+        g(X, 2)
+    with casmon.record(store=store, capture_output=False) as run_b:
+        g("ab", 2)
+    from casmon.lineage import first_difference
+    (p,) = first_difference(run_a.name, run_b.name, g.__casmon_cache__.store).partings
+    assert [(d.name, d.detail) for d in p.differences] in ([("x", "differs")], [("x", MIXED)])
+    assert "older casmon's and this one's" not in MIXED
