@@ -335,8 +335,10 @@ def _unlinked(args: tuple) -> bool:
 
 
 def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict, result: Any, spans: Any) -> None:
-    """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something). A
-    parameter linked by identity gets no second pass for its content: its producer is known."""
+    """Add the lineage fields to a new entry: ``rf``, ``pc``, ``up`` (each only where it has something, but an
+    entry with none gets an empty ``pc``: an entry without any was stored before lineage, whose 64-bit parameter
+    digests may be of long values, explain's :func:`~casmon.caching.explain.same_value`). A parameter linked by
+    identity gets no second pass for its content: its producer is known."""
     try:
         try:
             rf = small_array_digest(result, True)  # a small array's, in one call; any other value's, by a walk
@@ -367,8 +369,10 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                     if len(d) == 32:  # content-sized: arg_digests' rule is pc's, and ``a`` is {name: d}
                         entry["pc"] = given
                         return
-                    if d != "~":
-                        return  # short, or a hasher's value: no content digest
+                    if d != "~":  # short, or a hasher's value: no content digest
+                        if rf is None:
+                            entry["pc"] = {}  # says its short values' digests are no older casmon's (explain)
+                        return
         up: dict[str, list[str]] = {}
         if _by_id and not (not kwargs and state._simple and _unlinked(args)):
             if state._simple:  # no *args/**kwargs: positions name themselves; defaults are no upstream results
@@ -408,9 +412,11 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
                         if b - a >= CONTENT_MIN:
                             d = given.get(name) if given else None
                             entry["pc"] = {name: d if type(d) is str and len(d) == 32 else _h128(raw[a:b])}
+                        elif rf is None:
+                            entry["pc"] = {}
                         return
             pc = content_digests(state, args, kwargs, spans, up, given)
-            if pc:
+            if pc or not (up or rf):
                 entry["pc"] = pc
     except Exception:  # noqa: BLE001 - the entry is stored without its edges
         return

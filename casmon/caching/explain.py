@@ -133,7 +133,10 @@ def span_digest(mv: Any, a: int | None, b: int, nlen: int, content: bool) -> str
 #: Lengths of a parameter's recorded digest: a span's 64-bit one, with the name (every span's, in an older
 #: casmon's entries); a content digest, 128-bit (its ``pc``). A ``*args`` item's is neither.
 OLD_SPAN, CONTENT_SPAN = 16, 32
-MIXED = "may differ: the two record it in two kinds of digest (an older casmon's and this one's)"
+#: An entry that records no lineage field (stored before lineage: this casmon's record at least an empty ``pc``)
+#: cannot tell a short value's 64-bit digest from an older casmon's of a long value.
+MIXED = ("may differ: one side records it by content, the other by a 64-bit digest they cannot be compared "
+         "through (a short value's, or an older casmon's)")
 
 
 def legacy_digests(state: CacheState, spans: Any, now: dict[str, str]) -> dict[str, str]:

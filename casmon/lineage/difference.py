@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from casmon.caching import KIND
 from casmon.caching.explain import (MIXED, Difference, compare_parts, entry_alt, relabel, same_value,
                                     short_digest)
+from casmon.errors import CasmonError
 from casmon.lineage.graph import plain
 from casmon.lineage.index import Index, bulk, short_hex
 
@@ -135,8 +137,22 @@ def _named(a: str, fn_a: str, b: str, fn_b: str) -> Difference:
                                   f"they are {module}.NAME, and the two are keyed apart")
 
 
+def _alt(ix: Index, key: str | None, r: dict[str, Any]) -> dict[str, str] | None:
+    """An entry's :func:`entry_alt`: the derived index keeps no empty ``pc``, so an entry that reads there as
+    recording no lineage field is read from the store (only where a digest's form leaves it undecided)."""
+    alt = entry_alt(r)
+    if alt is None and key is not None:
+        try:
+            recs = ix.store.lookup(KIND, bytes.fromhex(key))
+        except (CasmonError, ValueError):
+            return None
+        newest = max(recs, key=lambda x: x.get("time", 0), default=None)
+        alt = entry_alt(newest) if newest is not None else None
+    return alt
+
+
 def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str | None = None,
-             sides: tuple[str, str] = ("A", "B")) -> list[Difference]:
+             sides: tuple[str, str] = ("A", "B"), keys: tuple[str | None, str | None] = (None, None)) -> list[Difference]:
     """What differs between run A's entry ``a`` and run B's ``b``, each side named ``in {name}``."""
     out: list[Difference] = []
     then, now = (f"in {x}" for x in sides)
@@ -151,6 +167,8 @@ def _compare(ix: Index, fn: str, a: dict[str, Any], b: dict[str, Any], fn_a: str
                 continue
             if type(x) is str and type(y) is str:
                 same = same_value(x, y, entry_alt(a), entry_alt(b), name)
+                if same is None:
+                    same = same_value(x, y, _alt(ix, keys[0], a), _alt(ix, keys[1], b), name)
                 if same:
                     continue
                 if same is None:
@@ -251,7 +269,7 @@ def first_difference(run_a: Any, run_b: Any, store: Store | str | None = None) -
                                                          "what differs cannot be told")]
                     score = 1 << 30  # a pair that can be compared is the better match
                 else:
-                    d = named + _compare(ix, fn, rj, rk, fn_a, (ra.name, rb.name))
+                    d = named + _compare(ix, fn, rj, rk, fn_a, (ra.name, rb.name), (j, k))
                     score = len(d)
                 if best is None or score < best[0]:
                     best = (score, j, d)
