@@ -99,6 +99,7 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
 
 BARE = textwrap.dedent("""
     import sys
+    before = set(sys.modules)  # what the interpreter's start loaded (an editable install's finder: pathlib...)
     import casmon
 
     CALLS = []
@@ -112,7 +113,7 @@ BARE = textwrap.dedent("""
         return helper(i) * scale + offset
 
     r = work(5, offset=4)
-    loaded = [m for m in %r if m in sys.modules]
+    loaded = [m for m in %r if m in sys.modules and m not in before]
     import json
     print(json.dumps({"calls": len(CALLS), "r": r, "loaded": loaded}))
 """ % (BARE_NEVER,))
