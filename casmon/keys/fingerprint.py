@@ -181,10 +181,9 @@ class _Fingerprinter:
     def begin_run(self, total: int) -> None:
         """The next ``total`` bytes given to :meth:`buffer` are one run: from :data:`RUN_MIN` bytes on, it is
         hashed in segments on every core, and its segments' digests stand for it (see ``casmon.keys.segments``)."""
-        from casmon.keys.segments import RUN_MIN, SegmentedRun  # large values' only: a hit of small ones loads none
-
-        if total >= RUN_MIN:
-            self.run = SegmentedRun(total)
+        seg = _segments or _segments_module()  # large and strided values' only: a hit of small ones loads none
+        if total >= seg.RUN_MIN:
+            self.run = seg.SegmentedRun(total)
 
     def end_run(self) -> None:
         run = self.run
@@ -412,12 +411,10 @@ class _Fingerprinter:
 
     # -- numpy -----------------------------------------------------------------
     def npscalar(self, v: np.generic) -> None:
-        from casmon.keys.dtypes import has_padding  # arrays' only
-
         self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
         if v.dtype.hasobject:
             self.feed(v.item())
-        elif v.dtype.names is not None and has_padding(v.dtype):
+        elif v.dtype.names is not None and (_dtypes or _dtypes_module()).has_padding(v.dtype):
             self.out += _without_padding(np.asarray(v)).tobytes()
         elif v.dtype.char in "efdFD" and v != v:
             # Every NaN is one value, as for floats: 0/0 and np.nan differ in a sign bit no comparison sees. The NaN
@@ -430,8 +427,6 @@ class _Fingerprinter:
             self.out += np.asarray(v).tobytes()
 
     def ndarray(self, a: np.ndarray) -> None:
-        from casmon.keys.dtypes import has_padding  # arrays' only
-
         if type(a) is not np.ndarray:
             self.ndarray_subclass(a)
             return
@@ -453,7 +448,7 @@ class _Fingerprinter:
             return
         # A structured dtype's padding holds whatever memory held (a copy's differs): its fields count, as
         # copies with the gaps zeroed, a block of rows at a time.
-        padded = a.dtype.names is not None and has_padding(a.dtype)
+        padded = a.dtype.names is not None and (_dtypes or _dtypes_module()).has_padding(a.dtype)
         if a.flags.c_contiguous and not padded:
             flat = a.reshape(-1).view(np.uint8)
             if flat.nbytes > _INLINE_LIMIT:
@@ -469,9 +464,7 @@ class _Fingerprinter:
             return
         self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
         run = self.run
-        from casmon.keys.segments import SEGMENT
-
-        if run is not None and not padded and a[0].nbytes <= SEGMENT:
+        if run is not None and not padded and a[0].nbytes <= (_segments or _segments_module()).SEGMENT:
             # Each thread copies and hashes its own segments: the copy, not the hash, is most of the cost.
             self.fed += a.nbytes
             from casmon.keys.corder import c_order_bytes
@@ -771,10 +764,34 @@ def _remember_head(dt: Any, shape: tuple[int, ...], head: bytes) -> None:
 _dtype_keys: dict[np.dtype, bytes] = {}
 
 
-def _dtype_key(dt: np.dtype) -> bytes:
-    from casmon.keys.dtypes import descr_of, dtype_extras, layout_of  # arrays' only
+#: casmon.keys.dtypes once an array is keyed (a hit of plain values loads none): an import statement run by every
+#: array's key cost it a third more than the module's own name.
+_dtypes: Any = None
 
-    extras = dtype_extras(dt)
+
+def _dtypes_module() -> Any:
+    global _dtypes
+    from casmon.keys import dtypes
+
+    _dtypes = dtypes
+    return dtypes
+
+
+#: casmon.keys.segments once a large or strided array is keyed, for the same reason.
+_segments: Any = None
+
+
+def _segments_module() -> Any:
+    global _segments
+    from casmon.keys import segments
+
+    _segments = segments
+    return segments
+
+
+def _dtype_key(dt: np.dtype) -> bytes:
+    d = _dtypes or _dtypes_module()
+    extras = d.dtype_extras(dt)
     if extras is not None:
         # Metadata, alignment, np.record, a non-legacy dtype: equal dtypes can differ here, so never cached by
         # dtype. After a NUL (which a descriptor's repr never holds): the digest of what the descriptor lacks.
@@ -784,7 +801,7 @@ def _dtype_key(dt: np.dtype) -> bytes:
         except _PathError as e:
             e.parts.append(".dtype")
             raise
-        return repr(descr_of(dt)).encode() + b"\x00" + sub.digest()
+        return repr(d.descr_of(dt)).encode() + b"\x00" + sub.digest()
     try:
         return _dtype_keys[dt]
     except KeyError:
@@ -792,7 +809,7 @@ def _dtype_key(dt: np.dtype) -> bytes:
     try:
         key = repr(np.lib.format.dtype_to_descr(dt)).encode()
     except ValueError:  # fields out of order or overlapping: by their layout (no descriptor holds it)
-        key = repr(layout_of(dt)).encode()
+        key = repr(d.layout_of(dt)).encode()
     _dtype_keys[dt] = key
     return key
 

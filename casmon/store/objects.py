@@ -30,6 +30,8 @@ from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     import struct
+
+
 else:  # struct.py re-exports _struct: the same names, one module less on a hit
     import _struct as struct
 if TYPE_CHECKING:
@@ -64,7 +66,21 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
     _R = TypeVar("_R")
 
-__all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
+__all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN", "fault_points"]
+
+#: casmon.faultpoints once a write needs it (a hit loads none): an import statement in each write cost it ~1 µs.
+_faultpoints: Any = None
+
+
+def fault_points() -> Any:
+    """casmon.faultpoints, imported by the first write that names a fault point."""
+    global _faultpoints
+    if _faultpoints is None:
+        from casmon import faultpoints
+
+        _faultpoints = faultpoints
+    return _faultpoints
+
 
 #: Blobs with at least this many raw bytes are stored loose, one file each.
 LOOSE_MIN = 256 << 10
@@ -643,7 +659,7 @@ class ObjectStore:
 
     def flush(self) -> str | None:
         """Write waiting small blobs as one pack, then their index entries."""
-        from casmon import faultpoints  # a write's: a hit loads none
+        faultpoints = fault_points()
 
         with self._lock:
             if not self._pending:

@@ -51,7 +51,7 @@ from casmon.store.backend import Backend, open_backend
 from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
-from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
+from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore, fault_points
 from casmon.store.records import KIND_PATTERN, Ref, decode_ref, encode_record, is_kind_name, is_ref_name, parse_record, ref_frame, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
@@ -273,7 +273,7 @@ class Store:
 
     def put_encoded(self, enc: serialize.Encoded, mmap: bool = False) -> Digest:
         """Store a value already encoded (:func:`casmon.store.serialize.encode`, or built by an importer)."""
-        from casmon import faultpoints  # a write's: a hit loads none
+        faultpoints = fault_points()
 
         children = [self.put(c, mmap) for c in enc.children]
         t0 = self.objects.view()
@@ -691,7 +691,7 @@ class Store:
         If a step fails, what was not written stays waiting for the next flush
         and the error is raised.
         """
-        from casmon import faultpoints
+        faultpoints = fault_points()
 
         from casmon.store import reliance
 
