@@ -41,6 +41,7 @@ import xxhash
 
 from casmon.store import condemned
 from casmon.store.backend import Backend
+from casmon.store.backend.base import fault_points
 from casmon.store.codec import (FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame,
                                encode_frame_parts, is_ndarray, read_header)
 from casmon.keys.digest import Digest
@@ -66,21 +67,7 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
     _R = TypeVar("_R")
 
-__all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN", "fault_points"]
-
-#: casmon.faultpoints once a write needs it (a hit loads none): an import statement in each write cost it ~1 µs.
-_faultpoints: Any = None
-
-
-def fault_points() -> Any:
-    """casmon.faultpoints, imported by the first write that names a fault point."""
-    global _faultpoints
-    if _faultpoints is None:
-        from casmon import faultpoints
-
-        _faultpoints = faultpoints
-    return _faultpoints
-
+__all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
 
 #: Blobs with at least this many raw bytes are stored loose, one file each.
 LOOSE_MIN = 256 << 10

@@ -48,10 +48,11 @@ from casmon.errors import (MAX_SECONDS, CasmonError, DamagedObjectError, Missing
 from casmon.keys.digest import Digest
 from casmon.store import condemned, lifecycle, serialize
 from casmon.store.backend import Backend, open_backend
+from casmon.store.backend.base import fault_points
 from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
 from casmon.store.manifest import Manifest, decode_manifest, encode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
-from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore, fault_points
+from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
 from casmon.store.records import KIND_PATTERN, Ref, decode_ref, encode_record, is_kind_name, is_ref_name, parse_record, ref_frame, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 

@@ -32,7 +32,21 @@ if TYPE_CHECKING:
     #: What a write takes: any bytes-like object.
     BytesLike: TypeAlias = Union[bytes, bytearray, memoryview]
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "fault_points"]
+
+#: casmon.faultpoints once a write needs it (a hit loads none): an import statement in each write
+#: (a medium's, the object store's, the store's) cost it ~1 µs.
+_faultpoints: Any = None
+
+
+def fault_points() -> Any:
+    """casmon.faultpoints, imported by the first write that names a fault point."""
+    global _faultpoints
+    if _faultpoints is None:
+        from casmon import faultpoints
+
+        _faultpoints = faultpoints
+    return _faultpoints
 
 
 #: Range reads of one write-once file (:meth:`Backend.read_kept`) after which a remote medium fetches it whole,

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    from typing import Any, Protocol
+    from typing import Protocol
 
-from casmon.store.backend.base import Backend
+from casmon.store.backend.base import Backend, fault_points
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -27,18 +27,6 @@ if TYPE_CHECKING:
     from casmon.store.backend.base import BytesLike, Data
 
 __all__ = ["KEEP_OPEN", "LocalBackend", "LocalFolder"]
-
-#: casmon.faultpoints once a write needs it (a hit loads none): an import statement in each write cost it ~1 µs.
-_faultpoints: Any = None
-
-
-def _fault_points() -> Any:
-    global _faultpoints
-    from casmon import faultpoints
-
-    _faultpoints = faultpoints
-    return faultpoints
-
 
 _PREAD = hasattr(os, "pread")  # not on Windows
 #: Files a local backend keeps open for :meth:`Backend.read_kept` (a table's bucket files): ``open`` and
@@ -395,7 +383,7 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _write_file(path: str, folder: str, parts: Sequence[BytesLike], exclusive: bool) -> None:
-        faultpoints = _faultpoints or _fault_points()
+        faultpoints = fault_points()
 
         tmp = f"{path}.{os.urandom(16).hex()}.partial"
         left: str | None = tmp  # the *.partial file to remove at the end, if any
