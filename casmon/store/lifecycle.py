@@ -202,11 +202,18 @@ def _exit_hooks_passed() -> None:
     """The interpreter exits and no exit flush of ours is still to come for what is written now: start no thread
     (Python would wait for it at exit, or kill it mid-write) and flush each write as it is made; atexit still
     flushes where it has not run yet."""
+    _mark_exiting()
+    atexit.register(_flush_all_at_exit)
+
+
+def _mark_exiting() -> None:
+    """No thread of casmon's starts from here on (Python 3.12 refuses them at shutdown), and what is written
+    from here on (a user's atexit handler, a thread Python joins after the exit hook) has no later flush to wait
+    for: each open store flushes each call's writes, as :func:`flushes_each_call` makes new ones do."""
     global _exiting
     _exiting = True
     for s in list(open_stores):
         s._flush_each_call = True
-    atexit.register(_flush_all_at_exit)
 
 
 def exit_flush_before_pools() -> None:
@@ -234,16 +241,12 @@ def exit_flush_before_threads() -> None:
 
 
 def _flush_all_at_exit() -> None:
-    global _exiting, _flushed_at_exit
+    global _flushed_at_exit
     with _hooks_lock:
         if _flushed_at_exit:
             return  # registered twice (exit_flush_before_pools): the later registration ran first
         _flushed_at_exit = True
-    _exiting = True  # no new threads from here on: Python 3.12 refuses them at shutdown
-    for s in list(open_stores):
-        # What is written from here on (a user's atexit handler, a thread Python joins after this hook) has no
-        # later flush to wait for: each call flushes its own.
-        s._flush_each_call = True
+    _mark_exiting()
     threading = sys.modules.get("threading")
     if threading is not None:  # without it no thread of casmon's runs, nor waits for this
         _stop_flushers().set()  # background flushers end; the flush below writes what they would have
