@@ -5,6 +5,16 @@ zarr call runs on this loop and the caller waits for it (zarr's private
 ``sync`` helper is not used). After a ``fork`` the child makes a loop of its
 own. A local folder never starts it: asyncio is imported on first use, not with
 casmon.
+
+obstore's runtime threads (Rust, not Python's) hand each request's result to
+this loop through ``call_soon_threadsafe``, which runs Python code on them and
+releases the GIL in its self-pipe write. Before Python 3.14 a thread that takes
+the GIL back once the interpreter finalizes is ended with ``pthread_exit``,
+whose unwinding cannot pass their Rust frames: glibc aborts the process
+(SIGABRT, nothing on stderr) after the script did all its work
+(python/cpython#87135, rust-lang/rust#135929). So :func:`shutdown` waits, before
+the interpreter finalizes, until no thread is inside that hand-over
+(:class:`_HandOver`), and later hand-overs return at once.
 """
 
 from __future__ import annotations
@@ -26,6 +36,49 @@ T = TypeVar("T")
 
 #: Worker threads for blocking I/O (zarr's LocalStore uses asyncio.to_thread).
 WORKERS = 8
+#: How long (seconds) the exit waits for threads still handing a result to the loop: a few bytecodes and a
+#: self-pipe write each, so only a starved machine makes it wait at all.
+HANDOVER_SECONDS = 10.0
+
+
+class _HandOver:
+    """The loop's ``call_soon_threadsafe``, counting the threads inside it (see the module doc).
+
+    The count is kept without a lock: under the GIL neither ``+= 1`` nor ``-= 1`` on an attribute can be cut
+    (a thread only yields the GIL at a call or a loop's jump), and the decrement is the last thing a thread does
+    here, since any call after it could hand the GIL to the exiting main thread and leave this thread to take it
+    back once the interpreter finalizes. After :meth:`close` a hand-over returns at once, touching neither the
+    stopped loop (nothing would run the callback) nor its self-pipe: a request that completes after the exit
+    flush (one abandoned at Ctrl-C) runs as little Python on its thread as can be.
+    """
+
+    __slots__ = ("_inner", "_inside", "_closed")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._inside = 0
+        self._closed = False
+
+    def __call__(self, callback: Any, *args: Any, context: Any = None) -> Any:
+        if self._closed:
+            return None
+        self._inside += 1
+        try:
+            return self._inner(callback, *args, context=context)
+        finally:
+            self._inside -= 1
+
+    def close(self, timeout: float) -> bool:
+        """Take no more hand-overs and wait up to ``timeout`` seconds for those under way; True if none is left."""
+        import time
+
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        while self._inside:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)  # releases the GIL to the threads still inside
+        return True
 
 
 class _Loop:
@@ -35,6 +88,7 @@ class _Loop:
     loop: asyncio.AbstractEventLoop | None = None
     pid: int = 0
     thread: threading.Thread | None = None
+    handover: _HandOver | None = None
     #: A remote store's client was opened in this process (see :func:`shutdown`).
     remote_clients = False
 
@@ -50,6 +104,8 @@ def get_loop() -> asyncio.AbstractEventLoop:
         if _Loop.loop is None or _Loop.pid != os.getpid():
             try:
                 loop = asyncio.new_event_loop()
+                handover = _HandOver(loop.call_soon_threadsafe)
+                loop.call_soon_threadsafe = handover  # type: ignore[method-assign,assignment]
                 loop.set_default_executor(_started_executor(WORKERS))
                 from casmon.store import lifecycle
 
@@ -59,7 +115,7 @@ def get_loop() -> asyncio.AbstractEventLoop:
             except RuntimeError as e:  # the interpreter is exiting: no new thread, no new exit hook
                 raise StoreError(f"casmon cannot start its I/O thread now ({e}): the interpreter is exiting, so a "
                                  "store that is not a local folder cannot be reached") from None
-            _Loop.loop, _Loop.pid, _Loop.thread = loop, os.getpid(), t
+            _Loop.loop, _Loop.pid, _Loop.thread, _Loop.handover = loop, os.getpid(), t, handover
         return _Loop.loop
 
 
@@ -70,13 +126,11 @@ def note_remote_client() -> None:
 
 
 def shutdown() -> None:
-    """Stop the loop at interpreter exit, after the last flush.
-
-    Clients with threads of their own (obstore's runtime) must not call back
-    into a loop that Python is tearing down.
-    """
+    """Stop the loop at interpreter exit, after the last flush, and wait until no thread of a client's (obstore's
+    runtime) is inside the loop's hand-over: one still there when the interpreter finalizes aborts the process
+    (see the module doc)."""
     with _Loop.lock:
-        loop, thread = _Loop.loop, _Loop.thread
+        loop, thread, handover = _Loop.loop, _Loop.thread, _Loop.handover
         if loop is None or _Loop.pid != os.getpid():
             return
         _Loop.loop = None
@@ -98,6 +152,8 @@ def shutdown() -> None:
     loop.call_soon_threadsafe(loop.stop)
     if thread is not None:
         thread.join(timeout=5)
+    if handover is not None:
+        handover.close(HANDOVER_SECONDS)
     if (thread is None or not thread.is_alive()) and not _Loop.remote_clients:
         # Closed here, not left to the loop's __del__: at teardown that can run after its
         # self-pipe socket was collected, and print a traceback ("Invalid file descriptor: -1").

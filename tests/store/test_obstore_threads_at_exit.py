@@ -1,0 +1,58 @@
+"""obstore's runtime threads hand each request's result to casmon's event loop by calling into Python; a process
+that exits while one of them is still in there must not die.
+
+Before Python 3.14, a thread that takes the GIL back once the interpreter finalizes is ended with
+``pthread_exit``, whose unwinding cannot pass the Rust frames of obstore's threads: glibc aborts the whole
+process (SIGABRT, nothing on stderr), after the script has done all its work. Real processes on moto's server;
+the child makes the hand-over slow (its GIL released, as the self-pipe write releases it) until the interpreter
+finalizes, so the old exit order aborts every time.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from tests.conftest import run_python
+
+LINGER = textwrap.dedent("""
+    import sys, threading, time, types
+    import casmon
+    from casmon.store.backend import loop as io_loop
+
+    s = casmon.open(sys.argv[1])
+    ev_loop = io_loop.get_loop()
+    finalizing = threading.Event()
+    real_write = ev_loop._write_to_self
+
+    def write_then_linger():
+        real_write()
+        if isinstance(threading.current_thread(), threading._DummyThread):  # a thread Python did not start
+            finalizing.wait(3)  # the GIL released until the interpreter finalizes (or 3 s)
+
+    ev_loop._write_to_self = write_then_linger
+    s.put({"k": 1})
+    s.flush()
+    print("done", flush=True)
+
+    class AtFinalization:
+        # Deleted as the interpreter finalizes, with the modules: in one of its own, since a lingering thread's
+        # frame keeps __main__'s names alive. It keeps what it calls: the names it would look up are cleared.
+        def __init__(self):
+            self.set, self.sleep = finalizing.set, time.sleep
+
+        def __del__(self):
+            self.set()
+            self.sleep(2)  # time for a thread woken by the set to take the GIL back
+
+    holder = types.ModuleType("casmon_test_at_finalization")
+    holder.keep = AtFinalization()
+    sys.modules[holder.__name__] = holder
+    del holder
+""")
+
+
+def test_a_process_whose_obstore_thread_is_still_handing_back_a_result_exits_cleanly(s3_env):
+    env, bucket = s3_env
+    r = run_python(LINGER, f"s3://{bucket}/linger", env=env, check=False)
+    assert "done" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0, f"exit status {r.returncode}; stderr: {r.stderr[-2000:]!r}"
