@@ -278,9 +278,16 @@ def from_remote(url: str) -> Iterator[tuple[ZarrStore, Exported, Any]]:
     backend = open_backend(url)
     if backend.list_dir(""):
         raise ExportError(f"cannot export to {backend.url}: something is stored there already; name a new prefix")
+    from casmon.store.backend import loop
+
+    loop.guard(sync(_running_loop()))  # zarr's loop gets obstore's results: the exit waits for them as for casmon's
     zs = _Staged(backend.zstore, backend.url)
     yield zs, Exported(backend.url), None
     sync(zs.publish())
+
+
+async def _running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
 
 
 class _Staged(WrapperStore[Any]):

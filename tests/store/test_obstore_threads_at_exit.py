@@ -12,26 +12,27 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tests.conftest import run_python
 
 LINGER = textwrap.dedent("""
-    import sys, threading, time, types
+    import asyncio, sys, threading, time, types
     import casmon
     from casmon.store.backend import loop as io_loop
 
-    s = casmon.open(sys.argv[1])
-    ev_loop = io_loop.get_loop()
+    def lingering(ev_loop):
+        real_write = ev_loop._write_to_self
+
+        def write_then_linger():
+            real_write()
+            if isinstance(threading.current_thread(), threading._DummyThread):  # a thread Python did not start
+                finalizing.wait(3)  # the GIL released until the interpreter finalizes (or 3 s)
+
+        ev_loop._write_to_self = write_then_linger
+
     finalizing = threading.Event()
-    real_write = ev_loop._write_to_self
-
-    def write_then_linger():
-        real_write()
-        if isinstance(threading.current_thread(), threading._DummyThread):  # a thread Python did not start
-            finalizing.wait(3)  # the GIL released until the interpreter finalizes (or 3 s)
-
-    ev_loop._write_to_self = write_then_linger
-    s.put({"k": 1})
-    s.flush()
+    {work}
     print("done", flush=True)
 
     class AtFinalization:
@@ -50,10 +51,33 @@ LINGER = textwrap.dedent("""
     del holder
 """)
 
+#: Requests to S3 through casmon's own loop: a put and its flush.
+STORE_WORK = """
+s = casmon.open(sys.argv[1])
+lingering(io_loop.get_loop())
+s.put({"k": 1})
+s.flush()
+"""
 
-def test_a_process_whose_obstore_thread_is_still_handing_back_a_result_exits_cleanly(s3_env):
+#: An export to S3, whose requests zarr sends through its own loop.
+EXPORT_WORK = """
+from zarr.core.sync import sync
+
+async def running_loop():
+    return asyncio.get_running_loop()
+
+s = casmon.open(sys.argv[2])
+s.put({"k": 1})
+lingering(sync(running_loop()))
+s.export_zarr(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("work", [STORE_WORK, EXPORT_WORK], ids=["store", "export"])
+def test_a_process_whose_obstore_thread_is_still_handing_back_a_result_exits_cleanly(s3_env, tmp_path, work):
     env, bucket = s3_env
-    r = run_python(LINGER, f"s3://{bucket}/linger", env=env, check=False)
+    code = LINGER.replace("{work}", work.strip())
+    r = run_python(code, f"s3://{bucket}/linger", str(tmp_path / "local"), env=env, check=False)
     assert "done" in r.stdout, r.stderr[-2000:]
     assert r.returncode == 0, f"exit status {r.returncode}; stderr: {r.stderr[-2000:]!r}"
 

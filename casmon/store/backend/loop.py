@@ -14,7 +14,9 @@ whose unwinding cannot pass their Rust frames: glibc aborts the process
 (SIGABRT, nothing on stderr) after the script did all its work
 (python/cpython#87135, rust-lang/rust#135929). So :func:`shutdown` waits, before
 the interpreter finalizes, until no thread is inside that hand-over
-(:class:`_HandOver`), and later hand-overs return at once.
+(:class:`_HandOver`), and later hand-overs return at once; it waits for the
+loops of others that casmon sends obstore's requests through too (zarr's, for
+an export: :func:`guard`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     import asyncio
     from concurrent.futures import Future, ThreadPoolExecutor
 
-__all__ = ["gather_limited", "get_loop", "note_remote_client", "run", "shutdown", "submit"]
+__all__ = ["gather_limited", "get_loop", "guard", "note_remote_client", "run", "shutdown", "submit"]
 
 T = TypeVar("T")
 
@@ -68,12 +70,14 @@ class _HandOver:
         finally:
             self._inside -= 1
 
-    def close(self, timeout: float) -> bool:
-        """Take no more hand-overs and wait up to ``timeout`` seconds for those under way; True if none is left."""
+    def refuse(self) -> None:
+        """Take no more hand-overs: the loop is stopped."""
+        self._closed = True
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Wait until no thread is inside, or the ``time.monotonic()`` ``deadline``; True if none is left."""
         import time
 
-        self._closed = True
-        deadline = time.monotonic() + timeout
         while self._inside:
             if time.monotonic() >= deadline:
                 return False
@@ -89,6 +93,8 @@ class _Loop:
     pid: int = 0
     thread: threading.Thread | None = None
     handover: _HandOver | None = None
+    #: (pid, hand-over) of loops casmon does not own but sends obstore's requests through (zarr's, see :func:`guard`).
+    others: list[tuple[int, _HandOver]] = []
     #: A remote store's client was opened in this process (see :func:`shutdown`).
     remote_clients = False
 
@@ -104,8 +110,7 @@ def get_loop() -> asyncio.AbstractEventLoop:
         if _Loop.loop is None or _Loop.pid != os.getpid():
             try:
                 loop = asyncio.new_event_loop()
-                handover = _HandOver(loop.call_soon_threadsafe)
-                loop.call_soon_threadsafe = handover  # type: ignore[method-assign,assignment]
+                handover = _install(loop)
                 loop.set_default_executor(_started_executor(WORKERS))
                 from casmon.store import lifecycle
 
@@ -119,6 +124,29 @@ def get_loop() -> asyncio.AbstractEventLoop:
         return _Loop.loop
 
 
+def _install(loop: asyncio.AbstractEventLoop) -> _HandOver | None:
+    """``loop``'s hand-over, made now if it has none (None: a loop whose methods cannot be replaced, uvloop's)."""
+    current = loop.call_soon_threadsafe
+    if isinstance(current, _HandOver):
+        return current
+    handover = _HandOver(current)
+    try:
+        loop.call_soon_threadsafe = handover  # type: ignore[method-assign,assignment]
+    except AttributeError:
+        return None
+    return handover
+
+
+def guard(loop: asyncio.AbstractEventLoop) -> None:
+    """Have the exit wait, as it does for casmon's own loop, for threads handing results to ``loop``: another
+    library's loop (zarr's) that casmon sends obstore's requests through. It stays open: its owner stops it."""
+    with _Loop.lock:
+        handover = _install(loop)
+        pid = os.getpid()
+        if handover is not None and (pid, handover) not in _Loop.others:
+            _Loop.others.append((pid, handover))
+
+
 def note_remote_client() -> None:
     """Say that a client with threads of its own (obstore's runtime, fsspec) was opened: its threads
     may call back into the loop after :func:`shutdown`, so the loop is stopped but never closed."""
@@ -127,14 +155,28 @@ def note_remote_client() -> None:
 
 def shutdown() -> None:
     """Stop the loop at interpreter exit, after the last flush, and wait until no thread of a client's (obstore's
-    runtime) is inside the loop's hand-over: one still there when the interpreter finalizes aborts the process
-    (see the module doc)."""
+    runtime) is inside the hand-over of this loop or of one :func:`guard` named: one still there when the
+    interpreter finalizes aborts the process (see the module doc)."""
+    import time
+
+    pid = os.getpid()
     with _Loop.lock:
         loop, thread, handover = _Loop.loop, _Loop.thread, _Loop.handover
-        if loop is None or _Loop.pid != os.getpid():
-            return
-        _Loop.loop = None
+        if loop is not None and _Loop.pid == pid:
+            _Loop.loop = None
+        else:
+            loop = None
+        others = [h for p, h in _Loop.others if p == pid]  # a forked child's copies count nobody of its own
+    if loop is not None:
+        _stop(loop, thread, handover)
+    deadline = time.monotonic() + HANDOVER_SECONDS
+    for h in others:
+        h.wait_idle(deadline)
+
+
+def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread | None, handover: _HandOver | None) -> None:
     import asyncio
+    import time
 
     async def drain() -> None:
         # Writes still under way (their waiter was interrupted by Ctrl-C) finish -- each is a
@@ -153,7 +195,8 @@ def shutdown() -> None:
     if thread is not None:
         thread.join(timeout=5)
     if handover is not None:
-        handover.close(HANDOVER_SECONDS)
+        handover.refuse()
+        handover.wait_idle(time.monotonic() + HANDOVER_SECONDS)
     if (thread is None or not thread.is_alive()) and not _Loop.remote_clients:
         # Closed here, not left to the loop's __del__: at teardown that can run after its
         # self-pipe socket was collected, and print a traceback ("Invalid file descriptor: -1").
