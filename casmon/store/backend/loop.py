@@ -78,7 +78,7 @@ class _HandOver:
         """Wait until no thread is inside, or the ``time.monotonic()`` ``deadline``; True if none is left."""
         import time
 
-        while self._inside:
+        while self._inside > 0:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.002)  # releases the GIL to the threads still inside
@@ -125,14 +125,14 @@ def get_loop() -> asyncio.AbstractEventLoop:
 
 
 def _install(loop: asyncio.AbstractEventLoop) -> _HandOver | None:
-    """``loop``'s hand-over, made now if it has none (None: a loop whose methods cannot be replaced, uvloop's)."""
+    """``loop``'s hand-over, made now if it has none (None: a loop whose methods cannot be replaced)."""
     current = loop.call_soon_threadsafe
     if isinstance(current, _HandOver):
         return current
     handover = _HandOver(current)
     try:
         loop.call_soon_threadsafe = handover  # type: ignore[method-assign,assignment]
-    except AttributeError:
+    except (AttributeError, TypeError):  # a loop written in C (uvloop): left as it is
         return None
     return handover
 
