@@ -21,7 +21,8 @@ NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "q
          "casmon.ui", "casmon.cli",
          # a table's cold halves: read whole, sealed batches changed, merges, repair, gc's fences
          "casmon.store.table.whole", "casmon.store.table.batches", "casmon.store.table.merge",
-         "casmon.store.table.survey", "casmon.store.table.encode", "casmon.store.table.fence_gc"]
+         "casmon.store.table.survey", "casmon.store.table.encode", "casmon.store.table.fence_gc",
+         "casmon.store.table.lookaside"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys

@@ -49,8 +49,9 @@ files as bytes, written: loaded by writers and merges), ``ranges``
 (:class:`Table`: adding and looking up), ``whole`` (a table read whole: items, count, gaps), ``batches`` (sealed
 batches changed: rare), ``merge`` (merges and generation writes, loaded by the first), ``survey``
 (:class:`Survey` and the rewrite, for verify and repair), ``fence`` (record files that land
-late are not records; ``fence_gc`` publishes, checks and supersedes fences). A lookup loads none of
-``whole``, ``batches``, ``encode``, ``merge``, ``survey`` or ``fence_gc``.
+late are not records; ``fence_gc`` publishes, checks and supersedes fences), ``lookaside`` (a manifest's
+lookaside copy written: a fresh reader reads a few checked chunks of it, :data:`.format.LOOKASIDE`). A lookup loads
+none of ``whole``, ``batches``, ``encode``, ``merge``, ``survey``, ``fence_gc`` or ``lookaside``.
 """
 
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store import condemned
 from casmon.store.backend import Backend
-from casmon.store.codec import KIND_TABLE, decode_frame, decode_table_block, encode_frame
-from casmon.store.table.format import (BUCKET_ENTRIES, L0_LZ4_MAX, NAME_RE, _LZ4, _M64, _ZSTD, Generation, TableFile,
-                                       _Block, _bucket_of, _hashes, encode_table_file, parse_generation)
+from casmon.store.codec import FRAME_HEADER, KIND_TABLE, decode_frame, decode_table_block, encode_frame, read_header
+from casmon.store.table.format import (BUCKET_ENTRIES, L0_LZ4_MAX, LA_FIRST, LOOKASIDE, NAME_RE, _LZ4, _M64, _ZSTD,
+                                       Generation, Lookaside, TableFile, _Block, _bucket_of, _hashes, _Vanished,
+                                       encode_table_file, parse_generation, parse_lookaside)
 from casmon.store.table import fence
 from casmon.store.table.plan import resolve
 from casmon.store.table.ranges import Ranges, parse_name, ranges_has, ranges_union
@@ -56,6 +57,9 @@ L0_MERGE_ENTRIES = BUCKET_ENTRIES
 #: over (a merge killed before its manifest, or a lost manifest): repair deletes them after
 #: salvaging them. Younger ones may belong to a merge in progress.
 ORPHAN_AGE = 600.0
+#: Manifests at least this large (bytes of payload) get a lookaside copy (:data:`~.format.LOOKASIDE`): below it a
+#: whole read costs about what the copy's reads do.
+LOOKASIDE_MIN = 32768
 
 
 def _index_values(idx: PendingIndex, key: bytes) -> tuple[bytes, ...]:
@@ -70,10 +74,6 @@ def _index_add(idx: PendingIndex, key: bytes, value: bytes) -> None:
     thousands; a tuple of bytes it stops tracking."""
     old = idx.get(key)
     idx[key] = value if old is None else (old + (value,) if isinstance(old, tuple) else (old, value))
-
-
-class _Vanished(Exception):
-    """A file listed a moment ago is gone: list again. Never leaves this module."""
 
 
 class LateWrite(Exception):
@@ -127,6 +127,11 @@ class Table:
         self.fenced = False
         self.late: list[str] = []  # level-0 files listed past: late, or superseded (fence.visible)
         self._sealed_at: dict[str, float] = {}  # sealed batch -> monotonic time of its sealing
+        #: Whether lookaside copies are read and written: where a ranged read is one system call (a local folder),
+        #: not a request each.
+        self.lookasides = type(backend).read_kept is not Backend.read_kept
+        self._no_lookaside: dict[str, bool] = {}  # generation -> its copy is damaged or stale (True) or missing
+        self._derive: dict[str, tuple[bytes, Payload]] = {}  # generation -> (digest, payload): copies to write
 
     # -- writing ---------------------------------------------------------------
     def add(self, key: bytes, value: bytes) -> None:
@@ -208,6 +213,15 @@ class Table:
                 self._batches.pop(0)
                 self._sealed_at.pop(name, None)
                 self._reindex_pending()
+        if self._derive:
+            self.write_lookasides()
+
+    def write_lookasides(self) -> None:
+        """Write the lookaside copies of the manifests this table read whole for want of a sound one (derived
+        data: a failure is ignored, the next reader reads the manifest whole)."""
+        from casmon.store.table import lookaside  # a reader's first flush after it read manifests whole
+
+        lookaside.write_derived(self)
 
     def reseal(self) -> None:
         """Seal the waiting batches again now, under new names (:func:`.batches.reseal`)."""
@@ -305,8 +319,18 @@ class Table:
         gen_ids = self._list("gens/")
         listed_gens = set(gen_ids)
         gens = {g: v for g, v in self._gens.items() if g in listed_gens}
+        for g, v in list(gens.items()):
+            if v.lookaside is not None and v.lookaside.failed:  # read it whole now
+                self._no_lookaside[g] = True
+                del gens[g]
+        if self._no_lookaside:  # forget generations merged away (and the copies they no longer need)
+            self._no_lookaside = {g: v for g, v in self._no_lookaside.items() if g in listed_gens}
+            with self._lock:
+                self._derive = {g: v for g, v in self._derive.items() if g in listed_gens}
         bad_gens = {g: r for g, r in self._bad_gens.items() if g in listed_gens}
         new_gens = [g for g in gen_ids if g not in gens and g not in bad_gens]
+        if new_gens and self.lookasides:
+            new_gens = self._read_lookasides(new_gens, gens)
         if new_gens:
             keys = [self.prefix + "gens/" + g for g in new_gens]
             for g, key, data in zip(new_gens, keys, self.backend.get_many(keys)):
@@ -317,10 +341,14 @@ class Table:
                     self._damage(key, bad_gens[g])
                     continue
                 try:
-                    gens[g] = parse_generation(g, key, decode_frame(data, key)[1])
+                    frame, payload = decode_frame(data, key)
+                    gens[g] = parse_generation(g, key, payload)
                 except DamagedObjectError as e:
                     bad_gens[g] = e.reason
                     self._damage(key, e.reason)
+                    continue
+                if g in self._no_lookaside and gens[g].v >= 2 and len(payload) >= LOOKASIDE_MIN:
+                    self._derive[g] = (frame.digest, payload)
         view = resolve(gens, l0_names)
         listed_l0 = set(l0_names)
         bad_l0 = {n: r for n, r in self._bad_l0.items() if n in listed_l0}
@@ -385,6 +413,48 @@ class Table:
             shifts = {g.id: g.shift for g in view.active}
             needed |= {self._bucket_key(g, b >> shifts[g]) for g, b in self._bad_blocks}
             self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
+
+    def _read_lookasides(self, gids: list[str], gens: dict[str, Generation]) -> list[str]:
+        """Generations of ``gids`` read through their lookaside copies into ``gens``; returns the others (no copy,
+        or one that is not sound: their manifests are read whole)."""
+        rest = []
+        for gid in gids:
+            g = self._lookaside_gen(gid) if gid not in self._no_lookaside else None
+            if g is None:
+                rest.append(gid)
+            else:
+                gens[gid] = g
+        return rest
+
+    def _lookaside_gen(self, gid: str) -> Generation | None:
+        b, key = self.backend, f"{self.prefix}buckets/{gid}/{LOOKASIDE}"
+        try:
+            first = b.read_kept(key, 0, LA_FIRST)
+            if first is None:
+                self._no_lookaside[gid] = False
+                return None
+            mkey = self.prefix + "gens/" + gid
+            head = b.get_range(mkey, 0, FRAME_HEADER)
+            if head is None:
+                return None  # merged away meanwhile: the whole read says so
+            digest = read_header(head, mkey).digest
+
+            def whole() -> Payload | None:  # the manifest, checked: what a copy that fails a check is replaced by
+                data = b.get(mkey)
+                if data is None:
+                    return None
+                frame, payload = decode_frame(data, mkey)
+                return payload if frame.digest == digest else None
+
+            def bad(payload: Payload) -> None:
+                with self._lock:
+                    self._derive[gid] = (digest, payload)
+
+            la = Lookaside(key, lambda start, end: b.read_kept(key, start, end), bytes(first), digest, whole, bad)
+            return parse_lookaside(gid, mkey, la)
+        except (DamagedObjectError, _Vanished, ValueError, KeyError, TypeError, RecursionError, OSError):
+            self._no_lookaside[gid] = True
+            return None
 
     def _bucket(self, g: Generation, i: int, tolerant: bool = False) -> TableFile:
         bk = (g.id, i)
@@ -556,6 +626,8 @@ class Table:
         gens, l0, waiting = self._view()
         for g in gens:
             if g.v >= 2:
+                if g.lookaside is not None:  # its bloom filter is read on use: that is I/O
+                    return None
                 if not g.may_hold(h1, h2):
                     continue
                 b = g.block_of(key)

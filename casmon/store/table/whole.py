@@ -16,7 +16,7 @@ from casmon.errors import DamagedObjectError
 from casmon.store.codec import decode_frame
 from casmon.store.table.format import Generation, TableFile
 from casmon.store.table.ranges import gaps_of, ranges_of_names, ranges_union
-from casmon.store.table.table import _Vanished
+from casmon.store.table.format import _Vanished
 
 __all__ = ["contents_key", "count", "file_tables", "gap_name", "gaps", "gen_entries", "items", "items_beyond",
            "items_once", "missing_segments", "snapshot"]
@@ -40,6 +40,8 @@ def file_tables(t: Table, g: Generation, i: int, tolerant: bool,
         elif tf is None:
             tf = t._read_bucket(g, i, key, tolerant)
         return ([tf], False) if tf is not None else ([], (g.id, i) in t._bad_buckets)
+    if g.lookaside is not None:  # every block's length: read the copy's rest at once (a failed check: _Vanished)
+        g.lookaside.settle()
     per = g.blocks >> (g.nbuckets.bit_length() - 1)
     blocks = range(i * per, (i + 1) * per)
     if data is None:
@@ -156,7 +158,7 @@ def items_beyond(t: Table, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes
     return None
 
 
-def count(t: Table) -> int:
+def count(t: Table, refresh_left: int = 3) -> int:
     """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
     if not t._listed:
         t.refresh()
@@ -168,8 +170,12 @@ def count(t: Table) -> int:
         m = t._distinct.get(group)
         if m is None:
             seen: set[tuple[bytes, bytes]] = set()
-            for gid in sorted(group):
-                seen.update(t._gen_entries(by_id[gid], tolerant=True))
+            try:
+                for gid in sorted(group):
+                    seen.update(t._gen_entries(by_id[gid], tolerant=True))
+            except _Vanished:  # a lookaside copy failed and its manifest is gone or damaged: list again
+                t.refresh()
+                return count(t, refresh_left - 1) if refresh_left else n
             m = t._distinct[group] = len(seen)
         n += m
     return n
