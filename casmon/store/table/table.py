@@ -665,10 +665,10 @@ class Table:
         return whole.items_beyond(self, seen)
 
     def count(self) -> int:
-        """How many entries :meth:`items` yields (:func:`.whole.count`)."""
+        """How many entries :meth:`items` yields (:func:`.whole.entry_count`)."""
         from casmon.store.table import whole
 
-        return whole.count(self)
+        return whole.entry_count(self)
 
     def missing_segments(self) -> list[str]:
         """Level-0 files that must have existed but are gone (:func:`.whole.missing_segments`)."""

@@ -18,7 +18,7 @@ from casmon.store.table.format import Generation, TableFile
 from casmon.store.table.ranges import gaps_of, ranges_of_names, ranges_union
 from casmon.store.table.format import _Vanished
 
-__all__ = ["contents_key", "count", "file_tables", "gap_name", "gaps", "gen_entries", "items", "items_beyond",
+__all__ = ["contents_key", "entry_count", "file_tables", "gap_name", "gaps", "gen_entries", "items", "items_beyond",
            "items_once", "missing_segments", "snapshot"]
 
 
@@ -158,7 +158,7 @@ def items_beyond(t: Table, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes
     return None
 
 
-def count(t: Table, refresh_left: int = 3) -> int:
+def entry_count(t: Table, refresh_left: int = 3) -> int:
     """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
     if not t._listed:
         t.refresh()
@@ -175,7 +175,7 @@ def count(t: Table, refresh_left: int = 3) -> int:
                     seen.update(t._gen_entries(by_id[gid], tolerant=True))
             except _Vanished:  # a lookaside copy failed and its manifest is gone or damaged: list again
                 t.refresh()
-                return count(t, refresh_left - 1) if refresh_left else n
+                return entry_count(t, refresh_left - 1) if refresh_left else n
             m = t._distinct[group] = len(seen)
         n += m
     return n
