@@ -530,20 +530,6 @@ class Lookaside:
         self.chunks[c] = part
         return part
 
-    def recover(self) -> None:
-        """This copy failed a check: serve every chunk from the manifest read whole, or raise :class:`_Vanished`."""
-        try:
-            payload = self.whole()
-        except (DamagedObjectError, OSError):
-            payload = None
-        if payload is None or len(payload) != self.size:
-            self.failed = True
-            raise _Vanished(self.key)
-        raw = bytes(byte_view(payload))
-        self.chunks = {c: raw[c * self.chunk : (c + 1) * self.chunk] for c in range(len(self.sums))}
-        self.bad(payload)
-        self.settle()  # all in memory now: hand it to the generation
-
     def payload(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the payload, checked."""
         c0, c1 = start // self.chunk, (end - 1) // self.chunk
@@ -553,29 +539,17 @@ class Lookaside:
         return whole[off : off + end - start]
 
     def settle(self) -> None:
-        """Read the rest at once and hand the generation its directory and bloom filter in memory: lookups
-        then cost what they cost after a whole read."""
-        g = self.gen
-        missing = [c for c in range(len(self.sums)) if c not in self.chunks]
-        if missing:
-            a, b = self.at + missing[0] * self.chunk, min(self.at + (missing[-1] + 1) * self.chunk, self.at + self.size)
-            try:
-                data = self.read(a, b)
-            except OSError:
-                data = None
-            raw = b"" if data is None else bytes(data)
-            for c in missing:
-                part = raw[(c - missing[0]) * self.chunk : (c - missing[0] + 1) * self.chunk]
-                if len(part) != min(self.chunk, self.size - c * self.chunk) or \
-                        xxhash.xxh3_64_intdigest(part) != self.sums[c]:
-                    self.recover()
-                    break
-                self.chunks[c] = part
-        if g is not None and g.lookaside is self:
-            binary = memoryview(self.payload(self.head + 1, self.size))
-            _parse_v2(g, {"blocks": g.blocks, "bloom_bits": g.nbits, "bloom_k": g.k}, binary)
-            g.lookaside = None
-        self.gen = None
+        """Read the rest at once and hand the generation its directory and bloom filter in memory
+        (:func:`.lookaside.settle`)."""
+        from casmon.store.table import lookaside  # a process that reads much, or a merge: not a first lookup
+
+        lookaside.settle(self)
+
+    def recover(self) -> None:
+        """This copy failed a check: serve it from the manifest read whole (:func:`.lookaside.recover`)."""
+        from casmon.store.table import lookaside
+
+        lookaside.recover(self)
 
 
 class _LazyBytes:

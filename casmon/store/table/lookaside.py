@@ -1,6 +1,8 @@
 """Writing a generation's lookaside copy (:data:`.format.LOOKASIDE`, read by :class:`.format.Lookaside`): the merge
 that writes the generation writes it, and so does a reader that read the manifest whole for want of a sound one
-(at its next flush). Derived data: a write that fails is ignored, and readers read the manifest whole.
+(at its next flush). Derived data: a write that fails is ignored, and readers read the manifest whole. Also a
+copy's rarer reads, which a first lookup never makes: the rest read at once (:func:`settle`), and a copy that
+failed a check served from its manifest instead (:func:`recover`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ else:  # struct.py re-exports _struct: the same names
 if TYPE_CHECKING:
     import struct
 
-from casmon.store.table.format import _LA_SUM, LA_HEAD, LA_MAGIC, LA_MAX_CHUNKS, LOOKASIDE, byte_view
+from casmon.errors import DamagedObjectError
+from casmon.store.table.format import (_LA_SUM, LA_HEAD, LA_MAGIC, LA_MAX_CHUNKS, LOOKASIDE, Lookaside, _parse_v2,
+                                       _Vanished, byte_view)
 
-__all__ = ["CHUNK", "encode", "write", "write_derived"]
+__all__ = ["CHUNK", "encode", "recover", "settle", "write", "write_derived"]
 
 #: Bytes a chunk of the copy holds at least (a lookup reads one per probe of the bloom filter): larger only where the
 #: manifest would otherwise need more than :data:`~.format.LA_MAX_CHUNKS` of them.
@@ -62,3 +66,44 @@ def write_derived(t: Table) -> None:
         return
     for gid, (digest, payload) in todo.items():
         write(t, gid, digest, payload)
+
+
+def settle(la: Lookaside) -> None:
+    """Read the rest at once and hand the generation its directory and bloom filter in memory: lookups
+    then cost what they cost after a whole read."""
+    g = la.gen
+    missing = [c for c in range(len(la.sums)) if c not in la.chunks]
+    if missing:
+        a, b = la.at + missing[0] * la.chunk, min(la.at + (missing[-1] + 1) * la.chunk, la.at + la.size)
+        try:
+            data = la.read(a, b)
+        except OSError:
+            data = None
+        raw = b"" if data is None else bytes(data)
+        for c in missing:
+            part = raw[(c - missing[0]) * la.chunk : (c - missing[0] + 1) * la.chunk]
+            if len(part) != min(la.chunk, la.size - c * la.chunk) or \
+                    xxhash.xxh3_64_intdigest(part) != la.sums[c]:
+                la.recover()
+                break
+            la.chunks[c] = part
+    if g is not None and g.lookaside is la:
+        binary = memoryview(la.payload(la.head + 1, la.size))
+        _parse_v2(g, {"blocks": g.blocks, "bloom_bits": g.nbits, "bloom_k": g.k}, binary)
+        g.lookaside = None
+    la.gen = None
+
+
+def recover(la: Lookaside) -> None:
+    """This copy failed a check: serve every chunk from the manifest read whole, or raise :class:`_Vanished`."""
+    try:
+        payload = la.whole()
+    except (DamagedObjectError, OSError):
+        payload = None
+    if payload is None or len(payload) != la.size:
+        la.failed = True
+        raise _Vanished(la.key)
+    raw = bytes(byte_view(payload))
+    la.chunks = {c: raw[c * la.chunk : (c + 1) * la.chunk] for c in range(len(la.sums))}
+    la.bad(payload)
+    la.settle()  # all in memory now: hand it to the generation
