@@ -173,6 +173,19 @@ if sys.argv[2:] == ["merge"]:
 """
 
 
+READ = """
+import os, sys
+sys.path.insert(0, os.getcwd())
+from casmon.store.backend import open_backend
+from casmon.store.table import Table
+from tests.support.tables import random_keys
+t = Table(open_backend(sys.argv[1]), "r/", "reader")
+for k in random_keys(50, seed=1):
+    assert t.lookup(k) == [k[:5]]
+t.flush()  # writes the missing copy
+"""
+
+
 def _run(code, *args, env=None):
     import subprocess
     import sys
@@ -207,6 +220,21 @@ def test_a_merge_killed_before_or_while_it_writes_the_copy_leaves_a_store_that_a
     _answers_right(b, keys).flush()
     assert os.path.isfile(_copy_path(loc, gid)), "the reader did not write the missing copy"
     _answers_right(b, keys)
+
+
+def test_a_reader_killed_while_it_writes_a_missing_copy_leaves_a_store_that_answers(tmp_path):
+    loc = tmp_path / "s"
+    assert _run(BUILD % N, str(loc), "merge").returncode == 0
+    b = open_backend(loc)
+    (gid,) = [k.rsplit("/", 1)[1] for k in b.list("r/gens/")]
+    os.remove(_copy_path(loc, gid))
+    p = _run(READ, str(loc), env={"CASMON_FAULTPOINTS": "local.partial_written@1=kill"})
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert not os.path.exists(_copy_path(loc, gid))
+    keys = random_keys(N, seed=1)
+    _answers_right(b, keys).flush()
+    assert os.path.isfile(_copy_path(loc, gid))
+    assert _answers_right(b, keys)._active_gens[0].lookaside is not None  # the copy written is read
 
 
 def test_a_reader_on_a_medium_without_cheap_ranged_reads_reads_manifests_whole(tmp_path):
