@@ -32,7 +32,7 @@ def _copy_path(loc, gid, prefix="r/"):
 def _answers_right(b, keys, prefix="r/", lookasides=True):
     """A fresh reader finds every key of a sample with its value and none of a sample of absent keys; returns it."""
     r = Table(b, prefix, "reader")
-    r.lookasides = lookasides
+    r.read_copies = lookasides
     for k in keys[:: max(1, len(keys) // 400)]:
         assert r.lookup(k, refresh_on_miss=False) == [k[:5]], "a stored key was missed"
     for k in random_keys(400, seed=12345):
@@ -240,7 +240,7 @@ def test_a_reader_killed_while_it_writes_a_missing_copy_leaves_a_store_that_answ
 def test_a_reader_on_a_medium_without_cheap_ranged_reads_reads_manifests_whole(tmp_path):
     b, keys, _gid = _store(tmp_path / "s")
     r = Table(b, "r/", "reader")
-    r.lookasides = False
+    r.lookasides = r.read_copies = False
     r.refresh()
     assert r._active_gens[0].lookaside is None
     _answers_right(b, keys, lookasides=False)
@@ -253,3 +253,59 @@ def test_the_copy_names_the_digest_of_the_manifest_it_copies(tmp_path):
     copy = open(_copy_path(tmp_path / "s", gid), "rb").read()
     manifest = b.get(f"r/gens/{gid}")
     assert struct.unpack_from("<16s", copy, 8)[0] == bytes(read_header(manifest, "m").digest)
+
+
+def test_merges_counts_and_whole_reads_decide_from_manifests_never_from_copies(tmp_path):
+    """A copy whose sums were recomputed over a changed manifest (crafted) can misstate a lookup's view of its
+    generation, never what a merge deletes, what gc reaches, or a count: those read the manifests whole."""
+    from casmon.store.codec import decode_frame
+    from casmon.store.table import lookaside
+
+    loc = tmp_path / "s"
+    b, keys, gid = _store(loc)
+    frame, payload = decode_frame(b.get(f"r/gens/{gid}"), "m")
+    fake = bytes(payload).replace(b'"count": %d' % N, b'"count": %d' % (N + 7), 1)
+    assert fake != bytes(payload)
+    with open(_copy_path(loc, gid), "wb") as f:
+        f.write(lookaside.encode(frame.digest, fake))
+    b.forget("r/")
+    r = Table(b, "r/", "reader")
+    r.refresh()
+    assert r._active_gens[0].count == N + 7  # the lookup's view: read through the copy
+    assert r.count() == N
+    assert r._active_gens[0].lookaside is None and r._active_gens[0].count == N
+    assert sorted(r.items()) == sorted((k, k[:5]) for k in keys)
+    w = Table(b, "r/", "w2")
+    w.refresh()
+    assert w._active_gens[0].count == N + 7
+    w.add(keys[0][:8] + b"\1" * 8, b"new")
+    w.flush()
+    new = w.consolidate(force=True)
+    assert new is not None
+    m = Table(b, "r/", "m")
+    m.read_copies = False
+    assert m.count() == N + 1 and m._active_gens[0].count == N + 1
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_reader_that_reads_many_chunks_reads_the_rest_at_once_and_answers_right(tmp_path, monkeypatch, damaged):
+    from casmon.store.table import format as fmt
+
+    monkeypatch.setattr(fmt, "LA_SETTLE", 2)
+    loc = tmp_path / "s"
+    b, keys, gid = _store(loc)
+    if damaged:  # a chunk no first lookup reads: the rest, read at once, fails its check
+        path = _copy_path(loc, gid)
+        data = bytearray(open(path, "rb").read())
+        data[-3] ^= 0x01
+        open(path, "wb").write(bytes(data))
+    r = Table(b, "r/", "reader")
+    r.refresh()
+    (g,) = r._active_gens
+    assert g.lookaside is not None
+    for k in keys[:300]:
+        assert r.lookup(k, refresh_on_miss=False) == [k[:5]]
+    for k in random_keys(300, seed=4321):
+        assert r.lookup(k, refresh_on_miss=False) == []
+    assert g.lookaside is None and isinstance(g.bloom, memoryview)  # in memory now, as after a whole read
+    assert bool(r._derive) == damaged  # a copy that failed is written again at the next flush

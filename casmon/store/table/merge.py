@@ -49,6 +49,9 @@ def consolidate(t: Table, min_l0: int, force: bool, keep: Callable[[bytes, bytes
     l0 = sorted(l0_files)
     if not force and len(l0) < min_l0 and not t.wants_merge():
         return None
+    if t.read_copies:  # what to merge and delete is decided from the manifests, never their copies
+        t.decide_from_manifests()
+        return consolidate(t, min_l0, force, keep)
     l0_total = sum(len(l0_files[n]) for n in l0)
     if force:
         chosen = {g.id for g in active if g.id not in bad}

@@ -130,6 +130,9 @@ class Table:
         #: Whether lookaside copies are read and written: where a ranged read is one system call (a local folder),
         #: not a request each.
         self.lookasides = type(backend).read_kept is not Backend.read_kept
+        #: Whether generations are read through their copies: a lookup's view. Merges, gc and whole reads decide
+        #: from manifests only (:meth:`decide_from_manifests`), as derived data must never make them keep or drop.
+        self.read_copies = self.lookasides
         self._no_lookaside: dict[str, bool] = {}  # generation -> its copy is damaged or stale (True) or missing
         self._derive: dict[str, tuple[bytes, Payload]] = {}  # generation -> (digest, payload): copies to write
 
@@ -329,7 +332,7 @@ class Table:
                 self._derive = {g: v for g, v in self._derive.items() if g in listed_gens}
         bad_gens = {g: r for g, r in self._bad_gens.items() if g in listed_gens}
         new_gens = [g for g in gen_ids if g not in gens and g not in bad_gens]
-        if new_gens and self.lookasides:
+        if new_gens and self.read_copies:
             new_gens = self._read_lookasides(new_gens, gens)
         if new_gens:
             keys = [self.prefix + "gens/" + g for g in new_gens]
@@ -413,6 +416,17 @@ class Table:
             shifts = {g.id: g.shift for g in view.active}
             needed |= {self._bucket_key(g, b >> shifts[g]) for g, b in self._bad_blocks}
             self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
+
+    def decide_from_manifests(self) -> None:
+        """Read manifests whole from now on, and again those read through their copies: before a merge, gc or
+        a whole read, whose decisions (what to delete, what is reachable) must rest on the manifests alone."""
+        if not self.read_copies:
+            return
+        self.read_copies = False
+        with self._refresh_lock, self._lock:
+            if any(g.lookaside is not None for g in self._gens.values()):
+                self._gens = {gid: g for gid, g in self._gens.items() if g.lookaside is None}
+                self._listed = False  # the next read lists again, reading those manifests
 
     def _read_lookasides(self, gids: list[str], gens: dict[str, Generation]) -> list[str]:
         """Generations of ``gids`` read through their lookaside copies into ``gens``; returns the others (no copy,

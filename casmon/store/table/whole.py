@@ -77,6 +77,7 @@ def items(t: Table, refresh: bool = True, strict: bool = True) -> Iterator[tuple
     table needs is damaged or missing, rather than return part of the table
     (gc must see every record); ``strict=False`` skips such files.
     """
+    t.decide_from_manifests()
     if refresh or not t._listed:
         t.refresh()
     entries: list[tuple[bytes, bytes]] = []
@@ -134,6 +135,7 @@ def items_beyond(t: Table, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes
     the entries of the other files it reads now, this writer's waiting ones, and the names of every file read
     now. None where a file of ``seen`` is no longer read (merged, rewritten, collected): what it held may be
     gone. Damaged files are skipped, as ``items(strict=False)`` skips them."""
+    t.decide_from_manifests()
     done = set(seen)
     t.refresh()
     for _attempt in range(4):
@@ -160,6 +162,7 @@ def items_beyond(t: Table, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes
 
 def entry_count(t: Table, refresh_left: int = 3) -> int:
     """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
+    t.decide_from_manifests()
     if not t._listed:
         t.refresh()
     with t._lock:
@@ -190,6 +193,7 @@ def missing_segments(t: Table) -> list[str]:
     generation whose manifest is damaged). The newest file of a writer
     leaves no trace when deleted.
     """
+    t.decide_from_manifests()
     first = gaps(t)
     if not first:
         return []
