@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 #: hashes, and casmon's layers above the cache.
 NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "queue", "asyncio", "zarr",
          "numcodecs", "casmon.maintenance", "casmon.runs", "casmon.calllog.reader", "casmon.view.display",
-         "casmon.ui", "casmon.cli"]
+         "casmon.ui", "casmon.cli",
+         # a table's cold halves: read whole, sealed batches changed, merges, repair, gc's fences
+         "casmon.store.table.whole", "casmon.store.table.batches", "casmon.store.table.merge",
+         "casmon.store.table.survey", "casmon.store.table.encode", "casmon.store.table.fence_gc",
+         "casmon.store.table.lookaside"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys

@@ -46,9 +46,12 @@ never judge reachability from part of the records. ``casmon verify --repair``
 One module a job: ``format`` (table files and generations as bytes, parsed), ``encode`` (a generation's
 files as bytes, written: loaded by writers and merges), ``ranges``
 (provenance arithmetic), ``plan`` (what a reader reads), ``table``
-(:class:`Table`: adding and reading), ``merge`` (merges and generation writes, loaded by the first), ``survey``
+(:class:`Table`: adding and looking up), ``whole`` (a table read whole: items, count, gaps), ``batches`` (sealed
+batches changed: rare), ``merge`` (merges and generation writes, loaded by the first), ``survey``
 (:class:`Survey` and the rewrite, for verify and repair), ``fence`` (record files that land
-late are not records).
+late are not records; ``fence_gc`` publishes, checks and supersedes fences), ``lookaside`` (a manifest's
+lookaside copy written: a fresh reader reads a few checked chunks of it, :data:`.format.LOOKASIDE`). A lookup loads
+none of ``whole``, ``batches``, ``encode``, ``merge``, ``survey``, ``fence_gc`` or ``lookaside``.
 """
 
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)

@@ -34,7 +34,6 @@ whichever of the two a gc fenced.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
@@ -53,11 +52,21 @@ if TYPE_CHECKING:
 
 __all__ = ["FENCE_PREFIX", "Fence", "read", "read_all", "publish", "supersede", "sealed_at", "renamed", "visible"]
 
+
+def __getattr__(name: str) -> object:
+    if name in ("read_all", "publish", "supersede", "FENCES_KEPT"):  # gc, verify and repair: a reader never runs them
+        from casmon.store.table import fence_gc
+
+        return getattr(fence_gc, name)
+    raise AttributeError(f"module 'casmon.store.table.fence' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # what type checkers see: the names loaded on first use, imported for real
+    from casmon.store.table.fence_gc import FENCES_KEPT, publish, read_all, supersede
+
 #: One fence per sweeping gc, ``gc/fence/{mark time ns:016x}-{id}``, written once: readers take the newest
 #: name, so a fence whose PUT lands late (after a newer one) changes nothing.
 FENCE_PREFIX = "gc/fence/"
-#: Older fences gc keeps (the newest always decides).
-FENCES_KEPT = 4
 #: The largest fence read: it names the old level-0 files of every table (about 40 bytes each).
 FENCE_MAX = 16 << 20
 _L0_NAME = re.compile(r"^[0-9a-f]{16}-")
@@ -158,57 +167,6 @@ def read(backend: Backend) -> Fence:
         _cache.clear()
     _cache[id(backend)] = (weak_ref(backend), newest, fence)
     return fence
-
-
-def read_all(backend: Backend) -> list[tuple[str, str]]:
-    """``(key, reason)`` of every damaged fence (verify)."""
-    names = _names(backend)
-    out = []
-    for k, data in zip(names, backend.get_many(names) if names else []):
-        if data is None:
-            continue
-        try:
-            parse(k, data)
-        except DamagedObjectError as e:
-            out.append((k, e.reason))
-    return out
-
-
-def _write(backend: Backend, mark_time: float, body: dict[str, object], after: str = "") -> str:
-    """Publish ``body`` as a fence named by ``mark_time`` (or just after ``after``, if that sorts later)."""
-    ns = int(mark_time * 1e9)
-    if after:
-        try:
-            later = int(after[len(FENCE_PREFIX) :][:16], 16) + 1
-        except ValueError:
-            later = 0
-        if later / 1e9 <= time.time() + condemned.MIN_GRACE:  # never after one named in the future (damaged)
-            ns = max(ns, later)
-    name = f"{FENCE_PREFIX}{ns:016x}-{os.urandom(6).hex()}"
-    backend.create(name, metafile.seal(body))
-    return name
-
-
-def publish(backend: Backend, mark_time: float, listed: dict[str, list[str]]) -> None:
-    """Write the fence of a gc whose mark began at ``mark_time`` and listed ``listed`` (table -> level-0
-    names), and delete fences older than the last few."""
-    limit = mark_time - condemned.LATE_MAX
-    seen = {p: sorted(n for n in names if sealed_at(n) < limit) for p, names in listed.items()}
-    name = _write(backend, mark_time, {"time": mark_time, "seen": {p: ns for p, ns in seen.items() if ns}})
-    old = sorted(k for k in backend.list(FENCE_PREFIX) if ".partial" not in k and k < name)
-    if len(old) > FENCES_KEPT:
-        backend.delete_many(old[:-FENCES_KEPT])
-
-
-def supersede(backend: Backend, damaged: list[str]) -> str | None:
-    """(Repair, holding the lock.) Delete the ``damaged`` fences; where the newest is one of them, first publish
-    a newer fence that fences nothing -- what the damaged one already meant, made sound. Returns its key."""
-    names = _names(backend)
-    name = None
-    if names and names[-1] in damaged:
-        name = _write(backend, time.time(), {"time": 0.0, "seen": {}}, after=names[-1])
-    backend.delete_many([k for k in damaged if k != name])  # an older one decides nothing
-    return name
 
 
 def visible(prefix: str, names: list[str], fence: Fence) -> tuple[list[str], list[str]]:

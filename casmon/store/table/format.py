@@ -13,7 +13,7 @@ from __future__ import annotations
 import _bisect as bisect  # bisect.py re-exports it: the same functions, one module less on a hit
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -22,6 +22,8 @@ else:  # struct.py re-exports _struct: the same names, one module less on a hit
     import _struct as struct
 if TYPE_CHECKING:
     from typing import Any, TypeAlias, Union
+
+import xxhash
 
 from casmon.errors import DamagedObjectError
 from casmon.plain import Plain
@@ -53,6 +55,11 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(f"casmon.store.table.{moved[0]}"), moved[1])
+
+class _Vanished(Exception):
+    """A file listed a moment ago is gone, or a lookaside copy failed its check: list again. Never leaves
+    the table package."""
+
 
 _MAGIC = b"CTB1"
 _COUNT = struct.Struct("<4sI")
@@ -281,7 +288,7 @@ class BlockStarts:
 
     __slots__ = ("_lens", "_per", "_files")
 
-    def __init__(self, lens: memoryview | array[int], per: int) -> None:
+    def __init__(self, lens: memoryview | array[int] | _LazyU32, per: int) -> None:
         self._lens, self._per = lens, per  # blocks per bucket file (a power of two)
         self._files: dict[int, list[int]] = {}
 
@@ -317,8 +324,8 @@ class Generation(Plain):
     blocks: int
     shift: int
     starts: BlockStarts | Sequence[int]
-    lens: Sequence[int]
-    bloom: bytes | memoryview
+    lens: Sequence[int] | _LazyU32
+    bloom: bytes | memoryview | _LazyBytes
     nbits: int
     k: int
 
@@ -329,6 +336,8 @@ class Generation(Plain):
         self.exact = exact
         self.v, self.blocks, self.shift, self.nbits, self.k = 1, 0, 0, 0, 0
         self.starts, self.lens, self.bloom = [], [], b""
+        #: Where the directory and bloom filter are read a chunk at a time (:class:`Lookaside`); None: in memory.
+        self.lookaside: Lookaside | None = None
 
     def may_hold(self, h1: int, h2: int) -> bool:
         """False if the key whose :func:`_hashes` are ``h1, h2`` is surely not here (format 2), else True.
@@ -366,24 +375,7 @@ def parse_generation(gid: str, key: str, raw: Payload) -> Generation:
             cut = bytes(mv).find(b"\0")
         head, sep, binary = (mv, b"", mv[:0]) if cut < 0 else (mv[:cut], b"\0", mv[cut + 1 :])
         m = metafile.load_object(head, key, limit=metafile.DATA_MAX, numbers=False)
-        count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
-        if type(count) is not int or count < 0:
-            raise ValueError("count is not a non-negative integer")
-        if type(nb) is not int or not 1 <= nb <= MAX_BUCKETS or nb & (nb - 1):
-            raise ValueError(f"nbuckets is not a power of two up to {MAX_BUCKETS}")
-        if not isinstance(covers, list) or not all(type(c) is str for c in covers):
-            raise ValueError("covers is not a list of names")
-        if not isinstance(marks, dict) or not all(type(v) is int for v in marks.values()):
-            raise ValueError("marks is not a map of writers to numbers")
-        if "contains" in m:
-            contains = parse_contains(m["contains"])
-            exact = m.get("exact", True)
-            if type(exact) is not bool:
-                raise ValueError("exact is not a boolean")
-        else:  # written before provenance: only the level-0 files it covered directly are known
-            contains = ranges_of_names(c[3:] for c in covers if c.startswith("l0:") and NAME_RE.match(c[3:]))
-            exact = False
-        g = Generation(gid, count, nb, covers, {str(w): v for w, v in marks.items()}, contains, exact)
+        g = _generation_of(gid, m)
         v = m.get("v", 1)
         if v == 2:
             _parse_v2(g, m, binary)
@@ -394,16 +386,44 @@ def parse_generation(gid: str, key: str, raw: Payload) -> Generation:
         raise DamagedObjectError(key, f"not a valid generation manifest: {e}") from None
 
 
-def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
-    """Check and attach a format-2 manifest's block directory and bloom filter."""
+def _generation_of(gid: str, m: dict[str, Any]) -> Generation:
+    """A manifest's JSON fields, checked (ValueError, KeyError or TypeError naming what is wrong)."""
+    count, nb, covers, marks = m["count"], m["nbuckets"], m["covers"], m.get("marks", {})
+    if type(count) is not int or count < 0:
+        raise ValueError("count is not a non-negative integer")
+    if type(nb) is not int or not 1 <= nb <= MAX_BUCKETS or nb & (nb - 1):
+        raise ValueError(f"nbuckets is not a power of two up to {MAX_BUCKETS}")
+    if not isinstance(covers, list) or not all(type(c) is str for c in covers):
+        raise ValueError("covers is not a list of names")
+    if not isinstance(marks, dict) or not all(type(v) is int for v in marks.values()):
+        raise ValueError("marks is not a map of writers to numbers")
+    if "contains" in m:
+        contains = parse_contains(m["contains"])
+        exact = m.get("exact", True)
+        if type(exact) is not bool:
+            raise ValueError("exact is not a boolean")
+    else:  # written before provenance: only the level-0 files it covered directly are known
+        contains = ranges_of_names(c[3:] for c in covers if c.startswith("l0:") and NAME_RE.match(c[3:]))
+        exact = False
+    return Generation(gid, count, nb, covers, {str(w): v for w, v in marks.items()}, contains, exact)
+
+
+def _v2_sizes(g: Generation, m: dict[str, Any]) -> tuple[int, int, int]:
+    """A format-2 manifest's ``(blocks, bloom bits, bloom probes)``, checked."""
     blocks, nbits, k = m["blocks"], m["bloom_bits"], m["bloom_k"]
     if type(blocks) is not int or not g.nbuckets <= blocks <= MAX_BLOCKS or blocks & (blocks - 1):
         raise ValueError(f"blocks is not a power of two from nbuckets to {MAX_BLOCKS}")
     if type(nbits) is not int or nbits < 8 or nbits % 8 or type(k) is not int or not 1 <= k <= 32:
         raise ValueError("bad bloom filter size")
+    return blocks, nbits, k
+
+
+def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
+    """Check and attach a format-2 manifest's block directory and bloom filter."""
+    blocks, nbits, k = _v2_sizes(g, m)
     if len(binary) != 4 * blocks + nbits // 8:
         raise ValueError(f"block directory and bloom filter are {len(binary)} bytes, expected {4 * blocks + nbits // 8}")
-    g.v, g.blocks, g.shift = 2, blocks, (blocks // g.nbuckets).bit_length() - 1
+    g.v, g.blocks, g.shift, g.nbits, g.k = 2, blocks, (blocks // g.nbuckets).bit_length() - 1, nbits, k
     # Unsigned ints read in place, not a list: a fresh process would make millions of Python ints it never reads.
     lens: memoryview | array[int]
     if sys.byteorder == "little":
@@ -414,7 +434,191 @@ def _parse_v2(g: Generation, m: dict[str, Any], binary: memoryview) -> None:
         lens = array("I", bytes(binary[: 4 * blocks]))
         lens.byteswap()
     g.lens, g.starts = lens, BlockStarts(lens, blocks // g.nbuckets)
-    g.bloom, g.nbits, g.k = binary[4 * blocks :], nbits, k
+    g.bloom = binary[4 * blocks :]
+
+
+#: A format-2 generation's *lookaside* copy, ``{prefix}buckets/{id}/lookup`` beside its bucket files: its manifest's
+#: payload, checked a chunk at a time, so a fresh process's lookup reads the few chunks of the bloom filter and block
+#: directory a key needs where the manifest is read whole (~1.3 MB a million entries). Derived data, written by the
+#: merge that writes the generation (or a reader that found none, at its flush: :mod:`.lookaside`); missing, stale
+#: (made from another manifest) or damaged, the manifest is read whole. Older casmon never reads it, and deletes it
+#: with the generation's bucket files (a merge deletes ``buckets/{id}/`` whole).
+LOOKASIDE = "lookup"
+#: Its header: magic, version, 0, the manifest frame's digest, payload bytes, chunk bytes, bytes of the JSON part;
+#: then an xxh3-64 of the header, the chunk sums and the payload's JSON part and zero byte (so the first read checks
+#: them at once), then an xxh3-64 of each chunk of the payload, then the payload.
+LA_HEAD = struct.Struct("<4sHH16sQII")
+LA_MAGIC = b"CTL1"
+_LA_SUM = struct.Struct("<Q")
+#: The first read of a lookaside file: its header, chunk sums and, as a rule, the JSON part.
+LA_FIRST = 4096
+#: Its chunk table is at most this many sums (the writer picks chunks large enough).
+LA_MAX_CHUNKS = 1536
+#: Chunks a lookup reads before the rest is read at once (a process that looks up many keys reads it all anyway).
+LA_SETTLE = 48
+
+
+class Lookaside:
+    """A generation's lookaside file, read a chunk at a time, each chunk checked against its sum. A chunk that
+    fails (a short read, a sum that does not match) has the manifest read whole (``whole()``: its payload,
+    checked against its frame's digest) and served from memory, and ``bad(payload)`` told, to write a sound copy.
+    Where the manifest cannot be read either, it is :attr:`failed` and raises :class:`_Vanished`: the table lists
+    again (and reads the manifest whole, or finds it gone or damaged)."""
+
+    __slots__ = ("key", "read", "whole", "bad", "at", "size", "chunk", "sums", "head", "json", "chunks", "loads",
+                 "failed", "gen")
+    at: int
+    size: int
+    chunk: int
+    head: int
+    sums: tuple[int, ...]
+
+    def __init__(self, key: str, read: Callable[[int, int], Any], first: bytes, digest: bytes,
+                 whole: Callable[[], Any], bad: Callable[[Any], None]) -> None:
+        """``read(start, end)``: bytes of the file; ``first``: its first bytes; ``digest``: the manifest frame's
+        digest, which the copy must name. Raises ValueError where it is not a sound copy of that manifest."""
+        self.key, self.read, self.whole, self.bad = key, read, whole, bad
+        if len(first) < LA_HEAD.size + 8:
+            raise ValueError("too short for a header")
+        magic, version, _z, named, size, chunk, head = LA_HEAD.unpack_from(first, 0)
+        if magic != LA_MAGIC or version != 1:
+            raise ValueError("not a lookaside file")
+        if named != digest:
+            raise ValueError("made from another manifest")
+        if not 512 <= chunk <= 1 << 26 or chunk & (chunk - 1) or not 0 < head < size:
+            raise ValueError("bad sizes")
+        n = -(-size // chunk)
+        at = LA_HEAD.size + 8 + 8 * n
+        if n > LA_MAX_CHUNKS or head > metafile.DATA_MAX:
+            raise ValueError("too many chunks, or too long a JSON part")
+        if len(first) < at + head + 1:
+            more = read(len(first), at + head + 1)
+            first = bytes(first) + bytes(more if more is not None else b"")
+            if len(first) < at + head + 1:
+                raise ValueError("truncated")
+        mv = memoryview(first)
+        if xxhash.xxh3_64_intdigest(bytes(mv[: LA_HEAD.size]) + bytes(mv[LA_HEAD.size + 8 : at + head + 1])) != \
+                _LA_SUM.unpack_from(first, LA_HEAD.size)[0]:
+            raise ValueError("its header does not match its sum")
+        if mv[at + head] != 0:
+            raise ValueError("no zero byte after the JSON part")
+        self.sums = struct.unpack_from(f"<{n}Q", first, LA_HEAD.size + 8)
+        self.at, self.size, self.chunk, self.head = at, size, chunk, head
+        self.json = mv[at : at + head]  # checked with the header
+        self.chunks: dict[int, bytes] = {}
+        self.loads, self.failed = 0, False
+        self.gen: Generation | None = None
+
+    def load(self, c: int) -> bytes:
+        """Chunk ``c`` of the payload, read and checked."""
+        if self.loads >= LA_SETTLE and self.gen is not None:
+            self.settle()
+            got = self.chunks.get(c)
+            if got is not None:
+                return got
+        a = self.at + c * self.chunk
+        b = min(a + self.chunk, self.at + self.size)
+        try:
+            data = self.read(a, b) if 0 <= c < len(self.sums) else None
+        except OSError:
+            data = None
+        part = b"" if data is None else bytes(data)
+        if len(part) != b - a or xxhash.xxh3_64_intdigest(part) != self.sums[c]:
+            self.recover()
+            return self.chunks[c]
+        self.loads += 1
+        self.chunks[c] = part
+        return part
+
+    def payload(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the payload, checked."""
+        c0, c1 = start // self.chunk, (end - 1) // self.chunk
+        parts = [self.chunks.get(c) or self.load(c) for c in range(c0, c1 + 1)]
+        whole = parts[0] if len(parts) == 1 else b"".join(parts)
+        off = start - c0 * self.chunk
+        return whole[off : off + end - start]
+
+    def settle(self) -> None:
+        """Read the rest at once and hand the generation its directory and bloom filter in memory
+        (:func:`.lookaside.settle`)."""
+        from casmon.store.table import lookaside  # a process that reads much, or a merge: not a first lookup
+
+        lookaside.settle(self)
+
+    def recover(self) -> None:
+        """This copy failed a check: serve it from the manifest read whole (:func:`.lookaside.recover`)."""
+        from casmon.store.table import lookaside
+
+        lookaside.recover(self)
+
+
+class _LazyBytes:
+    """Bytes ``[off, off + n)`` of a lookaside payload, each read with its chunk on first use (the bloom filter)."""
+
+    __slots__ = ("la", "off", "n")
+    la: Lookaside
+    off: int
+    n: int
+
+    def __init__(self, la: Lookaside, off: int, n: int) -> None:
+        self.la, self.off, self.n = la, off, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        la = self.la
+        c, r = divmod(self.off + i, la.chunk)
+        part = la.chunks.get(c)
+        return (part if part is not None else la.load(c))[r]
+
+
+class _LazyU32:
+    """Little-endian unsigned 32-bit numbers ``[0, n)`` at ``off`` of a lookaside payload (the block directory)."""
+
+    __slots__ = ("la", "off", "n")
+    la: Lookaside
+    off: int
+    n: int
+
+    def __init__(self, la: Lookaside, off: int, n: int) -> None:
+        self.la, self.off, self.n = la, off, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            a, b, _ = i.indices(self.n)
+            b = max(a, b)
+            raw = self.la.payload(self.off + 4 * a, self.off + 4 * b) if b > a else b""
+            return list(struct.unpack(f"<{b - a}I", raw))
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return int.from_bytes(self.la.payload(self.off + 4 * i, self.off + 4 * i + 4), "little")
+
+
+def parse_lookaside(gid: str, key: str, la: Lookaside) -> Generation:
+    """Generation ``gid`` from its lookaside copy: the JSON part checked as :func:`parse_generation` checks it, the
+    directory and bloom filter read on use. Raises ValueError (or KeyError, TypeError) where the copy is unsound."""
+    try:
+        m = metafile.load_object(la.json, key, limit=metafile.DATA_MAX, numbers=False)
+    except DamagedObjectError as e:
+        raise ValueError(e.reason) from None
+    g = _generation_of(gid, m)
+    if m.get("v", 1) != 2:
+        raise ValueError("not a format-2 generation")
+    blocks, nbits, k = _v2_sizes(g, m)
+    if la.size - la.head - 1 != 4 * blocks + nbits // 8:
+        raise ValueError("block directory and bloom filter are not the size the manifest says")
+    g.v, g.blocks, g.shift, g.nbits, g.k = 2, blocks, (blocks // g.nbuckets).bit_length() - 1, nbits, k
+    lens = _LazyU32(la, la.head + 1, blocks)
+    g.lens, g.starts = lens, BlockStarts(lens, blocks // g.nbuckets)
+    g.bloom = _LazyBytes(la, la.head + 1 + 4 * blocks, nbits // 8)
+    g.lookaside, la.gen = la, g
+    return g
 
 
 def _hashes(key: bytes) -> tuple[int, int]:

@@ -22,7 +22,8 @@ from casmon.store.table.encode import Columns, encode_v2
 from casmon.store.table.format import (BUCKET_ENTRIES, FILE_ENTRIES, MAX_BUCKETS, _RAW, _ZSTD, Generation, TableFile,
                                        _bucket_of, encode_table_file)
 from casmon.store.table.ranges import Ranges, ranges_json, ranges_of_names, ranges_union
-from casmon.store.table.table import MERGE_FACTOR, _Vanished
+from casmon.store.table.format import _Vanished
+from casmon.store.table.table import MERGE_FACTOR
 
 if TYPE_CHECKING:
     from casmon.store.table.table import Table
@@ -48,6 +49,9 @@ def consolidate(t: Table, min_l0: int, force: bool, keep: Callable[[bytes, bytes
     l0 = sorted(l0_files)
     if not force and len(l0) < min_l0 and not t.wants_merge():
         return None
+    if t.read_copies:  # what to merge and delete is decided from the manifests, never their copies
+        t.decide_from_manifests()
+        return consolidate(t, min_l0, force, keep)
     l0_total = sum(len(l0_files[n]) for n in l0)
     if force:
         chosen = {g.id for g in active if g.id not in bad}
@@ -153,11 +157,15 @@ def write_generation(t: Table, entries: list[tuple[bytes, bytes]] | Columns, cov
         m["exact"] = False
     import json  # a write's: a hit loads no json
     payload = json.dumps(m).encode() + (b"\0" + binary if v2 else b"")
-    _, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
+    digest, frame = encode_frame(payload, KIND_TABLE, _ZSTD)
     if len(frame) > 0.9 * len(payload):  # mostly a bloom filter (random bits): every fresh reader would decompress it for nothing
         _, frame = encode_frame(payload, KIND_TABLE, _RAW)
     t.backend.create(t.prefix + "gens/" + gid, frame)
     faultpoints.point("merge.after_manifest")
+    if v2 and t.lookasides and len(payload) >= table.LOOKASIDE_MIN:
+        from casmon.store.table import lookaside  # derived: a fresh reader's lookup reads a few chunks of it
+
+        lookaside.write(t, gid, digest, payload)
     return gid
 
 

@@ -21,12 +21,13 @@ if TYPE_CHECKING:
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.store import condemned
 from casmon.store.backend import Backend
-from casmon.store.codec import KIND_TABLE, decode_frame, decode_table_block, encode_frame
-from casmon.store.table.format import (BUCKET_ENTRIES, L0_LZ4_MAX, NAME_RE, _LZ4, _M64, _ZSTD, Generation, TableFile,
-                                       _Block, _bucket_of, _hashes, encode_table_file, parse_generation)
+from casmon.store.codec import FRAME_HEADER, KIND_TABLE, decode_frame, decode_table_block, encode_frame, read_header
+from casmon.store.table.format import (BUCKET_ENTRIES, L0_LZ4_MAX, LA_FIRST, LOOKASIDE, NAME_RE, _LZ4, _M64, _ZSTD,
+                                       Generation, Lookaside, TableFile, _Block, _bucket_of, _hashes, _Vanished,
+                                       encode_table_file, parse_generation, parse_lookaside)
 from casmon.store.table import fence
 from casmon.store.table.plan import resolve
-from casmon.store.table.ranges import Ranges, gaps_of, parse_name, ranges_has, ranges_of_names, ranges_union
+from casmon.store.table.ranges import Ranges, parse_name, ranges_has, ranges_union
 
 if TYPE_CHECKING:
     from casmon.store.table.encode import Columns
@@ -56,6 +57,9 @@ L0_MERGE_ENTRIES = BUCKET_ENTRIES
 #: over (a merge killed before its manifest, or a lost manifest): repair deletes them after
 #: salvaging them. Younger ones may belong to a merge in progress.
 ORPHAN_AGE = 600.0
+#: Manifests at least this large (bytes of payload) get a lookaside copy (:data:`~.format.LOOKASIDE`): below it a
+#: whole read costs about what the copy's reads do.
+LOOKASIDE_MIN = 32768
 
 
 def _index_values(idx: PendingIndex, key: bytes) -> tuple[bytes, ...]:
@@ -70,10 +74,6 @@ def _index_add(idx: PendingIndex, key: bytes, value: bytes) -> None:
     thousands; a tuple of bytes it stops tracking."""
     old = idx.get(key)
     idx[key] = value if old is None else (old + (value,) if isinstance(old, tuple) else (old, value))
-
-
-class _Vanished(Exception):
-    """A file listed a moment ago is gone: list again. Never leaves this module."""
 
 
 class LateWrite(Exception):
@@ -127,6 +127,14 @@ class Table:
         self.fenced = False
         self.late: list[str] = []  # level-0 files listed past: late, or superseded (fence.visible)
         self._sealed_at: dict[str, float] = {}  # sealed batch -> monotonic time of its sealing
+        #: Whether lookaside copies are read and written: where a ranged read is one system call (a local folder),
+        #: not a request each.
+        self.lookasides = type(backend).read_kept is not Backend.read_kept
+        #: Whether generations are read through their copies: a lookup's view. Merges, gc and whole reads decide
+        #: from manifests only (:meth:`decide_from_manifests`), as derived data must never make them keep or drop.
+        self.read_copies = self.lookasides
+        self._no_lookaside: dict[str, bool] = {}  # generation -> its copy is damaged or stale (True) or missing
+        self._derive: dict[str, tuple[bytes, Payload]] = {}  # generation -> (digest, payload): copies to write
 
     # -- writing ---------------------------------------------------------------
     def add(self, key: bytes, value: bytes) -> None:
@@ -143,10 +151,9 @@ class Table:
 
     def take_pending(self) -> list[tuple[bytes, bytes]]:
         """Remove and return the entries not assigned to a batch (tests and tools)."""
-        with self._lock:
-            entries, self._pending = self._pending, []
-            self._reindex_pending()
-            return entries
+        from casmon.store.table import batches  # rare: loaded on first use, as are those below
+
+        return batches.take_pending(self)
 
     def _reindex_pending(self) -> None:
         idx: dict[bytes, bytes | tuple[bytes, ...]] = {}
@@ -187,10 +194,10 @@ class Table:
             return list(self._batches)
 
     def replace_sealed(self, name: str, entries: list[tuple[bytes, bytes]]) -> None:
-        """Change a sealed batch before it is written (a flush dropping records whose values are gone)."""
-        with self._lock:
-            self._batches = [(n, entries if n == name else e) for n, e in self._batches]
-            self._reindex_pending()
+        """Change a sealed batch before it is written (:func:`.batches.replace_sealed`)."""
+        from casmon.store.table import batches
+
+        batches.replace_sealed(self, name, entries)
 
     def write_sealed(self) -> None:
         """Write the sealed batches, oldest first; a batch that fails stays sealed under its name.
@@ -209,17 +216,21 @@ class Table:
                 self._batches.pop(0)
                 self._sealed_at.pop(name, None)
                 self._reindex_pending()
+        if self._derive:
+            self.write_lookasides()
+
+    def write_lookasides(self) -> None:
+        """Write the lookaside copies of the manifests this table read whole for want of a sound one (derived
+        data: a failure is ignored, the next reader reads the manifest whole)."""
+        from casmon.store.table import lookaside  # a reader's first flush after it read manifests whole
+
+        lookaside.write_derived(self)
 
     def reseal(self) -> None:
-        """Seal the waiting batches again now (their values were just checked again): the same numbers,
-        new seal times. A batch that may have landed under its old name is superseded by the new one."""
-        with self._lock:
-            now = time.time_ns()
-            renamed = [(fence.renamed(n, now), e) for n, e in self._batches]
-            for (old, _), (new, _) in zip(self._batches, renamed):
-                self._sealed_at.pop(old, None)
-                self._sealed_at[new] = time.monotonic()
-            self._batches = renamed
+        """Seal the waiting batches again now, under new names (:func:`.batches.reseal`)."""
+        from casmon.store.table import batches
+
+        batches.reseal(self)
 
     def l0_listed(self) -> list[str]:
         """The level-0 files the last refresh read (visible ones: late and superseded ones are not among them)."""
@@ -311,8 +322,18 @@ class Table:
         gen_ids = self._list("gens/")
         listed_gens = set(gen_ids)
         gens = {g: v for g, v in self._gens.items() if g in listed_gens}
+        for g, v in list(gens.items()):
+            if v.lookaside is not None and v.lookaside.failed:  # read it whole now
+                self._no_lookaside[g] = True
+                del gens[g]
+        if self._no_lookaside:  # forget generations merged away (and the copies they no longer need)
+            self._no_lookaside = {g: v for g, v in self._no_lookaside.items() if g in listed_gens}
+            with self._lock:
+                self._derive = {g: v for g, v in self._derive.items() if g in listed_gens}
         bad_gens = {g: r for g, r in self._bad_gens.items() if g in listed_gens}
         new_gens = [g for g in gen_ids if g not in gens and g not in bad_gens]
+        if new_gens and self.read_copies:
+            new_gens = self._read_lookasides(new_gens, gens)
         if new_gens:
             keys = [self.prefix + "gens/" + g for g in new_gens]
             for g, key, data in zip(new_gens, keys, self.backend.get_many(keys)):
@@ -323,10 +344,14 @@ class Table:
                     self._damage(key, bad_gens[g])
                     continue
                 try:
-                    gens[g] = parse_generation(g, key, decode_frame(data, key)[1])
+                    frame, payload = decode_frame(data, key)
+                    gens[g] = parse_generation(g, key, payload)
                 except DamagedObjectError as e:
                     bad_gens[g] = e.reason
                     self._damage(key, e.reason)
+                    continue
+                if g in self._no_lookaside and gens[g].v >= 2 and len(payload) >= LOOKASIDE_MIN:
+                    self._derive[g] = (frame.digest, payload)
         view = resolve(gens, l0_names)
         listed_l0 = set(l0_names)
         bad_l0 = {n: r for n, r in self._bad_l0.items() if n in listed_l0}
@@ -391,6 +416,59 @@ class Table:
             shifts = {g.id: g.shift for g in view.active}
             needed |= {self._bucket_key(g, b >> shifts[g]) for g, b in self._bad_blocks}
             self.damaged = {k: r for k, r in self.damaged.items() if k in needed}
+
+    def decide_from_manifests(self) -> None:
+        """Read manifests whole from now on, and again those read through their copies: before a merge, gc or
+        a whole read, whose decisions (what to delete, what is reachable) must rest on the manifests alone."""
+        if not self.read_copies:
+            return
+        self.read_copies = False
+        with self._refresh_lock, self._lock:
+            if any(g.lookaside is not None for g in self._gens.values()):
+                self._gens = {gid: g for gid, g in self._gens.items() if g.lookaside is None}
+                self._listed = False  # the next read lists again, reading those manifests
+
+    def _read_lookasides(self, gids: list[str], gens: dict[str, Generation]) -> list[str]:
+        """Generations of ``gids`` read through their lookaside copies into ``gens``; returns the others (no copy,
+        or one that is not sound: their manifests are read whole)."""
+        rest = []
+        for gid in gids:
+            g = self._lookaside_gen(gid) if gid not in self._no_lookaside else None
+            if g is None:
+                rest.append(gid)
+            else:
+                gens[gid] = g
+        return rest
+
+    def _lookaside_gen(self, gid: str) -> Generation | None:
+        b, key = self.backend, f"{self.prefix}buckets/{gid}/{LOOKASIDE}"
+        try:
+            first = b.read_kept(key, 0, LA_FIRST)
+            if first is None:
+                self._no_lookaside[gid] = False
+                return None
+            mkey = self.prefix + "gens/" + gid
+            head = b.get_range(mkey, 0, FRAME_HEADER)
+            if head is None:
+                return None  # merged away meanwhile: the whole read says so
+            digest = read_header(head, mkey).digest
+
+            def whole() -> Payload | None:  # the manifest, checked: what a copy that fails a check is replaced by
+                data = b.get(mkey)
+                if data is None:
+                    return None
+                frame, payload = decode_frame(data, mkey)
+                return payload if frame.digest == digest else None
+
+            def bad(payload: Payload) -> None:
+                with self._lock:
+                    self._derive[gid] = (digest, payload)
+
+            la = Lookaside(key, lambda start, end: b.read_kept(key, start, end), bytes(first), digest, whole, bad)
+            return parse_lookaside(gid, mkey, la)
+        except (DamagedObjectError, _Vanished, ValueError, KeyError, TypeError, RecursionError, OSError):
+            self._no_lookaside[gid] = True
+            return None
 
     def _bucket(self, g: Generation, i: int, tolerant: bool = False) -> TableFile:
         bk = (g.id, i)
@@ -474,48 +552,10 @@ class Table:
 
     def _file_tables(self, g: Generation, i: int, tolerant: bool,
                      data: Payload | None = None) -> tuple[list[TableFile], bool]:
-        """``(tables, damaged)`` of bucket file ``i`` of ``g``: the whole bucket (format 1) or its
-        blocks (format 2, damaged blocks skipped and remembered). Missing: ``([], ...)``."""
-        key = self._bucket_key(g.id, i)
-        if g.v < 2:
-            if (g.id, i) in self._bad_buckets:
-                return [], True
-            tf = self._buckets.get((g.id, i))
-            if tf is None and data is not None:
-                try:
-                    tf = TableFile(key, decode_frame(data, key)[1])
-                except DamagedObjectError as e:
-                    self._bad_bucket(g, i, key, e.reason)
-                    return [], True
-            elif tf is None:
-                tf = self._read_bucket(g, i, key, tolerant)
-            return ([tf], False) if tf is not None else ([], (g.id, i) in self._bad_buckets)
-        per = g.blocks >> (g.nbuckets.bit_length() - 1)
-        blocks = range(i * per, (i + 1) * per)
-        if data is None:
-            fetched = self._fetch(g, key, tolerant)
-            if fetched is False:
-                return [], False
-            if fetched is None:
-                self._bad_block(g, i * per, key, f"missing, although generation {g.id} needs it")
-                return [], True
-            data = fetched
-        out, damaged = [], False
-        for b in blocks:
-            ln = int(g.lens[b])
-            if not ln:
-                continue
-            if (g.id, b) in self._bad_blocks:
-                damaged = True
-                continue
-            start = int(g.starts[b])
-            where = f"{key}@{start}"
-            try:
-                out.append(TableFile(where, decode_frame(data[start : start + ln], where)[1]))
-            except DamagedObjectError as e:
-                self._bad_block(g, b, key, f"block at {start}: {e.reason}")
-                damaged = True
-        return out, damaged
+        """Bucket file ``i`` of ``g`` as tables (:func:`.whole.file_tables`)."""
+        from casmon.store.table import whole  # reading whole: never on a lookup's path, as below
+
+        return whole.file_tables(self, g, i, tolerant, data)
 
     def _read_bucket(self, g: Generation, i: int, key: str, tolerant: bool) -> TableFile | None:
         """A bucket of ``g``; None (remembered as damaged) if it is damaged, or missing although ``g`` is not."""
@@ -600,6 +640,8 @@ class Table:
         gens, l0, waiting = self._view()
         for g in gens:
             if g.v >= 2:
+                if g.lookaside is not None:  # its bloom filter is read on use: that is I/O
+                    return None
                 if not g.may_hold(h1, h2):
                     continue
                 b = g.block_of(key)
@@ -618,139 +660,46 @@ class Table:
         return list(dict.fromkeys(out)) if len(out) > 1 else out
 
     def items(self, refresh: bool = True, strict: bool = True) -> Iterator[tuple[bytes, bytes]]:
-        """Every entry once: generations, then level-0 files, then this writer's waiting ones.
+        """Every entry once (:func:`.whole.items`); ``strict`` raises :class:`DamagedObjectError` rather than
+        skip a damaged or missing file."""
+        from casmon.store.table import whole
 
-        ``strict`` (the default) raises :class:`DamagedObjectError` if a file the
-        table needs is damaged or missing, rather than return part of the table
-        (gc must see every record); ``strict=False`` skips such files.
-        """
-        if refresh or not self._listed:
-            self.refresh()
-        entries: list[tuple[bytes, bytes]] = []
-        for attempt in range(4):
-            try:
-                entries = self._items_once(tolerant=attempt == 3)
-                break
-            except _Vanished:
-                self.refresh()
-        if strict and self.damaged:
-            key, reason = next(iter(sorted(self.damaged.items())))
-            more = f"; {len(self.damaged) - 1} more damaged files" if len(self.damaged) > 1 else ""
-            raise DamagedObjectError(key, f"{reason}{more}; this table cannot be read whole until "
-                                          f"`casmon verify --repair` has run")
-        yield from entries
-
-    def _snapshot(self) -> tuple[list[Generation], list[TableFile], list[tuple[bytes, bytes]], frozenset[str]]:
-        with self._lock:
-            pending = [kv for _, entries in self._batches for kv in entries] + list(self._pending)
-            return list(self._active_gens), list(self._l0.values()), pending, self._grouped
+        return whole.items(self, refresh, strict)
 
     def _gen_entries(self, g: Generation, tolerant: bool) -> list[tuple[bytes, bytes]]:
-        out: list[tuple[bytes, bytes]] = []
-        for i in range(g.nbuckets):
-            for tf in self._file_tables(g, i, tolerant)[0]:
-                out.extend(tf.items())
-        return out
+        from casmon.store.table import whole
 
-    def _items_once(self, tolerant: bool) -> list[tuple[bytes, bytes]]:
-        gens, l0, pending, grouped = self._snapshot()
-        out: list[tuple[bytes, bytes]] = []
-        seen: set[tuple[bytes, bytes]] = set()
-        for g in gens:
-            entries = self._gen_entries(g, tolerant)
-            if g.id in grouped:  # its provenance overlaps another generation's: each entry once
-                fresh = []
-                for kv in entries:
-                    if kv not in seen:
-                        seen.add(kv)
-                        fresh.append(kv)
-                entries = fresh
-            out.extend(entries)
-        for tf in l0:
-            out.extend(tf.items())
-        out.extend(pending)
-        return out
+        return whole.gen_entries(self, g, tolerant)
 
     def items_beyond(self, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]],
                                                           list[str]] | None:
-        """What a reader that already holds the entries of the files ``seen`` (names from an earlier answer) lacks:
-        the entries of the other files it reads now, this writer's waiting ones, and the names of every file read
-        now. None where a file of ``seen`` is no longer read (merged, rewritten, collected): what it held may be
-        gone. Damaged files are skipped, as ``items(strict=False)`` skips them."""
-        done = set(seen)
-        self.refresh()
-        for _attempt in range(4):
-            with self._lock:
-                gens, l0, pending = list(self._active_gens), dict(self._l0), self._snapshot()[2]
-            names = [g.id for g in gens] + sorted(l0)
-            if not done <= set(names):
-                return None
-            try:
-                out: list[tuple[bytes, bytes]] = []
-                for g in gens:
-                    if g.id not in done:
-                        # as items(): a generation merged away meanwhile lists again (the last try skips it), never
-                        # reads as empty under a name the answer then claims
-                        out.extend(self._gen_entries(g, tolerant=_attempt == 3))
-                for name in sorted(l0):
-                    if name not in done:
-                        out.extend(l0[name].items())
-                return out, pending, names
-            except _Vanished:
-                self.refresh()
-        return None
+        """What a reader holding the entries of the files ``seen`` lacks (:func:`.whole.items_beyond`)."""
+        from casmon.store.table import whole
+
+        return whole.items_beyond(self, seen)
 
     def count(self) -> int:
-        """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
-        if not self._listed:
-            self.refresh()
-        with self._lock:
-            gens, l0, groups, grouped = list(self._active_gens), list(self._l0.values()), self._groups, self._grouped
-            n = sum(g.count for g in gens if g.id not in grouped) + sum(len(t) for t in l0) + self.pending
-        by_id = {g.id: g for g in gens}
-        for group in groups:
-            m = self._distinct.get(group)
-            if m is None:
-                seen: set[tuple[bytes, bytes]] = set()
-                for gid in sorted(group):
-                    seen.update(self._gen_entries(by_id[gid], tolerant=True))
-                m = self._distinct[group] = len(seen)
-            n += m
-        return n
+        """How many entries :meth:`items` yields (:func:`.whole.entry_count`)."""
+        from casmon.store.table import whole
+
+        return whole.entry_count(self)
 
     def missing_segments(self) -> list[str]:
-        """Level-0 files that must have existed but are gone: gaps in a writer's numbering.
+        """Level-0 files that must have existed but are gone (:func:`.whole.missing_segments`)."""
+        from casmon.store.table import whole
 
-        A writer numbers its level-0 files 1, 2, 3, ...; a generation records
-        exactly which numbers it holds. A number below the writer's newest one
-        that is neither listed nor held by a generation was deleted (or is in a
-        generation whose manifest is damaged). The newest file of a writer
-        leaves no trace when deleted.
-        """
-        first = self._gaps()
-        if not first:
-            return []
-        second = self._gaps()  # a merge between the two listings of one refresh can look like a gap
-        return [g for g in first if g in second]
-
-    def _gaps(self) -> list[str]:
-        self.refresh()
-        with self._lock:
-            accounted = ranges_union(ranges_of_names(self._listed_l0), *(g.accounted() for g in self._gens.values()))
-        return [self._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
+        return whole.missing_segments(self)
 
     def _gap_name(self, w: str, lo: int, hi: int) -> str:
-        if lo == hi:
-            return f"{self.prefix}l0/*-{w}-{lo:06x}"
-        return f"{self.prefix}l0/*-{w}-{lo:06x} to *-{w}-{hi:06x} ({hi - lo + 1} files)"
+        from casmon.store.table import whole
+
+        return whole.gap_name(self, w, lo, hi)
 
     def contents_key(self) -> tuple[tuple[str, ...], tuple[str, ...], int]:
-        """What the table holds as of its last listing, as the names of the files a reader reads and the count of
-        this writer's entries not yet written: equal keys, equal entries (files are written once). Readers that
-        decode every entry (``casmon ui``) keep what they decoded until it changes."""
-        with self._lock:
-            pending = sum(len(e) for _, e in self._batches) + len(self._pending)
-            return tuple(g.id for g in self._active_gens), tuple(sorted(self._l0)), pending
+        """What the table holds as of its last listing (:func:`.whole.contents_key`)."""
+        from casmon.store.table import whole
+
+        return whole.contents_key(self)
 
     def files(self) -> list[str]:
         """Keys of every file this table has on the backend (for stats, verify, gc)."""
