@@ -263,6 +263,38 @@ def test_a_reader_killed_while_it_writes_its_copy_leaves_nothing_read_as_a_copy_
     run_python(READ_THEN_FLUSH, str(loc), str(N))
 
 
+def test_a_reader_killed_at_every_fault_point_it_passes_leaves_a_store_that_answers_and_a_sound_copy_next(tmp_path):
+    from casmon.faultpoints import POINTS
+
+    loc = tmp_path / "s"
+    gid = _records_store(loc)
+    path = _copy_path(loc, gid, "records/attack/")
+    good = open(path, "rb").read()
+    os.remove(path)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(loc, pristine)
+    count = tmp_path / "count"
+    count.mkdir()
+    run_python(READ_THEN_FLUSH, str(loc), str(N),
+               env={"CASMON_FAULTPOINTS": ",".join(f"{p}=count:{count}" for p in POINTS)})
+    passed = [(f.name[: -len(".count")], n) for f in sorted(count.iterdir())
+              for n in range(1, len(f.read_text().splitlines()) + 1)]
+    assert ("local.partial_written", 1) in passed, "the reader wrote no copy"
+    for point, n in passed:
+        shutil.rmtree(loc)
+        shutil.copytree(pristine, loc)
+        p = run_python(READ_THEN_FLUSH, str(loc), str(N), env={"CASMON_FAULTPOINTS": f"{point}@{n}=kill"},
+                       check=False)
+        assert p.returncode == -signal.SIGKILL, (point, n, p.stderr)
+        left = os.listdir(os.path.dirname(path))
+        assert all(f in ("0000", LOOKASIDE) or f.startswith(LOOKASIDE + ".") and f.endswith(".partial")
+                   for f in left), (point, n, left)
+        if LOOKASIDE in left:
+            assert open(path, "rb").read() == good, f"killed at {point}@{n}: a copy in place that is not sound"
+        run_python(READ_THEN_FLUSH, str(loc), str(N))
+        assert open(path, "rb").read() == good, f"killed at {point}@{n}: the next reader wrote no sound copy"
+
+
 def test_a_copy_a_reader_writes_for_a_generation_merged_meanwhile_is_not_left(tmp_path):
     loc = tmp_path / "s"
     b, keys, gid = _store(loc)
