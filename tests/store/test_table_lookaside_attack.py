@@ -137,6 +137,54 @@ def test_a_copy_that_is_not_a_plain_sound_file_answers_right_blocks_nothing_and_
     _within(120, lambda: _answers_right(b, keys))
 
 
+def test_a_copy_cut_at_any_boundary_of_its_layout_answers_right_and_is_replaced(tmp_path):
+    from casmon.store.table.format import LA_HEAD
+
+    loc = tmp_path / "s"
+    b, keys, gid = _store(loc)
+    path = _copy_path(loc, gid)
+    good = open(path, "rb").read()
+    _m, _v, _z, _d, size, chunk, head = LA_HEAD.unpack_from(good, 0)
+    n = -(-size // chunk)
+    at = LA_HEAD.size + 8 + 8 * n
+    edges = {1, 4, 6, 8, LA_HEAD.size, LA_HEAD.size + 8, at, at + head, at + head + 1, 4096, len(good) - 1}
+    edges |= {at + c * chunk for c in range(1, n)}
+    cuts = sorted({e + d for e in edges for d in (-1, 0, 1) if 0 <= e + d < len(good)})
+    for cut in cuts:
+        with open(path, "wb") as f:
+            f.write(good[:cut])
+        b.forget("r/buckets/")
+        r = _answers_right(b, keys)
+        assert r._gen_entries(r._active_gens[0], tolerant=False) and not r.damaged, f"cut to {cut} bytes"
+        r.flush()
+        assert open(path, "rb").read() == good, f"a copy cut to {cut} bytes was not replaced"
+
+
+def test_a_bit_flipped_in_any_byte_before_the_payload_or_in_any_chunk_of_it_answers_right(tmp_path):
+    from casmon.store.table.format import LA_HEAD
+
+    loc = tmp_path / "s"
+    b, keys, gid = _store(loc)
+    path = _copy_path(loc, gid)
+    good = open(path, "rb").read()
+    _m, _v, _z, _d, size, chunk, _head = LA_HEAD.unpack_from(good, 0)
+    n = -(-size // chunk)
+    at = LA_HEAD.size + 8 + 8 * n
+    spots = list(range(at)) + [at + c * chunk + (c * 997) % min(chunk, size - c * chunk) for c in range(n)]
+    for i, spot in enumerate(spots):
+        with open(path, "wb") as f:
+            f.write(good[:spot] + bytes([good[spot] ^ (1 << (i % 8))]) + good[spot + 1 :])
+        b.forget("r/buckets/")
+        r = Table(b, "r/", "reader")
+        for k in keys[i % 50 :: 500]:
+            assert r.lookup(k, refresh_on_miss=False) == [k[:5]], f"a bit flipped at {spot}: a stored key missed"
+        for k in random_keys(40, seed=10_000 + i):
+            assert r.lookup(k, refresh_on_miss=False) == [], f"a bit flipped at {spot}: an absent key found"
+        if spot >= at:  # a flipped chunk is found where a lookup or the whole read reads it
+            assert len(r._gen_entries(r._active_gens[0], tolerant=False)) == len(keys)
+        assert not r.damaged
+
+
 def test_an_unreadable_copy_reads_the_manifest_whole_and_is_replaced(tmp_path):
     loc = tmp_path / "s"
     b, keys, gid = _store(loc)
