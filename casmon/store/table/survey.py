@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 from casmon.errors import DamagedObjectError
 from casmon.plain import Plain
 from casmon.store.codec import FRAME_HEADER, MAGIC, decode_frame, read_header
-from casmon.store.table.format import (BUCKET_RE, NAME_RE, Generation, TableFile, byte_view, encode_table_file, gen_time,
-                                       parse_generation)
+from casmon.store.table.format import (BUCKET_RE, LOOKASIDE, NAME_RE, Generation, TableFile, byte_view,
+                                       encode_table_file, gen_time, parse_generation)
 from casmon.store.table.plan import View, resolve
 from casmon.store.table.ranges import gaps_of, ranges_of_names, ranges_union
 from casmon.store.table.table import ORPHAN_AGE
@@ -65,7 +65,7 @@ class Survey(Plain):
     prefix: str
     l0_names: list[str]  # every level-0 file listed
     gen_ids: list[str]  # every manifest listed
-    bucket_keys: dict[str, dict[int, str]]  # generation id -> bucket number -> key, as listed
+    bucket_keys: dict[str, dict[int, str]]  # generation id -> bucket number -> key, as listed (or {}: a copy alone)
     l0: dict[str, TableFile]  # readable level-0 files (if kept)
     gens: dict[str, Generation]  # readable manifests
     bad_gens: set[str]  # damaged manifests
@@ -133,6 +133,8 @@ def _survey_once(t: Table, keep: bool, orphans: bool = True) -> Survey:
         parts = k[len(t.prefix) :].split("/")
         if len(parts) == 3 and NAME_RE.match(parts[1]) and re.match(BUCKET_RE, parts[2]):
             bucket_keys.setdefault(parts[1], {})[int(parts[2], 16)] = k
+        elif len(parts) == 3 and NAME_RE.match(parts[1]) and parts[2] == LOOKASIDE:
+            bucket_keys.setdefault(parts[1], {})  # a copy alone (its writer killed as a merge took its generation)
     from casmon.store.table.survey import Survey, split_bucket  # verify and repair: never on a reader's or writer's path
 
     sv = Survey(t.prefix, l0_names, gen_ids, bucket_keys)
@@ -167,7 +169,7 @@ def _survey_once(t: Table, keep: bool, orphans: bool = True) -> Survey:
         sv.vanished = True  # merged meanwhile: look again
     accounted = ranges_union(ranges_of_names(l0_names), *(g.accounted() for g in sv.gens.values()))
     sv.gaps = [t._gap_name(w, lo, hi) for w, lo, hi in gaps_of(accounted)]
-    lone = sorted(set(bucket_keys) - set(gen_ids))
+    lone = sorted(g for g in set(bucket_keys) - set(gen_ids) if bucket_keys[g])  # a copy alone holds no entries
     if orphans and lone:
         if not keep:
             return _survey_once(t, True, orphans)  # the check needs the entries (rare: orphans are)
@@ -202,8 +204,8 @@ def rewrite_table(t: Table, sv: Survey, entries: Iterable[tuple[bytes, bytes]]) 
     Its provenance is every level-0 number the survey saw or a generation
     held, from 1 up for each writer, lost numbers included: what they held
     is in ``entries`` or is lost, so the table has no gap afterwards. Files
-    written after the survey stay. Leftover buckets of no generation are
-    deleted once older than :data:`ORPHAN_AGE` (they may belong to a merge in
+    written after the survey stay. Leftover buckets (and lookaside copies) of no
+    generation are deleted once older than :data:`ORPHAN_AGE` (they may belong to a merge in
     progress), damaged ones at once.
     """
     seen = ranges_union(ranges_of_names(sv.l0_names), *(g.accounted() for g in sv.gens.values()))
