@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 #: hashes, and casmon's layers above the cache.
 NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "queue", "asyncio", "zarr",
          "numcodecs", "casmon.maintenance", "casmon.runs", "casmon.calllog.reader", "casmon.view.display",
-         "casmon.ui", "casmon.cli"]
+         "casmon.ui", "casmon.cli", "casmon.store.blobwrite", "casmon.store.backend.urls", "casmon.store.condemnedlist"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -93,7 +93,9 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge",
               "json", "threading", "weakref", "math", "copy", "signal", "struct", "bisect", "array", "binascii",
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
-              "casmon.faultpoints", "casmon.store.encode"]
+              "casmon.faultpoints", "casmon.store.encode",
+              "casmon.store.blobwrite", "casmon.store.chunkio", "casmon.store.backend.urls", "casmon.store.manifestcheck",
+              "casmon.store.condemnedlist"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 
