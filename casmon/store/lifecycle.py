@@ -21,7 +21,7 @@ import os
 import sys
 import _thread  # threading's locks, without loading threading on a hit
 import warnings
-from _weakrefset import WeakSet  # weakref's own, without loading weakref.py on a hit
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 from collections.abc import Callable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -36,8 +36,44 @@ __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exi
            "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush",
            "flushes_each_call"]
 
+class WeakStores:
+    """Stores held weakly (one dropped unclosed leaves it): ``add``, ``discard``, iterating, ``len`` and truth, as a
+    ``weakref.WeakSet`` of them does, without loading ``_weakrefset`` (a module more on a fresh process's first hit)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weak_ref[Store]] = {}
+
+    def add(self, store: Store) -> None:
+        refs, key = self._refs, id(store)
+
+        def gone(r: weak_ref[Store]) -> None:  # the store was collected: its entry goes (unless a new one took it)
+            if refs.get(key) is r:
+                refs.pop(key, None)
+
+        r = refs.get(key)
+        if r is None or r() is not store:
+            refs[key] = weak_ref(store, gone)
+
+    def discard(self, store: Store) -> None:
+        r = self._refs.get(id(store))
+        if r is not None and r() is store:
+            self._refs.pop(id(store), None)
+
+    def __iter__(self) -> Iterator[Store]:
+        for r in list(self._refs.values()):  # a copy: a store collected meanwhile leaves the dict
+            s = r()
+            if s is not None:
+                yield s
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return any(True for _ in self)
+
+
 #: Every store open in this process (flushed at exit, reset in a forked child).
-open_stores: WeakSet[Store] = WeakSet()
+open_stores = WeakStores()
 _hooks_installed = False
 _threading_hooked = False  # the exit flush is among threading's exit hooks
 _hooks_lock = _thread.allocate_lock()
@@ -299,7 +335,7 @@ def watch_for_pool_child(store: Store) -> None:
     util.register_after_fork(store, _started_as_pool_child)
 
 
-_watched_before_multiprocessing: WeakSet[Store] = WeakSet()
+_watched_before_multiprocessing = WeakStores()
 _fork_hook_installed = False
 
 
