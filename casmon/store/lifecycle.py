@@ -37,8 +37,8 @@ __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exi
            "flushes_each_call"]
 
 class WeakStores:
-    """Stores held weakly (one dropped unclosed leaves it): ``add``, ``discard``, iterating, ``len`` and truth, as a
-    ``weakref.WeakSet`` of them does, without loading ``_weakrefset`` (a module more on a fresh process's first hit)."""
+    """Stores held weakly (one dropped unclosed leaves): a ``weakref.WeakSet``'s ``add``, ``discard``, iterating and
+    truth, without loading ``_weakrefset`` (a module more on a fresh process's first hit)."""
 
     def __init__(self) -> None:
         self._refs: dict[int, weak_ref[Store]] = {}
@@ -64,9 +64,6 @@ class WeakStores:
             s = r()
             if s is not None:
                 yield s
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
     def __bool__(self) -> bool:
         return any(True for _ in self)

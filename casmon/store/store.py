@@ -139,6 +139,19 @@ def _logger() -> logging.Logger:
 
 
 
+_reliance_module: Any = None
+
+
+def _reliance() -> Any:
+    """:mod:`casmon.store.reliance`, loaded by the first flush with values to check (a hit's needs none)."""
+    global _reliance_module
+    if _reliance_module is None:
+        from casmon.store import reliance
+
+        _reliance_module = reliance
+    return _reliance_module
+
+
 def _keep_while_waiting(store: Store) -> None:
     from casmon.store import reliance  # a write's and a check's: a hit loads none
 
@@ -595,9 +608,6 @@ class Store:
         and the error is raised.
         """
         faultpoints = fault_points()
-
-        from casmon.store import reliance
-
         if self.read_only:
             return
         # A hook moves a feature's waiting rows into a record: Ctrl-C in the middle would lose them.
@@ -622,11 +632,14 @@ class Store:
                 faultpoints.point("flush.sealed")
                 self._in_flight = refs
                 sealed_at = time.monotonic()
-                stale = {Digest.from_raw(d) for d in refs if reliance.needs_check(self, d)}
-                bad = reliance.check_values(self, stale) if stale else set()
-                bad |= reliance.check_pending_values(self)
+                # The checks' module loads only where there is something to check: a hit's exit flush (one
+                # usage record, naming no value, nothing waiting) loads none.
+                stale = {Digest.from_raw(d) for d in refs if _reliance().needs_check(self, d)} if refs else set()
+                bad = _reliance().check_values(self, stale) if stale else set()
+                if self.objects.pending_bytes:
+                    bad |= _reliance().check_pending_values(self)
                 if bad:
-                    reliance.drop_records_needing(self, bad, tables)
+                    _reliance().drop_records_needing(self, bad, tables)
                 self._write_objects()
                 faultpoints.point("flush.after_index")
                 for kind, t in tables:
@@ -635,9 +648,9 @@ class Store:
                         if again:
                             # Slow (a retried network write, a stopped process), or a record write slow enough
                             # that a gc may fence it: check the values again, under a fresh view.
-                            bad = reliance.check_values(self, refs_of(t), force=True)
+                            bad = _reliance().check_values(self, refs_of(t), force=True)
                             if bad:
-                                reliance.drop_records_needing(self, bad, [(kind, t)])
+                                _reliance().drop_records_needing(self, bad, [(kind, t)])
                             self._write_objects()
                             t.reseal()  # checked just now: sealed now (casmon.store.table.fence)
                         try:
@@ -676,7 +689,7 @@ class Store:
                 raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
         if self._held:
             try:
-                reliance.protect_held(self)
+                _reliance().protect_held(self)
             except Exception:  # noqa: BLE001 - the next flush looks again; the seal check still guards
                 pass
         if self._after_flush and not getattr(_in_hooks, "after", False):
