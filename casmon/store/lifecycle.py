@@ -28,9 +28,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 if TYPE_CHECKING:
+    import signal
     import threading
 
     from casmon.store.store import Store
+else:  # signal.py's functions are _signal's, wrapped to give enums: building those cost a first flush ~0.5 ms
+    import _signal as signal
 
 __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
            "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush",
@@ -147,9 +150,10 @@ def signals_deferred() -> Iterator[None]:
     as it would have been.
     """
     global _defer_depth
-    import threading  # a write's: a hit defers no signal
-
-    if threading.current_thread() is not threading.main_thread():
+    # Without threading loaded no thread but the main one runs Python's handlers, and importing it here (most of
+    # a millisecond, in every process's exit flush) would only make this thread its main thread.
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.current_thread() is not threading.main_thread():
         yield  # other threads never receive KeyboardInterrupt
         return
     if _defer_depth:
@@ -159,8 +163,6 @@ def signals_deferred() -> Iterator[None]:
         finally:
             _defer_depth -= 1
         return
-    import signal  # a flush's first step loads it, not opening a store
-
     held: list[int] = []
     saved: dict[int, Callable[[int, Any], Any]] = {}
     sigs = tuple(getattr(signal, n) for n in _HELD_NAMES if hasattr(signal, n))

@@ -1,7 +1,7 @@
 """A process whose only write is what its exit flush writes (a cache hit's usage record: no value named, nothing
-waiting) writes it without loading the value checks (casmon.store.reliance) or the fault points
-(casmon.faultpoints); a flush that has values to check still checks them, and a fault point asked for through
-the environment still acts."""
+waiting) writes it without loading the value checks (casmon.store.reliance), the fault points
+(casmon.faultpoints), threading or signal.py; a fault point asked for through the environment still acts, and
+a Ctrl-C in a flush's held step still waits for the step's end in a process that never loaded threading."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     import atexit, json, sys
 
     def report():  # registered first, so it runs last: after casmon's exit flush
-        mods = ["casmon.store.reliance", "casmon.faultpoints"]
+        mods = ["casmon.store.reliance", "casmon.faultpoints", "threading", "signal"]
         print(json.dumps({"loaded": [m for m in mods if m in sys.modules]}), flush=True)
 
     atexit.register(report)
@@ -65,3 +65,34 @@ def test_a_fault_point_named_in_the_environment_still_acts_at_the_exit_flush(tmp
     assert hit.returncode == 0, hit.stderr
     assert (counts / "flush.sealed.count").read_text().count("1") >= 1
     assert "casmon.faultpoints" in json.loads(hit.stdout.strip().splitlines()[-1])["loaded"]
+
+DEFER = textwrap.dedent("""
+    import json, os, sys
+    import casmon
+
+    s = casmon.open(sys.argv[1], autoflush=None)  # no flush thread: threading stays unloaded
+    steps = []
+
+    def hook(store):  # runs in the flush's held step: a Ctrl-C now arrives once the step ends
+        os.kill(os.getpid(), 2)
+        steps.append("hook ended")
+
+    s.add_flush_hook(hook)
+    s.append("note", {"x": 1})
+    try:
+        s.flush()
+        steps.append("flush returned")
+    except KeyboardInterrupt:
+        steps.append("interrupted")
+    print(json.dumps({"steps": steps, "threading": "threading" in sys.modules}), flush=True)
+""")
+
+
+def test_a_ctrl_c_in_a_flushs_held_step_arrives_after_it_in_a_process_without_threading(tmp_path):
+    script = tmp_path / "defer.py"
+    script.write_text(DEFER)
+    r = _run(script, tmp_path / "store")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["steps"] == ["hook ended", "interrupted"]
+    assert out["threading"] is False
