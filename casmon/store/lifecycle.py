@@ -21,23 +21,59 @@ import os
 import sys
 import _thread  # threading's locks, without loading threading on a hit
 import warnings
-from _weakrefset import WeakSet  # weakref's own, without loading weakref.py on a hit
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 from collections.abc import Callable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
 
 if TYPE_CHECKING:
+    import signal
     import threading
 
     from casmon.store.store import Store
+else:  # signal.py's functions are _signal's, wrapped to give enums: building those cost a first flush ~0.5 ms
+    import _signal as signal
 
 __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exit_hook_stops_threads",
            "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush",
            "flushes_each_call"]
 
+class WeakStores:
+    """Stores held weakly (one dropped unclosed leaves): a ``weakref.WeakSet``'s ``add``, ``discard``, iterating and
+    truth, without loading ``_weakrefset`` (a module more on a fresh process's first hit)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weak_ref[Store]] = {}
+
+    def add(self, store: Store) -> None:
+        refs, key = self._refs, id(store)
+
+        def gone(r: weak_ref[Store]) -> None:  # the store was collected: its entry goes (unless a new one took it)
+            if refs.get(key) is r:
+                refs.pop(key, None)
+
+        r = refs.get(key)
+        if r is None or r() is not store:
+            refs[key] = weak_ref(store, gone)
+
+    def discard(self, store: Store) -> None:
+        r = self._refs.get(id(store))
+        if r is not None and r() is store:
+            self._refs.pop(id(store), None)
+
+    def __iter__(self) -> Iterator[Store]:
+        for r in list(self._refs.values()):  # a copy: a store collected meanwhile leaves the dict
+            s = r()
+            if s is not None:
+                yield s
+
+    def __bool__(self) -> bool:
+        return any(True for _ in self)
+
+
 #: Every store open in this process (flushed at exit, reset in a forked child).
-open_stores: WeakSet[Store] = WeakSet()
+open_stores = WeakStores()
 _hooks_installed = False
 _threading_hooked = False  # the exit flush is among threading's exit hooks
 _hooks_lock = _thread.allocate_lock()
@@ -114,9 +150,10 @@ def signals_deferred() -> Iterator[None]:
     as it would have been.
     """
     global _defer_depth
-    import threading  # a write's: a hit defers no signal
-
-    if threading.current_thread() is not threading.main_thread():
+    # Without threading loaded no thread but the main one runs Python's handlers, and importing it here (most of
+    # a millisecond, in every process's exit flush) would only make this thread its main thread.
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.current_thread() is not threading.main_thread():
         yield  # other threads never receive KeyboardInterrupt
         return
     if _defer_depth:
@@ -126,8 +163,6 @@ def signals_deferred() -> Iterator[None]:
         finally:
             _defer_depth -= 1
         return
-    import signal  # a flush's first step loads it, not opening a store
-
     held: list[int] = []
     saved: dict[int, Callable[[int, Any], Any]] = {}
     sigs = tuple(getattr(signal, n) for n in _HELD_NAMES if hasattr(signal, n))
@@ -299,7 +334,7 @@ def watch_for_pool_child(store: Store) -> None:
     util.register_after_fork(store, _started_as_pool_child)
 
 
-_watched_before_multiprocessing: WeakSet[Store] = WeakSet()
+_watched_before_multiprocessing = WeakStores()
 _fork_hook_installed = False
 
 

@@ -21,12 +21,9 @@ points at a pack that is not there. Every read checks the frame's digest.
 
 from __future__ import annotations
 
-import io
-import os
 import _thread  # threading's locks, without loading threading on a hit
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     import struct
@@ -35,22 +32,20 @@ if TYPE_CHECKING:
 else:  # struct.py re-exports _struct: the same names, one module less on a hit
     import _struct as struct
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
+    from typing import Any
 
 import xxhash
 
 from casmon.store import condemned
 from casmon.store.backend import Backend
-from casmon.store.backend.base import fault_points
-from casmon.store.codec import (FRAME_HEADER, KIND_CHUNK, KIND_VALUE, Codec, Frame, decode_body, decode_frame, encode_frame,
-                               encode_frame_parts, is_ndarray, read_header)
+from casmon.store.codec import FRAME_HEADER, KIND_VALUE, Codec, Frame, decode_frame, is_ndarray, read_header
 from casmon.keys.digest import Digest
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.plain import Frozen
 from casmon.store.table import Table
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import Future
 
     import numpy as np
     import numpy.typing as npt
@@ -63,10 +58,6 @@ if TYPE_CHECKING:
     #: A blob waiting for a pack: (frame, kind, logical size, the view it was checked under).
     Waiting: TypeAlias = tuple[bytes, int, int, float]
 
-if TYPE_CHECKING:
-    _T = TypeVar("_T")
-    _R = TypeVar("_R")
-
 __all__ = ["ObjectStore", "Location", "loose_key", "pack_key", "LOOSE_MIN"]
 
 #: Blobs with at least this many raw bytes are stored loose, one file each.
@@ -75,141 +66,28 @@ LOOSE_MIN = 256 << 10
 PACK_MAX = 8 << 20
 _INF = float("inf")  # math.inf, without loading math
 _LOC = struct.Struct("<16sQIBQ")
-#: Large chunks in flight (hashed, compressed or written by the chunk pool) per ``put``.
-INFLIGHT_MAX = 16
+#: A large value's I/O (the chunk pool, reads into buffers) and a write are loaded by their first use: a small
+#: value's hit needs neither.
+_chunkio: Any = None
+_blobwrite: Any = None
 
 
-_pool_lock = _thread.allocate_lock()
-_pool_state: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
+def _chunk_io() -> Any:
+    global _chunkio
+    if _chunkio is None:
+        from casmon.store import chunkio
+
+        _chunkio = chunkio
+    return _chunkio
 
 
-def chunk_pool() -> ThreadPoolExecutor | None:
-    """The thread pool that hashes, compresses, writes and reads large chunks, or None.
+def _writing() -> Any:
+    global _blobwrite
+    if _blobwrite is None:
+        from casmon.store import blobwrite
 
-    xxhash, blosc and zstd release the GIL, as do file reads and writes, so the
-    pool's threads use every core on one value. One pool per process, started
-    on first use (a forked child starts its own); None while the interpreter
-    exits (Python 3.12 refuses new threads then), and callers do the work in
-    their own thread.
-    """
-    global _pool_state
-    st = _pool_state
-    if st is not None and st[0] == os.getpid():
-        return st[1]
-    with _pool_lock:
-        st = _pool_state
-        if st is not None and st[0] == os.getpid():
-            return st[1]
-        from concurrent.futures import ThreadPoolExecutor  # loaded by the first large value, not by a hit
-
-        try:
-            pool = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="casmon-chunk")
-            pool.submit(int).result()  # start a thread now: fails here, not later, if threads cannot start
-        except RuntimeError:
-            return None
-        _pool_state = (os.getpid(), pool)
-        return pool
-
-
-def _map(fn: Callable[[_T], _R], items: list[_T]) -> list[_R | None]:
-    """``[fn(x) for x in items]`` on the chunk pool (in order; the first error is raised after all ended).
-
-    Before the pool has started (a script's first hit) the items are spread over a few plain threads
-    instead: starting the pool imports ``concurrent.futures`` and ``logging``, which cost a fresh
-    process more than reading a 32 MB value does.
-    """
-    if len(items) <= 1:
-        return [fn(x) for x in items]
-    st = _pool_state
-    if st is None or st[0] != os.getpid():
-        return _spread(fn, items)
-    pool = chunk_pool()
-    if pool is None:
-        return [fn(x) for x in items]
-    try:
-        futs = [pool.submit(fn, x) for x in items]
-    except RuntimeError:  # the interpreter began to exit meanwhile
-        return [fn(x) for x in items]
-    out: list[_R | None] = []
-    error: BaseException | None = None
-    for f in futs:
-        try:
-            out.append(f.result())
-        except BaseException as e:  # noqa: BLE001 - wait for every job, then raise the first error
-            error = error or e
-            out.append(None)
-    if error is not None:
-        raise error
-    return out
-
-
-def _spread(fn: Callable[[_T], _R], items: list[_T]) -> list[_R | None]:
-    """``[fn(x) for x in items]`` on short-lived threads, the caller's among them; in order, and the first
-    error (in item order) is raised once every item has ended."""
-    out: list[_R | None] = [None] * len(items)
-    errors: list[BaseException | None] = [None] * len(items)
-    todo = iter(range(len(items)))  # next() on a range iterator is atomic under the GIL
-    lock = _thread.allocate_lock()
-
-    def drain() -> None:
-        while True:
-            with lock:
-                i = next(todo, None)
-            if i is None:
-                return
-            try:
-                out[i] = fn(items[i])
-            except BaseException as e:  # noqa: BLE001 - every item runs; the first error is raised below
-                errors[i] = e
-
-    import threading  # a thread's: a hit starts none
-
-    threads: list[threading.Thread] = []
-    for _ in range(min(len(items), max(2, min(8, os.cpu_count() or 2))) - 1):
-        t = threading.Thread(target=drain, name="casmon-read", daemon=True)
-        try:
-            t.start()
-        except RuntimeError:  # no new threads while the interpreter exits: the caller does the rest
-            break
-        threads.append(t)
-    drain()
-    for t in threads:
-        t.join()
-    for e in errors:
-        if e is not None:
-            raise e
-    return out
-
-
-def _readinto(f: io.RawIOBase, mv: memoryview) -> int:
-    """Fill ``mv`` from file ``f`` (unbuffered reads may return less than asked); the bytes read."""
-    got = 0
-    while got < mv.nbytes:
-        n = f.readinto(mv[got:])
-        if not n:
-            break
-        got += n
-    return got
-
-
-#: Raw chunks are read and hashed in pieces this large, so the hash reads what was just copied
-#: while it is still in the CPU's cache instead of reading the whole chunk from memory again.
-_PIECE = 1 << 20
-
-
-def _readinto_hashed(f: io.RawIOBase, mv: memoryview) -> tuple[int, bytes]:
-    """Fill ``mv`` from file ``f`` piece by piece, hashing each piece as it lands: (bytes read, xxh3-128)."""
-    h = xxhash.xxh3_128()
-    got = 0
-    while got < mv.nbytes:
-        piece = mv[got : got + _PIECE]
-        n = _readinto(f, piece)
-        if n:
-            h.update(piece[:n])
-        got += n
-        if n < piece.nbytes:
-            break
-    return got, h.digest()
+        _blobwrite = blobwrite
+    return _blobwrite
 
 
 def _bytes_of(buf: Out) -> memoryview:
@@ -339,120 +217,15 @@ class ObjectStore:
         pack entry that no condemned list names. ``digest``, if given, is the
         xxh3-128 of ``raw`` (computed by :meth:`put_chunks` on the chunk pool).
         """
-        d = digest if digest is not None else _hash(raw)
-        if d in self._pending:
-            return d
-        vt = self.view()
-        n = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
-        size = n if size is None else size
-        if d in self._suspect:
-            return self._rewrite(d, raw, kind, codec, typesize, size, vt)
-        if d in self._condemned:
-            self.revived += 1
-            _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
-            self._queue(d, frame, kind, size, vt)
-            return d
-        if d in self._known:
-            self._known[d] = vt
-            return d
-        if n >= LOOSE_MIN:
-            # Check, compress and write on the chunk pool while the caller goes on with the next
-            # chunk; wait_writes() is called before anything can point at this object.
-            fut = self._submit(self._write_loose, d, raw, kind, codec, typesize)
-            with self._inflight_lock:
-                self._inflight.append((d, fut, vt))
-                full = len(self._inflight) >= INFLIGHT_MAX
-            if full:
-                self.wait_writes(keep=INFLIGHT_MAX // 2)
-            return d
-        found = self.index.lookup_cached(d)
-        if found and not (self._cut_packs and all(Location.decode(v).pack in self._cut_packs for v in found)):
-            self._remember(d, vt)
-            return d
-        _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
-        self._queue(d, frame, kind, size, vt)
-        if n <= RAW_KEEP:  # a small result's bytes, for peek_raw (a cache entry copies them)
-            self._put_raw.put(d, bytes(raw))
-        return d
+        return _writing().put(self, raw, kind, codec, typesize, size, digest)  # type: ignore[no-any-return]
 
     def put_chunks(self, data: memoryview, cb: int, kind: int, codec: Codec, typesize: int = 1) -> list[Digest]:
         """:meth:`put` each ``cb``-byte piece of ``data``; the pieces are hashed on the chunk pool first."""
-        views = [data[o : o + cb] for o in range(0, data.nbytes, cb)]
-        if len(views) <= 1 or cb < LOOSE_MIN:
-            return [self.put(v, kind, codec, typesize) for v in views]
-        vt = self.view()
-        # Each chunk is hashed and, when new, compressed and written by one job on the pool, while its bytes
-        # are still in the CPU's cache: no pass over the whole value for its digests before the writes begin.
-        # On the pool's threads, never the caller's: blosc compresses differently on the main thread (its
-        # global context), and a chunk's stored bytes do not depend on which thread wrote it.
-        chunk_pool()
-        done = _map(lambda v: self._hash_and_write(v, kind, codec, typesize), views)
-        out = []
-        for v, r in zip(views, done):
-            assert r is not None  # _map raised if a job failed
-            d, written = r
-            if written:
-                self._remember(d, vt)
-            else:  # stored, waiting, condemned or damaged: put decides, with the digest already known
-                self.put(v, kind, codec, typesize, digest=d)
-            out.append(d)
-        return out
-
-    def _hash_and_write(self, raw: memoryview, kind: int, codec: Codec, typesize: int) -> tuple[Digest, bool]:
-        """A large chunk's digest, and whether this job wrote it as a new loose object (any thread); one not
-        written is left to :meth:`put`: known stored, waiting for a pack, condemned or found damaged."""
-        d = _hash(raw)
-        if raw.nbytes < LOOSE_MIN or d in self._pending or d in self._suspect or d in self._condemned or d in self._known:
-            return d, False  # a short last chunk goes to a pack
-        self._write_loose(d, raw, kind, codec, typesize)
-        return d, True
-
-    @staticmethod
-    def _submit(fn: Callable[..., _R], *args: Any) -> Future[_R]:
-        pool = chunk_pool()
-        if pool is not None:
-            try:
-                return pool.submit(fn, *args)
-            except RuntimeError:  # the interpreter began to exit meanwhile
-                pass
-        from concurrent.futures import Future
-
-        fut: Future[_R] = Future()
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - raised by wait_writes, like a pool job's
-            fut.set_exception(e)
-        return fut
+        return _writing().put_chunks(self, data, cb, kind, codec, typesize)  # type: ignore[no-any-return]
 
     def _write_loose(self, d: Digest, raw: Raw, kind: int, codec: Codec, typesize: int) -> None:
         """Write a large blob as a loose object unless it is there (create-if-absent); any thread."""
-        key = loose_key(d)
-        path = self.backend.local_path(key)
-        if path.exists() if path is not None else self.backend.exists(key):
-            return
-        _, header, payload = encode_frame_parts(raw, kind, codec, typesize, digest=d)
-        self.backend.create_frame(key, header, payload)
-
-    def _queue(self, d: Digest, frame: bytes, kind: int, size: int, vt: float) -> None:
-        with self._lock:
-            if d not in self._pending:
-                # Keyed by plain bytes (equal to the Digest): thousands wait for a pack, and the garbage
-                # collector would walk every Digest (an instance of a Python class) at each full collection.
-                self._pending[bytes(d)] = (frame, kind, size, vt)
-                self._pending_bytes += len(frame)
-
-    def _rewrite(self, d: Digest, raw: Raw, kind: int, codec: Codec, typesize: int, size: int, vt: float) -> Digest:
-        """Store a good copy of a blob that was found damaged (self-healing on recompute)."""
-        _, frame = encode_frame(raw, kind, codec, typesize, digest=d)
-        if (len(raw) if not isinstance(raw, memoryview) else raw.nbytes) >= LOOSE_MIN and d not in self._condemned:
-            self.backend.set(loose_key(d), frame)  # overwrite the damaged file in place (atomic rename)
-            self._remember(d, vt)
-        else:
-            self._queue(d, frame, kind, size, vt)  # a new pack entry; the newest index entry wins
-        self._suspect.discard(d)
-        self._raw.d.pop(d, None)
-        self._put_raw.d.pop(d, None)
-        return d
+        _writing().write_loose(self, d, raw, kind, codec, typesize)
 
     # -- the condemned-list view ---------------------------------------------------
     def view(self) -> float:
@@ -468,32 +241,7 @@ class ObjectStore:
         ``GAP_MAX`` may have missed one: either way this writer forgets what it
         believed stored and reads the index again.
         """
-        with self._view_lock:
-            t = time.monotonic()
-            names = {k.rsplit("/", 1)[-1] for k in self.backend.list(condemned.PREFIX) if ".partial" not in k}
-            gone = [n for n in self._lists if n not in names]
-            new = [n for n in names if n not in self._lists]
-            forget = bool(gone) or (t - self._view_at > condemned.GAP_MAX and self._view_at > -_INF)
-            for n in gone:
-                del self._lists[n]
-            if new:
-                for n, data in zip(new, self.backend.get_many([condemned.PREFIX + n for n in new])):
-                    if data is None:
-                        continue  # swept meanwhile
-                    try:
-                        lst = condemned.decode(n, data)
-                    except DamagedObjectError:
-                        continue  # gc cannot sweep a list it cannot read: nothing of it will be deleted
-                    self._lists[n] = lst.digests
-            if gone or new:
-                self._condemned = {d for ds in self._lists.values() for d in ds}
-            if forget:
-                self._known.clear()
-                self._raw.clear()
-                self._put_raw.clear()
-                self.index.refresh()
-            self._view_at = t
-            return t
+        return _writing().refresh_view(self)  # type: ignore[no-any-return]
 
     def is_condemned(self, d: Digest) -> bool:
         """Whether a condemned list this writer can see names ``d``."""
@@ -516,48 +264,14 @@ class ObjectStore:
 
     def copy(self, d: Digest, vt: float | None = None) -> None:
         """Queue a new copy of stored blob ``d`` for the next pack (checked before it is copied)."""
-        if d in self._pending:
-            return
-        vt = self.view() if vt is None else vt
-        key = loose_key(d)
-        data = self.backend.get(key)
-        if data is not None:
-            frame = bytes(data)
-            h = decode_frame(frame, key, expect=d)[0]
-            self._queue(d, frame, h.kind, h.raw_len, vt)
-            self.revived += 1
-            return
-        for loc in self.locations(d):
-            pk = pack_key(loc.pack)
-            data = self.backend.get_range(pk, loc.offset, loc.offset + loc.length)
-            if data is None:
-                continue
-            frame = bytes(data)
-            self._decode(frame, f"{pk}@{loc.offset} (object {d.hex()})", d)
-            self._queue(d, frame, loc.kind, loc.size, vt)
-            self.revived += 1
-            return
-        raise MissingObjectError(f"object {d.hex()} is not in the store")
+        _writing().copy(self, d, vt)
 
     def check_stored(self, d: Digest, vt: float) -> bool:
         """Check (under view ``vt``) that ``d`` is stored and not condemned; copy it if condemned.
 
         False if it is not stored at all.
         """
-        if d in self._pending:
-            return True
-        if d in self._condemned:
-            self.copy(d, vt)
-            return True
-        if d in self._known:
-            # Still believed stored: every belief is dropped when a swept list vanishes or the
-            # writer stopped looking for GAP_MAX, and only a swept list's objects are ever deleted.
-            self._known[d] = vt
-            return True
-        if self.locate(d) is not None or self.backend.exists(loose_key(d)):
-            self._remember(d, vt)
-            return True
-        return False
+        return _writing().check_stored(self, d, vt)  # type: ignore[no-any-return]
 
     def _decode(self, data: Raw | npt.NDArray[np.uint8], key: str, d: Digest, out: Out | None = None) -> bytes | memoryview:
         try:
@@ -579,25 +293,8 @@ class ObjectStore:
 
     def wait_writes(self, keep: int = 0) -> None:
         """Wait for background loose writes (all but ``keep`` of them); raise the first error."""
-        # Writes stay on the list until they are done: another thread's put waiting at the same time
-        # must wait for them too, not find the list empty and return before its chunks are written
-        # (its caller could then change the array while the pool still writes it).
-        with self._inflight_lock:
-            if len(self._inflight) <= keep:
-                return
-            waiting = self._inflight[: len(self._inflight) - keep]
-        error = None
-        for d, fut, vt in waiting:
-            try:
-                fut.result()
-                self._remember(d, vt)
-            except BaseException as e:  # noqa: BLE001 - wait for all, then raise
-                error = error or e
-        with self._inflight_lock:
-            done = {id(w) for w in waiting}
-            self._inflight = [w for w in self._inflight if id(w) not in done]
-        if error is not None:
-            raise error
+        if len(self._inflight) > keep:
+            _writing().wait_writes(self, keep)
 
     def adopt(self, d: Digest, frame: bytes, kind: int, size: int) -> None:
         """Queue an already framed blob for the next pack (gc's repacking, repair)."""
@@ -646,8 +343,6 @@ class ObjectStore:
 
     def flush(self) -> str | None:
         """Write waiting small blobs as one pack, then their index entries."""
-        faultpoints = fault_points()
-
         with self._lock:
             if not self._pending:
                 self.index.flush()  # index entries of an earlier pack whose index write failed
@@ -657,46 +352,7 @@ class ObjectStore:
             # Still readable while the pack is written and indexed: a get() in another thread would
             # otherwise find it nowhere (a cache hit beside a flush would call it missing and recompute).
             self._flushing = pending
-        try:
-            frames = []
-            entries = []
-            off = 0
-            for d, (frame, kind, size, _vt) in pending.items():
-                frames.append(frame)
-                entries.append((d, off, len(frame), kind, size))
-                off += len(frame)
-            data = b"".join(frames)
-            # A fresh random name, never the digest of the bytes: a new copy of a condemned object must
-            # land at a location no condemned list names, even when the pack's bytes are the same.
-            name = os.urandom(16).hex()
-            self.backend.create(pack_key(name), data)
-        except BaseException:
-            self._keep_waiting(pending)  # nothing half-written is indexed
-            raise
-        self._packs.put(name, data)
-        try:
-            faultpoints.point("flush.after_pack")
-            for d, o, ln, k, s in entries:
-                self.index.add(d, Location(name, o, ln, k, s).encode())
-        except BaseException:  # Ctrl-C between the pack and its index: the pack alone finds nothing
-            self._keep_waiting(pending)
-            raise
-        with self._lock:  # indexed (the index's waiting entries are searched): found through it now
-            self._flushing = {}
-        # The pack is written; its index entries are this table's to write, and to retry if this fails.
-        self.index.flush()
-        for d, v in pending.items():
-            self._remember(d, v[3])  # relied on since it was put, not since it was written
-        return name
-
-    def _keep_waiting(self, pending: dict[bytes, Waiting]) -> None:
-        """A failed pack's objects wait again, for the next flush's pack (a copy already indexed is harmless)."""
-        with self._lock:
-            for d, v in pending.items():
-                if d not in self._pending:
-                    self._pending[d] = v
-                    self._pending_bytes += len(v[0])
-            self._flushing = {}
+        return _writing().write_pack(self, pending)  # type: ignore[no-any-return]
 
     # -- reading ---------------------------------------------------------------
     def locate(self, d: Digest, refresh: bool = True) -> Location | None:
@@ -778,17 +434,7 @@ class ObjectStore:
         """Loose blob ``d``'s payload as it is stored, with the id of the codec it is stored with, checked against
         ``d`` (a compressed one decoded into ``scratch``, of its raw length, to check it): what an export copies
         without compressing it again. None where ``d`` is no loose object (packed, or missing)."""
-        key = loose_key(d)
-        data = self.backend.get(key)
-        if data is None:
-            return None
-        try:
-            codec = read_header(data, key).codec
-        except DamagedObjectError:
-            self.found_damaged(d)
-            raise
-        self._decode(data, key, d, None if codec == 0 else scratch)
-        return codec, _bytes_of(data)[FRAME_HEADER:]
+        return _chunk_io().stored_payload(self, d, scratch)  # type: ignore[no-any-return]
 
     def get_into_many(self, jobs: list[tuple[Digest, npt.NDArray[np.uint8]]], window: int = 8) -> None:
         """Read many large blobs into their buffers, on the chunk pool.
@@ -797,60 +443,7 @@ class ObjectStore:
         (a raw payload is never copied again) and checked there; from other
         stores ``window`` objects are fetched at a time and decoded on the pool.
         """
-        if not jobs:
-            return
-        if self.backend.local_root is not None:
-            missing = [j for j, ok in zip(jobs, _map(self._read_local_into, jobs)) if not ok]
-        else:
-            missing = []
-            for i in range(0, len(jobs), window):
-                batch = jobs[i : i + window]
-                keys = [loose_key(d) for d, _ in batch]
-                got = [(d, out, key, data) for (d, out), key, data in zip(batch, keys, self.backend.get_many(keys))]
-                missing += [(d, out) for d, out, _, data in got if data is None]
-                found = [(d, out, key, data) for d, out, key, data in got if data is not None]
-                _map(lambda g: self._decode(g[3], g[2], g[0], g[1]), found)
-        for d, out in missing:
-            self.get(d, out=out, loose_hint=False)  # not loose after all: packed, or missing
-
-    def _read_local_into(self, job: tuple[Digest, npt.NDArray[np.uint8]]) -> bool:
-        """Read loose object ``d`` from a local folder into ``out`` and check it; False if there is no such file."""
-        d, out = job
-        key = loose_key(d)
-        path = self.backend.local_path(key)
-        if path is None:  # not a local folder after all: read it the ordinary way
-            return False
-        try:
-            f = open(path, "rb", buffering=0)
-        except FileNotFoundError:
-            return False
-        self.backend.requests += 1
-        try:
-            with f:
-                head = f.read(FRAME_HEADER)
-                try:
-                    frame = read_header(head, key)
-                    if frame.digest != d:
-                        raise DamagedObjectError(key, f"header names digest {frame.digest.hex()}, expected {d.hex()}")
-                    size = os.fstat(f.fileno()).st_size
-                    if size != FRAME_HEADER + frame.stored_len:
-                        raise DamagedObjectError(key, f"payload is {size - FRAME_HEADER} bytes, header says "
-                                                      f"{frame.stored_len} (truncated or extended)")
-                    mv = _bytes_of(out)
-                    if frame.codec == 0 and frame.raw_len == mv.nbytes == frame.stored_len:
-                        got, digest = _readinto_hashed(f, mv)
-                        if got != mv.nbytes:
-                            raise DamagedObjectError(key, f"payload is {got} bytes, header says {frame.stored_len} (truncated)")
-                        if digest != frame.digest:
-                            raise DamagedObjectError(key, "content does not match its digest")
-                    else:
-                        decode_body(frame, f.read(), key, out)
-                except DamagedObjectError:
-                    self.found_damaged(d)
-                    raise
-        except FileNotFoundError:
-            return False
-        return True
+        _chunk_io().get_into_many(self, jobs, window)
 
     def _read_packed(self, d: Digest, loc: Location, out: Out | None = None) -> bytes | memoryview:
         key = pack_key(loc.pack)

@@ -35,12 +35,11 @@ strided numpy arrays (pickle would copy them into the stream).
 from __future__ import annotations
 
 import io
-import re
 import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Callable, Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    from typing import IO, Any, NoReturn, Protocol, runtime_checkable
+    from typing import IO, Any, Protocol, runtime_checkable
 
 from casmon.keys.cpickle import pickle
 from casmon.keys.names import keep_flat_names
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from casmon.store.encode import as_part, encode
+    from casmon.store.manifestcheck import TAGS, check_manifest
 
 __all__ = [
     "Part",
@@ -69,15 +69,19 @@ __all__ = [
     "check_manifest",
 ]
 
-#: The write half (:mod:`casmon.store.encode`), loaded on first use: a hit decodes, never encodes.
-_ENCODING = frozenset({"encode", "as_part"})
+#: The write half (:mod:`casmon.store.encode`) and the check of a manifest with parts
+#: (:mod:`casmon.store.manifestcheck`), loaded on first use: a hit decodes, never encodes, and a plain
+#: value's manifest has no fields to check.
+_HOMES = {"encode": "casmon.store.encode", "as_part": "casmon.store.encode",
+          "check_manifest": "casmon.store.manifestcheck", "TAGS": "casmon.store.manifestcheck"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _ENCODING:
-        from casmon.store import encode as write_half
+    home = _HOMES.get(name)
+    if home is not None:
+        import importlib
 
-        value = getattr(write_half, name)
+        value = getattr(importlib.import_module(home), name)
         globals()[name] = value  # the next lookup is a plain attribute
         return value
     raise AttributeError(f"module 'casmon.store.serialize' has no attribute {name!r}")
@@ -478,88 +482,10 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
 # Checking a manifest read from a store, before anything is allocated
 # ---------------------------------------------------------------------------
 
-TAGS = ("json", "pickle", "array", "bytes", "handler")
 #: The largest chunk a manifest may name (``Store(chunk_size=...)`` above this is refused).
 MAX_CHUNK = 1 << 30
 #: The most dimensions an array may have (numpy's own limit is 64).
 MAX_NDIM = 64
-_HEX32 = r"^[0-9a-f]{32}$"  # compiled on first use (``re``'s cache): most values have no children
-
-
-def check_manifest(key: str, tag: Any, meta: Any, parts: Any, children: Any, inline_len: int, nbytes: Any) -> None:
-    """Refuse a manifest whose fields do not fit together, before any buffer is allocated.
-
-    Every length, count and shape is checked: each part's chunk count matches
-    its length and chunk size, the chunk size is at most :data:`MAX_CHUNK`, an
-    array's shape times its item size is its buffer's length, an array's dtype
-    holds no Python objects. Raises :class:`DamagedObjectError` naming ``key``.
-    """
-
-    def bad(why: str) -> NoReturn:
-        raise DamagedObjectError(key, f"not a valid manifest: {why}")
-
-    if tag not in TAGS:
-        bad(f"unknown form {str(tag)[:40]!r}")
-    if not isinstance(meta, dict):
-        bad("meta is not an object")
-    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
-        bad("parts is not a list of objects")
-    if not isinstance(children, list) or not all(type(h) is str and re.match(_HEX32, h) for h in children):
-        bad("children is not a list of digests")
-    if tag != "pickle" and children:
-        bad(f"a {str(tag)} value has no children")
-    if type(nbytes) is not int or nbytes < 0:
-        bad("size is not a non-negative integer")
-    total = 0
-    for i, p in enumerate(parts):
-        n, cb, rb, c = p.get("n"), p.get("cb"), p.get("rb", 1), p.get("c")
-        if type(n) is not int or type(cb) is not int or type(rb) is not int or not isinstance(c, list):
-            bad(f"part {i} lacks integer n/cb/rb or a chunk list")
-        if n < 0 or not 1 <= cb <= MAX_CHUNK or rb < 1:
-            bad(f"part {i}: length {n}, chunk size {cb}, row size {rb} out of range")
-        if len(c) != -(-n // cb):
-            bad(f"part {i}: {len(c)} chunks for {n} bytes in chunks of {cb}")
-        if not all(type(h) is str and re.match(_HEX32, h) for h in c):
-            bad(f"part {i}: a chunk name is not a digest")
-        total += n
-    if tag == "pickle":
-        if meta.get("oob", len(parts)) != len(parts):
-            bad("out-of-band buffer count does not match the parts")
-        if nbytes != total + inline_len:
-            bad(f"size {nbytes} is not the stream ({inline_len}) plus the buffers ({total})")
-    elif tag in ("json",):
-        if parts or children:
-            bad("a JSON value has no parts")
-    elif tag == "bytes":
-        if len(parts) != 1 or nbytes != total or meta.get("type") not in ("bytes", "bytearray"):
-            bad("a bytes value has one part of its size")
-    elif tag == "handler":
-        if not isinstance(meta.get("handler"), str) or "meta" not in meta or nbytes != total:
-            bad("a handler value names its handler and has parts of its size")
-    elif tag == "array":
-        if len(parts) != 1 or children:
-            bad("an array has exactly one part")
-        dt = meta.get("dtype")
-        shape = meta.get("shape")
-        if meta.get("order") not in ("C", "F") or not isinstance(dt, str) or len(dt) > 4096:
-            bad("an array needs an order C or F and a dtype")
-        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(type(x) is int and x >= 0 for x in shape):
-            bad("an array's shape is a list of at most 64 non-negative integers")
-        try:
-            dtype = dtype_from_meta(dt)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, KeyError, IndexError) as e:
-            bad(f"dtype {dt[:80]!r} is not a numpy dtype ({type(e).__name__})")
-        if dtype.hasobject:
-            bad(f"dtype {dt[:80]!r} holds Python objects")
-        import math  # an array's check: a plain value's hit loads no math
-
-        count = math.prod(shape)
-        if dtype.itemsize and count * dtype.itemsize != total:
-            bad(f"shape {shape} of {dtype} is {count * dtype.itemsize} bytes, the buffer is {total}")
-        if not dtype.itemsize and total:
-            bad("a zero-size dtype with data")
-        if nbytes != total:
-            bad("size does not match the buffer")
 
 
 # Pickles and keys name it where it was before the packages (casmon/keys/names.py).

@@ -49,11 +49,11 @@ from casmon.keys.digest import Digest
 from casmon.store import condemned, lifecycle, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.backend.base import fault_points
-from casmon.store.codec import CODECS, KIND_CHUNK, KIND_VALUE, get_codec
-from casmon.store.manifest import Manifest, decode_manifest, encode_manifest
+from casmon.store.codec import CODECS, get_codec
+from casmon.store.manifest import Manifest, decode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
 from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
-from casmon.store.records import KIND_PATTERN, Ref, decode_ref, encode_record, is_kind_name, is_ref_name, parse_record, ref_frame, ref_key, refs_of
+from casmon.store.records import KIND_PATTERN, Ref, decode_ref, encode_record, is_kind_name, is_ref_name, parse_record, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
 if TYPE_CHECKING:
@@ -118,11 +118,17 @@ def _installed_maintenance() -> Maintenance:
 _in_hooks = _thread._local()
 
 
-def _mapped() -> Any:
-    """:mod:`casmon.store.mapped`, loaded by the first value laid out for mapping (``mmap=True``)."""
-    from casmon.store import mapped
+#: A value's write (:mod:`casmon.store.valuewrite`), loaded by the first put: a hit puts none.
+_valuewrite: Any = None
 
-    return mapped
+
+def _value_writing() -> Any:
+    global _valuewrite
+    if _valuewrite is None:
+        from casmon.store import valuewrite
+
+        _valuewrite = valuewrite
+    return _valuewrite
 
 
 def _logger() -> logging.Logger:
@@ -131,6 +137,19 @@ def _logger() -> logging.Logger:
 
     return logging.getLogger("casmon")
 
+
+
+_reliance_module: Any = None
+
+
+def _reliance() -> Any:
+    """:mod:`casmon.store.reliance`, loaded by the first flush with values to check (a hit's needs none)."""
+    global _reliance_module
+    if _reliance_module is None:
+        from casmon.store import reliance
+
+        _reliance_module = reliance
+    return _reliance_module
 
 
 def _keep_while_waiting(store: Store) -> None:
@@ -258,64 +277,14 @@ class Store:
 
     def put_sized(self, value: Any, mmap: bool = False) -> tuple[Digest, int]:
         """:meth:`put`, also returning the value's logical size in bytes."""
-        self._check_writable()
-        enc = serialize.encode(value)
-        try:
-            d = self.put_encoded(enc, mmap)
-        except OSError as e:  # a full disk, no permission: say which store, keep the cause
-            raise StoreError(f"cannot write to store {self.url}: {e.strerror or e}") from e
-        held = self._held
-        held.pop(d, None)
-        held[d] = None
-        if len(held) > 100_000:
-            for k in list(held)[:50_000]:
-                held.pop(k, None)
-        return d, enc.nbytes
+        return _value_writing().put_sized(self, value, mmap)  # type: ignore[no-any-return]
 
     def put_encoded(self, enc: serialize.Encoded, mmap: bool = False) -> Digest:
         """Store a value already encoded (:func:`casmon.store.serialize.encode`, or built by an importer)."""
-        faultpoints = fault_points()
-
-        children = [self.put(c, mmap) for c in enc.children]
-        t0 = self.objects.view()
-        try:
-            parts = [self._put_whole(p) if mmap and _mapped().lays_out_whole(self, p) else self._put_part(p) for p in enc.parts]
-        finally:
-            self.objects.wait_writes()  # chunks are stored before the manifest can be
-        if self.objects.view() != t0:
-            # The condemned lists were read again while the chunks went in: a chunk relied on under
-            # the older view may be condemned now. Store those again, so every chunk of the value is
-            # checked under the view the manifest is put under.
-            for p, part in zip(parts, enc.parts):
-                data = part.data
-                for i, h in enumerate(p["c"]):
-                    if self.objects.is_condemned(Digest(h)):
-                        codec = self.array_codec if part.numeric else self.codec
-                        self.objects.put(data[i * p["cb"] : (i + 1) * p["cb"]], KIND_CHUNK, codec, part.typesize)
-        faultpoints.point("put.after_chunks")
-        manifest = encode_manifest(enc.tag, enc.meta, parts, children, enc.inline, enc.nbytes)
-        d = self.objects.put(manifest, KIND_VALUE, self.manifest_codec, size=enc.nbytes)
-        self.objects.wait_writes()  # a large manifest is written like a chunk: done before put returns
-        self._after_write()
-        return d
-
-    def _put_whole(self, part: serialize.Part) -> PartRef:
-        """A part as one raw object, so ``get(mmap=True)`` maps it (:mod:`casmon.store.mapped`)."""
-        d = self.objects.put(part.data, KIND_CHUNK, _mapped().RAW, part.typesize)
-        return {"n": part.data.nbytes, "cb": part.data.nbytes, "rb": max(1, part.row_bytes), "c": [d.hex()]}
+        return _value_writing().put_encoded(self, enc, mmap)  # type: ignore[no-any-return]
 
     def _put_part(self, part: serialize.Part) -> PartRef:
-        data = part.data
-        n = data.nbytes
-        row = max(1, part.row_bytes)
-        cs = self.chunk_size
-        if row <= cs:
-            cb = (cs // row) * row
-        else:  # one row is larger than a chunk: cut rows, aligned to elements
-            cb = max(part.typesize, cs - cs % part.typesize)
-        codec = self.array_codec if part.numeric else self.codec
-        chunks = [d.hex() for d in self.objects.put_chunks(data, cb, KIND_CHUNK, codec, part.typesize)]
-        return {"n": n, "cb": cb, "rb": row, "c": chunks}
+        return _value_writing().put_part(self, part)  # type: ignore[no-any-return]
 
     def manifest(self, digest: Digest | str) -> Manifest:
         """The manifest of a stored value (what it is, how large, which chunks); small ones are kept in memory."""
@@ -501,53 +470,9 @@ class Store:
                 same_target: bool = False) -> None:
         """Point ref ``name`` at ``target`` (replacing what it pointed at). ``same_target``: the ref names ``target``
         already and only its data changes (a heartbeat): no check, the ref held the target all along."""
-        self._check_writable()
-        key = ref_key(name)
-        frame = ref_frame(target, data)
-        if same_target:
-            return self.backend.set(key, frame)
-        for _attempt in range(LATE_TRIES):
-            t0 = time.monotonic()
-            self._ensure_stored(target, force=_attempt > 0)
-            self.backend.set(key, frame)
-            if not self._slow_ref(target, t0):
-                return
-        self._release(target)
+        from casmon.store import refwrite  # a ref's write: a hit writes none
 
-    def _slow_ref(self, target: Digest | None, t0: float) -> bool:
-        """After a ref's write: False once it is done; True if the write took so long that gc may have swept
-        its target meanwhile (:mod:`casmon.store.table.fence`), so it is checked and written again."""
-        if target is None:
-            return False
-        if time.monotonic() - t0 <= condemned.LATE_MAX / 2:
-            self._release(target)
-            return False
-        self.late_writes += 1
-        return True
-
-    def _release(self, target: Digest | None) -> None:
-        if target is not None:
-            self._held.pop(Digest(target), None)  # the ref holds it now
-
-    def _ensure_stored(self, target: Digest | bytes | str | None, force: bool = False) -> None:
-        """Before a ref names ``target``: it and its chunks are written, and safe from a gc sweep. It stays
-        held (copied if gc condemns it) until the ref is written."""
-        from casmon.store import reliance
-
-        if target is None:
-            return
-        d = Digest(target)
-        held = self._held
-        held.pop(d, None)
-        held[d] = None
-        self._after_write()  # while the ref's write is in flight, held values are looked after
-        with self._flush_lock:
-            if force or reliance.needs_check(self, d) or self.objects.pending_bytes:
-                bad = reliance.check_values(self, {d}, force=force)
-                if bad:
-                    held.pop(d, None)
-                    raise MissingObjectError(f"cannot point a ref at value {d.hex()}: it is not in {self.url}")
-                self._write_objects()
+        refwrite.set_ref(self, name, target, data, same_target)
 
     def create_ref(self, name: str, target: Digest | None = None, data: dict[str, Any] | None = None) -> bool:
         """Create ref ``name`` unless it exists; True if this call created it.
@@ -555,19 +480,9 @@ class Store:
         Safe between processes on backends with a race-free create (local
         folders, object stores with conditional writes).
         """
-        self._check_writable()
-        key = ref_key(name)
-        t0 = time.monotonic()
-        self._ensure_stored(target)
-        nonce = os.urandom(8).hex()
-        frame = ref_frame(target, data, nonce)
-        self.backend.create(key, frame)
-        got = self.backend.get(key)
-        mine = got is not None and bytes(got) == frame
-        if mine and self._slow_ref(target, t0):
-            self._ensure_stored(target, force=True)  # slow: its target may be condemned now; keep it stored
-            self._release(target)
-        return mine
+        from casmon.store import refwrite
+
+        return refwrite.create_ref(self, name, target, data)
 
     def get_ref(self, name: str) -> Ref | None:
         """Ref ``name``, or None if there is none."""
@@ -693,9 +608,6 @@ class Store:
         and the error is raised.
         """
         faultpoints = fault_points()
-
-        from casmon.store import reliance
-
         if self.read_only:
             return
         # A hook moves a feature's waiting rows into a record: Ctrl-C in the middle would lose them.
@@ -720,11 +632,14 @@ class Store:
                 faultpoints.point("flush.sealed")
                 self._in_flight = refs
                 sealed_at = time.monotonic()
-                stale = {Digest.from_raw(d) for d in refs if reliance.needs_check(self, d)}
-                bad = reliance.check_values(self, stale) if stale else set()
-                bad |= reliance.check_pending_values(self)
+                # The checks' module loads only where there is something to check: a hit's exit flush (one
+                # usage record, naming no value, nothing waiting) loads none.
+                stale = {Digest.from_raw(d) for d in refs if _reliance().needs_check(self, d)} if refs else set()
+                bad = _reliance().check_values(self, stale) if stale else set()
+                if self.objects.pending_bytes:
+                    bad |= _reliance().check_pending_values(self)
                 if bad:
-                    reliance.drop_records_needing(self, bad, tables)
+                    _reliance().drop_records_needing(self, bad, tables)
                 self._write_objects()
                 faultpoints.point("flush.after_index")
                 for kind, t in tables:
@@ -733,9 +648,9 @@ class Store:
                         if again:
                             # Slow (a retried network write, a stopped process), or a record write slow enough
                             # that a gc may fence it: check the values again, under a fresh view.
-                            bad = reliance.check_values(self, refs_of(t), force=True)
+                            bad = _reliance().check_values(self, refs_of(t), force=True)
                             if bad:
-                                reliance.drop_records_needing(self, bad, [(kind, t)])
+                                _reliance().drop_records_needing(self, bad, [(kind, t)])
                             self._write_objects()
                             t.reseal()  # checked just now: sealed now (casmon.store.table.fence)
                         try:
@@ -774,7 +689,7 @@ class Store:
                 raise StoreError(f"cannot write to store {self.url}: {type(e).__name__}: {e}") from e
         if self._held:
             try:
-                reliance.protect_held(self)
+                _reliance().protect_held(self)
             except Exception:  # noqa: BLE001 - the next flush looks again; the seal check still guards
                 pass
         if self._after_flush and not getattr(_in_hooks, "after", False):

@@ -22,7 +22,8 @@ NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "q
          # a table's cold halves: read whole, sealed batches changed, merges, repair, gc's fences
          "casmon.store.table.whole", "casmon.store.table.batches", "casmon.store.table.merge",
          "casmon.store.table.survey", "casmon.store.table.encode", "casmon.store.table.fence_gc",
-         "casmon.store.table.lookaside"]
+         "casmon.store.table.lookaside",
+         "casmon.store.blobwrite", "casmon.store.backend.urls", "casmon.store.condemnedlist"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -97,7 +98,9 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge",
               "json", "threading", "weakref", "math", "copy", "signal", "struct", "bisect", "array", "binascii",
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
-              "casmon.faultpoints", "casmon.store.encode"]
+              "casmon.faultpoints", "casmon.store.encode",
+              "casmon.store.blobwrite", "casmon.store.chunkio", "casmon.store.backend.urls", "casmon.store.manifestcheck",
+              "casmon.store.condemnedlist", "casmon.store.valuewrite", "casmon.store.refwrite"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 

@@ -241,9 +241,9 @@ class _ShutDownPool:
 @pytest.mark.parametrize("pool", ["none", "shut down"])
 def test_large_values_without_the_chunk_pool(tmp_path, monkeypatch, pool):
     """No pool (threads refused at exit) or a pool that refuses work: the caller's thread does it all."""
-    from casmon.store import objects
+    from casmon.store import chunkio
 
-    monkeypatch.setattr(objects, "chunk_pool", (lambda: None) if pool == "none" else (lambda: _ShutDownPool()))
+    monkeypatch.setattr(chunkio, "chunk_pool", (lambda: None) if pool == "none" else (lambda: _ShutDownPool()))
     a = np.random.default_rng(12).random(2 * MiB)
     c = np.arange(2 * MiB, dtype=np.int64)
     s = casmon.open(tmp_path / "s", autoflush=None)

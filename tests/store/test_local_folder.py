@@ -556,3 +556,31 @@ def test_a_fresh_files_stamp_is_not_settled_and_an_old_ones_is(tmp_path):
     stamp = b.list_stamped("")["k"]
     assert b.stamp("k") == stamp and not b.stamp_settled(stamp, time.time())
     assert b.stamp_settled(stamp, time.time() + 10)
+
+
+@pytest.mark.parametrize("prefix", ["", "records/", "records", "records/cache/gens/", "records//cache", "./records",
+                                    "records/../records/cache", "absent/", "a_file", "linked/"])
+def test_a_listing_is_os_walks_files_keyed_from_the_root_whatever_the_prefix(tmp_path, prefix):
+    """The folder's listing (walked with scandir for casmon's plain prefixes) holds exactly the keys, in the order,
+    that os.walk gives: nested folders, a link to a folder (never entered), a link to a file, a broken link,
+    an empty folder, a prefix naming a file or nothing, and prefixes written oddly."""
+    root = tmp_path / "s"
+    for rel in ["casmon.json", "a_file", "records/cache/l0/x1", "records/cache/gens/g1", "records/cache/gens/g2",
+                "records/cachefn/l0/y", "records/z", "other/deep/er/f"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"1")
+    (root / "records" / "empty").mkdir()
+    (root / "records" / "cache" / "dirlink").symlink_to(root / "other", target_is_directory=True)
+    (root / "records" / "filelink").symlink_to(root / "a_file")
+    (root / "records" / "broken").symlink_to(root / "nowhere")
+    (root / "linked").symlink_to(root / "records" / "cache", target_is_directory=True)
+    b = open_backend(root)
+
+    def walked(p: str) -> list[str]:  # what the listing was: os.walk, each folder relative to the root
+        out: list[str] = []
+        for folder, _dirs, files in os.walk(os.path.join(str(root.resolve()), p.rstrip("/"))):
+            rel = os.path.relpath(folder, str(root.resolve())).replace(os.sep, "/")
+            out.extend(f"{rel}/{f}" if rel != "." else f for f in files)
+        return out
+
+    assert b.list(prefix) == walked(prefix)

@@ -92,12 +92,12 @@ def test_a_chunk_file_cut_after_its_read_neither_kills_the_reader_nor_reads_wron
 
 
 def test_a_chunk_file_cut_while_it_is_read_raises_damage(tmp_path, monkeypatch):
-    from casmon.store import objects
+    from casmon.store import chunkio
 
     s = casmon.open(tmp_path / "s", chunk_size=1 << 20)
     a, ref, path = _big(s)
     victim = tmp_path / "s" / loose_key(list(s.manifest(ref.digest).chunk_digests())[1])
-    real = objects._readinto_hashed
+    real = chunkio._readinto_hashed
 
     def cut_first(f, mv):
         if f.name == str(victim):
@@ -105,7 +105,7 @@ def test_a_chunk_file_cut_while_it_is_read_raises_damage(tmp_path, monkeypatch):
                 g.truncate(FRAME_HEADER + 1000)
         return real(f, mv)
 
-    monkeypatch.setattr(objects, "_readinto_hashed", cut_first)
+    monkeypatch.setattr(chunkio, "_readinto_hashed", cut_first)
     z = zarr.open_group(s.zarr(), mode="r")[path]
     assert np.array_equal(z[:256], a[:256])
     with pytest.raises(DamagedObjectError, match="truncated"):

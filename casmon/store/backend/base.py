@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import builtins
+import os
+import sys
 import _thread  # threading's locks, without loading threading on a hit
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,14 +41,33 @@ __all__ = ["Backend", "fault_points"]
 _faultpoints: Any = None
 
 
-def fault_points() -> Any:
-    """casmon.faultpoints, imported by the first write that names a fault point."""
-    global _faultpoints
-    if _faultpoints is None:
-        from casmon import faultpoints
+class _NoFaultPoints:
+    """What :func:`fault_points` gives while no fault point can be asked for: ``point`` does nothing."""
 
-        _faultpoints = faultpoints
-    return _faultpoints
+    enabled = False
+
+    @staticmethod
+    def point(name: str) -> None:
+        pass
+
+
+_NONE_ASKED = _NoFaultPoints()
+
+
+def fault_points() -> Any:
+    """casmon.faultpoints where a point may be asked for: ``CASMON_FAULTPOINTS`` is set, or the module is loaded (a
+    test configures points through it); else a stand-in whose points do nothing, so that a process's writes (a
+    hit's exit flush, a first miss) do not load the module only to find no point asked for."""
+    global _faultpoints
+    fp = _faultpoints
+    if fp is None:
+        fp = sys.modules.get("casmon.faultpoints")
+        if fp is None:
+            if not os.environ.get("CASMON_FAULTPOINTS"):
+                return _NONE_ASKED
+            from casmon import faultpoints as fp
+        _faultpoints = fp
+    return fp
 
 
 #: Range reads of one write-once file (:meth:`Backend.read_kept`) after which a remote medium fetches it whole,

@@ -239,8 +239,39 @@ class LocalBackend(Backend):
         return out
 
     def _list(self, prefix: str) -> list[str]:
-        """As zarr's ``LocalStore`` lists, without starting the event loop."""
-        top = os.path.join(self._root, prefix.rstrip("/"))
+        """As zarr's ``LocalStore`` lists (``os.walk``'s files, keyed relative to the root), without starting the
+        event loop. A plain prefix (casmon's own) is walked with ``scandir`` and its keys joined as text: each
+        folder's ``os.path.relpath`` cost a fresh process's first hit more than listing its files did."""
+        base = prefix.rstrip("/")
+        if not _plain_prefix(base):
+            return self._walk_list(base)
+        out: list[str] = []
+        self._scan(base, out)
+        return out
+
+    def _scan(self, rel: str, out: list[str]) -> None:
+        """``rel``'s files (``rel/name``), then each subfolder's in turn, as ``os.walk`` visits them (a link to a
+        folder is a folder, never entered; a folder that cannot be read has nothing)."""
+        try:
+            it = os.scandir(os.path.join(self._root, rel) if rel else self._root)
+        except OSError:
+            return
+        dirs: list[str] = []
+        with it:
+            for e in it:
+                try:
+                    is_dir = e.is_dir()
+                except OSError:
+                    is_dir = False
+                if not is_dir:
+                    out.append(f"{rel}/{e.name}" if rel else e.name)
+                elif not e.is_symlink():
+                    dirs.append(e.name)
+        for d in dirs:
+            self._scan(f"{rel}/{d}" if rel else d, out)
+
+    def _walk_list(self, base: str) -> list[str]:
+        top = os.path.join(self._root, base)
         out: list[str] = []
         for folder, _dirs, files in os.walk(top):
             rel = os.path.relpath(folder, self._root).replace(os.sep, "/")
@@ -450,6 +481,16 @@ class LocalBackend(Backend):
 
                 shutil.rmtree(path)
                 self._made_dirs = {d for d in self._made_dirs if not (d + os.sep).startswith(path + os.sep)}
+
+
+def _plain_prefix(base: str) -> bool:
+    """Whether ``base`` names a folder below the root as it is written: no empty, ``.`` or ``..`` part, no
+    separator but ``/``, not absolute (what ``os.path.relpath`` would leave as it is)."""
+    if not base:
+        return True
+    if base[0] == "/" or "\\" in base or ":" in base:
+        return False
+    return all(part not in ("", ".", "..") for part in base.split("/"))
 
 
 def _stamp_of(st: os.stat_result) -> str:
