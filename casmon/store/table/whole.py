@@ -193,7 +193,7 @@ def entry_count(t: Table, refresh_left: int = READ_TRIES - 1) -> int:
             try:
                 for gid in sorted(group):
                     seen.update(t._gen_entries(by_id[gid], tolerant=True))
-            except _Vanished:  # a lookaside copy failed and its manifest is gone or damaged: list again
+            except _Vanished:  # merged away meanwhile, or a lookaside copy failed with its manifest gone: list again
                 t.refresh()
                 if not refresh_left:
                     raise changed_under(t) from None
