@@ -144,3 +144,52 @@ def test_counting_that_finds_a_file_vanished_at_every_try_raises_rather_than_und
     r._gen_entries = vanished  # type: ignore[method-assign]
     with pytest.raises(StoreError, match="changed under this read"):
         r.count()
+
+
+def test_readers_beside_a_writer_that_merges_without_pause_get_every_entry_or_an_error_never_part(tmp_path):
+    """A writer appends and merges in a loop; readers read whole meanwhile. Each answer holds every entry
+    written before it began (or the read says it could not); none is a part of the table given as all of it."""
+    import threading
+    import time
+
+    b, w, ks = merged_table(tmp_path, n=200)
+    keys = random_keys(400, seed=1)
+    written = [0]  # entries of keys[:written[0]] are in the table (flushed) from then on
+    stop = threading.Event()
+
+    def writer() -> None:
+        for i, k in enumerate(keys):
+            if stop.is_set():
+                return
+            w.add(k, b"w%d" % i)
+            w.flush()
+            written[0] = i + 1
+            w.consolidate(force=True)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    try:
+        while th.is_alive():
+            r = Table(b, PREFIX, "r")
+            real = r.refresh
+
+            def refresh() -> None:
+                real()
+                time.sleep(0.001)  # let the writer merge between this listing and the read
+
+            r.refresh = refresh  # type: ignore[method-assign]
+            before = written[0]
+            try:
+                got = {v for _, v in r.items(strict=False)}
+            except StoreError:
+                continue  # it said it could not
+            assert not r.damaged
+            assert {b"v%d" % i for i in range(200)} <= got
+            assert {b"w%d" % i for i in range(before)} <= got
+    finally:
+        stop.set()
+        th.join(60)
+    assert not th.is_alive()
+    # With the writer done, a read answers, and with everything.
+    assert {v for _, v in Table(b, PREFIX, "last").items()} == ({b"v%d" % i for i in range(200)}
+                                                               | {b"w%d" % i for i in range(written[0])})
