@@ -12,14 +12,24 @@ if TYPE_CHECKING:
     from casmon.store.table.format import Payload
     from casmon.store.table.table import Table
 
-from casmon.errors import DamagedObjectError
+from casmon.errors import DamagedObjectError, StoreError
 from casmon.store.codec import decode_frame
 from casmon.store.table.format import Generation, TableFile
 from casmon.store.table.ranges import gaps_of, ranges_of_names, ranges_union
 from casmon.store.table.format import _Vanished
 
 __all__ = ["contents_key", "entry_count", "file_tables", "gap_name", "gaps", "gen_entries", "items", "items_beyond",
-           "items_once", "missing_segments", "snapshot"]
+           "items_once", "missing_segments", "snapshot", "READ_TRIES"]
+
+#: Listings a read whole takes before it gives up, when each meets a file a merge deleted since (the first
+#: three re-list at once; the rest first ask whether a missing file's generation is still listed: damage).
+READ_TRIES = 8
+
+
+def changed_under(t: Table) -> StoreError:
+    """What a read whole raises rather than answer with part of the table."""
+    return StoreError(f"table {t.prefix} of {t.backend.url} changed under this read {READ_TRIES} times "
+                      f"(writers merging it); try again")
 
 
 def file_tables(t: Table, g: Generation, i: int, tolerant: bool,
@@ -39,7 +49,9 @@ def file_tables(t: Table, g: Generation, i: int, tolerant: bool,
                 return [], True
         elif tf is None:
             tf = t._read_bucket(g, i, key, tolerant)
-        return ([tf], False) if tf is not None else ([], (g.id, i) in t._bad_buckets)
+        if tf is None and (g.id, i) not in t._bad_buckets:
+            raise _Vanished(key)  # merged away meanwhile: its entries are in a generation a new listing names
+        return ([tf], False) if tf is not None else ([], True)
     if g.lookaside is not None:  # every block's length: read the copy's rest at once (a failed check: _Vanished)
         g.lookaside.settle()
     per = g.blocks >> (g.nbuckets.bit_length() - 1)
@@ -47,7 +59,7 @@ def file_tables(t: Table, g: Generation, i: int, tolerant: bool,
     if data is None:
         fetched = t._fetch(g, key, tolerant)
         if fetched is False:
-            return [], False
+            raise _Vanished(key)  # merged away meanwhile, as above
         if fetched is None:
             t._bad_block(g, i * per, key, f"missing, although generation {g.id} needs it")
             return [], True
@@ -75,18 +87,22 @@ def items(t: Table, refresh: bool = True, strict: bool = True) -> Iterator[tuple
 
     ``strict`` (the default) raises :class:`DamagedObjectError` if a file the
     table needs is damaged or missing, rather than return part of the table
-    (gc must see every record); ``strict=False`` skips such files.
+    (gc must see every record); ``strict=False`` skips such files (and names
+    them in ``t.damaged``). A generation merged away meanwhile is never
+    skipped: the table lists again and reads what replaced it, and raises
+    :class:`StoreError` after :data:`READ_TRIES` listings that each met one.
     """
     t.decide_from_manifests()
     if refresh or not t._listed:
         t.refresh()
-    entries: list[tuple[bytes, bytes]] = []
-    for attempt in range(4):
+    for attempt in range(READ_TRIES):
         try:
-            entries = items_once(t, tolerant=attempt == 3)
+            entries = items_once(t, tolerant=attempt >= 3)
             break
         except _Vanished:
             t.refresh()
+    else:
+        raise changed_under(t)
     if strict and t.damaged:
         key, reason = next(iter(sorted(t.damaged.items())))
         more = f"; {len(t.damaged) - 1} more damaged files" if len(t.damaged) > 1 else ""
@@ -134,11 +150,11 @@ def items_beyond(t: Table, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes
     """What a reader that already holds the entries of the files ``seen`` (names from an earlier answer) lacks:
     the entries of the other files it reads now, this writer's waiting ones, and the names of every file read
     now. None where a file of ``seen`` is no longer read (merged, rewritten, collected): what it held may be
-    gone. Damaged files are skipped, as ``items(strict=False)`` skips them."""
+    gone. Damaged files are skipped, as ``items(strict=False)`` skips them; :class:`StoreError` as :func:`items`."""
     t.decide_from_manifests()
     done = set(seen)
     t.refresh()
-    for _attempt in range(4):
+    for _attempt in range(READ_TRIES):
         with t._lock:
             gens, l0, pending = list(t._active_gens), dict(t._l0), snapshot(t)[2]
         names = [g.id for g in gens] + sorted(l0)
@@ -148,20 +164,21 @@ def items_beyond(t: Table, seen: Iterable[str]) -> tuple[list[tuple[bytes, bytes
             out: list[tuple[bytes, bytes]] = []
             for g in gens:
                 if g.id not in done:
-                    # as items(): a generation merged away meanwhile lists again (the last try skips it), never
-                    # reads as empty under a name the answer then claims
-                    out.extend(t._gen_entries(g, tolerant=_attempt == 3))
+                    # as items(): a generation merged away meanwhile lists again, never reads as empty under
+                    # a name the answer then claims
+                    out.extend(t._gen_entries(g, tolerant=_attempt >= 3))
             for name in sorted(l0):
                 if name not in done:
                     out.extend(l0[name].items())
             return out, pending, names
         except _Vanished:
             t.refresh()
-    return None
+    raise changed_under(t)
 
 
-def entry_count(t: Table, refresh_left: int = 3) -> int:
-    """How many entries :meth:`items` yields (damaged files aside), without reading them where it can."""
+def entry_count(t: Table, refresh_left: int = READ_TRIES - 1) -> int:
+    """How many entries :meth:`items` yields (damaged files aside), without reading them where it can;
+    :class:`StoreError` as :func:`items`."""
     t.decide_from_manifests()
     if not t._listed:
         t.refresh()
@@ -176,9 +193,11 @@ def entry_count(t: Table, refresh_left: int = 3) -> int:
             try:
                 for gid in sorted(group):
                     seen.update(t._gen_entries(by_id[gid], tolerant=True))
-            except _Vanished:  # a lookaside copy failed and its manifest is gone or damaged: list again
+            except _Vanished:  # merged away meanwhile, or a lookaside copy failed with its manifest gone: list again
                 t.refresh()
-                return entry_count(t, refresh_left - 1) if refresh_left else n
+                if not refresh_left:
+                    raise changed_under(t) from None
+                return entry_count(t, refresh_left - 1)
             m = t._distinct[group] = len(seen)
         n += m
     return n
