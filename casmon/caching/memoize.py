@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import threading
     from typing import Any, NamedTuple
 
-from casmon.caching import edges, hot, versions
+from casmon.caching import hot, versions
 from casmon.caching.binder import EMPTY, Binder, is_async, is_generator, unwrap
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
 from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
@@ -48,7 +48,7 @@ from casmon.caching.usage import usage_of
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
-from casmon.keys.fingerprint import fingerprint
+from casmon.keys.fingerprint import encoded_name, fingerprint
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
     from datetime import timedelta
@@ -364,7 +364,7 @@ class CacheState:
         self.params = b.params
         self._simple = b.simple
         self._names = [p.name for p in b.params]
-        name_bytes = [edges.encoded_name(p.name) for p in b.params]
+        name_bytes = [encoded_name(p.name) for p in b.params]
         self._name_lens = {p.name: len(nb) for p, nb in zip(b.params, name_bytes)}  # a span's value starts after
         self._name_bytes = name_bytes
 
@@ -638,6 +638,7 @@ class CacheState:
             entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
             if len(files) > FILES_RECORDED:
                 entry["files_truncated"] = len(files)
+        edges = hot.edges_module()  # lineage: loaded by the first miss, not by a hit
         edges.annotate(entry, self, args, kwargs, result, spans)  # where its arguments came from: casmon.lineage
         if self.label is not None:
             try:
@@ -695,7 +696,7 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
-                edges.served(value, key, getattr(self._store, "url", None))
+                hot.served(value, key, getattr(self._store, "url", None))
                 if ck is not None and d is not None and prefix is not None:
                     hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value

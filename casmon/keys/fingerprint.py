@@ -71,7 +71,7 @@ from casmon.keys.digest import Digest
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
 
-__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
+__all__ = ["fingerprint", "encoded_name", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
            "canonical_module", "qualified_name", "small_array_digest"]
 
 _NAN = float("nan")  # math.nan, without loading math
@@ -705,6 +705,13 @@ def _slot_names(t: type) -> list[str]:
 
 def _len_prefixed(b: bytes) -> bytes:
     return _pack_Q(len(b)) + b
+
+
+def encoded_name(name: str) -> bytes:
+    """A parameter's name as a key's encoding holds it, before its value (a span starts with it)."""
+    fp = Fingerprinter()
+    fp.str_(name)
+    return bytes(fp.out)
 
 
 def small_array_digest(a: Any, hexed: bool = False) -> Any:

@@ -93,7 +93,8 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge",
               "json", "threading", "weakref", "math", "copy", "signal", "struct", "bisect", "array", "binascii",
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
-              "casmon.faultpoints", "casmon.store.encode"]
+              "casmon.faultpoints", "casmon.store.encode",
+              "casmon.caching.edges"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 
