@@ -66,10 +66,9 @@ else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
 from casmon.keys.cpickle import pickle
-from casmon.keys import libraries
 from casmon.keys.digest import Digest
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
-from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
+from casmon import errors  # its rarer classes are made on first use: a key that fails or warns names them
 
 __all__ = ["fingerprint", "encoded_name", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
            "canonical_module", "qualified_name", "small_array_digest"]
@@ -211,9 +210,9 @@ class _Fingerprinter:
             self.feed(value)
         except _PathError as e:
             path = root + "".join(reversed(e.parts))
-            if isinstance(e.cause, NotKeyable):
-                raise NotKeyableError(path, e.obj, e.cause.reason) from None
-            raise UnpicklableError(path, e.obj, e.cause) from None
+            if isinstance(e.cause, errors.NotKeyable):
+                raise errors.NotKeyableError(path, e.obj, e.cause.reason) from None
+            raise errors.UnpicklableError(path, e.obj, e.cause) from None
 
     # -- dispatch ------------------------------------------------------------
     def feed(self, v: Any) -> None:
@@ -281,7 +280,9 @@ class _Fingerprinter:
         except KeyError:
             pass
         fn = None
-        if libraries.ensure(t):
+        mod = t.__module__  # a builtin or casmon's own type is no library's: its key loads no library table
+        if mod != "builtins" and not (type(mod) is str and mod.startswith("casmon.")) and (
+                _libraries or _libraries_module()).ensure(t):
             cache = self._user_cache  # loading a library's hashers cleared the cache
         if _hashers:
             for base in t.__mro__:
@@ -599,7 +600,7 @@ class _Fingerprinter:
         arr = obj.array
         arrow = getattr(arr, "_pa_array", None)  # pandas' Arrow-backed columns (pandas 3's default str)
         if arrow is not None and "pyarrow" in _sys_modules:
-            libraries.ensure_module("pyarrow")
+            (_libraries or _libraries_module()).ensure_module("pyarrow")
             self.feed(arrow)
             return
         codes = getattr(arr, "codes", None)
@@ -785,6 +786,18 @@ def _dtypes_module() -> Any:
 
 
 #: casmon.keys.segments once a large or strided array is keyed, for the same reason.
+_libraries: Any = None
+
+
+def _libraries_module() -> Any:
+    """casmon.keys.libraries, bound by the first type no hasher here knows (a key of plain values loads none)."""
+    global _libraries
+    from casmon.keys import libraries
+
+    _libraries = libraries
+    return libraries
+
+
 _segments: Any = None
 
 
@@ -941,7 +954,7 @@ def _self_check(v: Any) -> None:
         how = "twice in a row" if first != again else "from their copies through pickle"
         warnings.warn(f"casmon: values of {name} key differently {how}: calls taking one would never be cache "
                       f"hits. Give the type a hasher with casmon.register_hasher({t.__qualname__}, fn), fn returning "
-                      "the fields that matter", UnstableKeyWarning, stacklevel=2)
+                      "the fields that matter", errors.UnstableKeyWarning, stacklevel=2)
 
 
 def fingerprint(value: Any) -> Digest:
