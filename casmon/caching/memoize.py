@@ -16,7 +16,8 @@ where two processes compute one key anyway, both entries point at equal results,
 Failures never cost the caller a result: an argument that cannot be hashed, a result that cannot be
 pickled, a full disk or a damaged stored result each give one warning, and the function's own result is returned.
 
-This module only memoizes (after joblib's ``memory.py``): file digests are in
+This module only memoizes (after joblib's ``memory.py``): a miss's storing of its result and entry is in
+:mod:`~casmon.caching.saving` (loaded by the first miss), file digests are in
 :mod:`~casmon.caching.files`, pickling for worker processes in
 :mod:`~casmon.caching.workers`, entries, eviction and admin in
 :mod:`~casmon.caching.entries`, compute claims in :mod:`~casmon.caching.claims`,
@@ -176,6 +177,18 @@ def _defaults(fn: Any) -> tuple[Any, Any, Any, Any]:
         return None, None, None, None
     kd = fn.__kwdefaults__
     return fn.__defaults__, kd, fn.__code__, tuple(kd.items()) if type(kd) is dict else None
+
+
+_saving: Any = None
+
+
+def _saving_module() -> Any:
+    """:mod:`casmon.caching.saving`, bound by the first miss: decorating a function and its hits need none of it."""
+    global _saving
+    from casmon.caching import saving
+
+    _saving = saving
+    return saving
 
 
 def _claims() -> Any:
@@ -605,56 +618,8 @@ class CacheState:
 
     def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None,
              spans: Any = None) -> None:
-        """Store a computed result; a failure is a warning, never an exception."""
-        replaces = bytes(key) in self._replacing
-        self._replacing.discard(bytes(key))
-        try:
-            store = self.store  # opened at first use: a store away then is a warning too
-            d, size = store.put_sized(result, mmap=self.mmap)
-        except TypeError as e:
-            self.warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
-            return
-        except Exception as e:  # noqa: BLE001 - a storage error must not lose the result
-            self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
-            return
-        now = time.time()
-        entry: dict[str, Any] = {"fn": self.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
-        raw = store.objects.peek_raw(d, INLINE_MAX)
-        if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
-            import binascii  # a miss's: a hit decodes without it
-
-            entry["inline"] = binascii.b2a_base64(raw, newline=False).decode()
-        if self.version is not None:
-            entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
-        if not self._custom_key:
-            from casmon.caching import explain  # loaded by the first miss, not by a hit
-            entry["a"] = explain.arg_digests(self, args, kwargs, spans)  # which parameter differs: f.explain
-        if self.expires is not None:
-            entry["expires"] = now + self.expires  # gc drops it after that
-        if replaces:
-            entry["replaces"] = True
-        if files:
-            # The input files' digests, so `casmon show` and run diffs can say which input changed.
-            entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
-            if len(files) > FILES_RECORDED:
-                entry["files_truncated"] = len(files)
-        edges = hot.edges_module()  # lineage: loaded by the first miss, not by a hit
-        edges.annotate(entry, self, args, kwargs, result, spans)  # where its arguments came from: casmon.lineage
-        if self.label is not None:
-            try:
-                entry["label"] = self.label(*args, **kwargs) if callable(self.label) else str(self.label)
-            except Exception as e:  # noqa: BLE001
-                entry["label"] = f"<label failed: {e}>"
-        try:
-            store.append(KIND, entry, key=key, refs=[d])
-        except Exception as e:  # noqa: BLE001
-            self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
-            return
-        self._remember(key, d, None if self.expires is None else now + self.expires)
-        edges.produced(result, key, store.url)
-        if observers:
-            for ob in list(observers):
-                ob(store, self.name, key, d, False)
+        """Store a computed result; a failure is a warning, never an exception (:mod:`casmon.caching.saving`)."""
+        (_saving or _saving_module()).save(self, key, result, seconds, args, kwargs, files, spans)
 
     # -- the two halves of a call, around the function itself ---------------------
     def begin(self, args: tuple, kwargs: dict, waits: bool = True) -> tuple[Any, bool, Any]:
@@ -724,47 +689,8 @@ class CacheState:
         self._done(ctx[4] if len(ctx) > 4 else None, failed=True)
 
     def end(self, ctx: Any, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
-        key, trackers, files, spans = ctx[:4]
-        seconds = time.perf_counter() - t0
-        self._recent.append(seconds)
-        try:  # what the function changed itself while it ran is not an edit of the values it reads
-            if self.tracker is not None:
-                self.tracker.observe()
-            for t in trackers:
-                t.observe()
-            if key is not None:
-                self.save(key, result, seconds, args, kwargs, files=files, spans=spans)
-                if self._stability_checks < STABILITY_CHECKS and not self._custom_key:
-                    self._check_stable(key, args, kwargs)
-        finally:
-            if len(ctx) > 4:
-                self._done(ctx[4])
-
-    def _check_stable(self, key: Digest, args: tuple, kwargs: dict) -> None:
-        """After the first misses: the key again. An argument that hashes differently each time (a
-        ``__reduce__`` with a counter, a fresh id) makes every call a miss; say which, once."""
-        self._stability_checks += 1
-        try:
-            again = self.key_ctx(args, kwargs)[0]
-        except Exception:  # noqa: BLE001 - the first key was computed: nothing new to say
-            return
-        if again is None or again == key:
-            return
-        unstable = []
-        for p, v in zip(self.params, self.bind(args, kwargs)):
-            if p.name in self.ignore:
-                continue
-            try:
-                if fingerprint(v) != fingerprint(v):
-                    unstable.append(p.name)
-            except Exception:  # noqa: BLE001
-                continue
-        if not unstable:
-            return  # the arguments are stable: the code's version changed meanwhile (the code-change warning's job)
-        which = f"parameter {', '.join(map(repr, unstable))} hashes"
-        self.warn(("unstable",), f"casmon: {self.name} will never be a cache hit: {which} differently each time "
-                                 f"(a value whose pickle is not the same twice, or one the call changed). Hash it "
-                                 f"yourself with hashers={{name: lambda v: ...}}, or leave it out with ignore=[...]")
+        """The function returned ``result``: store it (:mod:`casmon.caching.saving`) and release its key."""
+        (_saving or _saving_module()).end(self, ctx, result, t0, args, kwargs)
 
     # -- helpers ------------------------------------------------------------------
     def entries(self) -> list[tuple[Digest, dict]]:

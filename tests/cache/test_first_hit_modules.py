@@ -94,7 +94,8 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "json", "threading", "weakref", "math", "copy", "signal", "struct", "bisect", "array", "binascii",
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
               "casmon.faultpoints", "casmon.store.encode",
-              "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries"]
+              "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
+              "casmon.caching.saving"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 
