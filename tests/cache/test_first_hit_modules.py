@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 #: hashes, and casmon's layers above the cache.
 NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "queue", "asyncio", "zarr",
          "numcodecs", "casmon.maintenance", "casmon.runs", "casmon.calllog.reader", "casmon.view.display",
-         "casmon.ui", "casmon.cli"]
+         "casmon.ui", "casmon.cli", "casmon.keys.arrays", "casmon.caching.edges", "casmon.caching.saving"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -95,7 +95,7 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
               "casmon.faultpoints", "casmon.store.encode",
               "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
-              "casmon.caching.saving"]
+              "casmon.caching.saving", "casmon.keys.arrays"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 
