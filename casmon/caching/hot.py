@@ -30,7 +30,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Any
 
-from casmon.keys.cpickle import pickle
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
@@ -68,6 +67,15 @@ SERVED_MAX = 1024
 NO_WEAKREF: set[type] = set()
 _NOT_LINKED = frozenset({type(None), bool, int, float, complex, str, bytes})
 _edges_module: Any = None
+_pickle: Any = None  # pickle, bound by the first result copied here: a hit of an immutable value loads none
+
+
+def _pickle_module() -> Any:
+    global _pickle
+    from casmon.keys.cpickle import pickle
+
+    _pickle = pickle
+    return pickle
 
 
 def edges_module() -> Any:
@@ -192,7 +200,7 @@ class HotCalls:
         if same:
             return key, d, value
         try:
-            value = pickle.loads(value)
+            value = (_pickle or _pickle_module()).loads(value)
         except Exception:  # noqa: BLE001 - a class that cannot be rebuilt now: the full path warns and computes
             self._drop(ck)
             return None
@@ -214,7 +222,7 @@ class HotCalls:
         same = _immutable(value)
         if not same:
             try:
-                value = pickle.dumps(value, protocol=5)
+                value = (_pickle or _pickle_module()).dumps(value, protocol=5)
             except Exception:  # noqa: BLE001 - a value pickle cannot copy is read from the store at each hit
                 return
             if len(value) > SMALL_RESULT:

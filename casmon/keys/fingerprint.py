@@ -58,13 +58,14 @@ if TYPE_CHECKING:
 import xxhash
 
 if TYPE_CHECKING:
+    import pickle
+
     import numpy as np
 
     from casmon.keys.segments import SegmentedRun
 else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
-from casmon.keys.cpickle import pickle
 from casmon.keys.digest import Digest
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon import errors  # its rarer classes are made on first use: a key that fails or warns names them
@@ -219,6 +220,9 @@ class _Fingerprinter:
         f = _DISPATCH.get(t)
         if f is not None:
             f(self, v)
+            return
+        if _picklebuffer_t is None and _pickle_arrived():
+            self.feed(v)  # a PickleBuffer, now in the table
             return
         user = self._user_hasher(t)
         if user is not None:
@@ -572,10 +576,24 @@ _DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
     dict: _Fingerprinter.dict_,
     set: _Fingerprinter.set_,
     frozenset: _Fingerprinter.frozenset_,
-    pickle.PickleBuffer: _Fingerprinter.picklebuffer,
     Concat: _Fingerprinter.concat,
 }
 
+
+
+#: pickle's PickleBuffer once pickle is loaded (none can exist before): a key of plain values loads no pickle.
+_picklebuffer_t: Any = None
+
+
+def _pickle_arrived() -> bool:
+    """True the first time pickle's C module is found loaded: its PickleBuffer joins the dispatch table."""
+    global _picklebuffer_t
+    pb = getattr(_sys_modules.get("_pickle") or _sys_modules.get("pickle"), "PickleBuffer", None)
+    if pb is None or _picklebuffer_t is not None:
+        return False
+    _DISPATCH[pb] = _Fingerprinter.picklebuffer
+    _picklebuffer_t = pb
+    return True
 
 
 def _numpy_arrived() -> bool:
@@ -633,6 +651,8 @@ def _self_check(v: Any) -> None:
     which makes every key of the type a miss. Warns once per type; never raises.
     """
     global _self_check_on
+    from casmon.keys.cpickle import pickle  # once per type: a key of plain values loads none
+
     _self_check_on = False  # the copies' own parts are not checked again
     try:
         with warnings.catch_warnings():
