@@ -50,6 +50,7 @@ from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, s
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import encoded_name, fingerprint
+from casmon.keys.names import keep_flat_names
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
     from datetime import timedelta
@@ -70,6 +71,8 @@ _FROM_WORKERS = frozenset({"_by_name", "_rebuild", "_rebuild_state", "reduce_cac
 
 
 def __getattr__(name: str) -> Any:
+    if name == "CacheInfo":
+        return cache_info_type()
     if name in _FROM_WORKERS:
         from casmon.caching import workers
 
@@ -90,8 +93,22 @@ class CacheWarning(UserWarning):
 #: logical size of their results, each stored value once (entries that return one value share it).
 if TYPE_CHECKING:
     CacheInfo = NamedTuple("CacheInfo", [("hits", int), ("misses", int), ("entries", int), ("stored_bytes", int)])
-else:  # the same tuple, without loading typing on a fresh process's first hit
-    CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "entries", "stored_bytes"])
+_cache_info_lock = _thread.allocate_lock()
+
+
+def cache_info_type() -> Any:
+    """:class:`CacheInfo`, made at its first use (a namedtuple's class is built from source: ~80 µs of a first
+    hit that never asks): one class however it is reached, named ``casmon.cache.CacheInfo`` as always."""
+    with _cache_info_lock:
+        made: Any = globals().get("CacheInfo")
+        if made is None:
+            make: Any = namedtuple  # untyped: the type checker sees the NamedTuple above
+            made = make("CacheInfo", ["hits", "misses", "entries", "stored_bytes"], module=__name__)
+            keep_flat_names([made])
+            globals()["CacheInfo"] = made  # the next lookup is a plain attribute
+    return made
+
+
 _EMPTY = EMPTY
 
 
@@ -771,7 +788,7 @@ class CachedFunction:
         state = self.__casmon_cache__
         entries = state.entries()
         values = {result_of(bytes(k), r): int(r.get("size", 0)) for k, r in entries}
-        return CacheInfo(state.hits, state.misses, len(entries), sum(values.values()))
+        return cache_info_type()(state.hits, state.misses, len(entries), sum(values.values()))
 
     def entries(self) -> display.CacheEntries:
         """This function's entries in the store, newest first, as :class:`ResultRef` handles (nothing loaded).
