@@ -616,7 +616,9 @@ def _numpy_arrived() -> bool:
 #: Values whose pickle-level encoding is at most this long are checked for a stable key (see _self_check).
 SELF_CHECK_MAX = 1 << 16
 _self_check_on = True
-_checked_types: set[type] = set()
+# Digest (in every cache key's prefix) keys as its 16 bytes, the same through pickle: checking it would load
+# pickle on every process's first cached call.
+_checked_types: set[type] = {Digest}
 _warned_types: set[type] = set()
 
 

@@ -29,11 +29,13 @@ def _run(code: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_a_key_of_plain_values_loads_no_pickle():
+def test_a_key_of_plain_values_or_a_digest_loads_no_pickle():
     got = _run(textwrap.dedent("""
         import json, sys
+        from casmon.keys.digest import Digest
         from casmon.keys.fingerprint import fingerprint
         fingerprint((1, 2.5, "a", b"b", None, [True], {"k": frozenset({3})}))
+        fingerprint(("casmon.cache", 2, "f", Digest(bytes(16))))  # a cache key's prefix: a code version's Digest
         print(json.dumps([m for m in ("pickle", "_pickle", "casmon.keys.cpickle") if m in sys.modules]))
     """))
     assert got == []
