@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 from casmon.caching import hot, versions
 from casmon.caching.binder import EMPTY, Binder, is_async, is_generator, unwrap
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
-from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
+from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, expires_option, name_digest, newest_per_key,
                                      result_of)
 from casmon.caching.usage import usage_of
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
@@ -53,6 +53,7 @@ from casmon.keys.fingerprint import encoded_name, fingerprint
 from casmon.keys.names import keep_flat_names
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
+    from casmon.caching.resultref import ResultRef
     from datetime import timedelta
 
     from casmon.caching import claims, explain
@@ -798,6 +799,8 @@ class CachedFunction:
         from casmon.store.peek import as_digest
 
         state = self.__casmon_cache__
+        from casmon.caching.resultref import ResultRef  # a handle: never made by a call
+
         refs = [ResultRef(state.store, as_digest(r.get("result"), f"cache entry {k.hex()} of {state.name}"), k, r)
                 for k, r in state.entries()]
         refs.sort(key=lambda x: x.entry.get("time", 0), reverse=True)
@@ -824,6 +827,8 @@ class CachedFunction:
         found = state.find(key) if key is not None else None
         if key is None or found is None:
             raise KeyError(state.not_cached(key, args, kwargs))
+        from casmon.caching.resultref import ResultRef
+
         return ResultRef(state.store, found[0], key, found[1])
 
     def lookup(self, /, *args, **kwargs) -> Any:

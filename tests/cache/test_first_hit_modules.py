@@ -95,7 +95,7 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
               "casmon.faultpoints", "casmon.store.encode",
               "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
-              "casmon.caching.saving", "casmon.keys.arrays"]
+              "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 
