@@ -22,6 +22,7 @@ ROOT = Path(casmon.__file__).resolve().parent
 
 #: Lowest first. A module may import from its own package, or from a package of a lower rank.
 RANKS = {
+    "rare_errors": -1,  # below errors, which loads it on first use of a rare class
     "errors": 0, "scrub": 0, "faultpoints": 0, "plain": 0, "view": 0,  # leaves: every layer may use them
     "keys": 1,
     "store": 2,
@@ -34,7 +35,7 @@ RANKS = {
     "__init__": 9, "__main__": 9,  # the public API and `python -m casmon`
 }
 #: What may stand flat under casmon/.
-FLAT = {"__init__", "__main__", "errors", "scrub", "faultpoints", "plain"}
+FLAT = {"__init__", "__main__", "errors", "rare_errors", "scrub", "faultpoints", "plain"}
 MAX_LINES = 1000
 
 

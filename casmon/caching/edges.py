@@ -28,14 +28,15 @@ if TYPE_CHECKING:
 
 import xxhash
 
+from casmon.caching.hot import NO_WEAKREF as _no_weakref, SERVED as _served, SERVED_MAX, served
 from casmon.keys.codeversion import VersionedFingerprinter
-from casmon.keys.fingerprint import Fingerprinter, small_array_digest
+from casmon.keys.fingerprint import Fingerprinter, encoded_name, small_array_digest
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
 
 __all__ = ["produced", "served", "upstream", "result_fingerprint", "content_digests", "annotate", "CONTENT_MIN", "forget_all",
-           "encoded_name"]
+           "encoded_name", "drain", "SERVED_MAX"]
 
 #: A result whose key encoding is shorter gets no fingerprint (and a parameter that short links by content to
 #: nothing): ``None``, ``True``, ``3`` or ``"ok"`` come from everywhere.
@@ -64,16 +65,12 @@ _OPENS = frozenset(b"([")  # a container's encoding starts so: its items get dig
 _by_id: dict[int, tuple[weak_ref, bytes, bool, Any]] = {}
 #: numpy's ndarray once a result of that type was seen (numpy is never imported here)
 _ndarray: Any = None
-_no_weakref: set[type] = set()
 SWEEP = 4096
 # Rows reach this many: sweep. At least twice the live rows, so a sweep costs O(1) a row however many stay alive.
 _sweep_at = [SWEEP]
 
 
-# A hit's result, registered lazily: (weak reference, key, store url), turned into rows (with the numpy bases
-# walked) by the next call that reads the rows -- a miss. A warm hit pays for one weak reference and an append.
-_served: list[tuple[weak_ref, bytes, Any]] = []
-SERVED_MAX = 1024
+# A hit's results (casmon.caching.hot.served) wait in ``_served`` until the next read of the rows drains them.
 _drain_lock = _thread.allocate_lock()
 
 
@@ -84,27 +81,7 @@ def forget_all() -> None:
     _sweep_at[0] = SWEEP
 
 
-def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> None:
-    """What a hit does in place of :func:`produced`: the same, deferred to the next read of the rows. A value
-    that takes no weak reference (a list, a dict) is walked now, or, with ``items=False`` (the hot path's small
-    copies), not remembered: content links it."""
-    t = type(value)
-    if t in _SKIP:
-        return
-    if t not in _no_weakref:
-        try:
-            _served.append((weak_ref(value), key, where))
-        except TypeError:
-            _no_weakref.add(t)
-        else:
-            if len(_served) > SERVED_MAX:
-                _drain()
-            return
-    if items:
-        produced(value, key, where)
-
-
-def _drain() -> None:
+def drain() -> None:
     with _drain_lock:  # in order: of two rows for one id, the later stands
         batch = _served[:]
         del _served[:len(batch)]  # hits appended meanwhile stay for the next drain
@@ -186,7 +163,7 @@ def upstream(values: Any, where: Any = None) -> list[bytes]:
     """Keys of the entries of the store at ``where`` whose results ``values`` (a call's arguments) are or hold,
     by identity, in order."""
     if _served:
-        _drain()
+        drain()
     if not _by_id:
         return []
     found: list[bytes] = []
@@ -305,13 +282,6 @@ def content_digests(state: CacheState, args: tuple, kwargs: dict, spans: Any,
     return out
 
 
-def encoded_name(name: str) -> bytes:
-    """A parameter's name as a key's encoding holds it, before its value (a span starts with it)."""
-    fp = Fingerprinter()
-    fp.str_(name)
-    return bytes(fp.out)
-
-
 def _small_enough(v: Any) -> bool:
     n = getattr(v, "nbytes", 0)
     return not isinstance(n, int) or n <= CONTENT_MAX
@@ -349,7 +319,7 @@ def annotate(entry: dict[str, Any], state: CacheState, args: tuple, kwargs: dict
         if rf is not None:
             entry["rf"] = rf
         if _served:
-            _drain()
+            drain()
         given = entry.get("a")  # explain's digest of a content-sized span is its content digest: one hash
         if len(args) == 1 and given and len(given) == 1 and not kwargs and state._simple:
             # The common miss: one argument, a plain value or a fresh array (no producer here, no items)

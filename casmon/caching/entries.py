@@ -1,4 +1,5 @@
-"""Cache entries in the store: their record kinds and fields, and handles to results.
+"""Cache entries in the store: their record kinds and fields (handles to results are
+:mod:`casmon.caching.resultref`'s, loaded on first use of ``ResultRef``).
 
 What a call reads and writes of an entry; the listing, eviction and admin that ``casmon cache``,
 ``casmon gc`` and ``casmon ui`` run over entries are :mod:`casmon.caching.eviction` (loaded on first use
@@ -17,11 +18,10 @@ if TYPE_CHECKING:
 from casmon.errors import MAX_SECONDS
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import fingerprint
-from casmon.plain import Plain
 from casmon.store.metafile import register_fields
 
 if TYPE_CHECKING:
-    from casmon.store.store import Store
+    from casmon.caching.resultref import ResultRef
 
 __all__ = ["KIND", "KIND_FN", "KIND_CLEAR", "KIND_USE", "ResultRef", "name_digest", "newest_per_key", "expires_option",
            "result_of"]
@@ -32,6 +32,10 @@ MOVED = frozenset({"cache_entries", "AmbiguousName", "resolve_function", "clear_
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ResultRef":  # a handle is made by ref() and listings, never by a call: loaded on first use
+        from casmon.caching.resultref import ResultRef
+
+        return ResultRef
     if name in MOVED:
         from casmon.caching import eviction
 
@@ -130,63 +134,6 @@ register_fields(KIND_USE, {"hits": _hits, "time": _time})
 def name_digest(name: str) -> Digest:
     """The key of a function's own records (its versions, its clears): a digest of its full name."""
     return fingerprint(("casmon.fn", name))
-
-
-class ResultRef(Plain):
-    """A handle to a stored result; nothing is loaded until you ask."""
-
-    FIELDS = ("store", "digest", "key", "entry")
-
-    def __init__(self, store: Store, digest: Digest, key: Digest, entry: dict) -> None:
-        self.store, self.digest, self.key, self.entry = store, digest, key, entry
-
-    def load(self, mmap: bool = False) -> Any:
-        """The stored result, a fresh copy; ``mmap``: large arrays as read-only maps where it was stored laid out
-        for them (``@casmon.cache(mmap=True)``) on a local store (:mod:`casmon.store.mapped`)."""
-        return self.store.get(self.digest, mmap=mmap)
-
-    def open_array(self):
-        """A lazy, read-only ``zarr.Array`` over an array result."""
-        return self.store.open_array(self.digest)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.entry.get("size", 0))
-
-    def lineage(self) -> Any:
-        """This entry's upstream graph (``casmon.lineage.lineage``). The lineage layer is above this one: named
-        here, not imported."""
-        import importlib
-
-        return importlib.import_module("casmon.lineage").lineage(self, self.store)
-
-    def describe(self) -> str:
-        """The stored result in one line, from its manifest alone (nothing is loaded or unpickled)."""
-        from casmon.store.peek import describe
-
-        return describe(self.store, self.digest, 80)
-
-    def __repr__(self) -> str:
-        from casmon.view.guards import guarded_text  # loaded when a handle is shown: a hit never is
-
-        return str(guarded_text("cached result")(_ref_text)(self))
-
-    def _repr_html_(self) -> str:
-        from casmon.view.guards import guarded_html
-
-        return str(guarded_html("cached result")(_ref_html)(self))
-
-
-def _ref_text(ref: ResultRef) -> str:
-    from casmon.view import display
-
-    return display.result_ref_text(ref, display.described(ref.describe))
-
-
-def _ref_html(ref: ResultRef) -> str:
-    from casmon.view import display
-
-    return display.result_ref_html(ref, display.described(ref.describe))
 
 
 def expires_option(expires: Any, name: str) -> float | None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Difference", "Explanation", "Version", "relabel", "arg_digests", "span_digest", "legacy_digests",
            "same_value", "entry_alt", "MIXED", "version_parts", "explain_call", "explain_entry", "code_versions",
-           "compare_parts", "main_hint", "short_digest", "file_changed"]
+           "compare_parts", "main_hint", "short_digest", "file_changed", "code_change_message"]
 
 #: A parameter whose value holds more bytes than this gets no digest of its own (the miss would hash it twice).
 ARG_DIGEST_MAX = 64 << 20
@@ -600,3 +600,75 @@ def code_versions(store: Store, fn: str) -> list[Version]:
         else:
             cur.changes = [Difference("code", "", "changed (an older casmon did not record the parts)")]
     return out
+
+
+# -- the code-change warning (casmon.caching.versions) ------------------------------------------------------
+def _what_changed(latest: dict[str, Any], parts: dict[str, Any]) -> str:
+    old = latest.get("parts")
+    if not isinstance(old, dict):
+        return ""
+    diffs = compare_parts(old, parts)
+    if not diffs:
+        return ""
+    names = [d.clause() for d in diffs[:4]]
+    more = f" and {len(diffs) - 4} more" if len(diffs) > 4 else ""
+    tail = " (`f.explain(...)` shows the source diff)" if any(d.diff for d in diffs) else ""
+    return f" Since the version cached last: {', '.join(names)}{more}{tail}."
+
+
+def code_change_message(state: CacheState, version: Digest, seen: list[dict[str, Any]], latest: dict[str, Any],
+                        parts: dict[str, Any]) -> str:
+    """What happens now that the code is ``version``: which entries are used, how many other versions hold."""
+    from casmon.view.text import plural  # a change of code loads it
+    vh = version.hex()
+    name = state.name
+    first = min((r.get("time", 0) for r in seen if r.get("version") == vh), default=None)
+    mine, others, other_versions, unknown = _entries_by_version(state, vh)
+    if others is None:
+        rest = "entries of other versions stay in the store, unused while the code is as it is now"
+    elif others == 0:
+        rest = "no entries of other versions remain"
+    else:
+        rest = (f"{plural(others, 'entry', 'entries')} of {plural(other_versions or 0, 'other version')} "
+                f"{'stays' if others == 1 else 'stay'} in the store, unused while the code is as it is now")
+    if unknown:
+        rest += (f" ({plural(unknown, 'older entry', 'older entries')} {'does' if unknown == 1 else 'do'} not say "
+                 "its version)")
+    free = (f"`casmon cache clear {name}`, then two `casmon gc` an hour apart (or `casmon gc --now` while "
+            "nothing else writes), frees the space of all of them.")
+    changed = _what_changed(latest, parts)
+    if first is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
+        used = ("its entries are used" if not mine and (mine is None or unknown) else
+                "none of its entries remain, so calls compute again" if not mine else
+                f"its {plural(mine, 'entry', 'entries')} {'is' if mine == 1 else 'are'} used")
+        return (f"casmon: the code of {name} matches a version cached before (first seen {when}), not the "
+                f"one cached last: {used}; {rest}. {free}{changed}")
+    return (f"casmon: the code of {name} (or of a function it calls, or a value it reads) changed since its "
+            f"results were cached: this version has none yet, so calls compute again; {rest} (used again "
+            f"if the code goes back). {free}{changed}")
+
+
+def _entries_by_version(state: CacheState, vh: str) -> tuple[int | None, int | None, int | None, int]:
+    """``(entries of version vh, entries of other versions, how many other versions, entries that do not
+    say their version)``, one per key (entries written before casmon recorded versions say none);
+    ``(None, None, None, 0)`` when the cache table is too large to read for a warning."""
+    store = state.store
+    from casmon.caching.versions import VERSION_COUNT_MAX
+
+    if store.table(KIND).count() > VERSION_COUNT_MAX:
+        return None, None, None, 0
+    cleared = state.cleared_time(refresh=True)
+    live = newest_per_key((k, r) for k, r in store.records(KIND, strict=False)
+                          if r.get("fn") == state.name and r.get("time", 0) > cleared)
+    mine, versions, others, unknown = 0, set(), 0, 0
+    for _k, r in live.values():
+        v = r.get("v")
+        if v == vh:
+            mine += 1
+        elif v is None:
+            unknown += 1
+        else:
+            others += 1
+            versions.add(v)
+    return mine, others, len(versions), unknown

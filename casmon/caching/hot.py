@@ -25,18 +25,17 @@ equal.
 from __future__ import annotations
 
 import _thread  # threading's locks, without loading threading on a hit
+from _weakref import ref as weak_ref  # weakref's own, without loading weakref.py on a hit
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
     from typing import Any
 
-from casmon.caching import edges
-from casmon.keys.cpickle import pickle
 
 if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
     from casmon.keys.digest import Digest
 
-__all__ = ["HotCalls", "eligible"]
+__all__ = ["HotCalls", "eligible", "served", "SERVED", "SERVED_MAX", "NO_WEAKREF", "edges_module"]
 
 _SCALARS = frozenset({int, str, bytes, bool, type(None)})
 _SCALAR_IDS = frozenset(id(t) for t in _SCALARS)  # by identity: a user type's hash or == may raise
@@ -56,6 +55,57 @@ def _small(v: Any) -> bool:
     if id(t) in _SCALAR_IDS:
         return t is not str and t is not bytes or len(v) <= SMALL_TEXT
     return t is float
+
+
+# -- a hit's result, kept for lineage -----------------------------------------------------------------------
+# A hit's result, registered lazily: (weak reference, key, store url), turned into casmon.caching.edges' rows (with
+# the numpy bases walked) by the next call that reads the rows -- a miss. A warm hit pays for one weak reference and
+# an append, and a hit of a value that takes a weak reference loads no lineage code.
+SERVED: list[tuple[Any, bytes, Any]] = []
+SERVED_MAX = 1024
+#: Types whose instances take no weak reference (a list, a dict): a hit of one is walked now, by edges.
+NO_WEAKREF: set[type] = set()
+_NOT_LINKED = frozenset({type(None), bool, int, float, complex, str, bytes})
+_edges_module: Any = None
+_pickle: Any = None  # pickle, bound by the first result copied here: a hit of an immutable value loads none
+
+
+def _pickle_module() -> Any:
+    global _pickle
+    from casmon.keys.cpickle import pickle
+
+    _pickle = pickle
+    return pickle
+
+
+def edges_module() -> Any:
+    """:mod:`casmon.caching.edges`, bound once by the first hit that needs it (a miss, or a list's hit)."""
+    global _edges_module
+    if _edges_module is None:
+        from casmon.caching import edges
+
+        _edges_module = edges
+    return _edges_module
+
+
+def served(value: Any, key: bytes, where: Any = None, items: bool = True) -> None:
+    """What a hit does in place of :func:`casmon.caching.edges.produced`: the same, deferred to the next read of the
+    rows. A value that takes no weak reference (a list, a dict) is walked now, or, with ``items=False`` (the hot
+    path's small copies), not remembered: content links it."""
+    t = type(value)
+    if t in _NOT_LINKED:
+        return
+    if t not in NO_WEAKREF:
+        try:
+            SERVED.append((weak_ref(value), key, where))
+        except TypeError:
+            NO_WEAKREF.add(t)
+        else:
+            if len(SERVED) > SERVED_MAX:
+                edges_module().drain()
+            return
+    if items:
+        edges_module().produced(value, key, where)
 
 
 def eligible(state: CacheState, no_self: object, empty: object) -> bool:
@@ -150,11 +200,11 @@ class HotCalls:
         if same:
             return key, d, value
         try:
-            value = pickle.loads(value)
+            value = (_pickle or _pickle_module()).loads(value)
         except Exception:  # noqa: BLE001 - a class that cannot be rebuilt now: the full path warns and computes
             self._drop(ck)
             return None
-        edges.served(value, bytes(key), s.url, items=False)  # a later call taking it links to this entry
+        served(value, bytes(key), s.url, items=False)  # a later call taking it links to this entry
         return key, d, value
 
     def learn(self, state: CacheState, ck: tuple, key: Digest, d: Digest, value: Any, prefix: bytes) -> None:
@@ -172,7 +222,7 @@ class HotCalls:
         same = _immutable(value)
         if not same:
             try:
-                value = pickle.dumps(value, protocol=5)
+                value = (_pickle or _pickle_module()).dumps(value, protocol=5)
             except Exception:  # noqa: BLE001 - a value pickle cannot copy is read from the store at each hit
                 return
             if len(value) > SMALL_RESULT:

@@ -16,7 +16,8 @@ where two processes compute one key anyway, both entries point at equal results,
 Failures never cost the caller a result: an argument that cannot be hashed, a result that cannot be
 pickled, a full disk or a damaged stored result each give one warning, and the function's own result is returned.
 
-This module only memoizes (after joblib's ``memory.py``): file digests are in
+This module only memoizes (after joblib's ``memory.py``): a miss's storing of its result and entry is in
+:mod:`~casmon.caching.saving` (loaded by the first miss), file digests are in
 :mod:`~casmon.caching.files`, pickling for worker processes in
 :mod:`~casmon.caching.workers`, entries, eviction and admin in
 :mod:`~casmon.caching.entries`, compute claims in :mod:`~casmon.caching.claims`,
@@ -39,18 +40,20 @@ if TYPE_CHECKING:
     import threading
     from typing import Any, NamedTuple
 
-from casmon.caching import edges, hot, versions
+from casmon.caching import hot, versions
 from casmon.caching.binder import EMPTY, Binder, is_async, is_generator, unwrap
 from casmon.caching.versions import VERSION_WARNINGS_MAX  # noqa: F401 - part of this module's names
-from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, ResultRef, expires_option, name_digest, newest_per_key,
+from casmon.caching.entries import (KIND, KIND_CLEAR, KIND_FN, expires_option, name_digest, newest_per_key,
                                      result_of)
 from casmon.caching.usage import usage_of
 from casmon.errors import CasmonError, DamagedObjectError, MissingObjectError, stacklevel_outside
 from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwrap_callable, version_tracker
 from casmon.keys.digest import Digest
-from casmon.keys.fingerprint import fingerprint
+from casmon.keys.fingerprint import encoded_name, fingerprint
+from casmon.keys.names import keep_flat_names
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
+    from casmon.caching.resultref import ResultRef
     from datetime import timedelta
 
     from casmon.caching import claims, explain
@@ -69,6 +72,8 @@ _FROM_WORKERS = frozenset({"_by_name", "_rebuild", "_rebuild_state", "reduce_cac
 
 
 def __getattr__(name: str) -> Any:
+    if name == "CacheInfo":
+        return cache_info_type()
     if name in _FROM_WORKERS:
         from casmon.caching import workers
 
@@ -89,8 +94,22 @@ class CacheWarning(UserWarning):
 #: logical size of their results, each stored value once (entries that return one value share it).
 if TYPE_CHECKING:
     CacheInfo = NamedTuple("CacheInfo", [("hits", int), ("misses", int), ("entries", int), ("stored_bytes", int)])
-else:  # the same tuple, without loading typing on a fresh process's first hit
-    CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "entries", "stored_bytes"])
+_cache_info_lock = _thread.allocate_lock()
+
+
+def cache_info_type() -> Any:
+    """:class:`CacheInfo`, made at its first use (a namedtuple's class is built from source: ~80 µs of a first
+    hit that never asks): one class however it is reached, named ``casmon.cache.CacheInfo`` as always."""
+    with _cache_info_lock:
+        made: Any = globals().get("CacheInfo")
+        if made is None:
+            make: Any = namedtuple  # untyped: the type checker sees the NamedTuple above
+            made = make("CacheInfo", ["hits", "misses", "entries", "stored_bytes"], module=__name__)
+            keep_flat_names([made])
+            globals()["CacheInfo"] = made  # the next lookup is a plain attribute
+    return made
+
+
 _EMPTY = EMPTY
 
 
@@ -176,6 +195,18 @@ def _defaults(fn: Any) -> tuple[Any, Any, Any, Any]:
         return None, None, None, None
     kd = fn.__kwdefaults__
     return fn.__defaults__, kd, fn.__code__, tuple(kd.items()) if type(kd) is dict else None
+
+
+_saving: Any = None
+
+
+def _saving_module() -> Any:
+    """:mod:`casmon.caching.saving`, bound by the first miss: decorating a function and its hits need none of it."""
+    global _saving
+    from casmon.caching import saving
+
+    _saving = saving
+    return saving
 
 
 def _claims() -> Any:
@@ -364,7 +395,7 @@ class CacheState:
         self.params = b.params
         self._simple = b.simple
         self._names = [p.name for p in b.params]
-        name_bytes = [edges.encoded_name(p.name) for p in b.params]
+        name_bytes = [encoded_name(p.name) for p in b.params]
         self._name_lens = {p.name: len(nb) for p, nb in zip(b.params, name_bytes)}  # a span's value starts after
         self._name_bytes = name_bytes
 
@@ -605,55 +636,8 @@ class CacheState:
 
     def save(self, key: Digest, result: Any, seconds: float, args: tuple, kwargs: dict, files: list | None = None,
              spans: Any = None) -> None:
-        """Store a computed result; a failure is a warning, never an exception."""
-        replaces = bytes(key) in self._replacing
-        self._replacing.discard(bytes(key))
-        try:
-            store = self.store  # opened at first use: a store away then is a warning too
-            d, size = store.put_sized(result, mmap=self.mmap)
-        except TypeError as e:
-            self.warn(("result", type(result)), f"casmon: the result of {self.name} is returned but not cached: {e}")
-            return
-        except Exception as e:  # noqa: BLE001 - a storage error must not lose the result
-            self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
-            return
-        now = time.time()
-        entry: dict[str, Any] = {"fn": self.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
-        raw = store.objects.peek_raw(d, INLINE_MAX)
-        if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
-            import binascii  # a miss's: a hit decodes without it
-
-            entry["inline"] = binascii.b2a_base64(raw, newline=False).decode()
-        if self.version is not None:
-            entry["v"] = self.version.hex()  # which code version made it: the code-change warning counts them
-        if not self._custom_key:
-            from casmon.caching import explain  # loaded by the first miss, not by a hit
-            entry["a"] = explain.arg_digests(self, args, kwargs, spans)  # which parameter differs: f.explain
-        if self.expires is not None:
-            entry["expires"] = now + self.expires  # gc drops it after that
-        if replaces:
-            entry["replaces"] = True
-        if files:
-            # The input files' digests, so `casmon show` and run diffs can say which input changed.
-            entry["files"] = [list(f) for f in files[:FILES_RECORDED]]
-            if len(files) > FILES_RECORDED:
-                entry["files_truncated"] = len(files)
-        edges.annotate(entry, self, args, kwargs, result, spans)  # where its arguments came from: casmon.lineage
-        if self.label is not None:
-            try:
-                entry["label"] = self.label(*args, **kwargs) if callable(self.label) else str(self.label)
-            except Exception as e:  # noqa: BLE001
-                entry["label"] = f"<label failed: {e}>"
-        try:
-            store.append(KIND, entry, key=key, refs=[d])
-        except Exception as e:  # noqa: BLE001
-            self.warn(("store-error", type(e)), f"casmon: the result of {self.name} is returned but not cached: {e}")
-            return
-        self._remember(key, d, None if self.expires is None else now + self.expires)
-        edges.produced(result, key, store.url)
-        if observers:
-            for ob in list(observers):
-                ob(store, self.name, key, d, False)
+        """Store a computed result; a failure is a warning, never an exception (:mod:`casmon.caching.saving`)."""
+        (_saving or _saving_module()).save(self, key, result, seconds, args, kwargs, files, spans)
 
     # -- the two halves of a call, around the function itself ---------------------
     def begin(self, args: tuple, kwargs: dict, waits: bool = True) -> tuple[Any, bool, Any]:
@@ -695,7 +679,7 @@ class CacheState:
                                                    f"read: {e}")
                 found, value = False, None
             if found:
-                edges.served(value, key, getattr(self._store, "url", None))
+                hot.served(value, key, getattr(self._store, "url", None))
                 if ck is not None and d is not None and prefix is not None:
                     hc.learn(self, ck, key, d, value, prefix)  # type: ignore[union-attr]
                 return ctx, True, value
@@ -723,47 +707,8 @@ class CacheState:
         self._done(ctx[4] if len(ctx) > 4 else None, failed=True)
 
     def end(self, ctx: Any, result: Any, t0: float, args: tuple, kwargs: dict) -> None:
-        key, trackers, files, spans = ctx[:4]
-        seconds = time.perf_counter() - t0
-        self._recent.append(seconds)
-        try:  # what the function changed itself while it ran is not an edit of the values it reads
-            if self.tracker is not None:
-                self.tracker.observe()
-            for t in trackers:
-                t.observe()
-            if key is not None:
-                self.save(key, result, seconds, args, kwargs, files=files, spans=spans)
-                if self._stability_checks < STABILITY_CHECKS and not self._custom_key:
-                    self._check_stable(key, args, kwargs)
-        finally:
-            if len(ctx) > 4:
-                self._done(ctx[4])
-
-    def _check_stable(self, key: Digest, args: tuple, kwargs: dict) -> None:
-        """After the first misses: the key again. An argument that hashes differently each time (a
-        ``__reduce__`` with a counter, a fresh id) makes every call a miss; say which, once."""
-        self._stability_checks += 1
-        try:
-            again = self.key_ctx(args, kwargs)[0]
-        except Exception:  # noqa: BLE001 - the first key was computed: nothing new to say
-            return
-        if again is None or again == key:
-            return
-        unstable = []
-        for p, v in zip(self.params, self.bind(args, kwargs)):
-            if p.name in self.ignore:
-                continue
-            try:
-                if fingerprint(v) != fingerprint(v):
-                    unstable.append(p.name)
-            except Exception:  # noqa: BLE001
-                continue
-        if not unstable:
-            return  # the arguments are stable: the code's version changed meanwhile (the code-change warning's job)
-        which = f"parameter {', '.join(map(repr, unstable))} hashes"
-        self.warn(("unstable",), f"casmon: {self.name} will never be a cache hit: {which} differently each time "
-                                 f"(a value whose pickle is not the same twice, or one the call changed). Hash it "
-                                 f"yourself with hashers={{name: lambda v: ...}}, or leave it out with ignore=[...]")
+        """The function returned ``result``: store it (:mod:`casmon.caching.saving`) and release its key."""
+        (_saving or _saving_module()).end(self, ctx, result, t0, args, kwargs)
 
     # -- helpers ------------------------------------------------------------------
     def entries(self) -> list[tuple[Digest, dict]]:
@@ -844,7 +789,7 @@ class CachedFunction:
         state = self.__casmon_cache__
         entries = state.entries()
         values = {result_of(bytes(k), r): int(r.get("size", 0)) for k, r in entries}
-        return CacheInfo(state.hits, state.misses, len(entries), sum(values.values()))
+        return cache_info_type()(state.hits, state.misses, len(entries), sum(values.values()))
 
     def entries(self) -> display.CacheEntries:
         """This function's entries in the store, newest first, as :class:`ResultRef` handles (nothing loaded).
@@ -854,6 +799,8 @@ class CachedFunction:
         from casmon.store.peek import as_digest
 
         state = self.__casmon_cache__
+        from casmon.caching.resultref import ResultRef  # a handle: never made by a call
+
         refs = [ResultRef(state.store, as_digest(r.get("result"), f"cache entry {k.hex()} of {state.name}"), k, r)
                 for k, r in state.entries()]
         refs.sort(key=lambda x: x.entry.get("time", 0), reverse=True)
@@ -880,6 +827,8 @@ class CachedFunction:
         found = state.find(key) if key is not None else None
         if key is None or found is None:
             raise KeyError(state.not_cached(key, args, kwargs))
+        from casmon.caching.resultref import ResultRef
+
         return ResultRef(state.store, found[0], key, found[1])
 
     def lookup(self, /, *args, **kwargs) -> Any:

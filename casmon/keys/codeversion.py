@@ -57,8 +57,7 @@ if TYPE_CHECKING:
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import Fingerprinter, canonical_module, fingerprint, qualified_name
 from casmon.keys import sourcelines, versioncache, versionwalk
-from casmon.keys.sourceblock import (block_compiles_to as _block_compiles_to, code_matches_file as _code_matches_file,
-                                     code_sig as _code_sig, def_block as _def_block, lambda_segment as _lambda_segment)
+from casmon.keys.sourceblock import code_sig as _code_sig, def_block as _def_block
 from casmon.keys.usercode import is_user_module
 
 __all__ = [
@@ -194,34 +193,30 @@ def _function_source(fn: types.FunctionType) -> tuple[str | None, frozenset[str]
     if kept is not None:
         text, wo = kept  # this very block, parsed and checked against this very code by an earlier process
     else:
-        if found is not None:
-            from casmon.keys import sourcetree
+        from casmon.keys import sourcetree  # a parse, and its checks: a kept one needs neither
 
+        if found is not None:
             text, tree = sourcetree.tree_of(block)
             body: Any = getattr(tree, "body", ())
             if len(body) != 1 or getattr(body[0], "name", None) != code.co_name:
                 found = None  # not this one def after all: inspect decides
-            elif _block_compiles_to(found[0], code):
+            elif sourcetree.block_compiles_to(found[0], code):
                 kept = text, sourcetree.write_only_names(tree)
                 versioncache.remember(code.co_filename, keys[0], *kept)
-            elif _code_matches_file(code):
+            elif sourcetree.code_matches_file(code):
                 kept = text, sourcetree.write_only_names(tree)
                 versioncache.remember(code.co_filename, keys[1], *kept)
             else:
                 text, tree = None, None
         if found is None:
-            from casmon.keys import sourcetree
-
             text, tree = sourcetree.source_tree(fn)
-            if text is not None and not _code_matches_file(code):
+            if text is not None and not sourcetree.code_matches_file(code):
                 text, tree = None, None
         if text is not None and code.co_name == "<lambda>":
-            text += "\nlambda:" + _lambda_segment(code)
+            text += "\nlambda:" + sourcetree.lambda_segment(code)
         if kept is not None:
             wo = kept[1]
         else:
-            from casmon.keys import sourcetree
-
             wo = sourcetree.write_only_names(tree) if tree is not None else sourcetree.write_only_names_code(code)
     main = canonical_module(getattr(fn, "__module__", None)) == "__main__"
     if text is not None and main:

@@ -42,7 +42,6 @@ Rules worth knowing:
 from __future__ import annotations
 
 import copyreg
-import functools
 import sys
 import _thread  # threading's locks, without loading threading on a hit
 import types
@@ -59,19 +58,19 @@ if TYPE_CHECKING:
 import xxhash
 
 if TYPE_CHECKING:
+    import pickle
+
     import numpy as np
 
     from casmon.keys.segments import SegmentedRun
 else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
-from casmon.keys.cpickle import pickle
-from casmon.keys import libraries
 from casmon.keys.digest import Digest
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
-from casmon.errors import NotKeyable, NotKeyableError, UnpicklableError, UnstableKeyWarning
+from casmon import errors  # its rarer classes are made on first use: a key that fails or warns names them
 
-__all__ = ["fingerprint", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
+__all__ = ["fingerprint", "encoded_name", "register_hasher", "unregister_hasher", "register_library_hasher", "Fingerprinter", "Concat",
            "canonical_module", "qualified_name", "small_array_digest"]
 
 _NAN = float("nan")  # math.nan, without loading math
@@ -211,9 +210,9 @@ class _Fingerprinter:
             self.feed(value)
         except _PathError as e:
             path = root + "".join(reversed(e.parts))
-            if isinstance(e.cause, NotKeyable):
-                raise NotKeyableError(path, e.obj, e.cause.reason) from None
-            raise UnpicklableError(path, e.obj, e.cause) from None
+            if isinstance(e.cause, errors.NotKeyable):
+                raise errors.NotKeyableError(path, e.obj, e.cause.reason) from None
+            raise errors.UnpicklableError(path, e.obj, e.cause) from None
 
     # -- dispatch ------------------------------------------------------------
     def feed(self, v: Any) -> None:
@@ -221,6 +220,9 @@ class _Fingerprinter:
         f = _DISPATCH.get(t)
         if f is not None:
             f(self, v)
+            return
+        if _picklebuffer_t is None and _pickle_arrived():
+            self.feed(v)  # a PickleBuffer, now in the table
             return
         user = self._user_hasher(t)
         if user is not None:
@@ -281,7 +283,9 @@ class _Fingerprinter:
         except KeyError:
             pass
         fn = None
-        if libraries.ensure(t):
+        mod = t.__module__  # a builtin or casmon's own type is no library's: its key loads no library table
+        if mod != "builtins" and not (type(mod) is str and mod.startswith("casmon.")) and (
+                _libraries or _libraries_module()).ensure(t):
             cache = self._user_cache  # loading a library's hashers cleared the cache
         if _hashers:
             for base in t.__mro__:
@@ -409,208 +413,18 @@ class _Fingerprinter:
     def frozenset_(self, v: Any) -> None:
         self.set_(v, b"Z")
 
-    # -- numpy -----------------------------------------------------------------
+    # -- numpy and pandas: casmon.keys.arrays, loaded by the first such value keyed ----------------------------
     def npscalar(self, v: np.generic) -> None:
-        self.out += b"a" + _len_prefixed(_dtype_key(v.dtype))
-        if v.dtype.hasobject:
-            self.feed(v.item())
-        elif v.dtype.names is not None and (_dtypes or _dtypes_module()).has_padding(v.dtype):
-            self.out += _without_padding(np.asarray(v)).tobytes()
-        elif v.dtype.char in "efdFD" and v != v:
-            # Every NaN is one value, as for floats: 0/0 and np.nan differ in a sign bit no comparison sees. The NaN
-            # written is np.nan's, whose key stays. (Not longdouble's: its bytes hold padding besides the value.)
-            re, im = v.real, v.imag
-            one = complex(_NAN if re != re else re, _NAN if im != im else im) if v.dtype.kind == "c" \
-                else _NAN
-            self.out += np.array(one, v.dtype).tobytes()
-        else:
-            self.out += np.asarray(v).tobytes()
+        (_arrays or _arrays_module()).npscalar(self, v)
 
     def ndarray(self, a: np.ndarray) -> None:
-        if type(a) is not np.ndarray:
-            self.ndarray_subclass(a)
-            return
-        self.out += b"A" + _len_prefixed(_dtype_key(a.dtype)) + _pack_Q(a.ndim)
-        for n in a.shape:
-            self.out += _pack_Q(n)
-        if a.dtype.hasobject:
-            if not self._enter(a):
-                return
-            for i, item in enumerate(a.flat):
-                try:
-                    self.feed(item)
-                except _PathError as e:
-                    e.parts.append(f"[flat {i}]")
-                    raise
-            del self.stack[id(a)]
-            return
-        if a.size == 0:
-            return
-        # A structured dtype's padding holds whatever memory held (a copy's differs): its fields count, as
-        # copies with the gaps zeroed, a block of rows at a time.
-        padded = a.dtype.names is not None and (_dtypes or _dtypes_module()).has_padding(a.dtype)
-        if a.flags.c_contiguous and not padded:
-            flat = a.reshape(-1).view(np.uint8)
-            if flat.nbytes > _INLINE_LIMIT:
-                self.begin_run(flat.nbytes)
-                self.buffer(flat)
-                self.end_run()
-            else:
-                self.out += flat.data
-            return
-        # Fortran order or strided: hash the C-order bytes one block of rows at a time.
-        if a.ndim == 0:
-            self.out += (_without_padding(a) if padded else a).tobytes()
-            return
-        self.begin_run(a.nbytes)  # the C-order bytes, in pieces: the same key as a contiguous copy's
-        run = self.run
-        if run is not None and not padded and a[0].nbytes <= (_segments or _segments_module()).SEGMENT:
-            # Each thread copies and hashes its own segments: the copy, not the hash, is most of the cost.
-            self.fed += a.nbytes
-            from casmon.keys.corder import c_order_bytes
-
-            run.feed_produced(functools.partial(c_order_bytes, a, {}))
-        elif a.ndim == 2 and a.flags.f_contiguous and a.nbytes > _INLINE_LIMIT and not padded:
-            self._transposed(a)
-        else:
-            row = a[0].nbytes or 1
-            step = max(1, _BLOCK_BYTES // row)
-            for start in range(0, a.shape[0], step):
-                part = a[start : start + step]
-                block = _without_padding(part) if padded else np.ascontiguousarray(part)
-                self.buffer(block.reshape(-1).view(np.uint8))
-        self.end_run()
-
-    def _transposed(self, a: np.ndarray) -> None:
-        """A Fortran-ordered matrix's C-order bytes, a block of rows at a time, copied in tiles (corder.py): a
-        whole row at a time would touch a page per element (3-4x the time of C order instead of 13x)."""
-        from casmon.keys.corder import STAGE_BYTES, tiled_copy
-
-        rows, cols = a.shape
-        height = max(1, min(rows, max(256, (1 << 20) // max(1, cols * a.dtype.itemsize))))
-        buf = np.empty((height, cols), a.dtype)
-        stage = np.empty(STAGE_BYTES, np.uint8)
-        for start in range(0, rows, height):
-            block = a[start : start + height]
-            out = buf[: block.shape[0]]
-            tiled_copy(out, block, stage)
-            self.buffer(out.reshape(-1).view(np.uint8))
+        (_arrays or _arrays_module()).ndarray(self, a)
 
     def ndarray_subclass(self, a: np.ndarray) -> None:
-        """A subclass counts its type, its data, and the attributes its instances carry.
+        (_arrays or _arrays_module()).ndarray_subclass(self, a)
 
-        Masked arrays count their data (also under the mask), their mask
-        (``nomask`` and an all-False mask differ: ``a.mask`` differs), their
-        fill value and hard-mask flag. ``np.memmap`` counts like its data (the
-        open file handle and file name are how it is stored, not what it is).
-        Other subclasses count every instance attribute (``__dict__`` and slots),
-        so a units subclass with ``unit="km"`` differs from one with ``unit="m"``.
-        """
-        if not self._enter(a):
-            return
-        t = type(a)
-        self.out += b"X"
-        self.type_(t)
-        try:
-            self.ndarray(a.view(np.ndarray))
-            attrs = dict(getattr(a, "__dict__", None) or {})
-            for name in _slot_names(t):
-                if hasattr(a, name):
-                    attrs[name] = getattr(a, name)
-            if isinstance(a, np.ma.MaskedArray):
-                m: Any = a  # numpy's stubs omit the internals a masked array pickles
-                for k in _MASKED_INTERNALS:
-                    attrs.pop(k, None)
-                mask = m._mask
-                self.feed(None if mask is np.ma.nomask else np.asarray(mask).view(np.ndarray))
-                self.feed(m._fill_value)
-                self.feed(bool(m._hardmask))
-                self.feed(m._baseclass)
-            elif isinstance(a, np.memmap):
-                for k in ("_mmap", "filename", "offset", "mode"):
-                    attrs.pop(k, None)
-            self.out += b"{" + _pack_Q(len(attrs))
-            for k, item in attrs.items():
-                try:
-                    self.feed(k)
-                    self.feed(item)
-                except _PathError as e:
-                    e.parts.append(f".{k}")
-                    raise
-        finally:
-            self.stack.pop(id(a), None)
-
-    # -- pandas ----------------------------------------------------------------
     def pandas(self, v: Any) -> None:
-        """pandas objects by everything a function can see: values with their exact dtype
-        (a categorical's categories, their order and the ordered flag), index names and
-        ``freq``, MultiIndex levels and codes, ``attrs``, ``flags`` and a subclass's ``_metadata``."""
-        kind = _pandas_kind(v)
-        self.out += b"p"
-        self.type_(type(v))
-        if kind == "index":
-            self._pandas_index(v)
-        elif kind == "series":
-            self.feed(v.name)
-            self.pandas(v.index)
-            self._pandas_values(v.dtype, v)
-            self.feed(dict(v.attrs))
-            self.feed(bool(v.flags.allows_duplicate_labels))
-        else:  # frame
-            self.pandas(v.columns)
-            self.pandas(v.index)
-            self.out += _pack_Q(v.shape[1])
-            for i in range(v.shape[1]):
-                col = v.iloc[:, i]
-                self._pandas_values(col.dtype, col)
-            self.feed(dict(v.attrs))
-            self.feed(bool(v.flags.allows_duplicate_labels))
-        meta = getattr(type(v), "_metadata", None)
-        if meta:
-            self.feed({m: getattr(v, m, None) for m in meta})
-
-    def _pandas_index(self, v: Any) -> None:
-        import pandas as pd
-
-        if isinstance(v, pd.MultiIndex):
-            self.feed(list(v.names))
-            self.out += _pack_Q(v.nlevels)
-            for level, codes in zip(v.levels, v.codes):
-                self.pandas(level)
-                self.ndarray(np.asarray(codes))
-            self.feed(v.sortorder)
-            return
-        self.feed(v.name)
-        self._pandas_values(v.dtype, v)
-        freq = getattr(v, "freq", None) if isinstance(v, (pd.DatetimeIndex, pd.TimedeltaIndex)) else None
-        self.feed(freq)
-
-    def _pandas_values(self, dtype: Any, obj: Any) -> None:
-        if isinstance(dtype, np.dtype):
-            self.out += b"n" + _len_prefixed(_dtype_key(dtype))
-            if not dtype.hasobject:
-                self.ndarray(np.asarray(obj.to_numpy()))
-            else:
-                self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
-            return
-        # An extension dtype counts as the object it is (categories, order, tz, unit, closed, ...).
-        self.out += b"e"
-        self.feed(_without_memo(dtype))
-        arr = obj.array
-        arrow = getattr(arr, "_pa_array", None)  # pandas' Arrow-backed columns (pandas 3's default str)
-        if arrow is not None and "pyarrow" in _sys_modules:
-            libraries.ensure_module("pyarrow")
-            self.feed(arrow)
-            return
-        codes = getattr(arr, "codes", None)
-        if codes is not None and getattr(dtype, "name", "") == "category":
-            self.ndarray(np.asarray(codes))
-            return
-        asi8 = getattr(arr, "asi8", None)
-        if asi8 is not None:
-            self.ndarray(np.asarray(asi8))
-            return
-        self.ndarray(np.asarray(obj.to_numpy(dtype=object), dtype=object))
+        (_arrays or _arrays_module()).pandas(self, v)
 
     # -- everything else -------------------------------------------------------
     def type_(self, t: type) -> None:
@@ -666,45 +480,21 @@ class _Fingerprinter:
         self.end_run()
 
     def concat(self, c: Concat) -> None:
-        total = sum(p.nbytes for p in c.pieces)
-        self.out += b"C" + _pack_Q(total)
-        self.begin_run(total)
-        for p in c.pieces:
-            flat = p.reshape(-1).view(np.uint8) if p.flags.c_contiguous else np.ascontiguousarray(p).reshape(-1).view(np.uint8)
-            if flat.nbytes > _INLINE_LIMIT or self.run is not None:
-                self.buffer(flat)
-            else:
-                self.out += flat.data
-        self.end_run()
-
-
-def _without_padding(a: np.ndarray) -> np.ndarray:
-    """A copy of a structured array with its padding bytes zero: assignment copies fields, never the gaps."""
-    out = np.zeros(a.shape, a.dtype)
-    out[...] = a
-    return out
-
+        (_arrays or _arrays_module()).concat(self, c)
 
 def _global_name(obj: Any) -> bytes:
     return qualified_name(obj).encode()
 
 
-_MASKED_INTERNALS = ("_mask", "_fill_value", "_hardmask", "_baseclass", "_sharedmask", "_isfield", "_optinfo", "_basedict")
-
-
-def _slot_names(t: type) -> list[str]:
-    names = []
-    for c in t.__mro__:
-        sl = c.__dict__.get("__slots__")
-        if sl:
-            for n in [sl] if isinstance(sl, str) else sl:
-                if n not in ("__dict__", "__weakref__") and n not in names:
-                    names.append(n)
-    return names
-
-
 def _len_prefixed(b: bytes) -> bytes:
     return _pack_Q(len(b)) + b
+
+
+def encoded_name(name: str) -> bytes:
+    """A parameter's name as a key's encoding holds it, before its value (a span starts with it)."""
+    fp = Fingerprinter()
+    fp.str_(name)
+    return bytes(fp.out)
 
 
 def small_array_digest(a: Any, hexed: bool = False) -> Any:
@@ -714,70 +504,39 @@ def small_array_digest(a: Any, hexed: bool = False) -> Any:
     if type(a) is not _ndarray_t:
         if np is not None or not _numpy_arrived() or type(a) is not _ndarray_t:
             return None
-    nbytes = a.nbytes
-    if nbytes > _INLINE_LIMIT:  # any layout: its encoding is its C-order bytes, which tobytes gives
-        return None
-    dt, shape = a.dtype, a.shape
-    last = _last_head  # one read: another thread may replace it
-    if last[0] is dt and last[1] == shape:  # no tuple to build and hash
-        head = last[2]
-    else:
-        cached = _small_heads.get((dt, shape))
-        # an equal dtype that holds more (metadata: equal, and hashed alike) is another encoding: not the cached one's
-        if cached is not None and (cached[0] is dt or _plain_dtype(dt)):
-            head = cached[1]
-        else:
-            if dt.hasobject or dt.names is not None or not _plain_dtype(dt):
-                return None
-            head = b"A" + _len_prefixed(_dtype_key(dt)) + _pack_Q(len(shape)) + b"".join([_pack_Q(n) for n in shape])
-            if len(_small_heads) < 4096:
-                _small_heads[(dt, shape)] = (dt, head)
-        _remember_head(dt, shape, head)
-    if nbytes <= 4096:  # copying a few bytes costs less than a hasher object and a byte view
-        return (_h128_hex if hexed else _h128_raw)(head + a.tobytes())
-    h = xxhash.xxh3_128(head)
-    h.update(a.reshape(-1).view(np.uint8).data)  # as bytes: a datetime64 array exports no buffer of its own
-    return h.hexdigest() if hexed else h.digest()
+    return (_arrays or _arrays_module()).small_array_digest(a, hexed)
 
-
-#: (plain dtype, shape) -> (that dtype, the start of such an array's encoding) (a dtype that needs more than its
-#: descriptor is never here): one lookup, where packing the shape costs more than the hash of a small array.
-_small_heads: dict[tuple[Any, tuple[int, ...]], tuple[Any, bytes]] = {}
-#: (plain dtype, shape, head) of the last small array digested: a loop's arrays are alike
-_last_head: tuple[Any, Any, bytes] = (None, None, b"")
-_h128_hex, _h128_raw = xxhash.xxh3_128_hexdigest, xxhash.xxh3_128_digest
 #: numpy's ndarray once numpy is imported (a class no value has until then)
 _ndarray_t: Any = type("_NoArray", (), {})
 
 
-def _plain_dtype(dt: Any) -> bool:
-    from casmon.keys.dtypes import dtype_extras  # arrays' only
-
-    return dtype_extras(dt) is None
+_arrays: Any = None
 
 
-def _remember_head(dt: Any, shape: tuple[int, ...], head: bytes) -> None:
-    global _last_head
-    _last_head = (dt, shape, head)
+def _arrays_module() -> Any:
+    """casmon.keys.arrays, bound by the first numpy or pandas value keyed; numpy's arrays then go to it straight."""
+    global _arrays
+    from casmon.keys import arrays
 
-
-_dtype_keys: dict[np.dtype, bytes] = {}
-
-
-#: casmon.keys.dtypes once an array is keyed (a hit of plain values loads none): an import statement run by every
-#: array's key cost it a third more than the module's own name.
-_dtypes: Any = None
-
-
-def _dtypes_module() -> Any:
-    global _dtypes
-    from casmon.keys import dtypes
-
-    _dtypes = dtypes
-    return dtypes
+    _arrays = arrays
+    if np is not None:
+        _DISPATCH[np.ndarray] = arrays.ndarray
+    return arrays
 
 
 #: casmon.keys.segments once a large or strided array is keyed, for the same reason.
+_libraries: Any = None
+
+
+def _libraries_module() -> Any:
+    """casmon.keys.libraries, bound by the first type no hasher here knows (a key of plain values loads none)."""
+    global _libraries
+    from casmon.keys import libraries
+
+    _libraries = libraries
+    return libraries
+
+
 _segments: Any = None
 
 
@@ -787,44 +546,6 @@ def _segments_module() -> Any:
 
     _segments = segments
     return segments
-
-
-def _dtype_key(dt: np.dtype) -> bytes:
-    d = _dtypes or _dtypes_module()
-    extras = d.dtype_extras(dt)
-    if extras is not None:
-        # Metadata, alignment, np.record, a non-legacy dtype: equal dtypes can differ here, so never cached by
-        # dtype. After a NUL (which a descriptor's repr never holds): the digest of what the descriptor lacks.
-        sub = _Fingerprinter()
-        try:
-            sub.feed(extras)
-        except _PathError as e:
-            e.parts.append(".dtype")
-            raise
-        return repr(d.descr_of(dt)).encode() + b"\x00" + sub.digest()
-    try:
-        return _dtype_keys[dt]
-    except KeyError:
-        pass
-    try:
-        key = repr(np.lib.format.dtype_to_descr(dt)).encode()
-    except ValueError:  # fields out of order or overlapping: by their layout (no descriptor holds it)
-        key = repr(d.layout_of(dt)).encode()
-    _dtype_keys[dt] = key
-    return key
-
-
-def _without_memo(dtype: Any) -> Any:
-    """A pandas extension dtype without the memo of derived properties pandas fills in as they are first asked
-    for (``Int64Dtype().numpy_dtype`` adds ``_cache``): the dtype is what it was, so its key stays what it was."""
-    state = getattr(dtype, "__dict__", None)
-    if not state or "_cache" not in state:
-        return dtype
-    import copy  # a structured dtype's only: a hit loads no copy (nor the weakref it imports)
-
-    plain = copy.copy(dtype)
-    vars(plain).pop("_cache", None)
-    return plain
 
 
 def _pandas_kind(v: Any) -> str | None:
@@ -855,10 +576,24 @@ _DISPATCH: dict[type, Callable[[_Fingerprinter, Any], None]] = {
     dict: _Fingerprinter.dict_,
     set: _Fingerprinter.set_,
     frozenset: _Fingerprinter.frozenset_,
-    pickle.PickleBuffer: _Fingerprinter.picklebuffer,
     Concat: _Fingerprinter.concat,
 }
 
+
+
+#: pickle's PickleBuffer once pickle is loaded (none can exist before): a key of plain values loads no pickle.
+_picklebuffer_t: Any = None
+
+
+def _pickle_arrived() -> bool:
+    """True the first time pickle's C module is found loaded: its PickleBuffer joins the dispatch table."""
+    global _picklebuffer_t
+    pb = getattr(_sys_modules.get("_pickle") or _sys_modules.get("pickle"), "PickleBuffer", None)
+    if pb is None or _picklebuffer_t is not None:
+        return False
+    _DISPATCH[pb] = _Fingerprinter.picklebuffer
+    _picklebuffer_t = pb
+    return True
 
 
 def _numpy_arrived() -> bool:
@@ -872,7 +607,7 @@ def _numpy_arrived() -> bool:
     nd = getattr(numpy, "ndarray", None)  # None within numpy's own import, in the thread importing it
     if nd is None:
         return False
-    _DISPATCH[nd] = _Fingerprinter.ndarray
+    _DISPATCH[nd] = _Fingerprinter.ndarray if _arrays is None else _arrays.ndarray
     _ndarray_t = nd
     np = numpy
     return True
@@ -881,7 +616,9 @@ def _numpy_arrived() -> bool:
 #: Values whose pickle-level encoding is at most this long are checked for a stable key (see _self_check).
 SELF_CHECK_MAX = 1 << 16
 _self_check_on = True
-_checked_types: set[type] = set()
+# Digest (in every cache key's prefix) keys as its 16 bytes, the same through pickle: checking it would load
+# pickle on every process's first cached call.
+_checked_types: set[type] = {Digest}
 _warned_types: set[type] = set()
 
 
@@ -916,6 +653,8 @@ def _self_check(v: Any) -> None:
     which makes every key of the type a miss. Warns once per type; never raises.
     """
     global _self_check_on
+    from casmon.keys.cpickle import pickle  # once per type: a key of plain values loads none
+
     _self_check_on = False  # the copies' own parts are not checked again
     try:
         with warnings.catch_warnings():
@@ -934,7 +673,7 @@ def _self_check(v: Any) -> None:
         how = "twice in a row" if first != again else "from their copies through pickle"
         warnings.warn(f"casmon: values of {name} key differently {how}: calls taking one would never be cache "
                       f"hits. Give the type a hasher with casmon.register_hasher({t.__qualname__}, fn), fn returning "
-                      "the fields that matter", UnstableKeyWarning, stacklevel=2)
+                      "the fields that matter", errors.UnstableKeyWarning, stacklevel=2)
 
 
 def fingerprint(value: Any) -> Digest:

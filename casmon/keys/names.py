@@ -53,6 +53,7 @@ _KEY_MODULES = {
     "casmon.maintenance.gclock": "casmon.gc", "casmon.keys.filedigest": "casmon.cache",
     "casmon.keys.smallpickle": "casmon.codeversion", "casmon.keys.sourcetree": "casmon.codeversion",
     "casmon.store.pickleinfo": "casmon.serialize", "casmon.store.encode": "casmon.serialize",
+    "casmon.rare_errors": "casmon.errors", "casmon.keys.arrays": "casmon.fingerprint",
 }
 _KEY_PACKAGES = {"casmon.caching": "casmon.cache", "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",
                  "casmon.maintenance": "casmon.maintenance", "casmon.cli": "casmon.cli", "casmon.view": "casmon.display"}

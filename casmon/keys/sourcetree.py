@@ -1,4 +1,5 @@
-"""A function's source as the code version compares it: its syntax tree as text, and the names it only writes to.
+"""A function's source as the code version compares it: its syntax tree as text, and the names it only writes to;
+and whether a source is the source of the code that runs (it compiles to that code).
 
 Parsed only where a code version's parse is not kept already (:mod:`casmon.keys.versioncache`): a fresh
 process's first hit of an unchanged function reads the kept parse, and never loads :mod:`ast`, :mod:`dis`,
@@ -7,15 +8,21 @@ process's first hit of an unchanged function reads the kept parse, and never loa
 
 from __future__ import annotations
 
+import __future__
 import ast
 import dis
+import functools
 import inspect
 import textwrap
 import threading
 import types
 from typing import Any
 
-__all__ = ["tree_of", "source_tree", "write_only_names", "write_only_names_code"]
+from casmon.keys import sourcelines
+from casmon.keys.sourceblock import code_sig
+
+__all__ = ["tree_of", "source_tree", "write_only_names", "write_only_names_code", "code_matches_file",
+           "block_compiles_to", "lambda_segment", "FUTURE_FLAGS"]
 
 
 class _StripDocsAndDecorators(ast.NodeTransformer):
@@ -118,3 +125,80 @@ def write_only_names_code(code: types.CodeType) -> frozenset[str]:
                 or (nxt.opname in _SIMPLE_LOAD_OPS and nn is not None and nn.opname in ("STORE_SUBSCR", "DELETE_SUBSCR")))
             (writes if write else reads).add(x.argval)
     return frozenset(writes - reads)
+
+
+# -- whether a source is the source of the code that runs -----------------------------------------------------
+_file_index: dict[str, tuple[list[str], dict[str, set[tuple[Any, ...]]] | None]] = {}
+_file_index_lock = threading.Lock()
+
+
+def code_matches_file(code: types.CodeType) -> bool:
+    """True if compiling the source casmon would read for ``code`` gives ``code`` again.
+
+    False when the file was edited after the code was compiled and not reloaded:
+    the source on disk is then not what runs, and must not name its version.
+    """
+    fname = code.co_filename
+    lines = sourcelines.getlines(fname)
+    if not lines:
+        return False
+    with _file_index_lock:
+        entry = _file_index.get(fname)
+    if entry is None or entry[0] is not lines:
+        index: dict[str, set[tuple[Any, ...]]] | None
+        try:
+            top = compile("".join(lines), fname, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, OverflowError):
+            index = None
+        else:
+            index = {}
+            stack = [top]
+            while stack:
+                c = stack.pop()
+                index.setdefault(c.co_qualname, set()).add(code_sig(c))
+                stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
+        entry = (lines, index)
+        with _file_index_lock:
+            _file_index[fname] = entry
+    index = entry[1]
+    return index is not None and code_sig(code) in index.get(code.co_qualname, ())
+
+
+#: Compiler flags a ``from __future__`` import sets, which code objects carry in ``co_flags``.
+FUTURE_FLAGS = functools.reduce(lambda a, n: a | getattr(__future__, n).compiler_flag, __future__.all_feature_names, 0)
+
+
+def block_compiles_to(block: list[str], code: types.CodeType) -> bool:
+    """True if compiling the ``def`` in ``block`` alone gives ``code`` again: the text on disk is
+    what runs (cheap: one function, not the whole file as :func:`code_matches_file` compiles).
+    False when unsure, e.g. a closure, or a method's mangled ``__names``: the file decides then."""
+    if code.co_freevars:
+        return False
+    try:
+        top = compile(textwrap.dedent("".join(block)), code.co_filename, "exec",
+                      flags=code.co_flags & FUTURE_FLAGS, dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError):
+        return False
+    sig = code_sig(code)
+    return any(isinstance(c, types.CodeType) and c.co_name == code.co_name and code_sig(c) == sig
+               for c in top.co_consts)
+
+
+def lambda_segment(code: types.CodeType) -> str:
+    """The lambda's own text (its body), so two lambdas on one line differ."""
+    pos: list[tuple[int, int, int, int]] = []
+    for line, end_line, col, end_col in code.co_positions():
+        if line is not None and col is not None and end_line is not None and end_col is not None \
+                and (col, end_col) != (0, 0):
+            pos.append((line, end_line, col, end_col))
+    if not pos:
+        return ""
+    start = min((p[0], p[2]) for p in pos)
+    end = max((p[1], p[3]) for p in pos)
+    lines = sourcelines.getlines(code.co_filename)
+    if not lines or end[0] > len(lines):
+        return ""
+    if start[0] == end[0]:
+        return lines[start[0] - 1][start[1] : end[1]]
+    seg = [lines[start[0] - 1][start[1] :]] + lines[start[0] : end[0] - 1] + [lines[end[0] - 1][: end[1]]]
+    return "".join(seg)

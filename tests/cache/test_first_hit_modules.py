@@ -23,7 +23,8 @@ NEVER = ["concurrent.futures", "logging", "traceback", "hashlib", "_hashlib", "q
          "casmon.store.table.whole", "casmon.store.table.batches", "casmon.store.table.merge",
          "casmon.store.table.survey", "casmon.store.table.encode", "casmon.store.table.fence_gc",
          "casmon.store.table.lookaside",
-         "casmon.store.blobwrite", "casmon.store.backend.urls", "casmon.store.condemnedlist"]
+         "casmon.store.blobwrite", "casmon.store.backend.urls", "casmon.store.condemnedlist",
+         "casmon.keys.arrays", "casmon.caching.edges", "casmon.caching.saving"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -100,7 +101,9 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
               "casmon.faultpoints", "casmon.store.encode",
               "casmon.store.blobwrite", "casmon.store.chunkio", "casmon.store.backend.urls", "casmon.store.manifestcheck",
-              "casmon.store.condemnedlist", "casmon.store.valuewrite", "casmon.store.refwrite"]
+              "casmon.store.condemnedlist", "casmon.store.valuewrite", "casmon.store.refwrite",
+              "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
+              "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 

@@ -23,6 +23,7 @@ import types
 import pytest
 
 from casmon.keys import codeversion as cv
+from casmon.keys import sourcetree
 
 MODULES = ["casmon.caching.memoize", "casmon.store.store", "casmon.store.table.table", "casmon.cli.app", "casmon.keys.codeversion", "json.decoder",
            "textwrap", "inspect", "argparse", "dataclasses", "tests.cache.test_cache_truth", "tests.conftest"]
@@ -109,8 +110,8 @@ def test_an_edited_file_still_counts_as_stale(tmp_path, monkeypatch):
     linecache.checkcache(str(path))
     cv._code_memo.clear()
     assert cv._function_source(mod.f)[0] is None
-    assert cv._block_compiles_to(["def f(a):\n", "    return a + 1\n"], mod.f.__code__)
-    assert not cv._block_compiles_to(["def f(a):\n", "    return a + 2\n"], mod.f.__code__)
+    assert sourcetree.block_compiles_to(["def f(a):\n", "    return a + 1\n"], mod.f.__code__)
+    assert not sourcetree.block_compiles_to(["def f(a):\n", "    return a + 2\n"], mod.f.__code__)
 
 
 def test_a_closure_and_mangled_names_are_left_to_the_whole_file():
@@ -123,7 +124,7 @@ def test_a_closure_and_mangled_names_are_left_to_the_whole_file():
 
     inner = outer()
     block, _ = cv._def_block(inner.__code__)
-    assert not cv._block_compiles_to(block, inner.__code__)  # a free variable: unsure alone
+    assert not sourcetree.block_compiles_to(block, inner.__code__)  # a free variable: unsure alone
     cv._code_memo.clear()
     assert cv._function_source(inner)[0] is not None  # the whole file confirms it
 
@@ -132,7 +133,7 @@ def test_a_closure_and_mangled_names_are_left_to_the_whole_file():
             return self.__secret
 
     block, _ = cv._def_block(A.m.__code__)
-    assert not cv._block_compiles_to(textwrap.dedent("".join(block)).splitlines(True), A.m.__code__)
+    assert not sourcetree.block_compiles_to(textwrap.dedent("".join(block)).splitlines(True), A.m.__code__)
     cv._code_memo.clear()
     assert cv._function_source(A.m)[0] is not None
 

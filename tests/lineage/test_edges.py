@@ -582,3 +582,39 @@ def test_a_files_folder_holding_a_broken_link_is_not_said_to_be_gone(tmp_path, s
     assert stale(s).to_dict()["nodes"] == []
     (f,) = lineage(casmon.fingerprint("broken").hex(), s).of_kind("file")
     assert "changed" not in f.data
+
+
+def test_a_result_served_before_lineage_loads_still_links_to_its_entry(tmp_path):
+    """A hit registers its result without loading casmon.caching.edges (a first hit never needs it); the next miss
+    that takes the result loads it and links to the entry the hit served."""
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        import casmon
+
+        @casmon.cache(store=sys.argv[1])
+        def make(n):
+            return np.arange(n, dtype=float)
+
+        @casmon.cache(store=sys.argv[1])
+        def total(a):
+            return float(a.sum())
+
+        a = make(40)
+        before = "casmon.caching.edges" in sys.modules
+        if sys.argv[2] == "hit":
+            total(a)
+        print(json.dumps({"edges_loaded_by_make": before}))
+    """))
+    store = tmp_path / "store"
+    run = lambda mode: subprocess.run([sys.executable, str(script), str(store), mode], capture_output=True,
+                                      text=True, env=ENV, timeout=300, check=True)
+    run("miss")
+    out = run("hit").stdout.strip().splitlines()[-1]
+    assert '"edges_loaded_by_make": false' in out, "a hit loaded the lineage code"
+    s = casmon.open(str(store))
+    ix = Index(s)
+    (tk,) = [k.hex() for k, r in s.records(KIND) if r.get("fn", "").endswith("total")]
+    assert [ix.entries[u]["fn"].rsplit(".", 1)[-1] for _p, u in ix.upstream(tk)] == ["make"]
+    s.close()
