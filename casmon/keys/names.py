@@ -54,6 +54,8 @@ _KEY_MODULES = {
     "casmon.keys.smallpickle": "casmon.codeversion", "casmon.keys.sourcetree": "casmon.codeversion",
     "casmon.store.pickleinfo": "casmon.serialize", "casmon.store.encode": "casmon.serialize",
     "casmon.rare_errors": "casmon.errors", "casmon.keys.arrays": "casmon.fingerprint",
+    "casmon.store.condemnedlist": "casmon.condemned", "casmon.store.chunkio": "casmon.objects",
+    "casmon.store.manifestcheck": "casmon.serialize",
 }
 _KEY_PACKAGES = {"casmon.caching": "casmon.cache", "casmon.calllog": "casmon.calllog", "casmon.runs": "casmon.runs",
                  "casmon.maintenance": "casmon.maintenance", "casmon.cli": "casmon.cli", "casmon.view": "casmon.display"}
