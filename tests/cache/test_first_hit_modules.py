@@ -105,6 +105,7 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
               "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref",
               "_weakrefset",
+              "_bisect",
               ]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
