@@ -106,6 +106,7 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref",
               "_weakrefset",
               "_bisect",
+              "lz4", "lz4._version", "lz4.version",
               ]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
