@@ -162,21 +162,25 @@ def lz4_block() -> Any:
     ``lz4`` package's ``__init__`` loads a second shared library and its version modules (~0.3 ms of a fresh
     process's first hit) that decoding never uses. A later ``import lz4.block`` reuses the loaded extension.
     Anything unexpected on the way falls back to ``import lz4.block``."""
-    mods = sys.modules
-    loaded = mods.get("lz4.block") or mods.get(_LZ4_BLOCK)
-    if loaded is not None:
-        return loaded
+    for name in ("lz4.block", _LZ4_BLOCK):  # one another thread is still importing lacks its functions yet
+        loaded = sys.modules.get(name)
+        if _has_block_functions(loaded):
+            return loaded
     try:
         loaded = _load_extension_alone()
     except Exception:  # the short way is an optimisation: the import below is the truth
         loaded = None
-    if loaded is not None:
+    if _has_block_functions(loaded):
         return loaded
     try:
-        import lz4.block
+        import lz4.block  # waits for another thread's import of it, as the import system does
     except ImportError:
         return None
     return lz4.block
+
+
+def _has_block_functions(mod: Any) -> bool:
+    return callable(getattr(mod, "compress", None)) and callable(getattr(mod, "decompress", None))
 
 
 def _load_extension_alone() -> Any:
@@ -201,8 +205,6 @@ def _load_extension_alone() -> Any:
             mod = bootstrap.module_from_spec(spec)
             spec.loader.exec_module(mod)
             sys.modules[_LZ4_BLOCK] = mod
-    if not (callable(getattr(mod, "compress", None)) and callable(getattr(mod, "decompress", None))):
-        return None
     return mod
 
 

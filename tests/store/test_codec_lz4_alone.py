@@ -101,3 +101,18 @@ def test_without_lz4_there_is_no_block_codec_and_numcodecs_serves():
                           "ok": codec._lz4_block_decompress()(codec._lz4_compress()(data)) == data}))
     """)
     assert out == {"block": True, "ok": True}
+
+
+def test_an_lz4_block_module_still_being_imported_elsewhere_is_not_used_half_made():
+    """Another thread's ``import lz4.block`` puts the module in ``sys.modules`` before its functions are bound:
+    the codec then loads the extension itself rather than answer with a module lacking ``decompress``."""
+    out = _run("""
+        import json, sys, types
+        half = types.ModuleType("lz4.block")  # as the import system leaves it mid-import
+        sys.modules["lz4.block"] = half
+        from casmon.store import codec
+        block = codec.lz4_block()
+        data = b"xyz" * 500
+        print(json.dumps({"half": block is half, "ok": block.decompress(block.compress(data)) == data}))
+    """)
+    assert out == {"half": False, "ok": True}
