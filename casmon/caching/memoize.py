@@ -32,7 +32,6 @@ import _thread  # threading's locks, without loading threading on a hit
 import time
 import types
 import warnings
-from _weakrefset import WeakSet  # weakref's own, without loading weakref.py on a hit
 from collections import OrderedDict, deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Mapping
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
@@ -51,6 +50,7 @@ from casmon.keys.codeversion import VersionedFingerprinter, function_name, unwra
 from casmon.keys.digest import Digest
 from casmon.keys.fingerprint import encoded_name, fingerprint
 from casmon.keys.names import keep_flat_names
+from casmon.store.lifecycle import WeakObjects
 
 if TYPE_CHECKING:  # the store is loaded at the first call, not when a function is decorated
     from casmon.caching.resultref import ResultRef
@@ -113,7 +113,7 @@ def cache_info_type() -> Any:
 _EMPTY = EMPTY
 
 
-_states: WeakSet[CacheState] = WeakSet()
+_states: WeakObjects[CacheState] = WeakObjects()  # a WeakSet without loading _weakrefset on a hit
 _recent_by_name: dict[str, deque[float]] = {}
 
 

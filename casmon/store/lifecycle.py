@@ -39,41 +39,59 @@ __all__ = ["open_stores", "register", "forget", "exiting", "stop_flushers", "exi
            "exit_flush_before_threads", "signals_deferred", "watch_for_pool_child", "in_worker_process", "before_exit_flush",
            "flushes_each_call"]
 
-class WeakStores:
-    """Stores held weakly (one dropped unclosed leaves): a ``weakref.WeakSet``'s ``add``, ``discard``, iterating and
-    truth, without loading ``_weakrefset`` (a module more on a fresh process's first hit)."""
+if TYPE_CHECKING:
+    from typing import Generic, TypeVar
+
+    _T = TypeVar("_T")
+
+    class _Typed(Generic[_T]):
+        pass
+else:
+    _T = object
+
+    class _Typed:  # Generic's subscript for the type checker, without importing typing on a hit
+        def __class_getitem__(cls, item):
+            return cls
+
+
+class WeakObjects(_Typed[_T]):
+    """Objects held weakly (one dropped leaves): a ``weakref.WeakSet``'s ``add``, ``discard``, iterating and
+    truth, without loading ``_weakrefset`` (a module more on a fresh process's first hit). Held by identity."""
 
     def __init__(self) -> None:
-        self._refs: dict[int, weak_ref[Store]] = {}
+        self._refs: dict[int, weak_ref[_T]] = {}
 
-    def add(self, store: Store) -> None:
-        refs, key = self._refs, id(store)
+    def add(self, obj: _T) -> None:
+        refs, key = self._refs, id(obj)
 
-        def gone(r: weak_ref[Store]) -> None:  # the store was collected: its entry goes (unless a new one took it)
+        def gone(r: weak_ref[_T]) -> None:  # the object was collected: its entry goes (unless a new one took it)
             if refs.get(key) is r:
                 refs.pop(key, None)
 
         r = refs.get(key)
-        if r is None or r() is not store:
-            refs[key] = weak_ref(store, gone)
+        if r is None or r() is not obj:
+            refs[key] = weak_ref(obj, gone)
 
-    def discard(self, store: Store) -> None:
-        r = self._refs.get(id(store))
-        if r is not None and r() is store:
-            self._refs.pop(id(store), None)
+    def discard(self, obj: _T) -> None:
+        r = self._refs.get(id(obj))
+        if r is not None and r() is obj:
+            self._refs.pop(id(obj), None)
 
-    def __iter__(self) -> Iterator[Store]:
-        for r in list(self._refs.values()):  # a copy: a store collected meanwhile leaves the dict
-            s = r()
-            if s is not None:
-                yield s
+    def __iter__(self) -> Iterator[_T]:
+        for r in list(self._refs.values()):  # a copy: an object collected meanwhile leaves the dict
+            o = r()
+            if o is not None:
+                yield o
 
     def __bool__(self) -> bool:
         return any(True for _ in self)
 
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
 
 #: Every store open in this process (flushed at exit, reset in a forked child).
-open_stores = WeakStores()
+open_stores: WeakObjects[Store] = WeakObjects()
 _hooks_installed = False
 _threading_hooked = False  # the exit flush is among threading's exit hooks
 _hooks_lock = _thread.allocate_lock()
@@ -334,7 +352,7 @@ def watch_for_pool_child(store: Store) -> None:
     util.register_after_fork(store, _started_as_pool_child)
 
 
-_watched_before_multiprocessing = WeakStores()
+_watched_before_multiprocessing: WeakObjects[Store] = WeakObjects()
 _fork_hook_installed = False
 
 

@@ -103,7 +103,11 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.blobwrite", "casmon.store.chunkio", "casmon.store.backend.urls", "casmon.store.manifestcheck",
               "casmon.store.condemnedlist", "casmon.store.valuewrite", "casmon.store.refwrite",
               "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
-              "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref"]
+              "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref",
+              "_weakrefset",
+              "_bisect",
+              "lz4", "lz4._version", "lz4.version",
+              ]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 

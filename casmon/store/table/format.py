@@ -10,7 +10,6 @@ huge allocation. Encoders live beside their parsers, so the two never drift.
 
 from __future__ import annotations
 
-import _bisect as bisect  # bisect.py re-exports it: the same functions, one module less on a hit
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -213,12 +212,52 @@ class TableFile:
             self._olist = self.offs.tolist()
             self._klist = kl
         k = key.rstrip(b"\0")
-        lo = bisect.bisect_left(kl, k)
+        global _searches
+        if _searches < _C_AFTER:
+            _searches += 1
+            if _searches == _C_AFTER:
+                _use_c_bisect()
+        lo = _bisect_left(kl, k, 0, len(kl))
         if lo == len(kl) or kl[lo] != k:
             return []
-        hi = bisect.bisect_right(kl, k, lo)
+        hi = _bisect_right(kl, k, lo, len(kl))
         ol = self._olist or []  # set with _klist
         return [bytes(self.vals[ol[i] : ol[i + 1]]) for i in range(lo, hi)]
+
+
+def _py_bisect_left(a: list[bytes], x: bytes, lo: int, hi: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _py_bisect_right(a: list[bytes], x: bytes, lo: int, hi: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if x < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+#: A fresh process's first searches run in Python: loading ``_bisect`` (a shared library) costs a first hit more
+#: than its few searches do. A process that keeps searching switches to the C functions once, then keeps them.
+_bisect_left: Callable[[list[bytes], bytes, int, int], int] = _py_bisect_left
+_bisect_right: Callable[[list[bytes], bytes, int, int], int] = _py_bisect_right
+_C_AFTER = 64
+_searches = 0
+
+
+def _use_c_bisect() -> None:
+    global _bisect_left, _bisect_right
+    import _bisect  # bisect.py re-exports it: the same functions
+
+    _bisect_left, _bisect_right = _bisect.bisect_left, _bisect.bisect_right
 
 
 _OFF2 = struct.Struct("<QQ")

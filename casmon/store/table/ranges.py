@@ -8,7 +8,6 @@ names carry the writer and number (:func:`parse_name`).
 
 from __future__ import annotations
 
-import _bisect as bisect  # bisect.py re-exports it: the same functions, one module less on a hit
 from collections.abc import Iterable
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -21,6 +20,19 @@ _INF = float("inf")  # math.inf, without loading math
 
 #: writer -> sorted, disjoint, non-adjacent inclusive spans ``[(lo, hi), ...]``
 Ranges: TypeAlias = dict[str, list[tuple[int, int]]]
+
+
+def _last_from(spans: list[tuple[int, int]], seq: int) -> int:
+    """The index of the last span starting at or below ``seq`` (-1 if none): ``bisect_right(spans, (seq, inf)) - 1``
+    in Python, since loading ``_bisect`` (a shared library) costs a first hit more than these few steps."""
+    lo, hi = 0, len(spans)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if seq < spans[mid][0]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
 
 
 def _norm(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -55,7 +67,7 @@ def ranges_has(r: Ranges, writer: str, seq: int) -> bool:
     spans = r.get(writer)
     if not spans:
         return False
-    i = bisect.bisect_right(spans, (seq, _INF)) - 1
+    i = _last_from(spans, seq)
     return i >= 0 and spans[i][0] <= seq <= spans[i][1]
 
 
@@ -84,7 +96,7 @@ def ranges_within(a: Ranges, b: Ranges) -> bool:
                 return False
             continue
         for lo, hi in sa:
-            i = bisect.bisect_right(sb, (lo, _INF)) - 1
+            i = _last_from(sb, lo)
             if i < 0 or sb[i][1] < hi:
                 return False
     return True
