@@ -338,8 +338,21 @@ def test_bytes_like_input_reads_as_bytes():
 
 # -- through the store ----------------------------------------------------------------------------------------
 
+@pytest.fixture(params=["plainpickle", "unpickler"])
+def route(request, monkeypatch):
+    """Values decoded by plainpickle first (as in a process that has not loaded the C pickler), or by the
+    unpickler alone (as once it is loaded); counts plainpickle's answers."""
+    from casmon.store import plainpickle
+
+    read = []
+    real = plainpickle.loads
+    monkeypatch.setattr(serialize, "_plain_first", lambda n: request.param == "plainpickle")
+    monkeypatch.setattr(plainpickle, "loads", lambda data: read.append(real(data)) or read[-1])
+    return request.param, read
+
+
 @pytest.mark.parametrize("trust", [True, False])
-def test_a_store_reads_plain_pickled_values_alike_trusted_or_not(tmp_path, trust):
+def test_a_store_reads_plain_pickled_values_alike_trusted_or_not(tmp_path, trust, route):
     values = [5, -(1 << 100), 2.5, -0.0, "s\udc80\U0001F600", b"b", None, True, (1, (2, "x")), frozenset({1, 2}),
               {1: 2.0, (3,): {4}}, [bytearray(b"ab"), {1, 2}]]
     w = casmon.open(tmp_path / "s")
@@ -349,9 +362,11 @@ def test_a_store_reads_plain_pickled_values_alike_trusted_or_not(tmp_path, trust
     for v, d in zip(values, ds):
         assert same(r.get(d), v)
     r.close()
+    read = [x for x in route[1] if x is not NOT_PLAIN]
+    assert len(read) == (len(values) if route[0] == "plainpickle" else 0)
 
 
-def test_an_untrusted_store_still_refuses_a_pickle_naming_a_global(tmp_path):
+def test_an_untrusted_store_still_refuses_a_pickle_naming_a_global(tmp_path, route):
     w = casmon.open(tmp_path / "s")
     d = w.put(Point(1))
     w.close()
@@ -362,12 +377,17 @@ def test_an_untrusted_store_still_refuses_a_pickle_naming_a_global(tmp_path):
 
 
 @pytest.mark.parametrize("trusted", [True, False])
-def test_a_damaged_plain_pickle_gets_the_error_it_always_got(trusted):
+def test_a_damaged_plain_pickle_gets_the_error_it_always_got(trusted, route):
     stream = pickle.dumps([1, 2, 3], protocol=5)
     for bad in (stream[:-3], stream[:-1] + b"\x00", b"\x80\x05h\x07."):
         enc = serialize.Encoded("pickle", {"oob": 0}, inline=bad)
         with pytest.raises(DamagedObjectError):
             serialize.decode(enc, [], trusted=trusted, key="v")
+
+
+def test_a_long_plain_pickle_or_one_in_a_process_with_the_c_pickler_is_read_by_it():
+    assert serialize._plain_first(serialize.PLAIN_MAX) is ("_pickle" not in sys.modules)
+    assert not serialize._plain_first(serialize.PLAIN_MAX + 1)
 
 
 def test_loading_serialize_and_decoding_a_plain_value_loads_no_pickle_module():
