@@ -92,7 +92,8 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 #: and eviction, the tables' writing, merging and surveying halves, and typing (its names are the type checker's);
 #: the json package (its C scanner and string escaping serve), threading (its C locks serve), weakref.py, math,
 #: binascii (an inline value is decoded in Python), struct.py and bisect.py (their C halves serve), array
-#: and copy; what only writes (encoding a value, and the fault points), gc checks, large values, arrays, ML values
+#: and copy; the C pickler and what it imports (a plain result's pickle is read by casmon.store.plainpickle,
+#: a keyword-only default's dict checked by identity); what only writes (encoding a value, and the fault points), gc checks, large values, arrays, ML values
 #: and views need.
 BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
               "concurrent.futures", "logging", "casmon.caching.eviction", "casmon.store.pickleinfo",
@@ -103,7 +104,8 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "casmon.store.blobwrite", "casmon.store.chunkio", "casmon.store.backend.urls", "casmon.store.manifestcheck",
               "casmon.store.condemnedlist", "casmon.store.valuewrite", "casmon.store.refwrite",
               "casmon.caching.edges", "casmon.rare_errors", "casmon.keys.libraries",
-              "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref"]
+              "casmon.caching.saving", "casmon.keys.arrays", "casmon.caching.resultref",
+              "_pickle", "_compat_pickle", "casmon.keys.cpickle", "casmon.store.unpicklers"]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).
 
