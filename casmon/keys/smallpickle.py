@@ -13,6 +13,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Any
 
+from _operator import is_
+
 __all__ = ["small_pickle", "pickle_matches", "PICKLE_CHECK_LIMIT"]
 
 #: Mutable values whose pickle is at most this long are re-checked by comparing pickles; longer ones by
@@ -63,20 +65,15 @@ _SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes, range, 
 
 
 class _Held(tuple):  # type: ignore[type-arg]
-    """A value's containers, each with the items it held: ``(container, items), ...``."""
+    """A value's containers, each with what it held: ``(container, length, items or bytes, dict values)``."""
 
     __slots__ = ()
 
 
-def _items(c: Any) -> Any:
-    t = type(c)
-    return tuple(x for kv in c.items() for x in kv) if t is dict else bytes(c) if t is bytearray else tuple(c)
-
-
 def _held(v: Any) -> _Held | None:
-    """``v``'s lists, dicts, sets and bytearrays with their items, if it is made of only those, tuples,
+    """``v``'s lists, dicts, sets and bytearrays with what they hold, if it is made of only those, tuples,
     frozensets and scalars, and is small; else None."""
-    held: list[tuple[Any, Any]] = []
+    held: list[tuple[Any, int, Any, Any]] = []
     seen: set[int] = set()
     todo = [v]
     while todo:
@@ -88,10 +85,15 @@ def _held(v: Any) -> _Held | None:
         if t in (list, dict, set, bytearray):
             if len(held) >= IDENTITY_CHECK_LIMIT:
                 return None
-            items = _items(x)
-            held.append((x, items))
-            if t is not bytearray:
-                todo.extend(items)
+            if t is bytearray:
+                held.append((x, len(x), bytes(x), None))
+                continue
+            items = tuple(x)
+            values = tuple(x.values()) if t is dict else None
+            held.append((x, len(x), items, values))
+            todo.extend(items)
+            if values is not None:
+                todo.extend(values)
         elif t in (tuple, frozenset):
             if len(seen) > 8 * IDENTITY_CHECK_LIMIT:
                 return None
@@ -102,19 +104,33 @@ def _held(v: Any) -> _Held | None:
 
 
 def _unchanged(held: _Held) -> bool:
-    for c, items in held:
-        now = _items(c)
-        if type(c) is bytearray:
-            if now != items:
+    for c, n, items, values in held:
+        if len(c) != n:
+            return False
+        if values is None:
+            if type(c) is bytearray:
+                if c != items:
+                    return False
+            elif not all(map(is_, c, items)):
                 return False
-        elif len(now) != len(items) or any(a is not b for a, b in zip(now, items)):
+        elif not all(map(is_, c, items)) or not all(map(is_, c.values(), values)):
             return False
     return True
 
 
-def _hashed(v: Any) -> bytes:
+_pickle: Any = None  # pickle's C module, bound by the first value checked by its pickle
+
+
+def _cpickle() -> Any:
+    global _pickle
     from casmon.keys.cpickle import pickle
 
+    _pickle = pickle
+    return pickle
+
+
+def _hashed(v: Any) -> bytes:
+    pickle = _pickle or _cpickle()
     sink = _HashSink()
     pickle.Pickler(sink, 5).dump(v)
     return _HASHED + sink.h.digest()
@@ -127,8 +143,7 @@ def small_pickle(v: Any) -> bytes | _Held | None:
     held = _held(v)
     if held is not None:
         return held
-    from casmon.keys.cpickle import pickle
-
+    pickle = _pickle or _cpickle()
     sink = _LimitedSink()
     try:
         pickle.Pickler(sink, 5).dump(v)
@@ -149,8 +164,6 @@ def pickle_matches(v: Any, pk: bytes | _Held) -> bool:
     raises."""
     if type(pk) is _Held:
         return _unchanged(pk)
-    from casmon.keys.cpickle import pickle
-
     if pk[:1] == _HASHED:
         return _hashed(v) == pk
-    return pickle.dumps(v, 5) == pk
+    return bool((_pickle or _cpickle()).dumps(v, 5) == pk)
