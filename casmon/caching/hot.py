@@ -220,7 +220,9 @@ class HotCalls:
         if m.nbytes > SMALL_RESULT or m.tag not in _COPIED:
             return  # large, or rebuilt by a handler: read from the store at each hit, as always
         same = _immutable(value)
-        if not same:
+        if not same and m.tag == "pickle" and not m.parts and not m.children:
+            value = m.inline  # the stored pickle, which the hit just read: a copy without loading the pickler
+        elif not same:
             try:
                 value = (_pickle or _pickle_module()).dumps(value, protocol=5)
             except Exception:  # noqa: BLE001 - a value pickle cannot copy is read from the store at each hit

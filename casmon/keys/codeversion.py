@@ -322,7 +322,7 @@ class _Collector:
         self.codes: list[tuple[Any, types.CodeType, Any, Any]] = []
         self.names: list[tuple[Any, str, Any]] = []  # (mapping, key, object)
         self.cells: list[tuple[types.CellType, Any]] = []  # (cell, object)
-        self.contents: list[tuple[Any, Digest, bytes | None]] = []  # (object, fingerprint, pickle or None): mutable values, re-checked
+        self.contents: list[tuple[Any, Digest, Any]] = []  # (object, fingerprint, smallpickle's check or None): mutable values, re-checked
         self.unhashable: list[tuple[str, str]] = []  # (name, type) of values counted by type only
         self.trackers: list[VersionTracker] = []  # nested trackers consulted while fingerprinting values
         # (tracker, digest fed, or None where the tracker was on this thread's walk and its name stood for it)
@@ -505,7 +505,7 @@ class _Collector:
                 self.contents.append((v, d, small_pickle(v)))
 
 
-def _content_watch(v: Any) -> tuple[Any, Digest, bytes | None]:
+def _content_watch(v: Any) -> tuple[Any, Digest, Any]:
     """``(v, content digest, small pickle or None)`` to compare. The digest names user classes without their
     versions: a content check never computes one (the versions a value reached are the tracker's ``_deps``)."""
     from casmon.keys.smallpickle import small_pickle
@@ -563,7 +563,7 @@ class VersionTracker:
         self._codes: tuple[tuple[Any, types.CodeType, Any, Any], ...] = ()
         self._names: tuple[tuple[Any, str, Any], ...] = ()
         self._cells: tuple[tuple[types.CellType, Any], ...] = ()
-        self._contents: list[tuple[Any, Digest, bytes | None]] = []
+        self._contents: list[tuple[Any, Digest, Any]] = []
         self._nested: tuple[VersionTracker, ...] = ()
         self._deps: tuple[tuple[VersionTracker, Digest | None], ...] = ()
         self.unhashable: list[tuple[str, str]] = []
