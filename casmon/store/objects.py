@@ -34,12 +34,11 @@ else:  # struct.py re-exports _struct: the same names, one module less on a hit
 if TYPE_CHECKING:
     from typing import Any
 
-import xxhash
 
 from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import FRAME_HEADER, KIND_VALUE, Codec, Frame, decode_frame, is_ndarray, read_header
-from casmon.keys.digest import Digest
+from casmon.keys.digest import Digest, xxhash
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.plain import Frozen
 from casmon.store.table import Table
