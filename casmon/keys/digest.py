@@ -10,9 +10,15 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Any
 
-import xxhash
+if TYPE_CHECKING:
+    import xxhash as xxhash
+else:  # its C extension alone: the package's wrapper and version module are no part of a hit
+    from casmon.keys.cext import extension_alone
 
-__all__ = ["Digest", "digest_bytes", "Hasher"]
+    xxhash = extension_alone("xxhash._xxhash", ("xxh3_128", "xxh3_128_digest", "xxh3_128_hexdigest",
+                                                "xxh3_64_hexdigest", "xxh3_64_intdigest"), "xxhash")
+
+__all__ = ["Digest", "digest_bytes", "Hasher", "xxhash"]
 
 Hasher = xxhash.xxh3_128
 

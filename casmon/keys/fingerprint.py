@@ -55,7 +55,6 @@ else:  # struct.py re-exports _struct: the same names, one module less on a hit
 if TYPE_CHECKING:
     from typing import Any, ClassVar
 
-import xxhash
 
 if TYPE_CHECKING:
     import pickle
@@ -66,7 +65,7 @@ if TYPE_CHECKING:
 else:
     np = None  # numpy once it is imported (see _numpy_arrived): a program that never imports it never pays for it
 
-from casmon.keys.digest import Digest
+from casmon.keys.digest import Digest, xxhash
 from casmon.keys.names import canonical_module, casmon_key_module, key_class_module, qualified_name, type_name  # noqa: F401 - re-exported
 from casmon import errors  # its rarer classes are made on first use: a key that fails or warns names them
 

@@ -27,7 +27,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 if TYPE_CHECKING:
     from typing import Any
 
-import xxhash
+from casmon.keys.digest import xxhash
 
 from casmon.keys import jsonlite
 

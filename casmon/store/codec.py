@@ -30,9 +30,8 @@ else:  # struct.py re-exports _struct: the same names, one module less on a hit
 if TYPE_CHECKING:
     from typing import Any, TypeAlias, cast
 
-import xxhash
-
-from casmon.keys.digest import Digest
+from casmon.keys.cext import extension_alone
+from casmon.keys.digest import Digest, xxhash
 from casmon.errors import DamagedObjectError
 from casmon.plain import Frozen
 
@@ -153,59 +152,14 @@ def _lz4_block_decompress() -> Callable[[Buffer], bytes]:
     return lambda data: decompress(data)
 
 
-_LZ4_BLOCK = "lz4.block._block"
-
-
 def lz4_block() -> Any:
-    """lz4's block functions (``compress``, ``decompress``), or None without lz4. Where ``lz4.block`` is not
-    loaded, its C extension is loaded alone, under its own name, as the import system would find it: the
-    ``lz4`` package's ``__init__`` loads a second shared library and its version modules (~0.3 ms of a fresh
-    process's first hit) that decoding never uses. A later ``import lz4.block`` reuses the loaded extension.
-    Anything unexpected on the way falls back to ``import lz4.block``."""
-    for name in ("lz4.block", _LZ4_BLOCK):  # one another thread is still importing lacks its functions yet
-        loaded = sys.modules.get(name)
-        if _has_block_functions(loaded):
-            return loaded
+    """lz4's block functions (``compress``, ``decompress``), or None without lz4: where ``lz4.block`` is not
+    loaded, its C extension alone (the ``lz4`` package's ``__init__`` loads a second shared library and its
+    version modules, ~0.3 ms of a fresh process's first hit, that decoding never uses)."""
     try:
-        loaded = _load_extension_alone()
-    except Exception:  # the short way is an optimisation: the import below is the truth
-        loaded = None
-    if _has_block_functions(loaded):
-        return loaded
-    try:
-        import lz4.block  # waits for another thread's import of it, as the import system does
+        return extension_alone("lz4.block._block", ("compress", "decompress"), "lz4.block")
     except ImportError:
         return None
-    return lz4.block
-
-
-def _has_block_functions(mod: Any) -> bool:
-    return callable(getattr(mod, "compress", None)) and callable(getattr(mod, "decompress", None))
-
-
-def _load_extension_alone() -> Any:
-    """``lz4.block._block`` loaded from where ``import lz4.block`` would find it (None where not found)."""
-    import _frozen_importlib  # importlib._bootstrap, always loaded: importlib.util's functions
-
-    bootstrap: Any = _frozen_importlib  # its private helpers: a change in them lands in lz4_block's fallback
-    from _frozen_importlib_external import ExtensionFileLoader
-
-    top = bootstrap._find_spec("lz4", None)
-    if top is None or not top.submodule_search_locations:
-        return None
-    pkg = bootstrap._find_spec("lz4.block", top.submodule_search_locations)
-    if pkg is None or not pkg.submodule_search_locations:
-        return None
-    spec = bootstrap._find_spec(_LZ4_BLOCK, pkg.submodule_search_locations)
-    if spec is None or not isinstance(spec.loader, ExtensionFileLoader):
-        return None
-    with bootstrap._ModuleLockManager(_LZ4_BLOCK):  # as an import of it would: one thread loads it
-        mod = sys.modules.get(_LZ4_BLOCK)
-        if mod is None:
-            mod = bootstrap.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            sys.modules[_LZ4_BLOCK] = mod
-    return mod
 
 
 @lru_cache(maxsize=1)

@@ -34,12 +34,10 @@ else:  # struct.py re-exports _struct: the same names, one module less on a hit
 if TYPE_CHECKING:
     from typing import Any
 
-import xxhash
 
-from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import FRAME_HEADER, KIND_VALUE, Codec, Frame, decode_frame, is_ndarray, read_header
-from casmon.keys.digest import Digest
+from casmon.keys.digest import Digest, xxhash
 from casmon.errors import DamagedObjectError, MissingObjectError
 from casmon.plain import Frozen
 from casmon.store.table import Table
@@ -230,6 +228,8 @@ class ObjectStore:
     # -- the condemned-list view ---------------------------------------------------
     def view(self) -> float:
         """The time of a view of the condemned lists no older than ``VIEW_MAX`` (listing again if needed)."""
+        from casmon.store import condemned  # gc's time bounds: writes only
+
         if time.monotonic() - self._view_at < condemned.VIEW_MAX:
             return self._view_at
         return self.refresh_view()

@@ -46,7 +46,7 @@ from casmon.keys.names import keep_flat_names
 from casmon.errors import (MAX_SECONDS, CasmonError, DamagedObjectError, MissingObjectError, StoreError,
                            UntrustedStoreError, warn_damage)
 from casmon.keys.digest import Digest
-from casmon.store import condemned, lifecycle, serialize
+from casmon.store import lifecycle, serialize
 from casmon.store.backend import Backend, open_backend
 from casmon.store.backend.base import fault_points
 from casmon.store.codec import CODECS, get_codec
@@ -218,7 +218,10 @@ class Store:
         self._in_flight: set[bytes] = set()  # values the records a flush is writing name (see reliance.keep_while_waiting)
         self._keeping = False
         backend.while_waiting = lambda: _keep_while_waiting(self)
-        backend.wait_tick = condemned.VIEW_MAX
+        if not backend.is_local:  # only a remote medium's writes wait (a local folder's bounds load with its first write)
+            from casmon.store import condemned
+
+            backend.wait_tick = condemned.VIEW_MAX
         self.objects.index.format_gate = self._format2
         lifecycle.register(self)
 
@@ -520,8 +523,11 @@ class Store:
             self.flush()
         elif self.autoflush and self._flusher is None:
             self.start_flusher()
-        if (self.autoflush is None or self.autoflush > condemned.VIEW_MAX) and self._keeper is None and self._held:
-            self._start_keeper()
+        if self._keeper is None and self._held:
+            from casmon.store import condemned  # gc's time bounds: no part of a hit
+
+            if self.autoflush is None or self.autoflush > condemned.VIEW_MAX:
+                self._start_keeper()
 
     def _start_io(self) -> None:
         """Start casmon's I/O threads at the first write, if reads have not: the exit flush needs them,
@@ -642,6 +648,8 @@ class Store:
                     _reliance().drop_records_needing(self, bad, tables)
                 self._write_objects()
                 faultpoints.point("flush.after_index")
+                from casmon.store import condemned  # gc's time bounds: no part of a hit
+
                 for kind, t in tables:
                     again = t.sealed() and time.monotonic() - sealed_at > condemned.WRITE_MAX
                     for _attempt in range(LATE_TRIES):

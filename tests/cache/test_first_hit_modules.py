@@ -93,8 +93,9 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 #: the json package (its C scanner and string escaping serve), threading (its C locks serve), weakref.py, math,
 #: binascii (an inline value is decoded in Python), struct.py and bisect.py (their C halves serve), array
 #: and copy; the C pickler and what it imports (a plain result's pickle is read by casmon.store.plainpickle,
-#: a keyword-only default's dict checked by identity); what only writes (encoding a value, and the fault points), gc checks, large values, arrays, ML values
-#: and views need.
+#: a keyword-only default's dict checked by identity); the lz4 and xxhash packages (their C extensions serve
+#: alone); gc's time bounds; what only writes (encoding a value, and the fault points), gc checks, large values,
+#: arrays, ML values and views need.
 BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
               "concurrent.futures", "logging", "casmon.caching.eviction", "casmon.store.pickleinfo",
               "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge",
@@ -109,6 +110,8 @@ BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "token
               "_bisect",
               "lz4", "lz4._version", "lz4.version",
               "_pickle", "_compat_pickle", "casmon.keys.cpickle", "casmon.store.unpicklers",
+              "xxhash", "xxhash.version",
+              "casmon.store.condemned",
               ]
 # BARE's text names no "coding": a CR-newline file is one line to tokenize, so one that names it anywhere is
 # left to linecache (as the interpreter would read its declaration).

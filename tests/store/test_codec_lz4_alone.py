@@ -1,4 +1,4 @@
-"""A fresh process decodes lz4 with the block extension alone: no ``lz4`` package ``__init__``, no second shared
+"""A fresh process decodes lz4 with the block extension alone (casmon.keys.cext): no ``lz4`` package ``__init__``, no second shared
 library; a later ``import lz4.block`` or ``lz4.frame`` by anyone works and shares the loaded extension; and
 where the short way fails, the ordinary import serves."""
 
@@ -18,8 +18,6 @@ def _run(code: str) -> dict:
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 
 
 def test_a_fresh_process_decodes_lz4_without_loading_the_lz4_package():
@@ -53,10 +51,11 @@ def test_lz4_block_loaded_first_is_used_as_it_is():
 def test_where_the_extension_cannot_be_found_alone_the_ordinary_import_serves():
     out = _run("""
         import json, sys
+        from casmon.keys import cext
         from casmon.store import codec
-        def broken():
+        def broken(name):
             raise OSError("the extension's folder cannot be read")
-        codec._load_extension_alone = broken
+        cext._load_alone = broken
         block = codec.lz4_block()
         data = b"abc" * 1000
         print(json.dumps({"package": "lz4" in sys.modules, "ok": block.decompress(block.compress(data)) == data}))

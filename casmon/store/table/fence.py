@@ -41,7 +41,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a firs
 
 from casmon.errors import DamagedObjectError, warn_damage
 from casmon.plain import Plain
-from casmon.store import condemned, metafile
+from casmon.store import metafile
 from casmon.store.table.ranges import parse_name
 
 if TYPE_CHECKING:
@@ -88,6 +88,10 @@ class Fence(Plain):
 
     def late(self, prefix: str, name: str) -> bool:
         """True if level-0 file ``name`` of table ``prefix`` landed after the gc that wrote this fence marked."""
+        if self.time <= 0:  # no gc fenced (a seal time is never negative, nor LATE_MAX): gc's bounds stay unloaded
+            return False
+        from casmon.store import condemned  # gc's time bounds: only where a gc left a fence
+
         return sealed_at(name) < self.time - condemned.LATE_MAX and name not in self.seen.get(prefix, ())
 
 
@@ -114,6 +118,8 @@ def parse(key: str, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]
     if not _L0_NAME.match(tail):
         raise DamagedObjectError(key, "not a fence's name ({time_ns:016x}-{id})")
     named = sealed_at(tail)
+    from casmon.store import condemned  # gc's time bounds: only where a gc left a fence
+
     if named > time.time() + condemned.MIN_GRACE:
         raise DamagedObjectError(key, f"its name's time ({named:.0f}) is ahead of this host's clock: it would "
                                       f"decide instead of every later gc's fence")

@@ -22,7 +22,7 @@ else:  # struct.py re-exports _struct: the same names, one module less on a hit
 if TYPE_CHECKING:
     from typing import Any, TypeAlias, Union
 
-import xxhash
+from casmon.keys.digest import xxhash
 
 from casmon.errors import DamagedObjectError
 from casmon.plain import Plain

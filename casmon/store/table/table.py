@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from typing import Literal, TypeAlias
 
 from casmon.errors import DamagedObjectError, warn_damage
-from casmon.store import condemned
 from casmon.store.backend import Backend
 from casmon.store.codec import FRAME_HEADER, KIND_TABLE, decode_frame, decode_table_block, encode_frame, read_header
 from casmon.store.table.format import (BUCKET_ENTRIES, L0_LZ4_MAX, LA_FIRST, LOOKASIDE, NAME_RE, _LZ4, _M64, _ZSTD,
@@ -239,6 +238,8 @@ class Table:
 
     def _slow(self, name: str) -> bool:
         """After a write: it took so long (from the seal) that a gc may have marked before it landed."""
+        from casmon.store import condemned  # gc's time bounds: writes only
+
         return time.monotonic() - self._sealed_at.get(name, time.monotonic()) > condemned.LATE_MAX / 2
 
     def new_name(self) -> str:
