@@ -668,6 +668,12 @@ class UIServer(ThreadingHTTPServer):
         self.verbose = verbose
         self.allowed_hosts = _allowed_hosts(host, self.server_address[1])
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A browser that closes a tab or cancels a fetch mid-answer is no error of the server's: say nothing.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
     def close(self) -> None:
         """Close the socket and stop the background index loader (call before closing the store)."""
         self.server_close()
