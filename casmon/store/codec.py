@@ -24,10 +24,6 @@ from functools import lru_cache
 from types import ModuleType
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    import struct
-else:  # struct.py re-exports _struct: the same names, one module less on a hit
-    import _struct as struct
-if TYPE_CHECKING:
     from typing import Any, TypeAlias, cast
 
 from casmon.keys.cext import extension_alone
@@ -47,8 +43,28 @@ FrameData: TypeAlias = "bytes | bytearray | memoryview | np.ndarray[Any, np.dtyp
 
 MAGIC = b"CSMN"
 FRAME_VERSION = 1
-_HEADER = struct.Struct("<4sBBBBQQ16s")
-FRAME_HEADER = _HEADER.size  # 40
+#: A frame's header ("<4sBBBBQQ16s": magic, version, codec, kind, check byte, raw and stored length, digest) is
+#: read with int.from_bytes, and packed by a Struct built on the first write: a hit loads no _struct (~0.3 ms).
+_HEADER_FORMAT = "<4sBBBBQQ16s"
+FRAME_HEADER = 40
+_STRUCTS: dict[str, Any] = {}
+
+
+def _packer(fmt: str) -> Any:
+    """The Struct for ``fmt``, made on first use (writes and tools; a read never needs one)."""
+    got = _STRUCTS.get(fmt)
+    if got is None:
+        import struct  # noqa: PLC0415 - first write only: a hit never loads it
+        got = _STRUCTS[fmt] = struct.Struct(fmt)
+    return got
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_HEADER":
+        return _packer(_HEADER_FORMAT)
+    if name == "_LZ4_HEADER":
+        return _packer(_HEADER_FORMAT + "I")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Kinds of object, recorded in the frame so `verify` and `stats` can say what a thing is.
 KIND_CHUNK = 0  # a block of a value's buffer
@@ -253,7 +269,7 @@ def encode_frame_parts(raw: Buffer, kind: int, codec: Codec, typesize: int = 1,
     cid = codec.id
     if payload is None or len(payload) >= n:
         payload, cid = mv, 0
-    header = _HEADER.pack(MAGIC, FRAME_VERSION, cid, kind, 0, n, len(payload), digest)
+    header = _packer(_HEADER_FORMAT).pack(MAGIC, FRAME_VERSION, cid, kind, 0, n, len(payload), digest)
     header = header[:7] + bytes([_xor(header)]) + header[8:]
     return digest, header, payload
 
@@ -268,13 +284,23 @@ def encode_frame(raw: Buffer, kind: int, codec: Codec, typesize: int = 1, digest
     return digest, header + payload
 
 
-_WORDS = struct.Struct("<5Q")
+def _bytes_at(data: Any, offset: int, n: int) -> bytes:
+    """``n`` bytes of ``data`` (bytes, a memoryview, a numpy byte array) from ``offset``: what a Struct's
+    ``unpack_from`` reads, and ValueError where there are fewer (the callers check the length first)."""
+    b = bytes(memoryview(data).cast("B")[offset : offset + n]) if offset >= 0 else b""
+    if len(b) != n:
+        raise ValueError(f"{n} bytes wanted at offset {offset}, {len(b)} there")
+    return b
 
 
 def _xor_at(data: Buffer, offset: int) -> int:
     """XOR of the 40 header bytes at ``offset`` (with the check byte in place, a sound header XORs to 0)."""
-    a, b2, c, d, e = _WORDS.unpack_from(data, offset)
-    w: int = a ^ b2 ^ c ^ d ^ e
+    return _xor_of(_bytes_at(data, offset, 40))
+
+
+def _xor_of(h: bytes) -> int:
+    w = (int.from_bytes(h[:8], "little") ^ int.from_bytes(h[8:16], "little") ^ int.from_bytes(h[16:24], "little")
+         ^ int.from_bytes(h[24:32], "little") ^ int.from_bytes(h[32:40], "little"))
     w ^= w >> 32
     w ^= w >> 16
     w ^= w >> 8
@@ -291,7 +317,9 @@ def read_header(data: FrameData, key: str, offset: int = 0) -> Frame:
     if len(data) - offset < FRAME_HEADER:
         raise DamagedObjectError(key, f"truncated: {len(data) - offset} bytes, shorter than a header")
     buf: Buffer = data  # type: ignore[assignment]  # numpy's stubs omit the buffer protocol its arrays have
-    magic, version, cid, kind, _flags, raw_len, stored_len, dig = _HEADER.unpack_from(buf, offset)
+    h = _bytes_at(buf, offset, 40)
+    magic, version, cid, kind, raw_len, stored_len, dig = (h[:4], h[4], h[5], h[6], int.from_bytes(h[8:16], "little"),
+                                                           int.from_bytes(h[16:24], "little"), h[24:])
     if magic != MAGIC:
         raise DamagedObjectError(key, "not a casmon object (bad magic)")
     if version != FRAME_VERSION:
@@ -353,7 +381,6 @@ def decode_frame(data: FrameData, key: str, expect: Digest | None = None,
 
 
 _LZ4_ID = 3
-_LZ4_HEADER = struct.Struct(_HEADER.format + "I")  # the header, then lz4's own size field
 
 
 def decode_table_block(data: FrameData, key: str, at: int = 0) -> bytes:
@@ -363,10 +390,13 @@ def decode_table_block(data: FrameData, key: str, at: int = 0) -> bytes:
     through :func:`decode_frame`, whose errors name what is wrong."""
     if len(data) > FRAME_HEADER + 4:
         buf: Buffer = data  # type: ignore[assignment]  # numpy's stubs omit the buffer protocol its arrays have
-        magic, version, cid, kind, _flags, raw_len, stored_len, dig, declared = _LZ4_HEADER.unpack_from(buf, 0)
+        h = _bytes_at(buf, 0, 44)  # the header, then lz4's own size field
+        magic, version, cid, kind, raw_len, stored_len, dig, declared = (
+            h[:4], h[4], h[5], h[6], int.from_bytes(h[8:16], "little"), int.from_bytes(h[16:24], "little"), h[24:40],
+            int.from_bytes(h[40:44], "little"))
         if (magic == MAGIC and version == FRAME_VERSION and cid == _LZ4_ID and kind == KIND_TABLE
                 and stored_len == len(data) - FRAME_HEADER and declared == raw_len
-                and raw_len <= MAX_RATIO * stored_len + 4096 and not _xor_at(buf, 0)):
+                and raw_len <= MAX_RATIO * stored_len + 4096 and not _xor_of(h)):
             unpack = _lz4_block_decompress() if raw_len <= _LZ4_SMALL else _lz4().decompress
             try:
                 raw = unpack(memoryview(buf)[FRAME_HEADER:])

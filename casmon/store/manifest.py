@@ -14,10 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    import struct
-else:  # struct.py re-exports _struct: the same names, one module less on a hit
-    import _struct as struct
-if TYPE_CHECKING:
     from typing import Any, NotRequired, TypedDict
 
 from casmon.keys.names import keep_flat_names
@@ -31,9 +27,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["Manifest", "encode_manifest", "decode_manifest"]
-
-_U32 = struct.Struct("<I")
-
 
 #: One buffer of a value, as its manifest names it: its chunks, in order. ``n``: bytes in the buffer; ``cb``: bytes
 #: per chunk (the last may be shorter); ``rb``: row size (chunk boundaries fall on multiples of it); ``c``: the
@@ -78,7 +71,7 @@ def encode_manifest(tag: str, meta: dict[str, Any], parts: list[PartRef], childr
         head["children"] = [c.hex() for c in children]
     import json  # a write's: a hit loads no json
     h = json.dumps(head, separators=(",", ":")).encode()
-    return b"m" + _U32.pack(len(h)) + h + inline
+    return b"m" + len(h).to_bytes(4, "little") + h + inline  # int.to_bytes, not struct: a hit loads no _struct
 
 
 def decode_manifest(d: Digest, raw: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -> Manifest:
@@ -91,7 +84,9 @@ def decode_manifest(d: Digest, raw: bytes | bytearray | memoryview | npt.NDArray
         if t == b"p":
             return Manifest(d, "pickle", {"oob": 0}, [], [], raw[1:], len(raw) - 1)
         if t == b"m":
-            (n,) = _U32.unpack_from(raw, 1)
+            if len(raw) < 5:
+                raise ValueError(f"{len(raw)} bytes are too few for a header length")
+            n = int.from_bytes(raw[1:5], "little")
             if 5 + n > len(raw):
                 raise ValueError(f"header of {n} bytes in a manifest of {len(raw)}")
             head = metafile.load_object(raw[5 : 5 + n], f"value {d.hex()}", limit=metafile.DATA_MAX, depth=None,
@@ -102,7 +97,7 @@ def decode_manifest(d: Digest, raw: bytes | bytearray | memoryview | npt.NDArray
                                      head.get("children", []), len(inline), head.get("n"))
             children = [Digest(c) for c in head.get("children", [])]
             return Manifest(d, head["t"], head["meta"], head["parts"], children, inline, int(head["n"]))
-    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # the one length read is checked: no struct.error
         raise DamagedObjectError(f"value {d.hex()}", f"not a valid manifest: {e}") from None
     raise DamagedObjectError(f"value {d.hex()}", f"not a value manifest (tag {t!r})")
 

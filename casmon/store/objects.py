@@ -26,12 +26,6 @@ import time
 from collections import OrderedDict
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    import struct
-
-
-else:  # struct.py re-exports _struct: the same names, one module less on a hit
-    import _struct as struct
-if TYPE_CHECKING:
     from typing import Any
 
 
@@ -63,7 +57,9 @@ LOOSE_MIN = 256 << 10
 #: A flush is forced once this many bytes of small blobs are waiting.
 PACK_MAX = 8 << 20
 _INF = float("inf")  # math.inf, without loading math
-_LOC = struct.Struct("<16sQIBQ")
+#: An index entry ("<16sQIBQ": pack digest, offset, length, kind, size), read and written with int.from_bytes and
+#: int.to_bytes: a hit loads no _struct.
+_LOC_SIZE = 37
 #: A large value's I/O (the chunk pool, reads into buffers) and a write are loaded by their first use: a small
 #: value's hit needs neither.
 _chunkio: Any = None
@@ -125,15 +121,16 @@ class Location(Frozen):
         d["pack"], d["offset"], d["length"], d["kind"], d["size"] = pack, offset, length, kind, size
 
     def encode(self) -> bytes:
-        return _LOC.pack(bytes.fromhex(self.pack), self.offset, self.length, self.kind, self.size)
+        p = bytes.fromhex(self.pack)[:16].ljust(16, b"\0")  # as struct's "16s" packs it
+        return (p + self.offset.to_bytes(8, "little") + self.length.to_bytes(4, "little") + self.kind.to_bytes(1, "little")
+                + self.size.to_bytes(8, "little"))
 
     @classmethod
     def decode(cls, b: bytes) -> Location:
-        try:
-            p, off, ln, kind, size = _LOC.unpack(b)
-        except struct.error:
-            raise DamagedObjectError("index", f"an index entry is {len(b)} bytes, not {_LOC.size}") from None
-        return cls(p.hex(), off, ln, kind, size)
+        if len(b) != _LOC_SIZE:
+            raise DamagedObjectError("index", f"an index entry is {len(b)} bytes, not {_LOC_SIZE}")
+        return cls(bytes(b[:16]).hex(), int.from_bytes(b[16:24], "little"), int.from_bytes(b[24:28], "little"), b[28],
+                   int.from_bytes(b[29:37], "little"))
 
 
 class _LRU:

@@ -99,7 +99,7 @@ def test_a_damaged_chunk_met_by_a_fresh_processs_threaded_read_is_recomputed_nev
 BARE_NEVER = ["typing", "inspect", "ast", "dis", "textwrap", "linecache", "tokenize", "pickle", "numcodecs", "zarr", "numpy",
               "concurrent.futures", "logging", "casmon.caching.eviction", "casmon.store.pickleinfo",
               "casmon.store.table.encode", "casmon.store.table.survey", "casmon.store.table.merge",
-              "json", "threading", "weakref", "math", "copy", "signal", "struct", "bisect", "array", "binascii",
+              "json", "threading", "weakref", "math", "copy", "signal", "struct", "_struct", "bisect", "array", "binascii",
               "casmon.store.reliance", "casmon.store.libraries", "casmon.keys.dtypes", "casmon.keys.segments", "casmon.view.guards",
               "casmon.faultpoints", "casmon.store.encode",
               "casmon.store.blobwrite", "casmon.store.chunkio", "casmon.store.backend.urls", "casmon.store.manifestcheck",

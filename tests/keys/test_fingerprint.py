@@ -234,3 +234,22 @@ def test_local_classes_and_functions():
 
     with pytest.raises(TypeError, match="locals"):
         fp(inner)
+
+
+def test_numbers_pack_as_struct_packs_them_though_a_hit_loads_no_struct():
+    """The key's number encodings are int.to_bytes and a memoryview's cast, byte for byte what struct gave."""
+    import struct
+
+    from casmon.keys import fingerprint as fpm
+
+    floats = [0.0, -0.0, 1.5, -2.25e-310, 5e-324, 1.7976931348623157e308, float("inf"), float("-inf"), 1 / 3]
+    floats += [struct.unpack("<d", bytes.fromhex(h))[0] for h in ("010000000000f87f", "ffffffffffffffff")]  # NaN payloads
+    for v in floats:
+        assert fpm._pack_d(v) == struct.pack("<d", v)
+    assert fpm._pack_dd(1.25, -0.0) == struct.pack("<dd", 1.25, -0.0)
+    for v in (0, 1, -1, (1 << 63) - 1, -(1 << 63), True):
+        assert fpm._pack_q(v) == struct.pack("<q", v)
+    for v in (0, 1, 255, (1 << 64) - 1):
+        assert fpm._pack_Q(v) == struct.pack("<Q", v)
+    np = pytest.importorskip("numpy")
+    assert fpm._pack_Q(np.int64(7)) == struct.pack("<Q", 7) and fpm._pack_q(np.intp(-3)) == struct.pack("<q", -3)

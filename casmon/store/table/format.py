@@ -16,10 +16,6 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
-    import struct
-else:  # struct.py re-exports _struct: the same names, one module less on a hit
-    import _struct as struct
-if TYPE_CHECKING:
     from typing import Any, TypeAlias, Union
 
 from casmon.keys.digest import xxhash
@@ -48,6 +44,10 @@ _MOVED = {"Columns": ("encode", "Columns"), "_encode_v2": ("encode", "encode_v2"
 
 
 def __getattr__(name: str) -> Any:
+    fmt = _LAZY_STRUCTS.get(name)
+    if fmt is not None:  # the Structs writers and tests pack with, made on first use
+        got = globals()[name] = _structs().Struct(fmt)
+        return got
     moved = _MOVED.get(name)
     if moved is None:
         raise AttributeError(f"module 'casmon.store.table.format' has no attribute {name!r}")
@@ -61,7 +61,41 @@ class _Vanished(Exception):
 
 
 _MAGIC = b"CTB1"
-_COUNT = struct.Struct("<4sI")
+#: A table file's head ("<4sI": magic, entry count). Readers parse heads, offsets and sums with int.from_bytes and
+#: memoryview casts, so a hit loads no _struct (~0.3 ms); writers and tools get Structs (``_structs()``).
+_COUNT_SIZE = 8
+_LITTLE = sys.byteorder == "little"
+_struct_module: Any = None
+
+
+def _structs() -> Any:
+    """The struct module, imported on first use: by a write, or to raise struct's own error on a short buffer."""
+    global _struct_module
+    if _struct_module is None:
+        import struct  # noqa: PLC0415 - writes and damaged input only: a hit never loads it
+
+        _struct_module = struct
+    return _struct_module
+
+
+_LAZY_STRUCTS = {"_COUNT": "<4sI", "LA_HEAD": "<4sHH16sQII", "_LA_SUM": "<Q"}
+if TYPE_CHECKING:
+    import struct
+
+    _COUNT: struct.Struct
+    LA_HEAD: struct.Struct
+    _LA_SUM: struct.Struct
+
+
+def _u64s(raw: Any, n: int, at: int = 0) -> tuple[int, ...]:
+    """``n`` little-endian unsigned 64-bit numbers at ``at`` of ``raw`` (what ``struct.unpack_from`` gives, and
+    struct's error where ``raw`` is too short)."""
+    mv = memoryview(raw).cast("B")[at : at + 8 * n] if at >= 0 else memoryview(b"")
+    if len(mv) != 8 * n:
+        return tuple(_structs().unpack_from(f"<{n}Q", raw, at))  # raises struct.error, as it always did
+    if _LITTLE:
+        return tuple(mv.cast("Q"))
+    return tuple(int.from_bytes(mv[i : i + 8], "little") for i in range(0, 8 * n, 8))
 #: Level-0 file names (``{time_ns:016x}-{writer}-{seq:06x}``) and generation ids.
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-z]{1,40}-[0-9a-f]{1,12}$")
 #: Bucket file names (a pattern: compiled on first use by ``re``'s cache, by a survey; readers never need it).
@@ -100,8 +134,12 @@ def encode_table_file(entries: list[tuple[bytes, bytes]]) -> bytes:
     n = len(entries)
     keys = b"".join(k for k, _ in entries)
     vals = [v for _, v in entries]
-    offs = struct.pack(f"<{n + 1}Q", 0, *accumulate(len(v) for v in vals))
-    return _COUNT.pack(_MAGIC, n) + keys + offs + b"".join(vals)
+    if not n:  # the reader's empty table, made at import: no Struct for it
+        return _MAGIC + bytes(12)
+    st = _structs()
+    offs: bytes = st.pack(f"<{n + 1}Q", 0, *accumulate(len(v) for v in vals))
+    head: bytes = st.pack("<4sI", _MAGIC, n)  # (a global lookup of _COUNT would miss the module's __getattr__)
+    return head + keys + offs + b"".join(vals)
 
 
 class TableFile:
@@ -126,10 +164,12 @@ class TableFile:
         self.name = name
         mv = byte_view(payload)
         try:
-            magic, n = _COUNT.unpack_from(mv, 0)
+            if len(mv) < _COUNT_SIZE:
+                raise ValueError(f"{len(mv)} bytes are too few for a header")
+            magic, n = bytes(mv[:4]), int.from_bytes(mv[4:8], "little")
             if magic != _MAGIC:
                 raise ValueError("bad magic")
-            p = _COUNT.size
+            p = _COUNT_SIZE
             if len(mv) < p + 16 * n + 8 * (n + 1):
                 raise ValueError(f"{len(mv)} bytes are too few for {n} entries")
             self.n = n
@@ -140,7 +180,7 @@ class TableFile:
             self._finds = 0
             np_ = loaded_numpy() if n > 256 else None
             if np_ is None:  # plain Python lists, searched by bisect
-                offs = list(struct.unpack_from(f"<{n + 1}Q", self._oraw))
+                offs = list(_u64s(self._oraw, n + 1))
                 if n and (offs[-1] != len(self.vals) or offs != sorted(offs)):  # sorted(): one C pass if in order
                     raise ValueError("offsets do not match the values")
                 kb = bytes(self._kraw)
@@ -154,7 +194,7 @@ class TableFile:
                     raise ValueError("offsets do not match the values")
                 if np_.any(keys[1:] < keys[:-1]):
                     raise ValueError("keys are not sorted")
-        except (ValueError, struct.error) as e:
+        except ValueError as e:  # the lengths are checked before any offset is read: no struct.error
             raise DamagedObjectError(name, f"not a valid table file: {e}") from None
 
     @property
@@ -260,9 +300,6 @@ def _use_c_bisect() -> None:
     _bisect_left, _bisect_right = _bisect.bisect_left, _bisect.bisect_right
 
 
-_OFF2 = struct.Struct("<QQ")
-
-
 class _Block:
     """A format-2 block as a lookup reads it: the payload of a table file, searched in place.
 
@@ -276,11 +313,8 @@ class _Block:
 
     def __init__(self, key: str, raw: bytes, at: int = 0) -> None:
         self.key, self.at, self.raw = key, at, raw  # the block is at offset ``at`` of file ``key``
-        try:
-            magic, n = _COUNT.unpack_from(raw, 0)
-        except struct.error:
-            magic, n = b"", 0
-        offs_at = _COUNT.size + 16 * n
+        magic, n = (bytes(raw[:4]), int.from_bytes(raw[4:8], "little")) if len(raw) >= _COUNT_SIZE else (b"", 0)
+        offs_at = _COUNT_SIZE + 16 * n
         vals_at = offs_at + 8 * (n + 1)
         if magic != _MAGIC or len(raw) < vals_at:
             raise DamagedObjectError(self.name, "not a valid table file: bad magic or too short for its entries")
@@ -312,7 +346,8 @@ class _Block:
             p = 8 + (lo << 4)
             if raw[p : p + 16] != key:
                 break
-            a, b = _OFF2.unpack_from(raw, self.offs_at + 8 * lo)
+            p = self.offs_at + 8 * lo  # within the block: its length was checked against n
+            a, b = int.from_bytes(raw[p : p + 8], "little"), int.from_bytes(raw[p + 8 : p + 16], "little")
             if not a <= b <= room:
                 raise DamagedObjectError(self.name, "not a valid table file: offsets do not match the values")
             out.append(raw[self.vals_at + a : self.vals_at + b])
@@ -486,9 +521,9 @@ LOOKASIDE = "lookup"
 #: Its header: magic, version, 0, the manifest frame's digest, payload bytes, chunk bytes, bytes of the JSON part;
 #: then an xxh3-64 of the header, the chunk sums and the payload's JSON part and zero byte (so the first read checks
 #: them at once), then an xxh3-64 of each chunk of the payload, then the payload.
-LA_HEAD = struct.Struct("<4sHH16sQII")
+#: (``LA_HEAD``, "<4sHH16sQII", a Struct made for writers and tests on first use; its sum is "<Q", ``_LA_SUM``.)
+LA_HEAD_SIZE = 40
 LA_MAGIC = b"CTL1"
-_LA_SUM = struct.Struct("<Q")
 #: The first read of a lookaside file: its header, chunk sums and, as a rule, the JSON part.
 LA_FIRST = 4096
 #: Its chunk table is at most this many sums (the writer picks chunks large enough).
@@ -518,9 +553,12 @@ class Lookaside:
         """``read(start, end)``: bytes of the file; ``first``: its first bytes; ``digest``: the manifest frame's
         digest, which the copy must name. Raises ValueError where it is not a sound copy of that manifest."""
         self.key, self.read, self.whole, self.bad = key, read, whole, bad
-        if len(first) < LA_HEAD.size + 8:
+        if len(first) < LA_HEAD_SIZE + 8:
             raise ValueError("too short for a header")
-        magic, version, _z, named, size, chunk, head = LA_HEAD.unpack_from(first, 0)
+        h = bytes(memoryview(first).cast("B")[:LA_HEAD_SIZE])
+        magic, version, named, size, chunk, head = (h[:4], int.from_bytes(h[4:6], "little"), h[8:24],
+                                                    int.from_bytes(h[24:32], "little"),
+                                                    int.from_bytes(h[32:36], "little"), int.from_bytes(h[36:40], "little"))
         if magic != LA_MAGIC or version != 1:
             raise ValueError("not a lookaside file")
         if named != digest:
@@ -528,7 +566,7 @@ class Lookaside:
         if not 512 <= chunk <= 1 << 26 or chunk & (chunk - 1) or not 0 < head < size:
             raise ValueError("bad sizes")
         n = -(-size // chunk)
-        at = LA_HEAD.size + 8 + 8 * n
+        at = LA_HEAD_SIZE + 8 + 8 * n
         if n > LA_MAX_CHUNKS or head > metafile.DATA_MAX:
             raise ValueError("too many chunks, or too long a JSON part")
         if len(first) < at + head + 1:
@@ -537,12 +575,12 @@ class Lookaside:
             if len(first) < at + head + 1:
                 raise ValueError("truncated")
         mv = memoryview(first)
-        if xxhash.xxh3_64_intdigest(bytes(mv[: LA_HEAD.size]) + bytes(mv[LA_HEAD.size + 8 : at + head + 1])) != \
-                _LA_SUM.unpack_from(first, LA_HEAD.size)[0]:
+        if xxhash.xxh3_64_intdigest(bytes(mv[:LA_HEAD_SIZE]) + bytes(mv[LA_HEAD_SIZE + 8 : at + head + 1])) != \
+                _u64s(first, 1, LA_HEAD_SIZE)[0]:
             raise ValueError("its header does not match its sum")
         if mv[at + head] != 0:
             raise ValueError("no zero byte after the JSON part")
-        self.sums = struct.unpack_from(f"<{n}Q", first, LA_HEAD.size + 8)
+        self.sums = _u64s(first, n, LA_HEAD_SIZE + 8)
         self.at, self.size, self.chunk, self.head = at, size, chunk, head
         self.json = mv[at : at + head]  # checked with the header
         self.chunks: dict[int, bytes] = {}
@@ -634,7 +672,9 @@ class _LazyU32:
             a, b, _ = i.indices(self.n)
             b = max(a, b)
             raw = self.la.payload(self.off + 4 * a, self.off + 4 * b) if b > a else b""
-            return list(struct.unpack(f"<{b - a}I", raw))
+            if len(raw) != 4 * (b - a) or not _LITTLE:
+                return list(_structs().unpack(f"<{b - a}I", raw))  # struct's error where the bytes are short
+            return memoryview(raw).cast("B").cast("I").tolist()
         if not 0 <= i < self.n:
             raise IndexError(i)
         return int.from_bytes(self.la.payload(self.off + 4 * i, self.off + 4 * i + 4), "little")
