@@ -7,6 +7,7 @@ first miss, so a hit, and decorating a function, load none of this code.
 
 from __future__ import annotations
 
+import binascii  # a miss's (this module is): a hit decodes inline values without it
 import time
 TYPE_CHECKING = False  # typing's flag without importing typing (~2 ms of a first hit)
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from casmon.caching.memoize import CacheState
     from casmon.keys.digest import Digest
 
-from casmon.caching import hot, memoize
+from casmon.caching import explain, hot, memoize
 from casmon.caching.entries import KIND
 from casmon.keys.fingerprint import fingerprint
 
@@ -40,13 +41,10 @@ def save(state: CacheState, key: Digest, result: Any, seconds: float, args: tupl
     entry: dict[str, Any] = {"fn": state.name, "result": d.hex(), "time": now, "seconds": round(seconds, 6), "size": size}
     raw = store.objects.peek_raw(d, memoize.INLINE_MAX)
     if raw is not None and raw[:1] in (b"j", b"p"):  # self-contained forms: no chunks, no children
-        import binascii  # a miss's: a hit decodes without it
-
         entry["inline"] = binascii.b2a_base64(raw, newline=False).decode()
     if state.version is not None:
         entry["v"] = state.version.hex()  # which code version made it: the code-change warning counts them
     if not state._custom_key:
-        from casmon.caching import explain  # loaded by the first miss, not by a hit
         entry["a"] = explain.arg_digests(state, args, kwargs, spans)  # which parameter differs: f.explain
     if state.expires is not None:
         entry["expires"] = now + state.expires  # gc drops it after that

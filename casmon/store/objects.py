@@ -75,6 +75,20 @@ def _chunk_io() -> Any:
     return _chunkio
 
 
+_condemned: Any = None
+
+
+def gc_bounds() -> Any:
+    """:mod:`casmon.store.condemned` (gc's time bounds), bound on the first write: a hit loads none, and a write
+    runs no import statement for it."""
+    global _condemned
+    if _condemned is None:
+        from casmon.store import condemned
+
+        _condemned = condemned
+    return _condemned
+
+
 def _writing() -> Any:
     global _blobwrite
     if _blobwrite is None:
@@ -225,9 +239,7 @@ class ObjectStore:
     # -- the condemned-list view ---------------------------------------------------
     def view(self) -> float:
         """The time of a view of the condemned lists no older than ``VIEW_MAX`` (listing again if needed)."""
-        from casmon.store import condemned  # gc's time bounds: writes only
-
-        if time.monotonic() - self._view_at < condemned.VIEW_MAX:
+        if time.monotonic() - self._view_at < gc_bounds().VIEW_MAX:
             return self._view_at
         return self.refresh_view()
 

@@ -34,6 +34,7 @@ strided numpy arrays (pickle would copy them into the stream).
 
 from __future__ import annotations
 
+import io  # loaded with the interpreter (its standard streams): no cost to a hit
 import _thread  # threading's locks, without loading threading on a hit
 from sys import modules as _modules
 from collections.abc import Callable, Iterator
@@ -284,10 +285,16 @@ def register_library_handler_name(handler: Handler) -> None:
         _handlers_by_name.setdefault(handler.name, handler)
 
 
+_libraries: Any = None
+
+
 def handler_for(t: type) -> Handler | None:
     """The handler that saves values of exactly type ``t``, loading casmon's own for ML libraries on first use."""
-    from casmon.store import libraries  # ML values' only: a plain hit loads none
+    global _libraries
+    if _libraries is None:  # bound once (ML values' only: a plain hit loads none), not imported per write
+        from casmon.store import libraries as _libraries
 
+    libraries = _libraries
     h = _handlers.get(t)
     if h is None and _NDARRAY is None:
         _see_numpy()
@@ -391,6 +398,9 @@ def _plain_first(n: int) -> bool:
     return n <= PLAIN_MAX and "_pickle" not in _modules
 
 
+_unpicklers: Any = None
+
+
 def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
            load_child: Callable[[int], Any] | None = None, trusted: bool = True, key: str = "value") -> Any:
     """Rebuild a value from its manifest and freshly read buffers.
@@ -432,10 +442,10 @@ def decode(enc: Encoded, buffers: list[np.ndarray[Any, np.dtype[np.uint8]]],
                 value = plainpickle.loads(enc.inline)
                 if value is not plainpickle.NOT_PLAIN:
                     return value
-            import io
-
-            from casmon.store import unpicklers
-
+            global _unpicklers
+            if _unpicklers is None:  # bound once: a hit of a plain value never loads the pickler
+                from casmon.store import unpicklers as _unpicklers
+            unpicklers = _unpicklers
             if not trusted:
                 return unpicklers.SafeUnpickler(io.BytesIO(enc.inline), buffers=buffers).load()
             return unpicklers.ChildUnpickler(io.BytesIO(enc.inline), buffers, load_child if enc.children else None).load()

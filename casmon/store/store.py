@@ -52,7 +52,7 @@ from casmon.store.backend.base import fault_points
 from casmon.store.codec import CODECS, get_codec
 from casmon.store.manifest import Manifest, decode_manifest
 from casmon.store.marker import FORMAT_KEY, FORMAT_VERSION, marker_bytes, parse_marker, read_format
-from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore
+from casmon.store.objects import LOOSE_MIN, PACK_MAX, ObjectStore, gc_bounds
 from casmon.store.records import KIND_PATTERN, Ref, decode_ref, encode_record, is_kind_name, is_ref_name, parse_record, ref_key, refs_of
 from casmon.store.table import LateWrite, Table, writer_id
 
@@ -524,9 +524,7 @@ class Store:
         elif self.autoflush and self._flusher is None:
             self.start_flusher()
         if self._keeper is None and self._held:
-            from casmon.store import condemned  # gc's time bounds: no part of a hit
-
-            if self.autoflush is None or self.autoflush > condemned.VIEW_MAX:
+            if self.autoflush is None or self.autoflush > gc_bounds().VIEW_MAX:
                 self._start_keeper()
 
     def _start_io(self) -> None:
