@@ -1,20 +1,8 @@
 """The media :func:`casmon.store.backend.open_backend` opens other than a local folder: memory, zip archives,
 URLs and zarr ``Store`` objects (a local folder's store never loads this module).
 
-=====================  ==========================================
-``None`` / a path      :class:`LocalFolder` (default ``./.casmon``), laid out as ``LocalStore``
-``memory://[name]``    ``MemoryStore``; the same name is the same store in a process
-``*.zip``, ``zip://``   ``ZipStore`` (one writer at a time; nothing is ever deleted)
-``s3://``, ``gs://``,   ``ObjectStore`` (obstore): conditional puts make create-if-absent race-free;
-``az://``              credentials from the environment or ``storage_options``
-other URLs             ``FsspecStore.from_url`` (its create-if-absent is check-then-set: one writer at a time)
-a ``Store`` instance   used as it is
-=====================  ==========================================
-
-A URL's credentials are never shown or kept: the backend's ``url`` and every
-error name the location through :func:`casmon.scrub.scrub_url`. An error about a
-local path names it as it was given (``zip:///x``, ``~/s``), and the path it
-means where that differs.
+Which location opens which medium, and how an error names a location: the table in the package's
+docstring (:mod:`casmon.store.backend`), beside :func:`open_backend`.
 """
 
 from __future__ import annotations
